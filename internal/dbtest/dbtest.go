@@ -1,0 +1,374 @@
+// Package dbtest gives tests real Postgres: an isolated, migrated schema per
+// test (TestSchema), a rolled-back transaction on a shared migrated schema
+// (TestTx), a fresh empty database or schema for migration tests, and a private
+// Postgres server that a test may stop, crash and restart (Server).
+//
+// The database comes from TEST_DATABASE_URL (make test sets it to a private
+// cluster it starts for the run). When it is unset, the first test that needs
+// a database starts a private cluster for this test binary from the locally
+// installed Postgres binaries, so `go test ./somepkg` works without set-up.
+//
+// Every test package calls Main from TestMain: it closes shared pools and
+// clusters after the tests and then fails the run on leaked goroutines.
+//
+// The shared pool sets search_path to '' so that any query that forgets to
+// qualify a table with its schema fails in tests instead of finding the wrong
+// table in production.
+package dbtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/weirhq/weir/internal/pgcluster"
+	"github.com/weirhq/weir/migrations"
+)
+
+// EnvDatabaseURL names the variable that points tests at a Postgres server.
+// The role needs to create schemas and databases.
+const EnvDatabaseURL = "TEST_DATABASE_URL"
+
+// MaxConnsDefault is the shared pool's size: enough for many parallel tests
+// each running a River client.
+const MaxConnsDefault = 40
+
+var shared struct {
+	mu        sync.Mutex
+	cluster   *pgcluster.Cluster // started when EnvDatabaseURL is unset
+	clusterMu sync.Mutex
+	dir       string
+	pool      *pgxpool.Pool
+	url       string
+	schemas   []string // free, migrated schemas ready for reuse
+	created   int      // schemas made so far by this process
+	txSchema  string   // migrated once for TestTx
+}
+
+// Main runs the package's tests, then closes shared pools and clusters and
+// fails the run if goroutines leaked. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { dbtest.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	closeShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines leaked after tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func closeShared() {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.pool != nil {
+		shared.pool.Close()
+		shared.pool = nil
+	}
+	if shared.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := shared.cluster.Stop(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "dbtest: stopping private cluster: %v\n", err)
+		}
+		shared.cluster = nil
+		_ = os.RemoveAll(shared.dir)
+	}
+}
+
+// URL returns the server URL tests use: TEST_DATABASE_URL, or a private
+// cluster started for this test binary.
+func URL(ctx context.Context, tb testing.TB) string {
+	tb.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	return urlLocked(ctx, tb)
+}
+
+func urlLocked(ctx context.Context, tb testing.TB) string {
+	tb.Helper()
+	if shared.url != "" {
+		return shared.url
+	}
+	if url := os.Getenv(EnvDatabaseURL); url != "" {
+		shared.url = url
+		return url
+	}
+
+	dir, err := TempDir("weir-dbtest-")
+	require.NoError(tb, err)
+	cluster, err := pgcluster.New(&pgcluster.Config{Dir: dir})
+	if errors.Is(err, pgcluster.ErrBinariesNotFound) {
+		_ = os.RemoveAll(dir)
+		tb.Fatalf("dbtest: %s is not set and no local Postgres to start: %v\n"+
+			"Run the tests with `make test` (it installs Postgres where it can), or set %s.", EnvDatabaseURL, err, EnvDatabaseURL)
+	}
+	require.NoError(tb, err)
+	require.NoError(tb, cluster.Start(context.WithoutCancel(ctx)))
+	shared.cluster, shared.dir = cluster, dir
+	shared.url = cluster.URL("postgres")
+	return shared.url
+}
+
+// Pool returns the process-wide pool on the test server. Its search_path is
+// empty: queries must name their schema.
+func Pool(ctx context.Context, tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	return poolLocked(ctx, tb)
+}
+
+func poolLocked(ctx context.Context, tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	if shared.pool != nil {
+		return shared.pool
+	}
+	config, err := pgxpool.ParseConfig(urlLocked(ctx, tb))
+	require.NoError(tb, err)
+	config.MaxConns = MaxConnsDefault
+	config.ConnConfig.RuntimeParams["search_path"] = ""
+	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), config)
+	require.NoError(tb, err)
+	shared.pool = pool
+	return pool
+}
+
+// TestSchema returns a schema at the latest version of every migration line,
+// for this test alone. At the end of the test it goes back to a per-process
+// pool and is emptied before its next use, so only the first few tests pay for
+// migrations. Use it when a test needs commits, several connections,
+// LISTEN/NOTIFY or a live River client; pass the name to river.Config.Schema
+// and qualify tables with it.
+func TestSchema(ctx context.Context, tb testing.TB) string {
+	tb.Helper()
+	pool := Pool(ctx, tb)
+
+	shared.mu.Lock()
+	var schema string
+	if n := len(shared.schemas); n > 0 {
+		schema = shared.schemas[n-1]
+		shared.schemas = shared.schemas[:n-1]
+	} else {
+		shared.created++
+		schema = fmt.Sprintf("%s_%d", schemaPrefix(), shared.created)
+	}
+	shared.mu.Unlock()
+
+	// A schema this process migrated is only emptied; one of that name left by
+	// an earlier process is dropped and migrated afresh, as the migrations may
+	// have changed since.
+	if _, ours := migratedHere.Load(schema); ours {
+		truncateSchema(ctx, tb, pool, schema)
+	} else {
+		migrateSchema(ctx, tb, pool, schema)
+	}
+
+	tb.Cleanup(func() {
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		shared.schemas = append(shared.schemas, schema)
+	})
+	return schema
+}
+
+// EmptySchema returns the name of a schema that does not exist yet and is
+// dropped (if it was created) when the test ends: for tests of the migrator.
+func EmptySchema(ctx context.Context, tb testing.TB) string {
+	tb.Helper()
+	pool := Pool(ctx, tb)
+	shared.mu.Lock()
+	shared.created++
+	schema := fmt.Sprintf("%s_empty_%d", schemaPrefix(), shared.created)
+	shared.mu.Unlock()
+
+	dropSchema(ctx, tb, pool, schema)
+	tb.Cleanup(func() { dropSchema(context.WithoutCancel(ctx), tb, pool, schema) })
+	return schema
+}
+
+// TestTx returns a transaction whose search_path is a migrated schema shared by
+// the package's tests; it is rolled back when the test ends. Prefer it to
+// TestSchema unless the test needs a commit.
+func TestTx(ctx context.Context, tb testing.TB) pgx.Tx {
+	tb.Helper()
+	pool := Pool(ctx, tb)
+
+	shared.mu.Lock()
+	if shared.txSchema == "" {
+		schema := schemaPrefix() + "_tx"
+		dropSchema(ctx, tb, pool, schema)
+		migrateSchema(ctx, tb, pool, schema)
+		shared.txSchema = schema
+	}
+	schema := shared.txSchema
+	shared.mu.Unlock()
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		// ctx may be t.Context(), which is already cancelled during cleanup.
+		err := tx.Rollback(context.WithoutCancel(ctx))
+		if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+			tb.Errorf("rolling back test tx: %v", err)
+		}
+	})
+	_, err = tx.Exec(ctx, "SET LOCAL search_path TO "+pgx.Identifier{schema}.Sanitize())
+	require.NoError(tb, err)
+	return tx
+}
+
+// TxSchema is the schema TestTx transactions use.
+func TxSchema(ctx context.Context, tb testing.TB) string {
+	tb.Helper()
+	_ = TestTx(ctx, tb)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	return shared.txSchema
+}
+
+// TestDatabase creates an empty database, dropped when the test ends, and
+// returns its URL.
+func TestDatabase(ctx context.Context, tb testing.TB) string {
+	tb.Helper()
+	pool := Pool(ctx, tb)
+	shared.mu.Lock()
+	shared.created++
+	name := fmt.Sprintf("%s_db_%d", schemaPrefix(), shared.created)
+	shared.mu.Unlock()
+
+	ident := pgx.Identifier{name}.Sanitize()
+	_, err := pool.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+	require.NoError(tb, err)
+	_, err = pool.Exec(ctx, "CREATE DATABASE "+ident)
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		_, err := pool.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+		if err != nil {
+			tb.Errorf("dropping test database %s: %v", name, err)
+		}
+	})
+
+	connString, err := withDatabase(URL(ctx, tb), name)
+	require.NoError(tb, err)
+	return connString
+}
+
+// Server starts a private Postgres server for this test, which it may stop,
+// crash, pause and restart; it is stopped and its files removed when the test
+// ends. opts may be nil.
+func Server(ctx context.Context, tb testing.TB, opts *pgcluster.Config) *pgcluster.Cluster {
+	tb.Helper()
+	dir, err := TempDir("weir-pgserver-")
+	require.NoError(tb, err)
+
+	config := &pgcluster.Config{}
+	if opts != nil {
+		config = new(*opts)
+	}
+	config.Dir = dir
+	cluster, err := pgcluster.New(config)
+	if errors.Is(err, pgcluster.ErrBinariesNotFound) {
+		_ = os.RemoveAll(dir)
+		tb.Fatalf("dbtest.Server needs local Postgres binaries: %v", err)
+	}
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := cluster.Stop(stopCtx); err != nil {
+			tb.Errorf("stopping test server: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	require.NoError(tb, cluster.Start(ctx))
+	return cluster
+}
+
+// TempDir makes a directory under the system temp dir that an unprivileged
+// postgres user can reach (t.TempDir's directories are private to the test's
+// user, which stops a root test from handing a cluster to postgres).
+func TempDir(pattern string) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", fmt.Errorf("making temp dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", fmt.Errorf("opening temp dir %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+func migrateSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema string) {
+	tb.Helper()
+	dropSchema(ctx, tb, pool, schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	require.NoError(tb, err)
+	_, err = migrator.Up(ctx, nil)
+	require.NoError(tb, err)
+	migratedHere.Store(schema, struct{}{})
+}
+
+func truncateSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema string) {
+	tb.Helper()
+	var tables []string
+	for _, line := range migrations.Lines() {
+		for _, table := range migrations.TruncateTables(line, 0) {
+			tables = append(tables, pgx.Identifier{schema, table}.Sanitize())
+		}
+	}
+	_, err := pool.Exec(ctx, "TRUNCATE "+strings.Join(tables, ", ")+" RESTART IDENTITY CASCADE")
+	require.NoError(tb, err)
+}
+
+// migratedHere holds the schemas this process migrated.
+var migratedHere sync.Map
+
+func dropSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema string) {
+	tb.Helper()
+	_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	require.NoError(tb, err)
+	migratedHere.Delete(schema)
+}
+
+var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// schemaPrefix names this test binary's schemas after its package, so
+// packages running in parallel never share one.
+func schemaPrefix() string {
+	name := strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
+	name = nonIdent.ReplaceAllString(strings.ToLower(name), "_")
+	if len(name) > 30 {
+		name = name[:30]
+	}
+	return "weirtest_" + name
+}
+
+// withDatabase points a connection string (URL or key=value) at database.
+func withDatabase(connString, database string) (string, error) {
+	if !strings.Contains(connString, "://") {
+		return connString + " dbname=" + database, nil
+	}
+	u, err := url.Parse(connString)
+	if err != nil {
+		return "", fmt.Errorf("parsing %s: %w", EnvDatabaseURL, err)
+	}
+	u.Path = "/" + database
+	return u.String(), nil
+}

@@ -1,0 +1,71 @@
+package migrations
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrSchemaBehind is matched (errors.Is) by a *SchemaBehindError.
+var ErrSchemaBehind = errors.New("migrations: database schema is behind this build")
+
+// SchemaBehindError says which lines lack versions this build requires.
+type SchemaBehindError struct {
+	// Lines are the lines that are behind, each with its pending versions.
+	Lines []*LineStatus
+
+	// Schema is the Postgres schema checked ("" for the search_path's first).
+	Schema string
+}
+
+func (e *SchemaBehindError) Error() string {
+	parts := make([]string, 0, len(e.Lines))
+	for _, line := range e.Lines {
+		parts = append(parts, fmt.Sprintf("%s at %d of %d (pending %v)", line.Line, line.Current, line.Latest, line.Pending))
+	}
+	where := ""
+	if e.Schema != "" {
+		where = " in schema " + e.Schema
+	}
+	return fmt.Sprintf("migrations: database schema%s is behind this build: %s; run `weir migrate up`", where, strings.Join(parts, ", "))
+}
+
+// Is makes errors.Is(err, ErrSchemaBehind) true.
+func (e *SchemaBehindError) Is(target error) bool { return target == ErrSchemaBehind }
+
+// ErrUnknownLine is matched (errors.Is) by an *UnknownLineError.
+var ErrUnknownLine = errors.New("migrations: unknown migration line")
+
+// UnknownLineError names a line this build does not have.
+type UnknownLineError struct {
+	Line string
+}
+
+func (e *UnknownLineError) Error() string {
+	return fmt.Sprintf("migrations: unknown migration line %q (lines: %s)", e.Line, strings.Join(Lines(), ", "))
+}
+
+// Is makes errors.Is(err, ErrUnknownLine) true.
+func (e *UnknownLineError) Is(target error) bool { return target == ErrUnknownLine }
+
+// ErrLineDependency is matched (errors.Is) by a *LineDependencyError.
+var ErrLineDependency = errors.New("migrations: migration line depends on another")
+
+// LineDependencyError means a line cannot move because of another: fencing
+// and weir need River's main line at its latest version, and River's main
+// line cannot go down while they are applied.
+type LineDependencyError struct {
+	// Line is the line that was asked to move.
+	Line string
+
+	// Reason says what to do first.
+	Reason string
+
+	// Requires is the line in the way.
+	Requires string
+}
+
+func (e *LineDependencyError) Error() string { return "migrations: " + e.Reason }
+
+// Is makes errors.Is(err, ErrLineDependency) true.
+func (e *LineDependencyError) Is(target error) bool { return target == ErrLineDependency }

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS /* TEMPLATE: schema */weir_namespace;

@@ -1,0 +1,305 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// Config configures a Migrator. The zero value works.
+type Config struct {
+	// Logger receives a line per applied version. Defaults to discarding.
+	Logger *slog.Logger
+
+	// Schema is the Postgres schema that holds River's and weir's tables,
+	// created by Up if missing. It must match river.Config.Schema and weir's
+	// own schema settings. Defaults to empty: the first schema on the
+	// connection's search_path.
+	Schema string
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &out
+}
+
+// Migrator brings a database to the schema this build needs: River's main
+// line, weir's fencing line and weir's weir line, applied through River's
+// rivermigrate. Every Up and Down holds a Postgres advisory lock for its
+// schema, so migrators in many processes can run at once: one does the work,
+// the others wait and then find nothing left to do.
+type Migrator struct {
+	config    *Config
+	migrators map[string]*rivermigrate.Migrator[pgx.Tx]
+	pool      *pgxpool.Pool
+}
+
+// New returns a Migrator over pool. A nil config means defaults.
+func New(pool *pgxpool.Pool, config *Config) (*Migrator, error) {
+	if pool == nil {
+		return nil, errors.New("migrations: pool is required")
+	}
+	if config == nil {
+		config = &Config{}
+	}
+	config = config.withDefaults()
+
+	driver := newLineDriver(pool)
+	migrators := make(map[string]*rivermigrate.Migrator[pgx.Tx], len(Lines()))
+	for _, line := range Lines() {
+		migrator, err := rivermigrate.New(driver, &rivermigrate.Config{
+			Line:   line,
+			Logger: config.Logger,
+			Schema: config.Schema,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("loading migration line %s: %w", line, err)
+		}
+		migrators[line] = migrator
+	}
+	return &Migrator{config: config, migrators: migrators, pool: pool}, nil
+}
+
+// Schema is the configured schema ("" for the search_path's first).
+func (m *Migrator) Schema() string { return m.config.Schema }
+
+// UpOpts are options for Up. A nil *UpOpts brings every line to its latest
+// version.
+type UpOpts struct {
+	// Line limits the run to one line. Defaults to every line, in Lines order.
+	Line string
+
+	// MaxSteps caps how many versions are applied; only with Line.
+	// Defaults to no cap.
+	MaxSteps int
+
+	// TargetVersion applies versions up to and including this one; only with
+	// Line. Defaults to the latest.
+	TargetVersion int
+}
+
+// DownOpts are options for Down; they are required, so nothing is removed by
+// accident.
+type DownOpts struct {
+	// Line is the line to migrate down. Empty means every line, dependents
+	// first (weir, fencing, then main), and then TargetVersion must be -1.
+	Line string
+
+	// MaxSteps is how many versions to remove. Defaults to 1 when
+	// TargetVersion is 0.
+	MaxSteps int
+
+	// TargetVersion removes versions above it, leaving the line at this
+	// version; -1 removes the line entirely.
+	TargetVersion int
+}
+
+// MigrateResult lists the versions an Up or Down applied, in order.
+type MigrateResult struct {
+	// Direction is "up" or "down".
+	Direction string
+
+	// Versions are the versions applied (up) or removed (down).
+	Versions []MigrateVersion
+}
+
+// MigrateVersion is one applied or removed version.
+type MigrateVersion struct {
+	Duration time.Duration
+	Line     string
+	Name     string
+	Version  int
+}
+
+// Up applies pending versions: with nil opts, every line to its latest
+// version. Running it again, or from several processes at once, succeeds and
+// changes nothing once the schema is current.
+func (m *Migrator) Up(ctx context.Context, opts *UpOpts) (*MigrateResult, error) {
+	if opts == nil {
+		opts = &UpOpts{}
+	}
+	if opts.Line == "" && (opts.MaxSteps != 0 || opts.TargetVersion != 0) {
+		return nil, errors.New("migrations: MaxSteps and TargetVersion need a Line")
+	}
+	lines := Lines()
+	if opts.Line != "" {
+		if err := m.checkLine(opts.Line); err != nil {
+			return nil, err
+		}
+		lines = []string{opts.Line}
+	}
+
+	result := &MigrateResult{Direction: string(rivermigrate.DirectionUp)}
+	err := m.withLock(ctx, func(conn *pgxpool.Conn) error {
+		if err := m.ensureSchema(ctx, conn); err != nil {
+			return err
+		}
+		for _, line := range lines {
+			if line != LineMain {
+				if err := m.requireMainAtHead(ctx, conn, line); err != nil {
+					return err
+				}
+			}
+			res, err := m.migrators[line].Migrate(ctx, rivermigrate.DirectionUp, &rivermigrate.MigrateOpts{
+				MaxSteps:      opts.MaxSteps,
+				TargetVersion: opts.TargetVersion,
+			})
+			if err != nil {
+				return fmt.Errorf("migrating line %s up: %w", line, err)
+			}
+			result.Versions = append(result.Versions, versionsOf(line, res)...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// Down removes versions. Lines that build on River's tables must be removed
+// before River's main line goes below its latest version; otherwise Down
+// returns a *LineDependencyError.
+func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*MigrateResult, error) {
+	if opts == nil {
+		return nil, errors.New("migrations: Down needs DownOpts")
+	}
+	lines := slices.Clone(Lines())
+	slices.Reverse(lines)
+	switch {
+	case opts.Line != "":
+		if err := m.checkLine(opts.Line); err != nil {
+			return nil, err
+		}
+		lines = []string{opts.Line}
+	case opts.TargetVersion != -1 || opts.MaxSteps != 0:
+		return nil, errors.New("migrations: Down of every line needs TargetVersion -1 (remove everything); give a Line to step down")
+	}
+
+	result := &MigrateResult{Direction: string(rivermigrate.DirectionDown)}
+	err := m.withLock(ctx, func(conn *pgxpool.Conn) error {
+		for _, line := range lines {
+			if line == LineMain {
+				if err := m.requireNoDependents(ctx, conn); err != nil {
+					return err
+				}
+			}
+			res, err := m.migrators[line].Migrate(ctx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{
+				MaxSteps:      opts.MaxSteps,
+				TargetVersion: opts.TargetVersion,
+			})
+			if err != nil {
+				return fmt.Errorf("migrating line %s down: %w", line, err)
+			}
+			result.Versions = append(result.Versions, versionsOf(line, res)...)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+func (m *Migrator) checkLine(line string) error {
+	if _, ok := m.migrators[line]; !ok {
+		return &UnknownLineError{Line: line}
+	}
+	return nil
+}
+
+func (m *Migrator) requireMainAtHead(ctx context.Context, conn *pgxpool.Conn, line string) error {
+	status, err := m.lineStatus(ctx, conn, LineMain)
+	if err != nil {
+		return err
+	}
+	if len(status.Pending) > 0 {
+		return &LineDependencyError{Line: line, Requires: LineMain, Reason: fmt.Sprintf(
+			"line %s needs River's main line at version %d first (it is at %d); run Up for every line", line, status.Latest, status.Current)}
+	}
+	return nil
+}
+
+func (m *Migrator) requireNoDependents(ctx context.Context, conn *pgxpool.Conn) error {
+	for _, dependent := range []string{LineWeir, LineFencing} {
+		status, err := m.lineStatus(ctx, conn, dependent)
+		if err != nil {
+			return err
+		}
+		if status.Current > 0 {
+			return &LineDependencyError{Line: LineMain, Requires: dependent, Reason: fmt.Sprintf(
+				"line %s is at version %d and builds on River's tables; take it down to -1 first", dependent, status.Current)}
+		}
+	}
+	return nil
+}
+
+func versionsOf(line string, res *rivermigrate.MigrateResult) []MigrateVersion {
+	out := make([]MigrateVersion, 0, len(res.Versions))
+	for _, v := range res.Versions {
+		out = append(out, MigrateVersion{Duration: v.Duration, Line: line, Name: v.Name, Version: v.Version})
+	}
+	return out
+}
+
+// ensureSchema creates the configured schema if it is missing. It checks
+// first, so a role without CREATE on the database can migrate a schema that
+// an administrator made for it.
+func (m *Migrator) ensureSchema(ctx context.Context, conn *pgxpool.Conn) error {
+	if m.config.Schema == "" {
+		return nil
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", m.config.Schema).Scan(&exists); err != nil {
+		return fmt.Errorf("checking schema %s: %w", m.config.Schema, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{m.config.Schema}.Sanitize()); err != nil {
+		return fmt.Errorf("creating schema %s: %w", m.config.Schema, err)
+	}
+	return nil
+}
+
+// withLock runs fn while holding a session advisory lock keyed on the target
+// schema, on a connection set aside for it (rivermigrate runs each version in
+// a transaction of its own on other connections). Migrators of different
+// schemas do not wait for each other.
+func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgxpool.Conn) error) error {
+	conn, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquiring a connection for the migration lock: %w", err)
+	}
+	defer conn.Release()
+
+	var key int64
+	if err := conn.QueryRow(ctx,
+		"SELECT hashtextextended('weir.migrations:' || coalesce(nullif($1::text, ''), current_schema(), ''), 0)",
+		m.config.Schema).Scan(&key); err != nil {
+		return fmt.Errorf("computing the migration lock key: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		// The connection may be mid-wait on the lock; don't hand it back.
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		return fmt.Errorf("taking the migration lock: %w", err)
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", key); err != nil {
+			// Closing the session releases the lock too.
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+
+	return fn(conn)
+}

@@ -1,0 +1,322 @@
+package migrations_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/migrations"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+func TestMigrator(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		migrator *migrations.Migrator
+		pool     *pgxpool.Pool
+		schema   string
+	}
+
+	setup := func(ctx context.Context, t *testing.T) *testBundle {
+		t.Helper()
+		pool := dbtest.Pool(ctx, t)
+		schema := dbtest.EmptySchema(ctx, t)
+		migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+		require.NoError(t, err)
+		return &testBundle{migrator: migrator, pool: pool, schema: schema}
+	}
+
+	latest := func(t *testing.T, m *migrations.Migrator, line string) int {
+		t.Helper()
+		statuses, err := m.Status(t.Context())
+		require.NoError(t, err)
+		for _, s := range statuses {
+			if s.Line == line {
+				return s.Latest
+			}
+		}
+		t.Fatalf("no line %s", line)
+		return 0
+	}
+
+	t.Run("ConcurrentUpAppliesOnce", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		// Many migrators on one empty schema at the same moment, each with its
+		// own pool as separate processes would have.
+		const migratorCount = 6
+		results := make([]*migrations.MigrateResult, migratorCount)
+		errs := make([]error, migratorCount)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range migratorCount {
+			pool, err := pgxpool.New(ctx, dbtest.URL(ctx, t))
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			m, err := migrations.New(pool, &migrations.Config{Schema: bundle.schema})
+			require.NoError(t, err)
+			wg.Go(func() {
+				<-start
+				results[i], errs[i] = m.Up(ctx, nil)
+			})
+		}
+		close(start)
+		wg.Wait()
+
+		applied := 0
+		for i := range migratorCount {
+			require.NoError(t, errs[i], "migrator %d", i)
+			applied += len(results[i].Versions)
+		}
+		total := 0
+		for _, line := range migrations.Lines() {
+			total += latest(t, bundle.migrator, line)
+		}
+		require.Equal(t, total, applied, "every version applied exactly once across all migrators")
+		require.NoError(t, bundle.migrator.Verify(ctx))
+	})
+
+	t.Run("DownEverythingThenUpRoundTrips", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		_, err := bundle.migrator.Up(ctx, nil)
+		require.NoError(t, err)
+		before := tableNames(ctx, t, bundle.pool, bundle.schema)
+		require.Contains(t, before, "river_job")
+		require.Contains(t, before, "weir_namespace")
+
+		res, err := bundle.migrator.Down(ctx, &migrations.DownOpts{TargetVersion: -1})
+		require.NoError(t, err)
+		require.Equal(t, migrations.LineWeir, res.Versions[0].Line, "dependents go first")
+		require.Equal(t, migrations.LineMain, res.Versions[len(res.Versions)-1].Line)
+		require.Empty(t, tableNames(ctx, t, bundle.pool, bundle.schema))
+
+		statuses, err := bundle.migrator.Status(ctx)
+		require.NoError(t, err)
+		for _, s := range statuses {
+			require.Zero(t, s.Current, s.Line)
+			require.True(t, s.Behind(), s.Line)
+		}
+
+		_, err = bundle.migrator.Up(ctx, nil)
+		require.NoError(t, err)
+		require.Equal(t, before, tableNames(ctx, t, bundle.pool, bundle.schema))
+		require.NoError(t, bundle.migrator.Verify(ctx))
+	})
+
+	t.Run("DownMainWithDependentsIsRefused", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		_, err := bundle.migrator.Up(ctx, nil)
+		require.NoError(t, err)
+
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineMain})
+		require.ErrorIs(t, err, migrations.ErrLineDependency)
+		var depErr *migrations.LineDependencyError
+		require.ErrorAs(t, err, &depErr)
+		require.Equal(t, migrations.LineMain, depErr.Line)
+		require.NoError(t, bundle.migrator.Verify(ctx), "nothing changed")
+	})
+
+	t.Run("DownNeedsOpts", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		_, err := bundle.migrator.Down(ctx, nil)
+		require.Error(t, err)
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{})
+		require.Error(t, err, "every line without TargetVersion -1")
+	})
+
+	t.Run("DownOneLineOneStep", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		_, err := bundle.migrator.Up(ctx, nil)
+		require.NoError(t, err)
+
+		res, err := bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing})
+		require.NoError(t, err)
+		require.Len(t, res.Versions, 1)
+		require.Equal(t, latest(t, bundle.migrator, migrations.LineFencing), res.Versions[0].Version)
+		require.NotContains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
+
+		err = bundle.migrator.Verify(ctx)
+		require.ErrorIs(t, err, migrations.ErrSchemaBehind)
+		var behind *migrations.SchemaBehindError
+		require.ErrorAs(t, err, &behind)
+		require.Len(t, behind.Lines, 1)
+		require.Equal(t, migrations.LineFencing, behind.Lines[0].Line)
+		require.Equal(t, bundle.schema, behind.Schema)
+
+		res, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
+		require.NoError(t, err)
+		require.Len(t, res.Versions, 1)
+		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
+		require.NoError(t, bundle.migrator.Verify(ctx))
+	})
+
+	t.Run("NonMainLineNeedsMainFirst", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineWeir})
+		require.ErrorIs(t, err, migrations.ErrLineDependency)
+		require.Empty(t, tableNames(ctx, t, bundle.pool, bundle.schema))
+	})
+
+	t.Run("SchemaIsolation", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+		other := setup(ctx, t)
+
+		_, err := bundle.migrator.Up(ctx, nil)
+		require.NoError(t, err)
+
+		require.Empty(t, tableNames(ctx, t, other.pool, other.schema))
+		err = other.migrator.Verify(ctx)
+		require.ErrorIs(t, err, migrations.ErrSchemaBehind)
+		var behind *migrations.SchemaBehindError
+		require.ErrorAs(t, err, &behind)
+		require.Len(t, behind.Lines, len(migrations.Lines()))
+	})
+
+	t.Run("SearchPathSchema", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		schema := dbtest.EmptySchema(ctx, t)
+
+		// No Config.Schema: tables land in the first schema of search_path.
+		config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
+		require.NoError(t, err)
+		config.ConnConfig.RuntimeParams["search_path"] = schema
+		pool, err := pgxpool.NewWithConfig(ctx, config)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+		require.NoError(t, err)
+
+		m, err := migrations.New(pool, nil)
+		require.NoError(t, err)
+		_, err = m.Up(ctx, nil)
+		require.NoError(t, err)
+		require.NoError(t, m.Verify(ctx))
+		require.Contains(t, tableNames(ctx, t, dbtest.Pool(ctx, t), schema), "weir_namespace")
+	})
+
+	t.Run("StatusOnEmptySchema", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		statuses, err := bundle.migrator.Status(ctx)
+		require.NoError(t, err)
+		require.Len(t, statuses, len(migrations.Lines()))
+		for i, s := range statuses {
+			require.Equal(t, migrations.Lines()[i], s.Line)
+			require.Zero(t, s.Current)
+			require.Positive(t, s.Latest)
+			require.Len(t, s.Pending, s.Latest)
+			require.Empty(t, s.Unknown)
+		}
+	})
+
+	t.Run("UnknownLine", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: "fence"})
+		require.ErrorIs(t, err, migrations.ErrUnknownLine)
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: "nope"})
+		require.ErrorIs(t, err, migrations.ErrUnknownLine)
+	})
+
+	t.Run("UnknownVersionFromNewerBuild", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		_, err := bundle.migrator.Up(ctx, nil)
+		require.NoError(t, err)
+		next := latest(t, bundle.migrator, migrations.LineWeir) + 1
+		_, err = bundle.pool.Exec(ctx, "INSERT INTO "+pgx.Identifier{bundle.schema, "river_migration"}.Sanitize()+
+			" (line, version) VALUES ('weir', $1)", next)
+		require.NoError(t, err)
+
+		statuses, err := bundle.migrator.Status(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []int{next}, statuses[2].Unknown)
+		require.NoError(t, bundle.migrator.Verify(ctx), "a database ahead of the build is not behind")
+	})
+
+	t.Run("UpTwiceChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		res, err := bundle.migrator.Up(ctx, nil)
+		require.NoError(t, err)
+		require.NotEmpty(t, res.Versions)
+		before := tableNames(ctx, t, bundle.pool, bundle.schema)
+
+		res, err = bundle.migrator.Up(ctx, nil)
+		require.NoError(t, err)
+		require.Empty(t, res.Versions)
+		require.Equal(t, before, tableNames(ctx, t, bundle.pool, bundle.schema))
+	})
+
+	t.Run("UpWithTarget", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+
+		res, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain, TargetVersion: 4})
+		require.NoError(t, err)
+		require.Len(t, res.Versions, 4)
+
+		statuses, err := bundle.migrator.Status(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 4, statuses[0].Current, "read before River's line column exists")
+
+		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{MaxSteps: 1})
+		require.Error(t, err, "MaxSteps needs a Line")
+	})
+}
+
+func tableNames(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string) []string {
+	t.Helper()
+	rows, err := pool.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename", schema)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return names
+}
+
+func columnNames(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, table string) []string {
+	t.Helper()
+	rows, err := pool.Query(ctx,
+		"SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY column_name",
+		schema, table)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return names
+}
