@@ -11,7 +11,7 @@
 // Every test package calls Main from TestMain: it closes shared pools and
 // clusters after the tests and then fails the run on leaked goroutines.
 //
-// The shared pool sets search_path to ” so that any query that forgets to
+// The shared pool sets an empty search_path so that any query that forgets to
 // qualify a table with its schema fails in tests instead of finding the wrong
 // table in production.
 package dbtest
