@@ -23,11 +23,11 @@ func (e *SchemaBehindError) Error() string {
 	for _, line := range e.Lines {
 		parts = append(parts, fmt.Sprintf("%s at %d of %d (pending %v)", line.Line, line.Current, line.Latest, line.Pending))
 	}
-	where := ""
+	what := "database schema"
 	if e.Schema != "" {
-		where = " in schema " + e.Schema
+		what = "schema " + e.Schema
 	}
-	return fmt.Sprintf("migrations: database schema%s is behind this build: %s; run `weir migrate up`", where, strings.Join(parts, ", "))
+	return fmt.Sprintf("migrations: %s is behind this build: %s; run `weir migrate up`", what, strings.Join(parts, ", "))
 }
 
 // Is makes errors.Is(err, ErrSchemaBehind) true.

@@ -18,14 +18,24 @@ var ErrBinariesNotFound = errors.New("pgcluster: Postgres server binaries (initd
 // Ubuntu. It is printed wherever ErrBinariesNotFound reaches a person.
 const InstallHint = "sudo apt-get update && sudo apt-get install -y postgresql"
 
+// EnvBinDir names a variable that, when set, is the only place FindBinDir
+// looks: for picking one of several installed Postgres versions.
+const EnvBinDir = "WEIR_POSTGRES_BIN"
+
 // debianBinGlob is where Debian and Ubuntu packages put server binaries; they
 // are not on PATH there.
 const debianBinGlob = "/usr/lib/postgresql/*/bin"
 
-// FindBinDir returns the directory holding initdb and postgres: the one on
-// PATH if both are there, otherwise the highest version under
-// /usr/lib/postgresql/*/bin. The returned error wraps ErrBinariesNotFound.
+// FindBinDir returns the directory holding initdb and postgres: $WEIR_POSTGRES_BIN
+// when set, else the one on PATH if both are there, else the highest version
+// under /usr/lib/postgresql/*/bin. The returned error wraps ErrBinariesNotFound.
 func FindBinDir() (string, error) {
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		if hasServerBinaries(dir) {
+			return dir, nil
+		}
+		return "", fmt.Errorf("%w in %s=%s", ErrBinariesNotFound, EnvBinDir, dir)
+	}
 	if initdb, err := exec.LookPath("initdb"); err == nil {
 		if resolved, err := filepath.EvalSymlinks(initdb); err == nil {
 			dir := filepath.Dir(resolved)

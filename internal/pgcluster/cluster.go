@@ -46,8 +46,9 @@ type Config struct {
 	Dir string
 
 	// Durable keeps fsync and full page writes on. Tests leave it off: it makes
-	// initdb and commits much faster, and only an OS crash could lose data.
-	// Defaults to false.
+	// initdb and commits much faster, and while a crash of Postgres itself
+	// (Crash) still loses nothing committed, an OS crash could. Defaults to
+	// false.
 	Durable bool
 
 	// Port is the TCP port on 127.0.0.1. Defaults to a free port chosen at the
@@ -240,12 +241,24 @@ func (c *Cluster) signalGroup(sig syscall.Signal) error {
 	if c.proc == nil || c.proc.exited() {
 		return ErrNotRunning
 	}
-	// The server runs in its own process group (Setpgid), so this reaches
-	// the postmaster and all its children, and nothing else.
-	if err := syscall.Kill(-c.proc.cmd.Process.Pid, sig); err != nil {
-		return fmt.Errorf("sending %s to postgres process group %d: %w", sig, c.proc.cmd.Process.Pid, err)
+	return signalTree(c.proc.cmd.Process.Pid, sig)
+}
+
+// signalTree signals the postmaster and every process it forked. Backends
+// call setsid(), so signalling the postmaster's process group is not enough.
+// The postmaster goes first when stopping, so it cannot fork past the list.
+func signalTree(pid int, sig syscall.Signal) error {
+	pids := append([]int{pid}, childPIDs(pid)...)
+	if sig == syscall.SIGCONT {
+		slices.Reverse(pids) // children first, so none waits on a stopped parent
 	}
-	return nil
+	var errs []error
+	for _, p := range pids {
+		if err := syscall.Kill(p, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("sending %s to postgres process %d: %w", sig, p, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Cluster) signalAndWait(ctx context.Context, sig syscall.Signal) error {
@@ -258,7 +271,7 @@ func (c *Cluster) signalAndWait(ctx context.Context, sig syscall.Signal) error {
 		return nil
 	}
 	// A paused server must run again to shut down.
-	_ = syscall.Kill(-proc.cmd.Process.Pid, syscall.SIGCONT)
+	_ = signalTree(proc.cmd.Process.Pid, syscall.SIGCONT)
 	if err := proc.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("signalling postgres (pid %d): %w", proc.cmd.Process.Pid, err)
 	}
@@ -270,8 +283,8 @@ func (c *Cluster) signalAndWait(ctx context.Context, sig syscall.Signal) error {
 	case <-ctx.Done():
 	}
 
-	// Out of patience: kill the whole group so nothing is left behind.
-	_ = syscall.Kill(-proc.cmd.Process.Pid, syscall.SIGKILL)
+	// Out of patience: kill the whole tree so nothing is left behind.
+	_ = signalTree(proc.cmd.Process.Pid, syscall.SIGKILL)
 	<-proc.done
 	c.proc = nil
 	return fmt.Errorf("stopping postgres (pid %d) with %s: %w; killed it", proc.cmd.Process.Pid, sig, ctx.Err())
@@ -353,7 +366,6 @@ func (c *Cluster) startProcess(ctx context.Context) error {
 	if !c.config.Durable {
 		settings["fsync"] = "off"
 		settings["full_page_writes"] = "off"
-		settings["synchronous_commit"] = "off"
 	}
 	maps.Copy(settings, c.config.Settings)
 
@@ -389,7 +401,7 @@ func (c *Cluster) startProcess(ctx context.Context) error {
 	waitCtx, cancel := context.WithTimeout(ctx, c.config.StartTimeout)
 	defer cancel()
 	if err := c.waitReady(waitCtx, proc); err != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = signalTree(cmd.Process.Pid, syscall.SIGKILL)
 		<-proc.done
 		c.proc = nil
 		logTail := c.logSince(logStart)

@@ -1,0 +1,44 @@
+# Weir's make targets. `make help` lists them.
+
+GO ?= go
+STATICCHECK_VERSION := v0.8.2
+BIN := $(CURDIR)/bin
+
+# Tests and benchmarks get a private Postgres for the run (internal/cmd/withpostgres)
+# unless TEST_DATABASE_URL points at one.
+WITH_POSTGRES := $(GO) run ./internal/cmd/withpostgres --
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z\/_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: dev
+dev: ## Start weir locally (uses DATABASE_URL, else a private Postgres it starts)
+	@if [ -z "$$DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
+	$(GO) run ./cmd/weir dev
+
+.PHONY: test
+test: ## go vet, then every test with -race against real Postgres
+	@if [ -z "$$TEST_DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
+	$(GO) vet ./...
+	$(WITH_POSTGRES) $(GO) test -race -count=1 -timeout 20m ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks against real Postgres
+	@if [ -z "$$TEST_DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
+	$(WITH_POSTGRES) $(GO) test -run '^$$' -bench . -benchmem ./...
+
+.PHONY: lint
+lint: $(BIN)/staticcheck ## gofmt check, go vet and staticcheck
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(BIN)/staticcheck ./...
+
+$(BIN)/staticcheck:
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+.PHONY: build
+build: ## Build bin/weir
+	$(GO) build -o $(BIN)/weir ./cmd/weir

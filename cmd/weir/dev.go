@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/weirhq/weir/internal/pgcluster"
+	"github.com/weirhq/weir/migrations"
+	"github.com/weirhq/weir/server"
+)
+
+const (
+	devAddrDefault     = "127.0.0.1:8844"
+	devDatabaseDefault = "weir"
+	devPortFile        = "port"
+)
+
+type devOpts struct {
+	addr    string
+	dataDir string
+}
+
+func newDevCommand(g *globals) *cobra.Command {
+	opts := &devOpts{}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Start weir locally with zero configuration",
+		Long: `Start weir locally with zero configuration.
+
+With DATABASE_URL (or --database-url) set, weir dev uses that database.
+Otherwise it starts a private Postgres from the locally installed binaries
+(found on PATH or under /usr/lib/postgresql/*/bin) in a data directory it owns,
+which survives restarts. Either way it migrates the schema, serves HTTP until
+interrupted, and then stops its Postgres cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDev(cmd.Context(), g, opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.addr, "addr", devAddrDefault, "HTTP listen address")
+	cmd.Flags().StringVar(&opts.dataDir, "data-dir", os.Getenv("WEIR_DEV_DIR"),
+		"directory of the private Postgres (env WEIR_DEV_DIR; default "+defaultDevDir()+")")
+	return cmd
+}
+
+func runDev(ctx context.Context, g *globals, opts *devOpts) (err error) {
+	databaseURL := g.databaseURL
+	if databaseURL == "" {
+		cluster, url, err := startDevCluster(ctx, g, opts)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if stopErr := cluster.Stop(stopCtx); stopErr != nil {
+				err = errors.Join(err, fmt.Errorf("stopping Postgres: %w", stopErr))
+				return
+			}
+			fmt.Fprintln(g.stdout, "weir dev: Postgres stopped")
+		}()
+		databaseURL = url
+	} else {
+		fmt.Fprintln(g.stdout, "weir dev: using DATABASE_URL")
+	}
+
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return fmt.Errorf("parsing database URL: %w", err)
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("connecting to Postgres: %w", err)
+	}
+
+	migrator, err := migrations.New(pool, &migrations.Config{Logger: g.logger(), Schema: g.schema})
+	if err != nil {
+		return err
+	}
+	res, err := migrator.Up(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrating: %w", err)
+	}
+	fmt.Fprintf(g.stdout, "weir dev: schema current (%d versions applied now)\n", len(res.Versions))
+
+	srv, err := server.New(pool, &server.Config{Logger: g.logger(), Schema: g.schema})
+	if err != nil {
+		return err
+	}
+	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", opts.addr, err)
+	}
+	httpServer := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpServer.Serve(listener) }()
+
+	fmt.Fprintf(g.stdout, "weir dev: serving http://%s (health: /healthz, readiness: /readyz)\n", listener.Addr())
+	fmt.Fprintln(g.stdout, "weir dev: press Ctrl-C to stop")
+
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(g.stdout, "weir dev: shutting down")
+	case err := <-serveErr:
+		return fmt.Errorf("serving HTTP: %w", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := httpServer.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutting down HTTP: %w", err)
+	}
+	return nil
+}
+
+// startDevCluster starts (creating on first use) the private Postgres of
+// weir dev and returns the URL of its weir database.
+func startDevCluster(ctx context.Context, g *globals, opts *devOpts) (*pgcluster.Cluster, string, error) {
+	dir := opts.dataDir
+	if dir == "" {
+		dir = defaultDevDir()
+	}
+	// Keep the port across restarts so URLs a user copied stay valid.
+	portPath := filepath.Join(dir, devPortFile)
+	port := 0
+	if data, err := os.ReadFile(portPath); err == nil {
+		port, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+	}
+
+	cluster, err := pgcluster.New(&pgcluster.Config{Dir: dir, Durable: true, Port: port})
+	if errors.Is(err, pgcluster.ErrBinariesNotFound) {
+		return nil, "", &exitError{code: 2, err: fmt.Errorf(`no DATABASE_URL and no local Postgres to start.
+Either install Postgres (Debian/Ubuntu):
+  %s
+or point weir at a server you have:
+  DATABASE_URL=postgres://user:pass@host:5432/db weir dev`, pgcluster.InstallHint)}
+	}
+	if err != nil {
+		return nil, "", err
+	}
+
+	start := time.Now()
+	if err := cluster.Start(ctx); err != nil && port != 0 {
+		// The remembered port may be taken now: take any free one.
+		cluster, err = pgcluster.New(&pgcluster.Config{Dir: dir, Durable: true})
+		if err == nil {
+			err = cluster.Start(ctx)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("starting Postgres in %s: %w", dir, err)
+		}
+	} else if err != nil {
+		return nil, "", fmt.Errorf("starting Postgres in %s: %w", dir, err)
+	}
+	_ = os.WriteFile(portPath, []byte(strconv.Itoa(cluster.Port())+"\n"), 0o644)
+
+	if err := ensureDatabase(ctx, cluster.URL("postgres"), devDatabaseDefault); err != nil {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return nil, "", errors.Join(err, cluster.Stop(stopCtx))
+	}
+	url := cluster.URL(devDatabaseDefault)
+	fmt.Fprintf(g.stdout, "weir dev: Postgres ready in %s: %s (data in %s)\n", time.Since(start).Round(time.Millisecond), url, cluster.DataDir())
+	return cluster, url, nil
+}
+
+func ensureDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connecting to the private Postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return fmt.Errorf("checking database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("creating database %s: %w", name, err)
+	}
+	return nil
+}
+
+// defaultDevDir is where weir dev keeps its Postgres: the user's data
+// directory, or /var/lib/weir/dev for root, whose home directory the
+// unprivileged postgres user could not reach.
+func defaultDevDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/weir/dev"
+	}
+	if dir := os.Getenv("XDG_DATA_HOME"); dir != "" {
+		return filepath.Join(dir, "weir", "dev")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "weir", "dev")
+	}
+	return filepath.Join(os.TempDir(), "weir-dev")
+}

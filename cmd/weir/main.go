@@ -1,0 +1,108 @@
+// Command weir is weir's CLI: a zero-config local start (weir dev) and schema
+// migrations (weir migrate up|down|status). Later it runs the server, drives
+// workflows and benchmarks.
+//
+// The database comes from --database-url or DATABASE_URL; the schema from
+// --schema or WEIR_SCHEMA.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitError carries a specific exit code out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// run executes the CLI and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "weir:", err)
+	var exitErr *exitError
+	if errors.As(err, &exitErr) {
+		return exitErr.code
+	}
+	return 1
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	databaseURL string
+	schema      string
+	stderr      io.Writer
+	stdout      io.Writer
+	verbose     bool
+}
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stderr: stderr, stdout: stdout}
+	root := &cobra.Command{
+		Use:           "weir",
+		Short:         "Durable workflows for Go on River and Postgres",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&g.databaseURL, "database-url", os.Getenv("DATABASE_URL"),
+		"Postgres connection URL (env DATABASE_URL)")
+	root.PersistentFlags().StringVar(&g.schema, "schema", os.Getenv("WEIR_SCHEMA"),
+		"Postgres schema for River's and weir's tables (env WEIR_SCHEMA; default: the search_path's first)")
+	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log more")
+
+	root.AddCommand(newDevCommand(g), newMigrateCommand(g))
+	return root
+}
+
+func (g *globals) logger() *slog.Logger {
+	level := slog.LevelWarn
+	if g.verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// errNoDatabaseURL is returned by commands that need a database when none is
+// configured.
+var errNoDatabaseURL = errors.New("no database: set DATABASE_URL or pass --database-url (or run `weir dev`, which starts a local Postgres)")
+
+func (g *globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
+	if g.databaseURL == "" {
+		return nil, errNoDatabaseURL
+	}
+	pool, err := pgxpool.New(ctx, g.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database URL: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connecting to Postgres: %w", err)
+	}
+	return pool, nil
+}

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/pgcluster"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+var (
+	binaryOnce sync.Once
+	binaryPath string
+	binaryErr  error
+)
+
+// weirBinary builds cmd/weir once per test run: the tests below need real
+// processes (two migrators at once, signals to weir dev).
+func weirBinary(t *testing.T) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "weir-bin-")
+		if err != nil {
+			binaryErr = err
+			return
+		}
+		binaryPath = filepath.Join(dir, "weir")
+		out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput()
+		if err != nil {
+			binaryErr = fmt.Errorf("building weir: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, binaryErr)
+	return binaryPath
+}
+
+type result struct {
+	code   int
+	stderr string
+	stdout string
+}
+
+func runWeir(ctx context.Context, t *testing.T, env []string, args ...string) *result {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, weirBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := &result{stderr: stderr.String(), stdout: stdout.String()}
+	if exitErr, ok := err.(*exec.ExitError); ok {
+		res.code = exitErr.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return res
+}
+
+func TestMigrateCommand(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ConcurrentProcessesOnEmptyDatabase", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		env := []string{"DATABASE_URL=" + dbtest.TestDatabase(ctx, t), "WEIR_SCHEMA="}
+
+		const processes = 2
+		results := make([]*result, processes)
+		var wg sync.WaitGroup
+		for i := range processes {
+			wg.Go(func() { results[i] = runWeir(ctx, t, env, "migrate", "up") })
+		}
+		wg.Wait()
+
+		applied := 0
+		for i, res := range results {
+			require.Zero(t, res.code, "process %d: %s", i, res.stderr)
+			applied += strings.Count(res.stdout, "migrate up: ")
+		}
+		require.Equal(t, 10, applied-strings.Count(results[0].stdout+results[1].stdout, "nothing to do"),
+			"each of the 10 versions applied exactly once across both processes:\n%s\n%s", results[0].stdout, results[1].stdout)
+
+		status := runWeir(ctx, t, env, "migrate", "status", "--check")
+		require.Zero(t, status.code, status.stderr)
+		requireAllLines(t, status.stdout, "current")
+
+		down := runWeir(ctx, t, env, "migrate", "down", "--all")
+		require.Zero(t, down.code, down.stderr)
+		status = runWeir(ctx, t, env, "migrate", "status", "--check")
+		require.Equal(t, 3, status.code, "behind after down --all")
+		requireAllLines(t, status.stdout, "behind")
+
+		up := runWeir(ctx, t, env, "migrate", "up")
+		require.Zero(t, up.code, up.stderr)
+		status = runWeir(ctx, t, env, "migrate", "status", "--check")
+		require.Zero(t, status.code, status.stderr)
+		requireAllLines(t, status.stdout, "current")
+	})
+
+	t.Run("DownNeedsALine", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		res := runWeir(ctx, t, []string{"DATABASE_URL=" + dbtest.URL(ctx, t)}, "migrate", "down")
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "--line")
+	})
+
+	t.Run("NoDatabaseURL", func(t *testing.T) {
+		t.Parallel()
+		res := runWeir(t.Context(), t, []string{"DATABASE_URL="}, "migrate", "status")
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "DATABASE_URL")
+	})
+
+	t.Run("SchemaOption", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		schema := dbtest.EmptySchema(ctx, t)
+		env := []string{"DATABASE_URL=" + dbtest.URL(ctx, t)}
+
+		res := runWeir(ctx, t, env, "migrate", "up", "--schema", schema)
+		require.Zero(t, res.code, res.stderr)
+		res = runWeir(ctx, t, env, "migrate", "status", "--schema", schema, "--check")
+		require.Zero(t, res.code, res.stderr)
+		requireAllLines(t, res.stdout, "current")
+
+		var tables int
+		require.NoError(t, dbtest.Pool(ctx, t).QueryRow(ctx,
+			"SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename IN ('river_job', 'weir_namespace')", schema).Scan(&tables))
+		require.Equal(t, 2, tables)
+	})
+}
+
+func requireAllLines(t *testing.T, statusOut, state string) {
+	t.Helper()
+	for _, line := range []string{"main", "fencing", "weir"} {
+		require.Regexp(t, regexp.MustCompile(`(?m)^`+line+`\s+\d+\s+\d+\s+`+state+`\b`), statusOut)
+	}
+}
+
+func TestDevCommand(t *testing.T) {
+	t.Parallel()
+
+	// startDev runs weir dev and returns once it serves, with its base URL.
+	startDev := func(ctx context.Context, t *testing.T, env []string, args ...string) (*exec.Cmd, string, *lockedBuffer) {
+		t.Helper()
+		cmd := exec.Command(weirBinary(t), append([]string{"dev", "--addr", "127.0.0.1:0"}, args...)...) //nolint:noctx // signalled by the test
+		cmd.Env = append(os.Environ(), env...)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+		var (
+			output   = &lockedBuffer{}
+			baseURL  = make(chan string, 1)
+			serveRE  = regexp.MustCompile(`serving (http://\S+)`)
+			scanDone = make(chan struct{})
+		)
+		go func() {
+			defer close(scanDone)
+			scanner := bufio.NewScanner(stdout)
+			for scanner.Scan() {
+				output.WriteString(scanner.Text() + "\n")
+				if m := serveRE.FindStringSubmatch(scanner.Text()); m != nil {
+					baseURL <- m[1]
+				}
+			}
+		}()
+		select {
+		case url := <-baseURL:
+			t.Cleanup(func() { <-scanDone })
+			return cmd, url, output
+		case <-scanDone:
+			t.Fatalf("weir dev exited before serving:\n%s\n%s", output.String(), stderr.String())
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("weir dev did not serve in time:\n%s", stderr.String())
+		}
+		return nil, "", nil
+	}
+
+	getOK := func(t *testing.T, url string) string {
+		t.Helper()
+		resp, err := http.Get(url) //nolint:noctx // test
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+		return string(body)
+	}
+
+	waitExit := func(t *testing.T, cmd *exec.Cmd) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			require.NoError(t, err, "weir dev exits 0 after a signal")
+		case <-time.After(2 * time.Minute):
+			t.Fatal("weir dev did not exit")
+		}
+	}
+
+	for name, sig := range map[string]syscall.Signal{"SIGINT": syscall.SIGINT, "SIGTERM": syscall.SIGTERM} {
+		t.Run("PrivatePostgresStopsOn"+name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			dataDir, err := dbtest.TempDir("weir-dev-test-")
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
+			env := []string{"DATABASE_URL="}
+
+			// First start creates the cluster; the second reuses it.
+			for range 2 {
+				cmd, url, output := startDev(ctx, t, env, "--data-dir", dataDir)
+				require.Contains(t, getOK(t, url+"/healthz"), `"status":"ok"`)
+				require.Contains(t, getOK(t, url+"/readyz"), `"status":"ready"`)
+				require.NotEmpty(t, postgresPIDs(t, dataDir), "a postgres runs from the data dir")
+
+				require.NoError(t, cmd.Process.Signal(sig))
+				waitExit(t, cmd)
+				require.Contains(t, output.String(), "Postgres stopped")
+				require.Empty(t, postgresPIDs(t, dataDir), "no postgres process left behind")
+			}
+		})
+	}
+
+	t.Run("UsesDatabaseURL", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		env := []string{"DATABASE_URL=" + dbtest.TestDatabase(ctx, t), "WEIR_POSTGRES_BIN=" + t.TempDir()}
+
+		cmd, url, output := startDev(ctx, t, env)
+		require.Contains(t, output.String(), "using DATABASE_URL")
+		require.Contains(t, getOK(t, url+"/readyz"), `"status":"ready"`)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+		waitExit(t, cmd)
+	})
+
+	t.Run("NoBinariesNoDatabaseURL", func(t *testing.T) {
+		t.Parallel()
+		env := []string{"DATABASE_URL=", pgcluster.EnvBinDir + "=" + t.TempDir()}
+		res := runWeir(t.Context(), t, env, "dev", "--data-dir", filepath.Join(t.TempDir(), "dev"))
+		require.Equal(t, 2, res.code)
+		require.Contains(t, res.stderr, "apt-get install -y postgresql")
+		require.Contains(t, res.stderr, "DATABASE_URL=")
+	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type lockedBuffer struct {
+	buf bytes.Buffer
+	mu  sync.Mutex
+}
+
+func (b *lockedBuffer) WriteString(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.WriteString(s)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// postgresPIDs lists running postgres processes whose command line names
+// dataDir.
+func postgresPIDs(t *testing.T, dataDir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var pids []string
+	for _, entry := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", entry.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(cmdline, []byte("postgres")) && bytes.Contains(cmdline, []byte(dataDir)) {
+			stat, err := os.ReadFile(filepath.Join("/proc", entry.Name(), "stat"))
+			if err == nil && strings.Contains(string(stat), ") Z ") {
+				continue // a zombie is already dead
+			}
+			pids = append(pids, entry.Name())
+		}
+	}
+	return pids
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weirhq/weir/migrations"
+)
+
+func newMigrateCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Migrate the database: River's main line, then fencing, then weir",
+		Long: `Migrate the database. Lines: ` + strings.Join(migrations.Lines(), ", ") + `.
+
+Up and down hold an advisory lock per schema, so several processes may run
+'weir migrate up' at once: one applies the versions, the others find nothing
+left to do. Deploy new code first, then migrate: every migration is additive.`,
+	}
+	cmd.AddCommand(newMigrateUpCommand(g), newMigrateDownCommand(g), newMigrateStatusCommand(g))
+	return cmd
+}
+
+func newMigrateUpCommand(g *globals) *cobra.Command {
+	opts := &migrations.UpOpts{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Apply pending versions (every line to its latest by default)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			migrator, closePool, err := g.migrator(cmd)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			res, err := migrator.Up(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			printResult(g, res)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&opts.Line, "line", "", "only this line (default: every line)")
+	cmd.Flags().IntVar(&opts.TargetVersion, "target-version", 0, "apply up to and including this version (needs --line)")
+	cmd.Flags().IntVar(&opts.MaxSteps, "max-steps", 0, "apply at most this many versions (needs --line)")
+	return cmd
+}
+
+func newMigrateDownCommand(g *globals) *cobra.Command {
+	var (
+		all  bool
+		opts = &migrations.DownOpts{}
+	)
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "Remove versions of one line (one step by default), or --all",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case all && (opts.Line != "" || opts.TargetVersion != 0 || opts.MaxSteps != 0):
+				return errors.New("--all removes every line; it takes no --line, --target-version or --max-steps")
+			case all:
+				opts.TargetVersion = -1
+			case opts.Line == "":
+				return errors.New("say which line to migrate down with --line (" + strings.Join(migrations.Lines(), ", ") + "), or remove everything with --all")
+			}
+			migrator, closePool, err := g.migrator(cmd)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			res, err := migrator.Down(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			printResult(g, res)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "remove every line entirely (weir, fencing, then River's main)")
+	cmd.Flags().StringVar(&opts.Line, "line", "", "the line to migrate down")
+	cmd.Flags().IntVar(&opts.TargetVersion, "target-version", 0, "leave the line at this version (-1 removes it entirely)")
+	cmd.Flags().IntVar(&opts.MaxSteps, "max-steps", 0, "remove at most this many versions (default 1)")
+	return cmd
+}
+
+func newMigrateStatusCommand(g *globals) *cobra.Command {
+	var check bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each line's version against what this build requires",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			migrator, closePool, err := g.migrator(cmd)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			statuses, err := migrator.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "LINE\tCURRENT\tREQUIRED\tSTATE\tPENDING")
+			behind := false
+			for _, s := range statuses {
+				state := "current"
+				switch {
+				case s.Behind():
+					state, behind = "behind", true
+				case len(s.Unknown) > 0:
+					state = "ahead"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", s.Line, s.Current, s.Latest, state, versionList(s.Pending))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if check && behind {
+				return &exitError{code: 3, err: migrator.Verify(cmd.Context())}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&check, "check", false, "exit 3 when any line is behind this build")
+	return cmd
+}
+
+func (g *globals) migrator(cmd *cobra.Command) (*migrations.Migrator, func(), error) {
+	pool, err := g.pool(cmd.Context())
+	if err != nil {
+		return nil, nil, err
+	}
+	migrator, err := migrations.New(pool, &migrations.Config{Logger: g.logger(), Schema: g.schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return migrator, pool.Close, nil
+}
+
+func printResult(g *globals, res *migrations.MigrateResult) {
+	if len(res.Versions) == 0 {
+		fmt.Fprintf(g.stdout, "migrate %s: nothing to do\n", res.Direction)
+		return
+	}
+	for _, v := range res.Versions {
+		fmt.Fprintf(g.stdout, "migrate %s: %s %03d %s (%s)\n", res.Direction, v.Line, v.Version, v.Name, v.Duration.Round(100_000))
+	}
+}
+
+func versionList(versions []int) string {
+	if len(versions) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(versions))
+	for i, v := range versions {
+		parts[i] = fmt.Sprintf("%03d", v)
+	}
+	return strings.Join(parts, ",")
+}
