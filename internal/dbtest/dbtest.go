@@ -47,15 +47,14 @@ const EnvDatabaseURL = "TEST_DATABASE_URL"
 const MaxConnsDefault = 40
 
 var shared struct {
-	mu        sync.Mutex
-	cluster   *pgcluster.Cluster // started when EnvDatabaseURL is unset
-	clusterMu sync.Mutex
-	dir       string
-	pool      *pgxpool.Pool
-	url       string
-	schemas   []string // free, migrated schemas ready for reuse
-	created   int      // schemas made so far by this process
-	txSchema  string   // migrated once for TestTx
+	mu       sync.Mutex
+	cluster  *pgcluster.Cluster // started when EnvDatabaseURL is unset
+	dir      string
+	pool     *pgxpool.Pool
+	url      string
+	schemas  []string // free, migrated schemas ready for reuse
+	created  int      // schemas made so far by this process
+	txSchema string   // migrated once for TestTx
 }
 
 // Main runs the package's tests, then closes shared pools and clusters and
@@ -103,27 +102,51 @@ func URL(ctx context.Context, tb testing.TB) string {
 
 func urlLocked(ctx context.Context, tb testing.TB) string {
 	tb.Helper()
+	url, err := sharedURLLocked(ctx)
+	if errors.Is(err, pgcluster.ErrBinariesNotFound) {
+		tb.Fatalf("dbtest: %v\nRun the tests with `make test` (it installs Postgres where it can), or set %s.", err, EnvDatabaseURL)
+	}
+	require.NoError(tb, err)
+	return url
+}
+
+// ExampleURL is URL for runnable examples, which have no testing.TB. It
+// panics when no server can be had.
+func ExampleURL() string {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	url, err := sharedURLLocked(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	return url
+}
+
+func sharedURLLocked(ctx context.Context) (string, error) {
 	if shared.url != "" {
-		return shared.url
+		return shared.url, nil
 	}
 	if url := os.Getenv(EnvDatabaseURL); url != "" {
 		shared.url = url
-		return url
+		return url, nil
 	}
 
 	dir, err := TempDir("weir-dbtest-")
-	require.NoError(tb, err)
-	cluster, err := pgcluster.New(&pgcluster.Config{Dir: dir})
-	if errors.Is(err, pgcluster.ErrBinariesNotFound) {
-		_ = os.RemoveAll(dir)
-		tb.Fatalf("dbtest: %s is not set and no local Postgres to start: %v\n"+
-			"Run the tests with `make test` (it installs Postgres where it can), or set %s.", EnvDatabaseURL, err, EnvDatabaseURL)
+	if err != nil {
+		return "", err
 	}
-	require.NoError(tb, err)
-	require.NoError(tb, cluster.Start(context.WithoutCancel(ctx)))
+	cluster, err := pgcluster.New(&pgcluster.Config{Dir: dir})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("%s is not set and no local Postgres could be started: %w", EnvDatabaseURL, err)
+	}
+	if err := cluster.Start(context.WithoutCancel(ctx)); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("starting a private Postgres for the tests: %w", err)
+	}
 	shared.cluster, shared.dir = cluster, dir
 	shared.url = cluster.URL("postgres")
-	return shared.url
+	return shared.url, nil
 }
 
 // Pool returns the process-wide pool on the test server. Its search_path is
