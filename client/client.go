@@ -1,0 +1,319 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/task"
+)
+
+const (
+	// NamespaceDefault is the namespace of runs started without one.
+	NamespaceDefault = "default"
+
+	// PollIntervalDefault is how often Get re-reads a run's state when no
+	// notification arrives (notifications make it return at once; polling
+	// covers a lost listener connection).
+	PollIntervalDefault = 2 * time.Second
+
+	// QueueDefault is the River queue of workflow tasks started without one.
+	QueueDefault = river.QueueDefault
+)
+
+// WorkflowArgs are a workflow's arguments. Kind names the workflow type; it is
+// persisted, so renaming it is a data migration. Like River's JobArgs.
+type WorkflowArgs interface {
+	Kind() string
+}
+
+// Config configures a Client. The zero value works.
+type Config struct {
+	// Codec encodes args and results. Workers must use a matching codec.
+	// Defaults to JSONCodec.
+	Codec Codec
+
+	// Logger receives the client's warnings. Defaults to discarding.
+	Logger *slog.Logger
+
+	// Namespace is used when StartOpts gives none. Defaults to
+	// NamespaceDefault.
+	Namespace string
+
+	// PollInterval is how often Get re-reads a run's state without a
+	// notification. Defaults to PollIntervalDefault.
+	PollInterval time.Duration
+
+	// Schema is the Postgres schema of River's and weir's tables; it must
+	// match the workers'. Defaults to empty: the search_path's first.
+	Schema string
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	if out.Codec == nil {
+		out.Codec = JSONCodec{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	out.Namespace = cmp.Or(out.Namespace, NamespaceDefault)
+	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
+	return &out
+}
+
+func (c *Config) validate() error {
+	if c.PollInterval < 0 {
+		return errors.New("client config: PollInterval must not be negative")
+	}
+	if err := validateName("namespace", c.Namespace); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Client starts workflow runs and awaits their results. It is safe for
+// concurrent use. It owns no goroutines until the first Get, which starts the
+// single listener connection all of its waiters share; Close releases it.
+type Client struct {
+	config *Config
+	names  *dbschema.Names
+	pool   *pgxpool.Pool
+	river  *river.Client[pgx.Tx]
+
+	listenerOnce sync.Once
+	listener     *listener
+}
+
+// New returns a Client over pool. A nil config means defaults.
+func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
+	if pool == nil {
+		return nil, errors.New("client: pool is required")
+	}
+	if config == nil {
+		config = &Config{}
+	}
+	config = config.withDefaults()
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	// An insert-only River client: it enqueues workflow tasks and runs no
+	// goroutines of its own.
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: config.Logger, Schema: config.Schema})
+	if err != nil {
+		return nil, fmt.Errorf("creating River client: %w", err)
+	}
+	return &Client{config: config, names: dbschema.New(config.Schema), pool: pool, river: riverClient}, nil
+}
+
+// Close stops the client's listener, if Get started one. Waiting Gets
+// return ctx-independent errors after Close. Close is idempotent.
+func (c *Client) Close() error {
+	c.listenerOnce.Do(func() {}) // no listener may start after Close
+	if c.listener != nil {
+		c.listener.close()
+	}
+	return nil
+}
+
+// StartOpts are options of Start. A nil *StartOpts means defaults.
+type StartOpts struct {
+	// Namespace isolates workflow IDs. Defaults to the client's Namespace.
+	Namespace string
+
+	// Queue is the River queue of the run's workflow tasks; workers serving
+	// the queue run it. Defaults to QueueDefault.
+	Queue string
+
+	// RequestID makes the start idempotent: starting again with the same
+	// request ID and the same args returns the run the first start created
+	// (Created false), whatever state it is in now; the same request ID
+	// with different args is a *RequestConflictError. Defaults to a random
+	// ID (every start is new).
+	RequestID string
+
+	// WorkflowID is the run's stable identity, chosen by the caller (an
+	// order ID, say). At most one run per workflow ID is live at a time.
+	// Defaults to a random UUID.
+	WorkflowID string
+}
+
+// Run identifies a workflow run. Its identity never changes, however many
+// times its tasks and activities are retried or recovered.
+type Run struct {
+	// Created is true when this call created the run, false when it
+	// returned the run an earlier start with the same request ID created.
+	Created bool
+
+	// Generation counts the runs of this workflow ID: 1, 2, … Monotonic even
+	// after old runs are deleted.
+	Generation int64
+
+	// Namespace is the run's namespace.
+	Namespace string
+
+	// RunID is the run's unique ID.
+	RunID uuid.UUID
+
+	// WorkflowID is the run's workflow ID.
+	WorkflowID string
+
+	client *Client
+}
+
+// Start is StartTx in a transaction of its own.
+func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
+	var run *Run
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+		run, err = c.StartTx(ctx, tx, args, opts)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+var nameRE = regexp.MustCompile(`\A[\w][\w\-\[\]<>\/.·:+]*\z`)
+
+func validateName(what, name string) error {
+	if len(name) == 0 || len(name) > 128 || !nameRE.MatchString(name) {
+		return fmt.Errorf("weir: invalid %s %q: 1–128 characters of letters, digits and _-[]<>/.·:+, starting with a letter, digit or _", what, name)
+	}
+	return nil
+}
+
+// StartTx creates a run on tx. Workers can't see it until tx commits and a
+// rollback removes it, so a run is created atomically with the caller's own
+// rows. Concurrent starts of one workflow ID are serialized by a
+// transaction-scoped advisory lock, and a partial unique index allows one live
+// run per workflow ID whatever else writes the table.
+func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts) (*Run, error) {
+	if args == nil {
+		return nil, errors.New("weir: Start needs workflow args")
+	}
+	if opts == nil {
+		opts = &StartOpts{}
+	}
+	kind := args.Kind()
+	if err := validateName("workflow kind", kind); err != nil {
+		return nil, err
+	}
+	namespace := cmp.Or(opts.Namespace, c.config.Namespace)
+	if err := validateName("namespace", namespace); err != nil {
+		return nil, err
+	}
+	queue := cmp.Or(opts.Queue, QueueDefault)
+	workflowID := cmp.Or(opts.WorkflowID, uuid.NewString())
+	if len(workflowID) > 1000 {
+		return nil, fmt.Errorf("weir: workflow ID is %d bytes; at most 1000", len(workflowID))
+	}
+	requestID := cmp.Or(opts.RequestID, uuid.NewString())
+	if len(requestID) > 255 {
+		return nil, fmt.Errorf("weir: request ID is %d bytes; at most 255", len(requestID))
+	}
+
+	payload, err := c.config.Codec.Encode(args)
+	if err != nil {
+		return nil, err
+	}
+	hash, err := requestHash(kind, queue, args)
+	if err != nil {
+		return nil, err
+	}
+
+	// W1: serialize starts of this workflow ID until tx ends.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+		"weir.start\x1f"+c.names.Schema+"\x1f"+namespace+"\x1f"+workflowID); err != nil {
+		return nil, fmt.Errorf("locking workflow %s: %w", workflowID, err)
+	}
+
+	// W2: the same request ID is a replay of the same start.
+	var (
+		existingRunID uuid.UUID
+		existingGen   int64
+		existingHash  []byte
+	)
+	err = tx.QueryRow(ctx, "SELECT run_id, generation, request_hash FROM "+c.names.Run+
+		" WHERE namespace = $1 AND workflow_id = $2 AND request_id = $3",
+		namespace, workflowID, requestID).Scan(&existingRunID, &existingGen, &existingHash)
+	switch {
+	case err == nil:
+		if string(existingHash) != string(hash) {
+			return nil, &RequestConflictError{Generation: existingGen, RequestID: requestID, RunID: existingRunID, WorkflowID: workflowID}
+		}
+		return &Run{Generation: existingGen, Namespace: namespace, RunID: existingRunID, WorkflowID: workflowID, client: c}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("looking up request %s of workflow %s: %w", requestID, workflowID, err)
+	}
+
+	err = tx.QueryRow(ctx, "SELECT run_id, generation FROM "+c.names.Run+
+		" WHERE namespace = $1 AND workflow_id = $2 AND state = 'running'",
+		namespace, workflowID).Scan(&existingRunID, &existingGen)
+	switch {
+	case err == nil:
+		return nil, &WorkflowAlreadyStartedError{Generation: existingGen, Namespace: namespace, RunID: existingRunID, WorkflowID: workflowID}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("looking up live run of workflow %s: %w", workflowID, err)
+	}
+
+	var generation int64
+	if err := tx.QueryRow(ctx, "INSERT INTO "+c.names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($1, $2, 1)"+
+		" ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1"+
+		" RETURNING last_generation", namespace, workflowID).Scan(&generation); err != nil {
+		return nil, fmt.Errorf("allocating a generation of workflow %s: %w", workflowID, err)
+	}
+
+	runID := uuid.New()
+	if _, err := tx.Exec(ctx, "INSERT INTO "+c.names.Run+
+		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash)"+
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		runID, namespace, workflowID, generation, kind, queue, payload, requestID, hash); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx" {
+			// Only a writer bypassing the advisory lock gets here.
+			return nil, &WorkflowAlreadyStartedError{Namespace: namespace, WorkflowID: workflowID}
+		}
+		return nil, fmt.Errorf("inserting run of workflow %s: %w", workflowID, err)
+	}
+
+	inserted, err := c.river.InsertTx(ctx, tx, task.NewArgs(kind, runID, workflowID), task.InsertOpts(queue))
+	if err != nil {
+		return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE "+c.names.Run+" SET task_job_id = $2 WHERE run_id = $1", runID, inserted.Job.ID); err != nil {
+		return nil, fmt.Errorf("recording the first task of workflow %s: %w", workflowID, err)
+	}
+
+	return &Run{Created: true, Generation: generation, Namespace: namespace, RunID: runID, WorkflowID: workflowID, client: c}, nil
+}
+
+// requestHash identifies what a start asked for, independently of the codec
+// (an encrypting codec's output differs every time).
+func requestHash(kind, queue string, args WorkflowArgs) ([]byte, error) {
+	canonical, err := json.Marshal(args)
+	if err != nil {
+		return nil, &PayloadError{Err: err, Op: "encoding"}
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(kind), []byte(queue), canonical} {
+		h.Write(part)
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil), nil
+}

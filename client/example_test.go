@@ -1,0 +1,74 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/migrations"
+)
+
+type RefundArgs struct {
+	OrderID string `json:"order_id"`
+	Cents   int64  `json:"cents"`
+}
+
+func (RefundArgs) Kind() string { return "refund_order" }
+
+// Start a run idempotently, and see what a second, different start of the same
+// workflow ID gets.
+func Example_start() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbtest.ExampleURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	const schema = "weir_example_client"
+	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Up(ctx, nil); err != nil {
+		log.Fatal(err)
+	}
+
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	opts := &client.StartOpts{WorkflowID: "refund-o-1", RequestID: "req-1"}
+	run, err := c.Start(ctx, RefundArgs{OrderID: "o-1", Cents: 500}, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("created:", run.Created, "generation:", run.Generation)
+
+	// A retry of the same request returns the same run.
+	again, err := c.Start(ctx, RefundArgs{OrderID: "o-1", Cents: 500}, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("created:", again.Created, "same run:", again.RunID == run.RunID)
+
+	// Another request while the run is live is refused, with the live run's identity.
+	_, err = c.Start(ctx, RefundArgs{OrderID: "o-1", Cents: 500}, &client.StartOpts{WorkflowID: "refund-o-1", RequestID: "req-2"})
+	var started *client.WorkflowAlreadyStartedError
+	if errors.As(err, &started) {
+		fmt.Println("already started:", started.WorkflowID, "generation", started.Generation, "same run:", started.RunID == run.RunID)
+	}
+
+	// Output:
+	// created: true generation: 1
+	// created: false same run: true
+	// already started: refund-o-1 generation 1 same run: true
+}

@@ -1,0 +1,157 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// listener is the one connection a Client LISTENs on for closed runs. Every
+// waiting Get registers with it instead of holding a connection of its own.
+type listener struct {
+	channel string
+	logger  *slog.Logger
+	pool    *pgxpool.Pool
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	ready   chan struct{} // closed once LISTEN is in effect (or it gave up)
+	waiters map[uuid.UUID]map[chan struct{}]struct{}
+}
+
+func newListener(pool *pgxpool.Pool, channel string, logger *slog.Logger) *listener {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &listener{
+		cancel:  cancel,
+		channel: channel,
+		done:    make(chan struct{}),
+		logger:  logger,
+		pool:    pool,
+		ready:   make(chan struct{}),
+		waiters: make(map[uuid.UUID]map[chan struct{}]struct{}),
+	}
+	go l.run(ctx)
+	return l
+}
+
+// register returns a channel that receives a value when runID may have
+// closed (a notification, or a reconnect after which notifications may have
+// been missed), and a function to unregister it.
+func (l *listener) register(runID uuid.UUID) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	l.mu.Lock()
+	if l.waiters[runID] == nil {
+		l.waiters[runID] = make(map[chan struct{}]struct{})
+	}
+	l.waiters[runID][ch] = struct{}{}
+	l.mu.Unlock()
+	return ch, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.waiters[runID], ch)
+		if len(l.waiters[runID]) == 0 {
+			delete(l.waiters, runID)
+		}
+	}
+}
+
+// waitReady waits until LISTEN is in effect, so a state read after it cannot
+// miss the notification of a close that happens later. It gives up after
+// limit: polling still finds the close.
+func (l *listener) waitReady(ctx context.Context, limit time.Duration) {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+}
+
+func (l *listener) close() {
+	l.cancel()
+	<-l.done
+}
+
+func (l *listener) notify(runID uuid.UUID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ch := range l.waiters[runID] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l *listener) notifyAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, chans := range l.waiters {
+		for ch := range chans {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (l *listener) run(ctx context.Context) {
+	defer close(l.done)
+	readyOnce := sync.OnceFunc(func() { close(l.ready) })
+	defer readyOnce()
+
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := l.listenOnce(ctx, readyOnce)
+		if ctx.Err() != nil {
+			return
+		}
+		l.logger.Warn("weir client: result listener lost its connection; waiters fall back to polling until it is back",
+			slog.String("error", err.Error()))
+		// Closes may have happened while we were not listening.
+		l.notifyAll()
+		readyOnce() // don't hold up waiters: they poll meanwhile
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (l *listener) listenOnce(ctx context.Context, ready func()) error {
+	conn, err := pgx.ConnectConfig(ctx, l.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
+		return err
+	}
+	// A reconnect may have missed notifications.
+	l.notifyAll()
+	ready()
+
+	for {
+		notification, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		runID, err := uuid.Parse(notification.Payload)
+		if err != nil {
+			continue
+		}
+		l.notify(runID)
+	}
+}

@@ -1,0 +1,63 @@
+// Package dbschema names weir's and River's tables in a configured Postgres
+// schema. It is the one place that builds qualified identifiers, so every
+// query honours the schema option the same way River's Config.Schema does.
+package dbschema
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Names are sanitized, schema-qualified table names, ready to splice into SQL.
+type Names struct {
+	// Schema is the schema as configured ("" for the search_path's first).
+	Schema string
+
+	Event    string
+	Inbox    string
+	RiverJob string
+	Run      string
+	Workflow string
+}
+
+// New returns the names of the tables in schema; an empty schema leaves names
+// unqualified, to be resolved through the search_path.
+func New(schema string) *Names {
+	return &Names{
+		Schema:   schema,
+		Event:    Qualify(schema, "weir_event"),
+		Inbox:    Qualify(schema, "weir_inbox"),
+		RiverJob: Qualify(schema, "river_job"),
+		Run:      Qualify(schema, "weir_run"),
+		Workflow: Qualify(schema, "weir_workflow"),
+	}
+}
+
+// Qualify returns table in schema, sanitized.
+func Qualify(schema, table string) string {
+	if schema == "" {
+		return pgx.Identifier{table}.Sanitize()
+	}
+	return pgx.Identifier{schema, table}.Sanitize()
+}
+
+// RunClosedChannel is the LISTEN/NOTIFY channel on which a run's ID is sent
+// when it closes.
+const RunClosedChannel = "weir_run_closed"
+
+// Channel is the LISTEN/NOTIFY channel name for name in schema. Channels
+// are per database, so the schema is part of the name; a name too long for
+// Postgres (63 bytes) ends in a hash of the schema instead.
+func Channel(schema, name string) string {
+	if schema == "" {
+		return name
+	}
+	channel := schema + "." + name
+	if len(channel) <= 63 {
+		return channel
+	}
+	sum := sha256.Sum256([]byte(schema))
+	return name + "." + hex.EncodeToString(sum[:8])
+}

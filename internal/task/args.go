@@ -1,0 +1,54 @@
+// Package task defines the River job that carries a workflow task: one job
+// kind per workflow type, so a worker fetches only the tasks of workflows it
+// registered (River's FetchOnlyKnownKinds).
+package task
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+)
+
+// KindPrefix starts the River job kind of every workflow task; the workflow's
+// own kind follows it.
+const KindPrefix = "weir.workflow:"
+
+// MaxAttempts is the River max_attempts of workflow-task jobs. A workflow
+// task is never discarded: it retries with a backoff capped at
+// RetryBackoffMax, so this many attempts span about three weeks, and the
+// worker raises it again before it runs out.
+const MaxAttempts = 32000
+
+// RetryBackoffMax caps the backoff between attempts of a failing workflow
+// task, so a task that fails for a while (a bug fixed by a deploy, a worker
+// that lacks a kind) resumes soon after the cause goes away.
+const RetryBackoffMax = time.Minute
+
+// Args are the args of a workflow-task job.
+type Args struct {
+	// RunID is the run the task advances.
+	RunID uuid.UUID `json:"run_id"`
+
+	// WorkflowID is there for people reading River UI.
+	WorkflowID string `json:"workflow_id"`
+
+	workflowKind string
+}
+
+// NewArgs returns the args of a task of a run of workflowKind.
+func NewArgs(workflowKind string, runID uuid.UUID, workflowID string) Args {
+	return Args{RunID: runID, WorkflowID: workflowID, workflowKind: workflowKind}
+}
+
+// Kind is KindPrefix followed by the workflow's kind.
+func (a Args) Kind() string { return Kind(a.workflowKind) }
+
+// Kind returns the River job kind of tasks of workflowKind.
+func Kind(workflowKind string) string { return KindPrefix + workflowKind }
+
+// InsertOpts are the River insert options of a task on queue. Tasks are never
+// unique in River's sense: weir_run.task_job_id decides whether one is needed.
+func InsertOpts(queue string) *river.InsertOpts {
+	return &river.InsertOpts{MaxAttempts: MaxAttempts, Queue: queue}
+}

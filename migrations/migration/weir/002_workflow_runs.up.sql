@@ -1,0 +1,90 @@
+-- weir 002: workflow runs, their history and their inbox.
+
+-- One row per workflow ID ever started: the generation counter. Retention
+-- never deletes these rows, so generations stay monotonic after old runs go.
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_workflow (
+    namespace text NOT NULL,
+    workflow_id text NOT NULL,
+    last_generation bigint NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (namespace, workflow_id),
+    CONSTRAINT weir_workflow_id_length CHECK (char_length(workflow_id) BETWEEN 1 AND 1000)
+);
+
+-- One row per run. The run's identity (namespace, workflow_id, run_id,
+-- generation) never changes after insert, whatever happens to its jobs.
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_run (
+    run_id uuid PRIMARY KEY,
+    namespace text NOT NULL,
+    workflow_id text NOT NULL,
+    generation bigint NOT NULL,
+    kind text NOT NULL,
+    queue text NOT NULL,
+    state text NOT NULL DEFAULT 'running',
+    -- Payloads are codec output (JSON by default, possibly encrypted).
+    args bytea NOT NULL,
+    result bytea,
+    failure jsonb,
+    -- Idempotency of the start: the caller's request ID and a hash of what
+    -- was asked (kind, args, options).
+    request_id text NOT NULL,
+    request_hash bytea NOT NULL,
+    -- The history append point: the ID the next event gets.
+    next_event_id bigint NOT NULL DEFAULT 1,
+    -- The River job of the workflow task that will next read the inbox, while
+    -- one is queued or running; NULL once it committed and none is needed.
+    task_job_id bigint,
+    parent_run_id uuid,
+    trace_context jsonb NOT NULL DEFAULT '{}',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    closed_at timestamptz,
+    CONSTRAINT weir_run_state CHECK (state IN ('running', 'completed', 'failed', 'cancelled', 'terminated', 'continued_as_new', 'timed_out')),
+    CONSTRAINT weir_run_closed_at CHECK ((state = 'running') = (closed_at IS NULL)),
+    CONSTRAINT weir_run_generation_positive CHECK (generation > 0),
+    CONSTRAINT weir_run_request_id_length CHECK (char_length(request_id) BETWEEN 1 AND 255),
+    FOREIGN KEY (namespace, workflow_id) REFERENCES /* TEMPLATE: schema */weir_workflow (namespace, workflow_id)
+);
+
+-- W1: one live run per workflow ID, whatever the application does.
+CREATE UNIQUE INDEX IF NOT EXISTS weir_run_live_idx
+    ON /* TEMPLATE: schema */weir_run (namespace, workflow_id) WHERE state = 'running';
+CREATE UNIQUE INDEX IF NOT EXISTS weir_run_generation_idx
+    ON /* TEMPLATE: schema */weir_run (namespace, workflow_id, generation);
+-- W2: a request ID names one start per workflow ID.
+CREATE UNIQUE INDEX IF NOT EXISTS weir_run_request_idx
+    ON /* TEMPLATE: schema */weir_run (namespace, workflow_id, request_id);
+-- The sweeper's scan: live runs only.
+CREATE INDEX IF NOT EXISTS weir_run_running_idx
+    ON /* TEMPLATE: schema */weir_run (updated_at) WHERE state = 'running';
+
+-- The history: append-only, gap-free per run (W4).
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_event (
+    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    event_id bigint NOT NULL,
+    type text NOT NULL,
+    attributes jsonb NOT NULL DEFAULT '{}',
+    -- For an outcome (activity completed/failed/…): the event it resolves.
+    resolves_event_id bigint,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, event_id),
+    CONSTRAINT weir_event_id_positive CHECK (event_id > 0)
+);
+
+-- W5: one outcome per scheduled activity (or timer, child, …), however many
+-- attempts, rescues or stale completions happen.
+CREATE UNIQUE INDEX IF NOT EXISTS weir_event_resolves_idx
+    ON /* TEMPLATE: schema */weir_event (run_id, resolves_event_id) WHERE resolves_event_id IS NOT NULL;
+
+-- Results waiting for the run's next workflow task.
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_inbox (
+    id bigserial PRIMARY KEY,
+    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    type text NOT NULL,
+    attributes jsonb NOT NULL DEFAULT '{}',
+    -- Writers that may repeat (an activity outcome reported twice) use the
+    -- same key, so the second write is a no-op.
+    dedup_key text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT weir_inbox_dedup UNIQUE (run_id, dedup_key)
+);
