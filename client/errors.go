@@ -35,7 +35,9 @@ func (e *WorkflowAlreadyStartedError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrWorkflowAlreadyStarted) true.
-func (e *WorkflowAlreadyStartedError) Is(target error) bool { return target == ErrWorkflowAlreadyStarted }
+func (e *WorkflowAlreadyStartedError) Is(target error) bool {
+	return target == ErrWorkflowAlreadyStarted
+}
 
 // ErrRequestConflict is matched (errors.Is) by a *RequestConflictError.
 var ErrRequestConflict = errors.New("weir: request ID reused for a different request")
