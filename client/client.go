@@ -20,7 +20,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/task"
+	"github.com/weirhq/weir/internal/inbox"
 )
 
 const (
@@ -292,12 +292,8 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 		return nil, fmt.Errorf("inserting run of workflow %s: %w", workflowID, err)
 	}
 
-	inserted, err := c.river.InsertTx(ctx, tx, task.NewArgs(kind, runID, workflowID), task.InsertOpts(queue))
-	if err != nil {
-		return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
-	}
-	if _, err := tx.Exec(ctx, "UPDATE "+c.names.Run+" SET task_job_id = $2 WHERE run_id = $1", runID, inserted.Job.ID); err != nil {
-		return nil, fmt.Errorf("recording the first task of workflow %s: %w", workflowID, err)
+	if err := inbox.QueueTask(ctx, tx, c.names, c.river, runID, kind, queue, workflowID); err != nil {
+		return nil, err
 	}
 
 	return &Run{Created: true, Generation: generation, Namespace: namespace, RunID: runID, WorkflowID: workflowID, client: c}, nil

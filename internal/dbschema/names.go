@@ -15,6 +15,7 @@ type Names struct {
 	// Schema is the schema as configured ("" for the search_path's first).
 	Schema string
 
+	Activity string
 	Event    string
 	Inbox    string
 	RiverJob string
@@ -27,6 +28,7 @@ type Names struct {
 func New(schema string) *Names {
 	return &Names{
 		Schema:   schema,
+		Activity: Qualify(schema, "weir_activity"),
 		Event:    Qualify(schema, "weir_event"),
 		Inbox:    Qualify(schema, "weir_inbox"),
 		RiverJob: Qualify(schema, "river_job"),

@@ -88,3 +88,18 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_inbox (
     created_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT weir_inbox_dedup UNIQUE (run_id, dedup_key)
 );
+
+-- Activities scheduled and not yet resolved in history: one row from the
+-- task that schedules the activity to the task that appends its outcome.
+-- Describe shows them (with the River job's attempt and lease); the sweeper
+-- resolves those whose job ended without writing an outcome (a plain River
+-- worker, a discard by the reaper, a job deleted by hand).
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_activity (
+    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    scheduled_event_id bigint NOT NULL,
+    job_id bigint NOT NULL,
+    kind text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, scheduled_event_id)
+);
+CREATE INDEX IF NOT EXISTS weir_activity_job_idx ON /* TEMPLATE: schema */weir_activity (job_id);

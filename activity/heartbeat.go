@@ -1,0 +1,41 @@
+package activity
+
+import (
+	"context"
+	"errors"
+
+	"github.com/weirhq/weir/fencing"
+)
+
+// Heartbeat tells weir the attempt is alive, renewing its lease at once, and
+// stores details (any JSON-encodable progress marker; nil keeps what is
+// stored) for this or a later attempt to read with HeartbeatDetails. An
+// attempt that stops heartbeating for longer than its lease is recovered and
+// re-run elsewhere. Heartbeat returns an error matching fencing.ErrLeaseLost
+// when this attempt no longer holds its job: stop working, the job belongs
+// to a newer attempt (its context is cancelled too).
+func Heartbeat(ctx context.Context, details any) error {
+	err := fencing.Heartbeat(ctx, details)
+	if errors.Is(err, fencing.ErrNoLease) {
+		return ErrNotInActivity
+	}
+	return err
+}
+
+// HeartbeatDetails returns the details last stored by Heartbeat, by this
+// attempt or an earlier one: where to resume. ok is false when none were
+// stored.
+func HeartbeatDetails[T any](ctx context.Context) (details T, ok bool, err error) {
+	lease, inAttempt := fencing.LeaseFromContext(ctx)
+	if !inAttempt {
+		return details, false, ErrNotInActivity
+	}
+	if len(lease.Details) == 0 || string(lease.Details) == "null" {
+		return details, false, nil
+	}
+	details, err = decodeDetails[T](lease.Details)
+	if err != nil {
+		return details, false, err
+	}
+	return details, true, nil
+}

@@ -1,0 +1,96 @@
+// Package inbox writes results that wait for a run's next workflow task:
+// activity outcomes, and later timer fires, signals and cancel requests.
+//
+// No lost wake-ups: every writer locks the run row, and queues a workflow task
+// in the same transaction unless one is already queued (weir_run.task_job_id).
+// A task holds the same lock from its start to its commit, so an inbox row is
+// either seen by the running task or finds it gone and queues the next one.
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/task"
+)
+
+// Inserter inserts River jobs in a transaction; *river.Client[pgx.Tx] is one.
+type Inserter interface {
+	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+}
+
+// ErrRunClosed means the run is no longer running, so nothing waits for the
+// item: it was dropped.
+var ErrRunClosed = errors.New("inbox: run is closed")
+
+// Item is one inbox row.
+type Item struct {
+	// Attributes are the event attributes, JSON.
+	Attributes []byte
+
+	// DedupKey makes a repeated write of the same item a no-op, e.g.
+	// "activity:17" for the outcome of the activity scheduled by event 17.
+	DedupKey string
+
+	// Type is the history event type the item becomes.
+	Type string
+}
+
+// Deliver writes item to run's inbox in tx and makes sure a workflow task
+// will read it. It returns ErrRunClosed, writing nothing, when the run is
+// not running, and a *RunNotFoundError-like error when it does not exist.
+// It reports whether the item was new (false: a duplicate of its DedupKey).
+func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Inserter, runID uuid.UUID, item *Item) (bool, error) {
+	var (
+		kind, queue, state, workflowID string
+		taskJobID                      *int64
+	)
+	err := tx.QueryRow(ctx, "SELECT kind, queue, state, workflow_id, task_job_id FROM "+names.Run+
+		" WHERE run_id = $1 FOR UPDATE", runID).Scan(&kind, &queue, &state, &workflowID, &taskJobID)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("delivering %s to run %s: %w", item.Type, runID, ErrRunClosed)
+	case err != nil:
+		return false, fmt.Errorf("locking run %s: %w", runID, err)
+	case state != "running":
+		return false, fmt.Errorf("delivering %s to run %s (%s): %w", item.Type, runID, state, ErrRunClosed)
+	}
+
+	tag, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
+		" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, item.Type, item.Attributes, item.DedupKey)
+	if err != nil {
+		return false, fmt.Errorf("writing %s to inbox of run %s: %w", item.Type, runID, err)
+	}
+	if taskJobID == nil {
+		if err := QueueTask(ctx, tx, names, inserter, runID, kind, queue, workflowID); err != nil {
+			return false, err
+		}
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// QueueTask inserts a workflow task for run and records it as the task that
+// will next read the inbox. The caller holds the run row's lock.
+func QueueTask(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Inserter, runID uuid.UUID, kind, queue, workflowID string) error {
+	inserted, err := inserter.InsertTx(ctx, tx, task.NewArgs(kind, runID, workflowID), task.InsertOpts(queue))
+	if err != nil {
+		return fmt.Errorf("queueing a task of run %s: %w", runID, err)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET task_job_id = $2, updated_at = now() WHERE run_id = $1", runID, inserted.Job.ID); err != nil {
+		return fmt.Errorf("recording the task of run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// ActivityKey is the dedup key of the outcome of the activity scheduled by
+// event scheduledEventID.
+func ActivityKey(scheduledEventID int64) string {
+	return fmt.Sprintf("activity:%d", scheduledEventID)
+}

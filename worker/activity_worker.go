@@ -1,0 +1,300 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/attempt"
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/workflow"
+)
+
+// metadataKey is the key of weir's entry in an activity job's River metadata.
+const metadataKey = "weir"
+
+// activityMaxAttemptsUnlimited is the River max_attempts of an activity whose
+// retry policy sets no maximum (River's column is a smallint).
+const activityMaxAttemptsUnlimited = math.MaxInt16
+
+// activityMeta is weir's entry in an activity job's metadata: whom the job
+// works for, and how it is retried and timed out.
+type activityMeta struct {
+	Generation          int64                `json:"generation"`
+	Namespace           string               `json:"namespace"`
+	RetryPolicy         *history.RetryPolicy `json:"retry_policy,omitempty"`
+	RunID               uuid.UUID            `json:"run_id"`
+	ScheduledEventID    int64                `json:"scheduled_event_id"`
+	StartToCloseTimeout history.Duration     `json:"start_to_close_timeout,omitempty"`
+	WorkflowID          string               `json:"workflow_id"`
+	WorkflowKind        string               `json:"workflow_kind"`
+}
+
+// activityMetaOf reads weir's entry from job metadata; nil when the job was
+// not scheduled by a workflow (inserted directly, as a plain River job).
+func activityMetaOf(metadata []byte) *activityMeta {
+	var wrapper map[string]json.RawMessage
+	if err := json.Unmarshal(metadata, &wrapper); err != nil || wrapper[metadataKey] == nil {
+		return nil
+	}
+	var meta activityMeta
+	if err := json.Unmarshal(wrapper[metadataKey], &meta); err != nil || meta.ScheduledEventID == 0 {
+		return nil
+	}
+	return &meta
+}
+
+// rawArgs are River job args that are already JSON.
+type rawArgs struct {
+	data []byte
+	kind string
+}
+
+func (a rawArgs) Kind() string                 { return a.kind }
+func (a rawArgs) MarshalJSON() ([]byte, error) { return a.data, nil }
+
+// scheduleActivity inserts the River job of the activity an
+// ActivityScheduled event asks for, without River uniqueness (so no one
+// else's job can stand in for it), and records it as pending.
+func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, e history.Event) error {
+	attrs, err := history.Decode[*history.ActivityScheduledAttributes](e)
+	if err != nil {
+		return err
+	}
+	if !json.Valid(attrs.Args) {
+		return fmt.Errorf("activity %s (event %d): args must be JSON, as River job args are", attrs.Kind, e.ID)
+	}
+	maxAttempts := activityMaxAttemptsUnlimited
+	if attrs.RetryPolicy != nil && attrs.RetryPolicy.MaximumAttempts > 0 {
+		maxAttempts = min(attrs.RetryPolicy.MaximumAttempts, activityMaxAttemptsUnlimited)
+	}
+	metadata, err := json.Marshal(map[string]*activityMeta{metadataKey: {
+		Generation:          run.Generation,
+		Namespace:           run.Namespace,
+		RetryPolicy:         attrs.RetryPolicy,
+		RunID:               runID,
+		ScheduledEventID:    e.ID,
+		StartToCloseTimeout: attrs.StartToCloseTimeout,
+		WorkflowID:          run.WorkflowID,
+		WorkflowKind:        run.Kind,
+	}})
+	if err != nil {
+		return fmt.Errorf("encoding activity metadata: %w", err)
+	}
+	inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
+		MaxAttempts: maxAttempts,
+		Metadata:    metadata,
+		Priority:    attrs.Priority,
+		Queue:       attrs.Queue,
+	})
+	if err != nil {
+		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+w.names.Activity+" (run_id, scheduled_event_id, job_id, kind) VALUES ($1, $2, $3, $4)",
+		runID, e.ID, inserted.Job.ID, attrs.Kind); err != nil {
+		return fmt.Errorf("recording activity %s (event %d): %w", attrs.Kind, e.ID, err)
+	}
+	return nil
+}
+
+// activityWorker runs a weir activity as a River worker.
+type activityWorker[A activity.Args, R any] struct {
+	river.WorkerDefaults[A]
+
+	activity activity.Activity[A, R]
+	w        *Worker
+}
+
+// NextRetry follows the workflow's retry policy; jobs not scheduled by a
+// workflow keep River's default.
+func (a *activityWorker[A, R]) NextRetry(job *river.Job[A]) time.Time {
+	meta := activityMetaOf(job.Metadata)
+	if meta == nil || meta.RetryPolicy == nil {
+		return time.Time{}
+	}
+	return time.Now().Add(retryDelay(meta.RetryPolicy, job.Attempt))
+}
+
+// retryDelay is the delay after attempt (1 is the first) under policy.
+func retryDelay(policy *history.RetryPolicy, attempt int) time.Duration {
+	delay := float64(policy.InitialInterval)
+	coefficient := max(policy.BackoffCoefficient, 1)
+	for range max(attempt-1, 0) {
+		delay *= coefficient
+		if policy.MaximumInterval > 0 && delay >= float64(policy.MaximumInterval) {
+			return time.Duration(policy.MaximumInterval)
+		}
+	}
+	if policy.MaximumInterval > 0 {
+		delay = min(delay, float64(policy.MaximumInterval))
+	}
+	return time.Duration(delay)
+}
+
+// Timeout is the workflow's start-to-close timeout, else the activity's own.
+func (a *activityWorker[A, R]) Timeout(job *river.Job[A]) time.Duration {
+	if meta := activityMetaOf(job.Metadata); meta != nil && meta.StartToCloseTimeout > 0 {
+		return time.Duration(meta.StartToCloseTimeout)
+	}
+	return a.activity.Timeout()
+}
+
+// Work runs one attempt. Success records the outcome and completes the job in
+// one fenced transaction. A failure that will be retried is River's as usual;
+// the final one (last attempt, or a non-retryable error) records the failure
+// under the job's row lock, fenced, before River finalizes the job.
+func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) error {
+	meta := activityMetaOf(job.Metadata)
+	if meta == nil {
+		_, err := a.execute(ctx, job.Args)
+		return err
+	}
+
+	st := &attempt.State{
+		ActivityKind:     job.Kind,
+		Attempt:          job.Attempt,
+		Decode:           a.w.config.Codec.Decode,
+		Encode:           a.w.config.Codec.Encode,
+		Generation:       meta.Generation,
+		JobID:            job.ID,
+		MaxAttempts:      job.MaxAttempts,
+		Namespace:        meta.Namespace,
+		RunID:            meta.RunID,
+		ScheduledEventID: meta.ScheduledEventID,
+		WorkflowID:       meta.WorkflowID,
+		WorkflowKind:     meta.WorkflowKind,
+	}
+	st.CompleteTx = func(ctx context.Context, tx pgx.Tx, result []byte) error {
+		if err := completeActivityTx(ctx, tx, a.w, job, meta, result); err != nil {
+			return err
+		}
+		st.Completed = true
+		return nil
+	}
+
+	result, err := a.execute(attempt.With(ctx, st), job.Args)
+	if st.Completed {
+		return nil // the activity committed its outcome with activity.CompleteTx
+	}
+	if err != nil {
+		failure := failureFromError(err)
+		final := job.Attempt >= job.MaxAttempts || nonRetryable(failure, meta.RetryPolicy)
+		if !final {
+			return err
+		}
+		if recordErr := pgx.BeginFunc(ctx, a.w.pool, func(tx pgx.Tx) error {
+			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, failure)
+		}); recordErr != nil {
+			return errors.Join(err, recordErr)
+		}
+		if job.Attempt >= job.MaxAttempts {
+			return err // River discards it
+		}
+		return river.JobCancel(err)
+	}
+
+	payload, err := a.w.config.Codec.Encode(result)
+	if err != nil {
+		return fmt.Errorf("encoding result of activity %s: %w", job.Kind, err)
+	}
+	return pgx.BeginFunc(ctx, a.w.pool, func(tx pgx.Tx) error {
+		return completeActivityTx(ctx, tx, a.w, job, meta, payload)
+	})
+}
+
+// execute runs the activity, turning a panic into an error with its stack.
+func (a *activityWorker[A, R]) execute(ctx context.Context, args A) (result R, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &workflow.PanicError{Stack: string(debug.Stack()), Value: r}
+		}
+	}()
+	return a.activity.Execute(ctx, args)
+}
+
+// completeActivityTx records a result and completes the job in tx, fenced.
+func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Worker, job *river.Job[A], meta *activityMeta, result []byte) error {
+	attrs, err := json.Marshal(&history.ActivityCompletedAttributes{Attempt: job.Attempt, Result: result, ScheduledEventID: meta.ScheduledEventID})
+	if err != nil {
+		return fmt.Errorf("encoding outcome of activity %s: %w", job.Kind, err)
+	}
+	_, err = inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, &inbox.Item{
+		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(history.EventActivityCompleted),
+	})
+	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
+		return err
+	}
+	_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
+	return err
+}
+
+// failActivityTx records the final failure of an activity in tx, if the
+// attempt still holds its job: the job's row stays locked until commit, so
+// no recovery can slip in between the check and the write.
+func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta *activityMeta, attemptNum int, failure *history.Failure) error {
+	if err := leaseHeldTx(ctx, tx, w.names, jobID); err != nil {
+		return err
+	}
+	attrs, err := json.Marshal(&history.ActivityFailedAttributes{Attempt: attemptNum, Failure: *failure, ScheduledEventID: meta.ScheduledEventID})
+	if err != nil {
+		return fmt.Errorf("encoding failure of activity job %d: %w", jobID, err)
+	}
+	_, err = inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, &inbox.Item{
+		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(history.EventActivityFailed),
+	})
+	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
+		return err
+	}
+	return nil
+}
+
+// leaseHeldTx checks, locking the job's row until tx ends, that the attempt
+// whose context is ctx still holds job jobID.
+func leaseHeldTx(ctx context.Context, tx pgx.Tx, names *dbschema.Names, jobID int64) error {
+	lease, ok := fencing.LeaseFromContext(ctx)
+	if !ok {
+		return fencing.ErrNoLease
+	}
+	var one int
+	err := tx.QueryRow(ctx, "SELECT 1 FROM "+names.RiverJob+
+		" WHERE id = $1 AND state = 'running' AND attempt = $2"+
+		" AND (lease_token::text = $3::text OR ($3::text = '' AND attempted_at = $4)) FOR UPDATE",
+		jobID, lease.Attempt, lease.Token, lease.AttemptedAt).Scan(&one)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return &fencing.LeaseLostError{Attempt: lease.Attempt, JobID: jobID, Op: "fail"}
+	case err != nil:
+		return fmt.Errorf("checking lease of job %d: %w", jobID, err)
+	}
+	return nil
+}
+
+// nonRetryable reports whether retrying cannot help.
+func nonRetryable(failure *history.Failure, policy *history.RetryPolicy) bool {
+	if failure.NonRetryable {
+		return true
+	}
+	return policy != nil && slices.Contains(policy.NonRetryableErrorTypes, failure.Type)
+}
+
+// failureFromJobError turns River's record of a failed attempt into a Failure.
+func failureFromJobError(attemptErr *rivertype.AttemptError, fallback string) *history.Failure {
+	if attemptErr == nil {
+		return &history.Failure{Message: fallback, Type: "JobFailed"}
+	}
+	return &history.Failure{Message: attemptErr.Error, Stack: attemptErr.Trace, Type: "JobFailed"}
+}

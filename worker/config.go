@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/fencing"
+)
+
+const (
+	// MaxWorkersDefault is the River MaxWorkers of the default queue.
+	MaxWorkersDefault = 100
+
+	// SweepIntervalDefault is how often the sweeper looks for runs with
+	// unread inbox rows and no queued task, and for activities whose job
+	// ended without writing an outcome.
+	SweepIntervalDefault = 5 * time.Second
+
+	// TaskTimeoutDefault bounds one workflow task (replay and commit).
+	TaskTimeoutDefault = time.Minute
+)
+
+// Config configures a Worker. The zero value works.
+type Config struct {
+	// Codec encodes workflow args and results and activity results; it must
+	// read what the clients' codecs write. Defaults to client.JSONCodec.
+	Codec client.Codec
+
+	// Fencing configures leases of workflow tasks and activities. Defaults
+	// to fencing's defaults.
+	Fencing *fencing.Config
+
+	// Logger receives the worker's logs; workflow code's logger
+	// (workflow.GetLogger) writes here too. Defaults to discarding.
+	Logger *slog.Logger
+
+	// Queues are the River queues this worker serves, with their
+	// concurrency. Workflow tasks and activities go to the queue their
+	// options name. Defaults to river.QueueDefault with MaxWorkersDefault.
+	Queues map[string]river.QueueConfig
+
+	// Schema is the Postgres schema of River's and weir's tables; it must
+	// match the clients'. Defaults to empty: the search_path's first.
+	Schema string
+
+	// SweepInterval is how often the sweeper runs. Defaults to
+	// SweepIntervalDefault.
+	SweepInterval time.Duration
+
+	// TaskTimeout bounds one workflow task. Defaults to TaskTimeoutDefault.
+	TaskTimeout time.Duration
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	if out.Codec == nil {
+		out.Codec = client.JSONCodec{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.Queues == nil {
+		out.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
+	}
+	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
+	out.TaskTimeout = cmp.Or(out.TaskTimeout, TaskTimeoutDefault)
+	return &out
+}
+
+func (c *Config) validate() error {
+	if len(c.Queues) == 0 {
+		return errors.New("worker config: Queues must name at least one queue")
+	}
+	if c.SweepInterval < 0 || c.TaskTimeout < 0 {
+		return fmt.Errorf("worker config: SweepInterval (%s) and TaskTimeout (%s) must not be negative", c.SweepInterval, c.TaskTimeout)
+	}
+	return nil
+}

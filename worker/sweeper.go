@@ -1,0 +1,231 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/inbox"
+)
+
+// sweepBatch bounds the rows one sweep handles per kind of repair.
+const sweepBatch = 500
+
+// sweeper repairs what no writer could: runs whose inbox has rows but no task
+// is queued (the task job was deleted or cancelled by hand), and activities
+// whose job ended without writing an outcome (a plain River worker, a discard
+// by a rescuer or reaper, a job deleted by hand). Every repair takes the run
+// row's lock, like any inbox writer, so it cannot race a task.
+type sweeper struct {
+	w *Worker
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	// swept receives the number of repairs after every sweep, when set.
+	swept chan int
+}
+
+func newSweeper(w *Worker) *sweeper { return &sweeper{w: w} }
+
+func (s *sweeper) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	go func() {
+		defer close(s.done)
+		ticker := time.NewTicker(s.w.config.SweepInterval)
+		defer ticker.Stop()
+		for {
+			n, err := s.sweep(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.w.config.Logger.WarnContext(ctx, "weir: sweep failed", slog.String("error", err.Error()))
+			}
+			if s.swept != nil {
+				select {
+				case s.swept <- n:
+				default:
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+}
+
+func (s *sweeper) stop() {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	<-s.done
+}
+
+// sweep runs one pass and returns how many repairs it made.
+func (s *sweeper) sweep(ctx context.Context) (int, error) {
+	activities, err := s.resolveEndedActivities(ctx)
+	if err != nil {
+		return activities, err
+	}
+	tasks, err := s.requeueStrandedRuns(ctx)
+	return activities + tasks, err
+}
+
+type endedActivity struct {
+	attempt          int
+	errors           []rivertype.AttemptError
+	jobID            int64
+	runID            uuid.UUID
+	scheduledEventID int64
+	state            *string // nil: the job is gone
+}
+
+func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
+	names := s.w.names
+	rows, err := s.w.pool.Query(ctx, "SELECT a.run_id, a.scheduled_event_id, a.job_id, j.state::text, coalesce(j.attempt, 0), coalesce(j.errors, '{}')"+
+		" FROM "+names.Activity+" a LEFT JOIN "+names.RiverJob+" j ON j.id = a.job_id"+
+		" WHERE j.id IS NULL OR j.state IN ('completed', 'discarded', 'cancelled')"+
+		" LIMIT $1", sweepBatch)
+	if err != nil {
+		return 0, fmt.Errorf("finding ended activities: %w", err)
+	}
+	ended, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (endedActivity, error) {
+		var a endedActivity
+		var errs [][]byte
+		if err := row.Scan(&a.runID, &a.scheduledEventID, &a.jobID, &a.state, &a.attempt, &errs); err != nil {
+			return a, err
+		}
+		for _, raw := range errs {
+			var attemptErr rivertype.AttemptError
+			if json.Unmarshal(raw, &attemptErr) == nil {
+				a.errors = append(a.errors, attemptErr)
+			}
+		}
+		return a, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("finding ended activities: %w", err)
+	}
+
+	repaired := 0
+	for _, a := range ended {
+		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
+			// Re-check under the run lock (Deliver takes it): a task may
+			// have retired the activity since the scan.
+			var pending bool
+			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+names.Activity+
+				" WHERE run_id = $1 AND scheduled_event_id = $2)", a.runID, a.scheduledEventID).Scan(&pending); err != nil {
+				return err
+			}
+			if !pending {
+				return nil
+			}
+			eventType, attrs, err := outcomeOfEndedJob(&a)
+			if err != nil {
+				return err
+			}
+			added, err := inbox.Deliver(ctx, tx, names, s.w.riverClient, a.runID, &inbox.Item{
+				Attributes: attrs, DedupKey: inbox.ActivityKey(a.scheduledEventID), Type: string(eventType),
+			})
+			if errors.Is(err, inbox.ErrRunClosed) {
+				_, err = tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = $2", a.runID, a.scheduledEventID)
+				return err
+			}
+			if added {
+				repaired++
+			}
+			return err
+		})
+		if err != nil {
+			return repaired, fmt.Errorf("resolving activity %d of run %s: %w", a.scheduledEventID, a.runID, err)
+		}
+	}
+	return repaired, nil
+}
+
+// outcomeOfEndedJob is the outcome of an activity whose job ended on its own.
+func outcomeOfEndedJob(a *endedActivity) (history.EventType, []byte, error) {
+	var lastErr *rivertype.AttemptError
+	if len(a.errors) > 0 {
+		lastErr = &a.errors[len(a.errors)-1]
+	}
+	var (
+		eventType history.EventType
+		attrs     any
+	)
+	switch {
+	case a.state == nil:
+		eventType = history.EventActivityFailed
+		attrs = &history.ActivityFailedAttributes{Attempt: a.attempt, ScheduledEventID: a.scheduledEventID,
+			Failure: history.Failure{Message: fmt.Sprintf("the activity's job %d was deleted", a.jobID), NonRetryable: true, Type: "JobDeleted"}}
+	case *a.state == "completed":
+		// A plain River worker: it returns no result.
+		eventType = history.EventActivityCompleted
+		attrs = &history.ActivityCompletedAttributes{Attempt: a.attempt, Result: []byte("null"), ScheduledEventID: a.scheduledEventID}
+	case *a.state == "cancelled" && lastErr == nil:
+		eventType = history.EventActivityCanceled
+		attrs = &history.ActivityCanceledAttributes{Attempt: a.attempt, ScheduledEventID: a.scheduledEventID}
+	default: // discarded, or cancelled by the worker with an error
+		eventType = history.EventActivityFailed
+		failure := failureFromJobError(lastErr, fmt.Sprintf("the activity's job %d ended %s", a.jobID, *a.state))
+		failure.NonRetryable = true
+		attrs = &history.ActivityFailedAttributes{Attempt: a.attempt, Failure: *failure, ScheduledEventID: a.scheduledEventID}
+	}
+	data, err := json.Marshal(attrs)
+	return eventType, data, err
+}
+
+// requeueStrandedRuns queues a task for live runs with inbox rows and no
+// usable task: none recorded, or the recorded job is gone or finalized.
+func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
+	names := s.w.names
+	rows, err := s.w.pool.Query(ctx, "SELECT r.run_id FROM "+names.Run+" r"+
+		" LEFT JOIN "+names.RiverJob+" j ON j.id = r.task_job_id"+
+		" WHERE r.state = 'running'"+
+		" AND (r.task_job_id IS NULL OR j.id IS NULL OR j.state IN ('completed', 'discarded', 'cancelled'))"+
+		" AND (r.next_event_id = 1 OR EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = r.run_id))"+
+		" LIMIT $1", sweepBatch)
+	if err != nil {
+		return 0, fmt.Errorf("finding stranded runs: %w", err)
+	}
+	runIDs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return 0, fmt.Errorf("finding stranded runs: %w", err)
+	}
+
+	repaired := 0
+	for _, runID := range runIDs {
+		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
+			var (
+				kind, queue, workflowID string
+				stranded                bool
+			)
+			err := tx.QueryRow(ctx, "SELECT r.kind, r.queue, r.workflow_id,"+
+				" (r.task_job_id IS NULL OR NOT EXISTS (SELECT 1 FROM "+names.RiverJob+" j WHERE j.id = r.task_job_id"+
+				"   AND j.state NOT IN ('completed', 'discarded', 'cancelled')))"+
+				" FROM "+names.Run+" r WHERE r.run_id = $1 AND r.state = 'running' FOR UPDATE", runID).Scan(&kind, &queue, &workflowID, &stranded)
+			if errors.Is(err, pgx.ErrNoRows) || (err == nil && !stranded) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			s.w.config.Logger.WarnContext(ctx, "weir: queueing a task for a run that had none", slog.String("run_id", runID.String()))
+			repaired++
+			return inbox.QueueTask(ctx, tx, names, s.w.riverClient, runID, kind, queue, workflowID)
+		})
+		if err != nil {
+			return repaired, fmt.Errorf("queueing a task of run %s: %w", runID, err)
+		}
+	}
+	return repaired, nil
+}

@@ -1,0 +1,309 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/internal/task"
+)
+
+// taskWorker is the River worker of one workflow kind's tasks.
+type taskWorker struct {
+	river.WorkerDefaults[task.Args]
+
+	def *replay.Definition
+	w   *Worker
+}
+
+// NextRetry retries a failing task with a backoff capped at
+// task.RetryBackoffMax: a task never gives up, and resumes soon after its
+// cause (a bug, a missing kind) is fixed.
+func (t *taskWorker) NextRetry(job *river.Job[task.Args]) time.Time {
+	backoff := time.Duration(1<<min(job.Attempt, 10)) * 100 * time.Millisecond
+	return time.Now().Add(min(backoff, task.RetryBackoffMax))
+}
+
+// Timeout bounds one task.
+func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.config.TaskTimeout }
+
+// Work runs one workflow task: in ONE transaction it locks the run, moves the
+// inbox into history, replays the workflow, appends the new events with a
+// compare-and-swap on the run's append point, schedules what the new events
+// ask for, and completes its own job, fenced. A stale task (its lease was lost
+// to a newer attempt) changes nothing: its completion aborts the transaction.
+func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
+	err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
+		return t.w.runTask(ctx, tx, t.def, job)
+	})
+	if err != nil {
+		return fmt.Errorf("workflow task of run %s (job %d, attempt %d): %w", job.Args.RunID, job.ID, job.Attempt, err)
+	}
+	return nil
+}
+
+type runRow struct {
+	Args        []byte
+	Generation  int64
+	Kind        string
+	Namespace   string
+	NextEventID int64
+	Queue       string
+	State       string
+	TaskJobID   *int64
+	WorkflowID  string
+}
+
+func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args]) error {
+	names := w.names
+	runID := job.Args.RunID
+
+	var run runRow
+	var now time.Time
+	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, now() FROM "+
+		names.Run+" WHERE run_id = $1 FOR UPDATE", runID).Scan(
+		&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID, &run.TaskJobID, &now)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		w.config.Logger.WarnContext(ctx, "weir: workflow task for a run that does not exist; completing it", slog.String("run_id", runID.String()))
+		return w.completeTask(ctx, tx, job)
+	case err != nil:
+		return fmt.Errorf("locking run: %w", err)
+	}
+	if run.State != "running" {
+		// A task queued before the run closed (terminated, say): nothing to do.
+		return w.completeTask(ctx, tx, job)
+	}
+
+	events, err := loadHistory(ctx, tx, names, runID)
+	if err != nil {
+		return err
+	}
+	var toAppend []history.Event
+	if len(events) == 0 {
+		started, err := history.NewEvent(1, now, &history.WorkflowStartedAttributes{
+			Args: run.Args, Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), WorkflowID: run.WorkflowID,
+		})
+		if err != nil {
+			return err
+		}
+		events = append(events, started)
+		toAppend = append(toAppend, started)
+	}
+	if last := events[len(events)-1].ID; last != run.NextEventID-1 && len(toAppend) == 0 {
+		return fmt.Errorf("history of run %s ends at event %d but the run expects %d next", runID, last, run.NextEventID)
+	}
+
+	inputs, err := takeInbox(ctx, tx, names, runID, events, w.config.Logger)
+	if err != nil {
+		return err
+	}
+
+	outcome, err := replay.Execute(ctx, def, &replay.ExecuteParams{
+		Codec:   w.config.Codec,
+		History: events,
+		Info: replay.Info{
+			Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), TaskAttempt: job.Attempt, WorkflowID: run.WorkflowID,
+		},
+		Inputs: inputs,
+		Logger: w.config.Logger.With(slog.String("workflow_id", run.WorkflowID), slog.String("run_id", runID.String())),
+		Now:    now,
+	})
+	if err != nil {
+		return err
+	}
+	toAppend = append(toAppend, outcome.Events...)
+
+	nextEventID := run.NextEventID
+	if err := w.appendEvents(ctx, tx, &run, runID, toAppend, &nextEventID); err != nil {
+		return err
+	}
+
+	// W4: the append point moves only from where this task found it.
+	query := "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
+		"task_job_id = CASE WHEN task_job_id = $4 THEN NULL ELSE task_job_id END"
+	args := []any{runID, run.NextEventID, nextEventID, job.ID}
+	switch {
+	case outcome.Completed && outcome.Failure == nil:
+		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
+			"state = 'completed', result = $4, closed_at = now(), task_job_id = NULL"
+		args = []any{runID, run.NextEventID, nextEventID, []byte(outcome.Result)}
+	case outcome.Completed:
+		failure, err := json.Marshal(outcome.Failure)
+		if err != nil {
+			return fmt.Errorf("encoding failure: %w", err)
+		}
+		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
+			"state = 'failed', failure = $4, closed_at = now(), task_job_id = NULL"
+		args = []any{runID, run.NextEventID, nextEventID, failure}
+	}
+	tag, err := tx.Exec(ctx, query+" WHERE run_id = $1 AND next_event_id = $2 AND state = 'running'", args...)
+	if err != nil {
+		return fmt.Errorf("advancing run: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("advancing run %s: its append point moved under this task", runID)
+	}
+	if outcome.Completed {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1", runID); err != nil {
+			return fmt.Errorf("clearing pending activities: %w", err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String()); err != nil {
+			return fmt.Errorf("notifying run closed: %w", err)
+		}
+	}
+
+	return w.completeTask(ctx, tx, job)
+}
+
+// completeTask completes the task's own job in tx, fenced: if this attempt
+// lost its lease, tx is aborted and nothing it wrote commits.
+func (w *Worker) completeTask(ctx context.Context, tx pgx.Tx, job *river.Job[task.Args]) error {
+	if _, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job); err != nil {
+		return err
+	}
+	return nil
+}
+
+func loadHistory(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID) ([]history.Event, error) {
+	rows, err := tx.Query(ctx, "SELECT event_id, type, attributes, created_at FROM "+names.Event+
+		" WHERE run_id = $1 ORDER BY event_id", runID)
+	if err != nil {
+		return nil, fmt.Errorf("loading history: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Event, error) {
+		var e history.Event
+		var eventType string
+		err := row.Scan(&e.ID, &eventType, &e.Attributes, &e.Time)
+		e.Type = history.EventType(eventType)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading history: %w", err)
+	}
+	for i, e := range events {
+		if e.ID != int64(i+1) {
+			return nil, fmt.Errorf("history of run %s has a gap: event %d at position %d", runID, e.ID, i+1)
+		}
+	}
+	return events, nil
+}
+
+// outcomeRef is what every outcome event's attributes share.
+type outcomeRef struct {
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+}
+
+// takeInbox deletes the run's inbox rows and returns them as inputs, in
+// arrival order, without the outcomes history already has (W5: an activity's
+// outcome enters history once, however many times it was reported).
+func takeInbox(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID, events []history.Event, logger *slog.Logger) ([]history.Event, error) {
+	rows, err := tx.Query(ctx, "DELETE FROM "+names.Inbox+" WHERE run_id = $1 RETURNING id, type, attributes, created_at", runID)
+	if err != nil {
+		return nil, fmt.Errorf("taking inbox: %w", err)
+	}
+	type inboxRow struct {
+		id    int64
+		event history.Event
+	}
+	taken, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (inboxRow, error) {
+		var r inboxRow
+		var eventType string
+		err := row.Scan(&r.id, &eventType, &r.event.Attributes, &r.event.Time)
+		r.event.Type = history.EventType(eventType)
+		return r, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("taking inbox: %w", err)
+	}
+	slices.SortFunc(taken, func(a, b inboxRow) int { return int(a.id - b.id) })
+
+	scheduled := map[int64]bool{}
+	resolved := map[int64]bool{}
+	for _, e := range events {
+		switch {
+		case e.Type == history.EventActivityScheduled:
+			scheduled[e.ID] = true
+		case resolvesEvent(e.Type):
+			var ref outcomeRef
+			if err := json.Unmarshal(e.Attributes, &ref); err == nil {
+				resolved[ref.ScheduledEventID] = true
+			}
+		}
+	}
+
+	inputs := make([]history.Event, 0, len(taken))
+	for _, r := range taken {
+		if resolvesEvent(r.event.Type) {
+			var ref outcomeRef
+			if err := json.Unmarshal(r.event.Attributes, &ref); err != nil {
+				return nil, fmt.Errorf("inbox row %d of run %s: %w", r.id, runID, err)
+			}
+			if !scheduled[ref.ScheduledEventID] || resolved[ref.ScheduledEventID] {
+				logger.DebugContext(ctx, "weir: dropping an outcome history already has or never asked for",
+					slog.String("run_id", runID.String()), slog.Int64("scheduled_event_id", ref.ScheduledEventID))
+				continue
+			}
+			resolved[ref.ScheduledEventID] = true
+		}
+		inputs = append(inputs, r.event)
+	}
+	return inputs, nil
+}
+
+func resolvesEvent(t history.EventType) bool {
+	switch t {
+	case history.EventActivityCompleted, history.EventActivityFailed, history.EventActivityTimedOut, history.EventActivityCanceled:
+		return true
+	}
+	return false
+}
+
+// appendEvents inserts events (numbered from *next) and does what each asks:
+// an ActivityScheduled event inserts the activity's River job; an outcome
+// retires the pending activity.
+func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, events []history.Event, next *int64) error {
+	names := w.names
+	for _, e := range events {
+		if e.ID != *next {
+			return fmt.Errorf("engine numbered event %d where %d was expected", e.ID, *next)
+		}
+		var resolves *int64
+		if resolvesEvent(e.Type) {
+			var ref outcomeRef
+			if err := json.Unmarshal(e.Attributes, &ref); err != nil {
+				return fmt.Errorf("event %d: %w", e.ID, err)
+			}
+			resolves = &ref.ScheduledEventID
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, resolves_event_id, created_at)"+
+			" VALUES ($1, $2, $3, $4, $5, $6)", runID, e.ID, string(e.Type), []byte(e.Attributes), resolves, e.Time); err != nil {
+			return fmt.Errorf("appending event %d (%s): %w", e.ID, e.Type, err)
+		}
+		*next++
+
+		switch {
+		case e.Type == history.EventActivityScheduled:
+			if err := w.scheduleActivity(ctx, tx, run, runID, e); err != nil {
+				return err
+			}
+		case resolves != nil:
+			if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = $2", runID, *resolves); err != nil {
+				return fmt.Errorf("retiring activity %d: %w", *resolves, err)
+			}
+		}
+	}
+	return nil
+}

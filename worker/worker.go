@@ -1,0 +1,211 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/internal/task"
+	"github.com/weirhq/weir/workflow"
+)
+
+// Worker runs workflows and activities on a River client that uses the
+// fencing driver: every workflow task and activity attempt holds a lease, so a
+// stale attempt can never commit anything.
+type Worker struct {
+	config *Config
+	driver *fencing.Driver
+	names  *dbschema.Names
+	pool   *pgxpool.Pool
+
+	mu           sync.Mutex
+	activities   map[string]struct{}
+	riverClient  *river.Client[pgx.Tx]
+	riverWorkers *river.Workers
+	started      bool
+	sweeper      *sweeper
+	workflows    map[string]*replay.Definition
+}
+
+// New returns a Worker over pool. Register workflows and activities, then
+// Start it. A nil config means defaults.
+func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
+	if pool == nil {
+		return nil, errors.New("worker: pool is required")
+	}
+	if config == nil {
+		config = &Config{}
+	}
+	config = config.withDefaults()
+	if err := config.validate(); err != nil {
+		return nil, err
+	}
+	driver, err := fencing.NewDriver(pool, config.Fencing)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{
+		activities:   make(map[string]struct{}),
+		config:       config,
+		driver:       driver,
+		names:        dbschema.New(config.Schema),
+		pool:         pool,
+		riverWorkers: river.NewWorkers(),
+		workflows:    make(map[string]*replay.Definition),
+	}, nil
+}
+
+// AddWorkflow registers a workflow; the worker then runs tasks of its kind
+// (the Kind() of its args). It panics on a duplicate kind or after Start, like
+// river.AddWorker; AddWorkflowSafely returns the error instead.
+func AddWorkflow[A workflow.Args, R any](w *Worker, wf workflow.Workflow[A, R]) {
+	if err := AddWorkflowSafely(w, wf); err != nil {
+		panic(err)
+	}
+}
+
+// AddWorkflowSafely is AddWorkflow returning an error instead of panicking.
+func AddWorkflowSafely[A workflow.Args, R any](w *Worker, wf workflow.Workflow[A, R]) error {
+	var args A
+	kind := args.Kind()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return fmt.Errorf("worker: registering workflow %s after Start", kind)
+	}
+	if _, ok := w.workflows[kind]; ok {
+		return fmt.Errorf("worker: workflow %s is already registered", kind)
+	}
+	def := bindWorkflow(wf)
+	if err := addTaskWorker(w.riverWorkers, kind, &taskWorker{def: def, w: w}); err != nil {
+		return fmt.Errorf("worker: registering workflow %s: %w", kind, err)
+	}
+	w.workflows[kind] = def
+	return nil
+}
+
+// addTaskWorker registers the task worker of one workflow kind: the job
+// kind comes from the args value, which AddWorker can't express.
+func addTaskWorker(workers *river.Workers, kind string, tw *taskWorker) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	river.AddWorkerArgs(workers, task.NewArgs(kind, [16]byte{}, ""), river.Worker[task.Args](tw))
+	return nil
+}
+
+// AddActivity registers an activity; the worker then runs jobs of its kind
+// (the Kind() of its args). It panics on a duplicate kind or after Start;
+// AddActivitySafely returns the error instead.
+func AddActivity[A activity.Args, R any](w *Worker, a activity.Activity[A, R]) {
+	if err := AddActivitySafely(w, a); err != nil {
+		panic(err)
+	}
+}
+
+// AddActivitySafely is AddActivity returning an error instead of panicking.
+func AddActivitySafely[A activity.Args, R any](w *Worker, a activity.Activity[A, R]) error {
+	return addRiverWorker(w, river.Worker[A](&activityWorker[A, R]{activity: a, w: w}))
+}
+
+// AddRiverWorker registers a plain River worker. Its kind can be used as an
+// activity: workflows schedule it with workflow.ExecuteActivity, and its job's
+// end (completed, discarded, cancelled) becomes the activity's outcome. It
+// keeps working for jobs inserted directly, as before.
+func AddRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) {
+	if err := addRiverWorker(w, rw); err != nil {
+		panic(err)
+	}
+}
+
+func addRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) error {
+	var args T
+	kind := args.Kind()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return fmt.Errorf("worker: registering activity %s after Start", kind)
+	}
+	if _, ok := w.activities[kind]; ok {
+		return fmt.Errorf("worker: activity %s is already registered", kind)
+	}
+	if err := river.AddWorkerSafely(w.riverWorkers, rw); err != nil {
+		return fmt.Errorf("worker: registering activity %s: %w", kind, err)
+	}
+	w.activities[kind] = struct{}{}
+	return nil
+}
+
+// Start starts the River client and the sweeper. Workflows and activities
+// must be registered before.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("worker: already started")
+	}
+	if len(w.workflows) == 0 && len(w.activities) == 0 {
+		return errors.New("worker: nothing registered; add workflows or activities before Start")
+	}
+
+	riverClient, err := river.NewClient(w.driver, &river.Config{
+		FetchOnlyKnownKinds: true,
+		JobTimeout:          w.config.TaskTimeout,
+		Logger:              w.config.Logger,
+		Plugins:             []river.Plugin{w.driver.Plugin()},
+		Queues:              w.config.Queues,
+		Schema:              w.config.Schema,
+		Workers:             w.riverWorkers,
+	})
+	if err != nil {
+		return fmt.Errorf("worker: creating River client: %w", err)
+	}
+	if err := riverClient.Start(ctx); err != nil {
+		return fmt.Errorf("worker: starting River client: %w", err)
+	}
+	w.riverClient = riverClient
+	w.sweeper = newSweeper(w)
+	w.sweeper.start()
+	w.started = true
+	return nil
+}
+
+// Stop stops fetching work, waits for running tasks and activities to finish
+// (until ctx ends; then they are cancelled and River retries them elsewhere)
+// and stops the sweeper.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	riverClient, sweeper := w.riverClient, w.sweeper
+	w.mu.Unlock()
+	if riverClient == nil {
+		return nil
+	}
+	sweeper.stop()
+	err := riverClient.Stop(ctx)
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		if stopErr := riverClient.StopAndCancel(context.WithoutCancel(ctx)); stopErr != nil {
+			return errors.Join(err, stopErr)
+		}
+	}
+	return err
+}
+
+// WorkflowKinds lists the registered workflow kinds.
+func (w *Worker) WorkflowKinds() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Sorted(maps.Keys(w.workflows))
+}
