@@ -1,0 +1,309 @@
+package history
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Attributes is implemented by the typed attributes of every event type.
+type Attributes interface {
+	// EventType is the type of the event these attributes belong to.
+	EventType() EventType
+
+	validate() string
+}
+
+// Timeout types of [ActivityTimedOutAttributes].
+const (
+	TimeoutStartToClose    = "StartToClose"
+	TimeoutScheduleToClose = "ScheduleToClose"
+	TimeoutHeartbeat       = "Heartbeat"
+)
+
+// MarkerSideEffect is the name of markers recorded by workflow.SideEffect.
+const MarkerSideEffect = "SideEffect"
+
+// WorkflowStartedAttributes are the attributes of [EventWorkflowStarted].
+type WorkflowStartedAttributes struct {
+	// Kind is the workflow type: the Kind() of its args.
+	Kind string `json:"kind"`
+	// Args are the workflow's encoded args.
+	Args Payload `json:"args"`
+	// WorkflowID is the caller-chosen identity of the workflow.
+	WorkflowID string `json:"workflow_id,omitempty"`
+	// RunID identifies this run.
+	RunID string `json:"run_id,omitempty"`
+	// Generation numbers the runs of WorkflowID: 1, 2, …
+	Generation int64 `json:"generation,omitempty"`
+}
+
+// EventType implements Attributes.
+func (*WorkflowStartedAttributes) EventType() EventType { return EventWorkflowStarted }
+
+func (a *WorkflowStartedAttributes) validate() string {
+	if a.Kind == "" {
+		return "kind is required"
+	}
+	return ""
+}
+
+// WorkflowTaskStartedAttributes are the attributes of
+// [EventWorkflowTaskStarted], the boundary of a workflow task.
+type WorkflowTaskStartedAttributes struct {
+	// Now is the time workflow code saw during the task (workflow.Now).
+	Now time.Time `json:"now"`
+	// Attempt is the attempt of the workflow-task job that committed it.
+	Attempt int `json:"attempt,omitempty"`
+}
+
+// EventType implements Attributes.
+func (*WorkflowTaskStartedAttributes) EventType() EventType { return EventWorkflowTaskStarted }
+
+func (a *WorkflowTaskStartedAttributes) validate() string {
+	if a.Now.IsZero() {
+		return "now is required"
+	}
+	return ""
+}
+
+// RetryPolicy is an activity's retry policy, with every default applied.
+type RetryPolicy struct {
+	// InitialInterval is the delay before the first retry.
+	InitialInterval Duration `json:"initial_interval"`
+	// BackoffCoefficient multiplies the delay after each retry.
+	BackoffCoefficient float64 `json:"backoff_coefficient"`
+	// MaximumInterval caps the delay.
+	MaximumInterval Duration `json:"maximum_interval"`
+	// MaximumAttempts caps the attempts; 0 means unlimited.
+	MaximumAttempts int `json:"maximum_attempts"`
+	// NonRetryableErrorTypes lists [Failure.Type] values never retried.
+	NonRetryableErrorTypes []string `json:"non_retryable_error_types,omitempty"`
+}
+
+// ActivityScheduledAttributes are the attributes of [EventActivityScheduled]:
+// everything the worker needs to insert the activity's River job. Options are
+// recorded with every default applied.
+type ActivityScheduledAttributes struct {
+	// Kind is the activity type: its args' Kind(), which is the River job kind.
+	Kind string `json:"kind"`
+	// Args are the activity's encoded args (the River job's args).
+	Args Payload `json:"args"`
+	// Queue is the River queue to insert the job into.
+	Queue string `json:"queue"`
+	// Priority is the River priority (1 is first, 4 last).
+	Priority int `json:"priority"`
+	// StartToCloseTimeout bounds one attempt.
+	StartToCloseTimeout Duration `json:"start_to_close_timeout"`
+	// ScheduleToCloseTimeout bounds all attempts together; 0 means no bound.
+	ScheduleToCloseTimeout Duration `json:"schedule_to_close_timeout,omitempty"`
+	// HeartbeatTimeout is the longest gap between heartbeats; 0 means
+	// heartbeats aren't required.
+	HeartbeatTimeout Duration `json:"heartbeat_timeout,omitempty"`
+	// RetryPolicy says how attempts are retried.
+	RetryPolicy *RetryPolicy `json:"retry_policy"`
+}
+
+// EventType implements Attributes.
+func (*ActivityScheduledAttributes) EventType() EventType { return EventActivityScheduled }
+
+func (a *ActivityScheduledAttributes) validate() string {
+	switch {
+	case a.Kind == "":
+		return "kind is required"
+	case a.RetryPolicy == nil:
+		return "retry_policy is required"
+	}
+	return ""
+}
+
+// ActivityCompletedAttributes are the attributes of [EventActivityCompleted].
+type ActivityCompletedAttributes struct {
+	// ScheduledEventID is the ID of the activity's ActivityScheduled event.
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+	// Result is the activity's encoded result.
+	Result Payload `json:"result"`
+	// Attempt is the attempt that completed (1 is the first).
+	Attempt int `json:"attempt"`
+}
+
+// EventType implements Attributes.
+func (*ActivityCompletedAttributes) EventType() EventType { return EventActivityCompleted }
+
+func (a *ActivityCompletedAttributes) validate() string {
+	return validateScheduledEventID(a.ScheduledEventID)
+}
+
+// ActivityFailedAttributes are the attributes of [EventActivityFailed].
+type ActivityFailedAttributes struct {
+	// ScheduledEventID is the ID of the activity's ActivityScheduled event.
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+	// Failure is the last attempt's error.
+	Failure Failure `json:"failure"`
+	// Attempt is the last attempt (1 is the first).
+	Attempt int `json:"attempt"`
+}
+
+// EventType implements Attributes.
+func (*ActivityFailedAttributes) EventType() EventType { return EventActivityFailed }
+
+func (a *ActivityFailedAttributes) validate() string {
+	return validateScheduledEventID(a.ScheduledEventID)
+}
+
+// ActivityTimedOutAttributes are the attributes of [EventActivityTimedOut].
+type ActivityTimedOutAttributes struct {
+	// ScheduledEventID is the ID of the activity's ActivityScheduled event.
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+	// TimeoutType is the timeout that fired: [TimeoutStartToClose],
+	// [TimeoutScheduleToClose] or [TimeoutHeartbeat].
+	TimeoutType string `json:"timeout_type"`
+	// LastFailure is the previous attempt's error, if any.
+	LastFailure *Failure `json:"last_failure,omitempty"`
+	// Attempt is the last attempt (1 is the first).
+	Attempt int `json:"attempt"`
+}
+
+// EventType implements Attributes.
+func (*ActivityTimedOutAttributes) EventType() EventType { return EventActivityTimedOut }
+
+func (a *ActivityTimedOutAttributes) validate() string {
+	return validateScheduledEventID(a.ScheduledEventID)
+}
+
+// ActivityCanceledAttributes are the attributes of [EventActivityCanceled].
+type ActivityCanceledAttributes struct {
+	// ScheduledEventID is the ID of the activity's ActivityScheduled event.
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+	// Details is an optional payload given by whoever cancelled it.
+	Details Payload `json:"details,omitempty"`
+	// Attempt is the last attempt (1 is the first).
+	Attempt int `json:"attempt"`
+}
+
+// EventType implements Attributes.
+func (*ActivityCanceledAttributes) EventType() EventType { return EventActivityCanceled }
+
+func (a *ActivityCanceledAttributes) validate() string {
+	return validateScheduledEventID(a.ScheduledEventID)
+}
+
+// MarkerRecordedAttributes are the attributes of [EventMarkerRecorded].
+type MarkerRecordedAttributes struct {
+	// Name says what recorded the marker, e.g. [MarkerSideEffect].
+	Name string `json:"name"`
+	// Data is the recorded value.
+	Data Payload `json:"data"`
+}
+
+// EventType implements Attributes.
+func (*MarkerRecordedAttributes) EventType() EventType { return EventMarkerRecorded }
+
+func (a *MarkerRecordedAttributes) validate() string {
+	if a.Name == "" {
+		return "name is required"
+	}
+	return ""
+}
+
+// WorkflowCompletedAttributes are the attributes of [EventWorkflowCompleted].
+type WorkflowCompletedAttributes struct {
+	// Result is the workflow's encoded result.
+	Result Payload `json:"result"`
+}
+
+// EventType implements Attributes.
+func (*WorkflowCompletedAttributes) EventType() EventType { return EventWorkflowCompleted }
+
+func (*WorkflowCompletedAttributes) validate() string { return "" }
+
+// WorkflowFailedAttributes are the attributes of [EventWorkflowFailed].
+type WorkflowFailedAttributes struct {
+	// Failure is the error the workflow returned.
+	Failure Failure `json:"failure"`
+}
+
+// EventType implements Attributes.
+func (*WorkflowFailedAttributes) EventType() EventType { return EventWorkflowFailed }
+
+func (*WorkflowFailedAttributes) validate() string { return "" }
+
+func validateScheduledEventID(id int64) string {
+	if id <= 0 {
+		return "scheduled_event_id must be positive"
+	}
+	return ""
+}
+
+// NewEvent encodes attrs into an event of their type with the given ID and
+// time. IDs of inputs not yet numbered are 0.
+func NewEvent(id int64, at time.Time, attrs Attributes) (Event, error) {
+	raw, err := json.Marshal(attrs)
+	if err != nil {
+		return Event{}, fmt.Errorf("encoding %s attributes: %w", attrs.EventType(), err)
+	}
+	return Event{ID: id, Type: attrs.EventType(), Attributes: raw, Time: at}, nil
+}
+
+// newAttributes returns zero attributes for t, or nil for an unknown type.
+func newAttributes(t EventType) Attributes {
+	switch t {
+	case EventWorkflowStarted:
+		return &WorkflowStartedAttributes{}
+	case EventWorkflowTaskStarted:
+		return &WorkflowTaskStartedAttributes{}
+	case EventActivityScheduled:
+		return &ActivityScheduledAttributes{}
+	case EventActivityCompleted:
+		return &ActivityCompletedAttributes{}
+	case EventActivityFailed:
+		return &ActivityFailedAttributes{}
+	case EventActivityTimedOut:
+		return &ActivityTimedOutAttributes{}
+	case EventActivityCanceled:
+		return &ActivityCanceledAttributes{}
+	case EventMarkerRecorded:
+		return &MarkerRecordedAttributes{}
+	case EventWorkflowCompleted:
+		return &WorkflowCompletedAttributes{}
+	case EventWorkflowFailed:
+		return &WorkflowFailedAttributes{}
+	}
+	return nil
+}
+
+// DecodeAttributes decodes the attributes of e into the typed struct of its
+// type (a pointer, e.g. *ActivityScheduledAttributes) and validates them. The
+// error matches [ErrInvalidEvent].
+func DecodeAttributes(e Event) (Attributes, error) {
+	attrs := newAttributes(e.Type)
+	if attrs == nil {
+		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "unknown event type"}
+	}
+	if len(e.Attributes) == 0 {
+		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "attributes are missing"}
+	}
+	if err := json.Unmarshal(e.Attributes, attrs); err != nil {
+		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "decoding attributes", Err: err}
+	}
+	if reason := attrs.validate(); reason != "" {
+		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: reason}
+	}
+	return attrs, nil
+}
+
+// Decode decodes the attributes of e as T, which must be the attributes
+// type of e.Type (for example *ActivityCompletedAttributes). The error matches
+// [ErrInvalidEvent].
+func Decode[T Attributes](e Event) (T, error) {
+	var zero T
+	attrs, err := DecodeAttributes(e)
+	if err != nil {
+		return zero, err
+	}
+	typed, ok := attrs.(T)
+	if !ok {
+		return zero, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: fmt.Sprintf("attributes are %T, not %T", attrs, zero)}
+	}
+	return typed, nil
+}

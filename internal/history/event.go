@@ -1,0 +1,120 @@
+package history
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// EventType names the kind of an event. The values are persisted; never
+// rename one.
+type EventType string
+
+// The event types. Inputs come from outside the workflow, commands are decided
+// by workflow code, and WorkflowTaskStarted separates the two.
+const (
+	// EventWorkflowStarted is always event 1 of a run. Input.
+	EventWorkflowStarted EventType = "WorkflowStarted"
+	// EventWorkflowTaskStarted is the boundary of a workflow task. It carries
+	// the time workflow code saw during that task.
+	EventWorkflowTaskStarted EventType = "WorkflowTaskStarted"
+	// EventActivityScheduled records that workflow code scheduled an
+	// activity; its event ID is the activity's identity. Command.
+	EventActivityScheduled EventType = "ActivityScheduled"
+	// EventActivityCompleted is an activity's successful outcome. Input.
+	EventActivityCompleted EventType = "ActivityCompleted"
+	// EventActivityFailed is an activity's final failure (after retries).
+	// Input.
+	EventActivityFailed EventType = "ActivityFailed"
+	// EventActivityTimedOut is an activity that ran out of time. Input.
+	EventActivityTimedOut EventType = "ActivityTimedOut"
+	// EventActivityCanceled is an activity that was cancelled. Input.
+	EventActivityCanceled EventType = "ActivityCanceled"
+	// EventMarkerRecorded records a value decided by workflow code that
+	// must be replayed rather than recomputed (a side effect). Command.
+	EventMarkerRecorded EventType = "MarkerRecorded"
+	// EventWorkflowCompleted is a run's successful end. Command.
+	EventWorkflowCompleted EventType = "WorkflowCompleted"
+	// EventWorkflowFailed is a run that returned an error. Command.
+	EventWorkflowFailed EventType = "WorkflowFailed"
+)
+
+// ErrInvalidEvent is matched (with errors.Is) by every error that reports an
+// event or attributes that can't be decoded or are incomplete.
+var ErrInvalidEvent = errors.New("history: invalid event")
+
+// Event is one entry of a run's history.
+type Event struct {
+	// ID is the event's position in the run's history: 1, 2, 3… without
+	// gaps. Inputs handed to the engine carry 0; the engine numbers them.
+	ID int64 `json:"id"`
+
+	// Type says what happened and how to decode Attributes.
+	Type EventType `json:"type"`
+
+	// Attributes are the JSON-encoded attributes of Type (for example
+	// [ActivityScheduledAttributes] for [EventActivityScheduled]).
+	Attributes json.RawMessage `json:"attributes"`
+
+	// Time is the database time at which the event was appended.
+	Time time.Time `json:"time"`
+}
+
+// IsInput reports whether t is an input: an outcome that arrives from outside
+// workflow code and is delivered to it at the next task boundary.
+func (t EventType) IsInput() bool {
+	switch t {
+	case EventWorkflowStarted, EventActivityCompleted, EventActivityFailed,
+		EventActivityTimedOut, EventActivityCanceled:
+		return true
+	}
+	return false
+}
+
+// IsCommand reports whether t is a command: an event decided by workflow code.
+func (t EventType) IsCommand() bool {
+	switch t {
+	case EventActivityScheduled, EventMarkerRecorded, EventWorkflowCompleted, EventWorkflowFailed:
+		return true
+	}
+	return false
+}
+
+// IsTerminal reports whether t ends a run.
+func (t EventType) IsTerminal() bool {
+	return t == EventWorkflowCompleted || t == EventWorkflowFailed
+}
+
+// Known reports whether t is one of the event types defined in this package.
+func (t EventType) Known() bool {
+	return t.IsInput() || t.IsCommand() || t == EventWorkflowTaskStarted
+}
+
+// InvalidEventError reports an event that can't be decoded or is incomplete.
+// It matches [ErrInvalidEvent].
+type InvalidEventError struct {
+	// ID is the event's ID (0 for an input not numbered yet).
+	ID int64
+	// Type is the event's type as found.
+	Type EventType
+	// Reason says what is wrong.
+	Reason string
+	// Err is the underlying decoding error, if any.
+	Err error
+}
+
+// Error implements error.
+func (e *InvalidEventError) Error() string {
+	msg := fmt.Sprintf("history: invalid %s event %d: %s", e.Type, e.ID, e.Reason)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the underlying decoding error.
+func (e *InvalidEventError) Unwrap() error { return e.Err }
+
+// Is matches [ErrInvalidEvent].
+func (e *InvalidEventError) Is(target error) bool { return target == ErrInvalidEvent }

@@ -1,0 +1,139 @@
+package coroutine
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestScheduler(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CloseUnwindsBlockedCoroutinesAndRunsDefers", func(t *testing.T) {
+		t.Parallel()
+
+		s := New()
+		var deferred []string
+		s.Spawn(func() {
+			defer func() { deferred = append(deferred, "a") }()
+			s.Await(func() bool { return false })
+		})
+		s.Spawn(func() {
+			defer func() {
+				// Blocking again while unwinding ends the coroutine at once.
+				s.Await(func() bool { return false })
+				deferred = append(deferred, "never")
+			}()
+			defer func() { deferred = append(deferred, "b") }()
+			s.Await(func() bool { return false })
+		})
+		require.NoError(t, s.Run(nil))
+		require.Equal(t, 2, s.Live())
+
+		s.Close()
+		s.Close()
+		require.Equal(t, []string{"a", "b"}, deferred)
+		require.Equal(t, 0, s.Live())
+		require.Error(t, s.Run(nil))
+	})
+
+	t.Run("InterleavesInCreationOrder", func(t *testing.T) {
+		t.Parallel()
+
+		s := New()
+		defer s.Close()
+		var trace []string
+		turn := 0
+		for _, name := range []string{"a", "b", "c"} {
+			s.Spawn(func() {
+				for i := range 2 {
+					trace = append(trace, name)
+					want := turn + 1
+					turn++
+					s.Await(func() bool { return turn >= want+2 || i == 1 })
+				}
+			})
+		}
+		require.NoError(t, s.Run(nil))
+		require.Equal(t, []string{"a", "b", "c", "a", "b", "c"}, trace)
+		require.Equal(t, 0, s.Live())
+	})
+
+	t.Run("PanicIsReportedWithStack", func(t *testing.T) {
+		t.Parallel()
+
+		s := New()
+		defer s.Close()
+		s.Spawn(func() { s.Await(func() bool { return false }) })
+		s.Spawn(func() { panicHere() })
+		err := s.Run(nil)
+		var panicErr *PanicError
+		require.ErrorAs(t, err, &panicErr)
+		require.Equal(t, "boom", panicErr.Value)
+		require.Contains(t, panicErr.Stack, "panicHere")
+	})
+
+	t.Run("RunsUntilAllBlocked", func(t *testing.T) {
+		t.Parallel()
+
+		s := New()
+		defer s.Close()
+		ready := false
+		var got []int
+		s.Spawn(func() {
+			s.Await(func() bool { return ready })
+			got = append(got, 1)
+		})
+		s.Spawn(func() {
+			s.Spawn(func() { got = append(got, 3) })
+			ready = true
+			got = append(got, 2)
+		})
+		require.NoError(t, s.Run(nil))
+		require.Equal(t, []int{2, 3, 1}, got)
+		require.Equal(t, 0, s.Live())
+	})
+
+	t.Run("ResumesOnLaterRun", func(t *testing.T) {
+		t.Parallel()
+
+		s := New()
+		defer s.Close()
+		ready := false
+		done := false
+		s.Spawn(func() {
+			s.Await(func() bool { return ready })
+			done = true
+		})
+		require.NoError(t, s.Run(nil))
+		require.False(t, done)
+		ready = true
+		require.NoError(t, s.Run(nil))
+		require.True(t, done)
+	})
+
+	t.Run("AwaitOutsideCoroutinePanics", func(t *testing.T) {
+		t.Parallel()
+
+		require.PanicsWithValue(t, ErrNotInCoroutine, func() { New().Await(func() bool { return true }) })
+	})
+}
+
+func panicHere() { panic("boom") }
+
+func TestSchedulerStop(t *testing.T) {
+	t.Parallel()
+
+	s := New()
+	var ran []string
+	first := false
+	s.Spawn(func() { first = true; ran = append(ran, "first") })
+	s.Spawn(func() { ran = append(ran, "never started") })
+	require.NoError(t, s.Run(func() bool { return first }))
+	require.Equal(t, []string{"first"}, ran)
+	s.Close()
+	require.Equal(t, []string{"first"}, ran)
+}

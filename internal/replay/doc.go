@@ -1,0 +1,44 @@
+// Package replay is weir's deterministic replay engine: given a run's
+// history and the new inputs of a workflow task, [Execute] replays the
+// workflow code from the start, checks that it makes the same decisions as
+// its history records, delivers the inputs, runs the code until every
+// coroutine is blocked, and returns the events the task must append. It does
+// no I/O: the worker loads history and inputs, calls Execute and commits the
+// outcome in one transaction.
+//
+// # History and tasks
+//
+// History is a list of workflow tasks (see package history): the inputs
+// delivered to a task, its WorkflowTaskStarted boundary, and the commands the
+// code produced in it. Replay delivers each task's inputs before its
+// boundary, sets workflow.Now to the boundary's time, runs the coroutines
+// until all block, and matches every command produced against the task's
+// recorded commands, in order: event type, then activity kind or marker name.
+// Args and options aren't compared (payloads may be re-encoded or
+// encrypted; options may be tuned on a deployed workflow). Any difference,
+// including fewer or more commands than recorded, is a
+// *workflow.NonDeterminismError. Because each task's inputs are delivered at
+// the same boundary on every replay, code that races futures (Selector,
+// Await) decides the same way every time.
+//
+// After the history, Execute opens the new task: it numbers the inputs
+// (dropping outcomes of activities that are unknown or already resolved, so
+// an activity's outcome enters history at most once), appends a
+// WorkflowTaskStarted boundary and runs the code live, recording its
+// commands.
+//
+// # Coroutines
+//
+// Workflow code runs in coroutines (the root one plus one per workflow.Go)
+// under the deterministic scheduler of package coroutine: one at a time, in
+// creation order. Execute always tears every coroutine down before it
+// returns; it leaves no goroutine behind.
+//
+// # Errors
+//
+// An error returned by Execute fails the workflow task, never the workflow:
+// the task is retried and stays visible. It wraps a
+// *workflow.NonDeterminismError, a *workflow.PanicError, [ErrInvalidHistory]
+// or [ErrPayload]. A workflow that returns an error completes the run as
+// failed: [Outcome.Failure] and a WorkflowFailed event.
+package replay

@@ -1,0 +1,109 @@
+// Package env is the seam between the public workflow package and the replay
+// engine: the engine implements [Env], stores it in the workflow.Context it
+// hands to workflow code under [Key], and the workflow package's functions
+// find it there. Neither package imports the other through it, so the engine
+// can import workflow for its types without a cycle.
+package env
+
+import (
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/weirhq/weir/internal/history"
+)
+
+// Key is the workflow.Context value key under which the engine stores its
+// [Env]. User code can't name it, so it can't fake or replace the Env.
+type Key struct{}
+
+// Codec encodes and decodes payloads: workflow args and results, activity
+// args and results, side-effect values.
+type Codec interface {
+	// Encode encodes v.
+	Encode(v any) ([]byte, error)
+	// Decode decodes data into the value v points to.
+	Decode(data []byte, v any) error
+}
+
+// JSONCodec is the default [Codec]: encoding/json.
+type JSONCodec struct{}
+
+// Encode implements Codec.
+func (JSONCodec) Encode(v any) ([]byte, error) { return json.Marshal(v) }
+
+// Decode implements Codec. Empty data decodes as JSON null (leaving v as is).
+func (JSONCodec) Decode(data []byte, v any) error {
+	if len(data) == 0 {
+		data = []byte("null")
+	}
+	return json.Unmarshal(data, v)
+}
+
+// Info describes the run and the workflow task being executed.
+type Info struct {
+	Generation  int64
+	Kind        string
+	RunID       string
+	TaskAttempt int
+	WorkflowID  string
+}
+
+// Promise is the engine's side of an activity's future: it becomes ready once
+// the activity's outcome is delivered.
+type Promise struct {
+	// Kind is the activity's kind.
+	Kind string
+	// ScheduledEventID is the activity's ActivityScheduled event ID.
+	ScheduledEventID int64
+
+	ready   bool
+	seq     int64
+	outcome history.Attributes
+}
+
+// Resolve makes p ready with outcome (*history.ActivityCompletedAttributes,
+// *history.ActivityFailedAttributes, *history.ActivityTimedOutAttributes or
+// *history.ActivityCanceledAttributes). seq orders readiness.
+func (p *Promise) Resolve(outcome history.Attributes, seq int64) {
+	p.ready, p.outcome, p.seq = true, outcome, seq
+}
+
+// Ready reports whether p has its outcome.
+func (p *Promise) Ready() bool { return p.ready }
+
+// Seq is the order in which p became ready among everything that became
+// ready in the run; it is meaningful only once p is ready.
+func (p *Promise) Seq() int64 { return p.seq }
+
+// Outcome returns what p was resolved with; nil until it is ready.
+func (p *Promise) Outcome() history.Attributes { return p.outcome }
+
+// Env is what the engine offers workflow code. Every method must be called
+// from a coroutine of the workflow (workflow code), never concurrently.
+type Env interface {
+	// Await blocks the calling coroutine until cond returns true.
+	Await(cond func() bool)
+	// Codec returns the payload codec.
+	Codec() Codec
+	// Go starts fn in a new coroutine.
+	Go(fn func())
+	// Info describes the run and the task.
+	Info() Info
+	// IsReplaying reports whether workflow code is replaying history (as
+	// opposed to deciding new commands).
+	IsReplaying() bool
+	// Logger returns the workflow's logger (already replay-aware).
+	Logger() *slog.Logger
+	// NextSeq returns the next value of a counter that orders readiness
+	// (deterministic: it advances only as workflow code and inputs do).
+	NextSeq() int64
+	// Now returns the time of the current workflow task.
+	Now() time.Time
+	// ScheduleActivity records the command to schedule an activity (or, when
+	// replaying, matches it against history) and returns its promise.
+	ScheduleActivity(attrs *history.ActivityScheduledAttributes) *Promise
+	// SideEffect runs fn and records its result as a marker, or, when
+	// replaying, returns the recorded result without running fn.
+	SideEffect(fn func() ([]byte, error)) ([]byte, error)
+}

@@ -1,0 +1,616 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay/coroutine"
+	"github.com/weirhq/weir/internal/replay/env"
+	"github.com/weirhq/weir/workflow"
+)
+
+// ErrInvalidHistory is matched by Execute's error when the history or an
+// input can't be replayed whatever the code: a gap in event IDs, a missing
+// WorkflowStarted, an undecodable event, an outcome of an activity that was
+// never scheduled, and so on.
+var ErrInvalidHistory = errors.New("replay: invalid history")
+
+// Info describes the run and the workflow task being executed; workflow code
+// reads it with workflow.GetInfo.
+type Info struct {
+	// Generation numbers the runs of WorkflowID: 1, 2, …
+	Generation int64
+	// Kind is the workflow type.
+	Kind string
+	// RunID identifies the run.
+	RunID string
+	// TaskAttempt is the attempt of this workflow-task job (1 is the first).
+	TaskAttempt int
+	// WorkflowID is the caller-chosen identity of the workflow.
+	WorkflowID string
+}
+
+// ExecuteParams are the inputs of one workflow task.
+type ExecuteParams struct {
+	// Codec encodes and decodes payloads. Defaults to JSONCodec.
+	Codec Codec
+
+	// History is every committed event of the run, IDs 1…n, starting with
+	// WorkflowStarted. It may be empty when Inputs starts with the
+	// WorkflowStarted event (IDs 0).
+	History []history.Event
+
+	// Info describes the run and the task. Empty identity fields are taken
+	// from the WorkflowStarted event.
+	Info Info
+
+	// Inputs are the outcomes taken from the inbox (ActivityCompleted,
+	// ActivityFailed, ActivityTimedOut, ActivityCanceled), ID 0, in arrival
+	// order. They are delivered to workflow code at this task's boundary.
+	Inputs []history.Event
+
+	// Logger receives what workflow code logs with workflow.GetLogger,
+	// except while replaying. Defaults to discarding.
+	Logger *slog.Logger
+
+	// Now is the database time of this task: what workflow.Now returns in
+	// it. Required.
+	Now time.Time
+}
+
+// Outcome is what a workflow task decided.
+type Outcome struct {
+	// Activities are the activities scheduled by this task, in order: one
+	// River job to insert for each, identified by EventID.
+	Activities []ScheduledActivity
+
+	// Completed reports that the workflow returned (Events then ends with
+	// WorkflowCompleted or WorkflowFailed), or that History was already
+	// closed (Events is then empty).
+	Completed bool
+
+	// Dropped are inputs that were not appended because they can't change
+	// anything: outcomes of activities already resolved (W5) or unknown,
+	// and any input once the run is closed. The worker consumes them all the
+	// same.
+	Dropped []DroppedInput
+
+	// Events are the events to append, numbered n+1, n+2, …: the accepted
+	// inputs, the task's WorkflowTaskStarted boundary, then the commands.
+	// Their Time is ExecuteParams.Now.
+	Events []history.Event
+
+	// Failure is what the workflow returned, when it returned an error.
+	Failure *history.Failure
+
+	// Result is the workflow's encoded result, when it returned without
+	// error.
+	Result []byte
+}
+
+// ScheduledActivity is an activity scheduled by a task.
+type ScheduledActivity struct {
+	// Attributes are those of its ActivityScheduled event.
+	Attributes *history.ActivityScheduledAttributes
+	// EventID is the ID of its ActivityScheduled event: the activity's
+	// identity, which its outcome's ScheduledEventID must carry.
+	EventID int64
+}
+
+// DroppedInput is an input that Execute did not append.
+type DroppedInput struct {
+	// Input is the input as given.
+	Input history.Event
+	// Reason says why it was dropped.
+	Reason string
+}
+
+// Execute runs one workflow task: it replays params.History, delivers
+// params.Inputs, runs the workflow until every coroutine is blocked or it
+// returns, and returns the events to append. See the package documentation.
+// A returned error fails the task, never the workflow; Execute never
+// returns a nil Outcome without an error.
+func Execute(ctx context.Context, def *Definition, params *ExecuteParams) (*Outcome, error) {
+	if params.Now.IsZero() {
+		return nil, errors.New("replay: ExecuteParams.Now is required")
+	}
+	e, err := newEngine(def, params)
+	if err != nil {
+		return nil, err
+	}
+	defer e.sched.Close()
+	return e.execute(ctx)
+}
+
+// Replay replays params.History (open or closed) and reports whether the
+// workflow code still makes the decisions it records: nil, or an error
+// wrapping a *workflow.NonDeterminismError (or another error Execute would
+// return). Inputs and Now are ignored; nothing is decided. Use it to check
+// captured histories against new code.
+func Replay(ctx context.Context, def *Definition, params *ExecuteParams) error {
+	p := *params
+	p.Inputs = nil
+	e, err := newEngine(def, &p)
+	if err != nil {
+		return err
+	}
+	defer e.sched.Close()
+	tasks, _, err := splitHistory(e.history)
+	if err != nil {
+		return err
+	}
+	for i := range tasks {
+		if err := e.replayTask(ctx, &tasks[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abort is the panic value with which the engine unwinds workflow code when
+// replay must stop (non-determinism).
+type abort struct{ err error }
+
+// engine runs one workflow task. It implements env.Env for workflow code.
+type engine struct {
+	codec   Codec
+	def     *Definition
+	history []history.Event
+	info    env.Info
+	logger  *slog.Logger
+	params  *ExecuteParams
+	sched   *coroutine.Scheduler
+
+	now       time.Time
+	replaying bool
+	seq       int64
+
+	// While replaying a task: its recorded commands and how many matched.
+	boundaryID int64
+	cursor     int
+	expected   []recorded
+
+	// While deciding: the next event ID and the events of the task.
+	events []history.Event
+	nextID int64
+
+	activities []ScheduledActivity
+	pending    map[int64]*env.Promise // scheduled, not yet resolved
+	scheduled  map[int64]*env.Promise // every activity scheduled
+
+	abortErr error
+	done     bool
+	result   []byte
+	runErr   error
+	started  bool
+}
+
+// recorded is a decoded history event.
+type recorded struct {
+	event history.Event
+	attrs history.Attributes
+}
+
+func newEngine(def *Definition, params *ExecuteParams) (*engine, error) {
+	if def == nil || def.Run == nil || def.Kind == "" {
+		return nil, errors.New("replay: Definition with Kind and Run is required")
+	}
+	e := &engine{
+		codec:     params.Codec,
+		def:       def,
+		history:   params.History,
+		params:    params,
+		sched:     coroutine.New(),
+		pending:   map[int64]*env.Promise{},
+		scheduled: map[int64]*env.Promise{},
+		info: env.Info{
+			Generation:  params.Info.Generation,
+			Kind:        params.Info.Kind,
+			RunID:       params.Info.RunID,
+			TaskAttempt: params.Info.TaskAttempt,
+			WorkflowID:  params.Info.WorkflowID,
+		},
+	}
+	if e.codec == nil {
+		e.codec = JSONCodec{}
+	}
+	logger := params.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e.logger = slog.New(&replayHandler{inner: logger.Handler(), replaying: func() bool { return e.replaying }})
+	return e, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidHistory, fmt.Sprintf(format, args...))
+}
+
+// task is one workflow task of history: its inputs, its boundary and its
+// commands.
+type task struct {
+	boundary *history.WorkflowTaskStartedAttributes
+	commands []recorded
+	id       int64 // of the boundary event
+	inputs   []recorded
+}
+
+// splitHistory validates events and splits them into complete tasks, the
+// trailing inputs that no task has seen yet, and whether the run is closed.
+func splitHistory(events []history.Event) (tasks []task, tail []recorded, err error) {
+	var cur task
+	inCommands := false
+	closed := false
+	for i, ev := range events {
+		if ev.ID != int64(i+1) {
+			return nil, nil, invalid("event %d has ID %d: IDs must be 1, 2, 3… without gaps", i+1, ev.ID)
+		}
+		if closed {
+			return nil, nil, invalid("event %d (%s) follows the end of the run", ev.ID, ev.Type)
+		}
+		if (ev.Type == history.EventWorkflowStarted) != (i == 0) {
+			return nil, nil, invalid("event %d is %s: history must start with one %s", ev.ID, ev.Type, history.EventWorkflowStarted)
+		}
+		attrs, err := history.DecodeAttributes(ev)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
+		}
+		rec := recorded{event: ev, attrs: attrs}
+		switch {
+		case ev.Type.IsInput():
+			if inCommands {
+				tasks = append(tasks, cur)
+				cur, inCommands = task{}, false
+			}
+			cur.inputs = append(cur.inputs, rec)
+		case ev.Type == history.EventWorkflowTaskStarted:
+			if inCommands {
+				tasks = append(tasks, cur)
+				cur = task{}
+			}
+			boundary, _ := attrs.(*history.WorkflowTaskStartedAttributes)
+			cur.boundary, cur.id, inCommands = boundary, ev.ID, true
+		default: // a command
+			if !inCommands {
+				return nil, nil, invalid("command event %d (%s) has no %s before it", ev.ID, ev.Type, history.EventWorkflowTaskStarted)
+			}
+			cur.commands = append(cur.commands, rec)
+			closed = ev.Type.IsTerminal()
+		}
+	}
+	if inCommands {
+		tasks = append(tasks, cur)
+	} else {
+		tail = cur.inputs
+	}
+	return tasks, tail, nil
+}
+
+func (e *engine) execute(ctx context.Context) (*Outcome, error) {
+	tasks, tail, err := splitHistory(e.history)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(e.history); n > 0 {
+		last := e.history[n-1]
+		if last.Type.IsTerminal() {
+			return closedOutcome(last, e.params.Inputs, "the run is closed")
+		}
+	}
+	for i := range tasks {
+		if err := e.replayTask(ctx, &tasks[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return e.decide(tail)
+}
+
+func closedOutcome(last history.Event, inputs []history.Event, reason string) (*Outcome, error) {
+	out := &Outcome{Completed: true}
+	attrs, err := history.DecodeAttributes(last)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
+	}
+	switch a := attrs.(type) {
+	case *history.WorkflowCompletedAttributes:
+		out.Result = a.Result
+	case *history.WorkflowFailedAttributes:
+		out.Failure = &a.Failure
+	}
+	for _, in := range inputs {
+		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
+	}
+	return out, nil
+}
+
+// replayTask replays one recorded task and checks its commands.
+func (e *engine) replayTask(ctx context.Context, t *task) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.replaying = true
+	for _, in := range t.inputs {
+		if reason, err := e.deliver(in.event, in.attrs); err != nil {
+			return err
+		} else if reason != "" {
+			return invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
+		}
+	}
+	e.now = t.boundary.Now
+	e.info.TaskAttempt = t.boundary.Attempt
+	e.boundaryID, e.expected, e.cursor = t.id, t.commands, 0
+	if err := e.run(); err != nil {
+		return err
+	}
+	if e.cursor < len(e.expected) {
+		missing := e.expected[e.cursor]
+		got := "nothing more (the code blocked)"
+		if e.done {
+			got = "nothing more (the workflow returned)"
+		}
+		return nondeterminism(missing.event.ID, describe(missing.attrs), got)
+	}
+	e.expected = nil
+	return nil
+}
+
+// decide opens the new task: it delivers the trailing inputs of history and
+// the new inputs, appends the boundary and runs the code live.
+func (e *engine) decide(tail []recorded) (*Outcome, error) {
+	out := &Outcome{}
+	e.replaying = false
+	e.nextID = int64(len(e.history)) + 1
+	e.now = e.params.Now
+	e.info.TaskAttempt = e.params.Info.TaskAttempt
+	for _, in := range tail {
+		if reason, err := e.deliver(in.event, in.attrs); err != nil {
+			return nil, err
+		} else if reason != "" {
+			return nil, invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
+		}
+	}
+	for _, in := range e.params.Inputs {
+		if !in.Type.IsInput() {
+			return nil, invalid("input of type %s: only outcomes can be inputs", in.Type)
+		}
+		if in.Type == history.EventWorkflowStarted && e.nextID != 1 {
+			return nil, invalid("input %s given for a run that has a history", in.Type)
+		}
+		in.ID = 0
+		attrs, err := history.DecodeAttributes(in)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
+		}
+		reason, err := e.deliver(in, attrs)
+		if err != nil {
+			return nil, err
+		}
+		if reason != "" {
+			out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
+			continue
+		}
+		in.ID, in.Time = e.nextID, e.now
+		e.nextID++
+		e.events = append(e.events, in)
+	}
+	if !e.started {
+		return nil, invalid("the run has no %s event", history.EventWorkflowStarted)
+	}
+	boundary, err := history.NewEvent(e.nextID, e.now, &history.WorkflowTaskStartedAttributes{Now: e.now, Attempt: e.params.Info.TaskAttempt})
+	if err != nil {
+		return nil, err
+	}
+	e.nextID++
+	e.events = append(e.events, boundary)
+	if err := e.run(); err != nil {
+		return nil, err
+	}
+	out.Events, out.Activities = e.events, e.activities
+	if e.done {
+		out.Completed = true
+		last := e.events[len(e.events)-1]
+		closed, err := closedOutcome(last, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		out.Result, out.Failure = closed.Result, closed.Failure
+	}
+	return out, nil
+}
+
+// deliver applies one input. A non-empty reason means the input can't
+// change anything and was not applied.
+func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason string, err error) {
+	var scheduledID int64
+	switch a := attrs.(type) {
+	case *history.WorkflowStartedAttributes:
+		return "", e.start(a)
+	case *history.ActivityCompletedAttributes:
+		scheduledID = a.ScheduledEventID
+	case *history.ActivityFailedAttributes:
+		scheduledID = a.ScheduledEventID
+	case *history.ActivityTimedOutAttributes:
+		scheduledID = a.ScheduledEventID
+	case *history.ActivityCanceledAttributes:
+		scheduledID = a.ScheduledEventID
+	default:
+		return "", invalid("event %d: %s is not an input", ev.ID, ev.Type)
+	}
+	if e.done {
+		return "the workflow has returned", nil
+	}
+	p, ok := e.pending[scheduledID]
+	if !ok {
+		if _, ok := e.scheduled[scheduledID]; ok {
+			return fmt.Sprintf("activity of event %d already has its outcome", scheduledID), nil
+		}
+		return fmt.Sprintf("no activity was scheduled by event %d", scheduledID), nil
+	}
+	delete(e.pending, scheduledID)
+	p.Resolve(attrs, e.NextSeq())
+	return "", nil
+}
+
+func (e *engine) start(a *history.WorkflowStartedAttributes) error {
+	if e.started {
+		return invalid("a second %s", history.EventWorkflowStarted)
+	}
+	if a.Kind != e.def.Kind {
+		return invalid("the run is a %q workflow, not %q", a.Kind, e.def.Kind)
+	}
+	e.started = true
+	if e.info.Kind == "" {
+		e.info.Kind = a.Kind
+	}
+	if e.info.WorkflowID == "" {
+		e.info.WorkflowID = a.WorkflowID
+	}
+	if e.info.RunID == "" {
+		e.info.RunID = a.RunID
+	}
+	if e.info.Generation == 0 {
+		e.info.Generation = a.Generation
+	}
+	args := a.Args
+	root := workflow.Context(rootContext{e: e})
+	e.sched.Spawn(func() {
+		result, err := e.def.Run(root, args)
+		e.done, e.result, e.runErr = true, result, err
+	})
+	return nil
+}
+
+// run runs the coroutines until all block or the workflow returns, and
+// records the workflow's end.
+func (e *engine) run() error {
+	err := e.sched.Run(func() bool { return e.done || e.abortErr != nil })
+	if e.abortErr != nil { // even if workflow code recovered the abort
+		return e.abortErr
+	}
+	var panicErr *coroutine.PanicError
+	if errors.As(err, &panicErr) {
+		return fmt.Errorf("running workflow %s: %w", e.def.Kind, &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value})
+	}
+	if err != nil {
+		return err
+	}
+	if !e.done {
+		return nil
+	}
+	if errors.Is(e.runErr, ErrPayload) {
+		return e.runErr
+	}
+	var end history.Attributes = &history.WorkflowCompletedAttributes{Result: e.result}
+	if e.runErr != nil {
+		end = &history.WorkflowFailedAttributes{Failure: *FailureFromError(e.runErr)}
+	}
+	if _, err := e.command(end); err != nil {
+		return err
+	}
+	return nil
+}
+
+// command records a command (deciding) or matches it against the next
+// recorded command of the task (replaying) and returns the recorded event.
+func (e *engine) command(attrs history.Attributes) (recorded, error) {
+	if !e.replaying {
+		ev, err := history.NewEvent(e.nextID, e.now, attrs)
+		if err != nil {
+			return recorded{}, fmt.Errorf("%w: %w", ErrPayload, err)
+		}
+		e.nextID++
+		e.events = append(e.events, ev)
+		return recorded{event: ev, attrs: attrs}, nil
+	}
+	if e.cursor >= len(e.expected) {
+		return recorded{}, nondeterminism(e.boundaryID, "no more commands in the task started by this event", describe(attrs))
+	}
+	rec := e.expected[e.cursor]
+	if describe(rec.attrs) != describe(attrs) {
+		return recorded{}, nondeterminism(rec.event.ID, describe(rec.attrs), describe(attrs))
+	}
+	e.cursor++
+	return rec, nil
+}
+
+func nondeterminism(id int64, expected, got string) error {
+	return fmt.Errorf("replaying: %w", &workflow.NonDeterminismError{EventID: id, Expected: expected, Got: got})
+}
+
+// describe names a command the way replay compares it.
+func describe(attrs history.Attributes) string {
+	switch a := attrs.(type) {
+	case *history.ActivityScheduledAttributes:
+		return fmt.Sprintf("%s(kind %q)", a.EventType(), a.Kind)
+	case *history.MarkerRecordedAttributes:
+		return fmt.Sprintf("%s(name %q)", a.EventType(), a.Name)
+	}
+	return string(attrs.EventType())
+}
+
+// commandOrAbort is command for calls from workflow code: a mismatch unwinds
+// the calling coroutine.
+func (e *engine) commandOrAbort(attrs history.Attributes) recorded {
+	rec, err := e.command(attrs)
+	if err != nil {
+		e.abortErr = err
+		panic(&abort{err: err})
+	}
+	return rec
+}
+
+// rootContext is the workflow.Context given to the workflow's code.
+type rootContext struct{ e *engine }
+
+func (c rootContext) Value(key any) any {
+	if key == (env.Key{}) {
+		return env.Env(c.e)
+	}
+	return nil
+}
+
+// The env.Env methods.
+
+func (e *engine) Await(cond func() bool) { e.sched.Await(cond) }
+func (e *engine) Codec() env.Codec       { return e.codec }
+func (e *engine) Go(fn func())           { e.sched.Spawn(fn) }
+func (e *engine) Info() env.Info         { return e.info }
+func (e *engine) IsReplaying() bool      { return e.replaying }
+func (e *engine) Logger() *slog.Logger   { return e.logger }
+func (e *engine) Now() time.Time         { return e.now }
+
+func (e *engine) NextSeq() int64 {
+	e.seq++
+	return e.seq
+}
+
+func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes) *env.Promise {
+	rec := e.commandOrAbort(attrs)
+	p := &env.Promise{Kind: attrs.Kind, ScheduledEventID: rec.event.ID}
+	e.pending[p.ScheduledEventID] = p
+	e.scheduled[p.ScheduledEventID] = p
+	if !e.replaying {
+		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: rec.event.ID})
+	}
+	return p
+}
+
+func (e *engine) SideEffect(fn func() ([]byte, error)) ([]byte, error) {
+	if e.replaying {
+		rec := e.commandOrAbort(&history.MarkerRecordedAttributes{Name: history.MarkerSideEffect})
+		return rec.attrs.(*history.MarkerRecordedAttributes).Data, nil
+	}
+	data, err := fn()
+	if err != nil {
+		return nil, err
+	}
+	e.commandOrAbort(&history.MarkerRecordedAttributes{Name: history.MarkerSideEffect, Data: data})
+	return data, nil
+}

@@ -1,0 +1,247 @@
+package workflow
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay/env"
+)
+
+// Defaults of [ActivityOpts] and [RetryPolicy].
+const (
+	// BackoffCoefficientDefault multiplies the retry delay after each attempt.
+	BackoffCoefficientDefault = 2.0
+	// HeartbeatTimeoutDefault is 0: heartbeats aren't required.
+	HeartbeatTimeoutDefault time.Duration = 0
+	// InitialIntervalDefault is the delay before the first retry.
+	InitialIntervalDefault = time.Second
+	// MaximumAttemptsDefault matches River's default MaxAttempts.
+	MaximumAttemptsDefault = 25
+	// MaximumIntervalDefault caps the retry delay (100 × InitialIntervalDefault).
+	MaximumIntervalDefault = 100 * time.Second
+	// PriorityDefault is River's default priority.
+	PriorityDefault = 1
+	// QueueDefault is River's default queue.
+	QueueDefault = "default"
+	// ScheduleToCloseTimeoutDefault is 0: all attempts together are unbounded.
+	ScheduleToCloseTimeoutDefault time.Duration = 0
+	// StartToCloseTimeoutDefault bounds one attempt; it matches River's
+	// default job timeout.
+	StartToCloseTimeoutDefault = time.Minute
+)
+
+// ActivityArgs are an activity's arguments. Like River's JobArgs, Kind names
+// the activity; it is the kind of the River job that runs it, so it must be
+// stable. Args are encoded with the payload codec (JSON by default).
+type ActivityArgs interface {
+	// Kind names the activity type; it is persisted.
+	Kind() string
+}
+
+// ActivityOpts are the options of one activity. A nil *ActivityOpts, or a
+// zero field, takes the value from the options attached to the Context with
+// [WithActivityOpts], then from the workflow's [Opts], then the documented
+// default. Options are recorded in history when the activity is scheduled.
+type ActivityOpts struct {
+	// HeartbeatTimeout is the longest gap allowed between the activity's
+	// heartbeats before the attempt is considered lost. Defaults to 0 (no
+	// heartbeats required).
+	HeartbeatTimeout time.Duration
+
+	// Priority is the River priority, 1 (first) to 4 (last). Defaults to 1.
+	Priority int
+
+	// Queue is the River queue the activity's job is inserted into. Defaults
+	// to "default".
+	Queue string
+
+	// RetryPolicy says how failed attempts are retried. Zero fields take
+	// their defaults. Defaults to the default RetryPolicy.
+	RetryPolicy *RetryPolicy
+
+	// ScheduleToCloseTimeout bounds the activity from scheduling to its
+	// outcome, all attempts included. Defaults to 0 (unbounded).
+	ScheduleToCloseTimeout time.Duration
+
+	// StartToCloseTimeout bounds one attempt. Defaults to 1 minute.
+	StartToCloseTimeout time.Duration
+}
+
+// RetryPolicy says how an activity's failed attempts are retried: the n-th
+// retry waits InitialInterval × BackoffCoefficient^(n-1), capped at
+// MaximumInterval.
+type RetryPolicy struct {
+	// BackoffCoefficient multiplies the delay after each retry; at least 1.
+	// Defaults to 2.
+	BackoffCoefficient float64
+
+	// InitialInterval is the delay before the first retry. Defaults to 1
+	// second.
+	InitialInterval time.Duration
+
+	// MaximumAttempts caps the attempts, the first included. Defaults to 25.
+	MaximumAttempts int
+
+	// MaximumInterval caps the delay between attempts. Defaults to 100
+	// seconds.
+	MaximumInterval time.Duration
+
+	// NonRetryableErrorTypes lists error types (ApplicationError.Type, or
+	// the Go type of other errors such as "*errors.errorString") that are
+	// never retried. Defaults to none.
+	NonRetryableErrorTypes []string
+}
+
+type activityOptsKey struct{}
+
+// WithActivityOpts returns a copy of ctx whose activities default to opts.
+func WithActivityOpts(ctx Context, opts *ActivityOpts) Context {
+	return WithValue(ctx, activityOptsKey{}, mergeActivityOpts(activityOptsOf(ctx), opts))
+}
+
+func activityOptsOf(ctx Context) *ActivityOpts {
+	opts, _ := ctx.Value(activityOptsKey{}).(*ActivityOpts)
+	return opts
+}
+
+// mergeActivityOpts returns base overridden by the non-zero fields of over.
+func mergeActivityOpts(base, over *ActivityOpts) *ActivityOpts {
+	switch {
+	case base == nil:
+		return over
+	case over == nil:
+		return base
+	}
+	out := *base
+	out.HeartbeatTimeout = cmp.Or(over.HeartbeatTimeout, base.HeartbeatTimeout)
+	out.Priority = cmp.Or(over.Priority, base.Priority)
+	out.Queue = cmp.Or(over.Queue, base.Queue)
+	if over.RetryPolicy != nil {
+		out.RetryPolicy = over.RetryPolicy
+	}
+	out.ScheduleToCloseTimeout = cmp.Or(over.ScheduleToCloseTimeout, base.ScheduleToCloseTimeout)
+	out.StartToCloseTimeout = cmp.Or(over.StartToCloseTimeout, base.StartToCloseTimeout)
+	return &out
+}
+
+// scheduledAttributes applies defaults to opts, validates them and returns
+// the attributes of the ActivityScheduled event.
+func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history.ActivityScheduledAttributes, error) {
+	if opts == nil {
+		opts = &ActivityOpts{}
+	}
+	retry := opts.RetryPolicy
+	if retry == nil {
+		retry = &RetryPolicy{}
+	}
+	attrs := &history.ActivityScheduledAttributes{
+		Kind:                   kind,
+		Args:                   args,
+		Queue:                  cmp.Or(opts.Queue, QueueDefault),
+		Priority:               cmp.Or(opts.Priority, PriorityDefault),
+		StartToCloseTimeout:    history.Duration(cmp.Or(opts.StartToCloseTimeout, StartToCloseTimeoutDefault)),
+		ScheduleToCloseTimeout: history.Duration(cmp.Or(opts.ScheduleToCloseTimeout, ScheduleToCloseTimeoutDefault)),
+		HeartbeatTimeout:       history.Duration(cmp.Or(opts.HeartbeatTimeout, HeartbeatTimeoutDefault)),
+		RetryPolicy: &history.RetryPolicy{
+			InitialInterval:        history.Duration(cmp.Or(retry.InitialInterval, InitialIntervalDefault)),
+			BackoffCoefficient:     cmp.Or(retry.BackoffCoefficient, BackoffCoefficientDefault),
+			MaximumInterval:        history.Duration(cmp.Or(retry.MaximumInterval, MaximumIntervalDefault)),
+			MaximumAttempts:        cmp.Or(retry.MaximumAttempts, MaximumAttemptsDefault),
+			NonRetryableErrorTypes: retry.NonRetryableErrorTypes,
+		},
+	}
+	var problem string
+	switch {
+	case kind == "":
+		problem = "Kind() is empty"
+	case attrs.Priority < 1 || attrs.Priority > 4:
+		problem = fmt.Sprintf("Priority %d is not between 1 and 4", attrs.Priority)
+	case attrs.StartToCloseTimeout < 0, attrs.ScheduleToCloseTimeout < 0, attrs.HeartbeatTimeout < 0:
+		problem = "timeouts must not be negative"
+	case attrs.RetryPolicy.BackoffCoefficient < 1:
+		problem = fmt.Sprintf("RetryPolicy.BackoffCoefficient %v is below 1", attrs.RetryPolicy.BackoffCoefficient)
+	case attrs.RetryPolicy.InitialInterval < 0, attrs.RetryPolicy.MaximumInterval < attrs.RetryPolicy.InitialInterval:
+		problem = "RetryPolicy intervals must not be negative and MaximumInterval must be at least InitialInterval"
+	case attrs.RetryPolicy.MaximumAttempts < 0:
+		problem = "RetryPolicy.MaximumAttempts must not be negative"
+	}
+	if problem != "" {
+		return nil, fmt.Errorf("%w: activity %q: %s", ErrInvalidActivityOpts, kind, problem)
+	}
+	return attrs, nil
+}
+
+// ExecuteActivity schedules the activity args.Kind() with args and returns a
+// future of its result, of type R. Options come from opts, then the Context
+// ([WithActivityOpts]), then the defaults.
+//
+// The activity runs as a River job of kind args.Kind(), retried per the
+// retry policy outside the workflow; the future gets only the final outcome:
+// the result, or an [*ActivityError] wrapping an [*ApplicationError], a
+// [*TimeoutError] or [ErrCanceled]. Invalid options or args that can't be
+// encoded give a future that is ready at once with an error, and nothing is
+// scheduled.
+func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) Future[R] {
+	e := envOf(ctx)
+	kind := ""
+	if args != nil {
+		kind = args.Kind()
+	}
+	encoded, err := e.Codec().Encode(args)
+	if err != nil {
+		return readyFuture[R](fmt.Errorf("encoding args of activity %q: %w", kind, err))
+	}
+	attrs, err := scheduledAttributes(kind, encoded, mergeActivityOpts(activityOptsOf(ctx), opts))
+	if err != nil {
+		return readyFuture[R](err)
+	}
+	return &activityFuture[R]{promise: e.ScheduleActivity(attrs)}
+}
+
+// activityFuture is the future of an activity's outcome.
+type activityFuture[R any] struct {
+	promise *env.Promise
+
+	decoded bool
+	value   R
+	err     error
+}
+
+func (f *activityFuture[R]) Get(ctx Context) (R, error) {
+	e := envOf(ctx)
+	e.Await(f.promise.Ready)
+	if !f.decoded {
+		f.value, f.err = f.decode(e.Codec())
+		f.decoded = true
+	}
+	return f.value, f.err
+}
+
+func (f *activityFuture[R]) decode(codec env.Codec) (R, error) {
+	var value R
+	p := f.promise
+	actErr := func(attempt int, cause error) error {
+		return &ActivityError{Attempt: attempt, Cause: cause, Kind: p.Kind, ScheduledEventID: p.ScheduledEventID}
+	}
+	switch outcome := p.Outcome().(type) {
+	case *history.ActivityCompletedAttributes:
+		if err := codec.Decode(outcome.Result, &value); err != nil {
+			return value, fmt.Errorf("decoding result of activity %s (event %d) as %T: %w", p.Kind, p.ScheduledEventID, value, err)
+		}
+		return value, nil
+	case *history.ActivityFailedAttributes:
+		return value, actErr(outcome.Attempt, errorFromFailure(&outcome.Failure))
+	case *history.ActivityTimedOutAttributes:
+		return value, actErr(outcome.Attempt, &TimeoutError{LastFailure: errorFromFailure(outcome.LastFailure), TimeoutType: outcome.TimeoutType})
+	case *history.ActivityCanceledAttributes:
+		return value, actErr(outcome.Attempt, ErrCanceled)
+	default:
+		return value, fmt.Errorf("activity %s (event %d): unexpected outcome %T", p.Kind, p.ScheduledEventID, outcome)
+	}
+}
+
+func (f *activityFuture[R]) IsReady() bool { return f.promise.Ready() }
+
+func (f *activityFuture[R]) readySeq() int64 { return f.promise.Seq() }
