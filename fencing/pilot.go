@@ -635,4 +635,3 @@ func (p *Pilot) JobInsertMany(ctx context.Context, execTx riverdriver.ExecutorTx
 	p.noteSchema(params.Schema)
 	return p.StandardPilot.JobInsertMany(ctx, execTx, params)
 }
-
