@@ -51,7 +51,7 @@ func FS(line string) fs.FS {
 // truncateTables lists, per weir line and version, the tables that version
 // creates and that hold rows (not schema metadata).
 var truncateTables = map[string]map[int][]string{
-	LineFencing: {},
+	LineFencing: {1: {"weir_job_attempt"}},
 	LineWeir:    {1: {"weir_namespace"}, 2: {"weir_activity", "weir_event", "weir_inbox", "weir_run", "weir_workflow"}},
 }
 

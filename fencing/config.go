@@ -1,0 +1,70 @@
+package fencing
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"time"
+)
+
+const (
+	// LeaseTTLDefault is how long a lease lasts without renewal unless
+	// Config.LeaseTTL says otherwise.
+	LeaseTTLDefault = 30 * time.Second
+
+	// ReaperIntervalDefault is how often the leader looks for expired leases
+	// unless Config.ReaperInterval says otherwise.
+	ReaperIntervalDefault = 5 * time.Second
+
+	// leaseTTLMin keeps leases longer than a round trip to Postgres.
+	leaseTTLMin = 100 * time.Millisecond
+)
+
+// Config configures a Driver. The zero value (or a nil *Config) works.
+type Config struct {
+	// HeartbeatInterval is how often a process renews the leases of the
+	// attempts it runs, in one batched statement. It must be under half of
+	// LeaseTTL, so that one late heartbeat does not lose a lease. Defaults to
+	// LeaseTTL / 3.
+	HeartbeatInterval time.Duration
+
+	// LeaseTTL is how long an attempt's lease lasts without renewal. Once it
+	// has expired the leader's reaper hands the job to another attempt and any
+	// later write by the old attempt is rejected. Defaults to LeaseTTLDefault
+	// (30 seconds).
+	LeaseTTL time.Duration
+
+	// Observer, if set, is told about lease renewals, lost and expired leases
+	// and rejected stale writes, for metrics and tracing. It is called
+	// synchronously and must not block. Defaults to none; Driver.Stats counts
+	// the same events either way.
+	Observer Observer
+
+	// ReaperInterval is how often the elected leader looks for expired leases
+	// and returns their jobs to available. Defaults to ReaperIntervalDefault
+	// (5 seconds).
+	ReaperInterval time.Duration
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	out.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
+	out.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, out.LeaseTTL/3)
+	out.ReaperInterval = cmp.Or(c.ReaperInterval, ReaperIntervalDefault)
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.LeaseTTL < leaseTTLMin:
+		return fmt.Errorf("fencing config: LeaseTTL (%s) must be at least %s", c.LeaseTTL, leaseTTLMin)
+	case c.HeartbeatInterval <= 0:
+		return fmt.Errorf("fencing config: HeartbeatInterval (%s) must be positive", c.HeartbeatInterval)
+	case 2*c.HeartbeatInterval >= c.LeaseTTL: // one missed beat must not lose the lease
+		return fmt.Errorf("fencing config: HeartbeatInterval (%s) must be under half of LeaseTTL (%s)",
+			c.HeartbeatInterval, c.LeaseTTL)
+	case c.ReaperInterval <= 0:
+		return errors.New("fencing config: ReaperInterval must be positive")
+	}
+	return nil
+}

@@ -1,0 +1,274 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// waitTimeout bounds every wait in these tests; nothing sleeps.
+const waitTimeout = 20 * time.Second
+
+// eventSink is an Observer that records events and wakes waiters.
+type eventSink struct {
+	mu     sync.Mutex
+	events []fencing.Event
+	wake   chan struct{}
+}
+
+func newEventSink() *eventSink { return &eventSink{wake: make(chan struct{}, 1)} }
+
+func (s *eventSink) FencingEvent(_ context.Context, event *fencing.Event) {
+	s.mu.Lock()
+	s.events = append(s.events, *event)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *eventSink) count(kind fencing.EventKind, jobID int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.events {
+		if e.Kind == kind && (jobID == 0 || e.JobID == jobID) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor waits until at least n events of kind for jobID (0: any job) were
+// seen.
+func (s *eventSink) waitFor(t *testing.T, kind fencing.EventKind, jobID int64, n int) {
+	t.Helper()
+	timer := time.NewTimer(waitTimeout)
+	defer timer.Stop()
+	for s.count(kind, jobID) < n {
+		select {
+		case <-s.wake:
+		case <-timer.C:
+			t.Fatalf("timed out waiting for %d %s events of job %d (saw %d)", n, kind, jobID, s.count(kind, jobID))
+		}
+	}
+}
+
+// recv receives from ch or fails the test after waitTimeout.
+func recv[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out waiting on channel")
+		panic("unreachable")
+	}
+}
+
+// waitUntil polls cond (a database read) until it holds or waitTimeout passes.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	ticker := time.NewTicker(10 * time.Millisecond)
+	defer ticker.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		<-ticker.C
+	}
+}
+
+type blockArgs struct {
+	Tag string `json:"tag"`
+}
+
+func (blockArgs) Kind() string { return "fencing_block" }
+
+// outcome is what a blocked attempt does once released.
+type outcome func(ctx context.Context, job *river.Job[blockArgs]) error
+
+// startedAttempt is an attempt that reached Work and waits to be released.
+type startedAttempt struct {
+	ctx     context.Context
+	job     *river.Job[blockArgs]
+	release chan outcome
+}
+
+// blockWorker announces each attempt on started and blocks (ignoring its
+// context, like a partitioned or stuck worker) until released or the test
+// ends.
+type blockWorker struct {
+	river.WorkerDefaults[blockArgs]
+
+	done    <-chan struct{}
+	started chan *startedAttempt
+	timeout time.Duration
+}
+
+func newBlockWorker(t *testing.T) *blockWorker {
+	t.Helper()
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	return &blockWorker{done: done, started: make(chan *startedAttempt, 10)}
+}
+
+func (w *blockWorker) Timeout(*river.Job[blockArgs]) time.Duration { return w.timeout }
+
+func (w *blockWorker) Work(ctx context.Context, job *river.Job[blockArgs]) error {
+	attempt := &startedAttempt{ctx: ctx, job: job, release: make(chan outcome, 1)}
+	select {
+	case w.started <- attempt:
+	case <-w.done:
+		return errors.New("test over")
+	}
+	select {
+	case out := <-attempt.release:
+		return out(ctx, job)
+	case <-w.done:
+		return errors.New("test over")
+	}
+}
+
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "fencing_noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+}
+
+func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+type clientOpts struct {
+	driver      *fencing.Driver // nil: plain riverpgxv5
+	jobTimeout  time.Duration
+	maxWorkers  int
+	noLeader    bool
+	worker      *blockWorker
+	noStartWait bool
+}
+
+func testConfig(schema string, opts *clientOpts) *river.Config {
+	workers := river.NewWorkers()
+	if opts.worker != nil {
+		river.AddWorker(workers, opts.worker)
+	}
+	river.AddWorker(workers, &noopWorker{})
+	config := &river.Config{
+		FetchCooldown:          5 * time.Millisecond,
+		FetchPollInterval:      50 * time.Millisecond,
+		JobTimeout:             opts.jobTimeout,
+		LeaderElectionDisabled: opts.noLeader,
+		Logger:                 slog.New(slog.DiscardHandler),
+		Queues:                 map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: max(opts.maxWorkers, 1)}},
+		Schema:                 schema,
+		TestOnly:               true,
+		Workers:                workers,
+	}
+	if opts.driver != nil {
+		config.Plugins = []rivertype.Plugin{opts.driver.Plugin()}
+	}
+	return config
+}
+
+// startClient starts a River client on schema, stopped when the test ends.
+func startClient(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, opts *clientOpts) *river.Client[pgx.Tx] {
+	t.Helper()
+	config := testConfig(schema, opts)
+	var (
+		client *river.Client[pgx.Tx]
+		err    error
+	)
+	if opts.driver != nil {
+		client, err = river.NewClient[pgx.Tx](opts.driver, config)
+	} else {
+		client, err = river.NewClient[pgx.Tx](riverpgxv5.New(pool), config)
+	}
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(stopCtx))
+	})
+	return client
+}
+
+// newDriver returns a fencing driver with short, test-sized intervals.
+func newDriver(t *testing.T, pool *pgxpool.Pool, sink *eventSink, config *fencing.Config) *fencing.Driver {
+	t.Helper()
+	if config == nil {
+		config = &fencing.Config{LeaseTTL: 3 * time.Second, HeartbeatInterval: 200 * time.Millisecond, ReaperInterval: 100 * time.Millisecond}
+	}
+	if sink != nil {
+		config.Observer = sink
+	}
+	driver, err := fencing.NewDriver(pool, config)
+	require.NoError(t, err)
+	return driver
+}
+
+// jobRow is river_job as these tests read it, lease columns included.
+type jobRow struct {
+	Attempt        int
+	Errors         int
+	LeaseExpiresAt pgtype.Timestamptz
+	LeaseLastToken pgtype.Text
+	LeaseToken     pgtype.Text
+	Metadata       map[string]any
+	State          string
+}
+
+func getJob(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64) *jobRow {
+	t.Helper()
+	var row jobRow
+	err := pool.QueryRow(ctx, `
+SELECT attempt, coalesce(array_length(errors, 1), 0), lease_expires_at, lease_last_token::text,
+    lease_token::text, metadata, state::text
+FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan(
+		&row.Attempt, &row.Errors, &row.LeaseExpiresAt, &row.LeaseLastToken, &row.LeaseToken, &row.Metadata, &row.State)
+	require.NoError(t, err)
+	return &row
+}
+
+// rescue takes a running job away from its attempt the way River's rescuer
+// and scheduler together do (running → retryable → available), so that
+// another client can fetch it while the old attempt still runs.
+func rescue(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64) {
+	t.Helper()
+	tag, err := pool.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "river_job"}.Sanitize()+`
+SET state = 'available', scheduled_at = now() WHERE id = $1 AND state = 'running'`, id)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), tag.RowsAffected())
+}
+
+func waitForState(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64, state string) *jobRow {
+	t.Helper()
+	var row *jobRow
+	waitUntil(t, "job is "+state, func() bool {
+		row = getJob(ctx, t, pool, schema, id)
+		return row.State == state
+	})
+	return row
+}
+
+func complete(context.Context, *river.Job[blockArgs]) error { return nil }

@@ -1,0 +1,178 @@
+package fencing
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Lease is an attempt's hold on its job.
+type Lease struct {
+	// Attempt is River's attempt number of the attempt holding the lease.
+	Attempt int
+
+	// AttemptedAt is when the attempt started (River's attempted_at, database
+	// time).
+	AttemptedAt time.Time
+
+	// Details are the progress details last stored with Heartbeat, by this
+	// attempt or an earlier attempt of the same job; nil if none.
+	Details json.RawMessage
+
+	// ExpiresAt is when the lease ends unless renewed, as of the last renewal
+	// this process saw (database time). Zero when the job is not fenced (it
+	// was fetched before the fencing migration, or set running by rivertest):
+	// then River's own rescue rules apply to it.
+	ExpiresAt time.Time
+
+	// JobID is the job's ID.
+	JobID int64
+
+	// Token is the attempt's lease token, a UUID minted when the job entered
+	// running for this attempt. Empty when the attempt never received one
+	// (fetched before the fencing migration); its proof is then
+	// (Attempt, AttemptedAt).
+	Token string
+}
+
+// LeaseFromContext returns the lease of the attempt whose work context is
+// ctx, and false outside a job run by a client with the fencing plugin.
+//
+// Calling it with the context River passes to Worker.Work also tells the
+// lease keeper the attempt's River deadline (Worker.Timeout), after which
+// renewals stop.
+func LeaseFromContext(ctx context.Context) (Lease, bool) {
+	st := attemptFromContext(ctx)
+	if st == nil {
+		return Lease{}, false
+	}
+	st.observeDeadline(ctx)
+	return st.snapshot(), true
+}
+
+// Heartbeat renews the lease of the attempt whose work context is ctx at once
+// and stores details (marshalled to JSON; nil keeps the stored details) for
+// this attempt and later attempts of the job to read in Lease.Details. It
+// returns a *LeaseLostError (matching ErrLeaseLost) if the attempt no longer
+// holds the job, and then also cancels the attempt's context with that cause.
+// It returns ErrNoLease outside a job run with the fencing plugin. Before the
+// fencing migration it does nothing.
+//
+// Call it with the context River passes to Worker.Work: that also tells the
+// lease keeper the attempt's River deadline (Worker.Timeout, or none), after
+// which renewals stop.
+func Heartbeat(ctx context.Context, details any) error {
+	st := attemptFromContext(ctx)
+	if st == nil {
+		return ErrNoLease
+	}
+	st.observeDeadline(ctx)
+	var detailsJSON []byte
+	if details != nil {
+		var err error
+		if detailsJSON, err = json.Marshal(details); err != nil {
+			return fmt.Errorf("marshalling heartbeat details of job %d: %w", st.jobID, err)
+		}
+	}
+	return st.driver.keeper.heartbeat(ctx, st, detailsJSON)
+}
+
+// proof is what an attempt shows to prove it still holds its job: its token
+// or, for an attempt that never received one, (attempt, attempted_at).
+type proof struct {
+	Attempt     int       `json:"a"`
+	AttemptedAt time.Time `json:"at"`
+	Token       string    `json:"t,omitempty"`
+}
+
+// proofKey is the key under which the plugin puts an attempt's proof in the
+// attempt's River metadata updates; the Pilot strips it before River writes,
+// so it is never persisted.
+const proofKey = "weir:fencing:proof"
+
+type attemptKey struct{}
+
+func attemptFromContext(ctx context.Context) *attemptState {
+	st, _ := ctx.Value(attemptKey{}).(*attemptState)
+	return st
+}
+
+// attemptState is one attempt as its process sees it.
+type attemptState struct {
+	attempt     int
+	attemptedAt time.Time
+	cancel      context.CancelCauseFunc
+	driver      *Driver
+	jobID       int64
+	localStart  time.Time
+	schema      string
+	token       string
+
+	mu         sync.Mutex
+	details    json.RawMessage
+	expiresAt  time.Time
+	lost       bool
+	renewUntil *time.Time // database time after which renewals stop; nil: never
+	observed   bool       // renewUntil comes from the work context's deadline
+	stuckAfter time.Duration
+}
+
+func (s *attemptState) proof() proof {
+	return proof{Attempt: s.attempt, AttemptedAt: s.attemptedAt, Token: s.token}
+}
+
+func (s *attemptState) snapshot() Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Lease{
+		Attempt:     s.attempt,
+		AttemptedAt: s.attemptedAt,
+		Details:     s.details,
+		ExpiresAt:   s.expiresAt,
+		JobID:       s.jobID,
+		Token:       s.token,
+	}
+}
+
+// observeDeadline learns the attempt's River deadline from the context River
+// passes to Worker.Work, which carries Worker.Timeout (or the client's
+// JobTimeout) as its deadline, or none for a timeout of -1.
+func (s *attemptState) observeDeadline(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.observed {
+		return
+	}
+	s.observed = true
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		s.renewUntil = nil
+		return
+	}
+	until := s.attemptedAt.Add(deadline.Sub(s.localStart) + s.stuckAfter)
+	s.renewUntil = &until
+}
+
+func (s *attemptState) leaseLost(ctx context.Context, op string) *LeaseLostError {
+	err := &LeaseLostError{Attempt: s.attempt, JobID: s.jobID, Op: op}
+	s.mu.Lock()
+	already := s.lost
+	s.lost = true
+	s.mu.Unlock()
+	if !already {
+		s.driver.counters.emit(ctx, &Event{Attempt: s.attempt, JobID: s.jobID, Kind: EventLeaseLost})
+	}
+	s.cancel(err)
+	return err
+}
+
+func tableName(schema, table string) string {
+	if schema == "" {
+		return pgx.Identifier{table}.Sanitize()
+	}
+	return pgx.Identifier{schema, table}.Sanitize()
+}

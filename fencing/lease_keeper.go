@@ -1,0 +1,228 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river/rivershared/startstop"
+)
+
+// leaseKeeper renews the leases of the attempts its process runs: one
+// batched statement per schema per HeartbeatInterval. It runs on every
+// client (a River plugin service).
+type leaseKeeper struct {
+	startstop.BaseStartStop
+
+	driver *Driver
+
+	mu       sync.Mutex
+	attempts map[*attemptState]struct{}
+}
+
+func newLeaseKeeper(driver *Driver) *leaseKeeper {
+	return &leaseKeeper{driver: driver, attempts: make(map[*attemptState]struct{})}
+}
+
+func (k *leaseKeeper) add(st *attemptState) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.attempts[st] = struct{}{}
+}
+
+func (k *leaseKeeper) remove(st *attemptState) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.attempts, st)
+}
+
+func (k *leaseKeeper) Start(ctx context.Context) error {
+	ctx, shouldStart, started, stopped := k.StartInit(ctx)
+	if !shouldStart {
+		return nil
+	}
+	go func() {
+		started()
+		defer stopped()
+		ticker := time.NewTicker(k.driver.config.HeartbeatInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+			if err := k.renewAll(ctx); err != nil && ctx.Err() == nil {
+				k.driver.logger().WarnContext(ctx, "fencing: renewing leases", slog.String("error", err.Error()))
+			}
+		}
+	}()
+	return nil
+}
+
+// renewAll renews every live lease of this process in one statement per
+// schema. Rows locked by another transaction are skipped (SKIP LOCKED) and
+// retried next interval, so one open transaction cannot stall the batch.
+// Attempts whose job has moved on are cancelled with cause ErrLeaseLost.
+func (k *leaseKeeper) renewAll(ctx context.Context) error {
+	bySchema := make(map[string][]*attemptState)
+	k.mu.Lock()
+	for st := range k.attempts {
+		bySchema[st.schema] = append(bySchema[st.schema], st)
+	}
+	k.mu.Unlock()
+
+	var errs []error
+	for schema, attempts := range bySchema {
+		if err := k.renewSchema(ctx, schema, attempts); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts []*attemptState) error {
+	var (
+		byID       = make(map[int64]*attemptState, len(attempts))
+		ids        = make([]int64, 0, len(attempts))
+		tokens     = make([]string, 0, len(attempts))
+		renewUntil = make([]*time.Time, 0, len(attempts))
+	)
+	for _, st := range attempts {
+		st.mu.Lock()
+		lost, until := st.lost, st.renewUntil
+		st.mu.Unlock()
+		if lost || st.token == "" {
+			continue
+		}
+		byID[st.jobID] = st
+		ids = append(ids, st.jobID)
+		tokens = append(tokens, st.token)
+		renewUntil = append(renewUntil, until)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	table := tableName(schema, "river_job")
+	rows, err := k.driver.pool.Query(ctx, `
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS x(id, token, renew_until)
+),
+renewed AS (
+    UPDATE `+table+` j
+    SET lease_expires_at = now() + $4::interval
+    FROM (
+        SELECT j2.id
+        FROM `+table+` j2
+        JOIN input x ON x.id = j2.id
+        WHERE j2.state = 'running'
+            AND j2.lease_token = x.token::uuid
+            AND j2.lease_expires_at IS NOT NULL
+            AND (x.renew_until IS NULL OR now() < x.renew_until)
+        FOR UPDATE OF j2 SKIP LOCKED
+    ) l
+    WHERE j.id = l.id
+    RETURNING j.id, j.lease_expires_at
+)
+SELECT x.id, r.lease_expires_at,
+    r.id IS NULL AND NOT EXISTS (
+        SELECT 1 FROM `+table+` j3
+        WHERE j3.id = x.id AND j3.state = 'running' AND j3.lease_token = x.token::uuid
+    ) AS lost
+FROM input x
+LEFT JOIN renewed r ON r.id = x.id`, ids, tokens, renewUntil, k.driver.config.LeaseTTL)
+	if err != nil {
+		return fmt.Errorf("renewing %d leases: %w", len(ids), err)
+	}
+	type result struct {
+		expires pgtype.Timestamptz
+		id      int64
+		lost    bool
+	}
+	results, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (result, error) {
+		var r result
+		err := row.Scan(&r.id, &r.expires, &r.lost)
+		return r, err
+	})
+	if err != nil {
+		return fmt.Errorf("renewing %d leases: %w", len(ids), err)
+	}
+	for _, r := range results {
+		st := byID[r.id]
+		switch {
+		case r.lost:
+			st.leaseLost(ctx, "renew")
+		case r.expires.Valid:
+			st.mu.Lock()
+			st.expiresAt = r.expires.Time
+			st.mu.Unlock()
+			k.driver.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: st.jobID, Kind: EventLeaseRenewed})
+		}
+	}
+	return nil
+}
+
+// heartbeat renews one lease at once and stores details (nil keeps them).
+func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details []byte) error {
+	fenced, err := k.driver.pilot.fencedPool(ctx, st.schema)
+	if err != nil {
+		return err
+	}
+	if !fenced {
+		return nil
+	}
+	st.mu.Lock()
+	until := st.renewUntil
+	st.mu.Unlock()
+	var token *string
+	if st.token != "" {
+		token = &st.token
+	}
+	var detailsArg any
+	if details != nil {
+		detailsArg = string(details)
+	}
+	table := tableName(st.schema, "river_job")
+	var expires pgtype.Timestamptz
+	var stored pgtype.Text
+	err = k.driver.pool.QueryRow(ctx, `
+WITH l AS (
+    SELECT id FROM `+table+`
+    WHERE id = $1 AND state = 'running'
+        AND (lease_token = $2::text::uuid OR ($2::text IS NULL AND attempt = $3 AND attempted_at = $4))
+    FOR UPDATE NOWAIT
+)
+UPDATE `+table+` j
+SET lease_expires_at = CASE
+        WHEN j.lease_expires_at IS NULL OR ($5::timestamptz IS NOT NULL AND now() >= $5::timestamptz) THEN j.lease_expires_at
+        ELSE now() + $6::interval END,
+    lease_details = coalesce($7::jsonb, j.lease_details)
+FROM l
+WHERE j.id = l.id
+RETURNING j.lease_expires_at, j.lease_details::text`,
+		st.jobID, token, st.attempt, st.attemptedAt, until, k.driver.config.LeaseTTL, detailsArg,
+	).Scan(&expires, &stored)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return st.leaseLost(ctx, "heartbeat")
+	case err != nil:
+		return fmt.Errorf("heartbeating job %d attempt %d: %w", st.jobID, st.attempt, err)
+	}
+	st.mu.Lock()
+	if expires.Valid {
+		st.expiresAt = expires.Time
+	}
+	if stored.Valid {
+		st.details = []byte(stored.String)
+	}
+	st.mu.Unlock()
+	if expires.Valid {
+		k.driver.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: st.jobID, Kind: EventLeaseRenewed})
+	}
+	return nil
+}

@@ -1,0 +1,637 @@
+package fencing
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivershared/riverpilot"
+	"github.com/riverqueue/river/rivershared/startstop"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Pilot is the fencing layer's River Pilot: River routes every fetch and
+// every job state write (the async completer's complete, retry, discard,
+// snooze, cancel and interrupt, and JobCompleteTx) through it, and it checks
+// each write against the job's current attempt in the same transaction as
+// River's own write. It also implements riverpilot.PilotJobRescuer so that
+// River's rescuer never takes a job whose lease is alive.
+//
+// It is exported only so that a conformance test can assert River uses it;
+// get one from Driver.PluginPilot, never construct one.
+type Pilot struct {
+	riverpilot.StandardPilot
+
+	driver *Driver
+	reaper *leaseReaper
+
+	fencedMu sync.Mutex
+	fenced   map[string]fencedState // by schema
+
+	fetchedMu sync.Mutex
+	fetched   map[int64]*fetchRecord // by job ID: attempts this process fetched
+
+	schemasMu sync.Mutex
+	schemas   map[string]struct{} // schemas River has used with this pilot
+}
+
+var _ riverpilot.PilotJobRescuer = (*Pilot)(nil)
+
+type fencedState struct {
+	checkedAt time.Time
+	fenced    bool
+}
+
+// fetchRecord is an attempt this process fetched, as the fetch saw it.
+type fetchRecord struct {
+	attempt     int
+	attemptedAt time.Time
+	details     []byte
+	expiresAt   time.Time
+	schema      string
+	token       string
+}
+
+func (r *fetchRecord) proof() *proof {
+	return &proof{Attempt: r.attempt, AttemptedAt: r.attemptedAt, Token: r.token}
+}
+
+func newPilot(driver *Driver) *Pilot {
+	p := &Pilot{
+		driver:  driver,
+		fenced:  make(map[string]fencedState),
+		fetched: make(map[int64]*fetchRecord),
+		schemas: make(map[string]struct{}),
+	}
+	p.reaper = newLeaseReaper(driver, p)
+	return p
+}
+
+// PluginServices returns the lease keeper, which River runs on every client.
+func (p *Pilot) PluginServices() []startstop.Service {
+	return []startstop.Service{p.driver.keeper}
+}
+
+// PluginMaintenanceServices returns the lease reaper, which River runs on the
+// elected leader only.
+func (p *Pilot) PluginMaintenanceServices() []startstop.Service {
+	return []startstop.Service{p.reaper}
+}
+
+func (p *Pilot) noteSchema(schema string) {
+	p.schemasMu.Lock()
+	defer p.schemasMu.Unlock()
+	p.schemas[schema] = struct{}{}
+}
+
+func (p *Pilot) knownSchemas() []string {
+	p.schemasMu.Lock()
+	defer p.schemasMu.Unlock()
+	out := make([]string, 0, len(p.schemas))
+	for s := range p.schemas {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// queryRower is what both River executors and pgx pools offer.
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) riverdriver.Row
+}
+
+// isFenced reports whether the fencing migration is installed in schema.
+// Before it is, the Pilot only strips proofs and delegates to River. A
+// negative answer is re-checked every HeartbeatInterval, so a running client
+// starts fencing shortly after the migration.
+func (p *Pilot) isFenced(ctx context.Context, exec queryRower, schema string) (bool, error) {
+	p.fencedMu.Lock()
+	state, ok := p.fenced[schema]
+	p.fencedMu.Unlock()
+	if ok && (state.fenced || time.Since(state.checkedAt) < p.driver.config.HeartbeatInterval) {
+		return state.fenced, nil
+	}
+	var fenced bool
+	// to_regclass never errors on a missing table, so this is safe inside a
+	// caller's transaction.
+	if err := exec.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", tableName(schema, "weir_job_attempt")).Scan(&fenced); err != nil {
+		return false, fmt.Errorf("checking for the fencing migration in schema %q: %w", schema, err)
+	}
+	p.fencedMu.Lock()
+	p.fenced[schema] = fencedState{checkedAt: time.Now(), fenced: fenced}
+	p.fencedMu.Unlock()
+	return fenced, nil
+}
+
+type poolRower struct{ driver *Driver }
+
+func (r poolRower) QueryRow(ctx context.Context, sql string, args ...any) riverdriver.Row {
+	return r.driver.pool.QueryRow(ctx, sql, args...)
+}
+
+func (p *Pilot) fencedPool(ctx context.Context, schema string) (bool, error) {
+	if p.driver.pool == nil {
+		return false, errNoPool
+	}
+	return p.isFenced(ctx, poolRower{p.driver}, schema)
+}
+
+// Fenced reports whether fencing is active for schema ("" for the
+// search_path's first): the fencing migration is installed there. Before it
+// is, a fenced client works like a plain River client. Use it in readiness
+// checks.
+func (d *Driver) Fenced(ctx context.Context, schema string) (bool, error) {
+	return d.pilot.fencedPool(ctx, schema)
+}
+
+// JobGetAvailable fetches jobs with River's own query. When fencing is active
+// it runs the fetch in a transaction that asks the lease trigger for a
+// LeaseTTL lease, then reads the minted tokens in the same transaction; the
+// tokens stay in memory (never in metadata) and reach the attempts through
+// the plugin.
+func (p *Pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, state riverpilot.ProducerState, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
+	p.noteSchema(params.Schema)
+	fenced, err := p.isFenced(ctx, exec, params.Schema)
+	if err != nil {
+		return nil, err
+	}
+	if !fenced {
+		res, err := p.StandardPilot.JobGetAvailable(ctx, exec, state, params)
+		if err != nil {
+			return nil, err
+		}
+		p.recordFetched(params.Schema, res.Jobs, nil)
+		return res, nil
+	}
+
+	tx, err := exec.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	if err := tx.Exec(ctx, "SELECT set_config('weir.fencing_lease_ttl', $1, true)",
+		fmt.Sprintf("%d microseconds", p.driver.config.LeaseTTL.Microseconds())); err != nil {
+		return nil, fmt.Errorf("asking for leases: %w", err)
+	}
+	res, err := p.StandardPilot.JobGetAvailable(ctx, tx, state, params)
+	if err != nil {
+		return nil, err
+	}
+	leases := make(map[int64]*fetchRecord, len(res.Jobs))
+	if len(res.Jobs) > 0 {
+		ids := make([]int64, len(res.Jobs))
+		for i, job := range res.Jobs {
+			ids[i] = job.ID
+		}
+		var (
+			gotIDs  []int64
+			tokens  []string
+			expires []pgtype.Timestamptz
+			details []string
+		)
+		if err := tx.QueryRow(ctx, `
+SELECT coalesce(array_agg(id), '{}'),
+    coalesce(array_agg(coalesce(lease_token::text, '')), '{}'),
+    coalesce(array_agg(lease_expires_at), '{}'),
+    coalesce(array_agg(coalesce(lease_details::text, '')), '{}')
+FROM `+tableName(params.Schema, "river_job")+`
+WHERE id = ANY($1::bigint[])`, ids).Scan(&gotIDs, &tokens, &expires, &details); err != nil {
+			return nil, fmt.Errorf("reading lease tokens: %w", err)
+		}
+		for i, id := range gotIDs {
+			rec := &fetchRecord{token: tokens[i]}
+			if expires[i].Valid {
+				rec.expiresAt = expires[i].Time
+			}
+			if details[i] != "" {
+				rec.details = []byte(details[i])
+			}
+			leases[id] = rec
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	p.recordFetched(params.Schema, res.Jobs, leases)
+	return res, nil
+}
+
+func (p *Pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases map[int64]*fetchRecord) {
+	p.fetchedMu.Lock()
+	defer p.fetchedMu.Unlock()
+	for _, job := range jobs {
+		rec := leases[job.ID]
+		if rec == nil {
+			rec = &fetchRecord{}
+		}
+		rec.attempt = job.Attempt
+		if job.AttemptedAt != nil {
+			rec.attemptedAt = *job.AttemptedAt
+		}
+		rec.schema = schema
+		p.fetched[job.ID] = rec
+	}
+}
+
+// fetchedRecord returns the record of an attempt this process fetched.
+func (p *Pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
+	p.fetchedMu.Lock()
+	defer p.fetchedMu.Unlock()
+	rec := p.fetched[jobID]
+	if rec == nil || rec.attempt != attempt {
+		return nil
+	}
+	return rec
+}
+
+// takeFetched removes and returns the proof of the attempt of jobID this
+// process fetched last, for a write that carries no proof of its own (an
+// attempt that failed before the plugin ran).
+func (p *Pilot) takeFetched(jobID int64) *proof {
+	p.fetchedMu.Lock()
+	defer p.fetchedMu.Unlock()
+	rec := p.fetched[jobID]
+	if rec == nil {
+		return nil
+	}
+	delete(p.fetched, jobID)
+	return rec.proof()
+}
+
+func (p *Pilot) forgetFetched(jobID int64, pr *proof) {
+	p.fetchedMu.Lock()
+	defer p.fetchedMu.Unlock()
+	if rec := p.fetched[jobID]; rec != nil && rec.attempt == pr.Attempt && rec.attemptedAt.Equal(pr.AttemptedAt) {
+		delete(p.fetched, jobID)
+	}
+}
+
+// extractProof takes the attempt's proof out of its metadata updates.
+func extractProof(updates []byte, doMerge bool) (*proof, []byte, bool, error) {
+	if !doMerge || len(updates) == 0 {
+		return nil, updates, doMerge, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(updates, &m); err != nil {
+		return nil, nil, false, fmt.Errorf("decoding metadata updates: %w", err)
+	}
+	raw, ok := m[proofKey]
+	if !ok {
+		return nil, updates, doMerge, nil
+	}
+	var pr proof
+	if err := json.Unmarshal(raw, &pr); err != nil {
+		return nil, nil, false, fmt.Errorf("decoding lease proof: %w", err)
+	}
+	delete(m, proofKey)
+	if len(m) == 0 {
+		return &pr, nil, false, nil
+	}
+	stripped, err := json.Marshal(m)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("encoding metadata updates: %w", err)
+	}
+	return &pr, stripped, true, nil
+}
+
+// verdicts of judge.
+const (
+	verdictMissing = "missing" // no such job (deleted): River returns no row
+	verdictOK      = "ok"      // the write's attempt holds the job
+	verdictRepeat  = "repeat"  // the attempt that just finished the job, again
+	verdictStale   = "stale"   // anything else: rejected
+)
+
+// judge locks the jobs (FOR UPDATE, in id order) and says, per write, whether
+// its proof shows it comes from the job's current attempt. It must run in the
+// transaction of the write that follows, so the answer holds for it.
+func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema string, ids []int64, proofs []*proof) ([]string, error) {
+	tokens := make([]*string, len(ids))
+	attempts := make([]*int32, len(ids))
+	attemptedAts := make([]*time.Time, len(ids))
+	for i, pr := range proofs {
+		if pr == nil {
+			continue
+		}
+		if pr.Token != "" {
+			tokens[i] = &pr.Token
+		}
+		attempts[i] = new(int32(pr.Attempt)) //nolint:gosec // attempts are smallint
+		attemptedAts[i] = new(pr.AttemptedAt)
+	}
+	var verdicts []string
+	err := exec.QueryRow(ctx, `
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[])
+        WITH ORDINALITY AS x(id, token, attempt, attempted_at, ord)
+),
+locked AS (
+    SELECT j.id, j.state, j.lease_token, j.lease_last_token, j.attempt, j.attempted_at
+    FROM `+tableName(schema, "river_job")+` j
+    WHERE j.id = ANY($1::bigint[])
+    ORDER BY j.id
+    FOR UPDATE
+)
+SELECT coalesce(array_agg(CASE
+        WHEN l.id IS NULL THEN 'missing'
+        WHEN x.token IS NULL AND x.attempt IS NULL THEN 'stale'
+        WHEN x.token IS NOT NULL AND l.state = 'running' AND l.lease_token = x.token::uuid THEN 'ok'
+        WHEN x.token IS NOT NULL AND l.state <> 'running' AND l.lease_last_token = x.token::uuid THEN 'repeat'
+        WHEN x.token IS NULL AND l.attempt = x.attempt AND l.attempted_at = x.attempted_at
+            THEN CASE WHEN l.state = 'running' THEN 'ok' ELSE 'repeat' END
+        ELSE 'stale'
+    END ORDER BY x.ord), '{}')
+FROM input x
+LEFT JOIN locked l ON l.id = x.id`, ids, tokens, attempts, attemptedAts).Scan(&verdicts)
+	if err != nil {
+		return nil, fmt.Errorf("checking leases of %d jobs: %w", len(ids), err)
+	}
+	if len(verdicts) != len(ids) {
+		return nil, fmt.Errorf("checking leases: %d verdicts for %d jobs", len(verdicts), len(ids))
+	}
+	return verdicts, nil
+}
+
+// abortTx puts a caller's transaction into the aborted state, so that its
+// Commit fails (pgx returns ErrTxCommitRollback) even if the caller ignores
+// the ErrLeaseLost it was given. None of its writes can commit.
+func abortTx(ctx context.Context, exec riverdriver.Executor, jobID int64) {
+	_ = exec.Exec(ctx, fmt.Sprintf(
+		"DO $$BEGIN RAISE EXCEPTION 'fencing: lease of job %d lost to a newer attempt; transaction aborted' USING ERRCODE = 'WF001'; END$$",
+		jobID))
+}
+
+// JobSetStateIfRunningMany is River's state write for completions, retries,
+// discards, snoozes, cancellations and interruptions, fenced. Each write must
+// prove it comes from the job's current attempt (by token, or by (attempt,
+// attempted_at) for an attempt without one); the check and River's own
+// UPDATE run in one transaction under a row lock. Writes that fail the check
+// change nothing: on the async completer path they are dropped (no row, no
+// event) and counted; inside a caller's transaction (JobCompleteTx) the
+// transaction is aborted and a *LeaseLostError returned. A repeated write by
+// the attempt that just finished the job (River's executor re-sends
+// "completed" after JobCompleteTx) is a harmless no-op.
+func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
+	p.noteSchema(params.Schema)
+	n := len(params.ID)
+	stripped := &riverdriver.JobSetStateIfRunningManyParams{
+		ID:              slices.Clone(params.ID),
+		Attempt:         slices.Clone(params.Attempt),
+		ErrData:         slices.Clone(params.ErrData),
+		FinalizedAt:     slices.Clone(params.FinalizedAt),
+		MetadataDoMerge: slices.Clone(params.MetadataDoMerge),
+		MetadataUpdates: slices.Clone(params.MetadataUpdates),
+		Now:             params.Now,
+		ScheduledAt:     slices.Clone(params.ScheduledAt),
+		Schema:          params.Schema,
+		State:           slices.Clone(params.State),
+	}
+	proofs := make([]*proof, n)
+	for i := range n {
+		pr, updates, doMerge, err := extractProof(params.MetadataUpdates[i], params.MetadataDoMerge[i])
+		if err != nil {
+			return nil, fmt.Errorf("setting state of job %d: %w", params.ID[i], err)
+		}
+		stripped.MetadataUpdates[i], stripped.MetadataDoMerge[i] = updates, doMerge
+		if pr == nil {
+			pr = p.takeFetched(params.ID[i])
+		} else {
+			p.forgetFetched(params.ID[i], pr)
+		}
+		proofs[i] = pr
+	}
+
+	fenced, err := p.isFenced(ctx, exec, params.Schema)
+	if err != nil {
+		return nil, err
+	}
+	if !fenced {
+		return p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, stripped)
+	}
+
+	_, inCallerTx := exec.(riverdriver.ExecutorTx)
+	txExec := exec
+	var ownTx riverdriver.ExecutorTx
+	if !inCallerTx {
+		if ownTx, err = exec.Begin(ctx); err != nil {
+			return nil, err
+		}
+		defer func() { _ = ownTx.Rollback(context.WithoutCancel(ctx)) }()
+		txExec = ownTx
+	}
+
+	verdicts, err := p.judge(ctx, txExec, params.Schema, params.ID, proofs)
+	if err != nil {
+		return nil, err
+	}
+	keep := make([]int, 0, n)
+	var firstStale *LeaseLostError
+	for i, verdict := range verdicts {
+		switch verdict {
+		case verdictOK, verdictMissing:
+			keep = append(keep, i)
+		case verdictRepeat:
+			// Nothing to apply: River's query leaves a row that is no longer
+			// running alone and returns it, so the completer still reports
+			// the attempt's outcome.
+			stripped.MetadataDoMerge[i], stripped.MetadataUpdates[i] = false, nil
+			keep = append(keep, i)
+		default:
+			lost := &LeaseLostError{JobID: params.ID[i], Op: "set_state_" + string(params.State[i])}
+			if proofs[i] != nil {
+				lost.Attempt = proofs[i].Attempt
+			}
+			if firstStale == nil {
+				firstStale = lost
+			}
+			p.driver.counters.emit(ctx, &Event{Attempt: lost.Attempt, JobID: lost.JobID, Kind: EventStaleWriteRejected, Op: lost.Op})
+			p.driver.logger().WarnContext(ctx, "fencing: rejected a stale write",
+				slog.Int64("job_id", lost.JobID), slog.Int("attempt", lost.Attempt), slog.String("op", lost.Op))
+		}
+	}
+	if firstStale != nil && inCallerTx {
+		abortTx(ctx, exec, firstStale.JobID)
+		return nil, firstStale
+	}
+
+	var rows []*rivertype.JobRow
+	if len(keep) > 0 {
+		if rows, err = p.StandardPilot.JobSetStateIfRunningMany(ctx, txExec, subsetParams(stripped, keep)); err != nil {
+			return nil, err
+		}
+	}
+	if ownTx != nil {
+		if err := ownTx.Commit(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return rows, nil
+}
+
+func subsetParams(params *riverdriver.JobSetStateIfRunningManyParams, keep []int) *riverdriver.JobSetStateIfRunningManyParams {
+	if len(keep) == len(params.ID) {
+		return params
+	}
+	out := &riverdriver.JobSetStateIfRunningManyParams{Now: params.Now, Schema: params.Schema}
+	for _, i := range keep {
+		out.ID = append(out.ID, params.ID[i])
+		out.Attempt = append(out.Attempt, params.Attempt[i])
+		out.ErrData = append(out.ErrData, params.ErrData[i])
+		out.FinalizedAt = append(out.FinalizedAt, params.FinalizedAt[i])
+		out.MetadataDoMerge = append(out.MetadataDoMerge, params.MetadataDoMerge[i])
+		out.MetadataUpdates = append(out.MetadataUpdates, params.MetadataUpdates[i])
+		out.ScheduledAt = append(out.ScheduledAt, params.ScheduledAt[i])
+		out.State = append(out.State, params.State[i])
+	}
+	return out
+}
+
+// jobUpdate fences River's JobUpdate (Client.JobUpdate, Client.JobUpdateTx,
+// river.ResumableSetStepTx), which bypasses the Pilot, when it is called from
+// inside an attempt of the job it updates. Calls from outside any attempt
+// (operators, admin tools) are not attempt writes and pass unchanged.
+func (p *Pilot) jobUpdate(ctx context.Context, exec riverdriver.Executor, inCallerTx bool, params *riverdriver.JobUpdateParams) (*rivertype.JobRow, error) {
+	st := attemptFromContext(ctx)
+	if st == nil || st.jobID != params.ID {
+		return exec.JobUpdate(ctx, params)
+	}
+	fenced, err := p.isFenced(ctx, exec, params.Schema)
+	if err != nil {
+		return nil, err
+	}
+	if !fenced {
+		return exec.JobUpdate(ctx, params)
+	}
+	txExec := exec
+	var ownTx riverdriver.ExecutorTx
+	if !inCallerTx {
+		if ownTx, err = exec.Begin(ctx); err != nil {
+			return nil, err
+		}
+		defer func() { _ = ownTx.Rollback(context.WithoutCancel(ctx)) }()
+		txExec = ownTx
+	}
+	pr := st.proof()
+	verdicts, err := p.judge(ctx, txExec, params.Schema, []int64{params.ID}, []*proof{&pr})
+	if err != nil {
+		return nil, err
+	}
+	if verdicts[0] == verdictStale {
+		lost := &LeaseLostError{Attempt: st.attempt, JobID: st.jobID, Op: "update"}
+		p.driver.counters.emit(ctx, &Event{Attempt: lost.Attempt, JobID: lost.JobID, Kind: EventStaleWriteRejected, Op: lost.Op})
+		if inCallerTx {
+			abortTx(ctx, exec, st.jobID)
+		}
+		return nil, lost
+	}
+	row, err := txExec.JobUpdate(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	if ownTx != nil {
+		if err := ownTx.Commit(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return row, nil
+}
+
+// aliveLeasesSQL selects, among $1, running jobs whose lease is alive. After
+// a Postgres restart every lease lasts at least LeaseTTL past the restart:
+// workers could not renew while the server was down.
+func aliveLeasesSQL(schema string, lock bool) string {
+	sql := `
+SELECT id FROM ` + tableName(schema, "river_job") + `
+WHERE id = ANY($1::bigint[])
+    AND state = 'running'
+    AND lease_expires_at IS NOT NULL
+    AND greatest(lease_expires_at, pg_postmaster_start_time() + $2::interval) >= now()`
+	if lock {
+		sql += "\nORDER BY id FOR UPDATE"
+	}
+	return "SELECT coalesce(array_agg(id), '{}') FROM (" + sql + ") alive"
+}
+
+// JobGetStuck is River's rescuer query, minus jobs whose lease is alive.
+func (p *Pilot) JobGetStuck(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobGetStuckParams) ([]*rivertype.JobRow, error) {
+	p.noteSchema(params.Schema)
+	jobs, err := exec.JobGetStuck(ctx, params)
+	if err != nil || len(jobs) == 0 {
+		return jobs, err
+	}
+	fenced, err := p.isFenced(ctx, exec, params.Schema)
+	if err != nil || !fenced {
+		return jobs, err
+	}
+	ids := make([]int64, len(jobs))
+	for i, job := range jobs {
+		ids[i] = job.ID
+	}
+	var alive []int64
+	if err := exec.QueryRow(ctx, aliveLeasesSQL(params.Schema, false), ids, p.driver.config.LeaseTTL).Scan(&alive); err != nil {
+		return nil, fmt.Errorf("checking leases of stuck jobs: %w", err)
+	}
+	return slices.DeleteFunc(jobs, func(job *rivertype.JobRow) bool { return slices.Contains(alive, job.ID) }), nil
+}
+
+// JobRescueMany is River's rescue write, minus jobs whose lease is alive
+// (checked under a row lock in the same transaction, so a concurrent
+// heartbeat wins).
+func (p *Pilot) JobRescueMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobRescueManyParams) (*struct{}, error) {
+	p.noteSchema(params.Schema)
+	fenced, err := p.isFenced(ctx, exec, params.Schema)
+	if err != nil {
+		return nil, err
+	}
+	if !fenced || len(params.ID) == 0 {
+		return exec.JobRescueMany(ctx, params)
+	}
+	tx, err := exec.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var alive []int64
+	if err := tx.QueryRow(ctx, aliveLeasesSQL(params.Schema, true), params.ID, p.driver.config.LeaseTTL).Scan(&alive); err != nil {
+		return nil, fmt.Errorf("checking leases of jobs to rescue: %w", err)
+	}
+	filtered := &riverdriver.JobRescueManyParams{Schema: params.Schema, StuckHorizon: params.StuckHorizon}
+	for i, id := range params.ID {
+		if slices.Contains(alive, id) {
+			continue
+		}
+		filtered.ID = append(filtered.ID, id)
+		filtered.Error = append(filtered.Error, params.Error[i])
+		filtered.FinalizedAt = append(filtered.FinalizedAt, params.FinalizedAt[i])
+		filtered.ScheduledAt = append(filtered.ScheduledAt, params.ScheduledAt[i])
+		filtered.State = append(filtered.State, params.State[i])
+	}
+	if len(filtered.ID) > 0 {
+		if _, err := tx.JobRescueMany(ctx, filtered); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return &struct{}{}, nil
+}
+
+// ProducerInit notes the producer's schema (for the reaper) and delegates.
+func (p *Pilot) ProducerInit(ctx context.Context, exec riverdriver.Executor, params *riverpilot.ProducerInitParams) (int64, riverpilot.ProducerState, error) {
+	p.noteSchema(params.Schema)
+	return p.StandardPilot.ProducerInit(ctx, exec, params)
+}
+
+// JobInsertMany notes the schema (for the reaper) and delegates.
+func (p *Pilot) JobInsertMany(ctx context.Context, execTx riverdriver.ExecutorTx, params *riverdriver.JobInsertFastManyParams) ([]*riverdriver.JobInsertFastResult, error) {
+	p.noteSchema(params.Schema)
+	return p.StandardPilot.JobInsertMany(ctx, execTx, params)
+}

@@ -1,0 +1,107 @@
+package fencing
+
+import (
+	"context"
+	"log/slog"
+	"reflect"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// jobStuckThresholdDefault is River's JobStuckThresholdDefault.
+const jobStuckThresholdDefault = river.JobStuckThresholdDefault
+
+// Plugin is the worker side of fencing: for each attempt it hands the lease to
+// the work context (LeaseFromContext, Heartbeat), attaches the attempt's
+// proof to every write River makes on the attempt's behalf, has the lease
+// renewed while the attempt runs, and cancels the work context with cause
+// ErrLeaseLost as soon as a renewal is refused. Get it from Driver.Plugin and
+// put it first in river.Config.Plugins.
+type Plugin struct {
+	river.PluginDefaults
+
+	driver *Driver
+}
+
+var _ rivertype.WorkerMiddleware = (*Plugin)(nil)
+
+// Work wraps an attempt. It is River's WorkerMiddleware hook.
+func (p *Plugin) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	d := p.driver
+	st := &attemptState{
+		attempt:    job.Attempt,
+		driver:     d,
+		jobID:      job.ID,
+		localStart: time.Now(),
+		stuckAfter: jobStuckThresholdDefault,
+	}
+	if job.AttemptedAt != nil {
+		st.attemptedAt = *job.AttemptedAt
+	}
+
+	client, _ := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if client != nil {
+		st.schema = client.Schema()
+	}
+	if rec := d.pilot.fetchedRecord(job.ID, job.Attempt); rec != nil {
+		st.schema, st.token, st.expiresAt, st.details = rec.schema, rec.token, rec.expiresAt, rec.details
+	}
+
+	// Until the work context shows the real deadline (LeaseFromContext,
+	// Heartbeat), assume the client's JobTimeout as River's executor does
+	// for a worker that does not override Timeout.
+	if timeout, stuck, ok := clientTimeouts(client); ok {
+		st.stuckAfter = stuck
+		if timeout > 0 {
+			until := st.attemptedAt.Add(timeout + stuck)
+			st.renewUntil = &until
+		}
+	}
+
+	if err := river.MetadataSet(ctx, proofKey, st.proof()); err != nil {
+		d.logger().WarnContext(ctx, "fencing: attaching lease proof", slog.String("error", err.Error()))
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	st.cancel = cancel
+	ctx = context.WithValue(ctx, attemptKey{}, st)
+
+	if st.token != "" && !st.expiresAt.IsZero() {
+		d.keeper.add(st)
+		defer d.keeper.remove(st)
+	}
+	return doInner(ctx)
+}
+
+// clientTimeouts reads JobTimeout and JobStuckThreshold (with River's
+// defaults applied) from a River client's configuration. River exposes no
+// accessor; the fencing conformance test fails if this stops working.
+func clientTimeouts(client *river.Client[pgx.Tx]) (timeout, stuck time.Duration, ok bool) {
+	if client == nil {
+		return 0, 0, false
+	}
+	config := reflect.ValueOf(client).Elem().FieldByName("config")
+	if !config.IsValid() || config.Kind() != reflect.Pointer || config.IsNil() {
+		return 0, 0, false
+	}
+	config = config.Elem()
+	timeoutField := config.FieldByName("JobTimeout")
+	stuckField := config.FieldByName("JobStuckThreshold")
+	if !timeoutField.IsValid() || timeoutField.Kind() != reflect.Int64 ||
+		!stuckField.IsValid() || stuckField.Kind() != reflect.Int64 {
+		return 0, 0, false
+	}
+	timeout = time.Duration(timeoutField.Int())
+	if timeout == 0 {
+		timeout = river.JobTimeoutDefault
+	}
+	stuck = time.Duration(stuckField.Int())
+	if stuck == 0 {
+		stuck = river.JobStuckThresholdDefault
+	}
+	return timeout, stuck, true
+}

@@ -1,0 +1,162 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/dbtest"
+)
+
+// TestStaleAttemptCannotFinalize (F1, F2): attempt 1 of a job runs on client
+// A; the job is rescued and fetched again by client B (attempt 2). While
+// attempt 2 still runs, attempt 1 finishes with every possible outcome. Its
+// write must change nothing, and attempt 2 must then finish normally.
+func TestStaleAttemptCannotFinalize(t *testing.T) {
+	t.Parallel()
+
+	type testCase struct {
+		maxAttempts int
+		// out is attempt 1's outcome; it may report errors it saw on errs.
+		out func(errs chan<- error, schema string) outcome
+		// sideEffects means out writes a side-effect row that must not commit.
+		sideEffects bool
+	}
+
+	sideEffectInTx := func(ctx context.Context, tx pgx.Tx, schema string, job *river.Job[blockArgs]) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" (job_id, attempt) VALUES ($1, $2)",
+			job.ID, job.Attempt)
+		return err
+	}
+
+	cases := map[string]testCase{
+		"Cancel": {out: func(chan<- error, string) outcome {
+			return func(ctx context.Context, job *river.Job[blockArgs]) error {
+				return river.JobCancel(errors.New("stale cancel"))
+			}
+		}},
+		"CompleteTx": {sideEffects: true, out: func(errs chan<- error, schema string) outcome {
+			return func(ctx context.Context, job *river.Job[blockArgs]) error {
+				client := river.ClientFromContext[pgx.Tx](ctx)
+				tx, err := client.Driver().GetExecutor().Begin(ctx)
+				if err != nil {
+					errs <- err
+					return nil
+				}
+				pgxTx := client.Driver().UnwrapTx(tx)
+				if err := sideEffectInTx(ctx, pgxTx, schema, job); err != nil {
+					errs <- err
+					return nil
+				}
+				_, completeErr := fencing.CompleteTx[*fencing.Driver](ctx, pgxTx, job)
+				errs <- completeErr
+				errs <- pgxTx.Commit(ctx) // the caller ignores the error and commits anyway
+				return nil
+			}
+		}},
+		"Complete": {out: func(chan<- error, string) outcome {
+			return func(ctx context.Context, job *river.Job[blockArgs]) error {
+				require.NoError(t, river.MetadataSet(ctx, "stale_key", "stale"))
+				return nil
+			}
+		}},
+		"Discard": {maxAttempts: 1, out: func(chan<- error, string) outcome {
+			return func(ctx context.Context, job *river.Job[blockArgs]) error { return errors.New("stale failure") }
+		}},
+		"ErrorRetry": {out: func(chan<- error, string) outcome {
+			return func(ctx context.Context, job *river.Job[blockArgs]) error { return errors.New("stale failure") }
+		}},
+		"JobCompleteTx": {sideEffects: true, out: func(errs chan<- error, schema string) outcome {
+			return func(ctx context.Context, job *river.Job[blockArgs]) error {
+				pool := dbtest.Pool(ctx, t)
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					errs <- err
+					return nil
+				}
+				if err := sideEffectInTx(ctx, tx, schema, job); err != nil {
+					errs <- err
+					return nil
+				}
+				// River's own function, unchanged, on the fencing driver.
+				_, completeErr := river.JobCompleteTx[*fencing.Driver](ctx, tx, job)
+				errs <- completeErr
+				errs <- tx.Commit(ctx) // the caller ignores the error and commits anyway
+				return nil
+			}
+		}},
+		"Snooze": {out: func(chan<- error, string) outcome {
+			return func(ctx context.Context, job *river.Job[blockArgs]) error { return river.JobSnooze(time.Hour) }
+		}},
+	}
+
+	for _, name := range []string{"Cancel", "Complete", "CompleteTx", "Discard", "ErrorRetry", "JobCompleteTx", "Snooze"} {
+		tc := cases[name]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := dbtest.Pool(ctx, t)
+			schema := dbtest.TestSchema(ctx, t)
+			sideEffectTable := pgx.Identifier{schema, "side_effect"}.Sanitize()
+			_, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+sideEffectTable+" (job_id bigint, attempt int)")
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, "DELETE FROM "+sideEffectTable)
+			require.NoError(t, err)
+
+			sinkA := newEventSink()
+			worker := newBlockWorker(t)
+			clientA := startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, sinkA, nil), worker: worker})
+
+			inserted, err := clientA.Insert(ctx, blockArgs{}, &river.InsertOpts{MaxAttempts: tc.maxAttempts})
+			require.NoError(t, err)
+			jobID := inserted.Job.ID
+			attempt1 := recv(t, worker.started)
+			require.Equal(t, 1, attempt1.job.Attempt)
+
+			rescue(ctx, t, pool, schema, jobID)
+			startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, nil), worker: worker})
+			attempt2 := recv(t, worker.started)
+			require.Equal(t, 2, attempt2.job.Attempt)
+			lease2, ok := fencing.LeaseFromContext(attempt2.ctx)
+			require.True(t, ok)
+			before := getJob(ctx, t, pool, schema, jobID)
+			require.Equal(t, "running", before.State)
+			require.Equal(t, lease2.Token, before.LeaseToken.String)
+
+			// The stale write lands while attempt 2 is running.
+			errs := make(chan error, 2)
+			attempt1.release <- tc.out(errs, schema)
+			if tc.sideEffects {
+				require.ErrorIs(t, recv(t, errs), fencing.ErrLeaseLost)
+				require.ErrorIs(t, recv(t, errs), pgx.ErrTxCommitRollback, "commit after a lost lease must fail")
+			}
+			sinkA.waitFor(t, fencing.EventStaleWriteRejected, jobID, 1)
+
+			after := getJob(ctx, t, pool, schema, jobID)
+			require.Equal(t, "running", after.State)
+			require.Equal(t, 2, after.Attempt)
+			require.Equal(t, before.LeaseToken, after.LeaseToken)
+			require.Equal(t, before.Errors, after.Errors)
+			require.Equal(t, before.Metadata, after.Metadata)
+			require.NotContains(t, after.Metadata, "stale_key")
+
+			var sideEffects int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+sideEffectTable).Scan(&sideEffects))
+			require.Zero(t, sideEffects, "the stale attempt's side effects must roll back")
+
+			// Attempt 2 still owns the job and finishes it.
+			attempt2.release <- complete
+			final := waitForState(ctx, t, pool, schema, jobID, "completed")
+			require.Equal(t, 2, final.Attempt)
+			require.Equal(t, before.Errors, final.Errors)
+			require.False(t, final.LeaseToken.Valid, "leaving running revokes the token")
+			require.Equal(t, lease2.Token, final.LeaseLastToken.String)
+		})
+	}
+}

@@ -1,0 +1,103 @@
+-- fencing 001: lease columns on river_job, the attempt log, and the trigger
+-- that mints and revokes lease tokens.
+--
+-- Adding nullable columns without defaults only touches the catalog, so this is
+-- instant on a large, live river_job. lock_timeout makes the step give up (and
+-- the migrator report it) instead of queueing behind a long transaction and
+-- blocking every worker behind it; rerun it when the table is quieter.
+SET LOCAL lock_timeout = '5s';
+
+-- The token of the attempt that currently holds the job; NULL when no attempt
+-- holds it. Minted on every transition into running (by the trigger below).
+ALTER TABLE /* TEMPLATE: schema */river_job ADD COLUMN IF NOT EXISTS lease_token uuid;
+
+-- When the current lease ends unless renewed. Set only for jobs fetched by a
+-- fenced client; NULL leaves the job to River's own rescue rules. Deliberately
+-- not indexed: an index would turn every heartbeat into a non-HOT update.
+ALTER TABLE /* TEMPLATE: schema */river_job ADD COLUMN IF NOT EXISTS lease_expires_at timestamptz;
+
+-- The token of the attempt that held the job last, kept when the job leaves
+-- running so that a repeated write by that attempt (River's executor re-sends
+-- "completed" after JobCompleteTx) is told apart from a stale one.
+ALTER TABLE /* TEMPLATE: schema */river_job ADD COLUMN IF NOT EXISTS lease_last_token uuid;
+
+-- Progress details stored by fencing.Heartbeat, readable by the job's next
+-- attempt. Not indexed.
+ALTER TABLE /* TEMPLATE: schema */river_job ADD COLUMN IF NOT EXISTS lease_details jsonb;
+
+-- One row per finished attempt of a job: its lease token (NULL for an attempt
+-- that started before fencing was installed), the client that ran it, when it
+-- started (River's attempted_at) and ended, and the state it left the job in
+-- ("superseded" when a new attempt replaced it while it was running). The
+-- attempt that holds a job now is river_job's own (lease_token, attempted_at).
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_job_attempt (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id bigint NOT NULL,
+    attempt smallint NOT NULL,
+    lease_token uuid,
+    attempted_by text,
+    started_at timestamptz,
+    finished_at timestamptz NOT NULL DEFAULT now(),
+    outcome text NOT NULL
+);
+
+-- Created with the (empty) table in this transaction, so no CONCURRENTLY is
+-- needed; an operator re-creating it on a large log should build it
+-- CONCURRENTLY by hand.
+CREATE INDEX IF NOT EXISTS weir_job_attempt_job_id_idx ON /* TEMPLATE: schema */weir_job_attempt (job_id, id);
+
+-- The trigger function. On a transition out of running (or to a new attempt)
+-- it logs the attempt that ended, remembers its token as lease_last_token and
+-- revokes the lease; on a transition into running it mints a fresh token. It
+-- sets lease_expires_at only when the fetching session asked for a lease (the
+-- fencing Pilot sets weir.fencing_lease_ttl for its fetch transaction), so
+-- jobs fetched by unfenced clients keep River's own rescue rules.
+CREATE OR REPLACE FUNCTION /* TEMPLATE: schema */weir_fencing_job_lease() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    ttl text;
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.state = 'running' THEN
+        INSERT INTO /* TEMPLATE: schema */weir_job_attempt
+            (job_id, attempt, lease_token, attempted_by, started_at, outcome)
+        VALUES (
+            OLD.id, OLD.attempt, OLD.lease_token,
+            OLD.attempted_by[array_upper(OLD.attempted_by, 1)], OLD.attempted_at,
+            CASE WHEN NEW.state = 'running' THEN 'superseded' ELSE NEW.state::text END
+        );
+        NEW.lease_last_token := coalesce(OLD.lease_token, NEW.lease_last_token);
+        NEW.lease_token := NULL;
+        NEW.lease_expires_at := NULL;
+    END IF;
+
+    IF NEW.state = 'running' THEN
+        NEW.lease_token := gen_random_uuid();
+        ttl := current_setting('weir.fencing_lease_ttl', true);
+        IF ttl IS NOT NULL AND ttl <> '' THEN
+            NEW.lease_expires_at := now() + ttl::interval;
+        ELSE
+            NEW.lease_expires_at := NULL;
+        END IF;
+    ELSIF TG_OP = 'INSERT' THEN
+        NEW.lease_token := NULL;
+        NEW.lease_expires_at := NULL;
+    END IF;
+
+    RETURN NEW;
+END
+$$;
+
+-- Fires only when the state or the attempt changes, so heartbeats and metadata
+-- merges pay nothing for it.
+CREATE OR REPLACE TRIGGER weir_fencing_job_lease_update
+    BEFORE UPDATE ON /* TEMPLATE: schema */river_job
+    FOR EACH ROW
+    WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.attempt IS DISTINCT FROM NEW.attempt)
+    EXECUTE FUNCTION /* TEMPLATE: schema */weir_fencing_job_lease();
+
+-- Rows inserted already running (tests, tools) get a token too.
+CREATE OR REPLACE TRIGGER weir_fencing_job_lease_insert
+    BEFORE INSERT ON /* TEMPLATE: schema */river_job
+    FOR EACH ROW
+    WHEN (NEW.state = 'running')
+    EXECUTE FUNCTION /* TEMPLATE: schema */weir_fencing_job_lease();
