@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
@@ -165,7 +166,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		FetchOnlyKnownKinds: true,
 		JobTimeout:          w.config.TaskTimeout,
 		Logger:              w.config.Logger,
-		Plugins:             []river.Plugin{w.driver.Plugin()},
+		Plugins:             []rivertype.Plugin{w.driver.Plugin()},
 		Queues:              w.config.Queues,
 		Schema:              w.config.Schema,
 		Workers:             w.riverWorkers,
