@@ -20,8 +20,11 @@ type Codec interface {
 // JSONCodec is the default Codec: encoding/json.
 type JSONCodec struct{}
 
-// Decode implements Codec.
+// Decode implements Codec. Empty data is JSON null: v is left as is.
 func (JSONCodec) Decode(data []byte, v any) error {
+	if len(data) == 0 {
+		return nil
+	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return &PayloadError{Err: err, Op: "decoding"}
 	}

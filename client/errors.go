@@ -142,11 +142,16 @@ type Failure struct {
 	Type string `json:"type,omitempty"`
 }
 
+// Error is the failure's type and message, then its causes'.
 func (f *Failure) Error() string {
+	msg := f.Message
 	if f.Type != "" {
-		return f.Type + ": " + f.Message
+		msg = f.Type + ": " + msg
 	}
-	return f.Message
+	if f.Cause != nil {
+		msg += ": " + f.Cause.Error()
+	}
+	return msg
 }
 
 // Unwrap returns the cause.
