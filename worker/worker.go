@@ -204,6 +204,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 	return err
 }
 
+// FencingStats are the running totals of the worker's lease events: renewals,
+// expiries, lost leases and rejected stale writes.
+func (w *Worker) FencingStats() fencing.Stats { return w.driver.Stats() }
+
 // WorkflowKinds lists the registered workflow kinds.
 func (w *Worker) WorkflowKinds() []string {
 	w.mu.Lock()
