@@ -18,6 +18,7 @@ import (
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
+	"github.com/weirhq/weir/workflow"
 )
 
 // taskWorker is the River worker of one workflow kind's tasks.
@@ -49,10 +50,28 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 		return t.w.runTask(ctx, tx, t.def, job)
 	})
 	if err != nil {
-		return fmt.Errorf("workflow task of run %s (job %d, attempt %d): %w", job.Args.RunID, job.ID, job.Attempt, err)
+		err = fmt.Errorf("workflow task of run %s (job %d, attempt %d): %w", job.Args.RunID, job.ID, job.Attempt, err)
+		// River keeps only the error's text: put a panic's stack in it, so
+		// the failing task shows where workflow code broke.
+		var panicErr *workflow.PanicError
+		if errors.As(err, &panicErr) && panicErr.Stack != "" {
+			err = &stackError{err: err, stack: panicErr.Stack}
+		}
+		t.w.config.Logger.WarnContext(ctx, "weir: workflow task failed; it will be retried",
+			slog.String("run_id", job.Args.RunID.String()), slog.Int("attempt", job.Attempt), slog.String("error", err.Error()))
+		return err
 	}
 	return nil
 }
+
+// stackError is an error whose text ends with a stack trace.
+type stackError struct {
+	err   error
+	stack string
+}
+
+func (e *stackError) Error() string { return e.err.Error() + "\n" + e.stack }
+func (e *stackError) Unwrap() error { return e.err }
 
 type runRow struct {
 	Args        []byte

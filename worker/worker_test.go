@@ -252,6 +252,62 @@ func TestWorker(t *testing.T) {
 		require.Equal(t, int64(3), b.charge.calls.Load())
 	})
 
+	t.Run("NoLostWakeUpsWithoutSweeper", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		// Every activity outcome races the task commits of its siblings; the
+		// run lock alone must make sure none is stranded.
+		startWorker(ctx, t, b, &worker.Config{SweepInterval: time.Hour})
+
+		const workflows = 20
+		runs := make([]*client.Run, workflows)
+		for i := range runs {
+			var err error
+			runs[i], err = b.client.Start(ctx, ParallelArgs{ID: fmt.Sprint(i), Cents: []int64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}}, nil)
+			require.NoError(t, err)
+		}
+		for _, run := range runs {
+			receipt, err := getWithin[Receipt](ctx, t, run)
+			require.NoError(t, err)
+			require.Equal(t, int64(10), receipt.Total)
+			requireHistoryWellFormed(ctx, t, b, run)
+		}
+	})
+
+	t.Run("OneRunExecutesUnderRacingStarts", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorker(ctx, t, b, nil)
+
+		const starters = 5
+		var wg sync.WaitGroup
+		runs := make([]*client.Run, starters)
+		errs := make([]error, starters)
+		for i := range starters {
+			wg.Go(func() {
+				runs[i], errs[i] = b.client.Start(ctx, OrderArgs{ID: "race", Cents: []int64{9}}, &client.StartOpts{
+					WorkflowID: "race", RequestID: fmt.Sprint("req-", i),
+				})
+			})
+		}
+		wg.Wait()
+		var winner *client.Run
+		for i := range starters {
+			if errs[i] == nil {
+				require.Nil(t, winner)
+				winner = runs[i]
+			} else {
+				require.ErrorIs(t, errs[i], client.ErrWorkflowAlreadyStarted)
+			}
+		}
+		require.NotNil(t, winner)
+		_, err := getWithin[Receipt](ctx, t, winner)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), b.charge.calls.Load(), "exactly one run executed")
+	})
+
 	t.Run("PlainRiverWorkerAsActivity", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

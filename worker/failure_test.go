@@ -1,0 +1,304 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/task"
+	"github.com/weirhq/weir/worker"
+	"github.com/weirhq/weir/workflow"
+)
+
+// --- a workflow whose code panics on its first task attempt ---
+
+type FlakyArgs struct {
+	Key string `json:"key"`
+}
+
+func (FlakyArgs) Kind() string { return "flaky_workflow" }
+
+var panicked sync.Map
+
+type FlakyWorkflow struct {
+	workflow.Defaults[FlakyArgs, string]
+}
+
+func (w *FlakyWorkflow) Run(ctx workflow.Context, args FlakyArgs) (string, error) {
+	if _, loaded := panicked.LoadOrStore(args.Key, true); !loaded {
+		panic("bug in workflow code")
+	}
+	return "recovered", nil
+}
+
+// --- an activity that panics ---
+
+type PanicArgs struct{}
+
+func (PanicArgs) Kind() string { return "panicky" }
+
+type PanicActivity struct {
+	activity.Defaults[PanicArgs, int]
+}
+
+func (a *PanicActivity) Execute(context.Context, PanicArgs) (int, error) { panic("activity bug") }
+
+type PanicWorkflowArgs struct{}
+
+func (PanicWorkflowArgs) Kind() string { return "panic_workflow" }
+
+type PanicWorkflow struct {
+	workflow.Defaults[PanicWorkflowArgs, int]
+}
+
+func (w *PanicWorkflow) Run(ctx workflow.Context, _ PanicWorkflowArgs) (int, error) {
+	return workflow.ExecuteActivity[int](ctx, PanicArgs{}, &workflow.ActivityOpts{
+		RetryPolicy: &workflow.RetryPolicy{MaximumAttempts: 1},
+	}).Get(ctx)
+}
+
+// --- an activity that resumes from heartbeat details ---
+
+type CountArgs struct {
+	To int `json:"to"`
+}
+
+func (CountArgs) Kind() string { return "count" }
+
+type CountActivity struct {
+	activity.Defaults[CountArgs, []int]
+}
+
+// Execute counts to args.To, heartbeating each step; the first attempt fails
+// half-way, the second resumes where the first stopped.
+func (a *CountActivity) Execute(ctx context.Context, args CountArgs) ([]int, error) {
+	info, _ := activity.GetInfo(ctx)
+	start := 1
+	if last, ok, err := activity.HeartbeatDetails[int](ctx); err != nil {
+		return nil, err
+	} else if ok {
+		start = last + 1
+	}
+	var counted []int
+	for i := start; i <= args.To; i++ {
+		if info.Attempt == 1 && i > args.To/2 {
+			return nil, errors.New("crash half-way")
+		}
+		counted = append(counted, i)
+		if err := activity.Heartbeat(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	return counted, nil
+}
+
+type CountWorkflowArgs struct {
+	To int `json:"to"`
+}
+
+func (CountWorkflowArgs) Kind() string { return "count_workflow" }
+
+type CountWorkflow struct {
+	workflow.Defaults[CountWorkflowArgs, []int]
+}
+
+func (w *CountWorkflow) Run(ctx workflow.Context, args CountWorkflowArgs) ([]int, error) {
+	return workflow.ExecuteActivity[[]int](ctx, CountArgs(args), &workflow.ActivityOpts{
+		RetryPolicy: &workflow.RetryPolicy{InitialInterval: 10 * time.Millisecond},
+	}).Get(ctx)
+}
+
+// --- an activity whose effect is a database write, committed with its outcome ---
+
+type DepositArgs struct {
+	Account string `json:"account"`
+	Cents   int64  `json:"cents"`
+	Table   string `json:"table"`
+}
+
+func (DepositArgs) Kind() string { return "deposit" }
+
+type DepositActivity struct {
+	activity.Defaults[DepositArgs, int64]
+	pool interface {
+		Begin(ctx context.Context) (pgx.Tx, error)
+	}
+	failAfterCommit sync.Map // account → first attempt returns an error after its commit
+}
+
+func (a *DepositActivity) Execute(ctx context.Context, args DepositArgs) (int64, error) {
+	tx, err := a.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var balance int64
+	if err := tx.QueryRow(ctx, "INSERT INTO "+args.Table+" (account, cents) VALUES ($1, $2)"+
+		" ON CONFLICT (account) DO UPDATE SET cents = "+args.Table+".cents + $2 RETURNING cents", args.Account, args.Cents).Scan(&balance); err != nil {
+		return 0, err
+	}
+	if err := activity.CompleteTx(ctx, tx, balance); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
+	if _, loaded := a.failAfterCommit.LoadOrStore(args.Account, true); !loaded {
+		// The outcome is committed: this error must change nothing.
+		return 0, errors.New("lost the reply after committing")
+	}
+	return balance, nil
+}
+
+type DepositWorkflowArgs struct {
+	Account string `json:"account"`
+	Table   string `json:"table"`
+}
+
+func (DepositWorkflowArgs) Kind() string { return "deposit_workflow" }
+
+type DepositWorkflow struct {
+	workflow.Defaults[DepositWorkflowArgs, int64]
+}
+
+func (w *DepositWorkflow) Run(ctx workflow.Context, args DepositWorkflowArgs) (int64, error) {
+	return workflow.ExecuteActivity[int64](ctx, DepositArgs{Account: args.Account, Cents: 250, Table: args.Table}, nil).Get(ctx)
+}
+
+func TestFailurePaths(t *testing.T) {
+	t.Parallel()
+
+	startWith := func(ctx context.Context, t *testing.T, b *testBundle, register func(w *worker.Worker)) *worker.Worker {
+		t.Helper()
+		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		register(w)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			require.NoError(t, w.Stop(stopCtx))
+		})
+		return w
+	}
+
+	t.Run("ActivityCompleteTxCommitsEffectOnce", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		table := dbschema.Qualify(b.schema, "balances")
+		_, err := b.pool.Exec(ctx, "CREATE TABLE "+table+" (account text PRIMARY KEY, cents bigint NOT NULL)")
+		require.NoError(t, err)
+		deposit := &DepositActivity{pool: b.pool}
+		startWith(ctx, t, b, func(w *worker.Worker) {
+			worker.AddWorkflow(w, &DepositWorkflow{})
+			worker.AddActivity(w, deposit)
+		})
+
+		run, err := b.client.Start(ctx, DepositWorkflowArgs{Account: "acct-1", Table: table}, nil)
+		require.NoError(t, err)
+		balance, err := getWithin[int64](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, int64(250), balance, "the error after commit did not cause a second deposit")
+		var cents int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT cents FROM "+table+" WHERE account = 'acct-1'").Scan(&cents))
+		require.Equal(t, int64(250), cents)
+	})
+
+	t.Run("ActivityPanicFailsWithStack", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWith(ctx, t, b, func(w *worker.Worker) {
+			worker.AddWorkflow(w, &PanicWorkflow{})
+			worker.AddActivity(w, &PanicActivity{})
+		})
+
+		run, err := b.client.Start(ctx, PanicWorkflowArgs{}, nil)
+		require.NoError(t, err)
+		_, err = getWithin[int](ctx, t, run)
+		var failed *client.WorkflowFailedError
+		require.ErrorAs(t, err, &failed)
+		require.Contains(t, err.Error(), "activity bug")
+		var failureType, stack string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT attributes->'failure'->>'type', attributes->'failure'->>'stack' FROM "+b.names.Event+
+			" WHERE run_id = $1 AND type = 'ActivityFailed'", run.RunID).Scan(&failureType, &stack))
+		require.Equal(t, "PanicError", failureType)
+		require.Contains(t, stack, "PanicActivity", "the activity's stack is kept in history")
+	})
+
+	t.Run("HeartbeatDetailsResumeNextAttempt", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWith(ctx, t, b, func(w *worker.Worker) {
+			worker.AddWorkflow(w, &CountWorkflow{})
+			worker.AddActivity(w, &CountActivity{})
+		})
+
+		run, err := b.client.Start(ctx, CountWorkflowArgs{To: 10}, nil)
+		require.NoError(t, err)
+		counted, err := getWithin[[]int](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, []int{6, 7, 8, 9, 10}, counted, "attempt 2 resumed after attempt 1's last heartbeat")
+	})
+
+	t.Run("UnknownKindWaitsForCapableWorker", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		// This worker does not know FlakyWorkflow: it must leave the task alone.
+		startWith(ctx, t, b, func(w *worker.Worker) { worker.AddWorkflow(w, &SequentialWorkflow{}) })
+
+		key := uuid.NewString()
+		panicked.Store(key, true) // no panic in this test
+		run, err := b.client.Start(ctx, FlakyArgs{Key: key}, nil)
+		require.NoError(t, err)
+		seq, err := b.client.Start(ctx, OrderArgs{ID: "known"}, nil)
+		require.NoError(t, err)
+		_, err = getWithin[Receipt](ctx, t, seq)
+		require.NoError(t, err, "the worker is running")
+
+		var state string
+		var attempt int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT state, attempt FROM "+b.names.RiverJob+" WHERE kind = $1",
+			task.Kind(FlakyArgs{}.Kind())).Scan(&state, &attempt))
+		require.Equal(t, "available", state, "visible and waiting, not failed")
+		require.Zero(t, attempt)
+
+		startWith(ctx, t, b, func(w *worker.Worker) { worker.AddWorkflow(w, &FlakyWorkflow{}) })
+		result, err := getWithin[string](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, "recovered", result)
+	})
+
+	t.Run("WorkflowPanicRetriesTaskVisibly", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWith(ctx, t, b, func(w *worker.Worker) { worker.AddWorkflow(w, &FlakyWorkflow{}) })
+
+		run, err := b.client.Start(ctx, FlakyArgs{Key: uuid.NewString()}, nil)
+		require.NoError(t, err)
+		result, err := getWithin[string](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, "recovered", result, "the task failed once, then succeeded; the workflow did not fail")
+
+		var errs []string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT array(SELECT (e->>'error') || (e->>'trace') FROM unnest(errors) e) FROM "+b.names.RiverJob+
+			" WHERE kind = $1", task.Kind(FlakyArgs{}.Kind())).Scan(&errs))
+		require.Len(t, errs, 1)
+		require.Contains(t, errs[0], "bug in workflow code")
+		require.Contains(t, errs[0], "FlakyWorkflow", "the panic's stack is recorded on the task")
+	})
+}
+
