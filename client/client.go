@@ -48,6 +48,10 @@ type Config struct {
 	// Defaults to JSONCodec.
 	Codec Codec
 
+	// Interceptors wrap the client's calls, the first outermost. Defaults to
+	// none.
+	Interceptors []Interceptor
+
 	// Logger receives the client's warnings. Defaults to discarding.
 	Logger *slog.Logger
 
@@ -228,6 +232,14 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 		return nil, fmt.Errorf("weir: request ID is %d bytes; at most 255", len(requestID))
 	}
 
+	info := &StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}
+	return c.interceptStart(ctx, info, func(ctx context.Context) (*Run, error) {
+		return c.startTx(ctx, tx, args, info)
+	})
+}
+
+func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo) (*Run, error) {
+	kind, namespace, queue, requestID, workflowID := info.Kind, info.Namespace, info.Queue, info.RequestID, info.WorkflowID
 	payload, err := c.config.Codec.Encode(args)
 	if err != nil {
 		return nil, err

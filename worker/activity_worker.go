@@ -163,7 +163,16 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		_, err := a.execute(ctx, job.Args)
 		return err
 	}
+	info := &ActivityInfo{
+		Attempt: job.Attempt, Generation: meta.Generation, JobID: job.ID, Kind: job.Kind, Namespace: meta.Namespace,
+		RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, WorkflowID: meta.WorkflowID,
+	}
+	return intercept(ctx, a.w.config.Interceptors, info, Interceptor.InterceptActivity, func(ctx context.Context) error {
+		return a.work(ctx, job, meta)
+	})
+}
 
+func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta) error {
 	st := &attempt.State{
 		ActivityKind:     job.Kind,
 		Attempt:          job.Attempt,

@@ -36,6 +36,10 @@ type Config struct {
 	// to fencing's defaults.
 	Fencing *fencing.Config
 
+	// Interceptors wrap workflow tasks and activity attempts, the first
+	// outermost. Defaults to none.
+	Interceptors []Interceptor
+
 	// Logger receives the worker's logs; workflow code's logger
 	// (workflow.GetLogger) writes here too. Defaults to discarding.
 	Logger *slog.Logger

@@ -46,8 +46,11 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 // ask for, and completes its own job, fenced. A stale task (its lease was lost
 // to a newer attempt) changes nothing: its completion aborts the transaction.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
-	err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
-		return t.w.runTask(ctx, tx, t.def, job)
+	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
+	err := intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
+			return t.w.runTask(ctx, tx, t.def, job)
+		})
 	})
 	if err != nil {
 		err = fmt.Errorf("workflow task of run %s (job %d, attempt %d): %w", job.Args.RunID, job.ID, job.Attempt, err)

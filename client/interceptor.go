@@ -1,0 +1,42 @@
+package client
+
+import "context"
+
+// Interceptor wraps the client's calls, for tracing, metrics or logging
+// (package otel implements one). Each method must call next exactly once and
+// return its results, or an error of its own. Embed InterceptorDefaults to
+// implement only some methods.
+type Interceptor interface {
+	// InterceptStart wraps Start and StartTx.
+	InterceptStart(ctx context.Context, info *StartInfo, next func(ctx context.Context) (*Run, error)) (*Run, error)
+}
+
+// InterceptorDefaults implements Interceptor by calling next.
+type InterceptorDefaults struct{}
+
+// InterceptStart calls next.
+func (InterceptorDefaults) InterceptStart(ctx context.Context, _ *StartInfo, next func(ctx context.Context) (*Run, error)) (*Run, error) {
+	return next(ctx)
+}
+
+// StartInfo describes a start before it happens.
+type StartInfo struct {
+	// Kind is the workflow's kind.
+	Kind string
+
+	// Namespace, Queue, RequestID and WorkflowID are the start's options,
+	// defaults applied.
+	Namespace  string
+	Queue      string
+	RequestID  string
+	WorkflowID string
+}
+
+func (c *Client) interceptStart(ctx context.Context, info *StartInfo, next func(ctx context.Context) (*Run, error)) (*Run, error) {
+	wrapped := next
+	for i := len(c.config.Interceptors) - 1; i >= 0; i-- {
+		inner, interceptor := wrapped, c.config.Interceptors[i]
+		wrapped = func(ctx context.Context) (*Run, error) { return interceptor.InterceptStart(ctx, info, inner) }
+	}
+	return wrapped(ctx)
+}

@@ -1,0 +1,82 @@
+package worker
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+)
+
+// Interceptor wraps the work a Worker does, for tracing, metrics or logging
+// (package otel implements one). Each method must call next exactly once and
+// return its error, or an error of its own. Embed InterceptorDefaults to
+// implement only some methods.
+type Interceptor interface {
+	// InterceptActivity wraps one activity attempt of a weir activity.
+	InterceptActivity(ctx context.Context, info *ActivityInfo, next func(ctx context.Context) error) error
+
+	// InterceptTask wraps one workflow task: replay and commit.
+	InterceptTask(ctx context.Context, info *TaskInfo, next func(ctx context.Context) error) error
+}
+
+// InterceptorDefaults implements Interceptor by calling next.
+type InterceptorDefaults struct{}
+
+// InterceptActivity calls next.
+func (InterceptorDefaults) InterceptActivity(ctx context.Context, _ *ActivityInfo, next func(ctx context.Context) error) error {
+	return next(ctx)
+}
+
+// InterceptTask calls next.
+func (InterceptorDefaults) InterceptTask(ctx context.Context, _ *TaskInfo, next func(ctx context.Context) error) error {
+	return next(ctx)
+}
+
+// TaskInfo describes a workflow task.
+type TaskInfo struct {
+	// Attempt is the task job's River attempt (1 is the first).
+	Attempt int
+
+	// JobID is the task's River job.
+	JobID int64
+
+	// Kind is the workflow's kind.
+	Kind string
+
+	// RunID and WorkflowID identify the run.
+	RunID      uuid.UUID
+	WorkflowID string
+}
+
+// ActivityInfo describes an activity attempt.
+type ActivityInfo struct {
+	// Attempt is the attempt (1 is the first).
+	Attempt int
+
+	// Generation, Namespace, RunID and WorkflowID identify the run the
+	// activity works for.
+	Generation int64
+	Namespace  string
+	RunID      uuid.UUID
+	WorkflowID string
+
+	// JobID is the activity's River job.
+	JobID int64
+
+	// Kind is the activity's kind.
+	Kind string
+
+	// ScheduledEventID is the event that scheduled the activity.
+	ScheduledEventID int64
+}
+
+// intercept runs next through every interceptor, the first outermost.
+func intercept[I any](ctx context.Context, interceptors []Interceptor, info I,
+	call func(Interceptor, context.Context, I, func(context.Context) error) error, next func(context.Context) error,
+) error {
+	wrapped := next
+	for i := len(interceptors) - 1; i >= 0; i-- {
+		inner, interceptor := wrapped, interceptors[i]
+		wrapped = func(ctx context.Context) error { return call(interceptor, ctx, info, inner) }
+	}
+	return wrapped(ctx)
+}
