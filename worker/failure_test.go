@@ -301,4 +301,3 @@ func TestFailurePaths(t *testing.T) {
 		require.Contains(t, errs[0], "FlakyWorkflow", "the panic's stack is recorded on the task")
 	})
 }
-
