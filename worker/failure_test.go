@@ -252,6 +252,25 @@ func TestFailurePaths(t *testing.T) {
 		require.Equal(t, []int{6, 7, 8, 9, 10}, counted, "attempt 2 resumed after attempt 1's last heartbeat")
 	})
 
+	t.Run("DiscardedTaskIsReplaced", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+
+		run, err := b.client.Start(ctx, OrderArgs{ID: "d", Cents: []int64{4}}, nil)
+		require.NoError(t, err)
+		// An operator (or exhausted attempts) ends the run's task for good.
+		tag, err := b.pool.Exec(ctx, "UPDATE "+b.names.RiverJob+" SET state = 'discarded', finalized_at = now() WHERE kind = $1",
+			task.Kind(OrderArgs{}.Kind()))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), tag.RowsAffected())
+
+		startWorker(ctx, t, b, nil)
+		receipt, err := getWithin[Receipt](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, int64(4), receipt.Total)
+	})
+
 	t.Run("UnknownKindWaitsForCapableWorker", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

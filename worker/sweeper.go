@@ -184,15 +184,20 @@ func outcomeOfEndedJob(a *endedActivity) (history.EventType, []byte, error) {
 	return eventType, data, err
 }
 
-// requeueStrandedRuns queues a task for live runs with inbox rows and no
-// usable task: none recorded, or the recorded job is gone or finalized.
+// requeueStrandedRuns queues a task for live runs that need one and have no
+// usable task: none recorded while inbox rows wait, or the recorded job is
+// gone or ended without committing. So a workflow task never ends for good:
+// even one discarded after exhausting its attempts is followed by a new one.
 func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 	names := s.w.names
 	rows, err := s.w.pool.Query(ctx, "SELECT r.run_id FROM "+names.Run+" r"+
 		" LEFT JOIN "+names.RiverJob+" j ON j.id = r.task_job_id"+
-		" WHERE r.state = 'running'"+
-		" AND (r.task_job_id IS NULL OR j.id IS NULL OR j.state IN ('completed', 'discarded', 'cancelled'))"+
-		" AND (r.next_event_id = 1 OR EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = r.run_id))"+
+		" WHERE r.state = 'running' AND ("+
+		// No task queued though there is work for one.
+		"  (r.task_job_id IS NULL AND (r.next_event_id = 1 OR EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = r.run_id)))"+
+		// The queued task is gone or ended without committing (deleted,
+		// cancelled by hand, or discarded after exhausting its attempts).
+		"  OR (r.task_job_id IS NOT NULL AND (j.id IS NULL OR j.state IN ('completed', 'discarded', 'cancelled'))))"+
 		" LIMIT $1", sweepBatch)
 	if err != nil {
 		return 0, fmt.Errorf("finding stranded runs: %w", err)

@@ -14,10 +14,11 @@ import (
 // own kind follows it.
 const KindPrefix = "weir.workflow:"
 
-// MaxAttempts is the River max_attempts of workflow-task jobs. A workflow
-// task is never discarded: it retries with a backoff capped at
-// RetryBackoffMax, so this many attempts span about three weeks, and the
-// worker raises it again before it runs out.
+// MaxAttempts is the River max_attempts of workflow-task jobs. A failing
+// workflow task retries with a backoff capped at RetryBackoffMax, so this
+// many attempts span about three weeks; should a task still be discarded
+// then, the worker's sweeper queues a new one for the run, so the run is never
+// abandoned.
 const MaxAttempts = 32000
 
 // RetryBackoffMax caps the backoff between attempts of a failing workflow
