@@ -21,6 +21,7 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/runstate"
 )
 
 const (
@@ -34,6 +35,9 @@ const (
 
 	// QueueDefault is the River queue of workflow tasks started without one.
 	QueueDefault = river.QueueDefault
+
+	// MaxPayloadBytesDefault is the default cap on an encoded payload.
+	MaxPayloadBytesDefault = 2 << 20
 )
 
 // WorkflowArgs are a workflow's arguments. Kind names the workflow type; it is
@@ -51,6 +55,11 @@ type Config struct {
 	// Interceptors wrap the client's calls, the first outermost. Defaults to
 	// none.
 	Interceptors []Interceptor
+
+	// MaxPayloadBytes caps the encoded size of workflow args; larger ones are
+	// a *PayloadError matching ErrPayloadTooLarge. Defaults to
+	// MaxPayloadBytesDefault.
+	MaxPayloadBytes int
 
 	// Logger receives the client's warnings. Defaults to discarding.
 	Logger *slog.Logger
@@ -78,12 +87,13 @@ func (c *Config) withDefaults() *Config {
 	}
 	out.Namespace = cmp.Or(out.Namespace, NamespaceDefault)
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
+	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, MaxPayloadBytesDefault)
 	return &out
 }
 
 func (c *Config) validate() error {
-	if c.PollInterval < 0 {
-		return errors.New("client config: PollInterval must not be negative")
+	if c.PollInterval < 0 || c.MaxPayloadBytes < 0 {
+		return errors.New("client config: PollInterval and MaxPayloadBytes must not be negative")
 	}
 	if err := validateName("namespace", c.Namespace); err != nil {
 		return err
@@ -135,14 +145,57 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// IDReusePolicy says whether a workflow ID whose last run has closed may
+// start again.
+type IDReusePolicy int
+
+const (
+	// IDReuseAllowDuplicate allows a new run once the last one closed,
+	// however it ended. The default.
+	IDReuseAllowDuplicate IDReusePolicy = iota
+
+	// IDReuseAllowDuplicateFailedOnly allows a new run only if the last one
+	// did not complete (it failed, was cancelled or terminated, or timed out).
+	IDReuseAllowDuplicateFailedOnly
+
+	// IDReuseRejectDuplicate never starts a workflow ID twice.
+	IDReuseRejectDuplicate
+)
+
+func (p IDReusePolicy) String() string {
+	switch p {
+	case IDReuseAllowDuplicate:
+		return "AllowDuplicate"
+	case IDReuseAllowDuplicateFailedOnly:
+		return "AllowDuplicateFailedOnly"
+	case IDReuseRejectDuplicate:
+		return "RejectDuplicate"
+	}
+	return fmt.Sprintf("IDReusePolicy(%d)", int(p))
+}
+
 // StartOpts are options of Start. A nil *StartOpts means defaults.
 type StartOpts struct {
+	// ExecutionTimeout bounds the workflow across all its runs (a
+	// continued-as-new chain); past it the run ends timed_out. Defaults to
+	// none.
+	ExecutionTimeout time.Duration
+
+	// IDReusePolicy says whether the workflow ID may start again after its
+	// last run closed. Defaults to IDReuseAllowDuplicate.
+	IDReusePolicy IDReusePolicy
+
 	// Namespace isolates workflow IDs. Defaults to the client's Namespace.
 	Namespace string
 
 	// Queue is the River queue of the run's workflow tasks; workers serving
 	// the queue run it. Defaults to QueueDefault.
 	Queue string
+
+	// RunTimeout bounds this run; past it the run ends timed_out and Get
+	// returns a *WorkflowFailedError matching ErrWorkflowTimedOut. Defaults
+	// to none.
+	RunTimeout time.Duration
 
 	// RequestID makes the start idempotent: starting again with the same
 	// request ID and the same args returns the run the first start created
@@ -232,17 +285,24 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 		return nil, fmt.Errorf("weir: request ID is %d bytes; at most 255", len(requestID))
 	}
 
+	if opts.RunTimeout < 0 || opts.ExecutionTimeout < 0 {
+		return nil, errors.New("weir: RunTimeout and ExecutionTimeout must not be negative")
+	}
 	info := &StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}
 	return c.interceptStart(ctx, info, func(ctx context.Context) (*Run, error) {
-		return c.startTx(ctx, tx, args, info)
+		return c.startTx(ctx, tx, args, info, opts)
 	})
 }
 
-func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo) (*Run, error) {
+func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts) (*Run, error) {
 	kind, namespace, queue, requestID, workflowID := info.Kind, info.Namespace, info.Queue, info.RequestID, info.WorkflowID
 	payload, err := c.config.Codec.Encode(args)
 	if err != nil {
 		return nil, err
+	}
+	if len(payload) > c.config.MaxPayloadBytes {
+		return nil, &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: args of workflow %s are %d bytes, the limit is %d",
+			ErrPayloadTooLarge, workflowID, len(payload), c.config.MaxPayloadBytes)}
 	}
 	hash, err := requestHash(kind, queue, args)
 	if err != nil {
@@ -284,6 +344,23 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 		return nil, fmt.Errorf("looking up live run of workflow %s: %w", workflowID, err)
 	}
 
+	if opts.IDReusePolicy != IDReuseAllowDuplicate {
+		var lastState string
+		err := tx.QueryRow(ctx, "SELECT run_id, generation, state FROM "+c.names.Run+
+			" WHERE namespace = $1 AND workflow_id = $2 ORDER BY generation DESC LIMIT 1",
+			namespace, workflowID).Scan(&existingRunID, &existingGen, &lastState)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, fmt.Errorf("looking up last run of workflow %s: %w", workflowID, err)
+		case opts.IDReusePolicy == IDReuseRejectDuplicate,
+			opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly && lastState == "completed":
+			return nil, &WorkflowIDReuseError{
+				Generation: existingGen, LastState: lastState, Policy: opts.IDReusePolicy, RunID: existingRunID, WorkflowID: workflowID,
+			}
+		}
+	}
+
 	var generation int64
 	if err := tx.QueryRow(ctx, "INSERT INTO "+c.names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($1, $2, 1)"+
 		" ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1"+
@@ -292,10 +369,13 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 	}
 
 	runID := uuid.New()
+	var runDeadline, executionDeadline *time.Time
 	if _, err := tx.Exec(ctx, "INSERT INTO "+c.names.Run+
-		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash)"+
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		runID, namespace, workflowID, generation, kind, queue, payload, requestID, hash); err != nil {
+		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline)"+
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"+
+		"  now() + nullif($10::bigint, 0) * interval '1 microsecond', now() + nullif($11::bigint, 0) * interval '1 microsecond')",
+		runID, namespace, workflowID, generation, kind, queue, payload, requestID, hash,
+		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds()); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx" {
 			// Only a writer bypassing the advisory lock gets here.
@@ -308,7 +388,31 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 		return nil, err
 	}
 
+	// A deadline is enforced by a River job due then.
+	if opts.RunTimeout > 0 || opts.ExecutionTimeout > 0 {
+		if err := tx.QueryRow(ctx, "SELECT run_deadline, execution_deadline FROM "+c.names.Run+" WHERE run_id = $1", runID).
+			Scan(&runDeadline, &executionDeadline); err != nil {
+			return nil, fmt.Errorf("reading deadlines of workflow %s: %w", workflowID, err)
+		}
+		due := earliest(runDeadline, executionDeadline)
+		if _, err := c.river.InsertTx(ctx, tx, runstate.TimeoutArgs{RunID: runID}, &river.InsertOpts{
+			MaxAttempts: 25, Queue: queue, ScheduledAt: due,
+		}); err != nil {
+			return nil, fmt.Errorf("scheduling the timeout of workflow %s: %w", workflowID, err)
+		}
+	}
+
 	return &Run{Created: true, Generation: generation, Namespace: namespace, RunID: runID, WorkflowID: workflowID, client: c}, nil
+}
+
+func earliest(times ...*time.Time) time.Time {
+	var out time.Time
+	for _, t := range times {
+		if t != nil && (out.IsZero() || t.Before(out)) {
+			out = *t
+		}
+	}
+	return out
 }
 
 // requestHash identifies what a start asked for, independently of the codec

@@ -43,6 +43,10 @@ func (JSONCodec) Encode(v any) ([]byte, error) {
 // ErrPayload is matched (errors.Is) by a *PayloadError.
 var ErrPayload = errors.New("weir: payload cannot be encoded or decoded")
 
+// ErrPayloadTooLarge is matched (errors.Is) by a *PayloadError whose payload
+// exceeds the configured size limit.
+var ErrPayloadTooLarge = errors.New("weir: payload too large")
+
 // PayloadError means a payload could not be encoded or decoded, or is too
 // large.
 type PayloadError struct {

@@ -24,4 +24,41 @@
 //
 // Get waits on one LISTEN connection per Client, shared by all waiters, with
 // polling as a fallback; Close releases it.
+//
+// Operating runs: Describe (state, deadlines, pending activities with their
+// attempt and lease, pending inbox), History (paged) and WriteHistoryJSON,
+// List (filters and a keyset cursor, each served by an index), Terminate
+// (+Tx). StartOpts add an IDReusePolicy and run and execution timeouts.
+//
+// # Errors
+//
+// Every error a caller can act on is typed, matched with errors.As, and has a
+// sentinel for errors.Is; each carries the IDs involved:
+//
+//	*WorkflowAlreadyStartedError  ErrWorkflowAlreadyStarted  a live run has the workflow ID (its RunID, Generation)
+//	*WorkflowIDReuseError         ErrWorkflowIDReuse         the IDReusePolicy refuses a new run (the last run, its state)
+//	*RequestConflictError         ErrRequestConflict         a request ID reused with other args
+//	*RunNotFoundError             ErrRunNotFound             no such run
+//	*RunClosedError               ErrRunClosed               the run already closed (in State)
+//	*WorkflowFailedError          ErrWorkflowFailed          Get of a run that did not complete (its Failure, State);
+//	                              ErrWorkflowTimedOut        … that timed out
+//	                              ErrWorkflowTerminated      … that was terminated
+//	*PayloadError                 ErrPayload                 a payload can't be encoded or decoded;
+//	                              ErrPayloadTooLarge         … or exceeds Config.MaxPayloadBytes
+//	                              ErrInvalidCursor           a List cursor no List returned
+//
+// For example:
+//
+//	run, err := c.Start(ctx, args, &client.StartOpts{WorkflowID: id})
+//	var started *client.WorkflowAlreadyStartedError
+//	switch {
+//	case errors.As(err, &started):
+//		run = c.GetRun(started.WorkflowID, started.RunID) // await the live run instead
+//	case err != nil:
+//		return err
+//	}
+//	receipt, err := client.GetResult[Receipt](ctx, run)
+//	if errors.Is(err, client.ErrWorkflowTimedOut) {
+//		// …
+//	}
 package client

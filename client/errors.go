@@ -39,6 +39,34 @@ func (e *WorkflowAlreadyStartedError) Is(target error) bool {
 	return target == ErrWorkflowAlreadyStarted
 }
 
+// ErrWorkflowIDReuse is matched (errors.Is) by a *WorkflowIDReuseError.
+var ErrWorkflowIDReuse = errors.New("weir: workflow ID reuse not allowed")
+
+// WorkflowIDReuseError is returned by Start when the workflow ID's last run
+// has closed and the start's IDReusePolicy forbids another.
+type WorkflowIDReuseError struct {
+	// Generation and RunID identify the last run.
+	Generation int64
+	RunID      uuid.UUID
+
+	// LastState is how the last run ended.
+	LastState string
+
+	// Policy is the policy that refused the start.
+	Policy IDReusePolicy
+
+	// WorkflowID is the workflow ID.
+	WorkflowID string
+}
+
+func (e *WorkflowIDReuseError) Error() string {
+	return fmt.Sprintf("weir: workflow %s may not start again under %s: its last run %s (generation %d) ended %s",
+		e.WorkflowID, e.Policy, e.RunID, e.Generation, e.LastState)
+}
+
+// Is makes errors.Is(err, ErrWorkflowIDReuse) true.
+func (e *WorkflowIDReuseError) Is(target error) bool { return target == ErrWorkflowIDReuse }
+
 // ErrRequestConflict is matched (errors.Is) by a *RequestConflictError.
 var ErrRequestConflict = errors.New("weir: request ID reused for a different request")
 
@@ -108,8 +136,27 @@ func (e *WorkflowFailedError) Error() string {
 	return msg
 }
 
-// Is makes errors.Is(err, ErrWorkflowFailed) true.
-func (e *WorkflowFailedError) Is(target error) bool { return target == ErrWorkflowFailed }
+// ErrWorkflowTimedOut is matched (errors.Is) by a *WorkflowFailedError of a
+// run that timed out.
+var ErrWorkflowTimedOut = errors.New("weir: workflow timed out")
+
+// ErrWorkflowTerminated is matched (errors.Is) by a *WorkflowFailedError of
+// a run that was terminated.
+var ErrWorkflowTerminated = errors.New("weir: workflow terminated")
+
+// Is makes errors.Is(err, ErrWorkflowFailed) true, and ErrWorkflowTimedOut
+// or ErrWorkflowTerminated for runs that ended so.
+func (e *WorkflowFailedError) Is(target error) bool {
+	switch target {
+	case ErrWorkflowFailed:
+		return true
+	case ErrWorkflowTimedOut:
+		return e.State == "timed_out"
+	case ErrWorkflowTerminated:
+		return e.State == "terminated"
+	}
+	return false
+}
 
 // Unwrap exposes the failure to errors.As.
 func (e *WorkflowFailedError) Unwrap() error {

@@ -56,7 +56,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{
+	w := &Worker{
 		activities:   make(map[string]struct{}),
 		config:       config,
 		driver:       driver,
@@ -64,7 +64,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),
 		workflows:    make(map[string]*replay.Definition),
-	}, nil
+	}
+	river.AddWorker(w.riverWorkers, &timeoutWorker{w: w})
+	return w, nil
 }
 
 // AddWorkflow registers a workflow; the worker then runs tasks of its kind

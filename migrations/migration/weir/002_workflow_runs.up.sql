@@ -34,6 +34,11 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_run (
     -- The River job of the workflow task that will next read the inbox, while
     -- one is queued or running; NULL once it committed and none is needed.
     task_job_id bigint,
+    -- Deadlines: the run's own (run timeout) and the workflow's across runs
+    -- (execution timeout); NULL means none. A running run past either
+    -- ends timed_out.
+    run_deadline timestamptz,
+    execution_deadline timestamptz,
     parent_run_id uuid,
     trace_context jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
@@ -57,6 +62,17 @@ CREATE UNIQUE INDEX IF NOT EXISTS weir_run_request_idx
 -- The sweeper's scan: live runs only.
 CREATE INDEX IF NOT EXISTS weir_run_running_idx
     ON /* TEMPLATE: schema */weir_run (updated_at) WHERE state = 'running';
+-- List: newest first within a namespace, optionally by kind, by state, or by
+-- workflow ID prefix (text_pattern_ops serves LIKE 'prefix%' in any locale).
+-- Each ends in (created_at, run_id), the keyset of List's cursor.
+CREATE INDEX IF NOT EXISTS weir_run_list_idx
+    ON /* TEMPLATE: schema */weir_run (namespace, created_at DESC, run_id DESC);
+CREATE INDEX IF NOT EXISTS weir_run_list_kind_idx
+    ON /* TEMPLATE: schema */weir_run (namespace, kind, created_at DESC, run_id DESC);
+CREATE INDEX IF NOT EXISTS weir_run_list_state_idx
+    ON /* TEMPLATE: schema */weir_run (namespace, state, created_at DESC, run_id DESC);
+CREATE INDEX IF NOT EXISTS weir_run_list_workflow_id_idx
+    ON /* TEMPLATE: schema */weir_run (namespace, workflow_id text_pattern_ops, created_at DESC, run_id DESC);
 
 -- The history: append-only, gap-free per run (W4).
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_event (

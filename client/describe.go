@@ -1,0 +1,173 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Description is a run's state as an operator needs it.
+type Description struct {
+	// ClosedAt is when the run closed; nil while it runs.
+	ClosedAt *time.Time
+
+	// CreatedAt is when the run was started.
+	CreatedAt time.Time
+
+	// ExecutionDeadline and RunDeadline are the run's timeouts as
+	// deadlines; nil when none was set.
+	ExecutionDeadline *time.Time
+	RunDeadline       *time.Time
+
+	// Failure is how the run failed, if it did.
+	Failure *Failure
+
+	// Generation counts the runs of the workflow ID.
+	Generation int64
+
+	// HistoryLength is the number of events in the run's history.
+	HistoryLength int64
+
+	// Kind is the workflow's kind.
+	Kind string
+
+	// Namespace is the run's namespace.
+	Namespace string
+
+	// PendingActivities are the activities scheduled and not yet resolved.
+	PendingActivities []*PendingActivity
+
+	// PendingInbox are results that arrived and wait for the next workflow
+	// task.
+	PendingInbox []*PendingInboxItem
+
+	// Queue is the River queue of the run's workflow tasks.
+	Queue string
+
+	// RunID is the run's ID.
+	RunID uuid.UUID
+
+	// State is running, completed, failed, cancelled, terminated,
+	// continued_as_new or timed_out.
+	State string
+
+	// TaskJobID is the River job of the workflow task queued or running for
+	// the run, if any.
+	TaskJobID *int64
+
+	// UpdatedAt is when the run last changed.
+	UpdatedAt time.Time
+
+	// WorkflowID is the run's workflow ID.
+	WorkflowID string
+}
+
+// PendingActivity is an activity awaiting its outcome.
+type PendingActivity struct {
+	// Attempt is the River attempt of the job (0 before its first).
+	Attempt int
+
+	// AttemptedAt is when the current or last attempt started.
+	AttemptedAt *time.Time
+
+	// JobID is the activity's River job; JobState its River state ("" when
+	// the job is gone).
+	JobID    int64
+	JobState string
+
+	// Kind is the activity's kind.
+	Kind string
+
+	// LastError is the last attempt's error, if any.
+	LastError string
+
+	// LeaseExpiresAt is when the running attempt's lease ends unless
+	// renewed; nil when no fenced attempt holds it.
+	LeaseExpiresAt *time.Time
+
+	// MaxAttempts is the job's attempt limit.
+	MaxAttempts int
+
+	// ScheduledAt is when the job is due (for a retry, its next attempt).
+	ScheduledAt *time.Time
+
+	// ScheduledEventID is the history event that scheduled it.
+	ScheduledEventID int64
+}
+
+// PendingInboxItem is a result waiting for the run's next workflow task.
+type PendingInboxItem struct {
+	CreatedAt time.Time
+	DedupKey  string
+	Type      string
+}
+
+// Describe returns the run's state, pending activities and pending inbox. A
+// zero runID means the workflow's latest run.
+func (c *Client) Describe(ctx context.Context, workflowID string, runID uuid.UUID) (*Description, error) {
+	var d *Description
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		resolved, err := c.resolveRun(ctx, tx, workflowID, runID)
+		if err != nil {
+			return err
+		}
+		d, err = c.describe(ctx, tx, resolved)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Description, error) {
+	d := &Description{RunID: runID}
+	var failure []byte
+	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, failure, next_event_id - 1,"+
+		" task_job_id, run_deadline, execution_deadline, created_at, updated_at, closed_at FROM "+c.names.Run+" WHERE run_id = $1", runID).Scan(
+		&d.Namespace, &d.WorkflowID, &d.Generation, &d.Kind, &d.Queue, &d.State, &failure, &d.HistoryLength,
+		&d.TaskJobID, &d.RunDeadline, &d.ExecutionDeadline, &d.CreatedAt, &d.UpdatedAt, &d.ClosedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &RunNotFoundError{RunID: runID}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("describing run %s: %w", runID, err)
+	}
+	d.Failure = decodeFailure(failure)
+
+	rows, err := tx.Query(ctx, "SELECT a.scheduled_event_id, a.kind, a.job_id, coalesce(j.state::text, ''), coalesce(j.attempt, 0),"+
+		" coalesce(j.max_attempts, 0), j.attempted_at, j.scheduled_at, j.lease_expires_at,"+
+		" coalesce(j.errors[array_length(j.errors, 1)]->>'error', '')"+
+		" FROM "+c.names.Activity+" a LEFT JOIN "+c.names.RiverJob+" j ON j.id = a.job_id"+
+		" WHERE a.run_id = $1 ORDER BY a.scheduled_event_id", runID)
+	if err != nil {
+		return nil, fmt.Errorf("describing activities of run %s: %w", runID, err)
+	}
+	d.PendingActivities, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*PendingActivity, error) {
+		var a PendingActivity
+		err := row.Scan(&a.ScheduledEventID, &a.Kind, &a.JobID, &a.JobState, &a.Attempt, &a.MaxAttempts,
+			&a.AttemptedAt, &a.ScheduledAt, &a.LeaseExpiresAt, &a.LastError)
+		return &a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("describing activities of run %s: %w", runID, err)
+	}
+
+	rows, err = tx.Query(ctx, "SELECT type, dedup_key, created_at FROM "+c.names.Inbox+" WHERE run_id = $1 ORDER BY id", runID)
+	if err != nil {
+		return nil, fmt.Errorf("describing inbox of run %s: %w", runID, err)
+	}
+	d.PendingInbox, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*PendingInboxItem, error) {
+		var item PendingInboxItem
+		err := row.Scan(&item.Type, &item.DedupKey, &item.CreatedAt)
+		return &item, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("describing inbox of run %s: %w", runID, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,120 @@
+// Package runstate ends runs from outside their workflow code: terminate and
+// timeouts. A run closed here stops at once: its pending activities' jobs are
+// cancelled, its inbox is cleared and waiters are notified. Workflow code
+// closing its own run goes through the workflow task instead.
+package runstate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/weirhq/weir/internal/dbschema"
+)
+
+// Canceller cancels River jobs in a transaction; *river.Client[pgx.Tx] is one.
+type Canceller interface {
+	JobCancelTx(ctx context.Context, tx pgx.Tx, jobID int64) (*rivertype.JobRow, error)
+}
+
+// Failure is how a closed run's failure is stored (the same JSON as history's).
+type Failure struct {
+	Message string `json:"message"`
+	Type    string `json:"type,omitempty"`
+}
+
+// Failure types of runs closed from outside.
+const (
+	FailureTypeTerminated = "Terminated"
+	FailureTypeTimedOut   = "TimedOut"
+)
+
+// ErrNotRunning is returned by Close when the run had already closed; Closed
+// tells how.
+var ErrNotRunning = errors.New("runstate: run is not running")
+
+// Closed describes a run that was already closed.
+type Closed struct {
+	Failure    *Failure
+	Generation int64
+	State      string
+	WorkflowID string
+}
+
+// Close ends the running run runID in tx with state and failure. When the run
+// is not running it returns the run's closed state and ErrNotRunning; when it
+// does not exist, pgx.ErrNoRows.
+func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, canceller Canceller, runID uuid.UUID, state string, failure *Failure) (*Closed, error) {
+	var (
+		current    Closed
+		failureRaw []byte
+	)
+	err := tx.QueryRow(ctx, "SELECT state, failure, generation, workflow_id FROM "+names.Run+" WHERE run_id = $1 FOR UPDATE", runID).
+		Scan(&current.State, &failureRaw, &current.Generation, &current.WorkflowID)
+	if err != nil {
+		return nil, err
+	}
+	if current.State != "running" {
+		if len(failureRaw) > 0 {
+			current.Failure = &Failure{}
+			_ = json.Unmarshal(failureRaw, current.Failure)
+		}
+		return &current, ErrNotRunning
+	}
+
+	encoded, err := json.Marshal(failure)
+	if err != nil {
+		return nil, fmt.Errorf("encoding failure: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET state = $2, failure = $3, closed_at = now(), updated_at = now(), task_job_id = NULL"+
+		" WHERE run_id = $1", runID, state, encoded); err != nil {
+		return nil, fmt.Errorf("closing run %s: %w", runID, err)
+	}
+
+	// Pending activities stop: River cancels queued jobs at once and asks
+	// running ones to stop (their context is cancelled).
+	rows, err := tx.Query(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1 RETURNING job_id", runID)
+	if err != nil {
+		return nil, fmt.Errorf("retiring activities of run %s: %w", runID, err)
+	}
+	jobIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("retiring activities of run %s: %w", runID, err)
+	}
+	for _, jobID := range jobIDs {
+		if _, err := canceller.JobCancelTx(ctx, tx, jobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			return nil, fmt.Errorf("cancelling activity job %d of run %s: %w", jobID, runID, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, "DELETE FROM "+names.Inbox+" WHERE run_id = $1", runID); err != nil {
+		return nil, fmt.Errorf("clearing inbox of run %s: %w", runID, err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String()); err != nil {
+		return nil, fmt.Errorf("notifying run closed: %w", err)
+	}
+	current.State = state
+	return &current, nil
+}
+
+// TimeoutArgs are the args of the River job that times out a run at its
+// deadline.
+type TimeoutArgs struct {
+	RunID uuid.UUID `json:"run_id"`
+}
+
+// TimeoutKind is the River job kind of run timeouts.
+const TimeoutKind = "weir.run_timeout"
+
+// Kind implements river.JobArgs.
+func (TimeoutArgs) Kind() string { return TimeoutKind }
+
+// TimeoutFailure is the failure of a run that timed out.
+func TimeoutFailure(deadline time.Time, which string) *Failure {
+	return &Failure{Message: fmt.Sprintf("%s timeout: the run was still running at its deadline %s", which, deadline.UTC().Format(time.RFC3339Nano)), Type: FailureTypeTimedOut}
+}

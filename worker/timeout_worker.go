@@ -1,0 +1,68 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/runstate"
+)
+
+// timeoutWorker ends a run that is still running at its deadline. Every
+// worker serves it.
+type timeoutWorker struct {
+	river.WorkerDefaults[runstate.TimeoutArgs]
+
+	w *Worker
+}
+
+func (t *timeoutWorker) Work(ctx context.Context, job *river.Job[runstate.TimeoutArgs]) error {
+	var snooze time.Duration
+	err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
+		var (
+			state                          string
+			runDeadline, executionDeadline *time.Time
+			now                            time.Time
+		)
+		err := tx.QueryRow(ctx, "SELECT state, run_deadline, execution_deadline, now() FROM "+t.w.names.Run+
+			" WHERE run_id = $1 FOR UPDATE", job.Args.RunID).Scan(&state, &runDeadline, &executionDeadline, &now)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && state != "running") {
+			_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+
+		which, deadline := "run", runDeadline
+		if executionDeadline != nil && (deadline == nil || executionDeadline.Before(*deadline)) {
+			which, deadline = "execution", executionDeadline
+		}
+		if deadline == nil {
+			_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
+			return err
+		}
+		if now.Before(*deadline) {
+			snooze = deadline.Sub(now)
+			return nil
+		}
+		if _, err := runstate.Close(ctx, tx, t.w.names, t.w.riverClient, job.Args.RunID, "timed_out", runstate.TimeoutFailure(*deadline, which)); err != nil &&
+			!errors.Is(err, runstate.ErrNotRunning) {
+			return err
+		}
+		_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("timing out run %s: %w", job.Args.RunID, err)
+	}
+	if snooze > 0 {
+		return river.JobSnooze(snooze)
+	}
+	return nil
+}
