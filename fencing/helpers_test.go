@@ -163,8 +163,8 @@ type clientOpts struct {
 	jobTimeout  time.Duration
 	maxWorkers  int
 	noLeader    bool
+	stuck       time.Duration
 	worker      *blockWorker
-	noStartWait bool
 }
 
 func testConfig(schema string, opts *clientOpts) *river.Config {
@@ -176,6 +176,7 @@ func testConfig(schema string, opts *clientOpts) *river.Config {
 	config := &river.Config{
 		FetchCooldown:          5 * time.Millisecond,
 		FetchPollInterval:      50 * time.Millisecond,
+		JobStuckThreshold:      opts.stuck,
 		JobTimeout:             opts.jobTimeout,
 		LeaderElectionDisabled: opts.noLeader,
 		Logger:                 slog.New(slog.DiscardHandler),
