@@ -159,12 +159,12 @@ type noopWorker struct {
 func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
 
 type clientOpts struct {
-	driver      *fencing.Driver // nil: plain riverpgxv5
-	jobTimeout  time.Duration
-	maxWorkers  int
-	noLeader    bool
-	stuck       time.Duration
-	worker      *blockWorker
+	driver     *fencing.Driver // nil: plain riverpgxv5
+	jobTimeout time.Duration
+	maxWorkers int
+	noLeader   bool
+	stuck      time.Duration
+	worker     *blockWorker
 }
 
 func testConfig(schema string, opts *clientOpts) *river.Config {
