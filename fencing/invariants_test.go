@@ -213,6 +213,7 @@ func TestFailClosed(t *testing.T) {
 		bundle := setup(ctx, t)
 		tx, err := bundle.pool.Begin(ctx)
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
 		rows, err := bundle.pilot.JobSetStateIfRunningMany(ctx, bundle.stranger.UnwrapExecutor(tx), completedParams(bundle, nil))
 		require.ErrorIs(t, err, fencing.ErrLeaseLost)
 		require.Nil(t, rows)
