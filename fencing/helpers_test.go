@@ -159,12 +159,12 @@ type noopWorker struct {
 func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
 
 type clientOpts struct {
-	driver      *fencing.Driver // nil: plain riverpgxv5
-	jobTimeout  time.Duration
-	maxWorkers  int
-	noLeader    bool
-	worker      *blockWorker
-	noStartWait bool
+	driver     *fencing.Driver // nil: plain riverpgxv5
+	jobTimeout time.Duration
+	maxWorkers int
+	noLeader   bool
+	stuck      time.Duration
+	worker     *blockWorker
 }
 
 func testConfig(schema string, opts *clientOpts) *river.Config {
@@ -176,6 +176,7 @@ func testConfig(schema string, opts *clientOpts) *river.Config {
 	config := &river.Config{
 		FetchCooldown:          5 * time.Millisecond,
 		FetchPollInterval:      50 * time.Millisecond,
+		JobStuckThreshold:      opts.stuck,
 		JobTimeout:             opts.jobTimeout,
 		LeaderElectionDisabled: opts.noLeader,
 		Logger:                 slog.New(slog.DiscardHandler),

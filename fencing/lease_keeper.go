@@ -169,6 +169,12 @@ LEFT JOIN renewed r ON r.id = x.id`, ids, tokens, renewUntil, k.driver.config.Le
 
 // heartbeat renews one lease at once and stores details (nil keeps them).
 func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details []byte) error {
+	st.mu.Lock()
+	lost := st.lost
+	st.mu.Unlock()
+	if lost {
+		return &LeaseLostError{Attempt: st.attempt, JobID: st.jobID, Op: "heartbeat"}
+	}
 	fenced, err := k.driver.pilot.fencedPool(ctx, st.schema)
 	if err != nil {
 		return err

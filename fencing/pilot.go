@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -30,6 +31,13 @@ type Pilot struct {
 
 	driver *Driver
 	reaper *leaseReaper
+
+	// calls counts River's calls into the Pilot's fencing seams, for the
+	// conformance test.
+	calls struct {
+		fetch    atomic.Int64
+		setState atomic.Int64
+	}
 
 	fencedMu sync.Mutex
 	fenced   map[string]fencedState // by schema
@@ -156,6 +164,7 @@ func (d *Driver) Fenced(ctx context.Context, schema string) (bool, error) {
 // tokens stay in memory (never in metadata) and reach the attempts through
 // the plugin.
 func (p *Pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, state riverpilot.ProducerState, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
+	p.calls.fetch.Add(1)
 	p.noteSchema(params.Schema)
 	fenced, err := p.isFenced(ctx, exec, params.Schema)
 	if err != nil {
@@ -312,7 +321,13 @@ const (
 // judge locks the jobs (FOR UPDATE, in id order) and says, per write, whether
 // its proof shows it comes from the job's current attempt. It must run in the
 // transaction of the write that follows, so the answer holds for it.
-func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema string, ids []int64, proofs []*proof) ([]string, error) {
+//
+// A write is a harmless repeat only when the job is completed by the same
+// attempt and the write asks for completed again (wanted, per write): only
+// an attempt completes its own job, whereas a job that was rescued, reaped,
+// discarded or cancelled by anyone else must make that attempt's later
+// writes stale.
+func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema string, ids []int64, proofs []*proof, wanted []string) ([]string, error) {
 	tokens := make([]*string, len(ids))
 	attempts := make([]*int32, len(ids))
 	attemptedAts := make([]*time.Time, len(ids))
@@ -329,8 +344,8 @@ func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema str
 	var verdicts []string
 	err := exec.QueryRow(ctx, `
 WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[])
-        WITH ORDINALITY AS x(id, token, attempt, attempted_at, ord)
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[])
+        WITH ORDINALITY AS x(id, token, attempt, attempted_at, wanted, ord)
 ),
 locked AS (
     SELECT j.id, j.state, j.lease_token, j.lease_last_token, j.attempt, j.attempted_at
@@ -343,13 +358,15 @@ SELECT coalesce(array_agg(CASE
         WHEN l.id IS NULL THEN 'missing'
         WHEN x.token IS NULL AND x.attempt IS NULL THEN 'stale'
         WHEN x.token IS NOT NULL AND l.state = 'running' AND l.lease_token = x.token::uuid THEN 'ok'
-        WHEN x.token IS NOT NULL AND l.state <> 'running' AND l.lease_last_token = x.token::uuid THEN 'repeat'
-        WHEN x.token IS NULL AND l.attempt = x.attempt AND l.attempted_at = x.attempted_at
-            THEN CASE WHEN l.state = 'running' THEN 'ok' ELSE 'repeat' END
+        WHEN x.token IS NOT NULL AND l.state = 'completed' AND x.wanted = 'completed'
+            AND l.lease_last_token = x.token::uuid THEN 'repeat'
+        WHEN x.token IS NULL AND l.state = 'running' AND l.attempt = x.attempt AND l.attempted_at = x.attempted_at THEN 'ok'
+        WHEN x.token IS NULL AND l.state = 'completed' AND x.wanted = 'completed'
+            AND l.attempt = x.attempt AND l.attempted_at = x.attempted_at THEN 'repeat'
         ELSE 'stale'
     END ORDER BY x.ord), '{}')
 FROM input x
-LEFT JOIN locked l ON l.id = x.id`, ids, tokens, attempts, attemptedAts).Scan(&verdicts)
+LEFT JOIN locked l ON l.id = x.id`, ids, tokens, attempts, attemptedAts, wanted).Scan(&verdicts)
 	if err != nil {
 		return nil, fmt.Errorf("checking leases of %d jobs: %w", len(ids), err)
 	}
@@ -379,6 +396,7 @@ func abortTx(ctx context.Context, exec riverdriver.Executor, jobID int64) {
 // the attempt that just finished the job (River's executor re-sends
 // "completed" after JobCompleteTx) is a harmless no-op.
 func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
+	p.calls.setState.Add(1)
 	p.noteSchema(params.Schema)
 	n := len(params.ID)
 	stripped := &riverdriver.JobSetStateIfRunningManyParams{
@@ -427,7 +445,11 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		txExec = ownTx
 	}
 
-	verdicts, err := p.judge(ctx, txExec, params.Schema, params.ID, proofs)
+	wanted := make([]string, n)
+	for i, state := range params.State {
+		wanted[i] = string(state)
+	}
+	verdicts, err := p.judge(ctx, txExec, params.Schema, params.ID, proofs, wanted)
 	if err != nil {
 		return nil, err
 	}
@@ -519,7 +541,8 @@ func (p *Pilot) jobUpdate(ctx context.Context, exec riverdriver.Executor, inCall
 		txExec = ownTx
 	}
 	pr := st.proof()
-	verdicts, err := p.judge(ctx, txExec, params.Schema, []int64{params.ID}, []*proof{&pr})
+	// An attempt may still update the job it completed itself (output).
+	verdicts, err := p.judge(ctx, txExec, params.Schema, []int64{params.ID}, []*proof{&pr}, []string{"completed"})
 	if err != nil {
 		return nil, err
 	}
