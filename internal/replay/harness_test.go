@@ -163,4 +163,3 @@ func define[A workflow.Args, R any](run func(ctx workflow.Context, args A) (R, e
 	return replay.Bind(&funcWorkflow[A, R]{run: run})
 }
 
-var _ = fmt.Sprint
