@@ -3,7 +3,6 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
