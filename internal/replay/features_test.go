@@ -357,7 +357,9 @@ func TestExecuteWorkflowOptsActivityDefaults(t *testing.T) {
 	require.Equal(t, 2, out.Activities[1].Attributes.Priority)
 }
 
-type queueWorkflow struct{ workflow.Defaults[OrderArgs, Receipt] }
+type queueWorkflow struct {
+	workflow.Defaults[OrderArgs, Receipt]
+}
 
 func (*queueWorkflow) Opts() *workflow.Opts {
 	return &workflow.Opts{ActivityOpts: &workflow.ActivityOpts{Queue: "orders", Priority: 2}}
@@ -403,7 +405,7 @@ func TestExecuteInvalid(t *testing.T) {
 			h[1].ID, h[2].ID = 2, 3
 			return h
 		}), wantErr: replay.ErrInvalidHistory},
-		"CommandAsInput": {history: good, inputs: []history.Event{good[2]}, wantErr: replay.ErrInvalidHistory},
+		"CommandAsInput":        {history: good, inputs: []history.Event{good[2]}, wantErr: replay.ErrInvalidHistory},
 		"SecondWorkflowStarted": {history: good, inputs: []history.Event{good[0]}, wantErr: replay.ErrInvalidHistory},
 		"OtherWorkflowKind": {history: with(func(h []history.Event) []history.Event {
 			h[0].Attributes = []byte(`{"kind":"refund","args":{}}`)
@@ -478,4 +480,3 @@ func TestExecuteWorkflowCodeOutsideEngine(t *testing.T) {
 type fakeContext struct{}
 
 func (fakeContext) Value(any) any { return nil }
-
