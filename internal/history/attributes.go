@@ -228,6 +228,43 @@ func (*WorkflowFailedAttributes) EventType() EventType { return EventWorkflowFai
 
 func (*WorkflowFailedAttributes) validate() string { return "" }
 
+// CancelRequestedAttributes are the attributes of [EventCancelRequested].
+type CancelRequestedAttributes struct {
+	// Reason says why, for people.
+	Reason string `json:"reason,omitempty"`
+}
+
+// EventType implements Attributes.
+func (*CancelRequestedAttributes) EventType() EventType { return EventCancelRequested }
+
+func (*CancelRequestedAttributes) validate() string { return "" }
+
+// ActivityCancelRequestedAttributes are the attributes of
+// [EventActivityCancelRequested].
+type ActivityCancelRequestedAttributes struct {
+	// ScheduledEventID is the ID of the activity's ActivityScheduled event.
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+}
+
+// EventType implements Attributes.
+func (*ActivityCancelRequestedAttributes) EventType() EventType { return EventActivityCancelRequested }
+
+func (a *ActivityCancelRequestedAttributes) validate() string {
+	return validateScheduledEventID(a.ScheduledEventID)
+}
+
+// WorkflowCanceledAttributes are the attributes of [EventWorkflowCanceled].
+type WorkflowCanceledAttributes struct {
+	// Failure is the error the workflow returned (it matches
+	// workflow.ErrCanceled).
+	Failure Failure `json:"failure"`
+}
+
+// EventType implements Attributes.
+func (*WorkflowCanceledAttributes) EventType() EventType { return EventWorkflowCanceled }
+
+func (*WorkflowCanceledAttributes) validate() string { return "" }
+
 func validateScheduledEventID(id int64) string {
 	if id <= 0 {
 		return "scheduled_event_id must be positive"
@@ -268,6 +305,12 @@ func newAttributes(t EventType) Attributes {
 		return &WorkflowCompletedAttributes{}
 	case EventWorkflowFailed:
 		return &WorkflowFailedAttributes{}
+	case EventCancelRequested:
+		return &CancelRequestedAttributes{}
+	case EventActivityCancelRequested:
+		return &ActivityCancelRequestedAttributes{}
+	case EventWorkflowCanceled:
+		return &WorkflowCanceledAttributes{}
 	}
 	return nil
 }

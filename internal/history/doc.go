@@ -8,12 +8,13 @@
 //	inputs…  WorkflowTaskStarted  commands…
 //
 // Inputs are outcomes that arrived from outside (ActivityCompleted,
-// ActivityFailed, ActivityTimedOut, ActivityCanceled, and later timer fires and
-// signals). WorkflowTaskStarted is the task boundary: it records the time the
+// ActivityFailed, ActivityTimedOut, ActivityCanceled, CancelRequested; later
+// timer fires and signals). WorkflowTaskStarted is the task boundary: it records the time the
 // task saw, and it marks the exact point at which the inputs before it were
 // delivered to workflow code. Commands are what the workflow code decided in
-// that task (ActivityScheduled, MarkerRecorded, WorkflowCompleted,
-// WorkflowFailed).
+// that task (ActivityScheduled, ActivityCancelRequested, MarkerRecorded, and
+// one of WorkflowCompleted, WorkflowFailed or WorkflowCanceled to end the
+// run).
 //
 // Attributes are stored as JSON (jsonb in weir_event.attributes). Every
 // attribute struct implements [Attributes]; use [NewEvent] to encode one and

@@ -38,6 +38,16 @@ const (
 	EventWorkflowCompleted EventType = "WorkflowCompleted"
 	// EventWorkflowFailed is a run that returned an error. Command.
 	EventWorkflowFailed EventType = "WorkflowFailed"
+	// EventCancelRequested asks the run to cancel itself: workflow code sees
+	// its Context cancelled. Input.
+	EventCancelRequested EventType = "CancelRequested"
+	// EventActivityCancelRequested records that workflow code cancelled an
+	// activity (the worker cancels its River job; any later outcome is
+	// dropped, the workflow having moved on). Command.
+	EventActivityCancelRequested EventType = "ActivityCancelRequested"
+	// EventWorkflowCanceled is a run that ended because it was cancelled
+	// (it returned workflow.ErrCanceled after a CancelRequested). Command.
+	EventWorkflowCanceled EventType = "WorkflowCanceled"
 )
 
 // ErrInvalidEvent is matched (with errors.Is) by every error that reports an
@@ -66,7 +76,7 @@ type Event struct {
 func (t EventType) IsInput() bool {
 	switch t {
 	case EventWorkflowStarted, EventActivityCompleted, EventActivityFailed,
-		EventActivityTimedOut, EventActivityCanceled:
+		EventActivityTimedOut, EventActivityCanceled, EventCancelRequested:
 		return true
 	}
 	return false
@@ -75,7 +85,8 @@ func (t EventType) IsInput() bool {
 // IsCommand reports whether t is a command: an event decided by workflow code.
 func (t EventType) IsCommand() bool {
 	switch t {
-	case EventActivityScheduled, EventMarkerRecorded, EventWorkflowCompleted, EventWorkflowFailed:
+	case EventActivityScheduled, EventActivityCancelRequested, EventMarkerRecorded,
+		EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled:
 		return true
 	}
 	return false
@@ -83,7 +94,7 @@ func (t EventType) IsCommand() bool {
 
 // IsTerminal reports whether t ends a run.
 func (t EventType) IsTerminal() bool {
-	return t == EventWorkflowCompleted || t == EventWorkflowFailed
+	return t == EventWorkflowCompleted || t == EventWorkflowFailed || t == EventWorkflowCanceled
 }
 
 // Known reports whether t is one of the event types defined in this package.

@@ -25,6 +25,9 @@ func FuzzDecodeAttributes(f *testing.F) {
 		&MarkerRecordedAttributes{Name: MarkerSideEffect, Data: Payload(`1`)},
 		&WorkflowCompletedAttributes{Result: Payload(`null`)},
 		&WorkflowFailedAttributes{Failure: Failure{Message: "m"}},
+		&CancelRequestedAttributes{Reason: "r"},
+		&ActivityCancelRequestedAttributes{ScheduledEventID: 2},
+		&WorkflowCanceledAttributes{},
 	}
 	for _, s := range seeds {
 		ev, err := NewEvent(1, now, s)

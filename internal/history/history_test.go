@@ -36,6 +36,9 @@ func TestAttributesRoundTrip(t *testing.T) {
 		&MarkerRecordedAttributes{Name: MarkerSideEffect, Data: Payload{0xff, 0x00, 0x01}},
 		&WorkflowCompletedAttributes{Result: Payload(`{"total":6}`)},
 		&WorkflowFailedAttributes{Failure: Failure{Message: "no", Type: "*errors.errorString"}},
+		&CancelRequestedAttributes{Reason: "customer changed their mind"},
+		&ActivityCancelRequestedAttributes{ScheduledEventID: 3},
+		&WorkflowCanceledAttributes{Failure: Failure{Message: "workflow: canceled", Type: "Canceled"}},
 	}
 	seen := map[EventType]bool{}
 	for _, attrs := range all {
@@ -55,7 +58,7 @@ func TestAttributesRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, attrs, decoded)
 	}
-	require.Len(t, seen, 10)
+	require.Len(t, seen, 13)
 }
 
 func TestDecode(t *testing.T) {
@@ -81,19 +84,20 @@ func TestDecodeAttributesRejects(t *testing.T) {
 	t.Parallel()
 
 	tests := map[string]Event{
-		"EmptyAttributes":        {Type: EventActivityCompleted},
-		"MissingKind":            {Type: EventActivityScheduled, Attributes: []byte(`{"retry_policy":{}}`)},
-		"MissingMarkerName":      {Type: EventMarkerRecorded, Attributes: []byte(`{}`)},
-		"MissingNow":             {Type: EventWorkflowTaskStarted, Attributes: []byte(`{}`)},
-		"MissingRetryPolicy":     {Type: EventActivityScheduled, Attributes: []byte(`{"kind":"k"}`)},
-		"MissingScheduledID":     {Type: EventActivityFailed, Attributes: []byte(`{"failure":{}}`)},
-		"MissingWorkflowKind":    {Type: EventWorkflowStarted, Attributes: []byte(`{"args":{}}`)},
-		"NegativeScheduledID":    {Type: EventActivityCanceled, Attributes: []byte(`{"scheduled_event_id":-1}`)},
-		"NotJSON":                {Type: EventActivityTimedOut, Attributes: []byte(`{`)},
-		"UnknownType":            {Type: "Teleported", Attributes: []byte(`{}`)},
-		"WrongDuration":          {Type: EventActivityScheduled, Attributes: []byte(`{"kind":"k","retry_policy":{},"start_to_close_timeout":"soon"}`)},
-		"WrongFieldType":         {Type: EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":"3"}`)},
-		"WrongBinaryPayloadBase": {Type: EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":3,"result":{"$binary":"!!"}}`)},
+		"EmptyAttributes":          {Type: EventActivityCompleted},
+		"MissingKind":              {Type: EventActivityScheduled, Attributes: []byte(`{"retry_policy":{}}`)},
+		"MissingCancelScheduledID": {Type: EventActivityCancelRequested, Attributes: []byte(`{}`)},
+		"MissingMarkerName":        {Type: EventMarkerRecorded, Attributes: []byte(`{}`)},
+		"MissingNow":               {Type: EventWorkflowTaskStarted, Attributes: []byte(`{}`)},
+		"MissingRetryPolicy":       {Type: EventActivityScheduled, Attributes: []byte(`{"kind":"k"}`)},
+		"MissingScheduledID":       {Type: EventActivityFailed, Attributes: []byte(`{"failure":{}}`)},
+		"MissingWorkflowKind":      {Type: EventWorkflowStarted, Attributes: []byte(`{"args":{}}`)},
+		"NegativeScheduledID":      {Type: EventActivityCanceled, Attributes: []byte(`{"scheduled_event_id":-1}`)},
+		"NotJSON":                  {Type: EventActivityTimedOut, Attributes: []byte(`{`)},
+		"UnknownType":              {Type: "Teleported", Attributes: []byte(`{}`)},
+		"WrongDuration":            {Type: EventActivityScheduled, Attributes: []byte(`{"kind":"k","retry_policy":{},"start_to_close_timeout":"soon"}`)},
+		"WrongFieldType":           {Type: EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":"3"}`)},
+		"WrongBinaryPayloadBase":   {Type: EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":3,"result":{"$binary":"!!"}}`)},
 	}
 	for name, ev := range tests {
 		t.Run(name, func(t *testing.T) {
