@@ -47,6 +47,16 @@
 // the run resumes. A panic in workflow code fails the task the same way, with
 // a [*PanicError]. Only a returned error fails the workflow.
 //
+// # Cancellation
+//
+// When a run is asked to cancel, the Context given to Run is cancelled:
+// ctx.Err() returns [ErrCanceled], [Await] returns it, and the activities
+// still pending on that Context are cancelled (their futures fail with an
+// [*ActivityError] wrapping ErrCanceled). Run cleanup activities on
+// [NewDisconnectedContext] and return ctx.Err() to end the run as cancelled.
+// [WithCancel] cancels a part of the workflow, for example the losers of a
+// race.
+//
 // # Errors
 //
 // An activity's failure reaches workflow code as an [*ActivityError] whose

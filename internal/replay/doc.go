@@ -27,6 +27,18 @@
 // WorkflowTaskStarted boundary and runs the code live, recording its
 // commands.
 //
+// # Cancellation
+//
+// A CancelRequested input cancels the workflow's root Context. Whenever every
+// coroutine is blocked, the engine looks for pending activities whose Context
+// is cancelled (the root one, or one from workflow.WithCancel): for each, in
+// scheduling order, it records an ActivityCancelRequested command (listed in
+// [Outcome.CanceledActivities], for the worker to cancel the River job) and
+// fails the activity's future with workflow.ErrCanceled at once; the
+// activity's own outcome, if it still comes, is dropped. A workflow that
+// returns an error matching workflow.ErrCanceled after a CancelRequested ends
+// with WorkflowCanceled ([Outcome.Canceled]) rather than WorkflowFailed.
+//
 // # Coroutines
 //
 // Workflow code runs in coroutines (the root one plus one per workflow.Go)

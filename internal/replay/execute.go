@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/weirhq/weir/internal/history"
@@ -49,8 +51,8 @@ type ExecuteParams struct {
 	Info Info
 
 	// Inputs are the outcomes taken from the inbox (ActivityCompleted,
-	// ActivityFailed, ActivityTimedOut, ActivityCanceled), ID 0, in arrival
-	// order. They are delivered to workflow code at this task's boundary.
+	// ActivityFailed, ActivityTimedOut, ActivityCanceled, CancelRequested),
+	// ID 0, in arrival order. They are delivered to workflow code at this task's boundary.
 	Inputs []history.Event
 
 	// Logger receives what workflow code logs with workflow.GetLogger,
@@ -68,9 +70,19 @@ type Outcome struct {
 	// River job to insert for each, identified by EventID.
 	Activities []ScheduledActivity
 
+	// CanceledActivities are the activities (ActivityScheduled event IDs)
+	// this task asked to cancel, in order: one River job to cancel for each.
+	// Any outcome they still produce is dropped.
+	CanceledActivities []int64
+
+	// Canceled reports that the workflow ended cancelled (WorkflowCanceled):
+	// it returned an error matching workflow.ErrCanceled after a
+	// CancelRequested input. Completed is then true and Failure set.
+	Canceled bool
+
 	// Completed reports that the workflow returned (Events then ends with
-	// WorkflowCompleted or WorkflowFailed), or that History was already
-	// closed (Events is then empty).
+	// WorkflowCompleted, WorkflowFailed or WorkflowCanceled), or that History
+	// was already closed (Events is then empty).
 	Completed bool
 
 	// Dropped are inputs that were not appended because they can't change
@@ -178,9 +190,13 @@ type engine struct {
 	events []history.Event
 	nextID int64
 
-	activities []ScheduledActivity
-	pending    map[int64]*env.Promise // scheduled, not yet resolved
-	scheduled  map[int64]*env.Promise // every activity scheduled
+	activities         []ScheduledActivity
+	canceledActivities []int64
+	canceled           map[int64]func() bool  // whether each pending activity's ctx is cancelled
+	pending            map[int64]*env.Promise // scheduled, not yet resolved
+	scheduled          map[int64]*env.Promise // every activity scheduled
+
+	cancelRequested bool
 
 	abortErr error
 	done     bool
@@ -205,6 +221,7 @@ func newEngine(def *Definition, params *ExecuteParams) (*engine, error) {
 		history:   params.History,
 		params:    params,
 		sched:     coroutine.New(),
+		canceled:  map[int64]func() bool{},
 		pending:   map[int64]*env.Promise{},
 		scheduled: map[int64]*env.Promise{},
 		info: env.Info{
@@ -323,6 +340,8 @@ func closedOutcome(last history.Event, inputs []history.Event, reason string) (*
 		out.Result = a.Result
 	case *history.WorkflowFailedAttributes:
 		out.Failure = &a.Failure
+	case *history.WorkflowCanceledAttributes:
+		out.Failure, out.Canceled = &a.Failure, true
 	}
 	for _, in := range inputs {
 		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
@@ -412,7 +431,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	if err := e.run(); err != nil {
 		return nil, err
 	}
-	out.Events, out.Activities = e.events, e.activities
+	out.Events, out.Activities, out.CanceledActivities = e.events, e.activities, e.canceledActivities
 	if e.done {
 		out.Completed = true
 		last := e.events[len(e.events)-1]
@@ -420,7 +439,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Result, out.Failure = closed.Result, closed.Failure
+		out.Result, out.Failure, out.Canceled = closed.Result, closed.Failure, closed.Canceled
 	}
 	return out, nil
 }
@@ -432,6 +451,15 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 	switch a := attrs.(type) {
 	case *history.WorkflowStartedAttributes:
 		return "", e.start(a)
+	case *history.CancelRequestedAttributes:
+		switch {
+		case e.done:
+			return "the workflow has returned", nil
+		case e.cancelRequested:
+			return "cancellation was already requested", nil
+		}
+		e.cancelRequested = true
+		return "", nil
 	case *history.ActivityCompletedAttributes:
 		scheduledID = a.ScheduledEventID
 	case *history.ActivityFailedAttributes:
@@ -453,9 +481,35 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 		}
 		return fmt.Sprintf("no activity was scheduled by event %d", scheduledID), nil
 	}
-	delete(e.pending, scheduledID)
-	p.Resolve(attrs, e.NextSeq())
+	e.resolve(p, attrs)
 	return "", nil
+}
+
+func (e *engine) resolve(p *env.Promise, outcome history.Attributes) {
+	delete(e.pending, p.ScheduledEventID)
+	delete(e.canceled, p.ScheduledEventID)
+	p.Resolve(outcome, e.NextSeq())
+}
+
+// cancelActivities records a cancel request for every pending activity
+// whose Context is cancelled, in scheduling order, and resolves it as
+// cancelled. It reports whether it did anything.
+func (e *engine) cancelActivities() (bool, error) {
+	did := false
+	for _, id := range slices.Sorted(maps.Keys(e.canceled)) {
+		if !e.canceled[id]() {
+			continue
+		}
+		if _, err := e.command(&history.ActivityCancelRequestedAttributes{ScheduledEventID: id}); err != nil {
+			return false, err
+		}
+		e.resolve(e.pending[id], &history.ActivityCanceledAttributes{ScheduledEventID: id})
+		if !e.replaying {
+			e.canceledActivities = append(e.canceledActivities, id)
+		}
+		did = true
+	}
+	return did, nil
 }
 
 func (e *engine) start(a *history.WorkflowStartedAttributes) error {
@@ -490,25 +544,39 @@ func (e *engine) start(a *history.WorkflowStartedAttributes) error {
 // run runs the coroutines until all block or the workflow returns, and
 // records the workflow's end.
 func (e *engine) run() error {
-	err := e.sched.Run(func() bool { return e.done || e.abortErr != nil })
-	if e.abortErr != nil { // even if workflow code recovered the abort
-		return e.abortErr
-	}
-	var panicErr *coroutine.PanicError
-	if errors.As(err, &panicErr) {
-		return fmt.Errorf("running workflow %s: %w", e.def.Kind, &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value})
-	}
-	if err != nil {
-		return err
-	}
-	if !e.done {
-		return nil
+	for {
+		err := e.sched.Run(func() bool { return e.done || e.abortErr != nil })
+		if e.abortErr != nil { // even if workflow code recovered the abort
+			return e.abortErr
+		}
+		var panicErr *coroutine.PanicError
+		if errors.As(err, &panicErr) {
+			return fmt.Errorf("running workflow %s: %w", e.def.Kind, &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value})
+		}
+		if err != nil {
+			return err
+		}
+		if e.done {
+			break
+		}
+		// Every coroutine is blocked: cancel the activities whose Context
+		// was cancelled, which may unblock some.
+		canceled, err := e.cancelActivities()
+		if err != nil {
+			return err
+		}
+		if !canceled {
+			return nil
+		}
 	}
 	if errors.Is(e.runErr, ErrPayload) {
 		return e.runErr
 	}
 	var end history.Attributes = &history.WorkflowCompletedAttributes{Result: e.result}
-	if e.runErr != nil {
+	switch {
+	case e.runErr != nil && e.cancelRequested && errors.Is(e.runErr, workflow.ErrCanceled):
+		end = &history.WorkflowCanceledAttributes{Failure: *FailureFromError(e.runErr)}
+	case e.runErr != nil:
 		end = &history.WorkflowFailedAttributes{Failure: *FailureFromError(e.runErr)}
 	}
 	if _, err := e.command(end); err != nil {
@@ -551,6 +619,8 @@ func describe(attrs history.Attributes) string {
 		return fmt.Sprintf("%s(kind %q)", a.EventType(), a.Kind)
 	case *history.MarkerRecordedAttributes:
 		return fmt.Sprintf("%s(name %q)", a.EventType(), a.Name)
+	case *history.ActivityCancelRequestedAttributes:
+		return fmt.Sprintf("%s(activity of event %d)", a.EventType(), a.ScheduledEventID)
 	}
 	return string(attrs.EventType())
 }
@@ -569,6 +639,18 @@ func (e *engine) commandOrAbort(attrs history.Attributes) recorded {
 // rootContext is the workflow.Context given to the workflow's code.
 type rootContext struct{ e *engine }
 
+func (c rootContext) Done() workflow.Readier { return c }
+
+// IsReady implements workflow.Readier for Done.
+func (c rootContext) IsReady() bool { return c.e.cancelRequested }
+
+func (c rootContext) Err() error {
+	if c.e.cancelRequested {
+		return workflow.ErrCanceled
+	}
+	return nil
+}
+
 func (c rootContext) Value(key any) any {
 	if key == (env.Key{}) {
 		return env.Env(c.e)
@@ -579,6 +661,7 @@ func (c rootContext) Value(key any) any {
 // The env.Env methods.
 
 func (e *engine) Await(cond func() bool) { e.sched.Await(cond) }
+func (e *engine) CancelRequested() bool  { return e.cancelRequested }
 func (e *engine) Codec() env.Codec       { return e.codec }
 func (e *engine) Go(fn func())           { e.sched.Spawn(fn) }
 func (e *engine) Info() env.Info         { return e.info }
@@ -591,10 +674,11 @@ func (e *engine) NextSeq() int64 {
 	return e.seq
 }
 
-func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes) *env.Promise {
+func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *env.Promise {
 	rec := e.commandOrAbort(attrs)
 	p := &env.Promise{Kind: attrs.Kind, ScheduledEventID: rec.event.ID}
 	e.pending[p.ScheduledEventID] = p
+	e.canceled[p.ScheduledEventID] = canceled
 	e.scheduled[p.ScheduledEventID] = p
 	if !e.replaying {
 		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: rec.event.ID})

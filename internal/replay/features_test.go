@@ -479,4 +479,6 @@ func TestExecuteWorkflowCodeOutsideEngine(t *testing.T) {
 
 type fakeContext struct{}
 
-func (fakeContext) Value(any) any { return nil }
+func (fakeContext) Done() workflow.Readier { return nil }
+func (fakeContext) Err() error             { return nil }
+func (fakeContext) Value(any) any          { return nil }

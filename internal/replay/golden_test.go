@@ -87,6 +87,17 @@ func goldenScenarios() map[string]struct {
 		_, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: token}, nil).Get(ctx)
 		return winner, err
 	})
+	cancelable := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+		_, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID}, nil).Get(ctx)
+		if err == nil {
+			return "charged", nil
+		}
+		cleanup := workflow.NewDisconnectedContext(ctx)
+		if _, err := workflow.ExecuteActivity[int](cleanup, ShipArgs{Order: "undo-" + args.ID}, nil).Get(cleanup); err != nil {
+			return "", err
+		}
+		return "", err
+	})
 	failing := define(func(ctx workflow.Context, args OrderArgs) (int, error) {
 		return workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID}, nil).Get(ctx)
 	})
@@ -101,6 +112,13 @@ func goldenScenarios() map[string]struct {
 				func(t testing.TB, _ map[int64]string) []history.Event {
 					return []history.Event{failed(t, 3, history.Failure{Message: "card declined", Type: "CardDeclined", NonRetryable: true})}
 				},
+			}},
+		},
+		"workflow_cancel": {
+			description: "a cancel request cancels the pending activity; cleanup runs on a disconnected context; the run ends cancelled",
+			scenario: goldenScenario{def: cancelable, args: OrderArgs{ID: "o-5"}, tasks: []func(testing.TB, map[int64]string) []history.Event{
+				func(t testing.TB, _ map[int64]string) []history.Event { return []history.Event{cancelRequested(t)} },
+				completeAll(1),
 			}},
 		},
 		"parallel": {
@@ -184,7 +202,7 @@ func requireSameHistory(t *testing.T, want, got []history.Event) {
 // engine must not panic or leak, and must fail only with its typed errors.
 func FuzzExecute(f *testing.F) {
 	scenarios := goldenScenarios()
-	names := []string{"activity_failure", "parallel", "selector_side_effect", "sequential"}
+	names := []string{"activity_failure", "parallel", "selector_side_effect", "sequential", "workflow_cancel"}
 	for i, name := range names {
 		raw, err := os.ReadFile(filepath.Join("testdata", "replay", name+".json"))
 		require.NoError(f, err)

@@ -84,6 +84,8 @@ func (p *Promise) Outcome() history.Attributes { return p.outcome }
 type Env interface {
 	// Await blocks the calling coroutine until cond returns true.
 	Await(cond func() bool)
+	// CancelRequested reports whether the run was asked to cancel.
+	CancelRequested() bool
 	// Codec returns the payload codec.
 	Codec() Codec
 	// Go starts fn in a new coroutine.
@@ -102,7 +104,10 @@ type Env interface {
 	Now() time.Time
 	// ScheduleActivity records the command to schedule an activity (or, when
 	// replaying, matches it against history) and returns its promise.
-	ScheduleActivity(attrs *history.ActivityScheduledAttributes) *Promise
+	// Whenever every coroutine is blocked, the engine checks canceled for each
+	// pending activity; once it returns true, the engine records an
+	// ActivityCancelRequested command and resolves the promise as cancelled.
+	ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *Promise
 	// SideEffect runs fn and records its result as a marker, or, when
 	// replaying, returns the recorded result without running fn.
 	SideEffect(fn func() ([]byte, error)) ([]byte, error)
