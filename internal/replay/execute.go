@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,18 @@ import (
 // WorkflowStarted, an undecodable event, an outcome of an activity that was
 // never scheduled, and so on.
 var ErrInvalidHistory = errors.New("replay: invalid history")
+
+// DeadlockTimeoutDefault is how long workflow code may run without yielding
+// to the engine before Execute gives up on it.
+const DeadlockTimeoutDefault = time.Second
+
+// ErrDeadlock is matched by Execute's error when workflow code ran longer
+// than ExecuteParams.DeadlockTimeout without yielding: it blocked on a
+// channel, mutex, sleep or I/O instead of a workflow function, or looped.
+// The error is a *coroutine.DeadlockError with the stuck goroutine's stack.
+// That goroutine can't be killed: it is unwound as soon as it calls into
+// the workflow package again.
+var ErrDeadlock = coroutine.ErrDeadlock
 
 // Info describes the run and the workflow task being executed; workflow code
 // reads it with workflow.GetInfo.
@@ -41,6 +54,11 @@ type ExecuteParams struct {
 	// Codec encodes and decodes payloads. Defaults to JSONCodec.
 	Codec Codec
 
+	// DeadlockTimeout is how long workflow code may run without yielding
+	// before the task fails with ErrDeadlock; negative disables the check.
+	// Defaults to DeadlockTimeoutDefault (1 second).
+	DeadlockTimeout time.Duration
+
 	// History is every committed event of the run, IDs 1…n, starting with
 	// WorkflowStarted. It may be empty when Inputs starts with the
 	// WorkflowStarted event (IDs 0).
@@ -52,7 +70,8 @@ type ExecuteParams struct {
 
 	// Inputs are the outcomes taken from the inbox (ActivityCompleted,
 	// ActivityFailed, ActivityTimedOut, ActivityCanceled, CancelRequested),
-	// ID 0, in arrival order. They are delivered to workflow code at this task's boundary.
+	// ID 0, in arrival order. They are delivered to workflow code at this
+	// task's boundary.
 	Inputs []history.Event
 
 	// Logger receives what workflow code logs with workflow.GetLogger,
@@ -130,7 +149,7 @@ func Execute(ctx context.Context, def *Definition, params *ExecuteParams) (*Outc
 	if params.Now.IsZero() {
 		return nil, errors.New("replay: ExecuteParams.Now is required")
 	}
-	e, err := newEngine(def, params)
+	e, err := newEngine(ctx, def, params)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +165,7 @@ func Execute(ctx context.Context, def *Definition, params *ExecuteParams) (*Outc
 func Replay(ctx context.Context, def *Definition, params *ExecuteParams) error {
 	p := *params
 	p.Inputs = nil
-	e, err := newEngine(def, &p)
+	e, err := newEngine(ctx, def, &p)
 	if err != nil {
 		return err
 	}
@@ -169,6 +188,7 @@ type abort struct{ err error }
 
 // engine runs one workflow task. It implements env.Env for workflow code.
 type engine struct {
+	ctx     context.Context
 	codec   Codec
 	def     *Definition
 	history []history.Event
@@ -211,16 +231,18 @@ type recorded struct {
 	attrs history.Attributes
 }
 
-func newEngine(def *Definition, params *ExecuteParams) (*engine, error) {
+func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*engine, error) {
 	if def == nil || def.Run == nil || def.Kind == "" {
 		return nil, errors.New("replay: Definition with Kind and Run is required")
 	}
+	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
 	e := &engine{
+		ctx:       ctx,
 		codec:     params.Codec,
 		def:       def,
 		history:   params.History,
 		params:    params,
-		sched:     coroutine.New(),
+		sched:     coroutine.New(deadlockTimeout),
 		canceled:  map[int64]func() bool{},
 		pending:   map[int64]*env.Promise{},
 		scheduled: map[int64]*env.Promise{},
@@ -545,7 +567,7 @@ func (e *engine) start(a *history.WorkflowStartedAttributes) error {
 // records the workflow's end.
 func (e *engine) run() error {
 	for {
-		err := e.sched.Run(func() bool { return e.done || e.abortErr != nil })
+		err := e.sched.Run(e.ctx, func() bool { return e.done || e.abortErr != nil })
 		if e.abortErr != nil { // even if workflow code recovered the abort
 			return e.abortErr
 		}
@@ -554,7 +576,7 @@ func (e *engine) run() error {
 			return fmt.Errorf("running workflow %s: %w", e.def.Kind, &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value})
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("running workflow %s: %w", e.def.Kind, err)
 		}
 		if e.done {
 			break
@@ -670,11 +692,13 @@ func (e *engine) Logger() *slog.Logger   { return e.logger }
 func (e *engine) Now() time.Time         { return e.now }
 
 func (e *engine) NextSeq() int64 {
+	e.sched.Guard()
 	e.seq++
 	return e.seq
 }
 
 func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *env.Promise {
+	e.sched.Guard()
 	rec := e.commandOrAbort(attrs)
 	p := &env.Promise{Kind: attrs.Kind, ScheduledEventID: rec.event.ID}
 	e.pending[p.ScheduledEventID] = p
@@ -687,6 +711,7 @@ func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, ca
 }
 
 func (e *engine) SideEffect(fn func() ([]byte, error)) ([]byte, error) {
+	e.sched.Guard()
 	if e.replaying {
 		rec := e.commandOrAbort(&history.MarkerRecordedAttributes{Name: history.MarkerSideEffect})
 		return rec.attrs.(*history.MarkerRecordedAttributes).Data, nil
