@@ -44,13 +44,18 @@
 // Workflow code runs in coroutines (the root one plus one per workflow.Go)
 // under the deterministic scheduler of package coroutine: one at a time, in
 // creation order. Execute always tears every coroutine down before it
-// returns; it leaves no goroutine behind.
+// returns; it leaves no goroutine behind. Workflow code that holds on to
+// control for longer than ExecuteParams.DeadlockTimeout (blocked on a real
+// channel, mutex, sleep or I/O, or looping), or that still runs when Execute's
+// ctx is done, fails the task with [ErrDeadlock] (or ctx's error); its
+// goroutine can't be killed, but it is unwound the moment it calls into the
+// workflow package again.
 //
 // # Errors
 //
 // An error returned by Execute fails the workflow task, never the workflow:
 // the task is retried and stays visible. It wraps a
-// *workflow.NonDeterminismError, a *workflow.PanicError, [ErrInvalidHistory]
-// or [ErrPayload]. A workflow that returns an error completes the run as
+// *workflow.NonDeterminismError, a *workflow.PanicError, [ErrDeadlock],
+// [ErrInvalidHistory], [ErrPayload] or ctx's error. A workflow that returns an error completes the run as
 // failed: [Outcome.Failure] and a WorkflowFailed event.
 package replay

@@ -154,7 +154,7 @@ func Execute(ctx context.Context, def *Definition, params *ExecuteParams) (*Outc
 		return nil, err
 	}
 	defer e.sched.Close()
-	return e.execute(ctx)
+	return e.execute()
 }
 
 // Replay replays params.History (open or closed) and reports whether the
@@ -175,7 +175,7 @@ func Replay(ctx context.Context, def *Definition, params *ExecuteParams) error {
 		return err
 	}
 	for i := range tasks {
-		if err := e.replayTask(ctx, &tasks[i]); err != nil {
+		if err := e.replayTask(&tasks[i]); err != nil {
 			return err
 		}
 	}
@@ -278,8 +278,8 @@ type task struct {
 	inputs   []recorded
 }
 
-// splitHistory validates events and splits them into complete tasks, the
-// trailing inputs that no task has seen yet, and whether the run is closed.
+// splitHistory validates events and splits them into complete tasks and the
+// trailing inputs that no task has seen yet.
 func splitHistory(events []history.Event) (tasks []task, tail []recorded, err error) {
 	var cur task
 	inCommands := false
@@ -329,7 +329,7 @@ func splitHistory(events []history.Event) (tasks []task, tail []recorded, err er
 	return tasks, tail, nil
 }
 
-func (e *engine) execute(ctx context.Context) (*Outcome, error) {
+func (e *engine) execute() (*Outcome, error) {
 	tasks, tail, err := splitHistory(e.history)
 	if err != nil {
 		return nil, err
@@ -341,11 +341,11 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 		}
 	}
 	for i := range tasks {
-		if err := e.replayTask(ctx, &tasks[i]); err != nil {
+		if err := e.replayTask(&tasks[i]); err != nil {
 			return nil, err
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if err := e.ctx.Err(); err != nil {
 		return nil, err
 	}
 	return e.decide(tail)
@@ -372,8 +372,8 @@ func closedOutcome(last history.Event, inputs []history.Event, reason string) (*
 }
 
 // replayTask replays one recorded task and checks its commands.
-func (e *engine) replayTask(ctx context.Context, t *task) error {
-	if err := ctx.Err(); err != nil {
+func (e *engine) replayTask(t *task) error {
+	if err := e.ctx.Err(); err != nil {
 		return err
 	}
 	e.replaying = true
