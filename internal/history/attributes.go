@@ -265,6 +265,57 @@ func (*WorkflowCanceledAttributes) EventType() EventType { return EventWorkflowC
 
 func (*WorkflowCanceledAttributes) validate() string { return "" }
 
+// TimerStartedAttributes are the attributes of [EventTimerStarted].
+type TimerStartedAttributes struct {
+	// Duration is how long the workflow asked to wait.
+	Duration Duration `json:"duration"`
+	// FireAt is when the timer fires: the task's time plus Duration. The
+	// worker makes a TimerFired input at that time.
+	FireAt time.Time `json:"fire_at"`
+}
+
+// EventType implements Attributes.
+func (*TimerStartedAttributes) EventType() EventType { return EventTimerStarted }
+
+func (a *TimerStartedAttributes) validate() string {
+	switch {
+	case a.Duration <= 0:
+		return "duration must be positive"
+	case a.FireAt.IsZero():
+		return "fire_at is required"
+	}
+	return ""
+}
+
+// TimerFiredAttributes are the attributes of [EventTimerFired].
+type TimerFiredAttributes struct {
+	// StartedEventID is the ID of the timer's TimerStarted event.
+	StartedEventID int64 `json:"started_event_id"`
+}
+
+// EventType implements Attributes.
+func (*TimerFiredAttributes) EventType() EventType { return EventTimerFired }
+
+func (a *TimerFiredAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
+
+// TimerCanceledAttributes are the attributes of [EventTimerCanceled].
+type TimerCanceledAttributes struct {
+	// StartedEventID is the ID of the timer's TimerStarted event.
+	StartedEventID int64 `json:"started_event_id"`
+}
+
+// EventType implements Attributes.
+func (*TimerCanceledAttributes) EventType() EventType { return EventTimerCanceled }
+
+func (a *TimerCanceledAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
+
+func validateStartedEventID(id int64) string {
+	if id <= 0 {
+		return "started_event_id must be positive"
+	}
+	return ""
+}
+
 func validateScheduledEventID(id int64) string {
 	if id <= 0 {
 		return "scheduled_event_id must be positive"
@@ -311,6 +362,12 @@ func newAttributes(t EventType) Attributes {
 		return &ActivityCancelRequestedAttributes{}
 	case EventWorkflowCanceled:
 		return &WorkflowCanceledAttributes{}
+	case EventTimerStarted:
+		return &TimerStartedAttributes{}
+	case EventTimerFired:
+		return &TimerFiredAttributes{}
+	case EventTimerCanceled:
+		return &TimerCanceledAttributes{}
 	}
 	return nil
 }

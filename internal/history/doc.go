@@ -8,11 +8,12 @@
 //	inputs…  WorkflowTaskStarted  commands…
 //
 // Inputs are outcomes that arrived from outside (ActivityCompleted,
-// ActivityFailed, ActivityTimedOut, ActivityCanceled, CancelRequested; later
-// timer fires and signals). WorkflowTaskStarted is the task boundary: it records the time the
-// task saw, and it marks the exact point at which the inputs before it were
-// delivered to workflow code. Commands are what the workflow code decided in
-// that task (ActivityScheduled, ActivityCancelRequested, MarkerRecorded, and
+// ActivityFailed, ActivityTimedOut, ActivityCanceled, TimerFired,
+// CancelRequested; later signals). WorkflowTaskStarted is the task boundary:
+// it records the time the task saw, and it marks the exact point at which the
+// inputs before it were delivered to workflow code. Commands are what the
+// workflow code decided in that task (ActivityScheduled,
+// ActivityCancelRequested, TimerStarted, TimerCanceled, MarkerRecorded, and
 // one of WorkflowCompleted, WorkflowFailed or WorkflowCanceled to end the
 // run).
 //

@@ -48,6 +48,14 @@ const (
 	// EventWorkflowCanceled is a run that ended because it was cancelled
 	// (it returned workflow.ErrCanceled after a CancelRequested). Command.
 	EventWorkflowCanceled EventType = "WorkflowCanceled"
+	// EventTimerStarted records that workflow code started a durable timer;
+	// its event ID is the timer's identity. Command.
+	EventTimerStarted EventType = "TimerStarted"
+	// EventTimerFired is a timer that reached its fire time. Input.
+	EventTimerFired EventType = "TimerFired"
+	// EventTimerCanceled records that workflow code cancelled a timer (any
+	// later TimerFired for it is dropped). Command.
+	EventTimerCanceled EventType = "TimerCanceled"
 )
 
 // ErrInvalidEvent is matched (with errors.Is) by every error that reports an
@@ -76,7 +84,7 @@ type Event struct {
 func (t EventType) IsInput() bool {
 	switch t {
 	case EventWorkflowStarted, EventActivityCompleted, EventActivityFailed,
-		EventActivityTimedOut, EventActivityCanceled, EventCancelRequested:
+		EventActivityTimedOut, EventActivityCanceled, EventCancelRequested, EventTimerFired:
 		return true
 	}
 	return false
@@ -86,6 +94,7 @@ func (t EventType) IsInput() bool {
 func (t EventType) IsCommand() bool {
 	switch t {
 	case EventActivityScheduled, EventActivityCancelRequested, EventMarkerRecorded,
+		EventTimerStarted, EventTimerCanceled,
 		EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled:
 		return true
 	}

@@ -28,6 +28,9 @@ func FuzzDecodeAttributes(f *testing.F) {
 		&CancelRequestedAttributes{Reason: "r"},
 		&ActivityCancelRequestedAttributes{ScheduledEventID: 2},
 		&WorkflowCanceledAttributes{},
+		&TimerStartedAttributes{Duration: Duration(time.Minute), FireAt: now},
+		&TimerFiredAttributes{StartedEventID: 2},
+		&TimerCanceledAttributes{StartedEventID: 2},
 	}
 	for _, s := range seeds {
 		ev, err := NewEvent(1, now, s)

@@ -39,6 +39,9 @@ func TestAttributesRoundTrip(t *testing.T) {
 		&CancelRequestedAttributes{Reason: "customer changed their mind"},
 		&ActivityCancelRequestedAttributes{ScheduledEventID: 3},
 		&WorkflowCanceledAttributes{Failure: Failure{Message: "workflow: canceled", Type: "Canceled"}},
+		&TimerStartedAttributes{Duration: Duration(time.Hour), FireAt: now.Add(time.Hour)},
+		&TimerFiredAttributes{StartedEventID: 5},
+		&TimerCanceledAttributes{StartedEventID: 5},
 	}
 	seen := map[EventType]bool{}
 	for _, attrs := range all {
@@ -58,7 +61,7 @@ func TestAttributesRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, attrs, decoded)
 	}
-	require.Len(t, seen, 13)
+	require.Len(t, seen, 16)
 }
 
 func TestDecode(t *testing.T) {
@@ -87,6 +90,9 @@ func TestDecodeAttributesRejects(t *testing.T) {
 		"EmptyAttributes":          {Type: EventActivityCompleted},
 		"MissingKind":              {Type: EventActivityScheduled, Attributes: []byte(`{"retry_policy":{}}`)},
 		"MissingCancelScheduledID": {Type: EventActivityCancelRequested, Attributes: []byte(`{}`)},
+		"MissingFireAt":            {Type: EventTimerStarted, Attributes: []byte(`{"duration":"1s"}`)},
+		"MissingStartedID":         {Type: EventTimerFired, Attributes: []byte(`{}`)},
+		"NonPositiveTimer":         {Type: EventTimerStarted, Attributes: []byte(`{"duration":"0s","fire_at":"2026-01-01T00:00:00Z"}`)},
 		"MissingMarkerName":        {Type: EventMarkerRecorded, Attributes: []byte(`{}`)},
 		"MissingNow":               {Type: EventWorkflowTaskStarted, Attributes: []byte(`{}`)},
 		"MissingRetryPolicy":       {Type: EventActivityScheduled, Attributes: []byte(`{"kind":"k"}`)},
