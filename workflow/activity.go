@@ -228,12 +228,12 @@ func (f *activityFuture[R]) decode(codec env.Codec) (R, error) {
 	var value R
 	p := f.promise
 	actErr := func(attempt int, cause error) error {
-		return &ActivityError{Attempt: attempt, Cause: cause, Kind: p.Kind, ScheduledEventID: p.ScheduledEventID}
+		return &ActivityError{Attempt: attempt, Cause: cause, Kind: p.Kind, ScheduledEventID: p.EventID}
 	}
 	switch outcome := p.Outcome().(type) {
 	case *history.ActivityCompletedAttributes:
 		if err := codec.Decode(outcome.Result, &value); err != nil {
-			return value, fmt.Errorf("decoding result of activity %s (event %d) as %T: %w", p.Kind, p.ScheduledEventID, value, err)
+			return value, fmt.Errorf("decoding result of activity %s (event %d) as %T: %w", p.Kind, p.EventID, value, err)
 		}
 		return value, nil
 	case *history.ActivityFailedAttributes:
@@ -243,7 +243,7 @@ func (f *activityFuture[R]) decode(codec env.Codec) (R, error) {
 	case *history.ActivityCanceledAttributes:
 		return value, actErr(outcome.Attempt, ErrCanceled)
 	default:
-		return value, fmt.Errorf("activity %s (event %d): unexpected outcome %T", p.Kind, p.ScheduledEventID, outcome)
+		return value, fmt.Errorf("activity %s (event %d): unexpected outcome %T", p.Kind, p.EventID, outcome)
 	}
 }
 

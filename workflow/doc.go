@@ -32,8 +32,10 @@
 //
 //   - Reach the outside world only through activities. No I/O, no network,
 //     no database, no global mutable state.
-//   - Use [Now] instead of time.Now, [SideEffect] for random numbers and IDs,
-//     [GetLogger] for logging (it is silent while replaying).
+//   - Use [Now] instead of time.Now, [Sleep] and [NewTimer] instead of
+//     time.Sleep and timers (they are durable), [SideEffect] for random
+//     numbers and IDs, [GetLogger] for logging (it is silent while
+//     replaying).
 //   - Use [Go] instead of the go statement, and [Future], [Selector] and
 //     [Await] instead of channels, mutexes and select. Coroutines started
 //     with Go run one at a time under a deterministic scheduler; they can
@@ -45,7 +47,9 @@
 // records fails the workflow task with a [*NonDeterminismError], retried and
 // visible, rather than corrupting the run: deploy a fix (or the old code) and
 // the run resumes. A panic in workflow code fails the task the same way, with
-// a [*PanicError]. Only a returned error fails the workflow.
+// a [*PanicError], and so does code that blocks outside this package (a real
+// channel, mutex, sleep or I/O) for more than a second. Only a returned error
+// fails the workflow.
 //
 // # Cancellation
 //

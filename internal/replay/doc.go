@@ -27,15 +27,26 @@
 // WorkflowTaskStarted boundary and runs the code live, recording its
 // commands.
 //
+// # Activities and timers
+//
+// The ID of an ActivityScheduled or TimerStarted event is the identity of the
+// activity or timer: [Outcome.Activities] and [Outcome.Timers] list the new
+// ones for the worker to insert River jobs for, and their outcomes
+// (ActivityCompleted… with ScheduledEventID, TimerFired with StartedEventID)
+// come back as inputs. An outcome for an activity or timer that already has
+// one, or that doesn't exist, is dropped ([Outcome.Dropped]): each enters
+// history at most once.
+//
 // # Cancellation
 //
 // A CancelRequested input cancels the workflow's root Context. Whenever every
-// coroutine is blocked, the engine looks for pending activities whose Context
-// is cancelled (the root one, or one from workflow.WithCancel): for each, in
-// scheduling order, it records an ActivityCancelRequested command (listed in
-// [Outcome.CanceledActivities], for the worker to cancel the River job) and
-// fails the activity's future with workflow.ErrCanceled at once; the
-// activity's own outcome, if it still comes, is dropped. A workflow that
+// coroutine is blocked, the engine looks for pending activities and timers
+// whose Context is cancelled (the root one, or one from workflow.WithCancel):
+// for each, in the order they were started, it records an
+// ActivityCancelRequested or TimerCanceled command (listed in
+// [Outcome.CanceledActivities] and [Outcome.CanceledTimers], for the worker
+// to cancel the River job) and fails the future with workflow.ErrCanceled at
+// once; the activity's or timer's own outcome, if it still comes, is dropped. A workflow that
 // returns an error matching workflow.ErrCanceled after a CancelRequested ends
 // with WorkflowCanceled ([Outcome.Canceled]) rather than WorkflowFailed.
 //

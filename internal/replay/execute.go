@@ -69,8 +69,8 @@ type ExecuteParams struct {
 	Info Info
 
 	// Inputs are the outcomes taken from the inbox (ActivityCompleted,
-	// ActivityFailed, ActivityTimedOut, ActivityCanceled, CancelRequested),
-	// ID 0, in arrival order. They are delivered to workflow code at this
+	// ActivityFailed, ActivityTimedOut, ActivityCanceled, TimerFired,
+	// CancelRequested), ID 0, in arrival order. They are delivered to workflow code at this
 	// task's boundary.
 	Inputs []history.Event
 
@@ -93,6 +93,10 @@ type Outcome struct {
 	// this task asked to cancel, in order: one River job to cancel for each.
 	// Any outcome they still produce is dropped.
 	CanceledActivities []int64
+
+	// CanceledTimers are the timers (TimerStarted event IDs) this task
+	// cancelled. Their TimerFired, if it still comes, is dropped.
+	CanceledTimers []int64
 
 	// Canceled reports that the workflow ended cancelled (WorkflowCanceled):
 	// it returned an error matching workflow.ErrCanceled after a
@@ -121,6 +125,20 @@ type Outcome struct {
 	// Result is the workflow's encoded result, when it returned without
 	// error.
 	Result []byte
+
+	// Timers are the durable timers started by this task, in order: one
+	// TimerFired input to deliver at each FireAt.
+	Timers []StartedTimer
+}
+
+// StartedTimer is a durable timer started by a task.
+type StartedTimer struct {
+	// Attributes are those of its TimerStarted event; FireAt is when the
+	// worker must deliver a TimerFired input for it.
+	Attributes *history.TimerStartedAttributes
+	// EventID is the ID of its TimerStarted event: the timer's identity,
+	// which its TimerFired's StartedEventID must carry.
+	EventID int64
 }
 
 // ScheduledActivity is an activity scheduled by a task.
@@ -212,9 +230,11 @@ type engine struct {
 
 	activities         []ScheduledActivity
 	canceledActivities []int64
-	canceled           map[int64]func() bool  // whether each pending activity's ctx is cancelled
-	pending            map[int64]*env.Promise // scheduled, not yet resolved
-	scheduled          map[int64]*env.Promise // every activity scheduled
+	canceledTimers     []int64
+	timers             []StartedTimer
+
+	operations map[int64]*operation // every activity and timer, by event ID
+	pending    map[int64]*operation // those without an outcome
 
 	cancelRequested bool
 
@@ -223,6 +243,13 @@ type engine struct {
 	result   []byte
 	runErr   error
 	started  bool
+}
+
+// operation is an activity or a timer started by workflow code.
+type operation struct {
+	canceled func() bool // whether its Context is cancelled
+	promise  *env.Promise
+	timer    bool
 }
 
 // recorded is a decoded history event.
@@ -237,15 +264,14 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	}
 	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
 	e := &engine{
-		ctx:       ctx,
-		codec:     params.Codec,
-		def:       def,
-		history:   params.History,
-		params:    params,
-		sched:     coroutine.New(deadlockTimeout),
-		canceled:  map[int64]func() bool{},
-		pending:   map[int64]*env.Promise{},
-		scheduled: map[int64]*env.Promise{},
+		ctx:        ctx,
+		codec:      params.Codec,
+		def:        def,
+		history:    params.History,
+		params:     params,
+		sched:      coroutine.New(deadlockTimeout),
+		operations: map[int64]*operation{},
+		pending:    map[int64]*operation{},
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -453,7 +479,8 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	if err := e.run(); err != nil {
 		return nil, err
 	}
-	out.Events, out.Activities, out.CanceledActivities = e.events, e.activities, e.canceledActivities
+	out.Events, out.Activities, out.Timers = e.events, e.activities, e.timers
+	out.CanceledActivities, out.CanceledTimers = e.canceledActivities, e.canceledTimers
 	if e.done {
 		out.Completed = true
 		last := e.events[len(e.events)-1]
@@ -469,7 +496,10 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 // deliver applies one input. A non-empty reason means the input can't
 // change anything and was not applied.
 func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason string, err error) {
-	var scheduledID int64
+	var (
+		id    int64
+		timer bool
+	)
 	switch a := attrs.(type) {
 	case *history.WorkflowStartedAttributes:
 		return "", e.start(a)
@@ -483,50 +513,66 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 		e.cancelRequested = true
 		return "", nil
 	case *history.ActivityCompletedAttributes:
-		scheduledID = a.ScheduledEventID
+		id = a.ScheduledEventID
 	case *history.ActivityFailedAttributes:
-		scheduledID = a.ScheduledEventID
+		id = a.ScheduledEventID
 	case *history.ActivityTimedOutAttributes:
-		scheduledID = a.ScheduledEventID
+		id = a.ScheduledEventID
 	case *history.ActivityCanceledAttributes:
-		scheduledID = a.ScheduledEventID
+		id = a.ScheduledEventID
+	case *history.TimerFiredAttributes:
+		id, timer = a.StartedEventID, true
 	default:
 		return "", invalid("event %d: %s is not an input", ev.ID, ev.Type)
 	}
 	if e.done {
 		return "the workflow has returned", nil
 	}
-	p, ok := e.pending[scheduledID]
-	if !ok {
-		if _, ok := e.scheduled[scheduledID]; ok {
-			return fmt.Sprintf("activity of event %d already has its outcome", scheduledID), nil
-		}
-		return fmt.Sprintf("no activity was scheduled by event %d", scheduledID), nil
+	what := "activity"
+	if timer {
+		what = "timer"
 	}
-	e.resolve(p, attrs)
+	op, ok := e.operations[id]
+	switch {
+	case !ok || op.timer != timer:
+		return fmt.Sprintf("no %s was started by event %d", what, id), nil
+	case e.pending[id] == nil:
+		return fmt.Sprintf("the %s of event %d already has its outcome", what, id), nil
+	}
+	e.resolve(op, attrs)
 	return "", nil
 }
 
-func (e *engine) resolve(p *env.Promise, outcome history.Attributes) {
-	delete(e.pending, p.ScheduledEventID)
-	delete(e.canceled, p.ScheduledEventID)
-	p.Resolve(outcome, e.NextSeq())
+func (e *engine) resolve(op *operation, outcome history.Attributes) {
+	delete(e.pending, op.promise.EventID)
+	op.promise.Resolve(outcome, e.NextSeq())
 }
 
-// cancelActivities records a cancel request for every pending activity
-// whose Context is cancelled, in scheduling order, and resolves it as
+// cancelOperations cancels, in the order they were started, the pending
+// activities and timers whose Context is cancelled: it records the
+// ActivityCancelRequested or TimerCanceled command and resolves each as
 // cancelled. It reports whether it did anything.
-func (e *engine) cancelActivities() (bool, error) {
+func (e *engine) cancelOperations() (bool, error) {
 	did := false
-	for _, id := range slices.Sorted(maps.Keys(e.canceled)) {
-		if !e.canceled[id]() {
+	for _, id := range slices.Sorted(maps.Keys(e.pending)) {
+		op := e.pending[id]
+		if !op.canceled() {
 			continue
 		}
-		if _, err := e.command(&history.ActivityCancelRequestedAttributes{ScheduledEventID: id}); err != nil {
+		var command, outcome history.Attributes = &history.ActivityCancelRequestedAttributes{ScheduledEventID: id},
+			&history.ActivityCanceledAttributes{ScheduledEventID: id}
+		if op.timer {
+			command, outcome = &history.TimerCanceledAttributes{StartedEventID: id}, &history.TimerCanceledAttributes{StartedEventID: id}
+		}
+		if _, err := e.command(command); err != nil {
 			return false, err
 		}
-		e.resolve(e.pending[id], &history.ActivityCanceledAttributes{ScheduledEventID: id})
-		if !e.replaying {
+		e.resolve(op, outcome)
+		switch {
+		case e.replaying:
+		case op.timer:
+			e.canceledTimers = append(e.canceledTimers, id)
+		default:
 			e.canceledActivities = append(e.canceledActivities, id)
 		}
 		did = true
@@ -583,7 +629,7 @@ func (e *engine) run() error {
 		}
 		// Every coroutine is blocked: cancel the activities whose Context
 		// was cancelled, which may unblock some.
-		canceled, err := e.cancelActivities()
+		canceled, err := e.cancelOperations()
 		if err != nil {
 			return err
 		}
@@ -643,6 +689,8 @@ func describe(attrs history.Attributes) string {
 		return fmt.Sprintf("%s(name %q)", a.EventType(), a.Name)
 	case *history.ActivityCancelRequestedAttributes:
 		return fmt.Sprintf("%s(activity of event %d)", a.EventType(), a.ScheduledEventID)
+	case *history.TimerCanceledAttributes:
+		return fmt.Sprintf("%s(timer of event %d)", a.EventType(), a.StartedEventID)
 	}
 	return string(attrs.EventType())
 }
@@ -699,15 +747,28 @@ func (e *engine) NextSeq() int64 {
 
 func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *env.Promise {
 	e.sched.Guard()
-	rec := e.commandOrAbort(attrs)
-	p := &env.Promise{Kind: attrs.Kind, ScheduledEventID: rec.event.ID}
-	e.pending[p.ScheduledEventID] = p
-	e.canceled[p.ScheduledEventID] = canceled
-	e.scheduled[p.ScheduledEventID] = p
+	op := e.startOperation(attrs, attrs.Kind, canceled, false)
 	if !e.replaying {
-		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: rec.event.ID})
+		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: op.promise.EventID})
 	}
-	return p
+	return op.promise
+}
+
+func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *env.Promise {
+	e.sched.Guard()
+	rec := e.startOperation(attrs, "", canceled, true)
+	if !e.replaying {
+		e.timers = append(e.timers, StartedTimer{Attributes: attrs, EventID: rec.promise.EventID})
+	}
+	return rec.promise
+}
+
+func (e *engine) startOperation(attrs history.Attributes, kind string, canceled func() bool, timer bool) *operation {
+	rec := e.commandOrAbort(attrs)
+	op := &operation{canceled: canceled, promise: &env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
+	e.pending[op.promise.EventID] = op
+	e.operations[op.promise.EventID] = op
+	return op
 }
 
 func (e *engine) SideEffect(fn func() ([]byte, error)) ([]byte, error) {

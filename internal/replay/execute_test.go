@@ -220,7 +220,7 @@ func TestExecuteDropsDuplicateAndUnknownOutcomes(t *testing.T) {
 	out := r.task(completed(t, 3, 10), completed(t, 3, 99), completed(t, 42, 1))
 	require.Len(t, out.Dropped, 2)
 	require.Contains(t, out.Dropped[0].Reason, "already has its outcome")
-	require.Contains(t, out.Dropped[1].Reason, "no activity was scheduled by event 42")
+	require.Contains(t, out.Dropped[1].Reason, "no activity was started by event 42")
 	require.Equal(t, []history.EventType{history.EventActivityCompleted, history.EventWorkflowTaskStarted, history.EventActivityScheduled}, eventTypes(out.Events))
 
 	// A late duplicate in a later task (a stale completion): dropped, never

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -98,6 +99,20 @@ func goldenScenarios() map[string]struct {
 		}
 		return "", err
 	})
+	deadline := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+		actCtx, cancelActivity := workflow.WithCancel(ctx)
+		charge := workflow.ExecuteActivity[int](actCtx, ChargeArgs{Order: args.ID}, nil)
+		timer := workflow.NewTimer(ctx, 10*time.Minute)
+		winner := ""
+		workflow.NewSelector(ctx).
+			AddFuture(timer, func() { winner = "timer"; cancelActivity() }).
+			AddFuture(charge, func() { winner = "charge" }).
+			Select(ctx)
+		if err := workflow.Sleep(ctx, time.Second); err != nil {
+			return "", err
+		}
+		return winner, nil
+	})
 	failing := define(func(ctx workflow.Context, args OrderArgs) (int, error) {
 		return workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID}, nil).Get(ctx)
 	})
@@ -112,6 +127,13 @@ func goldenScenarios() map[string]struct {
 				func(t testing.TB, _ map[int64]string) []history.Event {
 					return []history.Event{failed(t, 3, history.Failure{Message: "card declined", Type: "CardDeclined", NonRetryable: true})}
 				},
+			}},
+		},
+		"timer_deadline": {
+			description: "an activity raced against a durable timer; the timer fires first and the activity is cancelled; then a sleep",
+			scenario: goldenScenario{def: deadline, args: OrderArgs{ID: "o-6"}, tasks: []func(testing.TB, map[int64]string) []history.Event{
+				func(t testing.TB, _ map[int64]string) []history.Event { return []history.Event{timerFired(t, 4)} },
+				func(t testing.TB, _ map[int64]string) []history.Event { return []history.Event{timerFired(t, 7)} },
 			}},
 		},
 		"workflow_cancel": {
@@ -202,7 +224,7 @@ func requireSameHistory(t *testing.T, want, got []history.Event) {
 // engine must not panic or leak, and must fail only with its typed errors.
 func FuzzExecute(f *testing.F) {
 	scenarios := goldenScenarios()
-	names := []string{"activity_failure", "parallel", "selector_side_effect", "sequential", "workflow_cancel"}
+	names := []string{"activity_failure", "parallel", "selector_side_effect", "sequential", "timer_deadline", "workflow_cancel"}
 	for i, name := range names {
 		raw, err := os.ReadFile(filepath.Join("testdata", "replay", name+".json"))
 		require.NoError(f, err)

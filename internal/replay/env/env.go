@@ -49,22 +49,25 @@ type Info struct {
 	WorkflowID  string
 }
 
-// Promise is the engine's side of an activity's future: it becomes ready once
-// the activity's outcome is delivered.
+// Promise is the engine's side of the future of an activity or a timer: it
+// becomes ready once the outcome is delivered (or the engine cancels it).
 type Promise struct {
-	// Kind is the activity's kind.
+	// EventID is the ID of the ActivityScheduled or TimerStarted event: the
+	// activity's or timer's identity.
+	EventID int64
+	// Kind is the activity's kind; empty for a timer.
 	Kind string
-	// ScheduledEventID is the activity's ActivityScheduled event ID.
-	ScheduledEventID int64
 
 	ready   bool
 	seq     int64
 	outcome history.Attributes
 }
 
-// Resolve makes p ready with outcome (*history.ActivityCompletedAttributes,
-// *history.ActivityFailedAttributes, *history.ActivityTimedOutAttributes or
-// *history.ActivityCanceledAttributes). seq orders readiness.
+// Resolve makes p ready with outcome: for an activity
+// *history.ActivityCompletedAttributes, *history.ActivityFailedAttributes,
+// *history.ActivityTimedOutAttributes or *history.ActivityCanceledAttributes;
+// for a timer *history.TimerFiredAttributes or
+// *history.TimerCanceledAttributes. seq orders readiness.
 func (p *Promise) Resolve(outcome history.Attributes, seq int64) {
 	p.ready, p.outcome, p.seq = true, outcome, seq
 }
@@ -108,6 +111,10 @@ type Env interface {
 	// pending activity; once it returns true, the engine records an
 	// ActivityCancelRequested command and resolves the promise as cancelled.
 	ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *Promise
+	// StartTimer records the command to start a timer (or, when replaying,
+	// matches it against history) and returns its promise. canceled works as
+	// for ScheduleActivity (the command is then TimerCanceled).
+	StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *Promise
 	// SideEffect runs fn and records its result as a marker, or, when
 	// replaying, returns the recorded result without running fn.
 	SideEffect(fn func() ([]byte, error)) ([]byte, error)
