@@ -309,6 +309,24 @@ func (*TimerCanceledAttributes) EventType() EventType { return EventTimerCancele
 
 func (a *TimerCanceledAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
 
+// SignalReceivedAttributes are the attributes of [EventSignalReceived].
+type SignalReceivedAttributes struct {
+	// Kind is the signal type: the Kind() of its args.
+	Kind string `json:"kind"`
+	// Args are the signal's encoded args.
+	Args Payload `json:"args"`
+}
+
+// EventType implements Attributes.
+func (*SignalReceivedAttributes) EventType() EventType { return EventSignalReceived }
+
+func (a *SignalReceivedAttributes) validate() string {
+	if a.Kind == "" {
+		return "kind is required"
+	}
+	return ""
+}
+
 func validateStartedEventID(id int64) string {
 	if id <= 0 {
 		return "started_event_id must be positive"
@@ -368,6 +386,8 @@ func newAttributes(t EventType) Attributes {
 		return &TimerFiredAttributes{}
 	case EventTimerCanceled:
 		return &TimerCanceledAttributes{}
+	case EventSignalReceived:
+		return &SignalReceivedAttributes{}
 	}
 	return nil
 }

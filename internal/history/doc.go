@@ -9,7 +9,7 @@
 //
 // Inputs are outcomes that arrived from outside (ActivityCompleted,
 // ActivityFailed, ActivityTimedOut, ActivityCanceled, TimerFired,
-// CancelRequested; later signals). WorkflowTaskStarted is the task boundary:
+// SignalReceived, CancelRequested). WorkflowTaskStarted is the task boundary:
 // it records the time the task saw, and it marks the exact point at which the
 // inputs before it were delivered to workflow code. Commands are what the
 // workflow code decided in that task (ActivityScheduled,

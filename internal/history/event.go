@@ -56,6 +56,8 @@ const (
 	// EventTimerCanceled records that workflow code cancelled a timer (any
 	// later TimerFired for it is dropped). Command.
 	EventTimerCanceled EventType = "TimerCanceled"
+	// EventSignalReceived is a signal sent to the run. Input.
+	EventSignalReceived EventType = "SignalReceived"
 )
 
 // ErrInvalidEvent is matched (with errors.Is) by every error that reports an
@@ -84,7 +86,8 @@ type Event struct {
 func (t EventType) IsInput() bool {
 	switch t {
 	case EventWorkflowStarted, EventActivityCompleted, EventActivityFailed,
-		EventActivityTimedOut, EventActivityCanceled, EventCancelRequested, EventTimerFired:
+		EventActivityTimedOut, EventActivityCanceled, EventCancelRequested, EventTimerFired,
+		EventSignalReceived:
 		return true
 	}
 	return false

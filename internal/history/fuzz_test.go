@@ -31,6 +31,7 @@ func FuzzDecodeAttributes(f *testing.F) {
 		&TimerStartedAttributes{Duration: Duration(time.Minute), FireAt: now},
 		&TimerFiredAttributes{StartedEventID: 2},
 		&TimerCanceledAttributes{StartedEventID: 2},
+		&SignalReceivedAttributes{Kind: "approve", Args: Payload(`{}`)},
 	}
 	for _, s := range seeds {
 		ev, err := NewEvent(1, now, s)

@@ -42,6 +42,7 @@ func TestAttributesRoundTrip(t *testing.T) {
 		&TimerStartedAttributes{Duration: Duration(time.Hour), FireAt: now.Add(time.Hour)},
 		&TimerFiredAttributes{StartedEventID: 5},
 		&TimerCanceledAttributes{StartedEventID: 5},
+		&SignalReceivedAttributes{Kind: "approve", Args: Payload(`{"by":"ann"}`)},
 	}
 	seen := map[EventType]bool{}
 	for _, attrs := range all {
@@ -61,7 +62,7 @@ func TestAttributesRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, attrs, decoded)
 	}
-	require.Len(t, seen, 16)
+	require.Len(t, seen, 17)
 }
 
 func TestDecode(t *testing.T) {
@@ -93,6 +94,7 @@ func TestDecodeAttributesRejects(t *testing.T) {
 		"MissingFireAt":            {Type: EventTimerStarted, Attributes: []byte(`{"duration":"1s"}`)},
 		"MissingStartedID":         {Type: EventTimerFired, Attributes: []byte(`{}`)},
 		"NonPositiveTimer":         {Type: EventTimerStarted, Attributes: []byte(`{"duration":"0s","fire_at":"2026-01-01T00:00:00Z"}`)},
+		"MissingSignalKind":        {Type: EventSignalReceived, Attributes: []byte(`{"args":1}`)},
 		"MissingMarkerName":        {Type: EventMarkerRecorded, Attributes: []byte(`{}`)},
 		"MissingNow":               {Type: EventWorkflowTaskStarted, Attributes: []byte(`{}`)},
 		"MissingRetryPolicy":       {Type: EventActivityScheduled, Attributes: []byte(`{"kind":"k"}`)},
