@@ -51,6 +51,15 @@
 // channel, mutex, sleep or I/O) for more than a second. Only a returned error
 // fails the workflow.
 //
+// # Signals
+//
+// A signal is a typed message sent to a running workflow (by a client, or in
+// the caller's transaction): a value whose Kind names the signal type.
+// [GetSignalChannel] returns the typed channel of one signal type; receive
+// from it with [SignalChannel.Receive], or wait on it next to futures with
+// [Selector.AddReceive]. Signals are delivered in the order they entered
+// history and wait in the channel until received.
+//
 // # Cancellation
 //
 // When a run is asked to cancel, the Context given to Run is cancelled:

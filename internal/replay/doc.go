@@ -37,6 +37,10 @@
 // one, or that doesn't exist, is dropped ([Outcome.Dropped]): each enters
 // history at most once.
 //
+// SignalReceived inputs are queued per signal kind for
+// workflow.GetSignalChannel, in input order; signals to a run that has
+// returned are dropped.
+//
 // # Cancellation
 //
 // A CancelRequested input cancels the workflow's root Context. Whenever every

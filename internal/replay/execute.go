@@ -70,7 +70,7 @@ type ExecuteParams struct {
 
 	// Inputs are the outcomes taken from the inbox (ActivityCompleted,
 	// ActivityFailed, ActivityTimedOut, ActivityCanceled, TimerFired,
-	// CancelRequested), ID 0, in arrival order. They are delivered to workflow code at this
+	// SignalReceived, CancelRequested), ID 0, in arrival order. They are delivered to workflow code at this
 	// task's boundary.
 	Inputs []history.Event
 
@@ -237,6 +237,7 @@ type engine struct {
 	pending    map[int64]*operation // those without an outcome
 
 	cancelRequested bool
+	signals         map[string]*env.SignalQueue
 
 	abortErr error
 	done     bool
@@ -272,6 +273,7 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 		sched:      coroutine.New(deadlockTimeout),
 		operations: map[int64]*operation{},
 		pending:    map[int64]*operation{},
+		signals:    map[string]*env.SignalQueue{},
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -512,6 +514,12 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 		}
 		e.cancelRequested = true
 		return "", nil
+	case *history.SignalReceivedAttributes:
+		if e.done {
+			return "the workflow has returned", nil
+		}
+		e.SignalQueue(a.Kind).Push(env.Signal{Args: a.Args, Seq: e.nextSeq()})
+		return "", nil
 	case *history.ActivityCompletedAttributes:
 		id = a.ScheduledEventID
 	case *history.ActivityFailedAttributes:
@@ -545,7 +553,7 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 
 func (e *engine) resolve(op *operation, outcome history.Attributes) {
 	delete(e.pending, op.promise.EventID)
-	op.promise.Resolve(outcome, e.NextSeq())
+	op.promise.Resolve(outcome, e.nextSeq())
 }
 
 // cancelOperations cancels, in the order they were started, the pending
@@ -741,6 +749,12 @@ func (e *engine) Now() time.Time         { return e.now }
 
 func (e *engine) NextSeq() int64 {
 	e.sched.Guard()
+	return e.nextSeq()
+}
+
+// nextSeq advances the readiness counter (for the engine's own use, outside
+// coroutines).
+func (e *engine) nextSeq() int64 {
 	e.seq++
 	return e.seq
 }
@@ -769,6 +783,15 @@ func (e *engine) startOperation(attrs history.Attributes, kind string, canceled 
 	e.pending[op.promise.EventID] = op
 	e.operations[op.promise.EventID] = op
 	return op
+}
+
+func (e *engine) SignalQueue(kind string) *env.SignalQueue {
+	q, ok := e.signals[kind]
+	if !ok {
+		q = &env.SignalQueue{}
+		e.signals[kind] = q
+	}
+	return q
 }
 
 func (e *engine) SideEffect(fn func() ([]byte, error)) ([]byte, error) {

@@ -129,6 +129,17 @@ func goldenScenarios() map[string]struct {
 				},
 			}},
 		},
+		"signals": {
+			description: "signals buffered and received through a Selector, interleaved with an activity by arrival order",
+			scenario: goldenScenario{def: define(approval), args: OrderArgs{ID: "o-7"}, tasks: []func(testing.TB, map[int64]string) []history.Event{
+				func(t testing.TB, _ map[int64]string) []history.Event {
+					return []history.Event{signal(t, "add_note", `{"note":"gift wrap"}`)}
+				},
+				func(t testing.TB, _ map[int64]string) []history.Event {
+					return []history.Event{completed(t, 3, 12), signal(t, "approve", `{"by":"ann"}`)}
+				},
+			}},
+		},
 		"timer_deadline": {
 			description: "an activity raced against a durable timer; the timer fires first and the activity is cancelled; then a sleep",
 			scenario: goldenScenario{def: deadline, args: OrderArgs{ID: "o-6"}, tasks: []func(testing.TB, map[int64]string) []history.Event{
@@ -224,7 +235,7 @@ func requireSameHistory(t *testing.T, want, got []history.Event) {
 // engine must not panic or leak, and must fail only with its typed errors.
 func FuzzExecute(f *testing.F) {
 	scenarios := goldenScenarios()
-	names := []string{"activity_failure", "parallel", "selector_side_effect", "sequential", "timer_deadline", "workflow_cancel"}
+	names := []string{"activity_failure", "parallel", "selector_side_effect", "sequential", "signals", "timer_deadline", "workflow_cancel"}
 	for i, name := range names {
 		raw, err := os.ReadFile(filepath.Join("testdata", "replay", name+".json"))
 		require.NoError(f, err)

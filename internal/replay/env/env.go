@@ -82,6 +82,45 @@ func (p *Promise) Seq() int64 { return p.seq }
 // Outcome returns what p was resolved with; nil until it is ready.
 func (p *Promise) Outcome() history.Attributes { return p.outcome }
 
+// Signal is a received signal waiting to be consumed.
+type Signal struct {
+	// Args are the signal's encoded args.
+	Args []byte
+	// Seq orders its arrival among everything that became ready.
+	Seq int64
+}
+
+// SignalQueue holds the signals of one kind that workflow code has not
+// consumed yet, oldest first.
+type SignalQueue struct {
+	signals []Signal
+}
+
+// Push appends a signal.
+func (q *SignalQueue) Push(s Signal) { q.signals = append(q.signals, s) }
+
+// Len returns how many signals wait.
+func (q *SignalQueue) Len() int { return len(q.signals) }
+
+// Peek returns the oldest signal; ok is false when there is none.
+func (q *SignalQueue) Peek() (s Signal, ok bool) {
+	if len(q.signals) == 0 {
+		return Signal{}, false
+	}
+	return q.signals[0], true
+}
+
+// Pop removes the oldest signal and returns it; ok is false when there is
+// none.
+func (q *SignalQueue) Pop() (s Signal, ok bool) {
+	s, ok = q.Peek()
+	if ok {
+		q.signals[0] = Signal{}
+		q.signals = q.signals[1:]
+	}
+	return s, ok
+}
+
 // Env is what the engine offers workflow code. Every method must be called
 // from a coroutine of the workflow (workflow code), never concurrently.
 type Env interface {
@@ -115,6 +154,9 @@ type Env interface {
 	// matches it against history) and returns its promise. canceled works as
 	// for ScheduleActivity (the command is then TimerCanceled).
 	StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *Promise
+	// SignalQueue returns the queue of received signals of kind (the same
+	// queue on every call).
+	SignalQueue(kind string) *SignalQueue
 	// SideEffect runs fn and records its result as a marker, or, when
 	// replaying, returns the recorded result without running fn.
 	SideEffect(fn func() ([]byte, error)) ([]byte, error)
