@@ -180,14 +180,19 @@ func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history
 // The activity runs as a River job of kind args.Kind(), retried per the
 // retry policy outside the workflow; the future gets only the final outcome:
 // the result, or an [*ActivityError] wrapping an [*ApplicationError], a
-// [*TimeoutError] or [ErrCanceled]. Invalid options or args that can't be
-// encoded give a future that is ready at once with an error, and nothing is
-// scheduled.
+// [*TimeoutError] or [ErrCanceled]. When ctx is cancelled (see [WithCancel])
+// before the outcome, the activity is cancelled and the future fails at once
+// with ErrCanceled. Invalid options, args that can't be encoded or a ctx
+// already cancelled give a future that is ready at once with an error, and
+// nothing is scheduled.
 func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) Future[R] {
 	e := envOf(ctx)
 	kind := ""
 	if args != nil {
 		kind = args.Kind()
+	}
+	if err := ctx.Err(); err != nil {
+		return readyFuture[R](fmt.Errorf("activity %q not scheduled: %w", kind, err))
 	}
 	encoded, err := e.Codec().Encode(args)
 	if err != nil {
@@ -197,7 +202,7 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 	if err != nil {
 		return readyFuture[R](err)
 	}
-	return &activityFuture[R]{promise: e.ScheduleActivity(attrs)}
+	return &activityFuture[R]{promise: e.ScheduleActivity(attrs, func() bool { return ctx.Err() != nil })}
 }
 
 // activityFuture is the future of an activity's outcome.
@@ -223,12 +228,12 @@ func (f *activityFuture[R]) decode(codec env.Codec) (R, error) {
 	var value R
 	p := f.promise
 	actErr := func(attempt int, cause error) error {
-		return &ActivityError{Attempt: attempt, Cause: cause, Kind: p.Kind, ScheduledEventID: p.ScheduledEventID}
+		return &ActivityError{Attempt: attempt, Cause: cause, Kind: p.Kind, ScheduledEventID: p.EventID}
 	}
 	switch outcome := p.Outcome().(type) {
 	case *history.ActivityCompletedAttributes:
 		if err := codec.Decode(outcome.Result, &value); err != nil {
-			return value, fmt.Errorf("decoding result of activity %s (event %d) as %T: %w", p.Kind, p.ScheduledEventID, value, err)
+			return value, fmt.Errorf("decoding result of activity %s (event %d) as %T: %w", p.Kind, p.EventID, value, err)
 		}
 		return value, nil
 	case *history.ActivityFailedAttributes:
@@ -238,7 +243,7 @@ func (f *activityFuture[R]) decode(codec env.Codec) (R, error) {
 	case *history.ActivityCanceledAttributes:
 		return value, actErr(outcome.Attempt, ErrCanceled)
 	default:
-		return value, fmt.Errorf("activity %s (event %d): unexpected outcome %T", p.Kind, p.ScheduledEventID, outcome)
+		return value, fmt.Errorf("activity %s (event %d): unexpected outcome %T", p.Kind, p.EventID, outcome)
 	}
 }
 

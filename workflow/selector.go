@@ -6,10 +6,11 @@ type Readier interface {
 	IsReady() bool
 }
 
-// Selector waits for the first of several futures to become ready, like a
-// select statement, but deterministically: when several are ready, the one
-// that became ready first (in history order) wins, then the one added first.
-// Each added future is selected at most once.
+// Selector waits for the first of several futures or signal channels to
+// become ready, like a select statement, but deterministically: when several
+// are ready, the one that became ready first (in history order) wins, then
+// the one added first. Each added future is selected at most once; a receive
+// case can be selected again whenever its channel has a signal.
 //
 //	sel := workflow.NewSelector(ctx)
 //	sel.AddFuture(charge, func() { ... charge.Get(ctx) ... })
@@ -22,6 +23,7 @@ type Selector struct {
 type selectorCase struct {
 	ready    Readier
 	fn       func()
+	repeat   bool // a receive case: never used up
 	selected bool
 }
 
@@ -38,10 +40,19 @@ func (s *Selector) AddFuture(f Readier, fn func()) *Selector {
 	return s
 }
 
-// HasPending reports whether some added case hasn't been selected yet.
+// AddReceive adds a case that is chosen whenever ch has a signal waiting; fn
+// runs when it is and must receive it (ch.TryReceive), or the case stays
+// ready. It returns s.
+func (s *Selector) AddReceive(ch Readier, fn func()) *Selector {
+	s.cases = append(s.cases, &selectorCase{ready: ch, fn: fn, repeat: true})
+	return s
+}
+
+// HasPending reports whether some case can still be selected: a future not
+// selected yet, or any receive case.
 func (s *Selector) HasPending() bool {
 	for _, c := range s.cases {
-		if !c.selected {
+		if c.repeat || !c.selected {
 			return true
 		}
 	}
@@ -49,7 +60,8 @@ func (s *Selector) HasPending() bool {
 }
 
 // Select blocks until one of the pending cases is ready, marks it selected
-// and runs its callback. With no pending case it returns at once.
+// (unless it is a receive case) and runs its callback. With no pending case
+// it returns at once.
 func (s *Selector) Select(ctx Context) {
 	if !s.HasPending() {
 		return
@@ -59,7 +71,7 @@ func (s *Selector) Select(ctx Context) {
 		chosen = s.pick()
 		return chosen != nil
 	})
-	chosen.selected = true
+	chosen.selected = !chosen.repeat
 	if chosen.fn != nil {
 		chosen.fn()
 	}
@@ -70,7 +82,7 @@ func (s *Selector) pick() *selectorCase {
 	var best *selectorCase
 	var bestSeq int64
 	for _, c := range s.cases {
-		if c.selected || !c.ready.IsReady() {
+		if (c.selected && !c.repeat) || !c.ready.IsReady() {
 			continue
 		}
 		var seq int64

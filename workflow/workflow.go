@@ -90,11 +90,16 @@ func Go(ctx Context, fn func(ctx Context)) {
 	envOf(ctx).Go(func() { fn(ctx) })
 }
 
-// Await blocks the calling coroutine until cond returns true. cond is
-// evaluated again whenever other coroutines or new inputs may have changed
-// what it reads; it must not block or have side effects.
-func Await(ctx Context, cond func() bool) {
-	envOf(ctx).Await(cond)
+// Await blocks the calling coroutine until cond returns true or ctx is
+// cancelled, and then returns ctx.Err(). cond is evaluated again whenever
+// other coroutines or new inputs may have changed what it reads; it must not
+// block or have side effects.
+func Await(ctx Context, cond func() bool) error {
+	envOf(ctx).Await(func() bool { return cond() || ctx.Err() != nil })
+	if cond() {
+		return nil
+	}
+	return ctx.Err()
 }
 
 // SideEffect runs fn once and records its result in history; on replay it

@@ -228,6 +228,112 @@ func (*WorkflowFailedAttributes) EventType() EventType { return EventWorkflowFai
 
 func (*WorkflowFailedAttributes) validate() string { return "" }
 
+// CancelRequestedAttributes are the attributes of [EventCancelRequested].
+type CancelRequestedAttributes struct {
+	// Reason says why, for people.
+	Reason string `json:"reason,omitempty"`
+}
+
+// EventType implements Attributes.
+func (*CancelRequestedAttributes) EventType() EventType { return EventCancelRequested }
+
+func (*CancelRequestedAttributes) validate() string { return "" }
+
+// ActivityCancelRequestedAttributes are the attributes of
+// [EventActivityCancelRequested].
+type ActivityCancelRequestedAttributes struct {
+	// ScheduledEventID is the ID of the activity's ActivityScheduled event.
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+}
+
+// EventType implements Attributes.
+func (*ActivityCancelRequestedAttributes) EventType() EventType { return EventActivityCancelRequested }
+
+func (a *ActivityCancelRequestedAttributes) validate() string {
+	return validateScheduledEventID(a.ScheduledEventID)
+}
+
+// WorkflowCanceledAttributes are the attributes of [EventWorkflowCanceled].
+type WorkflowCanceledAttributes struct {
+	// Failure is the error the workflow returned (it matches
+	// workflow.ErrCanceled).
+	Failure Failure `json:"failure"`
+}
+
+// EventType implements Attributes.
+func (*WorkflowCanceledAttributes) EventType() EventType { return EventWorkflowCanceled }
+
+func (*WorkflowCanceledAttributes) validate() string { return "" }
+
+// TimerStartedAttributes are the attributes of [EventTimerStarted].
+type TimerStartedAttributes struct {
+	// Duration is how long the workflow asked to wait.
+	Duration Duration `json:"duration"`
+	// FireAt is when the timer fires: the task's time plus Duration. The
+	// worker makes a TimerFired input at that time.
+	FireAt time.Time `json:"fire_at"`
+}
+
+// EventType implements Attributes.
+func (*TimerStartedAttributes) EventType() EventType { return EventTimerStarted }
+
+func (a *TimerStartedAttributes) validate() string {
+	switch {
+	case a.Duration <= 0:
+		return "duration must be positive"
+	case a.FireAt.IsZero():
+		return "fire_at is required"
+	}
+	return ""
+}
+
+// TimerFiredAttributes are the attributes of [EventTimerFired].
+type TimerFiredAttributes struct {
+	// StartedEventID is the ID of the timer's TimerStarted event.
+	StartedEventID int64 `json:"started_event_id"`
+}
+
+// EventType implements Attributes.
+func (*TimerFiredAttributes) EventType() EventType { return EventTimerFired }
+
+func (a *TimerFiredAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
+
+// TimerCanceledAttributes are the attributes of [EventTimerCanceled].
+type TimerCanceledAttributes struct {
+	// StartedEventID is the ID of the timer's TimerStarted event.
+	StartedEventID int64 `json:"started_event_id"`
+}
+
+// EventType implements Attributes.
+func (*TimerCanceledAttributes) EventType() EventType { return EventTimerCanceled }
+
+func (a *TimerCanceledAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
+
+// SignalReceivedAttributes are the attributes of [EventSignalReceived].
+type SignalReceivedAttributes struct {
+	// Kind is the signal type: the Kind() of its args.
+	Kind string `json:"kind"`
+	// Args are the signal's encoded args.
+	Args Payload `json:"args"`
+}
+
+// EventType implements Attributes.
+func (*SignalReceivedAttributes) EventType() EventType { return EventSignalReceived }
+
+func (a *SignalReceivedAttributes) validate() string {
+	if a.Kind == "" {
+		return "kind is required"
+	}
+	return ""
+}
+
+func validateStartedEventID(id int64) string {
+	if id <= 0 {
+		return "started_event_id must be positive"
+	}
+	return ""
+}
+
 func validateScheduledEventID(id int64) string {
 	if id <= 0 {
 		return "scheduled_event_id must be positive"
@@ -268,6 +374,20 @@ func newAttributes(t EventType) Attributes {
 		return &WorkflowCompletedAttributes{}
 	case EventWorkflowFailed:
 		return &WorkflowFailedAttributes{}
+	case EventCancelRequested:
+		return &CancelRequestedAttributes{}
+	case EventActivityCancelRequested:
+		return &ActivityCancelRequestedAttributes{}
+	case EventWorkflowCanceled:
+		return &WorkflowCanceledAttributes{}
+	case EventTimerStarted:
+		return &TimerStartedAttributes{}
+	case EventTimerFired:
+		return &TimerFiredAttributes{}
+	case EventTimerCanceled:
+		return &TimerCanceledAttributes{}
+	case EventSignalReceived:
+		return &SignalReceivedAttributes{}
 	}
 	return nil
 }

@@ -8,12 +8,14 @@
 //	inputs…  WorkflowTaskStarted  commands…
 //
 // Inputs are outcomes that arrived from outside (ActivityCompleted,
-// ActivityFailed, ActivityTimedOut, ActivityCanceled, and later timer fires and
-// signals). WorkflowTaskStarted is the task boundary: it records the time the
-// task saw, and it marks the exact point at which the inputs before it were
-// delivered to workflow code. Commands are what the workflow code decided in
-// that task (ActivityScheduled, MarkerRecorded, WorkflowCompleted,
-// WorkflowFailed).
+// ActivityFailed, ActivityTimedOut, ActivityCanceled, TimerFired,
+// SignalReceived, CancelRequested). WorkflowTaskStarted is the task boundary:
+// it records the time the task saw, and it marks the exact point at which the
+// inputs before it were delivered to workflow code. Commands are what the
+// workflow code decided in that task (ActivityScheduled,
+// ActivityCancelRequested, TimerStarted, TimerCanceled, MarkerRecorded, and
+// one of WorkflowCompleted, WorkflowFailed or WorkflowCanceled to end the
+// run).
 //
 // Attributes are stored as JSON (jsonb in weir_event.attributes). Every
 // attribute struct implements [Attributes]; use [NewEvent] to encode one and

@@ -38,6 +38,26 @@ const (
 	EventWorkflowCompleted EventType = "WorkflowCompleted"
 	// EventWorkflowFailed is a run that returned an error. Command.
 	EventWorkflowFailed EventType = "WorkflowFailed"
+	// EventCancelRequested asks the run to cancel itself: workflow code sees
+	// its Context cancelled. Input.
+	EventCancelRequested EventType = "CancelRequested"
+	// EventActivityCancelRequested records that workflow code cancelled an
+	// activity (the worker cancels its River job; any later outcome is
+	// dropped, the workflow having moved on). Command.
+	EventActivityCancelRequested EventType = "ActivityCancelRequested"
+	// EventWorkflowCanceled is a run that ended because it was cancelled
+	// (it returned workflow.ErrCanceled after a CancelRequested). Command.
+	EventWorkflowCanceled EventType = "WorkflowCanceled"
+	// EventTimerStarted records that workflow code started a durable timer;
+	// its event ID is the timer's identity. Command.
+	EventTimerStarted EventType = "TimerStarted"
+	// EventTimerFired is a timer that reached its fire time. Input.
+	EventTimerFired EventType = "TimerFired"
+	// EventTimerCanceled records that workflow code cancelled a timer (any
+	// later TimerFired for it is dropped). Command.
+	EventTimerCanceled EventType = "TimerCanceled"
+	// EventSignalReceived is a signal sent to the run. Input.
+	EventSignalReceived EventType = "SignalReceived"
 )
 
 // ErrInvalidEvent is matched (with errors.Is) by every error that reports an
@@ -66,7 +86,8 @@ type Event struct {
 func (t EventType) IsInput() bool {
 	switch t {
 	case EventWorkflowStarted, EventActivityCompleted, EventActivityFailed,
-		EventActivityTimedOut, EventActivityCanceled:
+		EventActivityTimedOut, EventActivityCanceled, EventCancelRequested, EventTimerFired,
+		EventSignalReceived:
 		return true
 	}
 	return false
@@ -75,7 +96,9 @@ func (t EventType) IsInput() bool {
 // IsCommand reports whether t is a command: an event decided by workflow code.
 func (t EventType) IsCommand() bool {
 	switch t {
-	case EventActivityScheduled, EventMarkerRecorded, EventWorkflowCompleted, EventWorkflowFailed:
+	case EventActivityScheduled, EventActivityCancelRequested, EventMarkerRecorded,
+		EventTimerStarted, EventTimerCanceled,
+		EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled:
 		return true
 	}
 	return false
@@ -83,7 +106,7 @@ func (t EventType) IsCommand() bool {
 
 // IsTerminal reports whether t ends a run.
 func (t EventType) IsTerminal() bool {
-	return t == EventWorkflowCompleted || t == EventWorkflowFailed
+	return t == EventWorkflowCompleted || t == EventWorkflowFailed || t == EventWorkflowCanceled
 }
 
 // Known reports whether t is one of the event types defined in this package.

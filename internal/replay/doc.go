@@ -27,18 +27,50 @@
 // WorkflowTaskStarted boundary and runs the code live, recording its
 // commands.
 //
+// # Activities and timers
+//
+// The ID of an ActivityScheduled or TimerStarted event is the identity of the
+// activity or timer: [Outcome.Activities] and [Outcome.Timers] list the new
+// ones for the worker to insert River jobs for, and their outcomes
+// (ActivityCompleted… with ScheduledEventID, TimerFired with StartedEventID)
+// come back as inputs. An outcome for an activity or timer that already has
+// one, or that doesn't exist, is dropped ([Outcome.Dropped]): each enters
+// history at most once.
+//
+// SignalReceived inputs are queued per signal kind for
+// workflow.GetSignalChannel, in input order; signals to a run that has
+// returned are dropped.
+//
+// # Cancellation
+//
+// A CancelRequested input cancels the workflow's root Context. Whenever every
+// coroutine is blocked, the engine looks for pending activities and timers
+// whose Context is cancelled (the root one, or one from workflow.WithCancel):
+// for each, in the order they were started, it records an
+// ActivityCancelRequested or TimerCanceled command (listed in
+// [Outcome.CanceledActivities] and [Outcome.CanceledTimers], for the worker
+// to cancel the River job) and fails the future with workflow.ErrCanceled at
+// once; the activity's or timer's own outcome, if it still comes, is dropped. A workflow that
+// returns an error matching workflow.ErrCanceled after a CancelRequested ends
+// with WorkflowCanceled ([Outcome.Canceled]) rather than WorkflowFailed.
+//
 // # Coroutines
 //
 // Workflow code runs in coroutines (the root one plus one per workflow.Go)
 // under the deterministic scheduler of package coroutine: one at a time, in
 // creation order. Execute always tears every coroutine down before it
-// returns; it leaves no goroutine behind.
+// returns; it leaves no goroutine behind. Workflow code that holds on to
+// control for longer than ExecuteParams.DeadlockTimeout (blocked on a real
+// channel, mutex, sleep or I/O, or looping), or that still runs when Execute's
+// ctx is done, fails the task with [ErrDeadlock] (or ctx's error); its
+// goroutine can't be killed, but it is unwound the moment it calls into the
+// workflow package again.
 //
 // # Errors
 //
 // An error returned by Execute fails the workflow task, never the workflow:
 // the task is retried and stays visible. It wraps a
-// *workflow.NonDeterminismError, a *workflow.PanicError, [ErrInvalidHistory]
-// or [ErrPayload]. A workflow that returns an error completes the run as
+// *workflow.NonDeterminismError, a *workflow.PanicError, [ErrDeadlock],
+// [ErrInvalidHistory], [ErrPayload] or ctx's error. A workflow that returns an error completes the run as
 // failed: [Outcome.Failure] and a WorkflowFailed event.
 package replay

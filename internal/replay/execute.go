@@ -1,10 +1,13 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/weirhq/weir/internal/history"
@@ -18,6 +21,18 @@ import (
 // WorkflowStarted, an undecodable event, an outcome of an activity that was
 // never scheduled, and so on.
 var ErrInvalidHistory = errors.New("replay: invalid history")
+
+// DeadlockTimeoutDefault is how long workflow code may run without yielding
+// to the engine before Execute gives up on it.
+const DeadlockTimeoutDefault = time.Second
+
+// ErrDeadlock is matched by Execute's error when workflow code ran longer
+// than ExecuteParams.DeadlockTimeout without yielding: it blocked on a
+// channel, mutex, sleep or I/O instead of a workflow function, or looped.
+// The error is a *coroutine.DeadlockError with the stuck goroutine's stack.
+// That goroutine can't be killed: it is unwound as soon as it calls into
+// the workflow package again.
+var ErrDeadlock = coroutine.ErrDeadlock
 
 // Info describes the run and the workflow task being executed; workflow code
 // reads it with workflow.GetInfo.
@@ -39,6 +54,11 @@ type ExecuteParams struct {
 	// Codec encodes and decodes payloads. Defaults to JSONCodec.
 	Codec Codec
 
+	// DeadlockTimeout is how long workflow code may run without yielding
+	// before the task fails with ErrDeadlock; negative disables the check.
+	// Defaults to DeadlockTimeoutDefault (1 second).
+	DeadlockTimeout time.Duration
+
 	// History is every committed event of the run, IDs 1…n, starting with
 	// WorkflowStarted. It may be empty when Inputs starts with the
 	// WorkflowStarted event (IDs 0).
@@ -49,8 +69,9 @@ type ExecuteParams struct {
 	Info Info
 
 	// Inputs are the outcomes taken from the inbox (ActivityCompleted,
-	// ActivityFailed, ActivityTimedOut, ActivityCanceled), ID 0, in arrival
-	// order. They are delivered to workflow code at this task's boundary.
+	// ActivityFailed, ActivityTimedOut, ActivityCanceled, TimerFired,
+	// SignalReceived, CancelRequested), ID 0, in arrival order. They are delivered to workflow code at this
+	// task's boundary.
 	Inputs []history.Event
 
 	// Logger receives what workflow code logs with workflow.GetLogger,
@@ -68,9 +89,23 @@ type Outcome struct {
 	// River job to insert for each, identified by EventID.
 	Activities []ScheduledActivity
 
+	// CanceledActivities are the activities (ActivityScheduled event IDs)
+	// this task asked to cancel, in order: one River job to cancel for each.
+	// Any outcome they still produce is dropped.
+	CanceledActivities []int64
+
+	// CanceledTimers are the timers (TimerStarted event IDs) this task
+	// cancelled. Their TimerFired, if it still comes, is dropped.
+	CanceledTimers []int64
+
+	// Canceled reports that the workflow ended cancelled (WorkflowCanceled):
+	// it returned an error matching workflow.ErrCanceled after a
+	// CancelRequested input. Completed is then true and Failure set.
+	Canceled bool
+
 	// Completed reports that the workflow returned (Events then ends with
-	// WorkflowCompleted or WorkflowFailed), or that History was already
-	// closed (Events is then empty).
+	// WorkflowCompleted, WorkflowFailed or WorkflowCanceled), or that History
+	// was already closed (Events is then empty).
 	Completed bool
 
 	// Dropped are inputs that were not appended because they can't change
@@ -90,6 +125,20 @@ type Outcome struct {
 	// Result is the workflow's encoded result, when it returned without
 	// error.
 	Result []byte
+
+	// Timers are the durable timers started by this task, in order: one
+	// TimerFired input to deliver at each FireAt.
+	Timers []StartedTimer
+}
+
+// StartedTimer is a durable timer started by a task.
+type StartedTimer struct {
+	// Attributes are those of its TimerStarted event; FireAt is when the
+	// worker must deliver a TimerFired input for it.
+	Attributes *history.TimerStartedAttributes
+	// EventID is the ID of its TimerStarted event: the timer's identity,
+	// which its TimerFired's StartedEventID must carry.
+	EventID int64
 }
 
 // ScheduledActivity is an activity scheduled by a task.
@@ -118,12 +167,12 @@ func Execute(ctx context.Context, def *Definition, params *ExecuteParams) (*Outc
 	if params.Now.IsZero() {
 		return nil, errors.New("replay: ExecuteParams.Now is required")
 	}
-	e, err := newEngine(def, params)
+	e, err := newEngine(ctx, def, params)
 	if err != nil {
 		return nil, err
 	}
 	defer e.sched.Close()
-	return e.execute(ctx)
+	return e.execute()
 }
 
 // Replay replays params.History (open or closed) and reports whether the
@@ -134,7 +183,7 @@ func Execute(ctx context.Context, def *Definition, params *ExecuteParams) (*Outc
 func Replay(ctx context.Context, def *Definition, params *ExecuteParams) error {
 	p := *params
 	p.Inputs = nil
-	e, err := newEngine(def, &p)
+	e, err := newEngine(ctx, def, &p)
 	if err != nil {
 		return err
 	}
@@ -144,7 +193,7 @@ func Replay(ctx context.Context, def *Definition, params *ExecuteParams) error {
 		return err
 	}
 	for i := range tasks {
-		if err := e.replayTask(ctx, &tasks[i]); err != nil {
+		if err := e.replayTask(&tasks[i]); err != nil {
 			return err
 		}
 	}
@@ -157,6 +206,7 @@ type abort struct{ err error }
 
 // engine runs one workflow task. It implements env.Env for workflow code.
 type engine struct {
+	ctx     context.Context
 	codec   Codec
 	def     *Definition
 	history []history.Event
@@ -178,9 +228,16 @@ type engine struct {
 	events []history.Event
 	nextID int64
 
-	activities []ScheduledActivity
-	pending    map[int64]*env.Promise // scheduled, not yet resolved
-	scheduled  map[int64]*env.Promise // every activity scheduled
+	activities         []ScheduledActivity
+	canceledActivities []int64
+	canceledTimers     []int64
+	timers             []StartedTimer
+
+	operations map[int64]*operation // every activity and timer, by event ID
+	pending    map[int64]*operation // those without an outcome
+
+	cancelRequested bool
+	signals         map[string]*env.SignalQueue
 
 	abortErr error
 	done     bool
@@ -189,24 +246,34 @@ type engine struct {
 	started  bool
 }
 
+// operation is an activity or a timer started by workflow code.
+type operation struct {
+	canceled func() bool // whether its Context is cancelled
+	promise  *env.Promise
+	timer    bool
+}
+
 // recorded is a decoded history event.
 type recorded struct {
 	event history.Event
 	attrs history.Attributes
 }
 
-func newEngine(def *Definition, params *ExecuteParams) (*engine, error) {
+func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*engine, error) {
 	if def == nil || def.Run == nil || def.Kind == "" {
 		return nil, errors.New("replay: Definition with Kind and Run is required")
 	}
+	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
 	e := &engine{
-		codec:     params.Codec,
-		def:       def,
-		history:   params.History,
-		params:    params,
-		sched:     coroutine.New(),
-		pending:   map[int64]*env.Promise{},
-		scheduled: map[int64]*env.Promise{},
+		ctx:        ctx,
+		codec:      params.Codec,
+		def:        def,
+		history:    params.History,
+		params:     params,
+		sched:      coroutine.New(deadlockTimeout),
+		operations: map[int64]*operation{},
+		pending:    map[int64]*operation{},
+		signals:    map[string]*env.SignalQueue{},
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -239,8 +306,8 @@ type task struct {
 	inputs   []recorded
 }
 
-// splitHistory validates events and splits them into complete tasks, the
-// trailing inputs that no task has seen yet, and whether the run is closed.
+// splitHistory validates events and splits them into complete tasks and the
+// trailing inputs that no task has seen yet.
 func splitHistory(events []history.Event) (tasks []task, tail []recorded, err error) {
 	var cur task
 	inCommands := false
@@ -290,7 +357,7 @@ func splitHistory(events []history.Event) (tasks []task, tail []recorded, err er
 	return tasks, tail, nil
 }
 
-func (e *engine) execute(ctx context.Context) (*Outcome, error) {
+func (e *engine) execute() (*Outcome, error) {
 	tasks, tail, err := splitHistory(e.history)
 	if err != nil {
 		return nil, err
@@ -302,11 +369,11 @@ func (e *engine) execute(ctx context.Context) (*Outcome, error) {
 		}
 	}
 	for i := range tasks {
-		if err := e.replayTask(ctx, &tasks[i]); err != nil {
+		if err := e.replayTask(&tasks[i]); err != nil {
 			return nil, err
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if err := e.ctx.Err(); err != nil {
 		return nil, err
 	}
 	return e.decide(tail)
@@ -323,6 +390,8 @@ func closedOutcome(last history.Event, inputs []history.Event, reason string) (*
 		out.Result = a.Result
 	case *history.WorkflowFailedAttributes:
 		out.Failure = &a.Failure
+	case *history.WorkflowCanceledAttributes:
+		out.Failure, out.Canceled = &a.Failure, true
 	}
 	for _, in := range inputs {
 		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
@@ -331,8 +400,8 @@ func closedOutcome(last history.Event, inputs []history.Event, reason string) (*
 }
 
 // replayTask replays one recorded task and checks its commands.
-func (e *engine) replayTask(ctx context.Context, t *task) error {
-	if err := ctx.Err(); err != nil {
+func (e *engine) replayTask(t *task) error {
+	if err := e.ctx.Err(); err != nil {
 		return err
 	}
 	e.replaying = true
@@ -412,7 +481,8 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	if err := e.run(); err != nil {
 		return nil, err
 	}
-	out.Events, out.Activities = e.events, e.activities
+	out.Events, out.Activities, out.Timers = e.events, e.activities, e.timers
+	out.CanceledActivities, out.CanceledTimers = e.canceledActivities, e.canceledTimers
 	if e.done {
 		out.Completed = true
 		last := e.events[len(e.events)-1]
@@ -420,7 +490,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Result, out.Failure = closed.Result, closed.Failure
+		out.Result, out.Failure, out.Canceled = closed.Result, closed.Failure, closed.Canceled
 	}
 	return out, nil
 }
@@ -428,34 +498,94 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 // deliver applies one input. A non-empty reason means the input can't
 // change anything and was not applied.
 func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason string, err error) {
-	var scheduledID int64
+	var (
+		id    int64
+		timer bool
+	)
 	switch a := attrs.(type) {
 	case *history.WorkflowStartedAttributes:
 		return "", e.start(a)
+	case *history.CancelRequestedAttributes:
+		switch {
+		case e.done:
+			return "the workflow has returned", nil
+		case e.cancelRequested:
+			return "cancellation was already requested", nil
+		}
+		e.cancelRequested = true
+		return "", nil
+	case *history.SignalReceivedAttributes:
+		if e.done {
+			return "the workflow has returned", nil
+		}
+		e.SignalQueue(a.Kind).Push(env.Signal{Args: a.Args, Seq: e.nextSeq()})
+		return "", nil
 	case *history.ActivityCompletedAttributes:
-		scheduledID = a.ScheduledEventID
+		id = a.ScheduledEventID
 	case *history.ActivityFailedAttributes:
-		scheduledID = a.ScheduledEventID
+		id = a.ScheduledEventID
 	case *history.ActivityTimedOutAttributes:
-		scheduledID = a.ScheduledEventID
+		id = a.ScheduledEventID
 	case *history.ActivityCanceledAttributes:
-		scheduledID = a.ScheduledEventID
+		id = a.ScheduledEventID
+	case *history.TimerFiredAttributes:
+		id, timer = a.StartedEventID, true
 	default:
 		return "", invalid("event %d: %s is not an input", ev.ID, ev.Type)
 	}
 	if e.done {
 		return "the workflow has returned", nil
 	}
-	p, ok := e.pending[scheduledID]
-	if !ok {
-		if _, ok := e.scheduled[scheduledID]; ok {
-			return fmt.Sprintf("activity of event %d already has its outcome", scheduledID), nil
-		}
-		return fmt.Sprintf("no activity was scheduled by event %d", scheduledID), nil
+	what := "activity"
+	if timer {
+		what = "timer"
 	}
-	delete(e.pending, scheduledID)
-	p.Resolve(attrs, e.NextSeq())
+	op, ok := e.operations[id]
+	switch {
+	case !ok || op.timer != timer:
+		return fmt.Sprintf("no %s was started by event %d", what, id), nil
+	case e.pending[id] == nil:
+		return fmt.Sprintf("the %s of event %d already has its outcome", what, id), nil
+	}
+	e.resolve(op, attrs)
 	return "", nil
+}
+
+func (e *engine) resolve(op *operation, outcome history.Attributes) {
+	delete(e.pending, op.promise.EventID)
+	op.promise.Resolve(outcome, e.nextSeq())
+}
+
+// cancelOperations cancels, in the order they were started, the pending
+// activities and timers whose Context is cancelled: it records the
+// ActivityCancelRequested or TimerCanceled command and resolves each as
+// cancelled. It reports whether it did anything.
+func (e *engine) cancelOperations() (bool, error) {
+	did := false
+	for _, id := range slices.Sorted(maps.Keys(e.pending)) {
+		op := e.pending[id]
+		if !op.canceled() {
+			continue
+		}
+		var command, outcome history.Attributes = &history.ActivityCancelRequestedAttributes{ScheduledEventID: id},
+			&history.ActivityCanceledAttributes{ScheduledEventID: id}
+		if op.timer {
+			command, outcome = &history.TimerCanceledAttributes{StartedEventID: id}, &history.TimerCanceledAttributes{StartedEventID: id}
+		}
+		if _, err := e.command(command); err != nil {
+			return false, err
+		}
+		e.resolve(op, outcome)
+		switch {
+		case e.replaying:
+		case op.timer:
+			e.canceledTimers = append(e.canceledTimers, id)
+		default:
+			e.canceledActivities = append(e.canceledActivities, id)
+		}
+		did = true
+	}
+	return did, nil
 }
 
 func (e *engine) start(a *history.WorkflowStartedAttributes) error {
@@ -490,25 +620,39 @@ func (e *engine) start(a *history.WorkflowStartedAttributes) error {
 // run runs the coroutines until all block or the workflow returns, and
 // records the workflow's end.
 func (e *engine) run() error {
-	err := e.sched.Run(func() bool { return e.done || e.abortErr != nil })
-	if e.abortErr != nil { // even if workflow code recovered the abort
-		return e.abortErr
-	}
-	var panicErr *coroutine.PanicError
-	if errors.As(err, &panicErr) {
-		return fmt.Errorf("running workflow %s: %w", e.def.Kind, &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value})
-	}
-	if err != nil {
-		return err
-	}
-	if !e.done {
-		return nil
+	for {
+		err := e.sched.Run(e.ctx, func() bool { return e.done || e.abortErr != nil })
+		if e.abortErr != nil { // even if workflow code recovered the abort
+			return e.abortErr
+		}
+		var panicErr *coroutine.PanicError
+		if errors.As(err, &panicErr) {
+			return fmt.Errorf("running workflow %s: %w", e.def.Kind, &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value})
+		}
+		if err != nil {
+			return fmt.Errorf("running workflow %s: %w", e.def.Kind, err)
+		}
+		if e.done {
+			break
+		}
+		// Every coroutine is blocked: cancel the activities whose Context
+		// was cancelled, which may unblock some.
+		canceled, err := e.cancelOperations()
+		if err != nil {
+			return err
+		}
+		if !canceled {
+			return nil
+		}
 	}
 	if errors.Is(e.runErr, ErrPayload) {
 		return e.runErr
 	}
 	var end history.Attributes = &history.WorkflowCompletedAttributes{Result: e.result}
-	if e.runErr != nil {
+	switch {
+	case e.runErr != nil && e.cancelRequested && errors.Is(e.runErr, workflow.ErrCanceled):
+		end = &history.WorkflowCanceledAttributes{Failure: *FailureFromError(e.runErr)}
+	case e.runErr != nil:
 		end = &history.WorkflowFailedAttributes{Failure: *FailureFromError(e.runErr)}
 	}
 	if _, err := e.command(end); err != nil {
@@ -551,6 +695,10 @@ func describe(attrs history.Attributes) string {
 		return fmt.Sprintf("%s(kind %q)", a.EventType(), a.Kind)
 	case *history.MarkerRecordedAttributes:
 		return fmt.Sprintf("%s(name %q)", a.EventType(), a.Name)
+	case *history.ActivityCancelRequestedAttributes:
+		return fmt.Sprintf("%s(activity of event %d)", a.EventType(), a.ScheduledEventID)
+	case *history.TimerCanceledAttributes:
+		return fmt.Sprintf("%s(timer of event %d)", a.EventType(), a.StartedEventID)
 	}
 	return string(attrs.EventType())
 }
@@ -569,6 +717,18 @@ func (e *engine) commandOrAbort(attrs history.Attributes) recorded {
 // rootContext is the workflow.Context given to the workflow's code.
 type rootContext struct{ e *engine }
 
+func (c rootContext) Done() workflow.Readier { return c }
+
+// IsReady implements workflow.Readier for Done.
+func (c rootContext) IsReady() bool { return c.e.cancelRequested }
+
+func (c rootContext) Err() error {
+	if c.e.cancelRequested {
+		return workflow.ErrCanceled
+	}
+	return nil
+}
+
 func (c rootContext) Value(key any) any {
 	if key == (env.Key{}) {
 		return env.Env(c.e)
@@ -579,6 +739,7 @@ func (c rootContext) Value(key any) any {
 // The env.Env methods.
 
 func (e *engine) Await(cond func() bool) { e.sched.Await(cond) }
+func (e *engine) CancelRequested() bool  { return e.cancelRequested }
 func (e *engine) Codec() env.Codec       { return e.codec }
 func (e *engine) Go(fn func())           { e.sched.Spawn(fn) }
 func (e *engine) Info() env.Info         { return e.info }
@@ -587,22 +748,54 @@ func (e *engine) Logger() *slog.Logger   { return e.logger }
 func (e *engine) Now() time.Time         { return e.now }
 
 func (e *engine) NextSeq() int64 {
+	e.sched.Guard()
+	return e.nextSeq()
+}
+
+// nextSeq advances the readiness counter (for the engine's own use, outside
+// coroutines).
+func (e *engine) nextSeq() int64 {
 	e.seq++
 	return e.seq
 }
 
-func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes) *env.Promise {
-	rec := e.commandOrAbort(attrs)
-	p := &env.Promise{Kind: attrs.Kind, ScheduledEventID: rec.event.ID}
-	e.pending[p.ScheduledEventID] = p
-	e.scheduled[p.ScheduledEventID] = p
+func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *env.Promise {
+	e.sched.Guard()
+	op := e.startOperation(attrs, attrs.Kind, canceled, false)
 	if !e.replaying {
-		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: rec.event.ID})
+		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: op.promise.EventID})
 	}
-	return p
+	return op.promise
+}
+
+func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *env.Promise {
+	e.sched.Guard()
+	rec := e.startOperation(attrs, "", canceled, true)
+	if !e.replaying {
+		e.timers = append(e.timers, StartedTimer{Attributes: attrs, EventID: rec.promise.EventID})
+	}
+	return rec.promise
+}
+
+func (e *engine) startOperation(attrs history.Attributes, kind string, canceled func() bool, timer bool) *operation {
+	rec := e.commandOrAbort(attrs)
+	op := &operation{canceled: canceled, promise: &env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
+	e.pending[op.promise.EventID] = op
+	e.operations[op.promise.EventID] = op
+	return op
+}
+
+func (e *engine) SignalQueue(kind string) *env.SignalQueue {
+	q, ok := e.signals[kind]
+	if !ok {
+		q = &env.SignalQueue{}
+		e.signals[kind] = q
+	}
+	return q
 }
 
 func (e *engine) SideEffect(fn func() ([]byte, error)) ([]byte, error) {
+	e.sched.Guard()
 	if e.replaying {
 		rec := e.commandOrAbort(&history.MarkerRecordedAttributes{Name: history.MarkerSideEffect})
 		return rec.attrs.(*history.MarkerRecordedAttributes).Data, nil

@@ -3,7 +3,6 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -162,5 +161,3 @@ func (w *funcWorkflow[A, R]) Run(ctx workflow.Context, args A) (R, error) { retu
 func define[A workflow.Args, R any](run func(ctx workflow.Context, args A) (R, error)) *replay.Definition {
 	return replay.Bind(&funcWorkflow[A, R]{run: run})
 }
-
-var _ = fmt.Sprint

@@ -4,21 +4,34 @@
 //
 // Every coroutine is a goroutine, but only the one holding the scheduler's
 // token runs; the token is handed over on unbuffered channels, so a
-// coroutine's code and the scheduler never run concurrently and need no
-// locks. Given the same coroutines and the same inputs, the interleaving is
-// always the same.
+// coroutine's code and the scheduler never run concurrently. Given the same
+// coroutines and the same inputs, the interleaving is always the same.
+//
+// A coroutine that keeps the token too long (it blocks on something that is
+// not the scheduler, or spins) is abandoned: Run returns an error, and the
+// goroutine is unwound as soon as it calls back into the scheduler.
 package coroutine
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"sync"
+	"time"
 )
 
-// ErrNotInCoroutine is the panic value of [Scheduler.Await] called outside a
-// coroutine of its scheduler.
-var ErrNotInCoroutine = errors.New("coroutine: Await called outside a coroutine")
+var (
+	// ErrNotInCoroutine is the panic value of [Scheduler.Await] called
+	// outside a coroutine of its scheduler.
+	ErrNotInCoroutine = errors.New("coroutine: Await called outside a coroutine")
+
+	// ErrDeadlock is matched by the error of [Scheduler.Run] when a
+	// coroutine kept the token longer than the deadlock timeout.
+	ErrDeadlock = errors.New("coroutine: potential deadlock")
+)
 
 // PanicError is returned by [Scheduler.Run] when a coroutine panicked.
 type PanicError struct {
@@ -30,6 +43,23 @@ type PanicError struct {
 
 // Error implements error.
 func (e *PanicError) Error() string { return fmt.Sprintf("coroutine panicked: %v", e.Value) }
+
+// DeadlockError is returned by [Scheduler.Run] when a coroutine did not hand
+// the token back within the deadlock timeout. It matches [ErrDeadlock].
+type DeadlockError struct {
+	// Stack is the stuck goroutine's stack when it was abandoned, if found.
+	Stack string
+	// Timeout is the deadlock timeout.
+	Timeout time.Duration
+}
+
+// Error implements error.
+func (e *DeadlockError) Error() string {
+	return fmt.Sprintf("coroutine: potential deadlock: code ran %s without yielding (blocked on a channel, mutex, sleep or I/O, or looping?)", e.Timeout)
+}
+
+// Is matches [ErrDeadlock].
+func (e *DeadlockError) Is(target error) bool { return target == ErrDeadlock }
 
 type resultKind int
 
@@ -47,55 +77,79 @@ type result struct {
 
 type coroutine struct {
 	fn       func()
+	goid     []byte // "goroutine N " prefix of its stack, once started; guarded by Scheduler.mu
 	resume   chan struct{}
+	yield    chan result
 	started  bool
 	done     bool
 	progress bool // ran code since it was last resumed
 }
 
-// Scheduler runs coroutines deterministically. Its methods other than
-// [Scheduler.Await] and [Scheduler.Spawn] must be called from one goroutine,
-// never from inside a coroutine; Await and Spawn may only be called from
-// inside a coroutine (Spawn also from outside, before or between runs).
+// Scheduler runs coroutines deterministically. [Scheduler.Run] and
+// [Scheduler.Close] are called from one goroutine, never from inside a
+// coroutine; [Scheduler.Await] and [Scheduler.Guard] only from inside one;
+// [Scheduler.Spawn] from either (from outside only between runs).
 type Scheduler struct {
-	closed    bool
-	closing   bool
-	coroutine []*coroutine
-	current   *coroutine
-	yield     chan result
+	deadlockTimeout time.Duration
+
+	// mu guards closing, current and coroutines against a coroutine that
+	// was abandoned and runs on while the scheduler closes.
+	mu         sync.Mutex
+	closing    bool
+	closed     bool
+	coroutines []*coroutine
+	current    *coroutine
 }
 
-// New returns a Scheduler with no coroutines.
-func New() *Scheduler {
-	return &Scheduler{yield: make(chan result)}
+// New returns a Scheduler with no coroutines. A coroutine that keeps the
+// token longer than deadlockTimeout is abandoned (0 or less: never).
+func New(deadlockTimeout time.Duration) *Scheduler {
+	return &Scheduler{deadlockTimeout: deadlockTimeout}
+}
+
+// Guard ends the calling coroutine (runtime.Goexit) if the scheduler is
+// closing or has abandoned it. Call it before touching state shared with the
+// scheduler's owner from inside a coroutine.
+func (s *Scheduler) Guard() {
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		runtime.Goexit()
+	}
 }
 
 // Spawn adds a coroutine that runs fn. It starts during the current or next
 // [Scheduler.Run], after every coroutine spawned before it.
 func (s *Scheduler) Spawn(fn func()) {
+	s.mu.Lock()
 	if s.closing {
-		runtime.Goexit() // a deferred call during Close: spawn nothing
+		s.mu.Unlock()
+		runtime.Goexit() // a deferred call during Close, or an abandoned coroutine
 	}
-	s.coroutine = append(s.coroutine, &coroutine{fn: fn, resume: make(chan struct{}), progress: true})
+	s.coroutines = append(s.coroutines, &coroutine{
+		fn: fn, resume: make(chan struct{}), yield: make(chan result), progress: true,
+	})
+	s.mu.Unlock()
 }
 
 // Await blocks the calling coroutine until cond returns true. Other
 // coroutines run meanwhile; cond is re-evaluated each time the scheduler
 // comes back to this coroutine. cond must not block.
 func (s *Scheduler) Await(cond func() bool) {
-	c := s.current
+	s.mu.Lock()
+	c, closing := s.current, s.closing
+	s.mu.Unlock()
+	if closing {
+		runtime.Goexit()
+	}
 	if c == nil {
 		panic(ErrNotInCoroutine)
 	}
-	if s.closing {
-		runtime.Goexit()
-	}
 	for !cond() {
-		s.yield <- result{kind: resultBlocked, progress: c.progress}
+		c.yield <- result{kind: resultBlocked, progress: c.progress}
 		<-c.resume
-		if s.closing {
-			runtime.Goexit()
-		}
+		s.Guard()
 		c.progress = false
 	}
 	c.progress = true
@@ -105,19 +159,25 @@ func (s *Scheduler) Await(cond func() bool) {
 // progress (each is blocked in Await on a false condition, or has returned)
 // or stop returns true; stop (which may be nil) is checked each time a
 // coroutine hands control back. A coroutine that panics ends the run with a
-// *[PanicError]; the other coroutines stay where they are until [Scheduler.Close].
-func (s *Scheduler) Run(stop func() bool) error {
+// *[PanicError]; one that keeps the token past the deadlock timeout ends it
+// with a *[DeadlockError], and one still running when ctx is done with
+// ctx's error. After an error other than a panic the scheduler is closing:
+// only Close may follow.
+func (s *Scheduler) Run(ctx context.Context, stop func() bool) error {
 	if s.closing || s.closed {
 		return errors.New("coroutine: Run after Close")
 	}
 	for {
 		progress := false
-		for i := 0; i < len(s.coroutine); i++ {
-			c := s.coroutine[i]
+		for i := 0; i < len(s.coroutines); i++ {
+			c := s.coroutines[i]
 			if c.done {
 				continue
 			}
-			r := s.step(c)
+			r, err := s.step(ctx, c)
+			if err != nil {
+				return err
+			}
 			switch r.kind {
 			case resultExited:
 				progress = true
@@ -137,44 +197,107 @@ func (s *Scheduler) Run(stop func() bool) error {
 }
 
 // step hands the token to c and waits for it to come back.
-func (s *Scheduler) step(c *coroutine) result {
+func (s *Scheduler) step(ctx context.Context, c *coroutine) (result, error) {
+	s.mu.Lock()
 	s.current = c
+	s.mu.Unlock()
 	if c.started {
 		c.resume <- struct{}{}
 	} else {
 		c.started = true
 		go s.main(c)
 	}
-	r := <-s.yield
-	s.current = nil
-	if r.kind != resultBlocked {
-		c.done = true
+	var timeout <-chan time.Time
+	if s.deadlockTimeout > 0 {
+		timer := time.NewTimer(s.deadlockTimeout)
+		defer timer.Stop()
+		timeout = timer.C
 	}
-	return r
+	select {
+	case r := <-c.yield:
+		s.mu.Lock()
+		s.current = nil
+		s.mu.Unlock()
+		if r.kind != resultBlocked {
+			c.done = true
+		}
+		return r, nil
+	case <-timeout:
+		return result{}, &DeadlockError{Stack: s.abandon(c), Timeout: s.deadlockTimeout}
+	case <-ctx.Done():
+		s.abandon(c)
+		return result{}, fmt.Errorf("coroutine: abandoned running code: %w", context.Cause(ctx))
+	}
+}
+
+// abandon gives up on c, which holds the token: the scheduler starts
+// closing, and c is unwound as soon as it calls back into the scheduler. It
+// returns c's stack, if it can find it.
+func (s *Scheduler) abandon(c *coroutine) string {
+	s.mu.Lock()
+	s.closing = true
+	s.current = nil
+	goid := c.goid
+	s.mu.Unlock()
+	c.done = true
+	go func() { // receive what c hands back from now on, and unwind it
+		for r := range c.yield {
+			if r.kind != resultBlocked {
+				return
+			}
+			c.resume <- struct{}{}
+		}
+	}()
+	return stackOf(goid)
 }
 
 func (s *Scheduler) main(c *coroutine) {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	if i := bytes.IndexByte(buf, '['); i > 0 {
+		s.mu.Lock()
+		c.goid = buf[:i] // "goroutine 42 "
+		s.mu.Unlock()
+	}
 	normal := false
 	defer func() {
 		if normal {
-			s.yield <- result{kind: resultExited}
+			c.yield <- result{kind: resultExited}
 			return
 		}
 		r := recover()
-		if r == nil || s.closing { // runtime.Goexit, or a panic while unwinding in Close
-			s.yield <- result{kind: resultExited}
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		if r == nil || closing { // runtime.Goexit, or a panic while unwinding
+			c.yield <- result{kind: resultExited}
 			return
 		}
-		s.yield <- result{kind: resultPanicked, panicErr: &PanicError{Value: r, Stack: string(debug.Stack())}}
+		c.yield <- result{kind: resultPanicked, panicErr: &PanicError{Value: r, Stack: string(debug.Stack())}}
 	}()
 	c.fn()
 	normal = true
 }
 
+// stackOf returns the stack of the goroutine whose stack starts with goid.
+func stackOf(goid []byte) string {
+	if len(goid) == 0 {
+		return ""
+	}
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for stack := range bytes.SplitSeq(buf, []byte("\n\n")) {
+		if bytes.HasPrefix(stack, goid) {
+			return string(stack)
+		}
+	}
+	return ""
+}
+
 // Live returns how many coroutines have not returned.
 func (s *Scheduler) Live() int {
 	n := 0
-	for _, c := range s.coroutine {
+	for _, c := range s.coroutines {
 		if !c.done {
 			n++
 		}
@@ -183,15 +306,18 @@ func (s *Scheduler) Live() int {
 }
 
 // Close unwinds every coroutine that has not returned (their deferred calls
-// run; any Await or Spawn in them ends the coroutine at once) and waits for
-// their goroutines to end. Afterwards no goroutine of s is left. Close is
-// idempotent.
+// run; any Await, Spawn or Guard in them ends the coroutine at once) and
+// waits for their goroutines to end, except an abandoned one, which ends when
+// it next calls into the scheduler. Close is idempotent.
 func (s *Scheduler) Close() {
 	if s.closed {
 		return
 	}
+	s.mu.Lock()
 	s.closing = true
-	for _, c := range s.coroutine {
+	coroutines := s.coroutines
+	s.mu.Unlock()
+	for _, c := range coroutines {
 		if c.done {
 			continue
 		}
@@ -199,10 +325,14 @@ func (s *Scheduler) Close() {
 		if !c.started {
 			continue
 		}
+		s.mu.Lock()
 		s.current = c
+		s.mu.Unlock()
 		c.resume <- struct{}{}
-		<-s.yield
-		s.current = nil
+		<-c.yield
 	}
+	s.mu.Lock()
+	s.current = nil
+	s.mu.Unlock()
 	s.closed = true
 }

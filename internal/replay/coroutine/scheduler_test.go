@@ -1,6 +1,9 @@
 package coroutine
 
 import (
+	"context"
+	"time"
+
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,7 +18,7 @@ func TestScheduler(t *testing.T) {
 	t.Run("CloseUnwindsBlockedCoroutinesAndRunsDefers", func(t *testing.T) {
 		t.Parallel()
 
-		s := New()
+		s := New(0)
 		var deferred []string
 		s.Spawn(func() {
 			defer func() { deferred = append(deferred, "a") }()
@@ -30,20 +33,20 @@ func TestScheduler(t *testing.T) {
 			defer func() { deferred = append(deferred, "b") }()
 			s.Await(func() bool { return false })
 		})
-		require.NoError(t, s.Run(nil))
+		require.NoError(t, s.Run(t.Context(), nil))
 		require.Equal(t, 2, s.Live())
 
 		s.Close()
 		s.Close()
 		require.Equal(t, []string{"a", "b"}, deferred)
 		require.Equal(t, 0, s.Live())
-		require.Error(t, s.Run(nil))
+		require.Error(t, s.Run(t.Context(), nil))
 	})
 
 	t.Run("InterleavesInCreationOrder", func(t *testing.T) {
 		t.Parallel()
 
-		s := New()
+		s := New(0)
 		defer s.Close()
 		var trace []string
 		turn := 0
@@ -57,7 +60,7 @@ func TestScheduler(t *testing.T) {
 				}
 			})
 		}
-		require.NoError(t, s.Run(nil))
+		require.NoError(t, s.Run(t.Context(), nil))
 		require.Equal(t, []string{"a", "b", "c", "a", "b", "c"}, trace)
 		require.Equal(t, 0, s.Live())
 	})
@@ -65,11 +68,11 @@ func TestScheduler(t *testing.T) {
 	t.Run("PanicIsReportedWithStack", func(t *testing.T) {
 		t.Parallel()
 
-		s := New()
+		s := New(0)
 		defer s.Close()
 		s.Spawn(func() { s.Await(func() bool { return false }) })
 		s.Spawn(func() { panicHere() })
-		err := s.Run(nil)
+		err := s.Run(t.Context(), nil)
 		var panicErr *PanicError
 		require.ErrorAs(t, err, &panicErr)
 		require.Equal(t, "boom", panicErr.Value)
@@ -79,7 +82,7 @@ func TestScheduler(t *testing.T) {
 	t.Run("RunsUntilAllBlocked", func(t *testing.T) {
 		t.Parallel()
 
-		s := New()
+		s := New(0)
 		defer s.Close()
 		ready := false
 		var got []int
@@ -92,7 +95,7 @@ func TestScheduler(t *testing.T) {
 			ready = true
 			got = append(got, 2)
 		})
-		require.NoError(t, s.Run(nil))
+		require.NoError(t, s.Run(t.Context(), nil))
 		require.Equal(t, []int{2, 3, 1}, got)
 		require.Equal(t, 0, s.Live())
 	})
@@ -100,7 +103,7 @@ func TestScheduler(t *testing.T) {
 	t.Run("ResumesOnLaterRun", func(t *testing.T) {
 		t.Parallel()
 
-		s := New()
+		s := New(0)
 		defer s.Close()
 		ready := false
 		done := false
@@ -108,17 +111,17 @@ func TestScheduler(t *testing.T) {
 			s.Await(func() bool { return ready })
 			done = true
 		})
-		require.NoError(t, s.Run(nil))
+		require.NoError(t, s.Run(t.Context(), nil))
 		require.False(t, done)
 		ready = true
-		require.NoError(t, s.Run(nil))
+		require.NoError(t, s.Run(t.Context(), nil))
 		require.True(t, done)
 	})
 
 	t.Run("AwaitOutsideCoroutinePanics", func(t *testing.T) {
 		t.Parallel()
 
-		require.PanicsWithValue(t, ErrNotInCoroutine, func() { New().Await(func() bool { return true }) })
+		require.PanicsWithValue(t, ErrNotInCoroutine, func() { New(0).Await(func() bool { return true }) })
 	})
 }
 
@@ -127,13 +130,65 @@ func panicHere() { panic("boom") }
 func TestSchedulerStop(t *testing.T) {
 	t.Parallel()
 
-	s := New()
+	s := New(0)
 	var ran []string
 	first := false
 	s.Spawn(func() { first = true; ran = append(ran, "first") })
 	s.Spawn(func() { ran = append(ran, "never started") })
-	require.NoError(t, s.Run(func() bool { return first }))
+	require.NoError(t, s.Run(t.Context(), func() bool { return first }))
 	require.Equal(t, []string{"first"}, ran)
 	s.Close()
 	require.Equal(t, []string{"first"}, ran)
 }
+
+func TestSchedulerAbandonsStuckCoroutine(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DeadlockTimeout", func(t *testing.T) {
+		t.Parallel()
+
+		s := New(100 * time.Millisecond) // generous: the parked coroutine must yield within it
+		release := make(chan struct{})
+		unwound := make(chan struct{})
+		s.Spawn(func() { s.Await(func() bool { return false }) }) // parked: unwound by Close
+		s.Spawn(func() {
+			defer close(unwound)
+			blockedOnAChannel(release) // not the scheduler: a deadlock
+			s.Await(func() bool { return true })
+			t.Error("an abandoned coroutine must not run on")
+		})
+		err := s.Run(t.Context(), nil)
+		require.ErrorIs(t, err, ErrDeadlock)
+		var deadlockErr *DeadlockError
+		require.ErrorAs(t, err, &deadlockErr)
+		require.Equal(t, 100*time.Millisecond, deadlockErr.Timeout)
+		require.Contains(t, deadlockErr.Stack, "blockedOnAChannel")
+		require.Error(t, s.Run(t.Context(), nil))
+
+		s.Close()
+		close(release)
+		<-unwound
+	})
+
+	t.Run("ContextDone", func(t *testing.T) {
+		t.Parallel()
+
+		s := New(0)
+		ctx, cancel := context.WithCancel(t.Context())
+		release := make(chan struct{})
+		unwound := make(chan struct{})
+		s.Spawn(func() {
+			defer close(unwound)
+			cancel()
+			<-release
+			s.Spawn(func() { t.Error("an abandoned coroutine must not spawn") })
+		})
+		err := s.Run(ctx, nil)
+		require.ErrorIs(t, err, context.Canceled)
+		s.Close()
+		close(release)
+		<-unwound
+	})
+}
+
+func blockedOnAChannel(c chan struct{}) { <-c }

@@ -49,22 +49,25 @@ type Info struct {
 	WorkflowID  string
 }
 
-// Promise is the engine's side of an activity's future: it becomes ready once
-// the activity's outcome is delivered.
+// Promise is the engine's side of the future of an activity or a timer: it
+// becomes ready once the outcome is delivered (or the engine cancels it).
 type Promise struct {
-	// Kind is the activity's kind.
+	// EventID is the ID of the ActivityScheduled or TimerStarted event: the
+	// activity's or timer's identity.
+	EventID int64
+	// Kind is the activity's kind; empty for a timer.
 	Kind string
-	// ScheduledEventID is the activity's ActivityScheduled event ID.
-	ScheduledEventID int64
 
 	ready   bool
 	seq     int64
 	outcome history.Attributes
 }
 
-// Resolve makes p ready with outcome (*history.ActivityCompletedAttributes,
-// *history.ActivityFailedAttributes, *history.ActivityTimedOutAttributes or
-// *history.ActivityCanceledAttributes). seq orders readiness.
+// Resolve makes p ready with outcome: for an activity
+// *history.ActivityCompletedAttributes, *history.ActivityFailedAttributes,
+// *history.ActivityTimedOutAttributes or *history.ActivityCanceledAttributes;
+// for a timer *history.TimerFiredAttributes or
+// *history.TimerCanceledAttributes. seq orders readiness.
 func (p *Promise) Resolve(outcome history.Attributes, seq int64) {
 	p.ready, p.outcome, p.seq = true, outcome, seq
 }
@@ -79,11 +82,52 @@ func (p *Promise) Seq() int64 { return p.seq }
 // Outcome returns what p was resolved with; nil until it is ready.
 func (p *Promise) Outcome() history.Attributes { return p.outcome }
 
+// Signal is a received signal waiting to be consumed.
+type Signal struct {
+	// Args are the signal's encoded args.
+	Args []byte
+	// Seq orders its arrival among everything that became ready.
+	Seq int64
+}
+
+// SignalQueue holds the signals of one kind that workflow code has not
+// consumed yet, oldest first.
+type SignalQueue struct {
+	signals []Signal
+}
+
+// Push appends a signal.
+func (q *SignalQueue) Push(s Signal) { q.signals = append(q.signals, s) }
+
+// Len returns how many signals wait.
+func (q *SignalQueue) Len() int { return len(q.signals) }
+
+// Peek returns the oldest signal; ok is false when there is none.
+func (q *SignalQueue) Peek() (s Signal, ok bool) {
+	if len(q.signals) == 0 {
+		return Signal{}, false
+	}
+	return q.signals[0], true
+}
+
+// Pop removes the oldest signal and returns it; ok is false when there is
+// none.
+func (q *SignalQueue) Pop() (s Signal, ok bool) {
+	s, ok = q.Peek()
+	if ok {
+		q.signals[0] = Signal{}
+		q.signals = q.signals[1:]
+	}
+	return s, ok
+}
+
 // Env is what the engine offers workflow code. Every method must be called
 // from a coroutine of the workflow (workflow code), never concurrently.
 type Env interface {
 	// Await blocks the calling coroutine until cond returns true.
 	Await(cond func() bool)
+	// CancelRequested reports whether the run was asked to cancel.
+	CancelRequested() bool
 	// Codec returns the payload codec.
 	Codec() Codec
 	// Go starts fn in a new coroutine.
@@ -102,7 +146,17 @@ type Env interface {
 	Now() time.Time
 	// ScheduleActivity records the command to schedule an activity (or, when
 	// replaying, matches it against history) and returns its promise.
-	ScheduleActivity(attrs *history.ActivityScheduledAttributes) *Promise
+	// Whenever every coroutine is blocked, the engine checks canceled for each
+	// pending activity; once it returns true, the engine records an
+	// ActivityCancelRequested command and resolves the promise as cancelled.
+	ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *Promise
+	// StartTimer records the command to start a timer (or, when replaying,
+	// matches it against history) and returns its promise. canceled works as
+	// for ScheduleActivity (the command is then TimerCanceled).
+	StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *Promise
+	// SignalQueue returns the queue of received signals of kind (the same
+	// queue on every call).
+	SignalQueue(kind string) *SignalQueue
 	// SideEffect runs fn and records its result as a marker, or, when
 	// replaying, returns the recorded result without running fn.
 	SideEffect(fn func() ([]byte, error)) ([]byte, error)

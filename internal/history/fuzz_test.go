@@ -1,0 +1,113 @@
+package history
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// FuzzDecodeAttributes feeds arbitrary persisted bytes to the decoder: it must
+// never panic, and whatever it accepts must re-encode and decode to the same
+// attributes.
+func FuzzDecodeAttributes(f *testing.F) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	seeds := []Attributes{
+		&WorkflowStartedAttributes{Kind: "order", Args: Payload(`{"id":"o-1"}`)},
+		&WorkflowTaskStartedAttributes{Now: now},
+		&ActivityScheduledAttributes{Kind: "charge", Args: Payload(`{}`), RetryPolicy: &RetryPolicy{InitialInterval: Duration(time.Second)}},
+		&ActivityCompletedAttributes{ScheduledEventID: 3, Result: Payload{0xff}},
+		&ActivityFailedAttributes{ScheduledEventID: 3, Failure: Failure{Message: "m", Cause: &Failure{Message: "c"}}},
+		&ActivityTimedOutAttributes{ScheduledEventID: 3, TimeoutType: TimeoutStartToClose},
+		&ActivityCanceledAttributes{ScheduledEventID: 3},
+		&MarkerRecordedAttributes{Name: MarkerSideEffect, Data: Payload(`1`)},
+		&WorkflowCompletedAttributes{Result: Payload(`null`)},
+		&WorkflowFailedAttributes{Failure: Failure{Message: "m"}},
+		&CancelRequestedAttributes{Reason: "r"},
+		&ActivityCancelRequestedAttributes{ScheduledEventID: 2},
+		&WorkflowCanceledAttributes{},
+		&TimerStartedAttributes{Duration: Duration(time.Minute), FireAt: now},
+		&TimerFiredAttributes{StartedEventID: 2},
+		&TimerCanceledAttributes{StartedEventID: 2},
+		&SignalReceivedAttributes{Kind: "approve", Args: Payload(`{}`)},
+	}
+	for _, s := range seeds {
+		ev, err := NewEvent(1, now, s)
+		require.NoError(f, err)
+		f.Add(string(ev.Type), []byte(ev.Attributes))
+	}
+	f.Add("ActivityCompleted", []byte(`{"scheduled_event_id":1,"result":{"$binary":"AA=="}}`))
+	f.Add("ActivityScheduled", []byte(`{"kind":"k","retry_policy":{},"heartbeat_timeout":12}`))
+
+	f.Fuzz(func(t *testing.T, typ string, data []byte) {
+		attrs, err := DecodeAttributes(Event{ID: 1, Type: EventType(typ), Attributes: data})
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalidEvent)
+			return
+		}
+		ev, err := NewEvent(1, now, attrs)
+		require.NoError(t, err)
+		again, err := DecodeAttributes(ev)
+		require.NoError(t, err)
+		require.Equal(t, normalize(t, attrs), normalize(t, again))
+	})
+}
+
+// normalize re-encodes attributes so that JSON payloads compare by meaning
+// (the encoder compacts them).
+func normalize(t *testing.T, attrs Attributes) string {
+	t.Helper()
+	raw, err := json.Marshal(attrs)
+	require.NoError(t, err)
+	return string(raw)
+}
+
+// FuzzPayload checks that any bytes survive a round trip through JSON:
+// exactly when they aren't JSON, semantically when they are.
+func FuzzPayload(f *testing.F) {
+	for _, s := range []string{``, `{}`, `{"$binary":"AA=="}`, `"x"`, `[1, 2]`, "\xff\x00", ` 1 `, `{"$binary":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		raw, err := json.Marshal(Payload(data))
+		require.NoError(t, err)
+		var back Payload
+		require.NoError(t, json.Unmarshal(raw, &back))
+		if json.Valid(data) {
+			// Same meaning; the encoder may compact and escape HTML characters.
+			require.Equal(t, decodeJSON(t, data), decodeJSON(t, back))
+			return
+		}
+		require.Equal(t, data, []byte(back))
+	})
+}
+
+func decodeJSON(t *testing.T, data []byte) any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	require.NoError(t, dec.Decode(&v))
+	return v
+}
+
+// FuzzDuration checks that the duration decoder never panics and that what it
+// accepts round-trips.
+func FuzzDuration(f *testing.F) {
+	for _, s := range []string{`"1s"`, `"-1h2m"`, `12`, `"x"`, `null`, `1e3`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var d Duration
+		if err := json.Unmarshal(data, &d); err != nil {
+			return
+		}
+		raw, err := json.Marshal(d)
+		require.NoError(t, err)
+		var back Duration
+		require.NoError(t, json.Unmarshal(raw, &back))
+		require.Equal(t, d, back)
+	})
+}

@@ -1,0 +1,58 @@
+package workflow
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay/env"
+)
+
+// NewTimer starts a durable timer and returns a future that becomes ready
+// when d has passed in workflow time (measured from [Now]); its value is the
+// time the timer was due. The timer survives worker restarts: the worker
+// delivers its firing like an activity's outcome. When ctx is cancelled
+// before it fires, the timer is cancelled and the future fails with
+// [ErrCanceled]. A d of zero or less gives a future that is ready at once,
+// and nothing is recorded.
+func NewTimer(ctx Context, d time.Duration) Future[time.Time] {
+	e := envOf(ctx)
+	if err := ctx.Err(); err != nil {
+		return readyFuture[time.Time](fmt.Errorf("timer not started: %w", err))
+	}
+	if d <= 0 {
+		f := &settableFuture[time.Time]{}
+		f.Set(e.Now(), nil)
+		return f
+	}
+	attrs := &history.TimerStartedAttributes{Duration: history.Duration(d), FireAt: e.Now().Add(d)}
+	return &timerFuture{promise: e.StartTimer(attrs, func() bool { return ctx.Err() != nil }), fireAt: attrs.FireAt}
+}
+
+// Sleep blocks the calling coroutine for d of workflow time, durably (see
+// [NewTimer]). It returns [ErrCanceled] if ctx is cancelled first.
+func Sleep(ctx Context, d time.Duration) error {
+	_, err := NewTimer(ctx, d).Get(ctx)
+	return err
+}
+
+// timerFuture is the future of a durable timer.
+type timerFuture struct {
+	fireAt  time.Time
+	promise *env.Promise
+}
+
+func (f *timerFuture) Get(ctx Context) (time.Time, error) {
+	envOf(ctx).Await(f.promise.Ready)
+	switch f.promise.Outcome().(type) {
+	case *history.TimerFiredAttributes:
+		return f.fireAt, nil
+	case *history.TimerCanceledAttributes:
+		return time.Time{}, fmt.Errorf("timer of event %d: %w", f.promise.EventID, ErrCanceled)
+	}
+	return time.Time{}, fmt.Errorf("timer of event %d: unexpected outcome %T", f.promise.EventID, f.promise.Outcome())
+}
+
+func (f *timerFuture) IsReady() bool { return f.promise.Ready() }
+
+func (f *timerFuture) readySeq() int64 { return f.promise.Seq() }
