@@ -32,6 +32,12 @@ type Config struct {
 	// read what the clients' codecs write. Defaults to client.JSONCodec.
 	Codec client.Codec
 
+	// DeadlockTimeout is how long workflow code may run without yielding to
+	// the engine (blocked on a real channel, a sleep, I/O) before its task
+	// fails and is retried; negative disables the check. Defaults to
+	// replay.DeadlockTimeoutDefault (1 second).
+	DeadlockTimeout time.Duration
+
 	// Fencing configures leases of workflow tasks and activities. Defaults
 	// to fencing's defaults.
 	Fencing *fencing.Config

@@ -72,6 +72,9 @@ func TestInterceptors(t *testing.T) {
 	require.Equal(t, "intercepted", outer.starts[0].WorkflowID)
 	require.Equal(t, "order", outer.starts[0].Kind)
 
+	for _, task := range outer.tasks {
+		t.Logf("task job %d attempt %d", task.JobID, task.Attempt)
+	}
 	require.Len(t, outer.tasks, 3, "one task to start, one per activity outcome")
 	for _, task := range outer.tasks {
 		require.Equal(t, run.RunID, task.RunID)

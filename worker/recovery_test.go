@@ -113,7 +113,8 @@ func (w *HeldWorkflow) Run(ctx workflow.Context, args HeldWorkflowArgs) (string,
 
 func startHeldWorker(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, fencingConfig *fencing.Config) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(pool, &worker.Config{Fencing: fencingConfig, Schema: schema, SweepInterval: 50 * time.Millisecond})
+	// HeldWorkflow blocks inside workflow code on purpose: no deadlock check.
+	w, err := worker.New(pool, &worker.Config{DeadlockTimeout: -1, Fencing: fencingConfig, Schema: schema, SweepInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	worker.AddWorkflow(w, &HeldWorkflow{})
 	worker.AddActivity(w, &HeldActivity{})
@@ -163,6 +164,7 @@ func TestRecovery(t *testing.T) {
 		close(g.release)
 		requireEventually(t, func() bool { return w.FencingStats().StaleWritesRejected > before })
 		requireHistoryWellFormed(ctx, t, b, run)
+		requireEveryActivityResolved(ctx, t, b, run)
 		var completions int
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
 			" WHERE run_id = $1 AND type = 'ActivityCompleted'", run.RunID).Scan(&completions))
@@ -203,6 +205,7 @@ func TestRecovery(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "attempt 1", result)
 		requireHistoryWellFormed(ctx, t, b, run)
+		requireEveryActivityResolved(ctx, t, b, run)
 
 		// Every task boundary in history is from attempt 2 or later of the
 		// first task: nothing attempt 1 appended survived.
@@ -263,6 +266,7 @@ func TestRecovery(t *testing.T) {
 		require.Equal(t, run.Generation, generation)
 		require.Equal(t, 1, runs)
 		requireHistoryWellFormed(ctx, t, b, run)
+		requireEveryActivityResolved(ctx, t, b, run)
 
 		// A's network comes back and its attempt finally finishes: its
 		// completion is refused, and history is unchanged.
@@ -273,6 +277,7 @@ func TestRecovery(t *testing.T) {
 			return stats.StaleWritesRejected+stats.LeasesLost > 0
 		})
 		requireHistoryWellFormed(ctx, t, b, run)
+		requireEveryActivityResolved(ctx, t, b, run)
 	})
 }
 

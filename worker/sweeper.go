@@ -82,6 +82,7 @@ func (s *sweeper) sweep(ctx context.Context) (int, error) {
 
 type endedActivity struct {
 	attempt          int
+	cancelRequested  bool
 	errors           []rivertype.AttemptError
 	jobID            int64
 	runID            uuid.UUID
@@ -91,7 +92,8 @@ type endedActivity struct {
 
 func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 	names := s.w.names
-	rows, err := s.w.pool.Query(ctx, "SELECT a.run_id, a.scheduled_event_id, a.job_id, j.state::text, coalesce(j.attempt, 0), coalesce(j.errors, '{}')"+
+	rows, err := s.w.pool.Query(ctx, "SELECT a.run_id, a.scheduled_event_id, a.job_id, j.state::text, coalesce(j.attempt, 0), coalesce(j.errors, '{}'),"+
+		" coalesce(j.metadata ? 'cancel_attempted_at', false)"+
 		" FROM "+names.Activity+" a LEFT JOIN "+names.RiverJob+" j ON j.id = a.job_id"+
 		" WHERE j.id IS NULL OR j.state IN ('completed', 'discarded', 'cancelled')"+
 		" LIMIT $1", sweepBatch)
@@ -101,7 +103,7 @@ func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 	ended, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (endedActivity, error) {
 		var a endedActivity
 		var errs [][]byte
-		if err := row.Scan(&a.runID, &a.scheduledEventID, &a.jobID, &a.state, &a.attempt, &errs); err != nil {
+		if err := row.Scan(&a.runID, &a.scheduledEventID, &a.jobID, &a.state, &a.attempt, &errs, &a.cancelRequested); err != nil {
 			return a, err
 		}
 		for _, raw := range errs {
@@ -171,7 +173,8 @@ func outcomeOfEndedJob(a *endedActivity) (history.EventType, []byte, error) {
 		// A plain River worker: it returns no result.
 		eventType = history.EventActivityCompleted
 		attrs = &history.ActivityCompletedAttributes{Attempt: a.attempt, Result: []byte("null"), ScheduledEventID: a.scheduledEventID}
-	case *a.state == "cancelled" && lastErr == nil:
+	case *a.state == "cancelled" && (lastErr == nil || a.cancelRequested):
+		// Cancelled on request (by the workflow, or by hand in River UI).
 		eventType = history.EventActivityCanceled
 		attrs = &history.ActivityCanceledAttributes{Attempt: a.attempt, ScheduledEventID: a.scheduledEventID}
 	default: // discarded, or cancelled by the worker with an error
@@ -214,9 +217,12 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 				kind, queue, workflowID string
 				stranded                bool
 			)
+			// The same condition as the scan, now under the run's lock.
 			err := tx.QueryRow(ctx, "SELECT r.kind, r.queue, r.workflow_id,"+
-				" (r.task_job_id IS NULL OR NOT EXISTS (SELECT 1 FROM "+names.RiverJob+" j WHERE j.id = r.task_job_id"+
-				"   AND j.state NOT IN ('completed', 'discarded', 'cancelled')))"+
+				" CASE WHEN r.task_job_id IS NULL"+
+				"  THEN r.next_event_id = 1 OR EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = r.run_id)"+
+				"  ELSE NOT EXISTS (SELECT 1 FROM "+names.RiverJob+" j WHERE j.id = r.task_job_id"+
+				"   AND j.state NOT IN ('completed', 'discarded', 'cancelled')) END"+
 				" FROM "+names.Run+" r WHERE r.run_id = $1 AND r.state = 'running' FOR UPDATE", runID).Scan(&kind, &queue, &workflowID, &stranded)
 			if errors.Is(err, pgx.ErrNoRows) || (err == nil && !stranded) {
 				return nil

@@ -132,10 +132,19 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if err != nil {
 		return err
 	}
+	if len(inputs) == 0 && len(toAppend) == 0 {
+		// Nothing new (a duplicate task, or only outcomes history already
+		// has): leave history as it is.
+		if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET task_job_id = NULL WHERE run_id = $1 AND task_job_id = $2", runID, job.ID); err != nil {
+			return fmt.Errorf("clearing task: %w", err)
+		}
+		return w.completeTask(ctx, tx, job)
+	}
 
 	outcome, err := replay.Execute(ctx, def, &replay.ExecuteParams{
-		Codec:   w.config.Codec,
-		History: events,
+		Codec:           w.config.Codec,
+		DeadlockTimeout: w.config.DeadlockTimeout,
+		History:         events,
 		Info: replay.Info{
 			Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), TaskAttempt: job.Attempt, WorkflowID: run.WorkflowID,
 		},
@@ -150,6 +159,9 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 
 	nextEventID := run.NextEventID
 	if err := w.appendEvents(ctx, tx, &run, runID, toAppend, &nextEventID); err != nil {
+		return err
+	}
+	if err := w.cancelJobs(ctx, tx, runID, outcome.CanceledActivities, outcome.CanceledTimers); err != nil {
 		return err
 	}
 
@@ -167,8 +179,12 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		if err != nil {
 			return fmt.Errorf("encoding failure: %w", err)
 		}
+		state := "failed"
+		if outcome.Canceled {
+			state = "cancelled"
+		}
 		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
-			"state = 'failed', failure = $4, closed_at = now(), task_job_id = NULL"
+			"state = '" + state + "', failure = $4, closed_at = now(), task_job_id = NULL"
 		args = []any{runID, run.NextEventID, nextEventID, failure}
 	}
 	tag, err := tx.Exec(ctx, query+" WHERE run_id = $1 AND next_event_id = $2 AND state = 'running'", args...)
@@ -223,9 +239,26 @@ func loadHistory(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uu
 	return events, nil
 }
 
-// outcomeRef is what every outcome event's attributes share.
+// outcomeRef is what outcome events' attributes share: the event they
+// resolve (an activity's ActivityScheduled, a timer's TimerStarted).
 type outcomeRef struct {
 	ScheduledEventID int64 `json:"scheduled_event_id"`
+	StartedEventID   int64 `json:"started_event_id"`
+}
+
+func (r outcomeRef) id() int64 { return max(r.ScheduledEventID, r.StartedEventID) }
+
+// resolvedBy returns the event e resolves, if e is an outcome or a
+// cancellation of a timer.
+func resolvedBy(e history.Event) (int64, bool) {
+	if !resolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
+		return 0, false
+	}
+	var ref outcomeRef
+	if err := json.Unmarshal(e.Attributes, &ref); err != nil {
+		return 0, false
+	}
+	return ref.id(), true
 }
 
 // takeInbox deletes the run's inbox rows and returns them as inputs, in
@@ -255,39 +288,39 @@ func takeInbox(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid
 	scheduled := map[int64]bool{}
 	resolved := map[int64]bool{}
 	for _, e := range events {
-		switch {
-		case e.Type == history.EventActivityScheduled:
+		if e.Type == history.EventActivityScheduled || e.Type == history.EventTimerStarted {
 			scheduled[e.ID] = true
-		case resolvesEvent(e.Type):
-			var ref outcomeRef
-			if err := json.Unmarshal(e.Attributes, &ref); err == nil {
-				resolved[ref.ScheduledEventID] = true
-			}
+		}
+		if id, ok := resolvedBy(e); ok {
+			resolved[id] = true
 		}
 	}
 
 	inputs := make([]history.Event, 0, len(taken))
 	for _, r := range taken {
 		if resolvesEvent(r.event.Type) {
-			var ref outcomeRef
-			if err := json.Unmarshal(r.event.Attributes, &ref); err != nil {
-				return nil, fmt.Errorf("inbox row %d of run %s: %w", r.id, runID, err)
+			id, ok := resolvedBy(r.event)
+			if !ok {
+				return nil, fmt.Errorf("inbox row %d of run %s: undecodable %s", r.id, runID, r.event.Type)
 			}
-			if !scheduled[ref.ScheduledEventID] || resolved[ref.ScheduledEventID] {
+			if !scheduled[id] || resolved[id] {
 				logger.DebugContext(ctx, "weir: dropping an outcome history already has or never asked for",
-					slog.String("run_id", runID.String()), slog.Int64("scheduled_event_id", ref.ScheduledEventID))
+					slog.String("run_id", runID.String()), slog.Int64("resolves_event_id", id))
 				continue
 			}
-			resolved[ref.ScheduledEventID] = true
+			resolved[id] = true
 		}
 		inputs = append(inputs, r.event)
 	}
 	return inputs, nil
 }
 
+// resolvesEvent reports whether t is an outcome: at most one per activity
+// or timer enters history (the unique index on resolves_event_id).
 func resolvesEvent(t history.EventType) bool {
 	switch t {
-	case history.EventActivityCompleted, history.EventActivityFailed, history.EventActivityTimedOut, history.EventActivityCanceled:
+	case history.EventActivityCompleted, history.EventActivityFailed, history.EventActivityTimedOut, history.EventActivityCanceled,
+		history.EventTimerFired:
 		return true
 	}
 	return false
@@ -304,11 +337,11 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 		}
 		var resolves *int64
 		if resolvesEvent(e.Type) {
-			var ref outcomeRef
-			if err := json.Unmarshal(e.Attributes, &ref); err != nil {
-				return fmt.Errorf("event %d: %w", e.ID, err)
+			id, ok := resolvedBy(e)
+			if !ok {
+				return fmt.Errorf("event %d: undecodable %s", e.ID, e.Type)
 			}
-			resolves = &ref.ScheduledEventID
+			resolves = &id
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, resolves_event_id, created_at)"+
 			" VALUES ($1, $2, $3, $4, $5, $6)", runID, e.ID, string(e.Type), []byte(e.Attributes), resolves, e.Time); err != nil {
@@ -319,6 +352,10 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 		switch {
 		case e.Type == history.EventActivityScheduled:
 			if err := w.scheduleActivity(ctx, tx, run, runID, e); err != nil {
+				return err
+			}
+		case e.Type == history.EventTimerStarted:
+			if err := w.startTimer(ctx, tx, run, runID, e); err != nil {
 				return err
 			}
 		case resolves != nil:

@@ -66,6 +66,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		workflows:    make(map[string]*replay.Definition),
 	}
 	river.AddWorker(w.riverWorkers, &timeoutWorker{w: w})
+	river.AddWorker(w.riverWorkers, &timerWorker{w: w})
 	return w, nil
 }
 

@@ -272,6 +272,7 @@ func TestWorker(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, int64(10), receipt.Total)
 			requireHistoryWellFormed(ctx, t, b, run)
+			requireEveryActivityResolved(ctx, t, b, run)
 		}
 	})
 
@@ -339,6 +340,7 @@ func TestWorker(t *testing.T) {
 			require.Contains(t, id, fmt.Sprintf("/p-%d/", i), "results in the order the workflow asked")
 		}
 		requireHistoryWellFormed(ctx, t, b, run)
+		requireEveryActivityResolved(ctx, t, b, run)
 	})
 
 	t.Run("ThreeSequentialActivities", func(t *testing.T) {
@@ -355,6 +357,7 @@ func TestWorker(t *testing.T) {
 		require.Len(t, receipt.Charges, 3)
 		require.Equal(t, int64(3), b.charge.calls.Load())
 		requireHistoryWellFormed(ctx, t, b, run)
+		requireEveryActivityResolved(ctx, t, b, run)
 	})
 
 	t.Run("ThousandConcurrentWorkflows", func(t *testing.T) {
@@ -390,20 +393,34 @@ func TestWorker(t *testing.T) {
 	})
 }
 
+// requireEveryActivityResolved checks W5 on a run that awaited all its
+// activities: each has exactly one outcome.
+func requireEveryActivityResolved(ctx context.Context, t *testing.T, b *testBundle, run *client.Run) {
+	t.Helper()
+	var scheduled, resolved int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE type = 'ActivityScheduled'),"+
+		" count(*) FILTER (WHERE type LIKE 'Activity%' AND resolves_event_id IS NOT NULL)"+
+		" FROM "+b.names.Event+" WHERE run_id = $1", run.RunID).Scan(&scheduled, &resolved))
+	require.Positive(t, scheduled)
+	require.Equal(t, scheduled, resolved, "one outcome per activity")
+}
+
 func retryingArgs() OrderArgs { return OrderArgs{ID: "retry", Cents: []int64{7}} }
 
 // requireHistoryWellFormed checks W4 and W5 on a closed run: gap-free event
 // IDs, one outcome per scheduled activity, one terminal event.
 func requireHistoryWellFormed(ctx context.Context, t *testing.T, b *testBundle, run *client.Run) {
 	t.Helper()
-	var count, maxID, scheduled, outcomes, terminal int64
+	var count, maxID, outcomes, distinctOutcomes, orphans, terminal int64
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*), max(event_id),"+
-		" count(*) FILTER (WHERE type = 'ActivityScheduled'),"+
-		" count(*) FILTER (WHERE resolves_event_id IS NOT NULL),"+
-		" count(*) FILTER (WHERE type IN ('WorkflowCompleted', 'WorkflowFailed'))"+
-		" FROM "+b.names.Event+" WHERE run_id = $1", run.RunID).Scan(&count, &maxID, &scheduled, &outcomes, &terminal))
+		" count(resolves_event_id), count(DISTINCT resolves_event_id),"+
+		" count(*) FILTER (WHERE resolves_event_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "+b.names.Event+
+		"  s WHERE s.run_id = e.run_id AND s.event_id = e.resolves_event_id AND s.type IN ('ActivityScheduled', 'TimerStarted'))),"+
+		" count(*) FILTER (WHERE type IN ('WorkflowCompleted', 'WorkflowFailed', 'WorkflowCanceled'))"+
+		" FROM "+b.names.Event+" e WHERE run_id = $1", run.RunID).Scan(&count, &maxID, &outcomes, &distinctOutcomes, &orphans, &terminal))
 	require.Equal(t, count, maxID, "event IDs are gap-free")
-	require.Equal(t, scheduled, outcomes, "one outcome per activity")
+	require.Equal(t, distinctOutcomes, outcomes, "at most one outcome per activity or timer")
+	require.Zero(t, orphans, "every outcome resolves something the workflow scheduled")
 	require.Equal(t, int64(1), terminal)
 
 	var pending, inbox int

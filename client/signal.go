@@ -1,0 +1,115 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/inbox"
+)
+
+// SignalArgs are a signal's arguments; Kind names the signal type, which
+// workflow code receives with workflow.GetSignalChannel[T].
+type SignalArgs interface {
+	Kind() string
+}
+
+// SignalOpts are options of Signal. A nil *SignalOpts means defaults.
+type SignalOpts struct {
+	// RequestID makes the signal idempotent: a second signal with the same
+	// request ID to the same run is dropped. Defaults to a random ID.
+	RequestID string
+}
+
+// Signal is SignalTx in a transaction of its own.
+func (c *Client) Signal(ctx context.Context, workflowID string, runID uuid.UUID, args SignalArgs, opts *SignalOpts) error {
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		return c.SignalTx(ctx, tx, workflowID, runID, args, opts)
+	})
+}
+
+// SignalTx sends a signal to a running run as part of tx: the run receives
+// it if and only if tx commits. A zero runID means the workflow's latest run.
+// A signal to a closed run is a *RunClosedError. A signal that arrives while
+// a workflow task runs is never lost: it waits in the run's inbox for the
+// next task.
+func (c *Client) SignalTx(ctx context.Context, tx pgx.Tx, workflowID string, runID uuid.UUID, args SignalArgs, opts *SignalOpts) error {
+	if args == nil {
+		return errors.New("weir: Signal needs signal args")
+	}
+	if opts == nil {
+		opts = &SignalOpts{}
+	}
+	payload, err := c.config.Codec.Encode(args)
+	if err != nil {
+		return err
+	}
+	if len(payload) > c.config.MaxPayloadBytes {
+		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: signal %s to workflow %s is %d bytes, the limit is %d",
+			ErrPayloadTooLarge, args.Kind(), workflowID, len(payload), c.config.MaxPayloadBytes)}
+	}
+	attrs, err := json.Marshal(&history.SignalReceivedAttributes{Args: payload, Kind: args.Kind()})
+	if err != nil {
+		return &PayloadError{Op: "encoding", Err: err}
+	}
+	requestID := opts.RequestID
+	if requestID == "" {
+		requestID = uuid.NewString()
+	}
+	return c.deliver(ctx, tx, workflowID, runID, &inbox.Item{
+		Attributes: attrs, DedupKey: "signal:" + requestID, Type: string(history.EventSignalReceived),
+	}, "")
+}
+
+// Cancel is CancelTx in a transaction of its own.
+func (c *Client) Cancel(ctx context.Context, workflowID string, runID uuid.UUID, reason string) error {
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		return c.CancelTx(ctx, tx, workflowID, runID, reason)
+	})
+}
+
+// CancelTx asks a running run to cancel as part of tx: the workflow's context
+// is cancelled, its running activities see theirs cancelled, and unless the
+// code decides otherwise the run ends cancelled (Get: a *WorkflowFailedError
+// in state "cancelled"). Unlike Terminate, workflow code gets to clean up.
+// Cancelling a run already cancelled is a no-op; one closed otherwise is a
+// *RunClosedError. A zero runID means the workflow's latest run.
+func (c *Client) CancelTx(ctx context.Context, tx pgx.Tx, workflowID string, runID uuid.UUID, reason string) error {
+	attrs, err := json.Marshal(&history.CancelRequestedAttributes{Reason: reason})
+	if err != nil {
+		return err
+	}
+	return c.deliver(ctx, tx, workflowID, runID, &inbox.Item{
+		Attributes: attrs, DedupKey: "cancel", Type: string(history.EventCancelRequested),
+	}, "cancelled")
+}
+
+// deliver writes item to a run's inbox; a closed run is a *RunClosedError
+// unless it closed in okState.
+func (c *Client) deliver(ctx context.Context, tx pgx.Tx, workflowID string, runID uuid.UUID, item *inbox.Item, okState string) error {
+	resolved, err := c.resolveRun(ctx, tx, workflowID, runID)
+	if err != nil {
+		return err
+	}
+	_, err = inbox.Deliver(ctx, tx, c.names, c.river, resolved, item)
+	if errors.Is(err, inbox.ErrRunClosed) {
+		var state string
+		var generation int64
+		if err := tx.QueryRow(ctx, "SELECT state, generation FROM "+c.names.Run+" WHERE run_id = $1", resolved).Scan(&state, &generation); err != nil {
+			return fmt.Errorf("reading run %s: %w", resolved, err)
+		}
+		if state == okState {
+			return nil
+		}
+		return &RunClosedError{Generation: generation, RunID: resolved, State: state, WorkflowID: workflowID}
+	}
+	if err != nil {
+		return fmt.Errorf("delivering %s to workflow %s run %s: %w", item.Type, workflowID, resolved, err)
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/worker"
+	"github.com/weirhq/weir/workflow"
+)
+
+// --- timers ---
+
+type NapArgs struct {
+	Millis int `json:"millis"`
+}
+
+func (NapArgs) Kind() string { return "nap" }
+
+type NapWorkflow struct {
+	workflow.Defaults[NapArgs, time.Duration]
+}
+
+// Run sleeps durably and reports how long workflow time advanced.
+func (w *NapWorkflow) Run(ctx workflow.Context, args NapArgs) (time.Duration, error) {
+	start := workflow.Now(ctx)
+	if err := workflow.Sleep(ctx, time.Duration(args.Millis)*time.Millisecond); err != nil {
+		return 0, err
+	}
+	return workflow.Now(ctx).Sub(start), nil
+}
+
+// --- signals ---
+
+type AddSignal struct {
+	N int `json:"n"`
+}
+
+func (AddSignal) Kind() string { return "add" }
+
+type DoneSignal struct{}
+
+func (DoneSignal) Kind() string { return "done" }
+
+type SumArgs struct {
+	TimeoutSeconds int `json:"timeout_seconds"`
+}
+
+func (SumArgs) Kind() string { return "sum" }
+
+type SumWorkflow struct {
+	workflow.Defaults[SumArgs, int]
+}
+
+// Run adds up "add" signals until a "done" signal, or until its timer fires.
+func (w *SumWorkflow) Run(ctx workflow.Context, args SumArgs) (int, error) {
+	adds := workflow.GetSignalChannel[AddSignal](ctx)
+	done := workflow.GetSignalChannel[DoneSignal](ctx)
+	timeout := workflow.NewTimer(ctx, time.Duration(args.TimeoutSeconds)*time.Second)
+	sum, finished := 0, false
+	for !finished {
+		workflow.NewSelector(ctx).
+			AddFuture(adds, func() {
+				add, err := adds.Receive(ctx)
+				if err == nil {
+					sum += add.N
+				}
+			}).
+			AddFuture(done, func() { _, _ = done.Receive(ctx); finished = true }).
+			AddFuture(timeout, func() { sum, finished = -1, true }).
+			Select(ctx)
+	}
+	// Drain adds that came with done.
+	for {
+		add, ok, err := adds.TryReceive(ctx)
+		if err != nil || !ok {
+			break
+		}
+		sum += add.N
+	}
+	return sum, nil
+}
+
+// --- cancellation ---
+
+type BlockArgs struct {
+	Key string `json:"key"`
+}
+
+func (BlockArgs) Kind() string { return "block" }
+
+type BlockActivity struct {
+	activity.Defaults[BlockArgs, string]
+	started   chan string
+	cancelled chan string
+}
+
+func (a *BlockActivity) Execute(ctx context.Context, args BlockArgs) (string, error) {
+	a.started <- args.Key
+	<-ctx.Done()
+	a.cancelled <- args.Key
+	return "", ctx.Err()
+}
+
+type CancellableArgs struct {
+	Key string `json:"key"`
+}
+
+func (CancellableArgs) Kind() string { return "cancellable" }
+
+type CancellableWorkflow struct {
+	workflow.Defaults[CancellableArgs, string]
+}
+
+func (w *CancellableWorkflow) Run(ctx workflow.Context, args CancellableArgs) (string, error) {
+	_, err := workflow.ExecuteActivity[string](ctx, BlockArgs(args), nil).Get(ctx)
+	return "", err
+}
+
+func TestFeatures(t *testing.T) {
+	t.Parallel()
+
+	start := func(ctx context.Context, t *testing.T, b *testBundle) *BlockActivity {
+		t.Helper()
+		block := &BlockActivity{started: make(chan string, 10), cancelled: make(chan string, 10)}
+		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		worker.AddWorkflow(w, &NapWorkflow{})
+		worker.AddWorkflow(w, &SumWorkflow{})
+		worker.AddWorkflow(w, &CancellableWorkflow{})
+		worker.AddActivity(w, block)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			require.NoError(t, w.Stop(stopCtx))
+		})
+		return block
+	}
+
+	t.Run("CancelReachesRunningActivity", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		block := start(ctx, t, b)
+
+		run, err := b.client.Start(ctx, CancellableArgs{Key: "c"}, nil)
+		require.NoError(t, err)
+		require.Equal(t, "c", receiveWithin(t, block.started))
+
+		require.NoError(t, b.client.Cancel(ctx, run.WorkflowID, run.RunID, "customer changed their mind"))
+		require.Equal(t, "c", receiveWithin(t, block.cancelled), "the activity's context is cancelled")
+
+		_, err = getWithin[string](ctx, t, run)
+		var failed *client.WorkflowFailedError
+		require.ErrorAs(t, err, &failed)
+		require.Equal(t, "cancelled", failed.State)
+
+		require.NoError(t, b.client.Cancel(ctx, run.WorkflowID, run.RunID, "again"), "cancelling a cancelled run is a no-op")
+		requireHistoryWellFormed(ctx, t, b, run)
+	})
+
+	t.Run("DurableTimer", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		start(ctx, t, b)
+
+		run, err := b.client.Start(ctx, NapArgs{Millis: 300}, nil)
+		require.NoError(t, err)
+		slept, err := getWithin[time.Duration](ctx, t, run)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, slept, 300*time.Millisecond, "workflow time advanced at least the timer's duration")
+
+		page, err := b.client.History(ctx, run.WorkflowID, run.RunID, nil)
+		require.NoError(t, err)
+		var types []client.EventType
+		for _, e := range page.Events {
+			types = append(types, e.Type)
+		}
+		require.Contains(t, types, client.EventType("TimerStarted"))
+		require.Contains(t, types, client.EventType("TimerFired"))
+	})
+
+	t.Run("SignalsDedupAndCancelTheTimer", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		start(ctx, t, b)
+
+		run, err := b.client.Start(ctx, SumArgs{TimeoutSeconds: 3600}, nil)
+		require.NoError(t, err)
+		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 1}, &client.SignalOpts{RequestID: "a"}))
+		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 1}, &client.SignalOpts{RequestID: "a"}), "a retry of the same signal")
+		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 10}, nil))
+		// A signal sent in the caller's transaction arrives iff it commits.
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, b.client.SignalTx(ctx, tx, run.WorkflowID, uuid.Nil, AddSignal{N: 1000}, nil))
+		require.NoError(t, tx.Rollback(ctx))
+		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 100}, nil))
+		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, DoneSignal{}, nil))
+
+		sum, err := getWithin[int](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, 111, sum)
+
+		err = b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 1}, nil)
+		require.ErrorIs(t, err, client.ErrRunClosed)
+		var closed *client.RunClosedError
+		require.True(t, errors.As(err, &closed))
+		require.Equal(t, "completed", closed.State)
+		requireHistoryWellFormed(ctx, t, b, run)
+	})
+}
+
+func receiveWithin(t *testing.T, ch chan string) string {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(60 * time.Second):
+		t.Fatal("nothing received")
+		return ""
+	}
+}
