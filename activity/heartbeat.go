@@ -5,9 +5,11 @@ import (
 	"errors"
 
 	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/attempt"
 )
 
-// Heartbeat tells weir the attempt is alive, renewing its lease at once, and
+// Heartbeat tells weir the attempt is alive, renewing its lease at once (and
+// resetting the workflow's HeartbeatTimeout for the attempt, if it set one), and
 // stores details (any JSON-encodable progress marker; nil keeps what is
 // stored) for this or a later attempt to read with HeartbeatDetails. An
 // attempt that stops heartbeating for longer than its lease is recovered and
@@ -15,6 +17,9 @@ import (
 // when this attempt no longer holds its job: stop working, the job belongs
 // to a newer attempt (its context is cancelled too).
 func Heartbeat(ctx context.Context, details any) error {
+	if st := attempt.From(ctx); st != nil {
+		st.Beat()
+	}
 	err := fencing.Heartbeat(ctx, details)
 	if errors.Is(err, fencing.ErrNoLease) {
 		return ErrNotInActivity

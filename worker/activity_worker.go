@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/attempt"
 	"github.com/weirhq/weir/internal/dbschema"
@@ -35,6 +36,7 @@ const activityMaxAttemptsUnlimited = math.MaxInt16
 // works for, and how it is retried and timed out.
 type activityMeta struct {
 	Generation          int64                `json:"generation"`
+	HeartbeatTimeout    history.Duration     `json:"heartbeat_timeout,omitempty"`
 	Namespace           string               `json:"namespace"`
 	RetryPolicy         *history.RetryPolicy `json:"retry_policy,omitempty"`
 	RunID               uuid.UUID            `json:"run_id"`
@@ -84,6 +86,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 	}
 	metadata, err := json.Marshal(map[string]*activityMeta{metadataKey: {
 		Generation:          run.Generation,
+		HeartbeatTimeout:    attrs.HeartbeatTimeout,
 		Namespace:           run.Namespace,
 		RetryPolicy:         attrs.RetryPolicy,
 		RunID:               runID,
@@ -104,8 +107,13 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 	if err != nil {
 		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
-	if _, err := tx.Exec(ctx, "INSERT INTO "+w.names.Activity+" (run_id, scheduled_event_id, job_id, kind) VALUES ($1, $2, $3, $4)",
-		runID, e.ID, inserted.Job.ID, attrs.Kind); err != nil {
+	var deadline *time.Time
+	if attrs.ScheduleToCloseTimeout > 0 {
+		d := e.Time.Add(time.Duration(attrs.ScheduleToCloseTimeout))
+		deadline = &d
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+w.names.Activity+" (run_id, scheduled_event_id, job_id, kind, deadline) VALUES ($1, $2, $3, $4, $5)",
+		runID, e.ID, inserted.Job.ID, attrs.Kind, deadline); err != nil {
 		return fmt.Errorf("recording activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
 	return nil
@@ -195,9 +203,23 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		return nil
 	}
 
-	result, err := a.execute(attempt.With(ctx, st), job.Args)
+	execCtx := attempt.With(ctx, st)
+	if meta.HeartbeatTimeout > 0 {
+		var stop func()
+		execCtx, stop = watchHeartbeats(execCtx, st, time.Duration(meta.HeartbeatTimeout))
+		defer stop()
+	}
+	result, err := a.execute(execCtx, job.Args)
 	if st.Completed {
 		return nil // the activity committed its outcome with activity.CompleteTx
+	}
+	switch {
+	case err == nil:
+	case errors.Is(context.Cause(execCtx), errHeartbeatTimeout):
+		err = &workflow.TimeoutError{LastFailure: err, TimeoutType: history.TimeoutHeartbeat}
+	case errors.Is(err, context.DeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		// River's per-attempt timeout: the workflow's start-to-close.
+		err = &workflow.TimeoutError{LastFailure: err, TimeoutType: history.TimeoutStartToClose}
 	}
 	if err != nil {
 		failure := failureFromError(err)
@@ -206,7 +228,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			return err
 		}
 		if recordErr := pgx.BeginFunc(ctx, a.w.pool, func(tx pgx.Tx) error {
-			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, failure)
+			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
 		}
@@ -220,9 +242,56 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 	if err != nil {
 		return fmt.Errorf("encoding result of activity %s: %w", job.Kind, err)
 	}
+	if len(payload) > a.w.config.MaxPayloadBytes {
+		// Retrying would produce the same result: fail for good.
+		tooLarge := &workflow.ApplicationError{
+			Message:      fmt.Sprintf("result of activity %s is %d bytes, the limit is %d", job.Kind, len(payload), a.w.config.MaxPayloadBytes),
+			NonRetryable: true,
+			Type:         "PayloadTooLarge",
+		}
+		if err := pgx.BeginFunc(ctx, a.w.pool, func(tx pgx.Tx) error {
+			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge))
+		}); err != nil {
+			return err
+		}
+		return river.JobCancel(fmt.Errorf("%w: %s", client.ErrPayloadTooLarge, tooLarge.Message))
+	}
 	return pgx.BeginFunc(ctx, a.w.pool, func(tx pgx.Tx) error {
 		return completeActivityTx(ctx, tx, a.w, job, meta, payload)
 	})
+}
+
+// errHeartbeatTimeout is the cause of an attempt's cancellation when it went
+// longer than its heartbeat timeout without heartbeating.
+var errHeartbeatTimeout = errors.New("activity heartbeat timeout")
+
+// watchHeartbeats cancels the attempt's context with errHeartbeatTimeout once
+// it goes longer than timeout without a heartbeat (counting from its start).
+func watchHeartbeats(ctx context.Context, st *attempt.State, timeout time.Duration) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	st.Beat()
+	done := make(chan struct{})
+	go func() {
+		ticker := time.NewTicker(max(timeout/4, time.Millisecond))
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+				if time.Since(st.LastBeat()) > timeout {
+					cancel(errHeartbeatTimeout)
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		cancel(nil)
+	}
 }
 
 // execute runs the activity, turning a panic into an error with its stack.
@@ -251,19 +320,29 @@ func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Work
 	return err
 }
 
-// failActivityTx records the final failure of an activity in tx, if the
+// failActivityTx records the final failure of an activity in tx (a timeout
+// as ActivityTimedOut, anything else as ActivityFailed), if the
 // attempt still holds its job: the job's row stays locked until commit, so
 // no recovery can slip in between the check and the write.
-func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta *activityMeta, attemptNum int, failure *history.Failure) error {
+func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta *activityMeta, attemptNum int, cause error, failure *history.Failure) error {
 	if err := leaseHeldTx(ctx, tx, w.names, jobID); err != nil {
 		return err
 	}
-	attrs, err := json.Marshal(&history.ActivityFailedAttributes{Attempt: attemptNum, Failure: *failure, ScheduledEventID: meta.ScheduledEventID})
+	var outcome any = &history.ActivityFailedAttributes{Attempt: attemptNum, Failure: *failure, ScheduledEventID: meta.ScheduledEventID}
+	eventType := history.EventActivityFailed
+	var timeout *workflow.TimeoutError
+	if errors.As(cause, &timeout) {
+		eventType = history.EventActivityTimedOut
+		outcome = &history.ActivityTimedOutAttributes{
+			Attempt: attemptNum, LastFailure: failureFromError(timeout.LastFailure), ScheduledEventID: meta.ScheduledEventID, TimeoutType: timeout.TimeoutType,
+		}
+	}
+	attrs, err := json.Marshal(outcome)
 	if err != nil {
 		return fmt.Errorf("encoding failure of activity job %d: %w", jobID, err)
 	}
 	_, err = inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, &inbox.Item{
-		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(history.EventActivityFailed),
+		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType),
 	})
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 		return err

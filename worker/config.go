@@ -50,6 +50,11 @@ type Config struct {
 	// (workflow.GetLogger) writes here too. Defaults to discarding.
 	Logger *slog.Logger
 
+	// MaxPayloadBytes caps the encoded size of activity results; a larger
+	// result fails the activity for good (a PayloadTooLarge failure).
+	// Defaults to client.MaxPayloadBytesDefault.
+	MaxPayloadBytes int
+
 	// Queues are the River queues this worker serves, with their
 	// concurrency. Workflow tasks and activities go to the queue their
 	// options name. Defaults to river.QueueDefault with MaxWorkersDefault.
@@ -78,6 +83,7 @@ func (c *Config) withDefaults() *Config {
 	if out.Queues == nil {
 		out.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
 	}
+	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, client.MaxPayloadBytesDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
 	out.TaskTimeout = cmp.Or(out.TaskTimeout, TaskTimeoutDefault)
 	return &out

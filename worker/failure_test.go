@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"sync"
 	"testing"
@@ -318,5 +319,69 @@ func TestFailurePaths(t *testing.T) {
 		require.Len(t, errs, 1)
 		require.Contains(t, errs[0], "bug in workflow code")
 		require.Contains(t, errs[0], "FlakyWorkflow", "the panic's stack is recorded on the task")
+	})
+}
+
+// base64Codec is a codec whose output is not JSON, like an encrypting one.
+type base64Codec struct{ client.JSONCodec }
+
+func (c base64Codec) Encode(v any) ([]byte, error) {
+	data, err := c.JSONCodec.Encode(v)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(base64.StdEncoding.EncodeToString(data)), nil
+}
+
+func (c base64Codec) Decode(data []byte, v any) error {
+	if len(data) == 0 {
+		return nil
+	}
+	raw, err := base64.StdEncoding.DecodeString(string(data))
+	if err != nil {
+		return err
+	}
+	return c.JSONCodec.Decode(raw, v)
+}
+
+func TestPayloads(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CustomCodecOnClientAndWorker", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		c, err := client.New(b.pool, &client.Config{Codec: base64Codec{}, Schema: b.schema})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		startWorker(ctx, t, b, &worker.Config{Codec: base64Codec{}})
+
+		run, err := c.Start(ctx, OrderArgs{ID: "secret", Cents: []int64{5, 6}}, nil)
+		require.NoError(t, err)
+		receipt, err := getWithin[Receipt](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, int64(11), receipt.Total)
+
+		var args []byte
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT args FROM "+b.names.Run+" WHERE run_id = $1", run.RunID).Scan(&args))
+		require.NotContains(t, string(args), "secret", "stored through the codec")
+		var result string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT attributes->>'result' FROM "+b.names.Event+
+			" WHERE run_id = $1 AND type = 'ActivityCompleted' LIMIT 1", run.RunID).Scan(&result))
+		require.NotContains(t, result, "secret", "activity results too")
+	})
+
+	t.Run("ActivityResultTooLarge", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorker(ctx, t, b, &worker.Config{MaxPayloadBytes: 10})
+
+		run, err := b.client.Start(ctx, OrderArgs{ID: "big", Cents: []int64{1}}, nil)
+		require.NoError(t, err)
+		_, err = getWithin[Receipt](ctx, t, run)
+		require.ErrorIs(t, err, client.ErrWorkflowFailed)
+		require.ErrorContains(t, err, "PayloadTooLarge")
+		require.Equal(t, int64(1), b.charge.calls.Load(), "not retried")
 	})
 }

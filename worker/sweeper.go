@@ -76,8 +76,73 @@ func (s *sweeper) sweep(ctx context.Context) (int, error) {
 	if err != nil {
 		return activities, err
 	}
+	timedOut, err := s.timeOutActivities(ctx)
+	if err != nil {
+		return activities + timedOut, err
+	}
 	tasks, err := s.requeueStrandedRuns(ctx)
-	return activities + tasks, err
+	return activities + timedOut + tasks, err
+}
+
+// timeOutActivities ends activities past their schedule-to-close deadline:
+// the workflow gets ActivityTimedOut and the job is cancelled (a running
+// attempt sees its context cancelled; whatever it reports later is dropped).
+func (s *sweeper) timeOutActivities(ctx context.Context) (int, error) {
+	names := s.w.names
+	rows, err := s.w.pool.Query(ctx, "SELECT a.run_id, a.scheduled_event_id, a.job_id, coalesce(j.attempt, 0), a.deadline"+
+		" FROM "+names.Activity+" a LEFT JOIN "+names.RiverJob+" j ON j.id = a.job_id"+
+		" WHERE a.deadline < now()"+
+		" AND NOT EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = a.run_id AND i.dedup_key = 'activity:' || a.scheduled_event_id)"+
+		" LIMIT $1", sweepBatch)
+	if err != nil {
+		return 0, fmt.Errorf("finding timed-out activities: %w", err)
+	}
+	type timedOut struct {
+		runID            uuid.UUID
+		scheduledEventID int64
+		jobID            int64
+		attempt          int
+		deadline         time.Time
+	}
+	due, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (timedOut, error) {
+		var a timedOut
+		err := row.Scan(&a.runID, &a.scheduledEventID, &a.jobID, &a.attempt, &a.deadline)
+		return a, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("finding timed-out activities: %w", err)
+	}
+	repaired := 0
+	for _, a := range due {
+		attrs, err := json.Marshal(&history.ActivityTimedOutAttributes{
+			Attempt: a.attempt, ScheduledEventID: a.scheduledEventID, TimeoutType: history.TimeoutScheduleToClose,
+		})
+		if err != nil {
+			return repaired, err
+		}
+		err = pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
+			added, err := inbox.Deliver(ctx, tx, names, s.w.riverClient, a.runID, &inbox.Item{
+				Attributes: attrs, DedupKey: inbox.ActivityKey(a.scheduledEventID), Type: string(history.EventActivityTimedOut),
+			})
+			if errors.Is(err, inbox.ErrRunClosed) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if added {
+				repaired++
+				if _, err := s.w.riverClient.JobCancelTx(ctx, tx, a.jobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+					return fmt.Errorf("cancelling job %d: %w", a.jobID, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return repaired, fmt.Errorf("timing out activity %d of run %s: %w", a.scheduledEventID, a.runID, err)
+		}
+	}
+	return repaired, nil
 }
 
 type endedActivity struct {

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -194,7 +195,9 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 	if err := ctx.Err(); err != nil {
 		return readyFuture[R](fmt.Errorf("activity %q not scheduled: %w", kind, err))
 	}
-	encoded, err := e.Codec().Encode(args)
+	// Activity args are River job args: always plain JSON, whatever the
+	// payload codec, so any River worker of the kind can read them.
+	encoded, err := json.Marshal(args)
 	if err != nil {
 		return readyFuture[R](fmt.Errorf("encoding args of activity %q: %w", kind, err))
 	}

@@ -6,6 +6,8 @@ package attempt
 
 import (
 	"context"
+	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -37,7 +39,15 @@ type State struct {
 	// Completed is set by CompleteTx once the caller's transaction holds
 	// the outcome, so the worker does not record another one.
 	Completed bool
+
+	lastBeat atomic.Int64 // unix nanoseconds of the last heartbeat
 }
+
+// Beat records a heartbeat now.
+func (s *State) Beat() { s.lastBeat.Store(time.Now().UnixNano()) }
+
+// LastBeat is when the attempt last heartbeat (its start, if never).
+func (s *State) LastBeat() time.Time { return time.Unix(0, s.lastBeat.Load()) }
 
 type key struct{}
 

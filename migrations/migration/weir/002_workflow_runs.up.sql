@@ -115,7 +115,11 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_activity (
     scheduled_event_id bigint NOT NULL,
     job_id bigint NOT NULL,
     kind text NOT NULL,
+    -- The schedule-to-close deadline, if the workflow set one: past it the
+    -- activity times out, whatever attempt is running.
+    deadline timestamptz,
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (run_id, scheduled_event_id)
 );
 CREATE INDEX IF NOT EXISTS weir_activity_job_idx ON /* TEMPLATE: schema */weir_activity (job_id);
+CREATE INDEX IF NOT EXISTS weir_activity_deadline_idx ON /* TEMPLATE: schema */weir_activity (deadline) WHERE deadline IS NOT NULL;
