@@ -414,3 +414,21 @@ func TestGet(t *testing.T) {
 		require.ErrorIs(t, run.Get(shortCtx, nil), context.DeadlineExceeded)
 	})
 }
+
+func TestRawArgs(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t, nil)
+
+	typed, err := b.client.Start(ctx, orderArgs{ID: "raw", Cents: 7}, &client.StartOpts{WorkflowID: "raw-1", RequestID: "r"})
+	require.NoError(t, err)
+	// The same start as raw JSON is the same request: an idempotent replay.
+	raw, err := b.client.Start(ctx, client.RawArgs{JSON: []byte(`{"id":"raw","cents":7}`), KindName: "order"},
+		&client.StartOpts{WorkflowID: "raw-1", RequestID: "r"})
+	require.NoError(t, err)
+	require.False(t, raw.Created)
+	require.Equal(t, typed.RunID, raw.RunID)
+
+	_, err = b.client.Start(ctx, client.RawArgs{JSON: []byte(`{not json`), KindName: "order"}, nil)
+	require.ErrorIs(t, err, client.ErrPayload)
+}
