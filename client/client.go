@@ -95,7 +95,7 @@ func (c *Config) validate() error {
 	if c.PollInterval < 0 || c.MaxPayloadBytes < 0 {
 		return errors.New("client config: PollInterval and MaxPayloadBytes must not be negative")
 	}
-	if err := validateName("namespace", c.Namespace); err != nil {
+	if err := ValidateNamespace(c.Namespace); err != nil {
 		return err
 	}
 	return nil
@@ -246,7 +246,19 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 	return run, nil
 }
 
-var nameRE = regexp.MustCompile(`\A[\w][\w\-\[\]<>\/.·:+]*\z`)
+var (
+	nameRE      = regexp.MustCompile(`\A[\w][\w\-\[\]<>\/.·:+]*\z`)
+	namespaceRE = regexp.MustCompile(`\A[A-Za-z0-9][A-Za-z0-9_.\-]*\z`)
+)
+
+// ValidateNamespace reports whether name can be a namespace: 1–128 letters,
+// digits, '_', '.' and '-', starting with a letter or digit.
+func ValidateNamespace(name string) error {
+	if len(name) == 0 || len(name) > 128 || !namespaceRE.MatchString(name) {
+		return fmt.Errorf("weir: invalid namespace %q: 1–128 letters, digits, '_', '.' and '-', starting with a letter or digit", name)
+	}
+	return nil
+}
 
 func validateName(what, name string) error {
 	if len(name) == 0 || len(name) > 128 || !nameRE.MatchString(name) {
@@ -272,7 +284,7 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 		return nil, err
 	}
 	namespace := cmp.Or(opts.Namespace, c.config.Namespace)
-	if err := validateName("namespace", namespace); err != nil {
+	if err := ValidateNamespace(namespace); err != nil {
 		return nil, err
 	}
 	queue := cmp.Or(opts.Queue, QueueDefault)
@@ -384,7 +396,9 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 		return nil, fmt.Errorf("inserting run of workflow %s: %w", workflowID, err)
 	}
 
-	if err := inbox.QueueTask(ctx, tx, c.names, c.river, runID, kind, queue, workflowID); err != nil {
+	if err := inbox.QueueTask(ctx, tx, c.names, c.river, &inbox.Run{
+		ID: runID, Kind: kind, Namespace: namespace, Queue: queue, WorkflowID: workflowID,
+	}); err != nil {
 		return nil, err
 	}
 

@@ -119,7 +119,7 @@ func TestStart(t *testing.T) {
 
 		var runCount, taskCount int
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Run).Scan(&runCount))
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.RiverJob+" WHERE kind = $1", task.Kind("order")).Scan(&taskCount))
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.RiverJob+" WHERE kind = $1", task.Kind("default", "order")).Scan(&taskCount))
 		require.Equal(t, 1, runCount)
 		require.Equal(t, 1, taskCount, "one workflow task queued")
 	})
@@ -266,7 +266,7 @@ func TestStart(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT task_job_id FROM "+b.names.Run+" WHERE run_id = $1", run.RunID).Scan(&taskJobID))
 		var kind, state string
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT kind, state FROM "+b.names.RiverJob+" WHERE id = $1", taskJobID).Scan(&kind, &state))
-		require.Equal(t, task.Kind("order"), kind)
+		require.Equal(t, task.Kind("default", "order"), kind)
 		require.Equal(t, "available", state)
 	})
 }

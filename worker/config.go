@@ -55,6 +55,14 @@ type Config struct {
 	// Defaults to client.MaxPayloadBytesDefault.
 	MaxPayloadBytes int
 
+	// Namespaces are the namespaces whose workflows this worker runs: a
+	// workflow task of another namespace is never fetched here, so workflow
+	// code and history never cross namespaces. Activities are River jobs of
+	// their kind in the queue the workflow names; to keep one namespace's
+	// activities off another's workers, give them their own queues. Defaults
+	// to client.NamespaceDefault alone.
+	Namespaces []string
+
 	// Queues are the River queues this worker serves, with their
 	// concurrency. Workflow tasks and activities go to the queue their
 	// options name. Defaults to river.QueueDefault with MaxWorkersDefault.
@@ -80,6 +88,9 @@ func (c *Config) withDefaults() *Config {
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
+	if len(out.Namespaces) == 0 {
+		out.Namespaces = []string{client.NamespaceDefault}
+	}
 	if out.Queues == nil {
 		out.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
 	}
@@ -92,6 +103,11 @@ func (c *Config) withDefaults() *Config {
 func (c *Config) validate() error {
 	if len(c.Queues) == 0 {
 		return errors.New("worker config: Queues must name at least one queue")
+	}
+	for _, namespace := range c.Namespaces {
+		if err := client.ValidateNamespace(namespace); err != nil {
+			return fmt.Errorf("worker config: %w", err)
+		}
 	}
 	if c.SweepInterval < 0 || c.TaskTimeout < 0 {
 		return fmt.Errorf("worker config: SweepInterval (%s) and TaskTimeout (%s) must not be negative", c.SweepInterval, c.TaskTimeout)

@@ -262,7 +262,7 @@ func TestFailurePaths(t *testing.T) {
 		require.NoError(t, err)
 		// An operator (or exhausted attempts) ends the run's task for good.
 		tag, err := b.pool.Exec(ctx, "UPDATE "+b.names.RiverJob+" SET state = 'discarded', finalized_at = now() WHERE kind = $1",
-			task.Kind(OrderArgs{}.Kind()))
+			task.Kind("default", OrderArgs{}.Kind()))
 		require.NoError(t, err)
 		require.Equal(t, int64(1), tag.RowsAffected())
 
@@ -291,7 +291,7 @@ func TestFailurePaths(t *testing.T) {
 		var state string
 		var attempt int
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT state, attempt FROM "+b.names.RiverJob+" WHERE kind = $1",
-			task.Kind(FlakyArgs{}.Kind())).Scan(&state, &attempt))
+			task.Kind("default", FlakyArgs{}.Kind())).Scan(&state, &attempt))
 		require.Equal(t, "available", state, "visible and waiting, not failed")
 		require.Zero(t, attempt)
 
@@ -315,7 +315,7 @@ func TestFailurePaths(t *testing.T) {
 
 		var errs []string
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT array(SELECT (e->>'error') || (e->>'trace') FROM unnest(errors) e) FROM "+b.names.RiverJob+
-			" WHERE kind = $1", task.Kind(FlakyArgs{}.Kind())).Scan(&errs))
+			" WHERE kind = $1", task.Kind("default", FlakyArgs{}.Kind())).Scan(&errs))
 		require.Len(t, errs, 1)
 		require.Contains(t, errs[0], "bug in workflow code")
 		require.Contains(t, errs[0], "FlakyWorkflow", "the panic's stack is recorded on the task")
@@ -384,4 +384,43 @@ func TestPayloads(t *testing.T) {
 		require.ErrorContains(t, err, "PayloadTooLarge")
 		require.Equal(t, int64(1), b.charge.calls.Load(), "not retried")
 	})
+}
+
+// NamespacedArgs are run by NamespacedWorkflow, which says where it ran.
+type NamespacedArgs struct{}
+
+func (NamespacedArgs) Kind() string { return "namespaced" }
+
+type NamespacedWorkflow struct {
+	workflow.Defaults[NamespacedArgs, string]
+	servedBy string
+}
+
+func (w *NamespacedWorkflow) Run(ctx workflow.Context, _ NamespacedArgs) (string, error) {
+	return w.servedBy, nil
+}
+
+func TestNamespaces(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+
+	for _, namespace := range []string{"team-a", "team-b"} {
+		w, err := worker.New(b.pool, &worker.Config{Namespaces: []string{namespace}, Schema: b.schema})
+		require.NoError(t, err)
+		worker.AddWorkflow(w, &NamespacedWorkflow{servedBy: "worker of " + namespace})
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() { _ = w.Stop(context.WithoutCancel(ctx)) })
+	}
+
+	for _, namespace := range []string{"team-a", "team-b", "team-a"} {
+		run, err := b.client.Start(ctx, NamespacedArgs{}, &client.StartOpts{Namespace: namespace})
+		require.NoError(t, err)
+		servedBy, err := getWithin[string](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, "worker of "+namespace, servedBy, "only a worker of the run's namespace runs its workflow code")
+	}
+
+	_, err := worker.New(b.pool, &worker.Config{Namespaces: []string{"bad/namespace"}})
+	require.Error(t, err)
 }

@@ -190,7 +190,7 @@ func TestRecovery(t *testing.T) {
 
 		var taskJobID int64
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM "+b.names.RiverJob+" WHERE kind = $1 AND state = 'running'",
-			task.Kind(HeldWorkflowArgs{}.Kind())).Scan(&taskJobID))
+			task.Kind("default", HeldWorkflowArgs{}.Kind())).Scan(&taskJobID))
 		recoverJob(ctx, t, b, taskJobID)
 		// Attempt 2 is fetched and waits for the run lock; attempt 1 goes on
 		// and tries to commit its events: fenced out, rolled back.

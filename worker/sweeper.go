@@ -279,16 +279,16 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 	for _, runID := range runIDs {
 		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
 			var (
-				kind, queue, workflowID string
-				stranded                bool
+				run      = inbox.Run{ID: runID}
+				stranded bool
 			)
 			// The same condition as the scan, now under the run's lock.
-			err := tx.QueryRow(ctx, "SELECT r.kind, r.queue, r.workflow_id,"+
+			err := tx.QueryRow(ctx, "SELECT r.namespace, r.kind, r.queue, r.workflow_id,"+
 				" CASE WHEN r.task_job_id IS NULL"+
 				"  THEN r.next_event_id = 1 OR EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = r.run_id)"+
 				"  ELSE NOT EXISTS (SELECT 1 FROM "+names.RiverJob+" j WHERE j.id = r.task_job_id"+
 				"   AND j.state NOT IN ('completed', 'discarded', 'cancelled')) END"+
-				" FROM "+names.Run+" r WHERE r.run_id = $1 AND r.state = 'running' FOR UPDATE", runID).Scan(&kind, &queue, &workflowID, &stranded)
+				" FROM "+names.Run+" r WHERE r.run_id = $1 AND r.state = 'running' FOR UPDATE", runID).Scan(&run.Namespace, &run.Kind, &run.Queue, &run.WorkflowID, &stranded)
 			if errors.Is(err, pgx.ErrNoRows) || (err == nil && !stranded) {
 				return nil
 			}
@@ -297,7 +297,7 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 			}
 			s.w.config.Logger.WarnContext(ctx, "weir: queueing a task for a run that had none", slog.String("run_id", runID.String()))
 			repaired++
-			return inbox.QueueTask(ctx, tx, names, s.w.riverClient, runID, kind, queue, workflowID)
+			return inbox.QueueTask(ctx, tx, names, s.w.riverClient, &run)
 		})
 		if err != nil {
 			return repaired, fmt.Errorf("queueing a task of run %s: %w", runID, err)

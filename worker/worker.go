@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -92,22 +93,25 @@ func AddWorkflowSafely[A workflow.Args, R any](w *Worker, wf workflow.Workflow[A
 		return fmt.Errorf("worker: workflow %s is already registered", kind)
 	}
 	def := bindWorkflow(wf)
-	if err := addTaskWorker(w.riverWorkers, kind, &taskWorker{def: def, w: w}); err != nil {
-		return fmt.Errorf("worker: registering workflow %s: %w", kind, err)
+	for _, namespace := range w.config.Namespaces {
+		if err := addTaskWorker(w.riverWorkers, namespace, kind, &taskWorker{def: def, w: w}); err != nil {
+			return fmt.Errorf("worker: registering workflow %s in namespace %s: %w", kind, namespace, err)
+		}
 	}
 	w.workflows[kind] = def
 	return nil
 }
 
-// addTaskWorker registers the task worker of one workflow kind: the job
-// kind comes from the args value, which AddWorker can't express.
-func addTaskWorker(workers *river.Workers, kind string, tw *taskWorker) (err error) {
+// addTaskWorker registers the task worker of one workflow kind in one
+// namespace: the job kind comes from the args value, which AddWorker can't
+// express.
+func addTaskWorker(workers *river.Workers, namespace, kind string, tw *taskWorker) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%v", r)
 		}
 	}()
-	river.AddWorkerArgs(workers, task.NewArgs(kind, [16]byte{}, ""), river.Worker[task.Args](tw))
+	river.AddWorkerArgs(workers, task.NewArgs(namespace, kind, uuid.Nil, ""), river.Worker[task.Args](tw))
 	return nil
 }
 

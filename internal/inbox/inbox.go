@@ -49,11 +49,12 @@ type Item struct {
 // It reports whether the item was new (false: a duplicate of its DedupKey).
 func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Inserter, runID uuid.UUID, item *Item) (bool, error) {
 	var (
-		kind, queue, state, workflowID string
-		taskJobID                      *int64
+		run       = Run{ID: runID}
+		state     string
+		taskJobID *int64
 	)
-	err := tx.QueryRow(ctx, "SELECT kind, queue, state, workflow_id, task_job_id FROM "+names.Run+
-		" WHERE run_id = $1 FOR UPDATE", runID).Scan(&kind, &queue, &state, &workflowID, &taskJobID)
+	err := tx.QueryRow(ctx, "SELECT namespace, kind, queue, state, workflow_id, task_job_id FROM "+names.Run+
+		" WHERE run_id = $1 FOR UPDATE", runID).Scan(&run.Namespace, &run.Kind, &run.Queue, &state, &run.WorkflowID, &taskJobID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, fmt.Errorf("delivering %s to run %s: %w", item.Type, runID, ErrRunClosed)
@@ -69,22 +70,31 @@ func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Ins
 		return false, fmt.Errorf("writing %s to inbox of run %s: %w", item.Type, runID, err)
 	}
 	if taskJobID == nil {
-		if err := QueueTask(ctx, tx, names, inserter, runID, kind, queue, workflowID); err != nil {
+		if err := QueueTask(ctx, tx, names, inserter, &run); err != nil {
 			return false, err
 		}
 	}
 	return tag.RowsAffected() == 1, nil
 }
 
+// Run is what QueueTask needs to know of a run.
+type Run struct {
+	ID         uuid.UUID
+	Kind       string
+	Namespace  string
+	Queue      string
+	WorkflowID string
+}
+
 // QueueTask inserts a workflow task for run and records it as the task that
 // will next read the inbox. The caller holds the run row's lock.
-func QueueTask(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Inserter, runID uuid.UUID, kind, queue, workflowID string) error {
-	inserted, err := inserter.InsertTx(ctx, tx, task.NewArgs(kind, runID, workflowID), task.InsertOpts(queue))
+func QueueTask(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Inserter, run *Run) error {
+	inserted, err := inserter.InsertTx(ctx, tx, task.NewArgs(run.Namespace, run.Kind, run.ID, run.WorkflowID), task.InsertOpts(run.Queue))
 	if err != nil {
-		return fmt.Errorf("queueing a task of run %s: %w", runID, err)
+		return fmt.Errorf("queueing a task of run %s: %w", run.ID, err)
 	}
-	if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET task_job_id = $2, updated_at = now() WHERE run_id = $1", runID, inserted.Job.ID); err != nil {
-		return fmt.Errorf("recording the task of run %s: %w", runID, err)
+	if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET task_job_id = $2, updated_at = now() WHERE run_id = $1", run.ID, inserted.Job.ID); err != nil {
+		return fmt.Errorf("recording the task of run %s: %w", run.ID, err)
 	}
 	return nil
 }

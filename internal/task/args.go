@@ -1,6 +1,7 @@
 // Package task defines the River job that carries a workflow task: one job
-// kind per workflow type, so a worker fetches only the tasks of workflows it
-// registered (River's FetchOnlyKnownKinds).
+// kind per namespace and workflow type ("weir.workflow:<namespace>/<kind>"),
+// so a worker fetches only the tasks of the workflows it registered in the
+// namespaces it serves (River's FetchOnlyKnownKinds).
 package task
 
 import (
@@ -10,8 +11,8 @@ import (
 	"github.com/riverqueue/river"
 )
 
-// KindPrefix starts the River job kind of every workflow task; the workflow's
-// own kind follows it.
+// KindPrefix starts the River job kind of every workflow task; the
+// namespace, a slash and the workflow's own kind follow it.
 const KindPrefix = "weir.workflow:"
 
 // MaxAttempts is the River max_attempts of workflow-task jobs. A failing
@@ -34,19 +35,20 @@ type Args struct {
 	// WorkflowID is there for people reading River UI.
 	WorkflowID string `json:"workflow_id"`
 
+	namespace    string
 	workflowKind string
 }
 
-// NewArgs returns the args of a task of a run of workflowKind.
-func NewArgs(workflowKind string, runID uuid.UUID, workflowID string) Args {
-	return Args{RunID: runID, WorkflowID: workflowID, workflowKind: workflowKind}
+// NewArgs returns the args of a task of a run of workflowKind in namespace.
+func NewArgs(namespace, workflowKind string, runID uuid.UUID, workflowID string) Args {
+	return Args{RunID: runID, WorkflowID: workflowID, namespace: namespace, workflowKind: workflowKind}
 }
 
-// Kind is KindPrefix followed by the workflow's kind.
-func (a Args) Kind() string { return Kind(a.workflowKind) }
+// Kind is the job kind of the task: see Kind.
+func (a Args) Kind() string { return Kind(a.namespace, a.workflowKind) }
 
-// Kind returns the River job kind of tasks of workflowKind.
-func Kind(workflowKind string) string { return KindPrefix + workflowKind }
+// Kind returns the River job kind of tasks of workflowKind in namespace.
+func Kind(namespace, workflowKind string) string { return KindPrefix + namespace + "/" + workflowKind }
 
 // InsertOpts are the River insert options of a task on queue. Tasks are never
 // unique in River's sense: weir_run.task_job_id decides whether one is needed.
