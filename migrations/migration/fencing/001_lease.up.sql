@@ -31,20 +31,19 @@ ALTER TABLE /* TEMPLATE: schema */river_job ADD COLUMN IF NOT EXISTS lease_detai
 -- ("superseded" when a new attempt replaced it while it was running). The
 -- attempt that holds a job now is river_job's own (lease_token, attempted_at).
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_job_attempt (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_id bigint NOT NULL,
+    id bigint GENERATED ALWAYS AS IDENTITY,
     attempt smallint NOT NULL,
     lease_token uuid,
     attempted_by text,
     started_at timestamptz,
     finished_at timestamptz NOT NULL DEFAULT now(),
-    outcome text NOT NULL
+    outcome text NOT NULL,
+    -- One index serves both uniqueness and "the attempts of job X, in
+    -- order"; it is created with the empty table, so no CONCURRENTLY is
+    -- needed.
+    PRIMARY KEY (job_id, id)
 );
-
--- Created with the (empty) table in this transaction, so no CONCURRENTLY is
--- needed; an operator re-creating it on a large log should build it
--- CONCURRENTLY by hand.
-CREATE INDEX IF NOT EXISTS weir_job_attempt_job_id_idx ON /* TEMPLATE: schema */weir_job_attempt (job_id, id);
 
 -- The row trigger function. On a transition out of running (or to a new
 -- attempt) it remembers the ending attempt's token as lease_last_token and
