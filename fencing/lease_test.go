@@ -51,6 +51,7 @@ func TestLeaseRecovery(t *testing.T) {
 		require.Equal(t, 1, row.Errors)
 		require.False(t, row.LeaseToken.Valid)
 		require.GreaterOrEqual(t, sink.count(fencing.EventLeaseExpired, inserted.Job.ID), 1)
+		require.GreaterOrEqual(t, driver.Stats().LeasesExpired, int64(1))
 
 		attempt.release <- complete
 		sink.waitFor(t, fencing.EventStaleWriteRejected, inserted.Job.ID, 1)
@@ -172,6 +173,9 @@ func TestLeaseRecovery(t *testing.T) {
 		require.Equal(t, inserted.Job.ID, lost.JobID)
 		require.Equal(t, 1, lost.Attempt)
 		require.Equal(t, 1, sink.count(fencing.EventLeaseLost, inserted.Job.ID))
+		stats := driver.Stats()
+		require.Equal(t, int64(1), stats.LeasesLost)
+		require.GreaterOrEqual(t, stats.LeasesRenewed, int64(0))
 
 		// A heartbeat by the stale attempt is refused too.
 		require.ErrorIs(t, fencing.Heartbeat(attempt.ctx, nil), fencing.ErrLeaseLost)
