@@ -132,3 +132,41 @@ func TestPilotJobRescuer(t *testing.T) {
 	rescue()
 	require.Equal(t, "retryable", getJob(ctx, t, pool, schema, jobID).State)
 }
+
+// TestPilotJobRescuerPages: jobs with live leases do not hide stuck jobs
+// behind them, since River's rescuer stops at a short batch.
+func TestPilotJobRescuerPages(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	driver := newDriver(t, pool, nil, nil)
+	worker := newBlockWorker(t)
+	client := startClient(ctx, t, pool, schema, &clientOpts{driver: driver, maxWorkers: 2, noLeader: true, worker: worker})
+	var ids []int64
+	for range 2 {
+		inserted, err := client.Insert(ctx, blockArgs{}, nil)
+		require.NoError(t, err)
+		ids = append(ids, inserted.Job.ID)
+	}
+	for range 2 {
+		attempt := recv(t, worker.started)
+		t.Cleanup(func() { attempt.release <- complete })
+	}
+	driver.StopHeartbeats()
+	waitPastRestartGrace(ctx, t, pool, 3*time.Second)
+	table := pgx.Identifier{schema, "river_job"}.Sanitize()
+	_, err := pool.Exec(ctx, "UPDATE "+table+" SET lease_expires_at = now() + interval '1 hour' WHERE id = $1", ids[0])
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE "+table+" SET lease_expires_at = now() - interval '1 minute' WHERE id = $1", ids[1])
+	require.NoError(t, err)
+
+	rescuer, ok := driver.PluginPilot().(riverpilot.PilotJobRescuer)
+	require.True(t, ok)
+	stuck, err := rescuer.JobGetStuck(ctx, driver.GetExecutor(), &riverdriver.JobGetStuckParams{
+		Max: 1, Schema: schema, StuckHorizon: time.Now().Add(time.Hour),
+	})
+	require.NoError(t, err)
+	require.Len(t, stuck, 1)
+	require.Equal(t, ids[1], stuck[0].ID)
+}

@@ -620,26 +620,52 @@ WHERE id = ANY($1::bigint[])
 	return "SELECT coalesce(array_agg(id), '{}') FROM (" + sql + ") alive"
 }
 
-// JobGetStuck is River's rescuer query, minus jobs whose lease is alive.
+// JobGetStuck is River's rescuer query, minus jobs whose lease is alive. It
+// reads further pages to fill the batch, because River's rescuer takes a
+// short batch to mean there is nothing left.
 func (p *Pilot) JobGetStuck(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobGetStuckParams) ([]*rivertype.JobRow, error) {
 	p.noteSchema(params.Schema)
-	jobs, err := exec.JobGetStuck(ctx, params)
-	if err != nil || len(jobs) == 0 {
-		return jobs, err
-	}
 	fenced, err := p.isFenced(ctx, exec, params.Schema)
-	if err != nil || !fenced {
-		return jobs, err
+	if err != nil {
+		return nil, err
 	}
-	ids := make([]int64, len(jobs))
-	for i, job := range jobs {
-		ids[i] = job.ID
+	if !fenced {
+		return exec.JobGetStuck(ctx, params)
 	}
-	var alive []int64
-	if err := exec.QueryRow(ctx, aliveLeasesSQL(params.Schema, false), ids, p.driver.config.LeaseTTL).Scan(&alive); err != nil {
-		return nil, fmt.Errorf("checking leases of stuck jobs: %w", err)
+	var (
+		out     []*rivertype.JobRow
+		pageArg = *params
+	)
+	for {
+		jobs, err := exec.JobGetStuck(ctx, &pageArg)
+		if err != nil {
+			return nil, err
+		}
+		if len(jobs) == 0 {
+			break
+		}
+		ids := make([]int64, len(jobs))
+		for i, job := range jobs {
+			ids[i] = job.ID
+		}
+		var alive []int64
+		if err := exec.QueryRow(ctx, aliveLeasesSQL(params.Schema, false), ids, p.driver.config.LeaseTTL).Scan(&alive); err != nil {
+			return nil, fmt.Errorf("checking leases of stuck jobs: %w", err)
+		}
+		for _, job := range jobs {
+			if !slices.Contains(alive, job.ID) {
+				out = append(out, job)
+			}
+		}
+		if len(jobs) < pageArg.Max || len(out) >= params.Max {
+			break
+		}
+		pageArg.AfterID = jobs[len(jobs)-1].ID
 	}
-	return slices.DeleteFunc(jobs, func(job *rivertype.JobRow) bool { return slices.Contains(alive, job.ID) }), nil
+	if len(out) > params.Max {
+		out = out[:params.Max]
+	}
+	return out, nil
 }
 
 // JobRescueMany is River's rescue write, minus jobs whose lease is alive
