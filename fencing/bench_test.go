@@ -26,7 +26,10 @@ import (
 // River (riverpgxv5, River's schema only) and through the fencing driver (the
 // fencing migration installed, plugin first), on the same server in one run,
 // alternating rounds, and reports both throughputs and their ratio (best
-// round of each). Jobs per round: WEIR_BENCH_JOBS (default 20000).
+// round of each). Jobs per round: WEIR_BENCH_JOBS (default 20000). With
+// WEIR_BENCH_MATRIX set it instead runs the four combinations of driver
+// (plain, fencing) and schema (River's only, fencing migration installed),
+// which splits the cost between the database triggers and the driver.
 //
 //	go test -run '^$' -bench Throughput -benchtime 1x ./fencing/
 func BenchmarkThroughput(b *testing.B) {
