@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,6 +38,7 @@ type Driver struct {
 	pilot     *Pilot
 	plugin    *Plugin
 	pool      *pgxpool.Pool
+	timeouts  atomic.Pointer[cachedTimeouts]
 }
 
 // NewDriver returns a fencing driver over pool. A nil config means defaults.

@@ -2,6 +2,7 @@ package fencing_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -239,8 +240,8 @@ func TestFailClosed(t *testing.T) {
 		lease, ok := fencing.LeaseFromContext(bundle.attempt.ctx)
 		require.True(t, ok)
 		for _, proof := range []string{
-			`{"weir:fencing:proof": {"a": 1, "at": "2020-01-01T00:00:00Z", "t": "00000000-0000-4000-8000-000000000000"}}`,
-			`{"weir:fencing:proof": {"a": 7, "at": "` + lease.AttemptedAt.Format(time.RFC3339Nano) + `"}}`,
+			`{"weir:fencing:proof": "00000000-0000-4000-8000-000000000000/1/1577836800000000"}`,
+			`{"weir:fencing:proof": "/7/` + strconv.FormatInt(lease.AttemptedAt.UnixMicro(), 10) + `"}`,
 		} {
 			rows, err := bundle.pilot.JobSetStateIfRunningMany(ctx, bundle.stranger.GetExecutor(), completedParams(bundle, []byte(proof)))
 			require.NoError(t, err)
@@ -252,7 +253,7 @@ func TestFailClosed(t *testing.T) {
 		require.Equal(t, lease.Token, row.LeaseToken.String)
 
 		// The right proof, shown by anyone, is accepted: proofs are not secrets.
-		proof := `{"weir:fencing:proof": {"a": 1, "at": "` + lease.AttemptedAt.Format(time.RFC3339Nano) + `", "t": "` + lease.Token + `"}}`
+		proof := `{"other": 1, "weir:fencing:proof": "` + lease.Token + `/1/` + strconv.FormatInt(lease.AttemptedAt.UnixMicro(), 10) + `"}`
 		rows, err := bundle.pilot.JobSetStateIfRunningMany(ctx, bundle.stranger.GetExecutor(), completedParams(bundle, []byte(proof)))
 		require.NoError(t, err)
 		require.Len(t, rows, 1)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,9 +86,28 @@ func Heartbeat(ctx context.Context, details any) error {
 // proof is what an attempt shows to prove it still holds its job: its token
 // or, for an attempt that never received one, (attempt, attempted_at).
 type proof struct {
-	Attempt     int       `json:"a"`
-	AttemptedAt time.Time `json:"at"`
-	Token       string    `json:"t,omitempty"`
+	Attempt     int
+	AttemptedAt time.Time
+	Token       string
+}
+
+// encode renders the proof as the compact string the plugin puts in the
+// attempt's metadata updates: "<token>/<attempt>/<attempted_at as Unix
+// microseconds>" (token empty when there is none). Postgres keeps
+// microseconds, so the round trip is exact.
+func (p proof) encode() string {
+	return p.Token + "/" + strconv.Itoa(p.Attempt) + "/" + strconv.FormatInt(p.AttemptedAt.UnixMicro(), 10)
+}
+
+func decodeProof(s string) (*proof, error) {
+	token, rest, ok1 := strings.Cut(s, "/")
+	attemptText, microsText, ok2 := strings.Cut(rest, "/")
+	attempt, err1 := strconv.Atoi(attemptText)
+	micros, err2 := strconv.ParseInt(microsText, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("malformed lease proof %q", s)
+	}
+	return &proof{Attempt: attempt, AttemptedAt: time.UnixMicro(micros).UTC(), Token: token}, nil
 }
 
 // proofKey is the key under which the plugin puts an attempt's proof in the

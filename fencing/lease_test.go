@@ -51,6 +51,7 @@ func TestLeaseRecovery(t *testing.T) {
 		require.Equal(t, 1, row.Errors)
 		require.False(t, row.LeaseToken.Valid)
 		require.GreaterOrEqual(t, sink.count(fencing.EventLeaseExpired, inserted.Job.ID), 1)
+		require.GreaterOrEqual(t, driver.Stats().LeasesExpired, int64(1))
 
 		attempt.release <- complete
 		sink.waitFor(t, fencing.EventStaleWriteRejected, inserted.Job.ID, 1)
@@ -172,6 +173,9 @@ func TestLeaseRecovery(t *testing.T) {
 		require.Equal(t, inserted.Job.ID, lost.JobID)
 		require.Equal(t, 1, lost.Attempt)
 		require.Equal(t, 1, sink.count(fencing.EventLeaseLost, inserted.Job.ID))
+		stats := driver.Stats()
+		require.Equal(t, int64(1), stats.LeasesLost)
+		require.GreaterOrEqual(t, stats.LeasesRenewed, int64(0))
 
 		// A heartbeat by the stale attempt is refused too.
 		require.ErrorIs(t, fencing.Heartbeat(attempt.ctx, nil), fencing.ErrLeaseLost)
@@ -203,7 +207,8 @@ func TestLeaseRecovery(t *testing.T) {
 		attempt2 := recv(t, worker.started)
 		require.Equal(t, 2, attempt2.job.Attempt)
 		require.Less(t, time.Since(lease.AttemptedAt), worker.timeout+stuck+leaseTTL+reaperInterval+pollInterval+slack)
-		require.GreaterOrEqual(t, sink.count(fencing.EventLeaseExpired, 0)+1, 1)
+		row := getJob(ctx, t, pool, schema, inserted.Job.ID)
+		require.Equal(t, 1, row.Errors, "recovered by lease expiry, with an error entry")
 
 		attempt.release <- complete
 		attempt2.release <- complete

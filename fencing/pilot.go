@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivershared/riverpilot"
@@ -179,16 +181,11 @@ func (p *Pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, 
 		return res, nil
 	}
 
-	tx, err := exec.Begin(ctx)
+	tx, err := p.beginLeaseTx(ctx, exec)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-
-	if err := tx.Exec(ctx, "SELECT set_config('weir.fencing_lease_ttl', $1, true)",
-		fmt.Sprintf("%d microseconds", p.driver.config.LeaseTTL.Microseconds())); err != nil {
-		return nil, fmt.Errorf("asking for leases: %w", err)
-	}
 	res, err := p.StandardPilot.JobGetAvailable(ctx, tx, state, params)
 	if err != nil {
 		return nil, err
@@ -230,6 +227,29 @@ WHERE id = ANY($1::bigint[])`, ids).Scan(&gotIDs, &tokens, &expires, &details); 
 	}
 	p.recordFetched(params.Schema, res.Jobs, leases)
 	return res, nil
+}
+
+// beginLeaseTx starts the fetch transaction and asks the lease trigger for
+// LeaseTTL leases in it. On River's pool executor both go in one round trip.
+func (p *Pilot) beginLeaseTx(ctx context.Context, exec riverdriver.Executor) (riverdriver.ExecutorTx, error) {
+	setTTL := fmt.Sprintf("SELECT set_config('weir.fencing_lease_ttl', '%d microseconds', true)",
+		p.driver.config.LeaseTTL.Microseconds())
+	if _, inTx := exec.(riverdriver.ExecutorTx); !inTx && p.driver.pool != nil {
+		pgxTx, err := p.driver.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + setTTL})
+		if err != nil {
+			return nil, fmt.Errorf("starting a fenced fetch: %w", err)
+		}
+		return p.driver.UnwrapExecutor(pgxTx), nil
+	}
+	tx, err := exec.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Exec(ctx, setTTL); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("asking for leases: %w", err)
+	}
+	return tx, nil
 }
 
 func (p *Pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases map[int64]*fetchRecord) {
@@ -282,10 +302,24 @@ func (p *Pilot) forgetFetched(jobID int64, pr *proof) {
 	}
 }
 
+// proofOnlyPrefix is how River encodes metadata updates that hold only a
+// proof (encoding/json sorts keys; the proof string needs no escaping).
+const proofOnlyPrefix = `{"` + proofKey + `":"`
+
 // extractProof takes the attempt's proof out of its metadata updates.
 func extractProof(updates []byte, doMerge bool) (*proof, []byte, bool, error) {
 	if !doMerge || len(updates) == 0 {
 		return nil, updates, doMerge, nil
+	}
+	// Fast path: the proof is the only update (a no-op job's case).
+	if rest, ok := bytes.CutPrefix(updates, []byte(proofOnlyPrefix)); ok {
+		if encoded, ok := bytes.CutSuffix(rest, []byte(`"}`)); ok && !bytes.ContainsAny(encoded, `"\`) {
+			pr, err := decodeProof(string(encoded))
+			if err != nil {
+				return nil, nil, false, err
+			}
+			return pr, nil, false, nil
+		}
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(updates, &m); err != nil {
@@ -295,19 +329,23 @@ func extractProof(updates []byte, doMerge bool) (*proof, []byte, bool, error) {
 	if !ok {
 		return nil, updates, doMerge, nil
 	}
-	var pr proof
-	if err := json.Unmarshal(raw, &pr); err != nil {
+	var encoded string
+	if err := json.Unmarshal(raw, &encoded); err != nil {
 		return nil, nil, false, fmt.Errorf("decoding lease proof: %w", err)
+	}
+	pr, err := decodeProof(encoded)
+	if err != nil {
+		return nil, nil, false, err
 	}
 	delete(m, proofKey)
 	if len(m) == 0 {
-		return &pr, nil, false, nil
+		return pr, nil, false, nil
 	}
 	stripped, err := json.Marshal(m)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("encoding metadata updates: %w", err)
 	}
-	return &pr, stripped, true, nil
+	return pr, stripped, true, nil
 }
 
 // verdicts of judge.
@@ -582,26 +620,52 @@ WHERE id = ANY($1::bigint[])
 	return "SELECT coalesce(array_agg(id), '{}') FROM (" + sql + ") alive"
 }
 
-// JobGetStuck is River's rescuer query, minus jobs whose lease is alive.
+// JobGetStuck is River's rescuer query, minus jobs whose lease is alive. It
+// reads further pages to fill the batch, because River's rescuer takes a
+// short batch to mean there is nothing left.
 func (p *Pilot) JobGetStuck(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobGetStuckParams) ([]*rivertype.JobRow, error) {
 	p.noteSchema(params.Schema)
-	jobs, err := exec.JobGetStuck(ctx, params)
-	if err != nil || len(jobs) == 0 {
-		return jobs, err
-	}
 	fenced, err := p.isFenced(ctx, exec, params.Schema)
-	if err != nil || !fenced {
-		return jobs, err
+	if err != nil {
+		return nil, err
 	}
-	ids := make([]int64, len(jobs))
-	for i, job := range jobs {
-		ids[i] = job.ID
+	if !fenced {
+		return exec.JobGetStuck(ctx, params)
 	}
-	var alive []int64
-	if err := exec.QueryRow(ctx, aliveLeasesSQL(params.Schema, false), ids, p.driver.config.LeaseTTL).Scan(&alive); err != nil {
-		return nil, fmt.Errorf("checking leases of stuck jobs: %w", err)
+	var (
+		out     []*rivertype.JobRow
+		pageArg = *params
+	)
+	for {
+		jobs, err := exec.JobGetStuck(ctx, &pageArg)
+		if err != nil {
+			return nil, err
+		}
+		if len(jobs) == 0 {
+			break
+		}
+		ids := make([]int64, len(jobs))
+		for i, job := range jobs {
+			ids[i] = job.ID
+		}
+		var alive []int64
+		if err := exec.QueryRow(ctx, aliveLeasesSQL(params.Schema, false), ids, p.driver.config.LeaseTTL).Scan(&alive); err != nil {
+			return nil, fmt.Errorf("checking leases of stuck jobs: %w", err)
+		}
+		for _, job := range jobs {
+			if !slices.Contains(alive, job.ID) {
+				out = append(out, job)
+			}
+		}
+		if len(jobs) < pageArg.Max || len(out) >= params.Max {
+			break
+		}
+		pageArg.AfterID = jobs[len(jobs)-1].ID
 	}
-	return slices.DeleteFunc(jobs, func(job *rivertype.JobRow) bool { return slices.Contains(alive, job.ID) }), nil
+	if len(out) > params.Max {
+		out = out[:params.Max]
+	}
+	return out, nil
 }
 
 // JobRescueMany is River's rescue write, minus jobs whose lease is alive

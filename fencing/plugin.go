@@ -53,7 +53,7 @@ func (p *Plugin) Work(ctx context.Context, job *rivertype.JobRow, doInner func(c
 	// Until the work context shows the real deadline (LeaseFromContext,
 	// Heartbeat), assume the client's JobTimeout as River's executor does
 	// for a worker that does not override Timeout.
-	if timeout, stuck, ok := clientTimeouts(client); ok {
+	if timeout, stuck, ok := d.clientTimeoutsCached(client); ok {
 		st.stuckAfter = stuck
 		if timeout > 0 {
 			until := st.attemptedAt.Add(timeout + stuck)
@@ -61,7 +61,7 @@ func (p *Plugin) Work(ctx context.Context, job *rivertype.JobRow, doInner func(c
 		}
 	}
 
-	if err := river.MetadataSet(ctx, proofKey, st.proof()); err != nil {
+	if err := river.MetadataSet(ctx, proofKey, st.proof().encode()); err != nil {
 		d.logger().WarnContext(ctx, "fencing: attaching lease proof", slog.String("error", err.Error()))
 	}
 
@@ -104,4 +104,21 @@ func clientTimeouts(client *river.Client[pgx.Tx]) (timeout, stuck time.Duration,
 		stuck = river.JobStuckThresholdDefault
 	}
 	return timeout, stuck, true
+}
+
+// clientTimeoutsCached is clientTimeouts, computed once per client.
+func (d *Driver) clientTimeoutsCached(client *river.Client[pgx.Tx]) (time.Duration, time.Duration, bool) {
+	if cached := d.timeouts.Load(); cached != nil && cached.client == client {
+		return cached.timeout, cached.stuck, cached.ok
+	}
+	timeout, stuck, ok := clientTimeouts(client)
+	d.timeouts.Store(&cachedTimeouts{client: client, ok: ok, stuck: stuck, timeout: timeout})
+	return timeout, stuck, ok
+}
+
+type cachedTimeouts struct {
+	client  *river.Client[pgx.Tx]
+	ok      bool
+	stuck   time.Duration
+	timeout time.Duration
 }

@@ -22,6 +22,9 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 	t.Parallel()
 
 	type testCase struct {
+		// interrupt stops client A (StopAndCancel) so that attempt 1 ends as
+		// River's "interrupted" outcome.
+		interrupt   bool
 		maxAttempts int
 		// out is attempt 1's outcome; it may report errors it saw on errs.
 		out func(errs chan<- error, schema string) outcome
@@ -72,6 +75,9 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 		"ErrorRetry": {out: func(chan<- error, string) outcome {
 			return func(ctx context.Context, job *river.Job[blockArgs]) error { return errors.New("stale failure") }
 		}},
+		"Interrupt": {interrupt: true, out: func(chan<- error, string) outcome {
+			return func(ctx context.Context, job *river.Job[blockArgs]) error { return ctx.Err() }
+		}},
 		"JobCompleteTx": {sideEffects: true, out: func(errs chan<- error, schema string) outcome {
 			return func(ctx context.Context, job *river.Job[blockArgs]) error {
 				pool := dbtest.Pool(ctx, t)
@@ -96,7 +102,7 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 		}},
 	}
 
-	for _, name := range []string{"Cancel", "Complete", "CompleteTx", "Discard", "ErrorRetry", "JobCompleteTx", "Snooze"} {
+	for _, name := range []string{"Cancel", "Complete", "CompleteTx", "Discard", "ErrorRetry", "Interrupt", "JobCompleteTx", "Snooze"} {
 		tc := cases[name]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -111,7 +117,8 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 
 			sinkA := newEventSink()
 			worker := newBlockWorker(t)
-			clientA := startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, sinkA, nil), worker: worker})
+			driverA := newDriver(t, pool, sinkA, nil)
+			clientA := startClient(ctx, t, pool, schema, &clientOpts{driver: driverA, worker: worker})
 
 			inserted, err := clientA.Insert(ctx, blockArgs{}, &river.InsertOpts{MaxAttempts: tc.maxAttempts})
 			require.NoError(t, err)
@@ -119,6 +126,11 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 			attempt1 := recv(t, worker.started)
 			require.Equal(t, 1, attempt1.job.Attempt)
 
+			if tc.interrupt {
+				// So that attempt 1's context is cancelled by the stop, not
+				// by its lost lease.
+				driverA.StopHeartbeats()
+			}
 			rescue(ctx, t, pool, schema, jobID)
 			startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, nil), worker: worker})
 			attempt2 := recv(t, worker.started)
@@ -128,6 +140,13 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 			before := getJob(ctx, t, pool, schema, jobID)
 			require.Equal(t, "running", before.State)
 			require.Equal(t, lease2.Token, before.LeaseToken.String)
+
+			if tc.interrupt {
+				stopped := make(chan error, 1)
+				go func() { stopped <- clientA.StopAndCancel(context.WithoutCancel(ctx)) }()
+				t.Cleanup(func() { require.NoError(t, recv(t, stopped)) })
+				<-attempt1.ctx.Done()
+			}
 
 			// The stale write lands while attempt 2 is running.
 			errs := make(chan error, 2)

@@ -31,23 +31,22 @@ ALTER TABLE /* TEMPLATE: schema */river_job ADD COLUMN IF NOT EXISTS lease_detai
 -- ("superseded" when a new attempt replaced it while it was running). The
 -- attempt that holds a job now is river_job's own (lease_token, attempted_at).
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_job_attempt (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_id bigint NOT NULL,
+    id bigint GENERATED ALWAYS AS IDENTITY,
     attempt smallint NOT NULL,
     lease_token uuid,
     attempted_by text,
     started_at timestamptz,
     finished_at timestamptz NOT NULL DEFAULT now(),
-    outcome text NOT NULL
+    outcome text NOT NULL,
+    -- One index serves both uniqueness and "the attempts of job X, in
+    -- order"; it is created with the empty table, so no CONCURRENTLY is
+    -- needed.
+    PRIMARY KEY (job_id, id)
 );
 
--- Created with the (empty) table in this transaction, so no CONCURRENTLY is
--- needed; an operator re-creating it on a large log should build it
--- CONCURRENTLY by hand.
-CREATE INDEX IF NOT EXISTS weir_job_attempt_job_id_idx ON /* TEMPLATE: schema */weir_job_attempt (job_id, id);
-
--- The trigger function. On a transition out of running (or to a new attempt)
--- it logs the attempt that ended, remembers its token as lease_last_token and
+-- The row trigger function. On a transition out of running (or to a new
+-- attempt) it remembers the ending attempt's token as lease_last_token and
 -- revokes the lease; on a transition into running it mints a fresh token. It
 -- sets lease_expires_at only when the fetching session asked for a lease (the
 -- fencing Pilot sets weir.fencing_lease_ttl for its fetch transaction), so
@@ -58,13 +57,6 @@ DECLARE
     ttl text;
 BEGIN
     IF TG_OP = 'UPDATE' AND OLD.state = 'running' THEN
-        INSERT INTO /* TEMPLATE: schema */weir_job_attempt
-            (job_id, attempt, lease_token, attempted_by, started_at, outcome)
-        VALUES (
-            OLD.id, OLD.attempt, OLD.lease_token,
-            OLD.attempted_by[array_upper(OLD.attempted_by, 1)], OLD.attempted_at,
-            CASE WHEN NEW.state = 'running' THEN 'superseded' ELSE NEW.state::text END
-        );
         NEW.lease_last_token := coalesce(OLD.lease_token, NEW.lease_last_token);
         NEW.lease_token := NULL;
         NEW.lease_expires_at := NULL;
@@ -87,6 +79,27 @@ BEGIN
 END
 $$;
 
+-- The statement trigger function: logs, in one INSERT per statement, every
+-- attempt the statement ended (River completes, fetches and rescues jobs in
+-- batches, so a row-by-row log would cost an INSERT per job).
+--
+-- Transition tables have no statistics, so the planner would nest-loop the
+-- join (quadratic in the batch size); the function disables that for itself.
+CREATE OR REPLACE FUNCTION /* TEMPLATE: schema */weir_fencing_job_attempt_log() RETURNS trigger
+LANGUAGE plpgsql SET enable_nestloop = off AS $$
+BEGIN
+    INSERT INTO /* TEMPLATE: schema */weir_job_attempt
+        (job_id, attempt, lease_token, attempted_by, started_at, outcome)
+    SELECT o.id, o.attempt, o.lease_token,
+        o.attempted_by[array_upper(o.attempted_by, 1)], o.attempted_at,
+        CASE WHEN n.state = 'running' THEN 'superseded' ELSE n.state::text END
+    FROM weir_old_jobs o
+    JOIN weir_new_jobs n ON n.id = o.id
+    WHERE o.state = 'running' AND (n.state <> 'running' OR n.attempt <> o.attempt);
+    RETURN NULL;
+END
+$$;
+
 -- Fires only when the state or the attempt changes, so heartbeats and metadata
 -- merges pay nothing for it.
 CREATE OR REPLACE TRIGGER weir_fencing_job_lease_update
@@ -101,3 +114,9 @@ CREATE OR REPLACE TRIGGER weir_fencing_job_lease_insert
     FOR EACH ROW
     WHEN (NEW.state = 'running')
     EXECUTE FUNCTION /* TEMPLATE: schema */weir_fencing_job_lease();
+
+CREATE OR REPLACE TRIGGER weir_fencing_job_attempt_log
+    AFTER UPDATE ON /* TEMPLATE: schema */river_job
+    REFERENCING OLD TABLE AS weir_old_jobs NEW TABLE AS weir_new_jobs
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION /* TEMPLATE: schema */weir_fencing_job_attempt_log();

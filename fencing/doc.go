@@ -1,0 +1,117 @@
+// Package fencing gives River jobs lease tokens, so that a stale attempt can
+// never finalize a job.
+//
+// # The problem
+//
+// River (v0.51.2) guards every job state write with state = 'running' only. A
+// worker whose job was rescued (or whose lease, in a heartbeat design, ran
+// out) and fetched again by another worker can still complete, retry, snooze,
+// cancel or discard it, merge its metadata into it, and river.JobCompleteTx
+// then returns err == nil while the caller's transaction commits its side
+// effects.
+//
+// # The guarantee
+//
+// With the fencing Driver, every transition of a job into running mints a
+// new lease token (F3), and every write River makes on behalf of an attempt
+// is checked against the job's current attempt, in the same transaction as
+// River's own write (F1):
+//
+//   - the async completer's complete, retry, discard, snooze, cancel and
+//     interrupt, and the metadata the attempt set (river.MetadataSet,
+//     RecordOutput, resumable checkpoints);
+//   - river.JobCompleteTx and CompleteTx;
+//   - the writes that bypass River's Pilot: Client.JobUpdate, JobUpdateTx and
+//     river.ResumableSetStepTx made from inside an attempt;
+//   - heartbeats.
+//
+// A write proves its attempt with the attempt's token or, for an attempt that
+// never received one (fetched before the fencing migration, or set running by
+// rivertest), with (attempt, attempted_at). A write that proves no current
+// attempt changes nothing (F6): the async completer drops it (no row, no
+// event) and counts it (Driver.Stats, Config.Observer); inside a caller's
+// transaction the transaction is aborted, so Commit fails even if the caller
+// ignores the returned ErrLeaseLost, and none of its writes commit (F2).
+// River's executor re-sending "completed" after JobCompleteTx is recognised
+// as a harmless repeat.
+//
+// Leases use database time only. Each process renews the leases of its
+// attempts in one batched statement per HeartbeatInterval (SKIP LOCKED, CAS on
+// the token); when a renewal is refused the attempt's context is cancelled
+// with cause ErrLeaseLost. The elected leader's reaper returns jobs whose
+// lease expired to available at once (discarded past max attempts), with an
+// error entry saying so, and wakes fetchers: a job whose worker died or was
+// partitioned runs again within LeaseTTL + ReaperInterval + the fetch poll
+// interval (+ leader failover if the leader died), while a job that keeps
+// heartbeating within its River deadline is never recovered, however long it
+// runs (F4). River's own rescuer is made lease-aware (the Pilot implements
+// River's PilotJobRescuer): it never takes a job whose lease is alive. After
+// a Postgres restart every lease lasts at least LeaseTTL past the restart.
+//
+// # Upgrading a River client
+//
+// Change the driver constructor, add one plugin line, and run the fencing
+// migration line:
+//
+//	driver, err := fencing.NewDriver(dbPool, nil) // was riverpgxv5.New(dbPool)
+//	if err != nil { ... }
+//	client, err := river.NewClient(driver, &river.Config{
+//		Plugins: []rivertype.Plugin{driver.Plugin()}, // first in the list
+//		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}},
+//		Workers: workers,
+//	})
+//
+//	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Line: fencing.MigrationLine})
+//	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+//
+// Workers, job args, InsertTx and river.JobCompleteTx[*fencing.Driver] keep
+// compiling and working. CompleteTx is JobCompleteTx with a second,
+// independent check. Inside Work, LeaseFromContext returns the attempt's
+// lease (job ID, attempt, token, expiry) so that code can fence its own
+// tables on the token, and Heartbeat renews the lease at once and stores
+// progress details that the job's next attempt reads in Lease.Details. Give
+// each client its own Driver.
+//
+// # Rollout order
+//
+// Deploy the code first, then migrate. Before the migration the driver and
+// plugin work exactly like plain River (Driver.Fenced reports false, for
+// readiness checks); within one HeartbeatInterval after it they start
+// fencing. The migration is additive (nullable columns, a new table, two
+// triggers), idempotent, sets lock_timeout on every statement that locks
+// river_job and builds no index on river_job, so it can run on a large, live
+// table; it is River migration line "fencing" and can also be applied with
+// weir's migrations package. Jobs that were running before the migration, and
+// jobs fetched by clients still on plain riverpgxv5 (an old fleet during a
+// rolling deploy, the river CLI), get a token but no lease expiry: the reaper
+// never touches them and River's own rescue rules apply (F5).
+//
+// # Limits
+//
+//   - Fencing covers writes to Postgres through River and the code that uses
+//     the token. A stale attempt's effects elsewhere (HTTP calls, other
+//     databases) are not fenced; its context is cancelled when it learns it
+//     lost the lease, which is all a worker can be told.
+//   - Tokens are fences, not secrets: code holding a token can write as that
+//     attempt.
+//   - The plugin stops renewing a lease once the attempt passes its River
+//     deadline (Worker.Timeout or the client's JobTimeout, plus
+//     JobStuckThreshold), so a stuck attempt is recovered. The plugin learns a
+//     worker's own Timeout when the attempt calls LeaseFromContext, Heartbeat
+//     or CompleteTx with its work context; until then it assumes the client's
+//     JobTimeout. A worker with Timeout -1 that runs longer than the client's
+//     JobTimeout must call one of them early in Work.
+//   - River exposes the seams used here (the Pilot, the driver plugin, the
+//     client's configuration) as internal APIs; weir pins River at v0.51.2 and
+//     a conformance test fails if River stops routing work through the Pilot.
+//     The Pilot cannot be combined with River Pro's.
+//   - River's completer keys attempts by job ID, so a process that runs two
+//     attempts of one job at once (only possible after a rescue) can mix up
+//     an attempt that failed before the plugin ran with the newer one.
+//   - Client.JobUpdate outside any attempt is an operator's write and is not
+//     fenced.
+//   - Fencing costs throughput on trivial jobs (see BenchmarkThroughput): one
+//     more statement per fetch batch and per completion batch, a row trigger
+//     on state changes, and the attempt log.
+//   - Postgres 14 or later (CREATE OR REPLACE TRIGGER).
+package fencing
