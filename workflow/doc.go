@@ -46,7 +46,8 @@
 // Code that schedules different activities on replay than its history
 // records fails the workflow task with a [*NonDeterminismError], retried and
 // visible, rather than corrupting the run: deploy a fix (or the old code) and
-// the run resumes. A panic in workflow code fails the task the same way, with
+// the run resumes. To change code that runs may be replaying, branch on
+// [GetVersion]. A panic in workflow code fails the task the same way, with
 // a [*PanicError], and so does code that blocks outside this package (a real
 // channel, mutex, sleep or I/O) for more than a second. Only a returned error
 // fails the workflow.

@@ -102,6 +102,31 @@ func Await(ctx Context, cond func() bool) error {
 	return ctx.Err()
 }
 
+// DefaultVersion is the version [GetVersion] returns for a run that passed
+// the change before the change existed.
+const DefaultVersion = -1
+
+// GetVersion lets workflow code change while runs are in flight. Wrap each
+// change in a branch on the version of a change ID:
+//
+//	v := workflow.GetVersion(ctx, "charge-in-cents", workflow.DefaultVersion, 1)
+//	if v == workflow.DefaultVersion {
+//		// the old code, for runs that passed here before the change
+//	} else {
+//		// the new code
+//	}
+//
+// A run reaching the call for the first time records maxSupported in history
+// and gets it; a run replaying gets the version it recorded, or
+// DefaultVersion if it passed this point before the call existed. Raise
+// maxSupported for each further change; raise minSupported once no run
+// needs the old branches (a run that does then fails its task with a
+// [*NonDeterminismError] rather than taking a wrong branch). Once no run
+// uses any old branch, the call can be removed: replay skips its markers.
+func GetVersion(ctx Context, changeID string, minSupported, maxSupported int) int {
+	return envOf(ctx).GetVersion(changeID, minSupported, maxSupported)
+}
+
 // SideEffect runs fn once and records its result in history; on replay it
 // returns the recorded result without running fn. Use it for small
 // non-deterministic values (a random number, a UUID). fn must not fail; if

@@ -21,8 +21,24 @@ const (
 	TimeoutHeartbeat       = "Heartbeat"
 )
 
-// MarkerSideEffect is the name of markers recorded by workflow.SideEffect.
-const MarkerSideEffect = "SideEffect"
+// Marker names.
+const (
+	// MarkerSideEffect names markers recorded by workflow.SideEffect; Data
+	// is the value.
+	MarkerSideEffect = "SideEffect"
+	// MarkerVersion names markers recorded by workflow.GetVersion; Data is
+	// a [VersionMarker].
+	MarkerVersion = "Version"
+)
+
+// VersionMarker is the data of a [MarkerVersion] marker: the version of a
+// change that the run chose when it first reached the change.
+type VersionMarker struct {
+	// ChangeID names the change.
+	ChangeID string `json:"change_id"`
+	// Version is the chosen version.
+	Version int `json:"version"`
+}
 
 // WorkflowStartedAttributes are the attributes of [EventWorkflowStarted].
 type WorkflowStartedAttributes struct {

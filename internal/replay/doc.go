@@ -17,7 +17,10 @@
 // Args and options aren't compared (payloads may be re-encoded or
 // encrypted; options may be tuned on a deployed workflow). Any difference,
 // including fewer or more commands than recorded, is a
-// *workflow.NonDeterminismError. Because each task's inputs are delivered at
+// *workflow.NonDeterminismError. Version markers (workflow.GetVersion) are
+// the exception that makes code changes possible: a recorded version marker
+// the code no longer asks for is skipped, and a GetVersion call with no
+// recorded marker returns workflow.DefaultVersion. Because each task's inputs are delivered at
 // the same boundary on every replay, code that races futures (Selector,
 // Await) decides the same way every time.
 //

@@ -3,6 +3,7 @@ package replay
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -238,6 +239,7 @@ type engine struct {
 
 	cancelRequested bool
 	signals         map[string]*env.SignalQueue
+	versions        map[string]int // by change ID
 
 	abortErr error
 	done     bool
@@ -274,6 +276,7 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 		operations: map[int64]*operation{},
 		pending:    map[int64]*operation{},
 		signals:    map[string]*env.SignalQueue{},
+		versions:   map[string]int{},
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -418,6 +421,7 @@ func (e *engine) replayTask(t *task) error {
 	if err := e.run(); err != nil {
 		return err
 	}
+	e.skipVersionMarkers(nil)
 	if e.cursor < len(e.expected) {
 		missing := e.expected[e.cursor]
 		got := "nothing more (the code blocked)"
@@ -673,6 +677,7 @@ func (e *engine) command(attrs history.Attributes) (recorded, error) {
 		e.events = append(e.events, ev)
 		return recorded{event: ev, attrs: attrs}, nil
 	}
+	e.skipVersionMarkers(attrs)
 	if e.cursor >= len(e.expected) {
 		return recorded{}, nondeterminism(e.boundaryID, "no more commands in the task started by this event", describe(attrs))
 	}
@@ -682,6 +687,33 @@ func (e *engine) command(attrs history.Attributes) (recorded, error) {
 	}
 	e.cursor++
 	return rec, nil
+}
+
+// skipVersionMarkers passes over recorded version markers that the code no
+// longer asks for (a GetVersion removed once no run needed its old branch),
+// unless next is that very marker. Their versions still count.
+func (e *engine) skipVersionMarkers(next history.Attributes) {
+	for e.cursor < len(e.expected) {
+		rec := e.expected[e.cursor]
+		marker, ok := versionMarker(rec.attrs)
+		if !ok || (next != nil && describe(next) == describe(rec.attrs)) {
+			return
+		}
+		if _, seen := e.versions[marker.ChangeID]; !seen {
+			e.versions[marker.ChangeID] = marker.Version
+		}
+		e.cursor++
+	}
+}
+
+// versionMarker decodes the data of a version marker.
+func versionMarker(attrs history.Attributes) (history.VersionMarker, bool) {
+	var marker history.VersionMarker
+	m, ok := attrs.(*history.MarkerRecordedAttributes)
+	if !ok || m.Name != history.MarkerVersion || json.Unmarshal(m.Data, &marker) != nil {
+		return marker, false
+	}
+	return marker, true
 }
 
 func nondeterminism(id int64, expected, got string) error {
@@ -694,6 +726,9 @@ func describe(attrs history.Attributes) string {
 	case *history.ActivityScheduledAttributes:
 		return fmt.Sprintf("%s(kind %q)", a.EventType(), a.Kind)
 	case *history.MarkerRecordedAttributes:
+		if marker, ok := versionMarker(a); ok {
+			return fmt.Sprintf("%s(name %q, change %q)", a.EventType(), a.Name, marker.ChangeID)
+		}
 		return fmt.Sprintf("%s(name %q)", a.EventType(), a.Name)
 	case *history.ActivityCancelRequestedAttributes:
 		return fmt.Sprintf("%s(activity of event %d)", a.EventType(), a.ScheduledEventID)
@@ -742,10 +777,44 @@ func (e *engine) Await(cond func() bool) { e.sched.Await(cond) }
 func (e *engine) CancelRequested() bool  { return e.cancelRequested }
 func (e *engine) Codec() env.Codec       { return e.codec }
 func (e *engine) Go(fn func())           { e.sched.Spawn(fn) }
-func (e *engine) Info() env.Info         { return e.info }
-func (e *engine) IsReplaying() bool      { return e.replaying }
-func (e *engine) Logger() *slog.Logger   { return e.logger }
-func (e *engine) Now() time.Time         { return e.now }
+
+func (e *engine) GetVersion(changeID string, minSupported, maxSupported int) int {
+	e.sched.Guard()
+	version, known := e.versions[changeID]
+	eventID := e.boundaryID
+	switch {
+	case known:
+	case e.replaying:
+		version = workflow.DefaultVersion
+		want := versionMarkerAttributes(changeID, 0)
+		e.skipVersionMarkers(want)
+		if e.cursor < len(e.expected) && describe(e.expected[e.cursor].attrs) == describe(want) {
+			marker, _ := versionMarker(e.expected[e.cursor].attrs)
+			version, eventID = marker.Version, e.expected[e.cursor].event.ID
+			e.cursor++
+		}
+	default:
+		version = maxSupported
+		e.commandOrAbort(versionMarkerAttributes(changeID, version))
+	}
+	e.versions[changeID] = version
+	if version < minSupported || version > maxSupported {
+		err := nondeterminism(eventID, fmt.Sprintf("version %d of change %q", version, changeID),
+			fmt.Sprintf("GetVersion supporting versions %d to %d", minSupported, maxSupported))
+		e.abortErr = err
+		panic(&abort{err: err})
+	}
+	return version
+}
+
+func versionMarkerAttributes(changeID string, version int) *history.MarkerRecordedAttributes {
+	data, _ := json.Marshal(history.VersionMarker{ChangeID: changeID, Version: version}) // can't fail
+	return &history.MarkerRecordedAttributes{Name: history.MarkerVersion, Data: data}
+}
+func (e *engine) Info() env.Info       { return e.info }
+func (e *engine) IsReplaying() bool    { return e.replaying }
+func (e *engine) Logger() *slog.Logger { return e.logger }
+func (e *engine) Now() time.Time       { return e.now }
 
 func (e *engine) NextSeq() int64 {
 	e.sched.Guard()

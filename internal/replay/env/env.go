@@ -130,6 +130,12 @@ type Env interface {
 	CancelRequested() bool
 	// Codec returns the payload codec.
 	Codec() Codec
+	// GetVersion returns the version of changeID this run uses: the one
+	// recorded in history, DefaultVersion (-1) for a run that passed this
+	// point before the change existed, or maxSupported (recorded) for code
+	// running for the first time. A version outside [minSupported,
+	// maxSupported] fails the task.
+	GetVersion(changeID string, minSupported, maxSupported int) int
 	// Go starts fn in a new coroutine.
 	Go(fn func())
 	// Info describes the run and the task.
