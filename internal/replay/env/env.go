@@ -40,13 +40,14 @@ func (JSONCodec) Decode(data []byte, v any) error {
 	return json.Unmarshal(data, v)
 }
 
-// Info describes the run and the workflow task being executed.
+// Info describes the run and the workflow task being executed; see
+// workflow.Info for the meaning of each field.
 type Info struct {
-	Generation  int64
-	Kind        string
-	RunID       string
-	TaskAttempt int
-	WorkflowID  string
+	Generation  int64  // numbers the runs of WorkflowID
+	Kind        string // the workflow type
+	RunID       string // identifies the run
+	TaskAttempt int    // attempt of the current workflow task
+	WorkflowID  string // caller-chosen identity
 }
 
 // Promise is the engine's side of the future of an activity or a timer: it
