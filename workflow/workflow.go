@@ -16,7 +16,9 @@ type Args interface {
 
 // Workflow is implemented by workflow types: Run is the workflow's code,
 // replayed from history, so it must be deterministic (see the package
-// documentation). Embed [Defaults] to get the other methods.
+// documentation). Embed [Defaults] to get the other methods. One value
+// serves every run, concurrently, like a River worker: keep a run's state in
+// Run's local variables, and use fields only for configuration.
 //
 // Passing a value to a function taking a Workflow[A, R] infers A and R from
 // its Run method:

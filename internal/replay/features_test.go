@@ -482,3 +482,23 @@ type fakeContext struct{}
 func (fakeContext) Done() workflow.Readier { return nil }
 func (fakeContext) Err() error             { return nil }
 func (fakeContext) Value(any) any          { return nil }
+
+func TestExecuteSelectorDefault(t *testing.T) {
+	t.Parallel()
+
+	def := define(func(ctx workflow.Context, args OrderArgs) ([]string, error) {
+		charge := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID}, nil)
+		var log []string
+		sel := workflow.NewSelector(ctx).
+			AddFuture(charge, func() { log = append(log, "charged") }).
+			AddDefault(func() { log = append(log, "not yet") })
+		sel.Select(ctx) // nothing ready: the default runs, without blocking
+		_, err := charge.Get(ctx)
+		sel.Select(ctx)
+		return log, err
+	})
+	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.task()
+	out := r.task(completed(t, 3, 1))
+	require.Equal(t, []string{"not yet", "charged"}, decodeResult[[]string](t, out))
+}
