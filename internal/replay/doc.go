@@ -69,6 +69,37 @@
 // goroutine can't be killed, but it is unwound the moment it calls into the
 // workflow package again.
 //
+// # Using it from the worker
+//
+// The worker keeps one Definition per workflow kind, built by [Bind], which
+// infers the workflow's types from its Run method:
+//
+//	func AddWorkflow[A workflow.Args, R any](w *Worker, wf workflow.Workflow[A, R]) {
+//		def := replay.Bind(wf)
+//		w.workflows[def.Kind] = def // wf.Opts() is read by Bind on every run
+//	}
+//
+// A workflow task then loads the run's history and pending inbox rows, and in
+// one transaction:
+//
+//	out, err := replay.Execute(ctx, def, &replay.ExecuteParams{
+//		History: events,      // weir_event rows, IDs 1…n
+//		Inputs:  inboxEvents, // ID 0, arrival order
+//		Now:     dbNow,
+//		Info:    replay.Info{WorkflowID: …, RunID: …, Generation: …, Kind: …, TaskAttempt: job.Attempt},
+//		Logger:  logger,
+//	})
+//	// err != nil: fail the task (retried, visible); append nothing.
+//	// Otherwise append out.Events (IDs n+1…, CAS on next_event_id), insert a
+//	// River job per out.Activities (kind, args and options from its
+//	// attributes; its event ID in the job's metadata) and per out.Timers
+//	// (due at FireAt), cancel the jobs of out.CanceledActivities and
+//	// out.CanceledTimers, consume every inbox row (out.Dropped included), and
+//	// if out.Completed close the run with out.Result / out.Failure
+//	// (out.Canceled: cancelled).
+//
+// Activity outcomes become inputs with [FailureFromError] for errors.
+//
 // # Errors
 //
 // An error returned by Execute fails the workflow task, never the workflow:
