@@ -262,7 +262,6 @@ func TestAddWorkflowInfersTypes(t *testing.T) {
 
 	reg := &registry{workflows: map[string]*replay.Definition{}}
 	addWorkflow(reg, &OrderWorkflow{}) // A = OrderArgs, R = Receipt, from Run
-	addWorkflow(reg, &queueWorkflow{})
 	require.Contains(t, reg.workflows, "order")
 
 	r := newRun(t, reg.workflows["order"], OrderArgs{ID: "o-1"})
