@@ -132,12 +132,18 @@ func GetVersion(ctx Context, changeID string, minSupported, maxSupported int) in
 // SideEffect runs fn once and records its result in history; on replay it
 // returns the recorded result without running fn. Use it for small
 // non-deterministic values (a random number, a UUID). fn must not fail; if
-// its result can't be encoded or the recorded one decoded, SideEffect panics
-// and the workflow task fails.
+// its result can't be encoded, is too large or the recorded one can't be
+// decoded, SideEffect panics and the workflow task fails.
 func SideEffect[T any](ctx Context, fn func() T) T {
 	e := envOf(ctx)
 	codec := e.Codec()
-	data, err := e.SideEffect(func() ([]byte, error) { return codec.Encode(fn()) })
+	data, err := e.SideEffect(func() ([]byte, error) {
+		data, err := codec.Encode(fn())
+		if err != nil {
+			return nil, err
+		}
+		return data, checkPayload(e.MaxPayloadBytes(), "value of a side effect", data)
+	})
 	if err != nil {
 		panic(fmt.Errorf("workflow.SideEffect: %w", err))
 	}

@@ -27,6 +27,10 @@ var ErrInvalidHistory = errors.New("replay: invalid history")
 // to the engine before Execute gives up on it.
 const DeadlockTimeoutDefault = time.Second
 
+// MaxPayloadBytesDefault is the default limit on a payload recorded by
+// workflow code (2 MiB).
+const MaxPayloadBytesDefault = 2 << 20
+
 // ErrDeadlock is matched by Execute's error when workflow code ran longer
 // than ExecuteParams.DeadlockTimeout without yielding: it blocked on a
 // channel, mutex, sleep or I/O instead of a workflow function, or looped.
@@ -78,6 +82,13 @@ type ExecuteParams struct {
 	// Logger receives what workflow code logs with workflow.GetLogger,
 	// except while replaying. Defaults to discarding.
 	Logger *slog.Logger
+
+	// MaxPayloadBytes limits the payloads workflow code records: activity
+	// args, side-effect values and the workflow's result (see
+	// workflow.PayloadTooLargeError); negative means no limit. Payloads made
+	// outside (activity results, signals) are the worker's and the
+	// client's to check. Defaults to MaxPayloadBytesDefault.
+	MaxPayloadBytes int
 
 	// Now is the database time of this task: what workflow.Now returns in
 	// it. Required.
@@ -652,6 +663,11 @@ func (e *engine) run() error {
 	if errors.Is(e.runErr, ErrPayload) {
 		return e.runErr
 	}
+	if e.runErr == nil {
+		if limit := e.MaxPayloadBytes(); limit > 0 && len(e.result) > limit {
+			e.runErr = &workflow.PayloadTooLargeError{Limit: limit, Size: len(e.result), What: "result of workflow " + e.def.Kind}
+		}
+	}
 	var end history.Attributes = &history.WorkflowCompletedAttributes{Result: e.result}
 	switch {
 	case e.runErr != nil && e.cancelRequested && errors.Is(e.runErr, workflow.ErrCanceled):
@@ -815,6 +831,10 @@ func (e *engine) Info() env.Info       { return e.info }
 func (e *engine) IsReplaying() bool    { return e.replaying }
 func (e *engine) Logger() *slog.Logger { return e.logger }
 func (e *engine) Now() time.Time       { return e.now }
+
+func (e *engine) MaxPayloadBytes() int {
+	return cmp.Or(e.params.MaxPayloadBytes, MaxPayloadBytesDefault)
+}
 
 func (e *engine) NextSeq() int64 {
 	e.sched.Guard()

@@ -502,3 +502,62 @@ func TestExecuteSelectorDefault(t *testing.T) {
 	out := r.task(completed(t, 3, 1))
 	require.Equal(t, []string{"not yet", "charged"}, decodeResult[[]string](t, out))
 }
+
+func TestExecutePayloadLimit(t *testing.T) {
+	t.Parallel()
+
+	big := strings.Repeat("x", 100)
+
+	t.Run("ActivityArgs", func(t *testing.T) {
+		t.Parallel()
+
+		var seen error
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+			_, seen = workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: big}, nil).Get(ctx)
+			return "done", nil
+		})
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.params.MaxPayloadBytes = 64
+		out := r.task()
+		require.Empty(t, out.Activities)
+		require.ErrorIs(t, seen, workflow.ErrPayloadTooLarge)
+		var tooLarge *workflow.PayloadTooLargeError
+		require.ErrorAs(t, seen, &tooLarge)
+		require.Equal(t, 64, tooLarge.Limit)
+		require.Equal(t, `args of activity "charge"`, tooLarge.What)
+	})
+
+	t.Run("NoLimit", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) { return big, nil })
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.params.MaxPayloadBytes = -1
+		require.Equal(t, big, decodeResult[string](t, r.task()))
+	})
+
+	t.Run("SideEffect", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+			return workflow.SideEffect(ctx, func() string { return big }), nil
+		})
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.params.MaxPayloadBytes = 64
+		_, err := r.try()
+		require.ErrorIs(t, err, workflow.ErrPanic)
+		require.ErrorIs(t, err, workflow.ErrPayloadTooLarge)
+	})
+
+	t.Run("WorkflowResult", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) { return big, nil })
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.params.MaxPayloadBytes = 64
+		out := r.task()
+		require.True(t, out.Completed)
+		require.Equal(t, replay.FailureTypePayload, out.Failure.Type)
+		require.True(t, out.Failure.NonRetryable)
+	})
+}

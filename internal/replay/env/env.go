@@ -146,6 +146,9 @@ type Env interface {
 	IsReplaying() bool
 	// Logger returns the workflow's logger (already replay-aware).
 	Logger() *slog.Logger
+	// MaxPayloadBytes is the largest payload workflow code may record; 0
+	// or less means no limit.
+	MaxPayloadBytes() int
 	// NextSeq returns the next value of a counter that orders readiness
 	// (deterministic: it advances only as workflow code and inputs do).
 	NextSeq() int64
