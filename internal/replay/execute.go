@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -254,8 +255,8 @@ type engine struct {
 
 	abortErr error
 	done     bool
-	result   []byte
-	runErr   error
+	end      history.Attributes // the command that ends the run, once done
+	endErr   error              // or why the task fails instead
 	started  bool
 }
 
@@ -579,7 +580,11 @@ func (e *engine) cancelOperations() (bool, error) {
 	did := false
 	for _, id := range slices.Sorted(maps.Keys(e.pending)) {
 		op := e.pending[id]
-		if !op.canceled() {
+		canceled, err := callSafely(op.canceled)
+		if err != nil {
+			return false, fmt.Errorf("checking the Context of the operation of event %d: %w", id, err)
+		}
+		if !canceled {
 			continue
 		}
 		var command, outcome history.Attributes = &history.ActivityCancelRequestedAttributes{ScheduledEventID: id},
@@ -601,6 +606,17 @@ func (e *engine) cancelOperations() (bool, error) {
 		did = true
 	}
 	return did, nil
+}
+
+// callSafely calls fn, which runs workflow code (a Context's Err method)
+// outside a coroutine, turning a panic into a *workflow.PanicError.
+func callSafely(fn func() bool) (ok bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &workflow.PanicError{Stack: string(debug.Stack()), Value: r}
+		}
+	}()
+	return fn(), nil
 }
 
 func (e *engine) start(a *history.WorkflowStartedAttributes) error {
@@ -627,9 +643,32 @@ func (e *engine) start(a *history.WorkflowStartedAttributes) error {
 	root := workflow.Context(rootContext{e: e})
 	e.sched.Spawn(func() {
 		result, err := e.def.Run(root, args)
-		e.done, e.result, e.runErr = true, result, err
+		// Still in the coroutine: a panic in the error's methods is caught.
+		e.end, e.endErr = e.endOf(result, err)
+		e.done = true
 	})
 	return nil
+}
+
+// endOf returns the command that ends the run, given what the workflow
+// returned, or an error that fails the task.
+func (e *engine) endOf(result []byte, err error) (history.Attributes, error) {
+	if errors.Is(err, ErrPayload) {
+		return nil, err
+	}
+	if err == nil {
+		if limit := e.MaxPayloadBytes(); limit > 0 && len(result) > limit {
+			err = &workflow.PayloadTooLargeError{Limit: limit, Size: len(result), What: "result of workflow " + e.def.Kind}
+		}
+	}
+	switch {
+	case err == nil:
+		return &history.WorkflowCompletedAttributes{Result: result}, nil
+	case e.cancelRequested && errors.Is(err, workflow.ErrCanceled):
+		return &history.WorkflowCanceledAttributes{Failure: *FailureFromError(err)}, nil
+	default:
+		return &history.WorkflowFailedAttributes{Failure: *FailureFromError(err)}, nil
+	}
 }
 
 // run runs the coroutines until all block or the workflow returns, and
@@ -660,22 +699,10 @@ func (e *engine) run() error {
 			return nil
 		}
 	}
-	if errors.Is(e.runErr, ErrPayload) {
-		return e.runErr
+	if e.endErr != nil {
+		return e.endErr
 	}
-	if e.runErr == nil {
-		if limit := e.MaxPayloadBytes(); limit > 0 && len(e.result) > limit {
-			e.runErr = &workflow.PayloadTooLargeError{Limit: limit, Size: len(e.result), What: "result of workflow " + e.def.Kind}
-		}
-	}
-	var end history.Attributes = &history.WorkflowCompletedAttributes{Result: e.result}
-	switch {
-	case e.runErr != nil && e.cancelRequested && errors.Is(e.runErr, workflow.ErrCanceled):
-		end = &history.WorkflowCanceledAttributes{Failure: *FailureFromError(e.runErr)}
-	case e.runErr != nil:
-		end = &history.WorkflowFailedAttributes{Failure: *FailureFromError(e.runErr)}
-	}
-	if _, err := e.command(end); err != nil {
+	if _, err := e.command(e.end); err != nil {
 		return err
 	}
 	return nil

@@ -561,3 +561,49 @@ func TestExecutePayloadLimit(t *testing.T) {
 		require.True(t, out.Failure.NonRetryable)
 	})
 }
+
+// explosiveError panics when asked for its message.
+type explosiveError struct{}
+
+func (explosiveError) Error() string { panic("no message for you") }
+
+// explosiveContext panics when asked whether it is cancelled, after a while.
+type explosiveContext struct {
+	workflow.Context
+	armed *bool
+}
+
+func (c explosiveContext) Err() error {
+	if *c.armed {
+		panic("no Err for you")
+	}
+	return nil
+}
+
+func TestExecuteUserCodePanicsOutsideCoroutines(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ErrorMethod", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) { return "", explosiveError{} })
+		_, err := newRun(t, def, OrderArgs{ID: "o-1"}).try()
+		require.ErrorIs(t, err, workflow.ErrPanic)
+	})
+
+	t.Run("ContextErr", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+			armed := false
+			ctx = explosiveContext{Context: ctx, armed: &armed}
+			f := workflow.ExecuteActivity[int](ctx, ChargeArgs{}, nil)
+			armed = true
+			_, err := f.Get(ctx)
+			return "", err
+		})
+		_, err := newRun(t, def, OrderArgs{ID: "o-1"}).try()
+		require.ErrorIs(t, err, workflow.ErrPanic)
+		require.ErrorContains(t, err, "no Err for you")
+	})
+}
