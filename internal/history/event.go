@@ -58,6 +58,10 @@ const (
 	EventTimerCanceled EventType = "TimerCanceled"
 	// EventSignalReceived is a signal sent to the run. Input.
 	EventSignalReceived EventType = "SignalReceived"
+	// EventWorkflowContinuedAsNew ends a run that asked to start over as a
+	// new run of the same workflow ID with fresh args (and a fresh
+	// history). Command.
+	EventWorkflowContinuedAsNew EventType = "WorkflowContinuedAsNew"
 )
 
 // ErrInvalidEvent is matched (with errors.Is) by every error that reports an
@@ -98,7 +102,8 @@ func (t EventType) IsCommand() bool {
 	switch t {
 	case EventActivityScheduled, EventActivityCancelRequested, EventMarkerRecorded,
 		EventTimerStarted, EventTimerCanceled,
-		EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled:
+		EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled,
+		EventWorkflowContinuedAsNew:
 		return true
 	}
 	return false
@@ -106,7 +111,11 @@ func (t EventType) IsCommand() bool {
 
 // IsTerminal reports whether t ends a run.
 func (t EventType) IsTerminal() bool {
-	return t == EventWorkflowCompleted || t == EventWorkflowFailed || t == EventWorkflowCanceled
+	switch t {
+	case EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled, EventWorkflowContinuedAsNew:
+		return true
+	}
+	return false
 }
 
 // Known reports whether t is one of the event types defined in this package.
