@@ -106,6 +106,21 @@ func (e *TimeoutError) Unwrap() error { return e.LastFailure }
 // Is matches [ErrTimeout].
 func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
 
+// ContinueAsNewError is returned by a workflow to end its run and start a
+// new run of the same workflow ID with fresh args and an empty history. Make
+// one with [ContinueAsNew].
+type ContinueAsNewError struct {
+	// Args are the next run's encoded args.
+	Args []byte
+	// Kind is the next run's workflow type.
+	Kind string
+}
+
+// Error implements error.
+func (e *ContinueAsNewError) Error() string {
+	return "workflow: continue as new " + e.Kind
+}
+
 // PayloadTooLargeError reports a payload larger than the engine's limit: the
 // args of an activity (its future fails with it, and nothing is scheduled),
 // a workflow's result (the workflow fails with it) or a side effect's value

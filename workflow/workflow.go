@@ -104,6 +104,27 @@ func Await(ctx Context, cond func() bool) error {
 	return ctx.Err()
 }
 
+// ContinueAsNew returns the error with which a workflow ends its run and
+// starts over as a new run of the same workflow ID, with args and an empty
+// history: the way to run forever (a loop per period) without a history that
+// grows forever.
+//
+//	return Result{}, workflow.ContinueAsNew(ctx, OrderArgs{ID: args.ID, Round: args.Round + 1})
+//
+// Pending activities and timers are abandoned; signals not yet received are
+// lost. It returns another error if args can't be encoded.
+func ContinueAsNew[A Args](ctx Context, args A) error {
+	e := envOf(ctx)
+	encoded, err := e.Codec().Encode(args)
+	if err != nil {
+		return fmt.Errorf("encoding args to continue as new: %w", err)
+	}
+	if err := checkPayload(e.MaxPayloadBytes(), "args to continue as new", encoded); err != nil {
+		return err
+	}
+	return &ContinueAsNewError{Args: encoded, Kind: args.Kind()}
+}
+
 // DefaultVersion is the version [GetVersion] returns for a run that passed
 // the change before the change existed.
 const DefaultVersion = -1

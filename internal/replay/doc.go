@@ -96,7 +96,7 @@
 //	// (due at FireAt), cancel the jobs of out.CanceledActivities and
 //	// out.CanceledTimers, consume every inbox row (out.Dropped included), and
 //	// if out.Completed close the run with out.Result / out.Failure
-//	// (out.Canceled: cancelled).
+//	// (out.Canceled: cancelled; out.ContinuedAsNew: start the next run).
 //
 // Activity outcomes become inputs with [FailureFromError] for errors.
 //

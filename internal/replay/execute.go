@@ -117,9 +117,16 @@ type Outcome struct {
 	Canceled bool
 
 	// Completed reports that the workflow returned (Events then ends with
-	// WorkflowCompleted, WorkflowFailed or WorkflowCanceled), or that History
-	// was already closed (Events is then empty).
+	// WorkflowCompleted, WorkflowFailed, WorkflowCanceled or
+	// WorkflowContinuedAsNew), or that History was already closed (Events is
+	// then empty).
 	Completed bool
+
+	// ContinuedAsNew is set when the workflow ended its run to start over
+	// (workflow.ContinueAsNew): the worker closes the run as
+	// continued_as_new and starts the next run of the same workflow ID with
+	// this kind and args. Completed is then true.
+	ContinuedAsNew *history.WorkflowContinuedAsNewAttributes
 
 	// Dropped are inputs that were not appended because they can't change
 	// anything: outcomes of activities already resolved (W5) or unknown,
@@ -407,6 +414,8 @@ func closedOutcome(last history.Event, inputs []history.Event, reason string) (*
 		out.Failure = &a.Failure
 	case *history.WorkflowCanceledAttributes:
 		out.Failure, out.Canceled = &a.Failure, true
+	case *history.WorkflowContinuedAsNewAttributes:
+		out.ContinuedAsNew = a
 	}
 	for _, in := range inputs {
 		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
@@ -506,7 +515,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		out.Result, out.Failure, out.Canceled = closed.Result, closed.Failure, closed.Canceled
+		out.Result, out.Failure, out.Canceled, out.ContinuedAsNew = closed.Result, closed.Failure, closed.Canceled, closed.ContinuedAsNew
 	}
 	return out, nil
 }
@@ -661,9 +670,12 @@ func (e *engine) endOf(result []byte, err error) (history.Attributes, error) {
 			err = &workflow.PayloadTooLargeError{Limit: limit, Size: len(result), What: "result of workflow " + e.def.Kind}
 		}
 	}
+	var continueErr *workflow.ContinueAsNewError
 	switch {
 	case err == nil:
 		return &history.WorkflowCompletedAttributes{Result: result}, nil
+	case errors.As(err, &continueErr):
+		return &history.WorkflowContinuedAsNewAttributes{Kind: continueErr.Kind, Args: continueErr.Args}, nil
 	case e.cancelRequested && errors.Is(err, workflow.ErrCanceled):
 		return &history.WorkflowCanceledAttributes{Failure: *FailureFromError(err)}, nil
 	default:

@@ -3,6 +3,7 @@ package replay_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -606,4 +607,37 @@ func TestExecuteUserCodePanicsOutsideCoroutines(t *testing.T) {
 		require.ErrorIs(t, err, workflow.ErrPanic)
 		require.ErrorContains(t, err, "no Err for you")
 	})
+}
+
+func TestExecuteContinueAsNew(t *testing.T) {
+	t.Parallel()
+
+	def := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+		if _, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID}, nil).Get(ctx); err != nil {
+			return "", err
+		}
+		if args.ID == "o-3" {
+			return "done", nil
+		}
+		next := OrderArgs{ID: fmt.Sprintf("o-%d", int(args.ID[2]-'0')+1)}
+		return "", fmt.Errorf("round over: %w", workflow.ContinueAsNew(ctx, next))
+	})
+	args := OrderArgs{ID: "o-1"}
+	for round := 1; ; round++ {
+		r := newRun(t, def, args)
+		r.task()
+		out := r.task(completed(t, 3, 1))
+		require.True(t, out.Completed)
+		if round == 3 {
+			require.Nil(t, out.ContinuedAsNew)
+			require.Equal(t, "done", decodeResult[string](t, out))
+			break
+		}
+		require.NotNil(t, out.ContinuedAsNew)
+		require.Nil(t, out.Failure)
+		require.Equal(t, "order", out.ContinuedAsNew.Kind)
+		require.Equal(t, history.EventWorkflowContinuedAsNew, out.Events[len(out.Events)-1].Type)
+		require.NoError(t, json.Unmarshal(out.ContinuedAsNew.Args, &args))
+		require.Equal(t, fmt.Sprintf("o-%d", round+1), args.ID)
+	}
 }

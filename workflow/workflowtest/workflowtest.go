@@ -154,7 +154,8 @@ func (env *Env) context() context.Context {
 // Now returns the fake clock's time.
 func (env *Env) Now() time.Time { return env.now }
 
-// Tasks returns how many workflow tasks the run took.
+// Tasks returns how many workflow tasks the run took (the last run, after
+// any continue-as-new).
 func (env *Env) Tasks() int {
 	n := 0
 	for _, ev := range env.history {
@@ -204,6 +205,19 @@ func Execute[A workflow.Args, R any](env *Env, wf workflow.Workflow[A, R], args 
 			return zero, err
 		}
 		env.history = append(env.history, out.Events...)
+		if next := out.ContinuedAsNew; next != nil {
+			if next.Kind != def.Kind {
+				return zero, fmt.Errorf("workflowtest: continuing as new as a %q workflow, not %q, isn't supported", next.Kind, def.Kind)
+			}
+			started, err := history.NewEvent(0, time.Time{}, &history.WorkflowStartedAttributes{
+				Kind: def.Kind, Args: next.Args, WorkflowID: "workflowtest", RunID: fmt.Sprintf("workflowtest-run-%d", task), Generation: 1,
+			})
+			if err != nil {
+				return zero, err
+			}
+			env.history, inputs, activities, timers = nil, []history.Event{started}, nil, map[int64]time.Time{}
+			continue
+		}
 		if out.Completed {
 			return result[R](env, def.Kind, out)
 		}

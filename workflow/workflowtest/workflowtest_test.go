@@ -103,6 +103,16 @@ func TestExecute(t *testing.T) {
 		require.Equal(t, 3, env.Tasks())
 	})
 
+	t.Run("ContinueAsNew", func(t *testing.T) {
+		t.Parallel()
+
+		env := setup(t)
+		got, err := workflowtest.Execute(env, &countdownWorkflow{}, OrderArgs{ID: "3"})
+		require.NoError(t, err)
+		require.Equal(t, "liftoff", got)
+		require.Equal(t, workflowtest.StartDefault.Add(3*time.Hour), env.Now())
+	})
+
 	t.Run("Blocked", func(t *testing.T) {
 		t.Parallel()
 
@@ -148,6 +158,21 @@ func TestExecute(t *testing.T) {
 		_, err := workflowtest.Execute(env, &ApprovalWorkflow{}, OrderArgs{ID: "o-1"})
 		require.ErrorContains(t, err, `no function registered for activity "charge"`)
 	})
+}
+
+// countdownWorkflow sleeps an hour per round, one round per run.
+type countdownWorkflow struct {
+	workflow.Defaults[OrderArgs, string]
+}
+
+func (*countdownWorkflow) Run(ctx workflow.Context, args OrderArgs) (string, error) {
+	if args.ID == "0" {
+		return "liftoff", nil
+	}
+	if err := workflow.Sleep(ctx, time.Hour); err != nil {
+		return "", err
+	}
+	return "", workflow.ContinueAsNew(ctx, OrderArgs{ID: string(args.ID[0] - 1)})
 }
 
 type waitForeverWorkflow struct {
