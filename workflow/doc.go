@@ -61,6 +61,11 @@
 // [Selector.AddReceive]. Signals are delivered in the order they entered
 // history and wait in the channel until received.
 //
+// # Queries
+//
+// [SetQueryHandler] lets callers read a run's state: a query replays the
+// run's history and calls the handler, which must only read.
+//
 // # Cancellation
 //
 // When a run is asked to cancel, the Context given to Run is cancelled:

@@ -69,6 +69,14 @@
 // goroutine can't be killed, but it is unwound the moment it calls into the
 // workflow package again.
 //
+// # Queries and replay checks
+//
+// [Query] replays a run (open or closed) and answers a query with the
+// handler registered by workflow.SetQueryHandler, recording nothing.
+// [Replay] replays a history and reports only whether the code still makes
+// the recorded decisions: run it in CI against captured histories before
+// deploying new workflow code.
+//
 // # Using it from the worker
 //
 // The worker keeps one Definition per workflow kind, built by [Bind], which

@@ -257,6 +257,8 @@ type engine struct {
 	pending    map[int64]*operation // those without an outcome
 
 	cancelRequested bool
+	querying        bool // running a query handler: no commands, no blocking
+	queryHandlers   map[string]func([]byte) ([]byte, error)
 	signals         map[string]*env.SignalQueue
 	versions        map[string]int // by change ID
 
@@ -286,16 +288,17 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	}
 	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
 	e := &engine{
-		ctx:        ctx,
-		codec:      params.Codec,
-		def:        def,
-		history:    params.History,
-		params:     params,
-		sched:      coroutine.New(deadlockTimeout),
-		operations: map[int64]*operation{},
-		pending:    map[int64]*operation{},
-		signals:    map[string]*env.SignalQueue{},
-		versions:   map[string]int{},
+		ctx:           ctx,
+		codec:         params.Codec,
+		def:           def,
+		history:       params.History,
+		params:        params,
+		sched:         coroutine.New(deadlockTimeout),
+		operations:    map[int64]*operation{},
+		pending:       map[int64]*operation{},
+		signals:       map[string]*env.SignalQueue{},
+		queryHandlers: map[string]func([]byte) ([]byte, error){},
+		versions:      map[string]int{},
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -691,12 +694,8 @@ func (e *engine) run() error {
 		if e.abortErr != nil { // even if workflow code recovered the abort
 			return e.abortErr
 		}
-		var panicErr *coroutine.PanicError
-		if errors.As(err, &panicErr) {
-			return fmt.Errorf("running workflow %s: %w", e.def.Kind, &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value})
-		}
 		if err != nil {
-			return fmt.Errorf("running workflow %s: %w", e.def.Kind, err)
+			return e.runError(err)
 		}
 		if e.done {
 			break
@@ -720,9 +719,21 @@ func (e *engine) run() error {
 	return nil
 }
 
+// runError wraps an error of the scheduler's Run.
+func (e *engine) runError(err error) error {
+	var panicErr *coroutine.PanicError
+	if errors.As(err, &panicErr) {
+		err = &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value}
+	}
+	return fmt.Errorf("running workflow %s: %w", e.def.Kind, err)
+}
+
 // command records a command (deciding) or matches it against the next
 // recorded command of the task (replaying) and returns the recorded event.
 func (e *engine) command(attrs history.Attributes) (recorded, error) {
+	if e.querying {
+		return recorded{}, fmt.Errorf("%w: the handler did %s", workflow.ErrQueryCommand, describe(attrs))
+	}
 	if !e.replaying {
 		ev, err := history.NewEvent(e.nextID, e.now, attrs)
 		if err != nil {
@@ -911,6 +922,11 @@ func (e *engine) startOperation(attrs history.Attributes, kind string, canceled 
 	e.pending[op.promise.EventID] = op
 	e.operations[op.promise.EventID] = op
 	return op
+}
+
+func (e *engine) SetQueryHandler(kind string, handler func([]byte) ([]byte, error)) {
+	e.sched.Guard()
+	e.queryHandlers[kind] = handler
 }
 
 func (e *engine) SignalQueue(kind string) *env.SignalQueue {

@@ -62,6 +62,7 @@ type Opts struct {
 type Env struct {
 	activities map[string]func(ctx context.Context, args []byte) ([]byte, error)
 	codec      replay.Codec
+	def        *replay.Definition // of the last Execute
 	events     []scheduledInput
 	history    []history.Event
 	now        time.Time
@@ -175,6 +176,7 @@ func (env *Env) Tasks() int {
 func Execute[A workflow.Args, R any](env *Env, wf workflow.Workflow[A, R], args A) (R, error) {
 	var zero R
 	def := replay.Bind(wf)
+	env.def = def
 	encoded, err := env.codec.Encode(args)
 	if err != nil {
 		return zero, fmt.Errorf("workflowtest: encoding args: %w", err)
@@ -273,6 +275,31 @@ func Execute[A workflow.Args, R any](env *Env, wf workflow.Workflow[A, R], args 
 		}
 		inputs = append(inputs, env.due()...)
 	}
+}
+
+// Query answers a query on the run of the last [Execute], as it ended (or
+// as it stood when Execute returned an error): see workflow.SetQueryHandler.
+func Query[R any](env *Env, args workflow.QueryArgs) (R, error) {
+	var value R
+	if env.def == nil {
+		return value, errors.New("workflowtest: Query before Execute")
+	}
+	encoded, err := env.codec.Encode(args)
+	if err != nil {
+		return value, fmt.Errorf("workflowtest: encoding query args: %w", err)
+	}
+	result, err := replay.Query(env.context(), env.def, &replay.QueryParams{
+		Args:          encoded,
+		ExecuteParams: replay.ExecuteParams{Codec: env.codec, History: env.history},
+		Kind:          args.Kind(),
+	})
+	if err != nil {
+		return value, err
+	}
+	if err := env.codec.Decode(result, &value); err != nil {
+		return value, fmt.Errorf("workflowtest: decoding result of query %s as %T: %w", args.Kind(), value, err)
+	}
+	return value, nil
 }
 
 // due removes and returns the scheduled inputs whose time has come, in the

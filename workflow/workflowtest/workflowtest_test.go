@@ -42,7 +42,13 @@ type ApprovalWorkflow struct {
 	workflow.Defaults[OrderArgs, string]
 }
 
+type StateQuery struct{}
+
+func (StateQuery) Kind() string { return "state" }
+
 func (*ApprovalWorkflow) Run(ctx workflow.Context, args OrderArgs) (string, error) {
+	state := "waiting for approval"
+	workflow.SetQueryHandler(ctx, func(StateQuery) (string, error) { return state, nil })
 	approvals := workflow.GetSignalChannel[Approve](ctx)
 	timeout := workflow.NewTimer(ctx, 24*time.Hour)
 	approvedBy := ""
@@ -53,7 +59,9 @@ func (*ApprovalWorkflow) Run(ctx workflow.Context, args OrderArgs) (string, erro
 		}).
 		AddFuture(timeout, func() {}).
 		Select(ctx)
+	state = "approved"
 	if approvedBy == "" {
+		state = "timed out"
 		return "", &workflow.ApplicationError{Message: "not approved in time", Type: "ApprovalTimeout"}
 	}
 	charge, err := workflow.ExecuteActivity[Charge](ctx, ChargeArgs{Order: args.ID}, nil).Get(ctx)
@@ -148,6 +156,9 @@ func TestExecute(t *testing.T) {
 		require.ErrorAs(t, err, &appErr)
 		require.Equal(t, "ApprovalTimeout", appErr.Type)
 		require.Equal(t, workflowtest.StartDefault.Add(24*time.Hour), env.Now())
+		state, err := workflowtest.Query[string](env, StateQuery{})
+		require.NoError(t, err)
+		require.Equal(t, "timed out", state)
 	})
 
 	t.Run("UnregisteredActivity", func(t *testing.T) {

@@ -164,6 +164,9 @@ type Env interface {
 	// matches it against history) and returns its promise. canceled works as
 	// for ScheduleActivity (the command is then TimerCanceled).
 	StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *Promise
+	// SetQueryHandler registers the handler of queries of kind, replacing
+	// any previous one.
+	SetQueryHandler(kind string, handler func(args []byte) ([]byte, error))
 	// SignalQueue returns the queue of received signals of kind (the same
 	// queue on every call).
 	SignalQueue(kind string) *SignalQueue
