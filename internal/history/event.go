@@ -64,6 +64,19 @@ const (
 	EventWorkflowContinuedAsNew EventType = "WorkflowContinuedAsNew"
 )
 
+// EventTypes returns every event type, inputs first, then the boundary, then
+// commands (for a check constraint, say).
+func EventTypes() []EventType {
+	return []EventType{
+		EventWorkflowStarted, EventActivityCompleted, EventActivityFailed, EventActivityTimedOut,
+		EventActivityCanceled, EventTimerFired, EventSignalReceived, EventCancelRequested,
+		EventWorkflowTaskStarted,
+		EventActivityScheduled, EventActivityCancelRequested, EventTimerStarted, EventTimerCanceled,
+		EventMarkerRecorded, EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled,
+		EventWorkflowContinuedAsNew,
+	}
+}
+
 // ErrInvalidEvent is matched (with errors.Is) by every error that reports an
 // event or attributes that can't be decoded or are incomplete.
 var ErrInvalidEvent = errors.New("history: invalid event")
