@@ -36,8 +36,8 @@
 //     time.Sleep and timers (they are durable), [SideEffect] for random
 //     numbers and IDs, [GetLogger] for logging (it is silent while
 //     replaying).
-//   - Use [Go] instead of the go statement, and [Future], [Selector] and
-//     [Await] instead of channels, mutexes and select. Coroutines started
+//   - Use [Go] instead of the go statement, and [Future], [Channel],
+//     [Selector] and [Await] instead of Go channels, mutexes and select. Coroutines started
 //     with Go run one at a time under a deterministic scheduler; they can
 //     share variables without locks.
 //   - Don't iterate over maps to decide what to schedule (the order is

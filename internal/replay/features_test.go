@@ -641,3 +641,50 @@ func TestExecuteContinueAsNew(t *testing.T) {
 		require.Equal(t, fmt.Sprintf("o-%d", round+1), args.ID)
 	}
 }
+
+func TestExecuteChannel(t *testing.T) {
+	t.Parallel()
+
+	// Three workers take jobs from a channel and report on another one.
+	def := define(func(ctx workflow.Context, args OrderArgs) ([]string, error) {
+		jobs := workflow.NewChannel[int](ctx)
+		results := workflow.NewChannel[string](ctx)
+		for w := range 3 {
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				for {
+					job, ok := jobs.Receive(ctx)
+					if !ok {
+						return
+					}
+					v, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID, Step: job}, nil).Get(ctx)
+					results.Send(fmt.Sprintf("worker %d job %d: %d %v", w, job, v, err))
+				}
+			})
+		}
+		for job := range 5 {
+			jobs.Send(job)
+		}
+		jobs.Close()
+		var log []string
+		for range 5 {
+			line, _ := results.Receive(ctx)
+			log = append(log, line)
+		}
+		return log, nil
+	})
+	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	out := r.task()
+	require.Len(t, out.Activities, 3) // one job per worker at a time
+	out = r.task(completed(t, 4, 2), completed(t, 3, 1))
+	require.Len(t, out.Activities, 2)
+	out = r.task(completed(t, 5, 3), completed(t, 10, 5), completed(t, 9, 4))
+	// Coroutines resume in creation order, whatever order outcomes came in.
+	require.Equal(t, []string{
+		"worker 0 job 0: 1 <nil>",
+		"worker 1 job 1: 2 <nil>",
+		"worker 0 job 3: 4 <nil>",
+		"worker 1 job 4: 5 <nil>",
+		"worker 2 job 2: 3 <nil>",
+	}, decodeResult[[]string](t, out))
+	require.NoError(t, replay.Replay(context.Background(), def, &replay.ExecuteParams{History: r.history}))
+}
