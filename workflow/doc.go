@@ -37,9 +37,10 @@
 //     numbers and IDs, [GetLogger] for logging (it is silent while
 //     replaying).
 //   - Use [Go] instead of the go statement, and [Future], [Channel],
-//     [Selector] and [Await] instead of Go channels, mutexes and select. Coroutines started
-//     with Go run one at a time under a deterministic scheduler; they can
-//     share variables without locks.
+//     [Selector] and [Await] instead of Go channels, mutexes and select.
+//     Coroutines started with Go run one at a time under a deterministic
+//     scheduler, resumed in the order they were started; they can share
+//     variables without locks.
 //   - Don't iterate over maps to decide what to schedule (the order is
 //     random); sort the keys first.
 //
