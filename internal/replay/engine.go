@@ -389,6 +389,7 @@ func (e *engine) start(a *history.WorkflowStartedAttributes) error {
 	if e.info.Generation == 0 {
 		e.info.Generation = a.Generation
 	}
+	e.logger = e.logger.With("workflow_kind", e.info.Kind, "workflow_id", e.info.WorkflowID, "run_id", e.info.RunID)
 	args := a.Args
 	root := workflow.Context(rootContext{e: e})
 	e.sched.Spawn(func() {

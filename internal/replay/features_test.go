@@ -274,10 +274,10 @@ func TestExecuteLoggerIsSilentWhileReplaying(t *testing.T) {
 	r.task(completed(t, 6, 1))
 	r.task(completed(t, 9, 1))
 	require.Equal(t, strings.Join([]string{
-		`level=INFO msg=charging order=o-1 step=1 replaying=false`,
-		`level=INFO msg=charging order=o-1 step=2 replaying=false`,
-		`level=INFO msg=charging order=o-1 step=3 replaying=false`,
-		`level=INFO msg=charged order=o-1`,
+		`level=INFO msg=charging workflow_kind=order workflow_id=wf-1 run_id=run-1 order=o-1 step=1 replaying=false`,
+		`level=INFO msg=charging workflow_kind=order workflow_id=wf-1 run_id=run-1 order=o-1 step=2 replaying=false`,
+		`level=INFO msg=charging workflow_kind=order workflow_id=wf-1 run_id=run-1 order=o-1 step=3 replaying=false`,
+		`level=INFO msg=charged workflow_kind=order workflow_id=wf-1 run_id=run-1 order=o-1`,
 		``,
 	}, "\n"), buf.String())
 }
