@@ -37,7 +37,6 @@ func (c rootContext) Value(key any) any {
 // The env.Env methods.
 
 func (e *engine) Await(cond func() bool) { e.sched.Await(cond) }
-func (e *engine) CancelRequested() bool  { return e.cancelRequested }
 func (e *engine) Codec() env.Codec       { return e.codec }
 func (e *engine) Go(fn func())           { e.sched.Spawn(fn) }
 

@@ -127,8 +127,6 @@ func (q *SignalQueue) Pop() (s Signal, ok bool) {
 type Env interface {
 	// Await blocks the calling coroutine until cond returns true.
 	Await(cond func() bool)
-	// CancelRequested reports whether the run was asked to cancel.
-	CancelRequested() bool
 	// Codec returns the payload codec.
 	Codec() Codec
 	// GetVersion returns the version of changeID this run uses: the one
