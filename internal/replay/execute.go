@@ -94,6 +94,11 @@ type Outcome struct {
 	// River job to insert for each, identified by EventID.
 	Activities []ScheduledActivity
 
+	// Canceled reports that the workflow ended cancelled (WorkflowCanceled):
+	// it returned an error matching workflow.ErrCanceled after a
+	// CancelRequested input. Completed is then true and Failure set.
+	Canceled bool
+
 	// CanceledActivities are the activities (ActivityScheduled event IDs)
 	// this task asked to cancel, in order: one River job to cancel for each.
 	// Any outcome they still produce is dropped.
@@ -102,11 +107,6 @@ type Outcome struct {
 	// CanceledTimers are the timers (TimerStarted event IDs) this task
 	// cancelled. Their TimerFired, if it still comes, is dropped.
 	CanceledTimers []int64
-
-	// Canceled reports that the workflow ended cancelled (WorkflowCanceled):
-	// it returned an error matching workflow.ErrCanceled after a
-	// CancelRequested input. Completed is then true and Failure set.
-	Canceled bool
 
 	// Completed reports that the workflow returned (Events then ends with
 	// WorkflowCompleted, WorkflowFailed, WorkflowCanceled or
