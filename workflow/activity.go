@@ -183,9 +183,9 @@ func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history
 // the result, or an [*ActivityError] wrapping an [*ApplicationError], a
 // [*TimeoutError] or [ErrCanceled]. When ctx is cancelled (see [WithCancel])
 // before the outcome, the activity is cancelled and the future fails at once
-// with ErrCanceled. Invalid options, args that can't be encoded or a ctx
-// already cancelled give a future that is ready at once with an error, and
-// nothing is scheduled.
+// with ErrCanceled. Invalid options, args that can't be encoded or are too
+// large ([*PayloadTooLargeError]) or a ctx already cancelled give a future
+// that is ready at once with an error, and nothing is scheduled.
 func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) Future[R] {
 	e := envOf(ctx)
 	kind := ""
@@ -200,6 +200,9 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 	encoded, err := json.Marshal(args)
 	if err != nil {
 		return readyFuture[R](fmt.Errorf("encoding args of activity %q: %w", kind, err))
+	}
+	if err := checkPayload(e.MaxPayloadBytes(), fmt.Sprintf("args of activity %q", kind), encoded); err != nil {
+		return readyFuture[R](err)
 	}
 	attrs, err := scheduledAttributes(kind, encoded, mergeActivityOpts(activityOptsOf(ctx), opts))
 	if err != nil {

@@ -36,17 +36,19 @@
 //     time.Sleep and timers (they are durable), [SideEffect] for random
 //     numbers and IDs, [GetLogger] for logging (it is silent while
 //     replaying).
-//   - Use [Go] instead of the go statement, and [Future], [Selector] and
-//     [Await] instead of channels, mutexes and select. Coroutines started
-//     with Go run one at a time under a deterministic scheduler; they can
-//     share variables without locks.
+//   - Use [Go] instead of the go statement, and [Future], [Channel],
+//     [Selector] and [Await] instead of Go channels, mutexes and select.
+//     Coroutines started with Go run one at a time under a deterministic
+//     scheduler, resumed in the order they were started; they can share
+//     variables without locks.
 //   - Don't iterate over maps to decide what to schedule (the order is
 //     random); sort the keys first.
 //
 // Code that schedules different activities on replay than its history
 // records fails the workflow task with a [*NonDeterminismError], retried and
 // visible, rather than corrupting the run: deploy a fix (or the old code) and
-// the run resumes. A panic in workflow code fails the task the same way, with
+// the run resumes. To change code that runs may be replaying, branch on
+// [GetVersion]. A panic in workflow code fails the task the same way, with
 // a [*PanicError], and so does code that blocks outside this package (a real
 // channel, mutex, sleep or I/O) for more than a second. Only a returned error
 // fails the workflow.
@@ -59,6 +61,11 @@
 // from it with [SignalChannel.Receive], or wait on it next to futures with
 // [Selector.AddReceive]. Signals are delivered in the order they entered
 // history and wait in the channel until received.
+//
+// # Queries
+//
+// [SetQueryHandler] lets callers read a run's state: a query replays the
+// run's history and calls the handler, which must only read.
 //
 // # Cancellation
 //

@@ -19,6 +19,9 @@ var (
 	// ErrNonDeterminism is matched by every [*NonDeterminismError].
 	ErrNonDeterminism = errors.New("workflow: non-deterministic workflow code")
 
+	// ErrPayloadTooLarge is matched by every [*PayloadTooLargeError].
+	ErrPayloadTooLarge = errors.New("workflow: payload too large")
+
 	// ErrPanic is matched by every [*PanicError].
 	ErrPanic = errors.New("workflow: panic in workflow code")
 
@@ -103,6 +106,50 @@ func (e *TimeoutError) Unwrap() error { return e.LastFailure }
 // Is matches [ErrTimeout].
 func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
 
+// ContinueAsNewError is returned by a workflow to end its run and start a
+// new run of the same workflow ID with fresh args and an empty history. Make
+// one with [ContinueAsNew].
+type ContinueAsNewError struct {
+	// Args are the next run's encoded args.
+	Args []byte
+	// Kind is the next run's workflow type.
+	Kind string
+}
+
+// Error implements error.
+func (e *ContinueAsNewError) Error() string {
+	return "workflow: continue as new " + e.Kind
+}
+
+// PayloadTooLargeError reports a payload larger than the engine's limit: the
+// args of an activity (its future fails with it, and nothing is scheduled),
+// a workflow's result (the workflow fails with it) or a side effect's value
+// (the task fails). It matches [ErrPayloadTooLarge].
+type PayloadTooLargeError struct {
+	// Limit is the largest payload allowed, in bytes.
+	Limit int
+	// Size is the payload's size, in bytes.
+	Size int
+	// What says which payload, e.g. `args of activity "charge"`.
+	What string
+}
+
+// Error implements error.
+func (e *PayloadTooLargeError) Error() string {
+	return fmt.Sprintf("workflow: %s: payload of %d bytes is over the limit of %d", e.What, e.Size, e.Limit)
+}
+
+// Is matches [ErrPayloadTooLarge].
+func (e *PayloadTooLargeError) Is(target error) bool { return target == ErrPayloadTooLarge }
+
+// checkPayload returns a *PayloadTooLargeError if data is over limit.
+func checkPayload(limit int, what string, data []byte) error {
+	if limit > 0 && len(data) > limit {
+		return &PayloadTooLargeError{Limit: limit, Size: len(data), What: what}
+	}
+	return nil
+}
+
 // PanicError is a panic in workflow code. The engine fails the workflow
 // task with it (the task is retried and stays visible); it never fails the
 // workflow. It matches [ErrPanic].
@@ -118,6 +165,12 @@ func (e *PanicError) Error() string { return fmt.Sprintf("workflow: panic: %v", 
 
 // Is matches [ErrPanic].
 func (e *PanicError) Is(target error) bool { return target == ErrPanic }
+
+// Unwrap returns Value if it is an error (code that panics with an error).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
 
 // NonDeterminismError says that replayed workflow code did something other
 // than what its history records, usually because the code changed while

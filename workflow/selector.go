@@ -17,7 +17,8 @@ type Readier interface {
 //	sel.AddFuture(reserve, func() { ... })
 //	sel.Select(ctx) // runs the callback of the first to be ready
 type Selector struct {
-	cases []*selectorCase
+	cases       []*selectorCase
+	defaultCase func()
 }
 
 type selectorCase struct {
@@ -48,6 +49,13 @@ func (s *Selector) AddReceive(ch Readier, fn func()) *Selector {
 	return s
 }
 
+// AddDefault sets a callback that Select runs, without blocking, when no
+// case is ready. It returns s.
+func (s *Selector) AddDefault(fn func()) *Selector {
+	s.defaultCase = fn
+	return s
+}
+
 // HasPending reports whether some case can still be selected: a future not
 // selected yet, or any receive case.
 func (s *Selector) HasPending() bool {
@@ -60,17 +68,26 @@ func (s *Selector) HasPending() bool {
 }
 
 // Select blocks until one of the pending cases is ready, marks it selected
-// (unless it is a receive case) and runs its callback. With no pending case
-// it returns at once.
+// (unless it is a receive case) and runs its callback. With a default
+// callback ([Selector.AddDefault]) it doesn't block: it runs the default when
+// no case is ready. With no pending case it returns at once.
 func (s *Selector) Select(ctx Context) {
 	if !s.HasPending() {
 		return
 	}
 	var chosen *selectorCase
-	envOf(ctx).Await(func() bool {
-		chosen = s.pick()
-		return chosen != nil
-	})
+	if s.defaultCase != nil {
+		envOf(ctx) // fail outside workflow code, as when blocking
+		if chosen = s.pick(); chosen == nil {
+			s.defaultCase()
+			return
+		}
+	} else {
+		envOf(ctx).Await(func() bool {
+			chosen = s.pick()
+			return chosen != nil
+		})
+	}
 	chosen.selected = !chosen.repeat
 	if chosen.fn != nil {
 		chosen.fn()

@@ -16,7 +16,9 @@ type Args interface {
 
 // Workflow is implemented by workflow types: Run is the workflow's code,
 // replayed from history, so it must be deterministic (see the package
-// documentation). Embed [Defaults] to get the other methods.
+// documentation). Embed [Defaults] to get the other methods. One value
+// serves every run, concurrently, like a River worker: keep a run's state in
+// Run's local variables, and use fields only for configuration.
 //
 // Passing a value to a function taking a Workflow[A, R] infers A and R from
 // its Run method:
@@ -102,15 +104,67 @@ func Await(ctx Context, cond func() bool) error {
 	return ctx.Err()
 }
 
+// ContinueAsNew returns the error with which a workflow ends its run and
+// starts over as a new run of the same workflow ID, with args and an empty
+// history: the way to run forever (a loop per period) without a history that
+// grows forever.
+//
+//	return Result{}, workflow.ContinueAsNew(ctx, OrderArgs{ID: args.ID, Round: args.Round + 1})
+//
+// Pending activities and timers are abandoned; signals not yet received are
+// lost. It returns another error if args can't be encoded.
+func ContinueAsNew[A Args](ctx Context, args A) error {
+	e := envOf(ctx)
+	encoded, err := e.Codec().Encode(args)
+	if err != nil {
+		return fmt.Errorf("encoding args to continue as new: %w", err)
+	}
+	if err := checkPayload(e.MaxPayloadBytes(), "args to continue as new", encoded); err != nil {
+		return err
+	}
+	return &ContinueAsNewError{Args: encoded, Kind: args.Kind()}
+}
+
+// DefaultVersion is the version [GetVersion] returns for a run that passed
+// the change before the change existed.
+const DefaultVersion = -1
+
+// GetVersion lets workflow code change while runs are in flight. Wrap each
+// change in a branch on the version of a change ID:
+//
+//	v := workflow.GetVersion(ctx, "charge-in-cents", workflow.DefaultVersion, 1)
+//	if v == workflow.DefaultVersion {
+//		// the old code, for runs that passed here before the change
+//	} else {
+//		// the new code
+//	}
+//
+// A run reaching the call for the first time records maxSupported in history
+// and gets it; a run replaying gets the version it recorded, or
+// DefaultVersion if it passed this point before the call existed. Raise
+// maxSupported for each further change; raise minSupported once no run
+// needs the old branches (a run that does then fails its task with a
+// [*NonDeterminismError] rather than taking a wrong branch). Once no run
+// uses any old branch, the call can be removed: replay skips its markers.
+func GetVersion(ctx Context, changeID string, minSupported, maxSupported int) int {
+	return envOf(ctx).GetVersion(changeID, minSupported, maxSupported)
+}
+
 // SideEffect runs fn once and records its result in history; on replay it
 // returns the recorded result without running fn. Use it for small
 // non-deterministic values (a random number, a UUID). fn must not fail; if
-// its result can't be encoded or the recorded one decoded, SideEffect panics
-// and the workflow task fails.
+// its result can't be encoded, is too large or the recorded one can't be
+// decoded, SideEffect panics and the workflow task fails.
 func SideEffect[T any](ctx Context, fn func() T) T {
 	e := envOf(ctx)
 	codec := e.Codec()
-	data, err := e.SideEffect(func() ([]byte, error) { return codec.Encode(fn()) })
+	data, err := e.SideEffect(func() ([]byte, error) {
+		data, err := codec.Encode(fn())
+		if err != nil {
+			return nil, err
+		}
+		return data, checkPayload(e.MaxPayloadBytes(), "value of a side effect", data)
+	})
 	if err != nil {
 		panic(fmt.Errorf("workflow.SideEffect: %w", err))
 	}

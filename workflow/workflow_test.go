@@ -109,6 +109,17 @@ func TestScheduledAttributes(t *testing.T) {
 	}
 }
 
+func TestSelectorReceiveCasesRepeat(t *testing.T) {
+	t.Parallel()
+
+	ready := readyFunc(func() bool { return true })
+	s := (&Selector{}).AddReceive(ready, nil)
+	require.True(t, s.HasPending())
+	require.NotNil(t, s.pick())
+	s.pick().selected = false
+	require.True(t, s.HasPending())
+}
+
 func TestSelectorPick(t *testing.T) {
 	t.Parallel()
 

@@ -21,8 +21,24 @@ const (
 	TimeoutHeartbeat       = "Heartbeat"
 )
 
-// MarkerSideEffect is the name of markers recorded by workflow.SideEffect.
-const MarkerSideEffect = "SideEffect"
+// Marker names.
+const (
+	// MarkerSideEffect names markers recorded by workflow.SideEffect; Data
+	// is the value.
+	MarkerSideEffect = "SideEffect"
+	// MarkerVersion names markers recorded by workflow.GetVersion; Data is
+	// a [VersionMarker].
+	MarkerVersion = "Version"
+)
+
+// VersionMarker is the data of a [MarkerVersion] marker: the version of a
+// change that the run chose when it first reached the change.
+type VersionMarker struct {
+	// ChangeID names the change.
+	ChangeID string `json:"change_id"`
+	// Version is the chosen version.
+	Version int `json:"version"`
+}
 
 // WorkflowStartedAttributes are the attributes of [EventWorkflowStarted].
 type WorkflowStartedAttributes struct {
@@ -309,6 +325,25 @@ func (*TimerCanceledAttributes) EventType() EventType { return EventTimerCancele
 
 func (a *TimerCanceledAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
 
+// WorkflowContinuedAsNewAttributes are the attributes of
+// [EventWorkflowContinuedAsNew]: what the next run starts with.
+type WorkflowContinuedAsNewAttributes struct {
+	// Kind is the next run's workflow type.
+	Kind string `json:"kind"`
+	// Args are the next run's encoded args.
+	Args Payload `json:"args"`
+}
+
+// EventType implements Attributes.
+func (*WorkflowContinuedAsNewAttributes) EventType() EventType { return EventWorkflowContinuedAsNew }
+
+func (a *WorkflowContinuedAsNewAttributes) validate() string {
+	if a.Kind == "" {
+		return "kind is required"
+	}
+	return ""
+}
+
 // SignalReceivedAttributes are the attributes of [EventSignalReceived].
 type SignalReceivedAttributes struct {
 	// Kind is the signal type: the Kind() of its args.
@@ -388,6 +423,8 @@ func newAttributes(t EventType) Attributes {
 		return &TimerCanceledAttributes{}
 	case EventSignalReceived:
 		return &SignalReceivedAttributes{}
+	case EventWorkflowContinuedAsNew:
+		return &WorkflowContinuedAsNewAttributes{}
 	}
 	return nil
 }

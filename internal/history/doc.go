@@ -14,8 +14,8 @@
 // inputs before it were delivered to workflow code. Commands are what the
 // workflow code decided in that task (ActivityScheduled,
 // ActivityCancelRequested, TimerStarted, TimerCanceled, MarkerRecorded, and
-// one of WorkflowCompleted, WorkflowFailed or WorkflowCanceled to end the
-// run).
+// one of WorkflowCompleted, WorkflowFailed, WorkflowCanceled or
+// WorkflowContinuedAsNew to end the run).
 //
 // Attributes are stored as JSON (jsonb in weir_event.attributes). Every
 // attribute struct implements [Attributes]; use [NewEvent] to encode one and

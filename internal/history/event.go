@@ -58,7 +58,24 @@ const (
 	EventTimerCanceled EventType = "TimerCanceled"
 	// EventSignalReceived is a signal sent to the run. Input.
 	EventSignalReceived EventType = "SignalReceived"
+	// EventWorkflowContinuedAsNew ends a run that asked to start over as a
+	// new run of the same workflow ID with fresh args (and a fresh
+	// history). Command.
+	EventWorkflowContinuedAsNew EventType = "WorkflowContinuedAsNew"
 )
+
+// EventTypes returns every event type, inputs first, then the boundary, then
+// commands (for a check constraint, say).
+func EventTypes() []EventType {
+	return []EventType{
+		EventWorkflowStarted, EventActivityCompleted, EventActivityFailed, EventActivityTimedOut,
+		EventActivityCanceled, EventTimerFired, EventSignalReceived, EventCancelRequested,
+		EventWorkflowTaskStarted,
+		EventActivityScheduled, EventActivityCancelRequested, EventTimerStarted, EventTimerCanceled,
+		EventMarkerRecorded, EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled,
+		EventWorkflowContinuedAsNew,
+	}
+}
 
 // ErrInvalidEvent is matched (with errors.Is) by every error that reports an
 // event or attributes that can't be decoded or are incomplete.
@@ -98,7 +115,8 @@ func (t EventType) IsCommand() bool {
 	switch t {
 	case EventActivityScheduled, EventActivityCancelRequested, EventMarkerRecorded,
 		EventTimerStarted, EventTimerCanceled,
-		EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled:
+		EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled,
+		EventWorkflowContinuedAsNew:
 		return true
 	}
 	return false
@@ -106,7 +124,11 @@ func (t EventType) IsCommand() bool {
 
 // IsTerminal reports whether t ends a run.
 func (t EventType) IsTerminal() bool {
-	return t == EventWorkflowCompleted || t == EventWorkflowFailed || t == EventWorkflowCanceled
+	switch t {
+	case EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled, EventWorkflowContinuedAsNew:
+		return true
+	}
+	return false
 }
 
 // Known reports whether t is one of the event types defined in this package.

@@ -32,6 +32,7 @@ func FuzzDecodeAttributes(f *testing.F) {
 		&TimerFiredAttributes{StartedEventID: 2},
 		&TimerCanceledAttributes{StartedEventID: 2},
 		&SignalReceivedAttributes{Kind: "approve", Args: Payload(`{}`)},
+		&WorkflowContinuedAsNewAttributes{Kind: "order", Args: Payload(`{}`)},
 	}
 	for _, s := range seeds {
 		ev, err := NewEvent(1, now, s)

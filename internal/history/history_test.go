@@ -43,6 +43,7 @@ func TestAttributesRoundTrip(t *testing.T) {
 		&TimerFiredAttributes{StartedEventID: 5},
 		&TimerCanceledAttributes{StartedEventID: 5},
 		&SignalReceivedAttributes{Kind: "approve", Args: Payload(`{"by":"ann"}`)},
+		&WorkflowContinuedAsNewAttributes{Kind: "order", Args: Payload(`{"id":"o-2"}`)},
 	}
 	seen := map[EventType]bool{}
 	for _, attrs := range all {
@@ -62,7 +63,7 @@ func TestAttributesRoundTrip(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, attrs, decoded)
 	}
-	require.Len(t, seen, 17)
+	require.Len(t, seen, len(EventTypes()))
 }
 
 func TestDecode(t *testing.T) {
@@ -129,6 +130,8 @@ func TestEventTypeClasses(t *testing.T) {
 	require.False(t, EventWorkflowTaskStarted.IsCommand())
 	require.True(t, EventWorkflowTaskStarted.Known())
 	require.True(t, EventWorkflowFailed.IsTerminal())
+	require.True(t, EventWorkflowContinuedAsNew.IsTerminal())
+	require.True(t, EventWorkflowContinuedAsNew.IsCommand())
 	require.False(t, EventMarkerRecorded.IsTerminal())
 	require.False(t, EventType("Nope").Known())
 }

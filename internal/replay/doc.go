@@ -17,7 +17,10 @@
 // Args and options aren't compared (payloads may be re-encoded or
 // encrypted; options may be tuned on a deployed workflow). Any difference,
 // including fewer or more commands than recorded, is a
-// *workflow.NonDeterminismError. Because each task's inputs are delivered at
+// *workflow.NonDeterminismError. Version markers (workflow.GetVersion) are
+// the exception that makes code changes possible: a recorded version marker
+// the code no longer asks for is skipped, and a GetVersion call with no
+// recorded marker returns workflow.DefaultVersion. Because each task's inputs are delivered at
 // the same boundary on every replay, code that races futures (Selector,
 // Await) decides the same way every time.
 //
@@ -65,6 +68,45 @@
 // ctx is done, fails the task with [ErrDeadlock] (or ctx's error); its
 // goroutine can't be killed, but it is unwound the moment it calls into the
 // workflow package again.
+//
+// # Queries and replay checks
+//
+// [Query] replays a run (open or closed) and answers a query with the
+// handler registered by workflow.SetQueryHandler, recording nothing.
+// [Replay] replays a history and reports only whether the code still makes
+// the recorded decisions: run it in CI against captured histories before
+// deploying new workflow code.
+//
+// # Using it from the worker
+//
+// The worker keeps one Definition per workflow kind, built by [Bind], which
+// infers the workflow's types from its Run method:
+//
+//	func AddWorkflow[A workflow.Args, R any](w *Worker, wf workflow.Workflow[A, R]) {
+//		def := replay.Bind(wf)
+//		w.workflows[def.Kind] = def // wf.Opts() is read by Bind on every run
+//	}
+//
+// A workflow task then loads the run's history and pending inbox rows, and in
+// one transaction:
+//
+//	out, err := replay.Execute(ctx, def, &replay.ExecuteParams{
+//		History: events,      // weir_event rows, IDs 1…n
+//		Inputs:  inboxEvents, // ID 0, arrival order
+//		Now:     dbNow,
+//		Info:    replay.Info{WorkflowID: …, RunID: …, Generation: …, Kind: …, TaskAttempt: job.Attempt},
+//		Logger:  logger,
+//	})
+//	// err != nil: fail the task (retried, visible); append nothing.
+//	// Otherwise append out.Events (IDs n+1…, CAS on next_event_id), insert a
+//	// River job per out.Activities (kind, args and options from its
+//	// attributes; its event ID in the job's metadata) and per out.Timers
+//	// (due at FireAt), cancel the jobs of out.CanceledActivities and
+//	// out.CanceledTimers, consume every inbox row (out.Dropped included), and
+//	// if out.Completed close the run with out.Result / out.Failure
+//	// (out.Canceled: cancelled; out.ContinuedAsNew: start the next run).
+//
+// Activity outcomes become inputs with [FailureFromError] for errors.
 //
 // # Errors
 //

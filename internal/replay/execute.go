@@ -1,19 +1,13 @@
 package replay
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay/coroutine"
-	"github.com/weirhq/weir/internal/replay/env"
-	"github.com/weirhq/weir/workflow"
 )
 
 // ErrInvalidHistory is matched by Execute's error when the history or an
@@ -25,6 +19,10 @@ var ErrInvalidHistory = errors.New("replay: invalid history")
 // DeadlockTimeoutDefault is how long workflow code may run without yielding
 // to the engine before Execute gives up on it.
 const DeadlockTimeoutDefault = time.Second
+
+// MaxPayloadBytesDefault is the default limit on a payload recorded by
+// workflow code (2 MiB).
+const MaxPayloadBytesDefault = 2 << 20
 
 // ErrDeadlock is matched by Execute's error when workflow code ran longer
 // than ExecuteParams.DeadlockTimeout without yielding: it blocked on a
@@ -78,6 +76,13 @@ type ExecuteParams struct {
 	// except while replaying. Defaults to discarding.
 	Logger *slog.Logger
 
+	// MaxPayloadBytes limits the payloads workflow code records: activity
+	// args, side-effect values and the workflow's result (see
+	// workflow.PayloadTooLargeError); negative means no limit. Payloads made
+	// outside (activity results, signals) are the worker's and the
+	// client's to check. Defaults to MaxPayloadBytesDefault.
+	MaxPayloadBytes int
+
 	// Now is the database time of this task: what workflow.Now returns in
 	// it. Required.
 	Now time.Time
@@ -89,6 +94,11 @@ type Outcome struct {
 	// River job to insert for each, identified by EventID.
 	Activities []ScheduledActivity
 
+	// Canceled reports that the workflow ended cancelled (WorkflowCanceled):
+	// it returned an error matching workflow.ErrCanceled after a
+	// CancelRequested input. Completed is then true and Failure set.
+	Canceled bool
+
 	// CanceledActivities are the activities (ActivityScheduled event IDs)
 	// this task asked to cancel, in order: one River job to cancel for each.
 	// Any outcome they still produce is dropped.
@@ -98,15 +108,17 @@ type Outcome struct {
 	// cancelled. Their TimerFired, if it still comes, is dropped.
 	CanceledTimers []int64
 
-	// Canceled reports that the workflow ended cancelled (WorkflowCanceled):
-	// it returned an error matching workflow.ErrCanceled after a
-	// CancelRequested input. Completed is then true and Failure set.
-	Canceled bool
-
 	// Completed reports that the workflow returned (Events then ends with
-	// WorkflowCompleted, WorkflowFailed or WorkflowCanceled), or that History
-	// was already closed (Events is then empty).
+	// WorkflowCompleted, WorkflowFailed, WorkflowCanceled or
+	// WorkflowContinuedAsNew), or that History was already closed (Events is
+	// then empty).
 	Completed bool
+
+	// ContinuedAsNew is set when the workflow ended its run to start over
+	// (workflow.ContinueAsNew): the worker closes the run as
+	// continued_as_new and starts the next run of the same workflow ID with
+	// this kind and args. Completed is then true.
+	ContinuedAsNew *history.WorkflowContinuedAsNewAttributes
 
 	// Dropped are inputs that were not appended because they can't change
 	// anything: outcomes of activities already resolved (W5) or unknown,
@@ -198,612 +210,4 @@ func Replay(ctx context.Context, def *Definition, params *ExecuteParams) error {
 		}
 	}
 	return nil
-}
-
-// abort is the panic value with which the engine unwinds workflow code when
-// replay must stop (non-determinism).
-type abort struct{ err error }
-
-// engine runs one workflow task. It implements env.Env for workflow code.
-type engine struct {
-	ctx     context.Context
-	codec   Codec
-	def     *Definition
-	history []history.Event
-	info    env.Info
-	logger  *slog.Logger
-	params  *ExecuteParams
-	sched   *coroutine.Scheduler
-
-	now       time.Time
-	replaying bool
-	seq       int64
-
-	// While replaying a task: its recorded commands and how many matched.
-	boundaryID int64
-	cursor     int
-	expected   []recorded
-
-	// While deciding: the next event ID and the events of the task.
-	events []history.Event
-	nextID int64
-
-	activities         []ScheduledActivity
-	canceledActivities []int64
-	canceledTimers     []int64
-	timers             []StartedTimer
-
-	operations map[int64]*operation // every activity and timer, by event ID
-	pending    map[int64]*operation // those without an outcome
-
-	cancelRequested bool
-	signals         map[string]*env.SignalQueue
-
-	abortErr error
-	done     bool
-	result   []byte
-	runErr   error
-	started  bool
-}
-
-// operation is an activity or a timer started by workflow code.
-type operation struct {
-	canceled func() bool // whether its Context is cancelled
-	promise  *env.Promise
-	timer    bool
-}
-
-// recorded is a decoded history event.
-type recorded struct {
-	event history.Event
-	attrs history.Attributes
-}
-
-func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*engine, error) {
-	if def == nil || def.Run == nil || def.Kind == "" {
-		return nil, errors.New("replay: Definition with Kind and Run is required")
-	}
-	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
-	e := &engine{
-		ctx:        ctx,
-		codec:      params.Codec,
-		def:        def,
-		history:    params.History,
-		params:     params,
-		sched:      coroutine.New(deadlockTimeout),
-		operations: map[int64]*operation{},
-		pending:    map[int64]*operation{},
-		signals:    map[string]*env.SignalQueue{},
-		info: env.Info{
-			Generation:  params.Info.Generation,
-			Kind:        params.Info.Kind,
-			RunID:       params.Info.RunID,
-			TaskAttempt: params.Info.TaskAttempt,
-			WorkflowID:  params.Info.WorkflowID,
-		},
-	}
-	if e.codec == nil {
-		e.codec = JSONCodec{}
-	}
-	logger := params.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	e.logger = slog.New(&replayHandler{inner: logger.Handler(), replaying: func() bool { return e.replaying }})
-	return e, nil
-}
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidHistory, fmt.Sprintf(format, args...))
-}
-
-// task is one workflow task of history: its inputs, its boundary and its
-// commands.
-type task struct {
-	boundary *history.WorkflowTaskStartedAttributes
-	commands []recorded
-	id       int64 // of the boundary event
-	inputs   []recorded
-}
-
-// splitHistory validates events and splits them into complete tasks and the
-// trailing inputs that no task has seen yet.
-func splitHistory(events []history.Event) (tasks []task, tail []recorded, err error) {
-	var cur task
-	inCommands := false
-	closed := false
-	for i, ev := range events {
-		if ev.ID != int64(i+1) {
-			return nil, nil, invalid("event %d has ID %d: IDs must be 1, 2, 3… without gaps", i+1, ev.ID)
-		}
-		if closed {
-			return nil, nil, invalid("event %d (%s) follows the end of the run", ev.ID, ev.Type)
-		}
-		if (ev.Type == history.EventWorkflowStarted) != (i == 0) {
-			return nil, nil, invalid("event %d is %s: history must start with one %s", ev.ID, ev.Type, history.EventWorkflowStarted)
-		}
-		attrs, err := history.DecodeAttributes(ev)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
-		}
-		rec := recorded{event: ev, attrs: attrs}
-		switch {
-		case ev.Type.IsInput():
-			if inCommands {
-				tasks = append(tasks, cur)
-				cur, inCommands = task{}, false
-			}
-			cur.inputs = append(cur.inputs, rec)
-		case ev.Type == history.EventWorkflowTaskStarted:
-			if inCommands {
-				tasks = append(tasks, cur)
-				cur = task{}
-			}
-			boundary, _ := attrs.(*history.WorkflowTaskStartedAttributes)
-			cur.boundary, cur.id, inCommands = boundary, ev.ID, true
-		default: // a command
-			if !inCommands {
-				return nil, nil, invalid("command event %d (%s) has no %s before it", ev.ID, ev.Type, history.EventWorkflowTaskStarted)
-			}
-			cur.commands = append(cur.commands, rec)
-			closed = ev.Type.IsTerminal()
-		}
-	}
-	if inCommands {
-		tasks = append(tasks, cur)
-	} else {
-		tail = cur.inputs
-	}
-	return tasks, tail, nil
-}
-
-func (e *engine) execute() (*Outcome, error) {
-	tasks, tail, err := splitHistory(e.history)
-	if err != nil {
-		return nil, err
-	}
-	if n := len(e.history); n > 0 {
-		last := e.history[n-1]
-		if last.Type.IsTerminal() {
-			return closedOutcome(last, e.params.Inputs, "the run is closed")
-		}
-	}
-	for i := range tasks {
-		if err := e.replayTask(&tasks[i]); err != nil {
-			return nil, err
-		}
-	}
-	if err := e.ctx.Err(); err != nil {
-		return nil, err
-	}
-	return e.decide(tail)
-}
-
-func closedOutcome(last history.Event, inputs []history.Event, reason string) (*Outcome, error) {
-	out := &Outcome{Completed: true}
-	attrs, err := history.DecodeAttributes(last)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
-	}
-	switch a := attrs.(type) {
-	case *history.WorkflowCompletedAttributes:
-		out.Result = a.Result
-	case *history.WorkflowFailedAttributes:
-		out.Failure = &a.Failure
-	case *history.WorkflowCanceledAttributes:
-		out.Failure, out.Canceled = &a.Failure, true
-	}
-	for _, in := range inputs {
-		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
-	}
-	return out, nil
-}
-
-// replayTask replays one recorded task and checks its commands.
-func (e *engine) replayTask(t *task) error {
-	if err := e.ctx.Err(); err != nil {
-		return err
-	}
-	e.replaying = true
-	for _, in := range t.inputs {
-		if reason, err := e.deliver(in.event, in.attrs); err != nil {
-			return err
-		} else if reason != "" {
-			return invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
-		}
-	}
-	e.now = t.boundary.Now
-	e.info.TaskAttempt = t.boundary.Attempt
-	e.boundaryID, e.expected, e.cursor = t.id, t.commands, 0
-	if err := e.run(); err != nil {
-		return err
-	}
-	if e.cursor < len(e.expected) {
-		missing := e.expected[e.cursor]
-		got := "nothing more (the code blocked)"
-		if e.done {
-			got = "nothing more (the workflow returned)"
-		}
-		return nondeterminism(missing.event.ID, describe(missing.attrs), got)
-	}
-	e.expected = nil
-	return nil
-}
-
-// decide opens the new task: it delivers the trailing inputs of history and
-// the new inputs, appends the boundary and runs the code live.
-func (e *engine) decide(tail []recorded) (*Outcome, error) {
-	out := &Outcome{}
-	e.replaying = false
-	e.nextID = int64(len(e.history)) + 1
-	e.now = e.params.Now
-	e.info.TaskAttempt = e.params.Info.TaskAttempt
-	for _, in := range tail {
-		if reason, err := e.deliver(in.event, in.attrs); err != nil {
-			return nil, err
-		} else if reason != "" {
-			return nil, invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
-		}
-	}
-	for _, in := range e.params.Inputs {
-		if !in.Type.IsInput() {
-			return nil, invalid("input of type %s: only outcomes can be inputs", in.Type)
-		}
-		if in.Type == history.EventWorkflowStarted && e.nextID != 1 {
-			return nil, invalid("input %s given for a run that has a history", in.Type)
-		}
-		in.ID = 0
-		attrs, err := history.DecodeAttributes(in)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
-		}
-		reason, err := e.deliver(in, attrs)
-		if err != nil {
-			return nil, err
-		}
-		if reason != "" {
-			out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
-			continue
-		}
-		in.ID, in.Time = e.nextID, e.now
-		e.nextID++
-		e.events = append(e.events, in)
-	}
-	if !e.started {
-		return nil, invalid("the run has no %s event", history.EventWorkflowStarted)
-	}
-	boundary, err := history.NewEvent(e.nextID, e.now, &history.WorkflowTaskStartedAttributes{Now: e.now, Attempt: e.params.Info.TaskAttempt})
-	if err != nil {
-		return nil, err
-	}
-	e.nextID++
-	e.events = append(e.events, boundary)
-	if err := e.run(); err != nil {
-		return nil, err
-	}
-	out.Events, out.Activities, out.Timers = e.events, e.activities, e.timers
-	out.CanceledActivities, out.CanceledTimers = e.canceledActivities, e.canceledTimers
-	if e.done {
-		out.Completed = true
-		last := e.events[len(e.events)-1]
-		closed, err := closedOutcome(last, nil, "")
-		if err != nil {
-			return nil, err
-		}
-		out.Result, out.Failure, out.Canceled = closed.Result, closed.Failure, closed.Canceled
-	}
-	return out, nil
-}
-
-// deliver applies one input. A non-empty reason means the input can't
-// change anything and was not applied.
-func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason string, err error) {
-	var (
-		id    int64
-		timer bool
-	)
-	switch a := attrs.(type) {
-	case *history.WorkflowStartedAttributes:
-		return "", e.start(a)
-	case *history.CancelRequestedAttributes:
-		switch {
-		case e.done:
-			return "the workflow has returned", nil
-		case e.cancelRequested:
-			return "cancellation was already requested", nil
-		}
-		e.cancelRequested = true
-		return "", nil
-	case *history.SignalReceivedAttributes:
-		if e.done {
-			return "the workflow has returned", nil
-		}
-		e.SignalQueue(a.Kind).Push(env.Signal{Args: a.Args, Seq: e.nextSeq()})
-		return "", nil
-	case *history.ActivityCompletedAttributes:
-		id = a.ScheduledEventID
-	case *history.ActivityFailedAttributes:
-		id = a.ScheduledEventID
-	case *history.ActivityTimedOutAttributes:
-		id = a.ScheduledEventID
-	case *history.ActivityCanceledAttributes:
-		id = a.ScheduledEventID
-	case *history.TimerFiredAttributes:
-		id, timer = a.StartedEventID, true
-	default:
-		return "", invalid("event %d: %s is not an input", ev.ID, ev.Type)
-	}
-	if e.done {
-		return "the workflow has returned", nil
-	}
-	what := "activity"
-	if timer {
-		what = "timer"
-	}
-	op, ok := e.operations[id]
-	switch {
-	case !ok || op.timer != timer:
-		return fmt.Sprintf("no %s was started by event %d", what, id), nil
-	case e.pending[id] == nil:
-		return fmt.Sprintf("the %s of event %d already has its outcome", what, id), nil
-	}
-	e.resolve(op, attrs)
-	return "", nil
-}
-
-func (e *engine) resolve(op *operation, outcome history.Attributes) {
-	delete(e.pending, op.promise.EventID)
-	op.promise.Resolve(outcome, e.nextSeq())
-}
-
-// cancelOperations cancels, in the order they were started, the pending
-// activities and timers whose Context is cancelled: it records the
-// ActivityCancelRequested or TimerCanceled command and resolves each as
-// cancelled. It reports whether it did anything.
-func (e *engine) cancelOperations() (bool, error) {
-	did := false
-	for _, id := range slices.Sorted(maps.Keys(e.pending)) {
-		op := e.pending[id]
-		if !op.canceled() {
-			continue
-		}
-		var command, outcome history.Attributes = &history.ActivityCancelRequestedAttributes{ScheduledEventID: id},
-			&history.ActivityCanceledAttributes{ScheduledEventID: id}
-		if op.timer {
-			command, outcome = &history.TimerCanceledAttributes{StartedEventID: id}, &history.TimerCanceledAttributes{StartedEventID: id}
-		}
-		if _, err := e.command(command); err != nil {
-			return false, err
-		}
-		e.resolve(op, outcome)
-		switch {
-		case e.replaying:
-		case op.timer:
-			e.canceledTimers = append(e.canceledTimers, id)
-		default:
-			e.canceledActivities = append(e.canceledActivities, id)
-		}
-		did = true
-	}
-	return did, nil
-}
-
-func (e *engine) start(a *history.WorkflowStartedAttributes) error {
-	if e.started {
-		return invalid("a second %s", history.EventWorkflowStarted)
-	}
-	if a.Kind != e.def.Kind {
-		return invalid("the run is a %q workflow, not %q", a.Kind, e.def.Kind)
-	}
-	e.started = true
-	if e.info.Kind == "" {
-		e.info.Kind = a.Kind
-	}
-	if e.info.WorkflowID == "" {
-		e.info.WorkflowID = a.WorkflowID
-	}
-	if e.info.RunID == "" {
-		e.info.RunID = a.RunID
-	}
-	if e.info.Generation == 0 {
-		e.info.Generation = a.Generation
-	}
-	args := a.Args
-	root := workflow.Context(rootContext{e: e})
-	e.sched.Spawn(func() {
-		result, err := e.def.Run(root, args)
-		e.done, e.result, e.runErr = true, result, err
-	})
-	return nil
-}
-
-// run runs the coroutines until all block or the workflow returns, and
-// records the workflow's end.
-func (e *engine) run() error {
-	for {
-		err := e.sched.Run(e.ctx, func() bool { return e.done || e.abortErr != nil })
-		if e.abortErr != nil { // even if workflow code recovered the abort
-			return e.abortErr
-		}
-		var panicErr *coroutine.PanicError
-		if errors.As(err, &panicErr) {
-			return fmt.Errorf("running workflow %s: %w", e.def.Kind, &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value})
-		}
-		if err != nil {
-			return fmt.Errorf("running workflow %s: %w", e.def.Kind, err)
-		}
-		if e.done {
-			break
-		}
-		// Every coroutine is blocked: cancel the activities whose Context
-		// was cancelled, which may unblock some.
-		canceled, err := e.cancelOperations()
-		if err != nil {
-			return err
-		}
-		if !canceled {
-			return nil
-		}
-	}
-	if errors.Is(e.runErr, ErrPayload) {
-		return e.runErr
-	}
-	var end history.Attributes = &history.WorkflowCompletedAttributes{Result: e.result}
-	switch {
-	case e.runErr != nil && e.cancelRequested && errors.Is(e.runErr, workflow.ErrCanceled):
-		end = &history.WorkflowCanceledAttributes{Failure: *FailureFromError(e.runErr)}
-	case e.runErr != nil:
-		end = &history.WorkflowFailedAttributes{Failure: *FailureFromError(e.runErr)}
-	}
-	if _, err := e.command(end); err != nil {
-		return err
-	}
-	return nil
-}
-
-// command records a command (deciding) or matches it against the next
-// recorded command of the task (replaying) and returns the recorded event.
-func (e *engine) command(attrs history.Attributes) (recorded, error) {
-	if !e.replaying {
-		ev, err := history.NewEvent(e.nextID, e.now, attrs)
-		if err != nil {
-			return recorded{}, fmt.Errorf("%w: %w", ErrPayload, err)
-		}
-		e.nextID++
-		e.events = append(e.events, ev)
-		return recorded{event: ev, attrs: attrs}, nil
-	}
-	if e.cursor >= len(e.expected) {
-		return recorded{}, nondeterminism(e.boundaryID, "no more commands in the task started by this event", describe(attrs))
-	}
-	rec := e.expected[e.cursor]
-	if describe(rec.attrs) != describe(attrs) {
-		return recorded{}, nondeterminism(rec.event.ID, describe(rec.attrs), describe(attrs))
-	}
-	e.cursor++
-	return rec, nil
-}
-
-func nondeterminism(id int64, expected, got string) error {
-	return fmt.Errorf("replaying: %w", &workflow.NonDeterminismError{EventID: id, Expected: expected, Got: got})
-}
-
-// describe names a command the way replay compares it.
-func describe(attrs history.Attributes) string {
-	switch a := attrs.(type) {
-	case *history.ActivityScheduledAttributes:
-		return fmt.Sprintf("%s(kind %q)", a.EventType(), a.Kind)
-	case *history.MarkerRecordedAttributes:
-		return fmt.Sprintf("%s(name %q)", a.EventType(), a.Name)
-	case *history.ActivityCancelRequestedAttributes:
-		return fmt.Sprintf("%s(activity of event %d)", a.EventType(), a.ScheduledEventID)
-	case *history.TimerCanceledAttributes:
-		return fmt.Sprintf("%s(timer of event %d)", a.EventType(), a.StartedEventID)
-	}
-	return string(attrs.EventType())
-}
-
-// commandOrAbort is command for calls from workflow code: a mismatch unwinds
-// the calling coroutine.
-func (e *engine) commandOrAbort(attrs history.Attributes) recorded {
-	rec, err := e.command(attrs)
-	if err != nil {
-		e.abortErr = err
-		panic(&abort{err: err})
-	}
-	return rec
-}
-
-// rootContext is the workflow.Context given to the workflow's code.
-type rootContext struct{ e *engine }
-
-func (c rootContext) Done() workflow.Readier { return c }
-
-// IsReady implements workflow.Readier for Done.
-func (c rootContext) IsReady() bool { return c.e.cancelRequested }
-
-func (c rootContext) Err() error {
-	if c.e.cancelRequested {
-		return workflow.ErrCanceled
-	}
-	return nil
-}
-
-func (c rootContext) Value(key any) any {
-	if key == (env.Key{}) {
-		return env.Env(c.e)
-	}
-	return nil
-}
-
-// The env.Env methods.
-
-func (e *engine) Await(cond func() bool) { e.sched.Await(cond) }
-func (e *engine) CancelRequested() bool  { return e.cancelRequested }
-func (e *engine) Codec() env.Codec       { return e.codec }
-func (e *engine) Go(fn func())           { e.sched.Spawn(fn) }
-func (e *engine) Info() env.Info         { return e.info }
-func (e *engine) IsReplaying() bool      { return e.replaying }
-func (e *engine) Logger() *slog.Logger   { return e.logger }
-func (e *engine) Now() time.Time         { return e.now }
-
-func (e *engine) NextSeq() int64 {
-	e.sched.Guard()
-	return e.nextSeq()
-}
-
-// nextSeq advances the readiness counter (for the engine's own use, outside
-// coroutines).
-func (e *engine) nextSeq() int64 {
-	e.seq++
-	return e.seq
-}
-
-func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *env.Promise {
-	e.sched.Guard()
-	op := e.startOperation(attrs, attrs.Kind, canceled, false)
-	if !e.replaying {
-		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: op.promise.EventID})
-	}
-	return op.promise
-}
-
-func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *env.Promise {
-	e.sched.Guard()
-	rec := e.startOperation(attrs, "", canceled, true)
-	if !e.replaying {
-		e.timers = append(e.timers, StartedTimer{Attributes: attrs, EventID: rec.promise.EventID})
-	}
-	return rec.promise
-}
-
-func (e *engine) startOperation(attrs history.Attributes, kind string, canceled func() bool, timer bool) *operation {
-	rec := e.commandOrAbort(attrs)
-	op := &operation{canceled: canceled, promise: &env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
-	e.pending[op.promise.EventID] = op
-	e.operations[op.promise.EventID] = op
-	return op
-}
-
-func (e *engine) SignalQueue(kind string) *env.SignalQueue {
-	q, ok := e.signals[kind]
-	if !ok {
-		q = &env.SignalQueue{}
-		e.signals[kind] = q
-	}
-	return q
-}
-
-func (e *engine) SideEffect(fn func() ([]byte, error)) ([]byte, error) {
-	e.sched.Guard()
-	if e.replaying {
-		rec := e.commandOrAbort(&history.MarkerRecordedAttributes{Name: history.MarkerSideEffect})
-		return rec.attrs.(*history.MarkerRecordedAttributes).Data, nil
-	}
-	data, err := fn()
-	if err != nil {
-		return nil, err
-	}
-	e.commandOrAbort(&history.MarkerRecordedAttributes{Name: history.MarkerSideEffect, Data: data})
-	return data, nil
 }

@@ -248,3 +248,23 @@ func eventTypes(events []history.Event) []history.EventType {
 	}
 	return types
 }
+
+// registry is what the worker's AddWorkflow builds.
+type registry struct{ workflows map[string]*replay.Definition }
+
+func addWorkflow[A workflow.Args, R any](r *registry, wf workflow.Workflow[A, R]) {
+	def := replay.Bind(wf)
+	r.workflows[def.Kind] = def
+}
+
+func TestAddWorkflowInfersTypes(t *testing.T) {
+	t.Parallel()
+
+	reg := &registry{workflows: map[string]*replay.Definition{}}
+	addWorkflow(reg, &OrderWorkflow{}) // A = OrderArgs, R = Receipt, from Run
+	require.Contains(t, reg.workflows, "order")
+
+	r := newRun(t, reg.workflows["order"], OrderArgs{ID: "o-1"})
+	out := r.task()
+	require.Len(t, out.Activities, 1)
+}

@@ -13,6 +13,7 @@ const (
 	FailureTypeActivity = "ActivityError"
 	FailureTypeCanceled = "Canceled"
 	FailureTypePanic    = "PanicError"
+	FailureTypePayload  = "PayloadTooLarge"
 	FailureTypeTimeout  = "TimeoutError"
 )
 
@@ -50,6 +51,8 @@ func failureFromError(err error, depth int) *history.Failure {
 		}
 	case *workflow.PanicError:
 		return &history.Failure{Message: fmt.Sprint(e.Value), Type: FailureTypePanic, Stack: e.Stack}
+	case *workflow.PayloadTooLargeError:
+		return &history.Failure{Message: e.Error(), Type: FailureTypePayload, NonRetryable: true}
 	case *workflow.TimeoutError:
 		return &history.Failure{
 			Message: "timed out (" + e.TimeoutType + ")",

@@ -3,6 +3,7 @@ package replay_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -273,10 +274,10 @@ func TestExecuteLoggerIsSilentWhileReplaying(t *testing.T) {
 	r.task(completed(t, 6, 1))
 	r.task(completed(t, 9, 1))
 	require.Equal(t, strings.Join([]string{
-		`level=INFO msg=charging order=o-1 step=1 replaying=false`,
-		`level=INFO msg=charging order=o-1 step=2 replaying=false`,
-		`level=INFO msg=charging order=o-1 step=3 replaying=false`,
-		`level=INFO msg=charged order=o-1`,
+		`level=INFO msg=charging workflow_kind=order workflow_id=wf-1 run_id=run-1 order=o-1 step=1 replaying=false`,
+		`level=INFO msg=charging workflow_kind=order workflow_id=wf-1 run_id=run-1 order=o-1 step=2 replaying=false`,
+		`level=INFO msg=charging workflow_kind=order workflow_id=wf-1 run_id=run-1 order=o-1 step=3 replaying=false`,
+		`level=INFO msg=charged workflow_kind=order workflow_id=wf-1 run_id=run-1 order=o-1`,
 		``,
 	}, "\n"), buf.String())
 }
@@ -482,3 +483,208 @@ type fakeContext struct{}
 func (fakeContext) Done() workflow.Readier { return nil }
 func (fakeContext) Err() error             { return nil }
 func (fakeContext) Value(any) any          { return nil }
+
+func TestExecuteSelectorDefault(t *testing.T) {
+	t.Parallel()
+
+	def := define(func(ctx workflow.Context, args OrderArgs) ([]string, error) {
+		charge := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID}, nil)
+		var log []string
+		sel := workflow.NewSelector(ctx).
+			AddFuture(charge, func() { log = append(log, "charged") }).
+			AddDefault(func() { log = append(log, "not yet") })
+		sel.Select(ctx) // nothing ready: the default runs, without blocking
+		_, err := charge.Get(ctx)
+		sel.Select(ctx)
+		return log, err
+	})
+	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.task()
+	out := r.task(completed(t, 3, 1))
+	require.Equal(t, []string{"not yet", "charged"}, decodeResult[[]string](t, out))
+}
+
+func TestExecutePayloadLimit(t *testing.T) {
+	t.Parallel()
+
+	big := strings.Repeat("x", 100)
+
+	t.Run("ActivityArgs", func(t *testing.T) {
+		t.Parallel()
+
+		var seen error
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+			_, seen = workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: big}, nil).Get(ctx)
+			return "done", nil
+		})
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.params.MaxPayloadBytes = 64
+		out := r.task()
+		require.Empty(t, out.Activities)
+		require.ErrorIs(t, seen, workflow.ErrPayloadTooLarge)
+		var tooLarge *workflow.PayloadTooLargeError
+		require.ErrorAs(t, seen, &tooLarge)
+		require.Equal(t, 64, tooLarge.Limit)
+		require.Equal(t, `args of activity "charge"`, tooLarge.What)
+	})
+
+	t.Run("NoLimit", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) { return big, nil })
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.params.MaxPayloadBytes = -1
+		require.Equal(t, big, decodeResult[string](t, r.task()))
+	})
+
+	t.Run("SideEffect", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+			return workflow.SideEffect(ctx, func() string { return big }), nil
+		})
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.params.MaxPayloadBytes = 64
+		_, err := r.try()
+		require.ErrorIs(t, err, workflow.ErrPanic)
+		require.ErrorIs(t, err, workflow.ErrPayloadTooLarge)
+	})
+
+	t.Run("WorkflowResult", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) { return big, nil })
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.params.MaxPayloadBytes = 64
+		out := r.task()
+		require.True(t, out.Completed)
+		require.Equal(t, replay.FailureTypePayload, out.Failure.Type)
+		require.True(t, out.Failure.NonRetryable)
+	})
+}
+
+// explosiveError panics when asked for its message.
+type explosiveError struct{}
+
+func (explosiveError) Error() string { panic("no message for you") }
+
+// explosiveContext panics when asked whether it is cancelled, after a while.
+type explosiveContext struct {
+	workflow.Context
+	armed *bool
+}
+
+func (c explosiveContext) Err() error {
+	if *c.armed {
+		panic("no Err for you")
+	}
+	return nil
+}
+
+func TestExecuteUserCodePanicsOutsideCoroutines(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ErrorMethod", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) { return "", explosiveError{} })
+		_, err := newRun(t, def, OrderArgs{ID: "o-1"}).try()
+		require.ErrorIs(t, err, workflow.ErrPanic)
+	})
+
+	t.Run("ContextErr", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+			armed := false
+			ctx = explosiveContext{Context: ctx, armed: &armed}
+			f := workflow.ExecuteActivity[int](ctx, ChargeArgs{}, nil)
+			armed = true
+			_, err := f.Get(ctx)
+			return "", err
+		})
+		_, err := newRun(t, def, OrderArgs{ID: "o-1"}).try()
+		require.ErrorIs(t, err, workflow.ErrPanic)
+		require.ErrorContains(t, err, "no Err for you")
+	})
+}
+
+func TestExecuteContinueAsNew(t *testing.T) {
+	t.Parallel()
+
+	def := define(func(ctx workflow.Context, args OrderArgs) (string, error) {
+		if _, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID}, nil).Get(ctx); err != nil {
+			return "", err
+		}
+		if args.ID == "o-3" {
+			return "done", nil
+		}
+		next := OrderArgs{ID: fmt.Sprintf("o-%d", int(args.ID[2]-'0')+1)}
+		return "", fmt.Errorf("round over: %w", workflow.ContinueAsNew(ctx, next))
+	})
+	args := OrderArgs{ID: "o-1"}
+	for round := 1; ; round++ {
+		r := newRun(t, def, args)
+		r.task()
+		out := r.task(completed(t, 3, 1))
+		require.True(t, out.Completed)
+		if round == 3 {
+			require.Nil(t, out.ContinuedAsNew)
+			require.Equal(t, "done", decodeResult[string](t, out))
+			break
+		}
+		require.NotNil(t, out.ContinuedAsNew)
+		require.Nil(t, out.Failure)
+		require.Equal(t, "order", out.ContinuedAsNew.Kind)
+		require.Equal(t, history.EventWorkflowContinuedAsNew, out.Events[len(out.Events)-1].Type)
+		require.NoError(t, json.Unmarshal(out.ContinuedAsNew.Args, &args))
+		require.Equal(t, fmt.Sprintf("o-%d", round+1), args.ID)
+	}
+}
+
+func TestExecuteChannel(t *testing.T) {
+	t.Parallel()
+
+	// Three workers take jobs from a channel and report on another one.
+	def := define(func(ctx workflow.Context, args OrderArgs) ([]string, error) {
+		jobs := workflow.NewChannel[int](ctx)
+		results := workflow.NewChannel[string](ctx)
+		for w := range 3 {
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				for {
+					job, ok := jobs.Receive(ctx)
+					if !ok {
+						return
+					}
+					v, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID, Step: job}, nil).Get(ctx)
+					results.Send(fmt.Sprintf("worker %d job %d: %d %v", w, job, v, err))
+				}
+			})
+		}
+		for job := range 5 {
+			jobs.Send(job)
+		}
+		jobs.Close()
+		var log []string
+		for range 5 {
+			line, _ := results.Receive(ctx)
+			log = append(log, line)
+		}
+		return log, nil
+	})
+	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	out := r.task()
+	require.Len(t, out.Activities, 3) // one job per worker at a time
+	out = r.task(completed(t, 4, 2), completed(t, 3, 1))
+	require.Len(t, out.Activities, 2)
+	out = r.task(completed(t, 5, 3), completed(t, 10, 5), completed(t, 9, 4))
+	// Coroutines resume in creation order, whatever order outcomes came in.
+	require.Equal(t, []string{
+		"worker 0 job 0: 1 <nil>",
+		"worker 1 job 1: 2 <nil>",
+		"worker 0 job 3: 4 <nil>",
+		"worker 1 job 4: 5 <nil>",
+		"worker 2 job 2: 3 <nil>",
+	}, decodeResult[[]string](t, out))
+	require.NoError(t, replay.Replay(context.Background(), def, &replay.ExecuteParams{History: r.history}))
+}

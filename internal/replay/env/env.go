@@ -40,13 +40,14 @@ func (JSONCodec) Decode(data []byte, v any) error {
 	return json.Unmarshal(data, v)
 }
 
-// Info describes the run and the workflow task being executed.
+// Info describes the run and the workflow task being executed; see
+// workflow.Info for the meaning of each field.
 type Info struct {
-	Generation  int64
-	Kind        string
-	RunID       string
-	TaskAttempt int
-	WorkflowID  string
+	Generation  int64  // numbers the runs of WorkflowID
+	Kind        string // the workflow type
+	RunID       string // identifies the run
+	TaskAttempt int    // attempt of the current workflow task
+	WorkflowID  string // caller-chosen identity
 }
 
 // Promise is the engine's side of the future of an activity or a timer: it
@@ -126,10 +127,14 @@ func (q *SignalQueue) Pop() (s Signal, ok bool) {
 type Env interface {
 	// Await blocks the calling coroutine until cond returns true.
 	Await(cond func() bool)
-	// CancelRequested reports whether the run was asked to cancel.
-	CancelRequested() bool
 	// Codec returns the payload codec.
 	Codec() Codec
+	// GetVersion returns the version of changeID this run uses: the one
+	// recorded in history, DefaultVersion (-1) for a run that passed this
+	// point before the change existed, or maxSupported (recorded) for code
+	// running for the first time. A version outside [minSupported,
+	// maxSupported] fails the task.
+	GetVersion(changeID string, minSupported, maxSupported int) int
 	// Go starts fn in a new coroutine.
 	Go(fn func())
 	// Info describes the run and the task.
@@ -139,6 +144,9 @@ type Env interface {
 	IsReplaying() bool
 	// Logger returns the workflow's logger (already replay-aware).
 	Logger() *slog.Logger
+	// MaxPayloadBytes is the largest payload workflow code may record; 0
+	// or less means no limit.
+	MaxPayloadBytes() int
 	// NextSeq returns the next value of a counter that orders readiness
 	// (deterministic: it advances only as workflow code and inputs do).
 	NextSeq() int64
@@ -154,6 +162,9 @@ type Env interface {
 	// matches it against history) and returns its promise. canceled works as
 	// for ScheduleActivity (the command is then TimerCanceled).
 	StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *Promise
+	// SetQueryHandler registers the handler of queries of kind, replacing
+	// any previous one.
+	SetQueryHandler(kind string, handler func(args []byte) ([]byte, error))
 	// SignalQueue returns the queue of received signals of kind (the same
 	// queue on every call).
 	SignalQueue(kind string) *SignalQueue

@@ -1,0 +1,555 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay/coroutine"
+	"github.com/weirhq/weir/internal/replay/env"
+	"github.com/weirhq/weir/workflow"
+)
+
+// abort is the panic value with which the engine unwinds workflow code when
+// replay must stop (non-determinism).
+type abort struct{ err error }
+
+// engine runs one workflow task. It implements env.Env for workflow code.
+type engine struct {
+	ctx     context.Context
+	codec   Codec
+	def     *Definition
+	history []history.Event
+	info    env.Info
+	logger  *slog.Logger
+	params  *ExecuteParams
+	sched   *coroutine.Scheduler
+
+	now       time.Time
+	replaying bool
+	seq       int64
+
+	// While replaying a task: its recorded commands and how many matched.
+	boundaryID int64
+	cursor     int
+	expected   []recorded
+
+	// While deciding: the next event ID and the events of the task.
+	events []history.Event
+	nextID int64
+
+	activities         []ScheduledActivity
+	canceledActivities []int64
+	canceledTimers     []int64
+	timers             []StartedTimer
+
+	operations map[int64]*operation // every activity and timer, by event ID
+	pending    map[int64]*operation // those without an outcome
+
+	cancelRequested bool
+	querying        bool // running a query handler: no commands, no blocking
+	queryHandlers   map[string]func([]byte) ([]byte, error)
+	signals         map[string]*env.SignalQueue
+	versions        map[string]int // by change ID
+
+	abortErr error
+	done     bool
+	end      history.Attributes // the command that ends the run, once done
+	endErr   error              // or why the task fails instead
+	started  bool
+}
+
+// operation is an activity or a timer started by workflow code.
+type operation struct {
+	canceled func() bool // whether its Context is cancelled
+	promise  *env.Promise
+	timer    bool
+}
+
+// recorded is a decoded history event.
+type recorded struct {
+	event history.Event
+	attrs history.Attributes
+}
+
+func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*engine, error) {
+	if def == nil || def.Run == nil || def.Kind == "" {
+		return nil, errors.New("replay: Definition with Kind and Run is required")
+	}
+	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
+	e := &engine{
+		ctx:           ctx,
+		codec:         params.Codec,
+		def:           def,
+		history:       params.History,
+		params:        params,
+		sched:         coroutine.New(deadlockTimeout),
+		operations:    map[int64]*operation{},
+		pending:       map[int64]*operation{},
+		signals:       map[string]*env.SignalQueue{},
+		queryHandlers: map[string]func([]byte) ([]byte, error){},
+		versions:      map[string]int{},
+		info: env.Info{
+			Generation:  params.Info.Generation,
+			Kind:        params.Info.Kind,
+			RunID:       params.Info.RunID,
+			TaskAttempt: params.Info.TaskAttempt,
+			WorkflowID:  params.Info.WorkflowID,
+		},
+	}
+	if e.codec == nil {
+		e.codec = JSONCodec{}
+	}
+	logger := params.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e.logger = slog.New(&replayHandler{inner: logger.Handler(), replaying: func() bool { return e.replaying }})
+	return e, nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidHistory, fmt.Sprintf(format, args...))
+}
+
+func (e *engine) execute() (*Outcome, error) {
+	tasks, tail, err := splitHistory(e.history)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(e.history); n > 0 {
+		last := e.history[n-1]
+		if last.Type.IsTerminal() {
+			return closedOutcome(last, e.params.Inputs, "the run is closed")
+		}
+	}
+	for i := range tasks {
+		if err := e.replayTask(&tasks[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.ctx.Err(); err != nil {
+		return nil, err
+	}
+	return e.decide(tail)
+}
+
+func closedOutcome(last history.Event, inputs []history.Event, reason string) (*Outcome, error) {
+	out := &Outcome{Completed: true}
+	attrs, err := history.DecodeAttributes(last)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
+	}
+	switch a := attrs.(type) {
+	case *history.WorkflowCompletedAttributes:
+		out.Result = a.Result
+	case *history.WorkflowFailedAttributes:
+		out.Failure = &a.Failure
+	case *history.WorkflowCanceledAttributes:
+		out.Failure, out.Canceled = &a.Failure, true
+	case *history.WorkflowContinuedAsNewAttributes:
+		out.ContinuedAsNew = a
+	}
+	for _, in := range inputs {
+		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
+	}
+	return out, nil
+}
+
+// replayTask replays one recorded task and checks its commands.
+func (e *engine) replayTask(t *task) error {
+	if err := e.ctx.Err(); err != nil {
+		return err
+	}
+	e.replaying = true
+	for _, in := range t.inputs {
+		if reason, err := e.deliver(in.event, in.attrs); err != nil {
+			return err
+		} else if reason != "" {
+			return invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
+		}
+	}
+	e.now = t.boundary.Now
+	e.info.TaskAttempt = t.boundary.Attempt
+	e.boundaryID, e.expected, e.cursor = t.id, t.commands, 0
+	if err := e.run(); err != nil {
+		return err
+	}
+	e.skipVersionMarkers(nil)
+	if e.cursor < len(e.expected) {
+		missing := e.expected[e.cursor]
+		got := "nothing more (the code blocked)"
+		if e.done {
+			got = "nothing more (the workflow returned)"
+		}
+		return nondeterminism(missing.event.ID, describe(missing.attrs), got)
+	}
+	e.expected = nil
+	return nil
+}
+
+// decide opens the new task: it delivers the trailing inputs of history and
+// the new inputs, appends the boundary and runs the code live.
+func (e *engine) decide(tail []recorded) (*Outcome, error) {
+	out := &Outcome{}
+	e.replaying = false
+	e.nextID = int64(len(e.history)) + 1
+	e.now = e.params.Now
+	e.info.TaskAttempt = e.params.Info.TaskAttempt
+	for _, in := range tail {
+		if reason, err := e.deliver(in.event, in.attrs); err != nil {
+			return nil, err
+		} else if reason != "" {
+			return nil, invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
+		}
+	}
+	for _, in := range e.params.Inputs {
+		if !in.Type.IsInput() {
+			return nil, invalid("input of type %s: only outcomes can be inputs", in.Type)
+		}
+		if in.Type == history.EventWorkflowStarted && e.nextID != 1 {
+			return nil, invalid("input %s given for a run that has a history", in.Type)
+		}
+		in.ID = 0
+		attrs, err := history.DecodeAttributes(in)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
+		}
+		reason, err := e.deliver(in, attrs)
+		if err != nil {
+			return nil, err
+		}
+		if reason != "" {
+			out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
+			continue
+		}
+		in.ID, in.Time = e.nextID, e.now
+		e.nextID++
+		e.events = append(e.events, in)
+	}
+	if !e.started {
+		return nil, invalid("the run has no %s event", history.EventWorkflowStarted)
+	}
+	boundary, err := history.NewEvent(e.nextID, e.now, &history.WorkflowTaskStartedAttributes{Now: e.now, Attempt: e.params.Info.TaskAttempt})
+	if err != nil {
+		return nil, err
+	}
+	e.nextID++
+	e.events = append(e.events, boundary)
+	if err := e.run(); err != nil {
+		return nil, err
+	}
+	out.Events, out.Activities, out.Timers = e.events, e.activities, e.timers
+	out.CanceledActivities, out.CanceledTimers = e.canceledActivities, e.canceledTimers
+	if e.done {
+		out.Completed = true
+		last := e.events[len(e.events)-1]
+		closed, err := closedOutcome(last, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		out.Result, out.Failure, out.Canceled, out.ContinuedAsNew = closed.Result, closed.Failure, closed.Canceled, closed.ContinuedAsNew
+	}
+	return out, nil
+}
+
+// deliver applies one input. A non-empty reason means the input can't
+// change anything and was not applied.
+func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason string, err error) {
+	var (
+		id    int64
+		timer bool
+	)
+	switch a := attrs.(type) {
+	case *history.WorkflowStartedAttributes:
+		return "", e.start(a)
+	case *history.CancelRequestedAttributes:
+		switch {
+		case e.done:
+			return "the workflow has returned", nil
+		case e.cancelRequested:
+			return "cancellation was already requested", nil
+		}
+		e.cancelRequested = true
+		return "", nil
+	case *history.SignalReceivedAttributes:
+		if e.done {
+			return "the workflow has returned", nil
+		}
+		e.SignalQueue(a.Kind).Push(env.Signal{Args: a.Args, Seq: e.nextSeq()})
+		return "", nil
+	case *history.ActivityCompletedAttributes:
+		id = a.ScheduledEventID
+	case *history.ActivityFailedAttributes:
+		id = a.ScheduledEventID
+	case *history.ActivityTimedOutAttributes:
+		id = a.ScheduledEventID
+	case *history.ActivityCanceledAttributes:
+		id = a.ScheduledEventID
+	case *history.TimerFiredAttributes:
+		id, timer = a.StartedEventID, true
+	default:
+		return "", invalid("event %d: %s is not an input", ev.ID, ev.Type)
+	}
+	if e.done {
+		return "the workflow has returned", nil
+	}
+	what := "activity"
+	if timer {
+		what = "timer"
+	}
+	op, ok := e.operations[id]
+	switch {
+	case !ok || op.timer != timer:
+		return fmt.Sprintf("no %s was started by event %d", what, id), nil
+	case e.pending[id] == nil:
+		return fmt.Sprintf("the %s of event %d already has its outcome", what, id), nil
+	}
+	e.resolve(op, attrs)
+	return "", nil
+}
+
+func (e *engine) resolve(op *operation, outcome history.Attributes) {
+	delete(e.pending, op.promise.EventID)
+	op.promise.Resolve(outcome, e.nextSeq())
+}
+
+// cancelOperations cancels, in the order they were started, the pending
+// activities and timers whose Context is cancelled: it records the
+// ActivityCancelRequested or TimerCanceled command and resolves each as
+// cancelled. It reports whether it did anything.
+func (e *engine) cancelOperations() (bool, error) {
+	did := false
+	for _, id := range slices.Sorted(maps.Keys(e.pending)) {
+		op := e.pending[id]
+		canceled, err := callSafely(op.canceled)
+		if err != nil {
+			return false, fmt.Errorf("checking the Context of the operation of event %d: %w", id, err)
+		}
+		if !canceled {
+			continue
+		}
+		var command, outcome history.Attributes = &history.ActivityCancelRequestedAttributes{ScheduledEventID: id},
+			&history.ActivityCanceledAttributes{ScheduledEventID: id}
+		if op.timer {
+			command, outcome = &history.TimerCanceledAttributes{StartedEventID: id}, &history.TimerCanceledAttributes{StartedEventID: id}
+		}
+		if _, err := e.command(command); err != nil {
+			return false, err
+		}
+		e.resolve(op, outcome)
+		switch {
+		case e.replaying:
+		case op.timer:
+			e.canceledTimers = append(e.canceledTimers, id)
+		default:
+			e.canceledActivities = append(e.canceledActivities, id)
+		}
+		did = true
+	}
+	return did, nil
+}
+
+// callSafely calls fn, which runs workflow code (a Context's Err method)
+// outside a coroutine, turning a panic into a *workflow.PanicError.
+func callSafely(fn func() bool) (ok bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &workflow.PanicError{Stack: string(debug.Stack()), Value: r}
+		}
+	}()
+	return fn(), nil
+}
+
+func (e *engine) start(a *history.WorkflowStartedAttributes) error {
+	if e.started {
+		return invalid("a second %s", history.EventWorkflowStarted)
+	}
+	if a.Kind != e.def.Kind {
+		return invalid("the run is a %q workflow, not %q", a.Kind, e.def.Kind)
+	}
+	e.started = true
+	if e.info.Kind == "" {
+		e.info.Kind = a.Kind
+	}
+	if e.info.WorkflowID == "" {
+		e.info.WorkflowID = a.WorkflowID
+	}
+	if e.info.RunID == "" {
+		e.info.RunID = a.RunID
+	}
+	if e.info.Generation == 0 {
+		e.info.Generation = a.Generation
+	}
+	e.logger = e.logger.With("workflow_kind", e.info.Kind, "workflow_id", e.info.WorkflowID, "run_id", e.info.RunID)
+	args := a.Args
+	root := workflow.Context(rootContext{e: e})
+	e.sched.Spawn(func() {
+		result, err := e.def.Run(root, args)
+		// Still in the coroutine: a panic in the error's methods is caught.
+		e.end, e.endErr = e.endOf(result, err)
+		e.done = true
+	})
+	return nil
+}
+
+// endOf returns the command that ends the run, given what the workflow
+// returned, or an error that fails the task.
+func (e *engine) endOf(result []byte, err error) (history.Attributes, error) {
+	if errors.Is(err, ErrPayload) {
+		return nil, err
+	}
+	if err == nil {
+		if limit := e.MaxPayloadBytes(); limit > 0 && len(result) > limit {
+			err = &workflow.PayloadTooLargeError{Limit: limit, Size: len(result), What: "result of workflow " + e.def.Kind}
+		}
+	}
+	var continueErr *workflow.ContinueAsNewError
+	switch {
+	case err == nil:
+		return &history.WorkflowCompletedAttributes{Result: result}, nil
+	case errors.As(err, &continueErr):
+		return &history.WorkflowContinuedAsNewAttributes{Kind: continueErr.Kind, Args: continueErr.Args}, nil
+	case e.cancelRequested && errors.Is(err, workflow.ErrCanceled):
+		return &history.WorkflowCanceledAttributes{Failure: *FailureFromError(err)}, nil
+	default:
+		return &history.WorkflowFailedAttributes{Failure: *FailureFromError(err)}, nil
+	}
+}
+
+// run runs the coroutines until all block or the workflow returns, and
+// records the workflow's end.
+func (e *engine) run() error {
+	for {
+		err := e.sched.Run(e.ctx, func() bool { return e.done || e.abortErr != nil })
+		if e.abortErr != nil { // even if workflow code recovered the abort
+			return e.abortErr
+		}
+		if err != nil {
+			return e.runError(err)
+		}
+		if e.done {
+			break
+		}
+		// Every coroutine is blocked: cancel the activities whose Context
+		// was cancelled, which may unblock some.
+		canceled, err := e.cancelOperations()
+		if err != nil {
+			return err
+		}
+		if !canceled {
+			return nil
+		}
+	}
+	if e.endErr != nil {
+		return e.endErr
+	}
+	if _, err := e.command(e.end); err != nil {
+		return err
+	}
+	return nil
+}
+
+// runError wraps an error of the scheduler's Run.
+func (e *engine) runError(err error) error {
+	var panicErr *coroutine.PanicError
+	if errors.As(err, &panicErr) {
+		err = &workflow.PanicError{Stack: panicErr.Stack, Value: panicErr.Value}
+	}
+	return fmt.Errorf("running workflow %s: %w", e.def.Kind, err)
+}
+
+// command records a command (deciding) or matches it against the next
+// recorded command of the task (replaying) and returns the recorded event.
+func (e *engine) command(attrs history.Attributes) (recorded, error) {
+	if e.querying {
+		return recorded{}, fmt.Errorf("%w: the handler did %s", workflow.ErrQueryCommand, describe(attrs))
+	}
+	if !e.replaying {
+		ev, err := history.NewEvent(e.nextID, e.now, attrs)
+		if err != nil {
+			return recorded{}, fmt.Errorf("%w: %w", ErrPayload, err)
+		}
+		e.nextID++
+		e.events = append(e.events, ev)
+		return recorded{event: ev, attrs: attrs}, nil
+	}
+	e.skipVersionMarkers(attrs)
+	if e.cursor >= len(e.expected) {
+		return recorded{}, nondeterminism(e.boundaryID, "no more commands in the task started by this event", describe(attrs))
+	}
+	rec := e.expected[e.cursor]
+	if describe(rec.attrs) != describe(attrs) {
+		return recorded{}, nondeterminism(rec.event.ID, describe(rec.attrs), describe(attrs))
+	}
+	e.cursor++
+	return rec, nil
+}
+
+// skipVersionMarkers passes over recorded version markers that the code no
+// longer asks for (a GetVersion removed once no run needed its old branch),
+// unless next is that very marker. Their versions still count.
+func (e *engine) skipVersionMarkers(next history.Attributes) {
+	for e.cursor < len(e.expected) {
+		rec := e.expected[e.cursor]
+		marker, ok := versionMarker(rec.attrs)
+		if !ok || (next != nil && describe(next) == describe(rec.attrs)) {
+			return
+		}
+		if _, seen := e.versions[marker.ChangeID]; !seen {
+			e.versions[marker.ChangeID] = marker.Version
+		}
+		e.cursor++
+	}
+}
+
+// versionMarker decodes the data of a version marker.
+func versionMarker(attrs history.Attributes) (history.VersionMarker, bool) {
+	var marker history.VersionMarker
+	m, ok := attrs.(*history.MarkerRecordedAttributes)
+	if !ok || m.Name != history.MarkerVersion || json.Unmarshal(m.Data, &marker) != nil {
+		return marker, false
+	}
+	return marker, true
+}
+
+func nondeterminism(id int64, expected, got string) error {
+	return fmt.Errorf("replaying: %w", &workflow.NonDeterminismError{EventID: id, Expected: expected, Got: got})
+}
+
+// describe names a command the way replay compares it.
+func describe(attrs history.Attributes) string {
+	switch a := attrs.(type) {
+	case *history.ActivityScheduledAttributes:
+		return fmt.Sprintf("%s(kind %q)", a.EventType(), a.Kind)
+	case *history.MarkerRecordedAttributes:
+		if marker, ok := versionMarker(a); ok {
+			return fmt.Sprintf("%s(name %q, change %q)", a.EventType(), a.Name, marker.ChangeID)
+		}
+		return fmt.Sprintf("%s(name %q)", a.EventType(), a.Name)
+	case *history.ActivityCancelRequestedAttributes:
+		return fmt.Sprintf("%s(activity of event %d)", a.EventType(), a.ScheduledEventID)
+	case *history.TimerCanceledAttributes:
+		return fmt.Sprintf("%s(timer of event %d)", a.EventType(), a.StartedEventID)
+	}
+	return string(attrs.EventType())
+}
+
+// commandOrAbort is command for calls from workflow code: a mismatch unwinds
+// the calling coroutine.
+func (e *engine) commandOrAbort(attrs history.Attributes) recorded {
+	rec, err := e.command(attrs)
+	if err != nil {
+		e.abortErr = err
+		panic(&abort{err: err})
+	}
+	return rec
+}

@@ -1,0 +1,149 @@
+package replay
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay/env"
+	"github.com/weirhq/weir/workflow"
+)
+
+// rootContext is the workflow.Context given to the workflow's code.
+type rootContext struct{ e *engine }
+
+func (c rootContext) Done() workflow.Readier { return c }
+
+// IsReady implements workflow.Readier for Done.
+func (c rootContext) IsReady() bool { return c.e.cancelRequested }
+
+func (c rootContext) Err() error {
+	if c.e.cancelRequested {
+		return workflow.ErrCanceled
+	}
+	return nil
+}
+
+func (c rootContext) Value(key any) any {
+	if key == (env.Key{}) {
+		return env.Env(c.e)
+	}
+	return nil
+}
+
+// The env.Env methods.
+
+func (e *engine) Await(cond func() bool) { e.sched.Await(cond) }
+func (e *engine) Codec() env.Codec       { return e.codec }
+func (e *engine) Go(fn func())           { e.sched.Spawn(fn) }
+
+func (e *engine) GetVersion(changeID string, minSupported, maxSupported int) int {
+	e.sched.Guard()
+	version, known := e.versions[changeID]
+	eventID := e.boundaryID
+	switch {
+	case known:
+	case e.replaying:
+		version = workflow.DefaultVersion
+		want := versionMarkerAttributes(changeID, 0)
+		e.skipVersionMarkers(want)
+		if e.cursor < len(e.expected) && describe(e.expected[e.cursor].attrs) == describe(want) {
+			marker, _ := versionMarker(e.expected[e.cursor].attrs)
+			version, eventID = marker.Version, e.expected[e.cursor].event.ID
+			e.cursor++
+		}
+	default:
+		version = maxSupported
+		e.commandOrAbort(versionMarkerAttributes(changeID, version))
+	}
+	e.versions[changeID] = version
+	if version < minSupported || version > maxSupported {
+		err := nondeterminism(eventID, fmt.Sprintf("version %d of change %q", version, changeID),
+			fmt.Sprintf("GetVersion supporting versions %d to %d", minSupported, maxSupported))
+		e.abortErr = err
+		panic(&abort{err: err})
+	}
+	return version
+}
+
+func versionMarkerAttributes(changeID string, version int) *history.MarkerRecordedAttributes {
+	data, _ := json.Marshal(history.VersionMarker{ChangeID: changeID, Version: version}) // can't fail
+	return &history.MarkerRecordedAttributes{Name: history.MarkerVersion, Data: data}
+}
+func (e *engine) Info() env.Info       { return e.info }
+func (e *engine) IsReplaying() bool    { return e.replaying }
+func (e *engine) Logger() *slog.Logger { return e.logger }
+func (e *engine) Now() time.Time       { return e.now }
+
+func (e *engine) MaxPayloadBytes() int {
+	return cmp.Or(e.params.MaxPayloadBytes, MaxPayloadBytesDefault)
+}
+
+func (e *engine) NextSeq() int64 {
+	e.sched.Guard()
+	return e.nextSeq()
+}
+
+// nextSeq advances the readiness counter (for the engine's own use, outside
+// coroutines).
+func (e *engine) nextSeq() int64 {
+	e.seq++
+	return e.seq
+}
+
+func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *env.Promise {
+	e.sched.Guard()
+	op := e.startOperation(attrs, attrs.Kind, canceled, false)
+	if !e.replaying {
+		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: op.promise.EventID})
+	}
+	return op.promise
+}
+
+func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *env.Promise {
+	e.sched.Guard()
+	rec := e.startOperation(attrs, "", canceled, true)
+	if !e.replaying {
+		e.timers = append(e.timers, StartedTimer{Attributes: attrs, EventID: rec.promise.EventID})
+	}
+	return rec.promise
+}
+
+func (e *engine) startOperation(attrs history.Attributes, kind string, canceled func() bool, timer bool) *operation {
+	rec := e.commandOrAbort(attrs)
+	op := &operation{canceled: canceled, promise: &env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
+	e.pending[op.promise.EventID] = op
+	e.operations[op.promise.EventID] = op
+	return op
+}
+
+func (e *engine) SetQueryHandler(kind string, handler func([]byte) ([]byte, error)) {
+	e.sched.Guard()
+	e.queryHandlers[kind] = handler
+}
+
+func (e *engine) SignalQueue(kind string) *env.SignalQueue {
+	q, ok := e.signals[kind]
+	if !ok {
+		q = &env.SignalQueue{}
+		e.signals[kind] = q
+	}
+	return q
+}
+
+func (e *engine) SideEffect(fn func() ([]byte, error)) ([]byte, error) {
+	e.sched.Guard()
+	if e.replaying {
+		rec := e.commandOrAbort(&history.MarkerRecordedAttributes{Name: history.MarkerSideEffect})
+		return rec.attrs.(*history.MarkerRecordedAttributes).Data, nil
+	}
+	data, err := fn()
+	if err != nil {
+		return nil, err
+	}
+	e.commandOrAbort(&history.MarkerRecordedAttributes{Name: history.MarkerSideEffect, Data: data})
+	return data, nil
+}

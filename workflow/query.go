@@ -1,0 +1,42 @@
+package workflow
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrQueryCommand is matched by the error of a query whose handler tried to
+// do something that would change the run (schedule an activity, start a
+// timer, record a side effect) or to block: handlers may only read state.
+var ErrQueryCommand = errors.New("workflow: query handlers may only read state")
+
+// QueryArgs are a query's arguments; Kind names the query type.
+type QueryArgs interface {
+	// Kind names the query type.
+	Kind() string
+}
+
+// SetQueryHandler makes the run answer queries of type Q (by Q.Kind()) with
+// handler, which reads the workflow's state as replay left it and returns
+// an R. A handler must not block, schedule anything or change state.
+// Register handlers early in Run, before the code blocks: a query replays the
+// run's history and then calls the handler registered at that point.
+//
+//	status := "charging"
+//	workflow.SetQueryHandler(ctx, func(StatusQuery) (string, error) { return status, nil })
+func SetQueryHandler[Q QueryArgs, R any](ctx Context, handler func(args Q) (R, error)) {
+	e := envOf(ctx)
+	var zero Q
+	kind := zero.Kind()
+	e.SetQueryHandler(kind, func(encoded []byte) ([]byte, error) {
+		var args Q
+		if err := e.Codec().Decode(encoded, &args); err != nil {
+			return nil, fmt.Errorf("decoding args of query %s as %T: %w", kind, args, err)
+		}
+		result, err := handler(args)
+		if err != nil {
+			return nil, err
+		}
+		return e.Codec().Encode(result)
+	})
+}
