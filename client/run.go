@@ -23,7 +23,8 @@ func (c *Client) GetRun(workflowID string, runID uuid.UUID) *Run {
 }
 
 // Get waits until the run closes and decodes its result into out (a pointer;
-// nil to discard the result). A run that closed in any state but completed
+// nil to discard the result). A run that continued as new is followed to the
+// run that continued it, and so on: Get returns the workflow's result. A run that closed in any state but completed
 // returns a *WorkflowFailedError. Get returns ctx's error if ctx ends first;
 // the run goes on regardless.
 func (r *Run) Get(ctx context.Context, out any) error {
@@ -49,62 +50,85 @@ func (c *Client) sharedListener() *listener {
 
 func (c *Client) await(ctx context.Context, run *Run, out any) error {
 	l := c.sharedListener()
-	var wake <-chan struct{}
-	if l != nil {
-		ch, unregister := l.register(run.RunID)
-		defer unregister()
-		l.waitReady(ctx, listenerReadyWait)
-		wake = ch
-	} // else: the client was closed; poll.
-
 	ticker := time.NewTicker(c.config.PollInterval)
 	defer ticker.Stop()
+
+	// A run that continued as new hands over to the next run of its chain:
+	// follow it and await that one.
+	runID := run.RunID
 	for {
-		done, err := c.readResult(ctx, run, out)
-		if done || err != nil {
+		var wake <-chan struct{}
+		unregister := func() {}
+		if l != nil {
+			wake, unregister = l.register(runID)
+			l.waitReady(ctx, listenerReadyWait)
+		} // else: the client was closed; poll.
+
+		next, err := c.awaitOne(ctx, run, runID, out, wake, ticker.C)
+		unregister()
+		if err != nil || next == uuid.Nil {
 			return err
+		}
+		runID = next
+	}
+}
+
+// awaitOne waits for runID to close; next is the run that continued it, if
+// it continued as new.
+func (c *Client) awaitOne(ctx context.Context, run *Run, runID uuid.UUID, out any, wake <-chan struct{}, tick <-chan time.Time) (uuid.UUID, error) {
+	for {
+		done, next, err := c.readResult(ctx, run, runID, out)
+		if done || err != nil {
+			return next, err
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return uuid.Nil, ctx.Err()
 		case <-wake:
-		case <-ticker.C:
+		case <-tick:
 		}
 	}
 }
 
-// readResult reads the run once: done is true when it has closed.
-func (c *Client) readResult(ctx context.Context, run *Run, out any) (bool, error) {
+// readResult reads the run once: done is true when it has closed, and next
+// is the run that continued it, if it continued as new.
+func (c *Client) readResult(ctx context.Context, run *Run, runID uuid.UUID, out any) (bool, uuid.UUID, error) {
 	var (
 		generation int64
 		state      string
 		result     []byte
 		failure    []byte
+		next       *uuid.UUID
 	)
-	err := c.pool.QueryRow(ctx, "SELECT generation, state, result, failure FROM "+c.names.Run+
-		" WHERE run_id = $1 AND workflow_id = $2", run.RunID, run.WorkflowID).Scan(&generation, &state, &result, &failure)
+	err := c.pool.QueryRow(ctx, "SELECT r.generation, r.state, r.result, r.failure,"+
+		" (SELECT n.run_id FROM "+c.names.Run+" n WHERE n.previous_run_id = r.run_id)"+
+		" FROM "+c.names.Run+" r WHERE r.run_id = $1 AND r.workflow_id = $2", runID, run.WorkflowID).Scan(&generation, &state, &result, &failure, &next)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, &RunNotFoundError{RunID: run.RunID, WorkflowID: run.WorkflowID}
+		return false, uuid.Nil, &RunNotFoundError{RunID: runID, WorkflowID: run.WorkflowID}
 	case err != nil:
-		return false, fmt.Errorf("reading run %s of workflow %s: %w", run.RunID, run.WorkflowID, err)
+		return false, uuid.Nil, fmt.Errorf("reading run %s of workflow %s: %w", runID, run.WorkflowID, err)
 	}
-	run.Generation = generation
 
 	switch state {
 	case "running":
-		return false, nil
+		return false, uuid.Nil, nil
+	case "continued_as_new":
+		if next == nil {
+			return false, uuid.Nil, fmt.Errorf("run %s of workflow %s continued as new, but no run follows it", runID, run.WorkflowID)
+		}
+		return true, *next, nil
 	case "completed":
 		if out == nil {
-			return true, nil
+			return true, uuid.Nil, nil
 		}
 		if err := c.config.Codec.Decode(result, out); err != nil {
-			return true, fmt.Errorf("decoding result of workflow %s run %s: %w", run.WorkflowID, run.RunID, err)
+			return true, uuid.Nil, fmt.Errorf("decoding result of workflow %s run %s: %w", run.WorkflowID, runID, err)
 		}
-		return true, nil
+		return true, uuid.Nil, nil
 	default:
-		return true, &WorkflowFailedError{
-			Failure: decodeFailure(failure), Generation: generation, RunID: run.RunID, State: state, WorkflowID: run.WorkflowID,
+		return true, uuid.Nil, &WorkflowFailedError{
+			Failure: decodeFailure(failure), Generation: generation, RunID: runID, State: state, WorkflowID: run.WorkflowID,
 		}
 	}
 }

@@ -230,3 +230,54 @@ func receiveWithin(t *testing.T, ch chan string) string {
 		return ""
 	}
 }
+
+type CountdownArgs struct {
+	N int `json:"n"`
+}
+
+func (CountdownArgs) Kind() string { return "countdown" }
+
+type CountdownWorkflow struct {
+	workflow.Defaults[CountdownArgs, int64]
+}
+
+// Run continues as new N times, then returns its generation.
+func (w *CountdownWorkflow) Run(ctx workflow.Context, args CountdownArgs) (int64, error) {
+	if args.N > 0 {
+		return 0, workflow.ContinueAsNew(ctx, CountdownArgs{N: args.N - 1})
+	}
+	return workflow.GetInfo(ctx).Generation, nil
+}
+
+func TestContinueAsNew(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	w, err := worker.New(b.pool, &worker.Config{Schema: b.schema})
+	require.NoError(t, err)
+	worker.AddWorkflow(w, &CountdownWorkflow{})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { _ = w.Stop(context.WithoutCancel(ctx)) })
+
+	run, err := b.client.Start(ctx, CountdownArgs{N: 3}, &client.StartOpts{WorkflowID: "countdown"})
+	require.NoError(t, err)
+	generation, err := getWithin[int64](ctx, t, run)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), generation, "Get follows the chain to the last run")
+
+	runs, err := b.client.List(ctx, &client.ListOpts{WorkflowIDPrefix: "countdown"})
+	require.NoError(t, err)
+	require.Len(t, runs.Runs, 4)
+	states := map[string]int{}
+	for _, r := range runs.Runs {
+		states[r.State]++
+	}
+	require.Equal(t, map[string]int{"continued_as_new": 3, "completed": 1}, states)
+
+	first, err := b.client.Describe(ctx, "countdown", run.RunID)
+	require.NoError(t, err)
+	require.Equal(t, "continued_as_new", first.State)
+	page, err := b.client.History(ctx, "countdown", run.RunID, nil)
+	require.NoError(t, err)
+	require.Equal(t, client.EventType("WorkflowContinuedAsNew"), page.Events[len(page.Events)-1].Type)
+}

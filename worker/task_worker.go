@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
 	"github.com/weirhq/weir/workflow"
@@ -170,6 +172,10 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		"task_job_id = CASE WHEN task_job_id = $4 THEN NULL ELSE task_job_id END"
 	args := []any{runID, run.NextEventID, nextEventID, job.ID}
 	switch {
+	case outcome.Completed && outcome.ContinuedAsNew != nil:
+		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
+			"state = 'continued_as_new', closed_at = now(), task_job_id = NULL"
+		args = []any{runID, run.NextEventID, nextEventID}
 	case outcome.Completed && outcome.Failure == nil:
 		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
 			"state = 'completed', result = $4, closed_at = now(), task_job_id = NULL"
@@ -194,6 +200,11 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("advancing run %s: its append point moved under this task", runID)
 	}
+	if outcome.ContinuedAsNew != nil {
+		if err := w.continueAsNew(ctx, tx, &run, runID, outcome.ContinuedAsNew); err != nil {
+			return err
+		}
+	}
 	if outcome.Completed {
 		if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1", runID); err != nil {
 			return fmt.Errorf("clearing pending activities: %w", err)
@@ -204,6 +215,29 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	}
 
 	return w.completeTask(ctx, tx, job)
+}
+
+// continueAsNew starts the next run of the workflow ID, in the same
+// transaction that closes this one: generation + 1, a new run ID, the same
+// namespace, queue and execution deadline, and the new args.
+func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, next *history.WorkflowContinuedAsNewAttributes) error {
+	names := w.names
+	var generation int64
+	if err := tx.QueryRow(ctx, "UPDATE "+names.Workflow+" SET last_generation = last_generation + 1"+
+		" WHERE namespace = $1 AND workflow_id = $2 RETURNING last_generation", run.Namespace, run.WorkflowID).Scan(&generation); err != nil {
+		return fmt.Errorf("allocating the next generation of workflow %s: %w", run.WorkflowID, err)
+	}
+	nextRunID := uuid.New()
+	hash := sha256.Sum256(append([]byte(next.Kind+"\x00"), next.Args...))
+	if _, err := tx.Exec(ctx, "INSERT INTO "+names.Run+
+		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, execution_deadline, previous_run_id, trace_context)"+
+		" SELECT $1, namespace, workflow_id, $2, $3, queue, $4, $5, $6, execution_deadline, run_id, trace_context FROM "+names.Run+" WHERE run_id = $7",
+		nextRunID, generation, next.Kind, []byte(next.Args), "continue-as-new:"+runID.String(), hash[:], runID); err != nil {
+		return fmt.Errorf("starting the next run of workflow %s: %w", run.WorkflowID, err)
+	}
+	return inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
+		ID: nextRunID, Kind: next.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID,
+	})
 }
 
 // completeTask completes the task's own job in tx, fenced: if this attempt

@@ -40,6 +40,9 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_run (
     run_deadline timestamptz,
     execution_deadline timestamptz,
     parent_run_id uuid,
+    -- The run this one continued (continue-as-new): a chain of runs of one
+    -- workflow ID, each a generation.
+    previous_run_id uuid,
     trace_context jsonb NOT NULL DEFAULT '{}',
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
@@ -59,6 +62,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS weir_run_generation_idx
 -- W2: a request ID names one start per workflow ID.
 CREATE UNIQUE INDEX IF NOT EXISTS weir_run_request_idx
     ON /* TEMPLATE: schema */weir_run (namespace, workflow_id, request_id);
+CREATE UNIQUE INDEX IF NOT EXISTS weir_run_previous_idx
+    ON /* TEMPLATE: schema */weir_run (previous_run_id) WHERE previous_run_id IS NOT NULL;
 -- The sweeper's scan: live runs only.
 CREATE INDEX IF NOT EXISTS weir_run_running_idx
     ON /* TEMPLATE: schema */weir_run (updated_at) WHERE state = 'running';
