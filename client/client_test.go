@@ -355,8 +355,9 @@ func TestGet(t *testing.T) {
 		// However many waiters, one backend LISTENs for this client.
 		listening := func() int {
 			var n int
-			require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = $1",
-				"LISTEN "+pgx.Identifier{dbschema.Channel(b.schema, dbschema.RunClosedChannel)}.Sanitize()).Scan(&n))
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query IN ($1, $2)",
+				"LISTEN "+pgx.Identifier{dbschema.Channel(b.schema, dbschema.RunClosedChannel)}.Sanitize(),
+				"LISTEN "+pgx.Identifier{dbschema.Channel(b.schema, dbschema.QueryAnsweredChannel)}.Sanitize()).Scan(&n))
 			return n
 		}
 		deadline := time.Now().Add(10 * time.Second)

@@ -25,6 +25,10 @@
 // Get waits on one LISTEN connection per Client, shared by all waiters, with
 // polling as a fallback; Close releases it.
 //
+// Talking to runs: Signal (+Tx, deduplicated by request ID), Cancel (+Tx; the
+// workflow's code sees its context cancelled and may clean up) and Query
+// (answered by a worker from the run's replayed history, open or closed).
+//
 // Operating runs: Describe (state, deadlines, pending activities with their
 // attempt and lease, pending inbox), History (paged) and WriteHistoryJSON,
 // List (filters and a keyset cursor, each served by an index), Terminate
@@ -46,6 +50,8 @@
 //	*PayloadError                 ErrPayload                 a payload can't be encoded or decoded;
 //	                              ErrPayloadTooLarge         … or exceeds Config.MaxPayloadBytes
 //	                              ErrInvalidCursor           a List cursor no List returned
+//	*QueryTimeoutError            ErrQueryTimeout            no worker answered a Query in time
+//	*QueryFailedError             ErrQueryFailed             the workflow could not answer (its Failure; Type "UnknownQuery" for no handler)
 //
 // For example:
 //

@@ -6,58 +6,66 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// listener is the one connection a Client LISTENs on for closed runs. Every
-// waiting Get registers with it instead of holding a connection of its own.
+// listener is the one connection a Client LISTENs on, for closed runs and
+// answered queries. Every waiting Get or Query registers with it instead of
+// holding a connection of its own.
 type listener struct {
-	channel string
-	logger  *slog.Logger
-	pool    *pgxpool.Pool
+	channels []string
+	logger   *slog.Logger
+	pool     *pgxpool.Pool
 
 	cancel context.CancelFunc
 	done   chan struct{}
 
 	mu      sync.Mutex
 	ready   chan struct{} // closed once LISTEN is in effect (or it gave up)
-	waiters map[uuid.UUID]map[chan struct{}]struct{}
+	waiters map[waitKey]map[chan struct{}]struct{}
 }
 
-func newListener(pool *pgxpool.Pool, channel string, logger *slog.Logger) *listener {
+// waitKey is what a waiter waits for: a notification on channel with
+// payload.
+type waitKey struct {
+	channel string
+	payload string
+}
+
+func newListener(pool *pgxpool.Pool, channels []string, logger *slog.Logger) *listener {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &listener{
-		cancel:  cancel,
-		channel: channel,
-		done:    make(chan struct{}),
-		logger:  logger,
-		pool:    pool,
-		ready:   make(chan struct{}),
-		waiters: make(map[uuid.UUID]map[chan struct{}]struct{}),
+		cancel:   cancel,
+		channels: channels,
+		done:     make(chan struct{}),
+		logger:   logger,
+		pool:     pool,
+		ready:    make(chan struct{}),
+		waiters:  make(map[waitKey]map[chan struct{}]struct{}),
 	}
 	go l.run(ctx)
 	return l
 }
 
-// register returns a channel that receives a value when runID may have
-// closed (a notification, or a reconnect after which notifications may have
-// been missed), and a function to unregister it.
-func (l *listener) register(runID uuid.UUID) (<-chan struct{}, func()) {
+// register returns a channel that receives a value when a notification on
+// channel with payload may have been sent (it was, or a reconnect may have
+// missed it), and a function to unregister it.
+func (l *listener) register(channel, payload string) (<-chan struct{}, func()) {
+	key := waitKey{channel: channel, payload: payload}
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
-	if l.waiters[runID] == nil {
-		l.waiters[runID] = make(map[chan struct{}]struct{})
+	if l.waiters[key] == nil {
+		l.waiters[key] = make(map[chan struct{}]struct{})
 	}
-	l.waiters[runID][ch] = struct{}{}
+	l.waiters[key][ch] = struct{}{}
 	l.mu.Unlock()
 	return ch, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		delete(l.waiters[runID], ch)
-		if len(l.waiters[runID]) == 0 {
-			delete(l.waiters, runID)
+		delete(l.waiters[key], ch)
+		if len(l.waiters[key]) == 0 {
+			delete(l.waiters, key)
 		}
 	}
 }
@@ -80,10 +88,10 @@ func (l *listener) close() {
 	<-l.done
 }
 
-func (l *listener) notify(runID uuid.UUID) {
+func (l *listener) notify(key waitKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for ch := range l.waiters[runID] {
+	for ch := range l.waiters[key] {
 		select {
 		case ch <- struct{}{}:
 		default:
@@ -136,8 +144,10 @@ func (l *listener) listenOnce(ctx context.Context, ready func()) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{l.channel}.Sanitize()); err != nil {
-		return err
+	for _, channel := range l.channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+			return err
+		}
 	}
 	// A reconnect may have missed notifications.
 	l.notifyAll()
@@ -148,10 +158,6 @@ func (l *listener) listenOnce(ctx context.Context, ready func()) error {
 		if err != nil {
 			return err
 		}
-		runID, err := uuid.Parse(notification.Payload)
-		if err != nil {
-			continue
-		}
-		l.notify(runID)
+		l.notify(waitKey{channel: notification.Channel, payload: notification.Payload})
 	}
 }

@@ -43,7 +43,10 @@ func GetResult[R any](ctx context.Context, run *Run) (R, error) {
 
 func (c *Client) sharedListener() *listener {
 	c.listenerOnce.Do(func() {
-		c.listener = newListener(c.pool, dbschema.Channel(c.config.Schema, dbschema.RunClosedChannel), c.config.Logger)
+		c.listener = newListener(c.pool, []string{
+			dbschema.Channel(c.config.Schema, dbschema.RunClosedChannel),
+			dbschema.Channel(c.config.Schema, dbschema.QueryAnsweredChannel),
+		}, c.config.Logger)
 	})
 	return c.listener
 }
@@ -60,7 +63,7 @@ func (c *Client) await(ctx context.Context, run *Run, out any) error {
 		var wake <-chan struct{}
 		unregister := func() {}
 		if l != nil {
-			wake, unregister = l.register(runID)
+			wake, unregister = l.register(dbschema.Channel(c.config.Schema, dbschema.RunClosedChannel), runID.String())
 			l.waitReady(ctx, listenerReadyWait)
 		} // else: the client was closed; poll.
 

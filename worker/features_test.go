@@ -48,6 +48,14 @@ type DoneSignal struct{}
 
 func (DoneSignal) Kind() string { return "done" }
 
+type SumQuery struct{}
+
+func (SumQuery) Kind() string { return "current_sum" }
+
+type OtherQuery struct{}
+
+func (OtherQuery) Kind() string { return "other" }
+
 type SumArgs struct {
 	TimeoutSeconds int `json:"timeout_seconds"`
 }
@@ -64,6 +72,7 @@ func (w *SumWorkflow) Run(ctx workflow.Context, args SumArgs) (int, error) {
 	done := workflow.GetSignalChannel[DoneSignal](ctx)
 	timeout := workflow.NewTimer(ctx, time.Duration(args.TimeoutSeconds)*time.Second)
 	sum, finished := 0, false
+	workflow.SetQueryHandler(ctx, func(SumQuery) (int, error) { return sum, nil })
 	for !finished {
 		workflow.NewSelector(ctx).
 			AddFuture(adds, func() {
@@ -188,6 +197,33 @@ func TestFeatures(t *testing.T) {
 		require.Contains(t, types, client.EventType("TimerFired"))
 	})
 
+	t.Run("QueryRunningWorkflow", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		start(ctx, t, b)
+
+		run, err := b.client.Start(ctx, SumArgs{TimeoutSeconds: 3600}, nil)
+		require.NoError(t, err)
+		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 5}, nil))
+		requireEventually(t, func() bool {
+			var sum int
+			err := b.client.Query(ctx, run.WorkflowID, uuid.Nil, SumQuery{}, &sum, nil)
+			require.NoError(t, err)
+			return sum == 5
+		})
+		require.NoError(t, b.client.Terminate(ctx, run.WorkflowID, uuid.Nil, "done"))
+
+		// Nobody runs this workflow's kind: the query times out, typed.
+		orphan, err := b.client.Start(ctx, client.RawArgs{JSON: []byte(`{}`), KindName: "nobody_runs_this"}, nil)
+		require.NoError(t, err)
+		err = b.client.Query(ctx, orphan.WorkflowID, orphan.RunID, SumQuery{}, nil, &client.QueryOpts{Timeout: 300 * time.Millisecond})
+		var timeout *client.QueryTimeoutError
+		require.ErrorAs(t, err, &timeout)
+		require.ErrorIs(t, err, client.ErrQueryTimeout)
+		require.Equal(t, orphan.RunID, timeout.RunID)
+	})
+
 	t.Run("SignalsDedupAndCancelTheTimer", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
@@ -210,6 +246,14 @@ func TestFeatures(t *testing.T) {
 		sum, err := getWithin[int](ctx, t, run)
 		require.NoError(t, err)
 		require.Equal(t, 111, sum)
+
+		// A closed run answers queries from its replayed history.
+		var queried int
+		require.NoError(t, b.client.Query(ctx, run.WorkflowID, run.RunID, SumQuery{}, &queried, nil))
+		require.Equal(t, 111, queried)
+		err = b.client.Query(ctx, run.WorkflowID, run.RunID, OtherQuery{}, &queried, nil)
+		require.ErrorIs(t, err, client.ErrQueryFailed)
+		require.ErrorContains(t, err, "UnknownQuery")
 
 		err = b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 1}, nil)
 		require.ErrorIs(t, err, client.ErrRunClosed)

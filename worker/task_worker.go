@@ -200,6 +200,12 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("advancing run %s: its append point moved under this task", runID)
 	}
+	if run.NextEventID == 1 {
+		// A run's first task: queries that waited for its handlers can go.
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", dbschema.Channel(names.Schema, dbschema.QueryChannel)); err != nil {
+			return fmt.Errorf("notifying query responders: %w", err)
+		}
+	}
 	if outcome.ContinuedAsNew != nil {
 		if err := w.continueAsNew(ctx, tx, &run, runID, outcome.ContinuedAsNew); err != nil {
 			return err

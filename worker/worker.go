@@ -34,6 +34,7 @@ type Worker struct {
 	mu           sync.Mutex
 	activities   map[string]struct{}
 	riverClient  *river.Client[pgx.Tx]
+	queries      *queryResponder
 	riverWorkers *river.Workers
 	started      bool
 	sweeper      *sweeper
@@ -187,6 +188,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.riverClient = riverClient
 	w.sweeper = newSweeper(w)
 	w.sweeper.start()
+	if len(w.workflows) > 0 {
+		w.queries = newQueryResponder(w)
+		w.queries.start()
+	}
 	w.started = true
 	return nil
 }
@@ -196,12 +201,15 @@ func (w *Worker) Start(ctx context.Context) error {
 // and stops the sweeper.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	riverClient, sweeper := w.riverClient, w.sweeper
+	riverClient, sweeper, queries := w.riverClient, w.sweeper, w.queries
 	w.mu.Unlock()
 	if riverClient == nil {
 		return nil
 	}
 	sweeper.stop()
+	if queries != nil {
+		queries.stop()
+	}
 	err := riverClient.Stop(ctx)
 	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		if stopErr := riverClient.StopAndCancel(context.WithoutCancel(ctx)); stopErr != nil {

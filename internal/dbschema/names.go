@@ -18,6 +18,7 @@ type Names struct {
 	Activity string
 	Event    string
 	Inbox    string
+	Query    string
 	RiverJob string
 	Run      string
 	Workflow string
@@ -31,6 +32,7 @@ func New(schema string) *Names {
 		Activity: Qualify(schema, "weir_activity"),
 		Event:    Qualify(schema, "weir_event"),
 		Inbox:    Qualify(schema, "weir_inbox"),
+		Query:    Qualify(schema, "weir_query"),
 		RiverJob: Qualify(schema, "river_job"),
 		Run:      Qualify(schema, "weir_run"),
 		Workflow: Qualify(schema, "weir_workflow"),
@@ -45,9 +47,17 @@ func Qualify(schema, table string) string {
 	return pgx.Identifier{schema, table}.Sanitize()
 }
 
-// RunClosedChannel is the LISTEN/NOTIFY channel on which a run's ID is sent
-// when it closes.
-const RunClosedChannel = "weir_run_closed"
+// LISTEN/NOTIFY channels (see Channel for their names in a schema).
+const (
+	// RunClosedChannel carries a run's ID when the run closes.
+	RunClosedChannel = "weir_run_closed"
+
+	// QueryChannel carries a query's ID when a client asks it.
+	QueryChannel = "weir_query"
+
+	// QueryAnsweredChannel carries a query's ID when a worker answered it.
+	QueryAnsweredChannel = "weir_query_answered"
+)
 
 // Channel is the LISTEN/NOTIFY channel name for name in schema. Channels
 // are per database, so the schema is part of the name; a name too long for

@@ -128,3 +128,24 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_activity (
 );
 CREATE INDEX IF NOT EXISTS weir_activity_job_idx ON /* TEMPLATE: schema */weir_activity (job_id);
 CREATE INDEX IF NOT EXISTS weir_activity_deadline_idx ON /* TEMPLATE: schema */weir_activity (deadline) WHERE deadline IS NOT NULL;
+
+-- Queries waiting for, or holding, their answer. A client inserts one and
+-- notifies workers; a worker that runs the workflow's kind in its namespace
+-- claims it, replays the run and writes the answer; the client reads it and
+-- deletes the row. Rows are short-lived; abandoned ones expire.
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_query (
+    id bigserial PRIMARY KEY,
+    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    namespace text NOT NULL,
+    workflow_kind text NOT NULL,
+    kind text NOT NULL,
+    args bytea,
+    result bytea,
+    failure jsonb,
+    claimed_at timestamptz,
+    answered_at timestamptz,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS weir_query_pending_idx
+    ON /* TEMPLATE: schema */weir_query (namespace, workflow_kind, id) WHERE answered_at IS NULL;

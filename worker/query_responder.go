@@ -1,0 +1,243 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay"
+)
+
+const (
+	// queryClaimBatch bounds the queries one claim takes.
+	queryClaimBatch = 20
+
+	// queryConcurrency bounds the queries a worker answers at once.
+	queryConcurrency = 8
+
+	// queryPollInterval is how often the responder looks for queries when
+	// no notification arrives (a lost listener connection).
+	queryPollInterval = time.Second
+
+	// queryReclaimAfter lets another worker take a query whose claimer went
+	// quiet (it died mid-answer).
+	queryReclaimAfter = 5 * time.Second
+)
+
+// queryResponder answers queries for the workflow kinds and namespaces the
+// worker serves: it LISTENs for new queries, claims them (SKIP LOCKED, so
+// workers share the load), replays each run and writes the answer.
+type queryResponder struct {
+	w *Worker
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	wg     sync.WaitGroup
+	slots  chan struct{}
+}
+
+func newQueryResponder(w *Worker) *queryResponder {
+	return &queryResponder{slots: make(chan struct{}, queryConcurrency), w: w}
+}
+
+func (r *queryResponder) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan struct{})
+	wake := make(chan struct{}, 1)
+	r.wg.Go(func() { r.listen(ctx, wake) })
+	go func() {
+		defer close(r.done)
+		ticker := time.NewTicker(queryPollInterval)
+		defer ticker.Stop()
+		for {
+			if err := r.claimAndAnswer(ctx); err != nil && ctx.Err() == nil {
+				r.w.config.Logger.WarnContext(ctx, "weir: answering queries failed", slog.String("error", err.Error()))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-wake:
+			case <-ticker.C:
+			}
+		}
+	}()
+}
+
+func (r *queryResponder) stop() {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	r.wg.Wait()
+}
+
+// listen wakes the claim loop on every new query.
+func (r *queryResponder) listen(ctx context.Context, wake chan<- struct{}) {
+	channel := dbschema.Channel(r.w.names.Schema, dbschema.QueryChannel)
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := pgx.ConnectConfig(ctx, r.w.pool.Config().ConnConfig.Copy())
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+				return err
+			}
+			for {
+				if _, err := conn.WaitForNotification(ctx); err != nil {
+					return err
+				}
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		r.w.config.Logger.WarnContext(ctx, "weir: query listener lost its connection; polling meanwhile", slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+type claimedQuery struct {
+	args  []byte
+	id    int64
+	kind  string
+	runID uuid.UUID
+}
+
+func (r *queryResponder) claimAndAnswer(ctx context.Context) error {
+	names := r.w.names
+	kinds := slices.Sorted(maps.Keys(r.w.workflows))
+	for {
+		rows, err := r.w.pool.Query(ctx, "UPDATE "+names.Query+" q SET claimed_at = now()"+
+			" WHERE id IN (SELECT id FROM "+names.Query+
+			"  WHERE answered_at IS NULL AND expires_at > now()"+
+			"  AND (claimed_at IS NULL OR claimed_at < now() - $3::bigint * interval '1 microsecond')"+
+			"  AND namespace = ANY($1) AND workflow_kind = ANY($2)"+
+			"  ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)"+
+			" RETURNING id, run_id, kind, args",
+			r.w.config.Namespaces, kinds, queryReclaimAfter.Microseconds(), queryClaimBatch)
+		if err != nil {
+			return fmt.Errorf("claiming queries: %w", err)
+		}
+		claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedQuery, error) {
+			var q claimedQuery
+			err := row.Scan(&q.id, &q.runID, &q.kind, &q.args)
+			return q, err
+		})
+		if err != nil {
+			return fmt.Errorf("claiming queries: %w", err)
+		}
+		for _, q := range claimed {
+			select {
+			case r.slots <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			r.wg.Go(func() {
+				defer func() { <-r.slots }()
+				if err := r.answer(ctx, q); err != nil && ctx.Err() == nil {
+					r.w.config.Logger.WarnContext(ctx, "weir: answering a query failed",
+						slog.Int64("query_id", q.id), slog.String("error", err.Error()))
+				}
+			})
+		}
+		if len(claimed) < queryClaimBatch {
+			return nil
+		}
+	}
+}
+
+// answer replays the run and records the handler's answer (or failure).
+func (r *queryResponder) answer(ctx context.Context, q claimedQuery) error {
+	names := r.w.names
+	var (
+		result     []byte
+		failure    *history.Failure
+		notStarted bool
+	)
+	err := pgx.BeginTxFunc(ctx, r.w.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		var run runRow
+		if err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind FROM "+names.Run+" WHERE run_id = $1", q.runID).
+			Scan(&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind); err != nil {
+			return err
+		}
+		def := r.w.workflows[run.Kind]
+		if def == nil {
+			return fmt.Errorf("workflow %s is not registered here", run.Kind)
+		}
+		events, err := loadHistory(ctx, tx, names, q.runID)
+		if err != nil {
+			return err
+		}
+		if len(events) == 0 {
+			// Its first task has not run yet, so its code has registered no
+			// handler: answer once it has (its commit wakes the responders).
+			notStarted = true
+			return nil
+		}
+		answer, queryErr := replay.Query(ctx, def, &replay.QueryParams{
+			Args: q.args,
+			ExecuteParams: replay.ExecuteParams{
+				Codec:           r.w.config.Codec,
+				DeadlockTimeout: r.w.config.DeadlockTimeout,
+				History:         events,
+				Info:            replay.Info{Generation: run.Generation, Kind: run.Kind, RunID: q.runID.String(), WorkflowID: run.WorkflowID},
+				Logger:          r.w.config.Logger,
+				Now:             time.Now(),
+			},
+			Kind: q.kind,
+		})
+		switch {
+		case errors.Is(queryErr, replay.ErrUnknownQuery):
+			failure = &history.Failure{Message: queryErr.Error(), Type: "UnknownQuery"}
+		case queryErr != nil:
+			failure = failureFromError(queryErr)
+		default:
+			result = answer
+		}
+		return nil
+	})
+	if notStarted {
+		_, err := r.w.pool.Exec(ctx, "UPDATE "+names.Query+" SET claimed_at = NULL WHERE id = $1", q.id)
+		return err
+	}
+	if err != nil {
+		failure = &history.Failure{Message: err.Error(), Type: "QueryError"}
+	}
+	var failureJSON []byte
+	if failure != nil {
+		if failureJSON, err = json.Marshal(failure); err != nil {
+			return err
+		}
+	}
+	return pgx.BeginFunc(ctx, r.w.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "UPDATE "+names.Query+" SET result = $2, failure = $3, answered_at = now() WHERE id = $1",
+			q.id, result, failureJSON); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(names.Schema, dbschema.QueryAnsweredChannel), strconv.FormatInt(q.id, 10))
+		return err
+	})
+}
