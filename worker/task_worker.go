@@ -54,6 +54,10 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 			return t.w.runTask(ctx, tx, t.def, job)
 		})
 	})
+	if err == nil && t.w.timers != nil {
+		// The task may have started a timer: let the waker look again.
+		t.w.timers.poke()
+	}
 	if err != nil {
 		err = fmt.Errorf("workflow task of run %s (job %d, attempt %d): %w", job.Args.RunID, job.ID, job.Attempt, err)
 		// River keeps only the error's text: put a panic's stack in it, so

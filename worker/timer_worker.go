@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -24,12 +26,108 @@ func (w *Worker) startTimer(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 	if err != nil {
 		return err
 	}
-	if _, err := w.riverClient.InsertTx(ctx, tx, timer.Args{RunID: runID, StartedEventID: e.ID}, &river.InsertOpts{
+	inserted, err := w.riverClient.InsertTx(ctx, tx, timer.Args{RunID: runID, StartedEventID: e.ID}, &river.InsertOpts{
 		MaxAttempts: activityMaxAttemptsUnlimited, Queue: run.Queue, ScheduledAt: attrs.FireAt,
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("inserting timer of event %d: %w", e.ID, err)
 	}
+	// Available at once, due later: River fetches it as soon as it is due
+	// and a fetch happens, which the timer waker triggers right then, instead
+	// of waiting for River's scheduler (every 5 seconds) to promote it.
+	if _, err := tx.Exec(ctx, "UPDATE "+w.names.RiverJob+" SET state = 'available' WHERE id = $1 AND state = 'scheduled'", inserted.Job.ID); err != nil {
+		return fmt.Errorf("making timer of event %d fetchable: %w", e.ID, err)
+	}
 	return nil
+}
+
+// timerWaker makes River fetch durable timers the moment they are due: it
+// sleeps until the next due timer and then sends River's own insert
+// notification for the timer's queue, which wakes the queue's producers.
+type timerWaker struct {
+	w *Worker
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	kick   chan struct{}
+}
+
+// timerWakerMaxSleep bounds the waker's sleep, so timers other processes
+// start are noticed soon too.
+const timerWakerMaxSleep = time.Second
+
+func newTimerWaker(w *Worker) *timerWaker {
+	return &timerWaker{kick: make(chan struct{}, 1), w: w}
+}
+
+// poke tells the waker a timer may have been started.
+func (t *timerWaker) poke() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (t *timerWaker) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel, t.done = cancel, make(chan struct{})
+	go func() {
+		defer close(t.done)
+		lastWake := time.Now().Add(-timerWakerMaxSleep)
+		for ctx.Err() == nil {
+			var (
+				queue string
+				due   time.Time
+				now   time.Time
+			)
+			err := t.w.pool.QueryRow(ctx, "SELECT queue, scheduled_at, now() FROM "+t.w.names.RiverJob+
+				" WHERE kind = $1 AND state = 'available' AND scheduled_at > $2 ORDER BY scheduled_at LIMIT 1",
+				timer.Kind, lastWake).Scan(&queue, &due, &now)
+			sleep := timerWakerMaxSleep
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				if ctx.Err() == nil {
+					t.w.config.Logger.WarnContext(ctx, "weir: timer waker failed", slog.String("error", err.Error()))
+				}
+			case !due.After(now):
+				if err := t.notify(ctx, queue); err != nil && ctx.Err() == nil {
+					t.w.config.Logger.WarnContext(ctx, "weir: timer waker failed to notify", slog.String("error", err.Error()))
+				}
+				lastWake = due
+				continue
+			default:
+				sleep = min(due.Sub(now), timerWakerMaxSleep)
+			}
+			timer := time.NewTimer(sleep)
+			select {
+			case <-ctx.Done():
+			case <-t.kick:
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+	}()
+}
+
+func (t *timerWaker) stop() {
+	if t.cancel == nil {
+		return
+	}
+	t.cancel()
+	<-t.done
+}
+
+// notify sends River's insert notification for queue, as River's own
+// insert does: producers of the queue fetch at once.
+func (t *timerWaker) notify(ctx context.Context, queue string) error {
+	payload, err := json.Marshal(map[string]string{"queue": queue})
+	if err != nil {
+		return err
+	}
+	_, err = t.w.pool.Exec(ctx, "SELECT pg_notify(coalesce(nullif($1::text, ''), current_schema()) || '.river_insert', $2)",
+		t.w.names.Schema, string(payload))
+	return err
 }
 
 // cancelJobs cancels the River jobs of activities and timers a task

@@ -38,6 +38,7 @@ type Worker struct {
 	riverWorkers *river.Workers
 	started      bool
 	sweeper      *sweeper
+	timers       *timerWaker
 	workflows    map[string]*replay.Definition
 }
 
@@ -188,6 +189,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.riverClient = riverClient
 	w.sweeper = newSweeper(w)
 	w.sweeper.start()
+	w.timers = newTimerWaker(w)
+	w.timers.start()
 	if len(w.workflows) > 0 {
 		w.queries = newQueryResponder(w)
 		w.queries.start()
@@ -201,12 +204,13 @@ func (w *Worker) Start(ctx context.Context) error {
 // and stops the sweeper.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	riverClient, sweeper, queries := w.riverClient, w.sweeper, w.queries
+	riverClient, sweeper, queries, timers := w.riverClient, w.sweeper, w.queries, w.timers
 	w.mu.Unlock()
 	if riverClient == nil {
 		return nil
 	}
 	sweeper.stop()
+	timers.stop()
 	if queries != nil {
 		queries.stop()
 	}
