@@ -14,6 +14,10 @@ import (
 )
 
 const (
+	// FetchCooldownDefault is River's default cut to a fifth: workflow steps
+	// chain fetches, so the cooldown adds up along a run.
+	FetchCooldownDefault = 20 * time.Millisecond
+
 	// MaxWorkersDefault is the River MaxWorkers of the default queue.
 	MaxWorkersDefault = 100
 
@@ -37,6 +41,12 @@ type Config struct {
 	// fails and is retried; negative disables the check. Defaults to
 	// replay.DeadlockTimeoutDefault (1 second).
 	DeadlockTimeout time.Duration
+
+	// FetchCooldown is the least time between two fetches of a queue (River's
+	// FetchCooldown). Every workflow step is a fetch away from the previous
+	// one, so it bounds how fast a run advances. Defaults to
+	// FetchCooldownDefault.
+	FetchCooldown time.Duration
 
 	// Fencing configures leases of workflow tasks and activities. Defaults
 	// to fencing's defaults.
@@ -94,6 +104,7 @@ func (c *Config) withDefaults() *Config {
 	if out.Queues == nil {
 		out.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
 	}
+	out.FetchCooldown = cmp.Or(out.FetchCooldown, FetchCooldownDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, client.MaxPayloadBytesDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
 	out.TaskTimeout = cmp.Or(out.TaskTimeout, TaskTimeoutDefault)

@@ -172,6 +172,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 
 	riverClient, err := river.NewClient(w.driver, &river.Config{
+		FetchCooldown:       w.config.FetchCooldown,
 		FetchOnlyKnownKinds: true,
 		JobTimeout:          w.config.TaskTimeout,
 		Logger:              w.config.Logger,
