@@ -25,7 +25,8 @@
 // Get waits on one LISTEN connection per Client, shared by all waiters, with
 // polling as a fallback; Close releases it.
 //
-// Talking to runs: Signal (+Tx, deduplicated by request ID), Cancel (+Tx; the
+// Talking to runs: Signal (+Tx, deduplicated by request ID), SignalWithStart
+// (+Tx: signal the live run or start one, as one step), Cancel (+Tx; the
 // workflow's code sees its context cancelled and may clean up) and Query
 // (answered by a worker from the run's replayed history, open or closed).
 //

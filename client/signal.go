@@ -113,3 +113,51 @@ func (c *Client) deliver(ctx context.Context, tx pgx.Tx, workflowID string, runI
 	}
 	return nil
 }
+
+// SignalWithStart is SignalWithStartTx in a transaction of its own.
+func (c *Client) SignalWithStart(ctx context.Context, args WorkflowArgs, opts *StartOpts, signal SignalArgs, signalOpts *SignalOpts) (*Run, error) {
+	var run *Run
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+		run, err = c.SignalWithStartTx(ctx, tx, args, opts, signal, signalOpts)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// SignalWithStartTx signals the workflow's live run, starting it first (with
+// args and opts) if it has none, as one step in tx: the signal is never lost
+// between a check and a start, and concurrent callers all reach the same run.
+// The returned Run's Created says whether this call started it.
+func (c *Client) SignalWithStartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts, signal SignalArgs, signalOpts *SignalOpts) (*Run, error) {
+	if opts == nil || opts.WorkflowID == "" {
+		return nil, errors.New("weir: SignalWithStart needs StartOpts.WorkflowID")
+	}
+	// The live run may close between finding it and signalling it; then a
+	// new run starts and gets the signal. Twice is enough unless runs close
+	// as fast as they start.
+	const attempts = 3
+	var err error
+	for range attempts {
+		var run *Run
+		run, err = c.StartTx(ctx, tx, args, opts)
+		var started *WorkflowAlreadyStartedError
+		switch {
+		case errors.As(err, &started):
+			run = &Run{Generation: started.Generation, Namespace: started.Namespace, RunID: started.RunID, WorkflowID: started.WorkflowID, client: c}
+		case err != nil:
+			return nil, err
+		}
+		err = c.SignalTx(ctx, tx, run.WorkflowID, run.RunID, signal, signalOpts)
+		if errors.Is(err, ErrRunClosed) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return run, nil
+	}
+	return nil, err
+}

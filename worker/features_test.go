@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,6 +223,49 @@ func TestFeatures(t *testing.T) {
 		require.ErrorAs(t, err, &timeout)
 		require.ErrorIs(t, err, client.ErrQueryTimeout)
 		require.Equal(t, orphan.RunID, timeout.RunID)
+	})
+
+	t.Run("SignalWithStart", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		start(ctx, t, b)
+
+		// Racing callers reach one run; every signal arrives.
+		const callers = 5
+		runs := make([]*client.Run, callers)
+		errs := make([]error, callers)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() {
+				runs[i], errs[i] = b.client.SignalWithStart(ctx, SumArgs{TimeoutSeconds: 3600}, &client.StartOpts{WorkflowID: "sws"},
+					AddSignal{N: 1}, nil)
+			})
+		}
+		wg.Wait()
+		created := 0
+		for i := range callers {
+			require.NoError(t, errs[i])
+			require.Equal(t, runs[0].RunID, runs[i].RunID)
+			if runs[i].Created {
+				created++
+			}
+		}
+		require.Equal(t, 1, created)
+		require.NoError(t, b.client.Signal(ctx, "sws", uuid.Nil, DoneSignal{}, nil))
+		sum, err := getWithin[int](ctx, t, runs[0])
+		require.NoError(t, err)
+		require.Equal(t, callers, sum)
+
+		// After the run closed, SignalWithStart starts the next one.
+		next, err := b.client.SignalWithStart(ctx, SumArgs{TimeoutSeconds: 3600}, &client.StartOpts{WorkflowID: "sws"}, AddSignal{N: 7}, nil)
+		require.NoError(t, err)
+		require.True(t, next.Created)
+		require.Equal(t, int64(2), next.Generation)
+		require.NoError(t, b.client.Signal(ctx, "sws", uuid.Nil, DoneSignal{}, nil))
+		sum, err = getWithin[int](ctx, t, next)
+		require.NoError(t, err)
+		require.Equal(t, 7, sum)
 	})
 
 	t.Run("SignalsDedupAndCancelTheTimer", func(t *testing.T) {
