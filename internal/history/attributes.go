@@ -362,6 +362,49 @@ func (a *SignalReceivedAttributes) validate() string {
 	return ""
 }
 
+// UpdateAcceptedAttributes are the attributes of [EventUpdateAccepted].
+type UpdateAcceptedAttributes struct {
+	// UpdateID identifies the update (the caller's request ID).
+	UpdateID string `json:"update_id"`
+	// Kind is the update type: the Kind() of its args.
+	Kind string `json:"kind"`
+	// Args are the update's encoded args.
+	Args Payload `json:"args"`
+}
+
+// EventType implements Attributes.
+func (*UpdateAcceptedAttributes) EventType() EventType { return EventUpdateAccepted }
+
+func (a *UpdateAcceptedAttributes) validate() string {
+	switch {
+	case a.UpdateID == "":
+		return "update_id is required"
+	case a.Kind == "":
+		return "kind is required"
+	}
+	return ""
+}
+
+// UpdateCompletedAttributes are the attributes of [EventUpdateCompleted].
+type UpdateCompletedAttributes struct {
+	// UpdateID identifies the update.
+	UpdateID string `json:"update_id"`
+	// Result is the handler's encoded result, when it returned no error.
+	Result Payload `json:"result,omitempty"`
+	// Failure is the handler's error, if it returned one.
+	Failure *Failure `json:"failure,omitempty"`
+}
+
+// EventType implements Attributes.
+func (*UpdateCompletedAttributes) EventType() EventType { return EventUpdateCompleted }
+
+func (a *UpdateCompletedAttributes) validate() string {
+	if a.UpdateID == "" {
+		return "update_id is required"
+	}
+	return ""
+}
+
 func validateStartedEventID(id int64) string {
 	if id <= 0 {
 		return "started_event_id must be positive"
@@ -425,6 +468,10 @@ func newAttributes(t EventType) Attributes {
 		return &SignalReceivedAttributes{}
 	case EventWorkflowContinuedAsNew:
 		return &WorkflowContinuedAsNewAttributes{}
+	case EventUpdateAccepted:
+		return &UpdateAcceptedAttributes{}
+	case EventUpdateCompleted:
+		return &UpdateCompletedAttributes{}
 	}
 	return nil
 }

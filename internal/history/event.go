@@ -62,6 +62,11 @@ const (
 	// new run of the same workflow ID with fresh args (and a fresh
 	// history). Command.
 	EventWorkflowContinuedAsNew EventType = "WorkflowContinuedAsNew"
+	// EventUpdateAccepted is an update the workflow's validator accepted; its
+	// handler runs from here. Input (a rejected update never enters history).
+	EventUpdateAccepted EventType = "UpdateAccepted"
+	// EventUpdateCompleted is the result of an update's handler. Command.
+	EventUpdateCompleted EventType = "UpdateCompleted"
 )
 
 // EventTypes returns every event type, inputs first, then the boundary, then
@@ -69,11 +74,11 @@ const (
 func EventTypes() []EventType {
 	return []EventType{
 		EventWorkflowStarted, EventActivityCompleted, EventActivityFailed, EventActivityTimedOut,
-		EventActivityCanceled, EventTimerFired, EventSignalReceived, EventCancelRequested,
+		EventActivityCanceled, EventTimerFired, EventSignalReceived, EventCancelRequested, EventUpdateAccepted,
 		EventWorkflowTaskStarted,
 		EventActivityScheduled, EventActivityCancelRequested, EventTimerStarted, EventTimerCanceled,
 		EventMarkerRecorded, EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled,
-		EventWorkflowContinuedAsNew,
+		EventWorkflowContinuedAsNew, EventUpdateCompleted,
 	}
 }
 
@@ -104,7 +109,7 @@ func (t EventType) IsInput() bool {
 	switch t {
 	case EventWorkflowStarted, EventActivityCompleted, EventActivityFailed,
 		EventActivityTimedOut, EventActivityCanceled, EventCancelRequested, EventTimerFired,
-		EventSignalReceived:
+		EventSignalReceived, EventUpdateAccepted:
 		return true
 	}
 	return false
@@ -116,7 +121,7 @@ func (t EventType) IsCommand() bool {
 	case EventActivityScheduled, EventActivityCancelRequested, EventMarkerRecorded,
 		EventTimerStarted, EventTimerCanceled,
 		EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled,
-		EventWorkflowContinuedAsNew:
+		EventWorkflowContinuedAsNew, EventUpdateCompleted:
 		return true
 	}
 	return false

@@ -52,6 +52,9 @@ func TestAttributesJSON(t *testing.T) {
 		&WorkflowFailedAttributes{Failure: Failure{Message: "charging: card declined", Type: "*fmt.wrapError"}},
 		&WorkflowCanceledAttributes{Failure: Failure{Message: "workflow: canceled", Type: "Canceled"}},
 		&WorkflowContinuedAsNewAttributes{Kind: "order", Args: Payload(`{"id":"o-1","round":2}`)},
+		&UpdateAcceptedAttributes{UpdateID: "req-7", Kind: "add_item", Args: Payload(`{"sku":"A-1","quantity":2}`)},
+		&UpdateCompletedAttributes{UpdateID: "req-7", Result: Payload(`{"items":3}`)},
+		&UpdateCompletedAttributes{UpdateID: "req-8", Failure: &Failure{Message: "out of stock", Type: "OutOfStock"}},
 	}
 	type sample struct {
 		Type       EventType       `json:"type"`

@@ -44,6 +44,8 @@ func TestAttributesRoundTrip(t *testing.T) {
 		&TimerCanceledAttributes{StartedEventID: 5},
 		&SignalReceivedAttributes{Kind: "approve", Args: Payload(`{"by":"ann"}`)},
 		&WorkflowContinuedAsNewAttributes{Kind: "order", Args: Payload(`{"id":"o-2"}`)},
+		&UpdateAcceptedAttributes{UpdateID: "u-1", Kind: "add_item", Args: Payload(`{"sku":"A"}`)},
+		&UpdateCompletedAttributes{UpdateID: "u-1", Result: Payload(`3`)},
 	}
 	seen := map[EventType]bool{}
 	for _, attrs := range all {
