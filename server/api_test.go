@@ -132,7 +132,28 @@ func call(t *testing.T, b *apiBundle, method, path, token string, body any) (int
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
+	checkResponse(t, req, resp.StatusCode, resp.Header, data)
 	return resp.StatusCode, data
+}
+
+// rawGet is a GET safe off the test goroutine: nil unless it answered 200
+// with a T.
+func rawGet[T any](ctx context.Context, url, token string) *T {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	out := new(T)
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(out) != nil {
+		return nil
+	}
+	return out
 }
 
 func callJSON[T any](t *testing.T, b *apiBundle, wantStatus int, method, path, token string, body any) *T {
@@ -388,13 +409,9 @@ func TestAPI(t *testing.T) {
 
 		// A long poll in flight returns once the signal lets the run complete.
 		polled := make(chan *server.ResultResponse, 1)
-		go func() {
-			status, data := call(t, b, http.MethodGet, workflowPath("default", workflowID, "/result?wait=60s"), readerSecret, nil)
-			var out server.ResultResponse
-			if status == http.StatusOK && json.Unmarshal(data, &out) == nil {
-				polled <- &out
-			}
-			close(polled)
+		go func() { // no require off the test goroutine: a nil means failure
+			defer close(polled)
+			polled <- rawGet[server.ResultResponse](t.Context(), b.url+workflowPath("default", workflowID, "/result?wait=60s"), readerSecret)
 		}()
 		signal := &server.SignalRequest{Kind: "go", Args: json.RawMessage(`{"value":"ahead"}`), RequestID: "sig-1"}
 		callJSON[server.AckResponse](t, b, http.StatusOK, http.MethodPost, workflowPath("default", workflowID, "/signal"), writerSecret, signal)

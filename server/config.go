@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/client"
@@ -177,4 +178,34 @@ func (t *Token) allows(namespace string) bool {
 		}
 	}
 	return false
+}
+
+// ParseTokens reads tokens written as NAME:ROLE:NAMESPACES:SECRET, where
+// NAMESPACES is a comma-separated list or "*", separated by semicolons or
+// newlines; the secret is the rest of the entry and may contain colons. This
+// is the format of weir server's --token flag and WEIR_TOKENS. Errors never
+// include a secret.
+func ParseTokens(s string) ([]*Token, error) {
+	var tokens []*Token
+	for i, entry := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == '\n' }) {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		parts := strings.SplitN(entry, ":", 4)
+		if len(parts) != 4 {
+			return nil, fmt.Errorf("token %d: want NAME:ROLE:NAMESPACES:SECRET", i+1)
+		}
+		token := &Token{Name: parts[0], Role: Role(parts[1]), Secret: parts[3]}
+		for _, ns := range strings.Split(parts[2], ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				token.Namespaces = append(token.Namespaces, ns)
+			}
+		}
+		if err := token.validate(); err != nil {
+			return nil, fmt.Errorf("token %d (%s): %w", i+1, token.Name, err)
+		}
+		tokens = append(tokens, token)
+	}
+	return tokens, nil
 }

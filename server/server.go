@@ -84,6 +84,16 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 	return s, nil
 }
 
+// Routes lists the server's routes as "METHOD /pattern", in the
+// ServeMux pattern syntax the OpenAPI document also uses.
+func (s *Server) Routes() []string {
+	out := make([]string, 0, len(s.routes))
+	for _, rt := range s.routes {
+		out = append(out, rt.method+" "+rt.pattern)
+	}
+	return out
+}
+
 // Handler is the server's root handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
