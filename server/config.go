@@ -22,6 +22,10 @@ const (
 	// MaxWaitDefault caps the wait parameter of a result long poll.
 	MaxWaitDefault = 60 * time.Second
 
+	// ShutdownTimeoutDefault bounds how long Serve waits for in-flight
+	// requests once its context ends.
+	ShutdownTimeoutDefault = 30 * time.Second
+
 	// RequestTimeoutDefault bounds each API request (a result long poll gets
 	// its wait on top).
 	RequestTimeoutDefault = 30 * time.Second
@@ -61,6 +65,10 @@ type Config struct {
 	// RequestTimeoutDefault.
 	RequestTimeout time.Duration
 
+	// ShutdownTimeout bounds how long Serve waits for in-flight requests once
+	// its context ends. Defaults to ShutdownTimeoutDefault.
+	ShutdownTimeout time.Duration
+
 	// Schema is the Postgres schema holding River's and weir's tables.
 	// Defaults to empty: the first schema on the search_path.
 	Schema string
@@ -81,12 +89,13 @@ func (c *Config) withDefaults() *Config {
 	out.MaxBodyBytes = cmp.Or(out.MaxBodyBytes, MaxBodyBytesDefault)
 	out.MaxWait = cmp.Or(out.MaxWait, MaxWaitDefault)
 	out.RequestTimeout = cmp.Or(out.RequestTimeout, RequestTimeoutDefault)
+	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
 	return &out
 }
 
 func (c *Config) validate() error {
-	if c.CheckTimeout < 0 || c.MaxBodyBytes < 0 || c.MaxWait < 0 || c.RequestTimeout < 0 {
-		return errors.New("server config: CheckTimeout, MaxBodyBytes, MaxWait and RequestTimeout must not be negative")
+	if c.CheckTimeout < 0 || c.MaxBodyBytes < 0 || c.MaxWait < 0 || c.RequestTimeout < 0 || c.ShutdownTimeout < 0 {
+		return errors.New("server config: CheckTimeout, MaxBodyBytes, MaxWait, RequestTimeout and ShutdownTimeout must not be negative")
 	}
 	secrets := make(map[string]string, len(c.Tokens))
 	for i, token := range c.Tokens {
@@ -157,13 +166,13 @@ type Token struct {
 
 func (t *Token) validate() error {
 	if t.Name == "" {
-		return errors.New("Name is required")
+		return errors.New("a name is required")
 	}
 	if t.Role.rank() == 0 {
 		return fmt.Errorf("role %q is not read, write or admin", t.Role)
 	}
 	if len(t.Namespaces) == 0 {
-		return errors.New("Namespaces is required (use \"*\" for all)")
+		return errors.New("at least one namespace is required (\"*\" for all)")
 	}
 	if len(t.Secret) < tokenSecretMinLength {
 		return fmt.Errorf("secret is shorter than %d bytes", tokenSecretMinLength)

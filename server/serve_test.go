@@ -2,9 +2,11 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +84,24 @@ func TestServe(t *testing.T) {
 		t.Parallel()
 		b := setupAPI(t, &server.Config{AllowUnauthenticated: true, Tokens: []*server.Token{}})
 		callJSON[server.ListResponse](t, b, 200, "GET", workflowsPath("default"), "", nil)
+	})
+
+	t.Run("RequestTimeoutIsDeadlineExceeded", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		srv, err := server.New(poolFor(t), &server.Config{
+			AllowUnauthenticated: true, RequestTimeout: time.Nanosecond, Schema: dbtest.TestSchema(ctx, t),
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, srv.Close()) })
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/api/v1/namespaces/default/workflows", nil)
+		srv.Handler().ServeHTTP(rec, req)
+		require.Equal(t, http.StatusGatewayTimeout, rec.Code, rec.Body.String())
+		var resp server.ErrorResponse
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp))
+		require.Equal(t, server.CodeDeadlineExceeded, resp.Error.Code)
+		checkResponse(t, req, rec.Code, rec.Header(), rec.Body.Bytes())
 	})
 
 	t.Run("RejectsBadTokens", func(t *testing.T) {

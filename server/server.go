@@ -18,10 +18,6 @@ import (
 	"github.com/weirhq/weir/migrations"
 )
 
-// ShutdownTimeoutDefault bounds how long Serve waits for in-flight requests
-// once its context ends.
-const ShutdownTimeoutDefault = 30 * time.Second
-
 // Server serves weir's HTTP endpoints: the JSON API under /api/v1, its
 // OpenAPI document, /healthz, /readyz and /metrics.
 type Server struct {
@@ -113,7 +109,7 @@ func (s *Server) Close() error {
 // Serve serves the handler on listener until ctx ends, then shuts down
 // gracefully: it stops accepting connections, ends long polls (they answer
 // "not closed yet", so callers poll again elsewhere) and waits up to
-// ShutdownTimeoutDefault for in-flight requests to finish. It returns nil
+// Config.ShutdownTimeout for in-flight requests to finish. It returns nil
 // after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, listener net.Listener) error {
 	httpServer := &http.Server{
@@ -134,7 +130,7 @@ func (s *Server) Serve(ctx context.Context, listener net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.stop() // long polls return now
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeoutDefault)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.config.ShutdownTimeout)
 	defer cancel()
 	if err := httpServer.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutting down HTTP: %w", err)

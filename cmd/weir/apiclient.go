@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -128,10 +127,4 @@ func (c *apiClient) workflowsPath() string {
 
 func (c *apiClient) workflowPath(workflowID, suffix string) string {
 	return c.workflowsPath() + "/" + url.PathEscape(workflowID) + suffix
-}
-
-// isAPIError reports whether err is the server's error with this code.
-func isAPIError(err error, code string) bool {
-	var apiErr *apiError
-	return errors.As(err, &apiErr) && apiErr.apiErr.Code == code
 }
