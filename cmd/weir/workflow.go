@@ -49,7 +49,11 @@ func addAPIFlags(cmd *cobra.Command, g *globals, opts *apiOpts) {
 }
 
 func (o *apiOpts) client(g *globals) *apiClient {
-	return &apiClient{address: o.address, http: &http.Client{}, namespace: o.namespace, token: g.getenv(o.tokenEnv)}
+	address := o.address
+	if !strings.Contains(address, "://") {
+		address = "http://" + address // "127.0.0.1:8844" means the obvious
+	}
+	return &apiClient{address: address, http: &http.Client{}, namespace: o.namespace, token: g.getenv(o.tokenEnv)}
 }
 
 func newWorkflowCommand(g *globals) *cobra.Command {
