@@ -81,7 +81,23 @@ func TestOpenAPI(t *testing.T) {
 				documented = append(documented, method+" "+path)
 			}
 		}
-		routes := srv.Routes()
+		var routes []string
+		for _, rt := range srv.Routes() {
+			routes = append(routes, rt.Method+" "+rt.Pattern)
+
+			// The document states each route's role, and public routes need no token.
+			op := doc.Paths.Value(rt.Pattern).GetOperation(rt.Method)
+			require.NotNil(t, op, rt.Pattern)
+			if rt.Role == "" {
+				require.NotNil(t, op.Security, rt.Pattern)
+				require.Empty(t, *op.Security, rt.Pattern)
+				continue
+			}
+			require.Equal(t, string(rt.Role), op.Extensions["x-weir-role"], rt.Pattern)
+			require.NotEmpty(t, *op.Security, rt.Pattern)
+			require.Contains(t, op.Responses.Map(), "401", rt.Pattern)
+			require.Contains(t, op.Responses.Map(), "403", rt.Pattern)
+		}
 		slices.Sort(documented)
 		slices.Sort(routes)
 		require.Equal(t, documented, routes)

@@ -80,12 +80,22 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 	return s, nil
 }
 
-// Routes lists the server's routes as "METHOD /pattern", in the
-// ServeMux pattern syntax the OpenAPI document also uses.
-func (s *Server) Routes() []string {
-	out := make([]string, 0, len(s.routes))
+// Route is one route of the server.
+type Route struct {
+	// Method and Pattern are the route in ServeMux syntax, which the OpenAPI
+	// document also uses for its paths.
+	Method  string
+	Pattern string
+
+	// Role is the role a token needs; empty for a public route.
+	Role Role
+}
+
+// Routes lists the server's routes: exactly what its mux serves.
+func (s *Server) Routes() []*Route {
+	out := make([]*Route, 0, len(s.routes))
 	for _, rt := range s.routes {
-		out = append(out, rt.method+" "+rt.pattern)
+		out = append(out, &Route{Method: rt.method, Pattern: rt.pattern, Role: rt.role})
 	}
 	return out
 }

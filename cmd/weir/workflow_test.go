@@ -66,7 +66,7 @@ type cliOutput struct {
 
 // setupCLI serves the API (with a worker running the test workflows) and
 // returns a function running the CLI against it with the given token.
-func setupCLI(t *testing.T) func(t *testing.T, token string, args ...string) *cliOutput {
+func setupCLI(t *testing.T) (func(t *testing.T, token string, args ...string) *cliOutput, string) {
 	t.Helper()
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
@@ -100,13 +100,13 @@ func setupCLI(t *testing.T) func(t *testing.T, token string, args ...string) *cl
 		var stdout, stderr bytes.Buffer
 		code := runEnv(t.Context(), args, &stdout, &stderr, func(name string) string { return env[name] })
 		return &cliOutput{code: code, stderr: stderr.String(), stdout: stdout.String()}
-	}
+	}, httpServer.URL
 }
 
 func TestWorkflowCommand(t *testing.T) {
 	t.Parallel()
 
-	weir := setupCLI(t)
+	weir, address := setupCLI(t)
 	ok := func(t *testing.T, out *cliOutput) string {
 		t.Helper()
 		require.Equal(t, 0, out.code, out.stderr)
@@ -227,5 +227,10 @@ func TestWorkflowCommand(t *testing.T) {
 		require.Equal(t, exitUnimplemented, out.code, out.stderr)
 		out = weir(t, cliReaderSecret, "schedule", "list")
 		require.Equal(t, exitUnimplemented, out.code, out.stderr)
+
+		// An address without a scheme is http; a server that isn't there is exit 1.
+		ok(t, weir(t, cliReaderSecret, "workflow", "list", "--address", strings.TrimPrefix(address, "http://")))
+		out = weir(t, cliReaderSecret, "workflow", "list", "--address", "http://127.0.0.1:1")
+		require.Equal(t, exitFailure, out.code, out.stderr)
 	})
 }
