@@ -151,6 +151,11 @@ func (s *Server) Serve(ctx context.Context, listener net.Listener) error {
 	return nil
 }
 
+// clientCacheMax bounds the namespaces whose clients are kept; past it a
+// namespace's client is built per request (clients are cheap and, without
+// Get, hold nothing to release).
+const clientCacheMax = 1024
+
 // client returns the client of a namespace, creating it on first use.
 // Clients own no goroutines until Get, which only the waiter calls.
 func (s *Server) client(namespace string) (*client.Client, error) {
@@ -165,7 +170,9 @@ func (s *Server) client(namespace string) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.clients[namespace] = c
+	if len(s.clients) < clientCacheMax {
+		s.clients[namespace] = c
+	}
 	return c, nil
 }
 
