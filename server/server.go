@@ -1,69 +1,38 @@
-// Package server is weir's HTTP server. Today it answers health and
-// readiness; the JSON API, the web UI, River UI and /metrics build on it.
-//
-//	srv, err := server.New(pool, &server.Config{Schema: "weir"})
-//	...
-//	http.ListenAndServe("127.0.0.1:8844", srv.Handler())
-//
-// GET /healthz is liveness: 200 while the process can reach Postgres.
-// GET /readyz is readiness: 200 only when every migration line is at the
-// version this build requires (see migrations.Migrator.Verify), 503 with the
-// lines that are behind otherwise.
 package server
 
 import (
-	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/migrations"
 )
 
-// CheckTimeoutDefault bounds each health or readiness check.
-const CheckTimeoutDefault = 2 * time.Second
-
-// Config configures a Server. The zero value works.
-type Config struct {
-	// CheckTimeout bounds each health or readiness check's database work.
-	// Defaults to CheckTimeoutDefault.
-	CheckTimeout time.Duration
-
-	// Logger receives request errors. Defaults to discarding.
-	Logger *slog.Logger
-
-	// Schema is the Postgres schema holding River's and weir's tables.
-	// Defaults to empty: the first schema on the search_path.
-	Schema string
-}
-
-func (c *Config) withDefaults() *Config {
-	out := *c
-	out.CheckTimeout = cmp.Or(out.CheckTimeout, CheckTimeoutDefault)
-	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
-	}
-	return &out
-}
-
-func (c *Config) validate() error {
-	if c.CheckTimeout < 0 {
-		return errors.New("server config: CheckTimeout must not be negative")
-	}
-	return nil
-}
-
-// Server serves weir's HTTP endpoints.
+// Server serves weir's HTTP endpoints: the JSON API under /api/v1, its
+// OpenAPI document, /healthz, /readyz and /metrics.
 type Server struct {
-	config   *Config
-	migrator *migrations.Migrator
-	mux      *http.ServeMux
-	pool     *pgxpool.Pool
+	clients   map[string]*client.Client // by namespace
+	clientsMu sync.Mutex
+	config    *Config
+	hashes    [][sha256.Size]byte // of config.Tokens' secrets, in order
+	metrics   *metrics
+	migrator  *migrations.Migrator
+	mux       *http.ServeMux
+	pool      *pgxpool.Pool
+	routes    []*route
+	stopCtx   context.Context // cancelled when shutdown begins: long polls end
+	stop      context.CancelFunc
+	waiter    *client.Client // awaits results in any namespace (Get reads by run ID)
 }
 
 // New returns a Server over pool. A nil config means defaults.
@@ -82,15 +51,130 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	waiter, err := client.New(pool, &client.Config{Codec: config.Codec, Logger: config.Logger, Schema: config.Schema})
+	if err != nil {
+		return nil, err
+	}
 
-	s := &Server{config: config, migrator: migrator, mux: http.NewServeMux(), pool: pool}
-	s.mux.HandleFunc("GET /healthz", s.handleHealthz)
-	s.mux.HandleFunc("GET /readyz", s.handleReadyz)
+	s := &Server{
+		clients:  make(map[string]*client.Client),
+		config:   config,
+		metrics:  newMetrics(pool),
+		migrator: migrator,
+		mux:      http.NewServeMux(),
+		pool:     pool,
+		waiter:   waiter,
+	}
+	for _, token := range config.Tokens {
+		s.hashes = append(s.hashes, sha256.Sum256([]byte(token.Secret)))
+	}
+	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	s.routes = s.routeTable()
+	for _, rt := range s.routes {
+		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, newError(http.StatusNotFound, CodeNotFound, "no such route: "+r.Method+" "+r.URL.Path,
+			map[string]any{"route": r.Method + " " + r.URL.Path}))
+	})
 	return s, nil
+}
+
+// Route is one route of the server.
+type Route struct {
+	// Method and Pattern are the route in ServeMux syntax, which the OpenAPI
+	// document also uses for its paths.
+	Method  string
+	Pattern string
+
+	// Role is the role a token needs; empty for a public route.
+	Role Role
+}
+
+// Routes lists the server's routes: exactly what its mux serves.
+func (s *Server) Routes() []*Route {
+	out := make([]*Route, 0, len(s.routes))
+	for _, rt := range s.routes {
+		out = append(out, &Route{Method: rt.method, Pattern: rt.pattern, Role: rt.role})
+	}
+	return out
 }
 
 // Handler is the server's root handler.
 func (s *Server) Handler() http.Handler { return s.mux }
+
+// Close ends the server's long polls and releases its clients' listener
+// connections. Call it after the HTTP server in front of it has stopped.
+func (s *Server) Close() error {
+	s.stop()
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
+	errs := []error{s.waiter.Close()}
+	for _, c := range s.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Serve serves the handler on listener until ctx ends, then shuts down
+// gracefully: it stops accepting connections, ends long polls (they answer
+// "not closed yet", so callers poll again elsewhere) and waits up to
+// Config.ShutdownTimeout for in-flight requests to finish. It returns nil
+// after a clean shutdown.
+func (s *Server) Serve(ctx context.Context, listener net.Listener) error {
+	httpServer := &http.Server{
+		Handler:           s.mux,
+		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       s.config.RequestTimeout,
+		WriteTimeout:      s.config.RequestTimeout + s.config.MaxWait + 5*time.Second,
+		ErrorLog:          slog.NewLogLogger(s.config.Logger.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpServer.Serve(listener) }()
+
+	select {
+	case err := <-serveErr:
+		s.stop()
+		return fmt.Errorf("serving HTTP: %w", err)
+	case <-ctx.Done():
+	}
+	s.stop() // long polls return now
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.config.ShutdownTimeout)
+	defer cancel()
+	if err := httpServer.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutting down HTTP: %w", err)
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving HTTP: %w", err)
+	}
+	return nil
+}
+
+// clientCacheMax bounds the namespaces whose clients are kept; past it a
+// namespace's client is built per request (clients are cheap and, without
+// Get, hold nothing to release).
+const clientCacheMax = 1024
+
+// client returns the client of a namespace, creating it on first use.
+// Clients own no goroutines until Get, which only the waiter calls.
+func (s *Server) client(namespace string) (*client.Client, error) {
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
+	if c, ok := s.clients[namespace]; ok {
+		return c, nil
+	}
+	c, err := client.New(s.pool, &client.Config{
+		Codec: s.config.Codec, Logger: s.config.Logger, Namespace: namespace, Schema: s.config.Schema,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(s.clients) < clientCacheMax {
+		s.clients[namespace] = c
+	}
+	return c, nil
+}
 
 // HealthResponse is the body of /healthz.
 type HealthResponse struct {

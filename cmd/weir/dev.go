@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,8 +27,8 @@ const (
 )
 
 type devOpts struct {
-	addr    string
 	dataDir string
+	server  serverOpts
 }
 
 func newDevCommand(g *globals) *cobra.Command {
@@ -43,13 +42,17 @@ With DATABASE_URL (or --database-url) set, weir dev uses that database.
 Otherwise it starts a private Postgres from the locally installed binaries
 (found on PATH or under /usr/lib/postgresql/*/bin) in a data directory it owns,
 which survives restarts. Either way it migrates the schema, serves HTTP until
-interrupted, and then stops its Postgres cleanly.`,
+interrupted, and then stops its Postgres cleanly.
+
+It serves the whole HTTP API (see weir server --help). Without tokens the
+API is open, which weir dev allows only on a loopback address; with
+--token or WEIR_TOKENS it checks tokens like weir server.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), g, opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.addr, "addr", devAddrDefault, "HTTP listen address")
+	addServerFlags(cmd, g, &opts.server, devAddrDefault)
 	cmd.Flags().StringVar(&opts.dataDir, "data-dir", os.Getenv("WEIR_DEV_DIR"),
 		"directory of the private Postgres (env WEIR_DEV_DIR; default "+defaultDevDir()+")")
 	return cmd
@@ -95,32 +98,38 @@ func runDev(ctx context.Context, g *globals, opts *devOpts) (err error) {
 	}
 	fmt.Fprintf(g.stdout, "weir dev: schema current (%d versions applied now)\n", len(res.Versions))
 
-	srv, err := server.New(pool, &server.Config{Logger: g.logger(), Schema: g.schema})
+	config, err := opts.server.config(g)
 	if err != nil {
 		return err
 	}
-	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.addr)
+	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.server.addr)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", opts.addr, err)
+		return fmt.Errorf("listening on %s: %w", opts.server.addr, err)
 	}
-	httpServer := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- httpServer.Serve(listener) }()
+	auth := fmt.Sprintf("%d API tokens", len(config.Tokens))
+	if len(config.Tokens) == 0 {
+		if tcp, ok := listener.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
+			_ = listener.Close()
+			return usageError(fmt.Errorf("weir dev serves the API without tokens only on loopback, not on %s: "+
+				"listen on 127.0.0.1 or set WEIR_TOKENS (see weir server --help)", listener.Addr()))
+		}
+		config.AllowUnauthenticated = true
+		auth = "API open without auth: loopback only"
+	}
+	srv, err := server.New(pool, config)
+	if err != nil {
+		_ = listener.Close()
+		return usageError(err)
+	}
+	defer srv.Close()
 
-	fmt.Fprintf(g.stdout, "weir dev: serving http://%s (health: /healthz, readiness: /readyz)\n", listener.Addr())
+	fmt.Fprintf(g.stdout, "weir dev: serving http://%s (%s; API /api/v1, health /healthz, readiness /readyz, metrics /metrics)\n",
+		listener.Addr(), auth)
 	fmt.Fprintln(g.stdout, "weir dev: press Ctrl-C to stop")
-
-	select {
-	case <-ctx.Done():
-		fmt.Fprintln(g.stdout, "weir dev: shutting down")
-	case err := <-serveErr:
-		return fmt.Errorf("serving HTTP: %w", err)
+	if err := srv.Serve(ctx, listener); err != nil {
+		return err
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := httpServer.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutting down HTTP: %w", err)
-	}
+	fmt.Fprintln(g.stdout, "weir dev: shutting down")
 	return nil
 }
 

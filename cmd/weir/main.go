@@ -1,9 +1,10 @@
-// Command weir is weir's CLI: a zero-config local start (weir dev) and schema
-// migrations (weir migrate up|down|status). Later it runs the server, drives
-// workflows and benchmarks.
+// Command weir is weir's CLI: a zero-config local start (weir dev), schema
+// migrations (weir migrate up|down|status), the HTTP server (weir server) and
+// the commands that drive workflows through it (weir workflow …).
 //
 // The database comes from --database-url or DATABASE_URL; the schema from
-// --schema or WEIR_SCHEMA.
+// --schema or WEIR_SCHEMA. weir workflow talks to a server at --address
+// (WEIR_ADDRESS) with the token in WEIR_TOKEN.
 package main
 
 import (
@@ -35,9 +36,27 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// usageError is a command-line mistake: exit code 2.
+func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
+
+// exactArgs is cobra.ExactArgs with exit code 2.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return usageError(err)
+		}
+		return nil
+	}
+}
+
 // run executes the CLI and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCommand(stdout, stderr)
+	return runEnv(ctx, args, stdout, stderr, os.Getenv)
+}
+
+// runEnv is run with the environment read through getenv.
+func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	root := newRootCommand(stdout, stderr, getenv)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -54,29 +73,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // globals are the flags every command shares.
 type globals struct {
 	databaseURL string
+	getenv      func(string) string
 	schema      string
 	stderr      io.Writer
 	stdout      io.Writer
 	verbose     bool
 }
 
-func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{stderr: stderr, stdout: stdout}
+func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
+	g := &globals{getenv: getenv, stderr: stderr, stdout: stdout}
 	root := &cobra.Command{
 		Use:           "weir",
 		Short:         "Durable workflows for Go on River and Postgres",
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.PersistentFlags().StringVar(&g.databaseURL, "database-url", os.Getenv("DATABASE_URL"),
+	root.PersistentFlags().StringVar(&g.databaseURL, "database-url", getenv("DATABASE_URL"),
 		"Postgres connection URL (env DATABASE_URL)")
-	root.PersistentFlags().StringVar(&g.schema, "schema", os.Getenv("WEIR_SCHEMA"),
+	root.PersistentFlags().StringVar(&g.schema, "schema", getenv("WEIR_SCHEMA"),
 		"Postgres schema for River's and weir's tables (env WEIR_SCHEMA; default: the search_path's first)")
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log more")
 
-	root.AddCommand(newDevCommand(g), newMigrateCommand(g))
+	root.AddCommand(newDevCommand(g), newMigrateCommand(g), newServerCommand(g), newWorkflowCommand(g), newScheduleCommand(g))
 	return root
 }
 

@@ -267,9 +267,20 @@ func TestDevCommand(t *testing.T) {
 
 		cmd, url, output := startDev(ctx, t, env)
 		require.Contains(t, output.String(), "using DATABASE_URL")
+		require.Contains(t, output.String(), "API open without auth: loopback only")
 		require.Contains(t, getOK(t, url+"/readyz"), `"status":"ready"`)
+		require.Contains(t, getOK(t, url+"/api/v1/namespaces/default/workflows"), `"runs":[]`)
+		require.Contains(t, getOK(t, url+"/metrics"), "weir_http_requests_total")
 		require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 		waitExit(t, cmd)
+	})
+
+	t.Run("OpenOnlyOnLoopback", func(t *testing.T) {
+		t.Parallel()
+		env := []string{"DATABASE_URL=" + dbtest.TestDatabase(t.Context(), t), "WEIR_TOKENS="}
+		res := runWeir(t.Context(), t, env, "dev", "--addr", "0.0.0.0:0")
+		require.Equal(t, exitUsage, res.code, res.stderr)
+		require.Contains(t, res.stderr, "only on loopback")
 	})
 
 	t.Run("NoBinariesNoDatabaseURL", func(t *testing.T) {

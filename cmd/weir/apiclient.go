@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/weirhq/weir/server"
+)
+
+// Exit codes of the commands that talk to a server.
+const (
+	exitFailure       = 1 // anything else: network, internal, unavailable
+	exitUsage         = 2 // a command-line mistake or invalid_argument / payload_too_large
+	exitNotFound      = 3 // not_found
+	exitConflict      = 4 // workflow_already_started, workflow_id_reuse, request_conflict, run_closed
+	exitAuth          = 5 // unauthenticated, permission_denied
+	exitNotCompleted  = 6 // result: the run closed without completing
+	exitStillRunning  = 7 // result: the wait ended before the run closed
+	exitUnimplemented = 8 // the server does not support the call yet
+)
+
+const exitCodesHelp = `Exit codes: 0 success; 1 error (network, server); 2 usage or invalid argument;
+3 not found; 4 conflict (already started, ID reuse, request conflict, run
+closed); 5 unauthenticated or permission denied; 6 the run closed without
+completing (result); 7 the wait ended with the run still running (result);
+8 not implemented by the server yet.`
+
+// apiError is an error response of the server.
+type apiError struct {
+	apiErr *server.Error
+	status int
+}
+
+func (e *apiError) Error() string {
+	msg := fmt.Sprintf("%s (HTTP %d): %s", e.apiErr.Code, e.status, e.apiErr.Message)
+	if len(e.apiErr.Data) > 0 {
+		data, _ := json.Marshal(e.apiErr.Data)
+		msg += " " + string(data)
+	}
+	return msg
+}
+
+func (e *apiError) exitCode() int {
+	switch e.apiErr.Code {
+	case server.CodeInvalidArgument, server.CodePayloadTooLarge:
+		return exitUsage
+	case server.CodeNotFound:
+		return exitNotFound
+	case server.CodeWorkflowAlreadyStarted, server.CodeWorkflowIDReuse, server.CodeRequestConflict, server.CodeRunClosed:
+		return exitConflict
+	case server.CodeUnauthenticated, server.CodePermissionDenied:
+		return exitAuth
+	case server.CodeUnimplemented:
+		return exitUnimplemented
+	default:
+		return exitFailure
+	}
+}
+
+// apiClient calls a weir server's API.
+type apiClient struct {
+	address   string
+	http      *http.Client
+	namespace string
+	token     string
+}
+
+// do sends a request and decodes a 2xx body into out (when not nil); it
+// returns the raw body too, for --json.
+func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body, out any) ([]byte, error) {
+	var reader io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		reader = bytes.NewReader(data)
+	}
+	target := strings.TrimRight(c.address, "/") + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, reader)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("bad --address %q: %w", c.address, err))
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("calling the weir server at %s: %w", c.address, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the response of %s: %w", c.address, err)
+	}
+	if resp.StatusCode >= 300 {
+		var errResp server.ErrorResponse
+		if json.Unmarshal(data, &errResp) != nil || errResp.Error == nil {
+			return nil, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
+		}
+		apiErr := &apiError{apiErr: errResp.Error, status: resp.StatusCode}
+		return nil, &exitError{code: apiErr.exitCode(), err: apiErr}
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return nil, fmt.Errorf("decoding the response of %s %s: %w", method, path, err)
+		}
+	}
+	return data, nil
+}
+
+func (c *apiClient) workflowsPath() string {
+	return "/api/v1/namespaces/" + url.PathEscape(c.namespace) + "/workflows"
+}
+
+func (c *apiClient) workflowPath(workflowID, suffix string) string {
+	return c.workflowsPath() + "/" + url.PathEscape(workflowID) + suffix
+}

@@ -1,0 +1,576 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weirhq/weir/server"
+)
+
+const (
+	addressDefault   = "http://127.0.0.1:8844"
+	namespaceDefault = "default"
+	tokenEnvDefault  = "WEIR_TOKEN"
+)
+
+// apiOpts are the flags of every command that talks to a server.
+type apiOpts struct {
+	address   string
+	json      bool
+	namespace string
+	tokenEnv  string
+}
+
+func addAPIFlags(cmd *cobra.Command, g *globals, opts *apiOpts) {
+	env := func(name, fallback string) string {
+		if v := g.getenv(name); v != "" {
+			return v
+		}
+		return fallback
+	}
+	flags := cmd.PersistentFlags()
+	flags.StringVar(&opts.address, "address", env("WEIR_ADDRESS", addressDefault), "the weir server's URL (env WEIR_ADDRESS)")
+	flags.BoolVar(&opts.json, "json", false, "print the server's JSON instead of a table")
+	flags.StringVarP(&opts.namespace, "namespace", "n", env("WEIR_NAMESPACE", namespaceDefault), "namespace (env WEIR_NAMESPACE)")
+	flags.StringVar(&opts.tokenEnv, "token-env", tokenEnvDefault, "environment variable holding the bearer token")
+}
+
+func (o *apiOpts) client(g *globals) *apiClient {
+	address := o.address
+	if !strings.Contains(address, "://") {
+		address = "http://" + address // "127.0.0.1:8844" means the obvious
+	}
+	return &apiClient{address: address, http: &http.Client{}, namespace: o.namespace, token: g.getenv(o.tokenEnv)}
+}
+
+func newWorkflowCommand(g *globals) *cobra.Command {
+	opts := &apiOpts{}
+	cmd := &cobra.Command{
+		Use:   "workflow",
+		Short: "Start, signal, cancel, terminate and inspect workflow runs through a weir server",
+		Long: `Start, signal, cancel, terminate and inspect workflow runs through a weir server
+(weir server or weir dev) at --address, with the bearer token in $WEIR_TOKEN
+(or the variable --token-env names).
+
+` + exitCodesHelp,
+	}
+	addAPIFlags(cmd, g, opts)
+	cmd.AddCommand(
+		newWorkflowStartCommand(g, opts),
+		newWorkflowSignalCommand(g, opts),
+		newWorkflowReasonCommand(g, opts, "cancel", "Ask a running run to cancel; workflow code may clean up"),
+		newWorkflowReasonCommand(g, opts, "terminate", "End a run at once, running no more of its code"),
+		newWorkflowDescribeCommand(g, opts),
+		newWorkflowListCommand(g, opts),
+		newWorkflowHistoryCommand(g, opts),
+		newWorkflowResultCommand(g, opts),
+		newWorkflowUnimplementedCommand(g, opts, "query", "Query a run (not supported by the server yet)"),
+		newWorkflowUnimplementedCommand(g, opts, "update", "Update a run (not supported by the server yet)"),
+	)
+	return cmd
+}
+
+// argsOpts read JSON args from --args or --args-file.
+type argsOpts struct {
+	args     string
+	argsFile string
+}
+
+func addArgsFlags(cmd *cobra.Command, opts *argsOpts) {
+	cmd.Flags().StringVar(&opts.args, "args", "", "args as JSON")
+	cmd.Flags().StringVar(&opts.argsFile, "args-file", "", "file of args as JSON (- for stdin)")
+	cmd.MarkFlagsMutuallyExclusive("args", "args-file")
+}
+
+func (o *argsOpts) read(cmd *cobra.Command) (json.RawMessage, error) {
+	data := []byte(o.args)
+	switch o.argsFile {
+	case "":
+	case "-":
+		var err error
+		if data, err = io.ReadAll(cmd.InOrStdin()); err != nil {
+			return nil, fmt.Errorf("reading args from stdin: %w", err)
+		}
+	default:
+		var err error
+		if data, err = os.ReadFile(o.argsFile); err != nil {
+			return nil, usageError(fmt.Errorf("reading --args-file: %w", err))
+		}
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(data) {
+		return nil, usageError(errors.New("args are not valid JSON"))
+	}
+	return data, nil
+}
+
+func newWorkflowStartCommand(g *globals, api *apiOpts) *cobra.Command {
+	var (
+		args   argsOpts
+		req    server.StartRequest
+		result resultOpts
+		wait   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "start KIND",
+		Short: "Start a workflow run",
+		Long: `Start a workflow run of KIND with --args as JSON. A repeated start with the same
+--request-id and args returns the run the first one created.`,
+		Example: `  weir workflow start order --workflow-id order-42 --request-id req-42 --args '{"id":42}'`,
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			var err error
+			req.Kind = positional[0]
+			if req.Args, err = args.read(cmd); err != nil {
+				return err
+			}
+			c := api.client(g)
+			var run server.RunResponse
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowsPath(), nil, &req, &run)
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if api.json {
+					return printJSON(g, raw)
+				}
+				return printFields(g, [][2]string{
+					{"Workflow ID", run.WorkflowID}, {"Run ID", run.RunID.String()}, {"Namespace", run.Namespace},
+					{"Generation", strconv.FormatInt(run.Generation, 10)}, {"Created", strconv.FormatBool(run.Created)},
+				})
+			}
+			result.runID = run.RunID.String()
+			return awaitAndPrint(cmd.Context(), g, api, run.WorkflowID, &result)
+		},
+	}
+	addArgsFlags(cmd, &args)
+	flags := cmd.Flags()
+	flags.StringVar(&req.WorkflowID, "workflow-id", "", "the run's workflow ID (default: a random UUID)")
+	flags.StringVar(&req.RequestID, "request-id", "", "makes the start idempotent")
+	flags.StringVar(&req.Queue, "queue", "", "River queue of the run's tasks (default: default)")
+	flags.StringVar(&req.IDReusePolicy, "id-reuse-policy", "", "allow_duplicate, allow_duplicate_failed_only or reject_duplicate")
+	flags.StringVar(&req.RunTimeout, "run-timeout", "", "time limit of this run, e.g. 10m")
+	flags.StringVar(&req.ExecutionTimeout, "execution-timeout", "", "time limit across the workflow's runs, e.g. 24h")
+	flags.BoolVar(&wait, "wait", false, "wait for the run's result and print it (exit codes as for result)")
+	flags.DurationVar(&result.wait, "wait-timeout", 0, "with --wait: give up after this long (default: wait until the run closes)")
+	_ = cmd.RegisterFlagCompletionFunc("id-reuse-policy", fixedCompletion("allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate"))
+	return cmd
+}
+
+func newWorkflowSignalCommand(g *globals, api *apiOpts) *cobra.Command {
+	var (
+		args  argsOpts
+		req   server.SignalRequest
+		runID string
+	)
+	cmd := &cobra.Command{
+		Use:     "signal WORKFLOW_ID KIND",
+		Short:   "Send a signal of KIND to a running run",
+		Example: `  weir workflow signal order-42 approve --args '{"by":"ada"}' --request-id approve-42`,
+		Args:    exactArgs(2),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			var err error
+			req.Kind = positional[1]
+			if req.Args, err = args.read(cmd); err != nil {
+				return err
+			}
+			c := api.client(g)
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/signal"), runQuery(runID), &req, nil)
+			if err != nil {
+				return err
+			}
+			if api.json {
+				return printJSON(g, raw)
+			}
+			fmt.Fprintf(g.stdout, "signal %s sent to %s\n", req.Kind, positional[0])
+			return nil
+		},
+	}
+	addArgsFlags(cmd, &args)
+	cmd.Flags().StringVar(&req.RequestID, "request-id", "", "makes the signal idempotent")
+	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
+	return cmd
+}
+
+func newWorkflowReasonCommand(g *globals, api *apiOpts, verb, short string) *cobra.Command {
+	var (
+		req   server.ReasonRequest
+		runID string
+	)
+	cmd := &cobra.Command{
+		Use:   verb + " WORKFLOW_ID",
+		Short: short,
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			c := api.client(g)
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/"+verb), runQuery(runID), &req, nil)
+			if err != nil {
+				return err
+			}
+			if api.json {
+				return printJSON(g, raw)
+			}
+			fmt.Fprintf(g.stdout, "%s requested for %s\n", verb, positional[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Reason, "reason", "", "recorded with the "+verb)
+	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
+	return cmd
+}
+
+func newWorkflowDescribeCommand(g *globals, api *apiOpts) *cobra.Command {
+	var runID string
+	cmd := &cobra.Command{
+		Use:   "describe WORKFLOW_ID",
+		Short: "Show a run's state, deadlines, pending activities and inbox",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			c := api.client(g)
+			var d server.DescribeResponse
+			raw, err := c.do(cmd.Context(), http.MethodGet, c.workflowPath(positional[0], ""), runQuery(runID), nil, &d)
+			if err != nil {
+				return err
+			}
+			if api.json {
+				return printJSON(g, raw)
+			}
+			fields := [][2]string{
+				{"Workflow ID", d.WorkflowID}, {"Run ID", d.RunID.String()}, {"Namespace", d.Namespace},
+				{"Kind", d.Kind}, {"Queue", d.Queue}, {"State", d.State},
+				{"Generation", strconv.FormatInt(d.Generation, 10)}, {"History length", strconv.FormatInt(d.HistoryLength, 10)},
+				{"Created", formatTime(&d.CreatedAt)}, {"Updated", formatTime(&d.UpdatedAt)}, {"Closed", formatTime(d.ClosedAt)},
+				{"Run deadline", formatTime(d.RunDeadline)}, {"Execution deadline", formatTime(d.ExecutionDeadline)},
+			}
+			if d.Failure != nil {
+				fields = append(fields, [2]string{"Failure", d.Failure.Error()})
+			}
+			if err := printFields(g, fields); err != nil {
+				return err
+			}
+			if len(d.PendingActivities) > 0 {
+				fmt.Fprintln(g.stdout, "\nPending activities:")
+				rows := [][]string{{"EVENT", "KIND", "JOB", "STATE", "ATTEMPT", "LAST ERROR"}}
+				for _, a := range d.PendingActivities {
+					rows = append(rows, []string{
+						strconv.FormatInt(a.ScheduledEventID, 10), a.Kind, strconv.FormatInt(a.JobID, 10), a.JobState,
+						fmt.Sprintf("%d/%d", a.Attempt, a.MaxAttempts), a.LastError,
+					})
+				}
+				if err := printTable(g, rows); err != nil {
+					return err
+				}
+			}
+			if len(d.PendingInbox) > 0 {
+				fmt.Fprintln(g.stdout, "\nPending inbox:")
+				rows := [][]string{{"TYPE", "DEDUP KEY", "ARRIVED"}}
+				for _, item := range d.PendingInbox {
+					rows = append(rows, []string{item.Type, item.DedupKey, formatTime(&item.CreatedAt)})
+				}
+				return printTable(g, rows)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
+	return cmd
+}
+
+func newWorkflowListCommand(g *globals, api *apiOpts) *cobra.Command {
+	var (
+		all                         bool
+		createdAfter, createdBefore string
+		cursor, kind, prefix, state string
+		limit                       int
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest first",
+		Long: `List runs, newest first, one page (--limit) at a time: the next page's
+--cursor is printed on stderr. --all follows the cursor to the end.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := api.client(g)
+			q := url.Values{}
+			for name, v := range map[string]string{
+				"created_after": createdAfter, "created_before": createdBefore, "kind": kind, "state": state, "workflow_id_prefix": prefix,
+			} {
+				if v != "" {
+					q.Set(name, v)
+				}
+			}
+			if limit > 0 {
+				q.Set("limit", strconv.Itoa(limit))
+			}
+			merged := &server.ListResponse{Runs: []*server.RunSummaryJSON{}}
+			for {
+				if cursor != "" {
+					q.Set("cursor", cursor)
+				}
+				var page server.ListResponse
+				if _, err := c.do(cmd.Context(), http.MethodGet, c.workflowsPath(), q, nil, &page); err != nil {
+					return err
+				}
+				merged.Runs = append(merged.Runs, page.Runs...)
+				merged.NextCursor, cursor = page.NextCursor, page.NextCursor
+				if !all || cursor == "" {
+					break
+				}
+			}
+			if api.json {
+				return printValue(g, merged)
+			}
+			rows := [][]string{{"WORKFLOW ID", "RUN ID", "GEN", "KIND", "STATE", "CREATED", "CLOSED"}}
+			for _, run := range merged.Runs {
+				rows = append(rows, []string{
+					run.WorkflowID, run.RunID.String(), strconv.FormatInt(run.Generation, 10), run.Kind, run.State,
+					formatTime(&run.CreatedAt), formatTime(run.ClosedAt),
+				})
+			}
+			if err := printTable(g, rows); err != nil {
+				return err
+			}
+			if merged.NextCursor != "" {
+				fmt.Fprintf(g.stderr, "more: --cursor %s\n", merged.NextCursor)
+			}
+			return nil
+		},
+	}
+	flags := cmd.Flags()
+	flags.BoolVar(&all, "all", false, "follow the cursor through every page")
+	flags.StringVar(&createdAfter, "created-after", "", "only runs started after this RFC 3339 time")
+	flags.StringVar(&createdBefore, "created-before", "", "only runs started before this RFC 3339 time")
+	flags.StringVar(&cursor, "cursor", "", "continue from a previous page")
+	flags.StringVar(&kind, "kind", "", "only runs of this workflow kind")
+	flags.IntVar(&limit, "limit", 0, "page size (default 100, at most 1000)")
+	flags.StringVar(&prefix, "prefix", "", "only runs whose workflow ID starts with this")
+	flags.StringVar(&state, "state", "", "only runs in this state")
+	_ = cmd.RegisterFlagCompletionFunc("state", fixedCompletion(server.States...))
+	return cmd
+}
+
+func newWorkflowHistoryCommand(g *globals, api *apiOpts) *cobra.Command {
+	var runID string
+	cmd := &cobra.Command{
+		Use:   "history WORKFLOW_ID",
+		Short: "Print a run's whole history",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			c := api.client(g)
+			merged := &server.HistoryResponse{}
+			q := runQuery(runID)
+			for {
+				var page server.HistoryResponse
+				if _, err := c.do(cmd.Context(), http.MethodGet, c.workflowPath(positional[0], "/history"), q, nil, &page); err != nil {
+					return err
+				}
+				merged.Events = append(merged.Events, page.Events...)
+				if page.NextAfterEventID == 0 {
+					break
+				}
+				q.Set("after_event_id", strconv.FormatInt(page.NextAfterEventID, 10))
+			}
+			if api.json {
+				return printValue(g, merged)
+			}
+			rows := [][]string{{"ID", "TIME", "TYPE", "ATTRIBUTES"}}
+			for _, e := range merged.Events {
+				attrs := string(e.Attributes)
+				if len(attrs) > 120 {
+					attrs = attrs[:117] + "..."
+				}
+				rows = append(rows, []string{strconv.FormatInt(e.ID, 10), formatTime(&e.Time), string(e.Type), attrs})
+			}
+			return printTable(g, rows)
+		},
+	}
+	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
+	return cmd
+}
+
+type resultOpts struct {
+	runID string
+	wait  time.Duration
+}
+
+func newWorkflowResultCommand(g *globals, api *apiOpts) *cobra.Command {
+	opts := &resultOpts{}
+	cmd := &cobra.Command{
+		Use:   "result WORKFLOW_ID",
+		Short: "Wait for a run to close and print its result",
+		Long: `Wait for a run to close and print its result as JSON. A run that closed
+without completing prints its failure on stderr and exits 6; with --wait, a
+run still running when the wait ends exits 7.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			return awaitAndPrint(cmd.Context(), g, api, positional[0], opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.runID, "run-id", "", "the run (default: the workflow's latest)")
+	cmd.Flags().DurationVar(&opts.wait, "wait", 0, "give up after this long (default: wait until the run closes)")
+	return cmd
+}
+
+// longPollWait is the wait of each long poll; the server may cap it lower.
+const longPollWait = 60 * time.Second
+
+func awaitAndPrint(ctx context.Context, g *globals, api *apiOpts, workflowID string, opts *resultOpts) error {
+	c := api.client(g)
+	var deadline time.Time
+	if opts.wait > 0 {
+		deadline = time.Now().Add(opts.wait)
+	}
+	for {
+		wait := longPollWait
+		if !deadline.IsZero() {
+			wait = max(0, min(wait, time.Until(deadline)))
+		}
+		q := runQuery(opts.runID)
+		q.Set("wait", wait.Round(time.Millisecond).String())
+		var res server.ResultResponse
+		raw, err := c.do(ctx, http.MethodGet, c.workflowPath(workflowID, "/result"), q, nil, &res)
+		if err != nil {
+			return err
+		}
+		if !res.Closed && (deadline.IsZero() || time.Now().Before(deadline)) {
+			continue
+		}
+		if api.json {
+			if err := printJSON(g, raw); err != nil {
+				return err
+			}
+		}
+		switch {
+		case !res.Closed:
+			return &exitError{code: exitStillRunning, err: fmt.Errorf("workflow %s run %s still running after %s", workflowID, res.RunID, opts.wait)}
+		case res.State != "completed":
+			failure := ""
+			if res.Failure != nil {
+				failure = ": " + res.Failure.Error()
+			}
+			return &exitError{code: exitNotCompleted, err: fmt.Errorf("workflow %s run %s %s%s", workflowID, res.RunID, res.State, failure)}
+		case api.json:
+			return nil
+		default:
+			return printJSON(g, res.Result)
+		}
+	}
+}
+
+func newWorkflowUnimplementedCommand(g *globals, api *apiOpts, verb, short string) *cobra.Command {
+	var args argsOpts
+	cmd := &cobra.Command{
+		Use:   verb + " WORKFLOW_ID",
+		Short: short,
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			body, err := args.read(cmd)
+			if err != nil {
+				return err
+			}
+			c := api.client(g)
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/"+verb), nil, map[string]any{"args": body}, nil)
+			if err != nil {
+				return err
+			}
+			return printJSON(g, raw)
+		},
+	}
+	addArgsFlags(cmd, &args)
+	return cmd
+}
+
+func newScheduleCommand(g *globals) *cobra.Command {
+	opts := &apiOpts{}
+	cmd := &cobra.Command{
+		Use:   "schedule",
+		Short: "Manage schedules (not supported by the server yet)",
+		Long:  "Manage schedules. The server answers 501 unimplemented until weir has schedules.\n\n" + exitCodesHelp,
+	}
+	addAPIFlags(cmd, g, opts)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List schedules",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := opts.client(g)
+			raw, err := c.do(cmd.Context(), http.MethodGet, "/api/v1/namespaces/"+url.PathEscape(c.namespace)+"/schedules", nil, nil, nil)
+			if err != nil {
+				return err
+			}
+			return printJSON(g, raw)
+		},
+	})
+	return cmd
+}
+
+func runQuery(runID string) url.Values {
+	q := url.Values{}
+	if runID != "" {
+		q.Set("run_id", runID)
+	}
+	return q
+}
+
+func fixedCompletion(values ...string) cobra.CompletionFunc {
+	return func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return values, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func formatTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format(time.DateTime)
+}
+
+func printFields(g *globals, fields [][2]string) error {
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	for _, f := range fields {
+		fmt.Fprintf(tw, "%s:\t%s\n", f[0], f[1])
+	}
+	return tw.Flush()
+}
+
+func printTable(g *globals, rows [][]string) error {
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+// printJSON pretty-prints raw JSON.
+func printJSON(g *globals, raw []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, bytes.TrimSpace(raw), "", "  "); err != nil {
+		_, err := g.stdout.Write(raw)
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err := g.stdout.Write(buf.Bytes())
+	return err
+}
+
+func printValue(g *globals, v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

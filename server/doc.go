@@ -1,0 +1,44 @@
+// Package server is weir's HTTP server: a JSON API under /api/v1 for
+// operators and callers in any language, described by an OpenAPI 3 document
+// served at /api/v1/openapi.json, plus /healthz, /readyz and /metrics.
+//
+//	srv, err := server.New(pool, &server.Config{
+//		Schema: "weir",
+//		Tokens: []*server.Token{{Name: "ci", Namespaces: []string{"orders"}, Role: server.RoleWrite, Secret: secret}},
+//	})
+//	...
+//	defer srv.Close()
+//	err = srv.Serve(ctx, listener) // graceful shutdown when ctx ends
+//
+// # API
+//
+// Workflow routes live under /api/v1/namespaces/{namespace}/workflows: start
+// (POST, idempotent by request_id), list (GET, filters and a cursor), and per
+// workflow ID describe, signal, cancel, terminate, history and result (a long
+// poll with a wait parameter). A run_id query parameter picks a run; without
+// it the workflow's latest run is meant. Query, update, signal-with-start and
+// schedules answer 501 unimplemented until the client supports them.
+//
+// Every error is {"error": {"code", "message", "data"}} with a stable code
+// (the Code constants) and the IDs involved in data, e.g.
+// workflow_already_started with workflow_id, run_id and generation.
+//
+// # Auth
+//
+// Every API call needs "Authorization: Bearer <secret>" of one of
+// Config.Tokens, compared in constant time; a token acts only in its
+// namespaces and within its role (read < write < admin). A missing or
+// unknown token is 401 unauthenticated, a token outside its scope 403
+// permission_denied. Config.AllowUnauthenticated opens the API (weir dev on
+// loopback only). The OpenAPI document, /healthz, /readyz and /metrics need
+// no token.
+//
+// # Health
+//
+// GET /healthz is liveness: 200 while the process can reach Postgres.
+// GET /readyz is readiness: 200 only when every migration line (River's,
+// fencing's, weir's) is at the version this build requires (see
+// migrations.Migrator.Verify), 503 naming the lines that are behind
+// otherwise; fencing is inactive exactly when its line is behind.
+// GET /metrics serves Prometheus metrics of requests and the pool.
+package server

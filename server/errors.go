@@ -1,0 +1,137 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/client"
+)
+
+// Error codes of the API. Each error response is
+//
+//	{"error": {"code": "...", "message": "...", "data": {...}}}
+//
+// with data holding the IDs involved.
+const (
+	CodeDeadlineExceeded       = "deadline_exceeded"
+	CodeInternal               = "internal"
+	CodeInvalidArgument        = "invalid_argument"
+	CodeNotFound               = "not_found"
+	CodePayloadTooLarge        = "payload_too_large"
+	CodePermissionDenied       = "permission_denied"
+	CodeRequestConflict        = "request_conflict"
+	CodeRunClosed              = "run_closed"
+	CodeUnauthenticated        = "unauthenticated"
+	CodeUnavailable            = "unavailable"
+	CodeUnimplemented          = "unimplemented"
+	CodeWorkflowAlreadyStarted = "workflow_already_started"
+	CodeWorkflowIDReuse        = "workflow_id_reuse"
+)
+
+// ErrorResponse is the body of every error the API returns.
+type ErrorResponse struct {
+	Error *Error `json:"error"`
+}
+
+// Error is an API error: a stable code, a message for people and structured
+// data for programs.
+type Error struct {
+	// Code is one of the Code constants.
+	Code string `json:"code"`
+
+	// Data holds the IDs and values involved, by name.
+	Data map[string]any `json:"data,omitempty"`
+
+	// Message explains the error.
+	Message string `json:"message"`
+
+	// Status is the HTTP status the error is sent with.
+	Status int `json:"-"`
+}
+
+// Error implements error.
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func newError(status int, code, message string, data map[string]any) *Error {
+	return &Error{Code: code, Data: data, Message: message, Status: status}
+}
+
+func invalidArgument(field, format string, args ...any) *Error {
+	return newError(http.StatusBadRequest, CodeInvalidArgument, fmt.Sprintf(format, args...), map[string]any{"field": field})
+}
+
+// apiError turns an error from the client (or from reading a request) into
+// the API error it stands for.
+func (s *Server) apiError(r *http.Request, err error) *Error {
+	var (
+		apiErr   *Error
+		started  *client.WorkflowAlreadyStartedError
+		reuse    *client.WorkflowIDReuseError
+		conflict *client.RequestConflictError
+		notFound *client.RunNotFoundError
+		closed   *client.RunClosedError
+		maxBytes *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr
+	case errors.As(err, &started):
+		return newError(http.StatusConflict, CodeWorkflowAlreadyStarted, started.Error(), map[string]any{
+			"generation": started.Generation, "namespace": started.Namespace,
+			"run_id": started.RunID.String(), "workflow_id": started.WorkflowID,
+		})
+	case errors.As(err, &reuse):
+		return newError(http.StatusConflict, CodeWorkflowIDReuse, reuse.Error(), map[string]any{
+			"generation": reuse.Generation, "last_state": reuse.LastState, "policy": policyName(reuse.Policy),
+			"run_id": reuse.RunID.String(), "workflow_id": reuse.WorkflowID,
+		})
+	case errors.As(err, &conflict):
+		return newError(http.StatusConflict, CodeRequestConflict, conflict.Error(), map[string]any{
+			"generation": conflict.Generation, "request_id": conflict.RequestID,
+			"run_id": conflict.RunID.String(), "workflow_id": conflict.WorkflowID,
+		})
+	case errors.As(err, &notFound):
+		data := map[string]any{"workflow_id": notFound.WorkflowID}
+		if notFound.RunID != uuid.Nil {
+			data["run_id"] = notFound.RunID.String()
+		}
+		return newError(http.StatusNotFound, CodeNotFound, notFound.Error(), data)
+	case errors.As(err, &closed):
+		return newError(http.StatusConflict, CodeRunClosed, closed.Error(), map[string]any{
+			"generation": closed.Generation, "run_id": closed.RunID.String(),
+			"state": closed.State, "workflow_id": closed.WorkflowID,
+		})
+	case errors.As(err, &maxBytes):
+		return newError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+			fmt.Sprintf("request body exceeds %d bytes", maxBytes.Limit), map[string]any{"limit": maxBytes.Limit})
+	case errors.Is(err, client.ErrPayloadTooLarge):
+		return newError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, err.Error(), nil)
+	case errors.Is(err, client.ErrPayload):
+		return newError(http.StatusBadRequest, CodeInvalidArgument, err.Error(), map[string]any{"field": "args"})
+	case errors.Is(err, client.ErrInvalidCursor):
+		return newError(http.StatusBadRequest, CodeInvalidArgument, err.Error(), map[string]any{"field": "cursor"})
+	case errors.Is(err, context.DeadlineExceeded):
+		return newError(http.StatusGatewayTimeout, CodeDeadlineExceeded, "the request took longer than the server allows", nil)
+	case errors.Is(err, errShuttingDown):
+		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the server is shutting down", nil)
+	default:
+		s.config.Logger.ErrorContext(r.Context(), "API request failed",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		return newError(http.StatusInternalServerError, CodeInternal, "internal error (logged by the server)", nil)
+	}
+}
+
+var errShuttingDown = errors.New("server: shutting down")
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	apiErr := s.apiError(r, err)
+	if apiErr.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="weir"`)
+	}
+	s.writeJSON(w, apiErr.Status, &ErrorResponse{Error: apiErr})
+}

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"regexp"
+	"strings"
+)
+
+// route is one entry of the mux. The mux is built from routeTable alone, and
+// a test checks the table against the OpenAPI document both ways.
+type route struct {
+	api      func(r *http.Request) (int, any, error) // an authenticated API route
+	longPoll bool                                    // its timeout adds Config.MaxWait
+	method   string
+	pattern  string
+	plain    http.HandlerFunc // a public route
+	role     Role             // needed for an API route
+}
+
+const (
+	apiPrefix      = "/api/v1"
+	nsPrefix       = apiPrefix + "/namespaces/{namespace}"
+	workflowPrefix = nsPrefix + "/workflows/{workflow_id}"
+)
+
+func (s *Server) routeTable() []*route {
+	return []*route{
+		{method: http.MethodGet, pattern: "/healthz", plain: s.handleHealthz},
+		{method: http.MethodGet, pattern: "/readyz", plain: s.handleReadyz},
+		{method: http.MethodGet, pattern: "/metrics", plain: s.metrics.handler().ServeHTTP},
+		{method: http.MethodGet, pattern: apiPrefix + "/openapi.json", plain: handleOpenAPI},
+
+		{method: http.MethodGet, pattern: nsPrefix + "/workflows", role: RoleRead, api: s.handleList},
+		{method: http.MethodPost, pattern: nsPrefix + "/workflows", role: RoleWrite, api: s.handleStart},
+		{method: http.MethodGet, pattern: workflowPrefix, role: RoleRead, api: s.handleDescribe},
+		{method: http.MethodPost, pattern: workflowPrefix + "/cancel", role: RoleWrite, api: s.handleCancel},
+		{method: http.MethodGet, pattern: workflowPrefix + "/history", role: RoleRead, api: s.handleHistory},
+		{method: http.MethodGet, pattern: workflowPrefix + "/result", role: RoleRead, api: s.handleResult, longPoll: true},
+		{method: http.MethodPost, pattern: workflowPrefix + "/signal", role: RoleWrite, api: s.handleSignal},
+		{method: http.MethodPost, pattern: workflowPrefix + "/terminate", role: RoleWrite, api: s.handleTerminate},
+
+		// Not yet: the client has no query, update, signal-with-start or schedules.
+		{method: http.MethodPost, pattern: workflowPrefix + "/query", role: RoleRead, api: unimplemented("query")},
+		{method: http.MethodPost, pattern: workflowPrefix + "/signal-with-start", role: RoleWrite, api: unimplemented("signal-with-start")},
+		{method: http.MethodPost, pattern: workflowPrefix + "/update", role: RoleWrite, api: unimplemented("update")},
+		{method: http.MethodGet, pattern: nsPrefix + "/schedules", role: RoleRead, api: unimplemented("schedules")},
+		{method: http.MethodPost, pattern: nsPrefix + "/schedules", role: RoleAdmin, api: unimplemented("schedules")},
+	}
+}
+
+func unimplemented(what string) func(*http.Request) (int, any, error) {
+	return func(*http.Request) (int, any, error) {
+		return 0, nil, newError(http.StatusNotImplemented, CodeUnimplemented,
+			what+" is not implemented yet: the engine does not support it", map[string]any{"feature": what})
+	}
+}
+
+// wrap adds metrics to every route and auth, a timeout and a body limit to
+// API routes.
+func (s *Server) wrap(rt *route) http.Handler {
+	if rt.plain != nil {
+		return s.metrics.instrument(rt.method+" "+rt.pattern, rt.plain)
+	}
+	timeout := s.config.RequestTimeout
+	if rt.longPoll {
+		timeout += s.config.MaxWait
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		namespace := r.PathValue("namespace")
+		if err := s.authorize(r, namespace, rt.role); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if !validName(namespace) {
+			s.writeError(w, r, invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+		r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
+
+		status, body, err := rt.api(r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.writeJSON(w, status, body)
+	})
+	return s.metrics.instrument(rt.method+" "+rt.pattern, h)
+}
+
+// authorize checks the request's bearer token against the configured ones
+// in constant time (every token is compared, by hash so lengths don't leak).
+func (s *Server) authorize(r *http.Request, namespace string, need Role) error {
+	if s.config.AllowUnauthenticated {
+		return nil
+	}
+	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	secret = strings.TrimSpace(secret)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
+		return newError(http.StatusUnauthorized, CodeUnauthenticated, "missing bearer token (Authorization: Bearer <token>)", nil)
+	}
+	sum := sha256.Sum256([]byte(secret))
+	var token *Token
+	for i, hash := range s.hashes {
+		if subtle.ConstantTimeCompare(sum[:], hash[:]) == 1 {
+			token = s.config.Tokens[i]
+		}
+	}
+	if token == nil {
+		return newError(http.StatusUnauthorized, CodeUnauthenticated, "unknown bearer token", nil)
+	}
+	if !token.allows(namespace) {
+		return newError(http.StatusForbidden, CodePermissionDenied,
+			"token "+token.Name+" may not act in namespace "+namespace,
+			map[string]any{"namespace": namespace, "token": token.Name})
+	}
+	if !token.Role.includes(need) {
+		return newError(http.StatusForbidden, CodePermissionDenied,
+			"token "+token.Name+" has role "+string(token.Role)+"; this needs "+string(need),
+			map[string]any{"namespace": namespace, "required_role": string(need), "role": string(token.Role), "token": token.Name})
+	}
+	return nil
+}
+
+// nameRE is the client's rule for kinds and namespaces, checked here so a
+// bad name is invalid_argument rather than an internal error.
+var nameRE = regexp.MustCompile(`\A[\w][\w\-\[\]<>\/.·:+]*\z`)
+
+const nameRule = "1–128 characters of letters, digits and _-[]<>/.·:+, starting with a letter, digit or _"
+
+func validName(name string) bool {
+	return len(name) > 0 && len(name) <= 128 && nameRE.MatchString(name)
+}
+
+// queueRE is River's rule for queue names.
+var queueRE = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
