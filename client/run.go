@@ -46,6 +46,7 @@ func (c *Client) sharedListener() *listener {
 		c.listener = newListener(c.pool, []string{
 			dbschema.Channel(c.config.Schema, dbschema.RunClosedChannel),
 			dbschema.Channel(c.config.Schema, dbschema.QueryAnsweredChannel),
+			dbschema.Channel(c.config.Schema, dbschema.UpdateDoneChannel),
 		}, c.config.Logger)
 	})
 	return c.listener

@@ -20,6 +20,7 @@ import (
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
+	"github.com/weirhq/weir/internal/update"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -170,6 +171,9 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if err := w.cancelJobs(ctx, tx, runID, outcome.CanceledActivities, outcome.CanceledTimers); err != nil {
 		return err
 	}
+	if err := w.answerUpdates(ctx, tx, runID, outcome); err != nil {
+		return err
+	}
 
 	// W4: the append point moves only from where this task found it.
 	query := "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
@@ -215,7 +219,29 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			return err
 		}
 	}
+	if len(outcome.DeferredInputs) > 0 && !outcome.Completed {
+		// Updates that came before the code could register handlers: back
+		// into the inbox, for a task of their own.
+		for _, in := range outcome.DeferredInputs {
+			var ref struct {
+				UpdateID string `json:"update_id"`
+			}
+			_ = json.Unmarshal(in.Attributes, &ref)
+			if _, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
+				" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, string(in.Type), []byte(in.Attributes), update.Key(ref.UpdateID)); err != nil {
+				return fmt.Errorf("deferring update %s: %w", ref.UpdateID, err)
+			}
+		}
+		if err := inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
+			ID: runID, Kind: run.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID,
+		}); err != nil {
+			return err
+		}
+	}
 	if outcome.Completed {
+		if err := update.AbandonPending(ctx, tx, names, runID, "the workflow closed before the update completed"); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1", runID); err != nil {
 			return fmt.Errorf("clearing pending activities: %w", err)
 		}
@@ -225,6 +251,29 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	}
 
 	return w.completeTask(ctx, tx, job)
+}
+
+// answerUpdates tells the callers of the updates this task rejected or
+// completed.
+func (w *Worker) answerUpdates(ctx context.Context, tx pgx.Tx, runID uuid.UUID, outcome *replay.Outcome) error {
+	for _, rejected := range outcome.RejectedUpdates {
+		if err := update.Answer(ctx, tx, w.names, runID, rejected.UpdateID, "rejected", nil, rejected.Failure); err != nil {
+			return err
+		}
+	}
+	for _, e := range outcome.Events {
+		if e.Type != history.EventUpdateCompleted {
+			continue
+		}
+		attrs, err := history.Decode[*history.UpdateCompletedAttributes](e)
+		if err != nil {
+			return err
+		}
+		if err := update.Answer(ctx, tx, w.names, runID, attrs.UpdateID, "completed", attrs.Result, attrs.Failure); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // continueAsNew starts the next run of the workflow ID, in the same

@@ -21,6 +21,7 @@ type Names struct {
 	Query    string
 	RiverJob string
 	Run      string
+	Update   string
 	Workflow string
 }
 
@@ -35,6 +36,7 @@ func New(schema string) *Names {
 		Query:    Qualify(schema, "weir_query"),
 		RiverJob: Qualify(schema, "river_job"),
 		Run:      Qualify(schema, "weir_run"),
+		Update:   Qualify(schema, "weir_update"),
 		Workflow: Qualify(schema, "weir_workflow"),
 	}
 }
@@ -57,6 +59,10 @@ const (
 
 	// QueryAnsweredChannel carries a query's ID when a worker answered it.
 	QueryAnsweredChannel = "weir_query_answered"
+
+	// UpdateDoneChannel carries "<run ID>/<update ID>" when an update was
+	// rejected or completed.
+	UpdateDoneChannel = "weir_update_done"
 )
 
 // Channel is the LISTEN/NOTIFY channel name for name in schema. Channels

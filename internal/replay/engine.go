@@ -10,6 +10,7 @@ import (
 	"maps"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/weirhq/weir/internal/history"
@@ -57,6 +58,11 @@ type engine struct {
 	cancelRequested bool
 	querying        bool // running a query handler: no commands, no blocking
 	queryHandlers   map[string]func([]byte) ([]byte, error)
+	updateHandlers  map[string]updateHandler
+	updatesSeen     map[string]bool // update IDs accepted in this run
+	codeRan         bool            // the workflow's code ran in an earlier task
+	rejectedUpdates []RejectedUpdate
+	deferredInputs  []history.Event
 	signals         map[string]*env.SignalQueue
 	versions        map[string]int // by change ID
 
@@ -65,6 +71,12 @@ type engine struct {
 	end      history.Attributes // the command that ends the run, once done
 	endErr   error              // or why the task fails instead
 	started  bool
+}
+
+// updateHandler is what SetUpdateHandler registered for an update kind.
+type updateHandler struct {
+	handle   func([]byte) ([]byte, error)
+	validate func([]byte) error
 }
 
 // operation is an activity or a timer started by workflow code.
@@ -86,17 +98,19 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	}
 	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
 	e := &engine{
-		ctx:           ctx,
-		codec:         params.Codec,
-		def:           def,
-		history:       params.History,
-		params:        params,
-		sched:         coroutine.New(deadlockTimeout),
-		operations:    map[int64]*operation{},
-		pending:       map[int64]*operation{},
-		signals:       map[string]*env.SignalQueue{},
-		queryHandlers: map[string]func([]byte) ([]byte, error){},
-		versions:      map[string]int{},
+		ctx:            ctx,
+		codec:          params.Codec,
+		def:            def,
+		history:        params.History,
+		params:         params,
+		sched:          coroutine.New(deadlockTimeout),
+		operations:     map[int64]*operation{},
+		pending:        map[int64]*operation{},
+		signals:        map[string]*env.SignalQueue{},
+		queryHandlers:  map[string]func([]byte) ([]byte, error){},
+		updateHandlers: map[string]updateHandler{},
+		updatesSeen:    map[string]bool{},
+		versions:       map[string]int{},
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -139,6 +153,7 @@ func (e *engine) execute() (*Outcome, error) {
 	if err := e.ctx.Err(); err != nil {
 		return nil, err
 	}
+	e.codeRan = len(tasks) > 0
 	return e.decide(tail)
 }
 
@@ -223,6 +238,20 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
 		}
+		if update, ok := attrs.(*history.UpdateAcceptedAttributes); ok {
+			switch verdict, failure := e.judgeUpdate(update); verdict {
+			case updateDefer:
+				e.deferredInputs = append(e.deferredInputs, in)
+				continue
+			case updateReject:
+				e.rejectedUpdates = append(e.rejectedUpdates, RejectedUpdate{Failure: failure, UpdateID: update.UpdateID})
+				out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: "update rejected: " + failure.Message})
+				continue
+			case updateDuplicate:
+				out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: "update " + update.UpdateID + " was already accepted"})
+				continue
+			}
+		}
 		reason, err := e.deliver(in, attrs)
 		if err != nil {
 			return nil, err
@@ -249,6 +278,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	}
 	out.Events, out.Activities, out.Timers = e.events, e.activities, e.timers
 	out.CanceledActivities, out.CanceledTimers = e.canceledActivities, e.canceledTimers
+	out.DeferredInputs, out.RejectedUpdates = e.deferredInputs, e.rejectedUpdates
 	if e.done {
 		out.Completed = true
 		last := e.events[len(e.events)-1]
@@ -285,6 +315,27 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 			return "the workflow has returned", nil
 		}
 		e.SignalQueue(a.Kind).Push(env.Signal{Args: a.Args, Seq: e.nextSeq()})
+		return "", nil
+	case *history.UpdateAcceptedAttributes:
+		if e.done {
+			return "the workflow has returned", nil
+		}
+		h, ok := e.updateHandlers[a.Kind]
+		if !ok {
+			return "", invalid("event %d: update %s of kind %q was accepted, but the code registers no handler for it now", ev.ID, a.UpdateID, a.Kind)
+		}
+		e.updatesSeen[a.UpdateID] = true
+		id, args := a.UpdateID, a.Args
+		e.sched.Spawn(func() {
+			result, err := h.handle(args)
+			completed := &history.UpdateCompletedAttributes{UpdateID: id}
+			if err != nil {
+				completed.Failure = FailureFromError(err)
+			} else {
+				completed.Result = result
+			}
+			e.commandOrAbort(completed)
+		})
 		return "", nil
 	case *history.ActivityCompletedAttributes:
 		id = a.ScheduledEventID
@@ -539,6 +590,8 @@ func describe(attrs history.Attributes) string {
 		return fmt.Sprintf("%s(activity of event %d)", a.EventType(), a.ScheduledEventID)
 	case *history.TimerCanceledAttributes:
 		return fmt.Sprintf("%s(timer of event %d)", a.EventType(), a.StartedEventID)
+	case *history.UpdateCompletedAttributes:
+		return fmt.Sprintf("%s(update %q)", a.EventType(), a.UpdateID)
 	}
 	return string(attrs.EventType())
 }
@@ -552,4 +605,57 @@ func (e *engine) commandOrAbort(attrs history.Attributes) recorded {
 		panic(&abort{err: err})
 	}
 	return rec
+}
+
+// updateVerdict is what happens to an update input of the task being decided.
+type updateVerdict int
+
+const (
+	updateAccept updateVerdict = iota
+	updateReject
+	updateDefer     // no handler yet, and the code has not run: try next task
+	updateDuplicate // accepted before
+)
+
+// judgeUpdate validates a new update against the state the previous task
+// left (live only; replay trusts history).
+func (e *engine) judgeUpdate(a *history.UpdateAcceptedAttributes) (updateVerdict, *history.Failure) {
+	switch {
+	case e.updatesSeen[a.UpdateID]:
+		return updateDuplicate, nil
+	case e.done:
+		return updateReject, &history.Failure{Message: "the workflow has returned", Type: "WorkflowClosed"}
+	}
+	h, ok := e.updateHandlers[a.Kind]
+	if !ok {
+		if !e.codeRan {
+			return updateDefer, nil
+		}
+		known := slices.Sorted(maps.Keys(e.updateHandlers))
+		return updateReject, &history.Failure{
+			Message: fmt.Sprintf("no handler for update %q (handlers: %v)", a.Kind, known), Type: "UnknownUpdate",
+		}
+	}
+	if h.validate == nil {
+		return updateAccept, nil
+	}
+	if err := validateSafely(h.validate, a.Args); err != nil {
+		failure := FailureFromError(err)
+		if failure.Type == "" || strings.HasPrefix(failure.Type, "*") {
+			failure.Type = "UpdateRejected"
+		}
+		return updateReject, failure
+	}
+	return updateAccept, nil
+}
+
+// validateSafely runs a validator (workflow code, outside a coroutine),
+// turning a panic into a rejection.
+func validateSafely(validate func([]byte) error, args []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &workflow.PanicError{Stack: string(debug.Stack()), Value: r}
+		}
+	}()
+	return validate(args)
 }

@@ -125,6 +125,11 @@ func (e *engine) SetQueryHandler(kind string, handler func([]byte) ([]byte, erro
 	e.queryHandlers[kind] = handler
 }
 
+func (e *engine) SetUpdateHandler(kind string, validate func([]byte) error, handle func([]byte) ([]byte, error)) {
+	e.sched.Guard()
+	e.updateHandlers[kind] = updateHandler{handle: handle, validate: validate}
+}
+
 func (e *engine) SignalQueue(kind string) *env.SignalQueue {
 	q, ok := e.signals[kind]
 	if !ok {

@@ -120,6 +120,11 @@ type Outcome struct {
 	// this kind and args. Completed is then true.
 	ContinuedAsNew *history.WorkflowContinuedAsNewAttributes
 
+	// DeferredInputs are update inputs that came before the workflow's code
+	// first ran, so before it could register their handlers: keep them for
+	// the next task (which the worker must queue).
+	DeferredInputs []history.Event
+
 	// Dropped are inputs that were not appended because they can't change
 	// anything: outcomes of activities already resolved (W5) or unknown,
 	// and any input once the run is closed. The worker consumes them all the
@@ -133,6 +138,11 @@ type Outcome struct {
 
 	// Failure is what the workflow returned, when it returned an error.
 	Failure *history.Failure
+
+	// RejectedUpdates are update inputs the task rejected (their validator
+	// failed, no handler, the workflow has returned): nothing was recorded;
+	// tell their callers.
+	RejectedUpdates []RejectedUpdate
 
 	// Result is the workflow's encoded result, when it returned without
 	// error.
@@ -151,6 +161,12 @@ type StartedTimer struct {
 	// EventID is the ID of its TimerStarted event: the timer's identity,
 	// which its TimerFired's StartedEventID must carry.
 	EventID int64
+}
+
+// RejectedUpdate is an update the task rejected.
+type RejectedUpdate struct {
+	Failure  *history.Failure
+	UpdateID string
 }
 
 // ScheduledActivity is an activity scheduled by a task.

@@ -165,6 +165,11 @@ type Env interface {
 	// SetQueryHandler registers the handler of queries of kind, replacing
 	// any previous one.
 	SetQueryHandler(kind string, handler func(args []byte) ([]byte, error))
+	// SetUpdateHandler registers the handler of updates of kind, replacing
+	// any previous one: validate (may be nil) accepts or rejects an update
+	// before anything is recorded; handle runs in a coroutine of its own once
+	// it is accepted.
+	SetUpdateHandler(kind string, validate func(args []byte) error, handle func(args []byte) ([]byte, error))
 	// SignalQueue returns the queue of received signals of kind (the same
 	// queue on every call).
 	SignalQueue(kind string) *SignalQueue

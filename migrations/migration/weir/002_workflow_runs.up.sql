@@ -149,3 +149,21 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_query (
 );
 CREATE INDEX IF NOT EXISTS weir_query_pending_idx
     ON /* TEMPLATE: schema */weir_query (namespace, workflow_kind, id) WHERE answered_at IS NULL;
+
+-- Updates: one row per update sent to a run, from its request to its answer.
+-- The inbox carries the update to the run; the workflow task that accepts or
+-- rejects it, or completes its handler, writes the answer here and notifies
+-- the caller.
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_update (
+    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    update_id text NOT NULL,
+    kind text NOT NULL,
+    state text NOT NULL DEFAULT 'requested',
+    result bytea,
+    failure jsonb,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    completed_at timestamptz,
+    PRIMARY KEY (run_id, update_id),
+    CONSTRAINT weir_update_state CHECK (state IN ('requested', 'completed', 'rejected')),
+    CONSTRAINT weir_update_id_length CHECK (char_length(update_id) BETWEEN 1 AND 255)
+);

@@ -1,0 +1,177 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/update"
+)
+
+// UpdateArgs are an update's arguments; Kind names the update type, which
+// workflow code handles with workflow.SetUpdateHandler.
+type UpdateArgs interface {
+	Kind() string
+}
+
+// UpdateOpts are options of Update. A nil *UpdateOpts means defaults.
+type UpdateOpts struct {
+	// UpdateID identifies the update: calling Update again with the same ID
+	// (after a timeout, a crash) returns the first call's answer instead of
+	// updating twice. Defaults to a random ID.
+	UpdateID string
+}
+
+// ErrUpdateRejected is matched (errors.Is) by an *UpdateRejectedError.
+var ErrUpdateRejected = errors.New("weir: update rejected")
+
+// UpdateRejectedError means the workflow did not take the update: its
+// validator refused it, it has no handler for it (Failure.Type
+// "UnknownUpdate"), or the run closed first ("WorkflowClosed"). Nothing was
+// recorded in the run's history.
+type UpdateRejectedError struct {
+	Failure    *Failure
+	RunID      uuid.UUID
+	UpdateID   string
+	WorkflowID string
+}
+
+func (e *UpdateRejectedError) Error() string {
+	return fmt.Sprintf("weir: update %s of workflow %s run %s rejected: %v", e.UpdateID, e.WorkflowID, e.RunID, e.Failure)
+}
+
+// Is makes errors.Is(err, ErrUpdateRejected) true.
+func (e *UpdateRejectedError) Is(target error) bool { return target == ErrUpdateRejected }
+
+// Unwrap exposes the failure.
+func (e *UpdateRejectedError) Unwrap() error { return e.Failure }
+
+// ErrUpdateFailed is matched (errors.Is) by an *UpdateFailedError.
+var ErrUpdateFailed = errors.New("weir: update failed")
+
+// UpdateFailedError means the update was accepted (it is in the run's
+// history) and its handler returned an error.
+type UpdateFailedError struct {
+	Failure    *Failure
+	RunID      uuid.UUID
+	UpdateID   string
+	WorkflowID string
+}
+
+func (e *UpdateFailedError) Error() string {
+	return fmt.Sprintf("weir: update %s of workflow %s run %s failed: %v", e.UpdateID, e.WorkflowID, e.RunID, e.Failure)
+}
+
+// Is makes errors.Is(err, ErrUpdateFailed) true.
+func (e *UpdateFailedError) Is(target error) bool { return target == ErrUpdateFailed }
+
+// Unwrap exposes the failure.
+func (e *UpdateFailedError) Unwrap() error { return e.Failure }
+
+// Update sends an update to a run and waits for its handler's result, decoded
+// into out (a pointer; nil to discard it). The workflow's validator accepts or
+// rejects it first (*UpdateRejectedError, nothing recorded); an accepted
+// update is in the run's history before its result can exist, so it is
+// durable whatever happens to the caller. ctx bounds the wait; calling again
+// with the same UpdateOpts.UpdateID picks the answer up. A zero runID means
+// the workflow's latest run.
+func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID, args UpdateArgs, out any, opts *UpdateOpts) error {
+	if args == nil {
+		return errors.New("weir: Update needs update args")
+	}
+	if opts == nil {
+		opts = &UpdateOpts{}
+	}
+	updateID := opts.UpdateID
+	if updateID == "" {
+		updateID = uuid.NewString()
+	}
+	if len(updateID) > 255 {
+		return fmt.Errorf("weir: update ID is %d bytes; at most 255", len(updateID))
+	}
+	resolved, err := c.resolveRun(ctx, c.pool, workflowID, runID)
+	if err != nil {
+		return err
+	}
+	payload, err := c.config.Codec.Encode(args)
+	if err != nil {
+		return err
+	}
+	if len(payload) > c.config.MaxPayloadBytes {
+		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: update %s is %d bytes, the limit is %d",
+			ErrPayloadTooLarge, args.Kind(), len(payload), c.config.MaxPayloadBytes)}
+	}
+	attrs, err := json.Marshal(&history.UpdateAcceptedAttributes{Args: payload, Kind: args.Kind(), UpdateID: updateID})
+	if err != nil {
+		return &PayloadError{Op: "encoding", Err: err}
+	}
+
+	// Listen before asking, so the answer can't slip by.
+	channel := dbschema.Channel(c.config.Schema, dbschema.UpdateDoneChannel)
+	var wake <-chan struct{}
+	if l := c.sharedListener(); l != nil {
+		var unregister func()
+		wake, unregister = l.register(channel, resolved.String()+"/"+updateID)
+		defer unregister()
+		l.waitReady(ctx, listenerReadyWait)
+	}
+
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "INSERT INTO "+c.names.Update+" (run_id, update_id, kind) VALUES ($1, $2, $3)"+
+			" ON CONFLICT (run_id, update_id) DO NOTHING", resolved, updateID, args.Kind())
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // sent before: just wait for its answer
+		}
+		return c.deliver(ctx, tx, workflowID, resolved, &inbox.Item{
+			Attributes: attrs, DedupKey: update.Key(updateID), Type: string(history.EventUpdateAccepted),
+		}, "")
+	})
+	if err != nil {
+		return fmt.Errorf("sending update %s to workflow %s: %w", args.Kind(), workflowID, err)
+	}
+
+	poll := time.NewTicker(c.config.PollInterval)
+	defer poll.Stop()
+	for {
+		var (
+			state   string
+			result  []byte
+			failure []byte
+		)
+		if err := c.pool.QueryRow(ctx, "SELECT state, result, failure FROM "+c.names.Update+" WHERE run_id = $1 AND update_id = $2",
+			resolved, updateID).Scan(&state, &result, &failure); err != nil {
+			return fmt.Errorf("reading update %s of workflow %s: %w", updateID, workflowID, err)
+		}
+		switch {
+		case state == "rejected":
+			return &UpdateRejectedError{Failure: decodeFailure(failure), RunID: resolved, UpdateID: updateID, WorkflowID: workflowID}
+		case state == "completed" && len(failure) > 0:
+			return &UpdateFailedError{Failure: decodeFailure(failure), RunID: resolved, UpdateID: updateID, WorkflowID: workflowID}
+		case state == "completed":
+			if out == nil {
+				return nil
+			}
+			if err := c.config.Codec.Decode(result, out); err != nil {
+				return fmt.Errorf("decoding result of update %s: %w", updateID, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wake:
+		case <-poll.C:
+		}
+	}
+}
