@@ -57,7 +57,7 @@ DECLARE
     ttl text;
 BEGIN
     IF TG_OP = 'UPDATE' AND OLD.state = 'running' THEN
-        NEW.lease_last_token := coalesce(OLD.lease_token, NEW.lease_last_token);
+        NEW.lease_last_token := OLD.lease_token;
         NEW.lease_token := NULL;
         NEW.lease_expires_at := NULL;
     END IF;
