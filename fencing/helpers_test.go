@@ -1,6 +1,7 @@
 package fencing_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -168,6 +169,7 @@ type clientOpts struct {
 	jobTimeout time.Duration
 	maxWorkers int
 	noLeader   bool
+	poll       time.Duration // FetchPollInterval; defaults to 50ms
 	stuck      time.Duration
 	worker     *blockWorker
 }
@@ -180,7 +182,7 @@ func testConfig(schema string, opts *clientOpts) *river.Config {
 	river.AddWorker(workers, &noopWorker{})
 	config := &river.Config{
 		FetchCooldown:          5 * time.Millisecond,
-		FetchPollInterval:      50 * time.Millisecond,
+		FetchPollInterval:      cmp.Or(opts.poll, 50*time.Millisecond),
 		JobStuckThreshold:      opts.stuck,
 		JobTimeout:             opts.jobTimeout,
 		LeaderElectionDisabled: opts.noLeader,
