@@ -41,7 +41,7 @@ func BenchmarkThroughput(b *testing.B) {
 		require.NoError(b, err)
 		jobs = n
 	}
-	const rounds = 2
+	const rounds = 3
 
 	for b.Loop() {
 		if os.Getenv("WEIR_BENCH_MATRIX") != "" {

@@ -35,22 +35,26 @@ func TestPilotBypassPaths(t *testing.T) {
 	attempt2 := recv(t, worker.started)
 	before := getJob(ctx, t, pool, schema, jobID)
 
+	// The stale attempt ignores its context, which the lease keeper may
+	// already have cancelled.
+	staleCtx := context.WithoutCancel(attempt1.ctx)
+
 	// Client.JobUpdate from the stale attempt.
-	_, err = clientA.JobUpdate(attempt1.ctx, jobID, &river.JobUpdateParams{Output: "stale output"})
+	_, err = clientA.JobUpdate(staleCtx, jobID, &river.JobUpdateParams{Output: "stale output"})
 	require.ErrorIs(t, err, fencing.ErrLeaseLost)
 
 	// Client.JobUpdateTx from the stale attempt: the caller's tx is aborted.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
-	_, err = clientA.JobUpdateTx(attempt1.ctx, tx, jobID, &river.JobUpdateParams{Output: "stale output"})
+	_, err = clientA.JobUpdateTx(staleCtx, tx, jobID, &river.JobUpdateParams{Output: "stale output"})
 	require.ErrorIs(t, err, fencing.ErrLeaseLost)
 	require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
 
 	// river.ResumableSetStepTx from the stale attempt, inside a step.
 	errs := make(chan error, 2)
 	attempt1.release <- func(ctx context.Context, job *river.Job[blockArgs]) error {
-		river.ResumableStep(ctx, "stale_step", nil, func(ctx context.Context) error {
+		river.ResumableStep(context.WithoutCancel(ctx), "stale_step", nil, func(ctx context.Context) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				errs <- err

@@ -1,6 +1,7 @@
 package fencing_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,17 +121,21 @@ type startedAttempt struct {
 type blockWorker struct {
 	river.WorkerDefaults[blockArgs]
 
-	done    <-chan struct{}
-	started chan *startedAttempt
-	timeout time.Duration
+	done       chan struct{}
+	finishOnce sync.Once
+	started    chan *startedAttempt
+	timeout    time.Duration
 }
 
 func newBlockWorker(t *testing.T) *blockWorker {
 	t.Helper()
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
-	return &blockWorker{done: done, started: make(chan *startedAttempt, 10)}
+	w := &blockWorker{done: make(chan struct{}), started: make(chan *startedAttempt, 10)}
+	t.Cleanup(w.finish)
+	return w
 }
+
+// finish releases every attempt still blocked, so that clients can stop.
+func (w *blockWorker) finish() { w.finishOnce.Do(func() { close(w.done) }) }
 
 func (w *blockWorker) Timeout(*river.Job[blockArgs]) time.Duration { return w.timeout }
 
@@ -164,6 +169,7 @@ type clientOpts struct {
 	jobTimeout time.Duration
 	maxWorkers int
 	noLeader   bool
+	poll       time.Duration // FetchPollInterval; defaults to 50ms
 	stuck      time.Duration
 	worker     *blockWorker
 }
@@ -176,7 +182,7 @@ func testConfig(schema string, opts *clientOpts) *river.Config {
 	river.AddWorker(workers, &noopWorker{})
 	config := &river.Config{
 		FetchCooldown:          5 * time.Millisecond,
-		FetchPollInterval:      50 * time.Millisecond,
+		FetchPollInterval:      cmp.Or(opts.poll, 50*time.Millisecond),
 		JobStuckThreshold:      opts.stuck,
 		JobTimeout:             opts.jobTimeout,
 		LeaderElectionDisabled: opts.noLeader,
@@ -208,6 +214,9 @@ func startClient(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema s
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {
+		if opts.worker != nil {
+			opts.worker.finish()
+		}
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
 		require.NoError(t, client.Stop(stopCtx))

@@ -145,6 +145,31 @@ func TestLeaseRecovery(t *testing.T) {
 		require.Equal(t, 2, final.Attempt)
 	})
 
+	t.Run("ReaperWakesFetchers", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.Pool(ctx, t)
+		schema := dbtest.TestSchema(ctx, t)
+		driverA := newDriver(t, pool, nil, shortConfig())
+		worker := newBlockWorker(t)
+		clientA := startClient(ctx, t, pool, schema, &clientOpts{driver: driverA, worker: worker})
+		inserted, err := clientA.Insert(ctx, blockArgs{}, nil)
+		require.NoError(t, err)
+		attempt1 := recv(t, worker.started)
+		// B polls once a minute: only the reaper's notification can make it
+		// fetch the recovered job within the bound.
+		startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, shortConfig()), poll: time.Minute, worker: worker})
+
+		driverA.StopHeartbeats()
+		partitioned := time.Now()
+		attempt2 := recv(t, worker.started)
+		require.Equal(t, inserted.Job.ID, attempt2.job.ID)
+		require.Less(t, time.Since(partitioned), leaseTTL+reaperInterval+slack)
+		attempt1.release <- complete
+		attempt2.release <- complete
+		waitForState(ctx, t, pool, schema, inserted.Job.ID, "completed")
+	})
+
 	t.Run("RenewalRefusedCancelsAttempt", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -280,18 +280,16 @@ func (p *Pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
 	return rec
 }
 
-// takeFetched removes and returns the proof of the attempt of jobID this
-// process fetched last, for a write that carries no proof of its own (an
-// attempt that failed before the plugin ran).
-func (p *Pilot) takeFetched(jobID int64) *proof {
+// fetchedProof returns the proof of the attempt of jobID this process
+// fetched last, for a write that carries no proof of its own (an attempt
+// that failed before the plugin ran).
+func (p *Pilot) fetchedProof(jobID int64) *proof {
 	p.fetchedMu.Lock()
 	defer p.fetchedMu.Unlock()
-	rec := p.fetched[jobID]
-	if rec == nil {
-		return nil
+	if rec := p.fetched[jobID]; rec != nil {
+		return rec.proof()
 	}
-	delete(p.fetched, jobID)
-	return rec.proof()
+	return nil
 }
 
 func (p *Pilot) forgetFetched(jobID int64, pr *proof) {
@@ -457,11 +455,18 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		}
 		stripped.MetadataUpdates[i], stripped.MetadataDoMerge[i] = updates, doMerge
 		if pr == nil {
-			pr = p.takeFetched(params.ID[i])
-		} else {
-			p.forgetFetched(params.ID[i], pr)
+			pr = p.fetchedProof(params.ID[i])
 		}
 		proofs[i] = pr
+	}
+	// Records of the attempts are dropped once their write is done; River's
+	// completer retries a failed batch with the same params.
+	forget := func() {
+		for i, pr := range proofs {
+			if pr != nil {
+				p.forgetFetched(params.ID[i], pr)
+			}
+		}
 	}
 
 	fenced, err := p.isFenced(ctx, exec, params.Schema)
@@ -469,7 +474,11 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		return nil, err
 	}
 	if !fenced {
-		return p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, stripped)
+		rows, err := p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, stripped)
+		if err == nil {
+			forget()
+		}
+		return rows, err
 	}
 
 	_, inCallerTx := exec.(riverdriver.ExecutorTx)
@@ -532,6 +541,7 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 			return nil, err
 		}
 	}
+	forget()
 	return rows, nil
 }
 

@@ -95,24 +95,39 @@ func TestRollout(t *testing.T) {
 		require.Zero(t, sink.count(fencing.EventStaleWriteRejected, 0))
 	})
 
-	t.Run("MigrationIsIdempotent", func(t *testing.T) {
+	t.Run("MigrationIsIdempotentAndConcurrent", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		pool := dbtest.Pool(ctx, t)
 		schema, migrate := mainOnlySchema(ctx, t, pool)
-		migrate()
 
-		// Every statement of the up step can run again on a migrated schema.
 		up, err := fs.ReadFile(migrations.FS(migrations.LineFencing), "migration/fencing/001_lease.up.sql")
 		require.NoError(t, err)
 		sql := strings.ReplaceAll(string(up), "/* TEMPLATE: schema */", pgx.Identifier{schema}.Sanitize()+".")
-		for range 2 {
+		applyRaw := func() error {
 			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, sql)
-			require.NoError(t, err)
-			require.NoError(t, tx.Commit(ctx))
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
 		}
+
+		// Two sessions apply the up step at the same moment: the first lock
+		// on river_job serialises them, and the second finds everything done.
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- applyRaw() }()
+		}
+		require.NoError(t, recv(t, errs))
+		require.NoError(t, recv(t, errs))
+
+		// And again on a migrated schema, through rivermigrate this time.
+		migrate()
+		require.NoError(t, applyRaw())
 
 		// rivermigrate through the fencing driver finds nothing left to do.
 		migrator, err := rivermigrate.New(newDriver(t, pool, nil, nil), &rivermigrate.Config{Line: fencing.MigrationLine, Schema: schema})

@@ -46,6 +46,7 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 		}},
 		"CompleteTx": {sideEffects: true, out: func(errs chan<- error, schema string) outcome {
 			return func(ctx context.Context, job *river.Job[blockArgs]) error {
+				ctx = context.WithoutCancel(ctx) // a stale worker that ignores its cancelled context
 				client := river.ClientFromContext[pgx.Tx](ctx)
 				tx, err := client.Driver().GetExecutor().Begin(ctx)
 				if err != nil {
@@ -80,6 +81,7 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 		}},
 		"JobCompleteTx": {sideEffects: true, out: func(errs chan<- error, schema string) outcome {
 			return func(ctx context.Context, job *river.Job[blockArgs]) error {
+				ctx = context.WithoutCancel(ctx) // a stale worker that ignores its cancelled context
 				pool := dbtest.Pool(ctx, t)
 				tx, err := pool.Begin(ctx)
 				if err != nil {

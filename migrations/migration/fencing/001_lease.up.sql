@@ -57,7 +57,7 @@ DECLARE
     ttl text;
 BEGIN
     IF TG_OP = 'UPDATE' AND OLD.state = 'running' THEN
-        NEW.lease_last_token := coalesce(OLD.lease_token, NEW.lease_last_token);
+        NEW.lease_last_token := OLD.lease_token;
         NEW.lease_token := NULL;
         NEW.lease_expires_at := NULL;
     END IF;
@@ -81,21 +81,22 @@ $$;
 
 -- The statement trigger function: logs, in one INSERT per statement, every
 -- attempt the statement ended (River completes, fetches and rescues jobs in
--- batches, so a row-by-row log would cost an INSERT per job).
---
--- Transition tables have no statistics, so the planner would nest-loop the
--- join (quadratic in the batch size); the function disables that for itself.
+-- batches, so a row-by-row log would cost an INSERT per job). It captures
+-- only the rows as they were before the statement and looks each ended
+-- attempt's job up by primary key for the state it left it in.
 CREATE OR REPLACE FUNCTION /* TEMPLATE: schema */weir_fencing_job_attempt_log() RETURNS trigger
-LANGUAGE plpgsql SET enable_nestloop = off AS $$
+LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO /* TEMPLATE: schema */weir_job_attempt
         (job_id, attempt, lease_token, attempted_by, started_at, outcome)
     SELECT o.id, o.attempt, o.lease_token,
         o.attempted_by[array_upper(o.attempted_by, 1)], o.attempted_at,
-        CASE WHEN n.state = 'running' THEN 'superseded' ELSE n.state::text END
+        CASE WHEN j.state = 'running' THEN 'superseded' ELSE j.state::text END
     FROM weir_old_jobs o
-    JOIN weir_new_jobs n ON n.id = o.id
-    WHERE o.state = 'running' AND (n.state <> 'running' OR n.attempt <> o.attempt);
+    CROSS JOIN LATERAL (
+        SELECT state, attempt FROM /* TEMPLATE: schema */river_job WHERE id = o.id
+    ) j
+    WHERE o.state = 'running' AND (j.state <> 'running' OR j.attempt <> o.attempt);
     RETURN NULL;
 END
 $$;
@@ -117,6 +118,6 @@ CREATE OR REPLACE TRIGGER weir_fencing_job_lease_insert
 
 CREATE OR REPLACE TRIGGER weir_fencing_job_attempt_log
     AFTER UPDATE ON /* TEMPLATE: schema */river_job
-    REFERENCING OLD TABLE AS weir_old_jobs NEW TABLE AS weir_new_jobs
+    REFERENCING OLD TABLE AS weir_old_jobs
     FOR EACH STATEMENT
     EXECUTE FUNCTION /* TEMPLATE: schema */weir_fencing_job_attempt_log();
