@@ -53,13 +53,13 @@ func (c *Client) SignalTx(ctx context.Context, tx pgx.Tx, workflowID string, run
 		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: signal %s to workflow %s is %d bytes, the limit is %d",
 			ErrPayloadTooLarge, args.Kind(), workflowID, len(payload), c.config.MaxPayloadBytes)}
 	}
-	attrs, err := json.Marshal(&history.SignalReceivedAttributes{Args: payload, Kind: args.Kind()})
-	if err != nil {
-		return &PayloadError{Op: "encoding", Err: err}
-	}
 	requestID := opts.RequestID
 	if requestID == "" {
 		requestID = uuid.NewString()
+	}
+	attrs, err := json.Marshal(&history.SignalReceivedAttributes{Args: payload, Kind: args.Kind(), RequestID: requestID})
+	if err != nil {
+		return &PayloadError{Op: "encoding", Err: err}
 	}
 	return c.deliver(ctx, tx, workflowID, runID, &inbox.Item{
 		Attributes: attrs, DedupKey: "signal:" + requestID, Type: string(history.EventSignalReceived),

@@ -278,6 +278,13 @@ func TestFeatures(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 1}, &client.SignalOpts{RequestID: "a"}))
 		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 1}, &client.SignalOpts{RequestID: "a"}), "a retry of the same signal")
+		// And a retry after the first one is already in history.
+		requireEventually(t, func() bool {
+			var n int
+			_ = b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+" WHERE run_id = $1 AND type = 'SignalReceived'", run.RunID).Scan(&n)
+			return n == 1
+		})
+		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 1}, &client.SignalOpts{RequestID: "a"}))
 		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 10}, nil))
 		// A signal sent in the caller's transaction arrives iff it commits.
 		tx, err := b.pool.Begin(ctx)

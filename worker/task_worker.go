@@ -380,12 +380,16 @@ func takeInbox(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid
 
 	scheduled := map[int64]bool{}
 	resolved := map[int64]bool{}
+	signals := map[string]bool{} // request IDs of signals history has
 	for _, e := range events {
 		if e.Type == history.EventActivityScheduled || e.Type == history.EventTimerStarted {
 			scheduled[e.ID] = true
 		}
 		if id, ok := resolvedBy(e); ok {
 			resolved[id] = true
+		}
+		if id := signalRequestID(e); id != "" {
+			signals[id] = true
 		}
 	}
 
@@ -403,9 +407,29 @@ func takeInbox(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid
 			}
 			resolved[id] = true
 		}
+		if id := signalRequestID(r.event); id != "" {
+			if signals[id] {
+				logger.DebugContext(ctx, "weir: dropping a signal history already has",
+					slog.String("run_id", runID.String()), slog.String("request_id", id))
+				continue
+			}
+			signals[id] = true
+		}
 		inputs = append(inputs, r.event)
 	}
 	return inputs, nil
+}
+
+// signalRequestID is a SignalReceived event's request ID ("" for others).
+func signalRequestID(e history.Event) string {
+	if e.Type != history.EventSignalReceived {
+		return ""
+	}
+	var ref struct {
+		RequestID string `json:"request_id"`
+	}
+	_ = json.Unmarshal(e.Attributes, &ref)
+	return ref.RequestID
 }
 
 // resolvesEvent reports whether t is an outcome: at most one per activity

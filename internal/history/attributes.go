@@ -350,6 +350,9 @@ type SignalReceivedAttributes struct {
 	Kind string `json:"kind"`
 	// Args are the signal's encoded args.
 	Args Payload `json:"args"`
+	// RequestID is the sender's request ID: a signal whose request ID is
+	// already in the run's history is a retry and is dropped.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // EventType implements Attributes.
