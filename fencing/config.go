@@ -2,9 +2,12 @@ package fencing
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 const (
@@ -33,6 +36,16 @@ type Config struct {
 	// later write by the old attempt is rejected. Defaults to LeaseTTLDefault
 	// (30 seconds).
 	LeaseTTL time.Duration
+
+	// OnFinalized, if set, is called inside the transaction that moves jobs
+	// to a final state (completed, discarded, cancelled) through the fencing
+	// layer: River's completer, JobCompleteTx, the lease reaper and River's
+	// rescuer. Whatever it writes with tx commits together with the state
+	// change, or not at all; an error aborts the change (River retries it).
+	// jobIDs are the jobs that just finalized; read them with tx (the table
+	// is river_job in schema, "" meaning the search_path's). It is not called
+	// for a repeat of a write already applied. Defaults to none.
+	OnFinalized func(ctx context.Context, tx pgx.Tx, schema string, jobIDs []int64) error
 
 	// Observer, if set, is told about lease renewals, lost and expired leases
 	// and rejected stale writes, for metrics and tracing. It is called

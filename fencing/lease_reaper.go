@@ -90,7 +90,12 @@ type reapedJob struct {
 func (r *leaseReaper) reap(ctx context.Context, schema string) (int, error) {
 	table := tableName(schema, "river_job")
 	stateType := tableName(schema, "river_job_state")
-	rows, err := r.driver.pool.Query(ctx, `
+	tx, err := r.driver.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, `
 WITH expired AS (
     SELECT id FROM `+table+`
     WHERE state = 'running'
@@ -124,6 +129,22 @@ RETURNING j.attempt, j.id, j.queue, j.state::text`, r.driver.config.LeaseTTL, re
 	}
 	reaped, err := pgx.CollectRows(rows, pgx.RowToStructByPos[reapedJob])
 	if err != nil {
+		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
+	}
+	if hook := r.driver.config.OnFinalized; hook != nil {
+		var finalized []int64
+		for _, job := range reaped {
+			if job.State != "available" {
+				finalized = append(finalized, job.ID)
+			}
+		}
+		if len(finalized) > 0 {
+			if err := hook(ctx, tx, schema, finalized); err != nil {
+				return 0, fmt.Errorf("fencing: OnFinalized for reaped jobs %v: %w", finalized, err)
+			}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
 	}
 	var queues []string

@@ -536,6 +536,29 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 			return nil, err
 		}
 	}
+	if hook := p.driver.config.OnFinalized; hook != nil && len(rows) > 0 {
+		var finalized []int64
+		for _, i := range keep {
+			if verdicts[i] == verdictRepeat || !isFinalState(params.State[i]) {
+				continue
+			}
+			for _, row := range rows {
+				if row.ID == params.ID[i] && row.State == params.State[i] {
+					finalized = append(finalized, row.ID)
+					break
+				}
+			}
+		}
+		if len(finalized) > 0 {
+			execTx, ok := txExec.(riverdriver.ExecutorTx)
+			if !ok {
+				return nil, fmt.Errorf("fencing: finalizing jobs %v outside a transaction", finalized)
+			}
+			if err := hook(ctx, p.driver.UnwrapTx(execTx), params.Schema, finalized); err != nil {
+				return nil, fmt.Errorf("fencing: OnFinalized for jobs %v: %w", finalized, err)
+			}
+		}
+	}
 	if ownTx != nil {
 		if err := ownTx.Commit(ctx); err != nil {
 			return nil, err
@@ -715,6 +738,19 @@ func (p *Pilot) JobRescueMany(ctx context.Context, exec riverdriver.Executor, pa
 			return nil, err
 		}
 	}
+	if hook := p.driver.config.OnFinalized; hook != nil {
+		var finalized []int64
+		for i, id := range filtered.ID {
+			if isFinalState(rivertype.JobState(filtered.State[i])) {
+				finalized = append(finalized, id)
+			}
+		}
+		if len(finalized) > 0 {
+			if err := hook(ctx, p.driver.UnwrapTx(tx), params.Schema, finalized); err != nil {
+				return nil, fmt.Errorf("fencing: OnFinalized for rescued jobs %v: %w", finalized, err)
+			}
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
@@ -731,4 +767,13 @@ func (p *Pilot) ProducerInit(ctx context.Context, exec riverdriver.Executor, par
 func (p *Pilot) JobInsertMany(ctx context.Context, execTx riverdriver.ExecutorTx, params *riverdriver.JobInsertFastManyParams) ([]*riverdriver.JobInsertFastResult, error) {
 	p.noteSchema(params.Schema)
 	return p.StandardPilot.JobInsertMany(ctx, execTx, params)
+}
+
+// isFinalState reports whether a job in state has ended for good.
+func isFinalState(state rivertype.JobState) bool {
+	switch state {
+	case rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled:
+		return true
+	}
+	return false
 }

@@ -172,20 +172,7 @@ func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("finding ended activities: %w", err)
 	}
-	ended, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (endedActivity, error) {
-		var a endedActivity
-		var errs [][]byte
-		if err := row.Scan(&a.runID, &a.scheduledEventID, &a.jobID, &a.state, &a.attempt, &errs, &a.cancelRequested); err != nil {
-			return a, err
-		}
-		for _, raw := range errs {
-			var attemptErr rivertype.AttemptError
-			if json.Unmarshal(raw, &attemptErr) == nil {
-				a.errors = append(a.errors, attemptErr)
-			}
-		}
-		return a, nil
-	})
+	ended, err := pgx.CollectRows(rows, scanEndedActivity)
 	if err != nil {
 		return 0, fmt.Errorf("finding ended activities: %w", err)
 	}
@@ -224,6 +211,55 @@ func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 		}
 	}
 	return repaired, nil
+}
+
+// onFinalized turns activity jobs that just ended (in tx, River's own state
+// write) into their activities' outcomes. Only jobs with a pending activity
+// count; an outcome already delivered (weir's own activity workers write it
+// before completing) is left as it is.
+func (w *Worker) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobIDs []int64) error {
+	if schema != w.names.Schema {
+		return nil
+	}
+	names := w.names
+	rows, err := tx.Query(ctx, "SELECT a.run_id, a.scheduled_event_id, a.job_id, j.state::text, j.attempt, coalesce(j.errors, '{}'),"+
+		" coalesce(j.metadata ? 'cancel_attempted_at', false)"+
+		" FROM "+names.Activity+" a JOIN "+names.RiverJob+" j ON j.id = a.job_id WHERE a.job_id = ANY($1)", jobIDs)
+	if err != nil {
+		return fmt.Errorf("finding activities of finalized jobs: %w", err)
+	}
+	ended, err := pgx.CollectRows(rows, scanEndedActivity)
+	if err != nil {
+		return fmt.Errorf("finding activities of finalized jobs: %w", err)
+	}
+	for _, a := range ended {
+		eventType, attrs, err := outcomeOfEndedJob(&a)
+		if err != nil {
+			return err
+		}
+		_, err = inbox.Deliver(ctx, tx, names, w.riverClient, a.runID, &inbox.Item{
+			Attributes: attrs, DedupKey: inbox.ActivityKey(a.scheduledEventID), Type: string(eventType),
+		})
+		if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
+			return err
+		}
+	}
+	return nil
+}
+
+func scanEndedActivity(row pgx.CollectableRow) (endedActivity, error) {
+	var a endedActivity
+	var errs [][]byte
+	if err := row.Scan(&a.runID, &a.scheduledEventID, &a.jobID, &a.state, &a.attempt, &errs, &a.cancelRequested); err != nil {
+		return a, err
+	}
+	for _, raw := range errs {
+		var attemptErr rivertype.AttemptError
+		if json.Unmarshal(raw, &attemptErr) == nil {
+			a.errors = append(a.errors, attemptErr)
+		}
+	}
+	return a, nil
 }
 
 // outcomeOfEndedJob is the outcome of an activity whose job ended on its own.

@@ -55,19 +55,36 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
-	driver, err := fencing.NewDriver(pool, config.Fencing)
-	if err != nil {
-		return nil, err
-	}
 	w := &Worker{
 		activities:   make(map[string]struct{}),
 		config:       config,
-		driver:       driver,
 		names:        dbschema.New(config.Schema),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),
 		workflows:    make(map[string]*replay.Definition),
 	}
+	// Every activity job that ends through the fencing layer turns into the
+	// activity's outcome in the same transaction (for plain River workers,
+	// whose Work knows nothing of workflows); user hooks still run.
+	fencingConfig := &fencing.Config{}
+	if config.Fencing != nil {
+		fencingConfig = new(*config.Fencing)
+	}
+	userHook := fencingConfig.OnFinalized
+	fencingConfig.OnFinalized = func(ctx context.Context, tx pgx.Tx, schema string, jobIDs []int64) error {
+		if err := w.onFinalized(ctx, tx, schema, jobIDs); err != nil {
+			return err
+		}
+		if userHook != nil {
+			return userHook(ctx, tx, schema, jobIDs)
+		}
+		return nil
+	}
+	driver, err := fencing.NewDriver(pool, fencingConfig)
+	if err != nil {
+		return nil, err
+	}
+	w.driver = driver
 	river.AddWorker(w.riverWorkers, &timeoutWorker{w: w})
 	river.AddWorker(w.riverWorkers, &timerWorker{w: w})
 	return w, nil

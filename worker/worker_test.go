@@ -131,6 +131,9 @@ type EmailWorker struct {
 }
 
 func (w *EmailWorker) Work(ctx context.Context, job *river.Job[EmailArgs]) error {
+	if job.Args.To == "bounce@example.com" {
+		return river.JobCancel(errors.New("mailbox does not exist"))
+	}
 	w.sent <- job.Args.To
 	return nil
 }
@@ -313,7 +316,9 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
-		startWorker(ctx, t, b, nil)
+		// No sweeper: the outcome must come through the fencing layer, in
+		// River's own state write.
+		startWorker(ctx, t, b, &worker.Config{SweepInterval: time.Hour})
 
 		run, err := b.client.Start(ctx, NotifyArgs{To: "ann@example.com"}, nil)
 		require.NoError(t, err)
@@ -321,6 +326,12 @@ func TestWorker(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "sent to ann@example.com", result)
 		require.Equal(t, "ann@example.com", <-b.email.sent)
+
+		bounced, err := b.client.Start(ctx, NotifyArgs{To: "bounce@example.com"}, nil)
+		require.NoError(t, err)
+		_, err = getWithin[string](ctx, t, bounced)
+		require.ErrorIs(t, err, client.ErrWorkflowFailed)
+		require.ErrorContains(t, err, "mailbox does not exist")
 	})
 
 	t.Run("TenParallelActivities", func(t *testing.T) {
