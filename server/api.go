@@ -70,36 +70,45 @@ func policyName(p client.IDReusePolicy) string {
 	return p.String()
 }
 
-func (s *Server) handleStart(r *http.Request) (int, any, error) {
-	var req StartRequest
-	if err := decodeBody(r, &req, false); err != nil {
-		return 0, nil, err
-	}
+// startOpts checks a start request and turns it into StartOpts.
+func startOpts(req *StartRequest) (*client.StartOpts, error) {
 	if !validName(req.Kind) {
-		return 0, nil, invalidArgument("kind", "invalid workflow kind %q: %s", req.Kind, nameRule)
+		return nil, invalidArgument("kind", "invalid workflow kind %q: %s", req.Kind, nameRule)
 	}
 	if len(req.WorkflowID) > 1000 {
-		return 0, nil, invalidArgument("workflow_id", "workflow_id is %d bytes; at most 1000", len(req.WorkflowID))
+		return nil, invalidArgument("workflow_id", "workflow_id is %d bytes; at most 1000", len(req.WorkflowID))
 	}
 	if len(req.RequestID) > 255 {
-		return 0, nil, invalidArgument("request_id", "request_id is %d bytes; at most 255", len(req.RequestID))
+		return nil, invalidArgument("request_id", "request_id is %d bytes; at most 255", len(req.RequestID))
 	}
 	if req.Queue != "" && (len(req.Queue) > 64 || !queueRE.MatchString(req.Queue)) {
-		return 0, nil, invalidArgument("queue", "invalid queue %q: lowercase letters and digits separated by _ or -, at most 64", req.Queue)
+		return nil, invalidArgument("queue", "invalid queue %q: lowercase letters and digits separated by _ or -, at most 64", req.Queue)
 	}
 	opts := &client.StartOpts{Queue: req.Queue, RequestID: req.RequestID, WorkflowID: req.WorkflowID}
 	if req.IDReusePolicy != "" {
 		policy, ok := policies[req.IDReusePolicy]
 		if !ok {
-			return 0, nil, invalidArgument("id_reuse_policy", "unknown id_reuse_policy %q", req.IDReusePolicy)
+			return nil, invalidArgument("id_reuse_policy", "unknown id_reuse_policy %q", req.IDReusePolicy)
 		}
 		opts.IDReusePolicy = policy
 	}
 	var err error
 	if opts.RunTimeout, err = parseDuration("run_timeout", req.RunTimeout); err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	if opts.ExecutionTimeout, err = parseDuration("execution_timeout", req.ExecutionTimeout); err != nil {
+		return nil, err
+	}
+	return opts, nil
+}
+
+func (s *Server) handleStart(r *http.Request) (int, any, error) {
+	var req StartRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	opts, err := startOpts(&req)
+	if err != nil {
 		return 0, nil, err
 	}
 	c, err := s.client(r.PathValue("namespace"))

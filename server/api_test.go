@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -47,7 +48,31 @@ type waitWorkflow struct {
 	workflow.Defaults[waitArgs, string]
 }
 
+type notesQuery struct{}
+
+func (notesQuery) Kind() string { return "notes" }
+
+type addNote struct {
+	Note string `json:"note"`
+}
+
+func (addNote) Kind() string { return "add_note" }
+
 func (w *waitWorkflow) Run(ctx workflow.Context, _ waitArgs) (string, error) {
+	var notes []string
+	workflow.SetQueryHandler(ctx, func(notesQuery) ([]string, error) { return notes, nil })
+	workflow.SetUpdateHandler(ctx, func(_ workflow.Context, add addNote) (int, error) {
+		if add.Note == "fail" {
+			return 0, errors.New("the handler failed")
+		}
+		notes = append(notes, add.Note)
+		return len(notes), nil
+	}, &workflow.UpdateHandlerOpts[addNote]{Validator: func(add addNote) error {
+		if add.Note == "" {
+			return errors.New("note is required")
+		}
+		return nil
+	}})
 	sig, err := workflow.GetSignalChannel[goSignal](ctx).Receive(ctx)
 	if err != nil {
 		return "", err
@@ -483,12 +508,54 @@ func TestAPI(t *testing.T) {
 		require.JSONEq(t, `{"msg":"hello"}`, string(res.Result))
 	})
 
+	t.Run("QueryUpdateSignalWithStart", func(t *testing.T) {
+		t.Parallel()
+		const id = "interact-1"
+		body := map[string]any{
+			"start":  map[string]any{"kind": "wait_for_go"},
+			"signal": map[string]any{"kind": "nothing_listens", "request_id": "s1"},
+		}
+		run := callJSON[server.RunResponse](t, b, http.StatusCreated, http.MethodPost, workflowPath("default", id, "/signal-with-start"), writerSecret, body)
+		require.True(t, run.Created)
+		again := callJSON[server.RunResponse](t, b, http.StatusOK, http.MethodPost, workflowPath("default", id, "/signal-with-start"), writerSecret, body)
+		require.False(t, again.Created)
+		require.Equal(t, run.RunID, again.RunID)
+		callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, workflowPath("default", id, "/signal-with-start"), writerSecret,
+			map[string]any{"start": map[string]any{"kind": "wait_for_go", "workflow_id": "other"}, "signal": map[string]any{"kind": "x"}})
+
+		value := callJSON[server.ValueResponse](t, b, http.StatusOK, http.MethodPost, workflowPath("default", id, "/update"), writerSecret,
+			&server.UpdateRequest{Kind: "add_note", Args: json.RawMessage(`{"note":"first"}`), UpdateID: "u1"})
+		require.JSONEq(t, `1`, string(value.Result))
+		value = callJSON[server.ValueResponse](t, b, http.StatusOK, http.MethodPost, workflowPath("default", id, "/update"), writerSecret,
+			&server.UpdateRequest{Kind: "add_note", Args: json.RawMessage(`{"note":"first"}`), UpdateID: "u1"})
+		require.JSONEq(t, `1`, string(value.Result), "the same update_id: the first answer")
+
+		rejected := callError(t, b, http.StatusConflict, server.CodeUpdateRejected, http.MethodPost, workflowPath("default", id, "/update"), writerSecret,
+			&server.UpdateRequest{Kind: "add_note", Args: json.RawMessage(`{"note":""}`)})
+		require.Equal(t, run.RunID.String(), rejected.Data["run_id"])
+		callError(t, b, http.StatusUnprocessableEntity, server.CodeUpdateFailed, http.MethodPost, workflowPath("default", id, "/update"), writerSecret,
+			&server.UpdateRequest{Kind: "add_note", Args: json.RawMessage(`{"note":"fail"}`)})
+		callError(t, b, http.StatusForbidden, server.CodePermissionDenied, http.MethodPost, workflowPath("default", id, "/update"), readerSecret,
+			&server.UpdateRequest{Kind: "add_note", Args: json.RawMessage(`{"note":"x"}`)})
+
+		notes := callJSON[server.ValueResponse](t, b, http.StatusOK, http.MethodPost, workflowPath("default", id, "/query"), readerSecret,
+			&server.QueryRequest{Kind: "notes"})
+		require.JSONEq(t, `["first"]`, string(notes.Result))
+		failed := callError(t, b, http.StatusUnprocessableEntity, server.CodeQueryFailed, http.MethodPost, workflowPath("default", id, "/query"), readerSecret,
+			&server.QueryRequest{Kind: "unknown_query"})
+		failure, ok := failed.Data["failure"].(map[string]any)
+		require.True(t, ok, "the failure is in data")
+		require.Equal(t, "UnknownQuery", failure["type"])
+
+		// A run whose kind no worker runs: nobody answers.
+		start(t, b, "default", &server.StartRequest{Kind: "nobody_runs_this", WorkflowID: "no-worker"})
+		callError(t, b, http.StatusGatewayTimeout, server.CodeQueryTimeout, http.MethodPost, workflowPath("default", "no-worker", "/query"), readerSecret,
+			&server.QueryRequest{Kind: "notes", Timeout: "200ms"})
+	})
+
 	t.Run("Unimplemented", func(t *testing.T) {
 		t.Parallel()
-		for _, path := range []string{
-			workflowPath("default", "x", "/query"), workflowPath("default", "x", "/update"),
-			workflowPath("default", "x", "/signal-with-start"), "/api/v1/namespaces/default/schedules",
-		} {
+		for _, path := range []string{"/api/v1/namespaces/default/schedules"} {
 			callError(t, b, http.StatusNotImplemented, server.CodeUnimplemented, http.MethodPost, path, adminSecret, "{}")
 		}
 		callError(t, b, http.StatusNotFound, server.CodeNotFound, http.MethodGet, "/api/v1/nothing", adminSecret, nil)

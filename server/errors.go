@@ -24,11 +24,15 @@ const (
 	CodeNotFound               = "not_found"
 	CodePayloadTooLarge        = "payload_too_large"
 	CodePermissionDenied       = "permission_denied"
+	CodeQueryFailed            = "query_failed"
+	CodeQueryTimeout           = "query_timeout"
 	CodeRequestConflict        = "request_conflict"
 	CodeRunClosed              = "run_closed"
 	CodeUnauthenticated        = "unauthenticated"
 	CodeUnavailable            = "unavailable"
 	CodeUnimplemented          = "unimplemented"
+	CodeUpdateFailed           = "update_failed"
+	CodeUpdateRejected         = "update_rejected"
 	CodeWorkflowAlreadyStarted = "workflow_already_started"
 	CodeWorkflowIDReuse        = "workflow_id_reuse"
 )
@@ -76,6 +80,10 @@ func (s *Server) apiError(r *http.Request, err error) *Error {
 		notFound *client.RunNotFoundError
 		closed   *client.RunClosedError
 		maxBytes *http.MaxBytesError
+		qTimeout *client.QueryTimeoutError
+		qFailed  *client.QueryFailedError
+		rejected *client.UpdateRejectedError
+		uFailed  *client.UpdateFailedError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -105,6 +113,22 @@ func (s *Server) apiError(r *http.Request, err error) *Error {
 		return newError(http.StatusConflict, CodeRunClosed, closed.Error(), map[string]any{
 			"generation": closed.Generation, "run_id": closed.RunID.String(),
 			"state": closed.State, "workflow_id": closed.WorkflowID,
+		})
+	case errors.As(err, &qTimeout):
+		return newError(http.StatusGatewayTimeout, CodeQueryTimeout, qTimeout.Error(), map[string]any{
+			"query": qTimeout.Query, "run_id": qTimeout.RunID.String(), "workflow_id": qTimeout.WorkflowID,
+		})
+	case errors.As(err, &qFailed):
+		return newError(http.StatusUnprocessableEntity, CodeQueryFailed, qFailed.Error(), map[string]any{
+			"failure": qFailed.Failure, "query": qFailed.Query, "run_id": qFailed.RunID.String(), "workflow_id": qFailed.WorkflowID,
+		})
+	case errors.As(err, &rejected):
+		return newError(http.StatusConflict, CodeUpdateRejected, rejected.Error(), map[string]any{
+			"failure": rejected.Failure, "run_id": rejected.RunID.String(), "update_id": rejected.UpdateID, "workflow_id": rejected.WorkflowID,
+		})
+	case errors.As(err, &uFailed):
+		return newError(http.StatusUnprocessableEntity, CodeUpdateFailed, uFailed.Error(), map[string]any{
+			"failure": uFailed.Failure, "run_id": uFailed.RunID.String(), "update_id": uFailed.UpdateID, "workflow_id": uFailed.WorkflowID,
 		})
 	case errors.As(err, &maxBytes):
 		return newError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge,

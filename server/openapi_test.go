@@ -135,8 +135,9 @@ func TestOpenAPI(t *testing.T) {
 		}
 		require.ElementsMatch(t, []string{
 			server.CodeDeadlineExceeded, server.CodeInternal, server.CodeInvalidArgument, server.CodeNotFound,
-			server.CodePayloadTooLarge, server.CodePermissionDenied, server.CodeRequestConflict, server.CodeRunClosed,
-			server.CodeUnauthenticated, server.CodeUnavailable, server.CodeUnimplemented,
+			server.CodePayloadTooLarge, server.CodePermissionDenied, server.CodeQueryFailed, server.CodeQueryTimeout,
+			server.CodeRequestConflict, server.CodeRunClosed,
+			server.CodeUnauthenticated, server.CodeUnavailable, server.CodeUnimplemented, server.CodeUpdateFailed, server.CodeUpdateRejected,
 			server.CodeWorkflowAlreadyStarted, server.CodeWorkflowIDReuse,
 		}, codes)
 	})

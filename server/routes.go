@@ -42,10 +42,11 @@ func (s *Server) routeTable() []*route {
 		{method: http.MethodPost, pattern: workflowPrefix + "/signal", role: RoleWrite, api: s.handleSignal},
 		{method: http.MethodPost, pattern: workflowPrefix + "/terminate", role: RoleWrite, api: s.handleTerminate},
 
-		// Not yet: the client has no query, update, signal-with-start or schedules.
-		{method: http.MethodPost, pattern: workflowPrefix + "/query", role: RoleRead, api: unimplemented("query")},
-		{method: http.MethodPost, pattern: workflowPrefix + "/signal-with-start", role: RoleWrite, api: unimplemented("signal-with-start")},
-		{method: http.MethodPost, pattern: workflowPrefix + "/update", role: RoleWrite, api: unimplemented("update")},
+		{method: http.MethodPost, pattern: workflowPrefix + "/query", role: RoleRead, api: s.handleQuery},
+		{method: http.MethodPost, pattern: workflowPrefix + "/signal-with-start", role: RoleWrite, api: s.handleSignalWithStart},
+		{method: http.MethodPost, pattern: workflowPrefix + "/update", role: RoleWrite, api: s.handleUpdate},
+
+		// Not yet: the client has no schedules.
 		{method: http.MethodGet, pattern: nsPrefix + "/schedules", role: RoleRead, api: unimplemented("schedules")},
 		{method: http.MethodPost, pattern: nsPrefix + "/schedules", role: RoleAdmin, api: unimplemented("schedules")},
 	}

@@ -1,0 +1,144 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/weirhq/weir/client"
+)
+
+// QueryRequest is the body of POST …/workflows/{workflow_id}/query.
+type QueryRequest struct {
+	// Args are the query's args as JSON.
+	Args json.RawMessage `json:"args,omitempty"`
+
+	// Kind is the query's kind. Required.
+	Kind string `json:"kind"`
+
+	// Timeout bounds the wait for a worker's answer, as a Go duration.
+	// Optional: the client's default.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// UpdateRequest is the body of POST …/workflows/{workflow_id}/update.
+type UpdateRequest struct {
+	// Args are the update's args as JSON.
+	Args json.RawMessage `json:"args,omitempty"`
+
+	// Kind is the update's kind. Required.
+	Kind string `json:"kind"`
+
+	// UpdateID makes the update idempotent: sending it again returns the
+	// first answer. Optional.
+	UpdateID string `json:"update_id,omitempty"`
+}
+
+// ValueResponse is the answer of a query or an update.
+type ValueResponse struct {
+	// Result is what the handler returned, as JSON.
+	Result json.RawMessage `json:"result"`
+}
+
+// SignalWithStartRequest is the body of POST
+// …/workflows/{workflow_id}/signal-with-start.
+type SignalWithStartRequest struct {
+	// Signal is the signal to send.
+	Signal SignalRequest `json:"signal"`
+
+	// Start starts the workflow if it has no live run; its workflow_id, if
+	// given, must match the path's.
+	Start StartRequest `json:"start"`
+}
+
+func (s *Server) handleQuery(r *http.Request) (int, any, error) {
+	c, workflowID, runID, err := s.target(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var req QueryRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if !validName(req.Kind) {
+		return 0, nil, invalidArgument("kind", "invalid query kind %q: %s", req.Kind, nameRule)
+	}
+	if len(req.Args) > 0 && !json.Valid(req.Args) {
+		return 0, nil, invalidArgument("args", "args are not valid JSON")
+	}
+	opts := &client.QueryOpts{}
+	if opts.Timeout, err = parseDuration("timeout", req.Timeout); err != nil {
+		return 0, nil, err
+	}
+	var result json.RawMessage
+	if err := c.Query(r.Context(), workflowID, runID, client.RawArgs{JSON: req.Args, KindName: req.Kind}, &result, opts); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, &ValueResponse{Result: result}, nil
+}
+
+func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
+	c, workflowID, runID, err := s.target(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var req UpdateRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if !validName(req.Kind) {
+		return 0, nil, invalidArgument("kind", "invalid update kind %q: %s", req.Kind, nameRule)
+	}
+	if len(req.UpdateID) > 255 {
+		return 0, nil, invalidArgument("update_id", "update_id is %d bytes; at most 255", len(req.UpdateID))
+	}
+	if len(req.Args) > 0 && !json.Valid(req.Args) {
+		return 0, nil, invalidArgument("args", "args are not valid JSON")
+	}
+	var result json.RawMessage
+	err = c.Update(r.Context(), workflowID, runID, client.RawArgs{JSON: req.Args, KindName: req.Kind}, &result,
+		&client.UpdateOpts{UpdateID: req.UpdateID})
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, &ValueResponse{Result: result}, nil
+}
+
+func (s *Server) handleSignalWithStart(r *http.Request) (int, any, error) {
+	c, workflowID, _, err := s.target(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var req SignalWithStartRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	if req.Start.WorkflowID != "" && req.Start.WorkflowID != workflowID {
+		return 0, nil, invalidArgument("start.workflow_id", "start.workflow_id %q is not the path's %q", req.Start.WorkflowID, workflowID)
+	}
+	req.Start.WorkflowID = workflowID
+	opts, err := startOpts(&req.Start)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !validName(req.Signal.Kind) {
+		return 0, nil, invalidArgument("signal.kind", "invalid signal kind %q: %s", req.Signal.Kind, nameRule)
+	}
+	if len(req.Signal.RequestID) > 255 {
+		return 0, nil, invalidArgument("signal.request_id", "request_id is %d bytes; at most 255", len(req.Signal.RequestID))
+	}
+	if len(req.Signal.Args) > 0 && !json.Valid(req.Signal.Args) {
+		return 0, nil, invalidArgument("signal.args", "args are not valid JSON")
+	}
+	run, err := c.SignalWithStart(r.Context(), client.RawArgs{JSON: req.Start.Args, KindName: req.Start.Kind}, opts,
+		client.RawArgs{JSON: req.Signal.Args, KindName: req.Signal.Kind}, &client.SignalOpts{RequestID: req.Signal.RequestID})
+	if err != nil {
+		return 0, nil, err
+	}
+	status := http.StatusOK
+	if run.Created {
+		status = http.StatusCreated
+	}
+	return status, &RunResponse{
+		Created: run.Created, Generation: run.Generation, Namespace: run.Namespace, RunID: run.RunID, WorkflowID: run.WorkflowID,
+	}, nil
+}
