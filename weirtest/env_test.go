@@ -186,7 +186,9 @@ type recordingTB struct {
 	errors []string
 }
 
-func (r *recordingTB) Errorf(format string, args ...any) { r.errors = append(r.errors, fmt.Sprintf(format, args...)) }
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
 
 func requireWorkflowFailure(t *testing.T, err error, state string) *client.Failure {
 	t.Helper()
