@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"slices"
 	"testing"
@@ -32,6 +33,10 @@ const (
 	// WorkflowIDDefault is the workflow ID of the run an Env executes.
 	WorkflowIDDefault = "weirtest"
 )
+
+// maxAttemptsUnlimited is the attempts of an activity whose retry policy
+// sets no maximum: River's max_attempts is a smallint.
+const maxAttemptsUnlimited = math.MaxInt16
 
 // StartDefault is where the simulated clock starts: a fixed time, so tests
 // are reproducible.
@@ -62,8 +67,8 @@ type EnvConfig struct {
 	// Defaults to discarding.
 	Logger *slog.Logger
 
-	// MaxTasks bounds the workflow tasks of one ExecuteWorkflow. Defaults
-	// to MaxTasksDefault.
+	// MaxTasks bounds the workflow tasks of one ExecuteWorkflow, over all
+	// its runs (continue-as-new). Defaults to MaxTasksDefault.
 	MaxTasks int
 
 	// Start is the simulated clock's start. Defaults to StartDefault.
@@ -110,6 +115,7 @@ type Env struct {
 	running    bool
 	seq        int64
 	tasks      int
+	totalTasks int
 }
 
 // item is something due at a time of the simulated clock: a timer firing,
@@ -322,10 +328,11 @@ func (env *Env) run(args []byte) (*replay.Outcome, error) {
 	}
 	inputs := append([]history.Event{started}, env.take()...)
 	for {
-		if env.tasks >= env.config.MaxTasks {
+		if env.totalTasks >= env.config.MaxTasks {
 			return nil, fmt.Errorf("weirtest: more than %d workflow tasks", env.config.MaxTasks)
 		}
 		env.tasks++
+		env.totalTasks++
 		out, err := replay.Execute(env.context(), env.def, &replay.ExecuteParams{
 			Codec:           env.config.Codec,
 			DeadlockTimeout: env.config.DeadlockTimeout,
@@ -433,9 +440,9 @@ func (env *Env) scheduleAttempt(a replay.ScheduledActivity, at time.Time, n int)
 func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 	attrs := a.Attributes
 	policy := attrs.RetryPolicy
-	maxAttempts := 0
-	if policy != nil {
-		maxAttempts = policy.MaximumAttempts
+	maxAttempts := maxAttemptsUnlimited // as River's max_attempts caps it for a worker
+	if policy != nil && policy.MaximumAttempts > 0 {
+		maxAttempts = min(policy.MaximumAttempts, maxAttemptsUnlimited)
 	}
 	st := &attempt.State{
 		ActivityKind: attrs.Kind, Attempt: n, Decode: env.config.Codec.Decode, Encode: env.config.Codec.Encode,
@@ -455,7 +462,7 @@ func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 			return
 		}
 		failure := replay.FailureFromError(err)
-		final := (maxAttempts > 0 && n >= maxAttempts) || failure.NonRetryable ||
+		final := n >= maxAttempts || failure.NonRetryable ||
 			(policy != nil && slices.Contains(policy.NonRetryableErrorTypes, failure.Type))
 		if !final {
 			retryAt := env.now.Add(retryDelay(policy, n))

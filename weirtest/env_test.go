@@ -180,6 +180,12 @@ func (*raceWorkflow) Run(ctx workflow.Context, args OrderArgs) (string, error) {
 	return winner, nil
 }
 
+type panicWorkflow struct {
+	workflow.Defaults[OrderArgs, string]
+}
+
+func (*panicWorkflow) Run(workflow.Context, OrderArgs) (string, error) { panic("workflow bug") }
+
 // recordingTB records Errorf calls instead of failing the test.
 type recordingTB struct {
 	testing.TB
@@ -278,6 +284,13 @@ func TestExecuteWorkflow(t *testing.T) {
 		require.Equal(t, 3*time.Hour, env.Elapsed())
 	})
 
+	t.Run("MaxTasksBoundsContinueAsNew", func(t *testing.T) {
+		t.Parallel()
+		env := weirtest.NewEnv(t, &weirtest.EnvConfig{MaxTasks: 10})
+		_, err := weirtest.ExecuteWorkflow(env, &countdownWorkflow{}, OrderArgs{ID: "~"}) // '~' counts down through '!'…
+		require.ErrorContains(t, err, "more than 10 workflow tasks")
+	})
+
 	t.Run("MockMatchesArgs", func(t *testing.T) {
 		t.Parallel()
 		env := weirtest.NewEnv(t, nil)
@@ -319,6 +332,20 @@ func TestExecuteWorkflow(t *testing.T) {
 		require.Zero(t, env.Elapsed())
 	})
 
+	t.Run("Panic", func(t *testing.T) {
+		t.Parallel()
+		env := weirtest.NewEnv(t, nil)
+		weirtest.OnActivity(env, ChargeArgs{}).ReturnFunc(func(context.Context, ChargeArgs) (any, error) { panic("activity bug") })
+		_, err := weirtest.ExecuteWorkflow(env, &ChargeWorkflow{Activity: retry3x(2)}, OrderArgs{ID: "o-1"})
+		failure := requireWorkflowFailure(t, err, "failed")
+		require.Equal(t, "PanicError", failure.Cause.Type, "an activity's panic fails the attempt")
+		require.Len(t, env.ActivityCalls(), 2)
+
+		env = weirtest.NewEnv(t, nil)
+		_, err = weirtest.ExecuteWorkflow(env, &panicWorkflow{}, OrderArgs{ID: "o-1"})
+		require.ErrorIs(t, err, workflow.ErrPanic, "a workflow's panic fails the task, returned as is")
+	})
+
 	t.Run("RealActivity", func(t *testing.T) {
 		t.Parallel()
 		env := weirtest.NewEnv(t, &weirtest.EnvConfig{WorkflowID: "wf-7"})
@@ -329,6 +356,15 @@ func TestExecuteWorkflow(t *testing.T) {
 		calls := env.ActivityCalls()
 		require.Len(t, calls, 1)
 		require.False(t, calls[0].Mocked)
+	})
+
+	t.Run("RetriesDefaultToMaximumAttempts", func(t *testing.T) {
+		t.Parallel()
+		env := weirtest.NewEnv(t, nil)
+		weirtest.OnActivity(env, ChargeArgs{}).Return(nil, errors.New("bank down"))
+		_, err := weirtest.ExecuteWorkflow(env, &ChargeWorkflow{Activity: retry3x(0)}, OrderArgs{ID: "o-1"})
+		requireWorkflowFailure(t, err, "failed")
+		require.Len(t, env.ActivityCalls(), workflow.MaximumAttemptsDefault)
 	})
 
 	t.Run("RetriesExhausted", func(t *testing.T) {
