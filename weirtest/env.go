@@ -47,9 +47,9 @@ var StartDefault = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // signal or cancel request is left.
 var ErrBlocked = errors.New("weirtest: workflow blocked with nothing left to wait for")
 
-// ErrActivityNotRegistered is the failure type of an activity that has
+// FailureTypeActivityNotRegistered is the failure type of an activity that has
 // neither a mock nor a registered implementation; it is not retried.
-const ErrActivityNotRegistered = "ActivityNotRegistered"
+const FailureTypeActivityNotRegistered = "ActivityNotRegistered"
 
 // EnvConfig configures an [Env]. The zero value works.
 type EnvConfig struct {
@@ -535,7 +535,7 @@ func (env *Env) call(ctx context.Context, a replay.ScheduledActivity, n int) (an
 	}
 	return answer{err: &workflow.ApplicationError{
 		Message:      fmt.Sprintf("weirtest: no mock or registered activity for %q (use OnActivity or RegisterActivity)", a.Attributes.Kind),
-		NonRetryable: true, Type: ErrActivityNotRegistered,
+		NonRetryable: true, Type: FailureTypeActivityNotRegistered,
 	}}
 }
 

@@ -446,7 +446,7 @@ func TestExecuteWorkflow(t *testing.T) {
 		env.SignalWorkflow(Approve{By: "ann"}) // before the start: delivered with it
 		_, err := weirtest.ExecuteWorkflow(env, &ApprovalWorkflow{}, OrderArgs{ID: "o-1"})
 		failure := requireWorkflowFailure(t, err, "failed")
-		require.Equal(t, weirtest.ErrActivityNotRegistered, failure.Cause.Type)
+		require.Equal(t, weirtest.FailureTypeActivityNotRegistered, failure.Cause.Type)
 		require.Zero(t, env.Elapsed())
 	})
 }
