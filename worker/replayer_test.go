@@ -3,6 +3,7 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/weirtest"
 	"github.com/weirhq/weir/worker"
 	"github.com/weirhq/weir/workflow"
 )
@@ -105,6 +107,37 @@ func TestReplayer(t *testing.T) {
 		}
 		check(r.ReplayRun(ctx, b.run.WorkflowID, b.run.RunID))
 		check(r.ReplayHistory(ctx, bytes.NewReader(b.export)))
+	})
+
+	t.Run("EnvWritesWorkerHistory", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setupRun(ctx, t)
+
+		// The same workflow in weirtest's Env, with the same real activity.
+		env := weirtest.NewEnv(t, nil)
+		weirtest.RegisterActivity(env, &ChargeActivity{})
+		receipt, err := weirtest.ExecuteWorkflow(env, &SequentialWorkflow{}, OrderArgs{ID: "replay", Cents: []int64{1, 2, 3}})
+		require.NoError(t, err)
+		require.Equal(t, int64(6), receipt.Total)
+		var buf bytes.Buffer
+		require.NoError(t, env.WriteHistoryJSON(&buf))
+
+		types := func(doc []byte) []client.EventType {
+			var export client.HistoryExport
+			require.NoError(t, json.Unmarshal(doc, &export))
+			var out []client.EventType
+			for _, e := range export.Events {
+				out = append(out, e.Type)
+			}
+			return out
+		}
+		require.Equal(t, types(b.export), types(buf.Bytes()), "the Env records what a worker records")
+
+		r := newReplayer(t, nil)
+		worker.AddReplayerWorkflow(r, &SequentialWorkflow{})
+		_, err = r.ReplayHistory(ctx, &buf)
+		require.NoError(t, err)
 	})
 
 	t.Run("ExportedHistoryReplays", func(t *testing.T) {
