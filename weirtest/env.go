@@ -251,8 +251,9 @@ func (env *Env) drop(key string) {
 	env.queue = slices.DeleteFunc(env.queue, func(it *item) bool { return it.key == key })
 }
 
-// next removes and returns the earliest item (by time, then queueing order).
-func (env *Env) next() *item {
+// next removes and returns the earliest item (by time, then queueing
+// order) if it is due by until; nil otherwise.
+func (env *Env) next(until time.Time) *item {
 	if len(env.queue) == 0 {
 		return nil
 	}
@@ -263,6 +264,9 @@ func (env *Env) next() *item {
 		}
 	}
 	it := env.queue[i]
+	if it.at.After(until) {
+		return nil
+	}
 	env.queue = slices.Delete(env.queue, i, i+1)
 	return it
 }
@@ -408,7 +412,7 @@ func (env *Env) take() []history.Event {
 // whenever nothing is, until there are inputs for a workflow task.
 func (env *Env) advance() error {
 	for len(env.pending) == 0 {
-		it := env.next()
+		it := env.next(farFuture)
 		if it == nil {
 			return ErrBlocked
 		}
@@ -417,17 +421,15 @@ func (env *Env) advance() error {
 		}
 		it.fn()
 		// Everything else due now goes in the same task.
-		for len(env.queue) > 0 {
-			it := env.next()
-			if it.at.After(env.now) {
-				env.push(it.at, it.key, it.fn) // not due: put it back
-				break
-			}
+		for it := env.next(env.now); it != nil; it = env.next(env.now) {
 			it.fn()
 		}
 	}
 	return nil
 }
+
+// farFuture is after every item.
+var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // scheduleAttempt queues attempt n of an activity at a time.
 func (env *Env) scheduleAttempt(a replay.ScheduledActivity, at time.Time, n int) {

@@ -266,6 +266,25 @@ func TestExecuteWorkflow(t *testing.T) {
 		require.ErrorIs(t, err, weirtest.ErrBlocked)
 	})
 
+	t.Run("CallbacksRunInOrder", func(t *testing.T) {
+		t.Parallel()
+		env := weirtest.NewEnv(t, nil)
+		var ran []string
+		callback := func(name string) func() {
+			return func() { ran = append(ran, env.Now().Format(time.TimeOnly)+" "+name) }
+		}
+		env.RegisterDelayedCallback(callback("c"), 2*time.Hour)
+		env.RegisterDelayedCallback(callback("a"), time.Hour)
+		env.RegisterDelayedCallback(callback("d"), 2*time.Hour)
+		env.RegisterDelayedCallback(func() {
+			callback("b")()
+			env.RegisterDelayedCallback(callback("e"), time.Hour) // at 02:00, after c and d
+		}, time.Hour)
+		_, err := weirtest.ExecuteWorkflow(env, &SleepWorkflow{}, OrderArgs{ID: "3h"})
+		require.NoError(t, err)
+		require.Equal(t, []string{"01:00:00 a", "01:00:00 b", "02:00:00 c", "02:00:00 d", "02:00:00 e"}, ran)
+	})
+
 	t.Run("Canceled", func(t *testing.T) {
 		t.Parallel()
 		env := weirtest.NewEnv(t, nil)
