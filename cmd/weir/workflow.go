@@ -77,8 +77,8 @@ func newWorkflowCommand(g *globals) *cobra.Command {
 		newWorkflowListCommand(g, opts),
 		newWorkflowHistoryCommand(g, opts),
 		newWorkflowResultCommand(g, opts),
-		newWorkflowUnimplementedCommand(g, opts, "query", "Query a run (not supported by the server yet)"),
-		newWorkflowUnimplementedCommand(g, opts, "update", "Update a run (not supported by the server yet)"),
+		newWorkflowQueryCommand(g, opts),
+		newWorkflowUpdateCommand(g, opts),
 	)
 	return cmd
 }
@@ -473,27 +473,79 @@ func awaitAndPrint(ctx context.Context, g *globals, api *apiOpts, workflowID str
 	}
 }
 
-func newWorkflowUnimplementedCommand(g *globals, api *apiOpts, verb, short string) *cobra.Command {
-	var args argsOpts
+func newWorkflowQueryCommand(g *globals, api *apiOpts) *cobra.Command {
+	var (
+		args  argsOpts
+		req   server.QueryRequest
+		runID string
+	)
 	cmd := &cobra.Command{
-		Use:   verb + " WORKFLOW_ID",
-		Short: short,
-		Args:  exactArgs(1),
+		Use:     "query WORKFLOW_ID KIND",
+		Short:   "Ask a run a query of KIND and print the answer (JSON)",
+		Example: `  weir workflow query order-42 status`,
+		Args:    exactArgs(2),
 		RunE: func(cmd *cobra.Command, positional []string) error {
-			body, err := args.read(cmd)
-			if err != nil {
+			var err error
+			req.Kind = positional[1]
+			if req.Args, err = args.read(cmd); err != nil {
 				return err
 			}
 			c := api.client(g)
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/"+verb), nil, map[string]any{"args": body}, nil)
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/query"), runQuery(runID), &req, nil)
 			if err != nil {
 				return err
 			}
-			return printJSON(g, raw)
+			return printAnswer(g, api, raw)
 		},
 	}
 	addArgsFlags(cmd, &args)
+	cmd.Flags().StringVar(&req.Timeout, "timeout", "", "how long to wait for a worker's answer (e.g. 10s)")
+	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
 	return cmd
+}
+
+func newWorkflowUpdateCommand(g *globals, api *apiOpts) *cobra.Command {
+	var (
+		args  argsOpts
+		req   server.UpdateRequest
+		runID string
+	)
+	cmd := &cobra.Command{
+		Use:     "update WORKFLOW_ID KIND",
+		Short:   "Send an update of KIND to a run and print its result (JSON)",
+		Example: `  weir workflow update cart-7 add_item --args '{"sku":"A-1"}' --update-id add-a1`,
+		Args:    exactArgs(2),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			var err error
+			req.Kind = positional[1]
+			if req.Args, err = args.read(cmd); err != nil {
+				return err
+			}
+			c := api.client(g)
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/update"), runQuery(runID), &req, nil)
+			if err != nil {
+				return err
+			}
+			return printAnswer(g, api, raw)
+		},
+	}
+	addArgsFlags(cmd, &args)
+	cmd.Flags().StringVar(&req.UpdateID, "update-id", "", "makes the update idempotent: the same ID returns the first answer")
+	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
+	return cmd
+}
+
+// printAnswer prints a query's or update's answer: the whole response with
+// --json, else the result alone.
+func printAnswer(g *globals, api *apiOpts, raw []byte) error {
+	if api.json {
+		return printJSON(g, raw)
+	}
+	var value server.ValueResponse
+	if err := json.Unmarshal(raw, &value); err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	return printJSON(g, value.Result)
 }
 
 func newScheduleCommand(g *globals) *cobra.Command {

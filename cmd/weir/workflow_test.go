@@ -224,7 +224,9 @@ func TestWorkflowCommand(t *testing.T) {
 			require.Equal(t, exitUsage, out.code, "%v: %s", args, out.stderr)
 		}
 		out := weir(t, cliWriterSecret, "workflow", "query", "x")
-		require.Equal(t, exitUnimplemented, out.code, out.stderr)
+		require.Equal(t, exitUsage, out.code, "query needs a kind: %s", out.stderr)
+		out = weir(t, cliWriterSecret, "workflow", "query", "no-such-workflow", "status")
+		require.Equal(t, exitNotFound, out.code, out.stderr)
 		out = weir(t, cliReaderSecret, "schedule", "list")
 		require.Equal(t, exitUnimplemented, out.code, out.stderr)
 
