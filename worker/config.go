@@ -21,6 +21,9 @@ const (
 	// MaxWorkersDefault is the River MaxWorkers of the default queue.
 	MaxWorkersDefault = 100
 
+	// RetentionDefault is how long closed runs are kept by default.
+	RetentionDefault = 30 * 24 * time.Hour
+
 	// SweepIntervalDefault is how often the sweeper looks for runs with
 	// unread inbox rows and no queued task, and for activities whose job
 	// ended without writing an outcome.
@@ -78,6 +81,13 @@ type Config struct {
 	// options name. Defaults to river.QueueDefault with MaxWorkersDefault.
 	Queues map[string]river.QueueConfig
 
+	// Retention is how long closed runs (and their history) are kept in
+	// namespaces that set none (client.RegisterNamespace); then the
+	// sweepers delete them, in small batches. Generations stay monotonic:
+	// the per-workflow-ID counters are never deleted. Negative keeps runs
+	// forever. Defaults to RetentionDefault.
+	Retention time.Duration
+
 	// Schema is the Postgres schema of River's and weir's tables; it must
 	// match the clients'. Defaults to empty: the search_path's first.
 	Schema string
@@ -106,6 +116,7 @@ func (c *Config) withDefaults() *Config {
 	}
 	out.FetchCooldown = cmp.Or(out.FetchCooldown, FetchCooldownDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, client.MaxPayloadBytesDefault)
+	out.Retention = cmp.Or(out.Retention, RetentionDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)
 	out.TaskTimeout = cmp.Or(out.TaskTimeout, TaskTimeoutDefault)
 	return &out

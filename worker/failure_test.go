@@ -424,3 +424,39 @@ func TestNamespaces(t *testing.T) {
 	_, err := worker.New(b.pool, &worker.Config{Namespaces: []string{"bad/namespace"}})
 	require.Error(t, err)
 }
+
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	require.NoError(t, b.client.RegisterNamespace(ctx, "short-lived", &client.NamespaceOpts{Retention: time.Millisecond}))
+	// The default namespace keeps the worker's default retention (30 days).
+	startWorker(ctx, t, b, &worker.Config{Namespaces: []string{"default", "short-lived"}})
+
+	kept, err := b.client.Start(ctx, OrderArgs{ID: "kept", Cents: []int64{1}}, &client.StartOpts{WorkflowID: "kept"})
+	require.NoError(t, err)
+	_, err = getWithin[Receipt](ctx, t, kept)
+	require.NoError(t, err)
+
+	shortLived, err := client.New(b.pool, &client.Config{Namespace: "short-lived", Schema: b.schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = shortLived.Close() })
+	gone, err := shortLived.Start(ctx, OrderArgs{ID: "gone", Cents: []int64{1}}, &client.StartOpts{WorkflowID: "gone"})
+	require.NoError(t, err)
+	_, err = getWithin[Receipt](ctx, t, gone)
+	require.NoError(t, err)
+
+	requireEventually(t, func() bool {
+		_, err := shortLived.Describe(ctx, "gone", gone.RunID)
+		return errors.Is(err, client.ErrRunNotFound)
+	})
+	var events int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+" WHERE run_id = $1", gone.RunID).Scan(&events))
+	require.Zero(t, events, "its history went with it")
+	_, err = b.client.Describe(ctx, "kept", kept.RunID)
+	require.NoError(t, err, "the default namespace keeps its runs")
+
+	again, err := shortLived.Start(ctx, OrderArgs{ID: "gone", Cents: []int64{1}}, &client.StartOpts{WorkflowID: "gone"})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), again.Generation, "generations stay monotonic after retention")
+}

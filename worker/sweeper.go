@@ -84,11 +84,35 @@ func (s *sweeper) sweep(ctx context.Context) (int, error) {
 	if err != nil {
 		return activities + timedOut + tasks, err
 	}
+	if _, err := s.deleteExpiredRuns(ctx); err != nil {
+		return activities + timedOut + tasks, err
+	}
 	// Queries whose asker gave up (and did not delete them) expire.
 	if _, err := s.w.pool.Exec(ctx, "DELETE FROM "+s.w.names.Query+" WHERE expires_at < now() - interval '1 minute'"); err != nil {
 		return activities + timedOut + tasks, fmt.Errorf("deleting expired queries: %w", err)
 	}
 	return activities + timedOut + tasks, nil
+}
+
+// deleteExpiredRuns deletes closed runs past their namespace's retention,
+// with their history (ON DELETE CASCADE), a batch at a time; SKIP LOCKED lets
+// every worker's sweeper share the work.
+func (s *sweeper) deleteExpiredRuns(ctx context.Context) (int64, error) {
+	if s.w.config.Retention < 0 {
+		return 0, nil
+	}
+	names := s.w.names
+	tag, err := s.w.pool.Exec(ctx, "WITH expired AS ("+
+		" SELECT r.run_id FROM "+names.Run+" r LEFT JOIN "+names.Namespace+" n ON n.name = r.namespace"+
+		" WHERE r.state <> 'running'"+
+		" AND r.closed_at < now() - coalesce(n.retention, $1::bigint * interval '1 microsecond')"+
+		" ORDER BY r.closed_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED)"+
+		" DELETE FROM "+names.Run+" WHERE run_id IN (SELECT run_id FROM expired)",
+		s.w.config.Retention.Microseconds(), sweepBatch)
+	if err != nil {
+		return 0, fmt.Errorf("deleting runs past retention: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // timeOutActivities ends activities past their schedule-to-close deadline:

@@ -15,29 +15,31 @@ type Names struct {
 	// Schema is the schema as configured ("" for the search_path's first).
 	Schema string
 
-	Activity string
-	Event    string
-	Inbox    string
-	Query    string
-	RiverJob string
-	Run      string
-	Update   string
-	Workflow string
+	Activity  string
+	Event     string
+	Inbox     string
+	Namespace string
+	Query     string
+	RiverJob  string
+	Run       string
+	Update    string
+	Workflow  string
 }
 
 // New returns the names of the tables in schema; an empty schema leaves names
 // unqualified, to be resolved through the search_path.
 func New(schema string) *Names {
 	return &Names{
-		Schema:   schema,
-		Activity: Qualify(schema, "weir_activity"),
-		Event:    Qualify(schema, "weir_event"),
-		Inbox:    Qualify(schema, "weir_inbox"),
-		Query:    Qualify(schema, "weir_query"),
-		RiverJob: Qualify(schema, "river_job"),
-		Run:      Qualify(schema, "weir_run"),
-		Update:   Qualify(schema, "weir_update"),
-		Workflow: Qualify(schema, "weir_workflow"),
+		Schema:    schema,
+		Activity:  Qualify(schema, "weir_activity"),
+		Event:     Qualify(schema, "weir_event"),
+		Inbox:     Qualify(schema, "weir_inbox"),
+		Namespace: Qualify(schema, "weir_namespace"),
+		Query:     Qualify(schema, "weir_query"),
+		RiverJob:  Qualify(schema, "river_job"),
+		Run:       Qualify(schema, "weir_run"),
+		Update:    Qualify(schema, "weir_update"),
+		Workflow:  Qualify(schema, "weir_workflow"),
 	}
 }
 

@@ -6,6 +6,9 @@
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_namespace (
     name text PRIMARY KEY,
     description text NOT NULL DEFAULT '',
+    -- How long closed runs (and their history) are kept; NULL means the
+    -- workers' default.
+    retention interval,
     created_at timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT weir_namespace_name_length CHECK (char_length(name) > 0 AND char_length(name) <= 128)
 );

@@ -64,6 +64,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS weir_run_request_idx
     ON /* TEMPLATE: schema */weir_run (namespace, workflow_id, request_id);
 CREATE UNIQUE INDEX IF NOT EXISTS weir_run_previous_idx
     ON /* TEMPLATE: schema */weir_run (previous_run_id) WHERE previous_run_id IS NOT NULL;
+-- Retention: closed runs, oldest first.
+CREATE INDEX IF NOT EXISTS weir_run_closed_idx
+    ON /* TEMPLATE: schema */weir_run (closed_at) WHERE state <> 'running';
 -- The sweeper's scan: live runs only.
 CREATE INDEX IF NOT EXISTS weir_run_running_idx
     ON /* TEMPLATE: schema */weir_run (updated_at) WHERE state = 'running';

@@ -1,0 +1,46 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// NamespaceOpts describe a namespace for RegisterNamespace.
+type NamespaceOpts struct {
+	// Description is for people.
+	Description string
+
+	// Retention is how long the namespace's closed runs and their history
+	// are kept before workers delete them. Defaults to 0: the workers'
+	// Config.Retention.
+	Retention time.Duration
+}
+
+// RegisterNamespace records a namespace's description and retention,
+// creating or updating it. Namespaces need no registration to be used; this
+// only sets their options.
+func (c *Client) RegisterNamespace(ctx context.Context, name string, opts *NamespaceOpts) error {
+	if err := ValidateNamespace(name); err != nil {
+		return err
+	}
+	if opts == nil {
+		opts = &NamespaceOpts{}
+	}
+	if opts.Retention < 0 {
+		return errors.New("weir: namespace retention must not be negative")
+	}
+	var retention *string
+	if opts.Retention > 0 {
+		r := fmt.Sprintf("%d microseconds", opts.Retention.Microseconds())
+		retention = &r
+	}
+	_, err := c.pool.Exec(ctx, "INSERT INTO "+c.names.Namespace+" (name, description, retention) VALUES ($1, $2, $3::interval)"+
+		" ON CONFLICT (name) DO UPDATE SET description = excluded.description, retention = excluded.retention",
+		name, opts.Description, retention)
+	if err != nil {
+		return fmt.Errorf("registering namespace %s: %w", name, err)
+	}
+	return nil
+}
