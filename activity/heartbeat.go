@@ -2,7 +2,9 @@ package activity
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/attempt"
@@ -17,8 +19,19 @@ import (
 // when this attempt no longer holds its job: stop working, the job belongs
 // to a newer attempt (its context is cancelled too).
 func Heartbeat(ctx context.Context, details any) error {
-	if st := attempt.From(ctx); st != nil {
+	st := attempt.From(ctx)
+	if st != nil {
 		st.Beat()
+		if st.Heartbeat != nil {
+			var data []byte
+			if details != nil {
+				var err error
+				if data, err = json.Marshal(details); err != nil {
+					return fmt.Errorf("encoding heartbeat details of activity %s: %w", st.ActivityKind, err)
+				}
+			}
+			return st.Heartbeat(ctx, data)
+		}
 	}
 	err := fencing.Heartbeat(ctx, details)
 	if errors.Is(err, fencing.ErrNoLease) {
@@ -31,14 +44,20 @@ func Heartbeat(ctx context.Context, details any) error {
 // attempt or an earlier one: where to resume. ok is false when none were
 // stored.
 func HeartbeatDetails[T any](ctx context.Context) (details T, ok bool, err error) {
-	lease, inAttempt := fencing.LeaseFromContext(ctx)
-	if !inAttempt {
-		return details, false, ErrNotInActivity
+	var raw []byte
+	if st := attempt.From(ctx); st != nil && st.HeartbeatDetails != nil {
+		raw = st.HeartbeatDetails()
+	} else {
+		lease, inAttempt := fencing.LeaseFromContext(ctx)
+		if !inAttempt {
+			return details, false, ErrNotInActivity
+		}
+		raw = lease.Details
 	}
-	if len(lease.Details) == 0 || string(lease.Details) == "null" {
+	if len(raw) == 0 || string(raw) == "null" {
 		return details, false, nil
 	}
-	details, err = decodeDetails[T](lease.Details)
+	details, err = decodeDetails[T](raw)
 	if err != nil {
 		return details, false, err
 	}

@@ -107,7 +107,8 @@ type Env struct {
 	def        *replay.Definition // of the run being executed
 	executed   bool
 	generation int64
-	history    []history.Event // of the current (last) run
+	heartbeats map[int64][]byte // last details by activity (ScheduledEventID)
+	history    []history.Event  // of the current (last) run
 	mocks      []mock
 	now        time.Time
 	pending    []history.Event // inputs due now, for the next task
@@ -137,6 +138,7 @@ func NewEnv(tb testing.TB, config *EnvConfig) *Env {
 	return &Env{
 		activities: map[string]func(context.Context, []byte) ([]byte, error){},
 		config:     config,
+		heartbeats: map[int64][]byte{},
 		now:        config.Start,
 		tb:         tb,
 	}
@@ -144,8 +146,9 @@ func NewEnv(tb testing.TB, config *EnvConfig) *Env {
 
 // RegisterActivity runs the real activity a for activities of its kind
 // (its args' Kind()) that no mock answers. Its context carries
-// activity.GetInfo; activity.CompleteTx and activity.Heartbeat, which need a
-// database, return errors.
+// activity.GetInfo, and activity.Heartbeat and HeartbeatDetails work (details
+// carry over to later attempts); activity.CompleteTx, which needs a database,
+// returns ErrNoDatabase.
 func RegisterActivity[A activity.Args, R any](env *Env, a activity.Activity[A, R]) {
 	var zero A
 	env.activities[zero.Kind()] = func(ctx context.Context, encoded []byte) ([]byte, error) {
@@ -452,6 +455,13 @@ func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 		RunID: uuid.MustParse(env.runID(env.generation)), ScheduledEventID: a.EventID,
 		WorkflowID: env.config.WorkflowID, WorkflowKind: env.def.Kind,
 		CompleteTx: func(context.Context, pgx.Tx, []byte) error { return ErrNoDatabase },
+		Heartbeat: func(_ context.Context, details []byte) error {
+			if details != nil {
+				env.heartbeats[a.EventID] = details
+			}
+			return nil
+		},
+		HeartbeatDetails: func() []byte { return env.heartbeats[a.EventID] },
 	}
 	ctx := attempt.With(env.context(), st)
 	ans := env.call(ctx, a, n)

@@ -469,3 +469,53 @@ func TestExecuteWorkflow(t *testing.T) {
 		require.Zero(t, env.Elapsed())
 	})
 }
+
+type resumeArgs struct {
+	To int `json:"to"`
+}
+
+func (resumeArgs) Kind() string { return "resume_count" }
+
+// resumeActivity counts to To, heartbeating each step; its first attempt
+// fails half-way, so the second must resume from the details.
+type resumeActivity struct {
+	activity.Defaults[resumeArgs, []int]
+}
+
+func (a *resumeActivity) Execute(ctx context.Context, args resumeArgs) ([]int, error) {
+	info, _ := activity.GetInfo(ctx)
+	start := 1
+	if last, ok, err := activity.HeartbeatDetails[int](ctx); err != nil {
+		return nil, err
+	} else if ok {
+		start = last + 1
+	}
+	var counted []int
+	for i := start; i <= args.To; i++ {
+		if info.Attempt == 1 && i > args.To/2 {
+			return nil, errors.New("crash half-way")
+		}
+		counted = append(counted, i)
+		if err := activity.Heartbeat(ctx, i); err != nil {
+			return nil, err
+		}
+	}
+	return counted, nil
+}
+
+type resumeWorkflow struct {
+	workflow.Defaults[resumeArgs, []int]
+}
+
+func (w *resumeWorkflow) Run(ctx workflow.Context, args resumeArgs) ([]int, error) {
+	return workflow.ExecuteActivity[[]int](ctx, args, nil).Get(ctx)
+}
+
+func TestHeartbeatDetailsInEnv(t *testing.T) {
+	t.Parallel()
+	env := weirtest.NewEnv(t, nil)
+	weirtest.RegisterActivity(env, &resumeActivity{})
+	counted, err := weirtest.ExecuteWorkflow(env, &resumeWorkflow{}, resumeArgs{To: 6})
+	require.NoError(t, err)
+	require.Equal(t, []int{4, 5, 6}, counted, "attempt 2 resumed from attempt 1's last heartbeat")
+}

@@ -36,6 +36,14 @@ type State struct {
 	// Decode is the worker's payload codec.
 	Decode func(data []byte, v any) error
 
+	// Heartbeat, when set, replaces the fencing layer's heartbeat (test
+	// environments without Postgres): it records details for later attempts.
+	Heartbeat func(ctx context.Context, details []byte) error
+
+	// HeartbeatDetails, when set, returns the details last recorded by
+	// Heartbeat for this activity, by any attempt.
+	HeartbeatDetails func() []byte
+
 	// Completed is set by CompleteTx once the caller's transaction holds
 	// the outcome, so the worker does not record another one.
 	Completed bool
