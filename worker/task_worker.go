@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/task"
 	"github.com/weirhq/weir/internal/update"
 	"github.com/weirhq/weir/workflow"
@@ -242,15 +244,104 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		if err := update.AbandonPending(ctx, tx, names, runID, "the workflow closed before the update completed"); err != nil {
 			return err
 		}
+		if err := runstate.NotifyParent(ctx, tx, names, w.riverClient, runID); err != nil {
+			return err
+		}
+		if err := runstate.CloseChildren(ctx, tx, names, w.riverClient, runID); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1", runID); err != nil {
 			return fmt.Errorf("clearing pending activities: %w", err)
 		}
 		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String()); err != nil {
 			return fmt.Errorf("notifying run closed: %w", err)
 		}
+	} else if len(outcome.DeferredInputs) == 0 {
+		// Something this task itself put in the run's inbox (a child that
+		// could not start) needs a task of its own.
+		var waiting bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+names.Inbox+" WHERE run_id = $1)"+
+			" AND (SELECT task_job_id IS NULL FROM "+names.Run+" WHERE run_id = $1)", runID).Scan(&waiting); err != nil {
+			return fmt.Errorf("re-checking inbox: %w", err)
+		}
+		if waiting {
+			if err := inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
+				ID: runID, Kind: run.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID,
+			}); err != nil {
+				return err
+			}
+		}
 	}
 
 	return w.completeTask(ctx, tx, job)
+}
+
+// startChild starts the run of a child workflow in the parent's task
+// transaction, with the guarantees of a start: one live run per workflow ID
+// (a live one means the child doesn't start, and the parent learns it), a
+// new generation of the child's workflow ID.
+func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, e history.Event) error {
+	names := w.names
+	attrs, err := history.Decode[*history.ChildWorkflowScheduledAttributes](e)
+	if err != nil {
+		return err
+	}
+	queue := cmp.Or(attrs.Queue, run.Queue)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+		"weir.start\x1f"+names.Schema+"\x1f"+run.Namespace+"\x1f"+attrs.WorkflowID); err != nil {
+		return fmt.Errorf("locking child workflow %s: %w", attrs.WorkflowID, err)
+	}
+	var liveRunID uuid.UUID
+	err = tx.QueryRow(ctx, "SELECT run_id FROM "+names.Run+" WHERE namespace = $1 AND workflow_id = $2 AND state = 'running'",
+		run.Namespace, attrs.WorkflowID).Scan(&liveRunID)
+	switch {
+	case err == nil:
+		failed, err := json.Marshal(&history.ChildWorkflowFailedAttributes{
+			Failure: history.Failure{
+				Message: fmt.Sprintf("workflow %s already has a live run %s", attrs.WorkflowID, liveRunID), Type: "WorkflowAlreadyStarted",
+			},
+			ScheduledEventID: e.ID, State: "not_started",
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
+			" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, string(history.EventChildWorkflowFailed), failed, runstate.ChildKey(e.ID)); err != nil {
+			return fmt.Errorf("reporting child %s not started: %w", attrs.WorkflowID, err)
+		}
+		return nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("looking up child workflow %s: %w", attrs.WorkflowID, err)
+	}
+
+	var generation int64
+	if err := tx.QueryRow(ctx, "INSERT INTO "+names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($1, $2, 1)"+
+		" ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1"+
+		" RETURNING last_generation", run.Namespace, attrs.WorkflowID).Scan(&generation); err != nil {
+		return fmt.Errorf("allocating a generation of child workflow %s: %w", attrs.WorkflowID, err)
+	}
+	childRunID := uuid.New()
+	hash := sha256.Sum256(append([]byte(attrs.Kind+"\x00"), attrs.Args...))
+	if _, err := tx.Exec(ctx, "INSERT INTO "+names.Run+
+		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline,"+
+		"  parent_run_id, parent_event_id, parent_close_policy, trace_context)"+
+		" SELECT $1, namespace, $2, $3, $4, $5, $6, $7, $8, now() + nullif($9::bigint, 0) * interval '1 microsecond', run_id, $10, $11, trace_context"+
+		" FROM "+names.Run+" WHERE run_id = $12",
+		childRunID, attrs.WorkflowID, generation, attrs.Kind, queue, []byte(attrs.Args),
+		fmt.Sprintf("child:%s:%d", runID, e.ID), hash[:], time.Duration(attrs.RunTimeout).Microseconds(),
+		e.ID, attrs.ParentClosePolicy, runID); err != nil {
+		return fmt.Errorf("starting child workflow %s: %w", attrs.WorkflowID, err)
+	}
+	if attrs.RunTimeout > 0 {
+		if _, err := w.riverClient.InsertTx(ctx, tx, runstate.TimeoutArgs{RunID: childRunID}, &river.InsertOpts{
+			MaxAttempts: 25, Queue: queue, ScheduledAt: e.Time.Add(time.Duration(attrs.RunTimeout)),
+		}); err != nil {
+			return fmt.Errorf("scheduling the timeout of child workflow %s: %w", attrs.WorkflowID, err)
+		}
+	}
+	return inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
+		ID: childRunID, Kind: attrs.Kind, Namespace: run.Namespace, Queue: queue, WorkflowID: attrs.WorkflowID,
+	})
 }
 
 // answerUpdates tells the callers of the updates this task rejected or
@@ -382,7 +473,7 @@ func takeInbox(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid
 	resolved := map[int64]bool{}
 	signals := map[string]bool{} // request IDs of signals history has
 	for _, e := range events {
-		if e.Type == history.EventActivityScheduled || e.Type == history.EventTimerStarted {
+		if e.Type == history.EventActivityScheduled || e.Type == history.EventTimerStarted || e.Type == history.EventChildWorkflowScheduled {
 			scheduled[e.ID] = true
 		}
 		if id, ok := resolvedBy(e); ok {
@@ -437,7 +528,7 @@ func signalRequestID(e history.Event) string {
 func resolvesEvent(t history.EventType) bool {
 	switch t {
 	case history.EventActivityCompleted, history.EventActivityFailed, history.EventActivityTimedOut, history.EventActivityCanceled,
-		history.EventTimerFired:
+		history.EventTimerFired, history.EventChildWorkflowCompleted, history.EventChildWorkflowFailed:
 		return true
 	}
 	return false
@@ -473,6 +564,10 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 			}
 		case e.Type == history.EventTimerStarted:
 			if err := w.startTimer(ctx, tx, run, runID, e); err != nil {
+				return err
+			}
+		case e.Type == history.EventChildWorkflowScheduled:
+			if err := w.startChild(ctx, tx, run, runID, e); err != nil {
 				return err
 			}
 		case resolves != nil:

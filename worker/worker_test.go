@@ -426,7 +426,7 @@ func requireHistoryWellFormed(ctx context.Context, t *testing.T, b *testBundle, 
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*), max(event_id),"+
 		" count(resolves_event_id), count(DISTINCT resolves_event_id),"+
 		" count(*) FILTER (WHERE resolves_event_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "+b.names.Event+
-		"  s WHERE s.run_id = e.run_id AND s.event_id = e.resolves_event_id AND s.type IN ('ActivityScheduled', 'TimerStarted'))),"+
+		"  s WHERE s.run_id = e.run_id AND s.event_id = e.resolves_event_id AND s.type IN ('ActivityScheduled', 'TimerStarted', 'ChildWorkflowScheduled'))),"+
 		" count(*) FILTER (WHERE type IN ('WorkflowCompleted', 'WorkflowFailed', 'WorkflowCanceled'))"+
 		" FROM "+b.names.Event+" e WHERE run_id = $1", run.RunID).Scan(&count, &maxID, &outcomes, &distinctOutcomes, &orphans, &terminal))
 	require.Equal(t, count, maxID, "event IDs are gap-free")

@@ -408,6 +408,90 @@ func (a *UpdateCompletedAttributes) validate() string {
 	return ""
 }
 
+// Parent-close policies of child workflows.
+const (
+	// ParentCloseTerminate terminates a running child when its parent closes.
+	ParentCloseTerminate = "terminate"
+	// ParentCloseRequestCancel asks a running child to cancel when its parent
+	// closes.
+	ParentCloseRequestCancel = "request_cancel"
+	// ParentCloseAbandon leaves a running child alone when its parent closes.
+	ParentCloseAbandon = "abandon"
+)
+
+// ChildWorkflowScheduledAttributes are the attributes of
+// [EventChildWorkflowScheduled]: everything the worker needs to start the
+// child, in the same transaction.
+type ChildWorkflowScheduledAttributes struct {
+	// Kind is the child's workflow type.
+	Kind string `json:"kind"`
+	// Args are the child's encoded args.
+	Args Payload `json:"args"`
+	// WorkflowID is the child's workflow ID.
+	WorkflowID string `json:"workflow_id"`
+	// Queue is the River queue of the child's workflow tasks; empty means
+	// the parent's.
+	Queue string `json:"queue,omitempty"`
+	// ParentClosePolicy is what happens to the child if the parent closes
+	// first: [ParentCloseTerminate], [ParentCloseRequestCancel] or
+	// [ParentCloseAbandon].
+	ParentClosePolicy string `json:"parent_close_policy"`
+	// RunTimeout bounds the child's run; 0 means none.
+	RunTimeout Duration `json:"run_timeout,omitempty"`
+}
+
+// EventType implements Attributes.
+func (*ChildWorkflowScheduledAttributes) EventType() EventType { return EventChildWorkflowScheduled }
+
+func (a *ChildWorkflowScheduledAttributes) validate() string {
+	switch {
+	case a.Kind == "":
+		return "kind is required"
+	case a.WorkflowID == "":
+		return "workflow_id is required"
+	}
+	return ""
+}
+
+// ChildWorkflowCompletedAttributes are the attributes of
+// [EventChildWorkflowCompleted].
+type ChildWorkflowCompletedAttributes struct {
+	// ScheduledEventID is the child's ChildWorkflowScheduled event.
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+	// RunID is the child's run (its last, if it continued as new).
+	RunID string `json:"run_id,omitempty"`
+	// Result is the child's encoded result.
+	Result Payload `json:"result"`
+}
+
+// EventType implements Attributes.
+func (*ChildWorkflowCompletedAttributes) EventType() EventType { return EventChildWorkflowCompleted }
+
+func (a *ChildWorkflowCompletedAttributes) validate() string {
+	return validateScheduledEventID(a.ScheduledEventID)
+}
+
+// ChildWorkflowFailedAttributes are the attributes of
+// [EventChildWorkflowFailed].
+type ChildWorkflowFailedAttributes struct {
+	// ScheduledEventID is the child's ChildWorkflowScheduled event.
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+	// RunID is the child's run, if it started.
+	RunID string `json:"run_id,omitempty"`
+	// State is how the child ended: failed, cancelled, terminated,
+	// timed_out, or not_started.
+	State string `json:"state"`
+	// Failure says why.
+	Failure Failure `json:"failure"`
+}
+
+// EventType implements Attributes.
+func (*ChildWorkflowFailedAttributes) EventType() EventType { return EventChildWorkflowFailed }
+
+func (a *ChildWorkflowFailedAttributes) validate() string {
+	return validateScheduledEventID(a.ScheduledEventID)
+}
+
 func validateStartedEventID(id int64) string {
 	if id <= 0 {
 		return "started_event_id must be positive"
@@ -475,6 +559,12 @@ func newAttributes(t EventType) Attributes {
 		return &UpdateAcceptedAttributes{}
 	case EventUpdateCompleted:
 		return &UpdateCompletedAttributes{}
+	case EventChildWorkflowScheduled:
+		return &ChildWorkflowScheduledAttributes{}
+	case EventChildWorkflowCompleted:
+		return &ChildWorkflowCompletedAttributes{}
+	case EventChildWorkflowFailed:
+		return &ChildWorkflowFailedAttributes{}
 	}
 	return nil
 }

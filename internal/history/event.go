@@ -67,6 +67,14 @@ const (
 	EventUpdateAccepted EventType = "UpdateAccepted"
 	// EventUpdateCompleted is the result of an update's handler. Command.
 	EventUpdateCompleted EventType = "UpdateCompleted"
+	// EventChildWorkflowScheduled records that workflow code started a child
+	// workflow; its event ID is the child's identity in this run. Command.
+	EventChildWorkflowScheduled EventType = "ChildWorkflowScheduled"
+	// EventChildWorkflowCompleted is a child's successful end. Input.
+	EventChildWorkflowCompleted EventType = "ChildWorkflowCompleted"
+	// EventChildWorkflowFailed is a child that did not complete: it failed,
+	// was cancelled, terminated or timed out, or could not start. Input.
+	EventChildWorkflowFailed EventType = "ChildWorkflowFailed"
 )
 
 // EventTypes returns every event type, inputs first, then the boundary, then
@@ -75,10 +83,11 @@ func EventTypes() []EventType {
 	return []EventType{
 		EventWorkflowStarted, EventActivityCompleted, EventActivityFailed, EventActivityTimedOut,
 		EventActivityCanceled, EventTimerFired, EventSignalReceived, EventCancelRequested, EventUpdateAccepted,
+		EventChildWorkflowCompleted, EventChildWorkflowFailed,
 		EventWorkflowTaskStarted,
 		EventActivityScheduled, EventActivityCancelRequested, EventTimerStarted, EventTimerCanceled,
 		EventMarkerRecorded, EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled,
-		EventWorkflowContinuedAsNew, EventUpdateCompleted,
+		EventWorkflowContinuedAsNew, EventUpdateCompleted, EventChildWorkflowScheduled,
 	}
 }
 
@@ -109,7 +118,7 @@ func (t EventType) IsInput() bool {
 	switch t {
 	case EventWorkflowStarted, EventActivityCompleted, EventActivityFailed,
 		EventActivityTimedOut, EventActivityCanceled, EventCancelRequested, EventTimerFired,
-		EventSignalReceived, EventUpdateAccepted:
+		EventSignalReceived, EventUpdateAccepted, EventChildWorkflowCompleted, EventChildWorkflowFailed:
 		return true
 	}
 	return false
@@ -121,7 +130,7 @@ func (t EventType) IsCommand() bool {
 	case EventActivityScheduled, EventActivityCancelRequested, EventMarkerRecorded,
 		EventTimerStarted, EventTimerCanceled,
 		EventWorkflowCompleted, EventWorkflowFailed, EventWorkflowCanceled,
-		EventWorkflowContinuedAsNew, EventUpdateCompleted:
+		EventWorkflowContinuedAsNew, EventUpdateCompleted, EventChildWorkflowScheduled:
 		return true
 	}
 	return false

@@ -55,6 +55,9 @@ func TestAttributesJSON(t *testing.T) {
 		&UpdateAcceptedAttributes{UpdateID: "req-7", Kind: "add_item", Args: Payload(`{"sku":"A-1","quantity":2}`)},
 		&UpdateCompletedAttributes{UpdateID: "req-7", Result: Payload(`{"items":3}`)},
 		&UpdateCompletedAttributes{UpdateID: "req-8", Failure: &Failure{Message: "out of stock", Type: "OutOfStock"}},
+		&ChildWorkflowScheduledAttributes{Kind: "ship", Args: Payload(`{"order":"o-1"}`), WorkflowID: "ship-o-1", ParentClosePolicy: ParentCloseTerminate},
+		&ChildWorkflowCompletedAttributes{ScheduledEventID: 7, RunID: "0193e9b0-0000-7000-8000-000000000002", Result: Payload(`{"tracking":"T1"}`)},
+		&ChildWorkflowFailedAttributes{ScheduledEventID: 7, State: "failed", Failure: Failure{Message: "no courier", Type: "NoCourier"}},
 	}
 	type sample struct {
 		Type       EventType       `json:"type"`

@@ -46,6 +46,9 @@ func TestAttributesRoundTrip(t *testing.T) {
 		&WorkflowContinuedAsNewAttributes{Kind: "order", Args: Payload(`{"id":"o-2"}`)},
 		&UpdateAcceptedAttributes{UpdateID: "u-1", Kind: "add_item", Args: Payload(`{"sku":"A"}`)},
 		&UpdateCompletedAttributes{UpdateID: "u-1", Result: Payload(`3`)},
+		&ChildWorkflowScheduledAttributes{Kind: "ship", Args: Payload(`{}`), WorkflowID: "ship-1", ParentClosePolicy: ParentCloseAbandon},
+		&ChildWorkflowCompletedAttributes{ScheduledEventID: 4, Result: Payload(`1`)},
+		&ChildWorkflowFailedAttributes{ScheduledEventID: 4, State: "terminated", Failure: Failure{Message: "stop"}},
 	}
 	seen := map[EventType]bool{}
 	for _, attrs := range all {

@@ -48,6 +48,7 @@ type engine struct {
 	nextID int64
 
 	activities         []ScheduledActivity
+	children           []ScheduledChild
 	canceledActivities []int64
 	canceledTimers     []int64
 	timers             []StartedTimer
@@ -79,9 +80,11 @@ type updateHandler struct {
 	validate func([]byte) error
 }
 
-// operation is an activity or a timer started by workflow code.
+// operation is an activity, a timer or a child workflow started by workflow
+// code.
 type operation struct {
-	canceled func() bool // whether its Context is cancelled
+	canceled func() bool // whether its Context is cancelled; nil: never (children)
+	child    bool
 	promise  *env.Promise
 	timer    bool
 }
@@ -279,6 +282,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	out.Events, out.Activities, out.Timers = e.events, e.activities, e.timers
 	out.CanceledActivities, out.CanceledTimers = e.canceledActivities, e.canceledTimers
 	out.DeferredInputs, out.RejectedUpdates = e.deferredInputs, e.rejectedUpdates
+	out.Children = e.children
 	if e.done {
 		out.Completed = true
 		last := e.events[len(e.events)-1]
@@ -297,6 +301,7 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 	var (
 		id    int64
 		timer bool
+		child bool
 	)
 	switch a := attrs.(type) {
 	case *history.WorkflowStartedAttributes:
@@ -347,6 +352,10 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 		id = a.ScheduledEventID
 	case *history.TimerFiredAttributes:
 		id, timer = a.StartedEventID, true
+	case *history.ChildWorkflowCompletedAttributes:
+		id, child = a.ScheduledEventID, true
+	case *history.ChildWorkflowFailedAttributes:
+		id, child = a.ScheduledEventID, true
 	default:
 		return "", invalid("event %d: %s is not an input", ev.ID, ev.Type)
 	}
@@ -354,12 +363,15 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 		return "the workflow has returned", nil
 	}
 	what := "activity"
-	if timer {
+	switch {
+	case timer:
 		what = "timer"
+	case child:
+		what = "child workflow"
 	}
 	op, ok := e.operations[id]
 	switch {
-	case !ok || op.timer != timer:
+	case !ok || op.timer != timer || op.child != child:
 		return fmt.Sprintf("no %s was started by event %d", what, id), nil
 	case e.pending[id] == nil:
 		return fmt.Sprintf("the %s of event %d already has its outcome", what, id), nil
@@ -381,6 +393,9 @@ func (e *engine) cancelOperations() (bool, error) {
 	did := false
 	for _, id := range slices.Sorted(maps.Keys(e.pending)) {
 		op := e.pending[id]
+		if op.canceled == nil {
+			continue // a child workflow goes on; its parent-close policy applies
+		}
 		canceled, err := callSafely(op.canceled)
 		if err != nil {
 			return false, fmt.Errorf("checking the Context of the operation of event %d: %w", id, err)
@@ -590,6 +605,8 @@ func describe(attrs history.Attributes) string {
 		return fmt.Sprintf("%s(activity of event %d)", a.EventType(), a.ScheduledEventID)
 	case *history.TimerCanceledAttributes:
 		return fmt.Sprintf("%s(timer of event %d)", a.EventType(), a.StartedEventID)
+	case *history.ChildWorkflowScheduledAttributes:
+		return fmt.Sprintf("%s(kind %q, workflow ID %q)", a.EventType(), a.Kind, a.WorkflowID)
 	case *history.UpdateCompletedAttributes:
 		return fmt.Sprintf("%s(update %q)", a.EventType(), a.UpdateID)
 	}

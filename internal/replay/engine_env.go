@@ -112,6 +112,31 @@ func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, canceled func
 	return rec.promise
 }
 
+func (e *engine) NextEventID() int64 {
+	e.sched.Guard()
+	if e.replaying {
+		// The next command recorded in this task, or the first after them.
+		e.skipVersionMarkers(nil)
+		if e.cursor < len(e.expected) {
+			return e.expected[e.cursor].event.ID
+		}
+		return e.boundaryID + int64(len(e.expected)) + 1
+	}
+	return e.nextID
+}
+
+func (e *engine) StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttributes) *env.Promise {
+	e.sched.Guard()
+	rec := e.commandOrAbort(attrs)
+	op := &operation{child: true, promise: &env.Promise{EventID: rec.event.ID, Kind: attrs.Kind}}
+	e.pending[op.promise.EventID] = op
+	e.operations[op.promise.EventID] = op
+	if !e.replaying {
+		e.children = append(e.children, ScheduledChild{Attributes: attrs, EventID: op.promise.EventID})
+	}
+	return op.promise
+}
+
 func (e *engine) startOperation(attrs history.Attributes, kind string, canceled func() bool, timer bool) *operation {
 	rec := e.commandOrAbort(attrs)
 	op := &operation{canceled: canceled, promise: &env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}

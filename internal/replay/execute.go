@@ -108,6 +108,11 @@ type Outcome struct {
 	// cancelled. Their TimerFired, if it still comes, is dropped.
 	CanceledTimers []int64
 
+	// Children are the child workflows started by this task, in order: one
+	// run to start for each (in the same transaction), identified by
+	// EventID.
+	Children []ScheduledChild
+
 	// Completed reports that the workflow returned (Events then ends with
 	// WorkflowCompleted, WorkflowFailed, WorkflowCanceled or
 	// WorkflowContinuedAsNew), or that History was already closed (Events is
@@ -161,6 +166,12 @@ type StartedTimer struct {
 	// EventID is the ID of its TimerStarted event: the timer's identity,
 	// which its TimerFired's StartedEventID must carry.
 	EventID int64
+}
+
+// ScheduledChild is a child workflow started by a task.
+type ScheduledChild struct {
+	Attributes *history.ChildWorkflowScheduledAttributes
+	EventID    int64
 }
 
 // RejectedUpdate is an update the task rejected.

@@ -51,7 +51,7 @@ type Closed struct {
 // Close ends the running run runID in tx with state and failure. When the run
 // is not running it returns the run's closed state and ErrNotRunning; when it
 // does not exist, pgx.ErrNoRows.
-func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, canceller Canceller, runID uuid.UUID, state string, failure *Failure) (*Closed, error) {
+func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverClient, runID uuid.UUID, state string, failure *Failure) (*Closed, error) {
 	var (
 		current    Closed
 		failureRaw []byte
@@ -89,7 +89,7 @@ func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, canceller Canc
 		return nil, fmt.Errorf("retiring activities of run %s: %w", runID, err)
 	}
 	for _, jobID := range jobIDs {
-		if _, err := canceller.JobCancelTx(ctx, tx, jobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+		if _, err := river.JobCancelTx(ctx, tx, jobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
 			return nil, fmt.Errorf("cancelling activity job %d of run %s: %w", jobID, runID, err)
 		}
 	}
@@ -101,6 +101,12 @@ func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, canceller Canc
 	}
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String()); err != nil {
 		return nil, fmt.Errorf("notifying run closed: %w", err)
+	}
+	if err := NotifyParent(ctx, tx, names, river, runID); err != nil {
+		return nil, err
+	}
+	if err := CloseChildren(ctx, tx, names, river, runID); err != nil {
+		return nil, err
 	}
 	current.State = state
 	return &current, nil

@@ -162,6 +162,13 @@ type Env interface {
 	// matches it against history) and returns its promise. canceled works as
 	// for ScheduleActivity (the command is then TimerCanceled).
 	StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *Promise
+	// NextEventID is the ID the next command would get (deterministic: the
+	// same on every replay of the same code).
+	NextEventID() int64
+	// StartChildWorkflow records the command to start a child workflow (or,
+	// when replaying, matches it against history) and returns its promise,
+	// resolved by the child's ChildWorkflowCompleted or ChildWorkflowFailed.
+	StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttributes) *Promise
 	// SetQueryHandler registers the handler of queries of kind, replacing
 	// any previous one.
 	SetQueryHandler(kind string, handler func(args []byte) ([]byte, error))

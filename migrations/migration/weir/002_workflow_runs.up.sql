@@ -39,7 +39,11 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_run (
     -- ends timed_out.
     run_deadline timestamptz,
     execution_deadline timestamptz,
+    -- A child workflow's parent: its run, the parent's event that started
+    -- it, and what happens to the child if the parent closes first.
     parent_run_id uuid,
+    parent_event_id bigint,
+    parent_close_policy text,
     -- The run this one continued (continue-as-new): a chain of runs of one
     -- workflow ID, each a generation.
     previous_run_id uuid,
@@ -62,6 +66,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS weir_run_generation_idx
 -- W2: a request ID names one start per workflow ID.
 CREATE UNIQUE INDEX IF NOT EXISTS weir_run_request_idx
     ON /* TEMPLATE: schema */weir_run (namespace, workflow_id, request_id);
+CREATE INDEX IF NOT EXISTS weir_run_children_idx
+    ON /* TEMPLATE: schema */weir_run (parent_run_id) WHERE parent_run_id IS NOT NULL AND state = 'running';
 CREATE UNIQUE INDEX IF NOT EXISTS weir_run_previous_idx
     ON /* TEMPLATE: schema */weir_run (previous_run_id) WHERE previous_run_id IS NOT NULL;
 -- Retention: closed runs, oldest first.
