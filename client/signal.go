@@ -97,6 +97,16 @@ func (c *Client) deliver(ctx context.Context, tx pgx.Tx, workflowID string, runI
 		return err
 	}
 	_, err = inbox.Deliver(ctx, tx, c.names, c.river, resolved, item)
+	for hops := 0; errors.Is(err, inbox.ErrRunClosed) && runID == uuid.Nil && hops < 10; hops++ {
+		// Addressed to the workflow, not a run: if the run continued as
+		// new meanwhile, the workflow goes on in the next run.
+		var next uuid.UUID
+		if qerr := tx.QueryRow(ctx, "SELECT run_id FROM "+c.names.Run+" WHERE previous_run_id = $1", resolved).Scan(&next); qerr != nil {
+			break
+		}
+		resolved = next
+		_, err = inbox.Deliver(ctx, tx, c.names, c.river, resolved, item)
+	}
 	if errors.Is(err, inbox.ErrRunClosed) {
 		var state string
 		var generation int64

@@ -376,3 +376,55 @@ func TestContinueAsNew(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, client.EventType("WorkflowContinuedAsNew"), page.Events[len(page.Events)-1].Type)
 }
+
+type RelayArgs struct {
+	Sum int `json:"sum"`
+}
+
+func (RelayArgs) Kind() string { return "relay" }
+
+// RelayWorkflow takes one "add" signal per run and continues as new with the
+// running sum; a "done" signal ends it. Every signal it has not taken when a
+// run ends must reach the next run.
+type RelayWorkflow struct {
+	workflow.Defaults[RelayArgs, int]
+}
+
+func (w *RelayWorkflow) Run(ctx workflow.Context, args RelayArgs) (int, error) {
+	adds := workflow.GetSignalChannel[AddSignal](ctx)
+	done := workflow.GetSignalChannel[DoneSignal](ctx)
+	for {
+		if add, ok, err := adds.TryReceive(ctx); err != nil {
+			return 0, err
+		} else if ok {
+			return 0, workflow.ContinueAsNew(ctx, RelayArgs{Sum: args.Sum + add.N})
+		}
+		if _, ok, _ := done.TryReceive(ctx); ok {
+			return args.Sum, nil
+		}
+		workflow.NewSelector(ctx).AddFuture(adds, func() {}).AddFuture(done, func() {}).Select(ctx)
+	}
+}
+
+func TestContinueAsNewCarriesSignals(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	w, err := worker.New(b.pool, &worker.Config{Schema: b.schema})
+	require.NoError(t, err)
+	worker.AddWorkflow(w, &RelayWorkflow{})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { _ = w.Stop(context.WithoutCancel(ctx)) })
+
+	run, err := b.client.Start(ctx, RelayArgs{}, &client.StartOpts{WorkflowID: "relay"})
+	require.NoError(t, err)
+	// Signals to the workflow ID race the runs continuing as new.
+	for i := 1; i <= 6; i++ {
+		require.NoError(t, b.client.Signal(ctx, "relay", uuid.Nil, AddSignal{N: i}, nil))
+	}
+	require.NoError(t, b.client.Signal(ctx, "relay", uuid.Nil, DoneSignal{}, nil))
+
+	sum, err := getWithin[int](ctx, t, run)
+	require.NoError(t, err)
+	require.Equal(t, 21, sum, "1+2+…+6: no signal lost across the chain")
+}

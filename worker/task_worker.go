@@ -217,7 +217,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		}
 	}
 	if outcome.ContinuedAsNew != nil {
-		if err := w.continueAsNew(ctx, tx, &run, runID, outcome.ContinuedAsNew); err != nil {
+		if err := w.continueAsNew(ctx, tx, &run, runID, outcome.ContinuedAsNew, outcome.CarriedSignals); err != nil {
 			return err
 		}
 	}
@@ -370,7 +370,9 @@ func (w *Worker) answerUpdates(ctx context.Context, tx pgx.Tx, runID uuid.UUID, 
 // continueAsNew starts the next run of the workflow ID, in the same
 // transaction that closes this one: generation + 1, a new run ID, the same
 // namespace, queue and execution deadline, and the new args.
-func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, next *history.WorkflowContinuedAsNewAttributes) error {
+func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, next *history.WorkflowContinuedAsNewAttributes,
+	carried []*history.SignalReceivedAttributes,
+) error {
 	names := w.names
 	var generation int64
 	if err := tx.QueryRow(ctx, "UPDATE "+names.Workflow+" SET last_generation = last_generation + 1"+
@@ -384,6 +386,22 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 		" SELECT $1, namespace, workflow_id, $2, $3, queue, $4, $5, $6, execution_deadline, run_id, trace_context FROM "+names.Run+" WHERE run_id = $7",
 		nextRunID, generation, next.Kind, []byte(next.Args), "continue-as-new:"+runID.String(), hash[:], runID); err != nil {
 		return fmt.Errorf("starting the next run of workflow %s: %w", run.WorkflowID, err)
+	}
+	// Signals the run received and never took go on to the next run.
+	for i, signal := range carried {
+		attrs, err := json.Marshal(signal)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)",
+			nextRunID, string(history.EventSignalReceived), attrs, fmt.Sprintf("carried:%d", i)); err != nil {
+			return fmt.Errorf("carrying signals to the next run of workflow %s: %w", run.WorkflowID, err)
+		}
+	}
+	// Signals still waiting in this run's inbox follow too.
+	if _, err := tx.Exec(ctx, "UPDATE "+names.Inbox+" SET run_id = $2 WHERE run_id = $1 AND type = $3",
+		runID, nextRunID, string(history.EventSignalReceived)); err != nil {
+		return fmt.Errorf("moving waiting signals to the next run of workflow %s: %w", run.WorkflowID, err)
 	}
 	return inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
 		ID: nextRunID, Kind: next.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID,

@@ -291,6 +291,9 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 			return nil, err
 		}
 		out.Result, out.Failure, out.Canceled, out.ContinuedAsNew = closed.Result, closed.Failure, closed.Canceled, closed.ContinuedAsNew
+		if out.ContinuedAsNew != nil {
+			out.CarriedSignals = e.pendingSignals()
+		}
 	}
 	return out, nil
 }
@@ -675,4 +678,24 @@ func validateSafely(validate func([]byte) error, args []byte) (err error) {
 		}
 	}()
 	return validate(args)
+}
+
+// pendingSignals are the signals received and not taken, oldest first.
+func (e *engine) pendingSignals() []*history.SignalReceivedAttributes {
+	type pending struct {
+		kind   string
+		signal env.Signal
+	}
+	var all []pending
+	for kind, q := range e.signals {
+		for _, sig := range q.Pending() {
+			all = append(all, pending{kind: kind, signal: sig})
+		}
+	}
+	slices.SortFunc(all, func(a, b pending) int { return int(a.signal.Seq - b.signal.Seq) })
+	out := make([]*history.SignalReceivedAttributes, 0, len(all))
+	for _, p := range all {
+		out = append(out, &history.SignalReceivedAttributes{Args: p.signal.Args, Kind: p.kind})
+	}
+	return out
 }

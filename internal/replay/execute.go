@@ -108,6 +108,11 @@ type Outcome struct {
 	// cancelled. Their TimerFired, if it still comes, is dropped.
 	CanceledTimers []int64
 
+	// CarriedSignals are, when the run continued as new, the signals it
+	// received but its code never took, oldest first: the worker gives them
+	// to the next run, so none is lost.
+	CarriedSignals []*history.SignalReceivedAttributes
+
 	// Children are the child workflows started by this task, in order: one
 	// run to start for each (in the same transaction), identified by
 	// EventID.

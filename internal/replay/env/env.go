@@ -97,6 +97,9 @@ type SignalQueue struct {
 	signals []Signal
 }
 
+// Pending returns the signals not received yet, oldest first.
+func (q *SignalQueue) Pending() []Signal { return append([]Signal(nil), q.signals...) }
+
 // Push appends a signal.
 func (q *SignalQueue) Push(s Signal) { q.signals = append(q.signals, s) }
 
