@@ -428,3 +428,77 @@ func TestContinueAsNewCarriesSignals(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 21, sum, "1+2+…+6: no signal lost across the chain")
 }
+
+type GreetingArgs struct{}
+
+func (GreetingArgs) Kind() string { return "greeting" }
+
+// GreetingV1 waits for "done" and greets in English.
+type GreetingV1 struct {
+	workflow.Defaults[GreetingArgs, string]
+}
+
+func (w *GreetingV1) Run(ctx workflow.Context, _ GreetingArgs) (string, error) {
+	greeting := "hello"
+	if _, err := workflow.GetSignalChannel[DoneSignal](ctx).Receive(ctx); err != nil {
+		return "", err
+	}
+	return greeting, nil
+}
+
+// GreetingV2 is the same workflow type after a change, guarded by GetVersion.
+type GreetingV2 struct {
+	workflow.Defaults[GreetingArgs, string]
+}
+
+func (w *GreetingV2) Run(ctx workflow.Context, _ GreetingArgs) (string, error) {
+	// The change: decided where v1 decided, before waiting. A run that passed
+	// here under v1 replays this point with no version marker, so it gets
+	// DefaultVersion and keeps the old behaviour.
+	greeting := "bonjour"
+	if workflow.GetVersion(ctx, "french", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		greeting = "hello"
+	}
+	if _, err := workflow.GetSignalChannel[DoneSignal](ctx).Receive(ctx); err != nil {
+		return "", err
+	}
+	return greeting, nil
+}
+
+func TestVersioningAcrossADeploy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+
+	// Version 1 is deployed; a run starts and waits.
+	v1, err := worker.New(b.pool, &worker.Config{Schema: b.schema})
+	require.NoError(t, err)
+	worker.AddWorkflow(v1, &GreetingV1{})
+	require.NoError(t, v1.Start(ctx))
+	old, err := b.client.Start(ctx, GreetingArgs{}, &client.StartOpts{WorkflowID: "old"})
+	require.NoError(t, err)
+	requireEventually(t, func() bool {
+		desc, err := b.client.Describe(ctx, "old", old.RunID)
+		return err == nil && desc.HistoryLength > 0
+	})
+	require.NoError(t, v1.Stop(ctx))
+
+	// Version 2 replaces it while the old run is in flight.
+	v2, err := worker.New(b.pool, &worker.Config{Schema: b.schema})
+	require.NoError(t, err)
+	worker.AddWorkflow(v2, &GreetingV2{})
+	require.NoError(t, v2.Start(ctx))
+	t.Cleanup(func() { _ = v2.Stop(context.WithoutCancel(ctx)) })
+	fresh, err := b.client.Start(ctx, GreetingArgs{}, &client.StartOpts{WorkflowID: "new"})
+	require.NoError(t, err)
+
+	for _, id := range []string{"old", "new"} {
+		require.NoError(t, b.client.Signal(ctx, id, uuid.Nil, DoneSignal{}, nil))
+	}
+	greeting, err := getWithin[string](ctx, t, old)
+	require.NoError(t, err)
+	require.Equal(t, "hello", greeting, "the run that started on v1 stays on the old branch")
+	greeting, err = getWithin[string](ctx, t, fresh)
+	require.NoError(t, err)
+	require.Equal(t, "bonjour", greeting, "a run started on v2 takes the new branch")
+}
