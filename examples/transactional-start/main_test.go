@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,6 +17,12 @@ func TestTransactionalStart(t *testing.T) {
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
 	schema := dbtest.TestSchema(ctx, t)
+	// dbtest reuses schemas, truncating weir's tables only: drop the
+	// example's own table.
+	t.Cleanup(func() {
+		_, err := pool.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS "`+schema+`".orders`)
+		require.NoError(t, err)
+	})
 
 	var out bytes.Buffer
 	require.NoError(t, run(ctx, pool, schema, &out, "o-1"))
