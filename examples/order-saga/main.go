@@ -25,7 +25,7 @@ import (
 )
 
 func main() {
-	order := flag.String("order", "o-1", "order ID (the workflow ID is order-<ID>)")
+	order := flag.String("order", fmt.Sprintf("o-%d", time.Now().Unix()), "order ID (the workflow ID is order-<ID>; the same ID again returns the same run)")
 	fail := flag.String("fail", "", `step to fail: "reserve", "charge", "ship" or "" for none`)
 	schema := flag.String("schema", os.Getenv("WEIR_SCHEMA"), "Postgres schema of weir's tables (default: the search_path's first)")
 	flag.Parse()
