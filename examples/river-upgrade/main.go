@@ -116,6 +116,16 @@ func (m *printMailer) Send(ctx context.Context, to, subject string) error {
 	return nil
 }
 
+// waitSent waits for the next email this process sends.
+func (m *printMailer) waitSent(ctx context.Context) error {
+	select {
+	case <-m.sent:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for an email: %w", ctx.Err())
+	}
+}
+
 // lockedWriter serializes writes from the workers' goroutines and run's.
 type lockedWriter struct {
 	mu sync.Mutex
@@ -209,7 +219,9 @@ func step1(ctx context.Context, pool *pgxpool.Pool, schema string, out *lockedWr
 			if ev.Kind != river.EventKindJobCompleted {
 				return fmt.Errorf("job %d ended %s", ev.Job.ID, ev.Job.State)
 			}
-			<-mailer.sent
+			if err := mailer.waitSent(ctx); err != nil {
+				return err
+			}
 			out.printf("  job %s completed (attempt %d)\n", ev.Job.Kind, ev.Job.Attempt)
 			return nil
 		case <-ctx.Done():
@@ -263,7 +275,9 @@ func step2(ctx context.Context, pool *pgxpool.Pool, schema string, out *lockedWr
 	if err != nil {
 		return fmt.Errorf("waiting for %s: %w", run.WorkflowID, err)
 	}
-	<-mailer.sent
+	if err := mailer.waitSent(waitCtx); err != nil {
+		return err
+	}
 	var cents int64
 	if err := pool.QueryRow(ctx, "SELECT cents FROM "+invoices+" WHERE order_id = $1", orderID).Scan(&cents); err != nil {
 		return err
@@ -279,11 +293,9 @@ func step2(ctx context.Context, pool *pgxpool.Pool, schema string, out *lockedWr
 	if _, err := inserter.Insert(ctx, SendEmailArgs{To: "bob@example.com", Subject: "Password reset"}, nil); err != nil {
 		return err
 	}
-	select {
-	case <-mailer.sent:
-		out.printf("  a job inserted directly still runs\n")
-	case <-waitCtx.Done():
-		return waitCtx.Err()
+	if err := mailer.waitSent(waitCtx); err != nil {
+		return err
 	}
+	out.printf("  a job inserted directly still runs\n")
 	return nil
 }
