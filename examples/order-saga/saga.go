@@ -54,7 +54,9 @@ func (w *OrderWorkflow) Run(ctx workflow.Context, args OrderArgs) (Receipt, erro
 	var compensations []func(ctx workflow.Context) error
 	fail := func(step string, err error) (Receipt, error) {
 		// Compensate on a disconnected context, so that the undo still runs
-		// when the run is being cancelled.
+		// when the run is being cancelled. (A cancelled run gets here with an
+		// err wrapping workflow.ErrCanceled; returned wrapped, it ends the
+		// run as cancelled rather than failed.)
 		cctx := workflow.NewDisconnectedContext(ctx)
 		for i := len(compensations) - 1; i >= 0; i-- {
 			if cerr := compensations[i](cctx); cerr != nil {
