@@ -5,8 +5,9 @@
 //	DATABASE_URL=postgres://… go run ./examples/approval -decision approve
 //	DATABASE_URL=postgres://… go run ./examples/approval -decision none -deadline 5s
 //
-// With -decision wait, nobody decides in-process: send the signal yourself
-// through weir dev's API before the deadline:
+// With -decision wait, nobody decides in-process: run it with a longer
+// deadline (-decision wait -deadline 5m) and send the signal yourself
+// through weir dev's API:
 //
 //	weir workflow signal approval-r-1 approval.decision --args '{"approved":true,"by":"you"}'
 package main
