@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/weirhq/weir/workflow"
-	"github.com/weirhq/weir/workflow/workflowtest"
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/weirtest"
 )
 
 // The workflow's logic, unit-tested in memory: no Postgres, and a fake clock
@@ -16,10 +16,10 @@ import (
 func TestApprovalWorkflow(t *testing.T) {
 	t.Parallel()
 
-	newEnv := func(t *testing.T) (*workflowtest.Env, *[]NotifyArgs) {
-		env := workflowtest.New(t, nil)
+	newEnv := func(t *testing.T) (*weirtest.Env, *[]NotifyArgs) {
+		env := weirtest.NewEnv(t, nil)
 		var notified []NotifyArgs
-		workflowtest.OnActivity(env, func(ctx context.Context, args NotifyArgs) (struct{}, error) {
+		weirtest.OnActivity(env, NotifyArgs{}).ReturnFunc(func(ctx context.Context, args NotifyArgs) (any, error) {
 			notified = append(notified, args)
 			return struct{}{}, nil
 		})
@@ -30,14 +30,14 @@ func TestApprovalWorkflow(t *testing.T) {
 	t.Run("ApprovedBeforeTheDeadline", func(t *testing.T) {
 		t.Parallel()
 		env, notified := newEnv(t)
-		env.SignalAfter(2*time.Hour, Decision{Approved: true, By: "bob"})
-		status, err := workflowtest.Execute(env, &ApprovalWorkflow{}, args)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(Decision{Approved: true, By: "bob"}) }, 2*time.Hour)
+		status, err := weirtest.ExecuteWorkflow(env, &ApprovalWorkflow{}, args)
 		require.NoError(t, err)
 		require.Equal(t, "approved", status.State)
 		require.Equal(t, "bob", status.DecidedBy)
 		require.Equal(t, []NotifyArgs{{To: "alice", RequestID: "r-1", State: "approved"}}, *notified)
 
-		queried, err := workflowtest.Query[Status](env, StatusQuery{})
+		queried, err := weirtest.QueryWorkflow[Status](env, StatusQuery{})
 		require.NoError(t, err)
 		require.Equal(t, "approved", queried.State)
 	})
@@ -45,20 +45,22 @@ func TestApprovalWorkflow(t *testing.T) {
 	t.Run("DecisionAfterTheDeadlineIsIgnored", func(t *testing.T) {
 		t.Parallel()
 		env, notified := newEnv(t)
-		env.SignalAfter(73*time.Hour, Decision{Approved: true, By: "bob"})
-		status, err := workflowtest.Execute(env, &ApprovalWorkflow{}, args)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(Decision{Approved: true, By: "bob"}) }, 73*time.Hour)
+		status, err := weirtest.ExecuteWorkflow(env, &ApprovalWorkflow{}, args)
 		require.NoError(t, err)
 		require.Equal(t, "expired", status.State)
-		require.Equal(t, workflowtest.StartDefault.Add(72*time.Hour), status.Deadline)
+		require.Equal(t, weirtest.StartDefault.Add(72*time.Hour), status.Deadline)
 		require.Equal(t, []NotifyArgs{{To: "alice", RequestID: "r-1", State: "expired"}}, *notified)
 	})
 
 	t.Run("Cancelled", func(t *testing.T) {
 		t.Parallel()
 		env, notified := newEnv(t)
-		env.CancelAfter(time.Hour)
-		_, err := workflowtest.Execute(env, &ApprovalWorkflow{}, args)
-		require.ErrorIs(t, err, workflow.ErrCanceled)
+		env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
+		_, err := weirtest.ExecuteWorkflow(env, &ApprovalWorkflow{}, args)
+		var failed *client.WorkflowFailedError
+		require.ErrorAs(t, err, &failed)
+		require.Equal(t, "cancelled", failed.State)
 		require.Empty(t, *notified)
 	})
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/weirtest"
 	"github.com/weirhq/weir/workflow"
-	"github.com/weirhq/weir/workflow/workflowtest"
 )
 
 // The saga's logic, unit-tested in memory with mock activities: which steps
@@ -27,7 +27,7 @@ func TestOrderWorkflowCompensations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run("fail="+tt.failAt, func(t *testing.T) {
 			t.Parallel()
-			env := workflowtest.New(t, nil)
+			env := weirtest.NewEnv(t, nil)
 			var calls []string
 			step := func(name, result string) (string, error) {
 				calls = append(calls, name)
@@ -36,21 +36,21 @@ func TestOrderWorkflowCompensations(t *testing.T) {
 				}
 				return result, nil
 			}
-			workflowtest.OnActivity(env, func(context.Context, ReserveArgs) (string, error) { return step("reserve", "res-1") })
-			workflowtest.OnActivity(env, func(context.Context, ChargeArgs) (string, error) { return step("charge", "ch-1") })
-			workflowtest.OnActivity(env, func(context.Context, ShipArgs) (string, error) { return step("ship", "1Z-1") })
-			workflowtest.OnActivity(env, func(_ context.Context, a ReleaseArgs) (struct{}, error) {
+			weirtest.OnActivity(env, ReserveArgs{}).ReturnFunc(func(context.Context, ReserveArgs) (any, error) { return step("reserve", "res-1") })
+			weirtest.OnActivity(env, ChargeArgs{}).ReturnFunc(func(context.Context, ChargeArgs) (any, error) { return step("charge", "ch-1") })
+			weirtest.OnActivity(env, ShipArgs{}).ReturnFunc(func(context.Context, ShipArgs) (any, error) { return step("ship", "1Z-1") })
+			weirtest.OnActivity(env, ReleaseArgs{}).ReturnFunc(func(_ context.Context, a ReleaseArgs) (any, error) {
 				require.Equal(t, "res-1", a.ReservationID)
 				_, err := step("release", "")
 				return struct{}{}, err
 			})
-			workflowtest.OnActivity(env, func(_ context.Context, a RefundArgs) (struct{}, error) {
+			weirtest.OnActivity(env, RefundArgs{}).ReturnFunc(func(_ context.Context, a RefundArgs) (any, error) {
 				require.Equal(t, "ch-1", a.ChargeID)
 				_, err := step("refund", "")
 				return struct{}{}, err
 			})
 
-			receipt, err := workflowtest.Execute(env, &OrderWorkflow{}, OrderArgs{ID: "o-1", SKU: "widget", Qty: 1, Cents: 100})
+			receipt, err := weirtest.ExecuteWorkflow(env, &OrderWorkflow{}, OrderArgs{ID: "o-1", SKU: "widget", Qty: 1, Cents: 100})
 			require.Equal(t, tt.want, calls)
 			if tt.failAt == "" {
 				require.NoError(t, err)
