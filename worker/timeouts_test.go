@@ -120,7 +120,7 @@ func TestActivityTimeouts(t *testing.T) {
 			name: "HeartbeatingAttemptKeepsRunning",
 			// Attempt 1 heartbeats well within its heartbeat timeout, so
 			// only start-to-close (6× the heartbeat timeout) ends it.
-			args: TimeoutsArgs{Activity: SlowArgs{SlowAttempts: 1, Heartbeat: true}, HeartbeatTimeout: 100 * time.Millisecond, StartToClose: 600 * time.Millisecond},
+			args: TimeoutsArgs{Activity: SlowArgs{SlowAttempts: 1, Heartbeat: true}, HeartbeatTimeout: 400 * time.Millisecond, StartToClose: 1500 * time.Millisecond},
 			want: "succeeded on attempt 2",
 		},
 		{

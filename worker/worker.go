@@ -35,6 +35,7 @@ type Worker struct {
 	activities   map[string]struct{}
 	riverClient  *river.Client[pgx.Tx]
 	queries      *queryResponder
+	schedules    *scheduler
 	riverWorkers *river.Workers
 	started      bool
 	sweeper      *sweeper
@@ -209,6 +210,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.sweeper.start()
 	w.timers = newTimerWaker(w)
 	w.timers.start()
+	w.schedules = newScheduler(w)
+	w.schedules.start()
 	if len(w.workflows) > 0 {
 		w.queries = newQueryResponder(w)
 		w.queries.start()
@@ -222,13 +225,14 @@ func (w *Worker) Start(ctx context.Context) error {
 // and stops the sweeper.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	riverClient, sweeper, queries, timers := w.riverClient, w.sweeper, w.queries, w.timers
+	riverClient, sweeper, queries, timers, schedules := w.riverClient, w.sweeper, w.queries, w.timers, w.schedules
 	w.mu.Unlock()
 	if riverClient == nil {
 		return nil
 	}
 	sweeper.stop()
 	timers.stop()
+	schedules.stop()
 	if queries != nil {
 		queries.stop()
 	}

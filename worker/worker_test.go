@@ -167,10 +167,6 @@ type testBundle struct {
 	schema string
 }
 
-func fastRetry() *workflow.RetryPolicy {
-	return &workflow.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaximumInterval: 50 * time.Millisecond, BackoffCoefficient: 2}
-}
-
 func setup(ctx context.Context, t *testing.T) *testBundle {
 	t.Helper()
 	pool := dbtest.Pool(ctx, t)

@@ -21,6 +21,7 @@ type Names struct {
 	Namespace string
 	Query     string
 	RiverJob  string
+	Schedule  string
 	Run       string
 	Update    string
 	Workflow  string
@@ -37,6 +38,7 @@ func New(schema string) *Names {
 		Namespace: Qualify(schema, "weir_namespace"),
 		Query:     Qualify(schema, "weir_query"),
 		RiverJob:  Qualify(schema, "river_job"),
+		Schedule:  Qualify(schema, "weir_schedule"),
 		Run:       Qualify(schema, "weir_run"),
 		Update:    Qualify(schema, "weir_update"),
 		Workflow:  Qualify(schema, "weir_workflow"),

@@ -1,3 +1,4 @@
+DROP TABLE IF EXISTS /* TEMPLATE: schema */weir_schedule;
 DROP TABLE IF EXISTS /* TEMPLATE: schema */weir_update;
 DROP TABLE IF EXISTS /* TEMPLATE: schema */weir_query;
 DROP TABLE IF EXISTS /* TEMPLATE: schema */weir_activity;

@@ -176,3 +176,35 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_update (
     CONSTRAINT weir_update_state CHECK (state IN ('requested', 'completed', 'rejected')),
     CONSTRAINT weir_update_id_length CHECK (char_length(update_id) BETWEEN 1 AND 255)
 );
+
+-- Schedules: durable cron or interval schedules that start workflows. Any
+-- worker may start a due schedule: it locks the row (SKIP LOCKED), starts the
+-- run with a request ID derived from the due time (so a due time starts at
+-- most one run, whatever happens) and moves next_run_at on.
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_schedule (
+    namespace text NOT NULL,
+    schedule_id text NOT NULL,
+    cron text,
+    every interval,
+    jitter interval NOT NULL DEFAULT '0',
+    time_zone text NOT NULL DEFAULT 'UTC',
+    anchor timestamptz NOT NULL DEFAULT now(),
+    workflow_kind text NOT NULL,
+    workflow_args jsonb NOT NULL DEFAULT 'null',
+    queue text NOT NULL,
+    overlap_policy text NOT NULL DEFAULT 'skip',
+    paused boolean NOT NULL DEFAULT false,
+    note text NOT NULL DEFAULT '',
+    next_run_at timestamptz,
+    buffered_due_at timestamptz,
+    last_due_at timestamptz,
+    last_run_id uuid,
+    last_workflow_id text,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (namespace, schedule_id),
+    CONSTRAINT weir_schedule_spec CHECK ((cron IS NULL) <> (every IS NULL)),
+    CONSTRAINT weir_schedule_overlap CHECK (overlap_policy IN ('skip', 'buffer_one', 'allow_all'))
+);
+CREATE INDEX IF NOT EXISTS weir_schedule_due_idx
+    ON /* TEMPLATE: schema */weir_schedule (next_run_at) WHERE NOT paused;

@@ -1,0 +1,106 @@
+// Package schedule computes when a schedule is due: cron expressions (via
+// robfig/cron) or fixed intervals, in a time zone, with a deterministic
+// jitter per due time.
+package schedule
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Spec says when a schedule is due.
+type Spec struct {
+	// Cron is a standard five-field cron expression (or a descriptor such as
+	// "@hourly"); exclusive with Every.
+	Cron string
+
+	// Every is a fixed interval, counted from the schedule's anchor;
+	// exclusive with Cron.
+	Every time.Duration
+
+	// Jitter delays each start by up to this much, the same delay for a
+	// given due time on every worker (so retries agree).
+	Jitter time.Duration
+
+	// TimeZone is the IANA zone cron fields are read in. Defaults to UTC.
+	TimeZone string
+}
+
+var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Validate checks the spec.
+func (s *Spec) Validate() error {
+	switch {
+	case s.Cron == "" && s.Every <= 0:
+		return errors.New("schedule: give a cron expression or a positive interval")
+	case s.Cron != "" && s.Every != 0:
+		return errors.New("schedule: give a cron expression or an interval, not both")
+	case s.Jitter < 0:
+		return errors.New("schedule: jitter must not be negative")
+	}
+	if _, err := s.location(); err != nil {
+		return err
+	}
+	if s.Cron != "" {
+		if _, err := parser.Parse(s.Cron); err != nil {
+			return fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
+		}
+	}
+	return nil
+}
+
+func (s *Spec) location() (*time.Location, error) {
+	if s.TimeZone == "" {
+		return time.UTC, nil
+	}
+	loc, err := time.LoadLocation(s.TimeZone)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: time zone %q: %w", s.TimeZone, err)
+	}
+	return loc, nil
+}
+
+// Next returns the first due time strictly after after. Intervals count
+// from anchor (the schedule's creation), so due times don't drift.
+func (s *Spec) Next(anchor, after time.Time) (time.Time, error) {
+	if s.Every > 0 {
+		if after.Before(anchor) {
+			return anchor, nil
+		}
+		n := after.Sub(anchor)/s.Every + 1
+		return anchor.Add(n * s.Every), nil
+	}
+	sched, err := parser.Parse(s.Cron)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
+	}
+	loc, err := s.location()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return sched.Next(after.In(loc)).UTC(), nil
+}
+
+// JitterFor is the delay of the start due at due, for schedule id: the same
+// on every worker.
+func (s *Spec) JitterFor(id string, due time.Time) time.Duration {
+	if s.Jitter <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	_, _ = h.Write([]byte(due.UTC().Format(time.RFC3339Nano)))
+	return time.Duration(h.Sum64() % uint64(s.Jitter))
+}
+
+// TimeZoneOrUTC is the spec's time zone, "UTC" when unset.
+func (s *Spec) TimeZoneOrUTC() string {
+	if s.TimeZone == "" {
+		return "UTC"
+	}
+	return s.TimeZone
+}
