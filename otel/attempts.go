@@ -21,23 +21,32 @@ type attempts struct {
 	mu         sync.Mutex
 	ended      map[attemptKey]trace.SpanContext
 	endedOrder []attemptKey // oldest first, at most endedMax
-	live       map[attemptKey]trace.Span
+	live       map[attemptKey]*liveSpan
+}
+
+// liveSpan is a running attempt's span, by pointer: spans need not be
+// comparable.
+type liveSpan struct {
+	span trace.Span
 }
 
 func newAttempts() *attempts {
-	return &attempts{ended: make(map[attemptKey]trace.SpanContext), live: make(map[attemptKey]trace.Span)}
+	return &attempts{ended: make(map[attemptKey]trace.SpanContext), live: make(map[attemptKey]*liveSpan)}
 }
 
-func (a *attempts) begin(key attemptKey, span trace.Span) {
+func (a *attempts) begin(key attemptKey, span trace.Span) *liveSpan {
+	live := &liveSpan{span: span}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.live[key] = span
+	a.live[key] = live
+	return live
 }
 
-func (a *attempts) end(key attemptKey, span trace.Span) {
+func (a *attempts) end(key attemptKey, live *liveSpan) {
+	span := live.span
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.live[key] == span {
+	if a.live[key] == live {
 		delete(a.live, key)
 	}
 	if _, ok := a.ended[key]; !ok {
@@ -54,8 +63,8 @@ func (a *attempts) end(key attemptKey, span trace.Span) {
 func (a *attempts) find(key attemptKey) (trace.Span, trace.SpanContext) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if span, ok := a.live[key]; ok {
-		return span, span.SpanContext()
+	if live, ok := a.live[key]; ok {
+		return live.span, live.span.SpanContext()
 	}
 	return nil, a.ended[key]
 }

@@ -245,6 +245,21 @@ func TestFencingObserver(t *testing.T) {
 	})
 }
 
+func TestNoopProviders(t *testing.T) {
+	t.Parallel()
+	w, err := weirotel.NewWorkerInterceptor(nil, nil)
+	require.NoError(t, err)
+	called := 0
+	for attempt := 1; attempt <= 2; attempt++ {
+		require.NoError(t, w.InterceptActivity(t.Context(), &worker.ActivityInfo{Attempt: attempt, JobID: 1, Kind: "k", RunID: uuid.New()},
+			func(context.Context) error { called++; return nil }))
+	}
+	require.NoError(t, w.InterceptTask(t.Context(), &worker.TaskInfo{Attempt: 1, JobID: 2, Kind: "k", RunID: uuid.New()},
+		func(context.Context) error { called++; return nil }))
+	w.FencingObserver().FencingEvent(t.Context(), &fencing.Event{Attempt: 1, JobID: 1, Kind: fencing.EventStaleWriteRejected})
+	require.Equal(t, 3, called)
+}
+
 func TestRegisterPrometheus(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
@@ -255,6 +270,10 @@ func TestRegisterPrometheus(t *testing.T) {
 	o, err := weirotel.NewFencingObserver(nil, mp)
 	require.NoError(t, err)
 	o.FencingEvent(t.Context(), &fencing.Event{Attempt: 1, JobID: 1, Kind: fencing.EventStaleWriteRejected, Op: "complete"})
+	w, err := weirotel.NewWorkerInterceptor(nil, mp)
+	require.NoError(t, err)
+	require.NoError(t, w.InterceptActivity(t.Context(), &worker.ActivityInfo{Attempt: 1, JobID: 1, Kind: "k", RunID: uuid.New()},
+		func(context.Context) error { return nil }))
 
 	families, err := reg.Gather()
 	require.NoError(t, err)
@@ -263,4 +282,6 @@ func TestRegisterPrometheus(t *testing.T) {
 		names = append(names, f.GetName())
 	}
 	require.Contains(t, names, "weir_lease_stale_writes_rejected_total")
+	require.Contains(t, names, "weir_activity_attempts_total")
+	require.Contains(t, names, "weir_activity_execution_duration_seconds")
 }

@@ -130,7 +130,7 @@ func (w *WorkerInterceptor) InterceptTask(ctx context.Context, info *worker.Task
 		}
 	}
 	key := attemptKey{attempt: info.Attempt, jobID: info.JobID}
-	ctx, span := w.startAttempt(ctx, "WorkflowTask:"+info.Kind, info.Headers, info.RunID, key, job, attrs)
+	ctx, live := w.startAttempt(ctx, "WorkflowTask:"+info.Kind, info.Headers, info.RunID, key, job, attrs)
 	begin := time.Now()
 
 	err := next(ctx)
@@ -142,14 +142,14 @@ func (w *WorkerInterceptor) InterceptTask(ctx context.Context, info *worker.Task
 		outcome = OutcomeFenced
 	case errors.Is(err, workflow.ErrNonDeterminism):
 		outcome = OutcomeNonDeterminism
-		span.AddEvent(EventNonDeterminism, trace.WithAttributes(attribute.String("exception.message", err.Error())))
+		live.span.AddEvent(EventNonDeterminism, trace.WithAttributes(attribute.String("exception.message", err.Error())))
 	default:
 		outcome = OutcomeError
 	}
 	metricAttrs = append(metricAttrs, AttrOutcome.String(outcome))
 	w.taskDuration.Record(ctx, time.Since(begin).Seconds(), metric.WithAttributes(metricAttrs...))
 	w.taskAttempts.Add(ctx, 1, metric.WithAttributes(metricAttrs...))
-	w.endAttempt(key, span, outcome, err)
+	w.endAttempt(key, live, outcome, err)
 	return err
 }
 
@@ -175,7 +175,7 @@ func (w *WorkerInterceptor) InterceptActivity(ctx context.Context, info *worker.
 		}
 	}
 	key := attemptKey{attempt: info.Attempt, jobID: info.JobID}
-	ctx, span := w.startAttempt(ctx, "Activity:"+info.Kind, info.Headers, info.RunID, key, job, attrs)
+	ctx, live := w.startAttempt(ctx, "Activity:"+info.Kind, info.Headers, info.RunID, key, job, attrs)
 	begin := time.Now()
 
 	err := next(ctx)
@@ -187,7 +187,7 @@ func (w *WorkerInterceptor) InterceptActivity(ctx context.Context, info *worker.
 	if job != nil && (outcome == OutcomeCompleted || outcome == OutcomeFailed) {
 		w.activityScheduleToClose.Record(ctx, time.Since(job.CreatedAt).Seconds(), metric.WithAttributes(metricAttrs...))
 	}
-	w.endAttempt(key, span, outcome, err)
+	w.endAttempt(key, live, outcome, err)
 	return err
 }
 
@@ -213,7 +213,7 @@ func activityOutcome(err error, attempt int, job *rivertype.JobRow) string {
 // context can be known.
 func (w *WorkerInterceptor) startAttempt(ctx context.Context, name string, headers map[string]string, runID uuid.UUID,
 	key attemptKey, job *rivertype.JobRow, attrs []attribute.KeyValue,
-) (context.Context, trace.Span) {
+) (context.Context, *liveSpan) {
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
 	if caller := trace.SpanContextFromContext(ctx); caller.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: caller, Attributes: []attribute.KeyValue{AttrLink.String(LinkCaller)}}))
@@ -249,17 +249,17 @@ func (w *WorkerInterceptor) startAttempt(ctx context.Context, name string, heade
 				AttrAttempt.Int(reaped.Attempt), attribute.String("exception.message", reaped.Error)))
 		}
 	}
-	w.attempts.begin(key, span)
-	return ctx, span
+	return ctx, w.attempts.begin(key, span)
 }
 
-func (w *WorkerInterceptor) endAttempt(key attemptKey, span trace.Span, outcome string, err error) {
+func (w *WorkerInterceptor) endAttempt(key attemptKey, live *liveSpan, outcome string, err error) {
+	span := live.span
 	span.SetAttributes(AttrOutcome.String(outcome))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	w.attempts.end(key, span)
+	w.attempts.end(key, live)
 	span.End()
 }
 
