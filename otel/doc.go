@@ -57,6 +57,10 @@
 // already ended) and weir.nondeterminism (a workflow task whose replay did
 // not match history).
 //
+// A plain River worker registered as an activity (worker.AddRiverWorker) is
+// not wrapped by worker interceptors, so its attempts have no weir span; use
+// otelriver for those.
+//
 // Not traced yet, because the engine does not have them yet: child workflows
 // (they will continue the parent's trace the same way, through the stored
 // context) and links from a signal to its sender.
