@@ -285,3 +285,40 @@ func TestRegisterPrometheus(t *testing.T) {
 	require.Contains(t, names, "weir_activity_attempts_total")
 	require.Contains(t, names, "weir_activity_execution_duration_seconds")
 }
+
+// countingObserver counts the fencing events it sees.
+type countingObserver struct{ n int }
+
+func (c *countingObserver) FencingEvent(context.Context, *fencing.Event) { c.n++ }
+
+func TestInstall(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Client", func(t *testing.T) {
+		t.Parallel()
+		theirs := client.InterceptorDefaults{}
+		config := &client.Config{Interceptors: []client.Interceptor{theirs}}
+		require.NoError(t, weirotel.InstallClient(config, nil, nil))
+		require.Len(t, config.Interceptors, 2)
+		require.IsType(t, &weirotel.ClientInterceptor{}, config.Interceptors[0], "outermost")
+	})
+
+	t.Run("WorkerKeepsTheFencingObserver", func(t *testing.T) {
+		t.Parallel()
+		theirs := &countingObserver{}
+		fencingConfig := &fencing.Config{Observer: theirs}
+		config := &worker.Config{Fencing: fencingConfig}
+		require.NoError(t, weirotel.InstallWorker(config, nil, nil))
+		require.Len(t, config.Interceptors, 1)
+		require.Same(t, theirs, fencingConfig.Observer, "the caller's fencing config is not written")
+		config.Fencing.Observer.FencingEvent(t.Context(), &fencing.Event{Kind: fencing.EventLeaseRenewed})
+		require.Equal(t, 1, theirs.n, "the existing observer still hears events")
+	})
+
+	t.Run("WorkerWithoutFencingConfig", func(t *testing.T) {
+		t.Parallel()
+		config := &worker.Config{}
+		require.NoError(t, weirotel.InstallWorker(config, nil, nil))
+		require.IsType(t, &weirotel.FencingObserver{}, config.Fencing.Observer)
+	})
+}
