@@ -320,6 +320,12 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 	if err != nil {
 		return nil, err
 	}
+	traceContext := []byte("{}")
+	if len(info.Headers) > 0 {
+		if traceContext, err = json.Marshal(info.Headers); err != nil {
+			return nil, fmt.Errorf("encoding headers of workflow %s: %w", workflowID, err)
+		}
+	}
 
 	// W1: serialize starts of this workflow ID until tx ends.
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
@@ -383,11 +389,11 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 	runID := uuid.New()
 	var runDeadline, executionDeadline *time.Time
 	if _, err := tx.Exec(ctx, "INSERT INTO "+c.names.Run+
-		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline)"+
+		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline, trace_context)"+
 		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"+
-		"  now() + nullif($10::bigint, 0) * interval '1 microsecond', now() + nullif($11::bigint, 0) * interval '1 microsecond')",
+		"  now() + nullif($10::bigint, 0) * interval '1 microsecond', now() + nullif($11::bigint, 0) * interval '1 microsecond', $12)",
 		runID, namespace, workflowID, generation, kind, queue, payload, requestID, hash,
-		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds()); err != nil {
+		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx" {
 			// Only a writer bypassing the advisory lock gets here.

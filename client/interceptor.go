@@ -21,6 +21,13 @@ func (InterceptorDefaults) InterceptStart(ctx context.Context, _ *StartInfo, nex
 
 // StartInfo describes a start before it happens.
 type StartInfo struct {
+	// Headers carry context to the run's workflow tasks and activities (a
+	// tracing interceptor puts its trace context here). Whatever an
+	// interceptor leaves in it before calling next is stored with the run
+	// and handed to the worker's interceptors as TaskInfo.Headers and
+	// ActivityInfo.Headers. Empty by default.
+	Headers map[string]string
+
 	// Kind is the workflow's kind.
 	Kind string
 

@@ -36,6 +36,7 @@ const activityMaxAttemptsUnlimited = math.MaxInt16
 // works for, and how it is retried and timed out.
 type activityMeta struct {
 	Generation          int64                `json:"generation"`
+	Headers             map[string]string    `json:"headers,omitempty"`
 	HeartbeatTimeout    history.Duration     `json:"heartbeat_timeout,omitempty"`
 	Namespace           string               `json:"namespace"`
 	RetryPolicy         *history.RetryPolicy `json:"retry_policy,omitempty"`
@@ -86,6 +87,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 	}
 	metadata, err := json.Marshal(map[string]*activityMeta{metadataKey: {
 		Generation:          run.Generation,
+		Headers:             decodeHeaders(run.TraceContext),
 		HeartbeatTimeout:    attrs.HeartbeatTimeout,
 		Namespace:           run.Namespace,
 		RetryPolicy:         attrs.RetryPolicy,
@@ -172,7 +174,7 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		return err
 	}
 	info := &ActivityInfo{
-		Attempt: job.Attempt, Generation: meta.Generation, JobID: job.ID, Kind: job.Kind, Namespace: meta.Namespace,
+		Attempt: job.Attempt, Generation: meta.Generation, Headers: meta.Headers, JobID: job.ID, Kind: job.Kind, Namespace: meta.Namespace,
 		RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, WorkflowID: meta.WorkflowID,
 	}
 	return intercept(ctx, a.w.config.Interceptors, info, Interceptor.InterceptActivity, func(ctx context.Context) error {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/google/uuid"
 )
@@ -36,6 +37,10 @@ type TaskInfo struct {
 	// Attempt is the task job's River attempt (1 is the first).
 	Attempt int
 
+	// Headers are the run's, as its start's interceptors left them in
+	// client.StartInfo.Headers (a trace context, say); nil if none.
+	Headers map[string]string
+
 	// JobID is the task's River job.
 	JobID int64
 
@@ -59,6 +64,11 @@ type ActivityInfo struct {
 	RunID      uuid.UUID
 	WorkflowID string
 
+	// Headers are the run's, as its start's interceptors left them in
+	// client.StartInfo.Headers (a trace context, say), copied into the
+	// activity's job when it was scheduled; nil if none.
+	Headers map[string]string
+
 	// JobID is the activity's River job.
 	JobID int64
 
@@ -79,4 +89,14 @@ func intercept[I any](ctx context.Context, interceptors []Interceptor, info I,
 		wrapped = func(ctx context.Context) error { return call(interceptor, ctx, info, inner) }
 	}
 	return wrapped(ctx)
+}
+
+// decodeHeaders reads a run's trace_context. Headers are for telemetry: a
+// value that does not decode is dropped rather than failing the work.
+func decodeHeaders(data []byte) map[string]string {
+	var headers map[string]string
+	if err := json.Unmarshal(data, &headers); err != nil || len(headers) == 0 {
+		return nil
+	}
+	return headers
 }

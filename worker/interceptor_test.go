@@ -20,6 +20,7 @@ type recordingInterceptor struct {
 	tasks      []*worker.TaskInfo
 	activities []*worker.ActivityInfo
 	starts     []*client.StartInfo
+	headers    map[string]string // set on starts, if not nil
 }
 
 func (r *recordingInterceptor) InterceptTask(ctx context.Context, info *worker.TaskInfo, next func(context.Context) error) error {
@@ -45,6 +46,9 @@ func (r *recordingInterceptor) InterceptStart(ctx context.Context, info *client.
 	r.mu.Lock()
 	r.starts = append(r.starts, info)
 	r.mu.Unlock()
+	if r.headers != nil {
+		info.Headers = r.headers
+	}
 	return next(ctx)
 }
 
@@ -54,7 +58,8 @@ func TestInterceptors(t *testing.T) {
 	b := setup(ctx, t)
 
 	var log []string
-	outer := &recordingInterceptor{name: "outer", log: &log}
+	headers := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	outer := &recordingInterceptor{name: "outer", log: &log, headers: headers}
 	inner := &recordingInterceptor{name: "inner", log: &log}
 	startWorker(ctx, t, b, &worker.Config{Interceptors: []worker.Interceptor{outer, inner}})
 	c, err := client.New(b.pool, &client.Config{Interceptors: []client.Interceptor{outer}, Schema: b.schema})
@@ -81,6 +86,7 @@ func TestInterceptors(t *testing.T) {
 		require.Equal(t, "intercepted", task.WorkflowID)
 		require.Equal(t, "order", task.Kind)
 		require.Positive(t, task.JobID)
+		require.Equal(t, headers, task.Headers, "tasks see the headers stored at start")
 	}
 	require.Len(t, outer.activities, 2)
 	for _, a := range outer.activities {
@@ -88,6 +94,37 @@ func TestInterceptors(t *testing.T) {
 		require.Equal(t, "charge", a.Kind)
 		require.Equal(t, int64(1), a.Generation)
 		require.Positive(t, a.ScheduledEventID)
+		require.Equal(t, headers, a.Headers, "activities see the headers stored at start")
 	}
 	require.Equal(t, []string{"outer task in", "inner task in", "inner task out", "outer task out"}, log[:4], "the first interceptor is outermost")
+}
+
+func TestInterceptorsWithoutHeaders(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+
+	var log []string
+	rec := &recordingInterceptor{name: "rec", log: &log}
+	startWorker(ctx, t, b, &worker.Config{Interceptors: []worker.Interceptor{rec}})
+
+	run, err := b.client.Start(ctx, OrderArgs{ID: "n", Cents: []int64{1}}, nil)
+	require.NoError(t, err)
+	_, err = getWithin[Receipt](ctx, t, run)
+	require.NoError(t, err)
+
+	var stored string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT trace_context::text FROM "+b.names.Run+" WHERE run_id = $1", run.RunID).Scan(&stored))
+	require.JSONEq(t, "{}", stored)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.NotEmpty(t, rec.tasks)
+	require.NotEmpty(t, rec.activities)
+	for _, task := range rec.tasks {
+		require.Nil(t, task.Headers)
+	}
+	for _, a := range rec.activities {
+		require.Nil(t, a.Headers)
+	}
 }

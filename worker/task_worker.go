@@ -52,6 +52,9 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 // to a newer attempt) changes nothing: its completion aborts the transaction.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
 	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
+	if len(t.w.config.Interceptors) > 0 {
+		info.Headers = t.w.runHeaders(ctx, job.Args.RunID)
+	}
 	err := intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
 			return t.w.runTask(ctx, tx, t.def, job)
@@ -76,6 +79,16 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 	return nil
 }
 
+// runHeaders reads the headers stored with a run for the interceptors; nil if
+// there are none or they can't be read (the task itself will find out why).
+func (w *Worker) runHeaders(ctx context.Context, runID uuid.UUID) map[string]string {
+	var data []byte
+	if err := w.pool.QueryRow(ctx, "SELECT trace_context FROM "+w.names.Run+" WHERE run_id = $1", runID).Scan(&data); err != nil {
+		return nil
+	}
+	return decodeHeaders(data)
+}
+
 // stackError is an error whose text ends with a stack trace.
 type stackError struct {
 	err   error
@@ -86,15 +99,16 @@ func (e *stackError) Error() string { return e.err.Error() + "\n" + e.stack }
 func (e *stackError) Unwrap() error { return e.err }
 
 type runRow struct {
-	Args        []byte
-	Generation  int64
-	Kind        string
-	Namespace   string
-	NextEventID int64
-	Queue       string
-	State       string
-	TaskJobID   *int64
-	WorkflowID  string
+	Args         []byte
+	Generation   int64
+	Kind         string
+	Namespace    string
+	NextEventID  int64
+	Queue        string
+	State        string
+	TaskJobID    *int64
+	TraceContext []byte
+	WorkflowID   string
 }
 
 func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args]) error {
@@ -103,9 +117,9 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 
 	var run runRow
 	var now time.Time
-	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, now() FROM "+
+	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context, now() FROM "+
 		names.Run+" WHERE run_id = $1 FOR UPDATE", runID).Scan(
-		&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID, &run.TaskJobID, &now)
+		&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID, &run.TaskJobID, &run.TraceContext, &now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		w.config.Logger.WarnContext(ctx, "weir: workflow task for a run that does not exist; completing it", slog.String("run_id", runID.String()))

@@ -1,0 +1,91 @@
+package otel
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/weirhq/weir/client"
+)
+
+// propagator writes and reads the trace context stored with a run: W3C
+// traceparent and tracestate, and W3C baggage.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// ClientInterceptor traces and counts a client's starts. Its start span
+// (StartWorkflow:<kind>) is the parent of every span of the run: its context
+// is stored with the run (client.StartInfo.Headers), and workers continue
+// it. Install it with InstallClient, or put it in client.Config.Interceptors.
+type ClientInterceptor struct {
+	client.InterceptorDefaults
+
+	started metric.Int64Counter
+	tracer  trace.Tracer
+}
+
+// NewClientInterceptor returns a ClientInterceptor reporting to tp and mp; a
+// nil provider means no-op (pass otel.GetTracerProvider() and
+// otel.GetMeterProvider() for the global ones).
+func NewClientInterceptor(tp trace.TracerProvider, mp metric.MeterProvider) (*ClientInterceptor, error) {
+	tracer, meter := providers(tp, mp)
+	in := &instruments{meter: meter}
+	c := &ClientInterceptor{
+		started: in.counter(MetricWorkflowsStarted, "{run}", "Workflow runs created by Start, StartTx and SignalWithStart."),
+		tracer:  tracer,
+	}
+	if in.err != nil {
+		return nil, fmt.Errorf("otel: creating client instruments: %w", in.err)
+	}
+	return c, nil
+}
+
+// InstallClient adds a ClientInterceptor reporting to tp and mp to config's
+// interceptors, outermost.
+func InstallClient(config *client.Config, tp trace.TracerProvider, mp metric.MeterProvider) error {
+	c, err := NewClientInterceptor(tp, mp)
+	if err != nil {
+		return err
+	}
+	config.Interceptors = append([]client.Interceptor{c}, config.Interceptors...)
+	return nil
+}
+
+// InterceptStart wraps a start in a span and stores the span's context with
+// the run.
+func (c *ClientInterceptor) InterceptStart(ctx context.Context, info *client.StartInfo, next func(context.Context) (*client.Run, error)) (*client.Run, error) {
+	ctx, span := c.tracer.Start(ctx, "StartWorkflow:"+info.Kind, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		AttrWorkflowKind.String(info.Kind),
+		AttrNamespace.String(info.Namespace),
+		AttrQueue.String(info.Queue),
+		AttrWorkflowID.String(info.WorkflowID),
+		AttrRequestID.String(info.RequestID),
+	))
+	defer span.End()
+
+	headers := maps.Clone(info.Headers) // another interceptor's map is its own
+	if headers == nil {
+		headers = make(map[string]string)
+	}
+	propagator.Inject(ctx, propagation.MapCarrier(headers))
+	info.Headers = headers
+
+	run, err := next(ctx)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return nil, err
+	}
+	span.SetAttributes(AttrRunID.String(run.RunID.String()), AttrGeneration.Int64(run.Generation), AttrCreated.Bool(run.Created))
+	if run.Created {
+		c.started.Add(ctx, 1, metric.WithAttributes(
+			AttrNamespace.String(info.Namespace), AttrWorkflowKind.String(info.Kind), AttrQueue.String(info.Queue)))
+	}
+	return run, nil
+}
+
+var _ client.Interceptor = (*ClientInterceptor)(nil)

@@ -1,0 +1,98 @@
+// Package otel traces and measures weir with OpenTelemetry, through the
+// extension points the core defines (client.Interceptor, worker.Interceptor,
+// fencing.Observer); core packages do not import OpenTelemetry. Import it
+// under another name (weirotel, say) next to go.opentelemetry.io/otel.
+//
+// # Installing
+//
+// One call per component, each taking a TracerProvider and a MeterProvider
+// (nil means no-op):
+//
+//	weirotel.InstallClient(clientConfig, tp, mp) // before client.New
+//	weirotel.InstallWorker(workerConfig, tp, mp) // before worker.New: interceptor and fencing observer
+//
+// NewClientInterceptor, NewWorkerInterceptor (and its FencingObserver) and
+// NewFencingObserver build the parts for configs assembled by hand. Give the
+// SDK's TracerProvider sdktrace.WithIDGenerator(weirotel.NewIDGenerator()) so
+// that retries link to the attempt before them across processes (see
+// IDGenerator). For the server's /metrics, RegisterPrometheus returns a
+// MeterProvider collected by a prometheus.Registerer.
+//
+// # Trace shape
+//
+// One trace per run. The span of Start, StartTx or SignalWithStart
+// (StartWorkflow:<kind>, a producer span) is its root: its context (W3C
+// traceparent, tracestate and baggage) is stored with the run, in
+// weir_run.trace_context, and copied into each activity's job when it is
+// scheduled. Every workflow task (WorkflowTask:<kind>) and every activity
+// attempt (Activity:<kind>) is a consumer span whose parent is the start span:
+//
+//	StartWorkflow:order
+//	├── WorkflowTask:order         attempt 1
+//	├── Activity:charge            attempt 1  error, weir.outcome=retry
+//	├── Activity:charge            attempt 2  link → attempt 1
+//	├── WorkflowTask:order         attempt 1
+//	├── Activity:ship              attempt 1  weir.outcome=fenced, event weir.stale_write_rejected
+//	├── Activity:ship              attempt 2  link → attempt 1, event weir.lease_expired
+//	└── WorkflowTask:order         attempt 1
+//
+// A workflow task replays history in memory, so it is one span however much
+// past work it replays: replay emits no spans of its own. A task that is
+// retried, and an attempt that is retried or recovered after its lease was
+// lost, is a new span with the same river.job_id, a higher weir.attempt and
+// a link (weir.link=previous_attempt) to the span of the attempt before it:
+// derived from the IDs when IDGenerator is installed, else remembered if that
+// attempt ran in the same process. A run continued as new keeps the trace of
+// the run it continues. A run started without the client interceptor has no
+// start span; with IDGenerator its spans still share one trace, whose ID is
+// derived from the run ID.
+//
+// Attributes: weir.workflow_id, weir.run_id, weir.attempt, river.job_id,
+// river.queue, weir.workflow.kind or weir.activity.kind, weir.namespace,
+// weir.outcome; activities also weir.generation and weir.scheduled_event_id
+// (workflow-task spans carry no generation: the task's job does not say it;
+// the start span has it). Span events: weir.lease_lost, weir.lease_expired,
+// weir.stale_write_rejected (from the fencing observer, on the attempt's
+// span, or on a short Fencing:<event> child span when the attempt had
+// already ended) and weir.nondeterminism (a workflow task whose replay did
+// not match history).
+//
+// A plain River worker registered as an activity (worker.AddRiverWorker) is
+// not wrapped by worker interceptors, so its attempts have no weir span; use
+// otelriver for those.
+//
+// Not traced yet, because the engine does not have them yet: child workflows
+// (they will continue the parent's trace the same way, through the stored
+// context) and links from a signal to its sender.
+//
+// # Metrics
+//
+// Counters: weir.workflow.started (client), weir.workflow_task.attempts and
+// weir.activity.attempts by weir.outcome, weir.lease.renewals,
+// weir.lease.lost, weir.lease.expired, weir.lease.stale_writes_rejected.
+// Histograms (seconds): weir.workflow_task.duration (replay and commit),
+// weir.workflow_task.schedule_to_start.duration,
+// weir.activity.schedule_to_start.duration, weir.activity.execution.duration,
+// weir.activity.schedule_to_close.duration (scheduling to final outcome,
+// across attempts). Completed and failed workflows come from the gauge
+// weir.workflow.runs (runs by namespace, kind and state), read from the
+// database by ObserveRuns: an interceptor does not learn whether a task
+// closed its run. No workflow cache exists, so there are no cache metrics.
+//
+// The worker interceptor reads each attempt's River job once, by primary
+// key, for its queue and timings; the worker reads the run's trace context
+// once per workflow task when interceptors are configured.
+//
+// # rivercontrib/otelriver
+//
+// otelriver is River middleware: a river.work/<kind> span for each job a River
+// client works, and river.insert_many for inserts, with River-level metrics
+// (river.work_count, …). It works alongside this package, with no duplicate
+// or broken spans: weir's spans are about workflows (runs, tasks, attempts,
+// fencing) and live in the run's trace, whatever trace is current when River
+// calls the worker. Where a River middleware's span is current when an
+// attempt begins, the attempt's span links to it (weir.link=caller) rather
+// than becoming its child, so both traces stay whole. weir's worker does not
+// install River middleware itself; use otelriver on your own River clients
+// (jobs you insert and work outside workflows) for River-level telemetry.
+package otel

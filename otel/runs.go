@@ -1,0 +1,60 @@
+package otel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/weirhq/weir/internal/dbschema"
+)
+
+// runsQueryTimeout bounds the query behind one observation of the runs gauge.
+const runsQueryTimeout = 5 * time.Second
+
+// ObserveRuns reports the gauge weir.workflow.runs: the runs in the database,
+// by namespace, workflow kind and state (running, completed, failed,
+// cancelled, terminated, continued_as_new, timed_out), read with one
+// grouped count of weir_run in schema ("" for the search_path's) each time
+// mp's reader collects. It is how completed and failed workflows are
+// counted: a workflow task's interceptor does not learn whether the task
+// closed the run. Counts drop when retention deletes runs, and every
+// process that observes reports the same numbers (aggregate with max, not
+// sum). Unregister the returned Registration to stop.
+func ObserveRuns(mp metric.MeterProvider, pool *pgxpool.Pool, schema string) (metric.Registration, error) {
+	if mp == nil || pool == nil {
+		return nil, errors.New("otel: ObserveRuns needs a MeterProvider and a pool")
+	}
+	meter := mp.Meter(ScopeName)
+	gauge, err := meter.Int64ObservableGauge(MetricWorkflowRuns, metric.WithUnit("{run}"),
+		metric.WithDescription("Workflow runs in the database, by namespace, kind and state."))
+	if err != nil {
+		return nil, fmt.Errorf("otel: creating runs gauge: %w", err)
+	}
+	query := "SELECT namespace, kind, state, count(*) FROM " + dbschema.New(schema).Run + " GROUP BY namespace, kind, state"
+	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, runsQueryTimeout)
+		defer cancel()
+		rows, err := pool.Query(ctx, query)
+		if err != nil {
+			return fmt.Errorf("otel: counting runs: %w", err)
+		}
+		type count struct {
+			Namespace, Kind, State string
+			Count                  int64
+		}
+		counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[count])
+		if err != nil {
+			return fmt.Errorf("otel: counting runs: %w", err)
+		}
+		for _, c := range counts {
+			o.ObserveInt64(gauge, c.Count, metric.WithAttributes(
+				AttrNamespace.String(c.Namespace), AttrWorkflowKind.String(c.Kind), AttrState.String(c.State)))
+		}
+		return nil
+	}, gauge)
+}
