@@ -32,6 +32,7 @@ type Server struct {
 	routes    []*route
 	stopCtx   context.Context // cancelled when shutdown begins: long polls end
 	stop      context.CancelFunc
+	ui        *uiState       // the web UI (ui.go)
 	waiter    *client.Client // awaits results in any namespace (Get reads by run ID)
 }
 
@@ -72,6 +73,10 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 	s.routes = s.routeTable()
 	for _, rt := range s.routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
+	}
+	// The web UI and River UI: not API routes, so not in routeTable.
+	if err := s.mountUI(); err != nil {
+		return nil, errors.Join(err, waiter.Close())
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, newError(http.StatusNotFound, CodeNotFound, "no such route: "+r.Method+" "+r.URL.Path,
