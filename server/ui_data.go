@@ -94,6 +94,7 @@ func (s *Server) generations(ctx context.Context, namespace, workflowID string) 
 type uiAttempt struct {
 	Activity       bool // an activity's job; otherwise a workflow task's
 	Attempt        int
+	Error          string // the attempt's error, from the job's errors
 	FinishedAt     *time.Time
 	JobID          int64
 	Kind           string
@@ -107,6 +108,37 @@ type uiAttempt struct {
 // Fenced reports whether a newer attempt replaced this one while it ran: a
 // stale attempt whose writes the fencing driver refuses.
 func (a *uiAttempt) Fenced() bool { return a.Outcome == "superseded" }
+
+// Label says how the attempt ended, in the UI's words: the attempt log
+// records the state it left the job in, so a job back to available,
+// retryable or scheduled means the attempt errored and will be retried.
+func (a *uiAttempt) Label() string {
+	switch a.Outcome {
+	case "superseded":
+		return "fenced · stale"
+	case "available", "retryable":
+		return "errored · retried"
+	case "scheduled":
+		if a.Error != "" {
+			return "errored · retried"
+		}
+		return "snoozed"
+	case "discarded":
+		return "errored · gave up"
+	}
+	return a.Outcome
+}
+
+// Class is the attempt's badge class.
+func (a *uiAttempt) Class() string {
+	switch a.Label() {
+	case "fenced · stale", "errored · gave up":
+		return "state-failed"
+	case "errored · retried":
+		return "job-retryable"
+	}
+	return "job-" + a.Outcome
+}
 
 // uiAttemptsMax bounds the attempts a run's page lists.
 const uiAttemptsMax = 500
@@ -131,15 +163,16 @@ func (s *Server) attempts(ctx context.Context, runID uuid.UUID) ([]*uiAttempt, e
 		return nil, err
 	}
 	query := "WITH jobs AS (" +
-		" SELECT id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at FROM " + names.RiverJob +
+		" SELECT id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at, errors FROM " + names.RiverJob +
 		" WHERE metadata @> $1::jsonb" +
-		" UNION SELECT id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at FROM " + names.RiverJob +
+		" UNION ALL SELECT id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at, errors FROM " + names.RiverJob +
 		" WHERE args @> $2::jsonb AND starts_with(kind, $3))" +
 		" SELECT * FROM (" +
-		"  SELECT j.id, j.kind, a.attempt::int, a.lease_token::text, a.attempted_by, a.started_at, a.finished_at, a.outcome, NULL::timestamptz" +
+		"  SELECT j.id, j.kind, a.attempt::int, a.lease_token::text, a.attempted_by, a.started_at, a.finished_at, a.outcome, NULL::timestamptz," +
+		"   (SELECT e->>'error' FROM unnest(j.errors) e WHERE (e->>'attempt')::int = a.attempt LIMIT 1)" +
 		"  FROM jobs j JOIN " + attemptLog + " a ON a.job_id = j.id" +
 		"  UNION ALL" +
-		"  SELECT j.id, j.kind, j.attempt::int, j.lease_token::text, j.attempted_by[array_upper(j.attempted_by, 1)], j.attempted_at, NULL, 'running', j.lease_expires_at" +
+		"  SELECT j.id, j.kind, j.attempt::int, j.lease_token::text, j.attempted_by[array_upper(j.attempted_by, 1)], j.attempted_at, NULL, 'running', j.lease_expires_at, NULL" +
 		"  FROM jobs j WHERE j.state = 'running'" +
 		" ) x ORDER BY 6 NULLS LAST, 1, 3 LIMIT $4"
 	rows, err := s.pool.Query(ctx, query, metadata, args, task.KindPrefix, uiAttemptsMax)
@@ -152,13 +185,16 @@ func (s *Server) attempts(ctx context.Context, runID uuid.UUID) ([]*uiAttempt, e
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*uiAttempt, error) {
 		a := &uiAttempt{}
-		var token, worker *string
-		err := row.Scan(&a.JobID, &a.Kind, &a.Attempt, &token, &worker, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.LeaseExpiresAt)
+		var token, worker, errText *string
+		err := row.Scan(&a.JobID, &a.Kind, &a.Attempt, &token, &worker, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.LeaseExpiresAt, &errText)
 		if token != nil {
 			a.LeaseToken = *token
 		}
 		if worker != nil {
 			a.Worker = *worker
+		}
+		if errText != nil {
+			a.Error = *errText
 		}
 		a.Activity = !strings.HasPrefix(a.Kind, task.KindPrefix)
 		return a, err
