@@ -233,7 +233,9 @@ func (br *browser) do(method, path string, form url.Values, header http.Header) 
 	return resp, string(data)
 }
 
-func (br *browser) get(path string) (*http.Response, string) { return br.do(http.MethodGet, path, nil, nil) }
+func (br *browser) get(path string) (*http.Response, string) {
+	return br.do(http.MethodGet, path, nil, nil)
+}
 
 func (br *browser) login(secret string) {
 	br.t.Helper()
