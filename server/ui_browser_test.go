@@ -14,6 +14,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/server"
 )
 
@@ -141,7 +143,8 @@ func TestUIBrowser(t *testing.T) {
 	// Open the run; its page refreshes itself as the activity fails once,
 	// is retried and completes, and the run waits for its approval.
 	do(chromedp.Navigate(runPage), chromedp.WaitVisible(chromedp.CSS("#run-state")))
-	waitFor(`!!document.querySelector("#history") && document.querySelector("#history").textContent.includes("ActivityCompleted")`)
+	waitFor(`document.querySelectorAll("#history li.ev").length >= 5 && !document.querySelector("#pending-activities, #pending-inbox")`)
+	require.Contains(t, text("#history"), "ActivityCompleted")
 	require.Contains(t, text("#run-state"), "running")
 	require.Contains(t, text("#attempts"), "errored · retried")
 	require.Contains(t, text("#args"), "Ada Lovelace")
@@ -162,10 +165,25 @@ func TestUIBrowser(t *testing.T) {
 	require.Equal(t, order.RunID, res.RunID)
 	require.JSONEq(t, `{"approved_by": "chromium", "reservation": "rsv-1042"}`, string(res.Result))
 
+	// A fenced attempt, as the fencing trigger logs one when a newer attempt
+	// takes a job over while the old one still runs (made by hand here: a
+	// real takeover needs a stalled worker), is flagged on the run's page.
+	ctx2 := t.Context()
+	pool := dbtest.Pool(ctx2, t)
+	_, err := pool.Exec(ctx2, "INSERT INTO "+dbschema.Qualify(b.schema, "weir_job_attempt")+
+		" (job_id, attempt, lease_token, attempted_by, started_at, outcome)"+
+		" SELECT id, 1, gen_random_uuid(), 'worker-b (partitioned)', now() - interval '2 seconds', 'superseded'"+
+		" FROM "+dbschema.New(b.schema).RiverJob+" WHERE kind = 'reserve_stock' AND metadata @> $1::jsonb",
+		`{"weir":{"run_id":"`+order.RunID.String()+`"}}`)
+	require.NoError(t, err)
+	do(chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#attempts")))
+	require.Contains(t, text("#attempts"), "fenced · stale")
+	shot("05-run-fenced-attempt.png")
+
 	// A failed run shows its failure.
 	do(chromedp.Navigate(b.url+"/ui/namespaces/default/workflows/invoice-77"), chromedp.WaitVisible(chromedp.CSS(".outcome.is-failure")))
 	require.Contains(t, text(".outcome"), "card declined")
-	shot("05-run-failed.png")
+	shot("06-run-failed.png")
 
 	// Filters: failed runs only.
 	do(chromedp.Navigate(b.url+"/ui/namespaces/default/workflows?"+url.Values{"state": {"failed"}}.Encode()),
@@ -181,5 +199,5 @@ func TestUIBrowser(t *testing.T) {
 	waitFor(`location.pathname.startsWith("/riverui/")`)
 	do(chromedp.Navigate(b.url + "/riverui/jobs?state=completed"))
 	waitFor(`document.body.innerText.includes("reserve_stock")`)
-	shot("06-riverui.png")
+	shot("07-riverui.png")
 }

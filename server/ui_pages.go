@@ -286,6 +286,7 @@ type uiRunPage struct {
 	Flash         string
 	FormError     string
 	Generations   []*uiGeneration
+	HistoryLength int64
 	MoreEventsURL string
 	Result        *uiPayload
 	RunURL        string
@@ -360,6 +361,11 @@ func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		return
 	}
 	page.Events = describeEvents(history.Events, d.CreatedAt)
+	// History may have grown since Describe read the run: show the larger.
+	page.HistoryLength = d.HistoryLength
+	if n := len(history.Events); n > 0 && history.Events[n-1].ID > page.HistoryLength {
+		page.HistoryLength = history.Events[n-1].ID
+	}
 	if history.NextAfterEventID != 0 {
 		page.MoreEventsURL = page.RunURL + "&after=" + strconv.FormatInt(history.NextAfterEventID, 10)
 	}
