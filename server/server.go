@@ -19,7 +19,8 @@ import (
 )
 
 // Server serves weir's HTTP endpoints: the JSON API under /api/v1, its
-// OpenAPI document, /healthz, /readyz and /metrics.
+// OpenAPI document, /healthz, /readyz and /metrics, and the web UI under
+// /ui/ with River UI under /riverui/ (see ui.go).
 type Server struct {
 	clients   map[string]*client.Client // by namespace
 	clientsMu sync.Mutex

@@ -147,7 +147,12 @@ func (s *Server) mountUI() error {
 	handle("GET "+uiPrefix+"/{$}", s.uiHome)
 	handle("GET "+uiPrefix+"/static/", s.uiStatic)
 	handle("GET "+uiPrefix+"/switch", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, listURL(r.URL.Query().Get("namespace"), nil), http.StatusSeeOther)
+		namespace := r.URL.Query().Get("namespace")
+		if !validName(namespace) {
+			http.Redirect(w, r, uiPrefix+"/", http.StatusSeeOther)
+			return
+		}
+		http.Redirect(w, r, listURL(namespace, nil), http.StatusSeeOther)
 	})
 	handle("GET "+uiPrefix+"/login", s.uiLoginPage)
 	handle("POST "+uiPrefix+"/login", s.uiLogin)

@@ -169,7 +169,8 @@ func (s *Server) attempts(ctx context.Context, runID uuid.UUID) ([]*uiAttempt, e
 		" WHERE args @> $2::jsonb AND starts_with(kind, $3))" +
 		" SELECT * FROM (" +
 		"  SELECT j.id, j.kind, a.attempt::int, a.lease_token::text, a.attempted_by, a.started_at, a.finished_at, a.outcome, NULL::timestamptz," +
-		"   (SELECT e->>'error' FROM unnest(j.errors) e WHERE (e->>'attempt')::int = a.attempt LIMIT 1)" +
+		"   CASE WHEN a.outcome <> 'superseded' THEN" + // a stale attempt's error was never written
+		"    (SELECT e->>'error' FROM unnest(j.errors) e WHERE (e->>'attempt')::int = a.attempt LIMIT 1) END" +
 		"  FROM jobs j JOIN " + attemptLog + " a ON a.job_id = j.id" +
 		"  UNION ALL" +
 		"  SELECT j.id, j.kind, j.attempt::int, j.lease_token::text, j.attempted_by[array_upper(j.attempted_by, 1)], j.attempted_at, NULL, 'running', j.lease_expires_at, NULL" +
