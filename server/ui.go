@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -139,7 +140,11 @@ func (s *Server) mountUI() error {
 		return err
 	}
 	handle := func(pattern string, h http.HandlerFunc) {
-		s.mux.Handle(pattern, s.metrics.instrument(pattern, h))
+		s.mux.Handle(pattern, s.metrics.instrument(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), s.config.RequestTimeout)
+			defer cancel()
+			h(w, r.WithContext(ctx))
+		})))
 	}
 	handle("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, uiPrefix+"/", http.StatusFound)
@@ -161,7 +166,7 @@ func (s *Server) mountUI() error {
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}", s.uiRun)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/status", s.uiStatus)
 	handle("POST "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/{action}", s.uiAction)
-	handle("/riverui/", st.riverUI.serve(s))
+	s.mux.Handle(riverUIPrefix+"/", s.metrics.instrument(riverUIPrefix+"/", st.riverUI.serve(s)))
 	return nil
 }
 

@@ -275,22 +275,23 @@ func (f *uiListFilter) listOpts(namespace string) (*client.ListOpts, error) {
 // uiRunPage is the data of a run's page.
 type uiRunPage struct {
 	uiBase
-	ActionBase    string // the actions' URLs, less /signal, /cancel or /terminate
-	Args          *uiPayload
-	Attempts      []*uiAttempt
-	AttemptsError string
-	CanWrite      bool
-	Description   *client.Description
-	Events        []*uiEvent
-	Failures      []*client.Failure // the failure and its causes, outermost first
-	Flash         string
-	FormError     string
-	Generations   []*uiGeneration
-	HistoryLength int64
-	MoreEventsURL string
-	Result        *uiPayload
-	RunURL        string
-	StatusURL     string
+	ActionBase     string // the actions' URLs, less /signal, /cancel or /terminate
+	Args           *uiPayload
+	Attempts       []*uiAttempt
+	AttemptsError  string
+	CanWrite       bool
+	Description    *client.Description
+	Events         []*uiEvent
+	Failures       []*client.Failure // the failure and its causes, outermost first
+	FirstEventsURL string
+	Flash          string
+	FormError      string
+	Generations    []*uiGeneration
+	HistoryLength  int64
+	MoreEventsURL  string
+	Result         *uiPayload
+	RunURL         string
+	StatusURL      string
 }
 
 // Running reports whether the run is still running.
@@ -365,6 +366,9 @@ func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	page.HistoryLength = d.HistoryLength
 	if n := len(history.Events); n > 0 && history.Events[n-1].ID > page.HistoryLength {
 		page.HistoryLength = history.Events[n-1].ID
+	}
+	if after > 0 {
+		page.FirstEventsURL = page.RunURL + "#history"
 	}
 	if history.NextAfterEventID != 0 {
 		page.MoreEventsURL = page.RunURL + "&after=" + strconv.FormatInt(history.NextAfterEventID, 10)

@@ -258,7 +258,9 @@ func TestUI(t *testing.T) {
 	b := setupUI(t, nil)
 	run := b.start(t, "wait_for_go", "ui-wait-<script>", nil)
 	runPath := "/ui/namespaces/default/workflows/" + url.PathEscape(run.WorkflowID)
-	b.start(t, "echo", "ui-echo-1", echoArgs{Msg: "hello"})
+	first := b.start(t, "echo", "ui-echo-1", echoArgs{Msg: "hello"})
+	b.await(t, "ui-echo-1")
+	second := b.start(t, "echo", "ui-echo-1", echoArgs{Msg: "hello again"}) // generation 2
 	b.await(t, "ui-echo-1")
 
 	t.Run("ActionsNeedWriteRoleAndCSRF", func(t *testing.T) {
@@ -320,6 +322,21 @@ func TestUI(t *testing.T) {
 		require.Contains(t, page, "ui-wait-&lt;script&gt;")
 		_, page = br.get("/ui/namespaces/default/workflows?prefix=%3Cimg+src%3Dx%3E")
 		require.Contains(t, page, `value="&lt;img src=x&gt;"`)
+	})
+
+	t.Run("Generations", func(t *testing.T) {
+		t.Parallel()
+		br := b.browser(t)
+		br.login(readerSecret)
+		_, page := br.get("/ui/namespaces/default/workflows/ui-echo-1") // the latest run
+		require.Contains(t, page, "generation 2")
+		require.Contains(t, page, "hello again")
+		require.Contains(t, page, `href="/ui/namespaces/default/workflows/ui-echo-1?run_id=`+first.RunID.String()+`"`)
+		_, page = br.get("/ui/namespaces/default/workflows/ui-echo-1?run_id=" + first.RunID.String())
+		require.Contains(t, page, "generation 1")
+		require.Contains(t, page, `href="/ui/namespaces/default/workflows/ui-echo-1?run_id=`+second.RunID.String()+`"`)
+		resp, _ := br.get("/ui/namespaces/default/workflows/no-such-workflow")
+		require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	})
 
 	t.Run("List", func(t *testing.T) {
