@@ -150,6 +150,9 @@ func (s *Server) mountUI() error {
 		http.Redirect(w, r, uiPrefix+"/", http.StatusFound)
 	})
 	handle("GET "+uiPrefix+"/{$}", s.uiHome)
+	handle(uiPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		s.renderError(w, r, s.uiSessionOf(r), "", newError(http.StatusNotFound, CodeNotFound, "There is no page at "+r.URL.Path+".", nil))
+	})
 	handle("GET "+uiPrefix+"/static/", s.uiStatic)
 	handle("GET "+uiPrefix+"/switch", func(w http.ResponseWriter, r *http.Request) {
 		namespace := r.URL.Query().Get("namespace")

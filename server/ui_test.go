@@ -438,6 +438,14 @@ func TestUI(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, resp.StatusCode)
 	})
 
+	t.Run("NotFound", func(t *testing.T) {
+		t.Parallel()
+		resp, page := b.browser(t).get("/ui/nowhere/<b>")
+		require.Equal(t, http.StatusNotFound, resp.StatusCode)
+		require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
+		require.Contains(t, page, "/ui/nowhere/&lt;b&gt;")
+	})
+
 	t.Run("Static", func(t *testing.T) {
 		t.Parallel()
 		resp, body := b.browser(t).get("/ui/static/weir.css")
