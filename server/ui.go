@@ -216,14 +216,19 @@ func (s *Server) csrfFor(secret string) string {
 }
 
 // sameOrigin rejects a cross-site POST: a browser sends Origin with every
-// POST, and a form on another site cannot carry our CSRF token anyway.
+// POST, and a form on another site cannot carry our CSRF token anyway. A
+// reverse proxy that rewrites Host may name the original in
+// X-Forwarded-Host (a header no cross-site form can set).
 func sameOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return r.Header.Get("Sec-Fetch-Site") == "" || r.Header.Get("Sec-Fetch-Site") == "same-origin"
 	}
 	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
+	if err != nil || u.Host == "" {
+		return false
+	}
+	return u.Host == r.Host || u.Host == r.Header.Get("X-Forwarded-Host")
 }
 
 // checkPost checks a UI form POST: same origin and the session's CSRF token.

@@ -58,6 +58,7 @@ func artifactsDir(t *testing.T) string {
 func TestUIBrowser(t *testing.T) {
 	t.Parallel()
 
+	begin := time.Now()
 	chromium := chromiumPath(t)
 	dir := artifactsDir(t)
 	b := setupUI(t, nil)
@@ -100,6 +101,7 @@ func TestUIBrowser(t *testing.T) {
 	}
 	shot := func(name string) {
 		t.Helper()
+		t.Logf("%s: screenshot %s", time.Since(begin).Round(time.Millisecond), name)
 		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		png, err := chromedp.Run(stepCtx, chromedp.FullScreenshot(100))
