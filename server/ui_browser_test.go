@@ -53,8 +53,8 @@ func artifactsDir(t *testing.T) string {
 
 // TestUIBrowser drives headless Chromium through the UI: sign in, list,
 // open a run started through the API, watch it progress, signal it from
-// its page, see it complete, open River UI; it saves a screenshot of each
-// step.
+// its page, see it complete, open River UI, and look at a run as a reader;
+// it saves a screenshot of each step.
 func TestUIBrowser(t *testing.T) {
 	t.Parallel()
 
@@ -202,4 +202,15 @@ func TestUIBrowser(t *testing.T) {
 	do(chromedp.Navigate(b.url + "/riverui/jobs?state=completed"))
 	waitFor(`document.body.innerText.includes("reserve_stock")`)
 	shot("07-riverui.png")
+
+	// A reader sees a running run without its action forms.
+	do(chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("button.link")),
+		chromedp.Click(chromedp.CSS("button.link")), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), readerSecret), chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("table.runs")),
+		chromedp.Navigate(b.url+"/ui/namespaces/default/workflows/export-batch-9"),
+		chromedp.WaitVisible(chromedp.CSS("#run-state")))
+	require.Contains(t, text(".run-side"), "signalling, cancelling and terminating need write")
+	waitFor(`!document.querySelector("#signal-form")`)
+	shot("08-run-as-reader.png")
 }
