@@ -19,7 +19,8 @@ import (
 )
 
 // Server serves weir's HTTP endpoints: the JSON API under /api/v1, its
-// OpenAPI document, /healthz, /readyz and /metrics.
+// OpenAPI document, /healthz, /readyz and /metrics, and the web UI under
+// /ui/ with River UI under /riverui/ (see ui.go).
 type Server struct {
 	clients   map[string]*client.Client // by namespace
 	clientsMu sync.Mutex
@@ -32,6 +33,7 @@ type Server struct {
 	routes    []*route
 	stopCtx   context.Context // cancelled when shutdown begins: long polls end
 	stop      context.CancelFunc
+	ui        *uiState       // the web UI (ui.go)
 	waiter    *client.Client // awaits results in any namespace (Get reads by run ID)
 }
 
@@ -72,6 +74,10 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 	s.routes = s.routeTable()
 	for _, rt := range s.routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
+	}
+	// The web UI and River UI: not API routes, so not in routeTable.
+	if err := s.mountUI(); err != nil {
+		return nil, errors.Join(err, waiter.Close())
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, newError(http.StatusNotFound, CodeNotFound, "no such route: "+r.Method+" "+r.URL.Path,

@@ -1,0 +1,404 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/weirhq/weir/server/ui"
+)
+
+// The web UI lives under /ui/ (pages, their actions and a small JSON status
+// endpoint for live refresh) and /ui/static/ (embedded CSS and JavaScript).
+// Its routes are not API routes: they are mounted beside routeTable, so the
+// OpenAPI document does not list them.
+//
+// Auth uses the API's tokens: the login form stores the token's secret in an
+// HttpOnly, SameSite=Strict cookie, and every action is a POST carrying a
+// CSRF token derived from the session (an HMAC under a per-process key) and
+// checked along with the Origin header. With Config.AllowUnauthenticated the
+// UI is open with the admin role, like the API.
+const (
+	uiPrefix        = "/ui"
+	uiCookie        = "weir_token"
+	uiCSRFField     = "csrf"
+	uiListLimit     = 50
+	uiHistoryLimit  = 1000
+	uiSessionMaxAge = 12 * time.Hour
+)
+
+// uiState is what the UI keeps for the server's lifetime.
+type uiState struct {
+	csrfKey   []byte
+	pages     map[string]*template.Template
+	riverUI   *riverUIMount
+	staticFS  fs.FS
+	staticTag string // busts caches of static assets across builds
+}
+
+// uiSession is the caller of a UI request.
+type uiSession struct {
+	csrf  string
+	open  bool   // Config.AllowUnauthenticated: no token, admin everywhere
+	token *Token // nil when open
+}
+
+// may reports whether the session may act in namespace with role need.
+func (s *uiSession) may(namespace string, need Role) bool {
+	if s.open {
+		return true
+	}
+	return s.token.allows(namespace) && s.token.Role.includes(need)
+}
+
+// allNamespaces reports whether the session spans every namespace (River UI
+// shows every namespace's jobs, so it needs that).
+func (s *uiSession) allNamespaces() bool {
+	if s.open {
+		return true
+	}
+	for _, ns := range s.token.Namespaces {
+		if ns == NamespaceAll {
+			return true
+		}
+	}
+	return false
+}
+
+// Name is what the header shows for the session.
+func (s *uiSession) Name() string {
+	if s.open {
+		return "open (dev)"
+	}
+	return s.token.Name
+}
+
+// Role is the session's role.
+func (s *uiSession) Role() Role {
+	if s.open {
+		return RoleAdmin
+	}
+	return s.token.Role
+}
+
+// Open reports whether the UI runs without tokens.
+func (s *uiSession) Open() bool { return s.open }
+
+func newUIState() (*uiState, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("ui: reading random key: %w", err)
+	}
+	staticFS, err := fs.Sub(ui.Files, "static")
+	if err != nil {
+		return nil, fmt.Errorf("ui: opening static assets: %w", err)
+	}
+	tag := sha256.New()
+	err = fs.WalkDir(staticFS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(staticFS, path)
+		tag.Write(data)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ui: hashing static assets: %w", err)
+	}
+	st := &uiState{csrfKey: key, pages: map[string]*template.Template{}, staticFS: staticFS}
+	st.staticTag = hex.EncodeToString(tag.Sum(nil))[:12]
+	for _, page := range []string{"error", "list", "login", "run"} {
+		t, err := template.New(page).Funcs(uiFuncs(st.staticTag)).ParseFS(ui.Files, "templates/layout.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, fmt.Errorf("ui: parsing template %s: %w", page, err)
+		}
+		st.pages[page] = t
+	}
+	return st, nil
+}
+
+// mountUI adds the UI's and River UI's routes to the mux.
+func (s *Server) mountUI() error {
+	st, err := newUIState()
+	if err != nil {
+		return err
+	}
+	s.ui = st
+	if st.riverUI, err = s.newRiverUIMount(); err != nil {
+		return err
+	}
+	handle := func(pattern string, h http.HandlerFunc) {
+		s.mux.Handle(pattern, s.metrics.instrument(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), s.config.RequestTimeout)
+			defer cancel()
+			h(w, r.WithContext(ctx))
+		})))
+	}
+	handle("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, uiPrefix+"/", http.StatusFound)
+	})
+	handle("GET "+uiPrefix+"/{$}", s.uiHome)
+	handle(uiPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
+		s.renderError(w, r, s.uiSessionOf(r), "", newError(http.StatusNotFound, CodeNotFound, "There is no page at "+r.URL.Path+".", nil))
+	})
+	handle("GET "+uiPrefix+"/static/", s.uiStatic)
+	handle("GET "+uiPrefix+"/switch", func(w http.ResponseWriter, r *http.Request) {
+		namespace := r.URL.Query().Get("namespace")
+		if !validName(namespace) {
+			http.Redirect(w, r, uiPrefix+"/", http.StatusSeeOther)
+			return
+		}
+		http.Redirect(w, r, listURL(namespace, nil), http.StatusSeeOther)
+	})
+	handle("GET "+uiPrefix+"/login", s.uiLoginPage)
+	handle("POST "+uiPrefix+"/login", s.uiLogin)
+	handle("POST "+uiPrefix+"/logout", s.uiLogout)
+	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows", s.uiList)
+	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}", s.uiRun)
+	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/status", s.uiStatus)
+	handle("POST "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/{action}", s.uiAction)
+	s.mux.Handle(riverUIPrefix+"/", s.metrics.instrument(riverUIPrefix+"/", st.riverUI.serve(s)))
+	return nil
+}
+
+func (s *Server) uiStatic(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "public, max-age=86400")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	http.StripPrefix(uiPrefix+"/static/", http.FileServerFS(s.ui.staticFS)).ServeHTTP(w, r)
+}
+
+// uiSessionOf returns the request's session, or nil when it has none (or
+// its cookie names no configured token).
+func (s *Server) uiSessionOf(r *http.Request) *uiSession {
+	if s.config.AllowUnauthenticated {
+		return &uiSession{csrf: s.csrfFor("open"), open: true}
+	}
+	cookie, err := r.Cookie(uiCookie)
+	if err != nil || cookie.Value == "" {
+		return nil
+	}
+	token := s.tokenBySecret(cookie.Value)
+	if token == nil {
+		return nil
+	}
+	return &uiSession{csrf: s.csrfFor(cookie.Value), token: token}
+}
+
+// tokenBySecret finds the token with secret in constant time (every token is
+// compared, by hash so lengths don't leak); nil when none matches.
+func (s *Server) tokenBySecret(secret string) *Token {
+	sum := sha256.Sum256([]byte(secret))
+	var token *Token
+	for i, hash := range s.hashes {
+		if subtle.ConstantTimeCompare(sum[:], hash[:]) == 1 {
+			token = s.config.Tokens[i]
+		}
+	}
+	return token
+}
+
+func (s *Server) csrfFor(secret string) string {
+	mac := hmac.New(sha256.New, s.ui.csrfKey)
+	mac.Write([]byte("weir ui csrf\x00" + secret))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// sameOrigin rejects a cross-site POST: a browser sends Origin with every
+// POST, and a form on another site cannot carry our CSRF token anyway. A
+// reverse proxy that rewrites Host may name the original in
+// X-Forwarded-Host (a header no cross-site form can set).
+func sameOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return r.Header.Get("Sec-Fetch-Site") == "" || r.Header.Get("Sec-Fetch-Site") == "same-origin"
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	return u.Host == r.Host || u.Host == r.Header.Get("X-Forwarded-Host")
+}
+
+// checkPost checks a UI form POST: same origin and the session's CSRF token.
+func (s *Server) checkPost(r *http.Request, sess *uiSession) bool {
+	if !sameOrigin(r) {
+		return false
+	}
+	got := r.PostFormValue(uiCSRFField)
+	return subtle.ConstantTimeCompare([]byte(got), []byte(sess.csrf)) == 1
+}
+
+// requireSession returns the session of a page request, or sends the caller
+// to the login page and returns nil.
+func (s *Server) requireSession(w http.ResponseWriter, r *http.Request) *uiSession {
+	sess := s.uiSessionOf(r)
+	if sess == nil {
+		http.Redirect(w, r, uiPrefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+	}
+	return sess
+}
+
+func (s *Server) uiHome(w http.ResponseWriter, r *http.Request) {
+	sess := s.requireSession(w, r)
+	if sess == nil {
+		return
+	}
+	namespace := "default"
+	if !sess.open && !sess.allNamespaces() && !sess.token.allows(namespace) {
+		namespace = sess.token.Namespaces[0]
+	}
+	http.Redirect(w, r, listURL(namespace, nil), http.StatusFound)
+}
+
+// uiBase is what every page's layout needs.
+type uiBase struct {
+	CSRF       string
+	Namespace  string
+	Namespaces []string
+	RiverUI    bool
+	Session    *uiSession
+	Title      string
+}
+
+func (s *Server) base(r *http.Request, sess *uiSession, namespace, title string) uiBase {
+	b := uiBase{Namespace: namespace, Session: sess, Title: title}
+	if sess != nil {
+		b.CSRF = sess.csrf
+		b.RiverUI = sess.allNamespaces()
+		b.Namespaces = s.knownNamespaces(r, sess, namespace)
+	}
+	return b
+}
+
+// render executes a page into a buffer first, so a template error is a
+// clean 500 rather than half a page.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, page string, data any) {
+	var buf bytes.Buffer
+	if err := s.ui.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
+		s.config.Logger.ErrorContext(r.Context(), "rendering UI page",
+			slog.String("page", page), slog.String("error", err.Error()))
+		http.Error(w, "internal error rendering the page (logged by the server)", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Security-Policy",
+		"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// uiErrorPage is the data of the error page.
+type uiErrorPage struct {
+	uiBase
+	Message string
+	Status  int
+}
+
+func (s *Server) renderError(w http.ResponseWriter, r *http.Request, sess *uiSession, namespace string, err error) {
+	apiErr := s.apiError(r, err)
+	title := http.StatusText(apiErr.Status)
+	s.render(w, r, apiErr.Status, "error", &uiErrorPage{
+		uiBase: s.base(r, sess, namespace, title), Message: apiErr.Message, Status: apiErr.Status,
+	})
+}
+
+// uiLoginPageData is the data of the login page.
+type uiLoginPageData struct {
+	uiBase
+	Error string
+	Next  string
+}
+
+func (s *Server) uiLoginPage(w http.ResponseWriter, r *http.Request) {
+	next := safeNext(r.URL.Query().Get("next"))
+	if s.uiSessionOf(r) != nil {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	s.render(w, r, http.StatusOK, "login", &uiLoginPageData{uiBase: uiBase{Title: "Sign in"}, Next: next})
+}
+
+func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	next := safeNext(r.PostFormValue("next"))
+	if !sameOrigin(r) {
+		s.render(w, r, http.StatusForbidden, "login", &uiLoginPageData{
+			uiBase: uiBase{Title: "Sign in"}, Error: "This form must be sent from this server's own page.", Next: next,
+		})
+		return
+	}
+	secret := strings.TrimSpace(r.PostFormValue("token"))
+	if secret == "" || s.tokenBySecret(secret) == nil {
+		s.render(w, r, http.StatusUnauthorized, "login", &uiLoginPageData{
+			uiBase: uiBase{Title: "Sign in"}, Error: "That token is not one this server accepts.", Next: next,
+		})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		HttpOnly: true,
+		MaxAge:   int(uiSessionMaxAge / time.Second),
+		Name:     uiCookie,
+		Path:     "/",
+		SameSite: http.SameSiteStrictMode,
+		Secure:   r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
+		Value:    secret,
+	})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	sess := s.uiSessionOf(r)
+	if sess == nil || !s.checkPost(r, sess) {
+		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		HttpOnly: true, MaxAge: -1, Name: uiCookie, Path: "/", SameSite: http.SameSiteStrictMode, Value: "",
+	})
+	http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
+}
+
+// safeNext keeps a post-login redirect on this server: a path under /ui/ or
+// /riverui/, never another host.
+func safeNext(next string) string {
+	u, err := url.Parse(next)
+	if err != nil || next == "" || u.Scheme != "" || u.Host != "" || u.User != nil ||
+		strings.HasPrefix(next, "//") || strings.Contains(next, "\\") ||
+		!(strings.HasPrefix(u.Path, uiPrefix+"/") || strings.HasPrefix(u.Path, "/riverui/")) {
+		return uiPrefix + "/"
+	}
+	return u.RequestURI()
+}
+
+func (s *Server) forbidden(sess *uiSession, namespace string, need Role) error {
+	if sess.open {
+		return nil
+	}
+	if !sess.token.allows(namespace) {
+		return newError(http.StatusForbidden, CodePermissionDenied,
+			"token "+sess.token.Name+" may not act in namespace "+namespace, nil)
+	}
+	if !sess.token.Role.includes(need) {
+		return newError(http.StatusForbidden, CodePermissionDenied,
+			"token "+sess.token.Name+" has role "+string(sess.token.Role)+"; this needs "+string(need), nil)
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/task"
+)
+
+// uiPayload is a payload shown on a page: indented JSON, or a note that it
+// is not JSON (an encrypting codec, say).
+type uiPayload struct {
+	Binary bool
+	Size   int
+	Text   string
+}
+
+func newUIPayload(data []byte) *uiPayload {
+	if data == nil {
+		return nil
+	}
+	p := &uiPayload{Size: len(data)}
+	var buf bytes.Buffer
+	if json.Indent(&buf, data, "", "  ") != nil {
+		p.Binary = true
+		return p
+	}
+	p.Text = buf.String()
+	return p
+}
+
+type runPayloads struct {
+	args, result *uiPayload
+}
+
+// runPayloads reads a run's args and result as stored (codec output).
+func (s *Server) runPayloads(ctx context.Context, runID uuid.UUID) (*runPayloads, error) {
+	names := dbschema.New(s.config.Schema)
+	var args, result []byte
+	err := s.pool.QueryRow(ctx, "SELECT args, result FROM "+names.Run+" WHERE run_id = $1", runID).Scan(&args, &result)
+	if err != nil {
+		return nil, fmt.Errorf("reading the payloads of run %s: %w", runID, err)
+	}
+	return &runPayloads{args: newUIPayload(args), result: newUIPayload(result)}, nil
+}
+
+// uiGeneration is one run of a workflow ID.
+type uiGeneration struct {
+	ClosedAt   *time.Time
+	CreatedAt  time.Time
+	Generation int64
+	RunID      uuid.UUID
+	State      string
+}
+
+// uiGenerationsMax bounds the generations a run's page lists.
+const uiGenerationsMax = 100
+
+// generations lists the newest runs of a workflow ID, newest first.
+func (s *Server) generations(ctx context.Context, namespace, workflowID string) ([]*uiGeneration, error) {
+	names := dbschema.New(s.config.Schema)
+	rows, err := s.pool.Query(ctx,
+		"SELECT generation, run_id, state, created_at, closed_at FROM "+names.Run+
+			" WHERE namespace = $1 AND workflow_id = $2 ORDER BY generation DESC LIMIT $3",
+		namespace, workflowID, uiGenerationsMax)
+	if err != nil {
+		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*uiGeneration, error) {
+		g := &uiGeneration{}
+		return g, row.Scan(&g.Generation, &g.RunID, &g.State, &g.CreatedAt, &g.ClosedAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
+	}
+	return out, nil
+}
+
+// uiAttempt is one attempt of one of a run's River jobs: a finished one from
+// the fencing attempt log, or the one running now.
+type uiAttempt struct {
+	Activity       bool // an activity's job; otherwise a workflow task's
+	Attempt        int
+	Error          string // the attempt's error, from the job's errors
+	FinishedAt     *time.Time
+	JobID          int64
+	Kind           string
+	LeaseExpiresAt *time.Time
+	LeaseToken     string
+	Outcome        string // "running" for the current attempt
+	StartedAt      *time.Time
+	Worker         string
+}
+
+// Fenced reports whether a newer attempt replaced this one while it ran: a
+// stale attempt whose writes the fencing driver refuses.
+func (a *uiAttempt) Fenced() bool { return a.Outcome == "superseded" }
+
+// Label says how the attempt ended, in the UI's words: the attempt log
+// records the state it left the job in, so a job back to available,
+// retryable or scheduled means the attempt errored and will be retried.
+func (a *uiAttempt) Label() string {
+	switch a.Outcome {
+	case "superseded":
+		return "fenced · stale"
+	case "available", "retryable":
+		return "errored · retried"
+	case "scheduled":
+		if a.Error != "" {
+			return "errored · retried"
+		}
+		return "snoozed"
+	case "discarded":
+		return "errored · gave up"
+	}
+	return a.Outcome
+}
+
+// Class is the attempt's badge class.
+func (a *uiAttempt) Class() string {
+	switch a.Label() {
+	case "fenced · stale", "errored · gave up":
+		return "state-failed"
+	case "errored · retried":
+		return "job-retryable"
+	}
+	return "job-" + a.Outcome
+}
+
+// uiAttemptsMax bounds the attempts a run's page lists.
+const uiAttemptsMax = 500
+
+// errNoFencing is the attempts section's note when the fencing migration
+// line is not installed.
+var errNoFencing = errors.New("the fencing migration line is not installed, so there is no attempt log")
+
+// attempts lists the attempts of a run's jobs, oldest first: its workflow
+// tasks (River args {"run_id": …}) and its activities (River metadata
+// {"weir": {"run_id": …}}), found through River's GIN indexes on args and
+// metadata.
+func (s *Server) attempts(ctx context.Context, runID uuid.UUID) ([]*uiAttempt, error) {
+	names := dbschema.New(s.config.Schema)
+	attemptLog := dbschema.Qualify(s.config.Schema, "weir_job_attempt")
+	metadata, err := json.Marshal(map[string]map[string]string{"weir": {"run_id": runID.String()}})
+	if err != nil {
+		return nil, err
+	}
+	args, err := json.Marshal(map[string]string{"run_id": runID.String()})
+	if err != nil {
+		return nil, err
+	}
+	query := "WITH jobs AS (" +
+		" SELECT id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at, errors FROM " + names.RiverJob +
+		" WHERE metadata @> $1::jsonb" +
+		" UNION ALL SELECT id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at, errors FROM " + names.RiverJob +
+		" WHERE args @> $2::jsonb AND starts_with(kind, $3))" +
+		" SELECT * FROM (" +
+		"  SELECT j.id, j.kind, a.attempt::int, a.lease_token::text, a.attempted_by, a.started_at, a.finished_at, a.outcome, NULL::timestamptz," +
+		"   CASE WHEN a.outcome <> 'superseded' THEN" + // a stale attempt's error was never written
+		"    (SELECT e->>'error' FROM unnest(j.errors) e WHERE (e->>'attempt')::int = a.attempt LIMIT 1) END" +
+		"  FROM jobs j JOIN " + attemptLog + " a ON a.job_id = j.id" +
+		"  UNION ALL" +
+		"  SELECT j.id, j.kind, j.attempt::int, j.lease_token::text, j.attempted_by[array_upper(j.attempted_by, 1)], j.attempted_at, NULL, 'running', j.lease_expires_at, NULL" +
+		"  FROM jobs j WHERE j.state = 'running'" +
+		" ) x ORDER BY 6 NULLS LAST, 1, 3 LIMIT $4"
+	rows, err := s.pool.Query(ctx, query, metadata, args, task.KindPrefix, uiAttemptsMax)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") { // undefined table or column
+			return nil, errNoFencing
+		}
+		return nil, fmt.Errorf("reading the attempt log of run %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*uiAttempt, error) {
+		a := &uiAttempt{}
+		var token, worker, errText *string
+		err := row.Scan(&a.JobID, &a.Kind, &a.Attempt, &token, &worker, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.LeaseExpiresAt, &errText)
+		if token != nil {
+			a.LeaseToken = *token
+		}
+		if worker != nil {
+			a.Worker = *worker
+		}
+		if errText != nil {
+			a.Error = *errText
+		}
+		a.Activity = !strings.HasPrefix(a.Kind, task.KindPrefix)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the attempt log of run %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// knownNamespaces are the namespaces the header offers: the token's own, or
+// (for a token of every namespace) default and those registered in
+// weir_namespace, plus current.
+func (s *Server) knownNamespaces(r *http.Request, sess *uiSession, current string) []string {
+	var out []string
+	if sess.allNamespaces() {
+		out = append(out, "default")
+		names := dbschema.Qualify(s.config.Schema, "weir_namespace")
+		rows, err := s.pool.Query(r.Context(), "SELECT name FROM "+names+" ORDER BY name LIMIT 200")
+		if err == nil {
+			more, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err == nil {
+				out = append(out, more...)
+			}
+		}
+	} else {
+		out = append(out, sess.token.Namespaces...)
+	}
+	if current != "" {
+		out = append(out, current)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// uiEvent is a history event on a run's page: the event, a one-line summary
+// and its attributes indented.
+type uiEvent struct {
+	*client.Event
+	Attributes string
+	Category   string // css class: workflow, activity, timer, signal, marker, update, failure
+	Offset     string // since the run was created
+	Summary    string
+}
+
+// describeEvents summarizes events for the timeline.
+func describeEvents(events []*client.Event, start time.Time) []*uiEvent {
+	out := make([]*uiEvent, 0, len(events))
+	for _, e := range events {
+		ue := &uiEvent{Event: e, Offset: "+" + humanDuration(e.Time.Sub(start))}
+		var buf bytes.Buffer
+		if json.Indent(&buf, e.Attributes, "", "  ") == nil {
+			ue.Attributes = buf.String()
+		}
+		var attrs struct {
+			Attempt          int             `json:"attempt"`
+			Duration         json.RawMessage `json:"duration"`
+			Failure          *client.Failure `json:"failure"`
+			Kind             string          `json:"kind"`
+			Name             string          `json:"name"`
+			Now              time.Time       `json:"now"`
+			Queue            string          `json:"queue"`
+			Reason           string          `json:"reason"`
+			ScheduledEventID int64           `json:"scheduled_event_id"`
+			StartedEventID   int64           `json:"started_event_id"`
+			TimeoutType      string          `json:"timeout_type"`
+			UpdateID         string          `json:"update_id"`
+		}
+		_ = json.Unmarshal(e.Attributes, &attrs) // best effort: the raw attributes are shown too
+		typ := string(e.Type)
+		var parts []string
+		add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
+		if attrs.Kind != "" {
+			add("%s", attrs.Kind)
+		}
+		if attrs.Queue != "" {
+			add("queue %s", attrs.Queue)
+		}
+		if attrs.ScheduledEventID > 0 {
+			add("for #%d", attrs.ScheduledEventID)
+		}
+		if attrs.StartedEventID > 0 {
+			add("timer #%d", attrs.StartedEventID)
+		}
+		if attrs.Attempt > 1 || (attrs.Attempt == 1 && strings.HasPrefix(typ, "Activity")) {
+			add("attempt %d", attrs.Attempt)
+		}
+		if attrs.TimeoutType != "" {
+			add("%s timeout", attrs.TimeoutType)
+		}
+		if len(attrs.Duration) > 0 {
+			add("%s", strings.Trim(string(attrs.Duration), `"`))
+		}
+		if attrs.Name != "" {
+			add("%s", attrs.Name)
+		}
+		if attrs.UpdateID != "" {
+			add("update %s", attrs.UpdateID)
+		}
+		if attrs.Reason != "" {
+			add("%q", attrs.Reason)
+		}
+		if attrs.Failure != nil && attrs.Failure.Message != "" {
+			add("%s", attrs.Failure.Message)
+		}
+		ue.Summary = strings.Join(parts, " · ")
+		switch {
+		case strings.HasSuffix(typ, "Failed") || strings.HasSuffix(typ, "TimedOut") || typ == "WorkflowCanceled":
+			ue.Category = "failure"
+		case strings.HasPrefix(typ, "Activity"):
+			ue.Category = "activity"
+		case strings.HasPrefix(typ, "Timer"):
+			ue.Category = "timer"
+		case strings.HasPrefix(typ, "Signal") || typ == "CancelRequested":
+			ue.Category = "signal"
+		case strings.HasPrefix(typ, "Update"):
+			ue.Category = "update"
+		case strings.HasPrefix(typ, "Marker"):
+			ue.Category = "marker"
+		case typ == "WorkflowTaskStarted":
+			ue.Category = "task"
+		default:
+			ue.Category = "workflow"
+		}
+		out = append(out, ue)
+	}
+	return out
+}

@@ -1,0 +1,491 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/client"
+)
+
+// listURL is the list page of namespace with query q.
+func listURL(namespace string, q url.Values) string {
+	u := uiPrefix + "/namespaces/" + url.PathEscape(namespace) + "/workflows"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
+}
+
+// runURL is the page of a run; runID may be Nil for the latest run.
+func runURL(namespace, workflowID string, runID uuid.UUID) string {
+	u := uiPrefix + "/namespaces/" + url.PathEscape(namespace) + "/workflows/" + url.PathEscape(workflowID)
+	if runID != uuid.Nil {
+		u += "?run_id=" + runID.String()
+	}
+	return u
+}
+
+// uiDurations are the "created within" choices of the list's time filter.
+var uiDurations = []struct{ Value, Label string }{
+	{"", "any time"}, {"15m", "last 15 minutes"}, {"1h", "last hour"}, {"24h", "last 24 hours"},
+	{"168h", "last 7 days"}, {"720h", "last 30 days"},
+}
+
+// uiTimeLayout is the layout of datetime-local inputs, read as UTC.
+const uiTimeLayout = "2006-01-02T15:04"
+
+func uiFuncs(staticTag string) template.FuncMap {
+	return template.FuncMap{
+		"static":  func(name string) string { return uiPrefix + "/static/" + name + "?v=" + staticTag },
+		"runURL":  runURL,
+		"listURL": func(namespace string) string { return listURL(namespace, nil) },
+		"jobURL": func(id any) string {
+			switch id := id.(type) {
+			case int64:
+				return riverUIPrefix + "/jobs/" + strconv.FormatInt(id, 10)
+			case *int64:
+				if id != nil {
+					return riverUIPrefix + "/jobs/" + strconv.FormatInt(*id, 10)
+				}
+			}
+			return riverUIPrefix + "/"
+		},
+		"ts": func(t any) string {
+			switch t := t.(type) {
+			case time.Time:
+				return t.UTC().Format("2006-01-02 15:04:05.000")
+			case *time.Time:
+				if t == nil {
+					return ""
+				}
+				return t.UTC().Format("2006-01-02 15:04:05.000")
+			}
+			return ""
+		},
+		"iso": func(t any) string {
+			switch t := t.(type) {
+			case time.Time:
+				return t.UTC().Format(time.RFC3339Nano)
+			case *time.Time:
+				if t != nil {
+					return t.UTC().Format(time.RFC3339Nano)
+				}
+			}
+			return ""
+		},
+		"ago":      func(t time.Time) string { return humanDuration(time.Since(t)) + " ago" },
+		"until":    untilText,
+		"duration": runDuration,
+		"stateClass": func(state string) string {
+			return "state-" + strings.ReplaceAll(state, "_", "-")
+		},
+		"stateLabel": func(state string) string { return strings.ReplaceAll(state, "_", " ") },
+		"short":      func(id uuid.UUID) string { return id.String()[:8] },
+		"shortStr": func(s string) string {
+			if len(s) > 8 {
+				return s[:8]
+			}
+			return s
+		},
+	}
+}
+
+// humanDuration prints d to about two significant units.
+func humanDuration(d time.Duration) string {
+	if d < 0 {
+		d = -d
+	}
+	switch {
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+}
+
+func untilText(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	d := time.Until(*t)
+	if d < 0 {
+		return "expired " + humanDuration(d) + " ago"
+	}
+	return "in " + humanDuration(d)
+}
+
+func runDuration(created time.Time, closed *time.Time) string {
+	if closed == nil {
+		return humanDuration(time.Since(created)) + " so far"
+	}
+	return humanDuration(closed.Sub(created))
+}
+
+// uiListPage is the data of the list page.
+type uiListPage struct {
+	uiBase
+	Durations []struct{ Value, Label string }
+	Error     string
+	Filter    uiListFilter
+	FirstURL  string
+	NextURL   string
+	Running   bool
+	Runs      []*client.RunSummary
+	States    []string
+}
+
+// uiListFilter is the list page's filter form.
+type uiListFilter struct {
+	Before string
+	Kind   string
+	Prefix string
+	Since  string
+	After  string
+	State  string
+}
+
+func (f *uiListFilter) values() url.Values {
+	q := url.Values{}
+	for name, v := range map[string]string{
+		"after": f.After, "before": f.Before, "kind": f.Kind, "prefix": f.Prefix, "since": f.Since, "state": f.State,
+	} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	return q
+}
+
+// Active reports whether any filter is set.
+func (f *uiListFilter) Active() bool { return len(f.values()) > 0 }
+
+func parseUITime(field, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{uiTimeLayout, uiTimeLayout + ":05", time.RFC3339Nano} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, invalidArgument(field, "%s is not a time such as 2026-01-31T15:04 (UTC): %q", field, v)
+}
+
+func (s *Server) uiList(w http.ResponseWriter, r *http.Request) {
+	sess := s.requireSession(w, r)
+	if sess == nil {
+		return
+	}
+	namespace := r.PathValue("namespace")
+	if err := s.forbidden(sess, namespace, RoleRead); err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	if !validName(namespace) {
+		s.renderError(w, r, sess, "", invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule))
+		return
+	}
+	q := r.URL.Query()
+	page := &uiListPage{
+		uiBase:    s.base(r, sess, namespace, "Workflows · "+namespace),
+		Durations: uiDurations,
+		Filter: uiListFilter{
+			After: q.Get("after"), Before: q.Get("before"), Kind: strings.TrimSpace(q.Get("kind")),
+			Prefix: strings.TrimSpace(q.Get("prefix")), Since: q.Get("since"), State: q.Get("state"),
+		},
+		States: States,
+	}
+	opts, err := page.Filter.listOpts(namespace)
+	if err != nil {
+		page.Error = s.apiError(r, err).Message
+		s.render(w, r, http.StatusBadRequest, "list", page)
+		return
+	}
+	opts.Cursor, opts.Limit = q.Get("cursor"), uiListLimit
+	c, err := s.client(namespace)
+	if err == nil {
+		var res *client.ListResult
+		if res, err = c.List(r.Context(), opts); err == nil {
+			page.Runs = res.Runs
+			if res.NextCursor != "" {
+				next := page.Filter.values()
+				next.Set("cursor", res.NextCursor)
+				page.NextURL = listURL(namespace, next)
+			}
+		}
+	}
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	if opts.Cursor != "" {
+		page.FirstURL = listURL(namespace, page.Filter.values())
+	}
+	for _, run := range page.Runs {
+		page.Running = page.Running || run.State == "running"
+	}
+	s.render(w, r, http.StatusOK, "list", page)
+}
+
+func (f *uiListFilter) listOpts(namespace string) (*client.ListOpts, error) {
+	opts := &client.ListOpts{Kind: f.Kind, Namespace: namespace, State: f.State, WorkflowIDPrefix: f.Prefix}
+	if opts.State != "" && !contains(States, opts.State) {
+		return nil, invalidArgument("state", "unknown state %q", opts.State)
+	}
+	if opts.Kind != "" && !validName(opts.Kind) {
+		return nil, invalidArgument("kind", "invalid workflow kind %q: %s", opts.Kind, nameRule)
+	}
+	if len(opts.WorkflowIDPrefix) > 1000 {
+		return nil, invalidArgument("prefix", "the workflow ID prefix is longer than 1000 bytes")
+	}
+	var err error
+	if opts.CreatedAfter, err = parseUITime("after", f.After); err != nil {
+		return nil, err
+	}
+	if opts.CreatedBefore, err = parseUITime("before", f.Before); err != nil {
+		return nil, err
+	}
+	if f.Since != "" {
+		d, err := time.ParseDuration(f.Since)
+		if err != nil || d <= 0 {
+			return nil, invalidArgument("since", "since is not a positive duration: %q", f.Since)
+		}
+		if since := time.Now().Add(-d); since.After(opts.CreatedAfter) {
+			opts.CreatedAfter = since
+		}
+	}
+	return opts, nil
+}
+
+// uiRunPage is the data of a run's page.
+type uiRunPage struct {
+	uiBase
+	ActionBase     string // the actions' URLs, less /signal, /cancel or /terminate
+	Args           *uiPayload
+	Attempts       []*uiAttempt
+	AttemptsError  string
+	CanWrite       bool
+	Description    *client.Description
+	Events         []*uiEvent
+	Failures       []*client.Failure // the failure and its causes, outermost first
+	FirstEventsURL string
+	Flash          string
+	FormError      string
+	Generations    []*uiGeneration
+	HistoryLength  int64
+	MoreEventsURL  string
+	Result         *uiPayload
+	RunURL         string
+	StatusURL      string
+}
+
+// Running reports whether the run is still running.
+func (p *uiRunPage) Running() bool { return p.Description.State == "running" }
+
+// uiFlashes are the messages a redirect after an action may show; the query
+// names one, so no text from the request reaches the page.
+var uiFlashes = map[string]string{
+	"cancel":    "Cancellation requested. The workflow sees it at its next task.",
+	"signal":    "Signal sent.",
+	"terminate": "Run terminated.",
+}
+
+func (s *Server) uiRun(w http.ResponseWriter, r *http.Request) {
+	sess := s.requireSession(w, r)
+	if sess == nil {
+		return
+	}
+	s.renderRun(w, r, sess, http.StatusOK, "")
+}
+
+// renderRun renders a run's page; formError, if set, is shown above the
+// actions (a rejected action re-renders the page with status).
+func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, formError string) {
+	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
+	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	ctx := r.Context()
+	d, err := c.Describe(ctx, workflowID, runID)
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	page := &uiRunPage{
+		uiBase:      s.base(r, sess, namespace, workflowID+" · "+d.Kind),
+		CanWrite:    sess.may(namespace, RoleWrite),
+		Description: d,
+		Flash:       uiFlashes[r.URL.Query().Get("flash")],
+		FormError:   formError,
+		RunURL:      runURL(namespace, workflowID, d.RunID),
+		ActionBase:  runURL(namespace, workflowID, uuid.Nil),
+		StatusURL:   runURL(namespace, workflowID, uuid.Nil) + "/status?run_id=" + d.RunID.String(),
+	}
+	for f := d.Failure; f != nil; f = f.Cause {
+		page.Failures = append(page.Failures, f)
+	}
+	payloads, err := s.runPayloads(ctx, d.RunID)
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	page.Args, page.Result = payloads.args, payloads.result
+	if page.Generations, err = s.generations(ctx, namespace, workflowID); err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	after, err := parseInt(r.URL.Query(), "after", 0, 1<<62)
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	history, err := c.History(ctx, workflowID, d.RunID, &client.HistoryOpts{AfterEventID: int64(after), Limit: uiHistoryLimit})
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	page.Events = describeEvents(history.Events, d.CreatedAt)
+	// History may have grown since Describe read the run: show the larger.
+	page.HistoryLength = d.HistoryLength
+	if n := len(history.Events); n > 0 && history.Events[n-1].ID > page.HistoryLength {
+		page.HistoryLength = history.Events[n-1].ID
+	}
+	if after > 0 {
+		page.FirstEventsURL = page.RunURL + "#history"
+	}
+	if history.NextAfterEventID != 0 {
+		page.MoreEventsURL = page.RunURL + "&after=" + strconv.FormatInt(history.NextAfterEventID, 10)
+	}
+	if page.Attempts, err = s.attempts(ctx, d.RunID); err != nil {
+		page.AttemptsError = err.Error()
+	}
+	s.render(w, r, status, "run", page)
+}
+
+// uiTarget checks the session's access to namespace and reads the run_id
+// query or form parameter.
+func (s *Server) uiTarget(r *http.Request, sess *uiSession, namespace, workflowID string, need Role) (*client.Client, uuid.UUID, error) {
+	if err := s.forbidden(sess, namespace, need); err != nil {
+		return nil, uuid.Nil, err
+	}
+	if !validName(namespace) {
+		return nil, uuid.Nil, invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule)
+	}
+	if workflowID == "" || len(workflowID) > 1000 {
+		return nil, uuid.Nil, invalidArgument("workflow_id", "workflow_id must be 1 to 1000 bytes")
+	}
+	var runID uuid.UUID
+	if v := r.FormValue("run_id"); v != "" {
+		var err error
+		if runID, err = uuid.Parse(v); err != nil {
+			return nil, uuid.Nil, invalidArgument("run_id", "run_id is not a UUID: %q", v)
+		}
+	}
+	c, err := s.client(namespace)
+	if err != nil {
+		return nil, uuid.Nil, err
+	}
+	return c, runID, nil
+}
+
+// UIStatus is the body of the UI's status endpoint, which a run's page polls
+// to refresh itself while the run is running.
+type UIStatus struct {
+	HistoryLength int64     `json:"history_length"`
+	State         string    `json:"state"`
+	UpdatedAt     time.Time `json:"updated_at"`
+}
+
+func (s *Server) uiStatus(w http.ResponseWriter, r *http.Request) {
+	sess := s.uiSessionOf(r)
+	if sess == nil {
+		s.writeError(w, r, newError(http.StatusUnauthorized, CodeUnauthenticated, "sign in first", nil))
+		return
+	}
+	c, runID, err := s.uiTarget(r, sess, r.PathValue("namespace"), r.PathValue("workflow_id"), RoleRead)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	d, err := c.Describe(r.Context(), r.PathValue("workflow_id"), runID)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, &UIStatus{HistoryLength: d.HistoryLength, State: d.State, UpdatedAt: d.UpdatedAt})
+}
+
+func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
+	sess := s.uiSessionOf(r)
+	if sess == nil {
+		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
+		return
+	}
+	namespace, workflowID, action := r.PathValue("namespace"), r.PathValue("workflow_id"), r.PathValue("action")
+	if _, ok := uiFlashes[action]; !ok {
+		s.renderError(w, r, sess, namespace, newError(http.StatusNotFound, CodeNotFound, "no such action: "+action, nil))
+		return
+	}
+	if !s.checkPost(r, sess) {
+		s.renderError(w, r, sess, namespace, newError(http.StatusForbidden, CodePermissionDenied,
+			"the form's CSRF token is missing or stale, or it came from another site: reload the page and try again", nil))
+		return
+	}
+	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleWrite)
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	if runID == uuid.Nil {
+		s.renderError(w, r, sess, namespace, invalidArgument("run_id", "the form names no run"))
+		return
+	}
+	ctx := r.Context()
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	switch action {
+	case "signal":
+		kind := strings.TrimSpace(r.PostFormValue("kind"))
+		args := bytes.TrimSpace([]byte(r.PostFormValue("args")))
+		switch {
+		case !validName(kind):
+			err = invalidArgument("kind", "invalid signal kind %q: %s", kind, nameRule)
+		case len(args) > 0 && !json.Valid(args):
+			err = invalidArgument("args", "the signal's args are not valid JSON")
+		default:
+			err = c.Signal(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind},
+				&client.SignalOpts{RequestID: strings.TrimSpace(r.PostFormValue("request_id"))})
+		}
+	case "cancel":
+		err = c.Cancel(ctx, workflowID, runID, reason)
+	case "terminate":
+		err = c.Terminate(ctx, workflowID, runID, reason)
+	}
+	if err != nil {
+		apiErr := s.apiError(r, err)
+		if apiErr.Status == http.StatusNotFound || apiErr.Status >= 500 {
+			s.renderError(w, r, sess, namespace, apiErr)
+			return
+		}
+		s.renderRun(w, r, sess, apiErr.Status, apiErr.Message)
+		return
+	}
+	http.Redirect(w, r, runURL(namespace, workflowID, runID)+"&flash="+action, http.StatusSeeOther)
+}
