@@ -82,3 +82,7 @@ func (r *statusRecorder) WriteHeader(code int) {
 }
 
 func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// MetricsRegisterer is the registry /metrics serves: register more collectors
+// there (the otel package's RegisterPrometheus, say) to expose them.
+func (s *Server) MetricsRegisterer() prometheus.Registerer { return s.metrics.registry }

@@ -122,8 +122,11 @@ func runDev(ctx context.Context, g *globals, opts *devOpts) (err error) {
 		return usageError(err)
 	}
 	defer srv.Close()
+	if err := observeRuns(srv, pool, g.schema); err != nil {
+		return err
+	}
 
-	fmt.Fprintf(g.stdout, "weir dev: serving http://%s (%s; API /api/v1, health /healthz, readiness /readyz, metrics /metrics)\n",
+	fmt.Fprintf(g.stdout, "weir dev: serving http://%s (%s; UI /ui/, River UI /riverui/, API /api/v1, health /healthz, readiness /readyz, metrics /metrics)\n",
 		listener.Addr(), auth)
 	fmt.Fprintln(g.stdout, "weir dev: press Ctrl-C to stop")
 	if err := srv.Serve(ctx, listener); err != nil {

@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/weirhq/weir/migrations"
+	weirotel "github.com/weirhq/weir/otel"
 	"github.com/weirhq/weir/server"
 )
 
@@ -169,15 +171,31 @@ func runServer(ctx context.Context, g *globals, opts *serverOpts) error {
 		return usageError(err)
 	}
 	defer srv.Close()
+	if err := observeRuns(srv, pool, g.schema); err != nil {
+		return err
+	}
 	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", opts.addr, err)
 	}
-	fmt.Fprintf(g.stdout, "weir server: serving http://%s (API /api/v1, %d tokens; /healthz, /readyz, /metrics)\n",
+	fmt.Fprintf(g.stdout, "weir server: serving http://%s (UI /ui/, River UI /riverui/, API /api/v1, %d tokens; /healthz, /readyz, /metrics)\n",
 		listener.Addr(), len(config.Tokens))
 	if err := srv.Serve(ctx, listener); err != nil {
 		return err
 	}
 	fmt.Fprintln(g.stdout, "weir server: stopped")
+	return nil
+}
+
+// observeRuns adds the count of runs by namespace, kind and state to the
+// server's /metrics (through OpenTelemetry's Prometheus exporter).
+func observeRuns(srv *server.Server, pool *pgxpool.Pool, schema string) error {
+	mp, err := weirotel.RegisterPrometheus(srv.MetricsRegisterer())
+	if err != nil {
+		return err
+	}
+	if _, err := weirotel.ObserveRuns(mp, pool, schema); err != nil {
+		return err
+	}
 	return nil
 }
