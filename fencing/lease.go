@@ -178,6 +178,16 @@ func (s *attemptState) observeDeadline(ctx context.Context) {
 	s.renewUntil = &until
 }
 
+// finish records that the attempt completed its job itself (inside Work,
+// with JobCompleteTx): there is nothing left to renew, and nothing was lost,
+// so its context is not cancelled (a COMMIT may still be waiting for its
+// reply on it). Later heartbeats report the lease as no longer held.
+func (s *attemptState) finish() {
+	s.mu.Lock()
+	s.lost = true
+	s.mu.Unlock()
+}
+
 func (s *attemptState) leaseLost(ctx context.Context, op string) *LeaseLostError {
 	err := &LeaseLostError{Attempt: s.attempt, JobID: s.jobID, Op: op}
 	s.mu.Lock()

@@ -133,20 +133,28 @@ SELECT x.id, r.lease_expires_at,
     r.id IS NULL AND NOT EXISTS (
         SELECT 1 FROM `+table+` j3
         WHERE j3.id = x.id AND j3.state = 'running' AND j3.lease_token = x.token::uuid
-    ) AS lost
+    ) AS lost,
+    -- Completed with this attempt's token as the last one: the attempt
+    -- itself finished the job (JobCompleteTx inside Work); only the
+    -- attempt holding the lease can complete a job, recovery never does.
+    EXISTS (
+        SELECT 1 FROM `+table+` j4
+        WHERE j4.id = x.id AND j4.state = 'completed' AND j4.lease_last_token = x.token::uuid
+    ) AS finished
 FROM input x
 LEFT JOIN renewed r ON r.id = x.id`, ids, tokens, renewUntil, k.driver.config.LeaseTTL)
 	if err != nil {
 		return fmt.Errorf("renewing %d leases: %w", len(ids), err)
 	}
 	type result struct {
-		expires pgtype.Timestamptz
-		id      int64
-		lost    bool
+		expires  pgtype.Timestamptz
+		finished bool
+		id       int64
+		lost     bool
 	}
 	results, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (result, error) {
 		var r result
-		err := row.Scan(&r.id, &r.expires, &r.lost)
+		err := row.Scan(&r.id, &r.expires, &r.lost, &r.finished)
 		return r, err
 	})
 	if err != nil {
@@ -155,6 +163,8 @@ LEFT JOIN renewed r ON r.id = x.id`, ids, tokens, renewUntil, k.driver.config.Le
 	for _, r := range results {
 		st := byID[r.id]
 		switch {
+		case r.lost && r.finished:
+			st.finish() // not lost: renewals stop, the attempt's context lives on
 		case r.lost:
 			st.leaseLost(ctx, "renew")
 		case r.expires.Valid:

@@ -213,7 +213,20 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 	}
 	result, err := a.execute(execCtx, job.Args)
 	if st.Completed {
-		return nil // the activity committed its outcome with activity.CompleteTx
+		// activity.CompleteTx succeeded inside the activity's transaction,
+		// but that transaction may still have failed to commit (a dropped
+		// connection, a Postgres restart, a rollback). Only the job's row
+		// tells: if this attempt still holds its lease, nothing committed
+		// and the attempt must not count as done.
+		held, checkErr := leaseHeld(ctx, a.w, job.ID)
+		switch {
+		case checkErr != nil:
+			return errors.Join(err, checkErr) // River retries; a committed completion fences the retry out
+		case !held:
+			return nil // the outcome committed with the job's completion
+		case err == nil:
+			err = fmt.Errorf("activity %s (job %d) called activity.CompleteTx but its transaction did not commit", job.Kind, job.ID)
+		}
 	}
 	switch {
 	case err == nil:
@@ -371,6 +384,24 @@ func leaseHeldTx(ctx context.Context, tx pgx.Tx, names *dbschema.Names, jobID in
 		return fmt.Errorf("checking lease of job %d: %w", jobID, err)
 	}
 	return nil
+}
+
+// leaseHeld reports whether the attempt whose context is ctx still holds job
+// jobID (read outside any transaction, without locking).
+func leaseHeld(ctx context.Context, w *Worker, jobID int64) (bool, error) {
+	lease, ok := fencing.LeaseFromContext(ctx)
+	if !ok {
+		return false, fencing.ErrNoLease
+	}
+	var held bool
+	err := w.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+w.names.RiverJob+
+		" WHERE id = $1 AND state = 'running' AND attempt = $2"+
+		" AND (lease_token::text = $3::text OR ($3::text = '' AND attempted_at = $4)))",
+		jobID, lease.Attempt, lease.Token, lease.AttemptedAt).Scan(&held)
+	if err != nil {
+		return false, fmt.Errorf("checking lease of job %d: %w", jobID, err)
+	}
+	return held, nil
 }
 
 // nonRetryable reports whether retrying cannot help.
