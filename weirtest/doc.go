@@ -25,8 +25,8 @@
 // The clock never waits: whenever the workflow is blocked, it jumps to the
 // next timer, retry, delayed activity outcome or delayed callback, so a
 // workflow that sleeps for a month finishes in microseconds and
-// [Env.Elapsed] shows the month. Signals, cancellation and queries are
-// delivered at simulated times from callbacks:
+// [Env.Elapsed] shows the month. Signals, updates, cancellation and
+// queries are delivered at simulated times from callbacks:
 //
 //	env.RegisterDelayedCallback(func() {
 //		state, err := weirtest.QueryWorkflow[string](env, StateQuery{})
@@ -34,7 +34,10 @@
 //		env.SignalWorkflow(Approve{By: "ann"})
 //	}, 3*time.Hour)
 //
-// Updates are not in the engine yet, so the Env has none.
+// [UpdateWorkflow] sends an update; its [UpdateCallbacks] hear whether it was
+// accepted or rejected (by its validator, for want of a handler, or because
+// the run closed first) and its handler's result, as client.Update reports
+// them.
 //
 // # Replaying histories
 //

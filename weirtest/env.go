@@ -117,6 +117,7 @@ type Env struct {
 	seq        int64
 	tasks      int
 	totalTasks int
+	updates    map[string]*updateState // by update ID
 }
 
 // item is something due at a time of the simulated clock: a timer firing,
@@ -355,6 +356,19 @@ func (env *Env) run(args []byte) (*replay.Outcome, error) {
 			return nil, err
 		}
 		env.history = append(env.history, out.Events...)
+		rejectedIDs := make([]string, len(out.RejectedUpdates))
+		rejected := make([]*history.Failure, len(out.RejectedUpdates))
+		for i, r := range out.RejectedUpdates {
+			rejectedIDs[i], rejected[i] = r.UpdateID, r.Failure
+		}
+		env.answerUpdates(out.Events, rejected, rejectedIDs)
+		if out.Completed {
+			env.abandonUpdates()
+		} else {
+			// Updates that came before the code could register their
+			// handlers go with the next task, as a worker queues them.
+			env.pending = append(out.DeferredInputs, env.pending...)
+		}
 		if next := out.ContinuedAsNew; next != nil {
 			if next.Kind != kind {
 				return nil, fmt.Errorf("weirtest: continuing as new as a %q workflow, not %q, isn't supported", next.Kind, kind)

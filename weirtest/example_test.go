@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/weirtest"
 	"github.com/weirhq/weir/workflow"
 )
@@ -183,4 +184,30 @@ func ExampleReplayHistory() {
 	// Output:
 	// <nil>
 	// diverges at event 4 - history has WorkflowCompleted, code did ActivityScheduled(kind "greet")
+}
+
+// An update at a simulated time, with its validator and its handler's
+// activity: the callbacks hear what a client.Update caller would.
+func ExampleUpdateWorkflow() {
+	env := weirtest.NewEnv(nil, nil)
+	weirtest.OnActivity(env, ChargeArgs{}).Return(Charge{ID: "ch_1"}, nil).After(time.Second)
+	say := func(name string) *weirtest.UpdateCallbacks[int] {
+		return &weirtest.UpdateCallbacks[int]{
+			OnAccept:   func() { fmt.Println(name, "accepted at", env.Elapsed()) },
+			OnReject:   func(err error) { fmt.Println(name, "rejected:", errors.Is(err, client.ErrUpdateRejected)) },
+			OnComplete: func(n int, err error) { fmt.Println(name, "completed at", env.Elapsed(), "items:", n, err) },
+		}
+	}
+	env.RegisterDelayedCallback(func() {
+		weirtest.UpdateWorkflow(env, "add-book", AddItem{SKU: "book"}, say("add-book"))
+		weirtest.UpdateWorkflow(env, "add-nothing", AddItem{}, say("add-nothing"))
+	}, time.Hour)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(Checkout{}) }, 2*time.Hour)
+	items, err := weirtest.ExecuteWorkflow(env, &CartWorkflow{}, OrderArgs{ID: "o-1"})
+	fmt.Println(items, err)
+	// Output:
+	// add-nothing rejected: true
+	// add-book accepted at 1h0m0s
+	// add-book completed at 1h0m1s items: 1 <nil>
+	// [book] <nil>
 }
