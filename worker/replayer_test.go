@@ -109,6 +109,45 @@ func TestReplayer(t *testing.T) {
 		check(r.ReplayHistory(ctx, bytes.NewReader(b.export)))
 	})
 
+	t.Run("RunMain", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setupRun(ctx, t)
+		path := filepath.Join(t.TempDir(), "history.json")
+		require.NoError(t, os.WriteFile(path, b.export, 0o600))
+
+		runMain := func(r *worker.Replayer, args []string, stdin string) (int, string, string) {
+			var stdout, stderr bytes.Buffer
+			code := r.RunMain(ctx, args, strings.NewReader(stdin), &stdout, &stderr)
+			return code, stdout.String(), stderr.String()
+		}
+
+		same := newReplayer(t, nil)
+		worker.AddReplayerWorkflow(same, &SequentialWorkflow{})
+		code, stdout, stderr := runMain(same, []string{path}, "")
+		require.Equal(t, worker.ReplayExitOK, code, stderr)
+		require.Contains(t, stdout, "ok: workflow "+b.run.WorkflowID)
+		require.Contains(t, stdout, "closed")
+		code, stdout, _ = runMain(same, nil, string(b.export)) // stdin
+		require.Equal(t, worker.ReplayExitOK, code)
+		require.Contains(t, stdout, "stdin: ok")
+
+		changed := newReplayer(t, nil)
+		worker.AddReplayerWorkflow(changed, &sleepFirstWorkflow{})
+		code, _, stderr = runMain(changed, []string{path}, "")
+		require.Equal(t, worker.ReplayExitDiverged, code)
+		require.Contains(t, stderr, "does not replay")
+		require.Contains(t, stderr, "ActivityScheduled")
+
+		code, _, stderr = runMain(same, []string{path, filepath.Join(t.TempDir(), "missing.json")}, "")
+		require.Equal(t, worker.ReplayExitBadInput, code)
+		require.Contains(t, stderr, "missing.json")
+		code, _, _ = runMain(same, nil, "not json")
+		require.Equal(t, worker.ReplayExitBadInput, code)
+		code, _, _ = runMain(newReplayer(t, nil), []string{path}, "")
+		require.Equal(t, worker.ReplayExitBadInput, code, "no workflow of its kind")
+	})
+
 	t.Run("EnvWritesWorkerHistory", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -24,7 +24,12 @@ import (
 	"github.com/weirhq/weir/migrations"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("WEIR_TEST_REPLAYER"); mode != "" {
+		replayerMain(mode) // the test binary as a replayer program (replay_test.go)
+	}
+	dbtest.Main(m)
+}
 
 var (
 	binaryOnce sync.Once

@@ -79,6 +79,7 @@ func newWorkflowCommand(g *globals) *cobra.Command {
 		newWorkflowResultCommand(g, opts),
 		newWorkflowQueryCommand(g, opts),
 		newWorkflowUpdateCommand(g, opts),
+		newWorkflowReplayCommand(g, opts),
 	)
 	return cmd
 }
@@ -372,19 +373,9 @@ func newWorkflowHistoryCommand(g *globals, api *apiOpts) *cobra.Command {
 		Short: "Print a run's whole history",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, positional []string) error {
-			c := api.client(g)
-			merged := &server.HistoryResponse{}
-			q := runQuery(runID)
-			for {
-				var page server.HistoryResponse
-				if _, err := c.do(cmd.Context(), http.MethodGet, c.workflowPath(positional[0], "/history"), q, nil, &page); err != nil {
-					return err
-				}
-				merged.Events = append(merged.Events, page.Events...)
-				if page.NextAfterEventID == 0 {
-					break
-				}
-				q.Set("after_event_id", strconv.FormatInt(page.NextAfterEventID, 10))
+			merged, err := fetchHistory(cmd, api.client(g), positional[0], runID)
+			if err != nil {
+				return err
 			}
 			if api.json {
 				return printValue(g, merged)
