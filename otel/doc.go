@@ -49,9 +49,9 @@
 //
 // Attributes: weir.workflow_id, weir.run_id, weir.attempt, river.job_id,
 // river.queue, weir.workflow.kind or weir.activity.kind, weir.namespace,
-// weir.outcome; activities also weir.generation and weir.scheduled_event_id
-// (workflow-task spans carry no generation: the task's job does not say it;
-// the start span has it). Span events: weir.lease_lost, weir.lease_expired,
+// weir.outcome and weir.generation; activities also weir.scheduled_event_id;
+// the workflow task that closes its run also weir.state (completed, failed,
+// cancelled, continued_as_new). Span events: weir.lease_lost, weir.lease_expired,
 // weir.stale_write_rejected (from the fencing observer, on the attempt's
 // span, or on a short Fencing:<event> child span when the attempt had
 // already ended) and weir.nondeterminism (a workflow task whose replay did
@@ -74,10 +74,14 @@
 // weir.workflow_task.schedule_to_start.duration,
 // weir.activity.schedule_to_start.duration, weir.activity.execution.duration,
 // weir.activity.schedule_to_close.duration (scheduling to final outcome,
-// across attempts). Completed and failed workflows come from the gauge
-// weir.workflow.runs (runs by namespace, kind and state), read from the
-// database by ObserveRuns: an interceptor does not learn whether a task
-// closed its run. No workflow cache exists, so there are no cache metrics.
+// across attempts). Runs closed by their workflow code: the counter
+// weir.workflow.closed and the histogram weir.workflow.duration (start to
+// close, end to end), by weir.state (completed, failed, cancelled,
+// continued_as_new), counted by the worker whose task closed the run. Runs
+// closed from outside (terminated, timed out) and the runs of every state
+// now: the gauge weir.workflow.runs (by namespace, kind and state), read
+// from the database by ObserveRuns. No workflow cache exists, so there are
+// no cache metrics.
 //
 // The worker interceptor reads each attempt's River job once, by primary
 // key, for its queue and timings; the worker reads the run's trace context

@@ -26,6 +26,8 @@ const (
 	MetricTaskAttempts            = "weir.workflow_task.attempts"
 	MetricTaskDuration            = "weir.workflow_task.duration"
 	MetricTaskScheduleToStart     = "weir.workflow_task.schedule_to_start.duration"
+	MetricWorkflowClosed          = "weir.workflow.closed"
+	MetricWorkflowDuration        = "weir.workflow.duration"
 	MetricWorkflowRuns            = "weir.workflow.runs"
 	MetricWorkflowsStarted        = "weir.workflow.started"
 )

@@ -333,9 +333,17 @@ func TestTraceShape(t *testing.T) {
 			require.Positive(t, attr(s, weirotel.AttrAttempt).AsInt64(), s.Name())
 			require.Equal(t, "default", attr(s, weirotel.AttrQueue).AsString(), s.Name())
 		}
-		for _, s := range slices.Concat(flaky, held) {
+		for _, s := range slices.Concat(tasks, flaky, held) {
 			require.Equal(t, int64(1), attr(s, weirotel.AttrGeneration).AsInt64(), s.Name())
 		}
+		var closing []sdktrace.ReadOnlySpan
+		for _, s := range tasks {
+			if attr(s, weirotel.AttrState).AsString() != "" {
+				closing = append(closing, s)
+			}
+		}
+		require.Len(t, closing, 1, "one task closed the run")
+		require.Equal(t, "completed", attr(closing[0], weirotel.AttrState).AsString())
 
 		// The failed attempt and its retry, linked.
 		flaky1, flaky2 := attempt(t, spans, "Activity:flaky", 1), attempt(t, spans, "Activity:flaky", 2)
@@ -370,6 +378,10 @@ func TestTraceShape(t *testing.T) {
 			weirotel.AttrOutcome: weirotel.OutcomeCompleted,
 		}))
 		require.GreaterOrEqual(t, sumOf(t, rm, weirotel.MetricStaleWritesRejected, nil), int64(1))
+		require.Equal(t, int64(1), sumOf(t, rm, weirotel.MetricWorkflowClosed, map[attribute.Key]string{
+			weirotel.AttrState: "completed", weirotel.AttrWorkflowKind: "traced", weirotel.AttrNamespace: "default",
+		}))
+		require.Equal(t, uint64(1), histogramCount(t, rm, weirotel.MetricWorkflowDuration))
 		require.GreaterOrEqual(t, sumOf(t, rm, weirotel.MetricTaskAttempts, map[attribute.Key]string{
 			weirotel.AttrOutcome: weirotel.OutcomeCompleted, weirotel.AttrNamespace: "default",
 		}), int64(3))

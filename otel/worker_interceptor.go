@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,8 @@ type WorkerInterceptor struct {
 	taskAttempts            metric.Int64Counter
 	taskDuration            metric.Float64Histogram
 	taskScheduleToStart     metric.Float64Histogram
+	workflowClosed          metric.Int64Counter
+	workflowDuration        metric.Float64Histogram
 }
 
 // NewWorkerInterceptor returns a WorkerInterceptor reporting to tp and mp; a
@@ -70,6 +73,8 @@ func NewWorkerInterceptor(tp trace.TracerProvider, mp metric.MeterProvider) (*Wo
 		taskAttempts:            in.counter(MetricTaskAttempts, "{attempt}", "Workflow task attempts, by outcome."),
 		taskDuration:            in.seconds(MetricTaskDuration, "Time a workflow task took: loading and replaying history, and committing."),
 		taskScheduleToStart:     in.seconds(MetricTaskScheduleToStart, "Time a workflow task waited to start since it was due."),
+		workflowClosed:          in.counter(MetricWorkflowClosed, "{run}", "Runs closed by their workflow code, by weir.state (completed, failed, cancelled, continued_as_new)."),
+		workflowDuration:        in.seconds(MetricWorkflowDuration, "Time from a run's start to its close by its workflow code, end to end, by weir.state."),
 	}
 	if in.err != nil {
 		return nil, fmt.Errorf("otel: creating worker instruments: %w", in.err)
@@ -117,6 +122,9 @@ func (w *WorkerInterceptor) InterceptTask(ctx context.Context, info *worker.Task
 		AttrAttempt.Int(info.Attempt),
 		AttrJobID.Int64(info.JobID),
 	}
+	if info.Generation > 0 {
+		attrs = append(attrs, AttrGeneration.Int64(info.Generation))
+	}
 	metricAttrs := []attribute.KeyValue{AttrWorkflowKind.String(info.Kind)}
 	if job != nil {
 		attrs = append(attrs, AttrQueue.String(job.Queue))
@@ -145,6 +153,14 @@ func (w *WorkerInterceptor) InterceptTask(ctx context.Context, info *worker.Task
 		live.span.AddEvent(EventNonDeterminism, trace.WithAttributes(attribute.String("exception.message", err.Error())))
 	default:
 		outcome = OutcomeError
+	}
+	if err == nil && info.Closed != "" {
+		closedAttrs := append(slices.Clone(metricAttrs), AttrState.String(info.Closed))
+		w.workflowClosed.Add(ctx, 1, metric.WithAttributes(closedAttrs...))
+		if !info.CreatedAt.IsZero() {
+			w.workflowDuration.Record(ctx, max(time.Since(info.CreatedAt), 0).Seconds(), metric.WithAttributes(closedAttrs...))
+		}
+		live.span.SetAttributes(AttrState.String(info.Closed))
 	}
 	metricAttrs = append(metricAttrs, AttrOutcome.String(outcome))
 	w.taskDuration.Record(ctx, time.Since(begin).Seconds(), metric.WithAttributes(metricAttrs...))

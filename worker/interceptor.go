@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -36,6 +37,22 @@ func (InterceptorDefaults) InterceptTask(ctx context.Context, _ *TaskInfo, next 
 type TaskInfo struct {
 	// Attempt is the task job's River attempt (1 is the first).
 	Attempt int
+
+	// Closed is set by the time the task's next returns nil, when the task
+	// closed its run: the run's new state, "completed", "failed",
+	// "cancelled" or "continued_as_new". Empty otherwise (and for runs
+	// closed outside a task: terminated, timed out).
+	Closed string
+
+	// CreatedAt is when the run was started (its row created), for
+	// end-to-end latency once Closed is set. Zero when the run could not be
+	// read before the task (Headers, Generation and Namespace are then
+	// unset too).
+	CreatedAt time.Time
+
+	// Generation and Namespace are the run's, as read before the task.
+	Generation int64
+	Namespace  string
 
 	// Headers are the run's, as its start's interceptors left them in
 	// client.StartInfo.Headers (a trace context, say); nil if none.

@@ -53,12 +53,17 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
 	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
 	if len(t.w.config.Interceptors) > 0 {
-		info.Headers = t.w.runHeaders(ctx, job.Args.RunID)
+		t.w.readTaskInfo(ctx, info)
 	}
 	err := intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
-			return t.w.runTask(ctx, tx, t.def, job)
+		var closed string
+		err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
+			return t.w.runTask(ctx, tx, t.def, job, &closed)
 		})
+		if err == nil {
+			info.Closed = closed
+		}
+		return err
 	})
 	if err == nil && t.w.timers != nil {
 		// The task may have started a timer: let the waker look again.
@@ -81,12 +86,16 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 
 // runHeaders reads the headers stored with a run for the interceptors; nil if
 // there are none or they can't be read (the task itself will find out why).
-func (w *Worker) runHeaders(ctx context.Context, runID uuid.UUID) map[string]string {
+// readTaskInfo reads what interceptors are told of a task's run before it
+// runs: its headers (trace context), generation, namespace and start time.
+// A run that cannot be read leaves them unset; the task finds out why.
+func (w *Worker) readTaskInfo(ctx context.Context, info *TaskInfo) {
 	var data []byte
-	if err := w.pool.QueryRow(ctx, "SELECT trace_context FROM "+w.names.Run+" WHERE run_id = $1", runID).Scan(&data); err != nil {
-		return nil
+	if err := w.pool.QueryRow(ctx, "SELECT trace_context, generation, namespace, created_at FROM "+w.names.Run+" WHERE run_id = $1", info.RunID).
+		Scan(&data, &info.Generation, &info.Namespace, &info.CreatedAt); err != nil {
+		return
 	}
-	return decodeHeaders(data)
+	info.Headers = decodeHeaders(data)
 }
 
 // stackError is an error whose text ends with a stack trace.
@@ -111,7 +120,9 @@ type runRow struct {
 	WorkflowID   string
 }
 
-func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args]) error {
+// runTask runs one workflow task in tx; when it closes the run, it sets
+// *closed to the run's new state (meaningful only once tx commits).
+func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], closed *string) error {
 	names := w.names
 	runID := job.Args.RunID
 
@@ -200,10 +211,12 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
 			"state = 'continued_as_new', closed_at = now(), task_job_id = NULL"
 		args = []any{runID, run.NextEventID, nextEventID}
+		*closed = "continued_as_new"
 	case outcome.Completed && outcome.Failure == nil:
 		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
 			"state = 'completed', result = $4, closed_at = now(), task_job_id = NULL"
 		args = []any{runID, run.NextEventID, nextEventID, []byte(outcome.Result)}
+		*closed = "completed"
 	case outcome.Completed:
 		failure, err := json.Marshal(outcome.Failure)
 		if err != nil {
@@ -216,6 +229,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
 			"state = '" + state + "', failure = $4, closed_at = now(), task_job_id = NULL"
 		args = []any{runID, run.NextEventID, nextEventID, failure}
+		*closed = state
 	}
 	tag, err := tx.Exec(ctx, query+" WHERE run_id = $1 AND next_event_id = $2 AND state = 'running'", args...)
 	if err != nil {
