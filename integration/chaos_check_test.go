@@ -1,0 +1,179 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/integration/chaos"
+	"github.com/weirhq/weir/internal/dbschema"
+)
+
+func (h *harness) names() *dbschema.Names { return dbschema.New(chaosSchema) }
+
+// report is what the invariant checker found after a scenario.
+type report struct {
+	Workflows   int // started
+	Completed   int // completed with the right result
+	Activities  int // activity outcomes in history
+	Faults      int
+	FaultKinds  string
+	Recovered   int   // attempts ended by another attempt or the reaper
+	Rejected    int64 // stale writes rejected (fencing counters of all workers)
+	Expired     int64
+	LeasesLost  int64
+	ReExecuted  int // extra executions of plain (at-least-once) steps
+	Duplicates  int // must be 0
+	Lost        int // must be 0
+	Violations  []string
+	Elapsed     time.Duration
+	StaleEffect int // must be 0
+}
+
+func (r *report) violate(invariant string, n int, format string, args ...any) {
+	if n > 0 {
+		r.Violations = append(r.Violations, fmt.Sprintf("%s: %d %s", invariant, n, fmt.Sprintf(format, args...)))
+	}
+}
+
+// check runs the invariant checker over the scenario's database. workflows
+// is how many distinct chaos workflows were started, steps their size.
+func (h *harness) check(ctx context.Context, workflows, steps int) *report {
+	t := h.t
+	t.Helper()
+	n, tb := h.names(), h.tables
+	r := &report{Workflows: workflows}
+	r.Faults, r.FaultKinds = h.faultCount()
+	count := func(query string, args ...any) int {
+		t.Helper()
+		var c int
+		require.NoError(t, h.pool.QueryRow(ctx, query, args...).Scan(&c), query)
+		return c
+	}
+	expected := strconv.Itoa(chaos.Expected(steps))
+
+	// W7: every workflow terminal with the right result.
+	r.Completed = count("SELECT count(DISTINCT workflow_id) FROM "+n.Run+
+		" WHERE kind = 'chaos_workflow' AND state = 'completed' AND convert_from(result, 'UTF8') = $1", expected)
+	r.Lost = workflows - r.Completed
+	r.violate("W7", r.Lost, "workflows not completed with result %s", expected)
+	r.violate("W7", count("SELECT count(*) FROM "+n.Run+" WHERE kind = 'chaos_workflow' AND state = 'completed' AND convert_from(result, 'UTF8') <> $1", expected),
+		"completed runs with a wrong result")
+	r.violate("W7", h.awaitResults(ctx, workflows, expected), "results read through client.GetResult wrong or failed")
+
+	// W1/W2: each workflow was started once (retries reuse the request ID):
+	// one run per workflow ID, never two live.
+	r.violate("W1", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" GROUP BY namespace, workflow_id HAVING count(*) FILTER (WHERE state = 'running') > 1) d"),
+		"workflow IDs with more than one live run")
+	r.violate("W2", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" WHERE kind = 'chaos_workflow' GROUP BY namespace, workflow_id HAVING count(*) > 1) d"),
+		"workflow IDs with more than one run")
+
+	// W4: histories gap-free, from 1, up to the append point.
+	r.violate("W4", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Event+" e JOIN "+n.Run+" r USING (run_id)"+
+		" GROUP BY e.run_id, r.next_event_id HAVING min(e.event_id) <> 1 OR max(e.event_id) <> count(*) OR r.next_event_id <> max(e.event_id) + 1) g"),
+		"runs whose history has a gap or does not end at next_event_id")
+
+	// W5: each activity outcome at most once; exactly steps outcomes and one
+	// WorkflowCompleted per completed run.
+	outcomeDup := count("SELECT count(*) FROM (SELECT 1 FROM " + n.Event + " WHERE resolves_event_id IS NOT NULL GROUP BY run_id, resolves_event_id HAVING count(*) > 1) d")
+	r.Duplicates += outcomeDup
+	r.violate("W5", outcomeDup, "activity outcomes entered history more than once")
+	r.violate("W5", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.Event+" e ON e.run_id = r.run_id AND e.type = 'ActivityCompleted'"+
+		" WHERE r.kind = 'chaos_workflow' AND r.state = 'completed' GROUP BY r.run_id HAVING count(e.event_id) <> $1) d", steps),
+		"completed runs without exactly %d ActivityCompleted events", steps)
+	r.violate("W5", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.Event+" e ON e.run_id = r.run_id AND e.type = 'WorkflowCompleted'"+
+		" WHERE r.kind = 'chaos_workflow' AND r.state = 'completed' GROUP BY r.run_id HAVING count(e.event_id) <> 1) d"),
+		"completed runs without exactly one WorkflowCompleted event")
+	r.Activities = count("SELECT count(*) FROM " + n.Event + " WHERE type = 'ActivityCompleted'")
+
+	// F2: every effect step's effect committed exactly once.
+	effectSteps := 0
+	for step := 1; step <= steps; step++ {
+		if chaos.IsEffect(step) {
+			effectSteps++
+		}
+	}
+	effectDup := count("SELECT coalesce(sum(c - 1), 0) FROM (SELECT count(*) c FROM " + tb.Effect + " GROUP BY workflow_id, step HAVING count(*) > 1) d")
+	r.Duplicates += effectDup
+	r.violate("F2", effectDup, "effects committed more than once")
+	r.violate("F2", workflows*effectSteps-count("SELECT count(*) FROM (SELECT DISTINCT workflow_id, step FROM "+tb.Effect+") d"),
+		"effect steps whose effect never committed")
+
+	// F1: an effect commits only with its own attempt's outcome: the
+	// attempt that wrote it is the one history recorded as completing it,
+	// for the job that carries that very activity of that very run (W3).
+	r.StaleEffect = count("SELECT count(*) FROM " + tb.Effect + " x WHERE NOT EXISTS (SELECT 1 FROM " + n.Event + " e JOIN " + n.RiverJob + " j ON j.id = x.job_id" +
+		" WHERE e.run_id = x.run_id AND e.resolves_event_id = x.scheduled_event_id AND e.type = 'ActivityCompleted'" +
+		" AND (e.attributes->>'attempt')::int = x.attempt AND j.state = 'completed' AND j.attempt = x.attempt AND j.kind = 'chaos_effect'" +
+		" AND (j.args->>'step')::int = x.step AND j.args->>'workflow_id' = x.workflow_id)")
+	r.violate("F1", r.StaleEffect, "effects committed by an attempt other than the one history recorded")
+	// F1: no job finalized twice (a stale completion applied after a newer
+	// attempt's), per the fencing attempt log.
+	r.violate("F1", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Schema+".weir_job_attempt"+
+		" WHERE outcome IN ('completed', 'discarded', 'cancelled') GROUP BY job_id HAVING count(*) > 1) d"),
+		"jobs finalized more than once")
+	// At least once: every plain step's recorded outcome was executed by
+	// that attempt.
+	r.violate("W5", count("SELECT count(*) FROM "+n.Event+" e JOIN "+n.Event+" s ON s.run_id = e.run_id AND s.event_id = e.resolves_event_id"+
+		" WHERE e.type = 'ActivityCompleted' AND s.attributes->>'kind' = 'chaos_plain' AND NOT EXISTS (SELECT 1 FROM "+tb.Exec+" x"+
+		" WHERE x.run_id = e.run_id AND x.scheduled_event_id = e.resolves_event_id AND x.attempt = (e.attributes->>'attempt')::int)"),
+		"plain activity outcomes from an attempt that never ran")
+	r.ReExecuted = count("SELECT count(*) - count(DISTINCT (workflow_id, step)) FROM " + tb.Exec)
+
+	r.Recovered = count("SELECT count(*) FROM " + n.Schema + ".weir_job_attempt WHERE outcome IN ('available', 'superseded')")
+	require.NoError(t, h.pool.QueryRow(ctx, "SELECT coalesce(sum(rejected), 0), coalesce(sum(expired), 0), coalesce(sum(lost), 0) FROM "+tb.Stats).
+		Scan(&r.Rejected, &r.Expired, &r.LeasesLost))
+	return r
+}
+
+// awaitResults reads every workflow's result through the client, returning
+// how many were missing or wrong.
+func (h *harness) awaitResults(ctx context.Context, workflows int, expected string) int {
+	var bad int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range workflows {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			getCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			desc, err := h.client.Describe(getCtx, workflowID(i), uuid.Nil)
+			var got int
+			if err == nil {
+				got, err = client.GetResult[int](getCtx, h.client.GetRun(workflowID(i), desc.RunID))
+			}
+			if err != nil || strconv.Itoa(got) != expected {
+				mu.Lock()
+				bad++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return bad
+}
+
+// logTable prints the scenario's summary.
+func (r *report) logTable(t *testing.T, scenario string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%-12s %9s %9s %10s %7s %9s %9s %8s %10s %5s %s\n",
+		"scenario", "workflows", "completed", "activities", "faults", "recovered", "rejected", "reexecs", "duplicates", "lost", "elapsed")
+	fmt.Fprintf(&b, "%-12s %9d %9d %10d %7d %9d %9d %8d %10d %5d %s\n",
+		scenario, r.Workflows, r.Completed, r.Activities, r.Faults, r.Recovered, r.Rejected, r.ReExecuted, r.Duplicates, r.Lost, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(&b, "faults:%s; leases expired=%d lost=%d\n", r.FaultKinds, r.Expired, r.LeasesLost)
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "VIOLATION %s\n", v)
+	}
+	t.Log(b.String())
+}
