@@ -33,6 +33,7 @@ const (
 	envWorkflows = "WEIR_CHAOS_WORKFLOWS"
 	envWorkers   = "WEIR_CHAOS_WORKERS"
 	envSteps     = "WEIR_CHAOS_STEPS"
+	envRate      = "WEIR_CHAOS_RATE" // workflow starts per second
 	envRace      = "WEIR_CHAOS_RACE" // build the worker program with -race
 
 	chaosSchema = "weir"
@@ -203,6 +204,9 @@ type harness struct {
 	leaseTTL time.Duration
 	workers  []*workerProc
 
+	began time.Time // the workload's start
+	rate  float64   // workflow starts per second
+
 	faultsMu sync.Mutex
 	faults   map[string]int
 }
@@ -307,6 +311,28 @@ func (h *harness) faultCount() (total int, summary string) {
 
 func (h *harness) randomWorker() *workerProc { return h.workers[rand.IntN(len(h.workers))] }
 
+// busyWorker is a worker that is running an activity right now (one whose
+// plain step recorded its execution and whose job is still running with
+// that attempt), so that a fault lands mid-activity; else a random one.
+func (h *harness) busyWorker(ctx context.Context) *workerProc {
+	var name string
+	err := h.pool.QueryRow(ctx, "SELECT x.worker FROM "+h.tables.Exec+" x JOIN "+h.names().RiverJob+" j ON j.id = x.job_id AND j.attempt = x.attempt"+
+		" WHERE j.state = 'running' ORDER BY random() LIMIT 1").Scan(&name)
+	if err == nil {
+		var slot, pid int
+		if _, err := fmt.Sscanf(name, "w%d/%d", &slot, &pid); err == nil && slot < len(h.workers) {
+			p := h.workers[slot]
+			p.mu.Lock()
+			same := p.cmd.Process.Pid == pid
+			p.mu.Unlock()
+			if same {
+				return p
+			}
+		}
+	}
+	return h.randomWorker()
+}
+
 // sleepCtx waits d, the length of a fault, or until ctx ends.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	timer := time.NewTimer(d)
@@ -323,7 +349,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // killOne SIGKILLs a random worker and starts its slot again after pause.
 func (h *harness) killOne(ctx context.Context, restartAfter time.Duration) bool {
-	p := h.randomWorker()
+	p := h.busyWorker(ctx)
 	if err := p.kill(ctx); err != nil {
 		return false
 	}
@@ -337,7 +363,7 @@ func (h *harness) killOne(ctx context.Context, restartAfter time.Duration) bool 
 // jobs to others, then SIGCONTs it: it wakes up holding stale attempts and
 // tries to finish them.
 func (h *harness) pauseOne(ctx context.Context) bool {
-	p := h.randomWorker()
+	p := h.busyWorker(ctx)
 	if err := p.signal(syscall.SIGSTOP); err != nil {
 		return false
 	}
@@ -350,7 +376,7 @@ func (h *harness) pauseOne(ctx context.Context) bool {
 // cutOne cuts a random worker off from Postgres past its lease, then
 // reconnects it.
 func (h *harness) cutOne(ctx context.Context) bool {
-	p := h.randomWorker()
+	p := h.busyWorker(ctx)
 	p.proxy.Cut()
 	h.fault("cut")
 	ok := sleepCtx(ctx, 2*h.leaseTTL)
@@ -419,6 +445,7 @@ func (h *harness) startAll(ctx context.Context, n int, args func(i int) chaos.Wo
 				if i >= n {
 					return
 				}
+				h.pace(ctx, i)
 				if err := h.startRetrying(ctx, i, args(i)); err != nil {
 					errs <- err
 					return
@@ -431,6 +458,13 @@ func (h *harness) startAll(ctx context.Context, n int, args func(i int) chaos.Wo
 	for err := range errs {
 		require.NoError(h.t, err)
 	}
+}
+
+// pace waits until workflow i is due: starts are spread at h.rate per
+// second, so that faults land on a fleet with work at every stage.
+func (h *harness) pace(ctx context.Context, i int) {
+	due := h.began.Add(time.Duration(float64(i) / h.rate * float64(time.Second)))
+	sleepCtx(ctx, time.Until(due))
 }
 
 func (h *harness) startRetrying(ctx context.Context, i int, args chaos.WorkflowArgs) error {

@@ -34,6 +34,7 @@ type scenario struct {
 
 type sizes struct {
 	workflows, workers, steps int
+	rate                      float64 // starts per second
 }
 
 func chaosSizes(t *testing.T) sizes {
@@ -42,6 +43,7 @@ func chaosSizes(t *testing.T) sizes {
 		workflows: envInt(t, envWorkflows, 120),
 		workers:   envInt(t, envWorkers, 3),
 		steps:     envInt(t, envSteps, 4),
+		rate:      float64(envInt(t, envRate, 15)),
 	}
 }
 
@@ -51,6 +53,7 @@ func runScenario(t *testing.T, sc scenario) *report {
 	size := chaosSizes(t)
 	h := newHarness(t, harnessOpts{workers: size.workers, viaProxy: sc.viaProxy})
 	began := time.Now()
+	h.began, h.rate = began, size.rate
 
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	var faults sync.WaitGroup
@@ -58,20 +61,19 @@ func runScenario(t *testing.T, sc scenario) *report {
 		faults.Go(func() { sc.inject(faultCtx, h) })
 	}
 	args := func(i int) chaos.WorkflowArgs {
-		return chaos.WorkflowArgs{ID: workflowID(i), Steps: size.steps, MaxSleepMillis: 40}
+		return chaos.WorkflowArgs{ID: workflowID(i), Steps: size.steps, MaxSleepMillis: 200}
 	}
 	if sc.storm {
 		h.storm(ctx, size.workflows, args)
 	} else {
 		h.startAll(ctx, size.workflows, args)
 	}
-	// Faults go on while the workload runs (at most faultWindow), then the
-	// fleet must finish everything on its own.
-	faultWindow := time.Duration(size.workflows) * 100 * time.Millisecond
-	h.pollClosed(ctx, size.workflows, faultWindow)
+	// Faults go on while the workload runs, then the fleet must finish
+	// everything on its own.
+	h.pollClosed(ctx, size.workflows, time.Until(began.Add(time.Duration(float64(size.workflows)/size.rate*float64(time.Second))+3*time.Second)))
 	stopFaults()
 	faults.Wait()
-	if !h.pollClosed(ctx, size.workflows, 90*time.Second+faultWindow) {
+	if !h.pollClosed(ctx, size.workflows, 90*time.Second) {
 		t.Errorf("not every workflow closed within the recovery deadline")
 	}
 	h.stopWorkers()
@@ -81,6 +83,9 @@ func runScenario(t *testing.T, sc scenario) *report {
 	r.logTable(t, sc.name)
 	for _, v := range r.Violations {
 		t.Errorf("invariant violated: %s", v)
+	}
+	if sc.inject != nil && r.Faults-btoi(sc.storm) == 0 {
+		t.Errorf("no fault was injected while the workload ran: the scenario proved nothing")
 	}
 	return r
 }
@@ -113,7 +118,7 @@ func every(ctx context.Context, maxGap time.Duration, fault func(context.Context
 // TestChaosKill SIGKILLs random workers and restarts them.
 func TestChaosKill(t *testing.T) {
 	runScenario(t, scenario{name: "kill", inject: func(ctx context.Context, h *harness) {
-		every(ctx, 600*time.Millisecond, func(ctx context.Context) bool {
+		every(ctx, 1200*time.Millisecond, func(ctx context.Context) bool {
 			return h.killOne(ctx, time.Duration(rand.IntN(300))*time.Millisecond)
 		})
 	}})
@@ -154,7 +159,7 @@ func TestChaosNetwork(t *testing.T) {
 // different arguments, while workers are killed.
 func TestChaosStartStorm(t *testing.T) {
 	runScenario(t, scenario{name: "start-storm", storm: true, inject: func(ctx context.Context, h *harness) {
-		every(ctx, time.Second, func(ctx context.Context) bool { return h.killOne(ctx, 100*time.Millisecond) })
+		every(ctx, 1500*time.Millisecond, func(ctx context.Context) bool { return h.killOne(ctx, 100*time.Millisecond) })
 	}})
 }
 
@@ -203,7 +208,7 @@ func (h *harness) storm(ctx context.Context, workflows int, args func(i int) cha
 	callers := []struct {
 		name, request string
 		sleep         int
-	}{{"a1", "a", 40}, {"a2", "a", 40}, {"b", "b", 40}, {"c", "a", 41}}
+	}{{"a1", "a", 200}, {"a2", "a", 200}, {"b", "b", 200}, {"c", "a", 201}}
 
 	var violations atomic.Int64
 	var next atomic.Int64
@@ -215,6 +220,7 @@ func (h *harness) storm(ctx context.Context, workflows int, args func(i int) cha
 				if i >= workflows {
 					return
 				}
+				h.pace(ctx, i)
 				outcomes := make([]startOutcome, len(callers))
 				var inner sync.WaitGroup
 				for k, caller := range callers {
@@ -318,4 +324,11 @@ func describeOutcomes(outcomes []startOutcome) string {
 		}
 	}
 	return s
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
