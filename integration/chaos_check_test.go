@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
@@ -47,6 +48,19 @@ func (r *report) violate(invariant string, n int, format string, args ...any) {
 // check runs the invariant checker over the scenario's database. workflows
 // is how many distinct chaos workflows were started, steps their size.
 func (h *harness) check(ctx context.Context, workflows, steps int) *report {
+	h.t.Helper()
+	r := h.checkWith(ctx, h.pool, workflows, steps)
+	r.violate("W7", h.awaitResults(ctx, workflows, strconv.Itoa(chaos.Expected(steps))), "results read through client.GetResult wrong or failed")
+	return r
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// checkWith is check's database part, reading through q.
+func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int) *report {
 	t := h.t
 	t.Helper()
 	n, tb := h.names(), h.tables
@@ -55,7 +69,7 @@ func (h *harness) check(ctx context.Context, workflows, steps int) *report {
 	count := func(query string, args ...any) int {
 		t.Helper()
 		var c int
-		require.NoError(t, h.pool.QueryRow(ctx, query, args...).Scan(&c), query)
+		require.NoError(t, q.QueryRow(ctx, query, args...).Scan(&c), query)
 		return c
 	}
 	expected := strconv.Itoa(chaos.Expected(steps))
@@ -67,7 +81,6 @@ func (h *harness) check(ctx context.Context, workflows, steps int) *report {
 	r.violate("W7", r.Lost, "workflows not completed with result %s", expected)
 	r.violate("W7", count("SELECT count(*) FROM "+n.Run+" WHERE kind = 'chaos_workflow' AND state = 'completed' AND convert_from(result, 'UTF8') <> $1", expected),
 		"completed runs with a wrong result")
-	r.violate("W7", h.awaitResults(ctx, workflows, expected), "results read through client.GetResult wrong or failed")
 
 	// W1/W2: each workflow was started once (retries reuse the request ID):
 	// one run per workflow ID, never two live.
@@ -129,7 +142,7 @@ func (h *harness) check(ctx context.Context, workflows, steps int) *report {
 	r.ReExecuted = count("SELECT count(*) - count(DISTINCT (workflow_id, step)) FROM " + tb.Exec)
 
 	r.Recovered = count("SELECT count(*) FROM " + n.Schema + ".weir_job_attempt WHERE outcome IN ('available', 'superseded')")
-	require.NoError(t, h.pool.QueryRow(ctx, "SELECT coalesce(sum(rejected), 0), coalesce(sum(expired), 0), coalesce(sum(lost), 0) FROM "+tb.Stats).
+	require.NoError(t, q.QueryRow(ctx, "SELECT coalesce(sum(rejected), 0), coalesce(sum(expired), 0), coalesce(sum(lost), 0) FROM "+tb.Stats).
 		Scan(&r.Rejected, &r.Expired, &r.LeasesLost))
 	return r
 }
@@ -176,4 +189,59 @@ func (r *report) logTable(t *testing.T, scenario string) {
 		fmt.Fprintf(&b, "VIOLATION %s\n", v)
 	}
 	t.Log(b.String())
+}
+
+// TestChaosCheckerCatchesViolations proves the checker can fail: after a
+// clean run it finds nothing, and each deliberate breakage of the database
+// (in a transaction rolled back afterwards) is reported under its invariant.
+func TestChaosCheckerCatchesViolations(t *testing.T) {
+	ctx := t.Context()
+	const workflows, steps = 6, 4
+	h := newHarness(t, harnessOpts{workers: 1})
+	h.began, h.rate = time.Now(), 1000
+	h.startAll(ctx, workflows, func(i int) chaos.WorkflowArgs {
+		return chaos.WorkflowArgs{ID: workflowID(i), Steps: steps, MaxSleepMillis: 5}
+	})
+	require.True(t, h.pollClosed(ctx, workflows, time.Minute))
+	h.stopWorkers()
+	clean := h.check(ctx, workflows, steps)
+	require.Empty(t, clean.Violations)
+	require.Equal(t, workflows, clean.Completed)
+
+	n, tb := h.names(), h.tables
+	run0 := "(SELECT run_id FROM " + n.Run + " WHERE workflow_id = 'chaos-0')"
+	for _, tc := range []struct {
+		name, invariant, sql string
+	}{
+		{"wrong result", "W7", "UPDATE " + n.Run + " SET result = '0' WHERE workflow_id = 'chaos-0'"},
+		{"not terminal", "W7", "UPDATE " + n.Run + " SET state = 'running', closed_at = NULL WHERE workflow_id = 'chaos-0'"},
+		{"second run", "W2", "INSERT INTO " + n.Run + " (run_id, namespace, workflow_id, generation, kind, queue, state, args, request_id, request_hash, closed_at)" +
+			" SELECT gen_random_uuid(), namespace, workflow_id, 2, kind, queue, 'failed', args, 'other', request_hash, now() FROM " + n.Run + " WHERE workflow_id = 'chaos-0'"},
+		{"history gap", "W4", "DELETE FROM " + n.Event + " WHERE run_id = " + run0 + " AND event_id = 3"},
+		{"second outcome", "W5", "INSERT INTO " + n.Event + " (run_id, event_id, type, attributes)" +
+			" SELECT run_id, max(event_id) + 1, 'ActivityCompleted', '{}' FROM " + n.Event + " WHERE run_id = " + run0 + " GROUP BY run_id"},
+		{"effect twice", "F2", "INSERT INTO " + tb.Effect + " (workflow_id, run_id, step, scheduled_event_id, job_id, attempt, worker)" +
+			" SELECT workflow_id, run_id, step, scheduled_event_id, job_id, attempt, 'stale' FROM " + tb.Effect + " WHERE workflow_id = 'chaos-0' AND step = 1"},
+		{"effect lost", "F2", "DELETE FROM " + tb.Effect + " WHERE workflow_id = 'chaos-0' AND step = 3"},
+		{"stale effect", "F1", "UPDATE " + tb.Effect + " SET attempt = attempt + 1 WHERE workflow_id = 'chaos-0' AND step = 1"},
+		{"finalized twice", "F1", "INSERT INTO " + n.Schema + ".weir_job_attempt (job_id, attempt, outcome)" +
+			" SELECT job_id, attempt + 1, 'completed' FROM " + tb.Effect + " WHERE workflow_id = 'chaos-0' AND step = 1"},
+		{"plain outcome never ran", "W5", "DELETE FROM " + tb.Exec + " WHERE workflow_id = 'chaos-0' AND step = 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx, err := h.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			tag, err := tx.Exec(ctx, tc.sql)
+			require.NoError(t, err)
+			require.Positive(t, tag.RowsAffected(), "the breakage changed nothing")
+			broken := h.checkWith(ctx, tx, workflows, steps)
+			require.NotEmpty(t, broken.Violations)
+			found := false
+			for _, v := range broken.Violations {
+				found = found || strings.HasPrefix(v, tc.invariant+":")
+			}
+			require.True(t, found, "want a %s violation, got %q", tc.invariant, broken.Violations)
+		})
+	}
 }
