@@ -48,7 +48,8 @@ func NewTables(schema string) Tables {
 // CreateSQL creates the chaos tables. They have no unique constraints on
 // purpose: a duplicate must be recorded so that the checker can see it.
 func (t Tables) CreateSQL() string {
-	return "CREATE TABLE " + t.Effect + " (id bigserial PRIMARY KEY, workflow_id text NOT NULL, run_id uuid NOT NULL," +
+	return "DROP TABLE IF EXISTS " + t.Effect + ", " + t.Exec + ", " + t.Stats + ";" +
+		"CREATE TABLE " + t.Effect + " (id bigserial PRIMARY KEY, workflow_id text NOT NULL, run_id uuid NOT NULL," +
 		" step int NOT NULL, scheduled_event_id bigint NOT NULL, job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, created_at timestamptz NOT NULL DEFAULT now());" +
 		"CREATE TABLE " + t.Exec + " (id bigserial PRIMARY KEY, workflow_id text NOT NULL, run_id uuid NOT NULL," +
 		" step int NOT NULL, scheduled_event_id bigint NOT NULL, job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, created_at timestamptz NOT NULL DEFAULT now());" +
