@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -197,4 +198,78 @@ func (o *staleObserver) FencingEvent(_ context.Context, e *fencing.Event) {
 		o.events = append(o.events, *e)
 		o.mu.Unlock()
 	}
+}
+
+// rollbackOnce is an effect activity whose first attempt calls
+// activity.CompleteTx and then loses its transaction (the COMMIT fails, as
+// it does when the connection drops or Postgres restarts at that moment): it
+// rolls back and returns the error, as any caller would.
+type rollbackOnce struct {
+	chaos.EffectActivity
+	attempts sync.Map
+}
+
+func (a *rollbackOnce) Execute(ctx context.Context, args chaos.EffectArgs) (int, error) {
+	info, _ := activity.GetInfo(ctx)
+	tx, err := a.Pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "INSERT INTO "+a.Tables.Effect+" (workflow_id, run_id, step, scheduled_event_id, job_id, attempt, worker) VALUES ($1, $2, $3, $4, $5, $6, 'rollback')",
+		info.WorkflowID, info.RunID, args.Step, info.ScheduledEventID, info.JobID, info.Attempt); err != nil {
+		return 0, err
+	}
+	if err := activity.CompleteTx(ctx, tx, chaos.StepValue(args.Step)); err != nil {
+		return 0, err
+	}
+	if _, first := a.attempts.LoadOrStore(fmt.Sprint(info.WorkflowID, "/", args.Step), true); !first {
+		if err := tx.Commit(ctx); err != nil {
+			return 0, err
+		}
+		return chaos.StepValue(args.Step), nil
+	}
+	_ = tx.Rollback(ctx) // the COMMIT that never happened
+	return 0, errors.New("commit failed: connection lost")
+}
+
+// TestCompleteTxWhoseCommitFailsIsRetried: an activity calls
+// activity.CompleteTx, then its transaction fails to commit and it returns
+// the error. The attempt must be retried (not completed without an
+// outcome), so the effect commits once and the result is right. (A
+// hypothesis for the W7/F2 violation the mixed scenario found once; it
+// holds.)
+func TestCompleteTxWhoseCommitFailsIsRetried(t *testing.T) {
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	tables := chaos.NewTables(schema)
+	_, err := pool.Exec(ctx, tables.CreateSQL())
+	require.NoError(t, err)
+
+	w, err := worker.New(pool, &worker.Config{Schema: schema, SweepInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	worker.AddWorkflow(w, &chaos.Workflow{})
+	worker.AddActivity(w, &chaos.PlainActivity{Pool: pool, Tables: tables, Worker: "w0/0"})
+	worker.AddActivity[chaos.EffectArgs, int](w, &rollbackOnce{EffectActivity: chaos.EffectActivity{Pool: pool, Tables: tables}})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(stopCtx))
+	})
+	// Two steps: step 1 is the effect (10), step 2 plain (2).
+	c, err := client.New(pool, &client.Config{PollInterval: 100 * time.Millisecond, Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	run, err := c.Start(ctx, chaos.WorkflowArgs{ID: "rollback", Steps: 2}, nil)
+	require.NoError(t, err)
+	getCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got, err := client.GetResult[int](getCtx, run)
+	require.NoError(t, err)
+	var effects int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+tables.Effect).Scan(&effects))
+	require.Equal(t, 1, effects, "F2: the effect commits exactly once (by the retried attempt)")
+	require.Equal(t, chaos.Expected(2), got, "W7: the workflow's result counts the effect step")
 }

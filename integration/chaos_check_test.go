@@ -245,3 +245,48 @@ func TestChaosCheckerCatchesViolations(t *testing.T) {
 		})
 	}
 }
+
+// logEvidence prints, for a few workflows the checker found wrong, what the
+// database holds about them: run, history, effects and executions, and every
+// attempt of their jobs.
+func (h *harness) logEvidence(ctx context.Context, steps int) {
+	t := h.t
+	t.Helper()
+	n, tb := h.names(), h.tables
+	rows, err := h.pool.Query(ctx, "SELECT workflow_id FROM "+n.Run+" WHERE kind = 'chaos_workflow'"+
+		" AND (state <> 'completed' OR convert_from(result, 'UTF8') <> $1)"+
+		" UNION SELECT workflow_id FROM "+tb.Effect+" GROUP BY workflow_id, step HAVING count(*) > 1 LIMIT 3", strconv.Itoa(chaos.Expected(steps)))
+	if err != nil {
+		t.Logf("evidence: %v", err)
+		return
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Logf("evidence: %v", err)
+		return
+	}
+	dump := func(title, query string, args ...any) {
+		rows, err := h.pool.Query(ctx, "SELECT row_to_json(x)::text FROM ("+query+") x", args...)
+		if err != nil {
+			t.Logf("evidence %s: %v", title, err)
+			return
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Logf("evidence %s: %v", title, err)
+			return
+		}
+		t.Logf("%s:\n  %s", title, strings.Join(lines, "\n  "))
+	}
+	for _, id := range ids {
+		dump("run "+id, "SELECT run_id, state, convert_from(result, 'UTF8') AS result, failure, next_event_id, task_job_id FROM "+n.Run+" WHERE workflow_id = $1", id)
+		dump("history "+id, "SELECT e.event_id, e.type, e.resolves_event_id, left(e.attributes::text, 200) AS attributes, e.created_at FROM "+n.Event+" e JOIN "+n.Run+" r USING (run_id)"+
+			" WHERE r.workflow_id = $1 ORDER BY e.event_id", id)
+		dump("effects "+id, "SELECT * FROM "+tb.Effect+" WHERE workflow_id = $1 ORDER BY id", id)
+		dump("executions "+id, "SELECT * FROM "+tb.Exec+" WHERE workflow_id = $1 ORDER BY id", id)
+		dump("activity jobs "+id, "SELECT id, kind, state, attempt, max_attempts, args, lease_last_token, left(errors::text, 600) AS errors, finalized_at FROM "+n.RiverJob+
+			" WHERE args->>'workflow_id' = $1 ORDER BY id", id)
+		dump("job attempts "+id, "SELECT a.* FROM "+n.Schema+".weir_job_attempt a JOIN "+n.RiverJob+" j ON j.id = a.job_id"+
+			" WHERE j.args->>'workflow_id' = $1 ORDER BY a.job_id, a.id", id)
+	}
+}

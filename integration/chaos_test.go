@@ -73,7 +73,7 @@ func runScenario(t *testing.T, sc scenario) *report {
 	h.pollClosed(ctx, size.workflows, time.Until(began.Add(time.Duration(float64(size.workflows)/size.rate*float64(time.Second))+3*time.Second)))
 	stopFaults()
 	faults.Wait()
-	if !h.pollClosed(ctx, size.workflows, 90*time.Second) {
+	if !h.pollClosed(ctx, size.workflows, 90*time.Second+time.Duration(size.workflows)*20*time.Millisecond) {
 		t.Errorf("not every workflow closed within the recovery deadline")
 	}
 	h.stopWorkers()
@@ -83,6 +83,9 @@ func runScenario(t *testing.T, sc scenario) *report {
 	r.logTable(t, sc.name)
 	for _, v := range r.Violations {
 		t.Errorf("invariant violated: %s", v)
+	}
+	if len(r.Violations) > 0 {
+		h.logEvidence(ctx, size.steps)
 	}
 	if sc.inject != nil && r.Faults-btoi(sc.storm) == 0 {
 		t.Errorf("no fault was injected while the workload ran: the scenario proved nothing")
