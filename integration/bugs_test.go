@@ -223,7 +223,7 @@ func (a *rollbackOnce) Execute(ctx context.Context, args chaos.EffectArgs) (int,
 	if err := activity.CompleteTx(ctx, tx, chaos.StepValue(args.Step)); err != nil {
 		return 0, err
 	}
-	if _, first := a.attempts.LoadOrStore(fmt.Sprint(info.WorkflowID, "/", args.Step), true); !first {
+	if _, retried := a.attempts.LoadOrStore(fmt.Sprint(info.WorkflowID, "/", args.Step), true); retried {
 		if err := tx.Commit(ctx); err != nil {
 			return 0, err
 		}
@@ -233,13 +233,22 @@ func (a *rollbackOnce) Execute(ctx context.Context, args chaos.EffectArgs) (int,
 	return 0, errors.New("commit failed: connection lost")
 }
 
-// TestCompleteTxWhoseCommitFailsIsRetried: an activity calls
-// activity.CompleteTx, then its transaction fails to commit and it returns
-// the error. The attempt must be retried (not completed without an
-// outcome), so the effect commits once and the result is right. (A
-// hypothesis for the W7/F2 violation the mixed scenario found once; it
-// holds.)
-func TestCompleteTxWhoseCommitFailsIsRetried(t *testing.T) {
+// TestBugCompleteTxWhoseCommitFailsCompletesActivityWithNull: the chaos
+// suite's mixed scenario (800 workflows, WEIR_CHAOS_WORKFLOWS=800
+// WEIR_CHAOS_RATE=40 -run TestChaosMixed) once ended a workflow with a
+// wrong result and an effect that never committed (W7, F2). Reduced: an
+// activity calls activity.CompleteTx, then its transaction fails to commit
+// (the connection drops or Postgres restarts at that moment) and it returns
+// the error. The activity worker only asks whether CompleteTx was called:
+// attempt.State.Completed is set when the statement succeeds, before the
+// caller's COMMIT, and work() then returns nil to River whatever Execute
+// returned. So the attempt is not retried; River's completer completes the
+// job; the fencing OnFinalized hook finds the activity still pending and
+// resolves it as a plain River job would be: ActivityCompleted with a null
+// result. The workflow reads the zero value as the activity's result and
+// completes with a wrong result, while the effect never happened.
+func TestBugCompleteTxWhoseCommitFailsCompletesActivityWithNull(t *testing.T) {
+	skipKnownBug(t, "an activity whose CompleteTx transaction did not commit is completed with a null result")
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
 	schema := dbtest.TestSchema(ctx, t)
@@ -270,6 +279,10 @@ func TestCompleteTxWhoseCommitFailsIsRetried(t *testing.T) {
 	require.NoError(t, err)
 	var effects int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+tables.Effect).Scan(&effects))
+	var outcome string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT attributes::text FROM "+dbschema.Qualify(schema, "weir_event")+
+		" WHERE run_id = $1 AND type = 'ActivityCompleted' ORDER BY event_id LIMIT 1", run.RunID).Scan(&outcome))
+	t.Logf("result %d (want %d), effects %d (want 1), effect step's outcome %s", got, chaos.Expected(2), effects, outcome)
 	require.Equal(t, 1, effects, "F2: the effect commits exactly once (by the retried attempt)")
 	require.Equal(t, chaos.Expected(2), got, "W7: the workflow's result counts the effect step")
 }
