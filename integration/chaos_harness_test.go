@@ -22,6 +22,7 @@ import (
 
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/integration/chaos"
+	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/internal/pgcluster"
 	"github.com/weirhq/weir/migrations"
@@ -315,9 +316,21 @@ func (h *harness) randomWorker() *workerProc { return h.workers[rand.IntN(len(h.
 // plain step recorded its execution and whose job is still running with
 // that attempt), so that a fault lands mid-activity; else a random one.
 func (h *harness) busyWorker(ctx context.Context) *workerProc {
+	return h.busyWorkerWhere(ctx, "")
+}
+
+// busyFollower is a busy worker that is not River's leader (which runs the
+// lease reaper), so that its leases expire and its jobs move on while it is
+// frozen; else a random one.
+func (h *harness) busyFollower(ctx context.Context) *workerProc {
+	return h.busyWorkerWhere(ctx, " AND j.attempted_by[array_upper(j.attempted_by, 1)] NOT IN (SELECT leader_id FROM "+
+		dbschema.Qualify(chaosSchema, "river_leader")+")")
+}
+
+func (h *harness) busyWorkerWhere(ctx context.Context, where string) *workerProc {
 	var name string
 	err := h.pool.QueryRow(ctx, "SELECT x.worker FROM "+h.tables.Exec+" x JOIN "+h.names().RiverJob+" j ON j.id = x.job_id AND j.attempt = x.attempt"+
-		" WHERE j.state = 'running' ORDER BY random() LIMIT 1").Scan(&name)
+		" WHERE j.state = 'running'"+where+" ORDER BY random() LIMIT 1").Scan(&name)
 	if err == nil {
 		var slot, pid int
 		if _, err := fmt.Sscanf(name, "w%d/%d", &slot, &pid); err == nil && slot < len(h.workers) {
@@ -363,7 +376,13 @@ func (h *harness) killOne(ctx context.Context, restartAfter time.Duration) bool 
 // jobs to others, then SIGCONTs it: it wakes up holding stale attempts and
 // tries to finish them.
 func (h *harness) pauseOne(ctx context.Context) bool {
-	p := h.busyWorker(ctx)
+	return h.pause(ctx, h.busyFollower(ctx))
+}
+
+// pauseAny is pauseOne of any worker, the leader included (leader failover).
+func (h *harness) pauseAny(ctx context.Context) bool { return h.pause(ctx, h.randomWorker()) }
+
+func (h *harness) pause(ctx context.Context, p *workerProc) bool {
 	if err := p.signal(syscall.SIGSTOP); err != nil {
 		return false
 	}

@@ -174,12 +174,14 @@ func TestChaosMixed(t *testing.T) {
 		for range 2 {
 			wg.Go(func() {
 				every(ctx, 500*time.Millisecond, func(ctx context.Context) bool {
-					switch rand.IntN(4) {
+					switch rand.IntN(5) {
 					case 0:
 						return h.killOne(ctx, 100*time.Millisecond)
 					case 1:
 						return h.pauseOne(ctx)
 					case 2:
+						return h.pauseAny(ctx)
+					case 3:
 						return h.cutOne(ctx)
 					default:
 						return h.slowOne(ctx)
