@@ -60,6 +60,10 @@ func runScenario(t *testing.T, sc scenario) *report {
 	if sc.inject != nil {
 		faults.Go(func() { sc.inject(faultCtx, h) })
 	}
+	t.Cleanup(func() { // before the harness's cleanup, even if the test stops early
+		stopFaults()
+		faults.Wait()
+	})
 	args := func(i int) chaos.WorkflowArgs {
 		return chaos.WorkflowArgs{ID: workflowID(i), Steps: size.steps, MaxSleepMillis: 200}
 	}
