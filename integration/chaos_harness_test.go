@@ -215,7 +215,6 @@ type harness struct {
 type harnessOpts struct {
 	workers   int
 	viaProxy  bool // each worker reaches Postgres through its own proxy
-	clientTTL time.Duration
 }
 
 func newHarness(t *testing.T, opts harnessOpts) *harness {
