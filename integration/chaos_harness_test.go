@@ -213,8 +213,8 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	workers   int
-	viaProxy  bool // each worker reaches Postgres through its own proxy
+	workers  int
+	viaProxy bool // each worker reaches Postgres through its own proxy
 }
 
 func newHarness(t *testing.T, opts harnessOpts) *harness {
