@@ -129,7 +129,9 @@ func (a *commitProbe) Execute(ctx context.Context, args chaos.EffectArgs) (int, 
 // in the database). The lease keeper sees the job finalized (see
 // TestBugLeaseLostCountedForCompletedAttempts) and cancels the attempt's
 // context with ErrLeaseLost while pgx still waits for the COMMIT reply; pgx
-// then abandons the connection and reports failure. User code that treats
+// then abandons the connection and reports failure. (The test slows the
+// activity's link to Postgres down so that the window is wide; without it
+// the race is hit now and then.) User code that treats
 // a failed Commit as "the effect did not happen" (compensates, or writes it
 // elsewhere) now does it twice; River then gets an error for a job already
 // completed, which the fencing layer counts as a stale write.
@@ -148,7 +150,14 @@ func TestBugCompleteTxCommitFailsAfterCommitting(t *testing.T) {
 		Schema:  schema,
 	})
 	require.NoError(t, err)
-	probe := &commitProbe{EffectActivity: chaos.EffectActivity{Pool: pool, Tables: tables, Worker: "probe"}, failed: map[string]error{}}
+	// The activity's own connections go through a slow link, so the COMMIT
+	// reply arrives well after the commit is visible to the lease keeper.
+	proxy := dbtest.NewProxy(ctx, t, dbtest.URL(ctx, t))
+	proxy.SetLatency(30 * time.Millisecond)
+	slowPool, err := pgxpool.New(ctx, proxy.URL())
+	require.NoError(t, err)
+	t.Cleanup(slowPool.Close)
+	probe := &commitProbe{EffectActivity: chaos.EffectActivity{Pool: slowPool, Tables: tables, Worker: "probe"}, failed: map[string]error{}}
 	worker.AddWorkflow(w, &chaos.Workflow{})
 	worker.AddActivity(w, &chaos.PlainActivity{Pool: pool, Tables: tables, Worker: "w0/0"})
 	worker.AddActivity[chaos.EffectArgs, int](w, probe)
@@ -158,7 +167,7 @@ func TestBugCompleteTxCommitFailsAfterCommitting(t *testing.T) {
 		defer cancel()
 		require.NoError(t, w.Stop(stopCtx))
 	})
-	runAndAwait(ctx, t, pool, schema, 40)
+	runAndAwait(ctx, t, pool, schema, 10)
 
 	probe.mu.Lock()
 	defer probe.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -257,6 +258,17 @@ func newHarness(t *testing.T, opts harnessOpts) *harness {
 	}
 	t.Cleanup(func() {
 		h.stopWorkers()
+		outputMu.Lock()
+		for _, p := range h.workers {
+			// A worker process must never panic or race (build it with
+			// WEIR_CHAOS_RACE=1 to look for races under faults).
+			for _, sign := range []string{"panic:", "WARNING: DATA RACE", "fatal error:"} {
+				if i := strings.Index(p.output.String(), sign); i >= 0 {
+					t.Errorf("worker w%d: %s", p.slot, p.output.String()[i:min(len(p.output.String()), i+3000)])
+				}
+			}
+		}
+		outputMu.Unlock()
 		if t.Failed() {
 			outputMu.Lock()
 			defer outputMu.Unlock()
