@@ -23,22 +23,24 @@ func (h *harness) names() *dbschema.Names { return dbschema.New(chaosSchema) }
 
 // report is what the invariant checker found after a scenario.
 type report struct {
-	Workflows   int // started
-	Completed   int // completed with the right result
-	Activities  int // activity outcomes in history
-	Faults      int
-	FaultKinds  string
-	Recovered   int   // attempts ended by another attempt or the reaper
-	Rejected    int64 // stale writes rejected (fencing counters of all workers)
-	Expired     int64
-	LeasesLost  int64
-	ReExecuted  int // extra executions of plain (at-least-once) steps
-	Duplicates  int // must be 0
-	Lost        int // must be 0
-	Violations  []string
-	Elapsed     time.Duration
-	StaleEffect int // must be 0
-	KnownBug    int // null outcomes: the known CompleteTx bug
+	Workflows    int // started
+	Completed    int // completed with the right result
+	Activities   int // activity outcomes in history
+	Faults       int
+	FaultKinds   string
+	Recovered    int   // attempts ended by another attempt or the reaper
+	Rejected     int64 // stale writes rejected (fencing counters of all workers)
+	Expired      int64
+	LeasesLost   int64
+	ReExecuted   int // extra executions of plain (at-least-once) steps
+	Duplicates   int // must be 0
+	Lost         int // must be 0
+	Violations   []string
+	Elapsed      time.Duration
+	StaleEffect  int // must be 0
+	KnownBug     int // null outcomes: the known CompleteTx bug
+	Fenced       int // stale effect attempts whose CompleteTx was refused
+	CommitFailed int // effect attempts whose COMMIT reported an error
 }
 
 func (r *report) violate(invariant string, n int, format string, args ...any) {
@@ -163,6 +165,12 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 		"plain activity outcomes from an attempt that never ran")
 	r.ReExecuted = count("SELECT count(*) - count(DISTINCT (workflow_id, step)) FROM " + tb.Exec)
 
+	r.Fenced = count("SELECT count(*) FROM " + tb.Refused + " WHERE what = 'complete_tx_fenced'")
+	r.CommitFailed = count("SELECT count(*) FROM " + tb.Refused + " WHERE what = 'commit_failed'")
+	// F2 from the other side: an attempt told its CompleteTx was refused
+	// must have left no effect.
+	r.violate("F2", count("SELECT count(*) FROM "+tb.Refused+" f JOIN "+tb.Effect+" x USING (job_id, attempt) WHERE f.what = 'complete_tx_fenced'"),
+		"effects committed by attempts whose CompleteTx was refused")
 	r.Recovered = count("SELECT count(*) FROM " + n.Schema + ".weir_job_attempt WHERE outcome IN ('available', 'superseded')")
 	require.NoError(t, q.QueryRow(ctx, "SELECT coalesce(sum(rejected), 0), coalesce(sum(expired), 0), coalesce(sum(lost), 0) FROM "+tb.Stats).
 		Scan(&r.Rejected, &r.Expired, &r.LeasesLost))
@@ -206,7 +214,8 @@ func (r *report) logTable(t *testing.T, scenario string) {
 		"scenario", "workflows", "completed", "activities", "faults", "recovered", "rejected", "reexecs", "duplicates", "lost", "elapsed")
 	fmt.Fprintf(&b, "%-12s %9d %9d %10d %7d %9d %9d %8d %10d %5d %s\n",
 		scenario, r.Workflows, r.Completed, r.Activities, r.Faults, r.Recovered, r.Rejected, r.ReExecuted, r.Duplicates, r.Lost, r.Elapsed.Round(time.Millisecond))
-	fmt.Fprintf(&b, "faults:%s; leases expired=%d lost=%d\n", r.FaultKinds, r.Expired, r.LeasesLost)
+	fmt.Fprintf(&b, "faults:%s; leases expired=%d lost=%d; stale CompleteTx refused=%d; COMMIT errors=%d\n",
+		r.FaultKinds, r.Expired, r.LeasesLost, r.Fenced, r.CommitFailed)
 	if r.KnownBug > 0 {
 		fmt.Fprintf(&b, "KNOWN BUG hit %d times: activity outcomes with a null result (TestBugCompleteTxWhoseCommitFailsCompletesActivityWithNull)\n", r.KnownBug)
 	}
@@ -251,6 +260,8 @@ func TestChaosCheckerCatchesViolations(t *testing.T) {
 		{"stale effect", "F1", "UPDATE " + tb.Effect + " SET attempt = attempt + 1 WHERE workflow_id = 'chaos-0' AND step = 1"},
 		{"finalized twice", "F1", "INSERT INTO " + n.Schema + ".weir_job_attempt (job_id, attempt, outcome)" +
 			" SELECT job_id, attempt + 1, 'completed' FROM " + tb.Effect + " WHERE workflow_id = 'chaos-0' AND step = 1"},
+		{"effect of a refused attempt", "F2", "INSERT INTO " + tb.Refused + " (workflow_id, step, job_id, attempt, worker, what, error)" +
+			" SELECT workflow_id, step, job_id, attempt, worker, 'complete_tx_fenced', 'lease lost' FROM " + tb.Effect + " WHERE workflow_id = 'chaos-0' AND step = 1"},
 		{"plain outcome never ran", "W5", "DELETE FROM " + tb.Exec + " WHERE workflow_id = 'chaos-0' AND step = 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

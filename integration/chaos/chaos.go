@@ -13,6 +13,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/workflow"
 )
@@ -34,21 +36,27 @@ type Tables struct {
 	Exec string
 	// Stats has each worker process's fencing counters, written as they change.
 	Stats string
+	// Refused has one row per effect attempt whose CompleteTx was refused
+	// (a stale attempt, fenced off) or whose COMMIT failed.
+	Refused string
 }
 
 // NewTables names the chaos tables in schema.
 func NewTables(schema string) Tables {
 	return Tables{
-		Effect: dbschema.Qualify(schema, "chaos_effect"),
-		Exec:   dbschema.Qualify(schema, "chaos_exec"),
-		Stats:  dbschema.Qualify(schema, "chaos_stats"),
+		Effect:  dbschema.Qualify(schema, "chaos_effect"),
+		Exec:    dbschema.Qualify(schema, "chaos_exec"),
+		Stats:   dbschema.Qualify(schema, "chaos_stats"),
+		Refused: dbschema.Qualify(schema, "chaos_refused"),
 	}
 }
 
 // CreateSQL creates the chaos tables. They have no unique constraints on
 // purpose: a duplicate must be recorded so that the checker can see it.
 func (t Tables) CreateSQL() string {
-	return "DROP TABLE IF EXISTS " + t.Effect + ", " + t.Exec + ", " + t.Stats + ";" +
+	return "DROP TABLE IF EXISTS " + t.Effect + ", " + t.Exec + ", " + t.Stats + ", " + t.Refused + ";" +
+		"CREATE TABLE " + t.Refused + " (id bigserial PRIMARY KEY, workflow_id text NOT NULL, step int NOT NULL, job_id bigint NOT NULL," +
+		" attempt int NOT NULL, worker text NOT NULL, what text NOT NULL, error text NOT NULL, created_at timestamptz NOT NULL DEFAULT now());" +
 		"CREATE TABLE " + t.Effect + " (id bigserial PRIMARY KEY, workflow_id text NOT NULL, run_id uuid NOT NULL," +
 		" step int NOT NULL, scheduled_event_id bigint NOT NULL, job_id bigint NOT NULL, attempt int NOT NULL, worker text NOT NULL, created_at timestamptz NOT NULL DEFAULT now());" +
 		"CREATE TABLE " + t.Exec + " (id bigserial PRIMARY KEY, workflow_id text NOT NULL, run_id uuid NOT NULL," +
@@ -186,12 +194,26 @@ func (a *EffectActivity) Execute(ctx context.Context, args EffectArgs) (int, err
 	// A stale attempt (paused or cut off past its lease) reaches this point
 	// too: CompleteTx must refuse it and abort tx, effect included.
 	if err := activity.CompleteTx(ctx, tx, StepValue(args.Step)); err != nil {
+		what := "complete_tx_failed"
+		if errors.Is(err, fencing.ErrLeaseLost) {
+			what = "complete_tx_fenced"
+		}
+		a.refused(ctx, args, info, what, err)
 		return 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
+		a.refused(ctx, args, info, "commit_failed", err)
 		return 0, err
 	}
 	return StepValue(args.Step), nil
+}
+
+// refused records, best effort, an attempt whose effect was refused.
+func (a *EffectActivity) refused(ctx context.Context, args EffectArgs, info activity.Info, what string, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = a.Pool.Exec(ctx, "INSERT INTO "+a.Tables.Refused+" (workflow_id, step, job_id, attempt, worker, what, error) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+		info.WorkflowID, args.Step, info.JobID, info.Attempt, a.Worker, what, err.Error())
 }
 
 // work sleeps a random time up to maxMillis, or until ctx ends.
