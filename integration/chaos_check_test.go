@@ -39,6 +39,7 @@ type report struct {
 	Elapsed      time.Duration
 	StaleEffect  int // must be 0
 	KnownBug     int // null outcomes: the known CompleteTx bug
+	Signals      int // signals in history
 	Fenced       int // stale effect attempts whose CompleteTx was refused
 	CommitFailed int // effect attempts whose COMMIT reported an error
 }
@@ -60,7 +61,7 @@ func (h *harness) check(ctx context.Context, workflows, steps int) *report {
 	if os.Getenv("WEIR_KNOWN_BUGS") != "" {
 		knownWrong = 0
 	}
-	r.violate("W7", h.awaitResults(ctx, workflows, strconv.Itoa(chaos.Expected(steps)))-knownWrong, "results read through client.GetResult wrong or failed")
+	r.violate("W7", h.awaitResults(ctx, workflows, strconv.Itoa(chaos.Expected(steps)+chaos.SignalSum(h.signals)))-knownWrong, "results read through client.GetResult wrong or failed")
 	return r
 }
 
@@ -82,7 +83,7 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 		require.NoError(t, q.QueryRow(ctx, query, args...).Scan(&c), query)
 		return c
 	}
-	expected := strconv.Itoa(chaos.Expected(steps))
+	expected := strconv.Itoa(chaos.Expected(steps) + chaos.SignalSum(h.signals))
 
 	// Known bug (TestBugCompleteTxWhoseCommitFailsCompletesActivityWithNull):
 	// an effect activity whose CompleteTx transaction failed to commit is
@@ -128,6 +129,12 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 	r.violate("W5", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.Event+" e ON e.run_id = r.run_id AND e.type = 'WorkflowCompleted'"+
 		" WHERE r.kind = 'chaos_workflow' AND r.state = 'completed' GROUP BY r.run_id HAVING count(e.event_id) <> 1) d"),
 		"completed runs without exactly one WorkflowCompleted event")
+	// W7: no signal dropped, none delivered twice (retries reuse the request
+	// ID).
+	r.violate("W7", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.Event+" e ON e.run_id = r.run_id AND e.type = 'SignalReceived'"+
+		" WHERE r.kind = 'chaos_workflow' AND r.state = 'completed' GROUP BY r.run_id HAVING count(e.event_id) <> $1) d", h.signals),
+		"completed runs without exactly %d SignalReceived events", h.signals)
+	r.Signals = count("SELECT count(*) FROM " + n.Event + " WHERE type = 'SignalReceived'")
 	r.Activities = count("SELECT count(*) FROM " + n.Event + " WHERE type = 'ActivityCompleted'")
 
 	// F2: every effect step's effect committed exactly once.
@@ -214,8 +221,8 @@ func (r *report) logTable(t *testing.T, scenario string) {
 		"scenario", "workflows", "completed", "activities", "faults", "recovered", "rejected", "reexecs", "duplicates", "lost", "elapsed")
 	fmt.Fprintf(&b, "%-12s %9d %9d %10d %7d %9d %9d %8d %10d %5d %s\n",
 		scenario, r.Workflows, r.Completed, r.Activities, r.Faults, r.Recovered, r.Rejected, r.ReExecuted, r.Duplicates, r.Lost, r.Elapsed.Round(time.Millisecond))
-	fmt.Fprintf(&b, "faults:%s; leases expired=%d lost=%d; stale CompleteTx refused=%d; COMMIT errors=%d\n",
-		r.FaultKinds, r.Expired, r.LeasesLost, r.Fenced, r.CommitFailed)
+	fmt.Fprintf(&b, "faults:%s; signals=%d; leases expired=%d lost=%d; stale CompleteTx refused=%d; COMMIT errors=%d\n",
+		r.FaultKinds, r.Signals, r.Expired, r.LeasesLost, r.Fenced, r.CommitFailed)
 	if r.KnownBug > 0 {
 		fmt.Fprintf(&b, "KNOWN BUG hit %d times: activity outcomes with a null result (TestBugCompleteTxWhoseCommitFailsCompletesActivityWithNull)\n", r.KnownBug)
 	}
@@ -262,6 +269,7 @@ func TestChaosCheckerCatchesViolations(t *testing.T) {
 			" SELECT job_id, attempt + 1, 'completed' FROM " + tb.Effect + " WHERE workflow_id = 'chaos-0' AND step = 1"},
 		{"effect of a refused attempt", "F2", "INSERT INTO " + tb.Refused + " (workflow_id, step, job_id, attempt, worker, what, error)" +
 			" SELECT workflow_id, step, job_id, attempt, worker, 'complete_tx_fenced', 'lease lost' FROM " + tb.Effect + " WHERE workflow_id = 'chaos-0' AND step = 1"},
+		{"signal twice", "W7", "UPDATE " + n.Event + " SET type = 'SignalReceived' WHERE run_id = " + run0 + " AND type = 'TimerStarted'"},
 		{"plain outcome never ran", "W5", "DELETE FROM " + tb.Exec + " WHERE workflow_id = 'chaos-0' AND step = 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -291,7 +299,7 @@ func (h *harness) logEvidence(ctx context.Context, steps int) {
 	n, tb := h.names(), h.tables
 	rows, err := h.pool.Query(ctx, "SELECT workflow_id FROM "+n.Run+" WHERE kind = 'chaos_workflow'"+
 		" AND (state <> 'completed' OR convert_from(result, 'UTF8') <> $1)"+
-		" UNION SELECT workflow_id FROM "+tb.Effect+" GROUP BY workflow_id, step HAVING count(*) > 1 LIMIT 3", strconv.Itoa(chaos.Expected(steps)))
+		" UNION SELECT workflow_id FROM "+tb.Effect+" GROUP BY workflow_id, step HAVING count(*) > 1 LIMIT 3", strconv.Itoa(chaos.Expected(steps)+chaos.SignalSum(h.signals)))
 	if err != nil {
 		t.Logf("evidence: %v", err)
 		return

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -35,8 +36,9 @@ const (
 	envWorkflows = "WEIR_CHAOS_WORKFLOWS"
 	envWorkers   = "WEIR_CHAOS_WORKERS"
 	envSteps     = "WEIR_CHAOS_STEPS"
-	envRate      = "WEIR_CHAOS_RATE" // workflow starts per second
-	envRace      = "WEIR_CHAOS_RACE" // build the worker program with -race
+	envRate      = "WEIR_CHAOS_RATE"    // workflow starts per second
+	envSignals   = "WEIR_CHAOS_SIGNALS" // signals each workflow waits for
+	envRace      = "WEIR_CHAOS_RACE"    // build the worker program with -race
 
 	chaosSchema = "weir"
 	leaseTTL    = time.Second
@@ -206,8 +208,9 @@ type harness struct {
 	leaseTTL time.Duration
 	workers  []*workerProc
 
-	began time.Time // the workload's start
-	rate  float64   // workflow starts per second
+	signals int       // Bonus signals each workflow waits for
+	began   time.Time // the workload's start
+	rate    float64   // workflow starts per second
 
 	faultsMu sync.Mutex
 	faults   map[string]int
@@ -506,6 +509,55 @@ func (h *harness) startRetrying(ctx context.Context, i int, args chaos.WorkflowA
 		}
 		if errors.Is(err, client.ErrWorkflowAlreadyStarted) || errors.Is(err, client.ErrRequestConflict) || time.Now().After(deadline) {
 			return fmt.Errorf("starting workflow %d: %w", i, err)
+		}
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+}
+
+// signalAll sends each workflow its Bonus signals, 1 to h.signals, paced
+// like the starts. A signal that fails (a fault) is retried with the same
+// request ID: a retry after a lost reply must not deliver it twice.
+func (h *harness) signalAll(ctx context.Context, n int) error {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				h.pace(ctx, i)
+				for k := 1; k <= h.signals; k++ {
+					if err := h.signalRetrying(ctx, i, k); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (h *harness) signalRetrying(ctx context.Context, i, k int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := h.client.Signal(ctx, workflowID(i), uuid.Nil, chaos.Bonus{N: k}, &client.SignalOpts{RequestID: fmt.Sprint("sig-", i, "-", k)})
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, client.ErrRunNotFound) && time.Now().Before(deadline) {
+			// Not started yet (the start is paced the same way, or a
+			// storm is still deciding): try again.
+			sleepCtx(ctx, 50*time.Millisecond)
+			continue
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("signal %d to workflow %d: %w", k, i, err)
 		}
 		sleepCtx(ctx, 50*time.Millisecond)
 	}

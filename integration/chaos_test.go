@@ -34,6 +34,7 @@ type scenario struct {
 
 type sizes struct {
 	workflows, workers, steps int
+	signals                   int     // Bonus signals per workflow
 	rate                      float64 // starts per second
 }
 
@@ -41,6 +42,7 @@ func chaosSizes(t *testing.T) sizes {
 	t.Helper()
 	return sizes{
 		workflows: envInt(t, envWorkflows, 120),
+		signals:   envInt(t, envSignals, 2),
 		workers:   envInt(t, envWorkers, 3),
 		steps:     envInt(t, envSteps, 4),
 		rate:      float64(envInt(t, envRate, 15)),
@@ -53,7 +55,7 @@ func runScenario(t *testing.T, sc scenario) *report {
 	size := chaosSizes(t)
 	h := newHarness(t, harnessOpts{workers: size.workers, viaProxy: sc.viaProxy})
 	began := time.Now()
-	h.began, h.rate = began, size.rate
+	h.began, h.rate, h.signals = began, size.rate, size.signals
 
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	var faults sync.WaitGroup
@@ -65,13 +67,18 @@ func runScenario(t *testing.T, sc scenario) *report {
 		faults.Wait()
 	})
 	args := func(i int) chaos.WorkflowArgs {
-		return chaos.WorkflowArgs{ID: workflowID(i), Steps: size.steps, MaxSleepMillis: 200}
+		return chaos.WorkflowArgs{ID: workflowID(i), Steps: size.steps, MaxSleepMillis: 200, Signals: size.signals}
 	}
+	var signals sync.WaitGroup
+	var signalErr error
+	signals.Go(func() { signalErr = h.signalAll(ctx, size.workflows) })
 	if sc.storm {
 		h.storm(ctx, size.workflows, args)
 	} else {
 		h.startAll(ctx, size.workflows, args)
 	}
+	signals.Wait()
+	require.NoError(t, signalErr)
 	// Faults go on while the workload runs, then the fleet must finish
 	// everything on its own.
 	h.pollClosed(ctx, size.workflows, time.Until(began.Add(time.Duration(float64(size.workflows)/size.rate*float64(time.Second))+3*time.Second)))

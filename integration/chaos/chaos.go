@@ -72,7 +72,22 @@ type WorkflowArgs struct {
 	// MaxSleepMillis bounds each activity's random duration, so faults land
 	// mid-activity.
 	MaxSleepMillis int `json:"max_sleep_millis"`
+	// Signals is how many Bonus signals the workflow waits for after its
+	// steps; each adds its N to the result.
+	Signals int `json:"signals,omitempty"`
 }
+
+// Bonus is the chaos workflow's signal. The n-th signal sent to a workflow
+// (from 1) carries N = n, so a lost or doubled signal changes the result.
+type Bonus struct {
+	N int `json:"n"`
+}
+
+// Kind implements workflow.SignalArgs.
+func (Bonus) Kind() string { return "chaos_bonus" }
+
+// SignalSum is what signals Bonus signals (1, 2, …) add to the result.
+func SignalSum(signals int) int { return signals * (signals + 1) / 2 }
 
 // Kind implements workflow.Args.
 func (WorkflowArgs) Kind() string { return "chaos_workflow" }
@@ -102,7 +117,8 @@ type Workflow struct {
 	workflow.Defaults[WorkflowArgs, int]
 }
 
-// Run runs the steps in order, sleeping on a durable timer half-way.
+// Run runs the steps in order, sleeping on a durable timer half-way, then
+// waits for its signals.
 func (w *Workflow) Run(ctx workflow.Context, args WorkflowArgs) (int, error) {
 	opts := &workflow.ActivityOpts{
 		RetryPolicy: &workflow.RetryPolicy{InitialInterval: 50 * time.Millisecond, MaximumInterval: time.Second},
@@ -126,6 +142,14 @@ func (w *Workflow) Run(ctx workflow.Context, args WorkflowArgs) (int, error) {
 			return 0, err
 		}
 		sum += n
+	}
+	bonus := workflow.GetSignalChannel[Bonus](ctx)
+	for range args.Signals {
+		b, err := bonus.Receive(ctx)
+		if err != nil {
+			return 0, err
+		}
+		sum += b.N
 	}
 	return sum, nil
 }
