@@ -23,6 +23,13 @@ import (
 // lets the fleet finish, and then checks the invariants of ARCHITECTURE.md
 // (W1, W2, W4, W5, W7, F1, F2) in the database. Scenarios run one after
 // another: each loads both cores of a CI machine.
+//
+// Sizes come from the environment: WEIR_CHAOS_WORKFLOWS (120 per scenario
+// in CI; `make chaos` runs 5000), WEIR_CHAOS_RATE (starts per second, 15),
+// WEIR_CHAOS_WORKERS (3), WEIR_CHAOS_STEPS (4), WEIR_CHAOS_SIGNALS (2);
+// WEIR_CHAOS_RACE=1 builds the worker program with -race. Bugs the suite
+// found are reduced in bugs_test.go (WEIR_KNOWN_BUGS=1 runs them, and makes
+// the checker fail on the known null-outcome bug too).
 
 type scenario struct {
 	name     string
