@@ -25,6 +25,11 @@ test: ## go vet, then every test with -race against real Postgres
 	$(GO) vet ./...
 	$(WITH_POSTGRES) $(GO) test -race -count=1 -timeout 20m ./...
 
+.PHONY: chaos
+chaos: ## Fault-injection suite at full size (WEIR_CHAOS_WORKFLOWS, default 5000 per scenario)
+	WEIR_CHAOS_WORKFLOWS=$${WEIR_CHAOS_WORKFLOWS:-5000} WEIR_CHAOS_RATE=$${WEIR_CHAOS_RATE:-40} \
+		$(GO) test -race -count=1 -timeout 4h -run 'TestChaos' -v ./integration/
+
 .PHONY: bench
 bench: ## Run the benchmarks against real Postgres
 	@if [ -z "$$TEST_DATABASE_URL" ]; then ./scripts/ensure-postgres; fi

@@ -8,7 +8,9 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -25,6 +27,8 @@ type Proxy struct {
 	conns map[net.Conn]struct{}
 	cut   bool
 	wg    sync.WaitGroup
+
+	latency atomic.Int64 // time.Duration added to every chunk forwarded
 }
 
 // NewProxy starts a proxy to the server of connString (a postgres:// URL)
@@ -67,6 +71,10 @@ func (p *Proxy) Restore() {
 	p.cut = false
 }
 
+// SetLatency delays every chunk of bytes forwarded in either direction by d
+// (a slow network); 0 removes the delay. It applies to open connections too.
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
 func (p *Proxy) close() {
 	_ = p.listener.Close()
 	p.Cut()
@@ -108,7 +116,7 @@ func (p *Proxy) accept() {
 }
 
 func (p *Proxy) pipe(dst, src net.Conn) {
-	_, err := io.Copy(dst, src)
+	_, err := io.Copy(dst, &delayedReader{src: src, latency: &p.latency})
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		_ = err // a cut connection ends here; nothing to report
 	}
@@ -118,4 +126,19 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+// delayedReader delays each read that returned bytes by the proxy's latency
+// at the time. It hides src's WriterTo so that io.Copy goes through Read.
+type delayedReader struct {
+	src     net.Conn
+	latency *atomic.Int64
+}
+
+func (r *delayedReader) Read(b []byte) (int, error) {
+	n, err := r.src.Read(b)
+	if d := time.Duration(r.latency.Load()); n > 0 && d > 0 {
+		time.Sleep(d) //nolint:forbidigo // the injected latency itself
+	}
+	return n, err
 }
