@@ -282,7 +282,9 @@ type ReleaseActivity struct {
 	activity.Defaults[ReleaseArgs, struct{}]
 }
 
-func (*ReleaseActivity) Execute(context.Context, ReleaseArgs) (struct{}, error) { return struct{}{}, nil }
+func (*ReleaseActivity) Execute(context.Context, ReleaseArgs) (struct{}, error) {
+	return struct{}{}, nil
+}
 
 type RefundActivity struct {
 	activity.Defaults[RefundArgs, struct{}]
