@@ -191,16 +191,19 @@ func runDevExamples(ctx context.Context, g *globals, pool *pgxpool.Pool) (stop f
 		return nil, err
 	}
 	defer c.Close()
-	runs, err := devexamples.Start(ctx, c)
+	started, err := devexamples.Start(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	for i, ex := range devexamples.Examples() {
-		verb := "started"
-		if !runs[i].Created {
-			verb = "already started"
+	for _, s := range started {
+		switch {
+		case s.Skipped != nil:
+			fmt.Fprintf(g.stdout, "weir dev: example %s skipped: %v\n", s.WorkflowID, s.Skipped)
+		case s.Run.Created:
+			fmt.Fprintf(g.stdout, "weir dev: example %s started (%s: %s)\n", s.WorkflowID, s.Want, s.About)
+		default:
+			fmt.Fprintf(g.stdout, "weir dev: example %s already started (%s: %s)\n", s.WorkflowID, s.Want, s.About)
 		}
-		fmt.Fprintf(g.stdout, "weir dev: example %s %s (%s: %s)\n", ex.WorkflowID, verb, ex.Want, ex.About)
 	}
 	return stop, nil
 }

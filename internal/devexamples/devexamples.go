@@ -10,6 +10,7 @@ package devexamples
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -73,24 +74,43 @@ func Examples() []Example {
 	}
 }
 
+// Started is the outcome of starting one Example.
+type Started struct {
+	Example
+
+	// Run is the example's run, nil when it was skipped.
+	Run *client.Run
+
+	// Skipped says why the example was not started: its workflow ID has a
+	// live run that another start created (client.ErrWorkflowAlreadyStarted),
+	// or its request ID was used with other args, by another version of
+	// weir (client.ErrRequestConflict).
+	Skipped error
+}
+
 // Start starts the Examples through c, idempotently: each has a fixed
 // workflow ID and request ID, so starting them again (another `weir dev
 // --examples` on the same database) returns the runs the first start
-// created. It returns the runs in the order of Examples.
-func Start(ctx context.Context, c *client.Client) ([]*client.Run, error) {
-	var runs []*client.Run
+// created. It returns the outcomes in the order of Examples, and an error
+// only when it could not start one for another reason.
+func Start(ctx context.Context, c *client.Client) ([]*Started, error) {
+	var started []*Started
 	for _, ex := range Examples() {
 		run, err := c.Start(ctx, ex.Args, &client.StartOpts{
 			WorkflowID: ex.WorkflowID,
 			RequestID:  "weir-dev-examples-" + ex.WorkflowID,
 			Queue:      Queue,
 		})
-		if err != nil {
-			return runs, fmt.Errorf("starting example %s: %w", ex.WorkflowID, err)
+		switch {
+		case errors.Is(err, client.ErrWorkflowAlreadyStarted), errors.Is(err, client.ErrRequestConflict):
+			started = append(started, &Started{Example: ex, Skipped: err})
+		case err != nil:
+			return started, fmt.Errorf("starting example %s: %w", ex.WorkflowID, err)
+		default:
+			started = append(started, &Started{Example: ex, Run: run})
 		}
-		runs = append(runs, run)
 	}
-	return runs, nil
+	return started, nil
 }
 
 // activityOpts put every activity on Queue.

@@ -40,11 +40,13 @@ func TestExamples(t *testing.T) {
 	startWorker(t)
 
 	examples := devexamples.Examples()
-	runs, err := devexamples.Start(ctx, c)
+	started, err := devexamples.Start(ctx, c)
 	require.NoError(t, err)
-	require.Len(t, runs, len(examples))
-	for _, run := range runs {
-		require.True(t, run.Created, run.WorkflowID)
+	require.Len(t, started, len(examples))
+	for i, s := range started {
+		require.Equal(t, examples[i].WorkflowID, s.WorkflowID)
+		require.NoError(t, s.Skipped, s.WorkflowID)
+		require.True(t, s.Run.Created, s.WorkflowID)
 	}
 	waitExamples(ctx, t, c, examples)
 
@@ -69,12 +71,42 @@ func TestExamples(t *testing.T) {
 	// Starting again starts nothing new.
 	again, err := devexamples.Start(ctx, c)
 	require.NoError(t, err)
-	for i, run := range again {
-		require.False(t, run.Created, run.WorkflowID)
-		require.Equal(t, runs[i].RunID, run.RunID, run.WorkflowID)
-		require.Equal(t, int64(1), run.Generation, run.WorkflowID)
+	require.Len(t, again, len(examples))
+	for i, s := range again {
+		require.NoError(t, s.Skipped, s.WorkflowID)
+		require.False(t, s.Run.Created, s.WorkflowID)
+		require.Equal(t, started[i].Run.RunID, s.Run.RunID, s.WorkflowID)
+		require.Equal(t, int64(1), s.Run.Generation, s.WorkflowID)
 	}
 	waitExamples(ctx, t, c, examples)
+}
+
+// An example whose workflow ID has a live run of someone else's is
+// skipped, not an error: weir dev still starts.
+func TestExamplesSkipOthersRuns(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+
+	// No worker runs: the run stays live.
+	_, err = c.Start(ctx, devexamples.HelloArgs{Name: "mine"}, &client.StartOpts{WorkflowID: "hello-ada", Queue: "nobody"})
+	require.NoError(t, err)
+
+	started, err := devexamples.Start(ctx, c)
+	require.NoError(t, err)
+	require.Len(t, started, len(devexamples.Examples()))
+	require.Equal(t, "hello-ada", started[0].WorkflowID)
+	require.ErrorIs(t, started[0].Skipped, client.ErrWorkflowAlreadyStarted)
+	require.Nil(t, started[0].Run)
+	for _, s := range started[1:] {
+		require.NoError(t, s.Skipped, s.WorkflowID)
+		require.True(t, s.Run.Created, s.WorkflowID)
+	}
 }
 
 // waitExamples waits until every example is in the state it wants; a
