@@ -19,6 +19,11 @@ dev: ## Start weir locally (uses DATABASE_URL, else a private Postgres it starts
 	@if [ -z "$$DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
 	$(GO) run ./cmd/weir dev
 
+.PHONY: dev-examples
+dev-examples: ## make dev, plus example workflows running so the web UI has runs to show
+	@if [ -z "$$DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
+	$(GO) run ./cmd/weir dev --examples
+
 .PHONY: test
 test: ## go vet, then every test with -race against real Postgres
 	@if [ -z "$$TEST_DATABASE_URL" ]; then ./scripts/ensure-postgres; fi

@@ -15,9 +15,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/devexamples"
 	"github.com/weirhq/weir/internal/pgcluster"
 	"github.com/weirhq/weir/migrations"
 	"github.com/weirhq/weir/server"
+	"github.com/weirhq/weir/worker"
 )
 
 const (
@@ -27,8 +30,9 @@ const (
 )
 
 type devOpts struct {
-	dataDir string
-	server  serverOpts
+	dataDir  string
+	examples bool
+	server   serverOpts
 }
 
 func newDevCommand(g *globals) *cobra.Command {
@@ -46,7 +50,17 @@ interrupted, and then stops its Postgres cleanly.
 
 It serves the whole HTTP API (see weir server --help). Without tokens the
 API is open, which weir dev allows only on a loopback address; with
---token or WEIR_TOKENS it checks tokens like weir server.`,
+--token or WEIR_TOKENS it checks tokens like weir server.
+
+With --examples it also runs a worker for small versions of the example
+workflows (hello, order-saga, approval; see examples/) on the River queue
+` + devexamples.Queue + `, and starts a few of them, so that the web UI shows
+runs in every state: completed, failed, a saga that compensated, and an
+approval that waits for a signal. Their workflow IDs and request IDs are
+fixed, so starting weir dev --examples again starts nothing new. Decide the
+approval with:
+
+  weir workflow signal approval-r-1 approval.decision --args '{"approved":true,"by":"you"}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), g, opts)
@@ -55,6 +69,8 @@ API is open, which weir dev allows only on a loopback address; with
 	addServerFlags(cmd, g, &opts.server, devAddrDefault)
 	cmd.Flags().StringVar(&opts.dataDir, "data-dir", os.Getenv("WEIR_DEV_DIR"),
 		"directory of the private Postgres (env WEIR_DEV_DIR; default "+defaultDevDir()+")")
+	cmd.Flags().BoolVar(&opts.examples, "examples", false,
+		"also run the example workers and start a few example workflows")
 	return cmd
 }
 
@@ -126,6 +142,14 @@ func runDev(ctx context.Context, g *globals, opts *devOpts) (err error) {
 		return err
 	}
 
+	if opts.examples {
+		stop, err := runDevExamples(ctx, g, pool)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
+
 	fmt.Fprintf(g.stdout, "weir dev: serving http://%s (%s; UI /ui/, River UI /riverui/, API /api/v1, health /healthz, readiness /readyz, metrics /metrics)\n",
 		listener.Addr(), auth)
 	fmt.Fprintln(g.stdout, "weir dev: press Ctrl-C to stop")
@@ -134,6 +158,54 @@ func runDev(ctx context.Context, g *globals, opts *devOpts) (err error) {
 	}
 	fmt.Fprintln(g.stdout, "weir dev: shutting down")
 	return nil
+}
+
+// runDevExamples starts a worker of the example workflows and starts them
+// (idempotently). The returned function stops the worker.
+func runDevExamples(ctx context.Context, g *globals, pool *pgxpool.Pool) (stop func() error, err error) {
+	w, err := worker.New(pool, &worker.Config{Logger: g.logger(), Queues: devexamples.Queues(), Schema: g.schema})
+	if err != nil {
+		return nil, err
+	}
+	devexamples.Register(w)
+	if err := w.Start(ctx); err != nil {
+		return nil, fmt.Errorf("starting the examples' worker: %w", err)
+	}
+	stop = func() error {
+		// Let running tasks finish (up to 10s), even though ctx is done.
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := w.Stop(stopCtx); err != nil {
+			return fmt.Errorf("stopping the examples' worker: %w", err)
+		}
+		return nil
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, stop())
+		}
+	}()
+
+	c, err := client.New(pool, &client.Config{Logger: g.logger(), Schema: g.schema})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	started, err := devexamples.Start(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range started {
+		switch {
+		case s.Skipped != nil:
+			fmt.Fprintf(g.stdout, "weir dev: example %s skipped: %v\n", s.WorkflowID, s.Skipped)
+		case s.Run.Created:
+			fmt.Fprintf(g.stdout, "weir dev: example %s started (%s: %s)\n", s.WorkflowID, s.Want, s.About)
+		default:
+			fmt.Fprintf(g.stdout, "weir dev: example %s already started (%s: %s)\n", s.WorkflowID, s.Want, s.About)
+		}
+	}
+	return stop, nil
 }
 
 // startDevCluster starts (creating on first use) the private Postgres of

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,11 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/devexamples"
 	"github.com/weirhq/weir/internal/pgcluster"
 	"github.com/weirhq/weir/migrations"
+	"github.com/weirhq/weir/server"
 )
 
 func TestMain(m *testing.M) {
@@ -276,6 +280,67 @@ func TestDevCommand(t *testing.T) {
 		require.Contains(t, getOK(t, url+"/readyz"), `"status":"ready"`)
 		require.Contains(t, getOK(t, url+"/api/v1/namespaces/default/workflows"), `"runs":[]`)
 		require.Contains(t, getOK(t, url+"/metrics"), "weir_http_requests_total")
+		require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+		waitExit(t, cmd)
+	})
+
+	t.Run("Examples", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		env := []string{"DATABASE_URL=" + dbtest.TestDatabase(ctx, t), "WEIR_POSTGRES_BIN=" + t.TempDir()}
+		examples := devexamples.Examples()
+
+		// describe reads a run through the API.
+		describe := func(t *testing.T, url, workflowID string) *server.DescribeResponse {
+			t.Helper()
+			var d server.DescribeResponse
+			require.NoError(t, json.Unmarshal([]byte(getOK(t, url+"/api/v1/namespaces/default/workflows/"+workflowID)), &d))
+			return &d
+		}
+		// waitExamples waits until every example reached the state it
+		// wants; the running one must have finished its first task (it
+		// waits on its signal and timer with no task pending).
+		waitExamples := func(t *testing.T, url string) map[string]uuid.UUID {
+			t.Helper()
+			runIDs := map[string]uuid.UUID{}
+			for _, ex := range examples {
+				require.Eventually(t, func() bool {
+					d := describe(t, url, ex.WorkflowID)
+					runIDs[ex.WorkflowID] = d.RunID
+					require.Equal(t, int64(1), d.Generation, ex.WorkflowID)
+					require.Equal(t, devexamples.Queue, d.Queue, ex.WorkflowID)
+					if ex.Want == "running" {
+						return d.State == "running" && d.TaskJobID == nil && d.HistoryLength > 1
+					}
+					require.Contains(t, []string{"running", ex.Want}, d.State, ex.WorkflowID)
+					return d.State == ex.Want
+				}, time.Minute, 50*time.Millisecond, ex.WorkflowID)
+			}
+			return runIDs
+		}
+
+		cmd, url, output := startDev(ctx, t, env, "--examples")
+		for _, ex := range examples {
+			require.Contains(t, output.String(), "example "+ex.WorkflowID+" started")
+		}
+		first := waitExamples(t, url)
+		require.Contains(t, describe(t, url, "order-1002").Failure.Message, "ship failed, order compensated")
+		require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+		waitExit(t, cmd)
+
+		// A second run starts nothing new, and its worker runs the waiting
+		// approval to the end once signalled.
+		cmd, url, output = startDev(ctx, t, env, "--examples")
+		for _, ex := range examples {
+			require.Contains(t, output.String(), "example "+ex.WorkflowID+" already started")
+		}
+		require.Equal(t, first, waitExamples(t, url))
+		res := runWeir(ctx, t, []string{"WEIR_ADDRESS=" + url, "WEIR_TOKEN="}, "workflow", "signal", "approval-r-1", "approval.decision",
+			"--args", `{"approved":true,"by":"test"}`)
+		require.Equal(t, 0, res.code, res.stderr)
+		require.Eventually(t, func() bool {
+			return describe(t, url, "approval-r-1").State == "completed"
+		}, time.Minute, 50*time.Millisecond)
 		require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 		waitExit(t, cmd)
 	})
