@@ -125,6 +125,9 @@ type BackfillResponse struct {
 // OverlapPolicies are the overlap policies a schedule may have.
 var OverlapPolicies = []string{string(client.OverlapSkip), string(client.OverlapBufferOne), string(client.OverlapAllowAll)}
 
+// scheduleEveryMin is the shortest interval a schedule may have.
+const scheduleEveryMin = time.Second
+
 // scheduleListLimit is the default page size of the schedule list; the
 // largest is client.ListLimitMax.
 const scheduleListLimit = 100
@@ -180,6 +183,8 @@ func scheduleParams(req *ScheduleRequest) (*client.ScheduleParams, error) {
 		return nil, err
 	}
 	switch {
+	case p.Every != 0 && p.Every < scheduleEveryMin:
+		return nil, invalidArgument("every", "every is %s; at least %s", p.Every, scheduleEveryMin)
 	case req.Cron == "" && p.Every == 0:
 		return nil, invalidArgument("cron", "give cron or a positive every")
 	case req.Cron != "" && p.Every != 0:

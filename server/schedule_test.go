@@ -152,6 +152,7 @@ func TestScheduleAPI(t *testing.T) {
 			"BothSpecs":     {"every", func(r *server.ScheduleRequest) { r.Cron = "@hourly" }},
 			"BadEvery":      {"every", func(r *server.ScheduleRequest) { r.Every = "hourly" }},
 			"NegativeEvery": {"every", func(r *server.ScheduleRequest) { r.Every = "-1h" }},
+			"TinyEvery":     {"every", func(r *server.ScheduleRequest) { r.Every = "10ms" }},
 			"BadJitter":     {"jitter", func(r *server.ScheduleRequest) { r.Jitter = "a bit" }},
 			"BadTimeZone":   {"time_zone", func(r *server.ScheduleRequest) { r.TimeZone = "Mars/Olympus" }},
 			"BadOverlap":    {"overlap_policy", func(r *server.ScheduleRequest) { r.OverlapPolicy = "queue_all" }},
