@@ -124,8 +124,8 @@ const (
 	// RoleWrite may also start, signal, cancel and terminate.
 	RoleWrite Role = "write"
 
-	// RoleAdmin may do everything, including what later versions add
-	// (schedules).
+	// RoleAdmin may do everything: also create, change, pause, resume,
+	// trigger, backfill and delete schedules (reading them needs read).
 	RoleAdmin Role = "admin"
 )
 

@@ -16,8 +16,17 @@
 // (POST, idempotent by request_id), list (GET, filters and a cursor), and per
 // workflow ID describe, signal, cancel, terminate, history and result (a long
 // poll with a wait parameter). A run_id query parameter picks a run; without
-// it the workflow's latest run is meant. Query, update, signal-with-start and
-// schedules answer 501 unimplemented until the client supports them.
+// it the workflow's latest run is meant; query, update and
+// signal-with-start complete the set.
+//
+// Schedule routes live under /api/v1/namespaces/{namespace}/schedules:
+// create (POST: cron or every, time zone, jitter, overlap policy, the
+// workflow's kind and args as JSON), list (GET, by ID with a cursor), and per
+// schedule ID describe (GET), update (PATCH: note, overlap policy, paused),
+// delete (DELETE), and POST pause, resume, trigger (start a run now) and
+// backfill (start the runs of the due times in a range). Reading schedules
+// needs the read role, everything else admin. A taken ID is 409
+// schedule_already_exists, an unknown one 404 not_found.
 //
 // Every error is {"error": {"code", "message", "data"}} with a stable code
 // (the Code constants) and the IDs involved in data, e.g.

@@ -28,6 +28,7 @@ const (
 	CodeQueryTimeout           = "query_timeout"
 	CodeRequestConflict        = "request_conflict"
 	CodeRunClosed              = "run_closed"
+	CodeScheduleAlreadyExists  = "schedule_already_exists"
 	CodeUnauthenticated        = "unauthenticated"
 	CodeUnavailable            = "unavailable"
 	CodeUnimplemented          = "unimplemented"
@@ -84,6 +85,7 @@ func (s *Server) apiError(r *http.Request, err error) *Error {
 		qFailed  *client.QueryFailedError
 		rejected *client.UpdateRejectedError
 		uFailed  *client.UpdateFailedError
+		noSched  *client.ScheduleNotFoundError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -109,6 +111,10 @@ func (s *Server) apiError(r *http.Request, err error) *Error {
 			data["run_id"] = notFound.RunID.String()
 		}
 		return newError(http.StatusNotFound, CodeNotFound, notFound.Error(), data)
+	case errors.As(err, &noSched):
+		return newError(http.StatusNotFound, CodeNotFound, noSched.Error(), map[string]any{
+			"namespace": noSched.Namespace, "schedule_id": noSched.ID,
+		})
 	case errors.As(err, &closed):
 		return newError(http.StatusConflict, CodeRunClosed, closed.Error(), map[string]any{
 			"generation": closed.Generation, "run_id": closed.RunID.String(),

@@ -106,7 +106,7 @@ func TestOpenAPI(t *testing.T) {
 		// through to the fallback's "no such route".
 		for _, op := range documented {
 			method, path, _ := strings.Cut(op, " ")
-			path = strings.NewReplacer("{namespace}", "default", "{workflow_id}", "wf").Replace(path)
+			path = strings.NewReplacer("{namespace}", "default", "{workflow_id}", "wf", "{schedule_id}", "sched").Replace(path)
 			rec := httptest.NewRecorder()
 			srv.Handler().ServeHTTP(rec, httptest.NewRequestWithContext(ctx, method, path, nil))
 			if rec.Code == http.StatusNotFound {
@@ -136,7 +136,7 @@ func TestOpenAPI(t *testing.T) {
 		require.ElementsMatch(t, []string{
 			server.CodeDeadlineExceeded, server.CodeInternal, server.CodeInvalidArgument, server.CodeNotFound,
 			server.CodePayloadTooLarge, server.CodePermissionDenied, server.CodeQueryFailed, server.CodeQueryTimeout,
-			server.CodeRequestConflict, server.CodeRunClosed,
+			server.CodeRequestConflict, server.CodeRunClosed, server.CodeScheduleAlreadyExists,
 			server.CodeUnauthenticated, server.CodeUnavailable, server.CodeUnimplemented, server.CodeUpdateFailed, server.CodeUpdateRejected,
 			server.CodeWorkflowAlreadyStarted, server.CodeWorkflowIDReuse,
 		}, codes)

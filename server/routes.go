@@ -24,6 +24,7 @@ const (
 	apiPrefix      = "/api/v1"
 	nsPrefix       = apiPrefix + "/namespaces/{namespace}"
 	workflowPrefix = nsPrefix + "/workflows/{workflow_id}"
+	schedulePrefix = nsPrefix + "/schedules/{schedule_id}"
 )
 
 func (s *Server) routeTable() []*route {
@@ -46,16 +47,17 @@ func (s *Server) routeTable() []*route {
 		{method: http.MethodPost, pattern: workflowPrefix + "/signal-with-start", role: RoleWrite, api: s.handleSignalWithStart},
 		{method: http.MethodPost, pattern: workflowPrefix + "/update", role: RoleWrite, api: s.handleUpdate},
 
-		// Not yet: the client has no schedules.
-		{method: http.MethodGet, pattern: nsPrefix + "/schedules", role: RoleRead, api: unimplemented("schedules")},
-		{method: http.MethodPost, pattern: nsPrefix + "/schedules", role: RoleAdmin, api: unimplemented("schedules")},
-	}
-}
-
-func unimplemented(what string) func(*http.Request) (int, any, error) {
-	return func(*http.Request) (int, any, error) {
-		return 0, nil, newError(http.StatusNotImplemented, CodeUnimplemented,
-			what+" is not implemented yet: the engine does not support it", map[string]any{"feature": what})
+		// Schedules: reading needs read, changing them (and starting their
+		// runs by trigger or backfill) admin.
+		{method: http.MethodGet, pattern: nsPrefix + "/schedules", role: RoleRead, api: s.handleListSchedules},
+		{method: http.MethodPost, pattern: nsPrefix + "/schedules", role: RoleAdmin, api: s.handleCreateSchedule},
+		{method: http.MethodGet, pattern: schedulePrefix, role: RoleRead, api: s.handleDescribeSchedule},
+		{method: http.MethodPatch, pattern: schedulePrefix, role: RoleAdmin, api: s.handleUpdateSchedule},
+		{method: http.MethodDelete, pattern: schedulePrefix, role: RoleAdmin, api: s.handleDeleteSchedule},
+		{method: http.MethodPost, pattern: schedulePrefix + "/pause", role: RoleAdmin, api: s.handlePauseSchedule},
+		{method: http.MethodPost, pattern: schedulePrefix + "/resume", role: RoleAdmin, api: s.handleResumeSchedule},
+		{method: http.MethodPost, pattern: schedulePrefix + "/trigger", role: RoleAdmin, api: s.handleTriggerSchedule},
+		{method: http.MethodPost, pattern: schedulePrefix + "/backfill", role: RoleAdmin, api: s.handleBackfillSchedule},
 	}
 }
 

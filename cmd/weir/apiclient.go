@@ -18,7 +18,7 @@ const (
 	exitFailure       = 1 // anything else: network, internal, unavailable
 	exitUsage         = 2 // a command-line mistake or invalid_argument / payload_too_large
 	exitNotFound      = 3 // not_found
-	exitConflict      = 4 // workflow_already_started, workflow_id_reuse, request_conflict, run_closed
+	exitConflict      = 4 // workflow_already_started, workflow_id_reuse, request_conflict, run_closed, schedule_already_exists
 	exitAuth          = 5 // unauthenticated, permission_denied
 	exitNotCompleted  = 6 // result: the run closed without completing
 	exitStillRunning  = 7 // result: the wait ended before the run closed
@@ -27,9 +27,9 @@ const (
 
 const exitCodesHelp = `Exit codes: 0 success; 1 error (network, server); 2 usage or invalid argument;
 3 not found; 4 conflict (already started, ID reuse, request conflict, run
-closed); 5 unauthenticated or permission denied; 6 the run closed without
-completing (result); 7 the wait ended with the run still running (result);
-8 not implemented by the server yet.`
+closed, schedule exists); 5 unauthenticated or permission denied; 6 the run
+closed without completing (result); 7 the wait ended with the run still
+running (result); 8 not implemented by the server yet.`
 
 // apiError is an error response of the server.
 type apiError struct {
@@ -52,7 +52,8 @@ func (e *apiError) exitCode() int {
 		return exitUsage
 	case server.CodeNotFound:
 		return exitNotFound
-	case server.CodeWorkflowAlreadyStarted, server.CodeWorkflowIDReuse, server.CodeRequestConflict, server.CodeRunClosed:
+	case server.CodeWorkflowAlreadyStarted, server.CodeWorkflowIDReuse, server.CodeRequestConflict, server.CodeRunClosed,
+		server.CodeScheduleAlreadyExists:
 		return exitConflict
 	case server.CodeUnauthenticated, server.CodePermissionDenied:
 		return exitAuth

@@ -539,30 +539,6 @@ func printAnswer(g *globals, api *apiOpts, raw []byte) error {
 	return printJSON(g, value.Result)
 }
 
-func newScheduleCommand(g *globals) *cobra.Command {
-	opts := &apiOpts{}
-	cmd := &cobra.Command{
-		Use:   "schedule",
-		Short: "Manage schedules (not supported by the server yet)",
-		Long:  "Manage schedules. The server answers 501 unimplemented until weir has schedules.\n\n" + exitCodesHelp,
-	}
-	addAPIFlags(cmd, g, opts)
-	cmd.AddCommand(&cobra.Command{
-		Use:   "list",
-		Short: "List schedules",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := opts.client(g)
-			raw, err := c.do(cmd.Context(), http.MethodGet, "/api/v1/namespaces/"+url.PathEscape(c.namespace)+"/schedules", nil, nil, nil)
-			if err != nil {
-				return err
-			}
-			return printJSON(g, raw)
-		},
-	})
-	return cmd
-}
-
 func runQuery(runID string) url.Values {
 	q := url.Values{}
 	if runID != "" {

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/weirhq/weir/server"
+)
+
+func newScheduleCommand(g *globals) *cobra.Command {
+	opts := &apiOpts{}
+	cmd := &cobra.Command{
+		Use:   "schedule",
+		Short: "Create, change, trigger, backfill and inspect schedules through a weir server",
+		Long: `Create, change, trigger, backfill and inspect schedules through a weir server
+(weir server or weir dev) at --address, with the bearer token in $WEIR_TOKEN
+(or the variable --token-env names). Workers start a schedule's runs when
+they are due. Listing and describing need the read role, the rest admin.
+
+` + exitCodesHelp,
+	}
+	addAPIFlags(cmd, g, opts)
+	cmd.AddCommand(
+		newScheduleCreateCommand(g, opts),
+		newScheduleDescribeCommand(g, opts),
+		newScheduleListCommand(g, opts),
+		newScheduleUpdateCommand(g, opts),
+		newSchedulePauseCommand(g, opts, "pause", "Pause a schedule: no runs start until it is resumed"),
+		newSchedulePauseCommand(g, opts, "resume", "Resume a paused schedule; due times that passed meanwhile are skipped (backfill starts them)"),
+		newScheduleTriggerCommand(g, opts),
+		newScheduleBackfillCommand(g, opts),
+		newScheduleDeleteCommand(g, opts),
+	)
+	return cmd
+}
+
+func (c *apiClient) schedulesPath() string {
+	return "/api/v1/namespaces/" + url.PathEscape(c.namespace) + "/schedules"
+}
+
+func (c *apiClient) schedulePath(id, suffix string) string {
+	return c.schedulesPath() + "/" + url.PathEscape(id) + suffix
+}
+
+// printSchedule prints a schedule: the server's JSON with --json, else its
+// fields.
+func printSchedule(g *globals, api *apiOpts, raw []byte, s *server.ScheduleJSON) error {
+	if api.json {
+		return printJSON(g, raw)
+	}
+	spec := s.Cron
+	if spec == "" {
+		spec = "every " + s.Every
+	}
+	lastRun := "-"
+	if s.LastRunID != nil {
+		lastRun = s.LastWorkflowID + " (run " + s.LastRunID.String() + ")"
+	}
+	jitter := s.Jitter
+	if jitter == "" {
+		jitter = "-"
+	}
+	return printFields(g, [][2]string{
+		{"Schedule ID", s.ScheduleID}, {"Namespace", s.Namespace}, {"Spec", spec}, {"Time zone", s.TimeZone},
+		{"Jitter", jitter}, {"Workflow kind", s.WorkflowKind}, {"Queue", s.Queue}, {"Overlap policy", s.OverlapPolicy},
+		{"Paused", strconv.FormatBool(s.Paused)}, {"Next run", formatTime(s.NextRunAt)}, {"Last due", formatTime(s.LastDueAt)},
+		{"Last run", lastRun}, {"Created", formatTime(&s.CreatedAt)}, {"Note", s.Note},
+	})
+}
+
+func newScheduleCreateCommand(g *globals, api *apiOpts) *cobra.Command {
+	var (
+		args argsOpts
+		req  server.ScheduleRequest
+	)
+	cmd := &cobra.Command{
+		Use:   "create SCHEDULE_ID KIND",
+		Short: "Create a schedule starting runs of workflow KIND",
+		Long: `Create a schedule starting runs of workflow KIND with --args as JSON, on a cron
+expression (--cron, read in --time-zone) or at a fixed interval (--every).`,
+		Example: `  weir schedule create nightly-report report --cron "0 2 * * *" --time-zone Europe/Berlin --args '{"full":true}'
+  weir schedule create poll-feeds poll --every 15m --jitter 30s --overlap-policy skip`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			var err error
+			req.ScheduleID, req.Kind = positional[0], positional[1]
+			if req.Args, err = args.read(cmd); err != nil {
+				return err
+			}
+			c := api.client(g)
+			var s server.ScheduleJSON
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.schedulesPath(), nil, &req, &s)
+			if err != nil {
+				return err
+			}
+			return printSchedule(g, api, raw, &s)
+		},
+	}
+	addArgsFlags(cmd, &args)
+	flags := cmd.Flags()
+	flags.StringVar(&req.Cron, "cron", "", `five-field cron expression or a descriptor such as "@hourly"`)
+	flags.StringVar(&req.Every, "every", "", "fixed interval from the schedule's creation, e.g. 15m")
+	flags.StringVar(&req.Jitter, "jitter", "", "delay each start by up to this much, e.g. 30s")
+	flags.StringVar(&req.TimeZone, "time-zone", "", "IANA time zone the cron fields are read in (default UTC)")
+	flags.StringVar(&req.OverlapPolicy, "overlap-policy", "", "skip (default), buffer_one or allow_all: when a start is due while the last run still runs")
+	flags.BoolVar(&req.Paused, "paused", false, "create the schedule paused")
+	flags.StringVar(&req.Queue, "queue", "", "River queue of the runs' tasks (default: default)")
+	flags.StringVar(&req.Note, "note", "", "a note for people")
+	_ = cmd.RegisterFlagCompletionFunc("overlap-policy", fixedCompletion(server.OverlapPolicies...))
+	return cmd
+}
+
+func newScheduleDescribeCommand(g *globals, api *apiOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:   "describe SCHEDULE_ID",
+		Short: "Show a schedule: its spec, policy, next and last runs",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			c := api.client(g)
+			var s server.ScheduleJSON
+			raw, err := c.do(cmd.Context(), http.MethodGet, c.schedulePath(positional[0], ""), nil, nil, &s)
+			if err != nil {
+				return err
+			}
+			return printSchedule(g, api, raw, &s)
+		},
+	}
+}
+
+func newScheduleListCommand(g *globals, api *apiOpts) *cobra.Command {
+	var (
+		all    bool
+		cursor string
+		limit  int
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List schedules by ID",
+		Long: `List schedules by ID, one page (--limit) at a time: the next page's --cursor is
+printed on stderr. --all follows the cursor to the end.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := api.client(g)
+			q := url.Values{}
+			if limit > 0 {
+				q.Set("limit", strconv.Itoa(limit))
+			}
+			merged := &server.ScheduleListResponse{Schedules: []*server.ScheduleJSON{}}
+			for {
+				if cursor != "" {
+					q.Set("cursor", cursor)
+				}
+				var page server.ScheduleListResponse
+				if _, err := c.do(cmd.Context(), http.MethodGet, c.schedulesPath(), q, nil, &page); err != nil {
+					return err
+				}
+				merged.Schedules = append(merged.Schedules, page.Schedules...)
+				merged.NextCursor, cursor = page.NextCursor, page.NextCursor
+				if !all || cursor == "" {
+					break
+				}
+			}
+			if api.json {
+				return printValue(g, merged)
+			}
+			rows := [][]string{{"SCHEDULE ID", "SPEC", "KIND", "PAUSED", "NEXT RUN", "LAST RUN"}}
+			for _, s := range merged.Schedules {
+				spec := s.Cron
+				if spec == "" {
+					spec = "every " + s.Every
+				}
+				last := s.LastWorkflowID
+				if last == "" {
+					last = "-"
+				}
+				rows = append(rows, []string{s.ScheduleID, spec, s.WorkflowKind, strconv.FormatBool(s.Paused), formatTime(s.NextRunAt), last})
+			}
+			if err := printTable(g, rows); err != nil {
+				return err
+			}
+			if merged.NextCursor != "" {
+				fmt.Fprintf(g.stderr, "more: --cursor %s\n", merged.NextCursor)
+			}
+			return nil
+		},
+	}
+	flags := cmd.Flags()
+	flags.BoolVar(&all, "all", false, "follow the cursor through every page")
+	flags.StringVar(&cursor, "cursor", "", "continue from a previous page")
+	flags.IntVar(&limit, "limit", 0, "page size (default 100, at most 1000)")
+	return cmd
+}
+
+func newScheduleUpdateCommand(g *globals, api *apiOpts) *cobra.Command {
+	var (
+		note, policy string
+		paused       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "update SCHEDULE_ID",
+		Short: "Change a schedule's note, overlap policy or paused state",
+		Long: `Change a schedule's note, overlap policy or paused state; what no flag names
+stays as it is.`,
+		Example: `  weir schedule update nightly-report --overlap-policy buffer_one --note "owned by data team"`,
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			req := &server.ScheduleUpdateRequest{}
+			flags := cmd.Flags()
+			if flags.Changed("note") {
+				req.Note = &note
+			}
+			if flags.Changed("overlap-policy") {
+				req.OverlapPolicy = &policy
+			}
+			if flags.Changed("paused") {
+				req.Paused = &paused
+			}
+			if req.Note == nil && req.OverlapPolicy == nil && req.Paused == nil {
+				return usageError(errors.New("nothing to change: give --note, --overlap-policy or --paused"))
+			}
+			c := api.client(g)
+			var s server.ScheduleJSON
+			raw, err := c.do(cmd.Context(), http.MethodPatch, c.schedulePath(positional[0], ""), nil, req, &s)
+			if err != nil {
+				return err
+			}
+			return printSchedule(g, api, raw, &s)
+		},
+	}
+	flags := cmd.Flags()
+	flags.StringVar(&note, "note", "", "replace the note")
+	flags.StringVar(&policy, "overlap-policy", "", "skip, buffer_one or allow_all")
+	flags.BoolVar(&paused, "paused", false, "pause (--paused) or resume (--paused=false)")
+	_ = cmd.RegisterFlagCompletionFunc("overlap-policy", fixedCompletion(server.OverlapPolicies...))
+	return cmd
+}
+
+func newSchedulePauseCommand(g *globals, api *apiOpts, verb, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   verb + " SCHEDULE_ID",
+		Short: short,
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			c := api.client(g)
+			var s server.ScheduleJSON
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.schedulePath(positional[0], "/"+verb), nil, nil, &s)
+			if err != nil {
+				return err
+			}
+			if api.json {
+				return printJSON(g, raw)
+			}
+			fmt.Fprintf(g.stdout, "schedule %s %sd; next run %s\n", s.ScheduleID, verb, formatTime(s.NextRunAt))
+			return nil
+		},
+	}
+}
+
+func newScheduleTriggerCommand(g *globals, api *apiOpts) *cobra.Command {
+	var (
+		result resultOpts
+		wait   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "trigger SCHEDULE_ID",
+		Short: "Start the schedule's workflow now, whatever its due times and overlap policy",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			c := api.client(g)
+			var run server.RunResponse
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.schedulePath(positional[0], "/trigger"), nil, nil, &run)
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if api.json {
+					return printJSON(g, raw)
+				}
+				return printFields(g, [][2]string{
+					{"Workflow ID", run.WorkflowID}, {"Run ID", run.RunID.String()}, {"Namespace", run.Namespace},
+				})
+			}
+			result.runID = run.RunID.String()
+			return awaitAndPrint(cmd.Context(), g, api, run.WorkflowID, &result)
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run's result and print it (exit codes as for workflow result)")
+	cmd.Flags().DurationVar(&result.wait, "wait-timeout", 0, "with --wait: give up after this long (default: wait until the run closes)")
+	return cmd
+}
+
+func newScheduleBackfillCommand(g *globals, api *apiOpts) *cobra.Command {
+	var req server.BackfillRequest
+	cmd := &cobra.Command{
+		Use:   "backfill SCHEDULE_ID --start TIME --end TIME",
+		Short: "Start the runs of the schedule's due times in [--start, --end)",
+		Long: `Start the runs of the schedule's due times from --start (inclusive) to --end
+(exclusive), RFC 3339 times, as if the schedule had run then. Each due time
+starts at most one run however often it is backfilled; runs overlap.`,
+		Example: `  weir schedule backfill nightly-report --start 2026-11-01T00:00:00Z --end 2026-11-08T00:00:00Z`,
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			if req.Start == "" || req.End == "" {
+				return usageError(errors.New("backfill needs --start and --end"))
+			}
+			c := api.client(g)
+			var resp server.BackfillResponse
+			raw, err := c.do(cmd.Context(), http.MethodPost, c.schedulePath(positional[0], "/backfill"), nil, &req, &resp)
+			if err != nil {
+				return err
+			}
+			if api.json {
+				return printJSON(g, raw)
+			}
+			rows := [][]string{{"WORKFLOW ID", "RUN ID", "CREATED"}}
+			for _, run := range resp.Runs {
+				rows = append(rows, []string{run.WorkflowID, run.RunID.String(), strconv.FormatBool(run.Created)})
+			}
+			if err := printTable(g, rows); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stderr, "%d due times\n", len(resp.Runs))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Start, "start", "", "start of the range, inclusive (RFC 3339)")
+	cmd.Flags().StringVar(&req.End, "end", "", "end of the range, exclusive (RFC 3339)")
+	return cmd
+}
+
+func newScheduleDeleteCommand(g *globals, api *apiOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete SCHEDULE_ID",
+		Short: "Delete a schedule; the runs it started go on",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			c := api.client(g)
+			raw, err := c.do(cmd.Context(), http.MethodDelete, c.schedulePath(positional[0], ""), nil, nil, nil)
+			if err != nil {
+				return err
+			}
+			if api.json {
+				return printJSON(g, raw)
+			}
+			fmt.Fprintf(g.stdout, "schedule %s deleted\n", positional[0])
+			return nil
+		},
+	}
+}

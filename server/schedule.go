@@ -1,0 +1,426 @@
+package server
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/schedule"
+)
+
+// ScheduleRequest is the body of POST /api/v1/namespaces/{namespace}/schedules.
+type ScheduleRequest struct {
+	// Args are the args of every run the schedule starts, as JSON.
+	Args json.RawMessage `json:"args,omitempty"`
+
+	// Cron is a five-field cron expression or a descriptor ("@hourly");
+	// give Cron or Every.
+	Cron string `json:"cron,omitempty"`
+
+	// Every is a fixed interval as a Go duration ("90s"), counted from the
+	// schedule's creation; give Cron or Every.
+	Every string `json:"every,omitempty"`
+
+	// Jitter delays each start by up to this much, as a Go duration.
+	// Optional.
+	Jitter string `json:"jitter,omitempty"`
+
+	// Kind is the workflow kind of the runs. Required.
+	Kind string `json:"kind"`
+
+	// Note is for people. Optional.
+	Note string `json:"note,omitempty"`
+
+	// OverlapPolicy is skip (the default), buffer_one or allow_all.
+	OverlapPolicy string `json:"overlap_policy,omitempty"`
+
+	// Paused creates the schedule paused.
+	Paused bool `json:"paused,omitempty"`
+
+	// Queue is the River queue of the runs' tasks. Optional.
+	Queue string `json:"queue,omitempty"`
+
+	// ScheduleID names the schedule in the namespace. Required.
+	ScheduleID string `json:"schedule_id"`
+
+	// TimeZone is the IANA zone cron fields are read in. Defaults to UTC.
+	TimeZone string `json:"time_zone,omitempty"`
+}
+
+// ScheduleUpdateRequest is the body of PATCH …/schedules/{schedule_id};
+// absent fields stay as they are.
+type ScheduleUpdateRequest struct {
+	// Note replaces the note.
+	Note *string `json:"note,omitempty"`
+
+	// OverlapPolicy replaces the overlap policy.
+	OverlapPolicy *string `json:"overlap_policy,omitempty"`
+
+	// Paused pauses (true) or resumes (false) the schedule. Resuming skips
+	// the due times that passed meanwhile (a backfill starts them).
+	Paused *bool `json:"paused,omitempty"`
+}
+
+// BackfillRequest is the body of POST …/schedules/{schedule_id}/backfill.
+type BackfillRequest struct {
+	// End is the end of the range (exclusive), an RFC 3339 time. Required.
+	End string `json:"end"`
+
+	// Start is the start of the range (inclusive), an RFC 3339 time.
+	// Required.
+	Start string `json:"start"`
+}
+
+// ScheduleJSON is a schedule as the API returns it.
+type ScheduleJSON struct {
+	CreatedAt time.Time `json:"created_at"`
+	Cron      string    `json:"cron,omitempty"`
+	// Every and Jitter are Go durations ("1h0m0s").
+	Every          string     `json:"every,omitempty"`
+	Jitter         string     `json:"jitter,omitempty"`
+	LastDueAt      *time.Time `json:"last_due_at,omitempty"`
+	LastRunID      *uuid.UUID `json:"last_run_id,omitempty"`
+	LastWorkflowID string     `json:"last_workflow_id,omitempty"`
+	Namespace      string     `json:"namespace"`
+	// NextRunAt is the next due time; a paused schedule keeps it.
+	NextRunAt     *time.Time `json:"next_run_at,omitempty"`
+	Note          string     `json:"note"`
+	OverlapPolicy string     `json:"overlap_policy"`
+	Paused        bool       `json:"paused"`
+	Queue         string     `json:"queue"`
+	ScheduleID    string     `json:"schedule_id"`
+	TimeZone      string     `json:"time_zone"`
+	WorkflowKind  string     `json:"workflow_kind"`
+}
+
+// ScheduleListResponse is the body of GET /api/v1/namespaces/{namespace}/schedules.
+type ScheduleListResponse struct {
+	// NextCursor continues the listing (as the cursor parameter); absent on
+	// the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
+
+	// Schedules are the page's schedules, by ID.
+	Schedules []*ScheduleJSON `json:"schedules"`
+}
+
+// ScheduleDeletedResponse is the body of a DELETE of a schedule.
+type ScheduleDeletedResponse struct {
+	Namespace  string `json:"namespace"`
+	ScheduleID string `json:"schedule_id"`
+}
+
+// BackfillResponse is the body of a backfill: the runs of the range's due
+// times, whether this backfill created them (created) or an earlier start
+// of the same due time did.
+type BackfillResponse struct {
+	Runs []*RunResponse `json:"runs"`
+}
+
+// OverlapPolicies are the overlap policies a schedule may have.
+var OverlapPolicies = []string{string(client.OverlapSkip), string(client.OverlapBufferOne), string(client.OverlapAllowAll)}
+
+// scheduleEveryMin is the shortest interval a schedule may have.
+const scheduleEveryMin = time.Second
+
+// scheduleListLimit is the default page size of the schedule list; the
+// largest is client.ListLimitMax.
+const scheduleListLimit = 100
+
+func scheduleJSON(s *client.Schedule) *ScheduleJSON {
+	out := &ScheduleJSON{
+		CreatedAt: s.CreatedAt, Cron: s.Cron, LastDueAt: s.LastDueAt, LastRunID: s.LastRunID, LastWorkflowID: s.LastWorkflowID,
+		Namespace: s.Namespace, NextRunAt: s.NextRunAt, Note: s.Note, OverlapPolicy: string(s.OverlapPolicy), Paused: s.Paused,
+		Queue: s.Queue, ScheduleID: s.ID, TimeZone: s.TimeZone, WorkflowKind: s.WorkflowKind,
+	}
+	if s.Every > 0 {
+		out.Every = s.Every.String()
+	}
+	if s.Jitter > 0 {
+		out.Jitter = s.Jitter.String()
+	}
+	return out
+}
+
+func runResponse(run *client.Run) *RunResponse {
+	return &RunResponse{
+		Created: run.Created, Generation: run.Generation, Namespace: run.Namespace, RunID: run.RunID, WorkflowID: run.WorkflowID,
+	}
+}
+
+// scheduleParams checks a create request and turns it into ScheduleParams.
+func scheduleParams(req *ScheduleRequest) (*client.ScheduleParams, error) {
+	if req.ScheduleID == "" || len(req.ScheduleID) > 255 {
+		return nil, invalidArgument("schedule_id", "schedule_id must be 1 to 255 bytes")
+	}
+	if !validName(req.Kind) {
+		return nil, invalidArgument("kind", "invalid workflow kind %q: %s", req.Kind, nameRule)
+	}
+	if req.Queue != "" && (len(req.Queue) > 64 || !queueRE.MatchString(req.Queue)) {
+		return nil, invalidArgument("queue", "invalid queue %q: lowercase letters and digits separated by _ or -, at most 64", req.Queue)
+	}
+	if len(req.Args) > 0 && !json.Valid(req.Args) {
+		return nil, invalidArgument("args", "args are not valid JSON")
+	}
+	if req.OverlapPolicy != "" && !contains(OverlapPolicies, req.OverlapPolicy) {
+		return nil, invalidArgument("overlap_policy", "unknown overlap_policy %q: skip, buffer_one or allow_all", req.OverlapPolicy)
+	}
+	p := &client.ScheduleParams{
+		Cron: req.Cron, ID: req.ScheduleID, Note: req.Note, OverlapPolicy: client.OverlapPolicy(req.OverlapPolicy),
+		Paused: req.Paused, Queue: req.Queue, TimeZone: req.TimeZone,
+		Workflow: client.RawArgs{JSON: req.Args, KindName: req.Kind},
+	}
+	var err error
+	if p.Every, err = parseDuration("every", req.Every); err != nil {
+		return nil, err
+	}
+	if p.Jitter, err = parseDuration("jitter", req.Jitter); err != nil {
+		return nil, err
+	}
+	switch {
+	case p.Every != 0 && p.Every < scheduleEveryMin:
+		return nil, invalidArgument("every", "every is %s; at least %s", p.Every, scheduleEveryMin)
+	case req.Cron == "" && p.Every == 0:
+		return nil, invalidArgument("cron", "give cron or a positive every")
+	case req.Cron != "" && p.Every != 0:
+		return nil, invalidArgument("every", "give cron or every, not both")
+	}
+	if req.TimeZone != "" {
+		if _, err := time.LoadLocation(req.TimeZone); err != nil {
+			return nil, invalidArgument("time_zone", "unknown time_zone %q: an IANA zone such as \"Europe/Berlin\"", req.TimeZone)
+		}
+	}
+	if req.Cron != "" {
+		if err := (&schedule.Spec{Cron: req.Cron}).Validate(); err != nil {
+			return nil, invalidArgument("cron", "invalid cron expression %q: five fields or a descriptor such as \"@hourly\" (%v)", req.Cron, err)
+		}
+	}
+	return p, nil
+}
+
+func (s *Server) handleCreateSchedule(r *http.Request) (int, any, error) {
+	var req ScheduleRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	p, err := scheduleParams(&req)
+	if err != nil {
+		return 0, nil, err
+	}
+	c, err := s.client(r.PathValue("namespace"))
+	if err != nil {
+		return 0, nil, err
+	}
+	sched, err := c.CreateSchedule(r.Context(), p)
+	if errors.Is(err, client.ErrScheduleExists) {
+		return 0, nil, newError(http.StatusConflict, CodeScheduleAlreadyExists, err.Error(), map[string]any{
+			"namespace": r.PathValue("namespace"), "schedule_id": req.ScheduleID,
+		})
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, scheduleJSON(sched), nil
+}
+
+func (s *Server) handleListSchedules(r *http.Request) (int, any, error) {
+	q := r.URL.Query()
+	limit, err := parseInt(q, "limit", 1, client.ListLimitMax)
+	if err != nil {
+		return 0, nil, err
+	}
+	if limit == 0 {
+		limit = scheduleListLimit
+	}
+	var after string
+	if v := q.Get("cursor"); v != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || len(raw) == 0 {
+			return 0, nil, invalidArgument("cursor", "invalid cursor %q: pass next_cursor as it came", v)
+		}
+		after = string(raw)
+	}
+	c, err := s.client(r.PathValue("namespace"))
+	if err != nil {
+		return 0, nil, err
+	}
+	all, err := c.ListSchedules(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	// The client lists by ID (Postgres's collation); page by the same order
+	// in Go's, so a cursor means "after this ID" whatever the collation.
+	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+	resp := &ScheduleListResponse{Schedules: []*ScheduleJSON{}}
+	for _, sched := range all {
+		if after != "" && sched.ID <= after {
+			continue
+		}
+		if len(resp.Schedules) == limit {
+			resp.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(resp.Schedules[limit-1].ScheduleID))
+			break
+		}
+		resp.Schedules = append(resp.Schedules, scheduleJSON(sched))
+	}
+	return http.StatusOK, resp, nil
+}
+
+// scheduleTarget reads the namespace's client and the schedule ID of a
+// per-schedule route.
+func (s *Server) scheduleTarget(r *http.Request) (*client.Client, string, error) {
+	id := r.PathValue("schedule_id")
+	if id == "" || len(id) > 255 {
+		return nil, "", invalidArgument("schedule_id", "schedule_id must be 1 to 255 bytes")
+	}
+	c, err := s.client(r.PathValue("namespace"))
+	if err != nil {
+		return nil, "", err
+	}
+	return c, id, nil
+}
+
+func (s *Server) handleDescribeSchedule(r *http.Request) (int, any, error) {
+	c, id, err := s.scheduleTarget(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	sched, err := c.DescribeSchedule(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, scheduleJSON(sched), nil
+}
+
+func (s *Server) updateSchedule(r *http.Request, u *client.ScheduleUpdate) (int, any, error) {
+	c, id, err := s.scheduleTarget(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	sched, err := c.UpdateSchedule(r.Context(), id, u)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, scheduleJSON(sched), nil
+}
+
+func (s *Server) handleUpdateSchedule(r *http.Request) (int, any, error) {
+	var req ScheduleUpdateRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	u := &client.ScheduleUpdate{Note: req.Note, Paused: req.Paused}
+	if req.OverlapPolicy != nil {
+		if !contains(OverlapPolicies, *req.OverlapPolicy) {
+			return 0, nil, invalidArgument("overlap_policy", "unknown overlap_policy %q: skip, buffer_one or allow_all", *req.OverlapPolicy)
+		}
+		policy := client.OverlapPolicy(*req.OverlapPolicy)
+		u.OverlapPolicy = &policy
+	}
+	return s.updateSchedule(r, u)
+}
+
+func (s *Server) handlePauseSchedule(r *http.Request) (int, any, error) {
+	paused := true
+	return s.updateSchedule(r, &client.ScheduleUpdate{Paused: &paused})
+}
+
+func (s *Server) handleResumeSchedule(r *http.Request) (int, any, error) {
+	paused := false
+	return s.updateSchedule(r, &client.ScheduleUpdate{Paused: &paused})
+}
+
+func (s *Server) handleTriggerSchedule(r *http.Request) (int, any, error) {
+	c, id, err := s.scheduleTarget(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	run, err := c.TriggerSchedule(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, runResponse(run), nil
+}
+
+// backfillMax is the most due times one backfill starts (the client's
+// bound); a longer range is invalid_argument.
+const backfillMax = 10000
+
+func (s *Server) handleBackfillSchedule(r *http.Request) (int, any, error) {
+	c, id, err := s.scheduleTarget(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var req BackfillRequest
+	if err := decodeBody(r, &req, false); err != nil {
+		return 0, nil, err
+	}
+	var start, end time.Time
+	for name, v := range map[string]struct {
+		dst *time.Time
+		val string
+	}{"start": {&start, req.Start}, "end": {&end, req.End}} {
+		if *v.dst, err = time.Parse(time.RFC3339Nano, v.val); err != nil {
+			return 0, nil, invalidArgument(name, "%s is not an RFC 3339 time: %q", name, v.val)
+		}
+	}
+	if !start.Before(end) {
+		return 0, nil, invalidArgument("end", "end (%s) must be after start (%s)", req.End, req.Start)
+	}
+	sched, err := c.DescribeSchedule(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := checkBackfillRange(sched, start, end); err != nil {
+		return 0, nil, err
+	}
+	runs, err := c.BackfillSchedule(r.Context(), id, start, end)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp := &BackfillResponse{Runs: []*RunResponse{}}
+	for _, run := range runs {
+		resp.Runs = append(resp.Runs, runResponse(run))
+	}
+	return http.StatusOK, resp, nil
+}
+
+// checkBackfillRange refuses, before any run starts, a range with more than
+// backfillMax due times (the client would start that many and then fail) or
+// one where the cron expression runs out of due times.
+func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
+	if sched.Every > 0 {
+		// Intervals count from the schedule's anchor; from start is at
+		// least as many.
+		if n := (end.Sub(start) + sched.Every - 1) / sched.Every; n > backfillMax {
+			return invalidArgument("end", "the range holds about %d due times; at most %d: split it", n, backfillMax)
+		}
+		return nil
+	}
+	spec := &schedule.Spec{Cron: sched.Cron, TimeZone: sched.TimeZone}
+	due, err := spec.Next(start, start.Add(-time.Nanosecond))
+	for n := 0; err == nil && due.Before(end); due, err = spec.Next(start, due) {
+		if due.IsZero() {
+			return invalidArgument("start", "cron expression %q has no due time after %s", sched.Cron, start.Format(time.RFC3339))
+		}
+		if n++; n > backfillMax {
+			return invalidArgument("end", "the range holds more than %d due times: split it", backfillMax)
+		}
+	}
+	return err
+}
+
+func (s *Server) handleDeleteSchedule(r *http.Request) (int, any, error) {
+	c, id, err := s.scheduleTarget(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := c.DeleteSchedule(r.Context(), id); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, &ScheduleDeletedResponse{Namespace: r.PathValue("namespace"), ScheduleID: id}, nil
+}
