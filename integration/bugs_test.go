@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,18 +21,10 @@ import (
 	"github.com/weirhq/weir/worker"
 )
 
-// Reductions of bugs the fault-injection suite found. Each fails today; it
-// is skipped (so CI stays green) unless WEIR_KNOWN_BUGS is set:
-//
-//	WEIR_KNOWN_BUGS=1 go test -race -run TestBug ./integration/
-func skipKnownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("WEIR_KNOWN_BUGS") == "" {
-		t.Skip("bug: " + bug + " (set WEIR_KNOWN_BUGS=1 to run)")
-	}
-}
+// Regression tests: reductions of bugs the fault-injection suite found,
+// each failing before its fix.
 
-// TestBugLeaseLostCountedForCompletedAttempts: with no fault at all, the
+// TestLeaseNotLostByAttemptThatCompletedItsJob: with no fault at all, the
 // fencing layer reports lost leases. Weir's activity and task workers
 // finalize their job inside Work (a fenced CompleteTx); the attempt stays in
 // the lease keeper until Work returns, and a heartbeat in that window finds
@@ -41,8 +32,9 @@ func skipKnownBug(t *testing.T, bug string) {
 // EventLeaseLost to the Observer and cancels the (finished) attempt's context
 // with ErrLeaseLost. The counter, the metric and the trace event that should
 // mean "a worker lost a job to recovery" fire on healthy completions.
-func TestBugLeaseLostCountedForCompletedAttempts(t *testing.T) {
-	skipKnownBug(t, "fencing counts LeasesLost for attempts that finalized their own job inside Work")
+// Fixed: the keeper sees the job completed with the attempt's own token
+// (lease_last_token) and drops it without counting or cancelling.
+func TestLeaseNotLostByAttemptThatCompletedItsJob(t *testing.T) {
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
 	schema := dbtest.TestSchema(ctx, t)
@@ -123,20 +115,20 @@ func (a *commitProbe) Execute(ctx context.Context, args chaos.EffectArgs) (int, 
 	return chaos.StepValue(args.Step), nil
 }
 
-// TestBugCompleteTxCommitFailsAfterCommitting: with no fault at all, an
+// TestCompleteTxCommitReportsCommitted: with no fault at all, an
 // activity's own tx.Commit after a successful activity.CompleteTx returns an
 // error although the transaction committed (its effect and the outcome are
 // in the database). The lease keeper sees the job finalized (see
-// TestBugLeaseLostCountedForCompletedAttempts) and cancels the attempt's
+// TestLeaseNotLostByAttemptThatCompletedItsJob) and cancels the attempt's
 // context with ErrLeaseLost while pgx still waits for the COMMIT reply; pgx
 // then abandons the connection and reports failure. (The test slows the
 // activity's link to Postgres down so that the window is wide; without it
 // the race is hit now and then.) User code that treats
 // a failed Commit as "the effect did not happen" (compensates, or writes it
 // elsewhere) now does it twice; River then gets an error for a job already
-// completed, which the fencing layer counts as a stale write.
-func TestBugCompleteTxCommitFailsAfterCommitting(t *testing.T) {
-	skipKnownBug(t, "the lease keeper cancels an attempt's context between its COMMIT and the reply")
+// completed, which the fencing layer counts as a stale write. Fixed with
+// TestLeaseNotLostByAttemptThatCompletedItsJob.
+func TestCompleteTxCommitReportsCommitted(t *testing.T) {
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
 	schema := dbtest.TestSchema(ctx, t)
@@ -242,7 +234,7 @@ func (a *rollbackOnce) Execute(ctx context.Context, args chaos.EffectArgs) (int,
 	return 0, errors.New("commit failed: connection lost")
 }
 
-// TestBugCompleteTxWhoseCommitFailsCompletesActivityWithNull: the chaos
+// TestCompleteTxWhoseCommitFailsIsRetried: the chaos
 // suite's mixed scenario (800 workflows, WEIR_CHAOS_WORKFLOWS=800
 // WEIR_CHAOS_RATE=40 -run TestChaosMixed) once ended a workflow with a
 // wrong result and an effect that never committed (W7, F2). Reduced: an
@@ -255,9 +247,10 @@ func (a *rollbackOnce) Execute(ctx context.Context, args chaos.EffectArgs) (int,
 // job; the fencing OnFinalized hook finds the activity still pending and
 // resolves it as a plain River job would be: ActivityCompleted with a null
 // result. The workflow reads the zero value as the activity's result and
-// completes with a wrong result, while the effect never happened.
-func TestBugCompleteTxWhoseCommitFailsCompletesActivityWithNull(t *testing.T) {
-	skipKnownBug(t, "an activity whose CompleteTx transaction did not commit is completed with a null result")
+// completes with a wrong result, while the effect never happened. Fixed:
+// after CompleteTx the worker asks the job's row whether its attempt still
+// holds the lease (nothing committed: the attempt fails and is retried).
+func TestCompleteTxWhoseCommitFailsIsRetried(t *testing.T) {
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
 	schema := dbtest.TestSchema(ctx, t)

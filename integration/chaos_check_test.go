@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +37,7 @@ type report struct {
 	Violations   []string
 	Elapsed      time.Duration
 	StaleEffect  int // must be 0
-	KnownBug     int // null outcomes: the known CompleteTx bug
+	NullOutcomes int // activity outcomes with a null result (a W7 violation)
 	Signals      int // signals in history
 	Fenced       int // stale effect attempts whose CompleteTx was refused
 	CommitFailed int // effect attempts whose COMMIT reported an error
@@ -55,13 +54,7 @@ func (r *report) violate(invariant string, n int, format string, args ...any) {
 func (h *harness) check(ctx context.Context, workflows, steps int) *report {
 	h.t.Helper()
 	r := h.checkWith(ctx, h.pool, workflows, steps)
-	var knownWrong int
-	require.NoError(h.t, h.pool.QueryRow(ctx, "SELECT count(DISTINCT run_id) FROM "+h.names().Event+
-		" WHERE type = 'ActivityCompleted' AND attributes->'result' = 'null'::jsonb").Scan(&knownWrong))
-	if os.Getenv("WEIR_KNOWN_BUGS") != "" {
-		knownWrong = 0
-	}
-	r.violate("W7", h.awaitResults(ctx, workflows, strconv.Itoa(chaos.Expected(steps)+chaos.SignalSum(h.signals)))-knownWrong, "results read through client.GetResult wrong or failed")
+	r.violate("W7", h.awaitResults(ctx, workflows, strconv.Itoa(chaos.Expected(steps)+chaos.SignalSum(h.signals))), "results read through client.GetResult wrong or failed")
 	return r
 }
 
@@ -85,25 +78,19 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 	}
 	expected := strconv.Itoa(chaos.Expected(steps) + chaos.SignalSum(h.signals))
 
-	// Known bug (TestBugCompleteTxWhoseCommitFailsCompletesActivityWithNull):
-	// an effect activity whose CompleteTx transaction failed to commit is
-	// resolved with a null result. This suite's activities never return
-	// null, so a null outcome is that bug's signature; the wrong results
-	// and lost effects it explains are counted apart, and fail the test
-	// only with WEIR_KNOWN_BUGS set.
+	// This suite's activities never return null: a null outcome is the
+	// signature of an activity resolved without its result (the bug
+	// TestCompleteTxWhoseCommitFailsIsRetried guards against).
 	nullOutcome := "SELECT e.run_id, e.resolves_event_id FROM " + n.Event + " e WHERE e.type = 'ActivityCompleted' AND e.attributes->'result' = 'null'::jsonb"
-	r.KnownBug = count("SELECT count(*) FROM (" + nullOutcome + ") b")
-	if os.Getenv("WEIR_KNOWN_BUGS") != "" {
-		r.violate("W7", r.KnownBug, "activity outcomes with a null result (known bug: CompleteTx whose commit failed)")
-	}
-	explained := " AND run_id NOT IN (SELECT run_id FROM (" + nullOutcome + ") b)"
+	r.NullOutcomes = count("SELECT count(*) FROM (" + nullOutcome + ") b")
+	r.violate("W7", r.NullOutcomes, "activity outcomes with a null result")
 
 	// W7: every workflow terminal with the right result.
 	r.Completed = count("SELECT count(DISTINCT workflow_id) FROM "+n.Run+
 		" WHERE kind = 'chaos_workflow' AND state = 'completed' AND convert_from(result, 'UTF8') = $1", expected)
-	r.Lost = workflows - r.Completed - count("SELECT count(DISTINCT run_id) FROM ("+nullOutcome+") b")
+	r.Lost = workflows - r.Completed
 	r.violate("W7", r.Lost, "workflows not completed with result %s", expected)
-	r.violate("W7", count("SELECT count(*) FROM "+n.Run+" WHERE kind = 'chaos_workflow' AND state = 'completed' AND convert_from(result, 'UTF8') <> $1"+explained, expected),
+	r.violate("W7", count("SELECT count(*) FROM "+n.Run+" WHERE kind = 'chaos_workflow' AND state = 'completed' AND convert_from(result, 'UTF8') <> $1", expected),
 		"completed runs with a wrong result")
 
 	// W1/W2: each workflow was started once (retries reuse the request ID):
@@ -147,8 +134,7 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 	effectDup := count("SELECT coalesce(sum(c - 1), 0) FROM (SELECT count(*) c FROM " + tb.Effect + " GROUP BY workflow_id, step HAVING count(*) > 1) d")
 	r.Duplicates += effectDup
 	r.violate("F2", effectDup, "effects committed more than once")
-	r.violate("F2", workflows*effectSteps-count("SELECT count(*) FROM (SELECT DISTINCT workflow_id, step FROM "+tb.Effect+") d")-
-		count("SELECT count(*) FROM ("+nullOutcome+") b WHERE NOT EXISTS (SELECT 1 FROM "+tb.Effect+" x WHERE x.run_id = b.run_id AND x.scheduled_event_id = b.resolves_event_id)"),
+	r.violate("F2", workflows*effectSteps-count("SELECT count(*) FROM (SELECT DISTINCT workflow_id, step FROM "+tb.Effect+") d"),
 		"effect steps whose effect never committed")
 
 	// F1: an effect commits only with its own attempt's outcome: the
@@ -223,9 +209,6 @@ func (r *report) logTable(t *testing.T, scenario string) {
 		scenario, r.Workflows, r.Completed, r.Activities, r.Faults, r.Recovered, r.Rejected, r.ReExecuted, r.Duplicates, r.Lost, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(&b, "faults:%s; signals=%d; leases expired=%d lost=%d; stale CompleteTx refused=%d; COMMIT errors=%d\n",
 		r.FaultKinds, r.Signals, r.Expired, r.LeasesLost, r.Fenced, r.CommitFailed)
-	if r.KnownBug > 0 {
-		fmt.Fprintf(&b, "KNOWN BUG hit %d times: activity outcomes with a null result (TestBugCompleteTxWhoseCommitFailsCompletesActivityWithNull)\n", r.KnownBug)
-	}
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION %s\n", v)
 	}

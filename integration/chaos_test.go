@@ -28,8 +28,7 @@ import (
 // in CI; `make chaos` runs 5000), WEIR_CHAOS_RATE (starts per second, 15),
 // WEIR_CHAOS_WORKERS (3), WEIR_CHAOS_STEPS (4), WEIR_CHAOS_SIGNALS (2);
 // WEIR_CHAOS_RACE=1 builds the worker program with -race. Bugs the suite
-// found are reduced in bugs_test.go (WEIR_KNOWN_BUGS=1 runs them, and makes
-// the checker fail on the known null-outcome bug too).
+// found are reduced to regression tests in bugs_test.go.
 
 type scenario struct {
 	name     string
