@@ -341,6 +341,9 @@ func (c *Client) BackfillSchedule(ctx context.Context, id string, from, to time.
 		}
 		runs = append(runs, run)
 	}
+	if errors.Is(err, schedule.ErrNeverDue) {
+		return runs, nil // no due time left in the range
+	}
 	return runs, err
 }
 

@@ -404,12 +404,12 @@ func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
 	spec := &schedule.Spec{Cron: sched.Cron, TimeZone: sched.TimeZone}
 	due, err := spec.Next(start, start.Add(-time.Nanosecond))
 	for n := 0; err == nil && due.Before(end); due, err = spec.Next(start, due) {
-		if due.IsZero() {
-			return invalidArgument("start", "cron expression %q has no due time after %s", sched.Cron, start.Format(time.RFC3339))
-		}
 		if n++; n > backfillMax {
 			return invalidArgument("end", "the range holds more than %d due times: split it", backfillMax)
 		}
+	}
+	if errors.Is(err, schedule.ErrNeverDue) {
+		return nil // no due time left in the range: nothing to start
 	}
 	return err
 }

@@ -46,8 +46,12 @@ func (s *Spec) Validate() error {
 		return err
 	}
 	if s.Cron != "" {
-		if _, err := parser.Parse(s.Cron); err != nil {
+		sched, err := parser.Parse(s.Cron)
+		if err != nil {
 			return fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
+		}
+		if sched.Next(time.Now()).IsZero() {
+			return fmt.Errorf("%w: cron expression %q has no due time in the next five years", ErrNeverDue, s.Cron)
 		}
 	}
 	return nil
@@ -82,8 +86,17 @@ func (s *Spec) Next(anchor, after time.Time) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	return sched.Next(after.In(loc)).UTC(), nil
+	next := sched.Next(after.In(loc))
+	if next.IsZero() {
+		// The cron library looks five years ahead, then gives up.
+		return time.Time{}, fmt.Errorf("%w: cron expression %q after %s", ErrNeverDue, s.Cron, after.UTC().Format(time.RFC3339))
+	}
+	return next.UTC(), nil
 }
+
+// ErrNeverDue is matched by Next's error for a cron expression with no due
+// time in the five years after the time asked (February 30th, say).
+var ErrNeverDue = errors.New("schedule: never due")
 
 // JitterFor is the delay of the start due at due, for schedule id: the same
 // on every worker.

@@ -37,4 +37,11 @@ func TestSpec(t *testing.T) {
 	for _, bad := range []*Spec{{}, {Cron: "* * *"}, {Cron: "@daily", Every: time.Hour}, {Every: time.Hour, Jitter: -1}, {Every: time.Hour, TimeZone: "Mars/Base"}} {
 		require.Error(t, bad.Validate(), "%+v", bad)
 	}
+
+	// February 30th never comes: an error, not a zero due time (which a
+	// backfill would have started runs at).
+	never := &Spec{Cron: "0 0 30 2 *"}
+	require.ErrorIs(t, never.Validate(), ErrNeverDue)
+	_, err = never.Next(anchor, anchor)
+	require.ErrorIs(t, err, ErrNeverDue)
 }
