@@ -40,6 +40,7 @@ func TestApprovalWorkflow(t *testing.T) {
 		queried, err := weirtest.QueryWorkflow[Status](env, StatusQuery{})
 		require.NoError(t, err)
 		require.Equal(t, "approved", queried.State)
+		weirtest.CheckGoldenHistory(t, env, &ApprovalWorkflow{}, "testdata/approved.json")
 	})
 
 	t.Run("DecisionAfterTheDeadlineIsIgnored", func(t *testing.T) {
@@ -51,6 +52,7 @@ func TestApprovalWorkflow(t *testing.T) {
 		require.Equal(t, "expired", status.State)
 		require.Equal(t, weirtest.StartDefault.Add(72*time.Hour), status.Deadline)
 		require.Equal(t, []NotifyArgs{{To: "alice", RequestID: "r-1", State: "expired"}}, *notified)
+		weirtest.CheckGoldenHistory(t, env, &ApprovalWorkflow{}, "testdata/expired.json")
 	})
 
 	t.Run("Cancelled", func(t *testing.T) {
@@ -62,5 +64,6 @@ func TestApprovalWorkflow(t *testing.T) {
 		require.ErrorAs(t, err, &failed)
 		require.Equal(t, "cancelled", failed.State)
 		require.Empty(t, *notified)
+		weirtest.CheckGoldenHistory(t, env, &ApprovalWorkflow{}, "testdata/cancelled.json")
 	})
 }

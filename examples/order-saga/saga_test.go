@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"testing"
 
@@ -52,6 +53,7 @@ func TestOrderWorkflowCompensations(t *testing.T) {
 
 			receipt, err := weirtest.ExecuteWorkflow(env, &OrderWorkflow{}, OrderArgs{ID: "o-1", SKU: "widget", Qty: 1, Cents: 100})
 			require.Equal(t, tt.want, calls)
+			weirtest.CheckGoldenHistory(t, env, &OrderWorkflow{}, "testdata/fail-"+cmp.Or(tt.failAt, "none")+".json")
 			if tt.failAt == "" {
 				require.NoError(t, err)
 				require.Equal(t, Receipt{ReservationID: "res-1", ChargeID: "ch-1", TrackingID: "1Z-1"}, receipt)
