@@ -57,13 +57,16 @@ func (c *Client) SignalTx(ctx context.Context, tx pgx.Tx, workflowID string, run
 	if requestID == "" {
 		requestID = uuid.NewString()
 	}
-	attrs, err := json.Marshal(&history.SignalReceivedAttributes{Args: payload, Kind: args.Kind(), RequestID: requestID})
-	if err != nil {
-		return &PayloadError{Op: "encoding", Err: err}
-	}
-	return c.deliver(ctx, tx, workflowID, runID, &inbox.Item{
-		Attributes: attrs, DedupKey: "signal:" + requestID, Type: string(history.EventSignalReceived),
-	}, "")
+	info := &SignalInfo{Kind: args.Kind(), RequestID: requestID, RunID: runID, WorkflowID: workflowID}
+	return c.interceptSignal(ctx, info, func(ctx context.Context) error {
+		attrs, err := json.Marshal(&history.SignalReceivedAttributes{Args: payload, Headers: info.Headers, Kind: args.Kind(), RequestID: requestID})
+		if err != nil {
+			return &PayloadError{Op: "encoding", Err: err}
+		}
+		return c.deliver(ctx, tx, workflowID, runID, &inbox.Item{
+			Attributes: attrs, DedupKey: "signal:" + requestID, Type: string(history.EventSignalReceived),
+		}, "")
+	})
 }
 
 // Cancel is CancelTx in a transaction of its own.

@@ -9,6 +9,9 @@ const (
 	// AttrActivityKind is an activity's kind.
 	AttrActivityKind = attribute.Key("weir.activity.kind")
 
+	// AttrSignalKind is a signal's kind.
+	AttrSignalKind = attribute.Key("weir.signal.kind")
+
 	// AttrAttempt is River's attempt number of a workflow task or an activity
 	// (1 is the first).
 	AttrAttempt = attribute.Key("weir.attempt")
@@ -70,6 +73,10 @@ const (
 	// LinkPreviousAttempt marks a link from an attempt to the attempt of the
 	// same job before it (a retry, or a recovery after a lost lease).
 	LinkPreviousAttempt = "previous_attempt"
+
+	// LinkSignal marks a link from the workflow task that delivered a
+	// signal to the span of its sender (SignalWorkflow:<kind>).
+	LinkSignal = "signal"
 )
 
 // Values of AttrOutcome.

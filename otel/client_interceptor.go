@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -86,6 +88,36 @@ func (c *ClientInterceptor) InterceptStart(ctx context.Context, info *client.Sta
 			AttrNamespace.String(info.Namespace), AttrWorkflowKind.String(info.Kind), AttrQueue.String(info.Queue)))
 	}
 	return run, nil
+}
+
+// InterceptSignal wraps a signal in a span (SignalWorkflow:<kind>, in the
+// caller's trace) and sends its context with the signal, so the workflow task
+// that delivers it links to it (weir.link=signal).
+func (c *ClientInterceptor) InterceptSignal(ctx context.Context, info *client.SignalInfo, next func(context.Context) error) error {
+	attrs := []attribute.KeyValue{
+		AttrSignalKind.String(info.Kind),
+		AttrWorkflowID.String(info.WorkflowID),
+		AttrRequestID.String(info.RequestID),
+	}
+	if info.RunID != uuid.Nil {
+		attrs = append(attrs, AttrRunID.String(info.RunID.String()))
+	}
+	ctx, span := c.tracer.Start(ctx, "SignalWorkflow:"+info.Kind, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	defer span.End()
+
+	headers := maps.Clone(info.Headers)
+	if headers == nil {
+		headers = make(map[string]string)
+	}
+	propagator.Inject(ctx, propagation.MapCarrier(headers))
+	info.Headers = headers
+
+	if err := next(ctx); err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return err
+	}
+	return nil
 }
 
 var _ client.Interceptor = (*ClientInterceptor)(nil)

@@ -61,9 +61,12 @@
 // not wrapped by worker interceptors, so its attempts have no weir span; use
 // otelriver for those.
 //
-// Not traced yet, because the engine does not have them yet: child workflows
-// (they will continue the parent's trace the same way, through the stored
-// context) and links from a signal to its sender.
+// A child workflow continues its parent's trace: the child's run stores the
+// parent's trace context, so its tasks and attempts are children of the
+// parent's start span (with the child's own weir.run_id). A signal is a span
+// of the sender's trace (SignalWorkflow:<kind>, with weir.signal.kind and
+// weir.request_id); its context travels with the signal, and the workflow
+// task that delivers it links to it (weir.link=signal).
 //
 // # Metrics
 //

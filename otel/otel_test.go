@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -86,6 +88,52 @@ type TracedArgs struct {
 }
 
 func (TracedArgs) Kind() string { return "traced" }
+
+type ParentArgs struct{}
+
+func (ParentArgs) Kind() string { return "otel_parent" }
+
+type ChildArgs struct {
+	N int `json:"n"`
+}
+
+func (ChildArgs) Kind() string { return "otel_child" }
+
+// ParentWorkflow runs a child workflow and doubles its result.
+type ParentWorkflow struct {
+	workflow.Defaults[ParentArgs, int]
+}
+
+func (*ParentWorkflow) Run(ctx workflow.Context, _ ParentArgs) (int, error) {
+	n, err := workflow.ExecuteChildWorkflow[int](ctx, ChildArgs{N: 21}, nil).Get(ctx)
+	return 2 * n, err
+}
+
+type ChildWorkflow struct {
+	workflow.Defaults[ChildArgs, int]
+}
+
+func (*ChildWorkflow) Run(_ workflow.Context, args ChildArgs) (int, error) { return args.N, nil }
+
+type WaitArgs struct{}
+
+func (WaitArgs) Kind() string { return "otel_wait" }
+
+type GoSignal struct {
+	Value string `json:"value"`
+}
+
+func (GoSignal) Kind() string { return "otel_go" }
+
+// WaitWorkflow returns the value of the signal it waits for.
+type WaitWorkflow struct {
+	workflow.Defaults[WaitArgs, string]
+}
+
+func (*WaitWorkflow) Run(ctx workflow.Context, _ WaitArgs) (string, error) {
+	sig, err := workflow.GetSignalChannel[GoSignal](ctx).Receive(ctx)
+	return sig.Value, err
+}
 
 type TracedWorkflow struct {
 	workflow.Defaults[TracedArgs, string]
@@ -175,6 +223,9 @@ func setup(ctx context.Context, t *testing.T, tpOpts ...sdktrace.TracerProviderO
 	w, err := worker.New(pool, workerConfig)
 	require.NoError(t, err)
 	worker.AddWorkflow(w, &TracedWorkflow{})
+	worker.AddWorkflow(w, &ParentWorkflow{})
+	worker.AddWorkflow(w, &ChildWorkflow{})
+	worker.AddWorkflow(w, &WaitWorkflow{})
 	worker.AddActivity(w, &FlakyActivity{})
 	worker.AddActivity(w, &HeldActivity{})
 	require.NoError(t, w.Start(ctx))
@@ -407,6 +458,83 @@ func TestTraceShape(t *testing.T) {
 		start := named(spans, "StartWorkflow:traced")[0]
 		require.Equal(t, start.SpanContext().SpanID(), held1.Parent().SpanID())
 	})
+}
+
+// TestChildContinuesTrace: a child workflow's tasks are in its parent's
+// trace, children of the parent's start span, with the child's own run ID.
+func TestChildContinuesTrace(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t, sdktrace.WithIDGenerator(weirotel.NewIDGenerator()))
+	run, err := b.client.Start(ctx, ParentArgs{}, &client.StartOpts{WorkflowID: "parent-" + uuid.NewString()})
+	require.NoError(t, err)
+	getCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	n, err := client.GetResult[int](getCtx, run)
+	require.NoError(t, err)
+	require.Equal(t, 42, n)
+
+	spans := awaitSpans(t, b, func(spans []sdktrace.ReadOnlySpan) bool {
+		return len(named(spans, "WorkflowTask:otel_child")) >= 1 && len(named(spans, "WorkflowTask:otel_parent")) >= 2
+	})
+	start := named(spans, "StartWorkflow:otel_parent")
+	require.Len(t, start, 1)
+	children := named(spans, "WorkflowTask:otel_child")
+	for _, s := range slices.Concat(named(spans, "WorkflowTask:otel_parent"), children) {
+		require.Equal(t, start[0].SpanContext().TraceID(), s.SpanContext().TraceID(), s.Name())
+		require.Equal(t, start[0].SpanContext().SpanID(), s.Parent().SpanID(), s.Name())
+	}
+	for _, s := range children {
+		require.NotEqual(t, run.RunID.String(), attr(s, weirotel.AttrRunID).AsString(), "the child's own run")
+		require.True(t, strings.HasPrefix(attr(s, weirotel.AttrWorkflowID).AsString(), run.WorkflowID), "a child's workflow ID derives from its parent's")
+	}
+}
+
+// TestSignalLinksToSender: a signal is a span of its sender's trace
+// (SignalWorkflow:<kind>), and the workflow task that delivers it links to it.
+func TestSignalLinksToSender(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	run, err := b.client.Start(ctx, WaitArgs{}, &client.StartOpts{WorkflowID: "wait-" + uuid.NewString()})
+	require.NoError(t, err)
+	require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, GoSignal{Value: "now"}, &client.SignalOpts{RequestID: "sig-1"}))
+	getCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	got, err := client.GetResult[string](getCtx, run)
+	require.NoError(t, err)
+	require.Equal(t, "now", got)
+
+	var delivering sdktrace.ReadOnlySpan
+	spans := awaitSpans(t, b, func(spans []sdktrace.ReadOnlySpan) bool {
+		senders := named(spans, "SignalWorkflow:otel_go")
+		if len(senders) != 1 {
+			return false
+		}
+		for _, s := range named(spans, "WorkflowTask:otel_wait") {
+			if linkedTo(s, senders[0].SpanContext()) {
+				delivering = s
+				return true
+			}
+		}
+		return false
+	})
+	sender := named(spans, "SignalWorkflow:otel_go")[0]
+	require.Equal(t, "otel_go", attr(sender, weirotel.AttrSignalKind).AsString())
+	require.Equal(t, "sig-1", attr(sender, weirotel.AttrRequestID).AsString())
+	require.Equal(t, trace.SpanKindProducer, sender.SpanKind())
+	for _, l := range delivering.Links() {
+		if l.SpanContext.SpanID() == sender.SpanContext().SpanID() {
+			require.Contains(t, l.Attributes, weirotel.AttrLink.String(weirotel.LinkSignal))
+		}
+	}
+	start := named(spans, "StartWorkflow:otel_wait")[0]
+	require.Equal(t, start.SpanContext().TraceID(), delivering.SpanContext().TraceID(), "the task stays in the run's trace")
+	for _, s := range named(spans, "WorkflowTask:otel_wait") {
+		if s != delivering {
+			require.False(t, linkedTo(s, sender.SpanContext()), "only the task that delivered the signal links to it")
+		}
+	}
 }
 
 // sumOf adds up the points of the Int64 sum name whose attributes include

@@ -154,6 +154,15 @@ func (w *WorkerInterceptor) InterceptTask(ctx context.Context, info *worker.Task
 	default:
 		outcome = OutcomeError
 	}
+	if err == nil {
+		// Signals delivered by this task: link to their senders.
+		for _, headers := range info.SignalHeaders {
+			sender := trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier(headers)))
+			if sender.IsValid() {
+				live.span.AddLink(trace.Link{SpanContext: sender, Attributes: []attribute.KeyValue{AttrLink.String(LinkSignal)}})
+			}
+		}
+	}
 	if err == nil && info.Closed != "" {
 		closedAttrs := append(slices.Clone(metricAttrs), AttrState.String(info.Closed))
 		w.workflowClosed.Add(ctx, 1, metric.WithAttributes(closedAttrs...))

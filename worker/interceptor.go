@@ -67,6 +67,11 @@ type TaskInfo struct {
 	// RunID and WorkflowID identify the run.
 	RunID      uuid.UUID
 	WorkflowID string
+
+	// SignalHeaders is set by the time the task's next returns nil: the
+	// client.SignalInfo.Headers of each signal the task delivered to the
+	// workflow that had any (a sender's trace context, to link to).
+	SignalHeaders []map[string]string
 }
 
 // ActivityInfo describes an activity attempt.

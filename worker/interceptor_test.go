@@ -52,6 +52,10 @@ func (r *recordingInterceptor) InterceptStart(ctx context.Context, info *client.
 	return next(ctx)
 }
 
+func (r *recordingInterceptor) InterceptSignal(ctx context.Context, info *client.SignalInfo, next func(context.Context) error) error {
+	return next(ctx)
+}
+
 func TestInterceptors(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

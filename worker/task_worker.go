@@ -56,12 +56,13 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 		t.w.readTaskInfo(ctx, info)
 	}
 	err := intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
-		var closed string
+		var result taskResult
 		err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
-			return t.w.runTask(ctx, tx, t.def, job, &closed)
+			result = taskResult{}
+			return t.w.runTask(ctx, tx, t.def, job, &result)
 		})
 		if err == nil {
-			info.Closed = closed
+			info.Closed, info.SignalHeaders = result.closed, result.signalHeaders
 		}
 		return err
 	})
@@ -120,9 +121,17 @@ type runRow struct {
 	WorkflowID   string
 }
 
-// runTask runs one workflow task in tx; when it closes the run, it sets
-// *closed to the run's new state (meaningful only once tx commits).
-func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], closed *string) error {
+// taskResult is what a task tells interceptors, once its transaction
+// commits.
+type taskResult struct {
+	closed        string              // the run's new state, if the task closed it
+	signalHeaders []map[string]string // of the signals it delivered, that had any
+}
+
+// runTask runs one workflow task in tx, noting in result what interceptors
+// are told (meaningful only once tx commits).
+func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], result *taskResult) error {
+	closed := &result.closed
 	names := w.names
 	runID := job.Args.RunID
 
@@ -165,6 +174,9 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	inputs, err := takeInbox(ctx, tx, names, runID, events, w.config.Logger)
 	if err != nil {
 		return err
+	}
+	if len(w.config.Interceptors) > 0 {
+		result.signalHeaders = signalHeaders(inputs)
 	}
 	if len(inputs) == 0 && len(toAppend) == 0 {
 		// Nothing new (a duplicate task, or only outcomes history already
@@ -623,4 +635,20 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 		}
 	}
 	return nil
+}
+
+// signalHeaders returns the headers of the signals among inputs that have
+// any, for TaskInfo.SignalHeaders.
+func signalHeaders(inputs []history.Event) []map[string]string {
+	var out []map[string]string
+	for _, in := range inputs {
+		if in.Type != history.EventSignalReceived {
+			continue
+		}
+		attrs, err := history.Decode[*history.SignalReceivedAttributes](in)
+		if err == nil && len(attrs.Headers) > 0 {
+			out = append(out, attrs.Headers)
+		}
+	}
+	return out
 }

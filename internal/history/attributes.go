@@ -353,6 +353,9 @@ type SignalReceivedAttributes struct {
 	// RequestID is the sender's request ID: a signal whose request ID is
 	// already in the run's history is a retry and is dropped.
 	RequestID string `json:"request_id,omitempty"`
+	// Headers are the sender's client.SignalInfo.Headers (a trace context):
+	// for telemetry, never read by workflow code.
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // EventType implements Attributes.
