@@ -74,6 +74,7 @@
 // weir.activity.attempts by weir.outcome, weir.lease.renewals,
 // weir.lease.lost, weir.lease.expired, weir.lease.stale_writes_rejected.
 // Histograms (seconds): weir.workflow_task.duration (replay and commit),
+// weir.workflow_task.replay.duration (replay and workflow code alone),
 // weir.workflow_task.schedule_to_start.duration,
 // weir.activity.schedule_to_start.duration, weir.activity.execution.duration,
 // weir.activity.schedule_to_close.duration (scheduling to final outcome,

@@ -25,6 +25,7 @@ const (
 	MetricStaleWritesRejected     = "weir.lease.stale_writes_rejected"
 	MetricTaskAttempts            = "weir.workflow_task.attempts"
 	MetricTaskDuration            = "weir.workflow_task.duration"
+	MetricTaskReplay              = "weir.workflow_task.replay.duration"
 	MetricTaskScheduleToStart     = "weir.workflow_task.schedule_to_start.duration"
 	MetricWorkflowClosed          = "weir.workflow.closed"
 	MetricWorkflowDuration        = "weir.workflow.duration"

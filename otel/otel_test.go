@@ -437,7 +437,7 @@ func TestTraceShape(t *testing.T) {
 			weirotel.AttrOutcome: weirotel.OutcomeCompleted, weirotel.AttrNamespace: "default",
 		}), int64(3))
 		for _, name := range []string{
-			weirotel.MetricTaskDuration, weirotel.MetricTaskScheduleToStart, weirotel.MetricActivityExecution,
+			weirotel.MetricTaskDuration, weirotel.MetricTaskReplay, weirotel.MetricTaskScheduleToStart, weirotel.MetricActivityExecution,
 			weirotel.MetricActivityScheduleToStart, weirotel.MetricActivityScheduleToClose,
 		} {
 			require.Positive(t, histogramCount(t, rm, name), name)

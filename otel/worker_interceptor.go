@@ -51,6 +51,7 @@ type WorkerInterceptor struct {
 	activityScheduleToStart metric.Float64Histogram
 	taskAttempts            metric.Int64Counter
 	taskDuration            metric.Float64Histogram
+	taskReplay              metric.Float64Histogram
 	taskScheduleToStart     metric.Float64Histogram
 	workflowClosed          metric.Int64Counter
 	workflowDuration        metric.Float64Histogram
@@ -72,6 +73,7 @@ func NewWorkerInterceptor(tp trace.TracerProvider, mp metric.MeterProvider) (*Wo
 		activityScheduleToStart: in.seconds(MetricActivityScheduleToStart, "Time an activity attempt waited to start since it was due."),
 		taskAttempts:            in.counter(MetricTaskAttempts, "{attempt}", "Workflow task attempts, by outcome."),
 		taskDuration:            in.seconds(MetricTaskDuration, "Time a workflow task took: loading and replaying history, and committing."),
+		taskReplay:              in.seconds(MetricTaskReplay, "Time a workflow task spent replaying history and running workflow code."),
 		taskScheduleToStart:     in.seconds(MetricTaskScheduleToStart, "Time a workflow task waited to start since it was due."),
 		workflowClosed:          in.counter(MetricWorkflowClosed, "{run}", "Runs closed by their workflow code, by weir.state (completed, failed, cancelled, continued_as_new)."),
 		workflowDuration:        in.seconds(MetricWorkflowDuration, "Time from a run's start to its close by its workflow code, end to end, by weir.state."),
@@ -153,6 +155,9 @@ func (w *WorkerInterceptor) InterceptTask(ctx context.Context, info *worker.Task
 		live.span.AddEvent(EventNonDeterminism, trace.WithAttributes(attribute.String("exception.message", err.Error())))
 	default:
 		outcome = OutcomeError
+	}
+	if err == nil && info.ReplayDuration > 0 {
+		w.taskReplay.Record(ctx, info.ReplayDuration.Seconds(), metric.WithAttributes(metricAttrs...))
 	}
 	if err == nil {
 		// Signals delivered by this task: link to their senders.

@@ -64,6 +64,11 @@ type TaskInfo struct {
 	// Kind is the workflow's kind.
 	Kind string
 
+	// ReplayDuration is set by the time the task's next returns nil: how
+	// long replaying the run's history and running its workflow code took
+	// (the rest of the task is reading and writing Postgres).
+	ReplayDuration time.Duration
+
 	// RunID and WorkflowID identify the run.
 	RunID      uuid.UUID
 	WorkflowID string

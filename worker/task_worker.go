@@ -62,7 +62,7 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 			return t.w.runTask(ctx, tx, t.def, job, &result)
 		})
 		if err == nil {
-			info.Closed, info.SignalHeaders = result.closed, result.signalHeaders
+			info.Closed, info.ReplayDuration, info.SignalHeaders = result.closed, result.replayed, result.signalHeaders
 		}
 		return err
 	})
@@ -125,6 +125,7 @@ type runRow struct {
 // commits.
 type taskResult struct {
 	closed        string              // the run's new state, if the task closed it
+	replayed      time.Duration       // replaying history and running the workflow code
 	signalHeaders []map[string]string // of the signals it delivered, that had any
 }
 
@@ -187,6 +188,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		return w.completeTask(ctx, tx, job)
 	}
 
+	replayBegin := time.Now()
 	outcome, err := replay.Execute(ctx, def, &replay.ExecuteParams{
 		Codec:           w.config.Codec,
 		DeadlockTimeout: w.config.DeadlockTimeout,
@@ -198,6 +200,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		Logger: w.config.Logger.With(slog.String("workflow_id", run.WorkflowID), slog.String("run_id", runID.String())),
 		Now:    now,
 	})
+	result.replayed = time.Since(replayBegin)
 	if err != nil {
 		return err
 	}
