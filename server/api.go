@@ -70,6 +70,31 @@ func policyName(p client.IDReusePolicy) string {
 	return p.String()
 }
 
+// checkCall checks what signal, query and update requests share: the kind
+// of the what ("signal", …), the caller's ID (in field idField, "" if the
+// call has none) and the args; prefix qualifies the field names
+// ("signal." inside a signal-with-start).
+func checkCall(prefix, what, kind, idField, id string, args json.RawMessage) error {
+	if !validName(kind) {
+		return invalidArgument(prefix+"kind", "invalid %s kind %q: %s", what, kind, nameRule)
+	}
+	if idField != "" && len(id) > 255 {
+		return invalidArgument(prefix+idField, "%s is %d bytes; at most 255", idField, len(id))
+	}
+	if len(args) > 0 && !json.Valid(args) {
+		return invalidArgument(prefix+"args", "args are not valid JSON")
+	}
+	return nil
+}
+
+// checkQueue checks a River queue name, if one is given.
+func checkQueue(queue string) error {
+	if queue != "" && (len(queue) > 64 || !queueRE.MatchString(queue)) {
+		return invalidArgument("queue", "invalid queue %q: lowercase letters and digits separated by _ or -, at most 64", queue)
+	}
+	return nil
+}
+
 // startOpts checks a start request and turns it into StartOpts.
 func startOpts(req *StartRequest) (*client.StartOpts, error) {
 	if !validName(req.Kind) {
@@ -81,8 +106,8 @@ func startOpts(req *StartRequest) (*client.StartOpts, error) {
 	if len(req.RequestID) > 255 {
 		return nil, invalidArgument("request_id", "request_id is %d bytes; at most 255", len(req.RequestID))
 	}
-	if req.Queue != "" && (len(req.Queue) > 64 || !queueRE.MatchString(req.Queue)) {
-		return nil, invalidArgument("queue", "invalid queue %q: lowercase letters and digits separated by _ or -, at most 64", req.Queue)
+	if err := checkQueue(req.Queue); err != nil {
+		return nil, err
 	}
 	opts := &client.StartOpts{Queue: req.Queue, RequestID: req.RequestID, WorkflowID: req.WorkflowID}
 	if req.IDReusePolicy != "" {
@@ -175,14 +200,8 @@ func (s *Server) handleSignal(r *http.Request) (int, any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return 0, nil, err
 	}
-	if !validName(req.Kind) {
-		return 0, nil, invalidArgument("kind", "invalid signal kind %q: %s", req.Kind, nameRule)
-	}
-	if len(req.RequestID) > 255 {
-		return 0, nil, invalidArgument("request_id", "request_id is %d bytes; at most 255", len(req.RequestID))
-	}
-	if len(req.Args) > 0 && !json.Valid(req.Args) {
-		return 0, nil, invalidArgument("args", "args are not valid JSON")
+	if err := checkCall("", "signal", req.Kind, "request_id", req.RequestID, req.Args); err != nil {
+		return 0, nil, err
 	}
 	err = c.Signal(r.Context(), workflowID, runID, client.RawArgs{JSON: req.Args, KindName: req.Kind},
 		&client.SignalOpts{RequestID: req.RequestID})

@@ -59,11 +59,8 @@ func (s *Server) handleQuery(r *http.Request) (int, any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return 0, nil, err
 	}
-	if !validName(req.Kind) {
-		return 0, nil, invalidArgument("kind", "invalid query kind %q: %s", req.Kind, nameRule)
-	}
-	if len(req.Args) > 0 && !json.Valid(req.Args) {
-		return 0, nil, invalidArgument("args", "args are not valid JSON")
+	if err := checkCall("", "query", req.Kind, "", "", req.Args); err != nil {
+		return 0, nil, err
 	}
 	opts := &client.QueryOpts{}
 	if opts.Timeout, err = parseDuration("timeout", req.Timeout); err != nil {
@@ -85,14 +82,8 @@ func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
 	if err := decodeBody(r, &req, false); err != nil {
 		return 0, nil, err
 	}
-	if !validName(req.Kind) {
-		return 0, nil, invalidArgument("kind", "invalid update kind %q: %s", req.Kind, nameRule)
-	}
-	if len(req.UpdateID) > 255 {
-		return 0, nil, invalidArgument("update_id", "update_id is %d bytes; at most 255", len(req.UpdateID))
-	}
-	if len(req.Args) > 0 && !json.Valid(req.Args) {
-		return 0, nil, invalidArgument("args", "args are not valid JSON")
+	if err := checkCall("", "update", req.Kind, "update_id", req.UpdateID, req.Args); err != nil {
+		return 0, nil, err
 	}
 	var result json.RawMessage
 	err = c.Update(r.Context(), workflowID, runID, client.RawArgs{JSON: req.Args, KindName: req.Kind}, &result,
@@ -120,14 +111,8 @@ func (s *Server) handleSignalWithStart(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if !validName(req.Signal.Kind) {
-		return 0, nil, invalidArgument("signal.kind", "invalid signal kind %q: %s", req.Signal.Kind, nameRule)
-	}
-	if len(req.Signal.RequestID) > 255 {
-		return 0, nil, invalidArgument("signal.request_id", "request_id is %d bytes; at most 255", len(req.Signal.RequestID))
-	}
-	if len(req.Signal.Args) > 0 && !json.Valid(req.Signal.Args) {
-		return 0, nil, invalidArgument("signal.args", "args are not valid JSON")
+	if err := checkCall("signal.", "signal", req.Signal.Kind, "request_id", req.Signal.RequestID, req.Signal.Args); err != nil {
+		return 0, nil, err
 	}
 	run, err := c.SignalWithStart(r.Context(), client.RawArgs{JSON: req.Start.Args, KindName: req.Start.Kind}, opts,
 		client.RawArgs{JSON: req.Signal.Args, KindName: req.Signal.Kind}, &client.SignalOpts{RequestID: req.Signal.RequestID})

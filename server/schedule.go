@@ -161,8 +161,8 @@ func scheduleParams(req *ScheduleRequest) (*client.ScheduleParams, error) {
 	if !validName(req.Kind) {
 		return nil, invalidArgument("kind", "invalid workflow kind %q: %s", req.Kind, nameRule)
 	}
-	if req.Queue != "" && (len(req.Queue) > 64 || !queueRE.MatchString(req.Queue)) {
-		return nil, invalidArgument("queue", "invalid queue %q: lowercase letters and digits separated by _ or -, at most 64", req.Queue)
+	if err := checkQueue(req.Queue); err != nil {
+		return nil, err
 	}
 	if len(req.Args) > 0 && !json.Valid(req.Args) {
 		return nil, invalidArgument("args", "args are not valid JSON")

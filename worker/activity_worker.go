@@ -365,6 +365,12 @@ func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta
 	return nil
 }
 
+// leaseHeldWhere matches job $1 while the attempt ($2 its number, $3 its
+// lease token, or $4 its attempted_at for an attempt without a token)
+// still holds it.
+const leaseHeldWhere = " WHERE id = $1 AND state = 'running' AND attempt = $2" +
+	" AND (lease_token::text = $3::text OR ($3::text = '' AND attempted_at = $4))"
+
 // leaseHeldTx checks, locking the job's row until tx ends, that the attempt
 // whose context is ctx still holds job jobID.
 func leaseHeldTx(ctx context.Context, tx pgx.Tx, names *dbschema.Names, jobID int64) error {
@@ -373,9 +379,7 @@ func leaseHeldTx(ctx context.Context, tx pgx.Tx, names *dbschema.Names, jobID in
 		return fencing.ErrNoLease
 	}
 	var one int
-	err := tx.QueryRow(ctx, "SELECT 1 FROM "+names.RiverJob+
-		" WHERE id = $1 AND state = 'running' AND attempt = $2"+
-		" AND (lease_token::text = $3::text OR ($3::text = '' AND attempted_at = $4)) FOR UPDATE",
+	err := tx.QueryRow(ctx, "SELECT 1 FROM "+names.RiverJob+leaseHeldWhere+" FOR UPDATE",
 		jobID, lease.Attempt, lease.Token, lease.AttemptedAt).Scan(&one)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -394,9 +398,7 @@ func leaseHeld(ctx context.Context, w *Worker, jobID int64) (bool, error) {
 		return false, fencing.ErrNoLease
 	}
 	var held bool
-	err := w.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+w.names.RiverJob+
-		" WHERE id = $1 AND state = 'running' AND attempt = $2"+
-		" AND (lease_token::text = $3::text OR ($3::text = '' AND attempted_at = $4)))",
+	err := w.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+w.names.RiverJob+leaseHeldWhere+")",
 		jobID, lease.Attempt, lease.Token, lease.AttemptedAt).Scan(&held)
 	if err != nil {
 		return false, fmt.Errorf("checking lease of job %d: %w", jobID, err)

@@ -129,3 +129,23 @@ func (c *apiClient) workflowsPath() string {
 func (c *apiClient) workflowPath(workflowID, suffix string) string {
 	return c.workflowsPath() + "/" + url.PathEscape(workflowID) + suffix
 }
+
+// listPages GETs a list endpoint a page at a time from cursor, handing each
+// page P to add, which returns its next cursor; with all it follows the
+// cursors to the end. It returns the cursor after the last page fetched
+// ("" at the end).
+func listPages[P any](ctx context.Context, c *apiClient, path string, q url.Values, cursor string, all bool, add func(page *P) string) (string, error) {
+	for {
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		var page P
+		if _, err := c.do(ctx, http.MethodGet, path, q, nil, &page); err != nil {
+			return "", err
+		}
+		cursor = add(&page)
+		if !all || cursor == "" {
+			return cursor, nil
+		}
+	}
+}

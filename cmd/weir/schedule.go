@@ -151,19 +151,13 @@ printed on stderr. --all follows the cursor to the end.`,
 				q.Set("limit", strconv.Itoa(limit))
 			}
 			merged := &server.ScheduleListResponse{Schedules: []*server.ScheduleJSON{}}
-			for {
-				if cursor != "" {
-					q.Set("cursor", cursor)
-				}
-				var page server.ScheduleListResponse
-				if _, err := c.do(cmd.Context(), http.MethodGet, c.schedulesPath(), q, nil, &page); err != nil {
-					return err
-				}
+			var err error
+			merged.NextCursor, err = listPages(cmd.Context(), c, c.schedulesPath(), q, cursor, all, func(page *server.ScheduleListResponse) string {
 				merged.Schedules = append(merged.Schedules, page.Schedules...)
-				merged.NextCursor, cursor = page.NextCursor, page.NextCursor
-				if !all || cursor == "" {
-					break
-				}
+				return page.NextCursor
+			})
+			if err != nil {
+				return err
 			}
 			if api.json {
 				return printValue(g, merged)

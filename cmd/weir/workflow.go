@@ -320,19 +320,13 @@ func newWorkflowListCommand(g *globals, api *apiOpts) *cobra.Command {
 				q.Set("limit", strconv.Itoa(limit))
 			}
 			merged := &server.ListResponse{Runs: []*server.RunSummaryJSON{}}
-			for {
-				if cursor != "" {
-					q.Set("cursor", cursor)
-				}
-				var page server.ListResponse
-				if _, err := c.do(cmd.Context(), http.MethodGet, c.workflowsPath(), q, nil, &page); err != nil {
-					return err
-				}
+			var err error
+			merged.NextCursor, err = listPages(cmd.Context(), c, c.workflowsPath(), q, cursor, all, func(page *server.ListResponse) string {
 				merged.Runs = append(merged.Runs, page.Runs...)
-				merged.NextCursor, cursor = page.NextCursor, page.NextCursor
-				if !all || cursor == "" {
-					break
-				}
+				return page.NextCursor
+			})
+			if err != nil {
+				return err
 			}
 			if api.json {
 				return printValue(g, merged)
