@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,6 +174,12 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		_, err := a.execute(ctx, job.Args)
 		return err
 	}
+	if !slices.Contains(a.w.config.Namespaces, cmp.Or(meta.Namespace, client.NamespaceDefault)) {
+		// Another namespace's activity (its kind registered here too, in a
+		// queue this worker serves): hand it back untouched for one of that
+		// namespace's workers, so no namespace's data reaches another's.
+		return river.JobSnooze(foreignNamespaceSnooze)
+	}
 	info := &ActivityInfo{
 		Attempt: job.Attempt, Generation: meta.Generation, Headers: meta.Headers, JobID: job.ID, Kind: job.Kind, Namespace: meta.Namespace,
 		RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, WorkflowID: meta.WorkflowID,
@@ -275,6 +282,10 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		return completeActivityTx(ctx, tx, a.w, job, meta, payload)
 	})
 }
+
+// foreignNamespaceSnooze is how long an activity of a namespace a worker
+// does not serve waits before it is offered again.
+const foreignNamespaceSnooze = time.Second
 
 // errHeartbeatTimeout is the cause of an attempt's cancellation when it went
 // longer than its heartbeat timeout without heartbeating.

@@ -68,12 +68,14 @@ type Config struct {
 	// Defaults to client.MaxPayloadBytesDefault.
 	MaxPayloadBytes int
 
-	// Namespaces are the namespaces whose workflows this worker runs: a
-	// workflow task of another namespace is never fetched here, so workflow
-	// code and history never cross namespaces. Activities are River jobs of
-	// their kind in the queue the workflow names; to keep one namespace's
-	// activities off another's workers, give them their own queues. Defaults
-	// to client.NamespaceDefault alone.
+	// Namespaces are the namespaces whose workflows and activities this
+	// worker runs: a workflow task of another namespace is never fetched
+	// here, so workflow code and history never cross namespaces. Activities
+	// are River jobs of their kind in the queue the workflow names: one of
+	// another namespace that this worker fetches (its kind is registered
+	// here too) is handed back unexecuted, snoozed for a second, for that
+	// namespace's workers; give namespaces their own queues to spare the
+	// round trip. Defaults to client.NamespaceDefault alone.
 	Namespaces []string
 
 	// Queues are the River queues this worker serves, with their

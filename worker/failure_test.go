@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/activity"
@@ -397,7 +400,24 @@ type NamespacedWorkflow struct {
 }
 
 func (w *NamespacedWorkflow) Run(ctx workflow.Context, _ NamespacedArgs) (string, error) {
-	return w.servedBy, nil
+	activityBy, err := workflow.ExecuteActivity[string](ctx, WhereArgs{}, nil).Get(ctx)
+	return w.servedBy + ", activity by " + activityBy, err
+}
+
+type WhereArgs struct{}
+
+func (WhereArgs) Kind() string { return "where" }
+
+// WhereActivity says which worker ran it.
+type WhereActivity struct {
+	activity.Defaults[WhereArgs, string]
+	servedBy string
+	ran      atomic.Int64
+}
+
+func (a *WhereActivity) Execute(context.Context, WhereArgs) (string, error) {
+	a.ran.Add(1)
+	return a.servedBy, nil
 }
 
 func TestNamespaces(t *testing.T) {
@@ -409,20 +429,91 @@ func TestNamespaces(t *testing.T) {
 		w, err := worker.New(b.pool, &worker.Config{Namespaces: []string{namespace}, Schema: b.schema})
 		require.NoError(t, err)
 		worker.AddWorkflow(w, &NamespacedWorkflow{servedBy: "worker of " + namespace})
+		// The same activity kind on both, in the same queue.
+		worker.AddActivity(w, &WhereActivity{servedBy: "worker of " + namespace})
 		require.NoError(t, w.Start(ctx))
 		t.Cleanup(func() { _ = w.Stop(context.WithoutCancel(ctx)) })
 	}
 
-	for _, namespace := range []string{"team-a", "team-b", "team-a"} {
+	var runs []*client.Run
+	for i := range 12 {
+		namespace := []string{"team-a", "team-b"}[i%2]
 		run, err := b.client.Start(ctx, NamespacedArgs{}, &client.StartOpts{Namespace: namespace})
 		require.NoError(t, err)
+		runs = append(runs, run)
+	}
+	for _, run := range runs {
 		servedBy, err := getWithin[string](ctx, t, run)
 		require.NoError(t, err)
-		require.Equal(t, "worker of "+namespace, servedBy, "only a worker of the run's namespace runs its workflow code")
+		want := "worker of " + run.Namespace
+		require.Equal(t, want+", activity by "+want, servedBy, "only a worker of the run's namespace runs its workflow code and its activities")
 	}
 
 	_, err := worker.New(b.pool, &worker.Config{Namespaces: []string{"bad/namespace"}})
 	require.Error(t, err)
+}
+
+// TestActivityStaysInItsNamespace: a worker of team-b that registers an
+// activity kind team-a uses, in the same queue, fetches team-a's activity
+// but never runs it: it waits for a worker of team-a.
+func TestActivityStaysInItsNamespace(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	start := func(namespace, queue string, wf workflow.Workflow[NamespacedArgs, string], servedBy string) *WhereActivity {
+		w, err := worker.New(b.pool, &worker.Config{
+			Namespaces: []string{namespace}, Queues: map[string]river.QueueConfig{queue: {MaxWorkers: 10}}, Schema: b.schema,
+		})
+		require.NoError(t, err)
+		if wf != nil {
+			worker.AddWorkflow(w, wf)
+		}
+		act := &WhereActivity{servedBy: servedBy}
+		worker.AddActivity(w, act)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() { _ = w.Stop(context.WithoutCancel(ctx)) })
+		return act
+	}
+	// Team-a's first worker runs the workflow from its own queue and serves
+	// no activity queue; team-b's serves the activities' queue.
+	start("team-a", "tasks", &NamespacedWorkflow{servedBy: "worker of team-a"}, "worker of team-a")
+	teamB := start("team-b", workflow.QueueDefault, nil, "worker of team-b")
+
+	run, err := b.client.Start(ctx, NamespacedArgs{}, &client.StartOpts{Namespace: "team-a", Queue: "tasks"})
+	require.NoError(t, err)
+	// Team-b's worker has fetched the activity (and handed it back).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var fetched bool
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+b.names.RiverJob+" WHERE kind = 'where' AND attempted_at IS NOT NULL)").Scan(&fetched))
+		if fetched {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the activity was never fetched; jobs:\n%s", dumpJobs(ctx, t, b))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	start("team-a", workflow.QueueDefault, &NamespacedWorkflow{servedBy: "worker of team-a"}, "worker of team-a")
+	servedBy, err := getWithin[string](ctx, t, run)
+	require.NoError(t, err, dumpJobs(ctx, t, b))
+	require.Equal(t, "worker of team-a, activity by worker of team-a", servedBy)
+	require.Zero(t, teamB.ran.Load(), "team-b's worker never ran team-a's activity")
+}
+
+func dumpJobs(ctx context.Context, t *testing.T, b *testBundle) string {
+	rows, err := b.pool.Query(ctx, "SELECT kind, state, attempt, queue, coalesce(array_to_string(errors::text[], ';'), '') FROM "+b.names.RiverJob)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := ""
+	for rows.Next() {
+		var kind, state, queue, errs string
+		var attempt int
+		require.NoError(t, rows.Scan(&kind, &state, &attempt, &queue, &errs))
+		out += fmt.Sprintf("%s %s %d %s %s\n", kind, state, attempt, queue, errs)
+	}
+	return out
 }
 
 func TestRetention(t *testing.T) {
