@@ -345,8 +345,11 @@ func runTraced(ctx context.Context, t *testing.T, b *testBundle) (*client.Run, [
 	case <-time.After(time.Minute):
 		t.Fatal("the stale write was never rejected")
 	}
+	// The closing task's span may end after the client saw the result.
 	spans := awaitSpans(t, b, func(spans []sdktrace.ReadOnlySpan) bool {
-		return len(named(spans, "Activity:held")) == 2
+		return len(named(spans, "Activity:held")) == 2 && slices.ContainsFunc(named(spans, "WorkflowTask:traced"), func(s sdktrace.ReadOnlySpan) bool {
+			return attr(s, weirotel.AttrState).AsString() != ""
+		})
 	})
 	return run, spans
 }

@@ -86,7 +86,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 	if attrs.RetryPolicy != nil && attrs.RetryPolicy.MaximumAttempts > 0 {
 		maxAttempts = min(attrs.RetryPolicy.MaximumAttempts, activityMaxAttemptsUnlimited)
 	}
-	metadata, err := json.Marshal(map[string]*activityMeta{metadataKey: {
+	meta := &activityMeta{
 		Generation:          run.Generation,
 		Headers:             decodeHeaders(run.TraceContext),
 		HeartbeatTimeout:    attrs.HeartbeatTimeout,
@@ -97,18 +97,26 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 		StartToCloseTimeout: attrs.StartToCloseTimeout,
 		WorkflowID:          run.WorkflowID,
 		WorkflowKind:        run.Kind,
-	}})
+	}
+	metadata, err := json.Marshal(map[string]*activityMeta{metadataKey: meta})
 	if err != nil {
 		return fmt.Errorf("encoding activity metadata: %w", err)
 	}
-	inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
-		MaxAttempts: maxAttempts,
-		Metadata:    metadata,
-		Priority:    attrs.Priority,
-		Queue:       attrs.Queue,
-	})
+	jobID, err := w.claimActivity(ctx, tx, run, attrs, maxAttempts, metadata, meta)
 	if err != nil {
-		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
+		return fmt.Errorf("claiming job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
+	}
+	if jobID == 0 {
+		inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
+			MaxAttempts: maxAttempts,
+			Metadata:    metadata,
+			Priority:    attrs.Priority,
+			Queue:       attrs.Queue,
+		})
+		if err != nil {
+			return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
+		}
+		jobID = inserted.Job.ID
 	}
 	var deadline *time.Time
 	if attrs.ScheduleToCloseTimeout > 0 {
@@ -116,7 +124,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 		deadline = &d
 	}
 	if _, err := tx.Exec(ctx, "INSERT INTO "+w.names.Activity+" (run_id, scheduled_event_id, job_id, kind, deadline) VALUES ($1, $2, $3, $4, $5)",
-		runID, e.ID, inserted.Job.ID, attrs.Kind, deadline); err != nil {
+		runID, e.ID, jobID, attrs.Kind, deadline); err != nil {
 		return fmt.Errorf("recording activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
 	return nil
@@ -185,11 +193,14 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, WorkflowID: meta.WorkflowID,
 	}
 	return intercept(ctx, a.w.config.Interceptors, info, Interceptor.InterceptActivity, func(ctx context.Context) error {
-		return a.work(ctx, job, meta)
+		return a.work(ctx, job, meta, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
+			return err
+		})
 	})
 }
 
-func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta) error {
+func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta, complete completeFunc) error {
 	st := &attempt.State{
 		ActivityKind:     job.Kind,
 		Attempt:          job.Attempt,
@@ -205,7 +216,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		WorkflowKind:     meta.WorkflowKind,
 	}
 	st.CompleteTx = func(ctx context.Context, tx pgx.Tx, result []byte) error {
-		if err := completeActivityTx(ctx, tx, a.w, job, meta, result); err != nil {
+		if err := completeActivityTx(ctx, tx, a.w, job, meta, result, complete, nil); err != nil {
 			return err
 		}
 		st.Completed = true
@@ -249,8 +260,8 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		if !final {
 			return err
 		}
-		if recordErr := pgx.BeginFunc(ctx, a.w.pool, func(tx pgx.Tx) error {
-			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure)
+		if recordErr := a.w.outcomeTx(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
 		}
@@ -271,20 +282,25 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			NonRetryable: true,
 			Type:         "PayloadTooLarge",
 		}
-		if err := pgx.BeginFunc(ctx, a.w.pool, func(tx pgx.Tx) error {
-			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge))
+		if err := a.w.outcomeTx(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge), cont)
 		}); err != nil {
 			return err
 		}
 		return river.JobCancel(fmt.Errorf("%w: %s", client.ErrPayloadTooLarge, tooLarge.Message))
 	}
-	return pgx.BeginFunc(ctx, a.w.pool, func(tx pgx.Tx) error {
-		return completeActivityTx(ctx, tx, a.w, job, meta, payload)
+	return a.w.outcomeTx(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		return completeActivityTx(ctx, tx, a.w, job, meta, payload, complete, cont)
 	})
 }
 
 // foreignNamespaceSnooze is how long an activity of a namespace a worker
 // does not serve waits before it is offered again.
+// completeFunc completes an attempt's own job in tx, fenced: River's
+// executor's attempts with fencing.CompleteTx, claimed (eager) ones with
+// fencing.Driver.SetClaimedStateTx.
+type completeFunc func(ctx context.Context, tx pgx.Tx) error
+
 const foreignNamespaceSnooze = time.Second
 
 // errHeartbeatTimeout is the cause of an attempt's cancellation when it went
@@ -331,26 +347,29 @@ func (a *activityWorker[A, R]) execute(ctx context.Context, args A) (result R, e
 }
 
 // completeActivityTx records a result and completes the job in tx, fenced.
-func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Worker, job *river.Job[A], meta *activityMeta, result []byte) error {
+func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Worker, job *river.Job[A], meta *activityMeta, result []byte,
+	complete completeFunc, cont *taskResult,
+) error {
 	attrs, err := json.Marshal(&history.ActivityCompletedAttributes{Attempt: job.Attempt, Result: result, ScheduledEventID: meta.ScheduledEventID})
 	if err != nil {
 		return fmt.Errorf("encoding outcome of activity %s: %w", job.Kind, err)
 	}
-	_, err = inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, &inbox.Item{
+	err = w.deliverOutcome(ctx, tx, meta, job.Attempt, &inbox.Item{
 		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(history.EventActivityCompleted),
-	})
+	}, cont)
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 		return err
 	}
-	_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
-	return err
+	return complete(ctx, tx)
 }
 
 // failActivityTx records the final failure of an activity in tx (a timeout
 // as ActivityTimedOut, anything else as ActivityFailed), if the
 // attempt still holds its job: the job's row stays locked until commit, so
 // no recovery can slip in between the check and the write.
-func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta *activityMeta, attemptNum int, cause error, failure *history.Failure) error {
+func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta *activityMeta, attemptNum int, cause error, failure *history.Failure,
+	cont *taskResult,
+) error {
 	if err := leaseHeldTx(ctx, tx, w.names, jobID); err != nil {
 		return err
 	}
@@ -367,9 +386,9 @@ func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta
 	if err != nil {
 		return fmt.Errorf("encoding failure of activity job %d: %w", jobID, err)
 	}
-	_, err = inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, &inbox.Item{
+	err = w.deliverOutcome(ctx, tx, meta, attemptNum, &inbox.Item{
 		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType),
-	})
+	}, cont)
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 		return err
 	}

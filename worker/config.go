@@ -18,6 +18,9 @@ const (
 	// chain fetches, so the cooldown adds up along a run.
 	FetchCooldownDefault = 20 * time.Millisecond
 
+	// MaxEagerActivitiesDefault is Config.MaxEagerActivities's default.
+	MaxEagerActivitiesDefault = 100
+
 	// MaxWorkersDefault is the River MaxWorkers of the default queue.
 	MaxWorkersDefault = 100
 
@@ -44,6 +47,18 @@ type Config struct {
 	// fails and is retried; negative disables the check. Defaults to
 	// replay.DeadlockTimeoutDefault (1 second).
 	DeadlockTimeout time.Duration
+
+	// MaxEagerActivities is how many activities this worker runs eagerly at
+	// once: an activity that a workflow task here schedules, of a kind and
+	// queue this worker serves, is inserted already claimed by this worker
+	// (a fenced lease, like a fetched job's) and started as soon as the task
+	// commits, without waiting for River to fetch it. Its outcome then
+	// continues the run in the same transaction that completes the job.
+	// Beyond the limit, and on workers with Interceptors (which see each
+	// attempt as a River job of its own), activities go through River's
+	// fetch. Negative disables eager dispatch. Defaults to
+	// MaxEagerActivitiesDefault.
+	MaxEagerActivities int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's
 	// FetchCooldown). Every workflow step is a fetch away from the previous
@@ -117,6 +132,7 @@ func (c *Config) withDefaults() *Config {
 		out.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
 	}
 	out.FetchCooldown = cmp.Or(out.FetchCooldown, FetchCooldownDefault)
+	out.MaxEagerActivities = cmp.Or(out.MaxEagerActivities, MaxEagerActivitiesDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, client.MaxPayloadBytesDefault)
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)

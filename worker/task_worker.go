@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -61,7 +62,9 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 			result = taskResult{}
 			return t.w.runTask(ctx, tx, t.def, job, &result)
 		})
+		t.w.afterTx(err, result.eager)
 		if err == nil {
+			t.w.commitHistory(&result)
 			info.Closed, info.ReplayDuration, info.SignalHeaders = result.closed, result.replayed, result.signalHeaders
 		}
 		return err
@@ -109,6 +112,8 @@ func (e *stackError) Error() string { return e.err.Error() + "\n" + e.stack }
 func (e *stackError) Unwrap() error { return e.err }
 
 type runRow struct {
+	ID           uuid.UUID
+	HasParent    bool
 	Args         []byte
 	Generation   int64
 	Kind         string
@@ -119,11 +124,17 @@ type runRow struct {
 	TaskJobID    *int64
 	TraceContext []byte
 	WorkflowID   string
+
+	inboxed bool         // the task wrote to the run's own inbox (a child that could not start)
+	eager   []eagerStart // activities the task claimed, to start once it commits
 }
 
 // taskResult is what a task tells interceptors, once its transaction
 // commits.
 type taskResult struct {
+	eager         []eagerStart        // activities claimed, to start once the transaction commits
+	history       []history.Event     // the history committed, for the cache (nil: forget the run)
+	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
 	replayed      time.Duration       // replaying history and running the workflow code
 	signalHeaders []map[string]string // of the signals it delivered, that had any
@@ -132,28 +143,62 @@ type taskResult struct {
 // runTask runs one workflow task in tx, noting in result what interceptors
 // are told (meaningful only once tx commits).
 func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], result *taskResult) error {
-	closed := &result.closed
-	names := w.names
 	runID := job.Args.RunID
-
-	var run runRow
-	var now time.Time
-	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context, now() FROM "+
-		names.Run+" WHERE run_id = $1 FOR UPDATE", runID).Scan(
-		&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID, &run.TaskJobID, &run.TraceContext, &now)
+	run, now, err := w.lockRun(ctx, tx, runID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		w.config.Logger.WarnContext(ctx, "weir: workflow task for a run that does not exist; completing it", slog.String("run_id", runID.String()))
 		return w.completeTask(ctx, tx, job)
 	case err != nil:
-		return fmt.Errorf("locking run: %w", err)
+		return err
 	}
 	if run.State != "running" {
 		// A task queued before the run closed (terminated, say): nothing to do.
 		return w.completeTask(ctx, tx, job)
 	}
+	if err := w.advance(ctx, tx, def, run, now, nil, &advanceBy{attempt: job.Attempt, taskJobID: job.ID}, result); err != nil {
+		return err
+	}
+	return w.completeTask(ctx, tx, job)
+}
 
-	events, err := loadHistory(ctx, tx, names, runID)
+// lockRun locks a run's row for a workflow task (or an outcome continuing
+// the run) and reads it, with the database's time. pgx.ErrNoRows means the
+// run does not exist.
+func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, error) {
+	run := &runRow{ID: runID}
+	var now time.Time
+	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context,"+
+		" parent_run_id IS NOT NULL, now() FROM "+w.names.Run+" WHERE run_id = $1 FOR UPDATE", runID).Scan(
+		&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID, &run.TaskJobID, &run.TraceContext,
+		&run.HasParent, &now)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, now, fmt.Errorf("locking run %s: %w", runID, err)
+	}
+	return run, now, err
+}
+
+// advanceBy is who advances a run: a workflow task's job, or an activity
+// attempt that continues the run with its own outcome (taskJobID 0).
+type advanceBy struct {
+	attempt   int
+	taskJobID int64
+}
+
+// advance is the body of a workflow task, on a run locked in tx that is
+// running: it moves the inbox (and direct, outcomes handed over by the
+// caller) into history, replays the workflow, appends the new events with a
+// compare-and-swap on the run's append point and schedules what they ask
+// for. The caller completes its own job in tx, fenced, after it.
+func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
+	by *advanceBy, result *taskResult,
+) error {
+	closed := &result.closed
+	names := w.names
+	runID := run.ID
+	defer func() { result.eager = run.eager }()
+
+	events, err := w.history(ctx, tx, run)
 	if err != nil {
 		return err
 	}
@@ -172,7 +217,10 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		return fmt.Errorf("history of run %s ends at event %d but the run expects %d next", runID, last, run.NextEventID)
 	}
 
-	inputs, err := takeInbox(ctx, tx, names, runID, events, w.config.Logger)
+	// A run with no queued task has an empty inbox: every inbox writer
+	// queues a task unless one is queued (and the sweeper repairs a task
+	// job deleted by hand).
+	inputs, err := takeInbox(ctx, tx, names, runID, events, direct, by.taskJobID != 0, w.config.Logger)
 	if err != nil {
 		return err
 	}
@@ -182,10 +230,12 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if len(inputs) == 0 && len(toAppend) == 0 {
 		// Nothing new (a duplicate task, or only outcomes history already
 		// has): leave history as it is.
-		if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET task_job_id = NULL WHERE run_id = $1 AND task_job_id = $2", runID, job.ID); err != nil {
-			return fmt.Errorf("clearing task: %w", err)
+		if by.taskJobID != 0 {
+			if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET task_job_id = NULL WHERE run_id = $1 AND task_job_id = $2", runID, by.taskJobID); err != nil {
+				return fmt.Errorf("clearing task: %w", err)
+			}
 		}
-		return w.completeTask(ctx, tx, job)
+		return nil
 	}
 
 	replayBegin := time.Now()
@@ -194,7 +244,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		DeadlockTimeout: w.config.DeadlockTimeout,
 		History:         events,
 		Info: replay.Info{
-			Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), TaskAttempt: job.Attempt, WorkflowID: run.WorkflowID,
+			Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), TaskAttempt: by.attempt, WorkflowID: run.WorkflowID,
 		},
 		Inputs: inputs,
 		Logger: w.config.Logger.With(slog.String("workflow_id", run.WorkflowID), slog.String("run_id", runID.String())),
@@ -207,7 +257,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	toAppend = append(toAppend, outcome.Events...)
 
 	nextEventID := run.NextEventID
-	if err := w.appendEvents(ctx, tx, &run, runID, toAppend, &nextEventID); err != nil {
+	if err := w.appendEvents(ctx, tx, run, runID, toAppend, &nextEventID); err != nil {
 		return err
 	}
 	if err := w.cancelJobs(ctx, tx, runID, outcome.CanceledActivities, outcome.CanceledTimers); err != nil {
@@ -220,7 +270,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	// W4: the append point moves only from where this task found it.
 	query := "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
 		"task_job_id = CASE WHEN task_job_id = $4 THEN NULL ELSE task_job_id END"
-	args := []any{runID, run.NextEventID, nextEventID, job.ID}
+	args := []any{runID, run.NextEventID, nextEventID, by.taskJobID}
 	switch {
 	case outcome.Completed && outcome.ContinuedAsNew != nil:
 		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
@@ -246,21 +296,32 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		args = []any{runID, run.NextEventID, nextEventID, failure}
 		*closed = state
 	}
-	tag, err := tx.Exec(ctx, query+" WHERE run_id = $1 AND next_event_id = $2 AND state = 'running'", args...)
+	query += " WHERE run_id = $1 AND next_event_id = $2 AND state = 'running'"
+	// Notifications ride on the same statement: a run's first task lets
+	// queries that waited for its handlers go; a closing task wakes the
+	// run's result awaiters.
+	var notify []string
+	if run.NextEventID == 1 {
+		args = append(args, dbschema.Channel(names.Schema, dbschema.QueryChannel))
+		notify = append(notify, fmt.Sprintf("pg_notify($%d, '')", len(args)))
+	}
+	if outcome.Completed {
+		args = append(args, dbschema.Channel(names.Schema, dbschema.RunClosedChannel))
+		notify = append(notify, fmt.Sprintf("pg_notify($%d, run_id::text)", len(args)))
+	}
+	if len(notify) > 0 {
+		query += " RETURNING " + strings.Join(notify, ", ")
+	}
+	tag, err := tx.Exec(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("advancing run: %w", err)
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("advancing run %s: its append point moved under this task", runID)
 	}
-	if run.NextEventID == 1 {
-		// A run's first task: queries that waited for its handlers can go.
-		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", dbschema.Channel(names.Schema, dbschema.QueryChannel)); err != nil {
-			return fmt.Errorf("notifying query responders: %w", err)
-		}
-	}
+	stageHistory(result, run, events, toAppend, outcome.Completed)
 	if outcome.ContinuedAsNew != nil {
-		if err := w.continueAsNew(ctx, tx, &run, runID, outcome.ContinuedAsNew, outcome.CarriedSignals); err != nil {
+		if err := w.continueAsNew(ctx, tx, run, runID, outcome.ContinuedAsNew, outcome.CarriedSignals); err != nil {
 			return err
 		}
 	}
@@ -287,19 +348,23 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		if err := update.AbandonPending(ctx, tx, names, runID, "the workflow closed before the update completed"); err != nil {
 			return err
 		}
-		if err := runstate.NotifyParent(ctx, tx, names, w.riverClient, runID); err != nil {
-			return err
+		if run.HasParent {
+			if err := runstate.NotifyParent(ctx, tx, names, w.riverClient, runID); err != nil {
+				return err
+			}
 		}
-		if err := runstate.CloseChildren(ctx, tx, names, w.riverClient, runID); err != nil {
-			return err
+		pending := pendingWork(events, toAppend)
+		if pending.children {
+			if err := runstate.CloseChildren(ctx, tx, names, w.riverClient, runID); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1", runID); err != nil {
-			return fmt.Errorf("clearing pending activities: %w", err)
+		if pending.activities {
+			if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1", runID); err != nil {
+				return fmt.Errorf("clearing pending activities: %w", err)
+			}
 		}
-		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String()); err != nil {
-			return fmt.Errorf("notifying run closed: %w", err)
-		}
-	} else if len(outcome.DeferredInputs) == 0 {
+	} else if len(outcome.DeferredInputs) == 0 && run.inboxed {
 		// Something this task itself put in the run's inbox (a child that
 		// could not start) needs a task of its own.
 		var waiting bool
@@ -315,8 +380,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			}
 		}
 	}
-
-	return w.completeTask(ctx, tx, job)
+	return nil
 }
 
 // startChild starts the run of a child workflow in the parent's task
@@ -352,6 +416,7 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 			" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, string(history.EventChildWorkflowFailed), failed, runstate.ChildKey(e.ID)); err != nil {
 			return fmt.Errorf("reporting child %s not started: %w", attrs.WorkflowID, err)
 		}
+		run.inboxed = true
 		return nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("looking up child workflow %s: %w", attrs.WorkflowID, err)
@@ -506,29 +571,38 @@ func resolvedBy(e history.Event) (int64, bool) {
 	return ref.id(), true
 }
 
-// takeInbox deletes the run's inbox rows and returns them as inputs, in
-// arrival order, without the outcomes history already has (W5: an activity's
+// takeInbox deletes the run's inbox rows (if read) and returns them as
+// inputs, in arrival order and followed by direct (outcomes handed over without the
+// inbox), without the outcomes history already has (W5: an activity's
 // outcome enters history once, however many times it was reported).
-func takeInbox(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID, events []history.Event, logger *slog.Logger) ([]history.Event, error) {
-	rows, err := tx.Query(ctx, "DELETE FROM "+names.Inbox+" WHERE run_id = $1 RETURNING id, type, attributes, created_at", runID)
-	if err != nil {
-		return nil, fmt.Errorf("taking inbox: %w", err)
-	}
+func takeInbox(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID, events, direct []history.Event,
+	read bool, logger *slog.Logger,
+) ([]history.Event, error) {
 	type inboxRow struct {
 		id    int64
 		event history.Event
 	}
-	taken, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (inboxRow, error) {
-		var r inboxRow
-		var eventType string
-		err := row.Scan(&r.id, &eventType, &r.event.Attributes, &r.event.Time)
-		r.event.Type = history.EventType(eventType)
-		return r, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("taking inbox: %w", err)
+	var taken []inboxRow
+	if read {
+		rows, err := tx.Query(ctx, "DELETE FROM "+names.Inbox+" WHERE run_id = $1 RETURNING id, type, attributes, created_at", runID)
+		if err != nil {
+			return nil, fmt.Errorf("taking inbox: %w", err)
+		}
+		taken, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (inboxRow, error) {
+			var r inboxRow
+			var eventType string
+			err := row.Scan(&r.id, &eventType, &r.event.Attributes, &r.event.Time)
+			r.event.Type = history.EventType(eventType)
+			return r, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("taking inbox: %w", err)
+		}
+		slices.SortFunc(taken, func(a, b inboxRow) int { return int(a.id - b.id) })
 	}
-	slices.SortFunc(taken, func(a, b inboxRow) int { return int(a.id - b.id) })
+	for _, e := range direct {
+		taken = append(taken, inboxRow{event: e})
+	}
 
 	scheduled := map[int64]bool{}
 	resolved := map[int64]bool{}
@@ -595,49 +669,93 @@ func resolvesEvent(t history.EventType) bool {
 	return false
 }
 
-// appendEvents inserts events (numbered from *next) and does what each asks:
-// an ActivityScheduled event inserts the activity's River job; an outcome
-// retires the pending activity.
+// appendEvents inserts events (numbered from *next), all in one statement,
+// and does what each asks: an ActivityScheduled event inserts the
+// activity's River job; an outcome retires the pending activity.
 func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, events []history.Event, next *int64) error {
 	names := w.names
-	for _, e := range events {
+	if len(events) == 0 {
+		return nil
+	}
+	var (
+		ids        = make([]int64, len(events))
+		types      = make([]string, len(events))
+		attributes = make([]string, len(events))
+		resolves   = make([]*int64, len(events))
+		times      = make([]time.Time, len(events))
+		retired    []int64
+	)
+	for i, e := range events {
 		if e.ID != *next {
 			return fmt.Errorf("engine numbered event %d where %d was expected", e.ID, *next)
 		}
-		var resolves *int64
+		*next++
 		if resolvesEvent(e.Type) {
 			id, ok := resolvedBy(e)
 			if !ok {
 				return fmt.Errorf("event %d: undecodable %s", e.ID, e.Type)
 			}
-			resolves = &id
+			resolves[i] = &id
+			retired = append(retired, id)
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, resolves_event_id, created_at)"+
-			" VALUES ($1, $2, $3, $4, $5, $6)", runID, e.ID, string(e.Type), []byte(e.Attributes), resolves, e.Time); err != nil {
-			return fmt.Errorf("appending event %d (%s): %w", e.ID, e.Type, err)
+		ids[i], types[i], attributes[i], times[i] = e.ID, string(e.Type), string(e.Attributes), e.Time
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, resolves_event_id, created_at)"+
+		" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
+		runID, ids, types, attributes, resolves, times); err != nil {
+		return fmt.Errorf("appending events %d to %d: %w", events[0].ID, events[len(events)-1].ID, err)
+	}
+	if len(retired) > 0 {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = ANY($2)", runID, retired); err != nil {
+			return fmt.Errorf("retiring activities %v: %w", retired, err)
 		}
-		*next++
-
-		switch {
-		case e.Type == history.EventActivityScheduled:
+	}
+	for _, e := range events {
+		switch e.Type {
+		case history.EventActivityScheduled:
 			if err := w.scheduleActivity(ctx, tx, run, runID, e); err != nil {
 				return err
 			}
-		case e.Type == history.EventTimerStarted:
+		case history.EventTimerStarted:
 			if err := w.startTimer(ctx, tx, run, runID, e); err != nil {
 				return err
 			}
-		case e.Type == history.EventChildWorkflowScheduled:
+		case history.EventChildWorkflowScheduled:
 			if err := w.startChild(ctx, tx, run, runID, e); err != nil {
 				return err
-			}
-		case resolves != nil:
-			if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = $2", runID, *resolves); err != nil {
-				return fmt.Errorf("retiring activity %d: %w", *resolves, err)
 			}
 		}
 	}
 	return nil
+}
+
+// pendingOf is what a closing run may leave behind.
+type pendingOf struct {
+	activities bool // activities scheduled and not resolved
+	children   bool // child workflows started
+}
+
+// pendingWork tells, from a run's history (events, then appended), whether
+// it started children and whether activities it scheduled are unresolved.
+func pendingWork(events, appended []history.Event) pendingOf {
+	var out pendingOf
+	open := map[int64]bool{}
+	for _, list := range [][]history.Event{events, appended} {
+		for _, e := range list {
+			switch e.Type {
+			case history.EventActivityScheduled:
+				open[e.ID] = true
+			case history.EventChildWorkflowScheduled:
+				out.children = true
+			default:
+				if id, ok := resolvedBy(e); ok {
+					delete(open, id)
+				}
+			}
+		}
+	}
+	out.activities = len(open) > 0
+	return out
 }
 
 // signalHeaders returns the headers of the signals among inputs that have

@@ -26,13 +26,16 @@ import (
 // fencing driver: every workflow task and activity attempt holds a lease, so a
 // stale attempt can never commit anything.
 type Worker struct {
-	config *Config
-	driver *fencing.Driver
-	names  *dbschema.Names
-	pool   *pgxpool.Pool
+	config    *Config
+	driver    *fencing.Driver
+	eager     *eagerPool // nil: eager dispatch off
+	histories *historyCache
+	names     *dbschema.Names
+	pool      *pgxpool.Pool
 
 	mu           sync.Mutex
 	activities   map[string]struct{}
+	eagerRunners map[string]eagerRunner
 	riverClient  *river.Client[pgx.Tx]
 	queries      *queryResponder
 	schedules    *scheduler
@@ -58,7 +61,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	}
 	w := &Worker{
 		activities:   make(map[string]struct{}),
+		eagerRunners: make(map[string]eagerRunner),
 		config:       config,
+		histories:    newHistoryCache(),
 		names:        dbschema.New(config.Schema),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),
@@ -146,7 +151,15 @@ func AddActivity[A activity.Args, R any](w *Worker, a activity.Activity[A, R]) {
 
 // AddActivitySafely is AddActivity returning an error instead of panicking.
 func AddActivitySafely[A activity.Args, R any](w *Worker, a activity.Activity[A, R]) error {
-	return addRiverWorker(w, river.Worker[A](&activityWorker[A, R]{activity: a, w: w}))
+	aw := &activityWorker[A, R]{activity: a, w: w}
+	if err := addRiverWorker(w, river.Worker[A](aw)); err != nil {
+		return err
+	}
+	var args A
+	w.mu.Lock()
+	w.eagerRunners[args.Kind()] = aw.runClaimed
+	w.mu.Unlock()
+	return nil
 }
 
 // AddRiverWorker registers a plain River worker. Its kind can be used as an
@@ -206,6 +219,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: starting River client: %w", err)
 	}
 	w.riverClient = riverClient
+	if w.config.MaxEagerActivities > 0 && len(w.config.Interceptors) == 0 {
+		w.eager = newEagerPool(w, w.config.MaxEagerActivities)
+	}
 	w.sweeper = newSweeper(w)
 	w.sweeper.start()
 	w.timers = newTimerWaker(w)
@@ -225,11 +241,14 @@ func (w *Worker) Start(ctx context.Context) error {
 // and stops the sweeper.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	riverClient, sweeper, queries, timers, schedules := w.riverClient, w.sweeper, w.queries, w.timers, w.schedules
+	riverClient, sweeper, queries, timers, schedules, eager := w.riverClient, w.sweeper, w.queries, w.timers, w.schedules, w.eager
 	w.mu.Unlock()
 	if riverClient == nil {
 		return nil
 	}
+	// Eager attempts first, while River (and its lease keeper) still runs;
+	// from here on new activities go through River.
+	eagerErr := eager.stop(ctx)
 	sweeper.stop()
 	timers.stop()
 	schedules.stop()
@@ -239,8 +258,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 	err := riverClient.Stop(ctx)
 	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		if stopErr := riverClient.StopAndCancel(context.WithoutCancel(ctx)); stopErr != nil {
-			return errors.Join(err, stopErr)
+			return errors.Join(eagerErr, err, stopErr)
 		}
+	}
+	if err == nil {
+		err = eagerErr
 	}
 	return err
 }

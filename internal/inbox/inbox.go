@@ -64,15 +64,26 @@ func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Ins
 		return false, fmt.Errorf("delivering %s to run %s (%s): %w", item.Type, runID, state, ErrRunClosed)
 	}
 
-	tag, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
-		" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, item.Type, item.Attributes, item.DedupKey)
+	added, err := Add(ctx, tx, names, runID, item)
 	if err != nil {
-		return false, fmt.Errorf("writing %s to inbox of run %s: %w", item.Type, runID, err)
+		return false, err
 	}
 	if taskJobID == nil {
 		if err := QueueTask(ctx, tx, names, inserter, &run); err != nil {
 			return false, err
 		}
+	}
+	return added, nil
+}
+
+// Add writes item to run's inbox in tx, for a caller that holds the run's
+// lock and knows a task of the run is queued (else use Deliver). It reports
+// whether the item was new (false: a duplicate of its DedupKey).
+func Add(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID, item *Item) (bool, error) {
+	tag, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
+		" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, item.Type, item.Attributes, item.DedupKey)
+	if err != nil {
+		return false, fmt.Errorf("writing %s to inbox of run %s: %w", item.Type, runID, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }

@@ -1,0 +1,181 @@
+package fencing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// ClaimParams describe a job to insert already claimed by its inserter.
+type ClaimParams struct {
+	// Args are the job's encoded args (JSON).
+	Args []byte
+
+	// AttemptedBy names the claiming client (River's Client.ID), as River's
+	// attempted_by does for fetched jobs.
+	AttemptedBy string
+
+	// Kind, MaxAttempts, Metadata, Priority and Queue are the job's, as for
+	// an insert; Metadata and Priority may be left empty (none, priority 1).
+	Kind        string
+	MaxAttempts int
+	Metadata    []byte
+	Priority    int
+	Queue       string
+
+	// Schema is River's schema (River's Config.Schema); empty for the
+	// search_path's.
+	Schema string
+}
+
+// Claim is a job its inserter claimed in the same transaction (InsertClaimedTx)
+// to work itself, without River fetching it: attempt 1, running, under a
+// lease of LeaseTTL. It is fenced like a fetched attempt: WorkClaimed renews
+// its lease and cancels it when the lease is lost, SetClaimedStateTx is its
+// only way to finalize, and if its process dies the reaper returns the job
+// to River once the lease expires.
+type Claim struct {
+	// Job is the inserted row as the claimer holds it.
+	Job *rivertype.JobRow
+
+	expiresAt time.Time
+	schema    string
+	token     string
+}
+
+// InsertClaimedTx inserts a River job in tx already running, claimed by the
+// caller: the lease trigger mints its token and the lease lasts LeaseTTL from
+// the insert. Work it with WorkClaimed once tx has committed.
+func (d *Driver) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *ClaimParams) (*Claim, error) {
+	if params.MaxAttempts < 1 {
+		return nil, fmt.Errorf("fencing: claimed job %s: MaxAttempts must be at least 1", params.Kind)
+	}
+	metadata := params.Metadata
+	if len(metadata) == 0 {
+		metadata = []byte("{}")
+	}
+	priority := max(params.Priority, 1)
+	ttl := fmt.Sprintf("%d microseconds", d.config.LeaseTTL.Microseconds())
+	var (
+		id          int64
+		attemptedAt time.Time
+		createdAt   time.Time
+		token       string
+		expiresAt   *time.Time
+	)
+	// The lease trigger gives a row entering running a lease when the
+	// transaction asks for one (weir.fencing_lease_ttl): the setting is made
+	// for the insert and cleared right after it, in one statement (the
+	// inserted row flows from the first CTE to the last select).
+	var cleared string
+	err := tx.QueryRow(ctx, "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true)),"+
+		" claimed AS (INSERT INTO "+tableName(params.Schema, "river_job")+
+		"  (args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)"+
+		"  SELECT $2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, now(), 'running', '{}' FROM lease"+
+		"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)"+
+		" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true) FROM claimed",
+		ttl, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue).
+		Scan(&id, &attemptedAt, &createdAt, &token, &expiresAt, &cleared)
+	if err != nil {
+		return nil, fmt.Errorf("fencing: inserting claimed job %s: %w", params.Kind, err)
+	}
+	if token == "" || expiresAt == nil {
+		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", id, params.Kind, ErrNoLease)
+	}
+	return &Claim{
+		Job: &rivertype.JobRow{
+			ID: id, Attempt: 1, AttemptedAt: &attemptedAt, AttemptedBy: []string{params.AttemptedBy}, CreatedAt: createdAt,
+			EncodedArgs: params.Args, Kind: params.Kind, MaxAttempts: params.MaxAttempts, Metadata: metadata,
+			Priority: priority, Queue: params.Queue, ScheduledAt: attemptedAt, State: rivertype.JobStateRunning,
+		},
+		expiresAt: *expiresAt,
+		schema:    params.Schema,
+		token:     token,
+	}, nil
+}
+
+// WorkClaimed runs fn as the claimed attempt, as the fencing plugin runs a
+// fetched one: LeaseFromContext and Heartbeat work in fn's context, the
+// lease is renewed while fn runs (until deadline, plus River's stuck
+// threshold, when deadline is set), and fn's context is cancelled with
+// cause ErrLeaseLost as soon as a renewal is refused.
+func (d *Driver) WorkClaimed(ctx context.Context, claim *Claim, deadline time.Time, fn func(ctx context.Context) error) error {
+	st := &attemptState{
+		attempt:     claim.Job.Attempt,
+		attemptedAt: *claim.Job.AttemptedAt,
+		driver:      d,
+		expiresAt:   claim.expiresAt,
+		jobID:       claim.Job.ID,
+		localStart:  time.Now(),
+		observed:    true,
+		schema:      claim.schema,
+		stuckAfter:  jobStuckThresholdDefault,
+		token:       claim.token,
+	}
+	if !deadline.IsZero() {
+		until := st.attemptedAt.Add(time.Until(deadline) + st.stuckAfter)
+		st.renewUntil = &until
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	st.cancel = cancel
+	ctx = context.WithValue(ctx, attemptKey{}, st)
+	d.keeper.add(st)
+	defer d.keeper.remove(st)
+	return fn(ctx)
+}
+
+// SetClaimedStateTx is the state write of a claimed attempt whose work
+// context is ctx (WorkClaimed): completed, retryable, discarded, cancelled or
+// snoozed, built with riverdriver's JobSetState helpers. It goes through the
+// same fenced path as River's own writes, in tx: if the attempt no longer
+// holds its job, it returns a *LeaseLostError and aborts tx, so nothing the
+// caller wrote in tx commits.
+func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error {
+	st := attemptFromContext(ctx)
+	if st == nil || st.jobID != params.ID {
+		return fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
+	}
+	updates := map[string]any{}
+	if len(params.MetadataUpdates) > 0 {
+		if err := json.Unmarshal(params.MetadataUpdates, &updates); err != nil {
+			return fmt.Errorf("fencing: metadata updates of job %d: %w", params.ID, err)
+		}
+	}
+	updates[proofKey] = st.proof().encode()
+	metadata, err := json.Marshal(updates)
+	if err != nil {
+		return err
+	}
+	rows, err := d.pilot.JobSetStateIfRunningMany(ctx, d.UnwrapExecutor(tx), &riverdriver.JobSetStateIfRunningManyParams{
+		ID:              []int64{params.ID},
+		Attempt:         []*int{params.Attempt},
+		ErrData:         [][]byte{params.ErrData},
+		FinalizedAt:     []*time.Time{params.FinalizedAt},
+		MetadataDoMerge: []bool{true},
+		MetadataUpdates: [][]byte{metadata},
+		ScheduledAt:     []*time.Time{params.ScheduledAt},
+		Schema:          st.schema,
+		State:           []rivertype.JobState{params.State},
+	})
+	var lost *LeaseLostError
+	switch {
+	case errors.As(err, &lost):
+		return err
+	case err != nil:
+		return fmt.Errorf("fencing: setting state of job %d: %w", params.ID, err)
+	case len(rows) != 1 || rows[0].State != params.State:
+		abortTx(ctx, d.UnwrapExecutor(tx), params.ID)
+		return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: "set_state_" + string(params.State)}
+	}
+	if params.State != rivertype.JobStateRunning {
+		st.finish()
+	}
+	return nil
+}

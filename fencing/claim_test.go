@@ -1,0 +1,170 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/dbtest"
+)
+
+// TestClaimedJob: a job inserted already claimed (eager dispatch) is fenced
+// like a fetched one: its lease is renewed while it works, its completion
+// commits the caller's writes only while it holds the job, and an attempt
+// that never runs is handed back to River when its lease expires.
+func TestClaimedJob(t *testing.T) {
+	t.Parallel()
+
+	setup := func(ctx context.Context, t *testing.T) (*fencing.Driver, string, func(context.Context, pgx.Tx) *fencing.Claim) {
+		t.Helper()
+		pool := dbtest.Pool(ctx, t)
+		schema := dbtest.TestSchema(ctx, t)
+		table := pgx.Identifier{schema, "side_effect"}.Sanitize()
+		_, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+table+" (job_id bigint, attempt int)")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "DELETE FROM "+table)
+		require.NoError(t, err)
+		driver := newDriver(t, pool, nil, nil)
+		startClient(ctx, t, pool, schema, &clientOpts{driver: driver, maxWorkers: 2})
+		claim := func(ctx context.Context, tx pgx.Tx) *fencing.Claim {
+			c, err := driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+				Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
+			})
+			require.NoError(t, err)
+			return c
+		}
+		return driver, schema, claim
+	}
+	sideEffects := func(ctx context.Context, t *testing.T, schema string, jobID int64) int {
+		t.Helper()
+		var n int
+		require.NoError(t, dbtest.Pool(ctx, t).QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "side_effect"}.Sanitize()+
+			" WHERE job_id = $1", jobID).Scan(&n))
+		return n
+	}
+
+	t.Run("CompletesWithTheCallersWrites", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		var c *fencing.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			c = claim(ctx, tx)
+			var setting string
+			require.NoError(t, tx.QueryRow(ctx, "SELECT coalesce(current_setting('weir.fencing_lease_ttl', true), '')").Scan(&setting))
+			require.Empty(t, setting, "the lease setting does not outlive the insert")
+			return nil
+		}))
+		row := getJob(ctx, t, pool, schema, c.Job.ID)
+		require.Equal(t, "running", row.State)
+		require.Equal(t, 1, row.Attempt)
+		require.True(t, row.LeaseToken.Valid)
+		require.True(t, row.LeaseExpiresAt.Valid)
+
+		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			lease, ok := fencing.LeaseFromContext(ctx)
+			require.True(t, ok)
+			require.Equal(t, c.Job.ID, lease.JobID)
+			require.Equal(t, row.LeaseToken.String, lease.Token)
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID); err != nil {
+					return err
+				}
+				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			})
+		})
+		require.NoError(t, err)
+		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
+		require.Equal(t, 1, sideEffects(ctx, t, schema, c.Job.ID))
+	})
+
+	t.Run("StaleCannotFinalize", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		var c *fencing.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
+		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			// The job is taken away and a new attempt holds it now.
+			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+				" SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1", c.Job.ID)
+			require.NoError(t, err)
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			_, err = tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
+			require.NoError(t, err)
+			err = driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			require.ErrorIs(t, err, fencing.ErrLeaseLost)
+			var lost *fencing.LeaseLostError
+			require.ErrorAs(t, err, &lost)
+			require.Equal(t, c.Job.ID, lost.JobID)
+			require.Error(t, tx.Commit(ctx), "the caller's transaction is aborted")
+			return nil
+		})
+		require.NoError(t, err)
+		row := getJob(ctx, t, pool, schema, c.Job.ID)
+		require.Equal(t, "running", row.State)
+		require.Equal(t, 2, row.Attempt)
+		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID))
+	})
+
+	t.Run("RenewedWhileItWorks", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		var c *fencing.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
+		first := getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time
+		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			waitUntil(t, "the lease is renewed", func() bool {
+				return getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time.After(first)
+			})
+			require.NoError(t, fencing.Heartbeat(ctx, map[string]int{"done": 1}))
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			})
+		})
+		require.NoError(t, err)
+		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
+	})
+
+	t.Run("AbandonedGoesBackToRiver", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		_, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		// Claimed, then never worked: its process died.
+		var c *fencing.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
+		waitPastRestartGrace(ctx, t, pool, 3*time.Second)
+		row := waitForState(ctx, t, pool, schema, c.Job.ID, "completed")
+		require.Equal(t, 2, row.Attempt, "River ran it again once the lease expired")
+	})
+
+	t.Run("OutsideItsAttempt", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, _, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+		var c *fencing.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+		})
+		require.True(t, errors.Is(err, fencing.ErrNoLease), "%v", err)
+	})
+}

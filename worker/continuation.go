@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/inbox"
+)
+
+// deliverOutcome hands an activity's outcome to its run in tx, the
+// transaction that also completes (or fails) the activity's job, fenced.
+//
+// With cont set, and when this worker runs the run's workflow and no task
+// of the run is queued, the outcome continues the run at once: the run's
+// next workflow task runs right here, under the run's lock, with the
+// outcome as its input, so it spares a task job, its fetch and a second
+// transaction. The activity's lease fences it like a task's lease fences a
+// task: if the attempt lost its job, the completion aborts tx and nothing
+// the continuation wrote commits. cont receives what interceptors are told
+// and the history for the cache, once tx commits.
+//
+// Otherwise (and always when interceptors are installed: they see every
+// workflow task as a River job of its own) the outcome goes to the run's inbox and a task is queued for it
+// unless one is (inbox.Deliver).
+func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, attempt int, item *inbox.Item, cont *taskResult) error {
+	def := w.workflows[meta.WorkflowKind]
+	if cont == nil || def == nil || len(w.config.Interceptors) > 0 {
+		// Interceptors see every workflow task as a River job of its own.
+		_, err := inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, item)
+		return err
+	}
+	run, now, err := w.lockRun(ctx, tx, meta.RunID)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("delivering %s to run %s: %w", item.Type, meta.RunID, inbox.ErrRunClosed)
+	case err != nil:
+		return err
+	case run.State != "running":
+		return fmt.Errorf("delivering %s to run %s (%s): %w", item.Type, meta.RunID, run.State, inbox.ErrRunClosed)
+	case run.TaskJobID != nil:
+		// A task is queued (a signal came, say): the outcome waits for it.
+		_, err := inbox.Add(ctx, tx, w.names, meta.RunID, item)
+		return err
+	}
+	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
+	return w.advance(ctx, tx, def, run, now, []history.Event{direct}, &advanceBy{attempt: attempt}, cont)
+}
+
+// outcomeTx runs fn, the transaction that records an activity attempt's
+// outcome and may continue its run (deliverOutcome).
+func (w *Worker) outcomeTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
+	var cont taskResult
+	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		cont = taskResult{}
+		return fn(ctx, tx, &cont)
+	})
+	w.afterTx(err, cont.eager)
+	if err != nil {
+		return err
+	}
+	w.commitHistory(&cont)
+	if cont.runID != [16]byte{} && w.timers != nil {
+		// The continuation may have started a timer: let the waker look again.
+		w.timers.poke()
+	}
+	return nil
+}

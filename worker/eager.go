@@ -1,0 +1,333 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/history"
+)
+
+// Eager dispatch: a workflow task (or an activity outcome continuing a run)
+// that schedules an activity this worker can run inserts the activity's
+// River job already running, claimed by this worker under a fenced lease,
+// in the same transaction; once that commits the worker runs the activity
+// at once, without the job going through River's fetch. The job is still a
+// River job row with River's retries: a failed attempt is written back as
+// retryable (or discarded, or cancelled) through the fenced path, and if
+// the worker dies the lease expires and the reaper hands the job to River.
+
+// finalStateTimeout bounds the write of a claimed attempt's final state
+// once its work is over, even if the worker is stopping.
+const finalStateTimeout = 10 * time.Second
+
+// eagerRunner runs a claimed activity attempt to its end.
+type eagerRunner func(ctx context.Context, claim *fencing.Claim, meta *activityMeta)
+
+// eagerStart is an activity claimed in a transaction, to run once it commits.
+type eagerStart struct {
+	claim *fencing.Claim
+	meta  *activityMeta
+	run   eagerRunner
+}
+
+// eagerPool bounds and tracks the attempts a worker runs eagerly.
+type eagerPool struct {
+	cancel   context.CancelFunc
+	ctx      context.Context
+	slots    chan struct{}
+	stopping atomic.Bool
+	attempts sync.WaitGroup // running attempts
+	wg       sync.WaitGroup // the listener
+
+	mu      sync.Mutex
+	running map[int64]context.CancelCauseFunc // by job ID
+}
+
+func newEagerPool(w *Worker, size int) *eagerPool {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &eagerPool{cancel: cancel, ctx: ctx, running: make(map[int64]context.CancelCauseFunc), slots: make(chan struct{}, size)}
+	p.wg.Add(1)
+	go p.listen(w)
+	return p
+}
+
+// track makes a running attempt cancellable by River's job control (a
+// cancel of its job, e.g. the workflow cancelled the activity); the
+// returned func untracks it.
+func (p *eagerPool) track(jobID int64, cancel context.CancelCauseFunc) func() {
+	p.mu.Lock()
+	p.running[jobID] = cancel
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		delete(p.running, jobID)
+		p.mu.Unlock()
+	}
+}
+
+// cancelJob cancels the attempt of jobID, if it runs here, as River's
+// producer cancels a fetched one.
+func (p *eagerPool) cancelJob(jobID int64) {
+	p.mu.Lock()
+	cancel := p.running[jobID]
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel(rivertype.ErrJobCancelledRemotely)
+	}
+}
+
+// listen delivers River's job cancellations (Client.JobCancel, which weir
+// uses to cancel activities) to the attempts running here: it LISTENs on
+// River's control channel, as River's producers do for fetched jobs.
+func (p *eagerPool) listen(w *Worker) {
+	defer p.wg.Done()
+	ctx := p.ctx
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := pgx.ConnectConfig(ctx, w.pool.Config().ConnConfig.Copy())
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			schema := w.config.Schema
+			if schema == "" {
+				if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+					return err
+				}
+			}
+			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{schema + "." + riverControlTopic}.Sanitize()); err != nil {
+				return err
+			}
+			for {
+				n, err := conn.WaitForNotification(ctx)
+				if err != nil {
+					return err
+				}
+				var control struct {
+					Action string `json:"action"`
+					JobID  int64  `json:"job_id"`
+				}
+				if json.Unmarshal([]byte(n.Payload), &control) == nil && control.Action == "cancel" {
+					p.cancelJob(control.JobID)
+				}
+			}
+		}()
+		if ctx.Err() != nil {
+			return
+		}
+		w.config.Logger.WarnContext(ctx, "weir: eager activities' cancel listener lost its connection; reconnecting", "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// riverControlTopic is River's job control channel (its notifier's
+// NotificationTopicControl), prefixed with the schema.
+const riverControlTopic = "river_control"
+
+// acquire takes a slot if one is free and the pool is not stopping.
+func (p *eagerPool) acquire() bool {
+	if p == nil || p.stopping.Load() {
+		return false
+	}
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *eagerPool) release(n int) {
+	for range n {
+		<-p.slots
+	}
+}
+
+// stop lets running attempts finish until ctx ends, then cancels them and
+// waits for them to write their state.
+func (p *eagerPool) stop(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	p.stopping.Store(true)
+	done := make(chan struct{})
+	go func() {
+		p.attempts.Wait()
+		p.cancel() // the listener
+		p.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		p.cancel()
+		return nil
+	case <-ctx.Done():
+		p.cancel()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// eagerRunnerFor returns how to run an activity of kind in queue eagerly,
+// or nil when this worker does not (not its activity, not its queue, eager
+// dispatch off or stopping).
+func (w *Worker) eagerRunnerFor(kind, queue string) eagerRunner {
+	if w.eager == nil {
+		return nil
+	}
+	if _, ok := w.config.Queues[cmp.Or(queue, river.QueueDefault)]; !ok {
+		return nil
+	}
+	return w.eagerRunners[kind]
+}
+
+// launchEager starts the attempts a committed transaction claimed.
+func (w *Worker) launchEager(starts []eagerStart) {
+	for _, s := range starts {
+		w.eager.attempts.Add(1)
+		go func() {
+			defer w.eager.attempts.Done()
+			defer w.eager.release(1)
+			s.run(w.eager.ctx, s.claim, s.meta)
+		}()
+	}
+}
+
+// afterTx launches the attempts that tx claimed if it committed, and frees
+// their slots if it did not.
+func (w *Worker) afterTx(err error, starts []eagerStart) {
+	if len(starts) == 0 {
+		return
+	}
+	if err != nil {
+		w.eager.release(len(starts))
+		return
+	}
+	w.launchEager(starts)
+}
+
+// claimActivity inserts an activity's job already claimed by this worker,
+// noting it in run for launch after commit, if the activity can run here
+// now; it returns the job's ID, or 0 when the job must go through River.
+func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attrs *history.ActivityScheduledAttributes, maxAttempts int,
+	metadata []byte, meta *activityMeta,
+) (int64, error) {
+	runner := w.eagerRunnerFor(attrs.Kind, attrs.Queue)
+	if runner == nil || !w.eager.acquire() {
+		return 0, nil
+	}
+	claim, err := w.driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+		Args: attrs.Args, AttemptedBy: w.riverClient.ID(), Kind: attrs.Kind, MaxAttempts: maxAttempts, Metadata: metadata,
+		Priority: attrs.Priority, Queue: cmp.Or(attrs.Queue, river.QueueDefault), Schema: w.config.Schema,
+	})
+	if err != nil {
+		w.eager.release(1)
+		return 0, err
+	}
+	run.eager = append(run.eager, eagerStart{claim: claim, meta: meta, run: runner})
+	return claim.Job.ID, nil
+}
+
+// runClaimed runs a claimed attempt of the activity as River's executor
+// would run a fetched one: with the activity's timeout, then the attempt's
+// outcome written through the fenced path.
+func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Claim, meta *activityMeta) {
+	w := a.w
+	job := &river.Job[A]{JobRow: claim.Job}
+	decodeErr := json.Unmarshal(claim.Job.EncodedArgs, &job.Args)
+	timeout := a.Timeout(job)
+	if timeout == 0 {
+		timeout = w.config.TaskTimeout // River's JobTimeout for this worker's client
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	err := w.driver.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context) (err error) {
+		ctx, cancel := context.WithCancelCause(attemptCtx)
+		defer cancel(nil)
+		defer w.eager.track(job.ID, cancel)()
+		workCtx := ctx
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			workCtx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("activity %s (job %d) panicked: %v", job.Kind, job.ID, r)
+				}
+			}()
+			if decodeErr != nil {
+				err = fmt.Errorf("decoding args of activity %s (job %d): %w", job.Kind, job.ID, decodeErr)
+				return
+			}
+			err = a.work(workCtx, job, meta, func(ctx context.Context, tx pgx.Tx) error {
+				return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(job.ID, time.Now(), nil))
+			})
+		}()
+		if err == nil {
+			return nil
+		}
+		if cause := context.Cause(ctx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
+			err = river.JobCancel(cause)
+		}
+		return w.failClaimed(attemptCtx, job.JobRow, err, a.NextRetry(job))
+	})
+	if err != nil && !errors.Is(err, fencing.ErrLeaseLost) {
+		w.config.Logger.WarnContext(ctx, "weir: eager activity attempt failed; River retries it",
+			"job_id", job.ID, "kind", job.Kind, "error", err.Error())
+	}
+}
+
+// failClaimed writes the state a claimed attempt that returned workErr
+// leaves its job in, as River's executor would: cancelled for river.JobCancel,
+// discarded past its last attempt, else retryable at nextRetry (River's
+// default policy when zero).
+func (w *Worker) failClaimed(ctx context.Context, job *rivertype.JobRow, workErr error, nextRetry time.Time) error {
+	now := time.Now()
+	errData, err := json.Marshal(&rivertype.AttemptError{At: now.UTC(), Attempt: job.Attempt, Error: workErr.Error()})
+	if err != nil {
+		return err
+	}
+	var (
+		params    *riverdriver.JobSetStateIfRunningParams
+		cancelErr *rivertype.JobCancelError
+	)
+	switch {
+	case errors.As(workErr, &cancelErr):
+		params = riverdriver.JobSetStateCancelled(job.ID, now, errData, nil)
+	case job.Attempt >= job.MaxAttempts:
+		params = riverdriver.JobSetStateDiscarded(job.ID, now, errData, nil)
+	default:
+		if nextRetry.IsZero() {
+			nextRetry = (&river.DefaultClientRetryPolicy{}).NextRetry(job)
+		}
+		params = riverdriver.JobSetStateErrorRetryable(job.ID, nextRetry, errData, nil)
+	}
+	writeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalStateTimeout)
+	defer cancel()
+	if err := pgx.BeginFunc(writeCtx, w.pool, func(tx pgx.Tx) error {
+		return w.driver.SetClaimedStateTx(writeCtx, tx, params)
+	}); err != nil {
+		return errors.Join(workErr, err)
+	}
+	return nil
+}
