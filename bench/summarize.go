@@ -106,9 +106,9 @@ func summarize(results []*Result) string {
 			[]string{"round trips", "statements", "transactions", "WAL B"},
 			func(g *group) []string {
 				return []string{
-					median(g.ok, func(r *Result) float64 { return r.RoundTripsPerUnit }, 2),
-					median(g.ok, func(r *Result) float64 { return r.StatementsPerUnit }, 2),
-					median(g.ok, func(r *Result) float64 { return r.TxPerUnit }, 2),
+					median(g.ok, func(r *Result) float64 { return r.RoundTripsPerUnit }, 3),
+					median(g.ok, func(r *Result) float64 { return r.StatementsPerUnit }, 3),
+					median(g.ok, func(r *Result) float64 { return r.TxPerUnit }, 3),
 					median(g.ok, func(r *Result) float64 { return r.WALBytesPerUnit }, 0),
 				}
 			},
