@@ -71,7 +71,12 @@ func newGoWorkflowsEngine(ctx context.Context, db *benchDB) (_ *goWorkflowsEngin
 	}()
 	pg := postgres.NewPostgresBackend(u.Hostname(), port, u.User.Username(), password, u.Path[1:],
 		postgres.WithBackendOptions(backend.WithLogger(slog.New(slog.DiscardHandler))),
-		postgres.WithPostgresOptions(func(db *sql.DB) { db.SetMaxOpenConns(PoolMaxConns) }))
+		postgres.WithPostgresOptions(func(db *sql.DB) {
+			// A pool of 20 kept connections, like the pgxpool the others get;
+			// database/sql would keep only 2 idle and reconnect all the time.
+			db.SetMaxOpenConns(PoolMaxConns)
+			db.SetMaxIdleConns(PoolMaxConns)
+		}))
 	b := monoprocess.NewMonoprocessBackend(pg)
 
 	options := gwworker.DefaultOptions

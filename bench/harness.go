@@ -115,6 +115,7 @@ func (w *window) end(ctx context.Context, res *Result, n int) error {
 		res.RoundTripsPerUnit = float64(c.RoundTrips) / float64(n)
 		res.StatementsPerUnit = float64(c.Statements) / float64(n)
 		res.TxPerUnit = float64(c.Transactions) / float64(n)
+		res.Connections = c.Connections
 	}
 	return nil
 }

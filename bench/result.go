@@ -59,6 +59,10 @@ type Result struct {
 	StatementsPerUnit float64 `json:"statements_per_unit,omitempty"`
 	TxPerUnit         float64 `json:"tx_per_unit,omitempty"`
 
+	// Connections is how many connections the contender opened during the
+	// measured window (costs workload only): reconnecting is a cost too.
+	Connections int64 `json:"connections,omitempty"`
+
 	// WALBytesPerUnit is the pg_current_wal_insert_lsn() delta over the
 	// measured window divided by N.
 	WALBytesPerUnit float64 `json:"wal_bytes_per_unit,omitempty"`

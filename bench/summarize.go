@@ -103,13 +103,14 @@ func summarize(results []*Result) string {
 		},
 		{
 			WorkloadCosts, "Costs per unit (counting proxy; workflows in a burst)",
-			[]string{"round trips", "statements", "transactions", "WAL B"},
+			[]string{"round trips", "statements", "transactions", "WAL B", "new connections"},
 			func(g *group) []string {
 				return []string{
 					median(g.ok, func(r *Result) float64 { return r.RoundTripsPerUnit }, 3),
 					median(g.ok, func(r *Result) float64 { return r.StatementsPerUnit }, 3),
 					median(g.ok, func(r *Result) float64 { return r.TxPerUnit }, 3),
 					median(g.ok, func(r *Result) float64 { return r.WALBytesPerUnit }, 0),
+					median(g.ok, func(r *Result) float64 { return float64(r.Connections) }, 0),
 				}
 			},
 		},
