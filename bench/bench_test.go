@@ -120,7 +120,7 @@ func TestCountingProxy(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
-	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t))
+	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), true)
 	require.NoError(t, err)
 	defer proxy.Close()
 
@@ -165,4 +165,30 @@ func TestCountingProxy(t *testing.T) {
 		_, err := conn.Exec(ctx, "BEGIN; SELECT 1; COMMIT")
 		require.NoError(t, err)
 	})
+	step("prepared statement, then executed", counts{RoundTrips: 3, Statements: 2, Transactions: 3}, func() {
+		for range 2 {
+			var n int
+			require.NoError(t, conn.QueryRow(ctx, "SELECT $1::int -- a comment\n  * 2", 21).Scan(&n))
+			require.Equal(t, 42, n)
+		}
+	})
+
+	detail := proxy.detailSnapshot()
+	require.Equal(t, int64(3), detail["SELECT $1::int * 2"], "prepare, then two executions of the cached statement: %v", detail)
+	require.Equal(t, int64(1), detail["SELECT $1::int + 1"])
+	require.Equal(t, int64(2), detail["begin"])
+	require.Equal(t, int64(1), detail["BEGIN; SELECT 1; COMMIT"])
+	var total int64
+	for _, n := range detail {
+		total += n
+	}
+	require.Equal(t, proxy.snapshot().RoundTrips, total, "every round trip is attributed")
+}
+
+func TestStatementLabel(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, "SELECT a FROM t WHERE x = $1", statementLabel("-- name: Foo :one\nSELECT a\n  FROM t -- why\n\tWHERE x = $1\n"))
+	require.Equal(t, "(none)", statementLabel(""))
+	require.Equal(t, strings.Repeat("x", 120)+"…", statementLabel(strings.Repeat("x", 200)))
 }

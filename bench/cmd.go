@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -35,6 +36,7 @@ type options struct {
 	n          int
 	out        string
 	runs       int
+	rtDetail   bool
 }
 
 func newRootCmd() *cobra.Command {
@@ -117,6 +119,7 @@ func newCostsCmd() *cobra.Command {
 		},
 	}
 	addMeasureFlags(cmd, o, slices.Concat(WorkflowContenders, JobsContenders))
+	cmd.Flags().BoolVar(&o.rtDetail, "rt-detail", false, "also count round trips by statement (round_trip_detail in the JSON, a top list on stderr)")
 	cmd.Flags().IntVar(&o.n, "n", 0, fmt.Sprintf("units per run (default %d workflows or %d jobs)", CostsWorkflowsN, CostsJobsN))
 	_ = cmd.Flags().Set("runs", fmt.Sprint(CostRunsDefault))
 	cmd.Flags().Lookup("runs").DefValue = fmt.Sprint(CostRunsDefault)
@@ -217,7 +220,7 @@ func withHarness(ctx context.Context, o *options, fn func(context.Context, *harn
 		defer jsonl.Close()
 		sinks = append(sinks, jsonl)
 	}
-	h := &harness{logf: logf, out: newResultWriter(io.MultiWriter(sinks...), env), server: srv}
+	h := &harness{logf: logf, out: newResultWriter(io.MultiWriter(sinks...), env), server: srv, rtDetail: o.rtDetail}
 	runErr := fn(ctx, h)
 
 	results, err := readResults(strings.NewReader(collected.String()))
@@ -330,6 +333,9 @@ func (h *harness) record(ctx context.Context, res *Result, runErr error) error {
 	if err := h.out.write(res); err != nil {
 		return err
 	}
+	if len(res.RoundTripDetail) > 0 {
+		h.logf("%s round trips per unit by statement:\n%s", res.Contender, detailTable(res.RoundTripDetail))
+	}
 	return ctx.Err()
 }
 
@@ -340,4 +346,15 @@ func rotate[T any](s []T, k int) []T {
 	}
 	k %= len(s)
 	return slices.Concat(s[k:], s[:k])
+}
+
+// detailTable lists round trips per unit by statement, most first.
+func detailTable(detail map[string]float64) string {
+	labels := slices.Collect(maps.Keys(detail))
+	slices.SortFunc(labels, func(a, b string) int { return cmp.Or(cmp.Compare(detail[b], detail[a]), cmp.Compare(a, b)) })
+	var b strings.Builder
+	for _, label := range labels {
+		fmt.Fprintf(&b, "  %8.3f  %s\n", detail[label], label)
+	}
+	return b.String()
 }

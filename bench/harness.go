@@ -16,6 +16,9 @@ type harness struct {
 	out    *resultWriter
 	server *server
 	seq    atomic.Int64 // numbers the databases
+
+	// rtDetail makes counting proxies count round trips by statement too.
+	rtDetail bool
 }
 
 // benchDB is a fresh database for one measurement.
@@ -52,7 +55,7 @@ func (h *harness) openDatabase(ctx context.Context, contender string, countRound
 		return nil, errors.Join(err, db.close())
 	}
 	if countRoundTrips {
-		if db.proxy, err = newCountingProxy(ctx, db.url); err != nil {
+		if db.proxy, err = newCountingProxy(ctx, db.url, h.rtDetail); err != nil {
 			return nil, errors.Join(err, db.close())
 		}
 		db.url = db.proxy.URL()
@@ -84,6 +87,7 @@ type window struct {
 	db     *benchDB
 	lsn    int64
 	counts counts
+	detail map[string]int64
 }
 
 // beginWindow records the WAL position and the proxy's counts.
@@ -95,6 +99,7 @@ func (db *benchDB) beginWindow(ctx context.Context) (*window, error) {
 	}
 	if db.proxy != nil {
 		w.counts = db.proxy.snapshot()
+		w.detail = db.proxy.detailSnapshot()
 	}
 	return w, nil
 }
@@ -116,6 +121,14 @@ func (w *window) end(ctx context.Context, res *Result, n int) error {
 		res.StatementsPerUnit = float64(c.Statements) / float64(n)
 		res.TxPerUnit = float64(c.Transactions) / float64(n)
 		res.Connections = c.Connections
+		for label, count := range w.db.proxy.detailSnapshot() {
+			if d := count - w.detail[label]; d > 0 {
+				if res.RoundTripDetail == nil {
+					res.RoundTripDetail = map[string]float64{}
+				}
+				res.RoundTripDetail[label] = float64(d) / float64(n)
+			}
+		}
 	}
 	return nil
 }

@@ -2,13 +2,16 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -59,14 +62,21 @@ type countingProxy struct {
 
 	connections, roundTrips, statements, transactions atomic.Int64
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	// detail makes the proxy read the client's side too, to count round
+	// trips by statement (detailCounts).
+	detail bool
+
+	mu           sync.Mutex
+	conns        map[net.Conn]struct{}
+	detailCounts map[string]int64
+	wg           sync.WaitGroup
 }
 
 // newCountingProxy starts a proxy to the server of connString (a
 // postgres:// URL) on 127.0.0.1.
-func newCountingProxy(ctx context.Context, connString string) (*countingProxy, error) {
+// With detail it also counts round trips by the statement that opened them
+// (detailSnapshot).
+func newCountingProxy(ctx context.Context, connString string, detail bool) (*countingProxy, error) {
 	u, err := url.Parse(connString)
 	if err != nil {
 		return nil, err
@@ -75,7 +85,10 @@ func newCountingProxy(ctx context.Context, connString string) (*countingProxy, e
 	if err != nil {
 		return nil, err
 	}
-	p := &countingProxy{listener: listener, target: u.Host, conns: map[net.Conn]struct{}{}}
+	p := &countingProxy{
+		listener: listener, target: u.Host, detail: detail,
+		conns: map[net.Conn]struct{}{}, detailCounts: map[string]int64{},
+	}
 	proxied := *u
 	proxied.Host = listener.Addr().String()
 	q := proxied.Query()
@@ -156,7 +169,11 @@ func (p *countingProxy) serve(client net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = io.Copy(server, client)
+		if p.detail {
+			_ = p.relayClient(client, server)
+		} else {
+			_, _ = io.Copy(server, client)
+		}
 		_ = server.Close()
 	}()
 	_ = p.relayServer(serverReader, client)
@@ -259,4 +276,100 @@ func (c *messageCounter) readyForQuery(status byte) (roundTrip, tx bool) {
 		return false, false
 	}
 	return true, status == 'I' && (prev == 'I' || prev == 'T' || prev == 'E')
+}
+
+// detailSnapshot returns the round trips so far by statement: the SQL of
+// the first Query, or of the first Bind's prepared statement (or Parse),
+// since the previous Sync. Empty without detail.
+func (p *countingProxy) detailSnapshot() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.detailCounts)
+}
+
+// relayClient copies the client's messages (after the startup) to the
+// server, attributing each Sync or Query to a statement.
+func (p *countingProxy) relayClient(client, server net.Conn) error {
+	r := bufio.NewReaderSize(client, 64<<10)
+	w := bufio.NewWriterSize(server, 64<<10)
+	prepared := map[string]string{} // statement name -> SQL, per connection
+	label := ""                     // the statement of the round trip being sent
+	var head [5]byte
+	for {
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return err
+		}
+		body := make([]byte, int(binary.BigEndian.Uint32(head[1:]))-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return err
+		}
+		switch head[0] {
+		case 'P': // Parse: name, query
+			name, rest := cString(body)
+			query, _ := cString(rest)
+			prepared[name] = query
+			if label == "" {
+				label = query
+			}
+		case 'B': // Bind: portal, statement
+			_, rest := cString(body)
+			name, _ := cString(rest)
+			if q, ok := prepared[name]; ok && label == "" {
+				label = q
+			}
+		case 'C': // Close: 'S' or 'P', name
+			if len(body) > 0 && body[0] == 'S' {
+				name, _ := cString(body[1:])
+				delete(prepared, name)
+			}
+		case 'Q', 'S':
+			if head[0] == 'Q' {
+				label, _ = cString(body)
+			}
+			p.mu.Lock()
+			p.detailCounts[statementLabel(label)]++
+			p.mu.Unlock()
+			label = ""
+		}
+		if _, err := w.Write(head[:]); err != nil {
+			return err
+		}
+		if _, err := w.Write(body); err != nil {
+			return err
+		}
+		if r.Buffered() == 0 {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// cString splits a NUL-terminated string off b.
+func cString(b []byte) (string, []byte) {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return string(b), nil
+	}
+	return string(b[:i]), b[i+1:]
+}
+
+// statementLabel shortens SQL to a label: comments dropped, whitespace
+// collapsed, at most 120 characters.
+func statementLabel(sql string) string {
+	var lines []string
+	for line := range strings.SplitSeq(sql, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		lines = append(lines, line)
+	}
+	label := strings.Join(strings.Fields(strings.Join(lines, " ")), " ")
+	if label == "" {
+		return "(none)"
+	}
+	if len(label) > 120 {
+		label = label[:120] + "…"
+	}
+	return label
 }

@@ -63,6 +63,10 @@ type Result struct {
 	// measured window (costs workload only): reconnecting is a cost too.
 	Connections int64 `json:"connections,omitempty"`
 
+	// RoundTripDetail splits RoundTripsPerUnit by the statement that
+	// opened each round trip (costs with --rt-detail only).
+	RoundTripDetail map[string]float64 `json:"round_trip_detail,omitempty"`
+
 	// WALBytesPerUnit is the pg_current_wal_insert_lsn() delta over the
 	// measured window divided by N.
 	WALBytesPerUnit float64 `json:"wal_bytes_per_unit,omitempty"`
