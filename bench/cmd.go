@@ -136,7 +136,7 @@ func newAllCmd() *cobra.Command {
 			return withHarness(cmd.Context(), o, func(ctx context.Context, h *harness) error {
 				for run := 1; run <= o.runs; run++ {
 					h.logf("repetition %d of %d", run, o.runs)
-					if err := h.jobsRound(ctx, JobsContenders, JobsNDefault, run, o.runs); err != nil {
+					if err := h.jobsRound(ctx, rotate(JobsContenders, run-1), JobsNDefault, run, o.runs); err != nil {
 						return err
 					}
 					rotated := rotate(WorkflowContenders, run-1)
@@ -155,6 +155,7 @@ func newAllCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&o.runs, "runs", RunsDefault, "repetitions of jobs and workflows (contenders interleaved)")
 	cmd.Flags().IntVar(&costRuns, "cost-runs", CostRunsDefault, "repetitions of costs")
+	cmd.Flags().BoolVar(&o.rtDetail, "rt-detail", true, "in costs, also count round trips by statement")
 	cmd.Flags().StringVar(&o.out, "out", "", "directory to write results.jsonl and summary.md to (besides stdout)")
 	return cmd
 }
@@ -241,31 +242,42 @@ func withHarness(ctx context.Context, o *options, fn func(context.Context, *harn
 // collector keeps what is written to it.
 type collector struct{ strings.Builder }
 
-// jobsRounds runs jobsRound runs times.
+// jobsRounds runs jobsRound runs times, rotating the contenders' order.
 func (h *harness) jobsRounds(ctx context.Context, contenders []string, n, runs int) error {
 	for run := 1; run <= runs; run++ {
-		if err := h.jobsRound(ctx, contenders, n, run, runs); err != nil {
+		if err := h.jobsRound(ctx, rotate(contenders, run-1), n, run, runs); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// jobsRound measures each jobs contender once; a fenced result gets its
-// ratio to the raw result of the round.
+// jobsRound measures each jobs contender once, in the given order, then
+// records them; a fenced result gets its ratio to the raw result of the
+// round.
 func (h *harness) jobsRound(ctx context.Context, contenders []string, n, run, runs int) error {
+	results := make([]*Result, len(contenders))
+	errs := make([]error, len(contenders))
 	var raw float64
-	for _, contender := range contenders {
+	for i, contender := range contenders {
 		h.logf("jobs %s n=%d run %d/%d", contender, n, run, runs)
-		res, err := h.runJobs(ctx, contender, n, false)
-		res.Workload, res.Run, res.Runs = WorkloadJobs, run, runs
-		if contender == ContenderRaw && err == nil {
-			raw = res.PerSec
+		results[i], errs[i] = h.runJobs(ctx, contender, n, false)
+		results[i].Workload, results[i].Run, results[i].Runs = WorkloadJobs, run, runs
+		if contender == ContenderRaw && errs[i] == nil {
+			raw = results[i].PerSec
 		}
-		if contender == ContenderFenced && err == nil && raw > 0 {
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	for i, res := range results {
+		if res == nil {
+			continue
+		}
+		if res.Contender == ContenderFenced && errs[i] == nil && raw > 0 {
 			res.RatioToRaw = round3(res.PerSec / raw)
 		}
-		if err := h.record(ctx, res, err); err != nil {
+		if err := h.record(ctx, res, errs[i]); err != nil {
 			return err
 		}
 	}
