@@ -23,8 +23,10 @@ type chainStepArgs struct {
 	Value int `json:"value"`
 }
 
+// Kind is the River job kind of every step.
 func (chainStepArgs) Kind() string { return "chain_step" }
 
+// chainStepWorker works the steps of the River chain.
 type chainStepWorker struct {
 	river.WorkerDefaults[chainStepArgs]
 	pool *pgxpool.Pool

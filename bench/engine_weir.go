@@ -18,12 +18,15 @@ type weirStepArgs struct {
 	Value int `json:"value"`
 }
 
+// Kind names the activity.
 func (weirStepArgs) Kind() string { return "bench.step" }
 
+// weirStep runs weirStepArgs.
 type weirStep struct {
 	activity.Defaults[weirStepArgs, int]
 }
 
+// Execute returns the value plus one.
 func (*weirStep) Execute(_ context.Context, args weirStepArgs) (int, error) {
 	return args.Value + 1, nil
 }
@@ -34,12 +37,15 @@ type weirThreeStepsArgs struct {
 	Input int `json:"input"`
 }
 
+// Kind names the workflow.
 func (weirThreeStepsArgs) Kind() string { return "bench.three_steps" }
 
+// weirThreeSteps runs weirThreeStepsArgs.
 type weirThreeSteps struct {
 	workflow.Defaults[weirThreeStepsArgs, int]
 }
 
+// Run runs the three steps in sequence, each on the previous result.
 func (*weirThreeSteps) Run(ctx workflow.Context, args weirThreeStepsArgs) (int, error) {
 	v := args.Input
 	for range 3 {

@@ -38,12 +38,15 @@ const tunedConfig = "tuned: FetchCooldown 2ms, FetchPollInterval 20ms, MaxWorker
 // noopArgs is the jobs workload's job: it does nothing.
 type noopArgs struct{}
 
+// Kind is the River job kind.
 func (noopArgs) Kind() string { return "bench_noop" }
 
+// noopWorker works noopArgs.
 type noopWorker struct {
 	river.WorkerDefaults[noopArgs]
 }
 
+// Work does nothing.
 func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
 
 // runJobs inserts n no-op jobs with InsertMany, then starts a River client
