@@ -25,26 +25,38 @@ dev-examples: ## make dev, plus example workflows running so the web UI has runs
 	$(GO) run ./cmd/weir dev --examples
 
 .PHONY: test
-test: ## go vet, then every test with -race against real Postgres
+test: ## go vet, then every test with -race against real Postgres (the bench module's too)
 	@if [ -z "$$TEST_DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 	$(WITH_POSTGRES) $(GO) test -race -count=1 -timeout 20m ./...
+	cd bench && $(GO) test -race -count=1 -timeout 5m ./...
 
 .PHONY: chaos
 chaos: ## Fault-injection suite at full size (WEIR_CHAOS_WORKFLOWS, default 5000 per scenario)
 	WEIR_CHAOS_WORKFLOWS=$${WEIR_CHAOS_WORKFLOWS:-5000} WEIR_CHAOS_RATE=$${WEIR_CHAOS_RATE:-40} \
 		$(GO) test -race -count=1 -timeout 4h -run 'TestChaos' -v ./integration/
 
+# `make bench` writes its results here, under bench/; BENCH_RUNS repetitions.
+BENCH_OUT ?= results/$(shell date -u +%Y%m%d-%H%M%S)
+BENCH_RUNS ?= 3
+
 .PHONY: bench
-bench: ## Run the benchmarks against real Postgres
+bench: ## Compare weir with River, go-workflows and DBOS (bench/ harness): bench/results/<time>/
+	@if [ -z "$$DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
+	cd bench && $(GO) run . all --runs $(BENCH_RUNS) --out $(BENCH_OUT)
+
+.PHONY: bench-go
+bench-go: ## Run the Go micro-benchmarks against real Postgres
 	@if [ -z "$$TEST_DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
 	$(WITH_POSTGRES) $(GO) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: lint
-lint: $(BIN)/staticcheck ## gofmt check, go vet and staticcheck
+lint: $(BIN)/staticcheck ## gofmt check, go vet and staticcheck (the bench module's too)
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...
+	cd bench && $(GO) vet ./... && $(BIN)/staticcheck ./...
 
 $(BIN)/staticcheck:
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+
+	values := []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	for _, tt := range []struct {
+		p    float64
+		want float64
+	}{
+		{p: 1, want: 1},
+		{p: 10, want: 1},
+		{p: 11, want: 2},
+		{p: 50, want: 5},
+		{p: 51, want: 6},
+		{p: 99, want: 10},
+		{p: 100, want: 10},
+	} {
+		require.InDelta(t, tt.want, percentile(values, tt.p), 0, "p%v", tt.p)
+	}
+	require.Equal(t, []float64{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}, values, "percentile must not sort its input")
+	require.True(t, math.IsNaN(percentile(nil, 50)))
+	require.InDelta(t, 42.0, percentile([]float64{42}, 99), 0)
+}
+
+func TestMedianOf(t *testing.T) {
+	t.Parallel()
+
+	require.InDelta(t, 2.0, medianOf([]float64{3, 1, 2}), 0)
+	require.InDelta(t, 2.5, medianOf([]float64{4, 1, 3, 2}), 0)
+}
+
+func TestFormatNumber(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, "0", formatNumber(0, 0))
+	require.Equal(t, "999", formatNumber(999, 0))
+	require.Equal(t, "1,000", formatNumber(999.6, 0))
+	require.Equal(t, "1,234,567.89", formatNumber(1234567.891, 2))
+	require.Equal(t, "-12,345.0", formatNumber(-12345, 1))
+}
+
+func TestRotate(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, []string{"b", "c", "a"}, rotate([]string{"a", "b", "c"}, 1))
+	require.Equal(t, []string{"a", "b", "c"}, rotate([]string{"a", "b", "c"}, 3))
+	require.Nil(t, rotate([]string(nil), 2))
+}
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+
+	lines := strings.Join([]string{
+		`bench: a log line that is not JSON`,
+		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":1,"runs":3,"unit":"wf/s","per_sec":100,"p50_ms":10,"p99_ms":30,"wal_bytes_per_unit":5000}`,
+		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":2,"runs":3,"unit":"wf/s","per_sec":300,"p50_ms":20,"p99_ms":40,"wal_bytes_per_unit":7000}`,
+		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":3,"runs":3,"error":"boom"}`,
+		``,
+		`{"workload":"jobs","contender":"fenced","config":"tuned","n":20000,"run":1,"runs":1,"unit":"jobs/s","per_sec":12345.6,"ratio_to_raw":0.9,"wal_bytes_per_unit":2000,"env":{"cpus":2,"go":"go1.26","pg":{"version":"PostgreSQL 15","fsync":"on"},"private_server":true,"weir_commit":"abc"}}`,
+		`{"workload":"costs","contender":"dbos-direct","config":"direct","n":200,"run":1,"runs":1,"round_trips_per_unit":32.84,"statements_per_unit":32.09,"tx_per_unit":8.09,"wal_bytes_per_unit":3406,"connections":3}`,
+	}, "\n")
+	results, err := readResults(strings.NewReader(lines))
+	require.NoError(t, err)
+	require.Len(t, results, 5)
+
+	got := summarize(results)
+	require.Contains(t, got, "| weir | defaults | 1000 | 2 (+1 failed) | **200.0** [100.0–300.0] | **15.0** [10.0–20.0] | **35.0** [30.0–40.0] | 6,000 |")
+	require.Contains(t, got, "| fenced | tuned | 20000 | 1 | 12,346 | 0.900 | 2,000 |")
+	require.Contains(t, got, "| dbos-direct | direct | 200 | 1 | 32.840 | 32.090 | 8.090 | 3,406 | 3 |")
+	require.Less(t, strings.Index(got, "### Jobs"), strings.Index(got, "### Workflows, burst"), "tables come in workload order")
+	require.NotContains(t, got, "open loop", "no table for a workload without results")
+	require.Contains(t, got, "Environment: PostgreSQL 15; 2 CPUs, go1.26; settings: fsync=on; weir abc.")
+
+	_, err = readResults(strings.NewReader(`{"workload": 3}`))
+	require.Error(t, err)
+}
+
+func TestMessageCounter(t *testing.T) {
+	t.Parallel()
+
+	type step struct {
+		status        byte
+		roundTrip, tx bool
+	}
+	c := &messageCounter{}
+	for i, s := range []step{
+		{status: 'I'},                            // end of startup
+		{status: 'I', roundTrip: true, tx: true}, // autocommit statement
+		{status: 'T', roundTrip: true},           // BEGIN
+		{status: 'T', roundTrip: true},           // a statement in the block
+		{status: 'I', roundTrip: true, tx: true}, // COMMIT
+		{status: 'T', roundTrip: true},           // BEGIN
+		{status: 'E', roundTrip: true},           // a failing statement
+		{status: 'I', roundTrip: true, tx: true}, // ROLLBACK
+		{status: 'I', roundTrip: true, tx: true}, // autocommit again
+	} {
+		roundTrip, tx := c.readyForQuery(s.status)
+		require.Equal(t, s.roundTrip, roundTrip, "step %d round trip", i)
+		require.Equal(t, s.tx, tx, "step %d transaction", i)
+	}
+}
+
+// TestCountingProxy counts a known conversation with a real Postgres.
+func TestCountingProxy(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), true)
+	require.NoError(t, err)
+	defer proxy.Close()
+
+	conn, err := pgx.Connect(ctx, proxy.URL())
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	require.Equal(t, counts{Connections: 1}, proxy.snapshot(), "the startup is no round trip")
+
+	step := func(name string, want counts, fn func()) {
+		t.Helper()
+		before := proxy.snapshot()
+		fn()
+		require.Equal(t, want, proxy.snapshot().sub(before), name)
+	}
+
+	step("simple query", counts{RoundTrips: 1, Statements: 1, Transactions: 1}, func() {
+		_, err := conn.Exec(ctx, "SELECT 1")
+		require.NoError(t, err)
+	})
+	step("extended query in one round trip", counts{RoundTrips: 1, Statements: 1, Transactions: 1}, func() {
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, "SELECT $1::int + 1", pgx.QueryExecModeExec, 1).Scan(&n))
+		require.Equal(t, 2, n)
+	})
+	step("explicit transaction", counts{RoundTrips: 4, Statements: 4, Transactions: 1}, func() {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "CREATE TEMP TABLE t (x int)")
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "INSERT INTO t VALUES (1)")
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+	})
+	step("failed transaction", counts{RoundTrips: 3, Statements: 2, Transactions: 1}, func() {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "SELECT 1/0")
+		require.Error(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+	})
+	step("simple query with three statements", counts{RoundTrips: 1, Statements: 3, Transactions: 1}, func() {
+		_, err := conn.Exec(ctx, "BEGIN; SELECT 1; COMMIT")
+		require.NoError(t, err)
+	})
+	step("prepared statement, then executed", counts{RoundTrips: 3, Statements: 2, Transactions: 3}, func() {
+		for range 2 {
+			var n int
+			require.NoError(t, conn.QueryRow(ctx, "SELECT $1::int -- a comment\n  * 2", 21).Scan(&n))
+			require.Equal(t, 42, n)
+		}
+	})
+
+	detail := proxy.detailSnapshot()
+	require.Equal(t, int64(3), detail["SELECT $1::int * 2"], "prepare, then two executions of the cached statement: %v", detail)
+	require.Equal(t, int64(1), detail["SELECT $1::int + 1"])
+	require.Equal(t, int64(2), detail["begin"])
+	require.Equal(t, int64(1), detail["BEGIN; SELECT 1; COMMIT"])
+	var total int64
+	for _, n := range detail {
+		total += n
+	}
+	require.Equal(t, proxy.snapshot().RoundTrips, total, "every round trip is attributed")
+}
+
+func TestStatementLabel(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, "SELECT a FROM t WHERE x = $1", statementLabel("-- name: Foo :one\nSELECT a\n  FROM t -- why\n\tWHERE x = $1\n"))
+	require.Equal(t, "(none)", statementLabel(""))
+	require.Equal(t, strings.Repeat("x", 120)+"…", statementLabel(strings.Repeat("x", 200)))
+}

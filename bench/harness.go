@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// harness runs measurements on one server and prints their results.
+type harness struct {
+	logf   func(format string, args ...any)
+	out    *resultWriter
+	server *server
+	seq    atomic.Int64 // numbers the databases
+
+	// rtDetail makes counting proxies count round trips by statement too.
+	rtDetail bool
+}
+
+// benchDB is a fresh database for one measurement.
+type benchDB struct {
+	name   string
+	server *server
+
+	// url and pool reach the database, through the counting proxy when
+	// there is one; contenders use them.
+	url  string
+	pool *pgxpool.Pool
+
+	// admin reaches it directly: for WAL positions, completion polling and
+	// checks, none of which are counted.
+	admin *pgxpool.Pool
+	proxy *countingProxy
+}
+
+// openDatabase creates a fresh database for a measurement of contender;
+// with countRoundTrips its url and pool go through a counting proxy.
+func (h *harness) openDatabase(ctx context.Context, contender string, countRoundTrips bool) (*benchDB, error) {
+	name := fmt.Sprintf("bench_%s_%d", strings.ReplaceAll(contender, "-", "_"), h.seq.Add(1))
+	if err := h.server.createDatabase(ctx, name); err != nil {
+		return nil, err
+	}
+	db := &benchDB{name: name, server: h.server, url: h.server.url(name)}
+	var err error
+	adminConfig, err := pgxpool.ParseConfig(db.url)
+	if err != nil {
+		return nil, errors.Join(err, db.close())
+	}
+	adminConfig.MaxConns = 2
+	if db.admin, err = pgxpool.NewWithConfig(ctx, adminConfig); err != nil {
+		return nil, errors.Join(err, db.close())
+	}
+	if countRoundTrips {
+		if db.proxy, err = newCountingProxy(ctx, db.url, h.rtDetail); err != nil {
+			return nil, errors.Join(err, db.close())
+		}
+		db.url = db.proxy.URL()
+	}
+	if db.pool, err = newPool(ctx, db.url); err != nil {
+		return nil, errors.Join(err, db.close())
+	}
+	return db, nil
+}
+
+// close closes the pools and the proxy and drops the database.
+func (db *benchDB) close() error {
+	if db.pool != nil {
+		db.pool.Close()
+	}
+	var err error
+	if db.proxy != nil {
+		err = db.proxy.Close()
+	}
+	if db.admin != nil {
+		db.admin.Close()
+	}
+	ctx := context.Background()
+	return errors.Join(err, db.server.dropDatabase(ctx, db.name))
+}
+
+// window is a measured interval: WAL and proxy counts at its start.
+type window struct {
+	db     *benchDB
+	lsn    int64
+	counts counts
+	detail map[string]int64
+}
+
+// beginWindow records the WAL position and the proxy's counts.
+func (db *benchDB) beginWindow(ctx context.Context) (*window, error) {
+	w := &window{db: db}
+	var err error
+	if w.lsn, err = walLSN(ctx, db.admin); err != nil {
+		return nil, fmt.Errorf("reading WAL position: %w", err)
+	}
+	if db.proxy != nil {
+		w.counts = db.proxy.snapshot()
+		w.detail = db.proxy.detailSnapshot()
+	}
+	return w, nil
+}
+
+// end fills res's per-unit WAL bytes and, with a proxy, round trips,
+// statements and transactions, over n units.
+func (w *window) end(ctx context.Context, res *Result, n int) error {
+	var c counts
+	if w.db.proxy != nil {
+		c = w.db.proxy.snapshot().sub(w.counts)
+	}
+	lsn, err := walLSN(ctx, w.db.admin)
+	if err != nil {
+		return fmt.Errorf("reading WAL position: %w", err)
+	}
+	res.WALBytesPerUnit = float64(lsn-w.lsn) / float64(n)
+	if w.db.proxy != nil {
+		res.RoundTripsPerUnit = float64(c.RoundTrips) / float64(n)
+		res.StatementsPerUnit = float64(c.Statements) / float64(n)
+		res.TxPerUnit = float64(c.Transactions) / float64(n)
+		res.Connections = c.Connections
+		for label, count := range w.db.proxy.detailSnapshot() {
+			if d := count - w.detail[label]; d > 0 {
+				if res.RoundTripDetail == nil {
+					res.RoundTripDetail = map[string]float64{}
+				}
+				res.RoundTripDetail[label] = float64(d) / float64(n)
+			}
+		}
+	}
+	return nil
+}

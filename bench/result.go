@@ -1,0 +1,147 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Workload names, as they appear in Result.Workload.
+const (
+	WorkloadJobs           = "jobs"
+	WorkloadWorkflowsBurst = "workflows-burst"
+	WorkloadWorkflowsRate  = "workflows-rate"
+	WorkloadCosts          = "costs"
+)
+
+// Result is one measurement: one workload, one contender, one repetition.
+// It is printed as one JSON line. Fields a workload does not measure are
+// omitted.
+type Result struct {
+	// Workload is one of the Workload constants.
+	Workload string `json:"workload"`
+
+	// Contender names what ran: raw, fenced, weir, riverchain, goworkflows,
+	// dbos-direct, dbos-queue.
+	Contender string `json:"contender"`
+
+	// Config describes the contender's configuration in words.
+	Config string `json:"config"`
+
+	// N is the number of units (jobs or workflows) of the measurement.
+	N int `json:"n"`
+
+	// Run is this repetition's number, from 1; Runs is how many were planned.
+	Run  int `json:"run"`
+	Runs int `json:"runs"`
+
+	// Unit is what PerSec counts: "jobs/s" or "wf/s".
+	Unit string `json:"unit,omitempty"`
+
+	// PerSec is the throughput: N / (last completion - first start).
+	PerSec float64 `json:"per_sec,omitempty"`
+
+	// RatioToRaw is, for the fenced jobs contender, its PerSec divided by
+	// that of the raw River run of the same repetition.
+	RatioToRaw float64 `json:"ratio_to_raw,omitempty"`
+
+	// P50Ms and P99Ms are start-to-completion latency percentiles in
+	// milliseconds.
+	P50Ms float64 `json:"p50_ms,omitempty"`
+	P99Ms float64 `json:"p99_ms,omitempty"`
+
+	// RoundTripsPerUnit, StatementsPerUnit and TxPerUnit come from the
+	// counting proxy (costs workload only).
+	RoundTripsPerUnit float64 `json:"round_trips_per_unit,omitempty"`
+	StatementsPerUnit float64 `json:"statements_per_unit,omitempty"`
+	TxPerUnit         float64 `json:"tx_per_unit,omitempty"`
+
+	// Connections is how many connections the contender opened during the
+	// measured window (costs workload only): reconnecting is a cost too.
+	Connections int64 `json:"connections,omitempty"`
+
+	// RoundTripDetail splits RoundTripsPerUnit by the statement that
+	// opened each round trip (costs with --rt-detail only).
+	RoundTripDetail map[string]float64 `json:"round_trip_detail,omitempty"`
+
+	// WALBytesPerUnit is the pg_current_wal_insert_lsn() delta over the
+	// measured window divided by N.
+	WALBytesPerUnit float64 `json:"wal_bytes_per_unit,omitempty"`
+
+	// ElapsedSec is the measured window in seconds.
+	ElapsedSec float64 `json:"elapsed_sec,omitempty"`
+
+	// Error is set when the run failed; the numbers are then absent.
+	Error string `json:"error,omitempty"`
+
+	// Env describes the machine, Postgres and weir's commit.
+	Env *Env `json:"env,omitempty"`
+
+	// Time is when the result was recorded.
+	Time time.Time `json:"time"`
+}
+
+// Env is the environment a Result was measured in.
+type Env struct {
+	// CPUs is runtime.NumCPU().
+	CPUs int `json:"cpus"`
+
+	// GoVersion is runtime.Version().
+	GoVersion string `json:"go"`
+
+	// PG holds version() under "version" and the server settings that
+	// matter for these workloads.
+	PG map[string]string `json:"pg"`
+
+	// PrivateServer is true when the harness started its own Postgres.
+	PrivateServer bool `json:"private_server"`
+
+	// WeirCommit is the git commit of the weir checkout, "-dirty" appended
+	// when it has uncommitted changes.
+	WeirCommit string `json:"weir_commit"`
+}
+
+// resultWriter prints Results as JSON lines, one at a time.
+type resultWriter struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	env *Env
+}
+
+func newResultWriter(w io.Writer, env *Env) *resultWriter {
+	return &resultWriter{enc: json.NewEncoder(w), env: env}
+}
+
+func (w *resultWriter) write(r *Result) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r.Env = w.env
+	r.Time = time.Now().UTC()
+	return w.enc.Encode(r)
+}
+
+// percentile returns the p-th percentile (0 < p <= 100) of values by the
+// nearest-rank method: the smallest value at least p% of values are less than
+// or equal to. It returns NaN for no values. values is not modified.
+func percentile(values []float64, p float64) float64 {
+	if len(values) == 0 {
+		return math.NaN()
+	}
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+// durationsMs converts durations to float milliseconds.
+func durationsMs(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = float64(d) / float64(time.Millisecond)
+	}
+	return out
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+)
+
+// readResults reads JSON result lines, skipping blank lines and lines that
+// are not JSON objects (so a log with other output can be summarized).
+func readResults(r io.Reader) ([]*Result, error) {
+	var out []*Result
+	scanner := bufio.NewScanner(r)
+	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for line := 1; scanner.Scan(); line++ {
+		text := strings.TrimSpace(scanner.Text())
+		if !strings.HasPrefix(text, "{") {
+			continue
+		}
+		var res Result
+		if err := json.Unmarshal([]byte(text), &res); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		if res.Workload == "" {
+			continue
+		}
+		out = append(out, &res)
+	}
+	return out, scanner.Err()
+}
+
+// group is the results of one workload, contender, config and N.
+type group struct {
+	workload, contender, config string
+	n                           int
+	ok                          []*Result
+	failed                      int
+}
+
+// summarize turns results into one markdown table per workload, a row per
+// contender configuration, with medians and [min–max] over the successful
+// runs.
+func summarize(results []*Result) string {
+	var groups []*group
+	index := map[string]*group{}
+	for _, r := range results {
+		key := fmt.Sprintf("%s\x00%s\x00%s\x00%d", r.Workload, r.Contender, r.Config, r.N)
+		g := index[key]
+		if g == nil {
+			g = &group{workload: r.Workload, contender: r.Contender, config: r.Config, n: r.N}
+			index[key] = g
+			groups = append(groups, g)
+		}
+		if r.Error != "" {
+			g.failed++
+		} else {
+			g.ok = append(g.ok, r)
+		}
+	}
+
+	var b strings.Builder
+	for _, w := range []struct {
+		workload, title string
+		columns         []string
+		row             func(g *group) []string
+	}{
+		{
+			WorkloadJobs, "Jobs: burn-down of N no-op jobs (inserted before start)",
+			[]string{"jobs/s", "fenced/raw", "WAL B/job"},
+			func(g *group) []string {
+				return []string{
+					stat(g.ok, func(r *Result) float64 { return r.PerSec }, 0),
+					stat(g.ok, func(r *Result) float64 { return r.RatioToRaw }, 3),
+					median(g.ok, func(r *Result) float64 { return r.WALBytesPerUnit }, 0),
+				}
+			},
+		},
+		{
+			WorkloadWorkflowsBurst, "Workflows, burst: N × 3-step workflows started at once",
+			[]string{"wf/s", "p50 ms", "p99 ms", "WAL B/wf"},
+			func(g *group) []string {
+				return []string{
+					stat(g.ok, func(r *Result) float64 { return r.PerSec }, 1),
+					stat(g.ok, func(r *Result) float64 { return r.P50Ms }, 1),
+					stat(g.ok, func(r *Result) float64 { return r.P99Ms }, 1),
+					median(g.ok, func(r *Result) float64 { return r.WALBytesPerUnit }, 0),
+				}
+			},
+		},
+		{
+			WorkloadWorkflowsRate, "Workflows, open loop: N × 3-step workflows started at a fixed rate",
+			[]string{"p50 ms", "p99 ms"},
+			func(g *group) []string {
+				return []string{
+					stat(g.ok, func(r *Result) float64 { return r.P50Ms }, 1),
+					stat(g.ok, func(r *Result) float64 { return r.P99Ms }, 1),
+				}
+			},
+		},
+		{
+			WorkloadCosts, "Costs per unit (counting proxy; workflows in a burst)",
+			[]string{"round trips", "statements", "transactions", "WAL B", "new connections"},
+			func(g *group) []string {
+				return []string{
+					median(g.ok, func(r *Result) float64 { return r.RoundTripsPerUnit }, 3),
+					median(g.ok, func(r *Result) float64 { return r.StatementsPerUnit }, 3),
+					median(g.ok, func(r *Result) float64 { return r.TxPerUnit }, 3),
+					median(g.ok, func(r *Result) float64 { return r.WALBytesPerUnit }, 0),
+					median(g.ok, func(r *Result) float64 { return float64(r.Connections) }, 0),
+				}
+			},
+		},
+	} {
+		var rows []*group
+		for _, g := range groups {
+			if g.workload == w.workload {
+				rows = append(rows, g)
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "### %s\n\n", w.title)
+		header := slices.Concat([]string{"contender", "config", "N", "runs"}, w.columns)
+		fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(header, " | "), strings.Repeat("---|", len(header)))
+		for _, g := range rows {
+			runs := fmt.Sprint(len(g.ok))
+			if g.failed > 0 {
+				runs += fmt.Sprintf(" (+%d failed)", g.failed)
+			}
+			cells := slices.Concat([]string{g.contender, g.config, fmt.Sprint(g.n), runs}, w.row(g))
+			fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
+		}
+		b.WriteString("\n")
+	}
+	if env := firstEnv(results); env != nil {
+		fmt.Fprintf(&b, "Environment: %s; %d CPUs, %s; settings: %s; weir %s.\n",
+			env.PG["version"], env.CPUs, env.GoVersion, settingsLine(env.PG), env.WeirCommit)
+	}
+	return b.String()
+}
+
+// stat formats the median and, with more than one value, [min–max] of f
+// over rs, with prec decimals; "–" when no result has a value.
+func stat(rs []*Result, f func(*Result) float64, prec int) string {
+	values := nonZero(rs, f)
+	if len(values) == 0 {
+		return "–"
+	}
+	s := formatNumber(medianOf(values), prec)
+	if len(values) > 1 {
+		s = fmt.Sprintf("**%s** [%s–%s]", s, formatNumber(slices.Min(values), prec), formatNumber(slices.Max(values), prec))
+	}
+	return s
+}
+
+// median formats the median of f over rs, with prec decimals.
+func median(rs []*Result, f func(*Result) float64, prec int) string {
+	values := nonZero(rs, f)
+	if len(values) == 0 {
+		return "–"
+	}
+	return formatNumber(medianOf(values), prec)
+}
+
+func nonZero(rs []*Result, f func(*Result) float64) []float64 {
+	var values []float64
+	for _, r := range rs {
+		if v := f(r); v != 0 && !math.IsNaN(v) {
+			values = append(values, v)
+		}
+	}
+	return values
+}
+
+// medianOf returns the median of values (the mean of the middle two for an
+// even count); values must not be empty.
+func medianOf(values []float64) float64 {
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	mid := len(sorted) / 2
+	if len(sorted)%2 == 0 {
+		return (sorted[mid-1] + sorted[mid]) / 2
+	}
+	return sorted[mid]
+}
+
+// formatNumber formats f with prec decimals and thousands separators.
+func formatNumber(f float64, prec int) string {
+	s := fmt.Sprintf("%.*f", prec, f)
+	intPart, frac, _ := strings.Cut(s, ".")
+	neg := strings.HasPrefix(intPart, "-")
+	intPart = strings.TrimPrefix(intPart, "-")
+	var b strings.Builder
+	for i, c := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	out := b.String()
+	if neg {
+		out = "-" + out
+	}
+	if frac != "" {
+		out += "." + frac
+	}
+	return out
+}
+
+func firstEnv(results []*Result) *Env {
+	for _, r := range results {
+		if r.Env != nil {
+			return r.Env
+		}
+	}
+	return nil
+}
+
+// settingsLine lists the recorded server settings, sorted by name.
+func settingsLine(pg map[string]string) string {
+	var parts []string
+	for _, name := range pgSettings {
+		if v, ok := pg[name]; ok {
+			parts = append(parts, name+"="+v)
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Workflow modes.
+const (
+	ModeBurst = "burst"
+	ModeRate  = "rate"
+)
+
+// Workflow contenders.
+const (
+	ContenderWeir        = "weir"
+	ContenderRiverChain  = "riverchain"
+	ContenderGoWorkflows = "goworkflows"
+	ContenderDBOSDirect  = "dbos-direct"
+	ContenderDBOSQueue   = "dbos-queue"
+)
+
+// WorkflowContenders lists the workflow contenders in their default order.
+var WorkflowContenders = []string{ContenderWeir, ContenderRiverChain, ContenderGoWorkflows, ContenderDBOSDirect, ContenderDBOSQueue}
+
+// JobsContenders lists the jobs contenders in their default order.
+var JobsContenders = []string{ContenderRaw, ContenderFenced}
+
+// completionPollInterval is how often the harness counts completed
+// workflows, on a connection of its own.
+const completionPollInterval = 10 * time.Millisecond
+
+// workflowTimeout bounds one workflows measurement.
+const workflowTimeout = 5 * time.Minute
+
+// workflowEngine is one contender running the workflow of the workflows
+// workload: three sequential no-op steps, each returning its input plus
+// one, so workflow i (input i) returns i+3. Workflow i has the ID "wf-<i>".
+type workflowEngine interface {
+	// config describes the engine's configuration.
+	config() string
+
+	// start starts workflow i with input i.
+	start(ctx context.Context, i int) error
+
+	// result waits for workflow i and returns its result.
+	result(ctx context.Context, i int) (int, error)
+
+	// completedSQL is a query of the completed workflows, as rows of the
+	// workflow's number and the engine-written completion time.
+	completedSQL() string
+
+	// stop stops the engine's workers and closes its connections.
+	stop(ctx context.Context) error
+}
+
+// newEngine sets up contender on db (migrations, workers) and starts it.
+func newEngine(ctx context.Context, contender string, db *benchDB) (workflowEngine, error) {
+	switch contender {
+	case ContenderWeir:
+		return newWeirEngine(ctx, db)
+	case ContenderRiverChain:
+		return newRiverChainEngine(ctx, db)
+	case ContenderGoWorkflows:
+		return newGoWorkflowsEngine(ctx, db)
+	case ContenderDBOSDirect:
+		return newDBOSEngine(ctx, db, false)
+	case ContenderDBOSQueue:
+		return newDBOSEngine(ctx, db, true)
+	}
+	return nil, fmt.Errorf("unknown workflow contender %q", contender)
+}
+
+// workflowsParams describe one workflows measurement.
+type workflowsParams struct {
+	contender string
+	mode      string  // ModeBurst or ModeRate
+	n         int     // workflows
+	rate      float64 // starts per second, ModeRate only
+
+	// countRoundTrips sends the engine's connections through the counting
+	// proxy; the result is then a costs result.
+	countRoundTrips bool
+}
+
+// runWorkflows starts p.n workflows of p.contender (all at once, or
+// open-loop at p.rate), waits until the database shows all completed, and
+// reports throughput, latency percentiles and WAL per workflow (and round
+// trips with countRoundTrips). Results are checked afterwards through the
+// engine's own API.
+func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result, error) {
+	res := &Result{Contender: p.contender, N: p.n, Unit: "wf/s"}
+	db, err := h.openDatabase(ctx, p.contender, p.countRoundTrips)
+	if err != nil {
+		return res, err
+	}
+	defer db.close()
+
+	engine, err := newEngine(ctx, p.contender, db)
+	if err != nil {
+		return res, fmt.Errorf("setting up %s: %w", p.contender, err)
+	}
+	res.Config = engine.config()
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := engine.stop(stopCtx); err != nil {
+			h.logf("stopping %s: %v", p.contender, err)
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(ctx, workflowTimeout)
+	defer cancel()
+
+	win, err := db.beginWindow(ctx)
+	if err != nil {
+		return res, err
+	}
+	starts := make([]time.Time, p.n)
+	var (
+		startErrMu sync.Mutex
+		startErr   error
+		startWG    sync.WaitGroup
+	)
+	launch := func(i int) {
+		startWG.Go(func() {
+			starts[i] = time.Now()
+			if err := engine.start(ctx, i); err != nil {
+				startErrMu.Lock()
+				startErr = errors.Join(startErr, fmt.Errorf("starting workflow %d: %w", i, err))
+				startErrMu.Unlock()
+				cancel()
+			}
+		})
+	}
+	startErrs := func() error {
+		startErrMu.Lock()
+		defer startErrMu.Unlock()
+		return startErr
+	}
+	go func() {
+		if p.mode == ModeRate {
+			ticker := time.NewTicker(time.Duration(float64(time.Second) / p.rate))
+			defer ticker.Stop()
+			for i := range p.n {
+				if i > 0 {
+					select {
+					case <-ticker.C:
+					case <-ctx.Done():
+						return
+					}
+				}
+				launch(i)
+			}
+			return
+		}
+		for i := range p.n {
+			launch(i)
+		}
+	}()
+
+	countSQL := "SELECT count(*) FROM (" + engine.completedSQL() + ") c"
+	for {
+		var done int
+		if err := db.admin.QueryRow(ctx, countSQL).Scan(&done); err != nil {
+			return res, errors.Join(startErrs(), fmt.Errorf("counting completed workflows: %w", err))
+		}
+		if done >= p.n {
+			break
+		}
+		select {
+		case <-time.After(completionPollInterval):
+		case <-ctx.Done():
+			return res, errors.Join(startErrs(), fmt.Errorf("%d of %d workflows completed: %w", done, p.n, ctx.Err()))
+		}
+	}
+	startWG.Wait()
+	if err := startErrs(); err != nil {
+		return res, err
+	}
+	if err := win.end(ctx, res, p.n); err != nil {
+		return res, err
+	}
+
+	completed, err := completions(ctx, db, engine.completedSQL(), p.n)
+	if err != nil {
+		return res, err
+	}
+	latencies := make([]time.Duration, p.n)
+	first, last := starts[0], time.Time{}
+	for i := range p.n {
+		latencies[i] = completed[i].Sub(starts[i])
+		if starts[i].Before(first) {
+			first = starts[i]
+		}
+		if completed[i].After(last) {
+			last = completed[i]
+		}
+	}
+	ms := durationsMs(latencies)
+	res.P50Ms = round3(percentile(ms, 50))
+	res.P99Ms = round3(percentile(ms, 99))
+	res.ElapsedSec = last.Sub(first).Seconds()
+	if p.mode == ModeBurst {
+		res.PerSec = float64(p.n) / res.ElapsedSec
+	} else {
+		res.Unit = ""
+	}
+	if err := checkResults(ctx, engine, p.n); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// completions reads the completion times of workflows 0..n-1.
+func completions(ctx context.Context, db *benchDB, completedSQL string, n int) ([]time.Time, error) {
+	rows, err := db.admin.Query(ctx, completedSQL)
+	if err != nil {
+		return nil, fmt.Errorf("reading completion times: %w", err)
+	}
+	defer rows.Close()
+	out := make([]time.Time, n)
+	for rows.Next() {
+		var (
+			i  int
+			at time.Time
+		)
+		if err := rows.Scan(&i, &at); err != nil {
+			return nil, err
+		}
+		if i < 0 || i >= n {
+			return nil, fmt.Errorf("completed workflow %d is not one of 0..%d", i, n-1)
+		}
+		out[i] = at
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if i := slices.IndexFunc(out, time.Time.IsZero); i >= 0 {
+		return nil, fmt.Errorf("workflow %d has no completion time", i)
+	}
+	return out, nil
+}
+
+// checkResults asks the engine for every workflow's result and checks it is
+// its input plus three.
+func checkResults(ctx context.Context, engine workflowEngine, n int) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			got, err := engine.result(ctx, i)
+			if err != nil {
+				return fmt.Errorf("getting result of workflow %d: %w", i, err)
+			}
+			if got != i+3 {
+				return fmt.Errorf("workflow %d returned %d, want %d", i, got, i+3)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// round3 rounds to three decimals.
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// workflowID is the ID of workflow i in every engine.
+func workflowID(i int) string { return fmt.Sprintf("wf-%d", i) }
