@@ -20,8 +20,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/runstate"
+	"github.com/weirhq/weir/internal/task"
 )
 
 const (
@@ -327,73 +327,95 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 		}
 	}
 
-	// W1: serialize starts of this workflow ID until tx ends.
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-		"weir.start\x1f"+c.names.Schema+"\x1f"+namespace+"\x1f"+workflowID); err != nil {
+	// W1: serialize starts of this workflow ID until tx ends. The lookups
+	// ride in the same round trip, after the lock: each statement of a
+	// batch takes its own snapshot, so they see every start that committed
+	// before the lock was granted.
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+		"weir.start\x1f"+c.names.Schema+"\x1f"+namespace+"\x1f"+workflowID)
+	batch.Queue("(SELECT 1, run_id, generation, request_hash, state FROM "+c.names.Run+
+		"  WHERE namespace = $1 AND workflow_id = $2 AND request_id = $3)"+
+		" UNION ALL (SELECT 2, run_id, generation, NULL, state FROM "+c.names.Run+
+		"  WHERE namespace = $1 AND workflow_id = $2 AND state = 'running')"+
+		" UNION ALL (SELECT 3, run_id, generation, NULL, state FROM "+c.names.Run+
+		"  WHERE namespace = $1 AND workflow_id = $2 ORDER BY generation DESC LIMIT 1)",
+		namespace, workflowID, requestID)
+	type found struct {
+		generation int64
+		hash       []byte
+		runID      uuid.UUID
+		state      string
+	}
+	var byRequest, live, last *found
+	results := tx.SendBatch(ctx, batch)
+	if _, err := results.Exec(); err != nil {
+		_ = results.Close()
 		return nil, fmt.Errorf("locking workflow %s: %w", workflowID, err)
+	}
+	rows, err := results.Query()
+	if err == nil {
+		for rows.Next() {
+			var which int
+			f := &found{}
+			if err = rows.Scan(&which, &f.runID, &f.generation, &f.hash, &f.state); err != nil {
+				break
+			}
+			switch which {
+			case 1:
+				byRequest = f
+			case 2:
+				live = f
+			case 3:
+				last = f
+			}
+		}
+		rows.Close()
+		err = cmp.Or(err, rows.Err())
+	}
+	if closeErr := results.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("looking up runs of workflow %s: %w", workflowID, err)
 	}
 
 	// W2: the same request ID is a replay of the same start.
-	var (
-		existingRunID uuid.UUID
-		existingGen   int64
-		existingHash  []byte
-	)
-	err = tx.QueryRow(ctx, "SELECT run_id, generation, request_hash FROM "+c.names.Run+
-		" WHERE namespace = $1 AND workflow_id = $2 AND request_id = $3",
-		namespace, workflowID, requestID).Scan(&existingRunID, &existingGen, &existingHash)
-	switch {
-	case err == nil:
-		if string(existingHash) != string(hash) {
-			return nil, &RequestConflictError{Generation: existingGen, RequestID: requestID, RunID: existingRunID, WorkflowID: workflowID}
+	if byRequest != nil {
+		if string(byRequest.hash) != string(hash) {
+			return nil, &RequestConflictError{Generation: byRequest.generation, RequestID: requestID, RunID: byRequest.runID, WorkflowID: workflowID}
 		}
-		return &Run{Generation: existingGen, Namespace: namespace, RunID: existingRunID, WorkflowID: workflowID, client: c}, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("looking up request %s of workflow %s: %w", requestID, workflowID, err)
+		return &Run{Generation: byRequest.generation, Namespace: namespace, RunID: byRequest.runID, WorkflowID: workflowID, client: c}, nil
 	}
-
-	err = tx.QueryRow(ctx, "SELECT run_id, generation FROM "+c.names.Run+
-		" WHERE namespace = $1 AND workflow_id = $2 AND state = 'running'",
-		namespace, workflowID).Scan(&existingRunID, &existingGen)
-	switch {
-	case err == nil:
-		return nil, &WorkflowAlreadyStartedError{Generation: existingGen, Namespace: namespace, RunID: existingRunID, WorkflowID: workflowID}
-	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("looking up live run of workflow %s: %w", workflowID, err)
+	if live != nil {
+		return nil, &WorkflowAlreadyStartedError{Generation: live.generation, Namespace: namespace, RunID: live.runID, WorkflowID: workflowID}
 	}
-
-	if opts.IDReusePolicy != IDReuseAllowDuplicate {
-		var lastState string
-		err := tx.QueryRow(ctx, "SELECT run_id, generation, state FROM "+c.names.Run+
-			" WHERE namespace = $1 AND workflow_id = $2 ORDER BY generation DESC LIMIT 1",
-			namespace, workflowID).Scan(&existingRunID, &existingGen, &lastState)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return nil, fmt.Errorf("looking up last run of workflow %s: %w", workflowID, err)
-		case opts.IDReusePolicy == IDReuseRejectDuplicate,
-			opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly && lastState == "completed":
-			return nil, &WorkflowIDReuseError{
-				Generation: existingGen, LastState: lastState, Policy: opts.IDReusePolicy, RunID: existingRunID, WorkflowID: workflowID,
-			}
+	if last != nil && (opts.IDReusePolicy == IDReuseRejectDuplicate ||
+		opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly && last.state == "completed") {
+		return nil, &WorkflowIDReuseError{
+			Generation: last.generation, LastState: last.state, Policy: opts.IDReusePolicy, RunID: last.runID, WorkflowID: workflowID,
 		}
 	}
 
-	var generation int64
-	if err := tx.QueryRow(ctx, "INSERT INTO "+c.names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($1, $2, 1)"+
-		" ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1"+
-		" RETURNING last_generation", namespace, workflowID).Scan(&generation); err != nil {
-		return nil, fmt.Errorf("allocating a generation of workflow %s: %w", workflowID, err)
-	}
-
+	// The first task is queued first, so the run's row is written once,
+	// naming it, together with its generation.
 	runID := uuid.New()
+	inserted, err := c.river.InsertTx(ctx, tx, task.NewArgs(namespace, kind, runID, workflowID), task.InsertOpts(queue))
+	if err != nil {
+		return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
+	}
 	var runDeadline, executionDeadline *time.Time
-	if _, err := tx.Exec(ctx, "INSERT INTO "+c.names.Run+
-		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline, trace_context)"+
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,"+
-		"  now() + nullif($10::bigint, 0) * interval '1 microsecond', now() + nullif($11::bigint, 0) * interval '1 microsecond', $12)",
-		runID, namespace, workflowID, generation, kind, queue, payload, requestID, hash,
-		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext); err != nil {
+	var generation int64
+	if err := tx.QueryRow(ctx, "WITH g AS (INSERT INTO "+c.names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($2, $3, 1)"+
+		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1 RETURNING last_generation)"+
+		" INSERT INTO "+c.names.Run+
+		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline, trace_context, task_job_id)"+
+		" SELECT $1, $2, $3, g.last_generation, $4, $5, $6, $7, $8,"+
+		"  now() + nullif($9::bigint, 0) * interval '1 microsecond', now() + nullif($10::bigint, 0) * interval '1 microsecond', $11, $12 FROM g"+
+		" RETURNING generation, run_deadline, execution_deadline",
+		runID, namespace, workflowID, kind, queue, payload, requestID, hash,
+		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext, inserted.Job.ID).
+		Scan(&generation, &runDeadline, &executionDeadline); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx" {
 			// Only a writer bypassing the advisory lock gets here.
@@ -402,18 +424,8 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 		return nil, fmt.Errorf("inserting run of workflow %s: %w", workflowID, err)
 	}
 
-	if err := inbox.QueueTask(ctx, tx, c.names, c.river, &inbox.Run{
-		ID: runID, Kind: kind, Namespace: namespace, Queue: queue, WorkflowID: workflowID,
-	}); err != nil {
-		return nil, err
-	}
-
 	// A deadline is enforced by a River job due then.
 	if opts.RunTimeout > 0 || opts.ExecutionTimeout > 0 {
-		if err := tx.QueryRow(ctx, "SELECT run_deadline, execution_deadline FROM "+c.names.Run+" WHERE run_id = $1", runID).
-			Scan(&runDeadline, &executionDeadline); err != nil {
-			return nil, fmt.Errorf("reading deadlines of workflow %s: %w", workflowID, err)
-		}
 		due := earliest(runDeadline, executionDeadline)
 		if _, err := c.river.InsertTx(ctx, tx, runstate.TimeoutArgs{RunID: runID}, &river.InsertOpts{
 			MaxAttempts: 25, Queue: queue, ScheduledAt: due,

@@ -53,8 +53,25 @@ type Claim struct {
 // caller: the lease trigger mints its token and the lease lasts LeaseTTL from
 // the insert. Work it with WorkClaimed once tx has committed.
 func (d *Driver) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *ClaimParams) (*Claim, error) {
+	batch := &pgx.Batch{}
+	var claim *Claim
+	if err := d.QueueClaim(batch, params, func(c *Claim) { claim = c }); err != nil {
+		return nil, err
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, err
+	}
+	return claim, nil
+}
+
+// QueueClaim queues in batch the insert of InsertClaimedTx, for a caller
+// that sends several statements in one round trip; done receives the claim
+// when the batch runs (in a transaction: work the claim only once it
+// commits). The job's ID is also the session's currval of river_job's ID
+// sequence right after the insert, for statements queued behind it.
+func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Claim)) error {
 	if params.MaxAttempts < 1 {
-		return nil, fmt.Errorf("fencing: claimed job %s: MaxAttempts must be at least 1", params.Kind)
+		return fmt.Errorf("fencing: claimed job %s: MaxAttempts must be at least 1", params.Kind)
 	}
 	metadata := params.Metadata
 	if len(metadata) == 0 {
@@ -62,42 +79,45 @@ func (d *Driver) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *ClaimPa
 	}
 	priority := max(params.Priority, 1)
 	ttl := fmt.Sprintf("%d microseconds", d.config.LeaseTTL.Microseconds())
-	var (
-		id          int64
-		attemptedAt time.Time
-		createdAt   time.Time
-		token       string
-		expiresAt   *time.Time
-	)
 	// The lease trigger gives a row entering running a lease when the
 	// transaction asks for one (weir.fencing_lease_ttl): the setting is made
 	// for the insert and cleared right after it, in one statement (the
 	// inserted row flows from the first CTE to the last select).
-	var cleared string
-	err := tx.QueryRow(ctx, "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true)),"+
+	batch.Queue("WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true)),"+
 		" claimed AS (INSERT INTO "+tableName(params.Schema, "river_job")+
 		"  (args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)"+
 		"  SELECT $2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, now(), 'running', '{}' FROM lease"+
 		"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)"+
 		" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true) FROM claimed",
 		ttl, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue).
-		Scan(&id, &attemptedAt, &createdAt, &token, &expiresAt, &cleared)
-	if err != nil {
-		return nil, fmt.Errorf("fencing: inserting claimed job %s: %w", params.Kind, err)
-	}
-	if token == "" || expiresAt == nil {
-		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", id, params.Kind, ErrNoLease)
-	}
-	return &Claim{
-		Job: &rivertype.JobRow{
-			ID: id, Attempt: 1, AttemptedAt: &attemptedAt, AttemptedBy: []string{params.AttemptedBy}, CreatedAt: createdAt,
-			EncodedArgs: params.Args, Kind: params.Kind, MaxAttempts: params.MaxAttempts, Metadata: metadata,
-			Priority: priority, Queue: params.Queue, ScheduledAt: attemptedAt, State: rivertype.JobStateRunning,
-		},
-		expiresAt: *expiresAt,
-		schema:    params.Schema,
-		token:     token,
-	}, nil
+		QueryRow(func(row pgx.Row) error {
+			var (
+				id          int64
+				attemptedAt time.Time
+				createdAt   time.Time
+				token       string
+				expiresAt   *time.Time
+				cleared     string
+			)
+			if err := row.Scan(&id, &attemptedAt, &createdAt, &token, &expiresAt, &cleared); err != nil {
+				return fmt.Errorf("fencing: inserting claimed job %s: %w", params.Kind, err)
+			}
+			if token == "" || expiresAt == nil {
+				return fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", id, params.Kind, ErrNoLease)
+			}
+			done(&Claim{
+				Job: &rivertype.JobRow{
+					ID: id, Attempt: 1, AttemptedAt: &attemptedAt, AttemptedBy: []string{params.AttemptedBy}, CreatedAt: createdAt,
+					EncodedArgs: params.Args, Kind: params.Kind, MaxAttempts: params.MaxAttempts, Metadata: metadata,
+					Priority: priority, Queue: params.Queue, ScheduledAt: attemptedAt, State: rivertype.JobStateRunning,
+				},
+				expiresAt: *expiresAt,
+				schema:    params.Schema,
+				token:     token,
+			})
+			return nil
+		})
+	return nil
 }
 
 // WorkClaimed runs fn as the claimed attempt, as the fencing plugin runs a

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
 
@@ -115,4 +117,36 @@ func Example_upgrade() {
 	if err := client.Start(ctx); err != nil {
 		panic(err)
 	}
+}
+
+// A job its inserter claims and works itself (eager dispatch), fenced like a
+// fetched one. Outside its claimed attempt a state write is refused.
+func ExampleDriver_InsertClaimedTx() {
+	driver, _ := fencing.NewDriver(nil, nil)
+	work := func(ctx context.Context, pool *pgxpool.Pool) error {
+		var claim *fencing.Claim
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			claim, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+				Args: []byte(`{"order_id":7}`), AttemptedBy: "worker-1", Kind: "charge", MaxAttempts: 25, Queue: river.QueueDefault,
+			})
+			return err // the caller's own writes in tx commit with the claim
+		})
+		if err != nil {
+			return err
+		}
+		return driver.WorkClaimed(ctx, claim, time.Now().Add(time.Minute), func(ctx context.Context) error {
+			// ... the work, then its outcome in the same transaction as the
+			// completion: stale attempts cannot commit it.
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(claim.Job.ID, time.Now(), nil))
+			})
+		})
+	}
+	_ = work
+
+	err := driver.SetClaimedStateTx(context.Background(), nil, riverdriver.JobSetStateCompleted(1, time.Now(), nil))
+	fmt.Println(errors.Is(err, fencing.ErrNoLease))
+	// Output:
+	// true
 }

@@ -102,31 +102,33 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 	if err != nil {
 		return fmt.Errorf("encoding activity metadata: %w", err)
 	}
-	jobID, err := w.claimActivity(ctx, tx, run, attrs, maxAttempts, metadata, meta)
-	if err != nil {
-		return fmt.Errorf("claiming job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
-	}
-	if jobID == 0 {
-		inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
-			MaxAttempts: maxAttempts,
-			Metadata:    metadata,
-			Priority:    attrs.Priority,
-			Queue:       attrs.Queue,
-		})
-		if err != nil {
-			return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
-		}
-		jobID = inserted.Job.ID
-	}
 	var deadline *time.Time
 	if attrs.ScheduleToCloseTimeout > 0 {
 		d := e.Time.Add(time.Duration(attrs.ScheduleToCloseTimeout))
 		deadline = &d
 	}
-	if _, err := tx.Exec(ctx, "INSERT INTO "+w.names.Activity+" (run_id, scheduled_event_id, job_id, kind, deadline) VALUES ($1, $2, $3, $4, $5)",
-		runID, e.ID, jobID, attrs.Kind, deadline); err != nil {
-		return fmt.Errorf("recording activity %s (event %d): %w", attrs.Kind, e.ID, err)
+	claimed, err := w.claimActivity(run, attrs, maxAttempts, metadata, meta)
+	if err != nil {
+		return fmt.Errorf("claiming job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
+	if claimed {
+		// The claimed job's ID is the session's last from River's sequence.
+		run.writes.Queue("INSERT INTO "+w.names.Activity+" (run_id, scheduled_event_id, job_id, kind, deadline)"+
+			" VALUES ($1, $2, currval(pg_get_serial_sequence($3, 'id')), $4, $5)", runID, e.ID, w.names.RiverJob, attrs.Kind, deadline)
+		return nil
+	}
+	inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
+		MaxAttempts: maxAttempts,
+		Metadata:    metadata,
+		Priority:    attrs.Priority,
+		Queue:       attrs.Queue,
+	})
+	if err != nil {
+		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
+	}
+	jobID := inserted.Job.ID
+	run.writes.Queue("INSERT INTO "+w.names.Activity+" (run_id, scheduled_event_id, job_id, kind, deadline) VALUES ($1, $2, $3, $4, $5)",
+		runID, e.ID, jobID, attrs.Kind, deadline)
 	return nil
 }
 
@@ -360,7 +362,7 @@ func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Work
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 		return err
 	}
-	return complete(ctx, tx)
+	return complete(withSettled(ctx, job.ID), tx)
 }
 
 // failActivityTx records the final failure of an activity in tx (a timeout

@@ -58,7 +58,7 @@ func (w *Worker) outcomeTx(ctx context.Context, fn func(ctx context.Context, tx 
 		cont = taskResult{}
 		return fn(ctx, tx, &cont)
 	})
-	w.afterTx(err, cont.eager)
+	w.afterTx(err, cont.eager, cont.eagerSlots)
 	if err != nil {
 		return err
 	}

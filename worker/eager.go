@@ -209,39 +209,39 @@ func (w *Worker) launchEager(starts []eagerStart) {
 	}
 }
 
-// afterTx launches the attempts that tx claimed if it committed, and frees
-// their slots if it did not.
-func (w *Worker) afterTx(err error, starts []eagerStart) {
-	if len(starts) == 0 {
+// afterTx launches the attempts that a transaction claimed if it committed
+// (err nil), and frees the slots it took if it did not.
+func (w *Worker) afterTx(err error, starts []eagerStart, slots int) {
+	if slots == 0 {
 		return
 	}
 	if err != nil {
-		w.eager.release(len(starts))
+		w.eager.release(slots)
 		return
+	}
+	if extra := slots - len(starts); extra > 0 {
+		w.eager.release(extra) // cannot happen once the writes ran; never leak a slot
 	}
 	w.launchEager(starts)
 }
 
-// claimActivity inserts an activity's job already claimed by this worker,
-// noting it in run for launch after commit, if the activity can run here
-// now; it returns the job's ID, or 0 when the job must go through River.
-func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attrs *history.ActivityScheduledAttributes, maxAttempts int,
-	metadata []byte, meta *activityMeta,
-) (int64, error) {
+// claimActivity queues in run.writes the insert of an activity's job
+// already claimed by this worker, noted in run for launch after commit, if
+// the activity can run here now; it reports whether it did (else the job
+// must go through River).
+func (w *Worker) claimActivity(run *runRow, attrs *history.ActivityScheduledAttributes, maxAttempts int, metadata []byte, meta *activityMeta) (bool, error) {
 	runner := w.eagerRunnerFor(attrs.Kind, attrs.Queue)
 	if runner == nil || !w.eager.acquire() {
-		return 0, nil
+		return false, nil
 	}
-	claim, err := w.driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+	run.eagerSlots++
+	err := w.driver.QueueClaim(run.writes, &fencing.ClaimParams{
 		Args: attrs.Args, AttemptedBy: w.riverClient.ID(), Kind: attrs.Kind, MaxAttempts: maxAttempts, Metadata: metadata,
 		Priority: attrs.Priority, Queue: cmp.Or(attrs.Queue, river.QueueDefault), Schema: w.config.Schema,
+	}, func(claim *fencing.Claim) {
+		run.eager = append(run.eager, eagerStart{claim: claim, meta: meta, run: runner})
 	})
-	if err != nil {
-		w.eager.release(1)
-		return 0, err
-	}
-	run.eager = append(run.eager, eagerStart{claim: claim, meta: meta, run: runner})
-	return claim.Job.ID, nil
+	return err == nil, err
 }
 
 // runClaimed runs a claimed attempt of the activity as River's executor

@@ -245,6 +245,9 @@ func (w *Worker) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobI
 	if schema != w.names.Schema {
 		return nil
 	}
+	if len(jobIDs) == 1 && jobIDs[0] == settledJob(ctx) {
+		return nil // its own worker settled it: a task, or an activity that delivered its outcome
+	}
 	names := w.names
 	rows, err := tx.Query(ctx, "SELECT a.run_id, a.scheduled_event_id, a.job_id, j.state::text, j.attempt, coalesce(j.errors, '{}'),"+
 		" coalesce(j.metadata ? 'cancel_attempted_at', false)"+
@@ -371,4 +374,18 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 		}
 	}
 	return repaired, nil
+}
+
+type settledKey struct{}
+
+// withSettled marks ctx as the completion of a job whose outcome its worker
+// already took care of in the same transaction (a workflow task, or an
+// activity that delivered its outcome), so onFinalized need not look it up.
+func withSettled(ctx context.Context, jobID int64) context.Context {
+	return context.WithValue(ctx, settledKey{}, jobID)
+}
+
+func settledJob(ctx context.Context) int64 {
+	id, _ := ctx.Value(settledKey{}).(int64)
+	return id
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/fencing"
@@ -62,7 +63,7 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 			result = taskResult{}
 			return t.w.runTask(ctx, tx, t.def, job, &result)
 		})
-		t.w.afterTx(err, result.eager)
+		t.w.afterTx(err, result.eager, result.eagerSlots)
 		if err == nil {
 			t.w.commitHistory(&result)
 			info.Closed, info.ReplayDuration, info.SignalHeaders = result.closed, result.replayed, result.signalHeaders
@@ -125,14 +126,17 @@ type runRow struct {
 	TraceContext []byte
 	WorkflowID   string
 
-	inboxed bool         // the task wrote to the run's own inbox (a child that could not start)
-	eager   []eagerStart // activities the task claimed, to start once it commits
+	inboxed    bool         // the task wrote to the run's own inbox (a child that could not start)
+	eager      []eagerStart // activities the task claimed, to start once it commits
+	eagerSlots int          // eager slots the task took (as many as eager once its writes ran)
+	writes     *pgx.Batch   // writes queued to go in one round trip (flushWrites)
 }
 
 // taskResult is what a task tells interceptors, once its transaction
 // commits.
 type taskResult struct {
 	eager         []eagerStart        // activities claimed, to start once the transaction commits
+	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
@@ -196,7 +200,8 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	closed := &result.closed
 	names := w.names
 	runID := run.ID
-	defer func() { result.eager = run.eager }()
+	defer func() { result.eager, result.eagerSlots = run.eager, run.eagerSlots }()
+	run.writes = &pgx.Batch{}
 
 	events, err := w.history(ctx, tx, run)
 	if err != nil {
@@ -260,11 +265,16 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if err := w.appendEvents(ctx, tx, run, runID, toAppend, &nextEventID); err != nil {
 		return err
 	}
-	if err := w.cancelJobs(ctx, tx, runID, outcome.CanceledActivities, outcome.CanceledTimers); err != nil {
-		return err
-	}
-	if err := w.answerUpdates(ctx, tx, runID, outcome); err != nil {
-		return err
+	if len(outcome.CanceledActivities) > 0 || len(outcome.CanceledTimers) > 0 || len(outcome.RejectedUpdates) > 0 || hasUpdateCompleted(outcome.Events) {
+		if err := flushWrites(ctx, tx, run); err != nil {
+			return err
+		}
+		if err := w.cancelJobs(ctx, tx, runID, outcome.CanceledActivities, outcome.CanceledTimers); err != nil {
+			return err
+		}
+		if err := w.answerUpdates(ctx, tx, runID, outcome); err != nil {
+			return err
+		}
 	}
 
 	// W4: the append point moves only from where this task found it.
@@ -312,12 +322,14 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if len(notify) > 0 {
 		query += " RETURNING " + strings.Join(notify, ", ")
 	}
-	tag, err := tx.Exec(ctx, query, args...)
-	if err != nil {
+	run.writes.Queue(query, args...).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("advancing run %s: its append point moved under this task", runID)
+		}
+		return nil
+	})
+	if err := flushWrites(ctx, tx, run); err != nil {
 		return fmt.Errorf("advancing run: %w", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("advancing run %s: its append point moved under this task", runID)
 	}
 	stageHistory(result, run, events, toAppend, outcome.Completed)
 	if outcome.ContinuedAsNew != nil {
@@ -519,7 +531,7 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 // completeTask completes the task's own job in tx, fenced: if this attempt
 // lost its lease, tx is aborted and nothing it wrote commits.
 func (w *Worker) completeTask(ctx context.Context, tx pgx.Tx, job *river.Job[task.Args]) error {
-	if _, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job); err != nil {
+	if _, err := fencing.CompleteTx[*fencing.Driver](withSettled(ctx, job.ID), tx, job); err != nil {
 		return err
 	}
 	return nil
@@ -700,15 +712,12 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 		}
 		ids[i], types[i], attributes[i], times[i] = e.ID, string(e.Type), string(e.Attributes), e.Time
 	}
-	if _, err := tx.Exec(ctx, "INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, resolves_event_id, created_at)"+
+	first, last := events[0].ID, events[len(events)-1].ID
+	run.writes.Queue("INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, resolves_event_id, created_at)"+
 		" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
-		runID, ids, types, attributes, resolves, times); err != nil {
-		return fmt.Errorf("appending events %d to %d: %w", events[0].ID, events[len(events)-1].ID, err)
-	}
+		runID, ids, types, attributes, resolves, times).Exec(func(pgconn.CommandTag) error { return nil })
 	if len(retired) > 0 {
-		if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = ANY($2)", runID, retired); err != nil {
-			return fmt.Errorf("retiring activities %v: %w", retired, err)
-		}
+		run.writes.Queue("DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = ANY($2)", runID, retired)
 	}
 	for _, e := range events {
 		switch e.Type {
@@ -717,16 +726,37 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 				return err
 			}
 		case history.EventTimerStarted:
+			if err := flushWrites(ctx, tx, run); err != nil {
+				return fmt.Errorf("appending events %d to %d: %w", first, last, err)
+			}
 			if err := w.startTimer(ctx, tx, run, runID, e); err != nil {
 				return err
 			}
 		case history.EventChildWorkflowScheduled:
+			if err := flushWrites(ctx, tx, run); err != nil {
+				return fmt.Errorf("appending events %d to %d: %w", first, last, err)
+			}
 			if err := w.startChild(ctx, tx, run, runID, e); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// flushWrites sends the writes queued in run.writes, in one round trip.
+func flushWrites(ctx context.Context, tx pgx.Tx, run *runRow) error {
+	if run.writes.Len() == 0 {
+		return nil
+	}
+	err := tx.SendBatch(ctx, run.writes).Close()
+	run.writes = &pgx.Batch{}
+	return err
+}
+
+// hasUpdateCompleted reports whether events complete an update.
+func hasUpdateCompleted(events []history.Event) bool {
+	return slices.ContainsFunc(events, func(e history.Event) bool { return e.Type == history.EventUpdateCompleted })
 }
 
 // pendingOf is what a closing run may leave behind.

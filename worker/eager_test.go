@@ -1,0 +1,207 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/worker"
+	"github.com/weirhq/weir/workflow"
+)
+
+// jobOf is an activity job as TestDispatch reads it.
+type jobOf struct {
+	attempt int
+	claimed bool // attempted at its insert: claimed by the worker that scheduled it
+	errors  int
+	state   string
+}
+
+func activityJobs(ctx context.Context, t *testing.T, b *testBundle, runID string, kind string) []jobOf {
+	t.Helper()
+	rows, err := b.pool.Query(ctx, "SELECT attempt, attempted_at = created_at, coalesce(array_length(errors, 1), 0), state::text FROM "+b.names.RiverJob+
+		" WHERE kind = $2 AND metadata->'weir'->>'run_id' = $1 ORDER BY id", runID, kind)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []jobOf
+	for rows.Next() {
+		var j jobOf
+		require.NoError(t, rows.Scan(&j.attempt, &j.claimed, &j.errors, &j.state))
+		out = append(out, j)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func taskJobs(ctx context.Context, t *testing.T, b *testBundle, runID string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.RiverJob+" WHERE args->>'run_id' = $1", runID).Scan(&n))
+	return n
+}
+
+// HoldArgs are the args of HoldActivity.
+type HoldArgs struct{}
+
+func (HoldArgs) Kind() string { return "hold" }
+
+// HoldActivity holds its first attempt until its context ends; later
+// attempts return at once.
+type HoldActivity struct {
+	activity.Defaults[HoldArgs, int]
+
+	started chan struct{}
+}
+
+func (a *HoldActivity) Execute(ctx context.Context, _ HoldArgs) (int, error) {
+	info, _ := activity.GetInfo(ctx)
+	if info.Attempt == 1 {
+		a.started <- struct{}{}
+		<-ctx.Done()
+		return 0, context.Cause(ctx)
+	}
+	return info.Attempt, nil
+}
+
+type HoldWorkflowArgs struct{}
+
+func (HoldWorkflowArgs) Kind() string { return "hold_workflow" }
+
+type HoldWorkflow struct {
+	workflow.Defaults[HoldWorkflowArgs, int]
+}
+
+func (HoldWorkflow) Run(ctx workflow.Context, _ HoldWorkflowArgs) (int, error) {
+	return workflow.ExecuteActivity[int](ctx, HoldArgs{}, &workflow.ActivityOpts{
+		RetryPolicy: &workflow.RetryPolicy{InitialInterval: 10 * time.Millisecond},
+	}).Get(ctx)
+}
+
+// TestDispatch: activities a worker can run are claimed by the task that
+// schedules them and run at once, their outcomes continuing the run in the
+// transaction that completes them; everything else (and everything with
+// eager dispatch off) goes through River. Failures, retries and a stopping
+// worker hand claimed jobs back to River.
+func TestDispatch(t *testing.T) {
+	t.Parallel()
+
+	order := OrderArgs{ID: "o", Cents: []int64{1, 2, 3}}
+	want := Receipt{Total: 6}
+
+	t.Run("EagerAndContinued", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorker(ctx, t, b, nil)
+
+		run, err := b.client.Start(ctx, order, nil)
+		require.NoError(t, err)
+		receipt, err := getWithin[Receipt](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, want.Total, receipt.Total)
+
+		jobs := activityJobs(ctx, t, b, run.RunID.String(), "charge")
+		require.Len(t, jobs, 3)
+		for _, j := range jobs {
+			require.Equal(t, jobOf{attempt: 1, claimed: true, state: "completed"}, j)
+		}
+		require.Equal(t, 1, taskJobs(ctx, t, b, run.RunID.String()), "only the first task was a job: outcomes continued the run")
+	})
+
+	t.Run("ThroughRiverWhenOff", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorker(ctx, t, b, &worker.Config{MaxEagerActivities: -1})
+
+		run, err := b.client.Start(ctx, order, nil)
+		require.NoError(t, err)
+		receipt, err := getWithin[Receipt](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, want.Total, receipt.Total)
+
+		jobs := activityJobs(ctx, t, b, run.RunID.String(), "charge")
+		require.Len(t, jobs, 3)
+		for _, j := range jobs {
+			require.False(t, j.claimed, "fetched by River")
+			require.Equal(t, "completed", j.state)
+		}
+	})
+
+	t.Run("FailedAttemptRetriesThroughRiver", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		b.charge.failures.Store(1)
+		startWorker(ctx, t, b, nil)
+
+		run, err := b.client.Start(ctx, order, nil)
+		require.NoError(t, err)
+		receipt, err := getWithin[Receipt](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, want.Total, receipt.Total)
+
+		jobs := activityJobs(ctx, t, b, run.RunID.String(), "charge")
+		require.Len(t, jobs, 3)
+		require.Equal(t, jobOf{attempt: 2, claimed: false, errors: 1, state: "completed"}, jobs[0],
+			"attempt 1 ran eagerly and failed; River ran attempt 2")
+	})
+
+	t.Run("StoppingWorkerHandsBack", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		hold := &HoldActivity{started: make(chan struct{}, 1)}
+		newWorker := func() *worker.Worker {
+			w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
+			require.NoError(t, err)
+			worker.AddWorkflow(w, &HoldWorkflow{})
+			worker.AddActivity(w, hold)
+			require.NoError(t, w.Start(ctx))
+			return w
+		}
+		first := newWorker()
+		run, err := b.client.Start(ctx, HoldWorkflowArgs{}, nil)
+		require.NoError(t, err)
+		select {
+		case <-hold.started:
+		case <-time.After(time.Minute):
+			t.Fatal("the activity never started")
+		}
+		stopCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_ = first.Stop(stopCtx) // past its deadline the held attempt is cancelled
+
+		second := newWorker()
+		t.Cleanup(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			require.NoError(t, second.Stop(stopCtx))
+		})
+		got, err := getWithin[int](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, 2, got, "attempt 2 ran on the second worker")
+		jobs := activityJobs(ctx, t, b, run.RunID.String(), "hold")
+		require.Len(t, jobs, 1)
+		require.Equal(t, 1, jobs[0].errors, "the cancelled attempt left its error")
+	})
+
+	t.Run("InterceptorsSeeRiverJobs", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorker(ctx, t, b, &worker.Config{Interceptors: []worker.Interceptor{worker.InterceptorDefaults{}}})
+
+		run, err := b.client.Start(ctx, order, nil)
+		require.NoError(t, err)
+		_, err = getWithin[Receipt](ctx, t, run)
+		require.NoError(t, err)
+		for _, j := range activityJobs(ctx, t, b, run.RunID.String(), "charge") {
+			require.False(t, j.claimed)
+		}
+		require.Equal(t, 4, taskJobs(ctx, t, b, run.RunID.String()), "a task job per step")
+	})
+}
