@@ -148,7 +148,7 @@ type taskResult struct {
 // are told (meaningful only once tx commits).
 func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], result *taskResult) error {
 	runID := job.Args.RunID
-	run, now, err := w.lockRun(ctx, tx, runID)
+	run, now, inbox, err := w.lockRunTakingInbox(ctx, tx, runID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		w.config.Logger.WarnContext(ctx, "weir: workflow task for a run that does not exist; completing it", slog.String("run_id", runID.String()))
@@ -160,7 +160,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		// A task queued before the run closed (terminated, say): nothing to do.
 		return w.completeTask(ctx, tx, job)
 	}
-	if err := w.advance(ctx, tx, def, run, now, nil, &advanceBy{attempt: job.Attempt, taskJobID: job.ID}, result); err != nil {
+	if err := w.advance(ctx, tx, def, run, now, nil, &advanceBy{attempt: job.Attempt, inbox: inbox, taskJobID: job.ID}, result); err != nil {
 		return err
 	}
 	return w.completeTask(ctx, tx, job)
@@ -182,10 +182,49 @@ func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runR
 	return run, now, err
 }
 
-// advanceBy is who advances a run: a workflow task's job, or an activity
-// attempt that continues the run with its own outcome (taskJobID 0).
+// lockRunTakingInbox is lockRun for a workflow task, which also takes the
+// run's inbox (if the run is running) in the same round trip: the inbox
+// statement runs after the lock is granted, with a snapshot of its own.
+func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, []inboxRow, error) {
+	run := &runRow{ID: runID}
+	var now time.Time
+	var taken []inboxRow
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context,"+
+		" parent_run_id IS NOT NULL, now() FROM "+w.names.Run+" WHERE run_id = $1 FOR UPDATE", runID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
+			&run.TaskJobID, &run.TraceContext, &run.HasParent, &now)
+	})
+	batch.Queue("DELETE FROM "+w.names.Inbox+" WHERE run_id = $1"+
+		" AND EXISTS (SELECT 1 FROM "+w.names.Run+" WHERE run_id = $1 AND state = 'running')"+
+		" RETURNING id, type, attributes, created_at", runID).Query(func(rows pgx.Rows) error {
+		var err error
+		taken, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (inboxRow, error) {
+			var r inboxRow
+			var eventType string
+			err := row.Scan(&r.id, &eventType, &r.event.Attributes, &r.event.Time)
+			r.event.Type = history.EventType(eventType)
+			return r, err
+		})
+		return err
+	})
+	err := tx.SendBatch(ctx, batch).Close()
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return run, now, nil, err
+	case err != nil:
+		return nil, now, nil, fmt.Errorf("locking run %s and taking its inbox: %w", runID, err)
+	}
+	slices.SortFunc(taken, func(a, b inboxRow) int { return int(a.id - b.id) })
+	return run, now, taken, nil
+}
+
+// advanceBy is who advances a run: a workflow task's job, with the inbox it
+// took, or an activity attempt that continues the run with its own outcome
+// (taskJobID 0; a run with no queued task has an empty inbox).
 type advanceBy struct {
 	attempt   int
+	inbox     []inboxRow
 	taskJobID int64
 }
 
@@ -225,7 +264,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	// A run with no queued task has an empty inbox: every inbox writer
 	// queues a task unless one is queued (and the sweeper repairs a task
 	// job deleted by hand).
-	inputs, err := takeInbox(ctx, tx, names, runID, events, direct, by.taskJobID != 0, w.config.Logger)
+	inputs, err := newInputs(ctx, runID, events, by.inbox, direct, w.config.Logger)
 	if err != nil {
 		return err
 	}
@@ -322,6 +361,11 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if len(notify) > 0 {
 		query += " RETURNING " + strings.Join(notify, ", ")
 	}
+	if outcome.Completed {
+		if err := update.QueueAbandonPending(run.writes, names, runID, "the workflow closed before the update completed"); err != nil {
+			return err
+		}
+	}
 	run.writes.Queue(query, args...).Exec(func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("advancing run %s: its append point moved under this task", runID)
@@ -357,9 +401,6 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		}
 	}
 	if outcome.Completed {
-		if err := update.AbandonPending(ctx, tx, names, runID, "the workflow closed before the update completed"); err != nil {
-			return err
-		}
 		if run.HasParent {
 			if err := runstate.NotifyParent(ctx, tx, names, w.riverClient, runID); err != nil {
 				return err
@@ -583,35 +624,20 @@ func resolvedBy(e history.Event) (int64, bool) {
 	return ref.id(), true
 }
 
-// takeInbox deletes the run's inbox rows (if read) and returns them as
-// inputs, in arrival order and followed by direct (outcomes handed over without the
-// inbox), without the outcomes history already has (W5: an activity's
-// outcome enters history once, however many times it was reported).
-func takeInbox(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID, events, direct []history.Event,
-	read bool, logger *slog.Logger,
+// inboxRow is a row taken from a run's inbox.
+type inboxRow struct {
+	id    int64
+	event history.Event
+}
+
+// newInputs returns the inbox rows a task took (in arrival order) followed
+// by direct (outcomes handed over without the inbox) as the task's inputs,
+// without the outcomes history already has (W5: an activity's outcome
+// enters history once, however many times it was reported).
+func newInputs(ctx context.Context, runID uuid.UUID, events []history.Event, inbox []inboxRow, direct []history.Event,
+	logger *slog.Logger,
 ) ([]history.Event, error) {
-	type inboxRow struct {
-		id    int64
-		event history.Event
-	}
-	var taken []inboxRow
-	if read {
-		rows, err := tx.Query(ctx, "DELETE FROM "+names.Inbox+" WHERE run_id = $1 RETURNING id, type, attributes, created_at", runID)
-		if err != nil {
-			return nil, fmt.Errorf("taking inbox: %w", err)
-		}
-		taken, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (inboxRow, error) {
-			var r inboxRow
-			var eventType string
-			err := row.Scan(&r.id, &eventType, &r.event.Attributes, &r.event.Time)
-			r.event.Type = history.EventType(eventType)
-			return r, err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("taking inbox: %w", err)
-		}
-		slices.SortFunc(taken, func(a, b inboxRow) int { return int(a.id - b.id) })
-	}
+	taken := slices.Clone(inbox)
 	for _, e := range direct {
 		taken = append(taken, inboxRow{event: e})
 	}

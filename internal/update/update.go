@@ -40,18 +40,28 @@ func Answer(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UU
 // AbandonPending rejects every update of run runID still waiting for an
 // answer, because the run closed (reason says how), and notifies callers.
 func AbandonPending(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID, reason string) error {
+	batch := &pgx.Batch{}
+	if err := QueueAbandonPending(batch, names, runID, reason); err != nil {
+		return err
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("abandoning updates of run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// QueueAbandonPending queues AbandonPending's statement in batch, for a
+// caller that sends its writes in one round trip.
+func QueueAbandonPending(batch *pgx.Batch, names *dbschema.Names, runID uuid.UUID, reason string) error {
 	failure, err := json.Marshal(&history.Failure{Message: reason, Type: "WorkflowClosed"})
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, "WITH done AS (UPDATE "+names.Update+
+	batch.Queue("WITH done AS (UPDATE "+names.Update+
 		" SET state = 'rejected', failure = $2, completed_at = now()"+
 		" WHERE run_id = $1 AND state = 'requested' RETURNING run_id, update_id)"+
 		" SELECT count(pg_notify($3, done.run_id::text || '/' || done.update_id)) FROM done",
 		runID, failure, dbschema.Channel(names.Schema, dbschema.UpdateDoneChannel))
-	if err != nil {
-		return fmt.Errorf("abandoning updates of run %s: %w", runID, err)
-	}
 	return nil
 }
 
