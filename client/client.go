@@ -127,8 +127,13 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		return nil, err
 	}
 	// An insert-only River client: it enqueues workflow tasks and runs no
-	// goroutines of its own.
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: config.Logger, Schema: config.Schema})
+	// goroutines of its own. Its FetchCooldown only paces its insert
+	// notifications (one per queue per cooldown): at River's 100 ms, a start
+	// that follows another within 100 ms would wake no worker and wait for
+	// the next notification or poll; at the minimum every start wakes them.
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchCooldown: river.FetchCooldownMin, Logger: config.Logger, Schema: config.Schema,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("creating River client: %w", err)
 	}

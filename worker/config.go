@@ -14,9 +14,11 @@ import (
 )
 
 const (
-	// FetchCooldownDefault is River's default cut to a fifth: workflow steps
-	// chain fetches, so the cooldown adds up along a run.
-	FetchCooldownDefault = 20 * time.Millisecond
+	// FetchCooldownDefault is River's default (100 ms) cut to 5 ms: a run's
+	// first task, and every step that is not run eagerly, waits for a fetch,
+	// so the cooldown adds up along a run. It also paces the insert
+	// notifications of the jobs this worker inserts.
+	FetchCooldownDefault = 5 * time.Millisecond
 
 	// MaxEagerActivitiesDefault is Config.MaxEagerActivities's default.
 	MaxEagerActivitiesDefault = 100
