@@ -1,0 +1,394 @@
+package fencing
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivershared/uniquestates"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// With fencing migration 002 installed, the Pilot's fetch and its state
+// writes each take one statement that does the lease work inline, instead of
+// River's statement plus extra statements in a transaction around it:
+//
+//   - the fetch mints each job's token and sets its lease expiry in the
+//     UPDATE that moves it to running, and returns them with the row;
+//   - a state write locks the jobs, judges every write's proof, applies
+//     River's update to the writes that hold their job, revokes their leases
+//     and logs their attempts, all in one statement.
+//
+// The lease trigger sees that the statement did its work (migration 002's
+// WHEN clause) and does not run. The SQL is River v0.51.2's (riverpgxv5's
+// JobGetAvailable and JobSetStateIfRunningMany, whose results River's
+// completer and producer rely on), with the lease columns added; the
+// conformance tests run it against River's own statements.
+
+// jobColumns are the river_job columns River's driver reads into a JobRow, in
+// its order.
+const jobColumns = `id, args, attempt, attempted_at, attempted_by, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags, unique_key, unique_states`
+
+func qualifiedColumns(alias string) string {
+	out := ""
+	for i, col := range []string{"id", "args", "attempt", "attempted_at", "attempted_by", "created_at", "errors", "finalized_at", "kind", "max_attempts", "metadata", "priority", "queue", "state", "scheduled_at", "tags", "unique_key", "unique_states"} {
+		if i > 0 {
+			out += ", "
+		}
+		out += alias + "." + col
+	}
+	return out
+}
+
+// fetchInlineSQL is River's JobGetAvailable that also mints the lease token
+// and sets the lease expiry ($7) of every job it moves to running.
+func fetchInlineSQL(schema string) string {
+	table := tableName(schema, "river_job")
+	return `
+WITH locked_jobs AS (
+    SELECT id
+    FROM ` + table + `
+    WHERE
+        state = 'available'
+        AND queue = $4::text
+        AND ($5::text[] IS NULL OR kind = ANY($5::text[]))
+        AND scheduled_at <= coalesce($1::timestamptz, now())
+    ORDER BY
+        priority ASC,
+        scheduled_at ASC,
+        id ASC
+    LIMIT $6::integer
+    FOR UPDATE
+    SKIP LOCKED
+)
+UPDATE ` + table + ` river_job
+SET
+    state = 'running',
+    attempt = river_job.attempt + 1,
+    attempted_at = coalesce($1::timestamptz, now()),
+    attempted_by = array_append(
+        CASE WHEN array_length(river_job.attempted_by, 1) >= $2::int
+        THEN river_job.attempted_by[array_length(river_job.attempted_by, 1) + 2 - $2:]
+        ELSE river_job.attempted_by
+        END,
+        $3::text
+    ),
+    lease_token = gen_random_uuid(),
+    lease_expires_at = now() + $7::interval
+FROM locked_jobs
+WHERE river_job.id = locked_jobs.id
+RETURNING ` + qualifiedColumns("river_job") + `, river_job.lease_token::text, river_job.lease_expires_at, river_job.lease_details::text`
+}
+
+// setStateInlineSQL is the Pilot's judge and River's JobSetStateIfRunningMany
+// in one statement. It locks the jobs (in id order), judges each write as
+// judge does, applies River's update to the writes whose attempt holds the
+// job, revokes those attempts' leases and logs them in the attempt log (an
+// attempt without a token is left to the trigger, which does both), and
+// returns one row per write: its verdict and, for an applied write or a
+// repeat, the job as River returns it.
+func setStateInlineSQL(schema string) string {
+	table := tableName(schema, "river_job")
+	stateType := tableName(schema, "river_job_state")
+	return `
+WITH job_input AS (
+    SELECT * FROM unnest($1::bigint[], $2::boolean[], $3::int[], $4::boolean[], $5::jsonb[], $6::boolean[],
+        $7::timestamptz[], $8::boolean[], $9::jsonb[], $10::boolean[], $11::timestamptz[], $12::text[],
+        $14::text[], $15::int[], $16::timestamptz[])
+        AS x(id, attempt_do_update, attempt, errors_do_update, errors, finalized_at_do_update, finalized_at,
+            metadata_do_merge, metadata_updates, scheduled_at_do_update, scheduled_at, state,
+            proof_token, proof_attempt, proof_attempted_at)
+),
+locked AS (
+    SELECT ` + jobColumns + `, lease_token, lease_last_token
+    FROM ` + table + `
+    WHERE id = ANY($1::bigint[])
+    ORDER BY id
+    FOR UPDATE
+),
+judged AS (
+    SELECT x.*,
+        l.lease_token AS old_token,
+        l.attempt AS old_attempt,
+        l.attempted_at AS old_attempted_at,
+        l.attempted_by[array_upper(l.attempted_by, 1)] AS old_attempted_by,
+        CASE
+            WHEN l.id IS NULL THEN 'missing'
+            WHEN x.proof_token IS NULL AND x.proof_attempt IS NULL THEN 'stale'
+            WHEN x.proof_token IS NOT NULL AND l.state = 'running' AND l.lease_token = x.proof_token::uuid THEN 'ok'
+            WHEN x.proof_token IS NOT NULL AND l.state = 'completed' AND x.state = 'completed'
+                AND l.lease_last_token = x.proof_token::uuid THEN 'repeat'
+            WHEN x.proof_token IS NULL AND l.state = 'running' AND l.attempt = x.proof_attempt
+                AND l.attempted_at = x.proof_attempted_at THEN 'ok'
+            WHEN x.proof_token IS NULL AND l.state = 'completed' AND x.state = 'completed'
+                AND l.attempt = x.proof_attempt AND l.attempted_at = x.proof_attempted_at THEN 'repeat'
+            ELSE 'stale'
+        END AS verdict
+    FROM job_input x
+    LEFT JOIN locked l ON l.id = x.id
+),
+updated AS (
+    UPDATE ` + table + ` river_job
+    SET
+        attempt = CASE
+            WHEN river_job.state = 'running'
+                 AND NOT (v.state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+                 AND v.attempt_do_update
+            THEN v.attempt
+            ELSE river_job.attempt
+        END,
+        errors = CASE
+            WHEN river_job.state = 'running'
+                 AND v.errors_do_update
+            THEN array_append(river_job.errors, v.errors)
+            ELSE river_job.errors
+        END,
+        finalized_at = CASE
+            WHEN river_job.state = 'running'
+                 AND (v.state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+            THEN coalesce($13::timestamptz, now())
+            WHEN river_job.state = 'running'
+                 AND v.finalized_at_do_update
+            THEN v.finalized_at
+            ELSE river_job.finalized_at
+        END,
+        metadata = CASE
+            WHEN v.metadata_do_merge
+            THEN river_job.metadata || v.metadata_updates
+            ELSE river_job.metadata
+        END,
+        scheduled_at = CASE
+            WHEN river_job.state = 'running'
+                 AND NOT (v.state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+                 AND v.scheduled_at_do_update
+            THEN v.scheduled_at
+            ELSE river_job.scheduled_at
+        END,
+        state = CASE
+            WHEN river_job.state = 'running'
+                 AND (v.state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+            THEN 'cancelled'::` + stateType + `
+            WHEN river_job.state = 'running'
+            THEN v.state::` + stateType + `
+            ELSE river_job.state
+        END,
+        lease_last_token = CASE WHEN v.state <> 'running' THEN river_job.lease_token ELSE river_job.lease_last_token END,
+        lease_token = CASE WHEN v.state <> 'running' THEN NULL ELSE river_job.lease_token END,
+        lease_expires_at = CASE WHEN v.state <> 'running' THEN NULL ELSE river_job.lease_expires_at END
+    FROM judged v
+    WHERE river_job.id = v.id
+        AND v.verdict = 'ok'
+        AND (river_job.state = 'running' OR v.metadata_do_merge)
+    RETURNING ` + qualifiedColumns("river_job") + `
+),
+logged AS (
+    INSERT INTO ` + tableName(schema, "weir_job_attempt") + `
+        (job_id, attempt, lease_token, attempted_by, started_at, outcome)
+    SELECT v.id, v.old_attempt, v.old_token, v.old_attempted_by, v.old_attempted_at, u.state::text
+    FROM updated u
+    JOIN judged v ON v.id = u.id
+    WHERE v.old_token IS NOT NULL AND v.state <> 'running'
+)
+SELECT v.id, v.verdict, ` + qualifiedColumns("r") + `
+FROM judged v
+LEFT JOIN (
+    SELECT ` + jobColumns + ` FROM updated
+    UNION ALL
+    SELECT ` + qualifiedColumns("l") + `
+    FROM locked l
+    JOIN judged v2 ON v2.id = l.id
+    WHERE v2.verdict = 'repeat'
+) r ON r.id = v.id
+ORDER BY v.id`
+}
+
+// setStateInlineArgs are setStateInlineSQL's arguments, encoded as River's
+// driver encodes JobSetStateIfRunningMany's.
+func setStateInlineArgs(params *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof) []any {
+	n := len(params.ID)
+	var (
+		attemptDoUpdate     = make([]bool, n)
+		attempt             = make([]int32, n)
+		errorsDoUpdate      = make([]bool, n)
+		finalizedAtDoUpdate = make([]bool, n)
+		finalizedAt         = make([]time.Time, n)
+		metadataDoMerge     = make([]bool, n)
+		metadataUpdates     = make([][]byte, n)
+		scheduledAtDoUpdate = make([]bool, n)
+		scheduledAt         = make([]time.Time, n)
+		state               = make([]string, n)
+		tokens              = make([]*string, n)
+		proofAttempts       = make([]*int32, n)
+		proofAttemptedAts   = make([]*time.Time, n)
+	)
+	for i := range n {
+		if params.Attempt[i] != nil {
+			attemptDoUpdate[i] = true
+			attempt[i] = int32(*params.Attempt[i]) //nolint:gosec // attempts are smallint
+		}
+		if params.ErrData[i] != nil {
+			errorsDoUpdate[i] = true
+		}
+		if params.FinalizedAt[i] != nil {
+			finalizedAtDoUpdate[i] = true
+			finalizedAt[i] = *params.FinalizedAt[i]
+		}
+		if params.MetadataDoMerge[i] {
+			metadataDoMerge[i] = true
+			metadataUpdates[i] = params.MetadataUpdates[i]
+		}
+		if params.ScheduledAt[i] != nil {
+			scheduledAtDoUpdate[i] = true
+			scheduledAt[i] = *params.ScheduledAt[i]
+		}
+		state[i] = string(params.State[i])
+		if pr := proofs[i]; pr != nil {
+			if pr.Token != "" {
+				tokens[i] = &pr.Token
+			}
+			proofAttempts[i] = new(int32(pr.Attempt)) //nolint:gosec // attempts are smallint
+			proofAttemptedAts[i] = new(pr.AttemptedAt)
+		}
+	}
+	return []any{params.ID, attemptDoUpdate, attempt, errorsDoUpdate, params.ErrData, finalizedAtDoUpdate,
+		finalizedAt, metadataDoMerge, metadataUpdates, scheduledAtDoUpdate, scheduledAt, state, params.Now,
+		tokens, proofAttempts, proofAttemptedAts}
+}
+
+// scannedJob holds a river_job row as River's driver reads it; every field
+// may be NULL (a verdict without a row).
+type scannedJob struct {
+	id           *int64
+	args         []byte
+	attempt      *int16
+	attemptedAt  *time.Time
+	attemptedBy  []string
+	createdAt    *time.Time
+	errors       [][]byte
+	finalizedAt  *time.Time
+	kind         *string
+	maxAttempts  *int16
+	metadata     []byte
+	priority     *int16
+	queue        *string
+	state        *string
+	scheduledAt  *time.Time
+	tags         []string
+	uniqueKey    []byte
+	uniqueStates pgtype.Bits
+}
+
+func (s *scannedJob) dest() []any {
+	return []any{&s.id, &s.args, &s.attempt, &s.attemptedAt, &s.attemptedBy, &s.createdAt, &s.errors,
+		&s.finalizedAt, &s.kind, &s.maxAttempts, &s.metadata, &s.priority, &s.queue, &s.state,
+		&s.scheduledAt, &s.tags, &s.uniqueKey, &s.uniqueStates}
+}
+
+// jobRow decodes the row as riverpgxv5 does (jobRowFromInternalPartial): a
+// row is always returned, with the fields that could not be decoded left
+// empty and the error returned beside it.
+func (s *scannedJob) jobRow() (*rivertype.JobRow, error) {
+	deref16 := func(v *int16) int {
+		if v == nil {
+			return 0
+		}
+		return max(int(*v), 0)
+	}
+	derefString := func(v *string) string {
+		if v == nil {
+			return ""
+		}
+		return *v
+	}
+	utc := func(t *time.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		u := t.UTC()
+		return &u
+	}
+	var decodeErr error
+	errs := make([]rivertype.AttemptError, len(s.errors))
+	for i, raw := range s.errors {
+		if err := riverdriver.UnmarshalAttemptError(raw, &errs[i]); err != nil {
+			decodeErr = fmt.Errorf("error unmarshaling `errors`: %w", err)
+			errs = nil
+			break
+		}
+	}
+	var uniqueStatesByte byte
+	if s.uniqueStates.Valid && len(s.uniqueStates.Bytes) > 0 {
+		uniqueStatesByte = s.uniqueStates.Bytes[0]
+	}
+	job := &rivertype.JobRow{
+		Attempt:      deref16(s.attempt),
+		AttemptedAt:  utc(s.attemptedAt),
+		AttemptedBy:  s.attemptedBy,
+		EncodedArgs:  s.args,
+		Errors:       errs,
+		FinalizedAt:  utc(s.finalizedAt),
+		Kind:         derefString(s.kind),
+		MaxAttempts:  deref16(s.maxAttempts),
+		Metadata:     s.metadata,
+		Priority:     deref16(s.priority),
+		Queue:        derefString(s.queue),
+		State:        rivertype.JobState(derefString(s.state)),
+		Tags:         s.tags,
+		UniqueKey:    s.uniqueKey,
+		UniqueStates: uniquestates.UniqueBitmaskToStates(uniqueStatesByte),
+	}
+	if s.id != nil {
+		job.ID = *s.id
+	}
+	if s.createdAt != nil {
+		job.CreatedAt = s.createdAt.UTC()
+	}
+	if s.scheduledAt != nil {
+		job.ScheduledAt = s.scheduledAt.UTC()
+	}
+	return job, decodeErr
+}
+
+// scanInlineFetch reads fetchInlineSQL's rows: River's result plus each job's
+// lease.
+func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, map[int64]*fetchRecord, error) {
+	defer rows.Close()
+	res := &riverdriver.JobGetAvailableResult{}
+	leases := make(map[int64]*fetchRecord)
+	for rows.Next() {
+		var (
+			s       scannedJob
+			token   *string
+			expires pgtype.Timestamptz
+			details *string
+		)
+		if err := rows.Scan(append(s.dest(), &token, &expires, &details)...); err != nil {
+			return nil, nil, err
+		}
+		job, err := s.jobRow()
+		res.Jobs = append(res.Jobs, job)
+		if err != nil {
+			if res.DecodeErrors == nil {
+				res.DecodeErrors = make(map[int64]error)
+			}
+			res.DecodeErrors[job.ID] = err
+		}
+		rec := &fetchRecord{}
+		if token != nil {
+			rec.token = *token
+		}
+		if expires.Valid {
+			rec.expiresAt = expires.Time
+		}
+		if details != nil {
+			rec.details = []byte(*details)
+		}
+		leases[job.ID] = rec
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	return res, leases, nil
+}
