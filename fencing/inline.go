@@ -87,8 +87,9 @@ RETURNING ` + qualifiedColumns("river_job") + `, river_job.lease_token::text, ri
 // judge does, applies River's update to the writes whose attempt holds the
 // job, revokes those attempts' leases and logs them in the attempt log (an
 // attempt without a token is left to the trigger, which does both), and
-// returns one row per write: its verdict and, for an applied write or a
-// repeat, the job as River returns it.
+// returns, for each write whose job exists, its verdict and the job: as
+// River's statement returns it for an applied write or a repeat, as it is
+// for a stale one. A write without a row is for a job that does not exist.
 func setStateInlineSQL(schema string) string {
 	table := tableName(schema, "river_job")
 	stateType := tableName(schema, "river_job_state")
@@ -191,17 +192,15 @@ logged AS (
     JOIN judged v ON v.id = u.id
     WHERE v.old_token IS NOT NULL AND v.state <> 'running'
 )
-SELECT v.id, v.verdict, ` + qualifiedColumns("r") + `
-FROM judged v
-LEFT JOIN (
-    SELECT ` + jobColumns + ` FROM updated
-    UNION ALL
-    SELECT ` + qualifiedColumns("l") + `
-    FROM locked l
-    JOIN judged v2 ON v2.id = l.id
-    WHERE v2.verdict = 'repeat'
-) r ON r.id = v.id
-ORDER BY v.id`
+SELECT v.verdict, ` + qualifiedColumns("u") + `
+FROM updated u
+JOIN judged v ON v.id = u.id
+UNION ALL
+SELECT v.verdict, ` + qualifiedColumns("l") + `
+FROM locked l
+JOIN judged v ON v.id = l.id
+WHERE v.verdict IN ('repeat', 'stale')
+ORDER BY id`
 }
 
 // setStateInlineArgs are setStateInlineSQL's arguments, encoded as River's
@@ -257,24 +256,25 @@ func setStateInlineArgs(params *riverdriver.JobSetStateIfRunningManyParams, proo
 		tokens, proofAttempts, proofAttemptedAts}
 }
 
-// scannedJob holds a river_job row as River's driver reads it; every field
-// may be NULL (a verdict without a row).
+// scannedJob holds a river_job row as River's driver reads it
+// (dbsqlc.RiverJob): value types where the column is NOT NULL, so scanning
+// allocates no more than River's does.
 type scannedJob struct {
-	id           *int64
+	id           int64
 	args         []byte
-	attempt      *int16
+	attempt      int16
 	attemptedAt  *time.Time
 	attemptedBy  []string
-	createdAt    *time.Time
+	createdAt    time.Time
 	errors       [][]byte
 	finalizedAt  *time.Time
-	kind         *string
-	maxAttempts  *int16
+	kind         string
+	maxAttempts  int16
 	metadata     []byte
-	priority     *int16
-	queue        *string
-	state        *string
-	scheduledAt  *time.Time
+	priority     int16
+	queue        string
+	state        string
+	scheduledAt  time.Time
 	tags         []string
 	uniqueKey    []byte
 	uniqueStates pgtype.Bits
@@ -290,24 +290,10 @@ func (s *scannedJob) dest() []any {
 // row is always returned, with the fields that could not be decoded left
 // empty and the error returned beside it.
 func (s *scannedJob) jobRow() (*rivertype.JobRow, error) {
-	deref16 := func(v *int16) int {
-		if v == nil {
-			return 0
-		}
-		return max(int(*v), 0)
-	}
-	derefString := func(v *string) string {
-		if v == nil {
-			return ""
-		}
-		return *v
-	}
-	utc := func(t *time.Time) *time.Time {
-		if t == nil {
-			return nil
-		}
-		u := t.UTC()
-		return &u
+	var attemptedAt *time.Time
+	if s.attemptedAt != nil {
+		t := s.attemptedAt.UTC()
+		attemptedAt = &t
 	}
 	var decodeErr error
 	errs := make([]rivertype.AttemptError, len(s.errors))
@@ -318,37 +304,35 @@ func (s *scannedJob) jobRow() (*rivertype.JobRow, error) {
 			break
 		}
 	}
+	var finalizedAt *time.Time
+	if s.finalizedAt != nil {
+		t := s.finalizedAt.UTC()
+		finalizedAt = &t
+	}
 	var uniqueStatesByte byte
 	if s.uniqueStates.Valid && len(s.uniqueStates.Bytes) > 0 {
 		uniqueStatesByte = s.uniqueStates.Bytes[0]
 	}
-	job := &rivertype.JobRow{
-		Attempt:      deref16(s.attempt),
-		AttemptedAt:  utc(s.attemptedAt),
+	return &rivertype.JobRow{
+		ID:           s.id,
+		Attempt:      max(int(s.attempt), 0),
+		AttemptedAt:  attemptedAt,
 		AttemptedBy:  s.attemptedBy,
+		CreatedAt:    s.createdAt.UTC(),
 		EncodedArgs:  s.args,
 		Errors:       errs,
-		FinalizedAt:  utc(s.finalizedAt),
-		Kind:         derefString(s.kind),
-		MaxAttempts:  deref16(s.maxAttempts),
+		FinalizedAt:  finalizedAt,
+		Kind:         s.kind,
+		MaxAttempts:  max(int(s.maxAttempts), 0),
 		Metadata:     s.metadata,
-		Priority:     deref16(s.priority),
-		Queue:        derefString(s.queue),
-		State:        rivertype.JobState(derefString(s.state)),
+		Priority:     max(int(s.priority), 0),
+		Queue:        s.queue,
+		ScheduledAt:  s.scheduledAt.UTC(),
+		State:        rivertype.JobState(s.state),
 		Tags:         s.tags,
 		UniqueKey:    s.uniqueKey,
 		UniqueStates: uniquestates.UniqueBitmaskToStates(uniqueStatesByte),
-	}
-	if s.id != nil {
-		job.ID = *s.id
-	}
-	if s.createdAt != nil {
-		job.CreatedAt = s.createdAt.UTC()
-	}
-	if s.scheduledAt != nil {
-		job.ScheduledAt = s.scheduledAt.UTC()
-	}
-	return job, decodeErr
+	}, decodeErr
 }
 
 // scanInlineFetch reads fetchInlineSQL's rows: River's result plus each job's
@@ -360,11 +344,11 @@ func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, map[int
 	for rows.Next() {
 		var (
 			s       scannedJob
-			token   *string
-			expires pgtype.Timestamptz
-			details *string
+			rec     fetchRecord
+			expires time.Time
+			details pgtype.Text
 		)
-		if err := rows.Scan(append(s.dest(), &token, &expires, &details)...); err != nil {
+		if err := rows.Scan(append(s.dest(), &rec.token, &expires, &details)...); err != nil {
 			return nil, nil, err
 		}
 		job, err := s.jobRow()
@@ -375,17 +359,11 @@ func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, map[int
 			}
 			res.DecodeErrors[job.ID] = err
 		}
-		rec := &fetchRecord{}
-		if token != nil {
-			rec.token = *token
+		rec.expiresAt = expires
+		if details.Valid {
+			rec.details = []byte(details.String)
 		}
-		if expires.Valid {
-			rec.expiresAt = expires.Time
-		}
-		if details != nil {
-			rec.details = []byte(*details)
-		}
-		leases[job.ID] = rec
+		leases[job.ID] = &rec
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, err

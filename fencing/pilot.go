@@ -371,11 +371,16 @@ func (p *Pilot) fetchedProof(jobID int64) *proof {
 	return nil
 }
 
-func (p *Pilot) forgetFetched(jobID int64, pr *proof) {
+func (p *Pilot) forgetFetched(jobIDs []int64, proofs []*proof) {
 	p.fetchedMu.Lock()
 	defer p.fetchedMu.Unlock()
-	if rec := p.fetched[jobID]; rec != nil && rec.attempt == pr.Attempt && rec.attemptedAt.Equal(pr.AttemptedAt) {
-		delete(p.fetched, jobID)
+	for i, pr := range proofs {
+		if pr == nil {
+			continue
+		}
+		if rec := p.fetched[jobIDs[i]]; rec != nil && rec.attempt == pr.Attempt && rec.attemptedAt.Equal(pr.AttemptedAt) {
+			delete(p.fetched, jobIDs[i])
+		}
 	}
 }
 
@@ -514,17 +519,20 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	p.calls.setState.Add(1)
 	p.noteSchema(params.Schema)
 	n := len(params.ID)
+	// Only the metadata updates change (the proofs come out); River's
+	// completer retries a failed batch with the same params, so they are
+	// copied.
 	stripped := &riverdriver.JobSetStateIfRunningManyParams{
-		ID:              slices.Clone(params.ID),
-		Attempt:         slices.Clone(params.Attempt),
-		ErrData:         slices.Clone(params.ErrData),
-		FinalizedAt:     slices.Clone(params.FinalizedAt),
+		ID:              params.ID,
+		Attempt:         params.Attempt,
+		ErrData:         params.ErrData,
+		FinalizedAt:     params.FinalizedAt,
 		MetadataDoMerge: slices.Clone(params.MetadataDoMerge),
 		MetadataUpdates: slices.Clone(params.MetadataUpdates),
 		Now:             params.Now,
-		ScheduledAt:     slices.Clone(params.ScheduledAt),
+		ScheduledAt:     params.ScheduledAt,
 		Schema:          params.Schema,
-		State:           slices.Clone(params.State),
+		State:           params.State,
 	}
 	proofs := make([]*proof, n)
 	for i := range n {
@@ -540,13 +548,7 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	}
 	// Records of the attempts are dropped once their write is done; River's
 	// completer retries a failed batch with the same params.
-	forget := func() {
-		for i, pr := range proofs {
-			if pr != nil {
-				p.forgetFetched(params.ID[i], pr)
-			}
-		}
-	}
+	forget := func() { p.forgetFetched(params.ID, proofs) }
 
 	fencing, err := p.fencedState(ctx, exec, params.Schema)
 	if err != nil {
@@ -690,18 +692,17 @@ func (p *Pilot) setStateInline(ctx context.Context, q querier, params *riverdriv
 	}
 	defer pgxRows.Close()
 	byID := make(map[int64]string, n)
-	var rows []*rivertype.JobRow
+	rows := make([]*rivertype.JobRow, 0, n)
 	for pgxRows.Next() {
 		var (
-			id      int64
 			verdict string
 			s       scannedJob
 		)
-		if err := pgxRows.Scan(append([]any{&id, &verdict}, s.dest()...)...); err != nil {
+		if err := pgxRows.Scan(append([]any{&verdict}, s.dest()...)...); err != nil {
 			return nil, nil, fmt.Errorf("setting state of %d jobs: %w", n, err)
 		}
-		byID[id] = verdict
-		if s.id != nil {
+		byID[s.id] = verdict
+		if verdict != verdictStale {
 			// River's driver returns a row it cannot fully decode as it is.
 			row, _ := s.jobRow()
 			rows = append(rows, row)
@@ -714,7 +715,7 @@ func (p *Pilot) setStateInline(ctx context.Context, q querier, params *riverdriv
 	for i, id := range params.ID {
 		verdict, ok := byID[id]
 		if !ok {
-			return nil, nil, fmt.Errorf("setting state of %d jobs: no verdict for job %d", n, id)
+			verdict = verdictMissing
 		}
 		verdicts[i] = verdict
 	}
