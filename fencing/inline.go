@@ -95,12 +95,18 @@ func setStateInlineSQL(schema string) string {
 	stateType := tableName(schema, "river_job_state")
 	return `
 WITH job_input AS (
-    SELECT * FROM unnest($1::bigint[], $2::boolean[], $3::int[], $4::boolean[], $5::jsonb[], $6::boolean[],
+    -- A write without a proof has an empty token and a NULL attempt.
+    SELECT id, attempt_do_update, attempt, errors_do_update, errors, finalized_at_do_update, finalized_at,
+        metadata_do_merge, metadata_updates, scheduled_at_do_update, scheduled_at, state,
+        nullif(proof_token, '') AS proof_token,
+        CASE WHEN has_proof THEN proof_attempt END AS proof_attempt,
+        CASE WHEN has_proof THEN proof_attempted_at END AS proof_attempted_at
+    FROM unnest($1::bigint[], $2::boolean[], $3::int[], $4::boolean[], $5::jsonb[], $6::boolean[],
         $7::timestamptz[], $8::boolean[], $9::jsonb[], $10::boolean[], $11::timestamptz[], $12::text[],
-        $14::text[], $15::int[], $16::timestamptz[])
+        $14::boolean[], $15::text[], $16::int[], $17::timestamptz[])
         AS x(id, attempt_do_update, attempt, errors_do_update, errors, finalized_at_do_update, finalized_at,
             metadata_do_merge, metadata_updates, scheduled_at_do_update, scheduled_at, state,
-            proof_token, proof_attempt, proof_attempted_at)
+            has_proof, proof_token, proof_attempt, proof_attempted_at)
 ),
 locked AS (
     SELECT ` + jobColumns + `, lease_token, lease_last_token
@@ -218,9 +224,10 @@ func setStateInlineArgs(params *riverdriver.JobSetStateIfRunningManyParams, proo
 		scheduledAtDoUpdate = make([]bool, n)
 		scheduledAt         = make([]time.Time, n)
 		state               = make([]string, n)
-		tokens              = make([]*string, n)
-		proofAttempts       = make([]*int32, n)
-		proofAttemptedAts   = make([]*time.Time, n)
+		hasProof            = make([]bool, n)
+		tokens              = make([]string, n)
+		proofAttempts       = make([]int32, n)
+		proofAttemptedAts   = make([]time.Time, n)
 	)
 	for i := range n {
 		if params.Attempt[i] != nil {
@@ -244,16 +251,16 @@ func setStateInlineArgs(params *riverdriver.JobSetStateIfRunningManyParams, proo
 		}
 		state[i] = string(params.State[i])
 		if pr := proofs[i]; pr != nil {
-			if pr.Token != "" {
-				tokens[i] = &pr.Token
-			}
-			proofAttempts[i] = new(int32(pr.Attempt)) //nolint:gosec // attempts are smallint
-			proofAttemptedAts[i] = new(pr.AttemptedAt)
+			hasProof[i] = true
+			tokens[i] = pr.Token
+			proofAttempts[i] = int32(pr.Attempt) //nolint:gosec // attempts are smallint
+			proofAttemptedAts[i] = pr.AttemptedAt
 		}
 	}
+	// Arrays of values, not pointers: pgx encodes those without reflection.
 	return []any{params.ID, attemptDoUpdate, attempt, errorsDoUpdate, params.ErrData, finalizedAtDoUpdate,
 		finalizedAt, metadataDoMerge, metadataUpdates, scheduledAtDoUpdate, scheduledAt, state, params.Now,
-		tokens, proofAttempts, proofAttemptedAts}
+		hasProof, tokens, proofAttempts, proofAttemptedAts}
 }
 
 // scannedJob holds a river_job row as River's driver reads it
@@ -341,14 +348,18 @@ func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, map[int
 	defer rows.Close()
 	res := &riverdriver.JobGetAvailableResult{}
 	leases := make(map[int64]*fetchRecord)
+	// One set of scan targets for all rows, zeroed before each (pgx then
+	// allocates every value it scans anew).
+	var (
+		s       scannedJob
+		token   string
+		expires time.Time
+		details pgtype.Text
+	)
+	dest := append(s.dest(), &token, &expires, &details)
 	for rows.Next() {
-		var (
-			s       scannedJob
-			rec     fetchRecord
-			expires time.Time
-			details pgtype.Text
-		)
-		if err := rows.Scan(append(s.dest(), &rec.token, &expires, &details)...); err != nil {
+		s, token, expires, details = scannedJob{}, "", time.Time{}, pgtype.Text{}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, err
 		}
 		job, err := s.jobRow()
@@ -359,11 +370,11 @@ func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, map[int
 			}
 			res.DecodeErrors[job.ID] = err
 		}
-		rec.expiresAt = expires
+		rec := &fetchRecord{expiresAt: expires, token: token}
 		if details.Valid {
 			rec.details = []byte(details.String)
 		}
-		leases[job.ID] = &rec
+		leases[job.ID] = rec
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, err

@@ -693,12 +693,16 @@ func (p *Pilot) setStateInline(ctx context.Context, q querier, params *riverdriv
 	defer pgxRows.Close()
 	byID := make(map[int64]string, n)
 	rows := make([]*rivertype.JobRow, 0, n)
+	// One set of scan targets for all rows, zeroed before each (pgx then
+	// allocates every value it scans anew).
+	var (
+		verdict string
+		s       scannedJob
+	)
+	dest := append([]any{&verdict}, s.dest()...)
 	for pgxRows.Next() {
-		var (
-			verdict string
-			s       scannedJob
-		)
-		if err := pgxRows.Scan(append([]any{&verdict}, s.dest()...)...); err != nil {
+		verdict, s = "", scannedJob{}
+		if err := pgxRows.Scan(dest...); err != nil {
 			return nil, nil, fmt.Errorf("setting state of %d jobs: %w", n, err)
 		}
 		byID[s.id] = verdict
