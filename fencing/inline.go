@@ -96,69 +96,68 @@ func setStateInlineSQL(schema string) string {
 	return `
 WITH job_input AS (
     -- A write without a proof has an empty token and a NULL attempt.
-    SELECT id, attempt_do_update, attempt, errors_do_update, errors, finalized_at_do_update, finalized_at,
-        metadata_do_merge, metadata_updates, scheduled_at_do_update, scheduled_at, state,
+    SELECT id, attempt_do_update, new_attempt, errors_do_update, new_error, finalized_at_do_update,
+        new_finalized_at, metadata_do_merge, metadata_updates, scheduled_at_do_update, new_scheduled_at, new_state,
         nullif(proof_token, '') AS proof_token,
         CASE WHEN has_proof THEN proof_attempt END AS proof_attempt,
         CASE WHEN has_proof THEN proof_attempted_at END AS proof_attempted_at
     FROM unnest($1::bigint[], $2::boolean[], $3::int[], $4::boolean[], $5::jsonb[], $6::boolean[],
         $7::timestamptz[], $8::boolean[], $9::jsonb[], $10::boolean[], $11::timestamptz[], $12::text[],
         $14::boolean[], $15::text[], $16::int[], $17::timestamptz[])
-        AS x(id, attempt_do_update, attempt, errors_do_update, errors, finalized_at_do_update, finalized_at,
-            metadata_do_merge, metadata_updates, scheduled_at_do_update, scheduled_at, state,
+        AS x(id, attempt_do_update, new_attempt, errors_do_update, new_error, finalized_at_do_update,
+            new_finalized_at, metadata_do_merge, metadata_updates, scheduled_at_do_update, new_scheduled_at, new_state,
             has_proof, proof_token, proof_attempt, proof_attempted_at)
 ),
+-- The jobs as they are once locked (the latest versions), each with its
+-- write. A write for a job that does not exist has no row.
 locked AS (
-    SELECT ` + jobColumns + `, lease_token, lease_last_token
-    FROM ` + table + `
-    WHERE id = ANY($1::bigint[])
-    ORDER BY id
-    FOR UPDATE
+    SELECT ` + qualifiedColumns("j") + `, j.lease_token, j.lease_last_token,
+        x.attempt_do_update, x.new_attempt, x.errors_do_update, x.new_error, x.finalized_at_do_update,
+        x.new_finalized_at, x.metadata_do_merge, x.metadata_updates, x.scheduled_at_do_update,
+        x.new_scheduled_at, x.new_state, x.proof_token, x.proof_attempt, x.proof_attempted_at
+    FROM job_input x
+    JOIN ` + table + ` j ON j.id = x.id
+    ORDER BY j.id
+    FOR UPDATE OF j
 ),
 judged AS (
-    SELECT x.*,
-        l.lease_token AS old_token,
-        l.attempt AS old_attempt,
-        l.attempted_at AS old_attempted_at,
-        l.attempted_by[array_upper(l.attempted_by, 1)] AS old_attempted_by,
+    SELECT l.*,
         CASE
-            WHEN l.id IS NULL THEN 'missing'
-            WHEN x.proof_token IS NULL AND x.proof_attempt IS NULL THEN 'stale'
-            WHEN x.proof_token IS NOT NULL AND l.state = 'running' AND l.lease_token = x.proof_token::uuid THEN 'ok'
-            WHEN x.proof_token IS NOT NULL AND l.state = 'completed' AND x.state = 'completed'
-                AND l.lease_last_token = x.proof_token::uuid THEN 'repeat'
-            WHEN x.proof_token IS NULL AND l.state = 'running' AND l.attempt = x.proof_attempt
-                AND l.attempted_at = x.proof_attempted_at THEN 'ok'
-            WHEN x.proof_token IS NULL AND l.state = 'completed' AND x.state = 'completed'
-                AND l.attempt = x.proof_attempt AND l.attempted_at = x.proof_attempted_at THEN 'repeat'
+            WHEN l.proof_token IS NULL AND l.proof_attempt IS NULL THEN 'stale'
+            WHEN l.proof_token IS NOT NULL AND l.state = 'running' AND l.lease_token = l.proof_token::uuid THEN 'ok'
+            WHEN l.proof_token IS NOT NULL AND l.state = 'completed' AND l.new_state = 'completed'
+                AND l.lease_last_token = l.proof_token::uuid THEN 'repeat'
+            WHEN l.proof_token IS NULL AND l.state = 'running' AND l.attempt = l.proof_attempt
+                AND l.attempted_at = l.proof_attempted_at THEN 'ok'
+            WHEN l.proof_token IS NULL AND l.state = 'completed' AND l.new_state = 'completed'
+                AND l.attempt = l.proof_attempt AND l.attempted_at = l.proof_attempted_at THEN 'repeat'
             ELSE 'stale'
         END AS verdict
-    FROM job_input x
-    LEFT JOIN locked l ON l.id = x.id
+    FROM locked l
 ),
 updated AS (
     UPDATE ` + table + ` river_job
     SET
         attempt = CASE
             WHEN river_job.state = 'running'
-                 AND NOT (v.state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+                 AND NOT (v.new_state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
                  AND v.attempt_do_update
-            THEN v.attempt
+            THEN v.new_attempt
             ELSE river_job.attempt
         END,
         errors = CASE
             WHEN river_job.state = 'running'
                  AND v.errors_do_update
-            THEN array_append(river_job.errors, v.errors)
+            THEN array_append(river_job.errors, v.new_error)
             ELSE river_job.errors
         END,
         finalized_at = CASE
             WHEN river_job.state = 'running'
-                 AND (v.state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+                 AND (v.new_state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
             THEN coalesce($13::timestamptz, now())
             WHEN river_job.state = 'running'
                  AND v.finalized_at_do_update
-            THEN v.finalized_at
+            THEN v.new_finalized_at
             ELSE river_job.finalized_at
         END,
         metadata = CASE
@@ -168,44 +167,43 @@ updated AS (
         END,
         scheduled_at = CASE
             WHEN river_job.state = 'running'
-                 AND NOT (v.state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+                 AND NOT (v.new_state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
                  AND v.scheduled_at_do_update
-            THEN v.scheduled_at
+            THEN v.new_scheduled_at
             ELSE river_job.scheduled_at
         END,
         state = CASE
             WHEN river_job.state = 'running'
-                 AND (v.state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+                 AND (v.new_state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
             THEN 'cancelled'::` + stateType + `
             WHEN river_job.state = 'running'
-            THEN v.state::` + stateType + `
+            THEN v.new_state::` + stateType + `
             ELSE river_job.state
         END,
-        lease_last_token = CASE WHEN v.state <> 'running' THEN river_job.lease_token ELSE river_job.lease_last_token END,
-        lease_token = CASE WHEN v.state <> 'running' THEN NULL ELSE river_job.lease_token END,
-        lease_expires_at = CASE WHEN v.state <> 'running' THEN NULL ELSE river_job.lease_expires_at END
+        lease_last_token = CASE WHEN v.new_state <> 'running' THEN river_job.lease_token ELSE river_job.lease_last_token END,
+        lease_token = CASE WHEN v.new_state <> 'running' THEN NULL ELSE river_job.lease_token END,
+        lease_expires_at = CASE WHEN v.new_state <> 'running' THEN NULL ELSE river_job.lease_expires_at END
     FROM judged v
     WHERE river_job.id = v.id
         AND v.verdict = 'ok'
         AND (river_job.state = 'running' OR v.metadata_do_merge)
-    RETURNING ` + qualifiedColumns("river_job") + `
+    RETURNING ` + qualifiedColumns("river_job") + `,
+        v.lease_token AS old_token, v.attempt AS old_attempt, v.attempted_at AS old_attempted_at,
+        v.attempted_by[array_upper(v.attempted_by, 1)] AS old_attempted_by, v.new_state
 ),
 logged AS (
     INSERT INTO ` + tableName(schema, "weir_job_attempt") + `
         (job_id, attempt, lease_token, attempted_by, started_at, outcome)
-    SELECT v.id, v.old_attempt, v.old_token, v.old_attempted_by, v.old_attempted_at, u.state::text
-    FROM updated u
-    JOIN judged v ON v.id = u.id
-    WHERE v.old_token IS NOT NULL AND v.state <> 'running'
+    SELECT id, old_attempt, old_token, old_attempted_by, old_attempted_at, state::text
+    FROM updated
+    WHERE old_token IS NOT NULL AND new_state <> 'running'
 )
-SELECT v.verdict, ` + qualifiedColumns("u") + `
-FROM updated u
-JOIN judged v ON v.id = u.id
+SELECT 'ok', ` + jobColumns + `
+FROM updated
 UNION ALL
-SELECT v.verdict, ` + qualifiedColumns("l") + `
-FROM locked l
-JOIN judged v ON v.id = l.id
-WHERE v.verdict IN ('repeat', 'stale')
+SELECT verdict, ` + jobColumns + `
+FROM judged
+WHERE verdict IN ('repeat', 'stale')
 ORDER BY id`
 }
 
