@@ -175,13 +175,7 @@ func TestFencingVersion1(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			pool := dbtest.Pool(ctx, t)
-			schema := dbtest.EmptySchema(ctx, t)
-			migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
-			require.NoError(t, err)
-			_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
-			require.NoError(t, err)
-			_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
-			require.NoError(t, err)
+			schema := schemaAtFencing(ctx, t, pool, version)
 
 			worker := newBlockWorker(t)
 			client := startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, nil), worker: worker, maxWorkers: 2})
@@ -225,4 +219,18 @@ WHERE job_id = $1 AND lease_token IS NOT NULL ORDER BY id`, id)
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return out
+}
+
+// schemaAtFencing returns a new schema with River's line and the fencing line
+// up to version.
+func schemaAtFencing(ctx context.Context, t *testing.T, pool *pgxpool.Pool, version int) string {
+	t.Helper()
+	schema := dbtest.EmptySchema(ctx, t)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+	require.NoError(t, err)
+	return schema
 }
