@@ -47,8 +47,7 @@ type Pilot struct {
 	fencedMu sync.Mutex
 	fenced   map[string]fencedState // by schema
 
-	fetchedMu sync.Mutex
-	fetched   map[int64]*fetchRecord // by job ID: attempts this process fetched
+	fetched *shardedMap[*fetchRecord] // by job ID: attempts this process fetched
 
 	schemasMu sync.Mutex
 	schemas   map[string]struct{} // schemas River has used with this pilot
@@ -80,7 +79,7 @@ func newPilot(driver *Driver) *Pilot {
 	p := &Pilot{
 		driver:  driver,
 		fenced:  make(map[string]fencedState),
-		fetched: make(map[int64]*fetchRecord),
+		fetched: newShardedMap[*fetchRecord](),
 		schemas: make(map[string]struct{}),
 	}
 	p.reaper = newLeaseReaper(driver, p)
@@ -332,8 +331,6 @@ func (p *Pilot) beginLeaseTx(ctx context.Context, exec riverdriver.Executor) (ri
 }
 
 func (p *Pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases map[int64]*fetchRecord) {
-	p.fetchedMu.Lock()
-	defer p.fetchedMu.Unlock()
 	for _, job := range jobs {
 		rec := leases[job.ID]
 		if rec == nil {
@@ -344,15 +341,13 @@ func (p *Pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases ma
 			rec.attemptedAt = *job.AttemptedAt
 		}
 		rec.schema = schema
-		p.fetched[job.ID] = rec
+		p.fetched.update(job.ID, func(m map[int64]*fetchRecord) { m[job.ID] = rec })
 	}
 }
 
 // fetchedRecord returns the record of an attempt this process fetched.
 func (p *Pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
-	p.fetchedMu.Lock()
-	defer p.fetchedMu.Unlock()
-	rec := p.fetched[jobID]
+	rec, _ := p.fetched.load(jobID)
 	if rec == nil || rec.attempt != attempt {
 		return nil
 	}
@@ -363,24 +358,23 @@ func (p *Pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
 // fetched last, for a write that carries no proof of its own (an attempt
 // that failed before the plugin ran).
 func (p *Pilot) fetchedProof(jobID int64) *proof {
-	p.fetchedMu.Lock()
-	defer p.fetchedMu.Unlock()
-	if rec := p.fetched[jobID]; rec != nil {
+	if rec, _ := p.fetched.load(jobID); rec != nil {
 		return rec.proof()
 	}
 	return nil
 }
 
+// forgetFetched drops the records of the attempts whose writes are done.
 func (p *Pilot) forgetFetched(jobIDs []int64, proofs []*proof) {
-	p.fetchedMu.Lock()
-	defer p.fetchedMu.Unlock()
 	for i, pr := range proofs {
 		if pr == nil {
 			continue
 		}
-		if rec := p.fetched[jobIDs[i]]; rec != nil && rec.attempt == pr.Attempt && rec.attemptedAt.Equal(pr.AttemptedAt) {
-			delete(p.fetched, jobIDs[i])
-		}
+		p.fetched.update(jobIDs[i], func(m map[int64]*fetchRecord) {
+			if rec := m[jobIDs[i]]; rec != nil && rec.attempt == pr.Attempt && rec.attemptedAt.Equal(pr.AttemptedAt) {
+				delete(m, jobIDs[i])
+			}
+		})
 	}
 }
 
