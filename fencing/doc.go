@@ -89,7 +89,7 @@
 // The line has two versions. With only 001 installed the Pilot runs River's
 // own fetch and state-write statements inside transactions with one more
 // statement each, and the trigger does the lease work on every row. With 002
-// (fetched by the same Up) the Pilot's fetch and state writes are one
+// (applied by the same Up) the Pilot's fetch and state writes are one
 // statement each that also mint, revoke and log, and the trigger only serves
 // writers that bypass the Pilot; a running client switches within one
 // HeartbeatInterval of the migration.
