@@ -77,14 +77,22 @@
 // Deploy the code first, then migrate. Before the migration the driver and
 // plugin work exactly like plain River (Driver.Fenced reports false, for
 // readiness checks); within one HeartbeatInterval after it they start
-// fencing. The migration is additive (nullable columns, a new table, three
-// triggers), idempotent, sets lock_timeout on every statement that locks
+// fencing. The migration is additive (nullable columns, a new table, two
+// row triggers), idempotent, sets lock_timeout on every statement that locks
 // river_job and builds no index on river_job, so it can run on a large, live
 // table; it is River migration line "fencing" and can also be applied with
 // weir's migrations package. Jobs that were running before the migration, and
 // jobs fetched by clients still on plain riverpgxv5 (an old fleet during a
 // rolling deploy, the river CLI), get a token but no lease expiry: the reaper
 // never touches them and River's own rescue rules apply (F5).
+//
+// The line has two versions. With only 001 installed the Pilot runs River's
+// own fetch and state-write statements inside transactions with one more
+// statement each, and the trigger does the lease work on every row. With 002
+// (applied by the same Up) the Pilot's fetch and state writes are one
+// statement each that also mint, revoke and log, and the trigger only serves
+// writers that bypass the Pilot; a running client switches within one
+// HeartbeatInterval of the migration.
 //
 // # Limits
 //
@@ -110,12 +118,15 @@
 //     an attempt that failed before the plugin ran with the newer one.
 //   - Client.JobUpdate outside any attempt is an operator's write and is not
 //     fenced.
-//   - Fencing costs throughput on trivial jobs (see BenchmarkThroughput): each
-//     fetch batch and each completion batch becomes a transaction with one
-//     more statement (reading the minted tokens; checking and locking the
-//     rows), a row trigger runs on every change of state, and the attempt log
-//     takes one insert per attempt. On a 2-core machine running Postgres too,
-//     no-op jobs ran at roughly 0.7-0.75 of plain River's rate.
+//   - Fencing costs throughput on trivial jobs (see BenchmarkThroughput). With
+//     fencing 002 each fetch and each completion batch is one statement, as
+//     in River, but the fetch mints a token per job and the completion locks
+//     and judges every job and inserts one attempt-log row per attempt, and
+//     River runs its fetches and its completion batches one at a time, so
+//     their extra time per job shows directly. On a 2-core machine running
+//     Postgres too (shared with other benchmarks, so figures are noisy),
+//     no-op jobs ran at about 0.8 of plain River's rate (medians 0.79-0.82,
+//     single runs 0.78-0.93; 0.72 with fencing 001 only, measured alike).
 //   - The lease reaper serves the schemas River has used through the leader's
 //     client (fetches, inserts, River's rescuer): a leader that neither works
 //     nor inserts jobs learns its schema when River's rescuer first runs.

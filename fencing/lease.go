@@ -96,7 +96,13 @@ type proof struct {
 // microseconds>" (token empty when there is none). Postgres keeps
 // microseconds, so the round trip is exact.
 func (p proof) encode() string {
-	return p.Token + "/" + strconv.Itoa(p.Attempt) + "/" + strconv.FormatInt(p.AttemptedAt.UnixMicro(), 10)
+	buf := make([]byte, 0, 72)
+	buf = append(buf, p.Token...)
+	buf = append(buf, '/')
+	buf = strconv.AppendInt(buf, int64(p.Attempt), 10)
+	buf = append(buf, '/')
+	buf = strconv.AppendInt(buf, p.AttemptedAt.UnixMicro(), 10)
+	return string(buf)
 }
 
 func decodeProof(s string) (*proof, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,24 +20,29 @@ type leaseKeeper struct {
 
 	driver *Driver
 
-	mu       sync.Mutex
-	attempts map[*attemptState]struct{}
+	attempts *shardedMap[map[*attemptState]struct{}] // by job ID
 }
 
 func newLeaseKeeper(driver *Driver) *leaseKeeper {
-	return &leaseKeeper{driver: driver, attempts: make(map[*attemptState]struct{})}
+	return &leaseKeeper{driver: driver, attempts: newShardedMap[map[*attemptState]struct{}]()}
 }
 
 func (k *leaseKeeper) add(st *attemptState) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.attempts[st] = struct{}{}
+	k.attempts.update(st.jobID, func(m map[int64]map[*attemptState]struct{}) {
+		if m[st.jobID] == nil {
+			m[st.jobID] = make(map[*attemptState]struct{}, 1)
+		}
+		m[st.jobID][st] = struct{}{}
+	})
 }
 
 func (k *leaseKeeper) remove(st *attemptState) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.attempts, st)
+	k.attempts.update(st.jobID, func(m map[int64]map[*attemptState]struct{}) {
+		delete(m[st.jobID], st)
+		if len(m[st.jobID]) == 0 {
+			delete(m, st.jobID)
+		}
+	})
 }
 
 func (k *leaseKeeper) Start(ctx context.Context) error {
@@ -71,11 +75,11 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 // Attempts whose job has moved on are cancelled with cause ErrLeaseLost.
 func (k *leaseKeeper) renewAll(ctx context.Context) error {
 	bySchema := make(map[string][]*attemptState)
-	k.mu.Lock()
-	for st := range k.attempts {
-		bySchema[st.schema] = append(bySchema[st.schema], st)
-	}
-	k.mu.Unlock()
+	k.attempts.each(func(_ int64, attempts map[*attemptState]struct{}) {
+		for st := range attempts {
+			bySchema[st.schema] = append(bySchema[st.schema], st)
+		}
+	})
 
 	var errs []error
 	for schema, attempts := range bySchema {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,8 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivershared/riverpilot"
 	"github.com/riverqueue/river/rivershared/startstop"
+	"github.com/riverqueue/river/rivershared/util/timeoututil"
 	"github.com/riverqueue/river/rivertype"
 )
 
@@ -44,8 +47,7 @@ type Pilot struct {
 	fencedMu sync.Mutex
 	fenced   map[string]fencedState // by schema
 
-	fetchedMu sync.Mutex
-	fetched   map[int64]*fetchRecord // by job ID: attempts this process fetched
+	fetched *shardedMap[*fetchRecord] // by job ID: attempts this process fetched
 
 	schemasMu sync.Mutex
 	schemas   map[string]struct{} // schemas River has used with this pilot
@@ -56,6 +58,7 @@ var _ riverpilot.PilotJobRescuer = (*Pilot)(nil)
 type fencedState struct {
 	checkedAt time.Time
 	fenced    bool
+	inline    bool // fencing migration 002: the lease trigger leaves inline work alone
 }
 
 // fetchRecord is an attempt this process fetched, as the fetch saw it.
@@ -76,7 +79,7 @@ func newPilot(driver *Driver) *Pilot {
 	p := &Pilot{
 		driver:  driver,
 		fenced:  make(map[string]fencedState),
-		fetched: make(map[int64]*fetchRecord),
+		fetched: newShardedMap[*fetchRecord](),
 		schemas: make(map[string]struct{}),
 	}
 	p.reaper = newLeaseReaper(driver, p)
@@ -121,22 +124,60 @@ type queryRower interface {
 // negative answer is re-checked every HeartbeatInterval, so a running client
 // starts fencing shortly after the migration.
 func (p *Pilot) isFenced(ctx context.Context, exec queryRower, schema string) (bool, error) {
+	state, err := p.fencedState(ctx, exec, schema)
+	return state.fenced, err
+}
+
+// fencedState reports whether the fencing migration is installed in schema
+// and whether its version 002 is (then the Pilot's fetch and state writes do
+// the lease work inline, in one statement each). An answer short of 002 is
+// re-checked every HeartbeatInterval, so a running client starts fencing, and
+// then takes the one-statement paths, shortly after each migration.
+func (p *Pilot) fencedState(ctx context.Context, exec queryRower, schema string) (fencedState, error) {
 	p.fencedMu.Lock()
 	state, ok := p.fenced[schema]
 	p.fencedMu.Unlock()
-	if ok && (state.fenced || time.Since(state.checkedAt) < p.driver.config.HeartbeatInterval) {
-		return state.fenced, nil
+	if ok && (state.inline || time.Since(state.checkedAt) < p.driver.config.HeartbeatInterval) {
+		return state, nil
 	}
-	var fenced bool
-	// to_regclass never errors on a missing table, so this is safe inside a
-	// caller's transaction.
-	if err := exec.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", tableName(schema, "weir_job_attempt")).Scan(&fenced); err != nil {
-		return false, fmt.Errorf("checking for the fencing migration in schema %q: %w", schema, err)
+	// to_regclass and to_regprocedure never error on a missing object, so
+	// this is safe inside a caller's transaction.
+	state = fencedState{checkedAt: time.Now()}
+	if err := exec.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL",
+		tableName(schema, "weir_job_attempt"), tableName(schema, "weir_fencing_job_transition")+"()",
+	).Scan(&state.fenced, &state.inline); err != nil {
+		return fencedState{}, fmt.Errorf("checking for the fencing migration in schema %q: %w", schema, err)
 	}
+	state.inline = state.inline && state.fenced
 	p.fencedMu.Lock()
-	p.fenced[schema] = fencedState{checkedAt: time.Now(), fenced: fenced}
+	p.fenced[schema] = state
 	p.fencedMu.Unlock()
-	return fenced, nil
+	return state, nil
+}
+
+// querier is what pgx pools and transactions offer for reading many rows,
+// which River's executors do not.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// querier returns the pgx pool or transaction under one of this driver's
+// executors, or nil for an executor it does not know (the Pilot then takes
+// River's statements).
+func (p *Pilot) querier(exec riverdriver.Executor) querier {
+	switch e := exec.(type) {
+	case *executor:
+		if p.driver.pool != nil {
+			return p.driver.pool
+		}
+	case *executorTx:
+		if inner, ok := e.ExecutorTx.(*riverpgxv5.ExecutorTx); ok {
+			return p.driver.Driver.UnwrapTx(inner)
+		}
+	case *riverpgxv5.ExecutorTx:
+		return p.driver.Driver.UnwrapTx(e)
+	}
+	return nil
 }
 
 type poolRower struct{ driver *Driver }
@@ -168,11 +209,14 @@ func (d *Driver) Fenced(ctx context.Context, schema string) (bool, error) {
 func (p *Pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, state riverpilot.ProducerState, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
 	p.calls.fetch.Add(1)
 	p.noteSchema(params.Schema)
-	fenced, err := p.isFenced(ctx, exec, params.Schema)
+	fencing, err := p.fencedState(ctx, exec, params.Schema)
 	if err != nil {
 		return nil, err
 	}
-	if !fenced {
+	if q := p.querier(exec); fencing.inline && q != nil {
+		return p.jobGetAvailableInline(ctx, q, params)
+	}
+	if !fencing.fenced {
 		res, err := p.StandardPilot.JobGetAvailable(ctx, exec, state, params)
 		if err != nil {
 			return nil, err
@@ -229,6 +273,40 @@ WHERE id = ANY($1::bigint[])`, ids).Scan(&gotIDs, &tokens, &expires, &details); 
 	return res, nil
 }
 
+// jobGetAvailableInline is the fetch with fencing migration 002: River's
+// fetch statement that also mints the tokens and sets the leases' expiry, in
+// one statement (no transaction around it, no second read).
+func (p *Pilot) jobGetAvailableInline(ctx context.Context, q querier, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
+	// As River's StandardPilot.JobGetAvailable.
+	if params.MaxToLock <= 0 {
+		return &riverdriver.JobGetAvailableResult{}, nil
+	}
+	return timeoututil.WithTimeoutV(ctx, hotOperationTimeout, "fencing.Pilot.JobGetAvailable", func(ctx context.Context) (*riverdriver.JobGetAvailableResult, error) {
+		rows, err := q.Query(ctx, fetchInlineSQL(params.Schema),
+			params.Now,
+			int32(min(params.MaxAttemptedBy, math.MaxInt32)), //nolint:gosec // clamped
+			params.ClientID,
+			params.Queue,
+			params.Kind,
+			int32(min(params.MaxToLock, math.MaxInt32)), //nolint:gosec // clamped
+			p.driver.config.LeaseTTL,
+		)
+		if err != nil {
+			return nil, fmt.Errorf("fetching jobs: %w", err)
+		}
+		res, leases, err := scanInlineFetch(rows)
+		if err != nil {
+			return nil, fmt.Errorf("fetching jobs: %w", err)
+		}
+		p.recordFetched(params.Schema, res.Jobs, leases)
+		return res, nil
+	})
+}
+
+// hotOperationTimeout is River's rivercommon.HotOperationTimeout, which
+// River's StandardPilot puts on every fetch.
+const hotOperationTimeout = 10 * time.Second
+
 // beginLeaseTx starts the fetch transaction and asks the lease trigger for
 // LeaseTTL leases in it. On River's pool executor both go in one round trip.
 func (p *Pilot) beginLeaseTx(ctx context.Context, exec riverdriver.Executor) (riverdriver.ExecutorTx, error) {
@@ -253,8 +331,6 @@ func (p *Pilot) beginLeaseTx(ctx context.Context, exec riverdriver.Executor) (ri
 }
 
 func (p *Pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases map[int64]*fetchRecord) {
-	p.fetchedMu.Lock()
-	defer p.fetchedMu.Unlock()
 	for _, job := range jobs {
 		rec := leases[job.ID]
 		if rec == nil {
@@ -265,15 +341,13 @@ func (p *Pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases ma
 			rec.attemptedAt = *job.AttemptedAt
 		}
 		rec.schema = schema
-		p.fetched[job.ID] = rec
+		p.fetched.update(job.ID, func(m map[int64]*fetchRecord) { m[job.ID] = rec })
 	}
 }
 
 // fetchedRecord returns the record of an attempt this process fetched.
 func (p *Pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
-	p.fetchedMu.Lock()
-	defer p.fetchedMu.Unlock()
-	rec := p.fetched[jobID]
+	rec, _ := p.fetched.load(jobID)
 	if rec == nil || rec.attempt != attempt {
 		return nil
 	}
@@ -284,19 +358,23 @@ func (p *Pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
 // fetched last, for a write that carries no proof of its own (an attempt
 // that failed before the plugin ran).
 func (p *Pilot) fetchedProof(jobID int64) *proof {
-	p.fetchedMu.Lock()
-	defer p.fetchedMu.Unlock()
-	if rec := p.fetched[jobID]; rec != nil {
+	if rec, _ := p.fetched.load(jobID); rec != nil {
 		return rec.proof()
 	}
 	return nil
 }
 
-func (p *Pilot) forgetFetched(jobID int64, pr *proof) {
-	p.fetchedMu.Lock()
-	defer p.fetchedMu.Unlock()
-	if rec := p.fetched[jobID]; rec != nil && rec.attempt == pr.Attempt && rec.attemptedAt.Equal(pr.AttemptedAt) {
-		delete(p.fetched, jobID)
+// forgetFetched drops the records of the attempts whose writes are done.
+func (p *Pilot) forgetFetched(jobIDs []int64, proofs []*proof) {
+	for i, pr := range proofs {
+		if pr == nil {
+			continue
+		}
+		p.fetched.update(jobIDs[i], func(m map[int64]*fetchRecord) {
+			if rec := m[jobIDs[i]]; rec != nil && rec.attempt == pr.Attempt && rec.attemptedAt.Equal(pr.AttemptedAt) {
+				delete(m, jobIDs[i])
+			}
+		})
 	}
 }
 
@@ -435,17 +513,20 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	p.calls.setState.Add(1)
 	p.noteSchema(params.Schema)
 	n := len(params.ID)
+	// Only the metadata updates change (the proofs come out); River's
+	// completer retries a failed batch with the same params, so they are
+	// copied.
 	stripped := &riverdriver.JobSetStateIfRunningManyParams{
-		ID:              slices.Clone(params.ID),
-		Attempt:         slices.Clone(params.Attempt),
-		ErrData:         slices.Clone(params.ErrData),
-		FinalizedAt:     slices.Clone(params.FinalizedAt),
+		ID:              params.ID,
+		Attempt:         params.Attempt,
+		ErrData:         params.ErrData,
+		FinalizedAt:     params.FinalizedAt,
 		MetadataDoMerge: slices.Clone(params.MetadataDoMerge),
 		MetadataUpdates: slices.Clone(params.MetadataUpdates),
 		Now:             params.Now,
-		ScheduledAt:     slices.Clone(params.ScheduledAt),
+		ScheduledAt:     params.ScheduledAt,
 		Schema:          params.Schema,
-		State:           slices.Clone(params.State),
+		State:           params.State,
 	}
 	proofs := make([]*proof, n)
 	for i := range n {
@@ -461,19 +542,13 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	}
 	// Records of the attempts are dropped once their write is done; River's
 	// completer retries a failed batch with the same params.
-	forget := func() {
-		for i, pr := range proofs {
-			if pr != nil {
-				p.forgetFetched(params.ID[i], pr)
-			}
-		}
-	}
+	forget := func() { p.forgetFetched(params.ID, proofs) }
 
-	fenced, err := p.isFenced(ctx, exec, params.Schema)
+	fencing, err := p.fencedState(ctx, exec, params.Schema)
 	if err != nil {
 		return nil, err
 	}
-	if !fenced {
+	if !fencing.fenced {
 		rows, err := p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, stripped)
 		if err == nil {
 			forget()
@@ -482,9 +557,12 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	}
 
 	_, inCallerTx := exec.(riverdriver.ExecutorTx)
+	inline := fencing.inline && p.querier(exec) != nil && inlineWritable(params)
 	txExec := exec
 	var ownTx riverdriver.ExecutorTx
-	if !inCallerTx {
+	// The one-statement path needs no transaction of its own unless
+	// OnFinalized must run in it.
+	if !inCallerTx && (!inline || p.driver.config.OnFinalized != nil) {
 		if ownTx, err = exec.Begin(ctx); err != nil {
 			return nil, err
 		}
@@ -492,13 +570,22 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		txExec = ownTx
 	}
 
-	wanted := make([]string, n)
-	for i, state := range params.State {
-		wanted[i] = string(state)
-	}
-	verdicts, err := p.judge(ctx, txExec, params.Schema, params.ID, proofs, wanted)
-	if err != nil {
-		return nil, err
+	var (
+		verdicts []string
+		rows     []*rivertype.JobRow
+	)
+	if inline {
+		if verdicts, rows, err = p.setStateInline(ctx, p.querier(txExec), stripped, proofs); err != nil {
+			return nil, err
+		}
+	} else {
+		wanted := make([]string, n)
+		for i, state := range params.State {
+			wanted[i] = string(state)
+		}
+		if verdicts, err = p.judge(ctx, txExec, params.Schema, params.ID, proofs, wanted); err != nil {
+			return nil, err
+		}
 	}
 	keep := make([]int, 0, n)
 	var firstStale *LeaseLostError
@@ -526,12 +613,13 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		}
 	}
 	if firstStale != nil && inCallerTx {
+		// On the one-statement path the writes that held their jobs are
+		// applied already; aborting the caller's transaction undoes them.
 		abortTx(ctx, exec, firstStale.JobID)
 		return nil, firstStale
 	}
 
-	var rows []*rivertype.JobRow
-	if len(keep) > 0 {
+	if !inline && len(keep) > 0 {
 		if rows, err = p.StandardPilot.JobSetStateIfRunningMany(ctx, txExec, subsetParams(stripped, keep)); err != nil {
 			return nil, err
 		}
@@ -566,6 +654,70 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	}
 	forget()
 	return rows, nil
+}
+
+// inlineWritable reports whether setStateInline can take a batch: job IDs
+// are distinct (River's completer keys its batch by job ID) and no write
+// asks for running, which would leave the lease where it is.
+func inlineWritable(params *riverdriver.JobSetStateIfRunningManyParams) bool {
+	seen := make(map[int64]struct{}, len(params.ID))
+	for i, id := range params.ID {
+		if params.State[i] == rivertype.JobStateRunning {
+			return false
+		}
+		if _, dup := seen[id]; dup {
+			return false
+		}
+		seen[id] = struct{}{}
+	}
+	return true
+}
+
+// setStateInline is judge followed by River's JobSetStateIfRunningMany for
+// the writes judged ok, in one statement (setStateInlineSQL), with the leases
+// of the attempts whose writes apply revoked and logged in it too. It
+// returns a verdict per write and the rows River's statement would have
+// returned for the writes judged ok, missing or repeat, ordered by ID.
+func (p *Pilot) setStateInline(ctx context.Context, q querier, params *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof) ([]string, []*rivertype.JobRow, error) {
+	n := len(params.ID)
+	pgxRows, err := q.Query(ctx, setStateInlineSQL(params.Schema), setStateInlineArgs(params, proofs)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("setting state of %d jobs: %w", n, err)
+	}
+	defer pgxRows.Close()
+	byID := make(map[int64]string, n)
+	rows := make([]*rivertype.JobRow, 0, n)
+	// One set of scan targets for all rows, zeroed before each (pgx then
+	// allocates every value it scans anew).
+	var (
+		verdict string
+		s       scannedJob
+	)
+	dest := append([]any{&verdict}, s.dest()...)
+	for pgxRows.Next() {
+		verdict, s = "", scannedJob{}
+		if err := pgxRows.Scan(dest...); err != nil {
+			return nil, nil, fmt.Errorf("setting state of %d jobs: %w", n, err)
+		}
+		byID[s.id] = verdict
+		if verdict != verdictStale {
+			// River's driver returns a row it cannot fully decode as it is.
+			row, _ := s.jobRow()
+			rows = append(rows, row)
+		}
+	}
+	if err := pgxRows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("setting state of %d jobs: %w", n, err)
+	}
+	verdicts := make([]string, n)
+	for i, id := range params.ID {
+		verdict, ok := byID[id]
+		if !ok {
+			verdict = verdictMissing
+		}
+		verdicts[i] = verdict
+	}
+	return verdicts, rows, nil
 }
 
 func subsetParams(params *riverdriver.JobSetStateIfRunningManyParams, keep []int) *riverdriver.JobSetStateIfRunningManyParams {

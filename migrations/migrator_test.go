@@ -154,7 +154,11 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
 		require.Equal(t, latest(t, bundle.migrator, migrations.LineFencing), res.Versions[0].Version)
-		require.NotContains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
+		// Fencing 002 only replaced trigger functions: its down step brings
+		// 001's statement trigger back and leaves the columns.
+		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
+		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_attempt_log"))
+		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
 
 		err = bundle.migrator.Verify(ctx)
 		require.ErrorIs(t, err, migrations.ErrSchemaBehind)
@@ -167,6 +171,17 @@ func TestMigrator(t *testing.T) {
 		res, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
+		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
+		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_attempt_log"))
+		require.NoError(t, bundle.migrator.Verify(ctx))
+
+		// Down the whole line, then up again: the columns go and come back.
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: -1})
+		require.NoError(t, err)
+		require.NotContains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
+		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease"))
+		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
+		require.NoError(t, err)
 		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
 		require.NoError(t, bundle.migrator.Verify(ctx))
 	})
@@ -308,6 +323,14 @@ func tableNames(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema st
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return names
+}
+
+func functionExists(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, name string) bool {
+	t.Helper()
+	var exists bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL",
+		pgx.Identifier{schema, name}.Sanitize()+"()").Scan(&exists))
+	return exists
 }
 
 func columnNames(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, table string) []string {

@@ -1,0 +1,381 @@
+package fencing
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivershared/uniquestates"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// With fencing migration 002 installed, the Pilot's fetch and its state
+// writes each take one statement that does the lease work inline, instead of
+// River's statement plus extra statements in a transaction around it:
+//
+//   - the fetch mints each job's token and sets its lease expiry in the
+//     UPDATE that moves it to running, and returns them with the row;
+//   - a state write locks the jobs, judges every write's proof, applies
+//     River's update to the writes that hold their job, revokes their leases
+//     and logs their attempts, all in one statement.
+//
+// The lease trigger sees that the statement did its work (migration 002's
+// WHEN clause) and does not run. The SQL is River v0.51.2's (riverpgxv5's
+// JobGetAvailable and JobSetStateIfRunningMany, whose results River's
+// completer and producer rely on), with the lease columns added; the
+// conformance tests run it against River's own statements.
+
+// jobColumns are the river_job columns River's driver reads into a JobRow, in
+// its order.
+const jobColumns = `id, args, attempt, attempted_at, attempted_by, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags, unique_key, unique_states`
+
+func qualifiedColumns(alias string) string {
+	out := ""
+	for i, col := range []string{"id", "args", "attempt", "attempted_at", "attempted_by", "created_at", "errors", "finalized_at", "kind", "max_attempts", "metadata", "priority", "queue", "state", "scheduled_at", "tags", "unique_key", "unique_states"} {
+		if i > 0 {
+			out += ", "
+		}
+		out += alias + "." + col
+	}
+	return out
+}
+
+// fetchInlineSQL is River's JobGetAvailable that also mints the lease token
+// and sets the lease expiry ($7) of every job it moves to running.
+func fetchInlineSQL(schema string) string {
+	table := tableName(schema, "river_job")
+	return `
+WITH locked_jobs AS (
+    SELECT id
+    FROM ` + table + `
+    WHERE
+        state = 'available'
+        AND queue = $4::text
+        AND ($5::text[] IS NULL OR kind = ANY($5::text[]))
+        AND scheduled_at <= coalesce($1::timestamptz, now())
+    ORDER BY
+        priority ASC,
+        scheduled_at ASC,
+        id ASC
+    LIMIT $6::integer
+    FOR UPDATE
+    SKIP LOCKED
+)
+UPDATE ` + table + ` river_job
+SET
+    state = 'running',
+    attempt = river_job.attempt + 1,
+    attempted_at = coalesce($1::timestamptz, now()),
+    attempted_by = array_append(
+        CASE WHEN array_length(river_job.attempted_by, 1) >= $2::int
+        THEN river_job.attempted_by[array_length(river_job.attempted_by, 1) + 2 - $2:]
+        ELSE river_job.attempted_by
+        END,
+        $3::text
+    ),
+    lease_token = gen_random_uuid(),
+    lease_expires_at = now() + $7::interval
+FROM locked_jobs
+WHERE river_job.id = locked_jobs.id
+RETURNING ` + qualifiedColumns("river_job") + `, river_job.lease_token::text, river_job.lease_expires_at, river_job.lease_details::text`
+}
+
+// setStateInlineSQL is the Pilot's judge and River's JobSetStateIfRunningMany
+// in one statement. It locks the jobs (in id order), judges each write as
+// judge does, applies River's update to the writes whose attempt holds the
+// job, revokes those attempts' leases and logs them in the attempt log (an
+// attempt without a token is left to the trigger, which does both), and
+// returns, for each write whose job exists, its verdict and the job: as
+// River's statement returns it for an applied write or a repeat, as it is
+// for a stale one. A write without a row is for a job that does not exist.
+func setStateInlineSQL(schema string) string {
+	table := tableName(schema, "river_job")
+	stateType := tableName(schema, "river_job_state")
+	return `
+WITH job_input AS (
+    -- A write without a proof has an empty token and a NULL attempt.
+    SELECT id, attempt_do_update, new_attempt, errors_do_update, new_error, finalized_at_do_update,
+        new_finalized_at, metadata_do_merge, metadata_updates, scheduled_at_do_update, new_scheduled_at, new_state,
+        nullif(proof_token, '') AS proof_token,
+        CASE WHEN has_proof THEN proof_attempt END AS proof_attempt,
+        CASE WHEN has_proof THEN proof_attempted_at END AS proof_attempted_at
+    FROM unnest($1::bigint[], $2::boolean[], $3::int[], $4::boolean[], $5::jsonb[], $6::boolean[],
+        $7::timestamptz[], $8::boolean[], $9::jsonb[], $10::boolean[], $11::timestamptz[], $12::text[],
+        $14::boolean[], $15::text[], $16::int[], $17::timestamptz[])
+        AS x(id, attempt_do_update, new_attempt, errors_do_update, new_error, finalized_at_do_update,
+            new_finalized_at, metadata_do_merge, metadata_updates, scheduled_at_do_update, new_scheduled_at, new_state,
+            has_proof, proof_token, proof_attempt, proof_attempted_at)
+),
+-- The jobs as they are once locked (the latest versions), each with its
+-- write. A write for a job that does not exist has no row.
+locked AS (
+    SELECT ` + qualifiedColumns("j") + `, j.lease_token, j.lease_last_token,
+        x.attempt_do_update, x.new_attempt, x.errors_do_update, x.new_error, x.finalized_at_do_update,
+        x.new_finalized_at, x.metadata_do_merge, x.metadata_updates, x.scheduled_at_do_update,
+        x.new_scheduled_at, x.new_state, x.proof_token, x.proof_attempt, x.proof_attempted_at
+    FROM job_input x
+    JOIN ` + table + ` j ON j.id = x.id
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
+judged AS (
+    SELECT l.*,
+        CASE
+            WHEN l.proof_token IS NULL AND l.proof_attempt IS NULL THEN 'stale'
+            WHEN l.proof_token IS NOT NULL AND l.state = 'running' AND l.lease_token = l.proof_token::uuid THEN 'ok'
+            WHEN l.proof_token IS NOT NULL AND l.state = 'completed' AND l.new_state = 'completed'
+                AND l.lease_last_token = l.proof_token::uuid THEN 'repeat'
+            WHEN l.proof_token IS NULL AND l.state = 'running' AND l.attempt = l.proof_attempt
+                AND l.attempted_at = l.proof_attempted_at THEN 'ok'
+            WHEN l.proof_token IS NULL AND l.state = 'completed' AND l.new_state = 'completed'
+                AND l.attempt = l.proof_attempt AND l.attempted_at = l.proof_attempted_at THEN 'repeat'
+            ELSE 'stale'
+        END AS verdict
+    FROM locked l
+),
+updated AS (
+    UPDATE ` + table + ` river_job
+    SET
+        attempt = CASE
+            WHEN river_job.state = 'running'
+                 AND NOT (v.new_state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+                 AND v.attempt_do_update
+            THEN v.new_attempt
+            ELSE river_job.attempt
+        END,
+        errors = CASE
+            WHEN river_job.state = 'running'
+                 AND v.errors_do_update
+            THEN array_append(river_job.errors, v.new_error)
+            ELSE river_job.errors
+        END,
+        finalized_at = CASE
+            WHEN river_job.state = 'running'
+                 AND (v.new_state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+            THEN coalesce($13::timestamptz, now())
+            WHEN river_job.state = 'running'
+                 AND v.finalized_at_do_update
+            THEN v.new_finalized_at
+            ELSE river_job.finalized_at
+        END,
+        metadata = CASE
+            WHEN v.metadata_do_merge
+            THEN river_job.metadata || v.metadata_updates
+            ELSE river_job.metadata
+        END,
+        scheduled_at = CASE
+            WHEN river_job.state = 'running'
+                 AND NOT (v.new_state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+                 AND v.scheduled_at_do_update
+            THEN v.new_scheduled_at
+            ELSE river_job.scheduled_at
+        END,
+        state = CASE
+            WHEN river_job.state = 'running'
+                 AND (v.new_state IN ('available','retryable','scheduled') AND river_job.metadata ? 'cancel_attempted_at')
+            THEN 'cancelled'::` + stateType + `
+            WHEN river_job.state = 'running'
+            THEN v.new_state::` + stateType + `
+            ELSE river_job.state
+        END,
+        lease_last_token = CASE WHEN v.new_state <> 'running' THEN river_job.lease_token ELSE river_job.lease_last_token END,
+        lease_token = CASE WHEN v.new_state <> 'running' THEN NULL ELSE river_job.lease_token END,
+        lease_expires_at = CASE WHEN v.new_state <> 'running' THEN NULL ELSE river_job.lease_expires_at END
+    FROM judged v
+    WHERE river_job.id = v.id
+        AND v.verdict = 'ok'
+        AND (river_job.state = 'running' OR v.metadata_do_merge)
+    RETURNING ` + qualifiedColumns("river_job") + `,
+        v.lease_token AS old_token, v.attempt AS old_attempt, v.attempted_at AS old_attempted_at,
+        v.attempted_by[array_upper(v.attempted_by, 1)] AS old_attempted_by, v.new_state
+),
+logged AS (
+    INSERT INTO ` + tableName(schema, "weir_job_attempt") + `
+        (job_id, attempt, lease_token, attempted_by, started_at, outcome)
+    SELECT id, old_attempt, old_token, old_attempted_by, old_attempted_at, state::text
+    FROM updated
+    WHERE old_token IS NOT NULL AND new_state <> 'running'
+)
+SELECT 'ok', ` + jobColumns + `
+FROM updated
+UNION ALL
+SELECT verdict, ` + jobColumns + `
+FROM judged
+WHERE verdict IN ('repeat', 'stale')
+ORDER BY id`
+}
+
+// setStateInlineArgs are setStateInlineSQL's arguments, encoded as River's
+// driver encodes JobSetStateIfRunningMany's.
+func setStateInlineArgs(params *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof) []any {
+	n := len(params.ID)
+	var (
+		attemptDoUpdate     = make([]bool, n)
+		attempt             = make([]int32, n)
+		errorsDoUpdate      = make([]bool, n)
+		finalizedAtDoUpdate = make([]bool, n)
+		finalizedAt         = make([]time.Time, n)
+		metadataDoMerge     = make([]bool, n)
+		metadataUpdates     = make([][]byte, n)
+		scheduledAtDoUpdate = make([]bool, n)
+		scheduledAt         = make([]time.Time, n)
+		state               = make([]string, n)
+		hasProof            = make([]bool, n)
+		tokens              = make([]string, n)
+		proofAttempts       = make([]int32, n)
+		proofAttemptedAts   = make([]time.Time, n)
+	)
+	for i := range n {
+		if params.Attempt[i] != nil {
+			attemptDoUpdate[i] = true
+			attempt[i] = int32(*params.Attempt[i]) //nolint:gosec // attempts are smallint
+		}
+		if params.ErrData[i] != nil {
+			errorsDoUpdate[i] = true
+		}
+		if params.FinalizedAt[i] != nil {
+			finalizedAtDoUpdate[i] = true
+			finalizedAt[i] = *params.FinalizedAt[i]
+		}
+		if params.MetadataDoMerge[i] {
+			metadataDoMerge[i] = true
+			metadataUpdates[i] = params.MetadataUpdates[i]
+		}
+		if params.ScheduledAt[i] != nil {
+			scheduledAtDoUpdate[i] = true
+			scheduledAt[i] = *params.ScheduledAt[i]
+		}
+		state[i] = string(params.State[i])
+		if pr := proofs[i]; pr != nil {
+			hasProof[i] = true
+			tokens[i] = pr.Token
+			proofAttempts[i] = int32(pr.Attempt) //nolint:gosec // attempts are smallint
+			proofAttemptedAts[i] = pr.AttemptedAt
+		}
+	}
+	// Arrays of values, not pointers: pgx encodes those without reflection.
+	return []any{params.ID, attemptDoUpdate, attempt, errorsDoUpdate, params.ErrData, finalizedAtDoUpdate,
+		finalizedAt, metadataDoMerge, metadataUpdates, scheduledAtDoUpdate, scheduledAt, state, params.Now,
+		hasProof, tokens, proofAttempts, proofAttemptedAts}
+}
+
+// scannedJob holds a river_job row as River's driver reads it
+// (dbsqlc.RiverJob): value types where the column is NOT NULL, so scanning
+// allocates no more than River's does.
+type scannedJob struct {
+	id           int64
+	args         []byte
+	attempt      int16
+	attemptedAt  *time.Time
+	attemptedBy  []string
+	createdAt    time.Time
+	errors       [][]byte
+	finalizedAt  *time.Time
+	kind         string
+	maxAttempts  int16
+	metadata     []byte
+	priority     int16
+	queue        string
+	state        string
+	scheduledAt  time.Time
+	tags         []string
+	uniqueKey    []byte
+	uniqueStates pgtype.Bits
+}
+
+func (s *scannedJob) dest() []any {
+	return []any{&s.id, &s.args, &s.attempt, &s.attemptedAt, &s.attemptedBy, &s.createdAt, &s.errors,
+		&s.finalizedAt, &s.kind, &s.maxAttempts, &s.metadata, &s.priority, &s.queue, &s.state,
+		&s.scheduledAt, &s.tags, &s.uniqueKey, &s.uniqueStates}
+}
+
+// jobRow decodes the row as riverpgxv5 does (jobRowFromInternalPartial): a
+// row is always returned, with the fields that could not be decoded left
+// empty and the error returned beside it.
+func (s *scannedJob) jobRow() (*rivertype.JobRow, error) {
+	var attemptedAt *time.Time
+	if s.attemptedAt != nil {
+		t := s.attemptedAt.UTC()
+		attemptedAt = &t
+	}
+	var decodeErr error
+	errs := make([]rivertype.AttemptError, len(s.errors))
+	for i, raw := range s.errors {
+		if err := riverdriver.UnmarshalAttemptError(raw, &errs[i]); err != nil {
+			decodeErr = fmt.Errorf("error unmarshaling `errors`: %w", err)
+			errs = nil
+			break
+		}
+	}
+	var finalizedAt *time.Time
+	if s.finalizedAt != nil {
+		t := s.finalizedAt.UTC()
+		finalizedAt = &t
+	}
+	var uniqueStatesByte byte
+	if s.uniqueStates.Valid && len(s.uniqueStates.Bytes) > 0 {
+		uniqueStatesByte = s.uniqueStates.Bytes[0]
+	}
+	return &rivertype.JobRow{
+		ID:           s.id,
+		Attempt:      max(int(s.attempt), 0),
+		AttemptedAt:  attemptedAt,
+		AttemptedBy:  s.attemptedBy,
+		CreatedAt:    s.createdAt.UTC(),
+		EncodedArgs:  s.args,
+		Errors:       errs,
+		FinalizedAt:  finalizedAt,
+		Kind:         s.kind,
+		MaxAttempts:  max(int(s.maxAttempts), 0),
+		Metadata:     s.metadata,
+		Priority:     max(int(s.priority), 0),
+		Queue:        s.queue,
+		ScheduledAt:  s.scheduledAt.UTC(),
+		State:        rivertype.JobState(s.state),
+		Tags:         s.tags,
+		UniqueKey:    s.uniqueKey,
+		UniqueStates: uniquestates.UniqueBitmaskToStates(uniqueStatesByte),
+	}, decodeErr
+}
+
+// scanInlineFetch reads fetchInlineSQL's rows: River's result plus each job's
+// lease.
+func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, map[int64]*fetchRecord, error) {
+	defer rows.Close()
+	res := &riverdriver.JobGetAvailableResult{}
+	leases := make(map[int64]*fetchRecord)
+	// One set of scan targets for all rows, zeroed before each (pgx then
+	// allocates every value it scans anew).
+	var (
+		s       scannedJob
+		token   string
+		expires time.Time
+		details pgtype.Text
+	)
+	dest := append(s.dest(), &token, &expires, &details)
+	for rows.Next() {
+		s, token, expires, details = scannedJob{}, "", time.Time{}, pgtype.Text{}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, err
+		}
+		job, err := s.jobRow()
+		res.Jobs = append(res.Jobs, job)
+		if err != nil {
+			if res.DecodeErrors == nil {
+				res.DecodeErrors = make(map[int64]error)
+			}
+			res.DecodeErrors[job.ID] = err
+		}
+		rec := &fetchRecord{expiresAt: expires, token: token}
+		if details.Valid {
+			rec.details = []byte(details.String)
+		}
+		leases[job.ID] = rec
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	return res, leases, nil
+}

@@ -1,0 +1,236 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/migrations"
+)
+
+// TestInlineStatementsMatchRiver (F7): with fencing 002 the Pilot fetches and
+// writes job states with its own statements (River's SQL plus the lease
+// work). On the same jobs they must return exactly what River's own
+// statements return, and leave the jobs exactly as River's leave them, apart
+// from the lease columns; and they must do the lease work the trigger would
+// have done: a token and an expiry per fetched job, the lease revoked and the
+// attempt logged once per write that applies.
+func TestInlineStatementsMatchRiver(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+
+	plain := dbtest.EmptySchema(ctx, t) // River's schema only, River's statements
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: plain})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+	require.NoError(t, err)
+	fenced := dbtest.TestSchema(ctx, t) // every line, the fencing Pilot
+
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for _, schema := range []string{plain, fenced} {
+		_, err := pool.Exec(ctx, `
+INSERT INTO `+pgx.Identifier{schema, "river_job"}.Sanitize()+`
+    (id, args, kind, max_attempts, metadata, priority, queue, state, scheduled_at, created_at, tags, errors)
+SELECT i, jsonb_build_object('n', i), 'inline', 5,
+    CASE WHEN i = 4 THEN jsonb_build_object('cancel_attempted_at', $1::timestamptz) ELSE '{"m": 1}' END,
+    1, 'default', 'available', $1::timestamptz - interval '1 hour' + i * interval '1 second',
+    $1::timestamptz - interval '2 hours', ARRAY['t' || i],
+    CASE WHEN i = 2 THEN ARRAY['{"at": "2024-01-01T00:00:00Z", "attempt": 0, "error": "before", "trace": ""}'::jsonb] ELSE '{}' END
+FROM generate_series(1, 8) i`, now)
+		require.NoError(t, err)
+	}
+
+	riverExec := riverpgxv5.New(pool).GetExecutor()
+	driver := newDriver(t, pool, nil, nil)
+	pilot := driver.PluginPilot()
+
+	fetchParams := func(schema string) *riverdriver.JobGetAvailableParams {
+		return &riverdriver.JobGetAvailableParams{
+			ClientID: "inline-client", MaxAttemptedBy: 100, MaxToLock: 7, Now: &now, Queue: "default", Schema: schema,
+		}
+	}
+	want, err := riverExec.JobGetAvailable(ctx, fetchParams(plain))
+	require.NoError(t, err)
+	got, err := pilot.JobGetAvailable(ctx, driver.GetExecutor(), nil, fetchParams(fenced))
+	require.NoError(t, err)
+	byID := func(a, b *rivertype.JobRow) int { return int(a.ID - b.ID) }
+	slices.SortFunc(want.Jobs, byID)
+	slices.SortFunc(got.Jobs, byID)
+	require.Len(t, got.Jobs, 7)
+	require.Equal(t, want, got)
+
+	type lease struct {
+		ID        int64
+		Token     *string
+		Expires   *time.Time
+		LastToken *string
+	}
+	leases := func() []lease {
+		rows, err := pool.Query(ctx, `SELECT id, lease_token::text, lease_expires_at, lease_last_token::text
+FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` ORDER BY id`)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[lease])
+		require.NoError(t, err)
+		return out
+	}
+	fetched := leases()
+	tokens := map[int64]string{}
+	for _, l := range fetched[:7] {
+		require.NotNil(t, l.Token, "job %d got a token", l.ID)
+		require.NotNil(t, l.Expires, "job %d got a lease", l.ID)
+		require.WithinDuration(t, time.Now(), *l.Expires, time.Minute)
+		tokens[l.ID] = *l.Token
+	}
+	require.Nil(t, fetched[7].Token, "job 8 was not fetched")
+
+	at := now.Add(time.Second)
+	later := now.Add(time.Minute)
+	errData := []byte(`{"at": "2024-01-01T00:00:01Z", "attempt": 1, "error": "boom", "trace": ""}`)
+	setParams := func(schema string) *riverdriver.JobSetStateIfRunningManyParams {
+		return &riverdriver.JobSetStateIfRunningManyParams{
+			ID:              []int64{1, 2, 3, 4, 5, 6, 7, 999},
+			Attempt:         []*int{nil, nil, new(0), nil, nil, nil, nil, nil},
+			ErrData:         [][]byte{nil, errData, nil, errData, errData, errData, nil, nil},
+			FinalizedAt:     []*time.Time{&at, nil, nil, nil, &at, &at, &at, &at},
+			MetadataDoMerge: []bool{false, false, true, false, false, false, true, false},
+			MetadataUpdates: [][]byte{nil, nil, []byte(`{"snoozes": 1}`), nil, nil, nil, []byte(`{"output": {"ok": true}}`), nil},
+			Now:             &at,
+			ScheduledAt:     []*time.Time{nil, &later, &later, &later, nil, nil, nil, nil},
+			Schema:          schema,
+			State: []rivertype.JobState{
+				rivertype.JobStateCompleted, rivertype.JobStateRetryable, rivertype.JobStateAvailable,
+				rivertype.JobStateRetryable, rivertype.JobStateDiscarded, rivertype.JobStateCancelled,
+				rivertype.JobStateCompleted, rivertype.JobStateCompleted,
+			},
+		}
+	}
+	wantRows, err := riverExec.JobSetStateIfRunningMany(ctx, setParams(plain))
+	require.NoError(t, err)
+	gotRows, err := pilot.JobSetStateIfRunningMany(ctx, driver.GetExecutor(), setParams(fenced))
+	require.NoError(t, err)
+	require.Len(t, gotRows, 7)
+	require.Equal(t, wantRows, gotRows)
+	require.Equal(t, rivertype.JobStateCancelled, gotRows[3].State, "cancel requested: River's rule applies")
+
+	all := func(schema string) []*rivertype.JobRow {
+		jobs, err := riverExec.JobGetByIDMany(ctx, &riverdriver.JobGetByIDManyParams{ID: []int64{1, 2, 3, 4, 5, 6, 7, 8}, Schema: schema})
+		require.NoError(t, err)
+		return jobs
+	}
+	require.Equal(t, all(plain), all(fenced))
+
+	// Every lease revoked, its token kept as the last one, and each attempt
+	// logged once with the state it left its job in.
+	for _, l := range leases()[:7] {
+		require.Nil(t, l.Token)
+		require.Nil(t, l.Expires)
+		require.NotNil(t, l.LastToken)
+		require.Equal(t, tokens[l.ID], *l.LastToken)
+	}
+	type logged struct {
+		JobID       int64
+		Attempt     int
+		Token       string
+		AttemptedBy string
+		StartedAt   time.Time
+		Outcome     string
+	}
+	rows, err := pool.Query(ctx, `SELECT job_id, attempt, lease_token::text, attempted_by, started_at, outcome
+FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` ORDER BY job_id`)
+	require.NoError(t, err)
+	log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
+	require.NoError(t, err)
+	require.Len(t, log, 7)
+	for i, entry := range log {
+		require.Equal(t, logged{
+			JobID: int64(i + 1), Attempt: 1, Token: tokens[int64(i+1)], AttemptedBy: "inline-client",
+			StartedAt: entry.StartedAt, Outcome: string(gotRows[i].State),
+		}, entry)
+		require.True(t, now.Equal(entry.StartedAt), "started at the attempt's attempted_at")
+	}
+}
+
+// TestFencingVersion1 runs a fenced client on a schema where only fencing
+// 001 is installed (a client deployed before its database migrated to 002):
+// it fences with River's statements and the trigger, and every attempt is
+// logged exactly once, as it is on 002.
+func TestFencingVersion1(t *testing.T) {
+	t.Parallel()
+	for _, version := range []int{1, 2} {
+		t.Run(fmt.Sprintf("fencing %03d", version), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := dbtest.Pool(ctx, t)
+			schema := schemaAtFencing(ctx, t, pool, version)
+
+			worker := newBlockWorker(t)
+			client := startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, nil), worker: worker, maxWorkers: 2})
+			first, err := client.Insert(ctx, blockArgs{}, nil)
+			require.NoError(t, err)
+			second, err := client.Insert(ctx, blockArgs{}, nil)
+			require.NoError(t, err)
+
+			attempts := map[int64]*startedAttempt{}
+			for range 2 {
+				attempt := recv(t, worker.started)
+				attempts[attempt.job.ID] = attempt
+			}
+			for id, attempt := range attempts {
+				lease, ok := fencing.LeaseFromContext(attempt.ctx)
+				require.True(t, ok)
+				require.NotEmpty(t, lease.Token, "job %d", id)
+				require.False(t, lease.ExpiresAt.IsZero(), "job %d has a lease", id)
+				row := getJob(ctx, t, pool, schema, id)
+				require.Equal(t, lease.Token, row.LeaseToken.String)
+			}
+			attempts[first.Job.ID].release <- complete
+			attempts[second.Job.ID].release <- func(context.Context, *river.Job[blockArgs]) error { return river.JobCancel(errors.New("boom")) }
+			done := waitForState(ctx, t, pool, schema, first.Job.ID, "completed")
+			require.False(t, done.LeaseToken.Valid)
+			failed := waitForState(ctx, t, pool, schema, second.Job.ID, "cancelled")
+			require.False(t, failed.LeaseToken.Valid)
+
+			for id, outcome := range map[int64]string{first.Job.ID: "completed", second.Job.ID: "cancelled"} {
+				require.Equal(t, []string{outcome}, attemptLog(ctx, t, pool, schema, id), "job %d logged once", id)
+			}
+		})
+	}
+}
+
+func attemptLog(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64) []string {
+	t.Helper()
+	rows, err := pool.Query(ctx, `SELECT outcome FROM `+pgx.Identifier{schema, "weir_job_attempt"}.Sanitize()+`
+WHERE job_id = $1 AND lease_token IS NOT NULL ORDER BY id`, id)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return out
+}
+
+// schemaAtFencing returns a new schema with River's line and the fencing line
+// up to version.
+func schemaAtFencing(ctx context.Context, t *testing.T, pool *pgxpool.Pool, version int) string {
+	t.Helper()
+	schema := dbtest.EmptySchema(ctx, t)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+	require.NoError(t, err)
+	return schema
+}
