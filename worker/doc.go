@@ -23,6 +23,16 @@
 // deleted by hand) and turns the end of a plain River worker's job into the
 // activity's outcome.
 //
+// The hot path needs no fetch between steps. A task that schedules an
+// activity this worker serves inserts its River job already claimed by this
+// worker, under a fenced lease, and runs it as soon as the task commits
+// (Config.MaxEagerActivities bounds how many at once); when the activity
+// ends, the transaction that completes its job also runs the run's next
+// workflow task, unless a task is queued (a signal came), in which case the
+// outcome waits in the inbox for it. A failed attempt goes back to River as
+// retryable, and a worker that dies leaves leases that the reaper returns to
+// River. Workers with Interceptors keep one River job per task and attempt.
+//
 // A failing workflow task (a bug, a panic, non-determinism) is retried with a
 // capped backoff and stays visible in River; it never fails the workflow.
 package worker
