@@ -48,15 +48,41 @@ type activityMeta struct {
 	WorkflowKind        string               `json:"workflow_kind"`
 }
 
+// metadataEntry is weir's entry in an activity job's River metadata:
+// {"weir": {"run_id": …, "meta": "<activityMeta as a JSON string>"}}. The run
+// ID stays a JSON value, so River's GIN index on metadata finds a run's
+// activity jobs (the web UI's attempts list); the rest is one string, so the
+// index gets two entries for it instead of one per key and value.
+type metadataEntry struct {
+	Meta  string    `json:"meta"`
+	RunID uuid.UUID `json:"run_id"`
+}
+
+// encodeActivityMeta renders meta as an activity job's River metadata.
+func encodeActivityMeta(meta *activityMeta) ([]byte, error) {
+	inner, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]*metadataEntry{metadataKey: {Meta: string(inner), RunID: meta.RunID}})
+}
+
 // activityMetaOf reads weir's entry from job metadata; nil when the job was
-// not scheduled by a workflow (inserted directly, as a plain River job).
+// not scheduled by a workflow (inserted directly, as a plain River job). It
+// reads both the entry above and the earlier form, activityMeta itself as
+// the entry (jobs scheduled before an upgrade).
 func activityMetaOf(metadata []byte) *activityMeta {
 	var wrapper map[string]json.RawMessage
 	if err := json.Unmarshal(metadata, &wrapper); err != nil || wrapper[metadataKey] == nil {
 		return nil
 	}
+	raw := wrapper[metadataKey]
+	var entry metadataEntry
+	if err := json.Unmarshal(raw, &entry); err == nil && entry.Meta != "" {
+		raw = json.RawMessage(entry.Meta)
+	}
 	var meta activityMeta
-	if err := json.Unmarshal(wrapper[metadataKey], &meta); err != nil || meta.ScheduledEventID == 0 {
+	if err := json.Unmarshal(raw, &meta); err != nil || meta.ScheduledEventID == 0 {
 		return nil
 	}
 	return &meta
@@ -98,7 +124,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 		WorkflowID:          run.WorkflowID,
 		WorkflowKind:        run.Kind,
 	}
-	metadata, err := json.Marshal(map[string]*activityMeta{metadataKey: meta})
+	metadata, err := encodeActivityMeta(meta)
 	if err != nil {
 		return fmt.Errorf("encoding activity metadata: %w", err)
 	}

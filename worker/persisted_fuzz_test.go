@@ -16,13 +16,18 @@ import (
 // River, by hand in River UI) must give either nil (a plain River job) or an
 // activity identity with a scheduled event, and never panic.
 func FuzzActivityMeta(f *testing.F) {
-	good, err := json.Marshal(map[string]any{metadataKey: &activityMeta{
+	goodMeta := &activityMeta{
 		Namespace: "default", RunID: uuid.New(), ScheduledEventID: 5, WorkflowID: "order-1", WorkflowKind: "order",
 		RetryPolicy: &history.RetryPolicy{MaximumAttempts: 3},
-	}})
+	}
+	earlier, err := json.Marshal(map[string]any{metadataKey: goodMeta}) // the form before the run_id + meta entry
 	require.NoError(f, err)
+	good, err := encodeActivityMeta(goodMeta)
+	require.NoError(f, err)
+	require.Equal(f, goodMeta, activityMetaOf(earlier), "the earlier form still reads")
+	require.Equal(f, goodMeta, activityMetaOf(good))
 	for _, seed := range [][]byte{
-		good, nil, []byte(`{}`), []byte(`null`), []byte(`[]`), []byte(`{"weir":null}`), []byte(`{"weir":{}}`),
+		good, earlier, nil, []byte(`{"weir":{"meta":"{}"}}`), []byte(`{"weir":{"meta":7}}`), []byte(`{"weir":{"meta":"{\"scheduled_event_id\":3}"}}`), []byte(`{}`), []byte(`null`), []byte(`[]`), []byte(`{"weir":null}`), []byte(`{"weir":{}}`),
 		[]byte(`{"weir":{"scheduled_event_id":0}}`), []byte(`{"weir":{"scheduled_event_id":"7"}}`),
 		[]byte(`{"weir":{"scheduled_event_id":7,"run_id":"not-a-uuid"}}`), []byte(`{"weir":{"scheduled_event_id":-1}}`),
 		[]byte(`{"cancel_attempted_at":"2026-11-30T00:00:00Z","weir":{"scheduled_event_id":3}}`),
@@ -35,7 +40,7 @@ func FuzzActivityMeta(f *testing.F) {
 			return
 		}
 		require.NotZero(t, meta.ScheduledEventID)
-		again, err := json.Marshal(map[string]any{metadataKey: meta})
+		again, err := encodeActivityMeta(meta)
 		require.NoError(t, err)
 		require.Equal(t, meta, activityMetaOf(again), "metadata survives a round trip")
 	})
