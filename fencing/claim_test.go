@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/stretchr/testify/require"
 
@@ -40,6 +41,13 @@ func TestClaimedJob(t *testing.T) {
 			return c
 		}
 		return driver, schema, claim
+	}
+	// committed claims a job in a transaction of its own.
+	committed := func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, claim func(context.Context, pgx.Tx) *fencing.Claim) *fencing.Claim {
+		t.Helper()
+		var c *fencing.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
+		return c
 	}
 	sideEffects := func(ctx context.Context, t *testing.T, schema string, jobID int64) int {
 		t.Helper()
@@ -92,8 +100,7 @@ func TestClaimedJob(t *testing.T) {
 		driver, schema, claim := setup(ctx, t)
 		pool := dbtest.Pool(ctx, t)
 
-		var c *fencing.Claim
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
+		c := committed(ctx, t, pool, claim)
 		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			// The job is taken away and a new attempt holds it now.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
@@ -125,8 +132,7 @@ func TestClaimedJob(t *testing.T) {
 		driver, schema, claim := setup(ctx, t)
 		pool := dbtest.Pool(ctx, t)
 
-		var c *fencing.Claim
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
+		c := committed(ctx, t, pool, claim)
 		first := getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time
 		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			waitUntil(t, "the lease is renewed", func() bool {
@@ -148,8 +154,7 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		// Claimed, then never worked: its process died.
-		var c *fencing.Claim
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
+		c := committed(ctx, t, pool, claim)
 		waitPastRestartGrace(ctx, t, pool, 3*time.Second)
 		row := waitForState(ctx, t, pool, schema, c.Job.ID, "completed")
 		require.Equal(t, 2, row.Attempt, "River ran it again once the lease expired")
@@ -160,8 +165,7 @@ func TestClaimedJob(t *testing.T) {
 		ctx := t.Context()
 		driver, _, claim := setup(ctx, t)
 		pool := dbtest.Pool(ctx, t)
-		var c *fencing.Claim
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
+		c := committed(ctx, t, pool, claim)
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 		})

@@ -125,8 +125,11 @@
 //     River runs its fetches and its completion batches one at a time, so
 //     their extra time per job shows directly. On a 2-core machine running
 //     Postgres too (shared with other benchmarks, so figures are noisy),
-//     no-op jobs ran at about 0.8 of plain River's rate (medians 0.79-0.82,
-//     single runs 0.78-0.93; 0.72 with fencing 001 only, measured alike).
+//     no-op jobs ran at about 0.8 of plain River's rate with MaxWorkers 1000
+//     (BenchmarkThroughput: medians 0.79-0.82, single runs 0.78-0.93; 0.72
+//     with fencing 001 only, measured alike) and at 0.97 (0.91-0.99) with
+//     MaxWorkers 100 and stock Postgres settings (make bench), where River's
+//     fetch batches bound both.
 //   - The lease reaper serves the schemas River has used through the leader's
 //     client (fetches, inserts, River's rescuer): a leader that neither works
 //     nor inserts jobs learns its schema when River's rescuer first runs.

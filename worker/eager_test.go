@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/worker"
 	"github.com/weirhq/weir/workflow"
 )
@@ -88,8 +89,19 @@ func (HoldWorkflow) Run(ctx workflow.Context, _ HoldWorkflowArgs) (int, error) {
 func TestDispatch(t *testing.T) {
 	t.Parallel()
 
-	order := OrderArgs{ID: "o", Cents: []int64{1, 2, 3}}
-	want := Receipt{Total: 6}
+	// runOrder runs a workflow of three charges to its end and returns it
+	// with its activity jobs.
+	runOrder := func(ctx context.Context, t *testing.T, b *testBundle) (*client.Run, []jobOf) {
+		t.Helper()
+		run, err := b.client.Start(ctx, OrderArgs{ID: "o", Cents: []int64{1, 2, 3}}, nil)
+		require.NoError(t, err)
+		receipt, err := getWithin[Receipt](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, int64(6), receipt.Total)
+		jobs := activityJobs(ctx, t, b, run.RunID.String(), "charge")
+		require.Len(t, jobs, 3)
+		return run, jobs
+	}
 
 	t.Run("EagerAndContinued", func(t *testing.T) {
 		t.Parallel()
@@ -97,14 +109,7 @@ func TestDispatch(t *testing.T) {
 		b := setup(ctx, t)
 		startWorker(ctx, t, b, nil)
 
-		run, err := b.client.Start(ctx, order, nil)
-		require.NoError(t, err)
-		receipt, err := getWithin[Receipt](ctx, t, run)
-		require.NoError(t, err)
-		require.Equal(t, want.Total, receipt.Total)
-
-		jobs := activityJobs(ctx, t, b, run.RunID.String(), "charge")
-		require.Len(t, jobs, 3)
+		run, jobs := runOrder(ctx, t, b)
 		for _, j := range jobs {
 			require.Equal(t, jobOf{attempt: 1, claimed: true, state: "completed"}, j)
 		}
@@ -117,14 +122,7 @@ func TestDispatch(t *testing.T) {
 		b := setup(ctx, t)
 		startWorker(ctx, t, b, &worker.Config{MaxEagerActivities: -1})
 
-		run, err := b.client.Start(ctx, order, nil)
-		require.NoError(t, err)
-		receipt, err := getWithin[Receipt](ctx, t, run)
-		require.NoError(t, err)
-		require.Equal(t, want.Total, receipt.Total)
-
-		jobs := activityJobs(ctx, t, b, run.RunID.String(), "charge")
-		require.Len(t, jobs, 3)
+		_, jobs := runOrder(ctx, t, b)
 		for _, j := range jobs {
 			require.False(t, j.claimed, "fetched by River")
 			require.Equal(t, "completed", j.state)
@@ -138,14 +136,7 @@ func TestDispatch(t *testing.T) {
 		b.charge.failures.Store(1)
 		startWorker(ctx, t, b, nil)
 
-		run, err := b.client.Start(ctx, order, nil)
-		require.NoError(t, err)
-		receipt, err := getWithin[Receipt](ctx, t, run)
-		require.NoError(t, err)
-		require.Equal(t, want.Total, receipt.Total)
-
-		jobs := activityJobs(ctx, t, b, run.RunID.String(), "charge")
-		require.Len(t, jobs, 3)
+		_, jobs := runOrder(ctx, t, b)
 		require.Equal(t, jobOf{attempt: 2, claimed: false, errors: 1, state: "completed"}, jobs[0],
 			"attempt 1 ran eagerly and failed; River ran attempt 2")
 	})
@@ -195,11 +186,8 @@ func TestDispatch(t *testing.T) {
 		b := setup(ctx, t)
 		startWorker(ctx, t, b, &worker.Config{Interceptors: []worker.Interceptor{worker.InterceptorDefaults{}}})
 
-		run, err := b.client.Start(ctx, order, nil)
-		require.NoError(t, err)
-		_, err = getWithin[Receipt](ctx, t, run)
-		require.NoError(t, err)
-		for _, j := range activityJobs(ctx, t, b, run.RunID.String(), "charge") {
+		run, jobs := runOrder(ctx, t, b)
+		for _, j := range jobs {
 			require.False(t, j.claimed)
 		}
 		require.Equal(t, 4, taskJobs(ctx, t, b, run.RunID.String()), "a task job per step")
