@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -16,7 +17,7 @@ import (
 type recordingInterceptor struct {
 	mu         sync.Mutex
 	name       string
-	log        *[]string
+	log        *sharedLog
 	tasks      []*worker.TaskInfo
 	activities []*worker.ActivityInfo
 	starts     []*client.StartInfo
@@ -26,13 +27,40 @@ type recordingInterceptor struct {
 func (r *recordingInterceptor) InterceptTask(ctx context.Context, info *worker.TaskInfo, next func(context.Context) error) error {
 	r.mu.Lock()
 	r.tasks = append(r.tasks, info)
-	*r.log = append(*r.log, r.name+" task in")
 	r.mu.Unlock()
+	r.log.add(r.name + " task in")
 	err := next(ctx)
-	r.mu.Lock()
-	*r.log = append(*r.log, r.name+" task out")
-	r.mu.Unlock()
+	r.log.add(r.name + " task out")
 	return err
+}
+
+// sharedLog is the one log that chained interceptors write in order.
+type sharedLog struct {
+	mu      sync.Mutex
+	entries []string
+}
+
+func (l *sharedLog) add(entry string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries, entry)
+}
+
+// count is how many times entry is in entries.
+func count(entries []string, entry string) int {
+	n := 0
+	for _, e := range entries {
+		if e == entry {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *sharedLog) snapshot() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.entries)
 }
 
 func (r *recordingInterceptor) InterceptActivity(ctx context.Context, info *worker.ActivityInfo, next func(context.Context) error) error {
@@ -61,10 +89,10 @@ func TestInterceptors(t *testing.T) {
 	ctx := t.Context()
 	b := setup(ctx, t)
 
-	var log []string
+	log := &sharedLog{}
 	headers := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-	outer := &recordingInterceptor{name: "outer", log: &log, headers: headers}
-	inner := &recordingInterceptor{name: "inner", log: &log}
+	outer := &recordingInterceptor{name: "outer", log: log, headers: headers}
+	inner := &recordingInterceptor{name: "inner", log: log}
 	startWorker(ctx, t, b, &worker.Config{Interceptors: []worker.Interceptor{outer, inner}})
 	c, err := client.New(b.pool, &client.Config{Interceptors: []client.Interceptor{outer}, Schema: b.schema})
 	require.NoError(t, err)
@@ -75,6 +103,12 @@ func TestInterceptors(t *testing.T) {
 	_, err = getWithin[Receipt](ctx, t, run)
 	require.NoError(t, err)
 
+	// The closing task's interceptors may still be returning when the
+	// client sees the result.
+	requireEventually(t, func() bool {
+		entries := log.snapshot()
+		return count(entries, "outer task in") >= 3 && count(entries, "outer task out") == count(entries, "outer task in")
+	})
 	outer.mu.Lock()
 	defer outer.mu.Unlock()
 	require.Len(t, outer.starts, 1)
@@ -100,7 +134,7 @@ func TestInterceptors(t *testing.T) {
 		require.Positive(t, a.ScheduledEventID)
 		require.Equal(t, headers, a.Headers, "activities see the headers stored at start")
 	}
-	require.Equal(t, []string{"outer task in", "inner task in", "inner task out", "outer task out"}, log[:4], "the first interceptor is outermost")
+	require.Equal(t, []string{"outer task in", "inner task in", "inner task out", "outer task out"}, log.snapshot()[:4], "the first interceptor is outermost")
 }
 
 func TestInterceptorsWithoutHeaders(t *testing.T) {
@@ -108,8 +142,7 @@ func TestInterceptorsWithoutHeaders(t *testing.T) {
 	ctx := t.Context()
 	b := setup(ctx, t)
 
-	var log []string
-	rec := &recordingInterceptor{name: "rec", log: &log}
+	rec := &recordingInterceptor{name: "rec", log: &sharedLog{}}
 	startWorker(ctx, t, b, &worker.Config{Interceptors: []worker.Interceptor{rec}})
 
 	run, err := b.client.Start(ctx, OrderArgs{ID: "n", Cents: []int64{1}}, nil)
