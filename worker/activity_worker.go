@@ -194,7 +194,13 @@ func retryDelay(policy *history.RetryPolicy, attempt int) time.Duration {
 
 // Timeout is the workflow's start-to-close timeout, else the activity's own.
 func (a *activityWorker[A, R]) Timeout(job *river.Job[A]) time.Duration {
-	if meta := activityMetaOf(job.Metadata); meta != nil && meta.StartToCloseTimeout > 0 {
+	return a.timeout(activityMetaOf(job.Metadata))
+}
+
+// timeout is the attempt's timeout: the workflow's StartToCloseTimeout, else
+// the activity's own.
+func (a *activityWorker[A, R]) timeout(meta *activityMeta) time.Duration {
+	if meta != nil && meta.StartToCloseTimeout > 0 {
 		return time.Duration(meta.StartToCloseTimeout)
 	}
 	return a.activity.Timeout()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
@@ -93,47 +94,25 @@ func (p *eagerPool) cancelJob(jobID int64) {
 // River's control channel, as River's producers do for fetched jobs.
 func (p *eagerPool) listen(w *Worker) {
 	defer p.wg.Done()
-	ctx := p.ctx
-	for ctx.Err() == nil {
-		err := func() error {
-			conn, err := pgx.ConnectConfig(ctx, w.pool.Config().ConnConfig.Copy())
-			if err != nil {
-				return err
-			}
-			defer conn.Close(context.WithoutCancel(ctx))
+	w.listen(p.ctx, "eager activities' cancel listener lost its connection; reconnecting",
+		func(ctx context.Context, conn *pgx.Conn) (string, error) {
 			schema := w.config.Schema
 			if schema == "" {
 				if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-					return err
+					return "", err
 				}
 			}
-			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{schema + "." + riverControlTopic}.Sanitize()); err != nil {
-				return err
+			return schema + "." + riverControlTopic, nil
+		},
+		func(n *pgconn.Notification) {
+			var control struct {
+				Action string `json:"action"`
+				JobID  int64  `json:"job_id"`
 			}
-			for {
-				n, err := conn.WaitForNotification(ctx)
-				if err != nil {
-					return err
-				}
-				var control struct {
-					Action string `json:"action"`
-					JobID  int64  `json:"job_id"`
-				}
-				if json.Unmarshal([]byte(n.Payload), &control) == nil && control.Action == "cancel" {
-					p.cancelJob(control.JobID)
-				}
+			if json.Unmarshal([]byte(n.Payload), &control) == nil && control.Action == "cancel" {
+				p.cancelJob(control.JobID)
 			}
-		}()
-		if ctx.Err() != nil {
-			return
-		}
-		w.config.Logger.WarnContext(ctx, "weir: eager activities' cancel listener lost its connection; reconnecting", "error", err.Error())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
+		})
 }
 
 // riverControlTopic is River's job control channel (its notifier's
@@ -251,7 +230,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 	w := a.w
 	job := &river.Job[A]{JobRow: claim.Job}
 	decodeErr := json.Unmarshal(claim.Job.EncodedArgs, &job.Args)
-	timeout := a.Timeout(job)
+	timeout := a.timeout(meta)
 	if timeout == 0 {
 		timeout = w.config.TaskTimeout // River's JobTimeout for this worker's client
 	}

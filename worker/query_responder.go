@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/history"
@@ -87,36 +88,14 @@ func (r *queryResponder) stop() {
 // listen wakes the claim loop on every new query.
 func (r *queryResponder) listen(ctx context.Context, wake chan<- struct{}) {
 	channel := dbschema.Channel(r.w.names.Schema, dbschema.QueryChannel)
-	for ctx.Err() == nil {
-		err := func() error {
-			conn, err := pgx.ConnectConfig(ctx, r.w.pool.Config().ConnConfig.Copy())
-			if err != nil {
-				return err
+	r.w.listen(ctx, "query listener lost its connection; polling meanwhile",
+		func(context.Context, *pgx.Conn) (string, error) { return channel, nil },
+		func(*pgconn.Notification) {
+			select {
+			case wake <- struct{}{}:
+			default:
 			}
-			defer conn.Close(context.WithoutCancel(ctx))
-			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-				return err
-			}
-			for {
-				if _, err := conn.WaitForNotification(ctx); err != nil {
-					return err
-				}
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			}
-		}()
-		if ctx.Err() != nil {
-			return
-		}
-		r.w.config.Logger.WarnContext(ctx, "weir: query listener lost its connection; polling meanwhile", slog.String("error", err.Error()))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
+		})
 }
 
 type claimedQuery struct {

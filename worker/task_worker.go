@@ -172,14 +172,23 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, error) {
 	run := &runRow{ID: runID}
 	var now time.Time
-	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context,"+
-		" parent_run_id IS NOT NULL, now() FROM "+w.names.Run+" WHERE run_id = $1 FOR UPDATE", runID).Scan(
-		&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID, &run.TaskJobID, &run.TraceContext,
-		&run.HasParent, &now)
+	err := run.scan(tx.QueryRow(ctx, w.lockRunSQL(), runID), &now)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, now, fmt.Errorf("locking run %s: %w", runID, err)
 	}
 	return run, now, err
+}
+
+// lockRunSQL locks and reads a run's row ($1) for runRow.scan.
+func (w *Worker) lockRunSQL() string {
+	return "SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context," +
+		" parent_run_id IS NOT NULL, now() FROM " + w.names.Run + " WHERE run_id = $1 FOR UPDATE"
+}
+
+// scan reads the row of lockRunSQL into run, and the database's time into now.
+func (run *runRow) scan(row pgx.Row, now *time.Time) error {
+	return row.Scan(&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
+		&run.TaskJobID, &run.TraceContext, &run.HasParent, now)
 }
 
 // lockRunTakingInbox is lockRun for a workflow task, which also takes the
@@ -190,11 +199,7 @@ func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.U
 	var now time.Time
 	var taken []inboxRow
 	batch := &pgx.Batch{}
-	batch.Queue("SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context,"+
-		" parent_run_id IS NOT NULL, now() FROM "+w.names.Run+" WHERE run_id = $1 FOR UPDATE", runID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
-			&run.TaskJobID, &run.TraceContext, &run.HasParent, &now)
-	})
+	batch.Queue(w.lockRunSQL(), runID).QueryRow(func(row pgx.Row) error { return run.scan(row, &now) })
 	batch.Queue("DELETE FROM "+w.names.Inbox+" WHERE run_id = $1"+
 		" AND EXISTS (SELECT 1 FROM "+w.names.Run+" WHERE run_id = $1 AND state = 'running')"+
 		" RETURNING id, type, attributes, created_at", runID).Query(func(rows pgx.Rows) error {
