@@ -23,8 +23,7 @@ import (
 // the continuation wrote commits. cont receives what interceptors are told
 // and the history for the cache, once tx commits.
 //
-// Otherwise (and always when interceptors are installed: they see every
-// workflow task as a River job of its own) the outcome goes to the run's inbox and a task is queued for it
+// Otherwise the outcome goes to the run's inbox and a task is queued for it
 // unless one is (inbox.Deliver).
 func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, attempt int, item *inbox.Item, cont *taskResult) error {
 	def := w.workflows[meta.WorkflowKind]
@@ -58,14 +57,21 @@ func (w *Worker) outcomeTx(ctx context.Context, fn func(ctx context.Context, tx 
 		cont = taskResult{}
 		return fn(ctx, tx, &cont)
 	})
-	w.afterTx(err, cont.eager, cont.eagerSlots)
+	w.settle(err, &cont)
+	return err
+}
+
+// settle does what follows a task's (or continuation's) transaction: start
+// the activities it claimed, or free their slots if it did not commit; and
+// once it committed, cache the history it wrote and let the timer waker look
+// again (it may have started a timer).
+func (w *Worker) settle(err error, result *taskResult) {
+	w.afterTx(err, result.eager, result.eagerSlots)
 	if err != nil {
-		return err
+		return
 	}
-	w.commitHistory(&cont)
-	if cont.runID != [16]byte{} && w.timers != nil {
-		// The continuation may have started a timer: let the waker look again.
+	w.commitHistory(result)
+	if result.runID != [16]byte{} && w.timers != nil {
 		w.timers.poke()
 	}
-	return nil
 }

@@ -139,28 +139,27 @@ func (p *eagerPool) release(n int) {
 }
 
 // stop lets running attempts finish until ctx ends, then cancels them and
-// waits for them to write their state.
+// waits for them to write their state; then it stops the cancel listener.
 func (p *eagerPool) stop(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
 	p.stopping.Store(true)
-	done := make(chan struct{})
+	finished := make(chan struct{})
 	go func() {
 		p.attempts.Wait()
-		p.cancel() // the listener
-		p.wg.Wait()
-		close(done)
+		close(finished)
 	}()
+	var err error
 	select {
-	case <-done:
-		p.cancel()
-		return nil
+	case <-finished:
 	case <-ctx.Done():
-		p.cancel()
-		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	p.cancel() // the attempts still running, and the listener
+	<-finished
+	p.wg.Wait()
+	return err
 }
 
 // eagerRunnerFor returns how to run an activity of kind in queue eagerly,

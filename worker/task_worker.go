@@ -63,17 +63,12 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 			result = taskResult{}
 			return t.w.runTask(ctx, tx, t.def, job, &result)
 		})
-		t.w.afterTx(err, result.eager, result.eagerSlots)
+		t.w.settle(err, &result)
 		if err == nil {
-			t.w.commitHistory(&result)
 			info.Closed, info.ReplayDuration, info.SignalHeaders = result.closed, result.replayed, result.signalHeaders
 		}
 		return err
 	})
-	if err == nil && t.w.timers != nil {
-		// The task may have started a timer: let the waker look again.
-		t.w.timers.poke()
-	}
 	if err != nil {
 		err = fmt.Errorf("workflow task of run %s (job %d, attempt %d): %w", job.Args.RunID, job.ID, job.Attempt, err)
 		// River keeps only the error's text: put a panic's stack in it, so
