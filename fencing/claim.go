@@ -78,7 +78,7 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 		metadata = []byte("{}")
 	}
 	priority := max(params.Priority, 1)
-	ttl := fmt.Sprintf("%d microseconds", d.config.LeaseTTL.Microseconds())
+	ttl := d.leaseTTLSetting()
 	// The lease trigger gives a row entering running a lease when the
 	// transaction asks for one (weir.fencing_lease_ttl): the setting is made
 	// for the insert and cleared right after it, in one statement (the
@@ -139,16 +139,9 @@ func (d *Driver) WorkClaimed(ctx context.Context, claim *Claim, deadline time.Ti
 		token:       claim.token,
 	}
 	if !deadline.IsZero() {
-		until := st.attemptedAt.Add(time.Until(deadline) + st.stuckAfter)
-		st.renewUntil = &until
+		st.renewUntil = st.renewalEnd(deadline)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	st.cancel = cancel
-	ctx = context.WithValue(ctx, attemptKey{}, st)
-	d.keeper.add(st)
-	defer d.keeper.remove(st)
-	return fn(ctx)
+	return d.runAttempt(ctx, st, fn)
 }
 
 // SetClaimedStateTx is the state write of a claimed attempt whose work
@@ -162,13 +155,19 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 	if st == nil || st.jobID != params.ID {
 		return fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
 	}
-	updates := map[string]any{}
+	// Raw values: the caller's updates pass through unchanged (no float64
+	// rounding of large numbers).
+	updates := map[string]json.RawMessage{}
 	if len(params.MetadataUpdates) > 0 {
 		if err := json.Unmarshal(params.MetadataUpdates, &updates); err != nil {
 			return fmt.Errorf("fencing: metadata updates of job %d: %w", params.ID, err)
 		}
 	}
-	updates[proofKey] = st.proof().encode()
+	proof, err := json.Marshal(st.proof().encode())
+	if err != nil {
+		return err
+	}
+	updates[proofKey] = proof
 	metadata, err := json.Marshal(updates)
 	if err != nil {
 		return err
@@ -190,7 +189,9 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 		return err
 	case err != nil:
 		return fmt.Errorf("fencing: setting state of job %d: %w", params.ID, err)
-	case len(rows) != 1 || rows[0].State != params.State:
+	case len(rows) != 1 || rows[0].State != params.State && !cancelledInstead(params.State, rows[0]):
+		// The Pilot aborts a stale write itself; this fails closed on a job
+		// that is gone or a write River did not apply as asked.
 		abortTx(ctx, d.UnwrapExecutor(tx), params.ID)
 		return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: "set_state_" + string(params.State)}
 	}
@@ -198,4 +199,16 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 		st.finish()
 	}
 	return nil
+}
+
+// cancelledInstead reports whether River's state write, asked to make the job
+// available, retryable or scheduled, cancelled it instead, as River does for
+// a job whose cancellation was requested while it ran (JobCancel sets
+// cancel_attempted_at).
+func cancelledInstead(wanted rivertype.JobState, row *rivertype.JobRow) bool {
+	switch wanted {
+	case rivertype.JobStateAvailable, rivertype.JobStateRetryable, rivertype.JobStateScheduled:
+		return row.State == rivertype.JobStateCancelled
+	}
+	return false
 }

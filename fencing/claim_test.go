@@ -126,6 +126,33 @@ func TestClaimedJob(t *testing.T) {
 		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID))
 	})
 
+	t.Run("CancelRequestedWhileItWorks", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		c := committed(ctx, t, pool, claim)
+		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			// River's JobCancel on a running job only marks it; the attempt's
+			// failure then cancels it instead of making it retryable.
+			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+				` SET metadata = metadata || '{"cancel_attempted_at": "2026-11-30T00:00:00Z"}' WHERE id = $1`, c.Job.ID)
+			require.NoError(t, err)
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now().Add(time.Minute),
+					[]byte(`{"at":"2026-11-30T00:00:00Z","attempt":1,"error":"cancelled","trace":""}`), []byte(`{"big":12345678901234567890}`)))
+			})
+		})
+		require.NoError(t, err, "a cancelled job is not a lost lease")
+		row := getJob(ctx, t, pool, schema, c.Job.ID)
+		require.Equal(t, "cancelled", row.State)
+		var big string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->>'big' FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" WHERE id = $1",
+			c.Job.ID).Scan(&big))
+		require.Equal(t, "12345678901234567890", big, "metadata updates pass through unrounded")
+	})
+
 	t.Run("RenewedWhileItWorks", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

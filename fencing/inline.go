@@ -2,6 +2,8 @@ package fencing
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,24 +29,60 @@ import (
 // completer and producer rely on), with the lease columns added; the
 // conformance tests run it against River's own statements.
 
-// jobColumns are the river_job columns River's driver reads into a JobRow, in
-// its order.
-const jobColumns = `id, args, attempt, attempted_at, attempted_by, created_at, errors, finalized_at, kind, max_attempts, metadata, priority, queue, state, scheduled_at, tags, unique_key, unique_states`
+// jobColumnNames are the river_job columns River's driver reads into a
+// JobRow, in its order (scannedJob.dest scans them in this order).
+var jobColumnNames = []string{
+	"id", "args", "attempt", "attempted_at", "attempted_by", "created_at", "errors", "finalized_at", "kind", "max_attempts",
+	"metadata", "priority", "queue", "state", "scheduled_at", "tags", "unique_key", "unique_states",
+}
 
+// jobColumns lists jobColumnNames for a select.
+var jobColumns = strings.Join(jobColumnNames, ", ")
+
+// qualifiedColumns lists jobColumnNames qualified by alias.
 func qualifiedColumns(alias string) string {
-	out := ""
-	for i, col := range []string{"id", "args", "attempt", "attempted_at", "attempted_by", "created_at", "errors", "finalized_at", "kind", "max_attempts", "metadata", "priority", "queue", "state", "scheduled_at", "tags", "unique_key", "unique_states"} {
-		if i > 0 {
-			out += ", "
-		}
-		out += alias + "." + col
+	return alias + "." + strings.Join(jobColumnNames, ", "+alias+".")
+}
+
+// The inline statements by schema: they are built once, not on every fetch
+// and completion batch.
+var fetchInlineCache, setStateInlineCache sync.Map
+
+func cachedSQL(cache *sync.Map, schema string, build func(string) string) string {
+	if sql, ok := cache.Load(schema); ok {
+		return sql.(string)
 	}
-	return out
+	sql, _ := cache.LoadOrStore(schema, build(schema))
+	return sql.(string)
+}
+
+// verdictSQL judges a write against its job's row (alias row, locked):
+// 'ok' when the write's proof (token, or attempt and attemptedAt for an
+// attempt without a token) is the running attempt's, 'repeat' when the
+// attempt that just completed the job writes completed (wanted) again, else
+// 'stale'. Both state-write paths (judge, setStateInlineSQL) use it, so they
+// cannot judge differently.
+func verdictSQL(row, token, attempt, attemptedAt, wanted string) string {
+	return `CASE
+            WHEN ` + token + ` IS NULL AND ` + attempt + ` IS NULL THEN 'stale'
+            WHEN ` + token + ` IS NOT NULL AND ` + row + `.state = 'running' AND ` + row + `.lease_token = ` + token + `::uuid THEN 'ok'
+            WHEN ` + token + ` IS NOT NULL AND ` + row + `.state = 'completed' AND ` + wanted + ` = 'completed'
+                AND ` + row + `.lease_last_token = ` + token + `::uuid THEN 'repeat'
+            WHEN ` + token + ` IS NULL AND ` + row + `.state = 'running' AND ` + row + `.attempt = ` + attempt + `
+                AND ` + row + `.attempted_at = ` + attemptedAt + ` THEN 'ok'
+            WHEN ` + token + ` IS NULL AND ` + row + `.state = 'completed' AND ` + wanted + ` = 'completed'
+                AND ` + row + `.attempt = ` + attempt + ` AND ` + row + `.attempted_at = ` + attemptedAt + ` THEN 'repeat'
+            ELSE 'stale'
+        END`
 }
 
 // fetchInlineSQL is River's JobGetAvailable that also mints the lease token
 // and sets the lease expiry ($7) of every job it moves to running.
 func fetchInlineSQL(schema string) string {
+	return cachedSQL(&fetchInlineCache, schema, buildFetchInlineSQL)
+}
+
+func buildFetchInlineSQL(schema string) string {
 	table := tableName(schema, "river_job")
 	return `
 WITH locked_jobs AS (
@@ -91,6 +129,10 @@ RETURNING ` + qualifiedColumns("river_job") + `, river_job.lease_token::text, ri
 // River's statement returns it for an applied write or a repeat, as it is
 // for a stale one. A write without a row is for a job that does not exist.
 func setStateInlineSQL(schema string) string {
+	return cachedSQL(&setStateInlineCache, schema, buildSetStateInlineSQL)
+}
+
+func buildSetStateInlineSQL(schema string) string {
 	table := tableName(schema, "river_job")
 	stateType := tableName(schema, "river_job_state")
 	return `
@@ -122,17 +164,7 @@ locked AS (
 ),
 judged AS (
     SELECT l.*,
-        CASE
-            WHEN l.proof_token IS NULL AND l.proof_attempt IS NULL THEN 'stale'
-            WHEN l.proof_token IS NOT NULL AND l.state = 'running' AND l.lease_token = l.proof_token::uuid THEN 'ok'
-            WHEN l.proof_token IS NOT NULL AND l.state = 'completed' AND l.new_state = 'completed'
-                AND l.lease_last_token = l.proof_token::uuid THEN 'repeat'
-            WHEN l.proof_token IS NULL AND l.state = 'running' AND l.attempt = l.proof_attempt
-                AND l.attempted_at = l.proof_attempted_at THEN 'ok'
-            WHEN l.proof_token IS NULL AND l.state = 'completed' AND l.new_state = 'completed'
-                AND l.attempt = l.proof_attempt AND l.attempted_at = l.proof_attempted_at THEN 'repeat'
-            ELSE 'stale'
-        END AS verdict
+        ` + verdictSQL("l", "l.proof_token", "l.proof_attempt", "l.proof_attempted_at", "l.new_state") + ` AS verdict
     FROM locked l
 ),
 updated AS (

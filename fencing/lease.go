@@ -180,8 +180,37 @@ func (s *attemptState) observeDeadline(ctx context.Context) {
 		s.renewUntil = nil
 		return
 	}
+	s.renewUntil = s.renewalEnd(deadline)
+}
+
+// renewalEnd is the database time after which the attempt's lease is no
+// longer renewed: its local deadline, carried over to its attempted_at, plus
+// River's stuck threshold. Callers hold s.mu or own s alone.
+func (s *attemptState) renewalEnd(deadline time.Time) *time.Time {
 	until := s.attemptedAt.Add(deadline.Sub(s.localStart) + s.stuckAfter)
-	s.renewUntil = &until
+	return &until
+}
+
+// runAttempt runs fn as attempt st: its context carries st (LeaseFromContext,
+// Heartbeat) and is cancelled with cause ErrLeaseLost when a renewal is
+// refused, and the lease keeper renews st's lease while fn runs, if it has
+// one.
+func (d *Driver) runAttempt(ctx context.Context, st *attemptState, fn func(context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	st.cancel = cancel
+	ctx = context.WithValue(ctx, attemptKey{}, st)
+	if st.token != "" && !st.expiresAt.IsZero() {
+		d.keeper.add(st)
+		defer d.keeper.remove(st)
+	}
+	return fn(ctx)
+}
+
+// leaseTTLSetting is the value of weir.fencing_lease_ttl that asks the
+// lease trigger for a LeaseTTL lease.
+func (d *Driver) leaseTTLSetting() string {
+	return strconv.FormatInt(d.config.LeaseTTL.Microseconds(), 10) + " microseconds"
 }
 
 // finish records that the attempt completed its job itself (inside Work,

@@ -310,8 +310,7 @@ const hotOperationTimeout = 10 * time.Second
 // beginLeaseTx starts the fetch transaction and asks the lease trigger for
 // LeaseTTL leases in it. On River's pool executor both go in one round trip.
 func (p *Pilot) beginLeaseTx(ctx context.Context, exec riverdriver.Executor) (riverdriver.ExecutorTx, error) {
-	setTTL := fmt.Sprintf("SELECT set_config('weir.fencing_lease_ttl', '%d microseconds', true)",
-		p.driver.config.LeaseTTL.Microseconds())
+	setTTL := "SELECT set_config('weir.fencing_lease_ttl', '" + p.driver.leaseTTLSetting() + "', true)"
 	if _, inTx := exec.(riverdriver.ExecutorTx); !inTx && p.driver.pool != nil {
 		pgxTx, err := p.driver.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + setTTL})
 		if err != nil {
@@ -470,14 +469,7 @@ locked AS (
 )
 SELECT coalesce(array_agg(CASE
         WHEN l.id IS NULL THEN 'missing'
-        WHEN x.token IS NULL AND x.attempt IS NULL THEN 'stale'
-        WHEN x.token IS NOT NULL AND l.state = 'running' AND l.lease_token = x.token::uuid THEN 'ok'
-        WHEN x.token IS NOT NULL AND l.state = 'completed' AND x.wanted = 'completed'
-            AND l.lease_last_token = x.token::uuid THEN 'repeat'
-        WHEN x.token IS NULL AND l.state = 'running' AND l.attempt = x.attempt AND l.attempted_at = x.attempted_at THEN 'ok'
-        WHEN x.token IS NULL AND l.state = 'completed' AND x.wanted = 'completed'
-            AND l.attempt = x.attempt AND l.attempted_at = x.attempted_at THEN 'repeat'
-        ELSE 'stale'
+        ELSE `+verdictSQL("l", "x.token", "x.attempt", "x.attempted_at", "x.wanted")+`
     END ORDER BY x.ord), '{}')
 FROM input x
 LEFT JOIN locked l ON l.id = x.id`, ids, tokens, attempts, attemptedAts, wanted).Scan(&verdicts)

@@ -65,16 +65,7 @@ func (p *Plugin) Work(ctx context.Context, job *rivertype.JobRow, doInner func(c
 		d.logger().WarnContext(ctx, "fencing: attaching lease proof", slog.String("error", err.Error()))
 	}
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	st.cancel = cancel
-	ctx = context.WithValue(ctx, attemptKey{}, st)
-
-	if st.token != "" && !st.expiresAt.IsZero() {
-		d.keeper.add(st)
-		defer d.keeper.remove(st)
-	}
-	return doInner(ctx)
+	return d.runAttempt(ctx, st, doInner)
 }
 
 // clientTimeouts reads JobTimeout and JobStuckThreshold (with River's
