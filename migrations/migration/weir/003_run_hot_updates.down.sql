@@ -1,0 +1,3 @@
+ALTER TABLE /* TEMPLATE: schema */weir_run RESET (fillfactor);
+CREATE INDEX IF NOT EXISTS weir_run_running_idx
+    ON /* TEMPLATE: schema */weir_run (updated_at) WHERE state = 'running';

@@ -1,0 +1,10 @@
+-- A workflow task's write to its run (next_event_id, task_job_id,
+-- updated_at) can be a HOT update: it stays on the row's page and adds no
+-- index entry, as long as no indexed column changes and the page has room.
+--
+-- weir_run_running_idx indexed updated_at, so every such write added an entry
+-- to each of weir_run's indexes. The sweeper's scan of live runs does not
+-- need it: weir_run_live_idx covers exactly the live runs, on columns that do
+-- not change while a run lives. A fill factor leaves the room on each page.
+DROP INDEX IF EXISTS /* TEMPLATE: schema */weir_run_running_idx;
+ALTER TABLE /* TEMPLATE: schema */weir_run SET (fillfactor = 80);
