@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -51,6 +52,28 @@ With DATABASE_URL (a postgres:// URL of a role allowed to create databases)
 it measures on that server; otherwise it starts a private durable Postgres in
 a temporary directory and stops it at the end.`,
 		SilenceUsage: true,
+	}
+	var cpuProfile string
+	var stopProfile func()
+	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (contenders included) to this file")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return errors.Join(err, f.Close())
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); _ = f.Close() }
+		return nil
+	}
+	root.PersistentPostRun = func(*cobra.Command, []string) {
+		if stopProfile != nil {
+			stopProfile()
+		}
 	}
 	root.AddCommand(newJobsCmd(), newWorkflowsCmd(), newCostsCmd(), newAllCmd(), newSummarizeCmd())
 	return root

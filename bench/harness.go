@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 
@@ -79,6 +80,9 @@ func (db *benchDB) close() error {
 		db.admin.Close()
 	}
 	ctx := context.Background()
+	if os.Getenv("BENCH_KEEP_DATABASES") != "" {
+		return err // kept for inspection
+	}
 	return errors.Join(err, db.server.dropDatabase(ctx, db.name))
 }
 
