@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/task"
 )
@@ -239,12 +240,25 @@ type Run struct {
 }
 
 // Start is StartTx in a transaction of its own.
+//
+// When a worker started in this process on the same pool serves the run's
+// workflow in its queue and has room, Start hands it the run's first task
+// (eager workflow start): the task's River job is inserted already running,
+// claimed by that worker under a fenced lease, and the worker runs it as
+// soon as the start commits, without the job waiting for a fetch. If the
+// process dies first, the lease expires and River runs the task elsewhere.
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
-	var run *Run
+	var (
+		run    *Run
+		handed []func(committed bool)
+	)
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
-		run, err = c.StartTx(ctx, tx, args, opts)
+		run, err = c.startTx(ctx, tx, args, opts, &handed)
 		return err
 	})
+	for _, done := range handed {
+		done(err == nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -278,6 +292,13 @@ func validateName(what, name string) error {
 // transaction-scoped advisory lock, and a partial unique index allows one live
 // run per workflow ID whatever else writes the table.
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts) (*Run, error) {
+	return c.startTx(ctx, tx, args, opts, nil)
+}
+
+// startTx is StartTx; with handed set, it may hand the run's first task to a
+// worker in this process (Start), and appends to handed what to tell the
+// worker once tx ended.
+func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts, handed *[]func(committed bool)) (*Run, error) {
 	if args == nil {
 		return nil, errors.New("weir: Start needs workflow args")
 	}
@@ -307,11 +328,11 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 	}
 	info := &StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}
 	return c.interceptStart(ctx, info, func(ctx context.Context) (*Run, error) {
-		return c.startTx(ctx, tx, args, info, opts)
+		return c.insertRun(ctx, tx, args, info, opts, handed)
 	})
 }
 
-func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts) (*Run, error) {
+func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool)) (*Run, error) {
 	kind, namespace, queue, requestID, workflowID := info.Kind, info.Namespace, info.Queue, info.RequestID, info.WorkflowID
 	payload, err := c.config.Codec.Encode(args)
 	if err != nil {
@@ -405,22 +426,26 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 	// The first task is queued first, so the run's row is written once,
 	// naming it, together with its generation.
 	runID := uuid.New()
-	inserted, err := c.river.InsertTx(ctx, tx, task.NewArgs(namespace, kind, runID, workflowID), task.InsertOpts(queue))
+	taskArgs := task.NewArgs(namespace, kind, runID, workflowID)
+	batch = &pgx.Batch{}
+	taskJobID, err := c.queueFirstTask(ctx, tx, batch, taskArgs, queue, handed)
 	if err != nil {
 		return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
 	}
 	var runDeadline, executionDeadline *time.Time
 	var generation int64
-	if err := tx.QueryRow(ctx, "WITH g AS (INSERT INTO "+c.names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($2, $3, 1)"+
+	batch.Queue("WITH g AS (INSERT INTO "+c.names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($2, $3, 1)"+
 		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1 RETURNING last_generation)"+
 		" INSERT INTO "+c.names.Run+
 		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline, trace_context, task_job_id)"+
 		" SELECT $1, $2, $3, g.last_generation, $4, $5, $6, $7, $8,"+
-		"  now() + nullif($9::bigint, 0) * interval '1 microsecond', now() + nullif($10::bigint, 0) * interval '1 microsecond', $11, $12 FROM g"+
+		"  now() + nullif($9::bigint, 0) * interval '1 microsecond', now() + nullif($10::bigint, 0) * interval '1 microsecond', $11,"+
+		"  coalesce($12, currval(pg_get_serial_sequence($13, 'id'))) FROM g"+
 		" RETURNING generation, run_deadline, execution_deadline",
 		runID, namespace, workflowID, kind, queue, payload, requestID, hash,
-		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext, inserted.Job.ID).
-		Scan(&generation, &runDeadline, &executionDeadline); err != nil {
+		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext, taskJobID, c.names.RiverJob).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&generation, &runDeadline, &executionDeadline) })
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx" {
 			// Only a writer bypassing the advisory lock gets here.
@@ -440,6 +465,39 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info
 	}
 
 	return &Run{Created: true, Generation: generation, Namespace: namespace, RunID: runID, WorkflowID: workflowID, client: c}, nil
+}
+
+// queueFirstTask queues a run's first task: handed to a worker of this
+// process when Start may (handed set) and one takes it, its claimed insert
+// queued in batch (taskJobID nil: the run takes the job's ID from currval),
+// or else inserted through River now.
+func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, args task.Args, queue string,
+	handed *[]func(committed bool),
+) (taskJobID *int64, err error) {
+	if handed != nil {
+		key := handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: queue, Kind: args.Kind()}
+		if takers := handoff.Lookup(key); len(takers) > 0 {
+			encoded, err := json.Marshal(args)
+			if err != nil {
+				return nil, err
+			}
+			for _, taker := range takers {
+				done, ok, err := taker.Claim(batch, key, &handoff.Task{Args: encoded, MaxAttempts: task.MaxAttempts})
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					*handed = append(*handed, done)
+					return nil, nil
+				}
+			}
+		}
+	}
+	inserted, err := c.river.InsertTx(ctx, tx, args, task.InsertOpts(queue))
+	if err != nil {
+		return nil, err
+	}
+	return &inserted.Job.ID, nil
 }
 
 func earliest(times ...*time.Time) time.Time {

@@ -56,10 +56,14 @@ type Config struct {
 	// (a fenced lease, like a fetched job's) and started as soon as the task
 	// commits, without waiting for River to fetch it. Its outcome then
 	// continues the run in the same transaction that completes the job.
+	// The same slots take the first workflow tasks of runs that a
+	// client.Client of this process, on the same pool, starts with Start
+	// (eager workflow start: the task's job is inserted claimed by this
+	// worker in the start's transaction and runs once it commits).
 	// Beyond the limit, and on workers with Interceptors (which see each
-	// attempt as a River job of its own), activities go through River's
-	// fetch. Negative disables eager dispatch. Defaults to
-	// MaxEagerActivitiesDefault.
+	// attempt as a River job of its own), activities and first tasks go
+	// through River's fetch. Negative disables eager dispatch and eager
+	// start. Defaults to MaxEagerActivitiesDefault.
 	MaxEagerActivities int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

@@ -50,6 +50,8 @@ type eagerPool struct {
 	slots    chan struct{}
 	stopping atomic.Bool
 	attempts sync.WaitGroup // running attempts
+	closed   bool           // stop is waiting for attempts: launch no more (under launchMu)
+	launchMu sync.RWMutex
 	wg       sync.WaitGroup // the listener
 
 	mu      sync.Mutex
@@ -145,6 +147,9 @@ func (p *eagerPool) stop(ctx context.Context) error {
 		return nil
 	}
 	p.stopping.Store(true)
+	p.launchMu.Lock()
+	p.closed = true
+	p.launchMu.Unlock()
 	finished := make(chan struct{})
 	go func() {
 		p.attempts.Wait()
@@ -175,15 +180,46 @@ func (w *Worker) eagerRunnerFor(kind, queue string) eagerRunner {
 	return w.eagerRunners[kind]
 }
 
-// launchEager starts the attempts a committed transaction claimed.
+// launchEager starts the attempts a committed transaction claimed. Once the
+// pool is stopping and waits for its attempts, it hands them back to River
+// instead.
 func (w *Worker) launchEager(starts []eagerStart) {
+	p := w.eager
+	p.launchMu.RLock()
+	closed := p.closed
+	if !closed {
+		p.attempts.Add(len(starts))
+	}
+	p.launchMu.RUnlock()
 	for _, s := range starts {
-		w.eager.attempts.Add(1)
+		if closed {
+			w.handBack(s.claim)
+			p.release(1)
+			continue
+		}
 		go func() {
-			defer w.eager.attempts.Done()
-			defer w.eager.release(1)
-			s.run(w.eager.ctx, s.claim, s.meta)
+			defer p.attempts.Done()
+			defer p.release(1)
+			s.run(p.ctx, s.claim, s.meta)
 		}()
+	}
+}
+
+// handBack gives a claimed job that will not run here back to River, as
+// River's executor gives back a snoozed one: available at once, the attempt
+// not counted. Should that fail, the lease expires and River runs it then.
+func (w *Worker) handBack(claim *fencing.Claim) {
+	ctx, cancel := context.WithTimeout(context.Background(), finalStateTimeout)
+	defer cancel()
+	job := claim.Job
+	err := w.driver.WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateSnoozedAvailable(job.ID, time.Now(), job.Attempt-1, nil))
+		})
+	})
+	if err != nil {
+		w.config.Logger.Warn("weir: handing a claimed job back to River failed; it runs once its lease expires",
+			"job_id", job.ID, "kind", job.Kind, "error", err.Error())
 	}
 }
 
@@ -233,6 +269,31 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 	if timeout == 0 {
 		timeout = w.config.TaskTimeout // River's JobTimeout for this worker's client
 	}
+	what := fmt.Sprintf("activity %s (job %d)", job.Kind, job.ID)
+	w.workClaimed(ctx, claim, what, timeout, func() time.Time { return a.NextRetry(job) }, func(ctx context.Context) error {
+		if decodeErr != nil {
+			return fmt.Errorf("decoding args of %s: %w", what, decodeErr)
+		}
+		return a.work(ctx, job, meta, w.completeClaimed(job.ID))
+	})
+}
+
+// completeClaimed completes a claimed job in tx, fenced.
+func (w *Worker) completeClaimed(jobID int64) func(ctx context.Context, tx pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+	}
+}
+
+// workClaimed runs a claimed attempt (what names it in errors and logs) as
+// River's executor runs a fetched one: work runs within timeout (none when
+// zero), cancellable by River's job control, its panics recovered; if it
+// fails, the job is written back through the fenced path (failClaimed) to
+// be retried at nextRetry. Its lease is renewed while it runs.
+func (w *Worker) workClaimed(ctx context.Context, claim *fencing.Claim, what string, timeout time.Duration,
+	nextRetry func() time.Time, work func(ctx context.Context) error,
+) {
+	jobID := claim.Job.ID
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -240,7 +301,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 	err := w.driver.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context) (err error) {
 		ctx, cancel := context.WithCancelCause(attemptCtx)
 		defer cancel(nil)
-		defer w.eager.track(job.ID, cancel)()
+		defer w.eager.track(jobID, cancel)()
 		workCtx := ctx
 		if !deadline.IsZero() {
 			var cancel context.CancelFunc
@@ -250,16 +311,10 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					err = fmt.Errorf("activity %s (job %d) panicked: %v", job.Kind, job.ID, r)
+					err = fmt.Errorf("%s panicked: %v", what, r)
 				}
 			}()
-			if decodeErr != nil {
-				err = fmt.Errorf("decoding args of activity %s (job %d): %w", job.Kind, job.ID, decodeErr)
-				return
-			}
-			err = a.work(workCtx, job, meta, func(ctx context.Context, tx pgx.Tx) error {
-				return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(job.ID, time.Now(), nil))
-			})
+			err = work(workCtx)
 		}()
 		if err == nil {
 			return nil
@@ -267,11 +322,11 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 		if cause := context.Cause(ctx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
 			err = river.JobCancel(cause)
 		}
-		return w.failClaimed(attemptCtx, job.JobRow, err, a.NextRetry(job))
+		return w.failClaimed(attemptCtx, claim.Job, err, nextRetry())
 	})
 	if err != nil && !errors.Is(err, fencing.ErrLeaseLost) {
-		w.config.Logger.WarnContext(ctx, "weir: eager activity attempt failed; River retries it",
-			"job_id", job.ID, "kind", job.Kind, "error", err.Error())
+		w.config.Logger.WarnContext(ctx, "weir: eager attempt failed; River retries it",
+			"job_id", jobID, "kind", claim.Job.Kind, "attempt_of", what, "error", err.Error())
 	}
 }
 

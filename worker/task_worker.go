@@ -51,8 +51,19 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 // inbox into history, replays the workflow, appends the new events with a
 // compare-and-swap on the run's append point, schedules what the new events
 // ask for, and completes its own job, fenced. A stale task (its lease was lost
-// to a newer attempt) changes nothing: its completion aborts the transaction.
+// to a newer attempt) changes nothing: its completion aborts the transaction
+// and nothing the task wrote commits.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
+	return t.work(ctx, job, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := fencing.CompleteTx[*fencing.Driver](withSettled(ctx, job.ID), tx, job)
+		return err
+	})
+}
+
+// work runs one workflow task (Work) whose job complete completes in the
+// task's transaction, fenced: a fetched job through River's JobCompleteTx,
+// a claimed one (eager start) through the driver's claimed path.
+func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], complete func(ctx context.Context, tx pgx.Tx) error) error {
 	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
 	if len(t.w.config.Interceptors) > 0 {
 		t.w.readTaskInfo(ctx, info)
@@ -61,7 +72,7 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 		var result taskResult
 		err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
 			result = taskResult{}
-			return t.w.runTask(ctx, tx, t.def, job, &result)
+			return t.w.runTask(ctx, tx, t.def, job, complete, &result)
 		})
 		t.w.settle(err, &result)
 		if err == nil {
@@ -141,24 +152,26 @@ type taskResult struct {
 
 // runTask runs one workflow task in tx, noting in result what interceptors
 // are told (meaningful only once tx commits).
-func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], result *taskResult) error {
+func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args],
+	complete func(ctx context.Context, tx pgx.Tx) error, result *taskResult,
+) error {
 	runID := job.Args.RunID
 	run, now, inbox, err := w.lockRunTakingInbox(ctx, tx, runID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		w.config.Logger.WarnContext(ctx, "weir: workflow task for a run that does not exist; completing it", slog.String("run_id", runID.String()))
-		return w.completeTask(ctx, tx, job)
+		return complete(ctx, tx)
 	case err != nil:
 		return err
 	}
 	if run.State != "running" {
 		// A task queued before the run closed (terminated, say): nothing to do.
-		return w.completeTask(ctx, tx, job)
+		return complete(ctx, tx)
 	}
 	if err := w.advance(ctx, tx, def, run, now, nil, &advanceBy{attempt: job.Attempt, inbox: inbox, taskJobID: job.ID}, result); err != nil {
 		return err
 	}
-	return w.completeTask(ctx, tx, job)
+	return complete(ctx, tx)
 }
 
 // lockRun locks a run's row for a workflow task (or an outcome continuing
@@ -567,15 +580,6 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 	return inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
 		ID: nextRunID, Kind: next.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID,
 	})
-}
-
-// completeTask completes the task's own job in tx, fenced: if this attempt
-// lost its lease, tx is aborted and nothing it wrote commits.
-func (w *Worker) completeTask(ctx context.Context, tx pgx.Tx, job *river.Job[task.Args]) error {
-	if _, err := fencing.CompleteTx[*fencing.Driver](withSettled(ctx, job.ID), tx, job); err != nil {
-		return err
-	}
-	return nil
 }
 
 func loadHistory(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID) ([]history.Event, error) {

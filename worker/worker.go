@@ -41,6 +41,7 @@ type Worker struct {
 	schedules    *scheduler
 	riverWorkers *river.Workers
 	started      bool
+	unregister   func() // stops taking first tasks from clients (eager start)
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition
@@ -221,6 +222,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.riverClient = riverClient
 	if w.config.MaxEagerActivities > 0 && len(w.config.Interceptors) == 0 {
 		w.eager = newEagerPool(w, w.config.MaxEagerActivities)
+		w.unregister = w.registerTakers()
 	}
 	w.sweeper = newSweeper(w)
 	w.sweeper.start()
@@ -241,10 +243,13 @@ func (w *Worker) Start(ctx context.Context) error {
 // and stops the sweeper.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	riverClient, sweeper, queries, timers, schedules, eager := w.riverClient, w.sweeper, w.queries, w.timers, w.schedules, w.eager
+	riverClient, sweeper, queries, timers, schedules, eager, unregister := w.riverClient, w.sweeper, w.queries, w.timers, w.schedules, w.eager, w.unregister
 	w.mu.Unlock()
 	if riverClient == nil {
 		return nil
+	}
+	if unregister != nil {
+		unregister() // new starts queue their first task through River
 	}
 	// Eager attempts first, while River (and its lease keeper) still runs;
 	// from here on new activities go through River.
