@@ -201,6 +201,57 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 	return nil
 }
 
+// QueueSetClaimedState queues in batch the state write of SetClaimedStateTx,
+// for a caller that sends it in the same round trip as other statements of
+// its transaction. It queues nothing and returns false when the write
+// cannot be queued (fencing migration 002 not yet seen installed in the
+// claim's schema: use SetClaimedStateTx, which also checks); params may not
+// ask for running. When the batch runs, the write reports its outcome as
+// the batch's error: nil, or a *LeaseLostError when the attempt no longer
+// holds its job. Unlike SetClaimedStateTx, a queued write cannot abort the
+// transaction itself: the caller must not commit after an error. The
+// driver's OnFinalized hook is not called for a queued write; its caller
+// settles the job's outcome itself.
+func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error) {
+	st := attemptFromContext(ctx)
+	if st == nil || st.jobID != params.ID {
+		return false, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
+	}
+	if params.State == rivertype.JobStateRunning || !d.pilot.knownInline(st.schema) {
+		return false, nil
+	}
+	many := &riverdriver.JobSetStateIfRunningManyParams{
+		ID:              []int64{params.ID},
+		Attempt:         []*int{params.Attempt},
+		ErrData:         [][]byte{params.ErrData},
+		FinalizedAt:     []*time.Time{params.FinalizedAt},
+		MetadataDoMerge: []bool{len(params.MetadataUpdates) > 0},
+		MetadataUpdates: [][]byte{params.MetadataUpdates},
+		ScheduledAt:     []*time.Time{params.ScheduledAt},
+		Schema:          st.schema,
+		State:           []rivertype.JobState{params.State},
+	}
+	pr := st.proof()
+	op := "set_state_" + string(params.State)
+	batch.Queue(setStateInlineSQL(st.schema), setStateInlineArgs(many, []*proof{&pr})...).Query(func(pgxRows pgx.Rows) error {
+		verdicts, rows, err := scanSetStateInline(pgxRows, many.ID)
+		switch {
+		case err != nil:
+			return fmt.Errorf("fencing: setting state of job %d: %w", params.ID, err)
+		case verdicts[0] == verdictStale:
+			d.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: params.ID, Kind: EventStaleWriteRejected, Op: op})
+			return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: op}
+		case len(rows) != 1 || rows[0].State != params.State && !cancelledInstead(params.State, rows[0]):
+			// Fails closed on a job that is gone or a write River did not
+			// apply as asked, as SetClaimedStateTx does.
+			return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: op}
+		}
+		st.finish()
+		return nil
+	})
+	return true, nil
+}
+
 // cancelledInstead reports whether River's state write, asked to make the job
 // available, retryable or scheduled, cancelled it instead, as River does for
 // a job whose cancellation was requested while it ran (JobCancel sets

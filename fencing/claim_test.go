@@ -187,6 +187,72 @@ func TestClaimedJob(t *testing.T) {
 		require.Equal(t, 2, row.Attempt, "River ran it again once the lease expired")
 	})
 
+	// queued completes c with a write queued behind the caller's own in one
+	// batch (QueueSetClaimedState), after takeAway ran.
+	queued := func(ctx context.Context, t *testing.T, driver *fencing.Driver, schema string, c *fencing.Claim, takeAway func(ctx context.Context)) error {
+		t.Helper()
+		pool := dbtest.Pool(ctx, t)
+		// A first write through SetClaimedStateTx has the driver look for
+		// fencing migration 002, which a queued write needs.
+		first := committed(ctx, t, pool, func(ctx context.Context, tx pgx.Tx) *fencing.Claim {
+			c, err := driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+				Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
+			})
+			require.NoError(t, err)
+			return c
+		})
+		require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
+			})
+		}))
+		return driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			takeAway(ctx)
+			batch := &pgx.Batch{}
+			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
+			ok, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			require.NoError(t, err)
+			require.True(t, ok, "fencing 002 is installed")
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
+		})
+	}
+
+	t.Run("QueuedWithTheCallersWrites", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		c := committed(ctx, t, pool, claim)
+		require.NoError(t, queued(ctx, t, driver, schema, c, func(context.Context) {}))
+		row := getJob(ctx, t, pool, schema, c.Job.ID)
+		require.Equal(t, "completed", row.State)
+		require.False(t, row.LeaseToken.Valid, "the lease is revoked")
+		require.Equal(t, 1, sideEffects(ctx, t, schema, c.Job.ID))
+	})
+
+	t.Run("QueuedStaleCannotFinalize", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		c := committed(ctx, t, pool, claim)
+		err := queued(ctx, t, driver, schema, c, func(ctx context.Context) {
+			// The job is taken away and a new attempt holds it now.
+			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+				" SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1", c.Job.ID)
+			require.NoError(t, err)
+		})
+		var lost *fencing.LeaseLostError
+		require.ErrorAs(t, err, &lost)
+		require.Equal(t, c.Job.ID, lost.JobID)
+		row := getJob(ctx, t, pool, schema, c.Job.ID)
+		require.Equal(t, "running", row.State)
+		require.Equal(t, 2, row.Attempt)
+		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID), "the caller's transaction rolled back on the error")
+	})
+
 	t.Run("OutsideItsAttempt", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -155,6 +155,14 @@ func (p *Pilot) fencedState(ctx context.Context, exec queryRower, schema string)
 	return state, nil
 }
 
+// knownInline reports whether fencing migration 002 was seen installed in
+// schema (without asking the database).
+func (p *Pilot) knownInline(schema string) bool {
+	p.fencedMu.Lock()
+	defer p.fencedMu.Unlock()
+	return p.fenced[schema].inline
+}
+
 // querier is what pgx pools and transactions offer for reading many rows,
 // which River's executors do not.
 type querier interface {
@@ -671,12 +679,19 @@ func inlineWritable(params *riverdriver.JobSetStateIfRunningManyParams) bool {
 // returns a verdict per write and the rows River's statement would have
 // returned for the writes judged ok, missing or repeat, ordered by ID.
 func (p *Pilot) setStateInline(ctx context.Context, q querier, params *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof) ([]string, []*rivertype.JobRow, error) {
-	n := len(params.ID)
 	pgxRows, err := q.Query(ctx, setStateInlineSQL(params.Schema), setStateInlineArgs(params, proofs)...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("setting state of %d jobs: %w", n, err)
+		return nil, nil, fmt.Errorf("setting state of %d jobs: %w", len(params.ID), err)
 	}
+	return scanSetStateInline(pgxRows, params.ID)
+}
+
+// scanSetStateInline reads setStateInlineSQL's rows for the writes to ids: a
+// verdict per write, and the rows River's statement would have returned for
+// the writes judged ok, missing or repeat, ordered by ID.
+func scanSetStateInline(pgxRows pgx.Rows, ids []int64) ([]string, []*rivertype.JobRow, error) {
 	defer pgxRows.Close()
+	n := len(ids)
 	byID := make(map[int64]string, n)
 	rows := make([]*rivertype.JobRow, 0, n)
 	// One set of scan targets for all rows, zeroed before each (pgx then
@@ -702,7 +717,7 @@ func (p *Pilot) setStateInline(ctx context.Context, q querier, params *riverdriv
 		return nil, nil, fmt.Errorf("setting state of %d jobs: %w", n, err)
 	}
 	verdicts := make([]string, n)
-	for i, id := range params.ID {
+	for i, id := range ids {
 		verdict, ok := byID[id]
 		if !ok {
 			verdict = verdictMissing
