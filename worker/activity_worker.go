@@ -227,14 +227,14 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, WorkflowID: meta.WorkflowID,
 	}
 	return intercept(ctx, a.w.config.Interceptors, info, Interceptor.InterceptActivity, func(ctx context.Context) error {
-		return a.work(ctx, job, meta, func(ctx context.Context, tx pgx.Tx) error {
+		return a.work(ctx, job, meta, &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
 			_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
 			return err
-		})
+		}})
 	})
 }
 
-func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta, complete completeFunc) error {
+func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta, own *ownJob) error {
 	st := &attempt.State{
 		ActivityKind:     job.Kind,
 		Attempt:          job.Attempt,
@@ -250,7 +250,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		WorkflowKind:     meta.WorkflowKind,
 	}
 	st.CompleteTx = func(ctx context.Context, tx pgx.Tx, result []byte) error {
-		if err := completeActivityTx(ctx, tx, a.w, job, meta, result, complete, nil); err != nil {
+		if err := completeActivityTx(ctx, tx, a.w, job, meta, result, own, nil); err != nil {
 			return err
 		}
 		st.Completed = true
@@ -324,16 +324,41 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		return river.JobCancel(fmt.Errorf("%w: %s", client.ErrPayloadTooLarge, tooLarge.Message))
 	}
 	return a.w.outcomeTx(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
-		return completeActivityTx(ctx, tx, a.w, job, meta, payload, complete, cont)
+		return completeActivityTx(ctx, tx, a.w, job, meta, payload, own, cont)
 	})
 }
 
 // foreignNamespaceSnooze is how long an activity of a namespace a worker
 // does not serve waits before it is offered again.
-// completeFunc completes an attempt's own job in tx, fenced: River's
-// executor's attempts with fencing.CompleteTx, claimed (eager) ones with
-// fencing.Driver.SetClaimedStateTx.
-type completeFunc func(ctx context.Context, tx pgx.Tx) error
+// ownJob is how an attempt completes its own job, fenced, in the
+// transaction that records its outcome: River's executor's attempts with
+// fencing.CompleteTx, claimed (eager) ones through the driver's claimed
+// path, queued in the transaction's first round trip when it can be.
+type ownJob struct {
+	id       int64
+	complete func(ctx context.Context, tx pgx.Tx) error
+	// queue queues the completion in batch, reporting whether it did; nil
+	// when it never can.
+	queue func(ctx context.Context, batch *pgx.Batch) (bool, error)
+}
+
+// queueIn queues the completion in batch if it can; it reports whether it
+// did. A nil ownJob queues nothing.
+func (j *ownJob) queueIn(ctx context.Context, batch *pgx.Batch) (bool, error) {
+	if j == nil || j.queue == nil {
+		return false, nil
+	}
+	return j.queue(ctx, batch)
+}
+
+// finish completes the job in tx, unless completed says a queued completion
+// did already. Its worker settles the job: onFinalized need not look it up.
+func (j *ownJob) finish(ctx context.Context, tx pgx.Tx, completed bool) error {
+	if completed {
+		return nil
+	}
+	return j.complete(withSettled(ctx, j.id), tx)
+}
 
 const foreignNamespaceSnooze = time.Second
 
@@ -382,19 +407,19 @@ func (a *activityWorker[A, R]) execute(ctx context.Context, args A) (result R, e
 
 // completeActivityTx records a result and completes the job in tx, fenced.
 func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Worker, job *river.Job[A], meta *activityMeta, result []byte,
-	complete completeFunc, cont *taskResult,
+	own *ownJob, cont *taskResult,
 ) error {
 	attrs, err := json.Marshal(&history.ActivityCompletedAttributes{Attempt: job.Attempt, Result: result, ScheduledEventID: meta.ScheduledEventID})
 	if err != nil {
 		return fmt.Errorf("encoding outcome of activity %s: %w", job.Kind, err)
 	}
-	err = w.deliverOutcome(ctx, tx, meta, job.Attempt, &inbox.Item{
+	completed, err := w.deliverOutcome(ctx, tx, meta, job.Attempt, &inbox.Item{
 		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(history.EventActivityCompleted),
-	}, cont)
+	}, cont, own)
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 		return err
 	}
-	return complete(withSettled(ctx, job.ID), tx)
+	return own.finish(ctx, tx, completed)
 }
 
 // failActivityTx records the final failure of an activity in tx (a timeout
@@ -420,9 +445,9 @@ func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta
 	if err != nil {
 		return fmt.Errorf("encoding failure of activity job %d: %w", jobID, err)
 	}
-	err = w.deliverOutcome(ctx, tx, meta, attemptNum, &inbox.Item{
+	_, err = w.deliverOutcome(ctx, tx, meta, attemptNum, &inbox.Item{
 		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType),
-	}, cont)
+	}, cont, nil)
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 		return err
 	}

@@ -25,28 +25,36 @@ import (
 //
 // Otherwise the outcome goes to the run's inbox and a task is queued for it
 // unless one is (inbox.Deliver).
-func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, attempt int, item *inbox.Item, cont *taskResult) error {
+//
+// With own set, the job's completion rides with the continuation's last
+// writes when it can (a claimed job); completed reports whether it did, and
+// the caller completes the job otherwise.
+func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, attempt int, item *inbox.Item, cont *taskResult,
+	own *ownJob,
+) (completed bool, err error) {
 	def := w.workflows[meta.WorkflowKind]
 	if cont == nil || def == nil || len(w.config.Interceptors) > 0 {
 		// Interceptors see every workflow task as a River job of its own.
 		_, err := inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, item)
-		return err
+		return false, err
 	}
 	run, now, err := w.lockRun(ctx, tx, meta.RunID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("delivering %s to run %s: %w", item.Type, meta.RunID, inbox.ErrRunClosed)
+		return false, fmt.Errorf("delivering %s to run %s: %w", item.Type, meta.RunID, inbox.ErrRunClosed)
 	case err != nil:
-		return err
+		return false, err
 	case run.State != "running":
-		return fmt.Errorf("delivering %s to run %s (%s): %w", item.Type, meta.RunID, run.State, inbox.ErrRunClosed)
+		return false, fmt.Errorf("delivering %s to run %s (%s): %w", item.Type, meta.RunID, run.State, inbox.ErrRunClosed)
 	case run.TaskJobID != nil:
 		// A task is queued (a signal came, say): the outcome waits for it.
 		_, err := inbox.Add(ctx, tx, w.names, meta.RunID, item)
-		return err
+		return false, err
 	}
 	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
-	return w.advance(ctx, tx, def, run, now, []history.Event{direct}, &advanceBy{attempt: attempt}, cont)
+	by := &advanceBy{attempt: attempt, own: own}
+	err = w.advance(ctx, tx, def, run, now, []history.Event{direct}, by, cont)
+	return by.completed, err
 }
 
 // outcomeTx runs fn, the transaction that records an activity attempt's

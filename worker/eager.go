@@ -274,14 +274,22 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 		if decodeErr != nil {
 			return fmt.Errorf("decoding args of %s: %w", what, decodeErr)
 		}
-		return a.work(ctx, job, meta, w.completeClaimed(job.ID))
+		return a.work(ctx, job, meta, w.claimedJob(job.ID))
 	})
 }
 
-// completeClaimed completes a claimed job in tx, fenced.
-func (w *Worker) completeClaimed(jobID int64) func(ctx context.Context, tx pgx.Tx) error {
-	return func(ctx context.Context, tx pgx.Tx) error {
-		return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+// claimedJob completes a claimed job, fenced: queued in the first round
+// trip of the transaction that records the attempt's outcome when the
+// driver can, else in tx.
+func (w *Worker) claimedJob(jobID int64) *ownJob {
+	return &ownJob{
+		id: jobID,
+		complete: func(ctx context.Context, tx pgx.Tx) error {
+			return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+		},
+		queue: func(ctx context.Context, batch *pgx.Batch) (bool, error) {
+			return w.driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+		},
 	}
 }
 

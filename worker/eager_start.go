@@ -86,9 +86,6 @@ func (t *taskWorker) runClaimed(ctx context.Context, claim *fencing.Claim, _ *ac
 		if decodeErr != nil {
 			return fmt.Errorf("decoding args of %s: %w", what, decodeErr)
 		}
-		complete := t.w.completeClaimed(job.ID)
-		return t.work(ctx, job, func(ctx context.Context, tx pgx.Tx) error {
-			return complete(withSettled(ctx, job.ID), tx) // a task has no outcome to deliver
-		})
+		return t.work(ctx, job, t.w.claimedJob(job.ID))
 	})
 }

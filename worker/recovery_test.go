@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -172,6 +173,57 @@ func TestRecovery(t *testing.T) {
 		var inbox int
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Inbox+" WHERE run_id = $1", run.RunID).Scan(&inbox))
 		require.Zero(t, inbox, "the stale attempt wrote no outcome")
+	})
+
+	t.Run("StaleContinuationChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		w := startHeldWorker(ctx, t, b.pool, b.schema, &fencing.Config{LeaseTTL: time.Second, ReaperInterval: 100 * time.Millisecond})
+		key := uuid.NewString()
+		g := registerGate(key)
+
+		run, err := b.client.Start(ctx, HeldWorkflowArgs{Key: key}, nil)
+		require.NoError(t, err)
+		jobID := g.await(t)
+		var nextEventID int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT next_event_id FROM "+b.names.Run+" WHERE run_id = $1", run.RunID).Scan(&nextEventID))
+
+		// Attempt 1 (claimed, eager) is stuck; a new attempt holds its job
+		// now (and then dies: its lease expires and attempt 3 runs).
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			// The lease trigger gives attempt 2 a token, and a lease of a
+			// second (as a fetch asks for it).
+			if _, err := tx.Exec(ctx, "SELECT set_config('weir.fencing_lease_ttl', '1 second', true)"); err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, "UPDATE "+b.names.RiverJob+" SET attempt = 2, attempted_at = now() WHERE id = $1 AND state = 'running'", jobID)
+			require.Equal(t, int64(1), tag.RowsAffected())
+			return err
+		}))
+
+		// Attempt 1 comes back: its outcome would continue the run (no task
+		// is queued), and its completion rides with the continuation's
+		// writes. Fenced out: nothing it wrote commits.
+		before := w.FencingStats().StaleWritesRejected
+		close(g.release)
+		requireEventually(t, func() bool { return w.FencingStats().StaleWritesRejected > before })
+		var now int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT next_event_id FROM "+b.names.Run+" WHERE run_id = $1", run.RunID).Scan(&now))
+		var completions int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
+			" WHERE run_id = $1 AND type = 'ActivityCompleted'", run.RunID).Scan(&completions))
+		require.Zero(t, completions, "the stale attempt's outcome did not commit")
+		require.Equal(t, nextEventID, now, "the stale continuation appended nothing")
+
+		result, err := getWithin[string](ctx, t, run)
+		require.NoError(t, err, dumpJobs(ctx, t, b))
+		require.Equal(t, "attempt 3", result, "the attempt after the stale one's completed the activity")
+		requireHistoryWellFormed(ctx, t, b, run)
+		requireEveryActivityResolved(ctx, t, b, run)
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
+			" WHERE run_id = $1 AND type = 'ActivityCompleted'", run.RunID).Scan(&completions))
+		require.Equal(t, 1, completions)
 	})
 
 	t.Run("StaleTaskCommitChangesNothing", func(t *testing.T) {

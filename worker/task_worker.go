@@ -54,16 +54,16 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 // to a newer attempt) changes nothing: its completion aborts the transaction
 // and nothing the task wrote commits.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
-	return t.work(ctx, job, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := fencing.CompleteTx[*fencing.Driver](withSettled(ctx, job.ID), tx, job)
+	return t.work(ctx, job, &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
+		_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
 		return err
-	})
+	}})
 }
 
-// work runs one workflow task (Work) whose job complete completes in the
-// task's transaction, fenced: a fetched job through River's JobCompleteTx,
-// a claimed one (eager start) through the driver's claimed path.
-func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], complete func(ctx context.Context, tx pgx.Tx) error) error {
+// work runs one workflow task (Work) whose job own completes in the task's
+// transaction, fenced: a fetched job through River's JobCompleteTx, a
+// claimed one (eager start) through the driver's claimed path.
+func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *ownJob) error {
 	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
 	if len(t.w.config.Interceptors) > 0 {
 		t.w.readTaskInfo(ctx, info)
@@ -72,7 +72,7 @@ func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], comple
 		var result taskResult
 		err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
 			result = taskResult{}
-			return t.w.runTask(ctx, tx, t.def, job, complete, &result)
+			return t.w.runTask(ctx, tx, t.def, job, own, &result)
 		})
 		t.w.settle(err, &result)
 		if err == nil {
@@ -152,26 +152,25 @@ type taskResult struct {
 
 // runTask runs one workflow task in tx, noting in result what interceptors
 // are told (meaningful only once tx commits).
-func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args],
-	complete func(ctx context.Context, tx pgx.Tx) error, result *taskResult,
-) error {
+func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], own *ownJob, result *taskResult) error {
 	runID := job.Args.RunID
 	run, now, inbox, err := w.lockRunTakingInbox(ctx, tx, runID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		w.config.Logger.WarnContext(ctx, "weir: workflow task for a run that does not exist; completing it", slog.String("run_id", runID.String()))
-		return complete(ctx, tx)
+		return own.finish(ctx, tx, false)
 	case err != nil:
 		return err
 	}
 	if run.State != "running" {
 		// A task queued before the run closed (terminated, say): nothing to do.
-		return complete(ctx, tx)
+		return own.finish(ctx, tx, false)
 	}
-	if err := w.advance(ctx, tx, def, run, now, nil, &advanceBy{attempt: job.Attempt, inbox: inbox, taskJobID: job.ID}, result); err != nil {
+	by := &advanceBy{attempt: job.Attempt, inbox: inbox, own: own, taskJobID: job.ID}
+	if err := w.advance(ctx, tx, def, run, now, nil, by, result); err != nil {
 		return err
 	}
-	return complete(ctx, tx)
+	return own.finish(ctx, tx, by.completed)
 }
 
 // lockRun locks a run's row for a workflow task (or an outcome continuing
@@ -239,6 +238,12 @@ type advanceBy struct {
 	attempt   int
 	inbox     []inboxRow
 	taskJobID int64
+
+	// own is the job of the task or attempt, whose completion rides with
+	// the run's last writes when it can (a claimed job); completed reports
+	// whether it did, else the caller completes it.
+	own       *ownJob
+	completed bool
 }
 
 // advance is the body of a workflow task, on a run locked in tx that is
@@ -385,6 +390,11 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		}
 		return nil
 	})
+	// The job's own completion, fenced, rides in the same round trip; a
+	// refusal (the attempt lost its job) fails the batch and so tx.
+	if by.completed, err = by.own.queueIn(ctx, run.writes); err != nil {
+		return err
+	}
 	if err := flushWrites(ctx, tx, run); err != nil {
 		return fmt.Errorf("advancing run: %w", err)
 	}
