@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/handoff"
@@ -242,11 +243,14 @@ type Run struct {
 // Start is StartTx in a transaction of its own.
 //
 // When a worker started in this process on the same pool serves the run's
-// workflow in its queue and has room, Start hands it the run's first task
-// (eager workflow start): the task's River job is inserted already running,
-// claimed by that worker under a fenced lease, and the worker runs it as
-// soon as the start commits, without the job waiting for a fetch. If the
-// process dies first, the lease expires and River runs the task elsewhere.
+// workflow in its queue (see worker.Config.MaxEagerActivities), Start hands
+// it the run's first task (eager workflow start): the worker runs the task
+// inside the start's transaction, right after the run's row is inserted, so
+// the run's first events and the activities they schedule commit with the
+// run, with no task job and no fetch. Start then takes as long as the first
+// task's workflow code (bounded by the worker's deadlock check). A first
+// task that fails there is rolled back and queued through River, which
+// retries it; the start itself succeeds.
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
 	var (
 		run    *Run
@@ -424,27 +428,41 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	}
 
 	// The first task is queued first, so the run's row is written once,
-	// naming it, together with its generation.
+	// naming it, together with its generation; or, handed to a worker of
+	// this process, it runs right after the row is inserted.
 	runID := uuid.New()
 	taskArgs := task.NewArgs(namespace, kind, runID, workflowID)
-	batch = &pgx.Batch{}
-	taskJobID, err := c.queueFirstTask(ctx, tx, batch, taskArgs, queue, handed)
-	if err != nil {
-		return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
+	var taker handoff.Taker
+	if handed != nil {
+		if takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: queue, Kind: taskArgs.Kind()}); len(takers) > 0 {
+			taker = takers[0]
+		}
 	}
-	var runDeadline, executionDeadline *time.Time
-	var generation int64
+	var taskJobID *int64
+	if taker == nil {
+		if taskJobID, err = c.queueFirstTask(ctx, tx, taskArgs, queue); err != nil {
+			return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
+		}
+	}
+	var (
+		runDeadline, executionDeadline *time.Time
+		generation                     int64
+		createdAt                      time.Time
+	)
+	batch = &pgx.Batch{}
 	batch.Queue("WITH g AS (INSERT INTO "+c.names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($2, $3, 1)"+
 		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1 RETURNING last_generation)"+
 		" INSERT INTO "+c.names.Run+
 		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline, trace_context, task_job_id)"+
 		" SELECT $1, $2, $3, g.last_generation, $4, $5, $6, $7, $8,"+
-		"  now() + nullif($9::bigint, 0) * interval '1 microsecond', now() + nullif($10::bigint, 0) * interval '1 microsecond', $11,"+
-		"  coalesce($12, currval(pg_get_serial_sequence($13, 'id'))) FROM g"+
-		" RETURNING generation, run_deadline, execution_deadline",
+		"  now() + nullif($9::bigint, 0) * interval '1 microsecond', now() + nullif($10::bigint, 0) * interval '1 microsecond', $11, $12 FROM g"+
+		" RETURNING generation, run_deadline, execution_deadline, created_at",
 		runID, namespace, workflowID, kind, queue, payload, requestID, hash,
-		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext, taskJobID, c.names.RiverJob).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&generation, &runDeadline, &executionDeadline) })
+		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext, taskJobID).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&generation, &runDeadline, &executionDeadline, &createdAt) })
+	if taker != nil {
+		batch.Queue("SAVEPOINT weir_first_task")
+	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx" {
@@ -452,6 +470,17 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 			return nil, &WorkflowAlreadyStartedError{Namespace: namespace, WorkflowID: workflowID}
 		}
 		return nil, fmt.Errorf("inserting run of workflow %s: %w", workflowID, err)
+	}
+	if taker != nil {
+		done, taskErr := taker.RunFirstTask(ctx, tx, &handoff.Run{
+			Args: payload, Generation: generation, ID: runID, Kind: kind, Namespace: namespace, Now: createdAt, Queue: queue,
+			TraceContext: traceContext, WorkflowID: workflowID,
+		})
+		if taskErr == nil {
+			*handed = append(*handed, done)
+		} else if err := c.requeueFirstTask(ctx, tx, taskArgs, queue, taskErr); err != nil {
+			return nil, fmt.Errorf("queueing the first task of workflow %s after it failed in the start (%w): %w", workflowID, taskErr, err)
+		}
 	}
 
 	// A deadline is enforced by a River job due then.
@@ -467,37 +496,36 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	return &Run{Created: true, Generation: generation, Namespace: namespace, RunID: runID, WorkflowID: workflowID, client: c}, nil
 }
 
-// queueFirstTask queues a run's first task: handed to a worker of this
-// process when Start may (handed set) and one takes it, its claimed insert
-// queued in batch (taskJobID nil: the run takes the job's ID from currval),
-// or else inserted through River now.
-func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, args task.Args, queue string,
-	handed *[]func(committed bool),
-) (taskJobID *int64, err error) {
-	if handed != nil {
-		key := handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: queue, Kind: args.Kind()}
-		if takers := handoff.Lookup(key); len(takers) > 0 {
-			encoded, err := json.Marshal(args)
-			if err != nil {
-				return nil, err
-			}
-			for _, taker := range takers {
-				done, ok, err := taker.Claim(batch, key, &handoff.Task{Args: encoded, MaxAttempts: task.MaxAttempts})
-				if err != nil {
-					return nil, err
-				}
-				if ok {
-					*handed = append(*handed, done)
-					return nil, nil
-				}
-			}
-		}
-	}
+// queueFirstTask inserts a run's first task job through River.
+func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, args task.Args, queue string) (*int64, error) {
 	inserted, err := c.river.InsertTx(ctx, tx, args, task.InsertOpts(queue))
 	if err != nil {
 		return nil, err
 	}
 	return &inserted.Job.ID, nil
+}
+
+// requeueFirstTask undoes what a first task that failed inside the start
+// wrote (back to the savepoint taken after the run's insert), and queues
+// the task through River instead, for its retries: its job shows the
+// failed attempt (attempt 1, with taskErr), as if River had run it.
+func (c *Client) requeueFirstTask(ctx context.Context, tx pgx.Tx, args task.Args, queue string, taskErr error) error {
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT weir_first_task"); err != nil {
+		return err
+	}
+	jobID, err := c.queueFirstTask(ctx, tx, args, queue)
+	if err != nil {
+		return err
+	}
+	attemptErr, err := json.Marshal(&rivertype.AttemptError{At: time.Now().UTC(), Attempt: 1, Error: taskErr.Error()})
+	if err != nil {
+		return err
+	}
+	batch := &pgx.Batch{}
+	batch.Queue("UPDATE "+c.names.RiverJob+" SET attempt = 1, attempted_at = now(), errors = array_append(errors, $2::jsonb) WHERE id = $1",
+		*jobID, attemptErr)
+	batch.Queue("UPDATE "+c.names.Run+" SET task_job_id = $2 WHERE run_id = $1", args.RunID, *jobID)
+	return tx.SendBatch(ctx, batch).Close()
 }
 
 func earliest(times ...*time.Time) time.Time {

@@ -50,7 +50,9 @@ func TestLeaseRecovery(t *testing.T) {
 		row := waitForState(ctx, t, pool, schema, inserted.Job.ID, "discarded")
 		require.Equal(t, 1, row.Errors)
 		require.False(t, row.LeaseToken.Valid)
-		require.GreaterOrEqual(t, sink.count(fencing.EventLeaseExpired, inserted.Job.ID), 1)
+		// The reaper reports what it reaped once its transaction committed,
+		// so possibly just after the job is seen discarded.
+		sink.waitFor(t, fencing.EventLeaseExpired, inserted.Job.ID, 1)
 		require.GreaterOrEqual(t, driver.Stats().LeasesExpired, int64(1))
 
 		attempt.release <- complete

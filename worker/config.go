@@ -56,14 +56,19 @@ type Config struct {
 	// (a fenced lease, like a fetched job's) and started as soon as the task
 	// commits, without waiting for River to fetch it. Its outcome then
 	// continues the run in the same transaction that completes the job.
-	// The same slots take the first workflow tasks of runs that a
-	// client.Client of this process, on the same pool, starts with Start
-	// (eager workflow start: the task's job is inserted claimed by this
-	// worker in the start's transaction and runs once it commits).
+	//
+	// Eager dispatch also runs the first workflow task of a run that a
+	// client.Client of this process starts with Start, on the same pool
+	// (eager workflow start): the task runs inside the start's
+	// transaction, with no task job, and the activities it schedules are
+	// claimed as above. A first task that fails there goes through River.
+	// Workers with the deadlock check off (DeadlockTimeout negative) leave
+	// first tasks to River: workflow code runs in the caller's Start.
+	//
 	// Beyond the limit, and on workers with Interceptors (which see each
-	// attempt as a River job of its own), activities and first tasks go
-	// through River's fetch. Negative disables eager dispatch and eager
-	// start. Defaults to MaxEagerActivitiesDefault.
+	// task and attempt as a River job of its own), activities and first
+	// tasks go through River's fetch. Negative disables eager dispatch and
+	// eager start. Defaults to MaxEagerActivitiesDefault.
 	MaxEagerActivities int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

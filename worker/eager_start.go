@@ -2,64 +2,76 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"time"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
-	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/handoff"
+	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
 )
 
 // Eager workflow start: a client in this process that starts a run of a
 // workflow this worker serves, through the same pool, hands the run's first
-// task to the worker (internal/handoff). The task's job is inserted in the
-// start's transaction already running, claimed by this worker under a
-// fenced lease, and the worker runs the task as soon as the start commits,
-// on an eager slot, like an eagerly dispatched activity. The task completes
-// its claimed job in its own transaction, fenced; a failed task is written
-// back to River as retryable; if the worker dies, the lease expires and
-// River runs the task elsewhere.
+// task to the worker (internal/handoff), which runs it inside the start's
+// transaction, right after the run's row is inserted. The run's first
+// events, and the activities they schedule (claimed here, to start once the
+// start commits), commit with the run itself: no task job, no fetch, no
+// second transaction. If the task fails, the client rolls it back and queues
+// the task through River as usual.
 
 // firstTaskTaker takes the first tasks of one workflow kind for a worker.
 type firstTaskTaker struct {
-	tw *taskWorker
+	def *replay.Definition
+	w   *Worker
 }
 
-// Claim implements handoff.Taker.
-func (t *firstTaskTaker) Claim(batch *pgx.Batch, key handoff.Key, spec *handoff.Task) (func(committed bool), bool, error) {
-	w := t.tw.w
-	if !w.eager.acquire() {
-		return nil, false, nil
+// errStartRolledBack is why a first task's results are dropped when the
+// start's transaction did not commit.
+var errStartRolledBack = errors.New("the start did not commit")
+
+// RunFirstTask implements handoff.Taker: the task of a run with no history
+// and an empty inbox (nobody else can see the run yet), on the run's row the
+// start inserted in tx.
+func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff.Run) (func(committed bool), error) {
+	w := t.w
+	run := &runRow{
+		Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
+		State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
 	}
-	var claim *fencing.Claim
-	err := w.driver.QueueClaim(batch, &fencing.ClaimParams{
-		Args: spec.Args, AttemptedBy: w.riverClient.ID(), Kind: key.Kind, MaxAttempts: spec.MaxAttempts,
-		Queue: key.Queue, Schema: w.config.Schema,
-	}, func(c *fencing.Claim) { claim = c })
-	if err != nil {
-		w.eager.release(1)
-		return nil, false, err
+	var result taskResult
+	if err := w.advance(ctx, tx, t.def, run, r.Now, nil, &advanceBy{attempt: 1}, &result); err != nil {
+		w.settle(err, &result)
+		err = withStack(fmt.Errorf("workflow task of run %s (in the start, attempt 1): %w", r.ID, err))
+		w.config.Logger.WarnContext(ctx, "weir: first workflow task failed in the start; it goes through River",
+			slog.String("run_id", r.ID.String()), slog.String("error", err.Error()))
+		return nil, err
 	}
 	return func(committed bool) {
-		if !committed || claim == nil {
-			w.eager.release(1)
-			return
+		var err error
+		if !committed {
+			err = errStartRolledBack
 		}
-		w.launchEager([]eagerStart{{claim: claim, run: t.tw.runClaimed}})
-	}, true, nil
+		w.settle(err, &result)
+	}, nil
 }
 
 // registerTakers makes the worker take the first tasks of its workflows,
 // in every namespace and queue it serves, from clients of this process
 // that share its pool; the returned func stops it.
+//
+// A worker with the deadlock check off takes none: the first task runs in
+// the client's Start call, which workflow code that blocks must not hold
+// for longer than the check allows.
 func (w *Worker) registerTakers() (unregister func()) {
 	var unregisters []func()
+	if w.config.DeadlockTimeout < 0 {
+		return func() {}
+	}
 	for kind, def := range w.workflows {
-		taker := &firstTaskTaker{tw: &taskWorker{def: def, w: w}}
+		taker := &firstTaskTaker{def: def, w: w}
 		for _, namespace := range w.config.Namespaces {
 			for queue := range w.config.Queues {
 				key := handoff.Key{Pool: w.pool, Schema: w.names.Schema, Queue: queue, Kind: task.Kind(namespace, kind)}
@@ -72,20 +84,4 @@ func (w *Worker) registerTakers() (unregister func()) {
 			unregister()
 		}
 	}
-}
-
-// runClaimed runs a claimed attempt of a workflow task (eager start) as
-// River's executor runs a fetched one: within the task timeout, its job
-// completed in the task's transaction, or written back as retryable when
-// the task fails.
-func (t *taskWorker) runClaimed(ctx context.Context, claim *fencing.Claim, _ *activityMeta) {
-	job := &river.Job[task.Args]{JobRow: claim.Job}
-	decodeErr := json.Unmarshal(claim.Job.EncodedArgs, &job.Args)
-	what := fmt.Sprintf("workflow task of run %s (job %d)", job.Args.RunID, job.ID)
-	t.w.workClaimed(ctx, claim, what, t.w.config.TaskTimeout, func() time.Time { return t.NextRetry(job) }, func(ctx context.Context) error {
-		if decodeErr != nil {
-			return fmt.Errorf("decoding args of %s: %w", what, decodeErr)
-		}
-		return t.work(ctx, job, t.w.claimedJob(job.ID))
-	})
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
-	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/worker"
 	"github.com/weirhq/weir/workflow"
@@ -20,22 +19,23 @@ import (
 // firstTask is a run's first task job as TestEagerStart reads it.
 type firstTask struct {
 	attempt int
-	claimed bool // attempted at its insert: handed to the worker by the start
+	fetched bool // River fetched it (it was not inserted running)
 	errors  int
 	state   string
 }
 
-func firstTaskOf(ctx context.Context, t *testing.T, b *testBundle, runID string) firstTask {
+// firstTaskOf reads the first task job of a run; ok is false when it had
+// none (the task ran in the start).
+func firstTaskOf(ctx context.Context, t *testing.T, b *testBundle, runID string) (f firstTask, ok bool) {
 	t.Helper()
-	var f firstTask
-	// The attempt log tells whether attempt 1 started when the job was
-	// inserted: a later attempt sets attempted_at again.
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT j.attempt,"+
-		" coalesce((SELECT a.started_at = j.created_at FROM "+dbschema.Qualify(b.schema, "weir_job_attempt")+" a WHERE a.job_id = j.id AND a.attempt = 1),"+
-		"  j.attempt = 1 AND j.attempted_at = j.created_at),"+
+	err := b.pool.QueryRow(ctx, "SELECT j.attempt, coalesce(j.attempted_at > j.created_at, false),"+
 		" coalesce(array_length(j.errors, 1), 0), j.state::text FROM "+
-		b.names.RiverJob+" j WHERE j.args->>'run_id' = $1 ORDER BY j.id LIMIT 1", runID).Scan(&f.attempt, &f.claimed, &f.errors, &f.state))
-	return f
+		b.names.RiverJob+" j WHERE j.args->>'run_id' = $1 ORDER BY j.id LIMIT 1", runID).Scan(&f.attempt, &f.fetched, &f.errors, &f.state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return f, false
+	}
+	require.NoError(t, err)
+	return f, true
 }
 
 // FlakyStartArgs are the args of FlakyStartWorkflow.
@@ -58,10 +58,12 @@ func (FlakyStartWorkflow) Run(ctx workflow.Context, _ FlakyStartArgs) (int, erro
 }
 
 // TestEagerStart: a run that Start creates on the pool of a worker of this
-// process that serves its workflow has its first task handed to that
-// worker, already claimed, and run once the start commits; StartTx, another
-// pool, a worker that does not serve the queue, or eager dispatch off go
-// through River's fetch. A failed claimed task is retried by River.
+// process that serves its workflow has its first task run by that worker
+// inside the start's transaction, with no task job; the activities it
+// schedules are claimed and run once the start commits. StartTx, another
+// pool, a queue the worker does not serve, or eager dispatch off go through
+// River's fetch. A first task that fails in the start is rolled back and
+// queued through River, which retries it.
 func TestEagerStart(t *testing.T) {
 	t.Parallel()
 
@@ -72,8 +74,14 @@ func TestEagerStart(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(3), receipt.Total)
 	}
+	throughRiver := func(ctx context.Context, t *testing.T, b *testBundle, run *client.Run) {
+		t.Helper()
+		f, ok := firstTaskOf(ctx, t, b, run.RunID.String())
+		require.True(t, ok, "the first task had a job")
+		require.Equal(t, firstTask{attempt: 1, fetched: true, state: "completed"}, f)
+	}
 
-	t.Run("StartHandsTheFirstTask", func(t *testing.T) {
+	t.Run("StartRunsTheFirstTask", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
@@ -81,9 +89,16 @@ func TestEagerStart(t *testing.T) {
 
 		run, err := b.client.Start(ctx, order, nil)
 		require.NoError(t, err)
+		var scheduled int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+" e JOIN "+b.names.Run+" r USING (run_id)"+
+			" WHERE r.run_id = $1 AND e.type = 'ActivityScheduled' AND e.created_at = r.created_at", run.RunID).Scan(&scheduled))
+		require.Equal(t, 1, scheduled, "the first activity was scheduled in the start's transaction")
 		finish(ctx, t, run)
-		require.Equal(t, firstTask{attempt: 1, claimed: true, state: "completed"}, firstTaskOf(ctx, t, b, run.RunID.String()))
-		require.Equal(t, 1, taskJobs(ctx, t, b, run.RunID.String()))
+		_, ok := firstTaskOf(ctx, t, b, run.RunID.String())
+		require.False(t, ok, "no task job at all")
+		for _, j := range activityJobs(ctx, t, b, run.RunID.String(), "charge") {
+			require.Equal(t, jobOf{attempt: 1, claimed: true, state: "completed"}, j)
+		}
 	})
 
 	t.Run("StartTxGoesThroughRiver", func(t *testing.T) {
@@ -98,8 +113,7 @@ func TestEagerStart(t *testing.T) {
 			return err
 		}))
 		finish(ctx, t, run)
-		require.Equal(t, firstTask{attempt: 1, claimed: false, state: "completed"}, firstTaskOf(ctx, t, b, run.RunID.String()),
-			"the caller's transaction may commit after the call returns: nothing is handed over")
+		throughRiver(ctx, t, b, run)
 	})
 
 	t.Run("OtherPoolGoesThroughRiver", func(t *testing.T) {
@@ -118,7 +132,7 @@ func TestEagerStart(t *testing.T) {
 		run, err := other.Start(ctx, order, nil)
 		require.NoError(t, err)
 		finish(ctx, t, run)
-		require.False(t, firstTaskOf(ctx, t, b, run.RunID.String()).claimed)
+		throughRiver(ctx, t, b, run)
 	})
 
 	t.Run("OtherQueueGoesThroughRiver", func(t *testing.T) {
@@ -129,9 +143,9 @@ func TestEagerStart(t *testing.T) {
 
 		run, err := b.client.Start(ctx, order, &client.StartOpts{Queue: "elsewhere"})
 		require.NoError(t, err)
-		time.Sleep(200 * time.Millisecond)
-		require.Equal(t, firstTask{attempt: 0, claimed: false, state: "available"}, firstTaskOf(ctx, t, b, run.RunID.String()),
-			"no worker serves the queue: the task waits for one")
+		f, ok := firstTaskOf(ctx, t, b, run.RunID.String())
+		require.True(t, ok)
+		require.Equal(t, firstTask{attempt: 0, fetched: false, state: "available"}, f, "no worker serves the queue: the task waits for one")
 	})
 
 	t.Run("OffGoesThroughRiver", func(t *testing.T) {
@@ -143,10 +157,10 @@ func TestEagerStart(t *testing.T) {
 		run, err := b.client.Start(ctx, order, nil)
 		require.NoError(t, err)
 		finish(ctx, t, run)
-		require.False(t, firstTaskOf(ctx, t, b, run.RunID.String()).claimed)
+		throughRiver(ctx, t, b, run)
 	})
 
-	t.Run("FailedTaskRetriesThroughRiver", func(t *testing.T) {
+	t.Run("FailedTaskGoesThroughRiver", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
@@ -161,12 +175,23 @@ func TestEagerStart(t *testing.T) {
 		})
 
 		run, err := b.client.Start(ctx, FlakyStartArgs{}, nil)
-		require.NoError(t, err)
+		require.NoError(t, err, "a first task failing in the start does not fail the start")
 		got, err := getWithin[int](ctx, t, run)
 		require.NoError(t, err)
-		require.Equal(t, 2, got, "River ran attempt 2")
-		require.Equal(t, firstTask{attempt: 2, claimed: true, errors: 1, state: "completed"}, firstTaskOf(ctx, t, b, run.RunID.String()),
-			"attempt 1 was claimed at the start and failed; River retried the same job")
+		require.Equal(t, 2, got, "River ran the task again, as attempt 2")
+		f, ok := firstTaskOf(ctx, t, b, run.RunID.String())
+		require.True(t, ok, "the failed task was queued through River")
+		require.Equal(t, firstTask{attempt: 2, fetched: true, errors: 1, state: "completed"}, f,
+			"its job shows the failed attempt in the start as attempt 1")
+		var firstErr string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT errors[1]->>'error' FROM "+b.names.RiverJob+" WHERE args->>'run_id' = $1",
+			run.RunID.String()).Scan(&firstErr))
+		require.Contains(t, firstErr, "the first attempt of the first task fails")
+		require.Contains(t, firstErr, "FlakyStartWorkflow", "with the panic's stack")
+		var started int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
+			" WHERE run_id = $1 AND type = 'WorkflowStarted'", run.RunID).Scan(&started))
+		require.Equal(t, 1, started, "what the failed task wrote in the start was rolled back")
 	})
 
 	t.Run("FailedStartFreesTheSlot", func(t *testing.T) {
@@ -178,16 +203,22 @@ func TestEagerStart(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, failing.Close()) })
 
-		// The one eager slot is taken by a start whose transaction fails
-		// after the task was claimed: it must be freed, or no later start
-		// or activity would run eagerly.
+		// The one eager slot is taken by the activity that the first task
+		// of a start claims; the start's transaction then fails. The slot
+		// must be freed, or no later activity would run eagerly.
 		_, err = failing.Start(ctx, order, nil)
 		require.ErrorIs(t, err, errAfterStart)
 
-		run, err := b.client.Start(ctx, order, nil)
+		// One activity: with one slot, an activity scheduled while another
+		// runs goes through River.
+		run, err := b.client.Start(ctx, OrderArgs{ID: "one", Cents: []int64{5}}, nil)
 		require.NoError(t, err)
-		finish(ctx, t, run)
-		require.True(t, firstTaskOf(ctx, t, b, run.RunID.String()).claimed)
+		receipt, err := getWithin[Receipt](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, int64(5), receipt.Total)
+		jobs := activityJobs(ctx, t, b, run.RunID.String(), "charge")
+		require.Len(t, jobs, 1)
+		require.True(t, jobs[0].claimed, "the slot was free again")
 		var runs int
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Run).Scan(&runs))
 		require.Equal(t, 1, runs, "the failed start left nothing")

@@ -81,13 +81,7 @@ func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *o
 		return err
 	})
 	if err != nil {
-		err = fmt.Errorf("workflow task of run %s (job %d, attempt %d): %w", job.Args.RunID, job.ID, job.Attempt, err)
-		// River keeps only the error's text: put a panic's stack in it, so
-		// the failing task shows where workflow code broke.
-		var panicErr *workflow.PanicError
-		if errors.As(err, &panicErr) && panicErr.Stack != "" {
-			err = &stackError{err: err, stack: panicErr.Stack}
-		}
+		err = withStack(fmt.Errorf("workflow task of run %s (job %d, attempt %d): %w", job.Args.RunID, job.ID, job.Attempt, err))
 		t.w.config.Logger.WarnContext(ctx, "weir: workflow task failed; it will be retried",
 			slog.String("run_id", job.Args.RunID.String()), slog.Int("attempt", job.Attempt), slog.String("error", err.Error()))
 		return err
@@ -107,6 +101,17 @@ func (w *Worker) readTaskInfo(ctx context.Context, info *TaskInfo) {
 		return
 	}
 	info.Headers = decodeHeaders(data)
+}
+
+// withStack puts the stack of a panic in workflow code in err's text:
+// River keeps only the error's text, so the failing task shows where
+// workflow code broke.
+func withStack(err error) error {
+	var panicErr *workflow.PanicError
+	if errors.As(err, &panicErr) && panicErr.Stack != "" {
+		return &stackError{err: err, stack: panicErr.Stack}
+	}
+	return err
 }
 
 // stackError is an error whose text ends with a stack trace.

@@ -1,14 +1,13 @@
 // Package handoff lets a client hand the first workflow task of a run it
 // starts to a worker running in the same process (eager workflow start).
 //
-// Without it, a start inserts the task's River job, notifies, and a worker
-// fetches the job: a notification, a fetch statement and its commit between
-// the start and the workflow's first line. With it, the start inserts the
-// job already running, claimed by the local worker under a fenced lease, in
-// the start's own transaction, and the worker runs the task as soon as that
-// commits. The job is a River job like any other: if the process dies
-// before the task commits, the lease expires and River runs the task
-// elsewhere.
+// Without it, a start inserts the task's River job and notifies, and a
+// worker fetches the job and runs the task in a transaction of its own.
+// With it, the worker runs the first task inside the start's transaction,
+// right after the run's row is inserted: the run's first events and the
+// work they schedule commit together with the run, and the task needs no
+// job at all. If the task fails, the start rolls it back (to a savepoint)
+// and queues the task's job through River as usual.
 //
 // Workers register what they can take (Register); a client looks a taker up
 // by the pool it writes through, its schema, the run's queue and the task's
@@ -17,8 +16,11 @@
 package handoff
 
 import (
+	"context"
 	"sync"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -32,27 +34,28 @@ type Key struct {
 	Kind   string
 }
 
-// Task is the first task job of a run, as the client would insert it
-// through River.
-type Task struct {
-	// Args is the job's encoded args (task.Args).
-	Args []byte
-
-	// MaxAttempts is the job's max attempts (task.MaxAttempts).
-	MaxAttempts int
+// Run is a run just inserted by a start, as its first task reads it.
+type Run struct {
+	Args         []byte
+	Generation   int64
+	ID           uuid.UUID
+	Kind         string // the workflow kind
+	Namespace    string
+	Now          time.Time // the database's time of the start
+	Queue        string
+	TraceContext []byte
+	WorkflowID   string
 }
 
 // A Taker takes first tasks.
 type Taker interface {
-	// Claim queues in batch, in the start's transaction, the insert of
-	// task's job already claimed by the taker, when the taker has room for
-	// it now; ok is false when it has not (the caller inserts the job
-	// through River as usual). Statements queued behind it find the job's
-	// ID in the session's currval of river_job's ID sequence. Once the
-	// transaction ended, the caller must call done with whether it
-	// committed: the taker runs the task if it did and frees its room if
-	// it did not.
-	Claim(batch *pgx.Batch, key Key, task *Task) (done func(committed bool), ok bool, err error)
+	// RunFirstTask runs run's first workflow task in tx, the start's
+	// transaction, in which run's row was just inserted. On success, once
+	// the transaction ended, the caller must call done with whether it
+	// committed (the taker then starts what the task scheduled, or forgets
+	// it). On error, the caller must roll tx back to before the task's
+	// writes and queue the task through River.
+	RunFirstTask(ctx context.Context, tx pgx.Tx, run *Run) (done func(committed bool), err error)
 }
 
 var (
