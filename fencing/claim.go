@@ -208,8 +208,8 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 // claim's schema: use SetClaimedStateTx, which also checks); params may not
 // ask for running. When the batch runs, the write reports its outcome as
 // the batch's error: nil, or a *LeaseLostError when the attempt no longer
-// holds its job. Unlike SetClaimedStateTx, a queued write cannot abort the
-// transaction itself: the caller must not commit after an error. The
+// holds its job. As with SetClaimedStateTx, a refused write aborts the
+// transaction, so that its commit fails even if the error is ignored. The
 // driver's OnFinalized hook is not called for a queued write; its caller
 // settles the job's outcome itself.
 func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error) {
@@ -249,6 +249,12 @@ func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, par
 		st.finish()
 		return nil
 	})
+	// Fail closed in the database too: the write revoked this attempt's
+	// token (it is the job's last) unless it was refused, and a refused
+	// write divides by zero, which aborts the transaction. (A subquery, so
+	// the planner cannot fold the division into a plan-time error.)
+	batch.Queue("SELECT 1 / (SELECT count(*)::int FROM "+tableName(st.schema, "river_job")+
+		" WHERE id = $1 AND state <> 'running' AND lease_last_token = $2::uuid)", params.ID, st.token)
 	return true, nil
 }
 

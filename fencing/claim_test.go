@@ -213,7 +213,12 @@ func TestClaimedJob(t *testing.T) {
 			ok, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 			require.NoError(t, err)
 			require.True(t, ok, "fencing 002 is installed")
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			batchErr := tx.SendBatch(ctx, batch).Close()
+			// Commit even if the batch failed, as a careless caller would.
+			return errors.Join(batchErr, tx.Commit(ctx))
 		})
 	}
 
@@ -250,7 +255,7 @@ func TestClaimedJob(t *testing.T) {
 		row := getJob(ctx, t, pool, schema, c.Job.ID)
 		require.Equal(t, "running", row.State)
 		require.Equal(t, 2, row.Attempt)
-		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID), "the caller's transaction rolled back on the error")
+		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID), "the caller's commit failed though it ignored the error")
 	})
 
 	t.Run("OutsideItsAttempt", func(t *testing.T) {
