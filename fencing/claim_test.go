@@ -189,18 +189,14 @@ func TestClaimedJob(t *testing.T) {
 
 	// queued completes c with a write queued behind the caller's own in one
 	// batch (QueueSetClaimedState), after takeAway ran.
-	queued := func(ctx context.Context, t *testing.T, driver *fencing.Driver, schema string, c *fencing.Claim, takeAway func(ctx context.Context)) error {
+	queued := func(ctx context.Context, t *testing.T, driver *fencing.Driver, schema string, claim func(context.Context, pgx.Tx) *fencing.Claim,
+		c *fencing.Claim, takeAway func(ctx context.Context),
+	) error {
 		t.Helper()
 		pool := dbtest.Pool(ctx, t)
 		// A first write through SetClaimedStateTx has the driver look for
 		// fencing migration 002, which a queued write needs.
-		first := committed(ctx, t, pool, func(ctx context.Context, tx pgx.Tx) *fencing.Claim {
-			c, err := driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
-				Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
-			})
-			require.NoError(t, err)
-			return c
-		})
+		first := committed(ctx, t, pool, claim)
 		require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
@@ -229,7 +225,7 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		c := committed(ctx, t, pool, claim)
-		require.NoError(t, queued(ctx, t, driver, schema, c, func(context.Context) {}))
+		require.NoError(t, queued(ctx, t, driver, schema, claim, c, func(context.Context) {}))
 		row := getJob(ctx, t, pool, schema, c.Job.ID)
 		require.Equal(t, "completed", row.State)
 		require.False(t, row.LeaseToken.Valid, "the lease is revoked")
@@ -243,7 +239,7 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		c := committed(ctx, t, pool, claim)
-		err := queued(ctx, t, driver, schema, c, func(ctx context.Context) {
+		err := queued(ctx, t, driver, schema, claim, c, func(ctx context.Context) {
 			// The job is taken away and a new attempt holds it now.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
 				" SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1", c.Job.ID)
