@@ -201,23 +201,25 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 	return nil
 }
 
-// QueueSetClaimedState queues in batch the state write of SetClaimedStateTx,
-// for a caller that sends it in the same round trip as other statements of
-// its transaction. It queues nothing and returns false when the write
+// QueueSetClaimedState queues in batch the completion of a claimed job, as
+// SetClaimedStateTx(ctx, tx, params) writes it, for a caller that sends it
+// in the same round trip as other statements of its transaction. Only a
+// completion (params from riverdriver.JobSetStateCompleted) is queued: it
+// queues nothing and returns false for any other state, or when the write
 // cannot be queued (fencing migration 002 not yet seen installed in the
-// claim's schema: use SetClaimedStateTx, which also checks); params may not
-// ask for running. When the batch runs, the write reports its outcome as
-// the batch's error: nil, or a *LeaseLostError when the attempt no longer
-// holds its job. As with SetClaimedStateTx, a refused write aborts the
-// transaction, so that its commit fails even if the error is ignored. The
-// driver's OnFinalized hook is not called for a queued write; its caller
-// settles the job's outcome itself.
+// claim's schema); use SetClaimedStateTx then. When the batch runs, the
+// write reports its outcome as the batch's error: nil, or a
+// *LeaseLostError when the attempt no longer holds its job. As with
+// SetClaimedStateTx, a refused write aborts the transaction, so that its
+// commit fails even if the error is ignored. The driver's OnFinalized hook
+// is not called for a queued write; its caller settles the job's outcome
+// itself.
 func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error) {
 	st := attemptFromContext(ctx)
 	if st == nil || st.jobID != params.ID {
 		return false, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
 	}
-	if params.State == rivertype.JobStateRunning || !d.pilot.knownInline(st.schema) {
+	if params.State != rivertype.JobStateCompleted || !d.pilot.knownInline(st.schema) {
 		return false, nil
 	}
 	many := &riverdriver.JobSetStateIfRunningManyParams{
@@ -249,12 +251,14 @@ func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, par
 		st.finish()
 		return nil
 	})
-	// Fail closed in the database too: the write revoked this attempt's
-	// token (it is the job's last) unless it was refused, and a refused
-	// write divides by zero, which aborts the transaction. (A subquery, so
-	// the planner cannot fold the division into a plan-time error.)
+	// Fail closed in the database too: unless the write was refused, the job
+	// is completed with this attempt's token as its last (only the attempt
+	// holding the lease completes a job: the reaper and River's rescuer never
+	// do, and a newer attempt leaves its own token), and a refused write
+	// divides by zero, which aborts the transaction. (A subquery, so the
+	// planner cannot fold the division into a plan-time error.)
 	batch.Queue("SELECT 1 / (SELECT count(*)::int FROM "+tableName(st.schema, "river_job")+
-		" WHERE id = $1 AND state <> 'running' AND lease_last_token = $2::uuid)", params.ID, st.token)
+		" WHERE id = $1 AND state = 'completed' AND lease_last_token = $2::uuid)", params.ID, st.token)
 	return true, nil
 }
 

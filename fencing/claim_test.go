@@ -254,6 +254,45 @@ func TestClaimedJob(t *testing.T) {
 		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID), "the caller's commit failed though it ignored the error")
 	})
 
+	t.Run("QueuedAfterTheReaperCannotFinalize", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		c := committed(ctx, t, pool, claim)
+		err := queued(ctx, t, driver, schema, claim, c, func(ctx context.Context) {
+			// The lease expired and the reaper gave the job back to River;
+			// no attempt holds it yet (its last token is still this one's).
+			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+				" SET state = 'available', scheduled_at = now() + interval '1 hour' WHERE id = $1", c.Job.ID)
+			require.NoError(t, err)
+		})
+		var lost *fencing.LeaseLostError
+		require.ErrorAs(t, err, &lost)
+		require.Equal(t, "available", getJob(ctx, t, pool, schema, c.Job.ID).State)
+		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID), "the caller's commit failed though it ignored the error")
+	})
+
+	t.Run("OnlyACompletionIsQueued", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, _, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		c := committed(ctx, t, pool, claim)
+		require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			batch := &pgx.Batch{}
+			ok, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now(), []byte(`{}`), nil))
+			require.NoError(t, err)
+			require.False(t, ok)
+			require.Zero(t, batch.Len())
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			})
+		}))
+	})
+
 	t.Run("OutsideItsAttempt", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
