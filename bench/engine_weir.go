@@ -57,8 +57,8 @@ func (*weirThreeSteps) Run(ctx workflow.Context, args weirThreeStepsArgs) (int, 
 	return v, nil
 }
 
-// weirEngine is weir with its defaults: one worker and one client sharing
-// the pool of PoolMaxConns connections.
+// weirEngine is weir with its defaults, its starts eager: one worker and one
+// client sharing the pool of PoolMaxConns connections.
 type weirEngine struct {
 	client *client.Client
 	worker *worker.Worker
@@ -91,10 +91,14 @@ func newWeirEngine(ctx context.Context, db *benchDB) (*weirEngine, error) {
 	return &weirEngine{client: c, worker: w, runs: map[int]*client.Run{}}, nil
 }
 
-func (*weirEngine) config() string { return "weir defaults (worker.Config{}), pool 20" }
+func (*weirEngine) config() string {
+	return "weir defaults (worker.Config{}), StartOpts.EagerStart, pool 20"
+}
 
 func (e *weirEngine) start(ctx context.Context, i int) error {
-	run, err := e.client.Start(ctx, weirThreeStepsArgs{Input: i}, &client.StartOpts{WorkflowID: workflowID(i)})
+	// The worker shares the process and the pool: the first task runs in
+	// the start (eager workflow start).
+	run, err := e.client.Start(ctx, weirThreeStepsArgs{Input: i}, &client.StartOpts{EagerStart: true, WorkflowID: workflowID(i)})
 	if err != nil {
 		return err
 	}

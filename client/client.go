@@ -183,6 +183,21 @@ func (p IDReusePolicy) String() string {
 
 // StartOpts are options of Start. A nil *StartOpts means defaults.
 type StartOpts struct {
+	// EagerStart asks Start (not StartTx) to hand the run's first workflow
+	// task to a worker of this process that shares the client's pool and
+	// serves the workflow in the run's queue (eager workflow start, as
+	// Temporal's EnableEagerStart). That worker runs the task inside the
+	// start's transaction, right after the run's row is inserted: the run's
+	// first events, and the activities they schedule (claimed by the
+	// worker, started once the start commits), commit with the run, with no
+	// task job, fetch or second transaction. Start then also runs the first
+	// task's workflow code, for at most the worker's DeadlockTimeout; a task
+	// that fails or runs out of that time is rolled back and queued through
+	// River, which retries it (the start itself succeeds). Without such a
+	// worker, or with too little time left on ctx, Start queues the task as
+	// usual. Defaults to false.
+	EagerStart bool
+
 	// ExecutionTimeout bounds the workflow across all its runs (a
 	// continued-as-new chain); past it the run ends timed_out. Defaults to
 	// none.
@@ -240,29 +255,22 @@ type Run struct {
 	client *Client
 }
 
-// Start is StartTx in a transaction of its own.
-//
-// When a worker started in this process on the same pool serves the run's
-// workflow in its queue (see worker.Config.MaxEagerActivities), Start hands
-// it the run's first task (eager workflow start): the worker runs the task
-// inside the start's transaction, right after the run's row is inserted, so
-// the run's first events and the activities they schedule commit with the
-// run, with no task job and no fetch. Start then takes as long as the first
-// task's workflow code (bounded by the worker's deadlock check). A first
-// task that fails there is rolled back and queued through River, which
-// retries it; the start itself succeeds.
-func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
-	var (
-		run    *Run
-		handed []func(committed bool)
-	)
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+// Start is StartTx in a transaction of its own. With StartOpts.EagerStart,
+// a worker of this process may run the run's first workflow task inside
+// that transaction (see StartOpts.EagerStart).
+func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
+	var handed []func(committed bool)
+	// Whatever happens (a panicking interceptor included), the worker that
+	// ran the first task learns whether it committed.
+	defer func() {
+		for _, done := range handed {
+			done(err == nil)
+		}
+	}()
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
 		run, err = c.startTx(ctx, tx, args, opts, &handed)
 		return err
 	})
-	for _, done := range handed {
-		done(err == nil)
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -433,7 +441,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	runID := uuid.New()
 	taskArgs := task.NewArgs(namespace, kind, runID, workflowID)
 	var taker handoff.Taker
-	if handed != nil {
+	if handed != nil && opts.EagerStart {
 		if takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: queue, Kind: taskArgs.Kind()}); len(takers) > 0 {
 			taker = takers[0]
 		}
@@ -479,7 +487,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 		if taskErr == nil {
 			*handed = append(*handed, done)
 		} else if err := c.requeueFirstTask(ctx, tx, taskArgs, queue, taskErr); err != nil {
-			return nil, fmt.Errorf("queueing the first task of workflow %s after it failed in the start (%w): %w", workflowID, taskErr, err)
+			return nil, fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", workflowID, taskErr, err)
 		}
 	}
 
@@ -506,9 +514,10 @@ func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, args task.Args, 
 }
 
 // requeueFirstTask undoes what a first task that failed inside the start
-// wrote (back to the savepoint taken after the run's insert), and queues
-// the task through River instead, for its retries: its job shows the
-// failed attempt (attempt 1, with taskErr), as if River had run it.
+// (or was declined) wrote, back to the savepoint taken after the run's
+// insert, and queues the task through River instead. A failed task's job
+// shows the failed attempt (attempt 1, with taskErr), as if River had run
+// it, and River retries it.
 func (c *Client) requeueFirstTask(ctx context.Context, tx pgx.Tx, args task.Args, queue string, taskErr error) error {
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT weir_first_task"); err != nil {
 		return err
@@ -517,13 +526,15 @@ func (c *Client) requeueFirstTask(ctx context.Context, tx pgx.Tx, args task.Args
 	if err != nil {
 		return err
 	}
-	attemptErr, err := json.Marshal(&rivertype.AttemptError{At: time.Now().UTC(), Attempt: 1, Error: taskErr.Error()})
-	if err != nil {
-		return err
-	}
 	batch := &pgx.Batch{}
-	batch.Queue("UPDATE "+c.names.RiverJob+" SET attempt = 1, attempted_at = now(), errors = array_append(errors, $2::jsonb) WHERE id = $1",
-		*jobID, attemptErr)
+	if !errors.Is(taskErr, handoff.ErrDeclined) {
+		attemptErr, err := json.Marshal(&rivertype.AttemptError{At: time.Now().UTC(), Attempt: 1, Error: taskErr.Error()})
+		if err != nil {
+			return err
+		}
+		batch.Queue("UPDATE "+c.names.RiverJob+" SET attempt = 1, attempted_at = now(), errors = array_append(errors, $2::jsonb) WHERE id = $1",
+			*jobID, attemptErr)
+	}
 	batch.Queue("UPDATE "+c.names.Run+" SET task_job_id = $2 WHERE run_id = $1", args.RunID, *jobID)
 	return tx.SendBatch(ctx, batch).Close()
 }

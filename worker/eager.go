@@ -180,6 +180,22 @@ func (w *Worker) eagerRunnerFor(kind, queue string) eagerRunner {
 	return w.eagerRunners[kind]
 }
 
+// begin tracks work the pool's stop must wait for (a first task running in
+// a client's start), unless the pool is stopping or off; the caller ends it
+// with attempts.Done.
+func (p *eagerPool) begin() bool {
+	if p == nil {
+		return false
+	}
+	p.launchMu.RLock()
+	defer p.launchMu.RUnlock()
+	if p.closed || p.stopping.Load() {
+		return false
+	}
+	p.attempts.Add(1)
+	return true
+}
+
 // launchEager starts the attempts a committed transaction claimed. Once the
 // pool is stopping and waits for its attempts, it hands them back to River
 // instead.

@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,15 +36,29 @@ var errStartRolledBack = errors.New("the start did not commit")
 
 // RunFirstTask implements handoff.Taker: the task of a run with no history
 // and an empty inbox (nobody else can see the run yet), on the run's row the
-// start inserted in tx.
+// start inserted in tx. Its workflow code gets at most the deadlock check's
+// timeout in all (the caller's Start waits for it); the task is declined
+// when ctx leaves less than twice that, or when the worker is stopping.
 func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff.Run) (func(committed bool), error) {
 	w := t.w
+	budget := cmp.Or(w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
+		return nil, handoff.ErrDeclined
+	}
+	// Tracked like an eager attempt, so that Stop waits for it.
+	if !w.eager.begin() {
+		return nil, handoff.ErrDeclined
+	}
+	defer w.eager.attempts.Done()
+	replayCtx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+
 	run := &runRow{
 		Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
 		State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
 	}
 	var result taskResult
-	if err := w.advance(ctx, tx, t.def, run, r.Now, nil, &advanceBy{attempt: 1}, &result); err != nil {
+	if err := w.advance(ctx, tx, t.def, run, r.Now, nil, &advanceBy{attempt: 1, replayCtx: replayCtx}, &result); err != nil {
 		w.settle(err, &result)
 		err = withStack(fmt.Errorf("workflow task of run %s (in the start, attempt 1): %w", r.ID, err))
 		w.config.Logger.WarnContext(ctx, "weir: first workflow task failed in the start; it goes through River",

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +39,43 @@ func firstTaskOf(ctx context.Context, t *testing.T, b *testBundle, runID string)
 	return f, true
 }
 
+// SlowStartArgs are the args of SlowStartWorkflow.
+type SlowStartArgs struct {
+	Key   string        `json:"key"`
+	Step  time.Duration `json:"step"`
+	Steps int           `json:"steps"`
+}
+
+func (SlowStartArgs) Kind() string { return "slow_start" }
+
+// slowStartEntered holds, by SlowStartArgs.Key, a channel closed once the
+// workflow's code first runs.
+var slowStartEntered sync.Map
+
+// SlowStartWorkflow's first task runs Steps coroutines in turn, each
+// blocking for Step (real time: a stand-in for slow workflow code), and
+// returns how many ran.
+type SlowStartWorkflow struct {
+	workflow.Defaults[SlowStartArgs, int]
+}
+
+func (SlowStartWorkflow) Run(ctx workflow.Context, args SlowStartArgs) (int, error) {
+	if entered, ok := slowStartEntered.LoadAndDelete(args.Key); ok {
+		close(entered.(chan struct{}))
+	}
+	ran := 0
+	for range args.Steps {
+		done := workflow.NewChannel[struct{}](ctx)
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			time.Sleep(args.Step)
+			ran++
+			done.Send(struct{}{})
+		})
+		done.Receive(ctx)
+	}
+	return ran, nil
+}
+
 // FlakyStartArgs are the args of FlakyStartWorkflow.
 type FlakyStartArgs struct{}
 
@@ -68,6 +106,7 @@ func TestEagerStart(t *testing.T) {
 	t.Parallel()
 
 	order := OrderArgs{ID: "o", Cents: []int64{1, 2}}
+	eager := &client.StartOpts{EagerStart: true}
 	finish := func(ctx context.Context, t *testing.T, run *client.Run) {
 		t.Helper()
 		receipt, err := getWithin[Receipt](ctx, t, run)
@@ -87,7 +126,7 @@ func TestEagerStart(t *testing.T) {
 		b := setup(ctx, t)
 		startWorker(ctx, t, b, nil)
 
-		run, err := b.client.Start(ctx, order, nil)
+		run, err := b.client.Start(ctx, order, eager)
 		require.NoError(t, err)
 		var scheduled int
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+" e JOIN "+b.names.Run+" r USING (run_id)"+
@@ -101,6 +140,90 @@ func TestEagerStart(t *testing.T) {
 		}
 	})
 
+	t.Run("WithoutEagerStartGoesThroughRiver", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorker(ctx, t, b, nil)
+
+		run, err := b.client.Start(ctx, order, nil)
+		require.NoError(t, err)
+		finish(ctx, t, run)
+		throughRiver(ctx, t, b, run)
+	})
+
+	t.Run("CloseDeadlineGoesThroughRiver", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorker(ctx, t, b, nil)
+
+		// Less than twice the first task's budget (the deadlock check, 1 s)
+		// left: the worker declines, and no failed attempt is recorded.
+		startCtx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		run, err := b.client.Start(startCtx, order, eager)
+		require.NoError(t, err)
+		finish(ctx, t, run)
+		throughRiver(ctx, t, b, run)
+	})
+
+	t.Run("LongFirstTaskGoesThroughRiver", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		worker.AddWorkflow(w, &SlowStartWorkflow{})
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			require.NoError(t, w.Stop(stopCtx))
+		})
+
+		// Each step yields within the deadlock check (1 s), but the task
+		// as a whole takes longer: Start does not wait for all of it.
+		begin := time.Now()
+		run, err := b.client.Start(ctx, SlowStartArgs{Steps: 4, Step: 600 * time.Millisecond}, eager)
+		require.NoError(t, err)
+		require.Less(t, time.Since(begin), 2*time.Second, "the first task's budget bounds Start")
+		got, err := getWithin[int](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, 4, got)
+		f, ok := firstTaskOf(ctx, t, b, run.RunID.String())
+		require.True(t, ok, "the task was queued through River")
+		require.Equal(t, 1, f.errors, "with the attempt that ran out of time in the start")
+	})
+
+	t.Run("StopWaitsForAFirstTask", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		worker.AddWorkflow(w, &SlowStartWorkflow{})
+		require.NoError(t, w.Start(ctx))
+
+		entered := make(chan struct{})
+		slowStartEntered.Store(b.schema, entered)
+		started := make(chan error, 1)
+		go func() {
+			_, err := b.client.Start(ctx, SlowStartArgs{Key: b.schema, Steps: 1, Step: 300 * time.Millisecond}, eager)
+			started <- err
+		}()
+		<-entered
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(stopCtx))
+		select {
+		case err := <-started:
+			require.NoError(t, err)
+		default:
+			t.Fatal("Stop returned while a first task it took still ran in a start")
+		}
+	})
+
 	t.Run("StartTxGoesThroughRiver", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
@@ -109,7 +232,7 @@ func TestEagerStart(t *testing.T) {
 
 		var run *client.Run
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
-			run, err = b.client.StartTx(ctx, tx, order, nil)
+			run, err = b.client.StartTx(ctx, tx, order, eager)
 			return err
 		}))
 		finish(ctx, t, run)
@@ -129,7 +252,7 @@ func TestEagerStart(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, other.Close()) })
 
-		run, err := other.Start(ctx, order, nil)
+		run, err := other.Start(ctx, order, eager)
 		require.NoError(t, err)
 		finish(ctx, t, run)
 		throughRiver(ctx, t, b, run)
@@ -141,7 +264,7 @@ func TestEagerStart(t *testing.T) {
 		b := setup(ctx, t)
 		startWorker(ctx, t, b, nil)
 
-		run, err := b.client.Start(ctx, order, &client.StartOpts{Queue: "elsewhere"})
+		run, err := b.client.Start(ctx, order, &client.StartOpts{EagerStart: true, Queue: "elsewhere"})
 		require.NoError(t, err)
 		f, ok := firstTaskOf(ctx, t, b, run.RunID.String())
 		require.True(t, ok)
@@ -154,7 +277,7 @@ func TestEagerStart(t *testing.T) {
 		b := setup(ctx, t)
 		startWorker(ctx, t, b, &worker.Config{MaxEagerActivities: -1})
 
-		run, err := b.client.Start(ctx, order, nil)
+		run, err := b.client.Start(ctx, order, eager)
 		require.NoError(t, err)
 		finish(ctx, t, run)
 		throughRiver(ctx, t, b, run)
@@ -174,7 +297,7 @@ func TestEagerStart(t *testing.T) {
 			require.NoError(t, w.Stop(stopCtx))
 		})
 
-		run, err := b.client.Start(ctx, FlakyStartArgs{}, nil)
+		run, err := b.client.Start(ctx, FlakyStartArgs{}, eager)
 		require.NoError(t, err, "a first task failing in the start does not fail the start")
 		got, err := getWithin[int](ctx, t, run)
 		require.NoError(t, err)
@@ -206,12 +329,12 @@ func TestEagerStart(t *testing.T) {
 		// The one eager slot is taken by the activity that the first task
 		// of a start claims; the start's transaction then fails. The slot
 		// must be freed, or no later activity would run eagerly.
-		_, err = failing.Start(ctx, order, nil)
+		_, err = failing.Start(ctx, order, eager)
 		require.ErrorIs(t, err, errAfterStart)
 
 		// One activity: with one slot, an activity scheduled while another
 		// runs goes through River.
-		run, err := b.client.Start(ctx, OrderArgs{ID: "one", Cents: []int64{5}}, nil)
+		run, err := b.client.Start(ctx, OrderArgs{ID: "one", Cents: []int64{5}}, eager)
 		require.NoError(t, err)
 		receipt, err := getWithin[Receipt](ctx, t, run)
 		require.NoError(t, err)

@@ -249,6 +249,10 @@ type advanceBy struct {
 	// whether it did, else the caller completes it.
 	own       *ownJob
 	completed bool
+
+	// replayCtx, when set, bounds the workflow code (not the statements):
+	// a first task running inside a client's start.
+	replayCtx context.Context
 }
 
 // advance is the body of a workflow task, on a run locked in tx that is
@@ -306,7 +310,11 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	}
 
 	replayBegin := time.Now()
-	outcome, err := replay.Execute(ctx, def, &replay.ExecuteParams{
+	replayCtx := ctx
+	if by.replayCtx != nil {
+		replayCtx = by.replayCtx
+	}
+	outcome, err := replay.Execute(replayCtx, def, &replay.ExecuteParams{
 		Codec:           w.config.Codec,
 		DeadlockTimeout: w.config.DeadlockTimeout,
 		History:         events,

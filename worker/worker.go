@@ -222,7 +222,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.riverClient = riverClient
 	if w.config.MaxEagerActivities > 0 && len(w.config.Interceptors) == 0 {
 		w.eager = newEagerPool(w, w.config.MaxEagerActivities)
-		w.unregister = w.registerTakers()
 	}
 	w.sweeper = newSweeper(w)
 	w.sweeper.start()
@@ -233,6 +232,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	if len(w.workflows) > 0 {
 		w.queries = newQueryResponder(w)
 		w.queries.start()
+	}
+	if w.eager != nil {
+		// Last: a first task run for a client's start settles through all
+		// of the above.
+		w.unregister = w.registerTakers()
 	}
 	w.started = true
 	return nil

@@ -3,11 +3,12 @@
 //
 // Without it, a start inserts the task's River job and notifies, and a
 // worker fetches the job and runs the task in a transaction of its own.
-// With it, the worker runs the first task inside the start's transaction,
-// right after the run's row is inserted: the run's first events and the
-// work they schedule commit together with the run, and the task needs no
-// job at all. If the task fails, the start rolls it back (to a savepoint)
-// and queues the task's job through River as usual.
+// With it (client.StartOpts.EagerStart), the worker runs the first task
+// inside the start's transaction, right after the run's row is inserted:
+// the run's first events and the work they schedule commit together with
+// the run, and the task needs no job at all. If the task fails, the start
+// rolls it back (to a savepoint) and queues the task's job through River as
+// usual.
 //
 // Workers register what they can take (Register); a client looks a taker up
 // by the pool it writes through, its schema, the run's queue and the task's
@@ -17,6 +18,7 @@ package handoff
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -54,9 +56,14 @@ type Taker interface {
 	// the transaction ended, the caller must call done with whether it
 	// committed (the taker then starts what the task scheduled, or forgets
 	// it). On error, the caller must roll tx back to before the task's
-	// writes and queue the task through River.
+	// writes and queue the task through River; ErrDeclined means the taker
+	// did not run the task (it is stopping, or ctx leaves too little time),
+	// any other error that the task failed.
 	RunFirstTask(ctx context.Context, tx pgx.Tx, run *Run) (done func(committed bool), err error)
 }
+
+// ErrDeclined is RunFirstTask's error when the taker did not run the task.
+var ErrDeclined = errors.New("handoff: the worker did not take the first task")
 
 var (
 	mu     sync.Mutex
