@@ -58,9 +58,10 @@ type Config struct {
 	// continues the run in the same transaction that completes the job.
 	//
 	// Eager dispatch also runs the first workflow task of a run that a
-	// client.Client of this process starts with Start, on the same pool
-	// (eager workflow start): the task runs inside the start's
-	// transaction, with no task job, and the activities it schedules are
+	// client.Client of this process starts with Start and
+	// StartOpts.EagerStart, on the same pool (eager workflow start): the
+	// task runs inside the start's transaction, with no task job, for at
+	// most DeadlockTimeout in all, and the activities it schedules are
 	// claimed as above. A first task that fails there goes through River.
 	// Workers with the deadlock check off (DeadlockTimeout negative) leave
 	// first tasks to River: workflow code runs in the caller's Start.
