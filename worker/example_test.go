@@ -108,3 +108,68 @@ func Example() {
 	// Hello, Ada!
 	// Hello, Grace!
 }
+
+// Start a run eagerly: a worker in the same process, on the same pool, runs
+// its first workflow task inside Start's own transaction, so the run's first
+// activity is already scheduled (and claimed by that worker) when Start
+// returns, with no workflow-task job.
+func Example_eagerStart() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbtest.ExampleURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	const schema = "weir_example_eager"
+	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Up(ctx, nil); err != nil {
+		log.Fatal(err)
+	}
+
+	w, err := worker.New(pool, &worker.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	worker.AddWorkflow(w, &WelcomeWorkflow{})
+	worker.AddActivity(w, &GreetActivity{})
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer w.Stop(ctx)
+
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	run, err := c.Start(ctx, WelcomeArgs{Names: []string{"Ada"}}, &client.StartOpts{EagerStart: true, WorkflowID: "welcome-eager"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	page, err := c.History(ctx, run.WorkflowID, run.RunID, &client.HistoryOpts{Limit: 3})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range page.Events {
+		fmt.Println(e.ID, e.Type)
+	}
+	getCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	greetings, err := client.GetResult[[]string](getCtx, run)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(greetings[0])
+
+	// Output:
+	// 1 WorkflowStarted
+	// 2 WorkflowTaskStarted
+	// 3 ActivityScheduled
+	// Hello, Ada!
+}
