@@ -311,9 +311,13 @@ func (h *harness) logEvidence(ctx context.Context, steps int) {
 			" WHERE r.workflow_id = $1 ORDER BY e.event_id", id)
 		dump("effects "+id, "SELECT * FROM "+tb.Effect+" WHERE workflow_id = $1 ORDER BY id", id)
 		dump("executions "+id, "SELECT * FROM "+tb.Exec+" WHERE workflow_id = $1 ORDER BY id", id)
-		dump("activity jobs "+id, "SELECT id, kind, state, attempt, max_attempts, args, lease_last_token, left(errors::text, 600) AS errors, finalized_at FROM "+n.RiverJob+
-			" WHERE args->>'workflow_id' = $1 ORDER BY id", id)
+		// Task and activity jobs name the workflow ID; timer jobs only the run.
+		const ofWorkflow = " (j.args->>'workflow_id' = $1 OR j.args->>'run_id' IN (SELECT run_id::text FROM %s WHERE workflow_id = $1))"
+		dump("jobs "+id, "SELECT j.id, j.kind, j.state, j.attempt, j.max_attempts, j.args, j.scheduled_at, j.lease_last_token,"+
+			" left(j.errors::text, 600) AS errors, j.finalized_at FROM "+n.RiverJob+" j WHERE"+fmt.Sprintf(ofWorkflow, n.Run)+" ORDER BY j.id", id)
 		dump("job attempts "+id, "SELECT a.* FROM "+n.Schema+".weir_job_attempt a JOIN "+n.RiverJob+" j ON j.id = a.job_id"+
-			" WHERE j.args->>'workflow_id' = $1 ORDER BY a.job_id, a.id", id)
+			" WHERE"+fmt.Sprintf(ofWorkflow, n.Run)+" ORDER BY a.job_id, a.id", id)
+		dump("inbox "+id, "SELECT i.* FROM "+n.Inbox+" i JOIN "+n.Run+" r USING (run_id) WHERE r.workflow_id = $1 ORDER BY i.id", id)
+		dump("pending activities "+id, "SELECT a.* FROM "+n.Activity+" a JOIN "+n.Run+" r USING (run_id) WHERE r.workflow_id = $1", id)
 	}
 }
