@@ -39,8 +39,14 @@ type taskWorker struct {
 // NextRetry retries a failing task with a backoff capped at
 // task.RetryBackoffMax: a task never gives up, and resumes soon after its
 // cause (a bug, a missing kind) is fixed.
-func (t *taskWorker) NextRetry(job *river.Job[task.Args]) time.Time {
-	backoff := time.Duration(1<<min(job.Attempt, 10)) * 100 * time.Millisecond
+func (t *taskWorker) NextRetry(job *river.Job[task.Args]) time.Time { return engineRetry(job.Attempt) }
+
+// engineRetry is when the engine's own job (a workflow task, a timer) retries
+// after attempt failed: 100 ms doubling per attempt, capped at
+// task.RetryBackoffMax. River's default (attempt⁴ seconds) would leave a job
+// that lost a few leases to worker or database faults waiting for minutes.
+func engineRetry(attempt int) time.Time {
+	backoff := time.Duration(1<<min(attempt, 10)) * 100 * time.Millisecond
 	return time.Now().Add(min(backoff, task.RetryBackoffMax))
 }
 

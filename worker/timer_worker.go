@@ -178,6 +178,14 @@ type timerWorker struct {
 	w *Worker
 }
 
+// NextRetry retries a timer that failed to fire (its worker lost its lease,
+// the database was unreachable) within task.RetryBackoffMax: every attempt
+// that lost its lease counts, and River's own backoff after four of them
+// would fire the timer minutes late.
+func (t *timerWorker) NextRetry(job *river.Job[timer.Args]) time.Time {
+	return engineRetry(job.Attempt)
+}
+
 func (t *timerWorker) Work(ctx context.Context, job *river.Job[timer.Args]) error {
 	attrs, err := json.Marshal(&history.TimerFiredAttributes{StartedEventID: job.Args.StartedEventID})
 	if err != nil {
