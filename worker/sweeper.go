@@ -204,11 +204,19 @@ func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 	repaired := 0
 	for _, a := range ended {
 		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			// Re-check under the run lock (Deliver takes it): a task may
-			// have retired the activity since the scan.
+			// Re-check under the run lock (taken here, before the check;
+			// Deliver takes it again): a task may have retired the activity
+			// since the scan, and one still running holds the lock until it
+			// has. Checking first let an outcome the task had just consumed
+			// go back into the inbox, for a task with nothing to do.
+			// Two statements: the check needs a snapshot taken after the
+			// lock is granted.
 			var pending bool
-			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+names.Activity+
-				" WHERE run_id = $1 AND scheduled_event_id = $2)", a.runID, a.scheduledEventID).Scan(&pending); err != nil {
+			batch := &pgx.Batch{}
+			batch.Queue("SELECT 1 FROM "+names.Run+" WHERE run_id = $1 FOR UPDATE", a.runID)
+			batch.Queue("SELECT EXISTS (SELECT 1 FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = $2)",
+				a.runID, a.scheduledEventID).QueryRow(func(row pgx.Row) error { return row.Scan(&pending) })
+			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 				return err
 			}
 			if !pending {
