@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -356,7 +357,19 @@ func truncateSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, sche
 			tables = append(tables, pgx.Identifier{schema, table}.Sanitize())
 		}
 	}
-	_, err := pool.Exec(ctx, "TRUNCATE "+strings.Join(tables, ", ")+" RESTART IDENTITY CASCADE")
+	// The previous test's connections are closed, but a backend may still be
+	// finishing a statement that one of them started: TRUNCATE, which locks
+	// the tables one after the other, can then be the victim of a deadlock
+	// with it. The backend ends soon; try again.
+	var err error
+	for attempt := range 5 {
+		_, err = pool.Exec(ctx, "TRUNCATE "+strings.Join(tables, ", ")+" RESTART IDENTITY CASCADE")
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+	}
 	require.NoError(tb, err)
 }
 
