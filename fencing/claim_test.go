@@ -232,47 +232,40 @@ func TestClaimedJob(t *testing.T) {
 		require.Equal(t, 1, sideEffects(ctx, t, schema, c.Job.ID))
 	})
 
-	t.Run("QueuedStaleCannotFinalize", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		driver, schema, claim := setup(ctx, t)
-		pool := dbtest.Pool(ctx, t)
+	// A queued write refused, whoever took the job: the batch fails with
+	// the lease lost, and the caller's commit (made though it ignored the
+	// error) fails too.
+	for _, c := range []struct {
+		name, takeAway string
+		state          string
+		attempt        int
+	}{
+		// A new attempt holds the job now.
+		{"QueuedStaleCannotFinalize", "SET state = 'running', attempt = 2, attempted_at = now()", "running", 2},
+		// The lease expired and the reaper gave the job back to River; no
+		// attempt holds it yet (its last token is still this one's).
+		{"QueuedAfterTheReaperCannotFinalize", "SET state = 'available', scheduled_at = now() + interval '1 hour'", "available", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			driver, schema, claim := setup(ctx, t)
+			pool := dbtest.Pool(ctx, t)
 
-		c := committed(ctx, t, pool, claim)
-		err := queued(ctx, t, driver, schema, claim, c, func(ctx context.Context) {
-			// The job is taken away and a new attempt holds it now.
-			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-				" SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1", c.Job.ID)
-			require.NoError(t, err)
+			cl := committed(ctx, t, pool, claim)
+			err := queued(ctx, t, driver, schema, claim, cl, func(ctx context.Context) {
+				_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" "+c.takeAway+" WHERE id = $1", cl.Job.ID)
+				require.NoError(t, err)
+			})
+			var lost *fencing.LeaseLostError
+			require.ErrorAs(t, err, &lost)
+			require.Equal(t, cl.Job.ID, lost.JobID)
+			row := getJob(ctx, t, pool, schema, cl.Job.ID)
+			require.Equal(t, c.state, row.State)
+			require.Equal(t, c.attempt, row.Attempt)
+			require.Zero(t, sideEffects(ctx, t, schema, cl.Job.ID), "the caller's commit failed though it ignored the error")
 		})
-		var lost *fencing.LeaseLostError
-		require.ErrorAs(t, err, &lost)
-		require.Equal(t, c.Job.ID, lost.JobID)
-		row := getJob(ctx, t, pool, schema, c.Job.ID)
-		require.Equal(t, "running", row.State)
-		require.Equal(t, 2, row.Attempt)
-		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID), "the caller's commit failed though it ignored the error")
-	})
-
-	t.Run("QueuedAfterTheReaperCannotFinalize", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		driver, schema, claim := setup(ctx, t)
-		pool := dbtest.Pool(ctx, t)
-
-		c := committed(ctx, t, pool, claim)
-		err := queued(ctx, t, driver, schema, claim, c, func(ctx context.Context) {
-			// The lease expired and the reaper gave the job back to River;
-			// no attempt holds it yet (its last token is still this one's).
-			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-				" SET state = 'available', scheduled_at = now() + interval '1 hour' WHERE id = $1", c.Job.ID)
-			require.NoError(t, err)
-		})
-		var lost *fencing.LeaseLostError
-		require.ErrorAs(t, err, &lost)
-		require.Equal(t, "available", getJob(ctx, t, pool, schema, c.Job.ID).State)
-		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID), "the caller's commit failed though it ignored the error")
-	})
+	}
 
 	t.Run("OnlyACompletionIsQueued", func(t *testing.T) {
 		t.Parallel()

@@ -172,15 +172,7 @@ func TestEagerStart(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
-		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		worker.AddWorkflow(w, &SlowStartWorkflow{})
-		require.NoError(t, w.Start(ctx))
-		t.Cleanup(func() {
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			require.NoError(t, w.Stop(stopCtx))
-		})
+		startWith(ctx, t, b, func(w *worker.Worker) { worker.AddWorkflow(w, &SlowStartWorkflow{}) })
 
 		// Each step yields within the deadlock check (1 s), but the task
 		// as a whole takes longer: Start does not wait for all of it.
@@ -287,15 +279,7 @@ func TestEagerStart(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
-		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		worker.AddWorkflow(w, &FlakyStartWorkflow{})
-		require.NoError(t, w.Start(ctx))
-		t.Cleanup(func() {
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			require.NoError(t, w.Stop(stopCtx))
-		})
+		startWith(ctx, t, b, func(w *worker.Worker) { worker.AddWorkflow(w, &FlakyStartWorkflow{}) })
 
 		run, err := b.client.Start(ctx, FlakyStartArgs{}, eager)
 		require.NoError(t, err, "a first task failing in the start does not fail the start")

@@ -181,20 +181,6 @@ func (w *DepositWorkflow) Run(ctx workflow.Context, args DepositWorkflowArgs) (i
 func TestFailurePaths(t *testing.T) {
 	t.Parallel()
 
-	startWith := func(ctx context.Context, t *testing.T, b *testBundle, register func(w *worker.Worker)) *worker.Worker {
-		t.Helper()
-		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		register(w)
-		require.NoError(t, w.Start(ctx))
-		t.Cleanup(func() {
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			require.NoError(t, w.Stop(stopCtx))
-		})
-		return w
-	}
-
 	t.Run("ActivityCompleteTxCommitsEffectOnce", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

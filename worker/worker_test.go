@@ -210,6 +210,22 @@ func startWorker(ctx context.Context, t *testing.T, b *testBundle, config *worke
 	return w
 }
 
+// startWith starts a worker that serves what register registers, stopped
+// when the test ends.
+func startWith(ctx context.Context, t *testing.T, b *testBundle, register func(w *worker.Worker)) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	register(w)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(stopCtx))
+	})
+	return w
+}
+
 func getWithin[R any](ctx context.Context, t *testing.T, run *client.Run) (R, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
