@@ -275,8 +275,9 @@ func (w *Worker) claimActivity(run *runRow, attrs *history.ActivityScheduledAttr
 }
 
 // runClaimed runs a claimed attempt of the activity as River's executor
-// would run a fetched one: with the activity's timeout, then the attempt's
-// outcome written through the fenced path.
+// would run a fetched one: with the activity's timeout, cancellable by
+// River's job control, its panics recovered, then the attempt's outcome
+// written through the fenced path (a failure back to River, to be retried).
 func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Claim, meta *activityMeta) {
 	w := a.w
 	job := &river.Job[A]{JobRow: claim.Job}
@@ -285,39 +286,6 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 	if timeout == 0 {
 		timeout = w.config.TaskTimeout // River's JobTimeout for this worker's client
 	}
-	what := fmt.Sprintf("activity %s (job %d)", job.Kind, job.ID)
-	w.workClaimed(ctx, claim, what, timeout, func() time.Time { return a.NextRetry(job) }, func(ctx context.Context) error {
-		if decodeErr != nil {
-			return fmt.Errorf("decoding args of %s: %w", what, decodeErr)
-		}
-		return a.work(ctx, job, meta, w.claimedJob(job.ID))
-	})
-}
-
-// claimedJob completes a claimed job, fenced: queued in the first round
-// trip of the transaction that records the attempt's outcome when the
-// driver can, else in tx.
-func (w *Worker) claimedJob(jobID int64) *ownJob {
-	return &ownJob{
-		id: jobID,
-		complete: func(ctx context.Context, tx pgx.Tx) error {
-			return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
-		},
-		queue: func(ctx context.Context, batch *pgx.Batch) (bool, error) {
-			return w.driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
-		},
-	}
-}
-
-// workClaimed runs a claimed attempt (what names it in errors and logs) as
-// River's executor runs a fetched one: work runs within timeout (none when
-// zero), cancellable by River's job control, its panics recovered; if it
-// fails, the job is written back through the fenced path (failClaimed) to
-// be retried at nextRetry. Its lease is renewed while it runs.
-func (w *Worker) workClaimed(ctx context.Context, claim *fencing.Claim, what string, timeout time.Duration,
-	nextRetry func() time.Time, work func(ctx context.Context) error,
-) {
-	jobID := claim.Job.ID
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -325,7 +293,7 @@ func (w *Worker) workClaimed(ctx context.Context, claim *fencing.Claim, what str
 	err := w.driver.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context) (err error) {
 		ctx, cancel := context.WithCancelCause(attemptCtx)
 		defer cancel(nil)
-		defer w.eager.track(jobID, cancel)()
+		defer w.eager.track(job.ID, cancel)()
 		workCtx := ctx
 		if !deadline.IsZero() {
 			var cancel context.CancelFunc
@@ -335,10 +303,14 @@ func (w *Worker) workClaimed(ctx context.Context, claim *fencing.Claim, what str
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					err = fmt.Errorf("%s panicked: %v", what, r)
+					err = fmt.Errorf("activity %s (job %d) panicked: %v", job.Kind, job.ID, r)
 				}
 			}()
-			err = work(workCtx)
+			if decodeErr != nil {
+				err = fmt.Errorf("decoding args of activity %s (job %d): %w", job.Kind, job.ID, decodeErr)
+				return
+			}
+			err = a.work(workCtx, job, meta, w.claimedJob(job.ID))
 		}()
 		if err == nil {
 			return nil
@@ -346,11 +318,25 @@ func (w *Worker) workClaimed(ctx context.Context, claim *fencing.Claim, what str
 		if cause := context.Cause(ctx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
 			err = river.JobCancel(cause)
 		}
-		return w.failClaimed(attemptCtx, claim.Job, err, nextRetry())
+		return w.failClaimed(attemptCtx, job.JobRow, err, a.NextRetry(job))
 	})
 	if err != nil && !errors.Is(err, fencing.ErrLeaseLost) {
-		w.config.Logger.WarnContext(ctx, "weir: eager attempt failed; River retries it",
-			"job_id", jobID, "kind", claim.Job.Kind, "attempt_of", what, "error", err.Error())
+		w.config.Logger.WarnContext(ctx, "weir: eager activity attempt failed; River retries it",
+			"job_id", job.ID, "kind", job.Kind, "error", err.Error())
+	}
+}
+
+// claimedJob completes a claimed job, fenced: queued with the run's last
+// writes when its outcome continues the run and the driver can, else in tx.
+func (w *Worker) claimedJob(jobID int64) *ownJob {
+	return &ownJob{
+		id: jobID,
+		complete: func(ctx context.Context, tx pgx.Tx) error {
+			return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+		},
+		queue: func(ctx context.Context, batch *pgx.Batch) (bool, error) {
+			return w.driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+		},
 	}
 }
 
