@@ -56,22 +56,41 @@ func cachedSQL(cache *sync.Map, schema string, build func(string) string) string
 	return sql.(string)
 }
 
+// A write's proof against its job's row (alias row): proofHoldsSQL is true
+// when the proof (a token, uuid, with the attempt it was minted for; or, for
+// an attempt without a token, attempt and attemptedAt) is the running
+// attempt's, proofRepeatsSQL when the attempt that just completed the job
+// writes completed (wanted) again. A proof whose token and attempt disagree
+// holds nothing (fail closed). Both state-write paths judge with these
+// (judge through verdictSQL, setStateInlineSQL in its UPDATE's WHERE, where
+// Postgres re-checks them on the row's latest version), so they cannot
+// judge differently.
+//
+// Each is one CASE, which the planner cannot take apart: a state test of its
+// own would let it scan every running job (river_job_prioritized_fetching_index)
+// for a batch of a few, where River's statement takes each job by its
+// primary key.
+func proofHoldsSQL(row, token, attempt, attemptedAt string) string {
+	return proofMatchesSQL(row, "running", row+".lease_token", token, attempt, attemptedAt)
+}
+
+func proofRepeatsSQL(row, token, attempt, attemptedAt, wanted string) string {
+	return wanted + ` = 'completed' AND ` + proofMatchesSQL(row, "completed", row+".lease_last_token", token, attempt, attemptedAt)
+}
+
+func proofMatchesSQL(row, state, rowToken, token, attempt, attemptedAt string) string {
+	return `CASE WHEN ` + row + `.state <> '` + state + `' THEN false
+            WHEN ` + token + ` IS NOT NULL THEN ` + rowToken + ` = ` + token + ` AND ` + row + `.attempt = ` + attempt + `
+            ELSE ` + row + `.attempt = ` + attempt + ` AND ` + row + `.attempted_at = ` + attemptedAt + ` END IS TRUE`
+}
+
 // verdictSQL judges a write against its job's row (alias row, locked):
-// 'ok' when the write's proof (token, or attempt and attemptedAt for an
-// attempt without a token) is the running attempt's, 'repeat' when the
-// attempt that just completed the job writes completed (wanted) again, else
-// 'stale'. Both state-write paths (judge, setStateInlineSQL) use it, so they
-// cannot judge differently.
+// 'ok' when its proof holds the job, 'repeat' when it repeats the completing
+// attempt's write, else 'stale'.
 func verdictSQL(row, token, attempt, attemptedAt, wanted string) string {
 	return `CASE
-            WHEN ` + token + ` IS NULL AND ` + attempt + ` IS NULL THEN 'stale'
-            WHEN ` + token + ` IS NOT NULL AND ` + row + `.state = 'running' AND ` + row + `.lease_token = ` + token + `::uuid THEN 'ok'
-            WHEN ` + token + ` IS NOT NULL AND ` + row + `.state = 'completed' AND ` + wanted + ` = 'completed'
-                AND ` + row + `.lease_last_token = ` + token + `::uuid THEN 'repeat'
-            WHEN ` + token + ` IS NULL AND ` + row + `.state = 'running' AND ` + row + `.attempt = ` + attempt + `
-                AND ` + row + `.attempted_at = ` + attemptedAt + ` THEN 'ok'
-            WHEN ` + token + ` IS NULL AND ` + row + `.state = 'completed' AND ` + wanted + ` = 'completed'
-                AND ` + row + `.attempt = ` + attempt + ` AND ` + row + `.attempted_at = ` + attemptedAt + ` THEN 'repeat'
+            WHEN ` + proofHoldsSQL(row, token, attempt, attemptedAt) + ` THEN 'ok'
+            WHEN ` + proofRepeatsSQL(row, token, attempt, attemptedAt, wanted) + ` THEN 'repeat'
             ELSE 'stale'
         END`
 }
@@ -121,13 +140,17 @@ RETURNING ` + qualifiedColumns("river_job") + `, river_job.lease_token::text, ri
 }
 
 // setStateInlineSQL is the Pilot's judge and River's JobSetStateIfRunningMany
-// in one statement. It locks the jobs (in id order), judges each write as
-// judge does, applies River's update to the writes whose attempt holds the
-// job, revokes those attempts' leases and logs them in the attempt log (an
-// attempt without a token is left to the trigger, which does both), and
-// returns, for each write whose job exists, its verdict and the job: as
-// River's statement returns it for an applied write or a repeat, as it is
-// for a stale one. A write without a row is for a job that does not exist.
+// in one statement: River's UPDATE, applied only where the write's proof
+// holds its job (proofHoldsSQL in the WHERE: when a concurrent writer got
+// there first, Postgres re-checks it on the row's latest version, so the
+// check and the write see the same row, and the updated row stays locked to
+// the end of the transaction), that also revokes those attempts' leases and
+// logs them in the attempt log (an attempt without a token is left to the
+// trigger, which does both). It returns, for each write whose job exists,
+// its verdict and the job: as River's statement returns it for an applied
+// write or a repeat, as it is for a stale one. A write without a row is for
+// a job that does not exist. A write that was not applied is a repeat or
+// stale, never ok, whatever the row looked like when the statement began.
 func setStateInlineSQL(schema string) string {
 	return cachedSQL(&setStateInlineCache, schema, buildSetStateInlineSQL)
 }
@@ -137,35 +160,25 @@ func buildSetStateInlineSQL(schema string) string {
 	stateType := tableName(schema, "river_job_state")
 	return `
 WITH job_input AS (
-    -- A write without a proof has an empty token and a NULL attempt.
-    SELECT id, attempt_do_update, new_attempt, errors_do_update, new_error, finalized_at_do_update,
-        new_finalized_at, metadata_do_merge, metadata_updates, scheduled_at_do_update, new_scheduled_at, new_state,
-        nullif(proof_token, '') AS proof_token,
-        CASE WHEN has_proof THEN proof_attempt END AS proof_attempt,
-        CASE WHEN has_proof THEN proof_attempted_at END AS proof_attempted_at
-    FROM unnest($1::bigint[], $2::boolean[], $3::int[], $4::boolean[], $5::jsonb[], $6::boolean[],
-        $7::timestamptz[], $8::boolean[], $9::jsonb[], $10::boolean[], $11::timestamptz[], $12::text[],
-        $14::boolean[], $15::text[], $16::int[], $17::timestamptz[])
-        AS x(id, attempt_do_update, new_attempt, errors_do_update, new_error, finalized_at_do_update,
-            new_finalized_at, metadata_do_merge, metadata_updates, scheduled_at_do_update, new_scheduled_at, new_state,
-            has_proof, proof_token, proof_attempt, proof_attempted_at)
-),
--- The jobs as they are once locked (the latest versions), each with its
--- write. A write for a job that does not exist has no row.
-locked AS (
-    SELECT ` + qualifiedColumns("j") + `, j.lease_token, j.lease_last_token,
-        x.attempt_do_update, x.new_attempt, x.errors_do_update, x.new_error, x.finalized_at_do_update,
-        x.new_finalized_at, x.metadata_do_merge, x.metadata_updates, x.scheduled_at_do_update,
-        x.new_scheduled_at, x.new_state, x.proof_token, x.proof_attempt, x.proof_attempted_at
-    FROM job_input x
-    JOIN ` + table + ` j ON j.id = x.id
-    ORDER BY j.id
-    FOR UPDATE OF j
-),
-judged AS (
-    SELECT l.*,
-        ` + verdictSQL("l", "l.proof_token", "l.proof_attempt", "l.proof_attempted_at", "l.new_state") + ` AS verdict
-    FROM locked l
+    -- As River's: unnest in the select list, which is cheaper than in FROM.
+    -- A write without a proof has an empty token and attempt 0 (no attempt
+    -- is 0 while running): NULLs, which prove nothing.
+    SELECT
+        unnest($1::bigint[]) AS id,
+        unnest($2::boolean[]) AS attempt_do_update,
+        unnest($3::int[]) AS new_attempt,
+        unnest($4::boolean[]) AS errors_do_update,
+        unnest($5::jsonb[]) AS new_error,
+        unnest($6::boolean[]) AS finalized_at_do_update,
+        unnest($7::timestamptz[]) AS new_finalized_at,
+        unnest($8::boolean[]) AS metadata_do_merge,
+        unnest($9::jsonb[]) AS metadata_updates,
+        unnest($10::boolean[]) AS scheduled_at_do_update,
+        unnest($11::timestamptz[]) AS new_scheduled_at,
+        unnest($12::text[]) AS new_state,
+        nullif(unnest($14::text[]), '')::uuid AS proof_token,
+        nullif(unnest($15::int[]), 0) AS proof_attempt,
+        unnest($16::timestamptz[]) AS proof_attempted_at
 ),
 updated AS (
     UPDATE ` + table + ` river_job
@@ -215,27 +228,34 @@ updated AS (
         lease_last_token = CASE WHEN v.new_state <> 'running' THEN river_job.lease_token ELSE river_job.lease_last_token END,
         lease_token = CASE WHEN v.new_state <> 'running' THEN NULL ELSE river_job.lease_token END,
         lease_expires_at = CASE WHEN v.new_state <> 'running' THEN NULL ELSE river_job.lease_expires_at END
-    FROM judged v
+    FROM job_input v
     WHERE river_job.id = v.id
-        AND v.verdict = 'ok'
-        AND (river_job.state = 'running' OR v.metadata_do_merge)
+        AND ` + proofHoldsSQL("river_job", "v.proof_token", "v.proof_attempt", "v.proof_attempted_at") + `
+    -- The proof's attempt is the row's (the WHERE says so), attempted_at
+    -- and attempted_by are River's untouched, and lease_last_token is the
+    -- ended attempt's token (NULL for an attempt without one: the trigger
+    -- logged it).
     RETURNING ` + qualifiedColumns("river_job") + `,
-        v.lease_token AS old_token, v.attempt AS old_attempt, v.attempted_at AS old_attempted_at,
-        v.attempted_by[array_upper(v.attempted_by, 1)] AS old_attempted_by, v.new_state
+        river_job.lease_last_token AS ended_token, v.proof_attempt AS ended_attempt, v.new_state
 ),
 logged AS (
     INSERT INTO ` + tableName(schema, "weir_job_attempt") + `
         (job_id, attempt, lease_token, attempted_by, started_at, outcome)
-    SELECT id, old_attempt, old_token, old_attempted_by, old_attempted_at, state::text
+    SELECT id, ended_attempt, ended_token, attempted_by[array_upper(attempted_by, 1)], attempted_at, state::text
     FROM updated
-    WHERE old_token IS NOT NULL AND new_state <> 'running'
+    WHERE ended_token IS NOT NULL AND new_state <> 'running'
 )
 SELECT 'ok', ` + jobColumns + `
 FROM updated
 UNION ALL
-SELECT verdict, ` + jobColumns + `
-FROM judged
-WHERE verdict IN ('repeat', 'stale')
+SELECT CASE WHEN ` + proofRepeatsSQL("j", "v.proof_token", "v.proof_attempt", "v.proof_attempted_at", "v.new_state") + `
+        THEN 'repeat' ELSE 'stale' END,
+    ` + qualifiedColumns("j") + `
+FROM job_input v
+JOIN ` + table + ` j ON j.id = v.id
+-- NOT IN, not NOT EXISTS: the planner, thinking updated holds a row or two,
+-- would scan it once per job; NOT IN hashes it. IDs are never NULL.
+WHERE j.id NOT IN (SELECT id FROM updated)
 ORDER BY id`
 }
 
@@ -254,7 +274,6 @@ func setStateInlineArgs(params *riverdriver.JobSetStateIfRunningManyParams, proo
 		scheduledAtDoUpdate = make([]bool, n)
 		scheduledAt         = make([]time.Time, n)
 		state               = make([]string, n)
-		hasProof            = make([]bool, n)
 		tokens              = make([]string, n)
 		proofAttempts       = make([]int32, n)
 		proofAttemptedAts   = make([]time.Time, n)
@@ -281,7 +300,6 @@ func setStateInlineArgs(params *riverdriver.JobSetStateIfRunningManyParams, proo
 		}
 		state[i] = string(params.State[i])
 		if pr := proofs[i]; pr != nil {
-			hasProof[i] = true
 			tokens[i] = pr.Token
 			proofAttempts[i] = int32(pr.Attempt) //nolint:gosec // attempts are smallint
 			proofAttemptedAts[i] = pr.AttemptedAt
@@ -290,7 +308,7 @@ func setStateInlineArgs(params *riverdriver.JobSetStateIfRunningManyParams, proo
 	// Arrays of values, not pointers: pgx encodes those without reflection.
 	return []any{params.ID, attemptDoUpdate, attempt, errorsDoUpdate, params.ErrData, finalizedAtDoUpdate,
 		finalizedAt, metadataDoMerge, metadataUpdates, scheduledAtDoUpdate, scheduledAt, state, params.Now,
-		hasProof, tokens, proofAttempts, proofAttemptedAts}
+		tokens, proofAttempts, proofAttemptedAts}
 }
 
 // scannedJob holds a river_job row as River's driver reads it

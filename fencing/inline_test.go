@@ -234,3 +234,101 @@ func schemaAtFencing(ctx context.Context, t *testing.T, pool *pgxpool.Pool, vers
 	require.NoError(t, err)
 	return schema
 }
+
+// TestInlineStateWriteRechecksItsRow: the one-statement state write checks a
+// write's proof in its UPDATE, against the row as it is once locked. When a
+// concurrent writer holds the row, the write waits for it and then judges
+// the row that writer committed, not the one the statement saw when it began:
+// a job that a new attempt took meanwhile is not finalized by the old one
+// (F1), and a job whose lease was only renewed meanwhile is.
+func TestInlineStateWriteRechecksItsRow(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		// meanwhile is what the concurrent transaction does to the job.
+		meanwhile []string
+		applied   bool
+	}{
+		{
+			name: "NewAttemptCommitsFirst",
+			meanwhile: []string{
+				"UPDATE %s SET state = 'available' WHERE id = $1",
+				"UPDATE %s SET state = 'running', attempt = attempt + 1, attempted_at = now() WHERE id = $1",
+			},
+		},
+		{
+			name:      "RenewalCommitsFirst",
+			meanwhile: []string{"UPDATE %s SET lease_expires_at = now() + interval '1 minute' WHERE id = $1"},
+			applied:   true,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := dbtest.Pool(ctx, t)
+			schema := dbtest.TestSchema(ctx, t)
+			table := pgx.Identifier{schema, "river_job"}.Sanitize()
+			var id int64
+			require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state)
+VALUES ('{}', 'recheck', 5, 'default', 'available') RETURNING id`).Scan(&id))
+			driver := newDriver(t, pool, nil, nil)
+			pilot := driver.PluginPilot()
+			fetched, err := pilot.JobGetAvailable(ctx, driver.GetExecutor(), nil, &riverdriver.JobGetAvailableParams{
+				ClientID: "recheck", MaxAttemptedBy: 100, MaxToLock: 1, Queue: "default", Schema: schema,
+			})
+			require.NoError(t, err)
+			require.Len(t, fetched.Jobs, 1)
+			before := getJob(ctx, t, pool, schema, id)
+
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+			for _, sql := range tt.meanwhile {
+				_, err := tx.Exec(ctx, fmt.Sprintf(sql, table), id)
+				require.NoError(t, err)
+			}
+
+			// The write of attempt 1 (its proof is the one this process
+			// fetched) waits for the row.
+			now := time.Now()
+			type result struct {
+				rows []*rivertype.JobRow
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				rows, err := pilot.JobSetStateIfRunningMany(ctx, driver.GetExecutor(), &riverdriver.JobSetStateIfRunningManyParams{
+					ID: []int64{id}, Attempt: []*int{nil}, ErrData: [][]byte{nil}, FinalizedAt: []*time.Time{&now},
+					MetadataDoMerge: []bool{false}, MetadataUpdates: [][]byte{nil}, ScheduledAt: []*time.Time{nil},
+					Schema: schema, State: []rivertype.JobState{rivertype.JobStateCompleted},
+				})
+				done <- result{rows, err}
+			}()
+			waitUntil(t, "the write waits for the row", func() bool {
+				var waiting bool
+				require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%job_input%')`).Scan(&waiting))
+				return waiting
+			})
+			require.NoError(t, tx.Commit(ctx))
+			res := recv(t, done)
+			require.NoError(t, res.err)
+
+			row := getJob(ctx, t, pool, schema, id)
+			if tt.applied {
+				require.Len(t, res.rows, 1)
+				require.Equal(t, rivertype.JobStateCompleted, res.rows[0].State)
+				require.Equal(t, "completed", row.State)
+				require.Equal(t, before.LeaseToken, row.LeaseLastToken)
+				require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, id))
+				return
+			}
+			require.Empty(t, res.rows, "the stale write is dropped")
+			require.Equal(t, "running", row.State)
+			require.Equal(t, 2, row.Attempt)
+			require.True(t, row.LeaseToken.Valid)
+			require.NotEqual(t, before.LeaseToken, row.LeaseToken, "the new attempt keeps its own lease")
+			require.Equal(t, []string{"available"}, attemptLog(ctx, t, pool, schema, id), "attempt 1 ended when it was taken away, and only then")
+		})
+	}
+}

@@ -242,12 +242,14 @@ func TestFailClosed(t *testing.T) {
 		for _, proof := range []string{
 			`{"weir:fencing:proof": "00000000-0000-4000-8000-000000000000/1/1577836800000000"}`,
 			`{"weir:fencing:proof": "/7/` + strconv.FormatInt(lease.AttemptedAt.UnixMicro(), 10) + `"}`,
+			// The attempt's token, with an attempt it was not minted for.
+			`{"weir:fencing:proof": "` + lease.Token + `/2/` + strconv.FormatInt(lease.AttemptedAt.UnixMicro(), 10) + `"}`,
 		} {
 			rows, err := bundle.pilot.JobSetStateIfRunningMany(ctx, bundle.stranger.GetExecutor(), completedParams(bundle, []byte(proof)))
 			require.NoError(t, err)
 			require.Empty(t, rows)
 		}
-		require.Equal(t, 2, bundle.sink.count(fencing.EventStaleWriteRejected, bundle.jobID))
+		require.Equal(t, 3, bundle.sink.count(fencing.EventStaleWriteRejected, bundle.jobID))
 		row := getJob(ctx, t, dbtest.Pool(ctx, t), bundle.schema, bundle.jobID)
 		require.Equal(t, "running", row.State)
 		require.Equal(t, lease.Token, row.LeaseToken.String)

@@ -477,7 +477,7 @@ locked AS (
 )
 SELECT coalesce(array_agg(CASE
         WHEN l.id IS NULL THEN 'missing'
-        ELSE `+verdictSQL("l", "x.token", "x.attempt", "x.attempted_at", "x.wanted")+`
+        ELSE `+verdictSQL("l", "x.token::uuid", "x.attempt", "x.attempted_at", "x.wanted")+`
     END ORDER BY x.ord), '{}')
 FROM input x
 LEFT JOIN locked l ON l.id = x.id`, ids, tokens, attempts, attemptedAts, wanted).Scan(&verdicts)
