@@ -245,11 +245,11 @@ logged AS (
     FROM updated
     WHERE ended_token IS NOT NULL AND new_state <> 'running'
 )
-SELECT 'ok', ` + jobColumns + `
+SELECT ` + inlineVerdictOK + `, ` + jobColumns + `
 FROM updated
 UNION ALL
 SELECT CASE WHEN ` + proofRepeatsSQL("j", "v.proof_token", "v.proof_attempt", "v.proof_attempted_at", "v.new_state") + `
-        THEN 'repeat' ELSE 'stale' END,
+        THEN ` + inlineVerdictRepeat + ` ELSE ` + inlineVerdictStale + ` END,
     ` + qualifiedColumns("j") + `
 FROM job_input v
 JOIN ` + table + ` j ON j.id = v.id
@@ -258,6 +258,17 @@ JOIN ` + table + ` j ON j.id = v.id
 WHERE j.id NOT IN (SELECT id FROM updated)
 ORDER BY id`
 }
+
+// setStateInlineSQL's verdicts, as numbers (scanning them allocates
+// nothing).
+const (
+	inlineVerdictOK     = "0"
+	inlineVerdictRepeat = "1"
+	inlineVerdictStale  = "2"
+)
+
+// inlineVerdicts maps them to judge's verdicts.
+var inlineVerdicts = [...]string{verdictOK, verdictRepeat, verdictStale}
 
 // setStateInlineArgs are setStateInlineSQL's arguments, encoded as River's
 // driver encodes JobSetStateIfRunningMany's.

@@ -139,6 +139,8 @@ type attemptState struct {
 	schema      string
 	token       string
 
+	sameJob *attemptState // the lease keeper's next attempt of this job (under its shard lock)
+
 	mu         sync.Mutex
 	details    json.RawMessage
 	expiresAt  time.Time

@@ -20,27 +20,38 @@ type leaseKeeper struct {
 
 	driver *Driver
 
-	attempts *shardedMap[map[*attemptState]struct{}] // by job ID
+	// attempts lists, by job ID, the attempts of the job that run here
+	// (usually one), linked through attemptState.sameJob: registering an
+	// attempt allocates nothing.
+	attempts *shardedMap[*attemptState]
 }
 
 func newLeaseKeeper(driver *Driver) *leaseKeeper {
-	return &leaseKeeper{driver: driver, attempts: newShardedMap[map[*attemptState]struct{}]()}
+	return &leaseKeeper{driver: driver, attempts: newShardedMap[*attemptState]()}
 }
 
 func (k *leaseKeeper) add(st *attemptState) {
-	k.attempts.update(st.jobID, func(m map[int64]map[*attemptState]struct{}) {
-		if m[st.jobID] == nil {
-			m[st.jobID] = make(map[*attemptState]struct{}, 1)
-		}
-		m[st.jobID][st] = struct{}{}
+	k.attempts.update(st.jobID, func(m map[int64]*attemptState) {
+		st.sameJob = m[st.jobID]
+		m[st.jobID] = st
 	})
 }
 
 func (k *leaseKeeper) remove(st *attemptState) {
-	k.attempts.update(st.jobID, func(m map[int64]map[*attemptState]struct{}) {
-		delete(m[st.jobID], st)
-		if len(m[st.jobID]) == 0 {
-			delete(m, st.jobID)
+	k.attempts.update(st.jobID, func(m map[int64]*attemptState) {
+		for link := m[st.jobID]; link != nil; link = link.sameJob {
+			if link == st { // the head
+				if st.sameJob == nil {
+					delete(m, st.jobID)
+				} else {
+					m[st.jobID] = st.sameJob
+				}
+				return
+			}
+			if link.sameJob == st {
+				link.sameJob = st.sameJob
+				return
+			}
 		}
 	})
 }
@@ -75,8 +86,8 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 // Attempts whose job has moved on are cancelled with cause ErrLeaseLost.
 func (k *leaseKeeper) renewAll(ctx context.Context) error {
 	bySchema := make(map[string][]*attemptState)
-	k.attempts.each(func(_ int64, attempts map[*attemptState]struct{}) {
-		for st := range attempts {
+	k.attempts.each(func(_ int64, head *attemptState) {
+		for st := head; st != nil; st = st.sameJob {
 			bySchema[st.schema] = append(bySchema[st.schema], st)
 		}
 	})

@@ -697,15 +697,19 @@ func scanSetStateInline(pgxRows pgx.Rows, ids []int64) ([]string, []*rivertype.J
 	// One set of scan targets for all rows, zeroed before each (pgx then
 	// allocates every value it scans anew).
 	var (
-		verdict string
-		s       scannedJob
+		code int16
+		s    scannedJob
 	)
-	dest := append([]any{&verdict}, s.dest()...)
+	dest := append([]any{&code}, s.dest()...)
 	for pgxRows.Next() {
-		verdict, s = "", scannedJob{}
+		code, s = -1, scannedJob{}
 		if err := pgxRows.Scan(dest...); err != nil {
 			return nil, nil, fmt.Errorf("setting state of %d jobs: %w", n, err)
 		}
+		if code < 0 || int(code) >= len(inlineVerdicts) {
+			return nil, nil, fmt.Errorf("setting state of %d jobs: verdict %d for job %d", n, code, s.id)
+		}
+		verdict := inlineVerdicts[code]
 		byID[s.id] = verdict
 		if verdict != verdictStale {
 			// River's driver returns a row it cannot fully decode as it is.
