@@ -19,9 +19,9 @@ import (
 //
 //   - the fetch mints each job's token and sets its lease expiry in the
 //     UPDATE that moves it to running, and returns them with the row;
-//   - a state write locks the jobs, judges every write's proof, applies
-//     River's update to the writes that hold their job, revokes their leases
-//     and logs their attempts, all in one statement.
+//   - a state write applies River's update to the writes whose proof holds
+//     their job (checked in the UPDATE's WHERE), revokes their leases and
+//     logs their attempts, all in one statement.
 //
 // The lease trigger sees that the statement did its work (migration 002's
 // WHEN clause) and does not run. The SQL is River v0.51.2's (riverpgxv5's
