@@ -283,6 +283,8 @@ VALUES ('{}', 'recheck', 5, 'default', 'available') RETURNING id`).Scan(&id))
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+			var txPID int
+			require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&txPID))
 			for _, sql := range tt.meanwhile {
 				_, err := tx.Exec(ctx, fmt.Sprintf(sql, table), id)
 				require.NoError(t, err)
@@ -307,7 +309,7 @@ VALUES ('{}', 'recheck', 5, 'default', 'available') RETURNING id`).Scan(&id))
 			waitUntil(t, "the write waits for the row", func() bool {
 				var waiting bool
 				require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%job_input%')`).Scan(&waiting))
+WHERE $1::int = ANY (pg_blocking_pids(pid)))`, txPID).Scan(&waiting))
 				return waiting
 			})
 			require.NoError(t, tx.Commit(ctx))
