@@ -244,18 +244,27 @@ logged AS (
     SELECT id, ended_attempt, ended_token, attempted_by[array_upper(attempted_by, 1)], attempted_at, state::text
     FROM updated
     WHERE ended_token IS NOT NULL AND new_state <> 'running'
+),
+-- The writes not applied, on their jobs as they are once locked (FOR SHARE
+-- waits for a writer holding a job and reads the version it committed): a
+-- repeat is judged on the latest row, as judge does on fencing 001, and stays
+-- locked against other writers until the caller commits. Filtered on the
+-- input side, so the jobs are taken by primary key.
+unapplied AS (
+    SELECT ` + qualifiedColumns("j") + `, j.lease_last_token,
+        v.proof_token, v.proof_attempt, v.proof_attempted_at, v.new_state
+    FROM job_input v
+    JOIN ` + table + ` j ON j.id = v.id
+    WHERE v.id NOT IN (SELECT id FROM updated) -- IDs are never NULL
+    FOR SHARE OF j
 )
 SELECT ` + inlineVerdictOK + `, ` + jobColumns + `
 FROM updated
 UNION ALL
-SELECT CASE WHEN ` + proofRepeatsSQL("j", "v.proof_token", "v.proof_attempt", "v.proof_attempted_at", "v.new_state") + `
+SELECT CASE WHEN ` + proofRepeatsSQL("u", "u.proof_token", "u.proof_attempt", "u.proof_attempted_at", "u.new_state") + `
         THEN ` + inlineVerdictRepeat + ` ELSE ` + inlineVerdictStale + ` END,
-    ` + qualifiedColumns("j") + `
-FROM job_input v
-JOIN ` + table + ` j ON j.id = v.id
--- NOT IN, not NOT EXISTS: the planner, thinking updated holds a row or two,
--- would scan it once per job; NOT IN hashes it. IDs are never NULL.
-WHERE j.id NOT IN (SELECT id FROM updated)
+    ` + qualifiedColumns("u") + `
+FROM unapplied u
 ORDER BY id`
 }
 

@@ -235,102 +235,132 @@ func schemaAtFencing(ctx context.Context, t *testing.T, pool *pgxpool.Pool, vers
 	return schema
 }
 
-// TestInlineStateWriteRechecksItsRow: the one-statement state write checks a
-// write's proof in its UPDATE, against the row as it is once locked. When a
-// concurrent writer holds the row, the write waits for it and then judges
-// the row that writer committed, not the one the statement saw when it began:
-// a job that a new attempt took meanwhile is not finalized by the old one
-// (F1), and a job whose lease was only renewed meanwhile is.
-func TestInlineStateWriteRechecksItsRow(t *testing.T) {
+// TestStateWriteRechecksItsRow: a fenced state write judges the row as a
+// concurrent writer that held it left it, not as it was when the write's
+// statement began. On fencing 002 the proof check is in River's UPDATE (which
+// Postgres re-checks on the row's latest version) and a write not applied is
+// classified on the row once locked; on 001 the jobs are locked before they
+// are judged. Either way: a job that a new attempt took meanwhile is not
+// finalized by the old one (F1), a job whose lease was only renewed
+// meanwhile is, and a write repeating the completion that the same attempt
+// committed meanwhile is a harmless repeat, not a stale write.
+func TestStateWriteRechecksItsRow(t *testing.T) {
 	t.Parallel()
+	type outcome int
+	const (
+		dropped outcome = iota
+		applied
+		repeated
+	)
 	for _, tt := range []struct {
 		name string
 		// meanwhile is what the concurrent transaction does to the job.
-		meanwhile []string
-		applied   bool
+		meanwhile func(ctx context.Context, t *testing.T, tx pgx.Tx, table string, id int64, complete func(riverdriver.Executor) []*rivertype.JobRow)
+		want      outcome
 	}{
 		{
 			name: "NewAttemptCommitsFirst",
-			meanwhile: []string{
-				"UPDATE %s SET state = 'available' WHERE id = $1",
-				"UPDATE %s SET state = 'running', attempt = attempt + 1, attempted_at = now() WHERE id = $1",
+			meanwhile: func(ctx context.Context, t *testing.T, tx pgx.Tx, table string, id int64, _ func(riverdriver.Executor) []*rivertype.JobRow) {
+				for _, sql := range []string{
+					"UPDATE %s SET state = 'available' WHERE id = $1",
+					"UPDATE %s SET state = 'running', attempt = attempt + 1, attempted_at = now() WHERE id = $1",
+				} {
+					_, err := tx.Exec(ctx, fmt.Sprintf(sql, table), id)
+					require.NoError(t, err)
+				}
 			},
+			want: dropped,
 		},
 		{
-			name:      "RenewalCommitsFirst",
-			meanwhile: []string{"UPDATE %s SET lease_expires_at = now() + interval '1 minute' WHERE id = $1"},
-			applied:   true,
+			name: "RenewalCommitsFirst",
+			meanwhile: func(ctx context.Context, t *testing.T, tx pgx.Tx, table string, id int64, _ func(riverdriver.Executor) []*rivertype.JobRow) {
+				_, err := tx.Exec(ctx, "UPDATE "+table+" SET lease_expires_at = now() + interval '1 minute' WHERE id = $1", id)
+				require.NoError(t, err)
+			},
+			want: applied,
+		},
+		{
+			// JobCompleteTx in a transaction still open when River's executor
+			// sends completed again.
+			name: "SameAttemptsCompletionCommitsFirst",
+			meanwhile: func(_ context.Context, t *testing.T, _ pgx.Tx, _ string, _ int64, complete func(riverdriver.Executor) []*rivertype.JobRow) {
+				require.Len(t, complete(nil), 1)
+			},
+			want: repeated,
 		},
 	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			pool := dbtest.Pool(ctx, t)
-			schema := dbtest.TestSchema(ctx, t)
-			table := pgx.Identifier{schema, "river_job"}.Sanitize()
-			var id int64
-			require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state)
+		for _, version := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/fencing %03d", tt.name, version), func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				pool := dbtest.Pool(ctx, t)
+				schema := schemaAtFencing(ctx, t, pool, version)
+				table := pgx.Identifier{schema, "river_job"}.Sanitize()
+				var id int64
+				require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state)
 VALUES ('{}', 'recheck', 5, 'default', 'available') RETURNING id`).Scan(&id))
-			driver := newDriver(t, pool, nil, nil)
-			pilot := driver.PluginPilot()
-			fetched, err := pilot.JobGetAvailable(ctx, driver.GetExecutor(), nil, &riverdriver.JobGetAvailableParams{
-				ClientID: "recheck", MaxAttemptedBy: 100, MaxToLock: 1, Queue: "default", Schema: schema,
-			})
-			require.NoError(t, err)
-			require.Len(t, fetched.Jobs, 1)
-			before := getJob(ctx, t, pool, schema, id)
-
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
-			var txPID int
-			require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&txPID))
-			for _, sql := range tt.meanwhile {
-				_, err := tx.Exec(ctx, fmt.Sprintf(sql, table), id)
-				require.NoError(t, err)
-			}
-
-			// The write of attempt 1 (its proof is the one this process
-			// fetched) waits for the row.
-			now := time.Now()
-			type result struct {
-				rows []*rivertype.JobRow
-				err  error
-			}
-			done := make(chan result, 1)
-			go func() {
-				rows, err := pilot.JobSetStateIfRunningMany(ctx, driver.GetExecutor(), &riverdriver.JobSetStateIfRunningManyParams{
-					ID: []int64{id}, Attempt: []*int{nil}, ErrData: [][]byte{nil}, FinalizedAt: []*time.Time{&now},
-					MetadataDoMerge: []bool{false}, MetadataUpdates: [][]byte{nil}, ScheduledAt: []*time.Time{nil},
-					Schema: schema, State: []rivertype.JobState{rivertype.JobStateCompleted},
+				sink := newEventSink()
+				driver := newDriver(t, pool, sink, nil)
+				pilot := driver.PluginPilot()
+				fetched, err := pilot.JobGetAvailable(ctx, driver.GetExecutor(), nil, &riverdriver.JobGetAvailableParams{
+					ClientID: "recheck", MaxAttemptedBy: 100, MaxToLock: 1, Queue: "default", Schema: schema,
 				})
-				done <- result{rows, err}
-			}()
-			waitUntil(t, "the write waits for the row", func() bool {
-				var waiting bool
-				require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-WHERE $1::int = ANY (pg_blocking_pids(pid)))`, txPID).Scan(&waiting))
-				return waiting
-			})
-			require.NoError(t, tx.Commit(ctx))
-			res := recv(t, done)
-			require.NoError(t, res.err)
+				require.NoError(t, err)
+				require.Len(t, fetched.Jobs, 1)
+				before := getJob(ctx, t, pool, schema, id)
+				// Attempt 1's completion, with its proof as the plugin attaches it.
+				proof := fmt.Sprintf(`{"weir:fencing:proof": "%s/%d/%d"}`, before.LeaseToken.String, before.Attempt, fetched.Jobs[0].AttemptedAt.UnixMicro())
+				now := time.Now()
+				complete := func(exec riverdriver.Executor) []*rivertype.JobRow {
+					rows, err := pilot.JobSetStateIfRunningMany(ctx, exec, &riverdriver.JobSetStateIfRunningManyParams{
+						ID: []int64{id}, Attempt: []*int{nil}, ErrData: [][]byte{nil}, FinalizedAt: []*time.Time{&now},
+						MetadataDoMerge: []bool{true}, MetadataUpdates: [][]byte{[]byte(proof)}, ScheduledAt: []*time.Time{nil},
+						Schema: schema, State: []rivertype.JobState{rivertype.JobStateCompleted},
+					})
+					require.NoError(t, err)
+					return rows
+				}
 
-			row := getJob(ctx, t, pool, schema, id)
-			if tt.applied {
-				require.Len(t, res.rows, 1)
-				require.Equal(t, rivertype.JobStateCompleted, res.rows[0].State)
-				require.Equal(t, "completed", row.State)
-				require.Equal(t, before.LeaseToken, row.LeaseLastToken)
-				require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, id))
-				return
-			}
-			require.Empty(t, res.rows, "the stale write is dropped")
-			require.Equal(t, "running", row.State)
-			require.Equal(t, 2, row.Attempt)
-			require.True(t, row.LeaseToken.Valid)
-			require.NotEqual(t, before.LeaseToken, row.LeaseToken, "the new attempt keeps its own lease")
-			require.Equal(t, []string{"available"}, attemptLog(ctx, t, pool, schema, id), "attempt 1 ended when it was taken away, and only then")
-		})
+				tx, err := pool.Begin(ctx)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+				var txPID int
+				require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&txPID))
+				tt.meanwhile(ctx, t, tx, table, id, func(riverdriver.Executor) []*rivertype.JobRow {
+					return complete(driver.UnwrapExecutor(tx))
+				})
+
+				// The write waits for the row, then finds what tx committed.
+				done := make(chan []*rivertype.JobRow, 1)
+				go func() { done <- complete(driver.GetExecutor()) }()
+				waitUntil(t, "the write waits for the row", func() bool {
+					var waiting bool
+					require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE $1::int = ANY (pg_blocking_pids(pid)))`, txPID).Scan(&waiting))
+					return waiting
+				})
+				require.NoError(t, tx.Commit(ctx))
+				rows := recv(t, done)
+
+				row := getJob(ctx, t, pool, schema, id)
+				switch tt.want {
+				case applied, repeated:
+					require.Len(t, rows, 1)
+					require.Equal(t, rivertype.JobStateCompleted, rows[0].State)
+					require.Equal(t, "completed", row.State)
+					require.Equal(t, before.LeaseToken, row.LeaseLastToken)
+					require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, id), "the attempt is logged once")
+					require.Zero(t, sink.count(fencing.EventStaleWriteRejected, id), "nothing was stale")
+				case dropped:
+					require.Empty(t, rows, "the stale write is dropped")
+					require.Equal(t, 1, sink.count(fencing.EventStaleWriteRejected, id))
+					require.Equal(t, "running", row.State)
+					require.Equal(t, 2, row.Attempt)
+					require.True(t, row.LeaseToken.Valid)
+					require.NotEqual(t, before.LeaseToken, row.LeaseToken, "the new attempt keeps its own lease")
+					require.Equal(t, []string{"available"}, attemptLog(ctx, t, pool, schema, id), "attempt 1 ended when it was taken away, and only then")
+				}
+			})
+		}
 	}
 }

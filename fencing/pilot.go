@@ -459,7 +459,11 @@ func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema str
 		if pr.Token != "" {
 			tokens[i] = &pr.Token
 		}
-		attempts[i] = new(int32(pr.Attempt)) //nolint:gosec // attempts are smallint
+		// No attempt is 0 while running: a proof of attempt 0 proves nothing,
+		// as on the one-statement path.
+		if pr.Attempt > 0 {
+			attempts[i] = new(int32(pr.Attempt)) //nolint:gosec // attempts are smallint
+		}
 		attemptedAts[i] = new(pr.AttemptedAt)
 	}
 	var verdicts []string
