@@ -102,8 +102,12 @@ func (k *leaseKeeper) renewAll(ctx context.Context) error {
 }
 
 func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts []*attemptState) error {
+	// Two attempts of one job can run here at once (the older one lost the
+	// job and does not know yet): results are matched to attempts by their
+	// position in the input, and a renewal to the attempt whose token it
+	// renewed.
 	var (
-		byID       = make(map[int64]*attemptState, len(attempts))
+		sent       = make([]*attemptState, 0, len(attempts))
 		ids        = make([]int64, 0, len(attempts))
 		tokens     = make([]string, 0, len(attempts))
 		renewUntil = make([]*time.Time, 0, len(attempts))
@@ -115,7 +119,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		if lost || st.token == "" {
 			continue
 		}
-		byID[st.jobID] = st
+		sent = append(sent, st)
 		ids = append(ids, st.jobID)
 		tokens = append(tokens, st.token)
 		renewUntil = append(renewUntil, until)
@@ -126,7 +130,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	table := tableName(schema, "river_job")
 	rows, err := k.driver.pool.Query(ctx, `
 WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS x(id, token, renew_until)
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) WITH ORDINALITY AS x(id, token, renew_until, ord)
 ),
 renewed AS (
     UPDATE `+table+` j
@@ -142,9 +146,9 @@ renewed AS (
         FOR UPDATE OF j2 SKIP LOCKED
     ) l
     WHERE j.id = l.id
-    RETURNING j.id, j.lease_expires_at
+    RETURNING j.id, j.lease_token, j.lease_expires_at
 )
-SELECT x.id, r.lease_expires_at,
+SELECT x.ord, r.lease_expires_at,
     r.id IS NULL AND NOT EXISTS (
         SELECT 1 FROM `+table+` j3
         WHERE j3.id = x.id AND j3.state = 'running' AND j3.lease_token = x.token::uuid
@@ -157,26 +161,29 @@ SELECT x.id, r.lease_expires_at,
         WHERE j4.id = x.id AND j4.state = 'completed' AND j4.lease_last_token = x.token::uuid
     ) AS finished
 FROM input x
-LEFT JOIN renewed r ON r.id = x.id`, ids, tokens, renewUntil, k.driver.config.LeaseTTL)
+LEFT JOIN renewed r ON r.id = x.id AND r.lease_token = x.token::uuid`, ids, tokens, renewUntil, k.driver.config.LeaseTTL)
 	if err != nil {
 		return fmt.Errorf("renewing %d leases: %w", len(ids), err)
 	}
 	type result struct {
 		expires  pgtype.Timestamptz
 		finished bool
-		id       int64
+		ord      int64
 		lost     bool
 	}
 	results, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (result, error) {
 		var r result
-		err := row.Scan(&r.id, &r.expires, &r.lost, &r.finished)
+		err := row.Scan(&r.ord, &r.expires, &r.lost, &r.finished)
 		return r, err
 	})
 	if err != nil {
 		return fmt.Errorf("renewing %d leases: %w", len(ids), err)
 	}
 	for _, r := range results {
-		st := byID[r.id]
+		if r.ord < 1 || r.ord > int64(len(sent)) {
+			return fmt.Errorf("renewing %d leases: result for input %d", len(ids), r.ord)
+		}
+		st := sent[r.ord-1]
 		switch {
 		case r.lost && r.finished:
 			st.finish() // not lost: renewals stop, the attempt's context lives on

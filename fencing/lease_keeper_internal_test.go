@@ -1,10 +1,15 @@
 package fencing
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbtest"
 )
 
 // TestLeaseKeeperAttempts: the keeper lists every attempt registered for a
@@ -40,5 +45,54 @@ func TestLeaseKeeperAttempts(t *testing.T) {
 		k.remove(other)
 		require.Empty(t, listed(k))
 		require.Empty(t, k.attempts.shard(7).m, "no entry is left for a job without attempts")
+	}
+}
+
+// TestLeaseKeeperRenewsEachAttempt: when two attempts of one job run here at
+// once (the older lost the job to the newer and does not know yet), one
+// renewal round renews the newer attempt's lease and tells the older one it
+// lost its lease, whichever comes first in the round.
+func TestLeaseKeeperRenewsEachAttempt(t *testing.T) {
+	t.Parallel()
+	for _, olderFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("older first %v", olderFirst), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := dbtest.Pool(ctx, t)
+			schema := dbtest.TestSchema(ctx, t)
+			table := pgx.Identifier{schema, "river_job"}.Sanitize()
+			driver, err := NewDriver(pool, nil)
+			require.NoError(t, err)
+
+			var (
+				id    int64
+				token string
+			)
+			require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state, attempt, attempted_at)
+VALUES ('{}', 'renew', 5, 'default', 'running', 2, now()) RETURNING id, lease_token::text`).Scan(&id, &token))
+			_, err = pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() + interval '1 second' WHERE id = $1`, id)
+			require.NoError(t, err)
+
+			causes := map[int]error{}
+			attempt := func(n int, token string) *attemptState {
+				return &attemptState{attempt: n, driver: driver, jobID: id, schema: schema, token: token,
+					cancel: func(cause error) { causes[n] = cause }}
+			}
+			older := attempt(1, "00000000-0000-4000-8000-000000000001")
+			newer := attempt(2, token)
+			round := []*attemptState{older, newer}
+			if !olderFirst {
+				round = []*attemptState{newer, older}
+			}
+			require.NoError(t, driver.keeper.renewSchema(ctx, schema, round))
+
+			require.ErrorIs(t, causes[1], ErrLeaseLost, "the older attempt learns it lost the job")
+			require.NotContains(t, causes, 2, "the newer attempt keeps running")
+			var expires time.Time
+			require.NoError(t, pool.QueryRow(ctx, `SELECT lease_expires_at FROM `+table+` WHERE id = $1`, id).Scan(&expires))
+			require.True(t, expires.Equal(newer.expiresAt), "the newer attempt holds the renewed lease")
+			require.Greater(t, time.Until(expires), 10*time.Second)
+			require.True(t, older.expiresAt.IsZero())
+		})
 	}
 }
