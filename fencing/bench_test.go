@@ -36,8 +36,9 @@ import (
 // On Linux it also reports the CPU time each variant spent per job (mean
 // over the rounds): this process's, and, when the server runs on this
 // machine, that of every postgres process. At saturation the CPU ratio
-// follows the throughput ratio with far less spread from round to round,
-// which makes it the steadier figure for comparing two builds.
+// follows the throughput ratio with less spread from round to round, which
+// makes it the steadier figure for comparing two builds in one run (the
+// machine's own cost per job drifts between runs).
 //
 //	go test -run '^$' -bench Throughput -benchtime 1x ./fencing/
 func BenchmarkThroughput(b *testing.B) {
@@ -150,20 +151,20 @@ func procTicks(path string, postgres bool) int64 {
 	if postgres && !strings.HasPrefix(stat[open+1:end], "postgres") {
 		return 0
 	}
-	// After the command come fields 3 (state) onwards: field N at N-3.
+	// After the command come fields 3 (state) onwards, field N at N-3:
 	// utime and stime are fields 14 and 15, cutime and cstime 16 and 17.
 	fields := strings.Fields(stat[end+1:])
-	last := 15 - 3
+	n := 2
 	if postgres {
-		last = 17 - 3
+		n = 4
 	}
-	if len(fields) <= last {
+	if len(fields) < 11+n {
 		return 0
 	}
 	var ticks int64
-	for _, field := range fields[14-3 : last+1] {
-		n, _ := strconv.ParseInt(field, 10, 64)
-		ticks += n
+	for _, field := range fields[11 : 11+n] {
+		t, _ := strconv.ParseInt(field, 10, 64)
+		ticks += t
 	}
 	return ticks
 }
