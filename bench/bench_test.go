@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"math"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -88,6 +89,15 @@ func TestSummarize(t *testing.T) {
 
 	_, err = readResults(strings.NewReader(`{"workload": 3}`))
 	require.Error(t, err)
+
+	for tls, want := range map[string]string{
+		`true`:  "; settings: fsync=on; connections encrypted (TLS); weir abc.",
+		`false`: "; settings: fsync=on; connections unencrypted; weir abc.",
+	} {
+		results, err := readResults(strings.NewReader(`{"workload":"jobs","contender":"raw","config":"tuned","n":1,"run":1,"runs":1,"unit":"jobs/s","per_sec":1,"env":{"cpus":2,"go":"go1.26","pg":{"version":"PostgreSQL 15","fsync":"on"},"tls":` + tls + `,"weir_commit":"abc"}}`))
+		require.NoError(t, err)
+		require.Contains(t, summarize(results), want)
+	}
 }
 
 func TestMessageCounter(t *testing.T) {
@@ -191,4 +201,29 @@ func TestStatementLabel(t *testing.T) {
 	require.Equal(t, "SELECT a FROM t WHERE x = $1", statementLabel("-- name: Foo :one\nSELECT a\n  FROM t -- why\n\tWHERE x = $1\n"))
 	require.Equal(t, "(none)", statementLabel(""))
 	require.Equal(t, strings.Repeat("x", 120)+"…", statementLabel(strings.Repeat("x", 200)))
+}
+
+// TestServerEnvTLS reads whether the harness's connections are encrypted:
+// not through an sslmode=disable URL, and yes through sslmode=require when
+// the server offers TLS.
+func TestServerEnvTLS(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	base, err := url.Parse(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	for mode, want := range map[string]bool{"disable": false, "require": true} {
+		u := *base
+		q := u.Query()
+		q.Set("sslmode", mode)
+		u.RawQuery = q.Encode()
+		env, err := (&server{base: &u}).env(ctx)
+		if mode == "require" && err != nil {
+			require.ErrorContains(t, err, "refused TLS", "only a server without TLS may refuse sslmode=require")
+			continue
+		}
+		require.NoError(t, err)
+		require.NotNil(t, env.TLS)
+		require.Equal(t, want, *env.TLS, "sslmode=%s", mode)
+	}
 }

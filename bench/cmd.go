@@ -230,6 +230,9 @@ func withHarness(ctx context.Context, o *options, fn func(context.Context, *harn
 	if err != nil {
 		return fmt.Errorf("reading server settings: %w", err)
 	}
+	if *env.TLS {
+		logf("connections to the server are encrypted (TLS): each round trip costs more, the more so for contenders that make more of them; add sslmode=disable to DATABASE_URL to compare on a local server")
+	}
 
 	collected := &collector{}
 	sinks := []io.Writer{os.Stdout, collected}

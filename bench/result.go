@@ -99,6 +99,13 @@ type Env struct {
 	// PrivateServer is true when the harness started its own Postgres.
 	PrivateServer bool `json:"private_server"`
 
+	// TLS is true when the contenders' connections are encrypted (the
+	// server accepted sslmode's request). Encryption adds to every round
+	// trip, so it weighs more on contenders that make more of them; costs
+	// are counted through a plain proxy either way. Nil in results recorded
+	// before the harness looked.
+	TLS *bool `json:"tls,omitempty"`
+
 	// WeirCommit is the git commit of the weir checkout, "-dirty" appended
 	// when it has uncommitted changes.
 	WeirCommit string `json:"weir_commit"`

@@ -163,11 +163,18 @@ func (s *server) env(ctx context.Context) (*Env, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	// The admin connection uses the contenders' URL with another database,
+	// so it negotiates encryption as theirs do.
+	var tls bool
+	if err := conn.QueryRow(ctx, "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)").Scan(&tls); err != nil {
+		return nil, err
+	}
 	return &Env{
 		CPUs:          runtime.NumCPU(),
 		GoVersion:     runtime.Version(),
 		PG:            pg,
 		PrivateServer: s.cluster != nil,
+		TLS:           &tls,
 		WeirCommit:    weirCommit(),
 	}, nil
 }

@@ -138,8 +138,16 @@ func summarize(results []*Result) string {
 		b.WriteString("\n")
 	}
 	if env := firstEnv(results); env != nil {
-		fmt.Fprintf(&b, "Environment: %s; %d CPUs, %s; settings: %s; weir %s.\n",
-			env.PG["version"], env.CPUs, env.GoVersion, settingsLine(env.PG), env.WeirCommit)
+		connections := ""
+		switch {
+		case env.TLS == nil:
+		case *env.TLS:
+			connections = "; connections encrypted (TLS)"
+		default:
+			connections = "; connections unencrypted"
+		}
+		fmt.Fprintf(&b, "Environment: %s; %d CPUs, %s; settings: %s%s; weir %s.\n",
+			env.PG["version"], env.CPUs, env.GoVersion, settingsLine(env.PG), connections, env.WeirCommit)
 	}
 	return b.String()
 }
