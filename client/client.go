@@ -22,6 +22,7 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/handoff"
+	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/task"
 )
@@ -255,9 +256,10 @@ type Run struct {
 	client *Client
 }
 
-// Start is StartTx in a transaction of its own. With StartOpts.EagerStart,
-// a worker of this process may run the run's first workflow task inside
-// that transaction (see StartOpts.EagerStart).
+// Start is StartTx in a transaction of its own, whose BEGIN goes with its
+// first statements. With StartOpts.EagerStart, a worker of this process may
+// run the run's first workflow task inside that transaction (see
+// StartOpts.EagerStart).
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
 	var handed []func(committed bool)
 	// Whatever happens (a panicking interceptor included), the worker that
@@ -267,7 +269,7 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 			done(err == nil)
 		}
 	}()
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+	err = lazytx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
 		run, err = c.startTx(ctx, tx, args, opts, &handed)
 		return err
 	})

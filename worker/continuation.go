@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/lazytx"
 )
 
 // deliverOutcome hands an activity's outcome to its run in tx, the
@@ -58,10 +59,11 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 }
 
 // outcomeTx runs fn, the transaction that records an activity attempt's
-// outcome and may continue its run (deliverOutcome).
+// outcome and may continue its run (deliverOutcome). Its BEGIN goes with
+// its first statement (lazytx): one round trip less per workflow step.
 func (w *Worker) outcomeTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
 	var cont taskResult
-	err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+	err := lazytx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		cont = taskResult{}
 		return fn(ctx, tx, &cont)
 	})

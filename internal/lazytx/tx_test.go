@@ -1,0 +1,282 @@
+package lazytx_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/lazytx"
+)
+
+func TestMain(m *testing.M) {
+	dbtest.Main(m)
+}
+
+// tracer counts what the pool sends: single statements by their SQL and
+// batches.
+type tracer struct {
+	mu      sync.Mutex
+	queries []string
+	batches int
+}
+
+func (tr *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.queries = append(tr.queries, strings.ToLower(data.SQL))
+	return ctx
+}
+
+func (*tracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (tr *tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.batches++
+	return ctx
+}
+
+func (*tracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (*tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func (tr *tracer) sent() ([]string, int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]string(nil), tr.queries...), tr.batches
+}
+
+// setup returns a pool of its own (so its statistics are this test's), its
+// tracer, and a table in a schema of the test's own.
+func setup(t *testing.T) (*pgxpool.Pool, *tracer, string) {
+	t.Helper()
+	ctx := t.Context()
+	schema := dbtest.EmptySchema(ctx, t)
+	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	tr := &tracer{}
+	config.ConnConfig.Tracer = tr
+	config.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	table := pgx.Identifier{schema, "item"}.Sanitize()
+	_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()+"; CREATE TABLE "+table+" (id int PRIMARY KEY)")
+	require.NoError(t, err)
+	tr.mu.Lock()
+	tr.queries, tr.batches = nil, 0
+	tr.mu.Unlock()
+	return pool, tr, table
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
+}
+
+// firstStatements are the ways a transaction's first statement can be sent.
+var firstStatements = map[string]func(ctx context.Context, tx pgx.Tx, table string) error{
+	"Exec": func(ctx context.Context, tx pgx.Tx, table string) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1)", 1)
+		return err
+	},
+	"Query": func(ctx context.Context, tx pgx.Tx, table string) error {
+		rows, err := tx.Query(ctx, "INSERT INTO "+table+" VALUES ($1) RETURNING id", 1)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err == nil && len(ids) != 1 {
+			err = errors.New("no row returned")
+		}
+		return err
+	},
+	"QueryRow": func(ctx context.Context, tx pgx.Tx, table string) error {
+		var id int
+		return tx.QueryRow(ctx, "INSERT INTO "+table+" VALUES ($1) RETURNING id", 1).Scan(&id)
+	},
+	"SendBatch": func(ctx context.Context, tx pgx.Tx, table string) error {
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO " + table + " VALUES (1)")
+		var id int
+		b.Queue("SELECT id FROM "+table+" WHERE id = $1", 1).QueryRow(func(row pgx.Row) error { return row.Scan(&id) })
+		return tx.SendBatch(ctx, b).Close()
+	},
+}
+
+// TestFirstStatementBegins runs each kind of first statement, then a second
+// one, and commits or rolls back. The first statement runs inside the
+// transaction (a rollback undoes it), BEGIN is never sent on its own, and
+// the connection goes back to the pool.
+func TestFirstStatementBegins(t *testing.T) {
+	t.Parallel()
+	for name, first := range firstStatements {
+		for _, commit := range []bool{true, false} {
+			t.Run(name+map[bool]string{true: "/Commit", false: "/Rollback"}[commit], func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				pool, tr, table := setup(t)
+
+				tx := lazytx.Begin(pool)
+				require.Nil(t, tx.Conn(), "no connection before the first statement")
+				require.NoError(t, first(ctx, tx, table))
+				require.NotNil(t, tx.Conn())
+				_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (2)")
+				require.NoError(t, err)
+				var inTx bool
+				require.NoError(t, tx.QueryRow(ctx, "SELECT now() = statement_timestamp()").Scan(&inTx))
+				require.False(t, inTx, "the statements share the transaction's start time")
+				if commit {
+					require.NoError(t, tx.Commit(ctx))
+					require.Equal(t, 2, count(t, pool, table))
+				} else {
+					require.NoError(t, tx.Rollback(ctx))
+					require.Equal(t, 0, count(t, pool, table), "the rollback undid the first statement too")
+				}
+				require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
+				require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxClosed)
+				require.Zero(t, pool.Stat().AcquiredConns(), "the connection went back to the pool")
+
+				queries, batches := tr.sent()
+				require.NotContains(t, queries, "begin", "BEGIN went with the first statement")
+				require.GreaterOrEqual(t, batches, 1)
+			})
+		}
+	}
+}
+
+// TestFirstStatementFails aborts the transaction: Commit reports the
+// rollback, and nothing is written.
+func TestFirstStatementFails(t *testing.T) {
+	t.Parallel()
+	for name, first := range firstStatements {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool, _, table := setup(t)
+			_, err := pool.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
+			require.NoError(t, err)
+
+			tx := lazytx.Begin(pool)
+			err = first(ctx, tx, table)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "23505", pgErr.Code, "a duplicate key")
+			_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES (2)")
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, "25P02", pgErr.Code, "the transaction is aborted")
+			require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
+			require.Equal(t, 1, count(t, pool, table))
+			require.Zero(t, pool.Stat().AcquiredConns())
+		})
+	}
+}
+
+// TestNothingSent commits and rolls back transactions that ran nothing,
+// without a connection.
+func TestNothingSent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, tr, _ := setup(t)
+	acquired := pool.Stat().AcquireCount()
+
+	require.NoError(t, lazytx.Begin(pool).Commit(ctx))
+	require.NoError(t, lazytx.Begin(pool).Rollback(ctx))
+	require.NoError(t, lazytx.BeginFunc(ctx, pool, func(pgx.Tx) error { return nil }))
+	require.Equal(t, acquired, pool.Stat().AcquireCount())
+	queries, batches := tr.sent()
+	require.Empty(t, queries)
+	require.Zero(t, batches)
+}
+
+// TestSavepoints nests pseudo transactions before and after the first
+// statement.
+func TestSavepoints(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _, table := setup(t)
+
+	tx := lazytx.Begin(pool)
+	sp, err := tx.Begin(ctx) // before any statement: BEGIN goes on its own
+	require.NoError(t, err)
+	_, err = sp.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
+	require.NoError(t, err)
+	require.NoError(t, sp.Rollback(ctx))
+	sp, err = tx.Begin(ctx)
+	require.NoError(t, err)
+	_, err = sp.Exec(ctx, "INSERT INTO "+table+" VALUES (2)")
+	require.NoError(t, err)
+	require.NoError(t, sp.Commit(ctx))
+	require.NoError(t, tx.Commit(ctx))
+
+	var ids []int
+	rows, err := pool.Query(ctx, "SELECT id FROM "+table)
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{2}, ids)
+}
+
+// TestBeginFunc commits on nil, rolls back on an error and on a panic, and
+// returns the connection each time.
+func TestBeginFunc(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _, table := setup(t)
+	insert := func(id int) func(pgx.Tx) error {
+		return func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1)", id)
+			return err
+		}
+	}
+
+	require.NoError(t, lazytx.BeginFunc(ctx, pool, insert(1)))
+	boom := errors.New("boom")
+	err := lazytx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		require.NoError(t, insert(2)(tx))
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Panics(t, func() {
+		_ = lazytx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			require.NoError(t, insert(3)(tx))
+			panic("boom")
+		})
+	})
+	require.Equal(t, 1, count(t, pool, table))
+	require.Zero(t, pool.Stat().AcquiredConns())
+}
+
+// TestPoolExhausted reports the acquire error from the first statement,
+// and the transaction closes cleanly.
+func TestPoolExhausted(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _, table := setup(t)
+	held := make([]*pgxpool.Conn, 0, 2)
+	for range 2 {
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		held = append(held, c)
+	}
+	short, cancel := context.WithTimeout(ctx, 50_000_000) // 50ms
+	defer cancel()
+	tx := lazytx.Begin(pool)
+	_, err := tx.Exec(short, "INSERT INTO "+table+" VALUES (1)")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Error(t, tx.Commit(ctx))
+	for _, c := range held {
+		c.Release()
+	}
+	require.Equal(t, 0, count(t, pool, table))
+	require.Zero(t, pool.Stat().AcquiredConns())
+}
