@@ -21,6 +21,7 @@ import (
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/task"
@@ -76,7 +77,7 @@ func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *o
 	}
 	err := intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
 		var result taskResult
-		err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
+		err := lazytx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
 			result = taskResult{}
 			return t.w.runTask(ctx, tx, t.def, job, own, &result)
 		})

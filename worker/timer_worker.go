@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/timer"
 )
 
@@ -191,7 +192,7 @@ func (t *timerWorker) Work(ctx context.Context, job *river.Job[timer.Args]) erro
 	if err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
+	return lazytx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
 		_, err := inbox.Deliver(ctx, tx, t.w.names, t.w.riverClient, job.Args.RunID, &inbox.Item{
 			Attributes: attrs,
 			DedupKey:   fmt.Sprintf("timer:%d", job.Args.StartedEventID),
