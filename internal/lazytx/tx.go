@@ -66,13 +66,55 @@ func (t *Tx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	first := &pgx.Batch{}
 	first.BeginTx(pgx.TxOptions{})
 	first.QueuedQueries = append(first.QueuedQueries, b.QueuedQueries...)
-	br := t.pool.SendBatch(ctx, first)
-	t.inner = br.Tx()
+	conn, err := t.pool.Acquire(ctx)
+	if err != nil {
+		t.closed = true
+		return failed{err: err}
+	}
+	// The connection is this transaction's from here on. Should sending
+	// panic (an argument's encoder, a tracer), its state is unknown: it is
+	// closed, not given back.
+	defer func() {
+		if r := recover(); r != nil {
+			t.closed = true
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			conn.Release()
+			panic(r)
+		}
+	}()
+	br := conn.SendBatch(ctx, first)
+	t.inner = &connTx{Tx: br.Tx(), conn: conn}
 	if _, err := br.Exec(); err != nil { // BEGIN's own result
 		_ = br.Close() // reports the same error
 		return failed{err: err}
 	}
 	return br
+}
+
+// connTx is pgx's transaction on a connection of the pool, which it gives
+// back once the transaction ends, as pgxpool's transactions do.
+type connTx struct {
+	pgx.Tx
+	conn *pgxpool.Conn
+}
+
+func (t *connTx) Commit(ctx context.Context) error {
+	err := t.Tx.Commit(ctx)
+	t.release()
+	return err
+}
+
+func (t *connTx) Rollback(ctx context.Context) error {
+	err := t.Tx.Rollback(ctx)
+	t.release()
+	return err
+}
+
+func (t *connTx) release() {
+	if t.conn != nil {
+		t.conn.Release()
+		t.conn = nil
+	}
 }
 
 // real begins the transaction in a round trip of its own, for the calls
@@ -123,7 +165,8 @@ func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 		if rows != nil {
 			rows.Close()
 		}
-		return nil, errors.Join(err, br.Close())
+		_ = br.Close() // reports the same error
+		return nil, err
 	}
 	return &batchRows{Rows: rows, br: br}, nil
 }

@@ -2,10 +2,12 @@ package lazytx_test
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -66,7 +68,18 @@ func setup(t *testing.T) (*pgxpool.Pool, *tracer, string) {
 	config.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, config)
 	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() {
+		closed := make(chan struct{})
+		go func() {
+			pool.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Error("closing the pool hung: a connection was never given back")
+		}
+	})
 	table := pgx.Identifier{schema, "item"}.Sanitize()
 	_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()+"; CREATE TABLE "+table+" (id int PRIMARY KEY)")
 	require.NoError(t, err)
@@ -278,5 +291,45 @@ func TestPoolExhausted(t *testing.T) {
 		c.Release()
 	}
 	require.Equal(t, 0, count(t, pool, table))
+	require.Zero(t, pool.Stat().AcquiredConns())
+}
+
+// panicking is an argument whose encoding panics.
+type panicking struct{}
+
+func (panicking) Value() (driver.Value, error) { panic("encoding panicked") }
+
+// TestFirstStatementPanics closes the connection a panicking first
+// statement took, instead of leaking it.
+func TestFirstStatementPanics(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _, _ := setup(t)
+
+	// Any panic: with a tracer, pgx's own deferred tracing panics in turn.
+	require.Panics(t, func() {
+		_ = lazytx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "SELECT $1::text", panicking{})
+			return err
+		})
+	})
+	// A closed connection leaves the pool asynchronously.
+	require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"the connection was not leaked")
+}
+
+// TestFirstStatementErrorOnce reports a failed first query's error once.
+func TestFirstStatementErrorOnce(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _, _ := setup(t)
+
+	tx := lazytx.Begin(pool)
+	var n int
+	err := tx.QueryRow(ctx, "SELECT 1/0").Scan(&n)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, pgErr.Error(), err.Error(), "the error is not doubled")
+	require.NoError(t, tx.Rollback(ctx))
 	require.Zero(t, pool.Stat().AcquiredConns())
 }
