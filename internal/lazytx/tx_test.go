@@ -281,7 +281,7 @@ func TestPoolExhausted(t *testing.T) {
 		require.NoError(t, err)
 		held = append(held, c)
 	}
-	short, cancel := context.WithTimeout(ctx, 50_000_000) // 50ms
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	tx := lazytx.Begin(pool)
 	_, err := tx.Exec(short, "INSERT INTO "+table+" VALUES (1)")
