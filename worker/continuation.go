@@ -73,14 +73,17 @@ func (w *Worker) outcomeTx(ctx context.Context, fn func(ctx context.Context, tx 
 
 // settle does what follows a task's (or continuation's) transaction: start
 // the activities it claimed, or free their slots if it did not commit; and
-// once it committed, cache the history it wrote and let the timer waker look
-// again (it may have started a timer).
+// once it committed, cache the history it wrote, send its notifications and
+// let the timer waker look again (it may have started a timer).
 func (w *Worker) settle(err error, result *taskResult) {
 	w.afterTx(err, result.eager, result.eagerSlots)
 	if err != nil {
 		return
 	}
 	w.commitHistory(result)
+	for _, n := range result.notes {
+		w.notifier.Notify(n.channel, n.payload)
+	}
 	if result.runID != [16]byte{} && w.timers != nil {
 		w.timers.poke()
 	}

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
+
 	"time"
 
 	"github.com/google/uuid"
@@ -160,6 +160,15 @@ type taskResult struct {
 	closed        string              // the run's new state, if the task closed it
 	replayed      time.Duration       // replaying history and running the workflow code
 	signalHeaders []map[string]string // of the signals it delivered, that had any
+	notes         []note              // notifications to send once the transaction commits
+}
+
+// note is a notification on channel, with payload.
+type note struct{ channel, payload string }
+
+// notify notes a notification to send once the task's transaction commits.
+func (r *taskResult) notify(channel, payload string) {
+	r.notes = append(r.notes, note{channel: channel, payload: payload})
 }
 
 // runTask runs one workflow task in tx, noting in result what interceptors
@@ -384,20 +393,14 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		*closed = state
 	}
 	query += " WHERE run_id = $1 AND next_event_id = $2 AND state = 'running'"
-	// Notifications ride on the same statement: a run's first task lets
-	// queries that waited for its handlers go; a closing task wakes the
-	// run's result awaiters.
-	var notify []string
+	// Notifications go once the transaction commits (settle), not in it: a
+	// run's first task lets queries that waited for its handlers go; a
+	// closing task wakes the run's result awaiters.
 	if run.NextEventID == 1 {
-		args = append(args, dbschema.Channel(names.Schema, dbschema.QueryChannel))
-		notify = append(notify, fmt.Sprintf("pg_notify($%d, '')", len(args)))
+		result.notify(dbschema.Channel(names.Schema, dbschema.QueryChannel), "")
 	}
 	if outcome.Completed {
-		args = append(args, dbschema.Channel(names.Schema, dbschema.RunClosedChannel))
-		notify = append(notify, fmt.Sprintf("pg_notify($%d, run_id::text)", len(args)))
-	}
-	if len(notify) > 0 {
-		query += " RETURNING " + strings.Join(notify, ", ")
+		result.notify(dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String())
 	}
 	if outcome.Completed {
 		if err := update.QueueAbandonPending(run.writes, names, runID, "the workflow closed before the update completed"); err != nil {

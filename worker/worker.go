@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
 	"github.com/weirhq/weir/workflow"
@@ -31,6 +32,7 @@ type Worker struct {
 	eager     *eagerPool // nil: eager dispatch off
 	histories *historyCache
 	names     *dbschema.Names
+	notifier  *notifier.Notifier // sends what committed tasks announce
 	pool      *pgxpool.Pool
 
 	mu           sync.Mutex
@@ -66,6 +68,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		config:       config,
 		histories:    newHistoryCache(),
 		names:        dbschema.New(config.Schema),
+		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),
 		workflows:    make(map[string]*replay.Definition),
@@ -272,6 +275,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	if err == nil {
 		err = eagerErr
+	}
+	// Last: every task has settled, and sent or queued its notifications.
+	if notifyErr := w.notifier.Close(ctx); err == nil {
+		err = notifyErr
 	}
 	return err
 }

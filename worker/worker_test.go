@@ -252,6 +252,43 @@ func TestWorker(t *testing.T) {
 		require.Equal(t, int64(1), b.charge.calls.Load(), "a non-retryable error is not retried")
 	})
 
+	// The closing task notifies once it has committed (not inside its
+	// transaction): an awaiter that never polls in the test's time still
+	// wakes, whether the run closes in an activity's continuation (eager) or
+	// in a task job fetched by River (eager dispatch off), and whether the
+	// run started eagerly or not.
+	for _, c := range []struct {
+		name   string
+		config *worker.Config
+		opts   *client.StartOpts
+	}{
+		{"ClosingWakesAwaiterEager", nil, &client.StartOpts{EagerStart: true}},
+		{"ClosingWakesAwaiterThroughRiver", &worker.Config{MaxEagerActivities: -1}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			b := setup(ctx, t)
+			startWorker(ctx, t, b, c.config)
+			awaiter, err := client.New(b.pool, &client.Config{Schema: b.schema, PollInterval: time.Hour})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, awaiter.Close()) })
+
+			started, err := awaiter.Start(ctx, OrderArgs{ID: "wake", Cents: []int64{1, 2}}, c.opts)
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			var receipt Receipt
+			go func() { done <- started.Get(ctx, &receipt) }()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+				require.Equal(t, int64(3), receipt.Total)
+			case <-time.After(20 * time.Second):
+				t.Fatal("the run's close did not wake its awaiter")
+			}
+		})
+	}
+
 	t.Run("ActivityRetriesThenSucceeds", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
