@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -222,43 +225,29 @@ func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, par
 	if params.State != rivertype.JobStateCompleted || !d.pilot.knownInline(st.schema) {
 		return false, nil
 	}
-	many := &riverdriver.JobSetStateIfRunningManyParams{
-		ID:              []int64{params.ID},
-		Attempt:         []*int{params.Attempt},
-		ErrData:         [][]byte{params.ErrData},
-		FinalizedAt:     []*time.Time{params.FinalizedAt},
-		MetadataDoMerge: []bool{len(params.MetadataUpdates) > 0},
-		MetadataUpdates: [][]byte{params.MetadataUpdates},
-		ScheduledAt:     []*time.Time{params.ScheduledAt},
-		Schema:          st.schema,
-		State:           []rivertype.JobState{params.State},
+	if params.FinalizedAt == nil {
+		return false, fmt.Errorf("fencing: completing job %d: no finalized_at (build params with riverdriver.JobSetStateCompleted)", params.ID)
 	}
-	pr := st.proof()
+	var metadata []byte // NULL: nothing to merge
+	if len(params.MetadataUpdates) > 0 {
+		metadata = params.MetadataUpdates
+	}
 	op := "set_state_" + string(params.State)
-	batch.Queue(setStateInlineSQL(st.schema), setStateInlineArgs(many, []*proof{&pr})...).Query(func(pgxRows pgx.Rows) error {
-		verdicts, rows, err := scanSetStateInline(pgxRows, many.ID)
+	batch.Queue(completeClaimedSQL(st.schema), params.ID, st.token, st.attempt, *params.FinalizedAt, metadata).QueryRow(func(row pgx.Row) error {
+		var one int
+		err := row.Scan(&one)
+		var pgErr *pgconn.PgError
 		switch {
-		case err != nil:
-			return fmt.Errorf("fencing: setting state of job %d: %w", params.ID, err)
-		case verdicts[0] == verdictStale:
+		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero:
+			// The write was refused, and the transaction is aborted.
 			d.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: params.ID, Kind: EventStaleWriteRejected, Op: op})
 			return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: op}
-		case len(rows) != 1 || rows[0].State != params.State && !cancelledInstead(params.State, rows[0]):
-			// Fails closed on a job that is gone or a write River did not
-			// apply as asked, as SetClaimedStateTx does.
-			return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: op}
+		case err != nil:
+			return fmt.Errorf("fencing: setting state of job %d: %w", params.ID, err)
 		}
 		st.finish()
 		return nil
 	})
-	// Fail closed in the database too: unless the write was refused, the job
-	// is completed with this attempt's token as its last (only the attempt
-	// holding the lease completes a job: the reaper and River's rescuer never
-	// do, and a newer attempt leaves its own token), and a refused write
-	// divides by zero, which aborts the transaction. (A subquery, so the
-	// planner cannot fold the division into a plan-time error.)
-	batch.Queue("SELECT 1 / (SELECT count(*)::int FROM "+tableName(st.schema, "river_job")+
-		" WHERE id = $1 AND state = 'completed' AND lease_last_token = $2::uuid)", params.ID, st.token)
 	return true, nil
 }
 
@@ -272,4 +261,45 @@ func cancelledInstead(wanted rivertype.JobState, row *rivertype.JobRow) bool {
 		return row.State == rivertype.JobStateCancelled
 	}
 	return false
+}
+
+// completeClaimedSQL completes one claimed job ($1) whose running attempt
+// holds the lease token $2 with attempt $3: River's completion (finalized_at
+// $4, metadata merged with $5 unless NULL, state completed), the lease
+// revoked and the attempt logged, as setStateInlineSQL does for a write with
+// a token, and the lease trigger then skips (fencing 002's WHEN). It is the
+// single-job shape of that statement: Postgres plans it once per connection
+// (a generic plan), where the many-job statement, built on unnest, is
+// planned again on every call. The proof is checked in the UPDATE's WHERE,
+// which Postgres re-checks on the row's latest version when a concurrent
+// writer held it. A refused write divides by zero, which aborts the
+// transaction (the count is of the statement's own rows, so no plan can fold
+// it into a constant).
+func completeClaimedSQL(schema string) string {
+	return cachedSQL(&completeClaimedCache, schema, buildCompleteClaimedSQL)
+}
+
+var completeClaimedCache sync.Map
+
+func buildCompleteClaimedSQL(schema string) string {
+	return `
+WITH updated AS (
+    UPDATE ` + tableName(schema, "river_job") + `
+    SET
+        finalized_at = $4,
+        metadata = CASE WHEN $5::jsonb IS NULL THEN metadata ELSE metadata || $5::jsonb END,
+        state = 'completed',
+        lease_last_token = lease_token,
+        lease_token = NULL,
+        lease_expires_at = NULL
+    WHERE id = $1 AND state = 'running' AND lease_token = $2::uuid AND attempt = $3
+    RETURNING id, attempt, attempted_at, attempted_by, lease_last_token
+),
+logged AS (
+    INSERT INTO ` + tableName(schema, "weir_job_attempt") + `
+        (job_id, attempt, lease_token, attempted_by, started_at, outcome)
+    SELECT id, attempt, lease_last_token, attempted_by[array_upper(attempted_by, 1)], attempted_at, 'completed'
+    FROM updated
+)
+SELECT 1 / count(*)::int FROM updated`
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
@@ -161,6 +162,105 @@ FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` ORDER BY job_id`)
 			StartedAt: entry.StartedAt, Outcome: string(gotRows[i].State),
 		}, entry)
 		require.True(t, now.Equal(entry.StartedAt), "started at the attempt's attempted_at")
+	}
+}
+
+// TestClaimedCompletionMatchesRiver (F7): a claimed job's completion queued
+// in its caller's batch (QueueSetClaimedState) has a statement of its own,
+// for one job. It must leave the job exactly as River's completion leaves
+// the same running job, apart from the lease columns, and do the lease work:
+// the lease revoked, its token kept as the last one, the attempt logged once.
+func TestClaimedCompletionMatchesRiver(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+
+	plain := dbtest.EmptySchema(ctx, t)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: plain})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+	require.NoError(t, err)
+	fenced := dbtest.TestSchema(ctx, t)
+	driver := newDriver(t, pool, nil, nil)
+	riverExec := riverpgxv5.New(pool).GetExecutor()
+
+	claim := func() *fencing.Claim {
+		var c *fencing.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			c, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+				Args: []byte(`{"n": 1}`), AttemptedBy: "claimer", Kind: "inline", MaxAttempts: 5, Metadata: []byte(`{"m": 1}`),
+				Priority: 2, Queue: "default", Schema: fenced,
+			})
+			return err
+		}))
+		return c
+	}
+	// A first write has the driver see fencing 002, which a queued write needs.
+	first := claim()
+	require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
+		})
+	}))
+
+	for _, updates := range [][]byte{nil, []byte(`{"output": {"ok": true}, "m": 2}`)} {
+		c := claim()
+		// The same running job in River's schema, for River's statement.
+		var plainID int64
+		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+pgx.Identifier{plain, "river_job"}.Sanitize()+`
+    (args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
+SELECT args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, 'running', tags
+FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING id`, c.Job.ID).Scan(&plainID))
+
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		riverParams := riverdriver.JobSetStateCompleted(plainID, at, updates)
+		_, err := riverExec.JobSetStateIfRunningMany(ctx, &riverdriver.JobSetStateIfRunningManyParams{
+			ID: []int64{plainID}, Attempt: []*int{riverParams.Attempt}, ErrData: [][]byte{riverParams.ErrData},
+			FinalizedAt: []*time.Time{riverParams.FinalizedAt}, MetadataDoMerge: []bool{riverParams.MetadataDoMerge},
+			MetadataUpdates: [][]byte{riverParams.MetadataUpdates}, ScheduledAt: []*time.Time{riverParams.ScheduledAt},
+			Schema: plain, State: []rivertype.JobState{riverParams.State},
+		})
+		require.NoError(t, err)
+
+		var token string
+		require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			lease, ok := fencing.LeaseFromContext(ctx)
+			require.True(t, ok)
+			token = lease.Token
+			batch := &pgx.Batch{}
+			queued, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, at, updates))
+			require.NoError(t, err)
+			require.True(t, queued)
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
+		}))
+
+		want, err := riverExec.JobGetByID(ctx, &riverdriver.JobGetByIDParams{ID: plainID, Schema: plain})
+		require.NoError(t, err)
+		got, err := riverExec.JobGetByID(ctx, &riverdriver.JobGetByIDParams{ID: c.Job.ID, Schema: fenced})
+		require.NoError(t, err)
+		require.Equal(t, rivertype.JobStateCompleted, got.State)
+		got.ID = want.ID
+		require.Equal(t, want, got, "metadata updates %s", updates)
+
+		row := getJob(ctx, t, pool, fenced, c.Job.ID)
+		require.False(t, row.LeaseToken.Valid, "the lease is revoked")
+		require.False(t, row.LeaseExpiresAt.Valid)
+		require.Equal(t, pgtype.Text{String: token, Valid: true}, row.LeaseLastToken)
+		type logged struct {
+			Attempt     int
+			Token       string
+			AttemptedBy string
+			StartedAt   time.Time
+			Outcome     string
+		}
+		rows, err := pool.Query(ctx, `SELECT attempt, lease_token::text, attempted_by, started_at, outcome
+FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` WHERE job_id = $1`, c.Job.ID)
+		require.NoError(t, err)
+		log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
+		require.NoError(t, err)
+		require.Equal(t, []logged{{Attempt: 1, Token: token, AttemptedBy: "claimer", StartedAt: log[0].StartedAt, Outcome: "completed"}}, log)
+		require.True(t, c.Job.AttemptedAt.Equal(log[0].StartedAt), "started at the attempt's attempted_at")
 	}
 }
 
@@ -362,5 +462,114 @@ WHERE $1::int = ANY (pg_blocking_pids(pid)))`, txPID).Scan(&waiting))
 				}
 			})
 		}
+	}
+}
+
+// TestClaimedCompletionRechecksItsRow: a claimed job's queued completion
+// that waits for a concurrent writer of its job judges the row that writer
+// committed, as the many-job statement does (TestStateWriteRechecksItsRow):
+// after a new attempt took the job it is refused and its transaction's
+// writes roll back; after a renewal it applies.
+func TestClaimedCompletionRechecksItsRow(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		meanwhile []string // what the concurrent transaction does to the job
+		applies   bool
+	}{
+		{"NewAttemptCommitsFirst", []string{
+			"UPDATE %s SET state = 'available' WHERE id = $1",
+			"UPDATE %s SET state = 'running', attempt = attempt + 1, attempted_at = now() WHERE id = $1",
+		}, false},
+		{"RenewalCommitsFirst", []string{"UPDATE %s SET lease_expires_at = now() + interval '1 minute' WHERE id = $1"}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := dbtest.Pool(ctx, t)
+			schema := dbtest.TestSchema(ctx, t)
+			table := pgx.Identifier{schema, "river_job"}.Sanitize()
+			sideEffect := pgx.Identifier{schema, "side_effect"}.Sanitize()
+			_, err := pool.Exec(ctx, "CREATE TABLE "+sideEffect+" (job_id bigint)")
+			require.NoError(t, err)
+			sink := newEventSink()
+			driver := newDriver(t, pool, sink, nil)
+			claim := func() *fencing.Claim {
+				var c *fencing.Claim
+				require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					var err error
+					c, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+						Args: []byte(`{}`), AttemptedBy: "recheck", Kind: "recheck", MaxAttempts: 5, Queue: "default", Schema: schema,
+					})
+					return err
+				}))
+				return c
+			}
+			// A first write has the driver see fencing 002, which a queued write needs.
+			first := claim()
+			require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
+				})
+			}))
+			c := claim()
+			before := getJob(ctx, t, pool, schema, c.Job.ID)
+
+			err = driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+				other, err := pool.Begin(ctx)
+				require.NoError(t, err)
+				defer func() { _ = other.Rollback(context.WithoutCancel(ctx)) }()
+				var otherPID int
+				require.NoError(t, other.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&otherPID))
+				for _, sql := range tt.meanwhile {
+					_, err := other.Exec(ctx, fmt.Sprintf(sql, table), c.Job.ID)
+					require.NoError(t, err)
+				}
+
+				// The completion waits for the row, then finds what other committed.
+				done := make(chan error, 1)
+				go func() {
+					batch := &pgx.Batch{}
+					batch.Queue("INSERT INTO "+sideEffect+" VALUES ($1)", c.Job.ID)
+					queued, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+					if err == nil && !queued {
+						err = errors.New("not queued")
+					}
+					if err == nil {
+						err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
+					}
+					done <- err
+				}()
+				waitUntil(t, "the completion waits for the row", func() bool {
+					var waiting bool
+					require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+WHERE $1::int = ANY (pg_blocking_pids(pid)))`, otherPID).Scan(&waiting))
+					return waiting
+				})
+				require.NoError(t, other.Commit(ctx))
+				return recv(t, done)
+			})
+
+			row := getJob(ctx, t, pool, schema, c.Job.ID)
+			var sideEffects int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+sideEffect).Scan(&sideEffects))
+			if tt.applies {
+				require.NoError(t, err)
+				require.Equal(t, "completed", row.State)
+				require.Equal(t, before.LeaseToken, row.LeaseLastToken)
+				require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, c.Job.ID), "the attempt is logged once")
+				require.Equal(t, 1, sideEffects)
+				require.Zero(t, sink.count(fencing.EventStaleWriteRejected, c.Job.ID))
+				return
+			}
+			var lost *fencing.LeaseLostError
+			require.ErrorAs(t, err, &lost)
+			require.Equal(t, c.Job.ID, lost.JobID)
+			require.Equal(t, 1, sink.count(fencing.EventStaleWriteRejected, c.Job.ID))
+			require.Equal(t, "running", row.State)
+			require.Equal(t, 2, row.Attempt)
+			require.NotEqual(t, before.LeaseToken, row.LeaseToken, "the new attempt keeps its own lease")
+			require.Zero(t, sideEffects, "the refused completion's transaction rolled back")
+		})
 	}
 }
