@@ -151,15 +151,24 @@ RETURNING ` + qualifiedColumns("river_job") + `, river_job.lease_token::text, ri
 // write or a repeat, as it is for a stale one. A write without a row is for
 // a job that does not exist. A write that was not applied is a repeat or
 // stale, never ok, whatever the row looked like when the statement began.
-func setStateInlineSQL(schema string) string {
+//
+// A single write (one ID: a JobCompleteTx, a claimed job's write, a batch of
+// one) has a statement of its own, the same but for scalar arguments instead
+// of arrays. Postgres plans an unnest statement again on every call (its
+// custom plan, which sees the arrays' lengths, always looks cheaper than the
+// generic one), which for a write of one job costs more than running it;
+// the scalar statement gets a generic plan, made once per connection.
+func setStateInlineSQL(schema string, single bool) string {
+	if single {
+		return cachedSQL(&setStateSingleCache, schema, buildSetStateSingleSQL)
+	}
 	return cachedSQL(&setStateInlineCache, schema, buildSetStateInlineSQL)
 }
 
+var setStateSingleCache sync.Map
+
 func buildSetStateInlineSQL(schema string) string {
-	table := tableName(schema, "river_job")
-	stateType := tableName(schema, "river_job_state")
-	return `
-WITH job_input AS (
+	return buildSetStateSQL(schema, `
     -- As River's: unnest in the select list, which is cheaper than in FROM.
     -- A write without a proof has an empty token and attempt 0 (no attempt
     -- is 0 while running): NULLs, which prove nothing.
@@ -178,7 +187,36 @@ WITH job_input AS (
         unnest($12::text[]) AS new_state,
         nullif(unnest($14::text[]), '')::uuid AS proof_token,
         nullif(unnest($15::int[]), 0) AS proof_attempt,
-        unnest($16::timestamptz[]) AS proof_attempted_at
+        unnest($16::timestamptz[]) AS proof_attempted_at`)
+}
+
+func buildSetStateSingleSQL(schema string) string {
+	return buildSetStateSQL(schema, `
+    SELECT
+        $1::bigint AS id,
+        $2::boolean AS attempt_do_update,
+        $3::int AS new_attempt,
+        $4::boolean AS errors_do_update,
+        $5::jsonb AS new_error,
+        $6::boolean AS finalized_at_do_update,
+        $7::timestamptz AS new_finalized_at,
+        $8::boolean AS metadata_do_merge,
+        $9::jsonb AS metadata_updates,
+        $10::boolean AS scheduled_at_do_update,
+        $11::timestamptz AS new_scheduled_at,
+        $12::text AS new_state,
+        nullif($14::text, '')::uuid AS proof_token,
+        nullif($15::int, 0) AS proof_attempt,
+        $16::timestamptz AS proof_attempted_at`)
+}
+
+// buildSetStateSQL is setStateInlineSQL with jobInput, the select of the
+// writes (one row per write).
+func buildSetStateSQL(schema, jobInput string) string {
+	table := tableName(schema, "river_job")
+	stateType := tableName(schema, "river_job_state")
+	return `
+WITH job_input AS (` + jobInput + `
 ),
 updated AS (
     UPDATE ` + table + ` river_job
@@ -324,6 +362,12 @@ func setStateInlineArgs(params *riverdriver.JobSetStateIfRunningManyParams, proo
 			proofAttempts[i] = int32(pr.Attempt) //nolint:gosec // attempts are smallint
 			proofAttemptedAts[i] = pr.AttemptedAt
 		}
+	}
+	if n == 1 {
+		// setStateInlineSQL(schema, true)'s scalars.
+		return []any{params.ID[0], attemptDoUpdate[0], attempt[0], errorsDoUpdate[0], params.ErrData[0], finalizedAtDoUpdate[0],
+			finalizedAt[0], metadataDoMerge[0], metadataUpdates[0], scheduledAtDoUpdate[0], scheduledAt[0], state[0], params.Now,
+			tokens[0], proofAttempts[0], proofAttemptedAts[0]}
 	}
 	// Arrays of values, not pointers: pgx encodes those without reflection.
 	return []any{params.ID, attemptDoUpdate, attempt, errorsDoUpdate, params.ErrData, finalizedAtDoUpdate,

@@ -32,137 +32,168 @@ import (
 func TestInlineStatementsMatchRiver(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := dbtest.Pool(ctx, t)
+	for _, singly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("singly=%v", singly), func(t *testing.T) {
+			t.Parallel()
+			pool := dbtest.Pool(ctx, t)
 
-	plain := dbtest.EmptySchema(ctx, t) // River's schema only, River's statements
-	migrator, err := migrations.New(pool, &migrations.Config{Schema: plain})
-	require.NoError(t, err)
-	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
-	require.NoError(t, err)
-	fenced := dbtest.TestSchema(ctx, t) // every line, the fencing Pilot
+			plain := dbtest.EmptySchema(ctx, t) // River's schema only, River's statements
+			migrator, err := migrations.New(pool, &migrations.Config{Schema: plain})
+			require.NoError(t, err)
+			_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+			require.NoError(t, err)
+			fenced := dbtest.TestSchema(ctx, t) // every line, the fencing Pilot
 
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	for _, schema := range []string{plain, fenced} {
-		_, err := pool.Exec(ctx, `
-INSERT INTO `+pgx.Identifier{schema, "river_job"}.Sanitize()+`
-    (id, args, kind, max_attempts, metadata, priority, queue, state, scheduled_at, created_at, tags, errors)
-SELECT i, jsonb_build_object('n', i), 'inline', 5,
-    CASE WHEN i = 4 THEN jsonb_build_object('cancel_attempted_at', $1::timestamptz) ELSE '{"m": 1}' END,
-    1, 'default', 'available', $1::timestamptz - interval '1 hour' + i * interval '1 second',
-    $1::timestamptz - interval '2 hours', ARRAY['t' || i],
-    CASE WHEN i = 2 THEN ARRAY['{"at": "2024-01-01T00:00:00Z", "attempt": 0, "error": "before", "trace": ""}'::jsonb] ELSE '{}' END
-FROM generate_series(1, 8) i`, now)
-		require.NoError(t, err)
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			for _, schema := range []string{plain, fenced} {
+				_, err := pool.Exec(ctx, `
+		INSERT INTO `+pgx.Identifier{schema, "river_job"}.Sanitize()+`
+		    (id, args, kind, max_attempts, metadata, priority, queue, state, scheduled_at, created_at, tags, errors)
+		SELECT i, jsonb_build_object('n', i), 'inline', 5,
+		    CASE WHEN i = 4 THEN jsonb_build_object('cancel_attempted_at', $1::timestamptz) ELSE '{"m": 1}' END,
+		    1, 'default', 'available', $1::timestamptz - interval '1 hour' + i * interval '1 second',
+		    $1::timestamptz - interval '2 hours', ARRAY['t' || i],
+		    CASE WHEN i = 2 THEN ARRAY['{"at": "2024-01-01T00:00:00Z", "attempt": 0, "error": "before", "trace": ""}'::jsonb] ELSE '{}' END
+		FROM generate_series(1, 8) i`, now)
+				require.NoError(t, err)
+			}
+
+			riverExec := riverpgxv5.New(pool).GetExecutor()
+			driver := newDriver(t, pool, nil, nil)
+			pilot := driver.PluginPilot()
+
+			fetchParams := func(schema string) *riverdriver.JobGetAvailableParams {
+				return &riverdriver.JobGetAvailableParams{
+					ClientID: "inline-client", MaxAttemptedBy: 100, MaxToLock: 7, Now: &now, Queue: "default", Schema: schema,
+				}
+			}
+			want, err := riverExec.JobGetAvailable(ctx, fetchParams(plain))
+			require.NoError(t, err)
+			got, err := pilot.JobGetAvailable(ctx, driver.GetExecutor(), nil, fetchParams(fenced))
+			require.NoError(t, err)
+			byID := func(a, b *rivertype.JobRow) int { return int(a.ID - b.ID) }
+			slices.SortFunc(want.Jobs, byID)
+			slices.SortFunc(got.Jobs, byID)
+			require.Len(t, got.Jobs, 7)
+			require.Equal(t, want, got)
+
+			type lease struct {
+				ID        int64
+				Token     *string
+				Expires   *time.Time
+				LastToken *string
+			}
+			leases := func() []lease {
+				rows, err := pool.Query(ctx, `SELECT id, lease_token::text, lease_expires_at, lease_last_token::text
+		FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` ORDER BY id`)
+				require.NoError(t, err)
+				out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[lease])
+				require.NoError(t, err)
+				return out
+			}
+			fetched := leases()
+			tokens := map[int64]string{}
+			for _, l := range fetched[:7] {
+				require.NotNil(t, l.Token, "job %d got a token", l.ID)
+				require.NotNil(t, l.Expires, "job %d got a lease", l.ID)
+				require.WithinDuration(t, time.Now(), *l.Expires, time.Minute)
+				tokens[l.ID] = *l.Token
+			}
+			require.Nil(t, fetched[7].Token, "job 8 was not fetched")
+
+			at := now.Add(time.Second)
+			later := now.Add(time.Minute)
+			errData := []byte(`{"at": "2024-01-01T00:00:01Z", "attempt": 1, "error": "boom", "trace": ""}`)
+			setParams := func(schema string) *riverdriver.JobSetStateIfRunningManyParams {
+				return &riverdriver.JobSetStateIfRunningManyParams{
+					ID:              []int64{1, 2, 3, 4, 5, 6, 7, 999},
+					Attempt:         []*int{nil, nil, new(0), nil, nil, nil, nil, nil},
+					ErrData:         [][]byte{nil, errData, nil, errData, errData, errData, nil, nil},
+					FinalizedAt:     []*time.Time{&at, nil, nil, nil, &at, &at, &at, &at},
+					MetadataDoMerge: []bool{false, false, true, false, false, false, true, false},
+					MetadataUpdates: [][]byte{nil, nil, []byte(`{"snoozes": 1}`), nil, nil, nil, []byte(`{"output": {"ok": true}}`), nil},
+					Now:             &at,
+					ScheduledAt:     []*time.Time{nil, &later, &later, &later, nil, nil, nil, nil},
+					Schema:          schema,
+					State: []rivertype.JobState{
+						rivertype.JobStateCompleted, rivertype.JobStateRetryable, rivertype.JobStateAvailable,
+						rivertype.JobStateRetryable, rivertype.JobStateDiscarded, rivertype.JobStateCancelled,
+						rivertype.JobStateCompleted, rivertype.JobStateCompleted,
+					},
+				}
+			}
+			// The writes in one batch (the unnest statement), or one at a time
+			// (the single-write statement), for River's statement and the Pilot's.
+			var wantRows, gotRows []*rivertype.JobRow
+			for _, pair := range zipWrites(setParams(plain), setParams(fenced), singly) {
+				want, err := riverExec.JobSetStateIfRunningMany(ctx, pair[0])
+				require.NoError(t, err)
+				got, err := pilot.JobSetStateIfRunningMany(ctx, driver.GetExecutor(), pair[1])
+				require.NoError(t, err)
+				wantRows, gotRows = append(wantRows, want...), append(gotRows, got...)
+			}
+			require.Len(t, gotRows, 7)
+			require.Equal(t, wantRows, gotRows)
+			require.Equal(t, rivertype.JobStateCancelled, gotRows[3].State, "cancel requested: River's rule applies")
+
+			all := func(schema string) []*rivertype.JobRow {
+				jobs, err := riverExec.JobGetByIDMany(ctx, &riverdriver.JobGetByIDManyParams{ID: []int64{1, 2, 3, 4, 5, 6, 7, 8}, Schema: schema})
+				require.NoError(t, err)
+				return jobs
+			}
+			require.Equal(t, all(plain), all(fenced))
+
+			// Every lease revoked, its token kept as the last one, and each attempt
+			// logged once with the state it left its job in.
+			for _, l := range leases()[:7] {
+				require.Nil(t, l.Token)
+				require.Nil(t, l.Expires)
+				require.NotNil(t, l.LastToken)
+				require.Equal(t, tokens[l.ID], *l.LastToken)
+			}
+			type logged struct {
+				JobID       int64
+				Attempt     int
+				Token       string
+				AttemptedBy string
+				StartedAt   time.Time
+				Outcome     string
+			}
+			rows, err := pool.Query(ctx, `SELECT job_id, attempt, lease_token::text, attempted_by, started_at, outcome
+		FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` ORDER BY job_id`)
+			require.NoError(t, err)
+			log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
+			require.NoError(t, err)
+			require.Len(t, log, 7)
+			for i, entry := range log {
+				require.Equal(t, logged{
+					JobID: int64(i + 1), Attempt: 1, Token: tokens[int64(i+1)], AttemptedBy: "inline-client",
+					StartedAt: entry.StartedAt, Outcome: string(gotRows[i].State),
+				}, entry)
+				require.True(t, now.Equal(entry.StartedAt), "started at the attempt's attempted_at")
+			}
+		})
 	}
+}
 
-	riverExec := riverpgxv5.New(pool).GetExecutor()
-	driver := newDriver(t, pool, nil, nil)
-	pilot := driver.PluginPilot()
-
-	fetchParams := func(schema string) *riverdriver.JobGetAvailableParams {
-		return &riverdriver.JobGetAvailableParams{
-			ClientID: "inline-client", MaxAttemptedBy: 100, MaxToLock: 7, Now: &now, Queue: "default", Schema: schema,
-		}
+// zipWrites pairs River's writes with the Pilot's: all in one, or one pair
+// per write when singly.
+func zipWrites(river, pilot *riverdriver.JobSetStateIfRunningManyParams, singly bool) [][2]*riverdriver.JobSetStateIfRunningManyParams {
+	if !singly {
+		return [][2]*riverdriver.JobSetStateIfRunningManyParams{{river, pilot}}
 	}
-	want, err := riverExec.JobGetAvailable(ctx, fetchParams(plain))
-	require.NoError(t, err)
-	got, err := pilot.JobGetAvailable(ctx, driver.GetExecutor(), nil, fetchParams(fenced))
-	require.NoError(t, err)
-	byID := func(a, b *rivertype.JobRow) int { return int(a.ID - b.ID) }
-	slices.SortFunc(want.Jobs, byID)
-	slices.SortFunc(got.Jobs, byID)
-	require.Len(t, got.Jobs, 7)
-	require.Equal(t, want, got)
-
-	type lease struct {
-		ID        int64
-		Token     *string
-		Expires   *time.Time
-		LastToken *string
-	}
-	leases := func() []lease {
-		rows, err := pool.Query(ctx, `SELECT id, lease_token::text, lease_expires_at, lease_last_token::text
-FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` ORDER BY id`)
-		require.NoError(t, err)
-		out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[lease])
-		require.NoError(t, err)
-		return out
-	}
-	fetched := leases()
-	tokens := map[int64]string{}
-	for _, l := range fetched[:7] {
-		require.NotNil(t, l.Token, "job %d got a token", l.ID)
-		require.NotNil(t, l.Expires, "job %d got a lease", l.ID)
-		require.WithinDuration(t, time.Now(), *l.Expires, time.Minute)
-		tokens[l.ID] = *l.Token
-	}
-	require.Nil(t, fetched[7].Token, "job 8 was not fetched")
-
-	at := now.Add(time.Second)
-	later := now.Add(time.Minute)
-	errData := []byte(`{"at": "2024-01-01T00:00:01Z", "attempt": 1, "error": "boom", "trace": ""}`)
-	setParams := func(schema string) *riverdriver.JobSetStateIfRunningManyParams {
+	one := func(p *riverdriver.JobSetStateIfRunningManyParams, i int) *riverdriver.JobSetStateIfRunningManyParams {
 		return &riverdriver.JobSetStateIfRunningManyParams{
-			ID:              []int64{1, 2, 3, 4, 5, 6, 7, 999},
-			Attempt:         []*int{nil, nil, new(0), nil, nil, nil, nil, nil},
-			ErrData:         [][]byte{nil, errData, nil, errData, errData, errData, nil, nil},
-			FinalizedAt:     []*time.Time{&at, nil, nil, nil, &at, &at, &at, &at},
-			MetadataDoMerge: []bool{false, false, true, false, false, false, true, false},
-			MetadataUpdates: [][]byte{nil, nil, []byte(`{"snoozes": 1}`), nil, nil, nil, []byte(`{"output": {"ok": true}}`), nil},
-			Now:             &at,
-			ScheduledAt:     []*time.Time{nil, &later, &later, &later, nil, nil, nil, nil},
-			Schema:          schema,
-			State: []rivertype.JobState{
-				rivertype.JobStateCompleted, rivertype.JobStateRetryable, rivertype.JobStateAvailable,
-				rivertype.JobStateRetryable, rivertype.JobStateDiscarded, rivertype.JobStateCancelled,
-				rivertype.JobStateCompleted, rivertype.JobStateCompleted,
-			},
+			ID: p.ID[i : i+1], Attempt: p.Attempt[i : i+1], ErrData: p.ErrData[i : i+1], FinalizedAt: p.FinalizedAt[i : i+1],
+			MetadataDoMerge: p.MetadataDoMerge[i : i+1], MetadataUpdates: p.MetadataUpdates[i : i+1], Now: p.Now,
+			ScheduledAt: p.ScheduledAt[i : i+1], Schema: p.Schema, State: p.State[i : i+1],
 		}
 	}
-	wantRows, err := riverExec.JobSetStateIfRunningMany(ctx, setParams(plain))
-	require.NoError(t, err)
-	gotRows, err := pilot.JobSetStateIfRunningMany(ctx, driver.GetExecutor(), setParams(fenced))
-	require.NoError(t, err)
-	require.Len(t, gotRows, 7)
-	require.Equal(t, wantRows, gotRows)
-	require.Equal(t, rivertype.JobStateCancelled, gotRows[3].State, "cancel requested: River's rule applies")
-
-	all := func(schema string) []*rivertype.JobRow {
-		jobs, err := riverExec.JobGetByIDMany(ctx, &riverdriver.JobGetByIDManyParams{ID: []int64{1, 2, 3, 4, 5, 6, 7, 8}, Schema: schema})
-		require.NoError(t, err)
-		return jobs
+	pairs := make([][2]*riverdriver.JobSetStateIfRunningManyParams, len(river.ID))
+	for i := range river.ID {
+		pairs[i] = [2]*riverdriver.JobSetStateIfRunningManyParams{one(river, i), one(pilot, i)}
 	}
-	require.Equal(t, all(plain), all(fenced))
-
-	// Every lease revoked, its token kept as the last one, and each attempt
-	// logged once with the state it left its job in.
-	for _, l := range leases()[:7] {
-		require.Nil(t, l.Token)
-		require.Nil(t, l.Expires)
-		require.NotNil(t, l.LastToken)
-		require.Equal(t, tokens[l.ID], *l.LastToken)
-	}
-	type logged struct {
-		JobID       int64
-		Attempt     int
-		Token       string
-		AttemptedBy string
-		StartedAt   time.Time
-		Outcome     string
-	}
-	rows, err := pool.Query(ctx, `SELECT job_id, attempt, lease_token::text, attempted_by, started_at, outcome
-FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` ORDER BY job_id`)
-	require.NoError(t, err)
-	log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
-	require.NoError(t, err)
-	require.Len(t, log, 7)
-	for i, entry := range log {
-		require.Equal(t, logged{
-			JobID: int64(i + 1), Attempt: 1, Token: tokens[int64(i+1)], AttemptedBy: "inline-client",
-			StartedAt: entry.StartedAt, Outcome: string(gotRows[i].State),
-		}, entry)
-		require.True(t, now.Equal(entry.StartedAt), "started at the attempt's attempted_at")
-	}
+	return pairs
 }
 
 // TestClaimedCompletionMatchesRiver (F7): a claimed job's completion queued
@@ -489,8 +520,11 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 			pool := dbtest.Pool(ctx, t)
 			schema := dbtest.TestSchema(ctx, t)
 			table := pgx.Identifier{schema, "river_job"}.Sanitize()
-			sideEffect := pgx.Identifier{schema, "side_effect"}.Sanitize()
-			_, err := pool.Exec(ctx, "CREATE TABLE "+sideEffect+" (job_id bigint)")
+			sideEffect := pgx.Identifier{schema, "recheck_side_effect"}.Sanitize()
+			// Test schemas are reused: the table may be there, with rows.
+			_, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+sideEffect+" (job_id bigint)")
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, "DELETE FROM "+sideEffect)
 			require.NoError(t, err)
 			sink := newEventSink()
 			driver := newDriver(t, pool, sink, nil)

@@ -683,7 +683,7 @@ func inlineWritable(params *riverdriver.JobSetStateIfRunningManyParams) bool {
 // returns a verdict per write and the rows River's statement would have
 // returned for the writes judged ok, missing or repeat, ordered by ID.
 func (p *Pilot) setStateInline(ctx context.Context, q querier, params *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof) ([]string, []*rivertype.JobRow, error) {
-	pgxRows, err := q.Query(ctx, setStateInlineSQL(params.Schema), setStateInlineArgs(params, proofs)...)
+	pgxRows, err := q.Query(ctx, setStateInlineSQL(params.Schema, len(params.ID) == 1), setStateInlineArgs(params, proofs)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("setting state of %d jobs: %w", len(params.ID), err)
 	}
