@@ -502,3 +502,82 @@ func TestVersioningAcrossADeploy(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "bonjour", greeting, "a run started on v2 takes the new branch")
 }
+
+type SettleArgs struct{}
+
+func (SettleArgs) Kind() string { return "settle" }
+
+// SettleWorkflow charges once, then twice at once, then waits for "done".
+type SettleWorkflow struct {
+	workflow.Defaults[SettleArgs, int64]
+}
+
+func (w *SettleWorkflow) Run(ctx workflow.Context, _ SettleArgs) (int64, error) {
+	first, err := workflow.ExecuteActivity[Charge](ctx, ChargeArgs{Order: "first", Cents: 1}, nil).Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	second := workflow.ExecuteActivity[Charge](ctx, ChargeArgs{Order: "second", Cents: 2}, nil)
+	third := workflow.ExecuteActivity[Charge](ctx, ChargeArgs{Order: "third", Cents: 3}, nil)
+	total := first.Cents
+	for _, f := range []workflow.Future[Charge]{second, third} {
+		c, err := f.Get(ctx)
+		if err != nil {
+			return 0, err
+		}
+		total += c.Cents
+	}
+	_, _ = workflow.GetSignalChannel[DoneSignal](ctx).Receive(ctx)
+	return total, nil
+}
+
+// An activity's pending row (its deadlines, for the sweeper) goes with the
+// task that records its outcome, one at a time or several in one task, while
+// the run goes on.
+func TestActivityOutcomesRetirePendingRows(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		config *worker.Config
+	}{
+		{"Eager", nil},
+		{"ThroughRiver", &worker.Config{MaxEagerActivities: -1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			b := setup(ctx, t)
+			config := c.config
+			if config == nil {
+				config = &worker.Config{}
+			}
+			config.Schema = b.schema
+			w, err := worker.New(b.pool, config)
+			require.NoError(t, err)
+			worker.AddWorkflow(w, &SettleWorkflow{})
+			worker.AddActivity(w, b.charge)
+			require.NoError(t, w.Start(ctx))
+			t.Cleanup(func() { _ = w.Stop(context.WithoutCancel(ctx)) })
+
+			run, err := b.client.Start(ctx, SettleArgs{}, nil)
+			require.NoError(t, err)
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				var resolved, pending int
+				require.NoError(t, b.pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+b.names.Event+
+					" WHERE run_id = $1 AND type = 'ActivityCompleted'), (SELECT count(*) FROM "+b.names.Activity+" WHERE run_id = $1)",
+					run.RunID).Scan(&resolved, &pending))
+				if resolved == 3 && pending == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d activities resolved, %d pending rows left", resolved, pending)
+				}
+			}
+
+			require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, DoneSignal{}, nil))
+			total, err := getWithin[int64](ctx, t, run)
+			require.NoError(t, err)
+			require.Equal(t, int64(6), total)
+		})
+	}
+}

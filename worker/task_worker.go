@@ -779,7 +779,13 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 	run.writes.Queue("INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, resolves_event_id, created_at)"+
 		" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
 		runID, ids, types, attributes, resolves, times).Exec(func(pgconn.CommandTag) error { return nil })
-	if len(retired) > 0 {
+	switch len(retired) {
+	case 0:
+	case 1:
+		// The usual step: a scalar, for a plan made once per connection
+		// (Postgres plans a statement on an array again on every call).
+		run.writes.Queue("DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = $2", runID, retired[0])
+	default:
 		run.writes.Queue("DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = ANY($2)", runID, retired)
 	}
 	for _, e := range events {
