@@ -53,7 +53,8 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 		return false, err
 	}
 	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
-	by := &advanceBy{attempt: attempt, own: own}
+	// outcomeTx writes nothing after this and commits: the last batch may.
+	by := &advanceBy{attempt: attempt, commit: true, own: own}
 	err = w.advance(ctx, tx, def, run, now, []history.Event{direct}, by, cont)
 	return by.completed, err
 }

@@ -266,6 +266,12 @@ type advanceBy struct {
 	own       *ownJob
 	completed bool
 
+	// commit, when set, lets the last batch also commit tx (a lazytx
+	// transaction) if the job's completion rode in it and nothing is
+	// written after it: the caller writes nothing more and commits. The
+	// commit then costs no round trip of its own.
+	commit bool
+
 	// replayCtx, when set, bounds the workflow code (not the statements):
 	// a first task running inside a client's start.
 	replayCtx context.Context
@@ -418,6 +424,14 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if by.completed, err = by.own.queueIn(ctx, run.writes); err != nil {
 		return err
 	}
+	// What is written below, after this batch (a superset of it): nothing,
+	// and the batch may commit tx too.
+	pending := pendingWork(events, toAppend)
+	after := outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 || run.inboxed ||
+		outcome.Completed && (run.HasParent || pending.children || pending.activities)
+	if by.commit && by.completed && !after {
+		lazytx.QueueCommit(tx, run.writes)
+	}
 	if err := flushWrites(ctx, tx, run); err != nil {
 		return fmt.Errorf("advancing run: %w", err)
 	}
@@ -452,7 +466,6 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 				return err
 			}
 		}
-		pending := pendingWork(events, toAppend)
 		if pending.children {
 			if err := runstate.CloseChildren(ctx, tx, names, w.riverClient, runID); err != nil {
 				return err

@@ -23,7 +23,11 @@ import (
 type Tx struct {
 	pool   *pgxpool.Pool
 	inner  pgx.Tx // nil until the transaction began
-	closed bool   // committed or rolled back before it began
+	closed bool   // committed or rolled back before it began, or committed in a batch
+
+	// A COMMIT queued in a batch (QueueCommit): committed once it ran.
+	commitQueued bool
+	committed    bool
 }
 
 var _ pgx.Tx = (*Tx)(nil)
@@ -54,10 +58,41 @@ func BeginFunc(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) (
 // began reports whether BEGIN was sent, and the error to return if the
 // transaction was closed before it began.
 func (t *Tx) began() (bool, error) {
-	if t.closed {
+	if t.closed || t.committed {
 		return false, pgx.ErrTxClosed
 	}
 	return t.inner != nil, nil
+}
+
+// QueueCommit queues tx's COMMIT at the end of b, for a caller whose batch
+// holds the transaction's last statements: the commit rides in the batch's
+// round trip instead of one of its own. It queues nothing and returns false
+// unless tx is a Tx whose first statement has been sent (a transaction that
+// has not begun has nothing to commit yet).
+//
+// Once b has run, Commit returns the outcome without sending anything: nil
+// if the COMMIT succeeded, pgx.ErrTxCommitRollback if it did not run (a
+// statement before it failed) or failed itself; either way nothing of the
+// transaction committed then. After a successful COMMIT every statement
+// fails with pgx.ErrTxClosed: nothing can run outside the transaction by
+// mistake.
+func QueueCommit(tx pgx.Tx, b *pgx.Batch) bool {
+	t, ok := tx.(*Tx)
+	if !ok || t.closed || t.committed || t.commitQueued {
+		return false
+	}
+	if _, ok := t.inner.(*connTx); !ok {
+		return false // not begun, or begun in a round trip of its own (pgxpool's Tx)
+	}
+	t.commitQueued = true
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			return pgx.ErrTxCommitRollback // the transaction had failed (it is rolled back)
+		}
+		t.committed = true
+		return nil
+	})
+	return true
 }
 
 // send sends b behind BEGIN and makes its transaction this one's. The
@@ -245,6 +280,9 @@ func (t *Tx) Conn() *pgx.Conn {
 // Commit commits the transaction. One that never began has nothing to
 // commit.
 func (t *Tx) Commit(ctx context.Context) error {
+	if t.commitQueued {
+		return t.endQueued(ctx, pgx.ErrTxCommitRollback)
+	}
 	if ok, err := t.began(); ok || err != nil {
 		if err != nil {
 			return err
@@ -258,6 +296,9 @@ func (t *Tx) Commit(ctx context.Context) error {
 // Rollback rolls the transaction back; it returns an error matching
 // pgx.ErrTxClosed after Commit or Rollback, as pgx's does.
 func (t *Tx) Rollback(ctx context.Context) error {
+	if t.commitQueued {
+		return t.endQueued(ctx, nil)
+	}
 	if ok, err := t.began(); ok || err != nil {
 		if err != nil {
 			return err
@@ -266,4 +307,29 @@ func (t *Tx) Rollback(ctx context.Context) error {
 	}
 	t.closed = true
 	return nil
+}
+
+// endQueued ends a transaction whose COMMIT was queued in a batch
+// (QueueCommit). If it committed, there is nothing to send: its connection
+// goes back to the pool and the first end returns nil (later ones
+// pgx.ErrTxClosed). If it did not (the batch failed or never ran), a
+// ROLLBACK makes sure the server ended it, and notCommitted is returned:
+// Commit's pgx.ErrTxCommitRollback, Rollback's nil.
+func (t *Tx) endQueued(ctx context.Context, notCommitted error) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	t.closed = true
+	inner := t.inner.(*connTx) // QueueCommit queues only on one
+	if t.committed {
+		inner.release()
+		return nil
+	}
+	// Aborted (a statement failed) or ended (COMMIT failed, or the batch
+	// was never sent): ROLLBACK is right either way (on an ended one the
+	// server only warns).
+	if err := inner.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return err
+	}
+	return notCommitted
 }

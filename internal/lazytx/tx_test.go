@@ -333,3 +333,125 @@ func TestFirstStatementErrorOnce(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	require.Zero(t, pool.Stat().AcquiredConns())
 }
+
+// TestQueueCommit: a COMMIT queued in a transaction's last batch commits it
+// in that batch's round trip; Commit then sends nothing, and nothing more
+// runs in (or after) the transaction.
+func TestQueueCommit(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CommitsWithTheBatch", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, tr, table := setup(t)
+		tx := lazytx.Begin(pool)
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
+		require.NoError(t, err)
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO " + table + " VALUES (2)")
+		require.True(t, lazytx.QueueCommit(tx, b))
+		require.False(t, lazytx.QueueCommit(tx, b), "one COMMIT per transaction")
+		require.NoError(t, tx.SendBatch(ctx, b).Close())
+		require.Equal(t, 2, count(t, pool, table), "committed with the batch, before Commit")
+
+		_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES (3)")
+		require.ErrorIs(t, err, pgx.ErrTxClosed, "nothing runs after the commit")
+		require.NoError(t, tx.Commit(ctx))
+		require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxClosed)
+		require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
+		require.Equal(t, 2, count(t, pool, table))
+		require.Zero(t, pool.Stat().AcquiredConns(), "the connection went back to the pool")
+		queries, _ := tr.sent()
+		require.NotContains(t, queries, "commit", "no COMMIT of its own")
+	})
+
+	t.Run("InBeginFunc", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, tr, table := setup(t)
+		require.NoError(t, lazytx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue("INSERT INTO " + table + " VALUES (1)")
+			require.False(t, lazytx.QueueCommit(tx, b), "not begun: nothing to commit yet")
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			b = &pgx.Batch{}
+			b.Queue("INSERT INTO " + table + " VALUES (2)")
+			require.True(t, lazytx.QueueCommit(tx, b))
+			return tx.SendBatch(ctx, b).Close()
+		}))
+		require.Equal(t, 2, count(t, pool, table))
+		require.Zero(t, pool.Stat().AcquiredConns())
+		queries, _ := tr.sent()
+		require.NotContains(t, queries, "commit")
+		require.NotContains(t, queries, "rollback")
+	})
+
+	// The COMMIT does not run (a statement before it failed) or fails
+	// itself (a deferred constraint): nothing commits, Commit says so, and
+	// the connection goes back to the pool in a usable state.
+	for _, commitFails := range []bool{false, true} {
+		t.Run(map[bool]string{false: "StatementFails", true: "CommitFails"}[commitFails], func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool, _, table := setup(t)
+			deferred := strings.TrimSuffix(table, `"`) + `_deferred"`
+			_, err := pool.Exec(ctx, "CREATE TABLE "+deferred+" (id int UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+			require.NoError(t, err)
+			tx := lazytx.Begin(pool)
+			b := &pgx.Batch{}
+			b.Queue("INSERT INTO " + table + " VALUES (1)")
+			b.Queue("INSERT INTO " + deferred + " VALUES (1)")
+			require.NoError(t, tx.SendBatch(ctx, b).Close())
+			b = &pgx.Batch{}
+			if commitFails {
+				b.Queue("INSERT INTO " + deferred + " VALUES (1)") // fine until COMMIT checks it
+			} else {
+				b.Queue("INSERT INTO " + table + " VALUES (1)")
+			}
+			require.True(t, lazytx.QueueCommit(tx, b))
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, tx.SendBatch(ctx, b).Close(), &pgErr)
+			require.Equal(t, "23505", pgErr.Code)
+			require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
+			require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
+			require.Zero(t, count(t, pool, table), "nothing committed")
+			require.Zero(t, count(t, pool, deferred))
+			require.Zero(t, pool.Stat().AcquiredConns())
+		})
+	}
+
+	t.Run("RolledBackBeforeTheBatchRan", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, _, table := setup(t)
+		tx := lazytx.Begin(pool)
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
+		require.NoError(t, err)
+		b := &pgx.Batch{}
+		require.True(t, lazytx.QueueCommit(tx, b))
+		require.NoError(t, tx.Rollback(ctx))
+		require.Zero(t, count(t, pool, table))
+		require.Zero(t, pool.Stat().AcquiredConns())
+	})
+
+	t.Run("NotATxThatBeganWithABatch", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, _, _ := setup(t)
+		b := &pgx.Batch{}
+		require.False(t, lazytx.QueueCommit(lazytx.Begin(pool), b), "not begun")
+		plain, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		require.False(t, lazytx.QueueCommit(plain, b), "pgx's own")
+		require.NoError(t, plain.Rollback(ctx))
+		tx := lazytx.Begin(pool)
+		savepoint, err := tx.Begin(ctx) // begins in a round trip of its own
+		require.NoError(t, err)
+		require.False(t, lazytx.QueueCommit(tx, b))
+		require.NoError(t, savepoint.Rollback(ctx))
+		require.NoError(t, tx.Rollback(ctx))
+		require.Zero(t, b.Len())
+	})
+}
