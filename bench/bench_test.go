@@ -98,6 +98,10 @@ func TestSummarize(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, summarize(results), want)
 	}
+
+	results, err = readResults(strings.NewReader(`{"workload":"jobs","contender":"raw","config":"tuned","n":1,"run":1,"runs":1,"unit":"jobs/s","per_sec":1,"env":{"cpus":2,"go":"go1.26","pg":{"version":"PostgreSQL 15","fsync":"on"},"tls":false,"round_trip":{"back_to_back_ms":0.101,"after_idle_ms":2.234,"idle_ms":50},"weir_commit":"abc"}}`))
+	require.NoError(t, err)
+	require.Contains(t, summarize(results), "; connections unencrypted; one round trip 0.10 ms back to back, 2.23 ms after 50 ms idle; weir abc.")
 }
 
 func TestMessageCounter(t *testing.T) {
@@ -225,5 +229,9 @@ func TestServerEnvTLS(t *testing.T) {
 		require.NoError(t, err)
 		require.NotNil(t, env.TLS)
 		require.Equal(t, want, *env.TLS, "sslmode=%s", mode)
+		require.NotNil(t, env.RoundTrip)
+		require.Positive(t, env.RoundTrip.BackToBackMs)
+		require.Positive(t, env.RoundTrip.AfterIdleMs)
+		require.Equal(t, 50.0, env.RoundTrip.IdleMs)
 	}
 }

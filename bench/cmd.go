@@ -233,6 +233,10 @@ func withHarness(ctx context.Context, o *options, fn func(context.Context, *harn
 	if *env.TLS {
 		logf("connections to the server are encrypted (TLS): each round trip costs more, the more so for contenders that make more of them; add sslmode=disable to DATABASE_URL to compare on a local server")
 	}
+	if rt := env.RoundTrip; rt.AfterIdleMs > 4*rt.BackToBackMs {
+		logf("one round trip costs %.2f ms back to back but %.2f ms after %.0f ms idle (this machine's CPUs sleep when idle): open-loop latencies at a low rate measure those wake-ups as much as the contenders; compare them within one run",
+			rt.BackToBackMs, rt.AfterIdleMs, rt.IdleMs)
+	}
 
 	collected := &collector{}
 	sinks := []io.Writer{os.Stdout, collected}

@@ -106,9 +106,30 @@ type Env struct {
 	// before the harness looked.
 	TLS *bool `json:"tls,omitempty"`
 
+	// RoundTrip is what one round trip (SELECT 1) costs on the harness's
+	// connection, back to back and after the connection sat idle. Nil in
+	// results recorded before the harness measured it.
+	RoundTrip *RoundTrip `json:"round_trip,omitempty"`
+
 	// WeirCommit is the git commit of the weir checkout, "-dirty" appended
 	// when it has uncommitted changes.
 	WeirCommit string `json:"weir_commit"`
+}
+
+// RoundTrip is the median cost of one round trip, in milliseconds. On a
+// virtual machine whose CPUs sleep when idle, a round trip after a pause
+// waits for the CPUs to wake, which can cost many times a busy one: an
+// open-loop run at a low rate pays that on most of its round trips, a
+// burst on few.
+type RoundTrip struct {
+	// BackToBackMs is a round trip sent as soon as the previous one
+	// returned.
+	BackToBackMs float64 `json:"back_to_back_ms"`
+
+	// AfterIdleMs is a round trip sent after the connection and the
+	// process sat idle for IdleMs.
+	AfterIdleMs float64 `json:"after_idle_ms"`
+	IdleMs      float64 `json:"idle_ms"`
 }
 
 // resultWriter prints Results as JSON lines, one at a time.

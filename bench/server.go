@@ -169,14 +169,56 @@ func (s *server) env(ctx context.Context) (*Env, error) {
 	if err := conn.QueryRow(ctx, "SELECT coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)").Scan(&tls); err != nil {
 		return nil, err
 	}
+	rt, err := measureRoundTrip(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
 	return &Env{
 		CPUs:          runtime.NumCPU(),
 		GoVersion:     runtime.Version(),
 		PG:            pg,
 		PrivateServer: s.cluster != nil,
+		RoundTrip:     rt,
 		TLS:           &tls,
 		WeirCommit:    weirCommit(),
 	}, nil
+}
+
+// roundTripIdle is the pause before each of measureRoundTrip's idle round
+// trips: about the gap between two workflows' steps at the open-loop rate.
+const roundTripIdle = 50 * time.Millisecond
+
+// measureRoundTrip times SELECT 1 on conn: the median of 40 sent back to
+// back, and of 20 sent each after roundTripIdle of nothing.
+func measureRoundTrip(ctx context.Context, conn *pgx.Conn) (*RoundTrip, error) {
+	timed := func(n int, pause time.Duration) (float64, error) {
+		ms := make([]float64, n)
+		for i := range ms {
+			if pause > 0 {
+				select {
+				case <-time.After(pause):
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+			}
+			begin := time.Now()
+			var one int
+			if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+				return 0, fmt.Errorf("timing a round trip: %w", err)
+			}
+			ms[i] = float64(time.Since(begin).Microseconds()) / 1000
+		}
+		return percentile(ms, 50), nil
+	}
+	busy, err := timed(40, 0)
+	if err != nil {
+		return nil, err
+	}
+	idle, err := timed(20, roundTripIdle)
+	if err != nil {
+		return nil, err
+	}
+	return &RoundTrip{BackToBackMs: busy, AfterIdleMs: idle, IdleMs: float64(roundTripIdle.Milliseconds())}, nil
 }
 
 // weirCommit is the commit of the checkout the harness runs in, with

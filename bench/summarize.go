@@ -146,8 +146,12 @@ func summarize(results []*Result) string {
 		default:
 			connections = "; connections unencrypted"
 		}
-		fmt.Fprintf(&b, "Environment: %s; %d CPUs, %s; settings: %s%s; weir %s.\n",
-			env.PG["version"], env.CPUs, env.GoVersion, settingsLine(env.PG), connections, env.WeirCommit)
+		roundTrip := ""
+		if rt := env.RoundTrip; rt != nil {
+			roundTrip = fmt.Sprintf("; one round trip %.2f ms back to back, %.2f ms after %.0f ms idle", rt.BackToBackMs, rt.AfterIdleMs, rt.IdleMs)
+		}
+		fmt.Fprintf(&b, "Environment: %s; %d CPUs, %s; settings: %s%s%s; weir %s.\n",
+			env.PG["version"], env.CPUs, env.GoVersion, settingsLine(env.PG), connections, roundTrip, env.WeirCommit)
 	}
 	return b.String()
 }
