@@ -20,8 +20,12 @@ const (
 	// notifications of the jobs this worker inserts.
 	FetchCooldownDefault = 5 * time.Millisecond
 
-	// MaxEagerActivitiesDefault is Config.MaxEagerActivities's default.
-	MaxEagerActivitiesDefault = 100
+	// MaxEagerActivitiesDefault is Config.MaxEagerActivities's default: as
+	// many as a Temporal worker runs at once by default
+	// (MaxConcurrentActivityExecutionSize). An eager activity waiting for a
+	// connection holds its slot, so with a small pool under a burst a
+	// lower limit sends most activities through River's slower path.
+	MaxEagerActivitiesDefault = 1000
 
 	// MaxWorkersDefault is the River MaxWorkers of the default queue.
 	MaxWorkersDefault = 100
