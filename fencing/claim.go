@@ -85,13 +85,18 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 	// The lease trigger gives a row entering running a lease when the
 	// transaction asks for one (weir.fencing_lease_ttl): the setting is made
 	// for the insert and cleared right after it, in one statement (the
-	// inserted row flows from the first CTE to the last select).
+	// inserted row flows from the first CTE to the last select). A row
+	// without a lease (no fencing migration, so no trigger) divides by
+	// zero: the statement fails in the database, so the transaction cannot
+	// commit an unleased running job even when the caller ignores the
+	// error or its COMMIT rides in the same batch.
 	batch.Queue("WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true)),"+
 		" claimed AS (INSERT INTO "+tableName(params.Schema, "river_job")+
 		"  (args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)"+
 		"  SELECT $2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, now(), 'running', '{}' FROM lease"+
 		"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)"+
-		" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true) FROM claimed",
+		" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true),"+
+		"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed",
 		ttl, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue).
 		QueryRow(func(row pgx.Row) error {
 			var (
@@ -101,11 +106,16 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 				token       string
 				expiresAt   *time.Time
 				cleared     string
+				leased      int
 			)
-			if err := row.Scan(&id, &attemptedAt, &createdAt, &token, &expiresAt, &cleared); err != nil {
+			err := row.Scan(&id, &attemptedAt, &createdAt, &token, &expiresAt, &cleared, &leased)
+			var pgErr *pgconn.PgError
+			switch {
+			case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero:
+				return fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w", params.Kind, ErrNoLease)
+			case err != nil:
 				return fmt.Errorf("fencing: inserting claimed job %s: %w", params.Kind, err)
-			}
-			if token == "" || expiresAt == nil {
+			case token == "" || expiresAt == nil: // the statement's check says otherwise; fail closed all the same
 				return fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", id, params.Kind, ErrNoLease)
 			}
 			done(&Claim{

@@ -286,6 +286,28 @@ func TestClaimedJob(t *testing.T) {
 		}))
 	})
 
+	// With no lease trigger (disabled by hand, here inside the transaction)
+	// nothing mints a lease: the claim fails in the database, so even a
+	// caller that ignores the error cannot commit a running job nobody
+	// leases. (Without the fencing migration the lease columns are missing
+	// and the insert fails outright.)
+	t.Run("WithoutTheLeaseTrigger", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, _ := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		_, err = tx.Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" DISABLE TRIGGER USER")
+		require.NoError(t, err)
+		_, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+			Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
+		})
+		require.ErrorIs(t, err, fencing.ErrNoLease)
+		require.Error(t, tx.Commit(ctx), "the transaction is aborted")
+	})
+
 	t.Run("OutsideItsAttempt", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

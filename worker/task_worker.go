@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
@@ -413,9 +413,16 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			return err
 		}
 	}
-	run.writes.Queue(query, args...).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("advancing run %s: its append point moved under this task", runID)
+	// Checked in the database (a moved append point divides by zero), so
+	// that it fails the batch, and a COMMIT queued behind it, there.
+	run.writes.Queue("WITH u AS ("+query+" RETURNING 1) SELECT 1 / count(*)::int FROM u", args...).QueryRow(func(row pgx.Row) error {
+		var one int
+		if err := row.Scan(&one); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
+				return fmt.Errorf("advancing run %s: its append point moved under this task: %w", runID, err)
+			}
+			return err
 		}
 		return nil
 	})

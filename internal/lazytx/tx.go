@@ -12,6 +12,7 @@ package lazytx
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,10 +26,20 @@ type Tx struct {
 	inner  pgx.Tx // nil until the transaction began
 	closed bool   // committed or rolled back before it began, or committed in a batch
 
-	// A COMMIT queued in a batch (QueueCommit): committed once it ran.
+	// A COMMIT queued at the end of commitBatch (QueueCommit), at position
+	// commitLen: committed once it ran.
 	commitQueued bool
+	commitBatch  *pgx.Batch
+	commitLen    int
 	committed    bool
 }
+
+// ErrCommittedDespiteCallback is what a batch carrying a queued COMMIT
+// (QueueCommit) returns when the transaction committed but a callback of
+// one of its statements failed on the client's side (the statement itself
+// succeeded): the COMMIT was already on its way, so the callback could not
+// prevent it. The error wraps the callback's.
+var ErrCommittedDespiteCallback = errors.New("lazytx: the transaction committed, but a callback of its last batch failed")
 
 var _ pgx.Tx = (*Tx)(nil)
 
@@ -70,6 +81,14 @@ func (t *Tx) began() (bool, error) {
 // unless tx is a Tx whose first statement has been sent (a transaction that
 // has not begun has nothing to commit yet).
 //
+// The batch's statements run in one pipeline, so the COMMIT runs unless a
+// statement before it fails in the database: a check that must prevent the
+// commit has to fail there (an error raised by the statement), not in the
+// statement's callback, which runs once the results come back. A callback
+// that fails after its statement succeeded does not stop the COMMIT; the
+// batch then returns ErrCommittedDespiteCallback. Nothing may be queued in
+// b after QueueCommit: SendBatch refuses the batch then.
+//
 // Once b has run, Commit returns the outcome without sending anything: nil
 // if the COMMIT succeeded, pgx.ErrTxCommitRollback if it did not run (a
 // statement before it failed) or failed itself; either way nothing of the
@@ -84,14 +103,39 @@ func QueueCommit(tx pgx.Tx, b *pgx.Batch) bool {
 	if _, ok := t.inner.(*connTx); !ok {
 		return false // not begun, or begun in a round trip of its own (pgxpool's Tx)
 	}
-	t.commitQueued = true
+	// A callback's own failure (its statement succeeded: the error is not
+	// the database's) is held until the COMMIT's result is read, which
+	// says whether the transaction committed.
+	var held error
+	for _, qq := range b.QueuedQueries {
+		if qq.Fn == nil {
+			continue
+		}
+		fn := qq.Fn
+		qq.Fn = func(br pgx.BatchResults) error {
+			err := fn(br)
+			var pgErr *pgconn.PgError
+			if err == nil || errors.As(err, &pgErr) {
+				return err
+			}
+			if held == nil {
+				held = err
+			}
+			return nil
+		}
+	}
+	t.commitQueued, t.commitBatch = true, b
 	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return pgx.ErrTxCommitRollback // the transaction had failed (it is rolled back)
 		}
 		t.committed = true
+		if held != nil {
+			return fmt.Errorf("%w: %w", ErrCommittedDespiteCallback, held)
+		}
 		return nil
 	})
+	t.commitLen = b.Len()
 	return true
 }
 
@@ -224,6 +268,9 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // SendBatch sends b in the transaction, behind BEGIN when it is the first
 // statement.
 func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.commitQueued && b == t.commitBatch && b.Len() != t.commitLen {
+		return failed{err: errors.New("lazytx: statements queued after the batch's COMMIT (QueueCommit)")}
+	}
 	if ok, err := t.began(); ok || err != nil {
 		if err != nil {
 			return failed{err: err}

@@ -422,6 +422,47 @@ func TestQueueCommit(t *testing.T) {
 		})
 	}
 
+	// A callback cannot stop the pipelined COMMIT: when one fails after its
+	// statement succeeded, the batch says the transaction committed anyway.
+	// A check that must stop it fails in the database instead.
+	t.Run("CallbackFailsAfterItsStatement", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, _, table := setup(t)
+		tx := lazytx.Begin(pool)
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
+		require.NoError(t, err)
+		b := &pgx.Batch{}
+		boom := errors.New("boom")
+		b.Queue("INSERT INTO " + table + " VALUES (2)").Exec(func(pgconn.CommandTag) error { return boom })
+		var later bool
+		b.Queue("SELECT 1").QueryRow(func(row pgx.Row) error { later = true; var one int; return row.Scan(&one) })
+		require.True(t, lazytx.QueueCommit(tx, b))
+		err = tx.SendBatch(ctx, b).Close()
+		require.ErrorIs(t, err, lazytx.ErrCommittedDespiteCallback)
+		require.ErrorIs(t, err, boom)
+		require.True(t, later, "the callbacks after the failed one still ran")
+		require.NoError(t, tx.Commit(ctx), "it committed")
+		require.Equal(t, 2, count(t, pool, table))
+		require.Zero(t, pool.Stat().AcquiredConns())
+	})
+
+	t.Run("NothingAfterTheCommit", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, _, table := setup(t)
+		tx := lazytx.Begin(pool)
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
+		require.NoError(t, err)
+		b := &pgx.Batch{}
+		require.True(t, lazytx.QueueCommit(tx, b))
+		b.Queue("INSERT INTO " + table + " VALUES (2)") // would run outside the transaction
+		require.ErrorContains(t, tx.SendBatch(ctx, b).Close(), "after the batch's COMMIT")
+		require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
+		require.Zero(t, count(t, pool, table))
+		require.Zero(t, pool.Stat().AcquiredConns())
+	})
+
 	t.Run("RolledBackBeforeTheBatchRan", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
