@@ -72,8 +72,11 @@ type Config struct {
 	//
 	// Beyond the limit, and on workers with Interceptors (which see each
 	// task and attempt as a River job of its own), activities and first
-	// tasks go through River's fetch. Negative disables eager dispatch and
-	// eager start. Defaults to MaxEagerActivitiesDefault.
+	// tasks go through River's fetch. Eager activities do not count against
+	// River's MaxWorkers (Queues): a worker may run MaxEagerActivities of
+	// them besides those River fetched, so lower it to cap a worker's
+	// activity concurrency. Negative disables eager dispatch and eager
+	// start. Defaults to MaxEagerActivitiesDefault.
 	MaxEagerActivities int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

@@ -270,8 +270,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 	err := riverClient.Stop(ctx)
 	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		if stopErr := riverClient.StopAndCancel(context.WithoutCancel(ctx)); stopErr != nil {
-			return errors.Join(eagerErr, err, stopErr)
+			// The notifier's sends are bounded (a few seconds each).
+			return errors.Join(eagerErr, err, stopErr, w.notifier.Close(context.WithoutCancel(ctx)))
 		}
+		// ctx is over: the notifier gets the sends it has in flight.
+		return errors.Join(eagerErr, err, w.notifier.Close(context.WithoutCancel(ctx)))
 	}
 	if err == nil {
 		err = eagerErr
