@@ -196,6 +196,29 @@ func zipWrites(river, pilot *riverdriver.JobSetStateIfRunningManyParams, singly 
 	return pairs
 }
 
+// queuedClaimer returns a func that claims a job with params in a
+// transaction of its own, once a first claimed job's completion has had the
+// driver see fencing 002 (which a queued completion needs).
+func queuedClaimer(ctx context.Context, t *testing.T, pool *pgxpool.Pool, driver *fencing.Driver, params *fencing.ClaimParams) func() *fencing.Claim {
+	t.Helper()
+	claim := func() *fencing.Claim {
+		var c *fencing.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			c, err = driver.InsertClaimedTx(ctx, tx, params)
+			return err
+		}))
+		return c
+	}
+	first := claim()
+	require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
+		})
+	}))
+	return claim
+}
+
 // TestClaimedCompletionMatchesRiver (F7): a claimed job's completion queued
 // in its caller's batch (QueueSetClaimedState) has a statement of its own,
 // for one job. It must leave the job exactly as River's completion leaves
@@ -215,25 +238,10 @@ func TestClaimedCompletionMatchesRiver(t *testing.T) {
 	driver := newDriver(t, pool, nil, nil)
 	riverExec := riverpgxv5.New(pool).GetExecutor()
 
-	claim := func() *fencing.Claim {
-		var c *fencing.Claim
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var err error
-			c, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
-				Args: []byte(`{"n": 1}`), AttemptedBy: "claimer", Kind: "inline", MaxAttempts: 5, Metadata: []byte(`{"m": 1}`),
-				Priority: 2, Queue: "default", Schema: fenced,
-			})
-			return err
-		}))
-		return c
-	}
-	// A first write has the driver see fencing 002, which a queued write needs.
-	first := claim()
-	require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
-		})
-	}))
+	claim := queuedClaimer(ctx, t, pool, driver, &fencing.ClaimParams{
+		Args: []byte(`{"n": 1}`), AttemptedBy: "claimer", Kind: "inline", MaxAttempts: 5, Metadata: []byte(`{"m": 1}`),
+		Priority: 2, Queue: "default", Schema: fenced,
+	})
 
 	for _, updates := range [][]byte{nil, []byte(`{"output": {"ok": true}, "m": 2}`)} {
 		c := claim()
@@ -528,25 +536,9 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 			require.NoError(t, err)
 			sink := newEventSink()
 			driver := newDriver(t, pool, sink, nil)
-			claim := func() *fencing.Claim {
-				var c *fencing.Claim
-				require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					var err error
-					c, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
-						Args: []byte(`{}`), AttemptedBy: "recheck", Kind: "recheck", MaxAttempts: 5, Queue: "default", Schema: schema,
-					})
-					return err
-				}))
-				return c
-			}
-			// A first write has the driver see fencing 002, which a queued write needs.
-			first := claim()
-			require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
-				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
-				})
-			}))
-			c := claim()
+			c := queuedClaimer(ctx, t, pool, driver, &fencing.ClaimParams{
+				Args: []byte(`{}`), AttemptedBy: "recheck", Kind: "recheck", MaxAttempts: 5, Queue: "default", Schema: schema,
+			})()
 			before := getJob(ctx, t, pool, schema, c.Job.ID)
 
 			err = driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
