@@ -485,6 +485,10 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 		done, taskErr := taker.RunFirstTask(ctx, tx, &handoff.Run{
 			Args: payload, Generation: generation, ID: runID, Kind: kind, Namespace: namespace, Now: createdAt, Queue: queue,
 			TraceContext: traceContext, WorkflowID: workflowID,
+			// Start commits right after this unless a deadline's job is
+			// still to be inserted (below) or an interceptor's code runs
+			// in the transaction after it (and may fail the start).
+			LastInTx: opts.RunTimeout <= 0 && opts.ExecutionTimeout <= 0 && len(c.config.Interceptors) == 0,
 		})
 		if taskErr == nil {
 			*handed = append(*handed, done)

@@ -58,7 +58,8 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 		State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
 	}
 	var result taskResult
-	if err := w.advance(ctx, tx, t.def, run, r.Now, nil, &advanceBy{attempt: 1, replayCtx: replayCtx}, &result); err != nil {
+	by := &advanceBy{attempt: 1, commit: r.LastInTx, replayCtx: replayCtx}
+	if err := w.advance(ctx, tx, t.def, run, r.Now, nil, by, &result); err != nil {
 		w.settle(err, &result)
 		err = withStack(fmt.Errorf("workflow task of run %s (in the start, attempt 1): %w", r.ID, err))
 		w.config.Logger.WarnContext(ctx, "weir: first workflow task failed in the start; it goes through River",

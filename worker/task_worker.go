@@ -267,9 +267,9 @@ type advanceBy struct {
 	completed bool
 
 	// commit, when set, lets the last batch also commit tx (a lazytx
-	// transaction) if the job's completion rode in it and nothing is
-	// written after it: the caller writes nothing more and commits. The
-	// commit then costs no round trip of its own.
+	// transaction) if the job's completion (when there is a job) rode in
+	// it and nothing is written after it: the caller writes nothing more
+	// and commits. The commit then costs no round trip of its own.
 	commit bool
 
 	// replayCtx, when set, bounds the workflow code (not the statements):
@@ -436,7 +436,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	pending := pendingWork(events, toAppend)
 	after := outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 || run.inboxed ||
 		outcome.Completed && (run.HasParent || pending.children || pending.activities)
-	if by.commit && by.completed && !after {
+	if by.commit && (by.own == nil || by.completed) && !after {
 		lazytx.QueueCommit(tx, run.writes)
 	}
 	if err := flushWrites(ctx, tx, run); err != nil {

@@ -47,6 +47,11 @@ type Run struct {
 	Queue        string
 	TraceContext []byte
 	WorkflowID   string
+
+	// LastInTx says that the start writes nothing in tx after the task and
+	// then commits: the task's last batch may carry the COMMIT
+	// (lazytx.QueueCommit), so that it costs no round trip of its own.
+	LastInTx bool
 }
 
 // A Taker takes first tasks.

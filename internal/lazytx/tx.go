@@ -90,9 +90,11 @@ func (t *Tx) began() (bool, error) {
 // b after QueueCommit: SendBatch refuses the batch then.
 //
 // Once b has run, Commit returns the outcome without sending anything: nil
-// if the COMMIT succeeded, pgx.ErrTxCommitRollback if it did not run (a
-// statement before it failed) or failed itself; either way nothing of the
-// transaction committed then. After a successful COMMIT every statement
+// if the COMMIT succeeded, pgx.ErrTxCommitRollback if it failed itself
+// (nothing of the transaction committed). If the COMMIT did not run because
+// a statement before it failed, the transaction is still open, in the
+// state that failure left it: the caller may roll back to a savepoint and
+// go on, or roll back; Commit then works as without QueueCommit. After a successful COMMIT every statement
 // fails with pgx.ErrTxClosed: nothing can run outside the transaction by
 // mistake.
 func QueueCommit(tx pgx.Tx, b *pgx.Batch) bool {
@@ -268,8 +270,13 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // SendBatch sends b in the transaction, behind BEGIN when it is the first
 // statement.
 func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.commitQueued && b == t.commitBatch && b.Len() != t.commitLen {
-		return failed{err: errors.New("lazytx: statements queued after the batch's COMMIT (QueueCommit)")}
+	if t.commitQueued && b == t.commitBatch {
+		if b.Len() != t.commitLen {
+			return failed{err: errors.New("lazytx: statements queued after the batch's COMMIT (QueueCommit)")}
+		}
+		if ok, err := t.began(); ok && err == nil {
+			return &commitResults{BatchResults: t.inner.SendBatch(ctx, b), tx: t}
+		}
 	}
 	if ok, err := t.began(); ok || err != nil {
 		if err != nil {
@@ -278,6 +285,28 @@ func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		return t.inner.SendBatch(ctx, b)
 	}
 	return t.send(ctx, b)
+}
+
+// commitResults are the results of a batch that carries a queued COMMIT.
+type commitResults struct {
+	pgx.BatchResults
+	tx *Tx
+}
+
+// Close reads the results; when the COMMIT did not happen because a
+// statement before it failed, the transaction is still open (aborted, or
+// usable again after ROLLBACK TO SAVEPOINT): it goes on as a transaction
+// without a queued COMMIT. When the COMMIT ran and failed, it has ended:
+// Commit will say so.
+func (r *commitResults) Close() error {
+	err := r.BatchResults.Close()
+	t := r.tx
+	if !t.committed && t.commitQueued {
+		if status := t.inner.Conn().PgConn().TxStatus(); status == 'T' || status == 'E' {
+			t.commitQueued, t.commitBatch = false, nil
+		}
+	}
+	return err
 }
 
 // Begin starts a pseudo nested transaction (a savepoint).

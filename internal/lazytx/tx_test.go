@@ -463,6 +463,33 @@ func TestQueueCommit(t *testing.T) {
 		require.Zero(t, pool.Stat().AcquiredConns())
 	})
 
+	// A statement before the COMMIT fails inside a savepoint: the
+	// transaction is still open, so the caller rolls back to the savepoint
+	// and goes on, and Commit commits what is left.
+	t.Run("GoesOnAfterAFailedBatch", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, tr, table := setup(t)
+		tx := lazytx.Begin(pool)
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO " + table + " VALUES (1)")
+		b.Queue("SAVEPOINT before_batch")
+		require.NoError(t, tx.SendBatch(ctx, b).Close())
+		b = &pgx.Batch{}
+		b.Queue("INSERT INTO " + table + " VALUES (1)") // a duplicate
+		require.True(t, lazytx.QueueCommit(tx, b))
+		require.Error(t, tx.SendBatch(ctx, b).Close())
+		_, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT before_batch")
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES (2)")
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		require.Equal(t, 2, count(t, pool, table))
+		require.Zero(t, pool.Stat().AcquiredConns())
+		queries, _ := tr.sent()
+		require.Contains(t, queries, "commit", "the transaction's own COMMIT")
+	})
+
 	t.Run("RolledBackBeforeTheBatchRan", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
