@@ -112,7 +112,7 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 			var pgErr *pgconn.PgError
 			switch {
 			case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero:
-				return fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w", params.Kind, ErrNoLease)
+				return fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", params.Kind, ErrNoLease, err)
 			case err != nil:
 				return fmt.Errorf("fencing: inserting claimed job %s: %w", params.Kind, err)
 			case token == "" || expiresAt == nil: // the statement's check says otherwise; fail closed all the same

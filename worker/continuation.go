@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 
@@ -68,6 +69,14 @@ func (w *Worker) outcomeTx(ctx context.Context, fn func(ctx context.Context, tx 
 		cont = taskResult{}
 		return fn(ctx, tx, &cont)
 	})
+	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
+		// The outcome committed with its last batch: it is recorded. What
+		// the failed callback should have noted (a claimed activity to
+		// start, say) is left to recovery (the claim's lease expires).
+		w.config.Logger.WarnContext(ctx, "weir: an activity's outcome committed, but reading one of its results failed",
+			slog.String("error", err.Error()))
+		err = nil
+	}
 	w.settle(err, &cont)
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/internal/handoff"
+	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
 )
@@ -59,7 +60,14 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 	}
 	var result taskResult
 	by := &advanceBy{attempt: 1, commit: r.LastInTx, replayCtx: replayCtx}
-	if err := w.advance(ctx, tx, t.def, run, r.Now, nil, by, &result); err != nil {
+	err := w.advance(ctx, tx, t.def, run, r.Now, nil, by, &result)
+	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
+		// The start committed with the task's last batch: the task is done.
+		w.config.Logger.WarnContext(ctx, "weir: first workflow task committed, but reading one of its results failed",
+			slog.String("run_id", r.ID.String()), slog.String("error", err.Error()))
+		err = nil
+	}
+	if err != nil {
 		w.settle(err, &result)
 		err = withStack(fmt.Errorf("workflow task of run %s (in the start, attempt 1): %w", r.ID, err))
 		w.config.Logger.WarnContext(ctx, "weir: first workflow task failed in the start; it goes through River",

@@ -32,6 +32,8 @@ type Tx struct {
 	commitBatch  *pgx.Batch
 	commitLen    int
 	committed    bool
+	commitFailed bool       // the COMMIT ran and failed: the transaction ended, nothing committed
+	spentBatch   *pgx.Batch // a commit batch that ran without committing: never sent again
 }
 
 // ErrCommittedDespiteCallback is what a batch carrying a queued COMMIT
@@ -71,6 +73,9 @@ func BeginFunc(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) (
 func (t *Tx) began() (bool, error) {
 	if t.closed || t.committed {
 		return false, pgx.ErrTxClosed
+	}
+	if t.commitFailed {
+		return false, pgx.ErrTxCommitRollback
 	}
 	return t.inner != nil, nil
 }
@@ -270,6 +275,9 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // SendBatch sends b in the transaction, behind BEGIN when it is the first
 // statement.
 func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if b == t.spentBatch {
+		return failed{err: errors.New("lazytx: a batch whose COMMIT did not commit sent again")}
+	}
 	if t.commitQueued && b == t.commitBatch {
 		if b.Len() != t.commitLen {
 			return failed{err: errors.New("lazytx: statements queued after the batch's COMMIT (QueueCommit)")}
@@ -301,10 +309,17 @@ type commitResults struct {
 func (r *commitResults) Close() error {
 	err := r.BatchResults.Close()
 	t := r.tx
-	if !t.committed && t.commitQueued {
-		if status := t.inner.Conn().PgConn().TxStatus(); status == 'T' || status == 'E' {
-			t.commitQueued, t.commitBatch = false, nil
-		}
+	if t.committed || !t.commitQueued {
+		return err
+	}
+	switch pgConn := t.inner.Conn().PgConn(); {
+	case pgConn.IsClosed():
+		// The connection is gone (its last status is stale): the outcome
+		// is unknown, and Commit reports that nothing is known committed.
+	case pgConn.TxStatus() == 'T' || pgConn.TxStatus() == 'E':
+		t.commitQueued, t.commitBatch, t.spentBatch = false, nil, t.commitBatch
+	default: // 'I': the COMMIT ran and failed, which ended the transaction
+		t.commitFailed = true
 	}
 	return err
 }

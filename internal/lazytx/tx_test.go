@@ -414,6 +414,12 @@ func TestQueueCommit(t *testing.T) {
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, tx.SendBatch(ctx, b).Close(), &pgErr)
 			require.Equal(t, "23505", pgErr.Code)
+			if commitFails {
+				// The transaction ended: nothing more runs, least of all
+				// outside it.
+				_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (2)")
+				require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
+			}
 			require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
 			require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
 			require.Zero(t, count(t, pool, table), "nothing committed")
@@ -481,6 +487,7 @@ func TestQueueCommit(t *testing.T) {
 		require.Error(t, tx.SendBatch(ctx, b).Close())
 		_, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT before_batch")
 		require.NoError(t, err)
+		require.ErrorContains(t, tx.SendBatch(ctx, b).Close(), "sent again", "its COMMIT would go untracked")
 		_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES (2)")
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
