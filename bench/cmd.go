@@ -20,7 +20,7 @@ import (
 
 // Workload sizes and defaults.
 const (
-	JobsNDefault      = 20_000
+	JobsNDefault      = 100_000
 	BurstNDefault     = 1000
 	RateNDefault      = 100
 	RateDefault       = 20.0
