@@ -109,9 +109,8 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 				leased      int
 			)
 			err := row.Scan(&id, &attemptedAt, &createdAt, &token, &expiresAt, &cleared, &leased)
-			var pgErr *pgconn.PgError
 			switch {
-			case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero:
+			case refusedInStatement(err):
 				return fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", params.Kind, ErrNoLease, err)
 			case err != nil:
 				return fmt.Errorf("fencing: inserting claimed job %s: %w", params.Kind, err)
@@ -246,9 +245,8 @@ func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, par
 	batch.Queue(completeClaimedSQL(st.schema), params.ID, st.token, st.attempt, *params.FinalizedAt, metadata).QueryRow(func(row pgx.Row) error {
 		var one int
 		err := row.Scan(&one)
-		var pgErr *pgconn.PgError
 		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero:
+		case refusedInStatement(err):
 			// The write was refused, and the transaction is aborted.
 			d.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: params.ID, Kind: EventStaleWriteRejected, Op: op})
 			return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: op}
@@ -312,4 +310,13 @@ logged AS (
     FROM updated
 )
 SELECT 1 / count(*)::int FROM updated`
+}
+
+// refusedInStatement reports whether err is a statement's own refusal: the
+// claim and claimed-completion statements divide by zero when their check
+// fails, so that the database aborts the transaction whatever the caller
+// does with the error.
+func refusedInStatement(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero
 }

@@ -407,8 +407,6 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	}
 	if outcome.Completed {
 		result.notify(dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String())
-	}
-	if outcome.Completed {
 		if err := update.QueueAbandonPending(run.writes, names, runID, "the workflow closed before the update completed"); err != nil {
 			return err
 		}

@@ -26,15 +26,22 @@ type Tx struct {
 	inner  pgx.Tx // nil until the transaction began
 	closed bool   // committed or rolled back before it began, or committed in a batch
 
-	// A COMMIT queued at the end of commitBatch (QueueCommit), at position
-	// commitLen: committed once it ran.
-	commitQueued bool
-	commitBatch  *pgx.Batch
-	commitLen    int
-	committed    bool
-	commitFailed bool       // the COMMIT ran and failed: the transaction ended, nothing committed
-	spentBatch   *pgx.Batch // a commit batch that ran without committing: never sent again
+	// A COMMIT queued (QueueCommit) at the end of commitBatch, whose
+	// length was then commitLen, and how it went.
+	commit      commitState
+	commitBatch *pgx.Batch
+	commitLen   int
 }
+
+// commitState is where a COMMIT queued in a batch stands.
+type commitState int
+
+const (
+	commitNone      commitState = iota // none queued, or its batch failed before it: a plain transaction
+	commitQueued                       // queued; its batch not yet read
+	commitDone                         // it committed
+	commitFailedRan                    // it ran and failed: the transaction ended, nothing committed
+)
 
 // ErrCommittedDespiteCallback is what a batch carrying a queued COMMIT
 // (QueueCommit) returns when the transaction committed but a callback of
@@ -71,10 +78,10 @@ func BeginFunc(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) (
 // began reports whether BEGIN was sent, and the error to return if the
 // transaction was closed before it began.
 func (t *Tx) began() (bool, error) {
-	if t.closed || t.committed {
+	switch {
+	case t.closed || t.commit == commitDone:
 		return false, pgx.ErrTxClosed
-	}
-	if t.commitFailed {
+	case t.commit == commitFailedRan:
 		return false, pgx.ErrTxCommitRollback
 	}
 	return t.inner != nil, nil
@@ -104,8 +111,8 @@ func (t *Tx) began() (bool, error) {
 // mistake.
 func QueueCommit(tx pgx.Tx, b *pgx.Batch) bool {
 	t, ok := tx.(*Tx)
-	if !ok || t.closed || t.committed || t.commitQueued {
-		return false
+	if !ok || t.closed || t.commit != commitNone || t.commitBatch != nil {
+		return false // one queued COMMIT per transaction
 	}
 	if _, ok := t.inner.(*connTx); !ok {
 		return false // not begun, or begun in a round trip of its own (pgxpool's Tx)
@@ -131,12 +138,12 @@ func QueueCommit(tx pgx.Tx, b *pgx.Batch) bool {
 			return nil
 		}
 	}
-	t.commitQueued, t.commitBatch = true, b
+	t.commit, t.commitBatch = commitQueued, b
 	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() != "COMMIT" {
 			return pgx.ErrTxCommitRollback // the transaction had failed (it is rolled back)
 		}
-		t.committed = true
+		t.commit = commitDone
 		if held != nil {
 			return fmt.Errorf("%w: %w", ErrCommittedDespiteCallback, held)
 		}
@@ -275,20 +282,20 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // SendBatch sends b in the transaction, behind BEGIN when it is the first
 // statement.
 func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if b == t.spentBatch {
-		return failed{err: errors.New("lazytx: a batch whose COMMIT did not commit sent again")}
-	}
-	if t.commitQueued && b == t.commitBatch {
-		if b.Len() != t.commitLen {
+	if b != nil && b == t.commitBatch {
+		switch {
+		case t.commit != commitQueued:
+			return failed{err: errors.New("lazytx: a batch carrying a COMMIT sent again")}
+		case b.Len() != t.commitLen:
 			return failed{err: errors.New("lazytx: statements queued after the batch's COMMIT (QueueCommit)")}
-		}
-		if ok, err := t.began(); ok && err == nil {
-			return &commitResults{BatchResults: t.inner.SendBatch(ctx, b), tx: t}
 		}
 	}
 	if ok, err := t.began(); ok || err != nil {
-		if err != nil {
+		switch {
+		case err != nil:
 			return failed{err: err}
+		case t.commit == commitQueued:
+			return &commitResults{BatchResults: t.inner.SendBatch(ctx, b), tx: t}
 		}
 		return t.inner.SendBatch(ctx, b)
 	}
@@ -309,17 +316,17 @@ type commitResults struct {
 func (r *commitResults) Close() error {
 	err := r.BatchResults.Close()
 	t := r.tx
-	if t.committed || !t.commitQueued {
-		return err
+	if t.commit != commitQueued {
+		return err // committed (or closed twice)
 	}
 	switch pgConn := t.inner.Conn().PgConn(); {
 	case pgConn.IsClosed():
 		// The connection is gone (its last status is stale): the outcome
 		// is unknown, and Commit reports that nothing is known committed.
 	case pgConn.TxStatus() == 'T' || pgConn.TxStatus() == 'E':
-		t.commitQueued, t.commitBatch, t.spentBatch = false, nil, t.commitBatch
+		t.commit = commitNone // the batch stays t.commitBatch: never sent again
 	default: // 'I': the COMMIT ran and failed, which ended the transaction
-		t.commitFailed = true
+		t.commit = commitFailedRan
 	}
 	return err
 }
@@ -371,7 +378,7 @@ func (t *Tx) Conn() *pgx.Conn {
 // Commit commits the transaction. One that never began has nothing to
 // commit.
 func (t *Tx) Commit(ctx context.Context) error {
-	if t.commitQueued {
+	if t.commit != commitNone {
 		return t.endQueued(ctx, pgx.ErrTxCommitRollback)
 	}
 	if ok, err := t.began(); ok || err != nil {
@@ -387,7 +394,7 @@ func (t *Tx) Commit(ctx context.Context) error {
 // Rollback rolls the transaction back; it returns an error matching
 // pgx.ErrTxClosed after Commit or Rollback, as pgx's does.
 func (t *Tx) Rollback(ctx context.Context) error {
-	if t.commitQueued {
+	if t.commit != commitNone {
 		return t.endQueued(ctx, nil)
 	}
 	if ok, err := t.began(); ok || err != nil {
@@ -412,7 +419,7 @@ func (t *Tx) endQueued(ctx context.Context, notCommitted error) error {
 	}
 	t.closed = true
 	inner := t.inner.(*connTx) // QueueCommit queues only on one
-	if t.committed {
+	if t.commit == commitDone {
 		inner.release()
 		return nil
 	}

@@ -334,6 +334,16 @@ func TestFirstStatementErrorOnce(t *testing.T) {
 	require.Zero(t, pool.Stat().AcquiredConns())
 }
 
+// begunWithOne returns a transaction whose first statement, sent, inserted
+// row 1 into table.
+func begunWithOne(t *testing.T, pool *pgxpool.Pool, table string) *lazytx.Tx {
+	t.Helper()
+	tx := lazytx.Begin(pool)
+	_, err := tx.Exec(t.Context(), "INSERT INTO "+table+" VALUES (1)")
+	require.NoError(t, err)
+	return tx
+}
+
 // TestQueueCommit: a COMMIT queued in a transaction's last batch commits it
 // in that batch's round trip; Commit then sends nothing, and nothing more
 // runs in (or after) the transaction.
@@ -344,9 +354,7 @@ func TestQueueCommit(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		pool, tr, table := setup(t)
-		tx := lazytx.Begin(pool)
-		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
-		require.NoError(t, err)
+		tx := begunWithOne(t, pool, table)
 		b := &pgx.Batch{}
 		b.Queue("INSERT INTO " + table + " VALUES (2)")
 		require.True(t, lazytx.QueueCommit(tx, b))
@@ -354,7 +362,7 @@ func TestQueueCommit(t *testing.T) {
 		require.NoError(t, tx.SendBatch(ctx, b).Close())
 		require.Equal(t, 2, count(t, pool, table), "committed with the batch, before Commit")
 
-		_, err = tx.Exec(ctx, "INSERT INTO "+table+" VALUES (3)")
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (3)")
 		require.ErrorIs(t, err, pgx.ErrTxClosed, "nothing runs after the commit")
 		require.NoError(t, tx.Commit(ctx))
 		require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxClosed)
@@ -435,16 +443,14 @@ func TestQueueCommit(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		pool, _, table := setup(t)
-		tx := lazytx.Begin(pool)
-		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
-		require.NoError(t, err)
+		tx := begunWithOne(t, pool, table)
 		b := &pgx.Batch{}
 		boom := errors.New("boom")
 		b.Queue("INSERT INTO " + table + " VALUES (2)").Exec(func(pgconn.CommandTag) error { return boom })
 		var later bool
 		b.Queue("SELECT 1").QueryRow(func(row pgx.Row) error { later = true; var one int; return row.Scan(&one) })
 		require.True(t, lazytx.QueueCommit(tx, b))
-		err = tx.SendBatch(ctx, b).Close()
+		err := tx.SendBatch(ctx, b).Close()
 		require.ErrorIs(t, err, lazytx.ErrCommittedDespiteCallback)
 		require.ErrorIs(t, err, boom)
 		require.True(t, later, "the callbacks after the failed one still ran")
@@ -457,9 +463,7 @@ func TestQueueCommit(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		pool, _, table := setup(t)
-		tx := lazytx.Begin(pool)
-		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
-		require.NoError(t, err)
+		tx := begunWithOne(t, pool, table)
 		b := &pgx.Batch{}
 		require.True(t, lazytx.QueueCommit(tx, b))
 		b.Queue("INSERT INTO " + table + " VALUES (2)") // would run outside the transaction
@@ -501,9 +505,7 @@ func TestQueueCommit(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		pool, _, table := setup(t)
-		tx := lazytx.Begin(pool)
-		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
-		require.NoError(t, err)
+		tx := begunWithOne(t, pool, table)
 		b := &pgx.Batch{}
 		require.True(t, lazytx.QueueCommit(tx, b))
 		require.NoError(t, tx.Rollback(ctx))
