@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,18 +28,26 @@ import (
 // BenchmarkThroughput burns down the same number of no-op jobs through plain
 // River (riverpgxv5, River's schema only) and through the fencing driver (the
 // fencing migration installed, plugin first), on the same server in one run,
-// alternating rounds, and reports both throughputs and their ratio (best
-// round of each). Jobs per round: WEIR_BENCH_JOBS (default 100000). With
-// WEIR_BENCH_MATRIX set it instead runs the four combinations of driver
-// (plain, fencing) and schema (River's only, fencing migration installed),
-// which splits the cost between the database triggers and the driver.
+// in rounds of one burn-down each, and reports both throughputs and their
+// ratio. Jobs per burn-down: WEIR_BENCH_JOBS (default 100000); rounds:
+// WEIR_BENCH_ROUNDS (default 6). With WEIR_BENCH_MATRIX set it instead runs
+// the four combinations of driver (plain, fencing) and schema (River's only,
+// fencing migration installed), which splits the cost between the database
+// triggers and the driver.
+//
+// The machine's speed drifts by tens of percent from minute to minute (a
+// shared VM), so the benchmark pairs the two variants: each round runs both
+// back to back, which goes first alternates from round to round, and the
+// ratio reported as fenced/raw is the median of the rounds' ratios. The best
+// round of each variant and their ratio are printed beside it. Each round's
+// tables are dropped when it ends, so that autovacuum does not tax a later
+// round with them.
 //
 // On Linux it also reports the CPU time each variant spent per job (mean
 // over the rounds): this process's, and, when the server runs on this
 // machine, that of every postgres process. At saturation the CPU ratio
 // follows the throughput ratio with less spread from round to round, which
-// makes it the steadier figure for comparing two builds in one run (the
-// machine's own cost per job drifts between runs).
+// makes it the steadier figure for comparing two builds in one run.
 //
 //	go test -run '^$' -bench Throughput -benchtime 1x ./fencing/
 func BenchmarkThroughput(b *testing.B) {
@@ -46,57 +55,107 @@ func BenchmarkThroughput(b *testing.B) {
 	pool := dbtest.Pool(ctx, b)
 	// 100k, not fewer: a 20k burn-down lasts about a second, and start-up
 	// and the last batches weigh in it (its ratio spread 0.85–0.91).
-	jobs := 100_000
-	if s := os.Getenv("WEIR_BENCH_JOBS"); s != "" {
-		n, err := strconv.Atoi(s)
-		require.NoError(b, err)
-		jobs = n
-	}
-	const rounds = 3
+	jobs := envInt(b, "WEIR_BENCH_JOBS", 100_000)
+	rounds := envInt(b, "WEIR_BENCH_ROUNDS", 6)
 
 	for b.Loop() {
 		if os.Getenv("WEIR_BENCH_MATRIX") != "" {
 			for _, v := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
 				res := burnDown2(ctx, b, pool, newCPUClock(pool), jobs, v[0], v[1])
-				b.Logf("driver fenced=%v schema migrated=%v: %.0f jobs/s, %.1f µs CPU per job", v[0], v[1], res.rate, float64(res.cpu.Nanoseconds())/1e3)
+				b.Logf("driver fenced=%v schema migrated=%v: %.0f jobs/s, CPU per job %s", v[0], v[1], res.rate, res.cpu.micros())
 			}
 			continue
 		}
 		clock := newCPUClock(pool)
 		var (
-			best [2]float64
-			cpu  [2]time.Duration // per job, summed over the rounds
+			best   [2]float64
+			cpu    [2]cpuTime // per job, summed over the rounds
+			ratios []float64
 		)
 		for round := range rounds {
-			for variant, fenced := range []bool{false, true} {
-				res := burnDown(ctx, b, pool, clock, jobs, fenced)
+			var rate [2]float64
+			for i := range 2 {
+				variant := (i + round) % 2 // 0 raw, 1 fenced; who goes first alternates
+				res := burnDown(ctx, b, pool, clock, jobs, variant == 1)
+				rate[variant] = res.rate
 				best[variant] = max(best[variant], res.rate)
-				cpu[variant] += res.cpu
-				b.Logf("round %d: %s %.0f jobs/s, %.1f µs CPU per job", round+1, map[bool]string{false: "raw", true: "fenced"}[fenced],
-					res.rate, float64(res.cpu.Nanoseconds())/1e3)
+				cpu[variant] = cpu[variant].add(res.cpu)
+				b.Logf("round %d: %s %.0f jobs/s, CPU per job %s", round+1, [2]string{"raw", "fenced"}[variant],
+					res.rate, res.cpu.micros())
 			}
+			ratios = append(ratios, rate[1]/rate[0])
 		}
-		ratio := best[1] / best[0]
+		ratio := median(ratios)
 		b.ReportMetric(best[0], "raw_jobs/s")
 		b.ReportMetric(best[1], "fenced_jobs/s")
 		b.ReportMetric(ratio, "fenced/raw")
-		fmt.Printf("throughput over %d no-op jobs: raw River %.0f jobs/s, fencing driver %.0f jobs/s, ratio %.3f (target >= 0.90)\n",
-			jobs, best[0], best[1], ratio)
+		fmt.Printf("throughput over %d no-op jobs, %d paired rounds: fenced/raw median %.3f [%.3f–%.3f] (target >= 0.90); best rounds: raw River %.0f jobs/s, fencing driver %.0f jobs/s, ratio %.3f\n",
+			jobs, rounds, ratio, slices.Min(ratios), slices.Max(ratios), best[0], best[1], best[1]/best[0])
 		if clock.ok() {
-			perJob := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / rounds }
-			b.ReportMetric(perJob(cpu[0]), "raw_cpu_us/job")
-			b.ReportMetric(perJob(cpu[1]), "fenced_cpu_us/job")
-			fmt.Printf("CPU per job (%s, mean of %d rounds): raw River %.1f µs, fencing driver %.1f µs, raw/fenced %.3f\n",
-				clock.what(), rounds, perJob(cpu[0]), perJob(cpu[1]), float64(cpu[0])/float64(cpu[1]))
+			raw, fenced := cpu[0].div(rounds), cpu[1].div(rounds)
+			perJob := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			b.ReportMetric(perJob(raw.total()), "raw_cpu_us/job")
+			b.ReportMetric(perJob(fenced.total()), "fenced_cpu_us/job")
+			fmt.Printf("CPU per job (%s, mean of %d rounds): raw River %s, fencing driver %s, raw/fenced %.3f\n",
+				clock.what(), rounds, raw.micros(), fenced.micros(), float64(raw.total())/float64(fenced.total()))
 		}
 	}
+}
+
+// envInt reads a positive integer setting from the environment.
+func envInt(b *testing.B, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(b, err)
+	require.Positive(b, n, name)
+	return n
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // burnResult is one burn-down: jobs per second, and the CPU time spent per
 // job while it ran (zero when the clock cannot tell).
 type burnResult struct {
-	cpu  time.Duration
+	cpu  cpuTime
 	rate float64
+}
+
+// cpuTime is CPU time spent: by this process (the River client, the fencing
+// driver) and by Postgres.
+type cpuTime struct {
+	self, postgres time.Duration
+}
+
+func (t cpuTime) total() time.Duration { return t.self + t.postgres }
+
+func (t cpuTime) add(u cpuTime) cpuTime {
+	return cpuTime{self: t.self + u.self, postgres: t.postgres + u.postgres}
+}
+
+func (t cpuTime) sub(u cpuTime) cpuTime {
+	return cpuTime{self: t.self - u.self, postgres: t.postgres - u.postgres}
+}
+
+func (t cpuTime) div(n int) cpuTime {
+	return cpuTime{self: t.self / time.Duration(n), postgres: t.postgres / time.Duration(n)}
+}
+
+// micros formats the CPU time per job ("97.1 µs (this process 31.0,
+// Postgres 66.1)").
+func (t cpuTime) micros() string {
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	return fmt.Sprintf("%.1f µs (this process %.1f, Postgres %.1f)", us(t.total()), us(t.self), us(t.postgres))
 }
 
 // cpuClock reads, from /proc (Linux), the CPU time used by this process and,
@@ -125,16 +184,17 @@ func (c cpuClock) what() string {
 }
 
 // read returns the CPU time used so far, or zero when /proc cannot tell.
-func (c cpuClock) read() time.Duration {
-	ticks := procTicks("/proc/self/stat", false)
+func (c cpuClock) read() cpuTime {
+	// The kernel counts in USER_HZ, 100 on every Linux architecture Go runs on.
+	const tick = time.Second / 100
+	t := cpuTime{self: time.Duration(procTicks("/proc/self/stat", false)) * tick}
 	if c.postgres {
 		stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 		for _, stat := range stats {
-			ticks += procTicks(stat, true)
+			t.postgres += time.Duration(procTicks(stat, true)) * tick
 		}
 	}
-	// The kernel counts in USER_HZ, 100 on every Linux architecture Go runs on.
-	return time.Duration(ticks) * (time.Second / 100)
+	return t
 }
 
 // procTicks reads a /proc/PID/stat: its utime and stime (and cutime and
@@ -237,9 +297,14 @@ func burnDown2(ctx context.Context, b *testing.B, pool *pgxpool.Pool, clock cpuC
 		}
 	}
 	elapsed := time.Since(start)
-	cpu := clock.read() - cpuStart
+	cpu := clock.read().sub(cpuStart)
 	stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer stopCancel()
 	require.NoError(b, client.Stop(stopCtx))
-	return burnResult{cpu: cpu / time.Duration(jobs), rate: float64(jobs) / elapsed.Seconds()}
+	// Drop the round's tables now, not when the benchmark ends: autovacuum
+	// would otherwise process their 100k updated rows during a later round
+	// and tax whichever variant runs then.
+	_, err = pool.Exec(stopCtx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	require.NoError(b, err)
+	return burnResult{cpu: cpu.div(jobs), rate: float64(jobs) / elapsed.Seconds()}
 }

@@ -168,7 +168,7 @@ func setStateInlineSQL(schema string, single bool) string {
 var setStateSingleCache sync.Map
 
 func buildSetStateInlineSQL(schema string) string {
-	return buildSetStateSQL(schema, `
+	return buildSetStateSQL(schema, "= ANY($1::bigint[])", `
     -- As River's: unnest in the select list, which is cheaper than in FROM.
     -- A write without a proof has an empty token and attempt 0 (no attempt
     -- is 0 while running): NULLs, which prove nothing.
@@ -191,7 +191,7 @@ func buildSetStateInlineSQL(schema string) string {
 }
 
 func buildSetStateSingleSQL(schema string) string {
-	return buildSetStateSQL(schema, `
+	return buildSetStateSQL(schema, "= $1::bigint", `
     SELECT
         $1::bigint AS id,
         $2::boolean AS attempt_do_update,
@@ -211,8 +211,17 @@ func buildSetStateSingleSQL(schema string) string {
 }
 
 // buildSetStateSQL is setStateInlineSQL with jobInput, the select of the
-// writes (one row per write).
-func buildSetStateSQL(schema, jobInput string) string {
+// writes (one row per write), and idsMatch, the test of a job ID against the
+// writes' ($1).
+//
+// Both joins of river_job with the writes also restrict the job by idsMatch,
+// which the join implies. Without it, a custom plan (Postgres plans this
+// statement for each call, seeing how many writes the arrays hold) hash-joins
+// a batch of a few thousand writes against a sequential scan of all of
+// river_job: 17 ms for 1,915 writes on a 30,000-job table, about 9 µs of
+// Postgres CPU per job, growing with the table. With it, the jobs are taken
+// by primary key whatever the plan, as River's statement takes them.
+func buildSetStateSQL(schema, idsMatch, jobInput string) string {
 	table := tableName(schema, "river_job")
 	stateType := tableName(schema, "river_job_state")
 	return `
@@ -268,6 +277,7 @@ updated AS (
         lease_expires_at = CASE WHEN v.new_state <> 'running' THEN NULL ELSE river_job.lease_expires_at END
     FROM job_input v
     WHERE river_job.id = v.id
+        AND river_job.id ` + idsMatch + `
         AND ` + proofHoldsSQL("river_job", "v.proof_token", "v.proof_attempt", "v.proof_attempted_at") + `
     -- The proof's attempt is the row's (the WHERE says so), attempted_at
     -- and attempted_by are River's untouched, and lease_last_token is the
@@ -292,7 +302,7 @@ unapplied AS (
     SELECT ` + qualifiedColumns("j") + `, j.lease_last_token,
         v.proof_token, v.proof_attempt, v.proof_attempted_at, v.new_state
     FROM job_input v
-    JOIN ` + table + ` j ON j.id = v.id
+    JOIN ` + table + ` j ON j.id = v.id AND j.id ` + idsMatch + `
     WHERE v.id NOT IN (SELECT id FROM updated) -- IDs are never NULL
     FOR SHARE OF j
 )

@@ -127,41 +127,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	if len(ids) == 0 {
 		return nil
 	}
-	table := tableName(schema, "river_job")
-	rows, err := k.driver.pool.Query(ctx, `
-WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) WITH ORDINALITY AS x(id, token, renew_until, ord)
-),
-renewed AS (
-    UPDATE `+table+` j
-    SET lease_expires_at = now() + $4::interval
-    FROM (
-        SELECT j2.id
-        FROM `+table+` j2
-        JOIN input x ON x.id = j2.id
-        WHERE j2.state = 'running'
-            AND j2.lease_token = x.token::uuid
-            AND j2.lease_expires_at IS NOT NULL
-            AND (x.renew_until IS NULL OR now() < x.renew_until)
-        FOR UPDATE OF j2 SKIP LOCKED
-    ) l
-    WHERE j.id = l.id
-    RETURNING j.id, j.lease_token, j.lease_expires_at
-)
-SELECT x.ord, r.lease_expires_at,
-    r.id IS NULL AND NOT EXISTS (
-        SELECT 1 FROM `+table+` j3
-        WHERE j3.id = x.id AND j3.state = 'running' AND j3.lease_token = x.token::uuid
-    ) AS lost,
-    -- Completed with this attempt's token as the last one: the attempt
-    -- itself finished the job (JobCompleteTx inside Work); only the
-    -- attempt holding the lease can complete a job, recovery never does.
-    EXISTS (
-        SELECT 1 FROM `+table+` j4
-        WHERE j4.id = x.id AND j4.state = 'completed' AND j4.lease_last_token = x.token::uuid
-    ) AS finished
-FROM input x
-LEFT JOIN renewed r ON r.id = x.id AND r.lease_token = x.token::uuid`, ids, tokens, renewUntil, k.driver.config.LeaseTTL)
+	rows, err := k.driver.pool.Query(ctx, renewSQL(schema), ids, tokens, renewUntil, k.driver.config.LeaseTTL)
 	if err != nil {
 		return fmt.Errorf("renewing %d leases: %w", len(ids), err)
 	}
@@ -263,4 +229,51 @@ RETURNING j.lease_expires_at, j.lease_details::text`,
 		k.driver.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: st.jobID, Kind: EventLeaseRenewed})
 	}
 	return nil
+}
+
+// renewSQL renews the leases of a batch of attempts ($1 job IDs, $2 tokens,
+// $3 River deadlines, $4 LeaseTTL), skipping jobs another writer holds
+// locked, and tells, per attempt in input order, its new expiry, whether its
+// lease is lost, and whether the attempt finished the job itself.
+func renewSQL(schema string) string {
+	table := tableName(schema, "river_job")
+	return `
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) WITH ORDINALITY AS x(id, token, renew_until, ord)
+),
+renewed AS (
+    UPDATE ` + table + ` j
+    SET lease_expires_at = now() + $4::interval
+    FROM (
+        SELECT j2.id
+        FROM ` + table + ` j2
+        JOIN input x ON x.id = j2.id
+        -- Implied by the join; it keeps a plan for many leases from
+        -- hash-joining them against a scan of all of river_job.
+        WHERE j2.id = ANY($1::bigint[])
+            AND j2.state = 'running'
+            AND j2.lease_token = x.token::uuid
+            AND j2.lease_expires_at IS NOT NULL
+            AND (x.renew_until IS NULL OR now() < x.renew_until)
+        FOR UPDATE OF j2 SKIP LOCKED
+    ) l
+    WHERE j.id = l.id
+    RETURNING j.id, j.lease_token, j.lease_expires_at
+)
+SELECT x.ord, r.lease_expires_at,
+    r.id IS NULL AND NOT EXISTS (
+        SELECT 1 FROM ` + table + ` j3
+        WHERE j3.id = x.id AND j3.id = ANY($1::bigint[]) -- implied; as above
+            AND j3.state = 'running' AND j3.lease_token = x.token::uuid
+    ) AS lost,
+    -- Completed with this attempt's token as the last one: the attempt
+    -- itself finished the job (JobCompleteTx inside Work); only the
+    -- attempt holding the lease can complete a job, recovery never does.
+    EXISTS (
+        SELECT 1 FROM ` + table + ` j4
+        WHERE j4.id = x.id AND j4.id = ANY($1::bigint[])
+            AND j4.state = 'completed' AND j4.lease_last_token = x.token::uuid
+    ) AS finished
+FROM input x
+LEFT JOIN renewed r ON r.id = x.id AND r.lease_token = x.token::uuid`
 }
