@@ -366,7 +366,7 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 				"  THEN r.next_event_id = 1 OR EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = r.run_id)"+
 				"  ELSE NOT EXISTS (SELECT 1 FROM "+names.RiverJob+" j WHERE j.id = r.task_job_id"+
 				"   AND j.state NOT IN ('completed', 'discarded', 'cancelled')) END"+
-				" FROM "+names.Run+" r WHERE r.run_id = $1 AND r.state = 'running' FOR UPDATE", runID).Scan(&run.Namespace, &run.Kind, &run.Queue, &run.WorkflowID, &stranded)
+				" FROM "+names.Run+" r WHERE r.run_id = $1 AND r.closed_at IS NULL FOR UPDATE", runID).Scan(&run.Namespace, &run.Kind, &run.Queue, &run.WorkflowID, &stranded)
 			if errors.Is(err, pgx.ErrNoRows) || (err == nil && !stranded) {
 				return nil
 			}

@@ -207,6 +207,17 @@ func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runR
 	return run, now, err
 }
 
+// runCASWhere is the condition of a task's write to its run ($1): the run
+// is live and its append point is still $2 (W4).
+//
+// closed_at IS NULL is state = 'running' (constraint weir_run_closed_at), in
+// a form that no partial index's predicate matches. Written as state =
+// 'running', the test let the planner, with the statistics of a young
+// weir_run, take the row through weir_run_live_idx, filtering every live run
+// by run_id (0.39 ms per write, median, with 2,000 runs live), instead of by
+// primary key.
+const runCASWhere = " WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL"
+
 // lockRunSQL locks and reads a run's row ($1) for runRow.scan.
 func (w *Worker) lockRunSQL() string {
 	return "SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context," +
@@ -229,7 +240,7 @@ func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.U
 	batch := &pgx.Batch{}
 	batch.Queue(w.lockRunSQL(), runID).QueryRow(func(row pgx.Row) error { return run.scan(row, &now) })
 	batch.Queue("DELETE FROM "+w.names.Inbox+" WHERE run_id = $1"+
-		" AND EXISTS (SELECT 1 FROM "+w.names.Run+" WHERE run_id = $1 AND state = 'running')"+
+		" AND EXISTS (SELECT 1 FROM "+w.names.Run+" WHERE run_id = $1 AND closed_at IS NULL)"+ // by primary key, as in advance's CAS
 		" RETURNING id, type, attributes, created_at", runID).Query(func(rows pgx.Rows) error {
 		var err error
 		taken, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (inboxRow, error) {
@@ -398,7 +409,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		args = []any{runID, run.NextEventID, nextEventID, failure}
 		*closed = state
 	}
-	query += " WHERE run_id = $1 AND next_event_id = $2 AND state = 'running'"
+	query += runCASWhere
 	// Notifications go once the transaction commits (settle), not in it: a
 	// run's first task lets queries that waited for its handlers go; a
 	// closing task wakes the run's result awaiters.
