@@ -253,7 +253,7 @@ func burnDown2(ctx context.Context, b *testing.B, pool *pgxpool.Pool, clock cpuC
 		FetchCooldown:     2 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
 		Logger:            slog.New(slog.DiscardHandler),
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1000}},
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: envInt(b, "WEIR_BENCH_MAX_WORKERS", 1000)}},
 		Schema:            schema,
 		TestOnly:          true,
 		Workers:           workers,
