@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -185,50 +184,11 @@ func (c cpuClock) what() string {
 
 // read returns the CPU time used so far, or zero when /proc cannot tell.
 func (c cpuClock) read() cpuTime {
-	// The kernel counts in USER_HZ, 100 on every Linux architecture Go runs on.
-	const tick = time.Second / 100
-	t := cpuTime{self: time.Duration(procTicks("/proc/self/stat", false)) * tick}
+	t := cpuTime{self: dbtest.ProcessCPU()}
 	if c.postgres {
-		stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-		for _, stat := range stats {
-			t.postgres += time.Duration(procTicks(stat, true)) * tick
-		}
+		t.postgres = dbtest.PostgresCPU()
 	}
 	return t
-}
-
-// procTicks reads a /proc/PID/stat: its utime and stime (and cutime and
-// cstime with children), or 0 for a process that is gone or, with postgres
-// set, is not a postgres process.
-func procTicks(path string, postgres bool) int64 {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	stat := string(raw)
-	open, end := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
-	if open < 0 || end < open {
-		return 0
-	}
-	if postgres && !strings.HasPrefix(stat[open+1:end], "postgres") {
-		return 0
-	}
-	// After the command come fields 3 (state) onwards, field N at N-3:
-	// utime and stime are fields 14 and 15, cutime and cstime 16 and 17.
-	fields := strings.Fields(stat[end+1:])
-	n := 2
-	if postgres {
-		n = 4
-	}
-	if len(fields) < 11+n {
-		return 0
-	}
-	var ticks int64
-	for _, field := range fields[11 : 11+n] {
-		t, _ := strconv.ParseInt(field, 10, 64)
-		ticks += t
-	}
-	return ticks
 }
 
 func burnDown(ctx context.Context, b *testing.B, pool *pgxpool.Pool, clock cpuClock, jobs int, fenced bool) burnResult {

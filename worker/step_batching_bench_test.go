@@ -1,0 +1,184 @@
+package worker_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/migrations"
+)
+
+// batchedRun is one run of BenchmarkStepBatching: its activity's claimed
+// job and lease token, its append point, and the scheduled event its
+// activity resolves.
+type batchedRun struct {
+	id    uuid.UUID
+	job   int64
+	token string
+	next  int64
+	sched int64
+}
+
+// BenchmarkStepBatching is a design experiment for the performance issue
+// (docs/ARCHITECTURE.md, "Batching many runs' steps"): 2,000 runs take 3
+// steps each, 20 at a time (the worker's pool size), every step shaped like
+// an eager activity's continuation: lock the run, complete the activity's
+// claimed job with the fenced single-attempt shape (lease revoked, attempt
+// logged), append three events, retire the activity, move the run's append
+// point (CAS), claim the next activity's job (leased by the fencing trigger)
+// and record it. With k runs per transaction, every statement covers k runs
+// (arrays, unnest). It measures what the worker's real steps would gain by
+// committing several runs' steps together; it does not run the worker.
+// Statements are planned generically (plan_cache_mode), as the worker's
+// scalar statements are.
+//
+//	go test -run '^$' -bench StepBatching -benchtime 1x ./worker/
+func BenchmarkStepBatching(b *testing.B) {
+	ctx := b.Context()
+	pool := dbtest.Pool(ctx, b)
+	for _, k := range []int{1, 2, 5, 10, 20} {
+		b.Run("k="+strconv.Itoa(k), func(b *testing.B) {
+			for b.Loop() {
+				stepBatching(ctx, b, pool, k)
+			}
+		})
+	}
+}
+
+// stepBatching runs one measurement: 2,000 runs, 3 steps each, k runs per
+// transaction.
+func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int) {
+	schema := dbtest.EmptySchema(ctx, b)
+	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	require.NoError(b, err)
+	_, err = m.Up(ctx, nil)
+	require.NoError(b, err)
+	tn := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
+	const nRuns, steps = 2000, 3
+	_, err = pool.Exec(ctx, "INSERT INTO "+tn("weir_namespace")+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
+	require.NoError(b, err)
+	runs := make([]*batchedRun, nRuns)
+	for i := range runs {
+		runs[i] = &batchedRun{id: uuid.New(), next: 3, sched: 2}
+	}
+	ids := make([]uuid.UUID, nRuns)
+	wfs := make([]string, nRuns)
+	for i, r := range runs {
+		ids[i], wfs[i] = r.id, "wf-"+strconv.Itoa(i)
+	}
+	_, err = pool.Exec(ctx, "INSERT INTO "+tn("weir_workflow")+" (namespace, workflow_id, last_generation) SELECT 'default', w, 1 FROM unnest($1::text[]) w", wfs)
+	require.NoError(b, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+tn("weir_run")+" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, next_event_id)"+
+		" SELECT r, 'default', w, 1, 'k', 'default', '\\x', w, '\\x', 3 FROM unnest($1::uuid[], $2::text[]) x(r, w)", ids, wfs)
+	require.NoError(b, err)
+	// Each run's first activity is claimed, as its start would.
+	claim := func(tx pgx.Tx, rs []*batchedRun) error {
+		rows, err := tx.Query(ctx, "WITH l AS (SELECT set_config('weir.fencing_lease_ttl', '30 seconds', true))"+
+			" INSERT INTO "+tn("river_job")+" (args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)"+
+			" SELECT '{}', 1, now(), ARRAY['w'], 'act', 25, '{}', 1, 'default', now(), 'running', '{}' FROM l, generate_series(1, $1) RETURNING id, lease_token::text", len(rs))
+		if err != nil {
+			return err
+		}
+		i := 0
+		for rows.Next() {
+			if err := rows.Scan(&rs[i].job, &rs[i].token); err != nil {
+				return err
+			}
+			i++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		jobs := make([]int64, len(rs))
+		rids := make([]uuid.UUID, len(rs))
+		sch := make([]int64, len(rs))
+		for i, r := range rs {
+			jobs[i], rids[i], sch[i] = r.job, r.id, r.sched
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO "+tn("weir_activity")+" (run_id, scheduled_event_id, job_id, kind) SELECT r, s, j, 'act' FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) x(r, s, j)", rids, sch, jobs)
+		return err
+	}
+	require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return claim(tx, runs) }))
+	_, err = pool.Exec(ctx, "ANALYZE")
+	require.NoError(b, err)
+
+	step := func(rs []*batchedRun) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			n := len(rs)
+			rids := make([]uuid.UUID, n)
+			jobs := make([]int64, n)
+			toks := make([]string, n)
+			nexts := make([]int64, n)
+			scheds := make([]int64, n)
+			for i, r := range rs {
+				rids[i], jobs[i], toks[i], nexts[i], scheds[i] = r.id, r.job, r.token, r.next, r.sched
+			}
+			b := &pgx.Batch{}
+			b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+			b.Queue("SELECT run_id, next_event_id FROM "+tn("weir_run")+" WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE", rids)
+			b.Queue("WITH u AS (UPDATE "+tn("river_job")+" j SET finalized_at = now(), state = 'completed', lease_last_token = j.lease_token, lease_token = NULL, lease_expires_at = NULL"+
+				" FROM unnest($1::bigint[], $2::uuid[]) x(id, tok) WHERE j.id = x.id AND j.id = ANY($1) AND j.state = 'running' AND j.lease_token = x.tok"+
+				" RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token),"+
+				" l AS (INSERT INTO "+tn("weir_job_attempt")+" (job_id, attempt, lease_token, attempted_by, started_at, outcome) SELECT id, attempt, lease_last_token, attempted_by[1], attempted_at, 'completed' FROM u)"+
+				" SELECT 1 / (count(*) = $3)::int FROM u", jobs, toks, n)
+			b.Queue("INSERT INTO "+tn("weir_event")+" (run_id, event_id, type, attributes, resolves_event_id)"+
+				" SELECT r, e + o, 't', '{\"a\":1}', CASE WHEN o = 0 THEN s END FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) x(r, e, s), generate_series(0, 2) o", rids, nexts, scheds)
+			b.Queue("DELETE FROM "+tn("weir_activity")+" a USING unnest($1::uuid[], $2::bigint[]) x(r, s) WHERE a.run_id = x.r AND a.scheduled_event_id = x.s AND a.run_id = ANY($1)", rids, scheds)
+			b.Queue("WITH u AS (UPDATE "+tn("weir_run")+" r SET next_event_id = x.e + 3, updated_at = now() FROM unnest($1::uuid[], $2::bigint[]) x(id, e)"+
+				" WHERE r.run_id = x.id AND r.run_id = ANY($1) AND r.next_event_id = x.e AND r.closed_at IS NULL RETURNING 1) SELECT 1 / (count(*) = $3)::int FROM u", rids, nexts, n)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			for _, r := range rs {
+				r.sched = r.next + 2
+				r.next += 3
+			}
+			return claim(tx, rs)
+		})
+	}
+	self0, pg0 := dbtest.ProcessCPU(), dbtest.PostgresCPU()
+	start := time.Now()
+	var (
+		mu       sync.Mutex
+		firstErr error
+	)
+	for range steps {
+		// Every run takes its next step once the previous level is done, as
+		// a run's steps follow each other.
+		work := make(chan []*batchedRun)
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				for rs := range work {
+					if err := step(rs); err != nil {
+						mu.Lock()
+						firstErr = err
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		for i := 0; i < nRuns; i += k {
+			work <- runs[i:min(i+k, nRuns)]
+		}
+		close(work)
+		wg.Wait()
+	}
+	el := time.Since(start)
+	self1, pg1 := dbtest.ProcessCPU(), dbtest.PostgresCPU()
+	require.NoError(b, firstErr)
+	total := float64(nRuns * steps)
+	b.ReportMetric(total/el.Seconds(), "steps/s")
+	b.ReportMetric(float64((self1-self0).Microseconds())/total, "self_cpu_us/step")
+	b.ReportMetric(float64((pg1-pg0).Microseconds())/total, "pg_cpu_us/step")
+	_, err = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	require.NoError(b, err)
+}
