@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbtest"
-	"github.com/weirhq/weir/migrations"
 )
 
 // TestBatchStatementsTakeJobsByKey: the Pilot's state write and the lease
@@ -26,17 +25,13 @@ func TestBatchStatementsTakeJobsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
-	schema := dbtest.EmptySchema(ctx, t)
-	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = migrator.Up(ctx, nil)
-	require.NoError(t, err)
+	schema := dbtest.FreshSchema(ctx, t)
 
 	// As in a burn-down: river_job was last analyzed when it was much
 	// smaller than it is now (autovacuum off, so that it stays so).
 	const analyzed, jobs, batch = 5_000, 30_000, 2_000
 	table := tableName(schema, "river_job")
-	_, err = pool.Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)")
+	_, err := pool.Exec(ctx, "ALTER TABLE "+table+" SET (autovacuum_enabled = false)")
 	require.NoError(t, err)
 	insert := func(n int) {
 		_, err := pool.Exec(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, state, attempt, attempted_at, attempted_by)

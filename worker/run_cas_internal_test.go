@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbtest"
-	"github.com/weirhq/weir/migrations"
 )
 
 // TestRunCASTakesRunByKey: a task's write to its run takes the row by
@@ -21,14 +20,10 @@ func TestRunCASTakesRunByKey(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
-	schema := dbtest.EmptySchema(ctx, t)
-	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = migrator.Up(ctx, nil)
-	require.NoError(t, err)
+	schema := dbtest.FreshSchema(ctx, t)
 
 	table := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
-	_, err = pool.Exec(ctx, "ALTER TABLE "+table("weir_run")+" SET (autovacuum_enabled = false)")
+	_, err := pool.Exec(ctx, "ALTER TABLE "+table("weir_run")+" SET (autovacuum_enabled = false)")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "INSERT INTO "+table("weir_namespace")+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
 	require.NoError(t, err)

@@ -227,6 +227,20 @@ func EmptySchema(ctx context.Context, tb testing.TB) string {
 	return schema
 }
 
+// FreshSchema returns a schema at the latest version of every migration
+// line, created for this test alone and dropped when it ends. Unlike
+// TestSchema's, its tables have never held rows nor been analyzed: for tests
+// of what the planner does with a young table's statistics.
+func FreshSchema(ctx context.Context, tb testing.TB) string {
+	tb.Helper()
+	schema := EmptySchema(ctx, tb)
+	migrator, err := migrations.New(Pool(ctx, tb), &migrations.Config{Schema: schema})
+	require.NoError(tb, err)
+	_, err = migrator.Up(ctx, nil)
+	require.NoError(tb, err)
+	return schema
+}
+
 // TestTx returns a transaction whose search_path is a migrated schema shared by
 // the package's tests; it is rolled back when the test ends. Prefer it to
 // TestSchema unless the test needs a commit.
