@@ -297,7 +297,8 @@ logged AS (
 -- waits for a writer holding a job and reads the version it committed): a
 -- repeat is judged on the latest row, as judge does on fencing 001, and stays
 -- locked against other writers until the caller commits. Filtered on the
--- input side, so the jobs are taken by primary key.
+-- input side, and restricted by idsMatch like the UPDATE, so the jobs are
+-- taken by primary key whatever the batch's size.
 unapplied AS (
     SELECT ` + qualifiedColumns("j") + `, j.lease_last_token,
         v.proof_token, v.proof_attempt, v.proof_attempted_at, v.new_state

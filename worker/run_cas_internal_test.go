@@ -12,10 +12,10 @@ import (
 	"github.com/weirhq/weir/internal/dbtest"
 )
 
-// TestRunCASTakesRunByKey: a task's write to its run takes the row by
-// primary key on a young weir_run (never analyzed) with thousands of live
-// runs, as in a burst of starts, not through weir_run_live_idx filtered by
-// run_id.
+// TestRunCASTakesRunByKey: a task's write to its run, with a plan cached
+// while weir_run (never analyzed) held a few runs, does not take the row
+// through weir_run_live_idx once the table holds thousands of live runs, as
+// in a burst of starts: that plan filtered every live run by run_id.
 func TestRunCASTakesRunByKey(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -61,5 +61,8 @@ func TestRunCASTakesRunByKey(t *testing.T) {
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	plan := strings.Join(lines, "\n")
-	require.Contains(t, plan, "weir_run_pkey", "the write does not take the run by primary key:\n%s", plan)
+	// With statistics taken while the table was tiny, a sequential scan
+	// would be the plan Postgres caches; what matters here is that the
+	// partial index never is.
+	require.NotContains(t, plan, "weir_run_live_idx", "the write takes the run through the index of live runs:\n%s", plan)
 }

@@ -107,7 +107,7 @@ func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int) 
 		return err
 	}
 	require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return claim(tx, runs) }))
-	_, err = pool.Exec(ctx, "ANALYZE")
+	_, err = pool.Exec(ctx, "ANALYZE "+tn("weir_run")+", "+tn("river_job")+", "+tn("weir_activity"))
 	require.NoError(b, err)
 
 	step := func(rs []*batchedRun) error {
