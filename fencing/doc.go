@@ -126,8 +126,9 @@
 //     a cancellable context. On a 2-core machine running Postgres too,
 //     burning down 100,000 no-op jobs (2026-12-02), fenced River ran at 0.93
 //     and 0.97 of plain River's rate with MaxWorkers 1000 (medians of paired
-//     rounds; CPU per job 0.92-0.93 of River's), and at 0.89-0.90 with
-//     River's "tuned" MaxWorkers of 100, where fetch batches are small.
+//     rounds; a fenced job cost 1.07-1.09 times a plain one's CPU), and at
+//     0.86-0.90 with River's "tuned" MaxWorkers of 100, where fetch batches
+//     are small (1.16 times the CPU).
 //   - The lease reaper serves the schemas River has used through the leader's
 //     client (fetches, inserts, River's rescuer): a leader that neither works
 //     nor inserts jobs learns its schema when River's rescuer first runs.
