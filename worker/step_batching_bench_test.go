@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbtest"
-	"github.com/weirhq/weir/migrations"
 )
 
 // batchedRun is one run of BenchmarkStepBatching: its activity's claimed
@@ -56,14 +55,10 @@ func BenchmarkStepBatching(b *testing.B) {
 // stepBatching runs one measurement: 2,000 runs, 3 steps each, k runs per
 // transaction.
 func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int) {
-	schema := dbtest.EmptySchema(ctx, b)
-	m, err := migrations.New(pool, &migrations.Config{Schema: schema})
-	require.NoError(b, err)
-	_, err = m.Up(ctx, nil)
-	require.NoError(b, err)
+	schema := dbtest.FreshSchema(ctx, b) // dropped when the sub-benchmark ends
 	tn := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
 	const nRuns, steps = 2000, 3
-	_, err = pool.Exec(ctx, "INSERT INTO "+tn("weir_namespace")+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
+	_, err := pool.Exec(ctx, "INSERT INTO "+tn("weir_namespace")+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
 	require.NoError(b, err)
 	runs := make([]*batchedRun, nRuns)
 	for i := range runs {
@@ -121,20 +116,20 @@ func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int) 
 			for i, r := range rs {
 				rids[i], jobs[i], toks[i], nexts[i], scheds[i] = r.id, r.job, r.token, r.next, r.sched
 			}
-			b := &pgx.Batch{}
-			b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
-			b.Queue("SELECT run_id, next_event_id FROM "+tn("weir_run")+" WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE", rids)
-			b.Queue("WITH u AS (UPDATE "+tn("river_job")+" j SET finalized_at = now(), state = 'completed', lease_last_token = j.lease_token, lease_token = NULL, lease_expires_at = NULL"+
+			batch := &pgx.Batch{}
+			batch.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+			batch.Queue("SELECT run_id, next_event_id FROM "+tn("weir_run")+" WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE", rids)
+			batch.Queue("WITH u AS (UPDATE "+tn("river_job")+" j SET finalized_at = now(), state = 'completed', lease_last_token = j.lease_token, lease_token = NULL, lease_expires_at = NULL"+
 				" FROM unnest($1::bigint[], $2::uuid[]) x(id, tok) WHERE j.id = x.id AND j.id = ANY($1) AND j.state = 'running' AND j.lease_token = x.tok"+
 				" RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token),"+
 				" l AS (INSERT INTO "+tn("weir_job_attempt")+" (job_id, attempt, lease_token, attempted_by, started_at, outcome) SELECT id, attempt, lease_last_token, attempted_by[1], attempted_at, 'completed' FROM u)"+
 				" SELECT 1 / (count(*) = $3)::int FROM u", jobs, toks, n)
-			b.Queue("INSERT INTO "+tn("weir_event")+" (run_id, event_id, type, attributes, resolves_event_id)"+
+			batch.Queue("INSERT INTO "+tn("weir_event")+" (run_id, event_id, type, attributes, resolves_event_id)"+
 				" SELECT r, e + o, 't', '{\"a\":1}', CASE WHEN o = 0 THEN s END FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) x(r, e, s), generate_series(0, 2) o", rids, nexts, scheds)
-			b.Queue("DELETE FROM "+tn("weir_activity")+" a USING unnest($1::uuid[], $2::bigint[]) x(r, s) WHERE a.run_id = x.r AND a.scheduled_event_id = x.s AND a.run_id = ANY($1)", rids, scheds)
-			b.Queue("WITH u AS (UPDATE "+tn("weir_run")+" r SET next_event_id = x.e + 3, updated_at = now() FROM unnest($1::uuid[], $2::bigint[]) x(id, e)"+
+			batch.Queue("DELETE FROM "+tn("weir_activity")+" a USING unnest($1::uuid[], $2::bigint[]) x(r, s) WHERE a.run_id = x.r AND a.scheduled_event_id = x.s AND a.run_id = ANY($1)", rids, scheds)
+			batch.Queue("WITH u AS (UPDATE "+tn("weir_run")+" r SET next_event_id = x.e + 3, updated_at = now() FROM unnest($1::uuid[], $2::bigint[]) x(id, e)"+
 				" WHERE r.run_id = x.id AND r.run_id = ANY($1) AND r.next_event_id = x.e AND r.closed_at IS NULL RETURNING 1) SELECT 1 / (count(*) = $3)::int FROM u", rids, nexts, n)
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 				return err
 			}
 			for _, r := range rs {
@@ -179,6 +174,4 @@ func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int) 
 	b.ReportMetric(total/el.Seconds(), "steps/s")
 	b.ReportMetric(float64((self1-self0).Microseconds())/total, "self_cpu_us/step")
 	b.ReportMetric(float64((pg1-pg0).Microseconds())/total, "pg_cpu_us/step")
-	_, err = pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	require.NoError(b, err)
 }
