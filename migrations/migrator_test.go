@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -313,6 +314,46 @@ func TestMigrator(t *testing.T) {
 
 		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{MaxSteps: 1})
 		require.Error(t, err, "MaxSteps needs a Line")
+	})
+
+	// Fencing 002 runs while a worker's transaction has read river_job and
+	// then writes it: the step waits for that transaction, and neither
+	// deadlocks. (It used to take a weaker lock on river_job before the
+	// ACCESS EXCLUSIVE one, and the two waited for each other.)
+	t.Run("FencingWaitsForAnOpenTransaction", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+		require.NoError(t, err)
+		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 1})
+		require.NoError(t, err)
+		table := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
+
+		worker, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = worker.Rollback(context.WithoutCancel(ctx)) }()
+		_, err = worker.Exec(ctx, "SELECT count(*) FROM "+table)
+		require.NoError(t, err)
+
+		migrated := make(chan error, 1)
+		go func() {
+			_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 2})
+			migrated <- err
+		}()
+		// Until the step waits for a lock on river_job.
+		require.Eventually(t, func() bool {
+			var waiting bool
+			err := bundle.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = $1::regclass AND NOT granted)", table).Scan(&waiting)
+			require.NoError(t, err)
+			return waiting
+		}, 10*time.Second, 10*time.Millisecond)
+
+		_, err = worker.Exec(ctx, "UPDATE "+table+" SET priority = priority WHERE id = -1")
+		require.NoError(t, err, "the worker's write does not deadlock with the migration")
+		require.NoError(t, worker.Commit(ctx))
+		require.NoError(t, <-migrated)
+		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
 	})
 }
 

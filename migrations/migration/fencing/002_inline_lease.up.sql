@@ -21,6 +21,15 @@
 -- Only functions and triggers change (catalog only), under lock_timeout.
 SET LOCAL lock_timeout = '5s';
 
+-- DROP TRIGGER below needs river_job's ACCESS EXCLUSIVE lock, CREATE TRIGGER a
+-- weaker one. Taken in that order, the step held the weaker lock while it
+-- waited for the stronger, and a worker's transaction that had read river_job
+-- and then wrote it waited for the step in turn: a deadlock, seen with a
+-- fenced client running across the migration. Taking the strongest lock first
+-- makes the step only wait (at most lock_timeout) for the transactions ahead
+-- of it.
+LOCK TABLE /* TEMPLATE: schema */river_job IN ACCESS EXCLUSIVE MODE;
+
 -- The row trigger function: as weir_fencing_job_lease, plus the attempt log
 -- entry of the attempt a transition out of running (or to a new attempt)
 -- ends.
