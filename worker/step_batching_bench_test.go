@@ -1,7 +1,9 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -43,18 +45,29 @@ type batchedRun struct {
 func BenchmarkStepBatching(b *testing.B) {
 	ctx := b.Context()
 	pool := dbtest.Pool(ctx, b)
-	for _, k := range []int{1, 2, 5, 10, 20} {
-		b.Run("k="+strconv.Itoa(k), func(b *testing.B) {
-			for b.Loop() {
-				stepBatching(ctx, b, pool, k)
+	for _, shape := range []string{"sets", "scalars", "rounds"} {
+		for _, k := range []int{1, 2, 5, 10, 20} {
+			if shape != "sets" && k == 1 {
+				continue // the same statements as sets at k=1
 			}
-		})
+			b.Run(shape+"/k="+strconv.Itoa(k), func(b *testing.B) {
+				for b.Loop() {
+					stepBatching(ctx, b, pool, k, shape)
+				}
+			})
+		}
 	}
 }
 
 // stepBatching runs one measurement: 2,000 runs, 3 steps each, k runs per
 // transaction.
-func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int) {
+//
+// With scalars, the k runs share the transaction but each run sends its own
+// statements (the worker's statements today, grouped): this tells what a
+// group commit gains without set-based writes. With rounds, each run also
+// takes its own two round trips (its lock, then its writes), as a run's
+// continuation does in the worker.
+func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int, shape string) {
 	schema := dbtest.FreshSchema(ctx, b) // dropped when the sub-benchmark ends
 	tn := func(n string) string { return pgx.Identifier{schema, n}.Sanitize() }
 	const nRuns, steps = 2000, 3
@@ -105,7 +118,61 @@ func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int) 
 	_, err = pool.Exec(ctx, "ANALYZE "+tn("weir_run")+", "+tn("river_job")+", "+tn("weir_activity"))
 	require.NoError(b, err)
 
+	scalarStep := func(rs []*batchedRun) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			sorted := slices.Clone(rs)
+			slices.SortFunc(sorted, func(a, b *batchedRun) int { return bytes.Compare(a.id[:], b.id[:]) })
+			batch := &pgx.Batch{}
+			batch.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+			lock := func(r *batchedRun) {
+				batch.Queue("SELECT run_id, next_event_id FROM "+tn("weir_run")+" WHERE run_id = $1 FOR UPDATE", r.id)
+			}
+			if shape == "rounds" {
+				rs = sorted
+			} else {
+				for _, r := range sorted {
+					lock(r)
+				}
+			}
+			for _, r := range rs {
+				if shape == "rounds" {
+					lock(r)
+					if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+						return err
+					}
+					batch = &pgx.Batch{}
+				}
+				batch.Queue("WITH u AS (UPDATE "+tn("river_job")+" j SET finalized_at = now(), state = 'completed', lease_last_token = j.lease_token, lease_token = NULL, lease_expires_at = NULL"+
+					" WHERE j.id = $1 AND j.state = 'running' AND j.lease_token = $2::uuid"+
+					" RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token),"+
+					" l AS (INSERT INTO "+tn("weir_job_attempt")+" (job_id, attempt, lease_token, attempted_by, started_at, outcome) SELECT id, attempt, lease_last_token, attempted_by[1], attempted_at, 'completed' FROM u)"+
+					" SELECT 1 / count(*)::int FROM u", r.job, r.token)
+				batch.Queue("INSERT INTO "+tn("weir_event")+" (run_id, event_id, type, attributes, resolves_event_id)"+
+					" SELECT $1, $2::bigint + o, 't', '{\"a\":1}', CASE WHEN o = 0 THEN $3::bigint END FROM generate_series(0, 2) o", r.id, r.next, r.sched)
+				batch.Queue("DELETE FROM "+tn("weir_activity")+" WHERE run_id = $1 AND scheduled_event_id = $2", r.id, r.sched)
+				batch.Queue("WITH u AS (UPDATE "+tn("weir_run")+" SET next_event_id = $2::bigint + 3, updated_at = now()"+
+					" WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL RETURNING 1) SELECT 1 / count(*)::int FROM u", r.id, r.next)
+				r.sched = r.next + 2
+				r.next += 3
+				batch.Queue("WITH l AS (SELECT set_config('weir.fencing_lease_ttl', '30 seconds', true)),"+
+					" j AS (INSERT INTO "+tn("river_job")+" (args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)"+
+					" SELECT '{}', 1, now(), ARRAY['w'], 'act', 25, '{}', 1, 'default', now(), 'running', '{}' FROM l RETURNING id, lease_token::text),"+
+					" a AS (INSERT INTO "+tn("weir_activity")+" (run_id, scheduled_event_id, job_id, kind) SELECT $1, $2, id, 'act' FROM j)"+
+					" SELECT id, lease_token FROM j", r.id, r.sched).QueryRow(func(row pgx.Row) error { return row.Scan(&r.job, &r.token) })
+				if shape == "rounds" {
+					if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+						return err
+					}
+					batch = &pgx.Batch{}
+				}
+			}
+			return tx.SendBatch(ctx, batch).Close()
+		})
+	}
 	step := func(rs []*batchedRun) error {
+		if shape != "sets" {
+			return scalarStep(rs)
+		}
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			n := len(rs)
 			rids := make([]uuid.UUID, n)
