@@ -294,7 +294,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		if !final {
 			return err
 		}
-		if recordErr := a.w.outcomeTx(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if recordErr := a.w.outcomeTx(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
@@ -316,14 +316,14 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			NonRetryable: true,
 			Type:         "PayloadTooLarge",
 		}
-		if err := a.w.outcomeTx(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if err := a.w.outcomeTx(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge), cont)
 		}); err != nil {
 			return err
 		}
 		return river.JobCancel(fmt.Errorf("%w: %s", client.ErrPayloadTooLarge, tooLarge.Message))
 	}
-	return a.w.outcomeTx(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+	return a.w.outcomeTx(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 		return completeActivityTx(ctx, tx, a.w, job, meta, payload, own, cont)
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/internal/history"
@@ -40,7 +41,10 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 		_, err := inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, item)
 		return false, err
 	}
-	run, now, err := w.lockRun(ctx, tx, meta.RunID)
+	run, now, locked, err := cont.step.takeLocked() // locked by its group
+	if !locked {
+		run, now, err = w.lockRun(ctx, tx, meta.RunID)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, fmt.Errorf("delivering %s to run %s: %w", item.Type, meta.RunID, inbox.ErrRunClosed)
@@ -55,15 +59,24 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	}
 	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
 	// outcomeTx writes nothing after this and commits: the last batch may.
-	by := &advanceBy{attempt: attempt, commit: true, own: own}
+	by := &advanceBy{attempt: attempt, commit: true, own: own, group: cont.step}
 	err = w.advance(ctx, tx, def, run, now, []history.Event{direct}, by, cont)
 	return by.completed, err
 }
 
 // outcomeTx runs fn, the transaction that records an activity attempt's
-// outcome and may continue its run (deliverOutcome). Its BEGIN goes with
+// outcome and may continue its run (runID, deliverOutcome): in a group with
+// other runs' outcomes when the worker runs (stepCommitter), else alone.
+func (w *Worker) outcomeTx(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
+	if w.steps != nil {
+		return w.steps.commit(ctx, runID, fn)
+	}
+	return w.outcomeTxAlone(ctx, fn)
+}
+
+// outcomeTxAlone runs fn in a transaction of its own. Its BEGIN goes with
 // its first statement (lazytx): one round trip less per workflow step.
-func (w *Worker) outcomeTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
+func (w *Worker) outcomeTxAlone(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
 	var cont taskResult
 	err := lazytx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		cont = taskResult{}

@@ -153,6 +153,7 @@ type runRow struct {
 // taskResult is what a task tells interceptors, once its transaction
 // commits.
 type taskResult struct {
+	step          *stepMember         // the outcome's place in a group (stepCommitter), if it has one
 	eager         []eagerStart        // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
@@ -282,6 +283,11 @@ type advanceBy struct {
 	// it and nothing is written after it: the caller writes nothing more
 	// and commits. The commit then costs no round trip of its own.
 	commit bool
+
+	// group, when set, is the outcome's place in a group of outcomes
+	// committed together (stepCommitter): the last batch, which commit
+	// allows to carry the COMMIT, goes with the group's COMMIT instead.
+	group *stepMember
 
 	// replayCtx, when set, bounds the workflow code (not the statements):
 	// a first task running inside a client's start.
@@ -446,7 +452,12 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	after := outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 || run.inboxed ||
 		outcome.Completed && (run.HasParent || pending.children || pending.activities)
 	if by.commit && (by.own == nil || by.completed) && !after {
-		lazytx.QueueCommit(tx, run.writes)
+		if by.group != nil {
+			by.group.deferLast(run.writes, func() { result.eager = run.eager }) // its claims are read with the COMMIT
+			run.writes = &pgx.Batch{}
+		} else {
+			lazytx.QueueCommit(tx, run.writes)
+		}
 	}
 	if err := flushWrites(ctx, tx, run); err != nil {
 		return fmt.Errorf("advancing run: %w", err)

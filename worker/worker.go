@@ -43,7 +43,9 @@ type Worker struct {
 	schedules    *scheduler
 	riverWorkers *river.Workers
 	started      bool
-	unregister   func() // stops taking first tasks from clients (eager start)
+	unregister   func()         // stops taking first tasks from clients (eager start)
+	steps        *stepCommitter // nil: each outcome commits alone
+	stepGroups   int            // groups of outcomes the step committer commits at once
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition
@@ -71,6 +73,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),
+		stepGroups:   stepGroupsFor(pool),
 		workflows:    make(map[string]*replay.Definition),
 	}
 	// Every activity job that ends through the fencing layer turns into the
@@ -226,6 +229,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.config.MaxEagerActivities > 0 && len(w.config.Interceptors) == 0 {
 		w.eager = newEagerPool(w, w.config.MaxEagerActivities)
 	}
+	w.steps = newStepCommitter(w, w.stepGroups, stepGroupMembers)
 	w.sweeper = newSweeper(w)
 	w.sweeper.start()
 	w.timers = newTimerWaker(w)

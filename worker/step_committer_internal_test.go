@@ -1,0 +1,343 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/activity"
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/workflow"
+)
+
+// stepFixture is a worker (not started) whose step committer commits one
+// group at a time, and a table that records, per outcome, the transaction
+// it committed in.
+type stepFixture struct {
+	c     *stepCommitter
+	pool  *pgxpool.Pool
+	table string
+}
+
+func newStepFixture(t *testing.T) *stepFixture {
+	t.Helper()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	w, err := New(pool, &Config{Schema: schema})
+	require.NoError(t, err)
+	table := pgx.Identifier{schema, "step_log"}.Sanitize()
+	_, err = pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY, xid bigint NOT NULL)")
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = pool.Exec(context.WithoutCancel(ctx), "DROP TABLE "+table) }) // the schema is reused
+	return &stepFixture{c: newStepCommitter(w, 1, stepGroupMembers), pool: pool, table: table}
+}
+
+// record is an outcome's body: it writes id in its transaction, and
+// id+"/last" among its last writes, which go with the group's COMMIT.
+func (f *stepFixture) record(id string, last ...string) func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+	return func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+f.table+" VALUES ($1, txid_current())", id); err != nil {
+			return err
+		}
+		batch := &pgx.Batch{}
+		batch.Queue("INSERT INTO "+f.table+" VALUES ($1, txid_current())", id+"/last")
+		for _, sql := range last {
+			batch.Queue(sql)
+		}
+		if cont.step != nil {
+			cont.step.deferLast(batch, nil)
+			return nil
+		}
+		return tx.SendBatch(ctx, batch).Close()
+	}
+}
+
+// xids returns the transaction of every row written, by id.
+func (f *stepFixture) xids(t *testing.T) map[string]int64 {
+	t.Helper()
+	rows, err := f.pool.Query(t.Context(), "SELECT id, xid FROM "+f.table)
+	require.NoError(t, err)
+	got := map[string]int64{}
+	for rows.Next() {
+		var (
+			id  string
+			xid int64
+		)
+		require.NoError(t, rows.Scan(&id, &xid))
+		got[id] = xid
+	}
+	require.NoError(t, rows.Err())
+	return got
+}
+
+// hold starts an outcome whose body waits for release, so that the outcomes
+// started next queue behind its group; it returns once that body runs.
+func (f *stepFixture) hold(t *testing.T, wg *sync.WaitGroup, release <-chan struct{}) {
+	t.Helper()
+	running := make(chan struct{})
+	wg.Go(func() {
+		body := f.record("held")
+		assertNoError(t, f.c.commit(t.Context(), uuid.New(), func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+			close(running)
+			<-release
+			return body(ctx, tx, cont)
+		}))
+	})
+	<-running
+}
+
+// queued waits until n outcomes wait for a group.
+func (f *stepFixture) queued(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		f.c.mu.Lock()
+		defer f.c.mu.Unlock()
+		return len(f.c.queue) == n
+	}, 10*time.Second, time.Millisecond)
+}
+
+func assertNoError(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+	}
+}
+
+// TestStepCommitterGroupsWhatIsReady: outcomes that arrive while the group
+// in flight commits go together in the next group, one per run, each with
+// its last writes; an outcome of a run already in the group waits for the
+// next one.
+func TestStepCommitterGroupsWhatIsReady(t *testing.T) {
+	t.Parallel()
+	f := newStepFixture(t)
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	f.hold(t, &wg, release)
+
+	ids := []string{"a", "b", "c", "d", "e"}
+	runs := make([]uuid.UUID, len(ids))
+	for i, id := range ids {
+		runs[i] = uuid.New()
+		wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), runs[i], f.record(id))) })
+	}
+	f.queued(t, len(ids))
+	wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), runs[1], f.record("b2"))) }) // b's run again
+	f.queued(t, len(ids)+1)
+	close(release)
+	wg.Wait()
+
+	got := f.xids(t)
+	require.Len(t, got, 2*(len(ids)+2))
+	for _, id := range ids {
+		require.Equal(t, got["a"], got[id], "%s committed with a", id)
+		require.Equal(t, got["a"], got[id+"/last"], "%s's last writes committed with it", id)
+	}
+	require.NotEqual(t, got["held"], got["a"])
+	require.NotEqual(t, got["a"], got["b2"], "two outcomes of one run in one group")
+	require.Equal(t, got["b2"], got["b2/last"])
+	require.Equal(t, int64(3), f.c.committed.Load())
+	require.Equal(t, int64(len(ids)), f.c.grouped.Load())
+	require.Zero(t, f.c.rolledBack.Load())
+}
+
+// TestStepCommitterFailureRunsEachAlone: when anything in a group fails
+// (an outcome's body, or its last writes at COMMIT), nothing of the group
+// commits and every outcome runs again alone: the others commit once each,
+// and only the faulty one fails, with its own error.
+func TestStepCommitterFailureRunsEachAlone(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name   string
+		faulty func(f *stepFixture) func(ctx context.Context, tx pgx.Tx, cont *taskResult) error
+		check  func(t *testing.T, err error)
+	}{
+		{
+			name: "Body",
+			faulty: func(f *stepFixture) func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+				return func(context.Context, pgx.Tx, *taskResult) error { return boom }
+			},
+			check: func(t *testing.T, err error) { require.ErrorIs(t, err, boom) },
+		},
+		{
+			name: "LastWrites",
+			faulty: func(f *stepFixture) func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+				return f.record("faulty", "SELECT 1 / 0")
+			},
+			check: func(t *testing.T, err error) {
+				var pgErr *pgconn.PgError
+				require.ErrorAs(t, err, &pgErr)
+				require.Equal(t, "22012", pgErr.Code) // division_by_zero
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newStepFixture(t)
+			var wg sync.WaitGroup
+			release := make(chan struct{})
+			f.hold(t, &wg, release)
+			for _, id := range []string{"a", "c"} {
+				wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), uuid.New(), f.record(id))) })
+			}
+			errc := make(chan error, 1)
+			wg.Go(func() { errc <- f.c.commit(t.Context(), uuid.New(), tc.faulty(f)) })
+			f.queued(t, 3)
+			close(release)
+			wg.Wait()
+			tc.check(t, <-errc)
+
+			got := f.xids(t)
+			require.Len(t, got, 6, "held, a and c, each with its last writes; nothing of the faulty one")
+			require.NotEqual(t, got["a"], got["c"], "a and c committed alone")
+			require.Equal(t, got["a"], got["a/last"])
+			require.Equal(t, got["c"], got["c/last"])
+			require.Equal(t, int64(1), f.c.rolledBack.Load())
+			require.Zero(t, f.c.grouped.Load())
+		})
+	}
+}
+
+// TestStepCommitterEndedAttemptRunsAlone: an outcome whose attempt ended
+// (its context is done) before its group ran is left out of the group, which
+// commits the others, and fails alone as it would have.
+func TestStepCommitterEndedAttemptRunsAlone(t *testing.T) {
+	t.Parallel()
+	f := newStepFixture(t)
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	f.hold(t, &wg, release)
+	for _, id := range []string{"a", "c"} {
+		wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), uuid.New(), f.record(id))) })
+	}
+	ended, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	wg.Go(func() { errc <- f.c.commit(ended, uuid.New(), f.record("ended")) })
+	f.queued(t, 3)
+	cancel()
+	close(release)
+	wg.Wait()
+	require.ErrorIs(t, <-errc, context.Canceled)
+
+	got := f.xids(t)
+	require.Len(t, got, 6)
+	require.Equal(t, got["a"], got["c"], "a and c committed together")
+	require.Equal(t, int64(2), f.c.grouped.Load())
+}
+
+type stepGroupActArgs struct {
+	N int `json:"n"`
+}
+
+func (stepGroupActArgs) Kind() string { return "step_group_act" }
+
+type stepGroupAct struct {
+	activity.Defaults[stepGroupActArgs, int]
+}
+
+func (*stepGroupAct) Execute(_ context.Context, args stepGroupActArgs) (int, error) {
+	return args.N + 1, nil
+}
+
+type stepGroupArgs struct {
+	N int `json:"n"`
+}
+
+func (stepGroupArgs) Kind() string { return "step_group_wf" }
+
+// stepGroupWorkflow runs two activities at once, then a third on their sum:
+// two outcomes of one run can be ready together.
+type stepGroupWorkflow struct {
+	workflow.Defaults[stepGroupArgs, int]
+}
+
+func (*stepGroupWorkflow) Run(ctx workflow.Context, args stepGroupArgs) (int, error) {
+	a := workflow.ExecuteActivity[int](ctx, stepGroupActArgs(args), nil)
+	b := workflow.ExecuteActivity[int](ctx, stepGroupActArgs{N: 10 * args.N}, nil)
+	x, err := a.Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	y, err := b.Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return workflow.ExecuteActivity[int](ctx, stepGroupActArgs{N: x + y}, nil).Get(ctx)
+}
+
+// TestStepGroupsContinueRuns: a burst of workflows, whose activities'
+// outcomes the worker commits in groups (one group at a time here, so that
+// groups fill), all complete with the right result and a history that has
+// every activity scheduled and completed once, in event order.
+func TestStepGroupsContinueRuns(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	w, err := New(pool, &Config{Schema: schema})
+	require.NoError(t, err)
+	w.stepGroups = 1
+	AddWorkflow(w, &stepGroupWorkflow{})
+	AddActivity(w, &stepGroupAct{})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	const n = 60
+	runs := make([]*client.Run, n)
+	for i := range runs {
+		runs[i], err = c.Start(ctx, stepGroupArgs{N: i}, &client.StartOpts{EagerStart: true})
+		require.NoError(t, err)
+	}
+	for i, run := range runs {
+		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		got, err := client.GetResult[int](waitCtx, run)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, i+1+10*i+1+1, got, "workflow %d", i)
+	}
+
+	names := dbschema.New(schema)
+	var bad int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.Event+" GROUP BY run_id"+
+		" HAVING count(*) FILTER (WHERE type = 'ActivityScheduled') <> 3 OR count(*) FILTER (WHERE type = 'ActivityCompleted') <> 3"+
+		" OR count(*) FILTER (WHERE type = 'WorkflowCompleted') <> 1 OR max(event_id) <> count(*)) x").Scan(&bad))
+	require.Zero(t, bad, "runs whose history is not each activity scheduled and completed once, numbered without gaps")
+	require.Positive(t, w.steps.grouped.Load(), "no outcomes committed in groups")
+	t.Logf("groups committed %d, outcomes in groups %d, groups rolled back %d", w.steps.committed.Load(), w.steps.grouped.Load(), w.steps.rolledBack.Load())
+}
+
+// TestStepCommitterPanicRunsAlone: a body that panics in a group fails the
+// group, not the process; alone, it panics on its own goroutine.
+func TestStepCommitterPanicRunsAlone(t *testing.T) {
+	t.Parallel()
+	f := newStepFixture(t)
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	f.hold(t, &wg, release)
+	wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), uuid.New(), f.record("a"))) })
+	panicked := make(chan any, 1)
+	wg.Go(func() {
+		defer func() { panicked <- recover() }()
+		_ = f.c.commit(t.Context(), uuid.New(), func(context.Context, pgx.Tx, *taskResult) error { panic("boom") })
+	})
+	f.queued(t, 2)
+	close(release)
+	wg.Wait()
+	require.Equal(t, "boom", <-panicked)
+	require.Contains(t, f.xids(t), "a")
+	require.Equal(t, int64(1), f.c.rolledBack.Load())
+}
