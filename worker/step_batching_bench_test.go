@@ -29,7 +29,7 @@ type batchedRun struct {
 }
 
 // BenchmarkStepBatching is a design experiment for the performance issue
-// (docs/ARCHITECTURE.md, "Batching many runs' steps"): 2,000 runs take 3
+// (docs/ARCHITECTURE.md, "Activity outcomes commit in groups"): 2,000 runs take 3
 // steps each, 20 at a time (the worker's pool size), every step shaped like
 // an eager activity's continuation: lock the run, complete the activity's
 // claimed job with the fenced single-attempt shape (lease revoked, attempt
