@@ -294,7 +294,9 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		if !final {
 			return err
 		}
-		if recordErr := a.w.outcomeTx(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		// A failure goes alone: it locks its job before its run (leaseHeldTx),
+		// the other way round from a group.
+		if recordErr := a.w.outcomeTxAlone(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
@@ -316,7 +318,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			NonRetryable: true,
 			Type:         "PayloadTooLarge",
 		}
-		if err := a.w.outcomeTx(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if err := a.w.outcomeTxAlone(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge), cont)
 		}); err != nil {
 			return err

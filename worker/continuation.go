@@ -36,6 +36,9 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	own *ownJob,
 ) (completed bool, err error) {
 	def := w.workflows[meta.WorkflowKind]
+	if cont != nil && cont.step != nil && (def == nil || len(w.config.Interceptors) > 0) {
+		return false, errRunsAlone
+	}
 	if cont == nil || def == nil || len(w.config.Interceptors) > 0 {
 		// Interceptors see every workflow task as a River job of its own.
 		_, err := inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, item)
@@ -44,6 +47,11 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	run, now, locked, err := cont.step.takeLocked() // locked by its group
 	if !locked {
 		run, now, err = w.lockRun(ctx, tx, meta.RunID)
+	}
+	if locked && (err != nil || run.State != "running" || run.TaskJobID != nil) {
+		// Not a continuation: what it writes instead (the inbox, the job's
+		// completion on its own) goes in a transaction of its own.
+		return false, errRunsAlone
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

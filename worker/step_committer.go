@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/weirhq/weir/fencing"
+
 	"github.com/weirhq/weir/internal/lazytx"
 )
 
@@ -37,10 +39,20 @@ import (
 // locked before its continuation reads it, and its writes carry its CAS
 // (W4) and its job's fenced completion (F1–F7). A group commits all of its
 // outcomes or none: if anything in it fails (a refused completion, a moved
-// append point, a deadlock, a continuation's own error), it rolls back and
-// every outcome in it runs again alone, in a transaction of its own, where
-// only the faulty one fails. Runs are locked in run ID order and a group
-// holds at most one outcome per run, so groups do not deadlock each other.
+// append point, a deadlock, a continuation's own error or panic), it rolls
+// back and every outcome in it runs again alone, in a transaction of its
+// own, where only the faulty one fails.
+//
+// Only plain continuations commit in a group (groupable): a continuation
+// whose writes all go in its last batch and touch only its own run and jobs.
+// One that would write earlier or reach other runs (a timer, a child, a
+// cancellation, continue-as-new, a closing run's parent or children), an
+// outcome that is not a continuation (its run closed, a task queued), and
+// every failure (it locks its job before its run) find out before they wrote
+// anything, leave the group (errRunsAlone) and run alone after it. So a group
+// locks only its own runs, all in one statement batch in run ID order, and
+// no run is in two groups in flight at once: groups do not wait for each
+// other, and a group holding its runs never waits for another run.
 
 // stepGroupMembers is the most outcomes one group commits.
 const stepGroupMembers = 16
@@ -59,6 +71,12 @@ func stepGroupsFor(pool *pgxpool.Pool) int {
 // fenced completion).
 const stepGroupTimeout = time.Minute
 
+// errRunsAlone is what an outcome's body returns, in a group, before it
+// wrote anything, when it cannot commit in the group (it is not a plain
+// continuation, see groupable): the group goes on without it, and it runs
+// alone once the group ended.
+var errRunsAlone = errors.New("worker: this outcome commits alone")
+
 // errGroupRolledBack is what a member of a group learns when its group did
 // not commit: its outcome runs again alone.
 var errGroupRolledBack = errors.New("worker: the group of outcomes did not commit")
@@ -70,8 +88,9 @@ type stepCommitter struct {
 	maxMembers int // outcomes in one group
 
 	mu     sync.Mutex
-	queue  []*stepMember // waiting for a group, oldest first
-	groups int           // in flight
+	queue  []*stepMember      // waiting for a group, oldest first
+	groups int                // in flight
+	busy   map[uuid.UUID]bool // runs with an outcome in a group in flight
 
 	// Counts, for tests and metrics: groups that committed, outcomes that
 	// committed in a group with others, groups rolled back.
@@ -105,7 +124,7 @@ type stepMember struct {
 }
 
 func newStepCommitter(w *Worker, maxGroups, maxMembers int) *stepCommitter {
-	return &stepCommitter{w: w, maxGroups: max(maxGroups, 1), maxMembers: max(maxMembers, 1)}
+	return &stepCommitter{w: w, maxGroups: max(maxGroups, 1), maxMembers: max(maxMembers, 1), busy: make(map[uuid.UUID]bool)}
 }
 
 // takeLocked returns the run's row that the group locked for this member,
@@ -145,27 +164,37 @@ func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx
 func (c *stepCommitter) startLocked() {
 	for c.groups < c.maxGroups && len(c.queue) > 0 {
 		members := c.takeLocked()
+		if len(members) == 0 {
+			return // every queued outcome's run is in a group in flight
+		}
 		c.groups++
+		for _, m := range members {
+			c.busy[m.runID] = true
+		}
 		go func() {
 			c.run(members)
 			c.mu.Lock()
 			c.groups--
+			for _, m := range members {
+				delete(c.busy, m.runID)
+			}
 			c.startLocked()
 			c.mu.Unlock()
 		}()
 	}
 }
 
-// takeLocked takes the oldest queued outcomes for a group, at most one per
-// run (a second outcome of a run must see the first one's writes) and at
-// most maxMembers.
+// takeLocked takes the oldest queued outcomes for a group, at most
+// maxMembers and one per run, none of a run that a group in flight holds:
+// a second outcome of a run must see the first one's writes, and a group
+// that waited for another group's run would hold all of its own meanwhile.
 func (c *stepCommitter) takeLocked() []*stepMember {
 	var (
 		taken []*stepMember
 		kept  = c.queue[:0]
 	)
 	for _, m := range c.queue {
-		if len(taken) < c.maxMembers && !slices.ContainsFunc(taken, func(t *stepMember) bool { return t.runID == m.runID }) {
+		if len(taken) < c.maxMembers && !c.busy[m.runID] && !slices.ContainsFunc(taken, func(t *stepMember) bool { return t.runID == m.runID }) {
 			taken = append(taken, m)
 			continue
 		}
@@ -181,7 +210,13 @@ func (c *stepCommitter) run(members []*stepMember) {
 	slices.SortFunc(members, func(a, b *stepMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
-	err := lazytx.BeginFunc(ctx, c.w.pool, func(tx pgx.Tx) error {
+	deadline, _ := ctx.Deadline()
+	err := lazytx.BeginFunc(ctx, c.w.pool, func(tx pgx.Tx) (err error) {
+		defer func() {
+			if r := recover(); r != nil { // a callback of the last batch, say
+				err = fmt.Errorf("worker: a group of outcomes panicked: %v", r)
+			}
+		}()
 		locks := &pgx.Batch{}
 		for _, m := range members {
 			m.cont, m.last, m.afterLast = taskResult{step: m}, nil, nil
@@ -200,11 +235,24 @@ func (c *stepCommitter) run(members []*stepMember) {
 		}
 		last := &pgx.Batch{}
 		for _, m := range members {
-			m.alone = m.ctx.Err() != nil // its attempt ended: alone, it fails as it would have
+			// An attempt that lost its lease is refused: alone, it fails as
+			// it would have, without failing the group. One whose deadline
+			// passed while it waited still commits (its lease is checked by
+			// the database).
+			m.alone = errors.Is(context.Cause(m.ctx), fencing.ErrLeaseLost)
 			if m.alone {
 				continue
 			}
-			if err := m.call(memberContext{Context: ctx, values: m.ctx}, tx); err != nil {
+			// The group's statements run under the group's deadline, with
+			// the member's values (its attempt, its trace, its logger).
+			memberCtx, cancel := context.WithDeadline(context.WithoutCancel(m.ctx), deadline)
+			err := m.call(memberCtx, tx)
+			cancel()
+			switch {
+			case errors.Is(err, errRunsAlone):
+				m.alone = true
+				continue
+			case err != nil:
 				return err
 			}
 			m.locked = false
@@ -269,13 +317,3 @@ func countAlone(members []*stepMember) int {
 	}
 	return n
 }
-
-// memberContext is a group's context (its deadline and cancellation, for
-// the statements it sends) carrying one member's values (its logger, its
-// trace, what its attempt noted).
-type memberContext struct {
-	context.Context
-	values context.Context
-}
-
-func (c memberContext) Value(key any) any { return c.values.Value(key) }

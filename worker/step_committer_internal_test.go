@@ -15,6 +15,7 @@ import (
 
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/workflow"
@@ -209,10 +210,11 @@ func TestStepCommitterFailureRunsEachAlone(t *testing.T) {
 	}
 }
 
-// TestStepCommitterEndedAttemptRunsAlone: an outcome whose attempt ended
-// (its context is done) before its group ran is left out of the group, which
-// commits the others, and fails alone as it would have.
-func TestStepCommitterEndedAttemptRunsAlone(t *testing.T) {
+// TestStepCommitterLostLeaseRunsAlone: an outcome whose attempt lost its
+// lease before its group ran is left out of the group, which commits the
+// others, and fails alone as it would have; one whose attempt's deadline
+// passed while it waited still commits with the group.
+func TestStepCommitterLostLeaseRunsAlone(t *testing.T) {
 	t.Parallel()
 	f := newStepFixture(t)
 	var wg sync.WaitGroup
@@ -221,19 +223,96 @@ func TestStepCommitterEndedAttemptRunsAlone(t *testing.T) {
 	for _, id := range []string{"a", "c"} {
 		wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), uuid.New(), f.record(id))) })
 	}
-	ended, cancel := context.WithCancel(t.Context())
+	lost, loseLease := context.WithCancelCause(t.Context())
 	errc := make(chan error, 1)
-	wg.Go(func() { errc <- f.c.commit(ended, uuid.New(), f.record("ended")) })
-	f.queued(t, 3)
-	cancel()
+	wg.Go(func() { errc <- f.c.commit(lost, uuid.New(), f.record("lost")) })
+	late, cancelLate := context.WithDeadline(t.Context(), time.Now().Add(50*time.Millisecond))
+	defer cancelLate()
+	wg.Go(func() { assertNoError(t, f.c.commit(late, uuid.New(), f.record("late"))) })
+	f.queued(t, 4)
+	loseLease(fencing.ErrLeaseLost)
+	<-late.Done()
 	close(release)
 	wg.Wait()
 	require.ErrorIs(t, <-errc, context.Canceled)
 
 	got := f.xids(t)
-	require.Len(t, got, 6)
+	require.Len(t, got, 8, "held, a, c and late, each with its last writes")
 	require.Equal(t, got["a"], got["c"], "a and c committed together")
-	require.Equal(t, int64(2), f.c.grouped.Load())
+	require.Equal(t, got["a"], got["late"], "late committed with them")
+	require.Equal(t, int64(3), f.c.grouped.Load())
+}
+
+// TestStepCommitterLeavesGroupBeforeWriting: an outcome that finds out in
+// its group that it must commit alone (errRunsAlone, before it wrote
+// anything) leaves the group, which commits the others together, and then
+// commits alone.
+func TestStepCommitterLeavesGroupBeforeWriting(t *testing.T) {
+	t.Parallel()
+	f := newStepFixture(t)
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	f.hold(t, &wg, release)
+	for _, id := range []string{"a", "c"} {
+		wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), uuid.New(), f.record(id))) })
+	}
+	record := f.record("alone")
+	var tries sync.Map
+	wg.Go(func() {
+		assertNoError(t, f.c.commit(t.Context(), uuid.New(), func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+			tries.Store(cont.step != nil, true)
+			if cont.step != nil {
+				return errRunsAlone
+			}
+			return record(ctx, tx, cont)
+		}))
+	})
+	f.queued(t, 3)
+	close(release)
+	wg.Wait()
+
+	got := f.xids(t)
+	require.Len(t, got, 8)
+	require.Equal(t, got["a"], got["c"], "a and c committed together")
+	require.NotEqual(t, got["a"], got["alone"])
+	require.Equal(t, got["alone"], got["alone/last"])
+	_, inGroup := tries.Load(true)
+	_, alone := tries.Load(false)
+	require.True(t, inGroup && alone, "tried in the group, then alone")
+	require.Zero(t, f.c.rolledBack.Load())
+}
+
+// TestStepCommitterOneGroupPerRun: an outcome of a run that a group in
+// flight holds waits for that group even when another group could start;
+// an outcome of another run starts one at once.
+func TestStepCommitterOneGroupPerRun(t *testing.T) {
+	t.Parallel()
+	f := newStepFixture(t)
+	f.c.maxGroups = 2
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	run := uuid.New()
+	running := make(chan struct{})
+	wg.Go(func() {
+		body := f.record("held")
+		assertNoError(t, f.c.commit(t.Context(), run, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+			close(running)
+			<-release
+			return body(ctx, tx, cont)
+		}))
+	})
+	<-running
+	wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), run, f.record("same-run"))) })
+	f.queued(t, 1)
+	require.NoError(t, f.c.commit(t.Context(), uuid.New(), f.record("other-run")), "another run's outcome commits while the group holds the run")
+	f.queued(t, 1) // the same run's outcome still waits
+	require.NotContains(t, f.xids(t), "same-run")
+	close(release)
+	wg.Wait()
+
+	got := f.xids(t)
+	require.Len(t, got, 6)
+	require.NotEqual(t, got["held"], got["same-run"])
 }
 
 type stepGroupActArgs struct {
@@ -317,6 +396,7 @@ func TestStepGroupsContinueRuns(t *testing.T) {
 		" OR count(*) FILTER (WHERE type = 'WorkflowCompleted') <> 1 OR max(event_id) <> count(*)) x").Scan(&bad))
 	require.Zero(t, bad, "runs whose history is not each activity scheduled and completed once, numbered without gaps")
 	require.Positive(t, w.steps.grouped.Load(), "no outcomes committed in groups")
+	require.Zero(t, w.steps.rolledBack.Load(), "groups rolled back")
 	t.Logf("groups committed %d, outcomes in groups %d, groups rolled back %d", w.steps.committed.Load(), w.steps.grouped.Load(), w.steps.rolledBack.Load())
 }
 
@@ -340,4 +420,78 @@ func TestStepCommitterPanicRunsAlone(t *testing.T) {
 	require.Equal(t, "boom", <-panicked)
 	require.Contains(t, f.xids(t), "a")
 	require.Equal(t, int64(1), f.c.rolledBack.Load())
+}
+
+type stepFamilyArgs struct {
+	Children int `json:"children"`
+}
+
+func (stepFamilyArgs) Kind() string { return "step_family_wf" }
+
+// stepFamilyWorkflow starts its children (stepGroupWorkflow) at once, sleeps
+// a little, and sums their results: children close (telling their parent)
+// while other runs' outcomes commit in groups.
+type stepFamilyWorkflow struct {
+	workflow.Defaults[stepFamilyArgs, int]
+}
+
+func (*stepFamilyWorkflow) Run(ctx workflow.Context, args stepFamilyArgs) (int, error) {
+	children := make([]workflow.Future[int], args.Children)
+	for i := range children {
+		children[i] = workflow.ExecuteChildWorkflow[int](ctx, stepGroupArgs{N: i}, nil)
+	}
+	if err := workflow.Sleep(ctx, 10*time.Millisecond); err != nil {
+		return 0, err
+	}
+	sum := 0
+	for _, child := range children {
+		n, err := child.Get(ctx)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
+// TestStepGroupsWithFamilies: fan-out parents whose children complete
+// concurrently, two groups in flight: the outcomes that reach other runs
+// (a child closing tells its parent) commit alone, so no group deadlocks or
+// rolls back, and every family completes with the right sum.
+func TestStepGroupsWithFamilies(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	w, err := New(pool, &Config{Schema: schema})
+	require.NoError(t, err)
+	w.stepGroups = 2
+	AddWorkflow(w, &stepGroupWorkflow{})
+	AddWorkflow(w, &stepFamilyWorkflow{})
+	AddActivity(w, &stepGroupAct{})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	const families, children = 6, 8
+	want := 0
+	for i := range children {
+		want += 11*i + 3 // stepGroupWorkflow: (i+1) + (10i+1) + 1
+	}
+	runs := make([]*client.Run, families)
+	for i := range runs {
+		runs[i], err = c.Start(ctx, stepFamilyArgs{Children: children}, &client.StartOpts{EagerStart: true})
+		require.NoError(t, err)
+	}
+	for i, run := range runs {
+		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		got, err := client.GetResult[int](waitCtx, run)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, want, got, "family %d", i)
+	}
+	require.Positive(t, w.steps.grouped.Load(), "no outcomes committed in groups")
+	require.Zero(t, w.steps.rolledBack.Load(), "groups rolled back")
 }

@@ -338,6 +338,9 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		result.signalHeaders = signalHeaders(inputs)
 	}
 	if len(inputs) == 0 && len(toAppend) == 0 {
+		if by.group != nil {
+			return errRunsAlone // the job completes on its own
+		}
 		// Nothing new (a duplicate task, or only outcomes history already
 		// has): leave history as it is.
 		if by.taskJobID != 0 {
@@ -369,6 +372,9 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		return err
 	}
 	toAppend = append(toAppend, outcome.Events...)
+	if by.group != nil && !groupable(run, by, outcome, events, toAppend) {
+		return errRunsAlone // nothing written yet
+	}
 
 	nextEventID := run.NextEventID
 	if err := w.appendEvents(ctx, tx, run, runID, toAppend, &nextEventID); err != nil {
@@ -458,6 +464,10 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		} else {
 			lazytx.QueueCommit(tx, run.writes)
 		}
+	} else if by.group != nil {
+		// groupable said otherwise (the job's completion could not be
+		// queued): fail the group, which undoes what this wrote.
+		return fmt.Errorf("advancing run %s in a group: its last writes cannot go with the COMMIT", runID)
 	}
 	if err := flushWrites(ctx, tx, run); err != nil {
 		return fmt.Errorf("advancing run: %w", err)
@@ -520,6 +530,27 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		}
 	}
 	return nil
+}
+
+// groupable reports whether a continuation can commit in a group of
+// outcomes (stepCommitter): all of its writes go in its last batch, on its
+// own run and jobs. Anything that writes before that batch or reaches other
+// runs (a timer, a child, a cancellation, an update's answer, continue-as-new,
+// a parent or children to tell on closing) runs alone: holding every run of
+// a group while locking another could deadlock with another group.
+func groupable(run *runRow, by *advanceBy, outcome *replay.Outcome, events, toAppend []history.Event) bool {
+	if by.own == nil || by.own.queue == nil || outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 ||
+		len(outcome.CanceledActivities) > 0 || len(outcome.CanceledTimers) > 0 || len(outcome.RejectedUpdates) > 0 {
+		return false
+	}
+	for _, e := range toAppend {
+		switch e.Type {
+		case history.EventTimerStarted, history.EventChildWorkflowScheduled, history.EventUpdateCompleted:
+			return false
+		}
+	}
+	pending := pendingWork(events, toAppend)
+	return !outcome.Completed || !run.HasParent && !pending.children && !pending.activities
 }
 
 // startChild starts the run of a child workflow in the parent's task

@@ -222,6 +222,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: creating River client: %w", err)
 	}
+	w.steps = newStepCommitter(w, w.stepGroups, stepGroupMembers) // before River's workers can run
 	if err := riverClient.Start(ctx); err != nil {
 		return fmt.Errorf("worker: starting River client: %w", err)
 	}
@@ -229,7 +230,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.config.MaxEagerActivities > 0 && len(w.config.Interceptors) == 0 {
 		w.eager = newEagerPool(w, w.config.MaxEagerActivities)
 	}
-	w.steps = newStepCommitter(w, w.stepGroups, stepGroupMembers)
 	w.sweeper = newSweeper(w)
 	w.sweeper.start()
 	w.timers = newTimerWaker(w)
