@@ -207,9 +207,10 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 		abortTx(ctx, d.UnwrapExecutor(tx), params.ID)
 		return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: "set_state_" + string(params.State)}
 	}
-	if params.State != rivertype.JobStateRunning {
-		st.finish()
-	}
+	// The attempt is not marked finished here: the write is not committed
+	// yet, and a transaction that rolls back must leave its lease renewed.
+	// Once it committed, the lease keeper's next renewal finds the job ended
+	// with this attempt's token and stops renewing it (leaseKeeper.renew).
 	return nil
 }
 
@@ -253,8 +254,7 @@ func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, par
 		case err != nil:
 			return fmt.Errorf("fencing: setting state of job %d: %w", params.ID, err)
 		}
-		st.finish()
-		return nil
+		return nil // not finished yet: see SetClaimedStateTx
 	})
 	return true, nil
 }

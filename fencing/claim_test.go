@@ -94,6 +94,46 @@ func TestClaimedJob(t *testing.T) {
 		require.Equal(t, 1, sideEffects(ctx, t, schema, c.Job.ID))
 	})
 
+	t.Run("RolledBackCompletionKeepsTheLease", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		// Each way of writing the completion succeeds and its transaction
+		// then rolls back (a later statement failed, say): the attempt still
+		// holds its job, so its lease goes on being renewed (LeaseTTL 3s,
+		// heartbeats every 200ms), and it completes for real afterwards.
+		c := committed(ctx, t, pool, claim)
+		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			for _, queued := range []bool{false, true} {
+				tx, err := pool.Begin(ctx)
+				require.NoError(t, err)
+				params := riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil)
+				if queued {
+					batch := &pgx.Batch{}
+					ok, err := driver.QueueSetClaimedState(ctx, batch, params)
+					require.NoError(t, err)
+					require.True(t, ok)
+					require.NoError(t, tx.SendBatch(ctx, batch).Close())
+				} else {
+					require.NoError(t, driver.SetClaimedStateTx(ctx, tx, params))
+				}
+				require.NoError(t, tx.Rollback(ctx))
+			}
+			before := getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time
+			require.Eventually(t, func() bool {
+				return getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time.After(before)
+			}, 5*time.Second, 20*time.Millisecond, "the lease is no longer renewed")
+			require.NoError(t, ctx.Err(), "the attempt was not told it lost its lease")
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			})
+		})
+		require.NoError(t, err)
+		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
+	})
+
 	t.Run("StaleCannotFinalize", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -215,10 +215,10 @@ func (d *Driver) leaseTTLSetting() string {
 	return strconv.FormatInt(d.config.LeaseTTL.Microseconds(), 10) + " microseconds"
 }
 
-// finish records that the attempt completed its job itself (inside Work,
-// with JobCompleteTx): there is nothing left to renew, and nothing was lost,
-// so its context is not cancelled (a COMMIT may still be waiting for its
-// reply on it). Later heartbeats report the lease as no longer held.
+// finish records that the attempt's job ended with its token, committed (a
+// renewal found it so): there is nothing left to renew, and nothing was
+// lost, so its context is not cancelled (the attempt may still be reading
+// its COMMIT's reply). Later heartbeats report the lease as no longer held.
 func (s *attemptState) finish() {
 	s.mu.Lock()
 	s.lost = true
