@@ -495,3 +495,118 @@ func TestStepGroupsWithFamilies(t *testing.T) {
 	require.Positive(t, w.steps.grouped.Load(), "no outcomes committed in groups")
 	require.Zero(t, w.steps.rolledBack.Load(), "groups rolled back")
 }
+
+// stepGateArgs is an activity that waits for its test's gate.
+type stepGateArgs struct{}
+
+func (stepGateArgs) Kind() string { return "step_gate_act" }
+
+type stepGateAct struct {
+	activity.Defaults[stepGateArgs, int]
+	started chan struct{}
+	gate    chan struct{}
+}
+
+func (a *stepGateAct) Execute(ctx context.Context, _ stepGateArgs) (int, error) {
+	a.started <- struct{}{}
+	select {
+	case <-a.gate:
+		return 7, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// stepNudge is a signal no workflow handles.
+type stepNudge struct{}
+
+func (stepNudge) Kind() string { return "step_nudge" }
+
+type stepGateWfArgs struct{}
+
+func (stepGateWfArgs) Kind() string { return "step_gate_wf" }
+
+// stepGateWorkflow runs a quick activity, then the gated one.
+type stepGateWorkflow struct {
+	workflow.Defaults[stepGateWfArgs, int]
+}
+
+func (*stepGateWorkflow) Run(ctx workflow.Context, _ stepGateWfArgs) (int, error) {
+	n, err := workflow.ExecuteActivity[int](ctx, stepGroupActArgs{N: 1}, nil).Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	m, err := workflow.ExecuteActivity[int](ctx, stepGateArgs{}, nil).Get(ctx)
+	return n + m, err
+}
+
+// TestStepOfOneRoundTrip: a lone outcome of a run whose last step this
+// worker committed takes one round trip, its run's lock and check going
+// with its writes (guard); when the run is not as the worker's cache says
+// (here it is put back to before a signal on purpose, as if another worker
+// had taken the signal's task), the guard fails the step, which runs again alone, and
+// the workflow completes as it should.
+func TestStepOfOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	w, err := New(pool, &Config{Schema: schema})
+	require.NoError(t, err)
+	gate := &stepGateAct{started: make(chan struct{}, 1), gate: make(chan struct{})}
+	var open sync.Once
+	t.Cleanup(func() { open.Do(func() { close(gate.gate) }) }) // before Stop, which waits for the attempt
+	AddWorkflow(w, &stepGroupWorkflow{})
+	AddWorkflow(w, &stepGateWorkflow{})
+	AddActivity(w, &stepGroupAct{})
+	AddActivity(w, gate)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	// One workflow at a time: every outcome arrives alone, and the run's
+	// first task (in the start) and each step leave the cache current.
+	const n = 5
+	for i := range n {
+		run, err := c.Start(ctx, stepGroupArgs{N: i}, &client.StartOpts{EagerStart: true})
+		require.NoError(t, err)
+		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		got, err := client.GetResult[int](waitCtx, run)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, 11*i+3, got)
+	}
+	require.GreaterOrEqual(t, w.steps.guardHits.Load(), int64(n), "outcomes that took one round trip")
+	require.Zero(t, w.steps.guardMisses.Load())
+
+	run, err := c.Start(ctx, stepGateWfArgs{}, &client.StartOpts{EagerStart: true})
+	require.NoError(t, err)
+	<-gate.started
+	events, next, cached, ok := w.histories.latest(run.RunID)
+	require.True(t, ok, "the run's history and row are cached")
+	require.Equal(t, int64(len(events))+1, next)
+	// A signal moves the run on while the activity runs; then the cache is
+	// put back to before it, as if another worker had taken the signal's
+	// task.
+	require.NoError(t, c.Signal(ctx, run.WorkflowID, run.RunID, stepNudge{}, nil))
+	require.Eventually(t, func() bool {
+		_, moved, _, ok := w.histories.latest(run.RunID)
+		return ok && moved > next
+	}, 30*time.Second, 10*time.Millisecond, "the signal's task never committed here")
+	w.histories.put(run.RunID, events, cached)
+	open.Do(func() { close(gate.gate) })
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	got, err := client.GetResult[int](waitCtx, run)
+	cancel()
+	require.NoError(t, err)
+	require.Equal(t, 2+7, got)
+	require.Equal(t, int64(1), w.steps.guardMisses.Load(), "the stale step was refused by its guard")
+
+	names := dbschema.New(schema)
+	var bad int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.Event+" GROUP BY run_id"+
+		" HAVING max(event_id) <> count(*) OR count(*) FILTER (WHERE type = 'WorkflowCompleted') <> 1) x").Scan(&bad))
+	require.Zero(t, bad, "runs whose history has a gap or no single completion")
+}
