@@ -29,7 +29,6 @@ type historyCache struct {
 type historyEntry struct {
 	events      []history.Event
 	nextEventID int64
-	run         *runRow // the run's row as last read under its lock (what never changes of it), if known
 }
 
 func newHistoryCache() *historyCache {
@@ -48,20 +47,8 @@ func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, 
 	return slices.Clone(e.events), true
 }
 
-// latest returns a copy of the run's cached history, its append point and
-// the run's row as last read, if the cache holds both.
-func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[runID]
-	if !ok || e.run == nil {
-		return nil, 0, nil, false
-	}
-	return slices.Clone(e.events), e.nextEventID, e.run, true
-}
-
-// put stores a committed history, and the row of its run if known.
-func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow) {
+// put stores a committed history.
+func (c *historyCache) put(runID [16]byte, events []history.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.entries[runID]; !ok && len(c.entries) >= historyCacheSize {
@@ -70,7 +57,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow) 
 			break
 		}
 	}
-	c.entries[runID] = &historyEntry{events: events, nextEventID: int64(len(events)) + 1, run: run}
+	c.entries[runID] = &historyEntry{events: events, nextEventID: int64(len(events)) + 1}
 }
 
 // forget drops a run's history (it closed).
@@ -98,9 +85,6 @@ func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history
 // like one read back.
 func stageHistory(result *taskResult, run *runRow, events, appended []history.Event, closed bool) {
 	result.runID = run.ID
-	if run.scanned {
-		result.run = run.immutable()
-	}
 	if closed {
 		result.history = nil
 		return
@@ -119,15 +103,11 @@ func stageHistory(result *taskResult, run *runRow, events, appended []history.Ev
 // commitHistory applies what stageHistory noted, once the task's
 // transaction committed.
 func (w *Worker) commitHistory(result *taskResult) {
-	if result.cached {
-		return
-	}
-	result.cached = true
 	switch {
 	case result.runID == [16]byte{}:
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		w.histories.put(result.runID, result.history, result.run)
+		w.histories.put(result.runID, result.history)
 	}
 }

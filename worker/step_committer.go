@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/fencing"
@@ -99,9 +97,6 @@ type stepCommitter struct {
 	committed  atomic.Int64
 	grouped    atomic.Int64
 	rolledBack atomic.Int64
-	// Steps of one round trip (fromCache) whose guard held, and failed.
-	guardHits   atomic.Int64
-	guardMisses atomic.Int64
 }
 
 // stepMember is one outcome in a group: the run it continues, the
@@ -121,7 +116,6 @@ type stepMember struct {
 	now     time.Time
 	lockErr error
 	locked  bool // run is still to be taken by deliverOutcome
-	guarded bool // run is the cached one, not locked yet: its writes start with a guard
 
 	// The continuation's last writes, sent with the group's COMMIT, and
 	// what to do once they ran (deferLast).
@@ -225,15 +219,10 @@ func (c *stepCommitter) run(members []*stepMember) {
 		}()
 		locks := &pgx.Batch{}
 		for _, m := range members {
-			m.cont, m.last, m.afterLast, m.guarded = taskResult{step: m}, nil, nil, false
+			m.cont, m.last, m.afterLast = taskResult{step: m}, nil, nil
 			m.run, m.lockErr, m.locked = &runRow{ID: m.runID}, nil, true
-			if len(members) == 1 && c.fromCache(m) {
-				break // one round trip: its lock goes with its writes
-			}
 			locks.Queue(c.w.lockRunSQL(), m.runID).QueryRow(func(row pgx.Row) error {
-				err := m.run.scan(row, &m.now)
-				c.w.clock.observe(m.now)
-				if errors.Is(err, pgx.ErrNoRows) {
+				if err := m.run.scan(row, &m.now); errors.Is(err, pgx.ErrNoRows) {
 					m.lockErr = err
 				} else if err != nil {
 					return err
@@ -241,10 +230,8 @@ func (c *stepCommitter) run(members []*stepMember) {
 				return nil
 			})
 		}
-		if locks.Len() > 0 {
-			if err := tx.SendBatch(ctx, locks).Close(); err != nil {
-				return err
-			}
+		if err := tx.SendBatch(ctx, locks).Close(); err != nil {
+			return err
 		}
 		last := &pgx.Batch{}
 		for _, m := range members {
@@ -269,9 +256,6 @@ func (c *stepCommitter) run(members []*stepMember) {
 				return err
 			}
 			m.locked = false
-			if m.guarded && m.last != nil {
-				c.queueGuard(last, m)
-			}
 			if m.last != nil {
 				last.QueuedQueries = append(last.QueuedQueries, m.last.QueuedQueries...)
 			}
@@ -308,60 +292,8 @@ func (c *stepCommitter) run(members []*stepMember) {
 		if m.afterLast != nil {
 			m.afterLast()
 		}
-		// Before the run leaves the busy set: the run's next outcome may
-		// take the one-round-trip step from the cache (fromCache).
-		c.w.commitHistory(&m.cont)
 		m.done <- nil
 	}
-}
-
-// fromCache sets m up for a step of one round trip, if this worker holds
-// the run's history and row (it committed the run's last step): the run as
-// cached, live, at the cached append point, with no task queued, at the
-// database's estimated time. Its writes then start with a guard that locks
-// the run and fails the transaction unless the run is still so
-// (queueGuard); if it is not, the step runs again alone, reading the run
-// under its lock first, as any step did.
-func (c *stepCommitter) fromCache(m *stepMember) bool {
-	events, next, cached, ok := c.w.histories.latest(m.runID)
-	now, known := c.w.clock.now()
-	if !ok || !known || len(events) == 0 {
-		return false
-	}
-	run := *cached
-	run.State, run.NextEventID, run.TaskJobID = "running", next, nil
-	m.run, m.guarded = &run, true
-	m.now = maxTime(now, events[len(events)-1].Time) // history's times never go back
-	return true
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// queueGuard queues, ahead of m's writes, the lock of m's run and the check
-// that it is as fromCache assumed: live, at the same append point, no task
-// queued. A run that moved fails the batch (and its COMMIT) by a division
-// by zero.
-func (c *stepCommitter) queueGuard(batch *pgx.Batch, m *stepMember) {
-	batch.Queue("WITH r AS (SELECT 1 FROM "+c.w.names.Run+
-		" WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL AND task_job_id IS NULL FOR UPDATE)"+
-		" SELECT 1 / count(*)::int FROM r", m.runID, m.run.NextEventID).QueryRow(func(row pgx.Row) error {
-		var one int
-		err := row.Scan(&one)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
-			c.guardMisses.Add(1)
-			return fmt.Errorf("run %s moved since this worker's last step of it: %w", m.runID, err)
-		}
-		if err == nil {
-			c.guardHits.Add(1)
-		}
-		return err
-	})
 }
 
 // call runs the member's body in the group's transaction. A panic fails
