@@ -355,6 +355,30 @@ func (*stepGroupWorkflow) Run(ctx workflow.Context, args stepGroupArgs) (int, er
 	return workflow.ExecuteActivity[int](ctx, stepGroupActArgs{N: x + y}, nil).Get(ctx)
 }
 
+// startStepWorker starts a worker whose step committer commits groups
+// groups at once, running stepGroupWorkflow, its activity and the extra
+// workflow if any, and a client on its schema.
+func startStepWorker(t *testing.T, groups int, extra workflow.Workflow[stepFamilyArgs, int]) (*Worker, *client.Client, *pgxpool.Pool, string) {
+	t.Helper()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	w, err := New(pool, &Config{Schema: schema})
+	require.NoError(t, err)
+	w.stepGroups = groups
+	AddWorkflow(w, &stepGroupWorkflow{})
+	if extra != nil {
+		AddWorkflow(w, extra)
+	}
+	AddActivity(w, &stepGroupAct{})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return w, c, pool, schema
+}
+
 // TestStepGroupsContinueRuns: a burst of workflows, whose activities'
 // outcomes the worker commits in groups (one group at a time here, so that
 // groups fill), all complete with the right result and a history that has
@@ -362,18 +386,8 @@ func (*stepGroupWorkflow) Run(ctx workflow.Context, args stepGroupArgs) (int, er
 func TestStepGroupsContinueRuns(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := dbtest.Pool(ctx, t)
-	schema := dbtest.TestSchema(ctx, t)
-	w, err := New(pool, &Config{Schema: schema})
-	require.NoError(t, err)
-	w.stepGroups = 1
-	AddWorkflow(w, &stepGroupWorkflow{})
-	AddActivity(w, &stepGroupAct{})
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
-	c, err := client.New(pool, &client.Config{Schema: schema})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	w, c, pool, schema := startStepWorker(t, 1, nil)
+	var err error
 
 	const n = 60
 	runs := make([]*client.Run, n)
@@ -461,19 +475,8 @@ func (*stepFamilyWorkflow) Run(ctx workflow.Context, args stepFamilyArgs) (int, 
 func TestStepGroupsWithFamilies(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := dbtest.Pool(ctx, t)
-	schema := dbtest.TestSchema(ctx, t)
-	w, err := New(pool, &Config{Schema: schema})
-	require.NoError(t, err)
-	w.stepGroups = 2
-	AddWorkflow(w, &stepGroupWorkflow{})
-	AddWorkflow(w, &stepFamilyWorkflow{})
-	AddActivity(w, &stepGroupAct{})
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
-	c, err := client.New(pool, &client.Config{Schema: schema})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	w, c, _, _ := startStepWorker(t, 2, &stepFamilyWorkflow{})
+	var err error
 
 	const families, children = 6, 8
 	want := 0
