@@ -186,8 +186,11 @@ func TestFailurePaths(t *testing.T) {
 		ctx := t.Context()
 		b := setup(ctx, t)
 		table := dbschema.Qualify(b.schema, "balances")
-		_, err := b.pool.Exec(ctx, "CREATE TABLE "+table+" (account text PRIMARY KEY, cents bigint NOT NULL)")
+		// The test schema is reused across -count runs: a table of its own,
+		// new each run.
+		_, err := b.pool.Exec(ctx, "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+" (account text PRIMARY KEY, cents bigint NOT NULL)")
 		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = b.pool.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table) })
 		deposit := &DepositActivity{pool: b.pool}
 		startWith(ctx, t, b, func(w *worker.Worker) {
 			worker.AddWorkflow(w, &DepositWorkflow{})
