@@ -92,7 +92,7 @@ func (t *timerWaker) start() {
 					t.w.config.Logger.WarnContext(ctx, "weir: timer waker failed", slog.String("error", err.Error()))
 				}
 			case !due.After(now):
-				if err := t.notify(ctx, queue); err != nil && ctx.Err() == nil {
+				if err := t.w.notifyQueue(ctx, queue); err != nil && ctx.Err() == nil {
 					t.w.config.Logger.WarnContext(ctx, "weir: timer waker failed to notify", slog.String("error", err.Error()))
 				}
 				lastWake = due
@@ -119,15 +119,15 @@ func (t *timerWaker) stop() {
 	<-t.done
 }
 
-// notify sends River's insert notification for queue, as River's own
+// notifyQueue sends River's insert notification for queue, as River's own
 // insert does: producers of the queue fetch at once.
-func (t *timerWaker) notify(ctx context.Context, queue string) error {
+func (w *Worker) notifyQueue(ctx context.Context, queue string) error {
 	payload, err := json.Marshal(map[string]string{"queue": queue})
 	if err != nil {
 		return err
 	}
-	_, err = t.w.pool.Exec(ctx, "SELECT pg_notify(coalesce(nullif($1::text, ''), current_schema()) || '.river_insert', $2)",
-		t.w.names.Schema, string(payload))
+	_, err = w.pool.Exec(ctx, "SELECT pg_notify(coalesce(nullif($1::text, ''), current_schema()) || '.river_insert', $2)",
+		w.names.Schema, string(payload))
 	return err
 }
 
