@@ -298,7 +298,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		}
 		// A failure goes alone: it locks its job before its run (leaseHeldTx),
 		// the other way round from a group.
-		if recordErr := a.w.outcomeTxAlone(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if recordErr := a.w.outcomeTxAlone(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
@@ -320,7 +320,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			NonRetryable: true,
 			Type:         "PayloadTooLarge",
 		}
-		if err := a.w.outcomeTxAlone(ctx, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if err := a.w.outcomeTxAlone(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge), cont)
 		}); err != nil {
 			return err

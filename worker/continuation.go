@@ -79,12 +79,22 @@ func (w *Worker) outcomeTx(ctx context.Context, runID uuid.UUID, fn func(ctx con
 	if w.steps != nil {
 		return w.steps.commit(ctx, runID, fn)
 	}
-	return w.outcomeTxAlone(ctx, fn)
+	return w.outcomeTxOnce(ctx, fn)
 }
 
-// outcomeTxAlone runs fn in a transaction of its own. Its BEGIN goes with
+// outcomeTxAlone runs fn, an outcome of run runID, in a transaction of its
+// own, holding the run in the step committer meanwhile (see hold).
+func (w *Worker) outcomeTxAlone(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
+	if w.steps != nil {
+		w.steps.hold(runID)
+		defer w.steps.release(runID)
+	}
+	return w.outcomeTxOnce(ctx, fn)
+}
+
+// outcomeTxOnce runs fn in a transaction of its own. Its BEGIN goes with
 // its first statement (lazytx): one round trip less per workflow step.
-func (w *Worker) outcomeTxAlone(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
+func (w *Worker) outcomeTxOnce(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
 	var cont taskResult
 	err := lazytx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 		cont = taskResult{}
@@ -107,11 +117,15 @@ func (w *Worker) outcomeTxAlone(ctx context.Context, fn func(ctx context.Context
 // once it committed, cache the history it wrote, send its notifications and
 // let the timer waker look again (it may have started a timer).
 func (w *Worker) settle(err error, result *taskResult) {
+	if err == nil {
+		// Before the claimed activities start: their outcomes may read it
+		// (stepCommitter.fromCache).
+		w.commitHistory(result)
+	}
 	w.afterTx(err, result.eager, result.eagerSlots)
 	if err != nil {
 		return
 	}
-	w.commitHistory(result)
 	for _, n := range result.notes {
 		w.notifier.Notify(n.channel, n.payload)
 	}

@@ -57,7 +57,9 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 	run := &runRow{
 		Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
 		State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
+		scanned: true, // all of the row the start inserted (a client's start has no parent)
 	}
+	w.clock.observe(r.Now)
 	var result taskResult
 	by := &advanceBy{attempt: 1, commit: r.LastInTx, replayCtx: replayCtx}
 	err := w.advance(ctx, tx, t.def, run, r.Now, nil, by, &result)

@@ -29,6 +29,7 @@ type historyCache struct {
 type historyEntry struct {
 	events      []history.Event
 	nextEventID int64
+	run         *runRow // the run's row as last read under its lock (what never changes of it), if known
 }
 
 func newHistoryCache() *historyCache {
@@ -47,8 +48,21 @@ func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, 
 	return slices.Clone(e.events), true
 }
 
-// put stores a committed history.
-func (c *historyCache) put(runID [16]byte, events []history.Event) {
+// latest returns a copy of the run's cached history, its append point and
+// the run's row as last read, if the cache holds both.
+func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[runID]
+	if !ok || e.run == nil {
+		return nil, 0, nil, false
+	}
+	return slices.Clone(e.events), e.nextEventID, e.run, true
+}
+
+// put stores a committed history, and the row of its run if known, unless
+// the cache holds a longer one of the run.
+func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.entries[runID]; !ok && len(c.entries) >= historyCacheSize {
@@ -57,7 +71,13 @@ func (c *historyCache) put(runID [16]byte, events []history.Event) {
 			break
 		}
 	}
-	c.entries[runID] = &historyEntry{events: events, nextEventID: int64(len(events)) + 1}
+	next := int64(len(events)) + 1
+	if e, ok := c.entries[runID]; ok && e.nextEventID > next {
+		// A transaction that committed earlier settled later: history only
+		// grows, so the entry with the later append point stays.
+		return
+	}
+	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run}
 }
 
 // forget drops a run's history (it closed).
@@ -85,6 +105,9 @@ func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history
 // like one read back.
 func stageHistory(result *taskResult, run *runRow, events, appended []history.Event, closed bool) {
 	result.runID = run.ID
+	if run.scanned {
+		result.run = run.immutable()
+	}
 	if closed {
 		result.history = nil
 		return
@@ -103,11 +126,15 @@ func stageHistory(result *taskResult, run *runRow, events, appended []history.Ev
 // commitHistory applies what stageHistory noted, once the task's
 // transaction committed.
 func (w *Worker) commitHistory(result *taskResult) {
+	if result.cached {
+		return
+	}
+	result.cached = true
 	switch {
 	case result.runID == [16]byte{}:
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		w.histories.put(result.runID, result.history)
+		w.histories.put(result.runID, result.history, result.run)
 	}
 }

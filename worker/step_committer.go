@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/fencing"
@@ -88,15 +90,23 @@ type stepCommitter struct {
 	maxMembers int // outcomes in one group
 
 	mu     sync.Mutex
-	queue  []*stepMember      // waiting for a group, oldest first
-	groups int                // in flight
-	busy   map[uuid.UUID]bool // runs with an outcome in a group in flight
+	queue  []*stepMember // waiting for a group, oldest first
+	groups int           // in flight
+	// Runs held: with an outcome in a group in flight, or a transaction of
+	// this worker's own on them in flight outside any group (hold): a
+	// group takes no outcome of a held run, so a one-round-trip step
+	// (fromCache) reads the cache only when no transaction of this worker
+	// is writing its run.
+	busy map[uuid.UUID]int
 
 	// Counts, for tests and metrics: groups that committed, outcomes that
 	// committed in a group with others, groups rolled back.
 	committed  atomic.Int64
 	grouped    atomic.Int64
 	rolledBack atomic.Int64
+	// Steps of one round trip (fromCache) whose guard held, and failed.
+	guardHits   atomic.Int64
+	guardMisses atomic.Int64
 }
 
 // stepMember is one outcome in a group: the run it continues, the
@@ -116,6 +126,7 @@ type stepMember struct {
 	now     time.Time
 	lockErr error
 	locked  bool // run is still to be taken by deliverOutcome
+	guarded bool // run is the cached one, not locked yet: its writes start with a guard
 
 	// The continuation's last writes, sent with the group's COMMIT, and
 	// what to do once they ran (deferLast).
@@ -124,7 +135,7 @@ type stepMember struct {
 }
 
 func newStepCommitter(w *Worker, maxGroups, maxMembers int) *stepCommitter {
-	return &stepCommitter{w: w, maxGroups: max(maxGroups, 1), maxMembers: max(maxMembers, 1), busy: make(map[uuid.UUID]bool)}
+	return &stepCommitter{w: w, maxGroups: max(maxGroups, 1), maxMembers: max(maxMembers, 1), busy: make(map[uuid.UUID]int)}
 }
 
 // takeLocked returns the run's row that the group locked for this member,
@@ -152,8 +163,11 @@ func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx
 	c.startLocked()
 	c.mu.Unlock()
 	if err := <-m.done; err != nil {
+		// The group held the run for this rerun (run): no group takes the
+		// run's next outcome until it is settled.
+		defer c.release(runID)
 		c.w.settle(err, &m.cont) // frees the eager slots it took
-		return c.w.outcomeTxAlone(ctx, fn)
+		return c.w.outcomeTxOnce(ctx, fn)
 	}
 	c.w.settle(nil, &m.cont)
 	return nil
@@ -169,18 +183,41 @@ func (c *stepCommitter) startLocked() {
 		}
 		c.groups++
 		for _, m := range members {
-			c.busy[m.runID] = true
+			c.busy[m.runID]++
 		}
 		go func() {
 			c.run(members)
 			c.mu.Lock()
 			c.groups--
 			for _, m := range members {
-				delete(c.busy, m.runID)
+				c.unholdLocked(m.runID)
 			}
 			c.startLocked()
 			c.mu.Unlock()
 		}()
+	}
+}
+
+// hold marks runID held (busy) while a transaction of this worker's own on
+// it runs outside any group: no group takes an outcome of the run until
+// release. Holding never waits.
+func (c *stepCommitter) hold(runID uuid.UUID) {
+	c.mu.Lock()
+	c.busy[runID]++
+	c.mu.Unlock()
+}
+
+// release ends a hold, and starts a group for outcomes that waited for it.
+func (c *stepCommitter) release(runID uuid.UUID) {
+	c.mu.Lock()
+	c.unholdLocked(runID)
+	c.startLocked()
+	c.mu.Unlock()
+}
+
+func (c *stepCommitter) unholdLocked(runID uuid.UUID) {
+	if c.busy[runID]--; c.busy[runID] <= 0 {
+		delete(c.busy, runID)
 	}
 }
 
@@ -194,7 +231,7 @@ func (c *stepCommitter) takeLocked() []*stepMember {
 		kept  = c.queue[:0]
 	)
 	for _, m := range c.queue {
-		if len(taken) < c.maxMembers && !c.busy[m.runID] && !slices.ContainsFunc(taken, func(t *stepMember) bool { return t.runID == m.runID }) {
+		if len(taken) < c.maxMembers && c.busy[m.runID] == 0 && !slices.ContainsFunc(taken, func(t *stepMember) bool { return t.runID == m.runID }) {
 			taken = append(taken, m)
 			continue
 		}
@@ -219,10 +256,15 @@ func (c *stepCommitter) run(members []*stepMember) {
 		}()
 		locks := &pgx.Batch{}
 		for _, m := range members {
-			m.cont, m.last, m.afterLast = taskResult{step: m}, nil, nil
+			m.cont, m.last, m.afterLast, m.guarded = taskResult{step: m}, nil, nil, false
 			m.run, m.lockErr, m.locked = &runRow{ID: m.runID}, nil, true
+			if len(members) == 1 && c.fromCache(m) {
+				break // one round trip: its lock goes with its writes
+			}
 			locks.Queue(c.w.lockRunSQL(), m.runID).QueryRow(func(row pgx.Row) error {
-				if err := m.run.scan(row, &m.now); errors.Is(err, pgx.ErrNoRows) {
+				err := m.run.scan(row, &m.now)
+				c.w.clock.observe(m.now)
+				if errors.Is(err, pgx.ErrNoRows) {
 					m.lockErr = err
 				} else if err != nil {
 					return err
@@ -230,8 +272,10 @@ func (c *stepCommitter) run(members []*stepMember) {
 				return nil
 			})
 		}
-		if err := tx.SendBatch(ctx, locks).Close(); err != nil {
-			return err
+		if locks.Len() > 0 {
+			if err := tx.SendBatch(ctx, locks).Close(); err != nil {
+				return err
+			}
 		}
 		last := &pgx.Batch{}
 		for _, m := range members {
@@ -256,6 +300,9 @@ func (c *stepCommitter) run(members []*stepMember) {
 				return err
 			}
 			m.locked = false
+			if m.guarded && m.last != nil {
+				c.queueGuard(last, m)
+			}
 			if m.last != nil {
 				last.QueuedQueries = append(last.QueuedQueries, m.last.QueuedQueries...)
 			}
@@ -286,14 +333,67 @@ func (c *stepCommitter) run(members []*stepMember) {
 	}
 	for _, m := range members {
 		if err != nil || m.alone {
+			c.hold(m.runID) // released by commit once its rerun settled
 			m.done <- errGroupRolledBack
 			continue
 		}
 		if m.afterLast != nil {
 			m.afterLast()
 		}
+		// Before the run leaves the busy set: the run's next outcome may
+		// take the one-round-trip step from the cache (fromCache).
+		c.w.commitHistory(&m.cont)
 		m.done <- nil
 	}
+}
+
+// fromCache sets m up for a step of one round trip, if this worker holds
+// the run's history and row (it committed the run's last step): the run as
+// cached, live, at the cached append point, with no task queued, at the
+// database's estimated time. Its writes then start with a guard that locks
+// the run and fails the transaction unless the run is still so
+// (queueGuard); if it is not, the step runs again alone, reading the run
+// under its lock first, as any step did.
+func (c *stepCommitter) fromCache(m *stepMember) bool {
+	events, next, cached, ok := c.w.histories.latest(m.runID)
+	now, known := c.w.clock.now()
+	if !ok || !known || len(events) == 0 {
+		return false
+	}
+	run := *cached
+	run.State, run.NextEventID, run.TaskJobID = "running", next, nil
+	m.run, m.guarded = &run, true
+	m.now = maxTime(now, events[len(events)-1].Time) // history's times never go back
+	return true
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// queueGuard queues, ahead of m's writes, the lock of m's run and the check
+// that it is as fromCache assumed: live, at the same append point, no task
+// queued. A run that moved fails the batch (and its COMMIT) by a division
+// by zero.
+func (c *stepCommitter) queueGuard(batch *pgx.Batch, m *stepMember) {
+	batch.Queue("WITH r AS (SELECT 1 FROM "+c.w.names.Run+
+		" WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL AND task_job_id IS NULL FOR UPDATE)"+
+		" SELECT 1 / count(*)::int FROM r", m.runID, m.run.NextEventID).QueryRow(func(row pgx.Row) error {
+		var one int
+		err := row.Scan(&one)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
+			c.guardMisses.Add(1)
+			return fmt.Errorf("run %s moved since this worker's last step of it: %w", m.runID, err)
+		}
+		if err == nil {
+			c.guardHits.Add(1)
+		}
+		return err
+	})
 }
 
 // call runs the member's body in the group's transaction. A panic fails

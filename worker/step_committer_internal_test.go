@@ -18,6 +18,7 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -497,4 +498,202 @@ func TestStepGroupsWithFamilies(t *testing.T) {
 	}
 	require.Positive(t, w.steps.grouped.Load(), "no outcomes committed in groups")
 	require.Zero(t, w.steps.rolledBack.Load(), "groups rolled back")
+}
+
+// stepGateArgs is an activity that waits for its test's gate.
+type stepGateArgs struct{}
+
+func (stepGateArgs) Kind() string { return "step_gate_act" }
+
+type stepGateAct struct {
+	activity.Defaults[stepGateArgs, int]
+	started chan struct{}
+	gate    chan struct{}
+}
+
+func (a *stepGateAct) Execute(ctx context.Context, _ stepGateArgs) (int, error) {
+	a.started <- struct{}{}
+	select {
+	case <-a.gate:
+		return 7, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// stepNudge is a signal no workflow handles.
+type stepNudge struct{}
+
+func (stepNudge) Kind() string { return "step_nudge" }
+
+type stepGateWfArgs struct{}
+
+func (stepGateWfArgs) Kind() string { return "step_gate_wf" }
+
+// stepGateWorkflow runs a quick activity, then the gated one.
+type stepGateWorkflow struct {
+	workflow.Defaults[stepGateWfArgs, int]
+}
+
+func (*stepGateWorkflow) Run(ctx workflow.Context, _ stepGateWfArgs) (int, error) {
+	n, err := workflow.ExecuteActivity[int](ctx, stepGroupActArgs{N: 1}, nil).Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	m, err := workflow.ExecuteActivity[int](ctx, stepGateArgs{}, nil).Get(ctx)
+	return n + m, err
+}
+
+// TestStepOfOneRoundTrip: a lone outcome of a run whose last step this
+// worker committed takes one round trip, its run's lock and check going
+// with its writes (guard); when the run is not as the worker's cache says
+// (here it is put back to before a signal on purpose, as if another worker
+// had taken the signal's task), the guard fails the step, which runs again alone, and
+// the workflow completes as it should.
+func TestStepOfOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	w, err := New(pool, &Config{Schema: schema})
+	require.NoError(t, err)
+	gate := &stepGateAct{started: make(chan struct{}, 1), gate: make(chan struct{})}
+	var open sync.Once
+	t.Cleanup(func() { open.Do(func() { close(gate.gate) }) }) // before Stop, which waits for the attempt
+	AddWorkflow(w, &stepGroupWorkflow{})
+	AddWorkflow(w, &stepGateWorkflow{})
+	AddActivity(w, &stepGroupAct{})
+	AddActivity(w, gate)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	// One workflow at a time: every outcome arrives alone, and the run's
+	// first task (in the start) and each step leave the cache current.
+	const n = 5
+	for i := range n {
+		run, err := c.Start(ctx, stepGroupArgs{N: i}, &client.StartOpts{EagerStart: true})
+		require.NoError(t, err)
+		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		got, err := client.GetResult[int](waitCtx, run)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, 11*i+3, got)
+	}
+	require.GreaterOrEqual(t, w.steps.guardHits.Load(), int64(n), "outcomes that took one round trip")
+	require.Zero(t, w.steps.guardMisses.Load())
+
+	run, err := c.Start(ctx, stepGateWfArgs{}, &client.StartOpts{EagerStart: true})
+	require.NoError(t, err)
+	<-gate.started
+	events, next, cached, ok := w.histories.latest(run.RunID)
+	require.True(t, ok, "the run's history and row are cached")
+	require.Equal(t, int64(len(events))+1, next)
+	// A signal moves the run on while the activity runs; then the cache is
+	// put back to before it, as if another worker had taken the signal's
+	// task.
+	require.NoError(t, c.Signal(ctx, run.WorkflowID, run.RunID, stepNudge{}, nil))
+	require.Eventually(t, func() bool {
+		_, moved, _, ok := w.histories.latest(run.RunID)
+		return ok && moved > next
+	}, 30*time.Second, 10*time.Millisecond, "the signal's task never committed here")
+	w.histories.forget(run.RunID) // put keeps the longer history it holds
+	w.histories.put(run.RunID, events, cached)
+	open.Do(func() { close(gate.gate) })
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	got, err := client.GetResult[int](waitCtx, run)
+	cancel()
+	require.NoError(t, err)
+	require.Equal(t, 2+7, got)
+	require.Equal(t, int64(1), w.steps.guardMisses.Load(), "the stale step was refused by its guard")
+
+	names := dbschema.New(schema)
+	var bad int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.Event+" GROUP BY run_id"+
+		" HAVING max(event_id) <> count(*) OR count(*) FILTER (WHERE type = 'WorkflowCompleted') <> 1) x").Scan(&bad))
+	require.Zero(t, bad, "runs whose history has a gap or no single completion")
+}
+
+// TestStepCommitterWaitsForHeldRun: while a transaction of the worker's own
+// holds a run outside any group (a workflow task, an outcome running
+// alone), no group takes an outcome of that run; other runs' outcomes go
+// on. Once released, the waiting outcome commits.
+func TestStepCommitterWaitsForHeldRun(t *testing.T) {
+	t.Parallel()
+	f := newStepFixture(t)
+	held, other := uuid.New(), uuid.New()
+	f.c.hold(held)
+	var wg sync.WaitGroup
+	wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), held, f.record("waits"))) })
+	f.queued(t, 1)
+	require.NoError(t, f.c.commit(t.Context(), other, f.record("goes")), "another run's outcome commits meanwhile")
+	f.queued(t, 1)
+	require.NotContains(t, f.xids(t), "waits")
+	f.c.release(held)
+	wg.Wait()
+	require.Contains(t, f.xids(t), "waits/last")
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	require.Empty(t, f.c.busy, "every hold released")
+}
+
+// TestStepCommitterRerunHoldsRun: an outcome that left its group runs
+// again alone while its run stays held, so the run's next outcome does not
+// commit in a group beside that rerun (its one-round-trip step would read a
+// history the rerun is moving); it commits once the rerun settled.
+func TestStepCommitterRerunHoldsRun(t *testing.T) {
+	t.Parallel()
+	f := newStepFixture(t)
+	run := uuid.New()
+	rerunning, finish := make(chan struct{}), make(chan struct{})
+	record := f.record("first")
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		assertNoError(t, f.c.commit(t.Context(), run, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+			if cont.step != nil {
+				return errRunsAlone
+			}
+			close(rerunning)
+			<-finish
+			return record(ctx, tx, cont)
+		}))
+	})
+	<-rerunning
+	wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), run, f.record("next"))) })
+	f.queued(t, 1)
+	time.Sleep(50 * time.Millisecond) // a group would have started by now
+	f.queued(t, 1)
+	close(finish)
+	wg.Wait()
+	got := f.xids(t)
+	require.Contains(t, got, "first")
+	require.Contains(t, got, "next/last")
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	require.Empty(t, f.c.busy, "every hold released")
+}
+
+// TestHistoryCacheKeepsLongerHistory: a transaction that committed earlier
+// but settles later does not put back a shorter history of the run.
+func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
+	t.Parallel()
+	c := newHistoryCache()
+	run := uuid.New()
+	row := &runRow{ID: run, scanned: true}
+	long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}}
+	c.put(run, long, row)
+	c.put(run, long[:2], row)
+	events, next, _, ok := c.latest(run)
+	require.True(t, ok)
+	require.Equal(t, int64(4), next)
+	require.Len(t, events, 3)
+	_, ok = c.get(run, 3)
+	require.False(t, ok, "the shorter history is not served")
+	c.forget(run)
+	c.put(run, long[:2], row)
+	_, next, _, ok = c.latest(run)
+	require.True(t, ok)
+	require.Equal(t, int64(3), next, "after forget, any history goes in")
 }

@@ -76,6 +76,12 @@ func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *o
 		t.w.readTaskInfo(ctx, info)
 	}
 	err := intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
+		if t.w.steps != nil {
+			// No outcome of the run commits in a group meanwhile, and none
+			// takes the one-round-trip step on a history this task moves.
+			t.w.steps.hold(job.Args.RunID)
+			defer t.w.steps.release(job.Args.RunID)
+		}
 		var result taskResult
 		err := lazytx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
 			result = taskResult{}
@@ -144,6 +150,7 @@ type runRow struct {
 	TraceContext []byte
 	WorkflowID   string
 
+	scanned    bool         // what never changes of the row is the row's (read by scan, or the start that inserted it)
 	inboxed    bool         // the task wrote to the run's own inbox (a child that could not start)
 	eager      []eagerStart // activities the task claimed, to start once it commits
 	eagerSlots int          // eager slots the task took (as many as eager once its writes ran)
@@ -154,6 +161,8 @@ type runRow struct {
 // commits.
 type taskResult struct {
 	step          *stepMember         // the outcome's place in a group (stepCommitter), if it has one
+	run           *runRow             // the run's row as read (immutable), for the cache with history
+	cached        bool                // commitHistory applied the history already
 	eager         []eagerStart        // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
@@ -202,6 +211,7 @@ func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runR
 	run := &runRow{ID: runID}
 	var now time.Time
 	err := run.scan(tx.QueryRow(ctx, w.lockRunSQL(), runID), &now)
+	w.clock.observe(now)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, now, fmt.Errorf("locking run %s: %w", runID, err)
 	}
@@ -227,8 +237,20 @@ func (w *Worker) lockRunSQL() string {
 
 // scan reads the row of lockRunSQL into run, and the database's time into now.
 func (run *runRow) scan(row pgx.Row, now *time.Time) error {
-	return row.Scan(&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
+	err := row.Scan(&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
 		&run.TaskJobID, &run.TraceContext, &run.HasParent, now)
+	run.scanned = err == nil
+	return err
+}
+
+// immutable returns what of the run's row never changes once the run
+// started (for the history cache): its identity, kind, queue, args, trace
+// and parent; the rest is left zero.
+func (run *runRow) immutable() *runRow {
+	return &runRow{
+		ID: run.ID, HasParent: run.HasParent, Args: run.Args, Generation: run.Generation, Kind: run.Kind, Namespace: run.Namespace,
+		Queue: run.Queue, TraceContext: run.TraceContext, WorkflowID: run.WorkflowID, scanned: true,
+	}
 }
 
 // lockRunTakingInbox is lockRun for a workflow task, which also takes the
@@ -239,7 +261,11 @@ func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.U
 	var now time.Time
 	var taken []inboxRow
 	batch := &pgx.Batch{}
-	batch.Queue(w.lockRunSQL(), runID).QueryRow(func(row pgx.Row) error { return run.scan(row, &now) })
+	batch.Queue(w.lockRunSQL(), runID).QueryRow(func(row pgx.Row) error {
+		err := run.scan(row, &now)
+		w.clock.observe(now)
+		return err
+	})
 	batch.Queue("DELETE FROM "+w.names.Inbox+" WHERE run_id = $1"+
 		" AND EXISTS (SELECT 1 FROM "+w.names.Run+" WHERE run_id = $1 AND closed_at IS NULL)"+ // by primary key, as in advance's CAS
 		" RETURNING id, type, attributes, created_at", runID).Query(func(rows pgx.Rows) error {

@@ -45,6 +45,7 @@ type Worker struct {
 	started      bool
 	unregister   func()         // stops taking first tasks from clients (eager start)
 	steps        *stepCommitter // nil: each outcome commits alone
+	clock        dbClock        // the database's time, estimated
 	stepGroups   int            // groups of outcomes the step committer commits at once
 	sweeper      *sweeper
 	timers       *timerWaker
