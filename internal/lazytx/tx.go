@@ -89,9 +89,11 @@ func (t *Tx) began() (bool, error) {
 
 // QueueCommit queues tx's COMMIT at the end of b, for a caller whose batch
 // holds the transaction's last statements: the commit rides in the batch's
-// round trip instead of one of its own. It queues nothing and returns false
-// unless tx is a Tx whose first statement has been sent (a transaction that
-// has not begun has nothing to commit yet).
+// round trip instead of one of its own. On a Tx that has not begun, b is
+// then the whole transaction when it is the first thing sent: BEGIN, b's
+// statements and COMMIT in one round trip. It queues nothing and returns
+// false when tx is not a Tx, or began in a round trip of its own (a
+// savepoint before any statement), or has a COMMIT queued already.
 //
 // The batch's statements run in one pipeline, so the COMMIT runs unless a
 // statement before it fails in the database: a check that must prevent the
@@ -114,8 +116,8 @@ func QueueCommit(tx pgx.Tx, b *pgx.Batch) bool {
 	if !ok || t.closed || t.commit != commitNone || t.commitBatch != nil {
 		return false // one queued COMMIT per transaction
 	}
-	if _, ok := t.inner.(*connTx); !ok {
-		return false // not begun, or begun in a round trip of its own (pgxpool's Tx)
+	if _, ok := t.inner.(*connTx); !ok && t.inner != nil {
+		return false // begun in a round trip of its own (pgxpool's Tx)
 	}
 	// A callback's own failure (its statement succeeded: the error is not
 	// the database's) is held until the COMMIT's result is read, which
@@ -299,7 +301,12 @@ func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		}
 		return t.inner.SendBatch(ctx, b)
 	}
-	return t.send(ctx, b)
+	br := t.send(ctx, b)
+	if t.commit == commitQueued && t.inner != nil {
+		// The whole transaction in one round trip: BEGIN, b, COMMIT.
+		return &commitResults{BatchResults: br, tx: t}
+	}
+	return br
 }
 
 // commitResults are the results of a batch that carries a queued COMMIT.
@@ -418,6 +425,9 @@ func (t *Tx) endQueued(ctx context.Context, notCommitted error) error {
 		return pgx.ErrTxClosed
 	}
 	t.closed = true
+	if t.inner == nil {
+		return notCommitted // the batch carrying the COMMIT, the first, never went
+	}
 	inner := t.inner.(*connTx) // QueueCommit queues only on one
 	if t.commit == commitDone {
 		inner.release()

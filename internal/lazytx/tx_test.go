@@ -380,7 +380,6 @@ func TestQueueCommit(t *testing.T) {
 		require.NoError(t, lazytx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
 			b.Queue("INSERT INTO " + table + " VALUES (1)")
-			require.False(t, lazytx.QueueCommit(tx, b), "not begun: nothing to commit yet")
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return err
 			}
@@ -394,6 +393,78 @@ func TestQueueCommit(t *testing.T) {
 		queries, _ := tr.sent()
 		require.NotContains(t, queries, "commit")
 		require.NotContains(t, queries, "rollback")
+	})
+
+	// Queued before the transaction began, the COMMIT makes its first
+	// batch the whole transaction: BEGIN, the statements and COMMIT in one
+	// round trip, and Commit sends nothing.
+	t.Run("WholeTransactionInOneBatch", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, tr, table := setup(t)
+		require.NoError(t, lazytx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue("INSERT INTO " + table + " VALUES (1)")
+			b.Queue("INSERT INTO " + table + " VALUES (2)")
+			require.True(t, lazytx.QueueCommit(tx, b))
+			require.False(t, lazytx.QueueCommit(tx, b), "one COMMIT per transaction")
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			require.Equal(t, 2, count(t, pool, table), "committed with the batch")
+			_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (3)")
+			require.ErrorIs(t, err, pgx.ErrTxClosed, "nothing runs after the commit")
+			return nil
+		}))
+		require.Equal(t, 2, count(t, pool, table))
+		require.Zero(t, pool.Stat().AcquiredConns())
+		queries, batches := tr.sent()
+		require.Equal(t, 1, batches, "one round trip")
+		require.NotContains(t, queries, "rollback")
+		require.NotContains(t, queries, "commit", "no COMMIT of its own")
+	})
+
+	// The same when a statement of that first batch fails: nothing
+	// commits, Commit says so, and the connection goes back.
+	t.Run("WholeTransactionFails", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, _, table := setup(t)
+		tx := lazytx.Begin(pool)
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO " + table + " VALUES (1)")
+		b.Queue("INSERT INTO " + table + " VALUES (1)") // a duplicate
+		require.True(t, lazytx.QueueCommit(tx, b))
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, tx.SendBatch(ctx, b).Close(), &pgErr)
+		require.Equal(t, "23505", pgErr.Code)
+		require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
+		require.Zero(t, count(t, pool, table), "nothing committed")
+		require.Zero(t, pool.Stat().AcquiredConns())
+	})
+
+	// A transaction whose COMMIT was queued but that never sent anything
+	// ends without a round trip.
+	t.Run("QueuedButNeverSent", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, tr, table := setup(t)
+		for _, end := range []func(pgx.Tx) error{
+			func(tx pgx.Tx) error { return tx.Rollback(ctx) },
+			func(tx pgx.Tx) error { return tx.Commit(ctx) },
+		} {
+			tx := lazytx.Begin(pool)
+			b := &pgx.Batch{}
+			b.Queue("INSERT INTO " + table + " VALUES (1)")
+			require.True(t, lazytx.QueueCommit(tx, b))
+			if err := end(tx); err != nil {
+				require.ErrorIs(t, err, pgx.ErrTxCommitRollback, "Commit: the queued COMMIT never ran")
+			}
+			require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
+		}
+		require.Zero(t, count(t, pool, table))
+		_, batches := tr.sent()
+		require.Zero(t, batches, "nothing was sent")
 	})
 
 	// The COMMIT does not run (a statement before it failed) or fails
@@ -518,7 +589,6 @@ func TestQueueCommit(t *testing.T) {
 		ctx := t.Context()
 		pool, _, _ := setup(t)
 		b := &pgx.Batch{}
-		require.False(t, lazytx.QueueCommit(lazytx.Begin(pool), b), "not begun")
 		plain, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		require.False(t, lazytx.QueueCommit(plain, b), "pgx's own")
