@@ -310,6 +310,7 @@ func (c *stepCommitter) run(members []*stepMember) {
 		if last.Len() == 0 {
 			return nil
 		}
+		c.w.mergeGroupWrites(last)
 		lazytx.QueueCommit(tx, last)
 		return tx.SendBatch(ctx, last).Close()
 	})

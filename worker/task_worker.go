@@ -419,8 +419,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	}
 
 	// W4: the append point moves only from where this task found it.
-	query := "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
-		"task_job_id = CASE WHEN task_job_id = $4 THEN NULL ELSE task_job_id END"
+	query := w.sql.advance
 	args := []any{runID, run.NextEventID, nextEventID, by.taskJobID}
 	switch {
 	case outcome.Completed && outcome.ContinuedAsNew != nil:
@@ -447,7 +446,9 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		args = []any{runID, run.NextEventID, nextEventID, failure}
 		*closed = state
 	}
-	query += runCASWhere
+	if query != w.sql.advance {
+		query = casSQL(query)
+	}
 	// Notifications go once the transaction commits (settle), not in it: a
 	// run's first task lets queries that waited for its handlers go; a
 	// closing task wakes the run's result awaiters.
@@ -462,7 +463,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	}
 	// Checked in the database (a moved append point divides by zero), so
 	// that it fails the batch, and a COMMIT queued behind it, there.
-	run.writes.Queue("WITH u AS ("+query+" RETURNING 1) SELECT 1 / count(*)::int FROM u", args...).QueryRow(func(row pgx.Row) error {
+	run.writes.Queue(query, args...).QueryRow(func(row pgx.Row) error {
 		var one int
 		if err := row.Scan(&one); err != nil {
 			var pgErr *pgconn.PgError
@@ -873,15 +874,13 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 		ids[i], types[i], attributes[i], times[i] = e.ID, string(e.Type), string(e.Attributes), e.Time
 	}
 	first, last := events[0].ID, events[len(events)-1].ID
-	run.writes.Queue("INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, resolves_event_id, created_at)"+
-		" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
-		runID, ids, types, attributes, resolves, times).Exec(func(pgconn.CommandTag) error { return nil })
+	run.writes.Queue(w.sql.events, runID, ids, types, attributes, resolves, times).Exec(func(pgconn.CommandTag) error { return nil })
 	switch len(retired) {
 	case 0:
 	case 1:
 		// The usual step: a scalar, for a plan made once per connection
 		// (Postgres plans a statement on an array again on every call).
-		run.writes.Queue("DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = $2", runID, retired[0])
+		run.writes.Queue(w.sql.retireOne, runID, retired[0])
 	default:
 		run.writes.Queue("DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = ANY($2)", runID, retired)
 	}

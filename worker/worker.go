@@ -32,6 +32,7 @@ type Worker struct {
 	eager     *eagerPool // nil: eager dispatch off
 	histories *historyCache
 	names     *dbschema.Names
+	sql       stepSQL            // statements a group of outcomes merges (step_sets.go)
 	notifier  *notifier.Notifier // sends what committed tasks announce
 	pool      *pgxpool.Pool
 
@@ -71,6 +72,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		config:       config,
 		histories:    newHistoryCache(),
 		names:        dbschema.New(config.Schema),
+		sql:          newStepSQL(dbschema.New(config.Schema)),
 		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),

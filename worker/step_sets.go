@@ -1,0 +1,176 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/weirhq/weir/internal/dbschema"
+)
+
+// A group of outcomes (stepCommitter) sends its members' last writes in one
+// batch. Written one member at a time, each kind of write is a statement
+// per member, and Postgres pays a statement's fixed costs each time: the
+// executor's start, and, for a table with CHECK constraints or a trigger
+// with a WHEN, parsing those expressions again from their stored text (they
+// are cached per statement, not per connection). Sampled with perf in a
+// burst, that per-statement work was about a fifth of Postgres's CPU. So
+// the kinds every plain continuation writes in the same shape are merged,
+// for the whole group, into one statement over arrays: the events, the
+// retirement of the activity whose outcome it is, and the run's
+// compare-and-swap. A merged statement checks what the members' statements
+// checked (the CAS's count must be every member's), so a failure still
+// fails the group, whose members then run again alone, one statement each.
+
+// stepSQL holds the statements a workflow task writes in the shape the
+// group merges (advance queues exactly these texts; mergeGroupWrites finds
+// them by text), and their merged forms.
+type stepSQL struct {
+	// events appends a run's events: $1 run, then arrays of event ID,
+	// type, attributes, resolved event and time.
+	events       string
+	eventsMerged string // the same with an array of runs first
+	// retireOne retires one activity of a run ($1, $2).
+	retireOne       string
+	retireOneMerged string
+	// advance is the CAS of a continuing run ($1 run, $2 the append point
+	// found, $3 the new one, $4 the task job to clear, 0 for none), dividing
+	// by zero unless it wrote the run.
+	advance       string
+	advanceMerged string
+}
+
+func newStepSQL(names *dbschema.Names) stepSQL {
+	return stepSQL{
+		events: "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at)" +
+			" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
+		eventsMerged: "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at)" +
+			" SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
+		retireOne: "DELETE FROM " + names.Activity + " WHERE run_id = $1 AND scheduled_event_id = $2",
+		// By key: the rows are restricted by run (run_id = ANY) before the
+		// join, so that no plan scans the table.
+		retireOneMerged: "DELETE FROM " + names.Activity + " a USING unnest($1::uuid[], $2::bigint[]) AS v(run_id, scheduled_event_id)" +
+			" WHERE a.run_id = ANY($1) AND a.run_id = v.run_id AND a.scheduled_event_id = v.scheduled_event_id",
+		advance: casSQL("UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
+			"task_job_id = CASE WHEN task_job_id = $4 THEN NULL ELSE task_job_id END"),
+		// Members continue runs with no task queued ($4 = 0 for each, which
+		// leaves task_job_id as it is): only those are merged. closed_at IS
+		// NULL, not state = 'running', as runCASWhere says why.
+		advanceMerged: "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) AS v(run_id, found, next))," +
+			" u AS (UPDATE " + names.Run + " r SET next_event_id = v.next, updated_at = now() FROM v" +
+			"  WHERE r.run_id = ANY($1) AND r.run_id = v.run_id AND r.next_event_id = v.found AND r.closed_at IS NULL RETURNING 1)" +
+			" SELECT 1 / (count(*) = $4)::int FROM u",
+	}
+}
+
+// casSQL makes a run's write (an UPDATE of the run, $1 and $2 as in
+// runCASWhere) its compare-and-swap: it divides by zero unless it wrote the
+// run, so that it fails its batch, and a COMMIT queued behind it, there.
+func casSQL(update string) string {
+	return "WITH u AS (" + update + runCASWhere + " RETURNING 1) SELECT 1 / count(*)::int FROM u"
+}
+
+// mergeGroupWrites rewrites batch, the last writes of a group's members in
+// turn, so that each kind stepSQL merges is one statement for the whole
+// group, in the place of its first occurrence; everything else stays as it
+// was, in order (a claim and the statements behind it that read its ID from
+// the session, say). A kind that occurs once is left as it is.
+func (w *Worker) mergeGroupWrites(batch *pgx.Batch) {
+	var events, retire, advance []int
+	for i, qq := range batch.QueuedQueries {
+		switch qq.SQL {
+		case w.sql.events:
+			events = append(events, i)
+		case w.sql.retireOne:
+			retire = append(retire, i)
+		case w.sql.advance:
+			if len(qq.Arguments) == 4 && qq.Arguments[3] == any(int64(0)) {
+				advance = append(advance, i)
+			}
+		}
+	}
+	merged := map[int]*pgx.QueuedQuery{} // at the first occurrence
+	drop := map[int]bool{}
+	if len(events) > 1 {
+		var (
+			runs       []uuid.UUID
+			ids        []int64
+			types      []string
+			attributes []string
+			resolves   []*int64
+			times      []time.Time
+		)
+		for _, i := range events {
+			a := batch.QueuedQueries[i].Arguments
+			runID, eventIDs := a[0].(uuid.UUID), a[1].([]int64)
+			for range eventIDs {
+				runs = append(runs, runID)
+			}
+			ids = append(ids, eventIDs...)
+			types = append(types, a[2].([]string)...)
+			attributes = append(attributes, a[3].([]string)...)
+			resolves = append(resolves, a[4].([]*int64)...)
+			times = append(times, a[5].([]time.Time)...)
+		}
+		merged[events[0]] = &pgx.QueuedQuery{SQL: w.sql.eventsMerged, Arguments: []any{runs, ids, types, attributes, resolves, times}}
+		markDropped(drop, events)
+	}
+	if len(retire) > 1 {
+		runs := make([]uuid.UUID, len(retire))
+		scheduled := make([]int64, len(retire))
+		for k, i := range retire {
+			a := batch.QueuedQueries[i].Arguments
+			runs[k], scheduled[k] = a[0].(uuid.UUID), a[1].(int64)
+		}
+		merged[retire[0]] = &pgx.QueuedQuery{SQL: w.sql.retireOneMerged, Arguments: []any{runs, scheduled}}
+		markDropped(drop, retire)
+	}
+	if len(advance) > 1 {
+		runs := make([]uuid.UUID, len(advance))
+		found := make([]int64, len(advance))
+		next := make([]int64, len(advance))
+		for k, i := range advance {
+			a := batch.QueuedQueries[i].Arguments
+			runs[k], found[k], next[k] = a[0].(uuid.UUID), a[1].(int64), a[2].(int64)
+		}
+		q := &pgx.QueuedQuery{SQL: w.sql.advanceMerged, Arguments: []any{runs, found, next, len(runs)}}
+		q.QueryRow(func(row pgx.Row) error {
+			var one int
+			if err := row.Scan(&one); err != nil {
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
+					return fmt.Errorf("advancing %d runs in a group: an append point moved under its task: %w", len(runs), err)
+				}
+				return err
+			}
+			return nil
+		})
+		merged[advance[0]] = q
+		markDropped(drop, advance)
+	}
+	if len(merged) == 0 {
+		return
+	}
+	out := batch.QueuedQueries[:0:0]
+	for i, qq := range batch.QueuedQueries {
+		if q, ok := merged[i]; ok {
+			out = append(out, q)
+			continue
+		}
+		if !drop[i] {
+			out = append(out, qq)
+		}
+	}
+	batch.QueuedQueries = out
+}
+
+func markDropped(drop map[int]bool, at []int) {
+	for _, i := range at {
+		drop[i] = true
+	}
+}

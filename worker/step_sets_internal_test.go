@@ -1,0 +1,141 @@
+package worker
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/dbtest"
+)
+
+// TestMergeGroupWrites: the members' events, retirements and plain CASes
+// become one statement each, in the place of the first, with every
+// member's rows; anything else keeps its place and order, and a CAS that
+// clears a task job, or a kind that occurs once, is left alone.
+func TestMergeGroupWrites(t *testing.T) {
+	t.Parallel()
+	w := &Worker{sql: newStepSQL(dbschema.New("s"))}
+	a, b := uuid.New(), uuid.New()
+	now := time.Now()
+	one := int64(1)
+	batch := &pgx.Batch{}
+	batch.Queue(w.sql.events, a, []int64{4, 5}, []string{"x", "y"}, []string{"{}", "{}"}, []*int64{&one, nil}, []time.Time{now, now})
+	batch.Queue(w.sql.retireOne, a, int64(1))
+	batch.Queue("SELECT 'claim of a'")
+	batch.Queue(w.sql.advance, a, int64(4), int64(6), int64(0))
+	batch.Queue(w.sql.events, b, []int64{9}, []string{"z"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
+	batch.Queue(w.sql.retireOne, b, int64(7))
+	batch.Queue(w.sql.advance, b, int64(9), int64(10), int64(0))
+	batch.Queue(w.sql.advance, uuid.New(), int64(1), int64(2), int64(33)) // clears its task: left alone
+	batch.Queue("SELECT 'last'")
+
+	w.mergeGroupWrites(batch)
+	var sqls []string
+	for _, qq := range batch.QueuedQueries {
+		sqls = append(sqls, qq.SQL)
+	}
+	require.Equal(t, []string{w.sql.eventsMerged, w.sql.retireOneMerged, "SELECT 'claim of a'", w.sql.advanceMerged, w.sql.advance, "SELECT 'last'"}, sqls)
+	q := batch.QueuedQueries
+	require.Equal(t, []any{[]uuid.UUID{a, a, b}, []int64{4, 5, 9}, []string{"x", "y", "z"}, []string{"{}", "{}", "{}"},
+		[]*int64{&one, nil, nil}, []time.Time{now, now, now}}, q[0].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{1, 7}}, q[1].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{4, 9}, []int64{6, 10}, 2}, q[3].Arguments)
+	require.NotNil(t, q[3].Fn, "the merged CAS reads its check")
+
+	single := &pgx.Batch{}
+	single.Queue(w.sql.events, a, []int64{4}, []string{"x"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
+	single.Queue(w.sql.advance, a, int64(4), int64(5), int64(0))
+	w.mergeGroupWrites(single)
+	require.Equal(t, w.sql.events, single.QueuedQueries[0].SQL, "one member: as it was")
+	require.Equal(t, w.sql.advance, single.QueuedQueries[1].SQL)
+}
+
+// TestMergedGroupWrites: on tables of tens of thousands of runs whose
+// statistics were taken nearly empty, the merged statements take their rows
+// by key (no scan of the table, whose custom plans could join the arrays
+// against one), write every member's rows, and the merged CAS fails, in the
+// database, when one run's append point moved.
+func TestMergedGroupWrites(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.FreshSchema(ctx, t)
+	names := dbschema.New(schema)
+	sql := newStepSQL(names)
+
+	_, err := pool.Exec(ctx, "INSERT INTO "+names.Namespace+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
+	require.NoError(t, err)
+	fill := func(from, to int) {
+		t.Helper()
+		_, err := pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation)"+
+			" SELECT 'default', 'wf-' || i, 1 FROM generate_series($1::int, $2::int) i", from, to)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+
+			" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, next_event_id)"+
+			" SELECT gen_random_uuid(), 'default', 'wf-' || i, 1, 'k', 'default', '\\x', 'r' || i, '\\x', 4"+
+			" FROM generate_series($1::int, $2::int) i", from, to)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+names.Activity+" (run_id, scheduled_event_id, job_id, kind)"+
+			" SELECT run_id, 3, 1, 'act' FROM "+names.Run+" r WHERE NOT EXISTS (SELECT 1 FROM "+names.Activity+" a WHERE a.run_id = r.run_id)")
+		require.NoError(t, err)
+	}
+	fill(1, 10)
+	_, err = pool.Exec(ctx, "ANALYZE "+names.Run+"; ANALYZE "+names.Activity)
+	require.NoError(t, err)
+	fill(11, 30000)
+
+	var runs []uuid.UUID
+	rows, err := pool.Query(ctx, "SELECT run_id FROM "+names.Run+" ORDER BY run_id LIMIT 5")
+	require.NoError(t, err)
+	runs, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	found, next, scheduled := []int64{4, 4, 4, 4, 4}, []int64{6, 6, 6, 6, 6}, []int64{3, 3, 3, 3, 3}
+
+	explain := func(query string, args ...any) string {
+		t.Helper()
+		rows, err := pool.Query(ctx, "EXPLAIN "+query, args...)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return strings.Join(lines, "\n")
+	}
+	for _, plan := range []string{
+		explain(sql.advanceMerged, runs, found, next, len(runs)),
+		explain(sql.retireOneMerged, runs, scheduled),
+	} {
+		require.NotContains(t, plan, "Seq Scan on weir_run", plan)
+		require.NotContains(t, plan, "Seq Scan on weir_activity", plan)
+	}
+
+	// A moved append point: nothing of the statement stays.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, sql.advanceMerged, runs, []int64{4, 4, 3, 4, 4}, next, len(runs))
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, pgerrcode.DivisionByZero, pgErr.Code)
+	require.NoError(t, tx.Rollback(ctx))
+
+	now := time.Now()
+	batch := &pgx.Batch{}
+	batch.Queue(sql.eventsMerged, []uuid.UUID{runs[0], runs[0], runs[1]}, []int64{4, 5, 4}, []string{"a", "b", "c"},
+		[]string{"{}", "{}", "{}"}, []*int64{nil, nil, nil}, []time.Time{now, now, now})
+	batch.Queue(sql.retireOneMerged, runs[:2], scheduled[:2])
+	batch.Queue(sql.advanceMerged, runs[:2], found[:2], []int64{6, 5}, 2)
+	require.NoError(t, pool.SendBatch(ctx, batch).Close())
+	var events, retired, advanced int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+names.Event+"),"+
+		" (SELECT count(*) FROM "+names.Activity+" WHERE run_id = ANY($1)),"+
+		" (SELECT count(*) FROM "+names.Run+" WHERE run_id = ANY($1) AND next_event_id = CASE WHEN run_id = $2 THEN 6 ELSE 5 END)",
+		runs[:2], runs[0]).Scan(&events, &retired, &advanced))
+	require.Equal(t, 3, events)
+	require.Zero(t, retired)
+	require.Equal(t, 2, advanced)
+}
