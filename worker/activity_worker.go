@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
-	"math/rand/v2"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -222,7 +220,7 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		// Another namespace's activity (its kind registered here too, in a
 		// queue this worker serves): hand it back untouched for one of that
 		// namespace's workers, so no namespace's data reaches another's.
-		return a.handBack(job.Queue)
+		return a.w.handBacks.handBack(job.Queue)
 	}
 	info := &ActivityInfo{
 		Attempt: job.Attempt, Generation: meta.Generation, Headers: meta.Headers, JobID: job.ID, Kind: job.Kind, Namespace: meta.Namespace,
@@ -360,45 +358,6 @@ func (j *ownJob) finish(ctx context.Context, tx pgx.Tx, completed bool) error {
 		return nil
 	}
 	return j.complete(withSettled(ctx, j.id), tx)
-}
-
-// handBack returns an activity of a namespace this worker does not serve
-// to its queue: snoozed for one to two seconds (foreignNamespaceSnooze),
-// then announced with River's insert notification for the queue, so that
-// every producer of the queue fetches at once and the right namespace's
-// workers have the same chance as this one.
-//
-// A snoozed job comes back available with no notification of River's, so
-// without ours only fetch polls would find it (every second, River's
-// FetchPollInterval, plus up to 10% jitter), and pollers in phase (workers
-// started together) take it in the order of their phases: the hander, a
-// few milliseconds ahead, took it back round after round (seen: 47
-// hand-backs in 50 s, and 14 in a row after the snooze was randomized).
-// The notification is a wake-up only: if it is lost (this process stops),
-// polls still find the job.
-func (a *activityWorker[A, R]) handBack(queue string) error {
-	snooze := foreignNamespaceSnooze()
-	time.AfterFunc(snooze+handBackNotifyDelay, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := a.w.notifyQueue(ctx, queue); err != nil {
-			a.w.config.Logger.DebugContext(ctx, "weir: could not announce a handed-back activity", slog.String("error", err.Error()))
-		}
-	})
-	return river.JobSnooze(snooze)
-}
-
-// handBackNotifyDelay is how long after its snooze ends a handed-back job
-// is announced: the snooze's scheduled_at is computed by River's executor a
-// little after handBack draws it.
-const handBackNotifyDelay = 20 * time.Millisecond
-
-// foreignNamespaceSnooze is how long an activity of a namespace a worker
-// does not serve waits before it is offered again: one to two seconds,
-// drawn anew each time, so hand-backs of several jobs do not come back in
-// step.
-func foreignNamespaceSnooze() time.Duration {
-	return time.Second + rand.N(time.Second)
 }
 
 // errHeartbeatTimeout is the cause of an attempt's cancellation when it went

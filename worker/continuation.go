@@ -19,7 +19,9 @@ import (
 //
 // With cont set, and when this worker runs the run's workflow and no task
 // of the run is queued, the outcome continues the run at once: the run's
-// next workflow task runs right here, under the run's lock, with the
+// next workflow task runs right here, under the run's lock (or, for the
+// one-round-trip step, on the cached run, its lock and check in a guard
+// ahead of the writes), with the
 // outcome as its input, so it spares a task job, its fetch and a second
 // transaction. The activity's lease fences it like a task's lease fences a
 // task: if the attempt lost its job, the completion aborts tx and nothing
@@ -112,10 +114,12 @@ func (w *Worker) outcomeTxOnce(ctx context.Context, fn func(ctx context.Context,
 	return err
 }
 
-// settle does what follows a task's (or continuation's) transaction: start
-// the activities it claimed, or free their slots if it did not commit; and
-// once it committed, cache the history it wrote, send its notifications and
-// let the timer waker look again (it may have started a timer).
+// settle does what follows a task's (or continuation's) transaction: once
+// it committed, cache the history it wrote (first: the activities it
+// claimed may finish and continue the run from the cache), start those
+// activities, send its notifications and let the timer waker look again
+// (it may have started a timer); if it did not commit, free the claimed
+// activities' slots.
 func (w *Worker) settle(err error, result *taskResult) {
 	if err == nil {
 		// Before the claimed activities start: their outcomes may read it

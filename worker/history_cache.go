@@ -16,11 +16,13 @@ const historyCacheSize = 4096
 
 // historyCache keeps the histories this worker last committed, so the next
 // task of a run it just advanced need not read the history back. An entry
-// is used only when the run's append point (next_event_id, read under the
-// run's lock) is still the one this worker committed: history is
-// append-only and only the holder of the run's lock at that append point
-// can move it, so equal append points mean equal histories. Entries are
-// stored only once their transaction committed.
+// is used only when the run's append point (next_event_id) is still the one
+// this worker committed: read under the run's lock (get), or checked by a
+// guard that locks the run ahead of the step's writes (latest, for the
+// one-round-trip step). History is append-only and only the holder of the
+// run's lock at that append point can move it, so equal append points mean
+// equal histories. Entries are stored only once their transaction
+// committed, and never replaced by a shorter history of the run.
 type historyCache struct {
 	mu      sync.Mutex
 	entries map[[16]byte]*historyEntry

@@ -32,14 +32,19 @@ import (
 // continuation's last writes with the COMMIT in one more round trip.
 //
 // It never waits to fill a group: an outcome that arrives while fewer than
-// maxGroups groups are in flight starts one at once, alone if it must, so a
-// lone step takes the round trips it took before (its lock, then its writes
-// with the COMMIT). Outcomes that arrive while every group is in flight
-// queue, and the next group to start takes them all (up to maxMembers).
+// maxGroups groups are in flight starts one at once, alone if it must. A
+// lone step takes one round trip when this worker committed its run's last
+// step (fromCache: the run's row and history from the cache, its lock and
+// check in a guard ahead of its writes and the COMMIT), else two (its lock,
+// then its writes with the COMMIT). Outcomes that arrive while every group
+// is in flight, or while their run is held (hold: a transaction of this
+// worker's own on the run outside any group), queue; the next group to
+// start takes them (up to maxMembers).
 //
 // What each outcome guarantees holds per run, as it did alone: every run is
-// locked before its continuation reads it, and its writes carry its CAS
-// (W4) and its job's fenced completion (F1–F7). A group commits all of its
+// locked before its continuation's writes, and checked to be as its
+// continuation read it (the guard, or the lock's read itself), and its
+// writes carry its CAS (W4) and its job's fenced completion (F1–F7). A group commits all of its
 // outcomes or none: if anything in it fails (a refused completion, a moved
 // append point, a deadlock, a continuation's own error or panic), it rolls
 // back and every outcome in it runs again alone, in a transaction of its
@@ -216,13 +221,21 @@ func (c *stepCommitter) release(runID uuid.UUID) {
 }
 
 func (c *stepCommitter) unholdLocked(runID uuid.UUID) {
-	if c.busy[runID]--; c.busy[runID] <= 0 {
-		delete(c.busy, runID)
+	n, ok := c.busy[runID]
+	if !ok {
+		// A release without its hold would cancel another's hold.
+		panic(fmt.Sprintf("worker: run %s released by the step committer but not held", runID))
 	}
+	if n <= 1 {
+		delete(c.busy, runID)
+		return
+	}
+	c.busy[runID] = n - 1
 }
 
 // takeLocked takes the oldest queued outcomes for a group, at most
-// maxMembers and one per run, none of a run that a group in flight holds:
+// maxMembers and one per run, none of a run that is held (a group in
+// flight, or a transaction of this worker's own outside any group):
 // a second outcome of a run must see the first one's writes, and a group
 // that waited for another group's run would hold all of its own meanwhile.
 func (c *stepCommitter) takeLocked() []*stepMember {

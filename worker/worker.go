@@ -30,6 +30,7 @@ type Worker struct {
 	config    *Config
 	driver    *fencing.Driver
 	eager     *eagerPool // nil: eager dispatch off
+	handBacks *handBacks // foreign namespaces' activities, handed back
 	histories *historyCache
 	names     *dbschema.Names
 	sql       stepSQL            // statements a group of outcomes merges (step_sets.go)
@@ -79,6 +80,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		stepGroups:   stepGroupsFor(pool),
 		workflows:    make(map[string]*replay.Definition),
 	}
+	w.handBacks = newHandBacks(w)
 	// Every activity job that ends through the fencing layer turns into the
 	// activity's outcome in the same transaction (for plain River workers,
 	// whose Work knows nothing of workflows); user hooks still run.
@@ -265,6 +267,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if unregister != nil {
 		unregister() // new starts queue their first task through River
 	}
+	w.handBacks.stop()
 	// Eager attempts first, while River (and its lease keeper) still runs;
 	// from here on new activities go through River.
 	eagerErr := eager.stop(ctx)

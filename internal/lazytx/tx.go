@@ -106,8 +106,9 @@ func (t *Tx) began() (bool, error) {
 // Once b has run, Commit returns the outcome without sending anything: nil
 // if the COMMIT succeeded, pgx.ErrTxCommitRollback if it failed itself
 // (nothing of the transaction committed). If the COMMIT did not run because
-// a statement before it failed, the transaction is still open, in the
-// state that failure left it: the caller may roll back to a savepoint and
+// a statement before it failed, the transaction is still open (unless it
+// never began: no connection, or its BEGIN failed), in the state that
+// failure left it: the caller may roll back to a savepoint and
 // go on, or roll back; Commit then works as without QueueCommit. After a successful COMMIT every statement
 // fails with pgx.ErrTxClosed: nothing can run outside the transaction by
 // mistake.
@@ -218,6 +219,15 @@ func (t *Tx) real(ctx context.Context) (pgx.Tx, error) {
 	if ok, err := t.began(); ok || err != nil {
 		return t.inner, err
 	}
+	if t.commit == commitQueued {
+		// A COMMIT waits in a batch (QueueCommit before the first
+		// statement): the transaction must be one that batch can end, so
+		// it begins as a batch would, with nothing after its BEGIN.
+		if err := t.send(ctx, &pgx.Batch{}).Close(); err != nil {
+			return nil, err
+		}
+		return t.inner, nil
+	}
 	inner, err := t.pool.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -296,13 +306,13 @@ func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		switch {
 		case err != nil:
 			return failed{err: err}
-		case t.commit == commitQueued:
+		case t.commit == commitQueued && b == t.commitBatch:
 			return &commitResults{BatchResults: t.inner.SendBatch(ctx, b), tx: t}
 		}
 		return t.inner.SendBatch(ctx, b)
 	}
 	br := t.send(ctx, b)
-	if t.commit == commitQueued && t.inner != nil {
+	if t.commit == commitQueued && b == t.commitBatch && t.inner != nil {
 		// The whole transaction in one round trip: BEGIN, b, COMMIT.
 		return &commitResults{BatchResults: br, tx: t}
 	}
@@ -428,7 +438,10 @@ func (t *Tx) endQueued(ctx context.Context, notCommitted error) error {
 	if t.inner == nil {
 		return notCommitted // the batch carrying the COMMIT, the first, never went
 	}
-	inner := t.inner.(*connTx) // QueueCommit queues only on one
+	inner, ok := t.inner.(*connTx) // QueueCommit queues only on one, and real begins one
+	if !ok {
+		return errors.Join(notCommitted, t.inner.Rollback(ctx))
+	}
 	if t.commit == commitDone {
 		inner.release()
 		return nil

@@ -449,22 +449,48 @@ func TestQueueCommit(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		pool, tr, table := setup(t)
-		for _, end := range []func(pgx.Tx) error{
-			func(tx pgx.Tx) error { return tx.Rollback(ctx) },
-			func(tx pgx.Tx) error { return tx.Commit(ctx) },
-		} {
+		for _, commit := range []bool{false, true} {
 			tx := lazytx.Begin(pool)
 			b := &pgx.Batch{}
 			b.Queue("INSERT INTO " + table + " VALUES (1)")
 			require.True(t, lazytx.QueueCommit(tx, b))
-			if err := end(tx); err != nil {
-				require.ErrorIs(t, err, pgx.ErrTxCommitRollback, "Commit: the queued COMMIT never ran")
+			if commit {
+				require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback, "the queued COMMIT never ran")
+			} else {
+				require.NoError(t, tx.Rollback(ctx))
 			}
 			require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
 		}
 		require.Zero(t, count(t, pool, table))
 		_, batches := tr.sent()
 		require.Zero(t, batches, "nothing was sent")
+	})
+
+	// A COMMIT queued before the transaction began still ends it when a
+	// call that needs a begun transaction (a savepoint) comes first, and a
+	// batch sent before the COMMIT's own leaves the COMMIT queued.
+	t.Run("QueuedThenOtherStatementsFirst", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool, tr, table := setup(t)
+		tx := lazytx.Begin(pool)
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO " + table + " VALUES (3)")
+		require.True(t, lazytx.QueueCommit(tx, b))
+		savepoint, err := tx.Begin(ctx)
+		require.NoError(t, err)
+		_, err = savepoint.Exec(ctx, "INSERT INTO "+table+" VALUES (1)")
+		require.NoError(t, err)
+		require.NoError(t, savepoint.Commit(ctx))
+		other := &pgx.Batch{}
+		other.Queue("INSERT INTO " + table + " VALUES (2)")
+		require.NoError(t, tx.SendBatch(ctx, other).Close())
+		require.NoError(t, tx.SendBatch(ctx, b).Close())
+		require.Equal(t, 3, count(t, pool, table), "committed with its batch")
+		require.NoError(t, tx.Commit(ctx))
+		require.Zero(t, pool.Stat().AcquiredConns())
+		queries, _ := tr.sent()
+		require.NotContains(t, queries, "commit", "no COMMIT of its own")
 	})
 
 	// The COMMIT does not run (a statement before it failed) or fails
