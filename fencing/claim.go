@@ -259,6 +259,113 @@ func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, par
 	return true, nil
 }
 
+// MergeQueuedCompletions rewrites batch so that the claimed jobs'
+// completions queued in it by QueueSetClaimedState (for River's schema
+// schema; empty for the search_path's) are one statement, in the place of
+// the first, and reports how many it merged (none when fewer than two were
+// queued). Postgres does work per statement that a job's completion pays in
+// full when it is written alone: it starts an executor, and re-reads
+// river_job's CHECK constraints and the lease trigger's WHEN from their
+// stored text. The merged statement writes what each completion would have
+// written, and the transaction's fencing stays whole: it divides by zero
+// unless it completed every one of the jobs (each still held by its
+// attempt's token), which aborts the transaction. Which job was refused is
+// then not told (the batch fails with the statement's error, not a
+// *LeaseLostError): a caller that needs to know writes them again one at a
+// time. Call it once the batch holds everything it will, before sending it.
+func MergeQueuedCompletions(batch *pgx.Batch, schema string) int {
+	single := completeClaimedSQL(schema)
+	var at []int
+	for i, qq := range batch.QueuedQueries {
+		if qq.SQL == single && len(qq.Arguments) == 5 {
+			at = append(at, i)
+		}
+	}
+	if len(at) < 2 {
+		return 0
+	}
+	var (
+		ids       = make([]int64, len(at))
+		tokens    = make([]string, len(at))
+		attempts  = make([]int, len(at))
+		finalized = make([]time.Time, len(at))
+		metadata  = make([]*string, len(at))
+	)
+	for k, i := range at {
+		a := batch.QueuedQueries[i].Arguments
+		ids[k], tokens[k], attempts[k], finalized[k] = a[0].(int64), a[1].(string), a[2].(int), a[3].(time.Time)
+		if m, _ := a[4].([]byte); m != nil {
+			text := string(m)
+			metadata[k] = &text
+		}
+	}
+	merged := &pgx.QueuedQuery{SQL: completeClaimedManySQL(schema), Arguments: []any{ids, tokens, attempts, finalized, metadata, len(at)}}
+	merged.QueryRow(func(row pgx.Row) error {
+		var one int
+		if err := row.Scan(&one); err != nil {
+			if refusedInStatement(err) {
+				return fmt.Errorf("fencing: completing %d claimed jobs: one no longer holds its job (the transaction is aborted): %w", len(ids), err)
+			}
+			return fmt.Errorf("fencing: completing %d claimed jobs: %w", len(ids), err)
+		}
+		return nil
+	})
+	out := make([]*pgx.QueuedQuery, 0, len(batch.QueuedQueries)-len(at)+1)
+	next := 0
+	for i, qq := range batch.QueuedQueries {
+		switch {
+		case next < len(at) && i == at[next]:
+			if next == 0 {
+				out = append(out, merged)
+			}
+			next++
+		default:
+			out = append(out, qq)
+		}
+	}
+	batch.QueuedQueries = out
+	return len(at)
+}
+
+// completeClaimedManySQL is completeClaimedSQL for many jobs: arrays of
+// job ($1), token ($2), attempt ($3), finalized_at ($4) and metadata to
+// merge ($5, NULL for none), and their count ($6), which the statement
+// must complete or divide by zero. The jobs are taken by key (id = ANY)
+// before the join with the arrays, so that no plan scans river_job.
+func completeClaimedManySQL(schema string) string {
+	return cachedSQL(&completeClaimedManyCache, schema, buildCompleteClaimedManySQL)
+}
+
+var completeClaimedManyCache sync.Map
+
+func buildCompleteClaimedManySQL(schema string) string {
+	return `
+WITH v AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[])
+        AS v(id, token, attempt, finalized_at, metadata)
+),
+updated AS (
+    UPDATE ` + tableName(schema, "river_job") + ` j
+    SET
+        finalized_at = v.finalized_at,
+        metadata = CASE WHEN v.metadata IS NULL THEN j.metadata ELSE j.metadata || v.metadata::jsonb END,
+        state = 'completed',
+        lease_last_token = j.lease_token,
+        lease_token = NULL,
+        lease_expires_at = NULL
+    FROM v
+    WHERE j.id = ANY($1) AND j.id = v.id AND j.state = 'running' AND j.lease_token = v.token::uuid AND j.attempt = v.attempt
+    RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token
+),
+logged AS (
+    INSERT INTO ` + tableName(schema, "weir_job_attempt") + `
+        (job_id, attempt, lease_token, attempted_by, started_at, outcome)
+    SELECT id, attempt, lease_last_token, attempted_by[array_upper(attempted_by, 1)], attempted_at, 'completed'
+    FROM updated
+)
+SELECT 1 / (count(*) = $6)::int FROM updated`
+}
+
 // cancelledInstead reports whether River's state write, asked to make the job
 // available, retryable or scheduled, cancelled it instead, as River does for
 // a job whose cancellation was requested while it ran (JobCancel sets

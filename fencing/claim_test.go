@@ -307,6 +307,74 @@ func TestClaimedJob(t *testing.T) {
 		})
 	}
 
+	// Completions queued in one batch merged into one statement
+	// (MergeQueuedCompletions): all of them apply, each logged; when one
+	// job was taken away, none does, and the caller's commit fails even if
+	// it ignored the batch's error.
+	for _, stale := range []bool{false, true} {
+		t.Run(map[bool]string{false: "MergedCompletions", true: "MergedCompletionsOneStale"}[stale], func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			driver, schema, claim := setup(ctx, t)
+			pool := dbtest.Pool(ctx, t)
+			first := committed(ctx, t, pool, claim) // has the driver see fencing 002 (as in queued)
+			require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
+				})
+			}))
+			claims := []*fencing.Claim{committed(ctx, t, pool, claim), committed(ctx, t, pool, claim), committed(ctx, t, pool, claim)}
+			batch := &pgx.Batch{}
+			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", claims[0].Job.ID)
+			// Each completion is queued inside its own attempt, the attempts
+			// nested so that all are still running when the batch goes.
+			var work func(ctx context.Context, i int) error
+			work = func(ctx context.Context, i int) error {
+				if i == len(claims) {
+					if stale {
+						_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+							" SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1", claims[1].Job.ID)
+						require.NoError(t, err)
+					}
+					require.Equal(t, len(claims), fencing.MergeQueuedCompletions(batch, schema))
+					require.Equal(t, 2, batch.Len(), "the caller's write and one completion")
+					tx, err := pool.Begin(ctx)
+					require.NoError(t, err)
+					defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+					batchErr := tx.SendBatch(ctx, batch).Close()
+					return errors.Join(batchErr, tx.Commit(ctx))
+				}
+				return driver.WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context) error {
+					ok, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(claims[i].Job.ID, time.Now(), nil))
+					require.NoError(t, err)
+					require.True(t, ok)
+					return work(ctx, i+1)
+				})
+			}
+			err := work(ctx, 0)
+			var logged int
+			ids := []int64{claims[0].Job.ID, claims[1].Job.ID, claims[2].Job.ID}
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "weir_job_attempt"}.Sanitize()+
+				" WHERE job_id = ANY($1) AND outcome = 'completed'", ids).Scan(&logged))
+			if !stale {
+				require.NoError(t, err)
+				for _, c := range claims {
+					row := getJob(ctx, t, pool, schema, c.Job.ID)
+					require.Equal(t, "completed", row.State)
+					require.False(t, row.LeaseToken.Valid, "the lease is revoked")
+				}
+				require.Equal(t, 3, logged, "each attempt logged")
+				require.Equal(t, 1, sideEffects(ctx, t, schema, claims[0].Job.ID))
+				return
+			}
+			require.Error(t, err)
+			require.Equal(t, "running", getJob(ctx, t, pool, schema, claims[0].Job.ID).State, "nothing applied")
+			require.Equal(t, 2, getJob(ctx, t, pool, schema, claims[1].Job.ID).Attempt)
+			require.Zero(t, logged)
+			require.Zero(t, sideEffects(ctx, t, schema, claims[0].Job.ID), "the caller's commit failed though it ignored the error")
+		})
+	}
+
 	t.Run("OnlyACompletionIsQueued", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -324,6 +324,7 @@ func (c *stepCommitter) run(members []*stepMember) {
 			return nil
 		}
 		c.w.mergeGroupWrites(last)
+		fencing.MergeQueuedCompletions(last, c.w.config.Schema)
 		lazytx.QueueCommit(tx, last)
 		return tx.SendBatch(ctx, last).Close()
 	})

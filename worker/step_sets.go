@@ -23,7 +23,8 @@ import (
 // the kinds every plain continuation writes in the same shape are merged,
 // for the whole group, into one statement over arrays: the events, the
 // retirement of the activity whose outcome it is, and the run's
-// compare-and-swap. A merged statement checks what the members' statements
+// compare-and-swap; and the claimed jobs' completions, which fencing
+// merges (MergeQueuedCompletions). A merged statement checks what the members' statements
 // checked (the CAS's count must be every member's), so a failure still
 // fails the group, whose members then run again alone, one statement each.
 
