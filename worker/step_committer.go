@@ -267,26 +267,24 @@ func (c *stepCommitter) run(members []*stepMember) {
 				err = fmt.Errorf("worker: a group of outcomes panicked: %v", r)
 			}
 		}()
-		locks := &pgx.Batch{}
 		for _, m := range members {
 			m.cont, m.last, m.afterLast, m.guarded = taskResult{step: m}, nil, nil, false
 			m.run, m.lockErr, m.locked = &runRow{ID: m.runID}, nil, true
-			if len(members) == 1 && c.fromCache(m) {
-				break // one round trip: its lock goes with its writes
-			}
-			locks.Queue(c.w.lockRunSQL(), m.runID).QueryRow(func(row pgx.Row) error {
-				err := m.run.scan(row, &m.now)
-				c.w.clock.observe(m.now)
-				if errors.Is(err, pgx.ErrNoRows) {
-					m.lockErr = err
-				} else if err != nil {
-					return err
-				}
-				return nil
-			})
 		}
-		if locks.Len() > 0 {
-			if err := tx.SendBatch(ctx, locks).Close(); err != nil {
+		switch {
+		case len(members) == 1 && c.fromCache(members[0]):
+			// One round trip: its lock goes with its writes (queueGuard).
+		case len(members) == 1:
+			m := members[0]
+			err := m.run.scan(tx.QueryRow(ctx, c.w.lockRunSQL(), m.runID), &m.now)
+			c.w.clock.observe(m.now)
+			if errors.Is(err, pgx.ErrNoRows) {
+				m.lockErr = err
+			} else if err != nil {
+				return err
+			}
+		default:
+			if err := c.lockRuns(ctx, tx, members); err != nil {
 				return err
 			}
 		}
@@ -409,6 +407,42 @@ func (c *stepCommitter) queueGuard(batch *pgx.Batch, m *stepMember) {
 		}
 		return err
 	})
+}
+
+// lockRuns locks and reads the runs of a group's members (sorted by run
+// ID) in one statement, in run ID order, as every group does, so that
+// groups never wait for each other in a cycle; a member whose run is gone
+// gets pgx.ErrNoRows, as a lone lock would.
+func (c *stepCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*stepMember) error {
+	ids := make([]uuid.UUID, len(members))
+	byID := make(map[uuid.UUID]*stepMember, len(members))
+	for i, m := range members {
+		ids[i], byID[m.runID] = m.runID, m
+		m.lockErr = pgx.ErrNoRows // until its row is read
+	}
+	rows, err := tx.Query(ctx, c.w.lockRunsSQL(), ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id  uuid.UUID
+			run runRow
+			now time.Time
+		)
+		if err := run.scanWithID(rows, &id, &now); err != nil {
+			return err
+		}
+		m := byID[id]
+		if m == nil {
+			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", id)
+		}
+		run.ID = id
+		m.run, m.now, m.lockErr = &run, now, nil
+		c.w.clock.observe(now)
+	}
+	return rows.Err()
 }
 
 // call runs the member's body in the group's transaction. A panic fails

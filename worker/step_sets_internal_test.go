@@ -58,7 +58,8 @@ func TestMergeGroupWrites(t *testing.T) {
 }
 
 // TestMergedGroupWrites: on tables of tens of thousands of runs whose
-// statistics were taken nearly empty, the merged statements take their rows
+// statistics were taken nearly empty, the merged statements (and the
+// group's lock of its runs) take their rows
 // by key (no scan of the table, whose custom plans could join the arrays
 // against one), write every member's rows, and the merged CAS fails, in the
 // database, when one run's append point moved.
@@ -107,6 +108,7 @@ func TestMergedGroupWrites(t *testing.T) {
 		return strings.Join(lines, "\n")
 	}
 	for _, plan := range []string{
+		explain((&Worker{names: names}).lockRunsSQL(), runs),
 		explain(sql.advanceMerged, runs, found, next, len(runs)),
 		explain(sql.retireOneMerged, runs, scheduled),
 	} {
