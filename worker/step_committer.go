@@ -321,8 +321,10 @@ func (c *stepCommitter) run(members []*stepMember) {
 		if last.Len() == 0 {
 			return nil
 		}
-		c.w.mergeGroupWrites(last)
-		fencing.MergeQueuedCompletions(last, c.w.config.Schema)
+		merged := c.w.mergeGroupWrites(last)
+		if fencing.MergeQueuedCompletions(last, c.w.config.Schema) > 0 || merged {
+			preferGenericPlans(last)
+		}
 		lazytx.QueueCommit(tx, last)
 		return tx.SendBatch(ctx, last).Close()
 	})

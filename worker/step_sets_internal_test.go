@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,21 +100,44 @@ func TestMergedGroupWrites(t *testing.T) {
 	require.NoError(t, err)
 	found, next, scheduled := []int64{4, 4, 4, 4, 4}, []int64{6, 6, 6, 6, 6}, []int64{3, 3, 3, 3, 3}
 
-	explain := func(query string, args ...any) string {
-		t.Helper()
-		rows, err := pool.Query(ctx, "EXPLAIN "+query, args...)
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		return strings.Join(lines, "\n")
-	}
-	for _, plan := range []string{
-		explain((&Worker{names: names}).lockRunsSQL(), runs),
-		explain(sql.advanceMerged, runs, found, next, len(runs)),
-		explain(sql.retireOneMerged, runs, scheduled),
-	} {
-		require.NotContains(t, plan, "Seq Scan on weir_run", plan)
-		require.NotContains(t, plan, "Seq Scan on weir_activity", plan)
+	// Custom plans, and the generic ones a group asks for (genericPlansSQL):
+	// each statement prepared, then explained executing with literals.
+	uuids := "'{" + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(runs)), ","), "[]") + "}'"
+	for _, generic := range []bool{false, true} {
+		explain := func(query, literals string) string {
+			t.Helper()
+			conn, err := pool.Acquire(ctx)
+			require.NoError(t, err)
+			defer conn.Release()
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			if generic {
+				_, err := tx.Exec(ctx, genericPlansSQL)
+				require.NoError(t, err)
+			}
+			_, err = tx.Exec(ctx, "PREPARE plan_test AS "+query)
+			require.NoError(t, err)
+			defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE plan_test") }() // a rollback does not undo PREPARE
+			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE plan_test("+literals+")")
+			require.NoError(t, err)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			return strings.Join(lines, "\n")
+		}
+		for _, plan := range []string{
+			explain((&Worker{names: names}).lockRunsSQL(), uuids),
+			explain(sql.advanceMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', 5"),
+			explain(sql.retireOneMerged, uuids+", '{3,3,3,3,3}'"),
+		} {
+			require.NotContains(t, plan, "Seq Scan on weir_run", "generic %v:\n%s", generic, plan)
+			require.NotContains(t, plan, "Seq Scan on weir_activity", "generic %v:\n%s", generic, plan)
+			if generic {
+				require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
+			} else {
+				require.Contains(t, plan, "'{", "a custom plan:\n%s", plan)
+			}
+		}
 	}
 
 	// A moved append point: nothing of the statement stays.
