@@ -23,7 +23,7 @@ import (
 // the kinds every plain continuation writes in the same shape are merged,
 // for the whole group, into one statement over arrays: the events, the
 // retirement of the activity whose outcome it is, and the run's
-// compare-and-swap; and the claimed jobs' completions, which fencing
+// compare-and-swap (a continuing run's, and a completing run's); and the claimed jobs' completions, which fencing
 // merges (MergeQueuedCompletions). A merged statement checks what the members' statements
 // checked (the CAS's count must be every member's), so a failure still
 // fails the group, whose members then run again alone, one statement each.
@@ -44,6 +44,10 @@ type stepSQL struct {
 	// by zero unless it wrote the run.
 	advance       string
 	advanceMerged string
+	// complete is the CAS of a run that completes ($4 its result); its
+	// merged form takes an array of results.
+	complete       string
+	completeMerged string
 }
 
 func newStepSQL(names *dbschema.Names) stepSQL {
@@ -66,6 +70,13 @@ func newStepSQL(names *dbschema.Names) stepSQL {
 			" u AS (UPDATE " + names.Run + " r SET next_event_id = v.next, updated_at = now() FROM v" +
 			"  WHERE r.run_id = ANY($1) AND r.run_id = v.run_id AND r.next_event_id = v.found AND r.closed_at IS NULL RETURNING 1)" +
 			" SELECT 1 / (count(*) = $4)::int FROM u",
+		complete: casSQL("UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
+			"state = 'completed', result = $4, closed_at = now(), task_job_id = NULL"),
+		completeMerged: "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[]) AS v(run_id, found, next, result))," +
+			" u AS (UPDATE " + names.Run + " r SET next_event_id = v.next, updated_at = now(), state = 'completed', result = v.result," +
+			"  closed_at = now(), task_job_id = NULL FROM v" +
+			"  WHERE r.run_id = ANY($1) AND r.run_id = v.run_id AND r.next_event_id = v.found AND r.closed_at IS NULL RETURNING 1)" +
+			" SELECT 1 / (count(*) = $5)::int FROM u",
 	}
 }
 
@@ -83,7 +94,7 @@ func casSQL(update string) string {
 // the session, say). A kind that occurs once is left as it is. It reports
 // whether it merged anything.
 func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
-	var events, retire, advance []int
+	var events, retire, advance, complete []int
 	for i, qq := range batch.QueuedQueries {
 		switch qq.SQL {
 		case w.sql.events:
@@ -94,6 +105,8 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 			if len(qq.Arguments) == 4 && qq.Arguments[3] == any(int64(0)) {
 				advance = append(advance, i)
 			}
+		case w.sql.complete:
+			complete = append(complete, i)
 		}
 	}
 	merged := map[int]*pgx.QueuedQuery{} // at the first occurrence
@@ -140,20 +153,20 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 			a := batch.QueuedQueries[i].Arguments
 			runs[k], found[k], next[k] = a[0].(uuid.UUID), a[1].(int64), a[2].(int64)
 		}
-		q := &pgx.QueuedQuery{SQL: w.sql.advanceMerged, Arguments: []any{runs, found, next, len(runs)}}
-		q.QueryRow(func(row pgx.Row) error {
-			var one int
-			if err := row.Scan(&one); err != nil {
-				var pgErr *pgconn.PgError
-				if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
-					return fmt.Errorf("advancing %d runs in a group: an append point moved under its task: %w", len(runs), err)
-				}
-				return err
-			}
-			return nil
-		})
-		merged[advance[0]] = q
+		merged[advance[0]] = casChecked(&pgx.QueuedQuery{SQL: w.sql.advanceMerged, Arguments: []any{runs, found, next, len(runs)}}, "advancing", len(runs))
 		markDropped(drop, advance)
+	}
+	if len(complete) > 1 {
+		runs := make([]uuid.UUID, len(complete))
+		found := make([]int64, len(complete))
+		next := make([]int64, len(complete))
+		results := make([][]byte, len(complete))
+		for k, i := range complete {
+			a := batch.QueuedQueries[i].Arguments
+			runs[k], found[k], next[k], results[k] = a[0].(uuid.UUID), a[1].(int64), a[2].(int64), a[3].([]byte)
+		}
+		merged[complete[0]] = casChecked(&pgx.QueuedQuery{SQL: w.sql.completeMerged, Arguments: []any{runs, found, next, results, len(runs)}}, "completing", len(runs))
+		markDropped(drop, complete)
 	}
 	if len(merged) == 0 {
 		return false
@@ -186,6 +199,23 @@ const genericPlansSQL = "SELECT set_config('plan_cache_mode', 'force_generic_pla
 // preferGenericPlans puts genericPlansSQL at the head of batch.
 func preferGenericPlans(batch *pgx.Batch) {
 	batch.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: genericPlansSQL}}, batch.QueuedQueries...)
+}
+
+// casChecked reads a merged CAS's check: a division by zero means one of
+// its runs moved (the group then runs each member again alone).
+func casChecked(q *pgx.QueuedQuery, doing string, runs int) *pgx.QueuedQuery {
+	q.QueryRow(func(row pgx.Row) error {
+		var one int
+		if err := row.Scan(&one); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
+				return fmt.Errorf("%s %d runs in a group: an append point moved under its task: %w", doing, runs, err)
+			}
+			return err
+		}
+		return nil
+	})
+	return q
 }
 
 func markDropped(drop map[int]bool, at []int) {

@@ -35,6 +35,9 @@ func TestMergeGroupWrites(t *testing.T) {
 	batch.Queue(w.sql.retireOne, b, int64(7))
 	batch.Queue(w.sql.advance, b, int64(9), int64(10), int64(0))
 	batch.Queue(w.sql.advance, uuid.New(), int64(1), int64(2), int64(33)) // clears its task: left alone
+	c, d := uuid.New(), uuid.New()
+	batch.Queue(w.sql.complete, c, int64(7), int64(9), []byte("1"))
+	batch.Queue(w.sql.complete, d, int64(8), int64(10), []byte(nil))
 	batch.Queue("SELECT 'last'")
 
 	w.mergeGroupWrites(batch)
@@ -42,13 +45,16 @@ func TestMergeGroupWrites(t *testing.T) {
 	for _, qq := range batch.QueuedQueries {
 		sqls = append(sqls, qq.SQL)
 	}
-	require.Equal(t, []string{w.sql.eventsMerged, w.sql.retireOneMerged, "SELECT 'claim of a'", w.sql.advanceMerged, w.sql.advance, "SELECT 'last'"}, sqls)
+	require.Equal(t, []string{w.sql.eventsMerged, w.sql.retireOneMerged, "SELECT 'claim of a'", w.sql.advanceMerged, w.sql.advance,
+		w.sql.completeMerged, "SELECT 'last'"}, sqls)
 	q := batch.QueuedQueries
 	require.Equal(t, []any{[]uuid.UUID{a, a, b}, []int64{4, 5, 9}, []string{"x", "y", "z"}, []string{"{}", "{}", "{}"},
 		[]*int64{&one, nil, nil}, []time.Time{now, now, now}}, q[0].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{1, 7}}, q[1].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{4, 9}, []int64{6, 10}, 2}, q[3].Arguments)
 	require.NotNil(t, q[3].Fn, "the merged CAS reads its check")
+	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[5].Arguments)
+	require.NotNil(t, q[5].Fn)
 
 	single := &pgx.Batch{}
 	single.Queue(w.sql.events, a, []int64{4}, []string{"x"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
@@ -128,6 +134,7 @@ func TestMergedGroupWrites(t *testing.T) {
 		for _, plan := range []string{
 			explain((&Worker{names: names}).lockRunsSQL(), uuids),
 			explain(sql.advanceMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', 5"),
+			explain(sql.completeMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', '{NULL,NULL,NULL,NULL,NULL}', 5"),
 			explain(sql.retireOneMerged, uuids+", '{3,3,3,3,3}'"),
 		} {
 			require.NotContains(t, plan, "Seq Scan on weir_run", "generic %v:\n%s", generic, plan)
@@ -155,7 +162,13 @@ func TestMergedGroupWrites(t *testing.T) {
 		[]string{"{}", "{}", "{}"}, []*int64{nil, nil, nil}, []time.Time{now, now, now})
 	batch.Queue(sql.retireOneMerged, runs[:2], scheduled[:2])
 	batch.Queue(sql.advanceMerged, runs[:2], found[:2], []int64{6, 5}, 2)
+	batch.Queue(sql.completeMerged, runs[2:4], found[2:4], []int64{7, 7}, [][]byte{[]byte("42"), nil}, 2)
 	require.NoError(t, pool.SendBatch(ctx, batch).Close())
+	var completed int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE run_id = ANY($1) AND state = 'completed'"+
+		" AND closed_at IS NOT NULL AND next_event_id = 7 AND result IS NOT DISTINCT FROM CASE WHEN run_id = $2 THEN '42'::bytea END",
+		runs[2:4], runs[2]).Scan(&completed))
+	require.Equal(t, 2, completed)
 	var events, retired, advanced int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+names.Event+"),"+
 		" (SELECT count(*) FROM "+names.Activity+" WHERE run_id = ANY($1)),"+

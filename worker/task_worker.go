@@ -445,8 +445,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		args = []any{runID, run.NextEventID, nextEventID}
 		*closed = "continued_as_new"
 	case outcome.Completed && outcome.Failure == nil:
-		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
-			"state = 'completed', result = $4, closed_at = now(), task_job_id = NULL"
+		query = w.sql.complete
 		args = []any{runID, run.NextEventID, nextEventID, []byte(outcome.Result)}
 		*closed = "completed"
 	case outcome.Completed:
@@ -463,7 +462,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		args = []any{runID, run.NextEventID, nextEventID, failure}
 		*closed = state
 	}
-	if query != w.sql.advance {
+	if query != w.sql.advance && query != w.sql.complete {
 		query = casSQL(query)
 	}
 	// Notifications go once the transaction commits (settle), not in it: a
@@ -509,8 +508,17 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			lazytx.QueueCommit(tx, run.writes)
 		}
 	} else if by.group != nil {
-		// groupable said otherwise (the job's completion could not be
-		// queued): fail the group, which undoes what this wrote.
+		if by.own != nil && !by.completed && !after {
+			// The job's completion cannot be queued (the driver has not
+			// seen fencing 002 installed yet, just after start-up, say).
+			// Nothing was sent: run.writes is still queued here, and a
+			// group's member writes nothing before its last batch
+			// (groupable). So it leaves the group, as it would have before
+			// writing, and runs alone.
+			return errRunsAlone
+		}
+		// groupable said otherwise: fail the group, which undoes what this
+		// wrote.
 		return fmt.Errorf("advancing run %s in a group: its last writes cannot go with the COMMIT", runID)
 	}
 	if err := flushWrites(ctx, tx, run); err != nil {
