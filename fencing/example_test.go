@@ -150,3 +150,28 @@ func ExampleDriver_InsertClaimedTx() {
 	// Output:
 	// true
 }
+
+// Completions of claimed jobs queued in one batch (each by its own attempt,
+// in its own work context) go as one statement: all of them complete, or
+// the statement fails and aborts the transaction. A batch with fewer than
+// two is left as it is.
+func ExampleMergeQueuedCompletions() {
+	driver, _ := fencing.NewDriver(nil, nil)
+	commitAll := func(ctx context.Context, pool *pgxpool.Pool, attempts []context.Context, jobIDs []int64) error {
+		batch := &pgx.Batch{}
+		for i, attemptCtx := range attempts { // each inside its WorkClaimed
+			if _, err := driver.QueueSetClaimedState(attemptCtx, batch, riverdriver.JobSetStateCompleted(jobIDs[i], time.Now(), nil)); err != nil {
+				return err
+			}
+		}
+		fencing.MergeQueuedCompletions(batch, "") // River's schema: the search_path's
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
+	}
+	_ = commitAll
+
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT 1")
+	fmt.Println(fencing.MergeQueuedCompletions(batch, ""), batch.Len())
+	// Output:
+	// 0 1
+}
