@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -64,20 +65,32 @@ func newStepSQL(names *dbschema.Names) stepSQL {
 		advance: casSQL("UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
 			"task_job_id = CASE WHEN task_job_id = $4 THEN NULL ELSE task_job_id END"),
 		// Members continue runs with no task queued ($4 = 0 for each, which
-		// leaves task_job_id as it is): only those are merged. closed_at IS
-		// NULL, not state = 'running', as runCASWhere says why.
-		advanceMerged: "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) AS v(run_id, found, next))," +
-			" u AS (UPDATE " + names.Run + " r SET next_event_id = v.next, updated_at = now() FROM v" +
-			"  WHERE r.run_id = ANY($1) AND r.run_id = v.run_id AND r.next_event_id = v.found AND r.closed_at IS NULL RETURNING 1)" +
-			" SELECT 1 / (count(*) = $4)::int FROM u",
+		// leaves task_job_id as it is): only those are merged.
+		advanceMerged: mergedCASSQL(names, "", "next_event_id = v.next, updated_at = now()"),
 		complete: casSQL("UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
 			"state = 'completed', result = $4, closed_at = now(), task_job_id = NULL"),
-		completeMerged: "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bytea[]) AS v(run_id, found, next, result))," +
-			" u AS (UPDATE " + names.Run + " r SET next_event_id = v.next, updated_at = now(), state = 'completed', result = v.result," +
-			"  closed_at = now(), task_job_id = NULL FROM v" +
-			"  WHERE r.run_id = ANY($1) AND r.run_id = v.run_id AND r.next_event_id = v.found AND r.closed_at IS NULL RETURNING 1)" +
-			" SELECT 1 / (count(*) = $5)::int FROM u",
+		completeMerged: mergedCASSQL(names, "result bytea",
+			"next_event_id = v.next, updated_at = now(), state = 'completed', result = v.result, closed_at = now(), task_job_id = NULL"),
 	}
+}
+
+// mergedCASSQL is the CAS of many runs over arrays: of runs ($1), the
+// append points found ($2) and the new ones ($3), then, when extra names a
+// column and its type, an array of it ($4), and last the number of runs,
+// every one of which the statement must write (set, v's columns at hand)
+// or divide by zero. The runs are taken by key (run_id = ANY) before the
+// join with the arrays, so that no plan scans the table; closed_at IS NULL,
+// not state = 'running', as runCASWhere says why.
+func mergedCASSQL(names *dbschema.Names, extra, set string) string {
+	types, columns, count := "", "", "$4"
+	if extra != "" {
+		column, typ, _ := strings.Cut(extra, " ")
+		types, columns, count = ", $4::"+typ+"[]", ", "+column, "$5"
+	}
+	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]" + types + ") AS v(run_id, found, next" + columns + "))," +
+		" u AS (UPDATE " + names.Run + " r SET " + set + " FROM v" +
+		"  WHERE r.run_id = ANY($1) AND r.run_id = v.run_id AND r.next_event_id = v.found AND r.closed_at IS NULL RETURNING 1)" +
+		" SELECT 1 / (count(*) = " + count + ")::int FROM u"
 }
 
 // casSQL makes a run's write (an UPDATE of the run, $1 and $2 as in
