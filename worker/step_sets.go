@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/update"
 )
 
 // A group of outcomes (stepCommitter) sends its members' last writes in one
@@ -24,7 +26,8 @@ import (
 // the kinds every plain continuation writes in the same shape are merged,
 // for the whole group, into one statement over arrays: the events, the
 // retirement of the activity whose outcome it is, and the run's
-// compare-and-swap (a continuing run's, and a completing run's); and the claimed jobs' completions, which fencing
+// compare-and-swap (a continuing run's, and a completing run's), a closing
+// run's rejection of updates still pending; and the claimed jobs' completions, which fencing
 // merges (MergeQueuedCompletions). A merged statement checks what the members' statements
 // checked (the CAS's count must be every member's), so a failure still
 // fails the group, whose members then run again alone, one statement each.
@@ -49,6 +52,9 @@ type stepSQL struct {
 	// merged form takes an array of results.
 	complete       string
 	completeMerged string
+	// abandon rejects a closing run's pending updates (internal/update).
+	abandon       string
+	abandonMerged string
 }
 
 func newStepSQL(names *dbschema.Names) stepSQL {
@@ -71,6 +77,8 @@ func newStepSQL(names *dbschema.Names) stepSQL {
 			"state = 'completed', result = $4, closed_at = now(), task_job_id = NULL"),
 		completeMerged: mergedCASSQL(names, "result bytea",
 			"next_event_id = v.next, updated_at = now(), state = 'completed', result = v.result, closed_at = now(), task_job_id = NULL"),
+		abandon:       update.AbandonPendingSQL(names, false),
+		abandonMerged: update.AbandonPendingSQL(names, true),
 	}
 }
 
@@ -107,7 +115,7 @@ func casSQL(update string) string {
 // the session, say). A kind that occurs once is left as it is. It reports
 // whether it merged anything.
 func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
-	var events, retire, advance, complete []int
+	var events, retire, advance, complete, abandon []int
 	for i, qq := range batch.QueuedQueries {
 		switch qq.SQL {
 		case w.sql.events:
@@ -120,6 +128,11 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 			}
 		case w.sql.complete:
 			complete = append(complete, i)
+		case w.sql.abandon:
+			// The same failure and channel for each (a closed run's).
+			if len(abandon) == 0 || sameArgs(batch.QueuedQueries[abandon[0]].Arguments[1:], qq.Arguments[1:]) {
+				abandon = append(abandon, i)
+			}
 		}
 	}
 	merged := map[int]*pgx.QueuedQuery{} // at the first occurrence
@@ -181,6 +194,15 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 		merged[complete[0]] = casChecked(&pgx.QueuedQuery{SQL: w.sql.completeMerged, Arguments: []any{runs, found, next, results, len(runs)}}, "completing", len(runs))
 		markDropped(drop, complete)
 	}
+	if len(abandon) > 1 {
+		runs := make([]uuid.UUID, len(abandon))
+		for k, i := range abandon {
+			runs[k] = batch.QueuedQueries[i].Arguments[0].(uuid.UUID)
+		}
+		first := batch.QueuedQueries[abandon[0]].Arguments
+		merged[abandon[0]] = &pgx.QueuedQuery{SQL: w.sql.abandonMerged, Arguments: []any{runs, first[1], first[2]}}
+		markDropped(drop, abandon)
+	}
 	if len(merged) == 0 {
 		return false
 	}
@@ -229,6 +251,28 @@ func casChecked(q *pgx.QueuedQuery, doing string, runs int) *pgx.QueuedQuery {
 		return nil
 	})
 	return q
+}
+
+// sameArgs reports whether two statements' arguments (a failure's JSON and
+// a channel) are the same.
+func sameArgs(a, b []any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if xb, ok := x.([]byte); ok {
+			yb, ok := y.([]byte)
+			if !ok || !bytes.Equal(xb, yb) {
+				return false
+			}
+			continue
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 func markDropped(drop map[int]bool, at []int) {

@@ -38,6 +38,9 @@ func TestMergeGroupWrites(t *testing.T) {
 	c, d := uuid.New(), uuid.New()
 	batch.Queue(w.sql.complete, c, int64(7), int64(9), []byte("1"))
 	batch.Queue(w.sql.complete, d, int64(8), int64(10), []byte(nil))
+	batch.Queue(w.sql.abandon, c, []byte(`{"m":1}`), "ch")
+	batch.Queue(w.sql.abandon, d, []byte(`{"m":1}`), "ch")
+	batch.Queue(w.sql.abandon, a, []byte(`{"m":2}`), "ch") // another failure: left alone
 	batch.Queue("SELECT 'last'")
 
 	w.mergeGroupWrites(batch)
@@ -46,7 +49,7 @@ func TestMergeGroupWrites(t *testing.T) {
 		sqls = append(sqls, qq.SQL)
 	}
 	require.Equal(t, []string{w.sql.eventsMerged, w.sql.retireOneMerged, "SELECT 'claim of a'", w.sql.advanceMerged, w.sql.advance,
-		w.sql.completeMerged, "SELECT 'last'"}, sqls)
+		w.sql.completeMerged, w.sql.abandonMerged, w.sql.abandon, "SELECT 'last'"}, sqls)
 	q := batch.QueuedQueries
 	require.Equal(t, []any{[]uuid.UUID{a, a, b}, []int64{4, 5, 9}, []string{"x", "y", "z"}, []string{"{}", "{}", "{}"},
 		[]*int64{&one, nil, nil}, []time.Time{now, now, now}}, q[0].Arguments)
@@ -55,6 +58,7 @@ func TestMergeGroupWrites(t *testing.T) {
 	require.NotNil(t, q[3].Fn, "the merged CAS reads its check")
 	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[5].Arguments)
 	require.NotNil(t, q[5].Fn)
+	require.Equal(t, []any{[]uuid.UUID{c, d}, []byte(`{"m":1}`), "ch"}, q[6].Arguments)
 
 	single := &pgx.Batch{}
 	single.Queue(w.sql.events, a, []int64{4}, []string{"x"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
@@ -169,6 +173,16 @@ func TestMergedGroupWrites(t *testing.T) {
 		" AND closed_at IS NOT NULL AND next_event_id = 7 AND result IS NOT DISTINCT FROM CASE WHEN run_id = $2 THEN '42'::bytea END",
 		runs[2:4], runs[2]).Scan(&completed))
 	require.Equal(t, 2, completed)
+
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Update+" (run_id, update_id, kind) VALUES ($1, 'u1', 'k'), ($2, 'u2', 'k'), ($3, 'u3', 'k')",
+		runs[2], runs[3], runs[4])
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, sql.abandonMerged, runs[2:4], []byte(`{"message":"closed"}`), "ch")
+	require.NoError(t, err)
+	var rejected int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE state = 'rejected' AND run_id = ANY($1))"+
+		" + 10 * count(*) FILTER (WHERE state = 'requested') FROM "+names.Update, runs[2:4]).Scan(&rejected))
+	require.Equal(t, 12, rejected, "the two runs' updates rejected, the third's still pending")
 	var events, retired, advanced int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+names.Event+"),"+
 		" (SELECT count(*) FROM "+names.Activity+" WHERE run_id = ANY($1)),"+

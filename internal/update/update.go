@@ -57,12 +57,22 @@ func QueueAbandonPending(batch *pgx.Batch, names *dbschema.Names, runID uuid.UUI
 	if err != nil {
 		return err
 	}
-	batch.Queue("WITH done AS (UPDATE "+names.Update+
-		" SET state = 'rejected', failure = $2, completed_at = now()"+
-		" WHERE run_id = $1 AND state = 'requested' RETURNING run_id, update_id)"+
-		" SELECT count(pg_notify($3, done.run_id::text || '/' || done.update_id)) FROM done",
-		runID, failure, dbschema.Channel(names.Schema, dbschema.UpdateDoneChannel))
+	batch.Queue(AbandonPendingSQL(names, false), runID, failure, dbschema.Channel(names.Schema, dbschema.UpdateDoneChannel))
 	return nil
+}
+
+// AbandonPendingSQL is QueueAbandonPending's statement: $1 the run (with
+// many, an array of runs: the same statement for each of them), $2 the
+// failure, $3 the channel to notify.
+func AbandonPendingSQL(names *dbschema.Names, many bool) string {
+	runs := "run_id = $1"
+	if many {
+		runs = "run_id = ANY($1)"
+	}
+	return "WITH done AS (UPDATE " + names.Update +
+		" SET state = 'rejected', failure = $2, completed_at = now()" +
+		" WHERE " + runs + " AND state = 'requested' RETURNING run_id, update_id)" +
+		" SELECT count(pg_notify($3, done.run_id::text || '/' || done.update_id)) FROM done"
 }
 
 // Key is the inbox dedup key of update updateID.
