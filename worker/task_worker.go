@@ -418,6 +418,16 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if by.group != nil && !groupable(run, by, outcome, events, toAppend) {
 		return errRunsAlone // nothing written yet
 	}
+	if by.group != nil {
+		// The job's completion must ride in the last batch: a member whose
+		// completion cannot be queued (the driver has not seen fencing 002
+		// installed yet, just after start-up) leaves the group now, before
+		// anything of it is written (an activity that cannot be claimed is
+		// inserted through River at once, below).
+		if queued, err := by.own.queueIn(ctx, &pgx.Batch{}); err != nil || !queued {
+			return errRunsAlone
+		}
+	}
 
 	nextEventID := run.NextEventID
 	if err := w.appendEvents(ctx, tx, run, runID, toAppend, &nextEventID); err != nil {
@@ -508,17 +518,8 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			lazytx.QueueCommit(tx, run.writes)
 		}
 	} else if by.group != nil {
-		if by.own != nil && !by.completed && !after {
-			// The job's completion cannot be queued (the driver has not
-			// seen fencing 002 installed yet, just after start-up, say).
-			// Nothing was sent: run.writes is still queued here, and a
-			// group's member writes nothing before its last batch
-			// (groupable). So it leaves the group, as it would have before
-			// writing, and runs alone.
-			return errRunsAlone
-		}
-		// groupable said otherwise: fail the group, which undoes what this
-		// wrote.
+		// groupable said otherwise (the job's completion could not be
+		// queued after all): fail the group, which undoes what this wrote.
 		return fmt.Errorf("advancing run %s in a group: its last writes cannot go with the COMMIT", runID)
 	}
 	if err := flushWrites(ctx, tx, run); err != nil {
