@@ -230,8 +230,11 @@ func TestStart(t *testing.T) {
 		ctx := t.Context()
 		b := setup(ctx, t, nil)
 		orders := dbschema.Qualify(b.schema, "orders")
-		_, err := b.pool.Exec(ctx, "CREATE TABLE "+orders+" (id text PRIMARY KEY)")
+		// The test schema is reused across -count runs: a table of its own,
+		// new each run.
+		_, err := b.pool.Exec(ctx, "DROP TABLE IF EXISTS "+orders+"; CREATE TABLE "+orders+" (id text PRIMARY KEY)")
 		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = b.pool.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+orders) })
 
 		// Rolled back: neither the caller's row nor the run exists.
 		tx, err := b.pool.Begin(ctx)
