@@ -276,13 +276,11 @@ func (c *stepCommitter) run(members []*stepMember) {
 			// One round trip: its lock goes with its writes (queueGuard).
 		case len(members) == 1:
 			m := members[0]
-			err := m.run.scan(tx.QueryRow(ctx, c.w.lockRunSQL(), m.runID), &m.now)
-			c.w.clock.observe(m.now)
-			if errors.Is(err, pgx.ErrNoRows) {
-				m.lockErr = err
-			} else if err != nil {
+			run, now, err := c.w.lockRun(ctx, tx, m.runID)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
+			m.run, m.now, m.lockErr = run, now, err
 		default:
 			if err := c.lockRuns(ctx, tx, members); err != nil {
 				return err

@@ -229,35 +229,42 @@ func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runR
 // primary key.
 const runCASWhere = " WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL"
 
+// runRowColumns are what runRow.scan reads of a run, then the database's
+// time.
+const runRowColumns = "namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context," +
+	" parent_run_id IS NOT NULL, now()"
+
 // lockRunSQL locks and reads a run's row ($1) for runRow.scan.
 func (w *Worker) lockRunSQL() string {
-	return "SELECT namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context," +
-		" parent_run_id IS NOT NULL, now() FROM " + w.names.Run + " WHERE run_id = $1 FOR UPDATE"
+	return "SELECT " + runRowColumns + " FROM " + w.names.Run + " WHERE run_id = $1 FOR UPDATE"
 }
 
 // lockRunsSQL locks and reads the runs of an array of run IDs ($1), in run
 // ID order (the rows are locked as they leave the sort), for
 // runRow.scanWithID.
 func (w *Worker) lockRunsSQL() string {
-	return "SELECT run_id, namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context," +
-		" parent_run_id IS NOT NULL, now() FROM " + w.names.Run + " WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE"
+	return "SELECT run_id, " + runRowColumns + " FROM " + w.names.Run + " WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE"
 }
 
 // scanWithID reads a row of lockRunsSQL: its run's ID into id, the rest as
 // scan does.
 func (run *runRow) scanWithID(row pgx.Row, id *uuid.UUID, now *time.Time) error {
-	err := row.Scan(id, &run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
-		&run.TaskJobID, &run.TraceContext, &run.HasParent, now)
+	err := row.Scan(append([]any{id}, run.columns(now)...)...)
 	run.scanned = err == nil
 	return err
 }
 
 // scan reads the row of lockRunSQL into run, and the database's time into now.
 func (run *runRow) scan(row pgx.Row, now *time.Time) error {
-	err := row.Scan(&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
-		&run.TaskJobID, &run.TraceContext, &run.HasParent, now)
+	err := row.Scan(run.columns(now)...)
 	run.scanned = err == nil
 	return err
+}
+
+// columns are the scan targets of runRowColumns.
+func (run *runRow) columns(now *time.Time) []any {
+	return []any{&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
+		&run.TaskJobID, &run.TraceContext, &run.HasParent, now}
 }
 
 // immutable returns what of the run's row never changes once the run
