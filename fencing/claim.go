@@ -357,12 +357,7 @@ updated AS (
     WHERE j.id = ANY($1) AND j.id = v.id AND j.state = 'running' AND j.lease_token = v.token::uuid AND j.attempt = v.attempt
     RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token
 ),
-logged AS (
-    INSERT INTO ` + tableName(schema, "weir_job_attempt") + `
-        (job_id, attempt, lease_token, attempted_by, started_at, outcome)
-    SELECT id, attempt, lease_last_token, attempted_by[array_upper(attempted_by, 1)], attempted_at, 'completed'
-    FROM updated
-)
+` + loggedCompletionSQL(schema) + `
 SELECT 1 / (count(*) = $6)::int FROM updated`
 }
 
@@ -410,13 +405,20 @@ WITH updated AS (
     WHERE id = $1 AND state = 'running' AND lease_token = $2::uuid AND attempt = $3
     RETURNING id, attempt, attempted_at, attempted_by, lease_last_token
 ),
-logged AS (
+` + loggedCompletionSQL(schema) + `
+SELECT 1 / count(*)::int FROM updated`
+}
+
+// loggedCompletionSQL is the CTE of a claimed completion's statements that
+// logs the attempts of the jobs its CTE updated completed (their revoked
+// tokens now in lease_last_token).
+func loggedCompletionSQL(schema string) string {
+	return `logged AS (
     INSERT INTO ` + tableName(schema, "weir_job_attempt") + `
         (job_id, attempt, lease_token, attempted_by, started_at, outcome)
     SELECT id, attempt, lease_last_token, attempted_by[array_upper(attempted_by, 1)], attempted_at, 'completed'
     FROM updated
-)
-SELECT 1 / count(*)::int FROM updated`
+)`
 }
 
 // refusedInStatement reports whether err is a statement's own refusal: the
