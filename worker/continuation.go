@@ -117,8 +117,8 @@ func (w *Worker) outcomeTxOnce(ctx context.Context, fn func(ctx context.Context,
 // settle does what follows a task's (or continuation's) transaction: once
 // it committed, cache the history it wrote (first: the activities it
 // claimed may finish and continue the run from the cache), start those
-// activities, send its notifications and let the timer waker look again
-// (it may have started a timer); if it did not commit, free the claimed
+// activities, send its notifications and, if it started a timer, let the
+// timer waker look again; if it did not commit, free the claimed
 // activities' slots.
 func (w *Worker) settle(err error, result *taskResult) {
 	if err == nil {
@@ -133,7 +133,7 @@ func (w *Worker) settle(err error, result *taskResult) {
 	for _, n := range result.notes {
 		w.notifier.Notify(n.channel, n.payload)
 	}
-	if result.runID != [16]byte{} && w.timers != nil {
+	if result.startedTimer && w.timers != nil {
 		w.timers.poke()
 	}
 }

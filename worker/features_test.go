@@ -225,6 +225,31 @@ func TestFeatures(t *testing.T) {
 		require.Equal(t, orphan.RunID, timeout.RunID)
 	})
 
+	t.Run("QueryBeforeFirstTask", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+
+		// No worker yet: the query waits for the run's first task, which
+		// finds it waiting and wakes the responders.
+		run, err := b.client.Start(ctx, SumArgs{TimeoutSeconds: 3600}, nil)
+		require.NoError(t, err)
+		answered := make(chan error, 1)
+		var sum int
+		go func() {
+			answered <- b.client.Query(ctx, run.WorkflowID, run.RunID, SumQuery{}, &sum, &client.QueryOpts{Timeout: time.Minute})
+		}()
+		requireEventually(t, func() bool {
+			var waiting bool
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+b.names.Query+" WHERE run_id = $1)", run.RunID).Scan(&waiting))
+			return waiting
+		})
+		start(ctx, t, b)
+		require.NoError(t, <-answered)
+		require.Zero(t, sum)
+		require.NoError(t, b.client.Terminate(ctx, run.WorkflowID, uuid.Nil, "done"))
+	})
+
 	t.Run("SignalWithStart", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

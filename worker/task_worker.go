@@ -168,6 +168,7 @@ type taskResult struct {
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
+	startedTimer  bool                // it started a timer (the timer waker looks again)
 	replayed      time.Duration       // replaying history and running the workflow code
 	signalHeaders []map[string]string // of the signals it delivered, that had any
 	notes         []note              // notifications to send once the transaction commits
@@ -440,6 +441,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if err := w.appendEvents(ctx, tx, run, runID, toAppend, &nextEventID); err != nil {
 		return err
 	}
+	result.startedTimer = slices.ContainsFunc(toAppend, func(e history.Event) bool { return e.Type == history.EventTimerStarted })
 	if len(outcome.CanceledActivities) > 0 || len(outcome.CanceledTimers) > 0 || len(outcome.RejectedUpdates) > 0 || hasUpdateCompleted(outcome.Events) {
 		if err := flushWrites(ctx, tx, run); err != nil {
 			return err
@@ -484,9 +486,23 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	}
 	// Notifications go once the transaction commits (settle), not in it: a
 	// run's first task lets queries that waited for its handlers go; a
-	// closing task wakes the run's result awaiters.
+	// closing task wakes the run's result awaiters. The first task looks for
+	// such queries in its batch, so a run nobody queried wakes no responder
+	// (each would scan for queries). A query that arrives between the look
+	// and the commit is parked by the responder that claims it (no handler
+	// yet) and answered on the responders' next poll.
 	if run.NextEventID == 1 {
-		result.notify(dbschema.Channel(names.Schema, dbschema.QueryChannel), "")
+		run.writes.Queue("SELECT EXISTS (SELECT 1 FROM "+names.Query+" WHERE run_id = $1 AND answered_at IS NULL)", runID).
+			QueryRow(func(row pgx.Row) error {
+				var waiting bool
+				if err := row.Scan(&waiting); err != nil {
+					return err
+				}
+				if waiting {
+					result.notify(dbschema.Channel(names.Schema, dbschema.QueryChannel), "")
+				}
+				return nil
+			})
 	}
 	if outcome.Completed {
 		result.notify(dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String())
