@@ -113,6 +113,8 @@ type Client struct {
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 
+	startRunSQL string // startRunSQL(names)
+
 	listenerOnce sync.Once
 	listener     *listener
 }
@@ -140,7 +142,8 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating River client: %w", err)
 	}
-	return &Client{config: config, names: dbschema.New(config.Schema), pool: pool, river: riverClient}, nil
+	names := dbschema.New(config.Schema)
+	return &Client{config: config, names: names, pool: pool, river: riverClient, startRunSQL: startRunSQL(names)}, nil
 }
 
 // Close stops the client's listener, if Get started one. Waiting Gets
@@ -367,76 +370,6 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 		}
 	}
 
-	// W1: serialize starts of this workflow ID until tx ends. The lookups
-	// ride in the same round trip, after the lock: each statement of a
-	// batch takes its own snapshot, so they see every start that committed
-	// before the lock was granted.
-	batch := &pgx.Batch{}
-	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-		"weir.start\x1f"+c.names.Schema+"\x1f"+namespace+"\x1f"+workflowID)
-	batch.Queue("(SELECT 1, run_id, generation, request_hash, state FROM "+c.names.Run+
-		"  WHERE namespace = $1 AND workflow_id = $2 AND request_id = $3)"+
-		" UNION ALL (SELECT 2, run_id, generation, NULL, state FROM "+c.names.Run+
-		"  WHERE namespace = $1 AND workflow_id = $2 AND state = 'running')"+
-		" UNION ALL (SELECT 3, run_id, generation, NULL, state FROM "+c.names.Run+
-		"  WHERE namespace = $1 AND workflow_id = $2 ORDER BY generation DESC LIMIT 1)",
-		namespace, workflowID, requestID)
-	type found struct {
-		generation int64
-		hash       []byte
-		runID      uuid.UUID
-		state      string
-	}
-	var byRequest, live, last *found
-	results := tx.SendBatch(ctx, batch)
-	if _, err := results.Exec(); err != nil {
-		_ = results.Close()
-		return nil, fmt.Errorf("locking workflow %s: %w", workflowID, err)
-	}
-	rows, err := results.Query()
-	if err == nil {
-		for rows.Next() {
-			var which int
-			f := &found{}
-			if err = rows.Scan(&which, &f.runID, &f.generation, &f.hash, &f.state); err != nil {
-				break
-			}
-			switch which {
-			case 1:
-				byRequest = f
-			case 2:
-				live = f
-			case 3:
-				last = f
-			}
-		}
-		rows.Close()
-		err = cmp.Or(err, rows.Err())
-	}
-	if closeErr := results.Close(); err == nil {
-		err = closeErr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("looking up runs of workflow %s: %w", workflowID, err)
-	}
-
-	// W2: the same request ID is a replay of the same start.
-	if byRequest != nil {
-		if string(byRequest.hash) != string(hash) {
-			return nil, &RequestConflictError{Generation: byRequest.generation, RequestID: requestID, RunID: byRequest.runID, WorkflowID: workflowID}
-		}
-		return &Run{Generation: byRequest.generation, Namespace: namespace, RunID: byRequest.runID, WorkflowID: workflowID, client: c}, nil
-	}
-	if live != nil {
-		return nil, &WorkflowAlreadyStartedError{Generation: live.generation, Namespace: namespace, RunID: live.runID, WorkflowID: workflowID}
-	}
-	if last != nil && (opts.IDReusePolicy == IDReuseRejectDuplicate ||
-		opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly && last.state == "completed") {
-		return nil, &WorkflowIDReuseError{
-			Generation: last.generation, LastState: last.state, Policy: opts.IDReusePolicy, RunID: last.runID, WorkflowID: workflowID,
-		}
-	}
-
 	// The first task is queued first, so the run's row is written once,
 	// naming it, together with its generation; or, handed to a worker of
 	// this process, it runs right after the row is inserted.
@@ -448,39 +381,75 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 			taker = takers[0]
 		}
 	}
+	insert := &runInsert{
+		args: []any{runID, namespace, workflowID, kind, queue, payload, requestID, hash,
+			opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext, nil,
+			opts.IDReusePolicy == IDReuseRejectDuplicate, opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly},
+		sql: c.startRunSQL,
+	}
+
+	// W1: serialize starts of this workflow ID until tx ends. The lookup
+	// rides in the same round trip, after the lock: each statement of a
+	// batch takes its own snapshot, so it sees every start that committed
+	// before the lock was granted. A start handed to a worker inserts its
+	// run in that statement too, unless the lookup finds a reason not to
+	// (the same conditions as below, in SQL), and takes its savepoint: one
+	// round trip to the first task.
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+		"weir.start\x1f"+c.names.Schema+"\x1f"+namespace+"\x1f"+workflowID)
+	insert.queue(batch, taker != nil)
+	if taker != nil {
+		batch.Queue("SAVEPOINT weir_first_task")
+	}
+	if err := sendStartBatch(ctx, tx, batch, namespace, workflowID); err != nil {
+		return nil, err
+	}
+	byRequest, live, last := insert.found[1], insert.found[2], insert.found[3]
+
+	// W2: the same request ID is a replay of the same start.
+	var refused error
+	switch {
+	case byRequest != nil && string(byRequest.hash) != string(hash):
+		refused = &RequestConflictError{Generation: byRequest.generation, RequestID: requestID, RunID: byRequest.runID, WorkflowID: workflowID}
+	case byRequest != nil:
+		if insert.inserted {
+			return nil, fmt.Errorf("weir: start of workflow %s inserted a run beside its request's run %s", workflowID, byRequest.runID)
+		}
+		return &Run{Generation: byRequest.generation, Namespace: namespace, RunID: byRequest.runID, WorkflowID: workflowID, client: c}, nil
+	case live != nil:
+		refused = &WorkflowAlreadyStartedError{Generation: live.generation, Namespace: namespace, RunID: live.runID, WorkflowID: workflowID}
+	case last != nil && (opts.IDReusePolicy == IDReuseRejectDuplicate ||
+		opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly && last.state == "completed"):
+		refused = &WorkflowIDReuseError{
+			Generation: last.generation, LastState: last.state, Policy: opts.IDReusePolicy, RunID: last.runID, WorkflowID: workflowID,
+		}
+	}
+	switch {
+	case refused != nil && insert.inserted: // the SQL's conditions and these differ: fail closed
+		return nil, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused: %w", workflowID, refused)
+	case refused != nil:
+		return nil, refused
+	}
+
 	var taskJobID *int64
 	if taker == nil {
 		if taskJobID, err = c.queueFirstTask(ctx, tx, taskArgs, queue); err != nil {
 			return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
 		}
-	}
-	var (
-		runDeadline, executionDeadline *time.Time
-		generation                     int64
-		createdAt                      time.Time
-	)
-	batch = &pgx.Batch{}
-	batch.Queue("WITH g AS (INSERT INTO "+c.names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($2, $3, 1)"+
-		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1 RETURNING last_generation)"+
-		" INSERT INTO "+c.names.Run+
-		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline, trace_context, task_job_id)"+
-		" SELECT $1, $2, $3, g.last_generation, $4, $5, $6, $7, $8,"+
-		"  now() + nullif($9::bigint, 0) * interval '1 microsecond', now() + nullif($10::bigint, 0) * interval '1 microsecond', $11, $12 FROM g"+
-		" RETURNING generation, run_deadline, execution_deadline, created_at",
-		runID, namespace, workflowID, kind, queue, payload, requestID, hash,
-		opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext, taskJobID).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&generation, &runDeadline, &executionDeadline, &createdAt) })
-	if taker != nil {
-		batch.Queue("SAVEPOINT weir_first_task")
-	}
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx" {
-			// Only a writer bypassing the advisory lock gets here.
-			return nil, &WorkflowAlreadyStartedError{Namespace: namespace, WorkflowID: workflowID}
+		insert.args[11] = taskJobID
+		batch = &pgx.Batch{}
+		insert.queue(batch, true)
+		if err := sendStartBatch(ctx, tx, batch, namespace, workflowID); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("inserting run of workflow %s: %w", workflowID, err)
 	}
+	if !insert.inserted {
+		// Only a writer bypassing the advisory lock gets here.
+		return nil, &WorkflowAlreadyStartedError{Namespace: namespace, WorkflowID: workflowID}
+	}
+	generation, createdAt := insert.generation, insert.createdAt
+	runDeadline, executionDeadline := insert.runDeadline, insert.executionDeadline
 	if taker != nil {
 		done, taskErr := taker.RunFirstTask(ctx, tx, &handoff.Run{
 			Args: payload, Generation: generation, ID: runID, Kind: kind, Namespace: namespace, Now: createdAt, Queue: queue,
@@ -508,6 +477,98 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	}
 
 	return &Run{Created: true, Generation: generation, Namespace: namespace, RunID: runID, WorkflowID: workflowID, client: c}, nil
+}
+
+// startRunSQL looks up the runs a start must know of (by request ID, the
+// live one, the last one) and, when $13 is true and none of them refuses
+// the start, inserts the run with its generation: rows 1, 2 and 3 are what
+// was found, row 0 the inserted run. $14 refuses any last run
+// (IDReuseRejectDuplicate), $15 a completed one
+// (IDReuseAllowDuplicateFailedOnly). Every lookup reads the snapshot from
+// before the insert.
+func startRunSQL(names *dbschema.Names) string {
+	return "WITH found AS (" +
+		"  (SELECT 1 AS which, run_id, generation, request_hash, state FROM " + names.Run +
+		"   WHERE namespace = $2 AND workflow_id = $3 AND request_id = $7)" +
+		"  UNION ALL (SELECT 2, run_id, generation, NULL, state FROM " + names.Run +
+		"   WHERE namespace = $2 AND workflow_id = $3 AND state = 'running')" +
+		"  UNION ALL (SELECT 3, run_id, generation, NULL, state FROM " + names.Run +
+		"   WHERE namespace = $2 AND workflow_id = $3 ORDER BY generation DESC LIMIT 1))," +
+		" g AS (INSERT INTO " + names.Workflow + " AS w (namespace, workflow_id, last_generation)" +
+		"  SELECT $2, $3, 1 WHERE $13::boolean AND NOT EXISTS (SELECT 1 FROM found" +
+		"   WHERE which < 3 OR $14::boolean OR ($15::boolean AND state = 'completed'))" +
+		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1 RETURNING last_generation)," +
+		" inserted AS (INSERT INTO " + names.Run +
+		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline, trace_context, task_job_id)" +
+		"  SELECT $1, $2, $3, g.last_generation, $4, $5, $6, $7, $8," +
+		"   now() + nullif($9::bigint, 0) * interval '1 microsecond', now() + nullif($10::bigint, 0) * interval '1 microsecond', $11, $12 FROM g" +
+		"  RETURNING generation, run_deadline, execution_deadline, created_at)" +
+		" SELECT which, run_id, generation, request_hash, state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found" +
+		" UNION ALL SELECT 0, $1, generation, NULL, 'running', run_deadline, execution_deadline, created_at FROM inserted"
+}
+
+// foundRun is a run a start's lookup found.
+type foundRun struct {
+	generation int64
+	hash       []byte
+	runID      uuid.UUID
+	state      string
+}
+
+// runInsert is a start's lookup and insert (startRunSQL): its arguments,
+// then what it found and inserted.
+type runInsert struct {
+	args []any
+	sql  string
+
+	found                          [4]*foundRun // by request (1), live (2), last (3)
+	inserted                       bool
+	generation                     int64
+	createdAt                      time.Time
+	runDeadline, executionDeadline *time.Time
+}
+
+// queue queues the statement in batch, inserting the run if insert (and
+// nothing found refuses it).
+func (r *runInsert) queue(batch *pgx.Batch, insert bool) {
+	args := append(r.args[:12:12], insert, r.args[12], r.args[13])
+	r.found = [4]*foundRun{}
+	batch.Queue(r.sql, args...).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				which int
+				f     foundRun
+				runDeadline, executionDeadline, createdAt *time.Time
+			)
+			if err := rows.Scan(&which, &f.runID, &f.generation, &f.hash, &f.state, &runDeadline, &executionDeadline, &createdAt); err != nil {
+				return err
+			}
+			if which == 0 {
+				r.inserted, r.generation, r.runDeadline, r.executionDeadline = true, f.generation, runDeadline, executionDeadline
+				if createdAt != nil {
+					r.createdAt = *createdAt
+				}
+				continue
+			}
+			r.found[which] = &f
+		}
+		return rows.Err()
+	})
+}
+
+// sendStartBatch sends a start's batch: its lookup or its insert.
+func sendStartBatch(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, namespace, workflowID string) error {
+	err := tx.SendBatch(ctx, batch).Close()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx":
+		// Only a writer bypassing the advisory lock gets here.
+		return &WorkflowAlreadyStartedError{Namespace: namespace, WorkflowID: workflowID}
+	default:
+		return fmt.Errorf("starting workflow %s: %w", workflowID, err)
+	}
 }
 
 // queueFirstTask inserts a run's first task job through River.

@@ -143,6 +143,65 @@ func TestEagerStart(t *testing.T) {
 		}
 	})
 
+	// The lookup and the insert are one statement in an eager start: the
+	// insert's conditions in SQL must refuse exactly what the client does,
+	// and a refused start must not take a generation.
+	t.Run("RefusedStartsInsertNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWith(ctx, t, b, func(w *worker.Worker) { worker.AddWorkflow(w, &SumWorkflow{}) })
+		opts := func(requestID string, policy client.IDReusePolicy) *client.StartOpts {
+			return &client.StartOpts{EagerStart: true, IDReusePolicy: policy, RequestID: requestID, WorkflowID: "refused"}
+		}
+
+		first, err := b.client.Start(ctx, SumArgs{TimeoutSeconds: 3600}, opts("a", client.IDReuseAllowDuplicate))
+		require.NoError(t, err)
+		require.True(t, first.Created)
+		require.Equal(t, int64(1), first.Generation)
+		var taskJobs int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.RiverJob+
+			" WHERE kind LIKE 'weir.workflow:%' AND args->>'run_id' = $1", first.RunID.String()).Scan(&taskJobs))
+		require.Zero(t, taskJobs, "the first task ran in the start")
+
+		again, err := b.client.Start(ctx, SumArgs{TimeoutSeconds: 3600}, opts("a", client.IDReuseAllowDuplicate))
+		require.NoError(t, err)
+		require.False(t, again.Created)
+		require.Equal(t, first.RunID, again.RunID)
+
+		_, err = b.client.Start(ctx, SumArgs{TimeoutSeconds: 1}, opts("a", client.IDReuseAllowDuplicate))
+		var conflict *client.RequestConflictError
+		require.ErrorAs(t, err, &conflict)
+		require.Equal(t, first.RunID, conflict.RunID)
+
+		_, err = b.client.Start(ctx, SumArgs{TimeoutSeconds: 3600}, opts("b", client.IDReuseAllowDuplicate))
+		var started *client.WorkflowAlreadyStartedError
+		require.ErrorAs(t, err, &started)
+		require.Equal(t, first.RunID, started.RunID)
+
+		require.NoError(t, b.client.Signal(ctx, "refused", first.RunID, DoneSignal{}, nil))
+		_, err = getWithin[int](ctx, t, first)
+		require.NoError(t, err)
+		for _, policy := range []client.IDReusePolicy{client.IDReuseRejectDuplicate, client.IDReuseAllowDuplicateFailedOnly} {
+			_, err = b.client.Start(ctx, SumArgs{TimeoutSeconds: 3600}, opts("c", policy))
+			var reuse *client.WorkflowIDReuseError
+			require.ErrorAs(t, err, &reuse, policy)
+			require.Equal(t, "completed", reuse.LastState)
+		}
+
+		second, err := b.client.Start(ctx, SumArgs{TimeoutSeconds: 3600}, opts("d", client.IDReuseAllowDuplicate))
+		require.NoError(t, err)
+		require.Equal(t, int64(2), second.Generation, "no refused start took a generation")
+		require.NoError(t, b.client.Terminate(ctx, "refused", second.RunID, "done"))
+		third, err := b.client.Start(ctx, SumArgs{TimeoutSeconds: 3600}, opts("e", client.IDReuseAllowDuplicateFailedOnly))
+		require.NoError(t, err)
+		require.Equal(t, int64(3), third.Generation)
+		var runs int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Run+" WHERE workflow_id = 'refused'").Scan(&runs))
+		require.Equal(t, 3, runs)
+		require.NoError(t, b.client.Terminate(ctx, "refused", third.RunID, "done"))
+	})
+
 	t.Run("WithoutEagerStartGoesThroughRiver", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
