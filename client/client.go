@@ -536,8 +536,8 @@ func (r *runInsert) queue(batch *pgx.Batch, insert bool) {
 	batch.Queue(r.sql, args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (
-				which int
-				f     foundRun
+				which                                     int
+				f                                         foundRun
 				runDeadline, executionDeadline, createdAt *time.Time
 			)
 			if err := rows.Scan(&which, &f.runID, &f.generation, &f.hash, &f.state, &runDeadline, &executionDeadline, &createdAt); err != nil {
