@@ -20,6 +20,13 @@ type ClaimParams struct {
 	// Args are the job's encoded args (JSON).
 	Args []byte
 
+	// ID is a job ID the caller reserved for this job (ReserveJobIDs), or 0
+	// for the next of river_job's ID sequence. Claims with reserved IDs can
+	// be merged into one statement (MergeQueuedClaims), and a statement
+	// queued behind the claim can name its job by ID instead of reading the
+	// sequence's currval.
+	ID int64
+
 	// AttemptedBy names the claiming client (River's Client.ID), as River's
 	// attempted_by does for fetched jobs.
 	AttemptedBy string
@@ -70,8 +77,9 @@ func (d *Driver) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *ClaimPa
 // QueueClaim queues in batch the insert of InsertClaimedTx, for a caller
 // that sends several statements in one round trip; done receives the claim
 // when the batch runs (in a transaction: work the claim only once it
-// commits). The job's ID is also the session's currval of river_job's ID
-// sequence right after the insert, for statements queued behind it.
+// commits). Without a reserved ID (ClaimParams.ID), the job's ID is also
+// the session's currval of river_job's ID sequence right after the insert,
+// for statements queued behind it.
 func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Claim)) error {
 	if params.MaxAttempts < 1 {
 		return fmt.Errorf("fencing: claimed job %s: MaxAttempts must be at least 1", params.Kind)
@@ -90,45 +98,51 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 	// zero: the statement fails in the database, so the transaction cannot
 	// commit an unleased running job even when the caller ignores the
 	// error or its COMMIT rides in the same batch.
-	batch.Queue("WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true)),"+
-		" claimed AS (INSERT INTO "+tableName(params.Schema, "river_job")+
-		"  (args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)"+
-		"  SELECT $2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, now(), 'running', '{}' FROM lease"+
-		"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)"+
-		" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true),"+
-		"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed",
-		ttl, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue).
-		QueryRow(func(row pgx.Row) error {
-			var (
-				id          int64
-				attemptedAt time.Time
-				createdAt   time.Time
-				token       string
-				expiresAt   *time.Time
-				cleared     string
-				leased      int
-			)
-			err := row.Scan(&id, &attemptedAt, &createdAt, &token, &expiresAt, &cleared, &leased)
-			switch {
-			case refusedInStatement(err):
-				return fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", params.Kind, ErrNoLease, err)
-			case err != nil:
-				return fmt.Errorf("fencing: inserting claimed job %s: %w", params.Kind, err)
-			case token == "" || expiresAt == nil: // the statement's check says otherwise; fail closed all the same
-				return fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", id, params.Kind, ErrNoLease)
-			}
-			done(&Claim{
-				Job: &rivertype.JobRow{
-					ID: id, Attempt: 1, AttemptedAt: &attemptedAt, AttemptedBy: []string{params.AttemptedBy}, CreatedAt: createdAt,
-					EncodedArgs: params.Args, Kind: params.Kind, MaxAttempts: params.MaxAttempts, Metadata: metadata,
-					Priority: priority, Queue: params.Queue, ScheduledAt: attemptedAt, State: rivertype.JobStateRunning,
-				},
-				expiresAt: *expiresAt,
-				schema:    params.Schema,
-				token:     token,
-			})
-			return nil
+	var q *pgx.QueuedQuery
+	if params.ID != 0 {
+		q = batch.Queue(claimWithIDSQL(params.Schema),
+			ttl, params.ID, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue)
+	} else {
+		q = batch.Queue("WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true)),"+
+			" claimed AS (INSERT INTO "+tableName(params.Schema, "river_job")+
+			"  (args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)"+
+			"  SELECT $2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, now(), 'running', '{}' FROM lease"+
+			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)"+
+			" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true),"+
+			"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed",
+			ttl, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue)
+	}
+	q.QueryRow(func(row pgx.Row) error {
+		var (
+			id          int64
+			attemptedAt time.Time
+			createdAt   time.Time
+			token       string
+			expiresAt   *time.Time
+			cleared     string
+			leased      int
+		)
+		err := row.Scan(&id, &attemptedAt, &createdAt, &token, &expiresAt, &cleared, &leased)
+		switch {
+		case refusedInStatement(err):
+			return fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", params.Kind, ErrNoLease, err)
+		case err != nil:
+			return fmt.Errorf("fencing: inserting claimed job %s: %w", params.Kind, err)
+		case token == "" || expiresAt == nil: // the statement's check says otherwise; fail closed all the same
+			return fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", id, params.Kind, ErrNoLease)
+		}
+		done(&Claim{
+			Job: &rivertype.JobRow{
+				ID: id, Attempt: 1, AttemptedAt: &attemptedAt, AttemptedBy: []string{params.AttemptedBy}, CreatedAt: createdAt,
+				EncodedArgs: params.Args, Kind: params.Kind, MaxAttempts: params.MaxAttempts, Metadata: metadata,
+				Priority: priority, Queue: params.Queue, ScheduledAt: attemptedAt, State: rivertype.JobStateRunning,
+			},
+			expiresAt: *expiresAt,
+			schema:    params.Schema,
+			token:     token,
 		})
+		return nil
+	})
 	return nil
 }
 

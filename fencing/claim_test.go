@@ -375,6 +375,67 @@ func TestClaimedJob(t *testing.T) {
 		})
 	}
 
+	// Claims with reserved IDs queued in one batch merged into one statement
+	// (MergeQueuedClaims): each gets its own Claim, with its reserved ID and
+	// a lease of its own, the setting is cleared only after the last insert
+	// (every row has a lease), and each claimed attempt completes.
+	t.Run("MergedClaims", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, _ := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		const n = 5
+		claims := make([]*fencing.Claim, n)
+		var ids []int64
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			ids, err = fencing.ReserveJobIDs(ctx, tx, schema, n)
+			require.NoError(t, err)
+			require.Len(t, ids, n)
+			batch := &pgx.Batch{}
+			for i := range n {
+				require.NoError(t, driver.QueueClaim(batch, &fencing.ClaimParams{
+					Args: []byte(`{"i": ` + string(rune('0'+i)) + `}`), AttemptedBy: "test", ID: ids[i], Kind: noopArgs{}.Kind(),
+					MaxAttempts: 3, Queue: "default", Schema: schema,
+				}, func(c *fencing.Claim) { claims[i] = c }))
+				if i == 1 {
+					batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", ids[i])
+				}
+			}
+			require.Equal(t, n, fencing.MergeQueuedClaims(batch, schema))
+			require.Equal(t, 2, batch.Len(), "one claim statement and the caller's write")
+			batch.Queue("SELECT coalesce(current_setting('weir.fencing_lease_ttl', true), '')").QueryRow(func(row pgx.Row) error {
+				var setting string
+				require.NoError(t, row.Scan(&setting))
+				require.Empty(t, setting, "the lease setting does not outlive the insert")
+				return nil
+			})
+			return tx.SendBatch(ctx, batch).Close()
+		}))
+		tokens := map[string]bool{}
+		for i, c := range claims {
+			require.NotNil(t, c, "claim %d", i)
+			require.Equal(t, ids[i], c.Job.ID)
+			row := getJob(ctx, t, pool, schema, c.Job.ID)
+			require.Equal(t, "running", row.State)
+			require.True(t, row.LeaseToken.Valid)
+			require.True(t, row.LeaseExpiresAt.Valid)
+			tokens[row.LeaseToken.String] = true
+			require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+				lease, ok := fencing.LeaseFromContext(ctx)
+				require.True(t, ok)
+				require.Equal(t, row.LeaseToken.String, lease.Token)
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+				})
+			}))
+			require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
+		}
+		require.Len(t, tokens, n, "a token each")
+		require.Equal(t, 1, sideEffects(ctx, t, schema, ids[1]))
+	})
+
 	t.Run("OnlyACompletionIsQueued", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

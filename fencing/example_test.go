@@ -175,3 +175,36 @@ func ExampleMergeQueuedCompletions() {
 	// Output:
 	// 0 1
 }
+
+// Claims of jobs whose IDs were reserved first go to Postgres as one
+// statement, and each claim still gets its own Claim (and lease).
+func ExampleMergeQueuedClaims() {
+	driver, _ := fencing.NewDriver(nil, nil)
+	claimAll := func(ctx context.Context, pool *pgxpool.Pool, args [][]byte) ([]*fencing.Claim, error) {
+		var claims []*fencing.Claim
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			ids, err := fencing.ReserveJobIDs(ctx, tx, "", len(args)) // River's schema: the search_path's
+			if err != nil {
+				return err
+			}
+			batch := &pgx.Batch{}
+			for i := range args {
+				if err := driver.QueueClaim(batch, &fencing.ClaimParams{
+					Args: args[i], AttemptedBy: "me", ID: ids[i], Kind: "email", MaxAttempts: 5, Queue: "default",
+				}, func(c *fencing.Claim) { claims = append(claims, c) }); err != nil {
+					return err
+				}
+			}
+			fencing.MergeQueuedClaims(batch, "")
+			return tx.SendBatch(ctx, batch).Close()
+		})
+		return claims, err // work each with WorkClaimed, now that they committed
+	}
+	_ = claimAll
+
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT 1")
+	fmt.Println(fencing.MergeQueuedClaims(batch, ""), batch.Len())
+	// Output:
+	// 0 1
+}

@@ -1,0 +1,222 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ReserveJobIDs takes n IDs from river_job's ID sequence (in River's schema
+// schema; empty for the search_path's) through tx, for claims to name their
+// jobs by (ClaimParams.ID). A sequence is not transactional: the IDs stay
+// taken whatever becomes of tx, and those never used leave gaps in the IDs,
+// as a rolled-back insert does.
+func ReserveJobIDs(ctx context.Context, tx pgx.Tx, schema string, n int) ([]int64, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("fencing: reserving %d job IDs: at least one", n)
+	}
+	rows, err := tx.Query(ctx, "SELECT nextval(pg_get_serial_sequence($1, 'id')) FROM generate_series(1, $2)", tableName(schema, "river_job"), n)
+	if err != nil {
+		return nil, fmt.Errorf("fencing: reserving job IDs: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("fencing: reserving job IDs: %w", err)
+	}
+	return ids, nil
+}
+
+// claimWithIDSQL is QueueClaim's insert for a job whose ID the caller
+// reserved: $1 the lease's TTL, $2 the ID, then as the insert without one.
+func claimWithIDSQL(schema string) string {
+	return cachedSQL(&claimWithIDCache, schema, func(schema string) string {
+		return "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true))," +
+			" claimed AS (INSERT INTO " + tableName(schema, "river_job") +
+			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)" +
+			"  SELECT $2, $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9, now(), 'running', '{}' FROM lease" +
+			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
+			" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true)," +
+			"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
+	})
+}
+
+var claimWithIDCache, claimManyCache sync.Map
+
+// claimManySQL is claimWithIDSQL for many jobs, over arrays. Its rows are
+// claimWithIDSQL's, one per job. The lease setting is cleared only once
+// every row is inserted: each output row joins the count of all of them,
+// which needs the whole insert first (cleared as rows leave, a later row
+// would be inserted without a lease, and divide by zero).
+func claimManySQL(schema string) string {
+	return cachedSQL(&claimManyCache, schema, func(schema string) string {
+		return "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true))," +
+			" claimed AS (INSERT INTO " + tableName(schema, "river_job") +
+			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)" +
+			"  SELECT v.id, v.args, 1, now(), ARRAY[v.attempted_by], v.kind, v.max_attempts, v.metadata, v.priority, v.queue, now(), 'running', '{}'" +
+			"  FROM lease, unnest($2::bigint[], $3::text[]::jsonb[], $4::text[], $5::text[], $6::int[], $7::text[]::jsonb[], $8::int[], $9::text[])" +
+			"   AS v(id, args, attempted_by, kind, max_attempts, metadata, priority, queue)" +
+			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)," +
+			" inserted AS (SELECT count(*) AS n FROM claimed)" +
+			" SELECT c.id, c.attempted_at, c.created_at, c.token, c.lease_expires_at, set_config('weir.fencing_lease_ttl', '', true)," +
+			"  1 / (c.token <> '' AND c.lease_expires_at IS NOT NULL)::int FROM claimed c, inserted"
+	})
+}
+
+// MergeQueuedClaims rewrites batch so that the claims queued in it by
+// QueueClaim with reserved IDs (ClaimParams.ID; for River's schema schema,
+// empty for the search_path's) are one statement, in the place of the
+// first, and reports how many it merged (none when fewer than two were
+// queued). Each claim's done still receives its Claim, and the statement
+// fails, aborting the transaction, if any job would be inserted without a
+// lease, as each claim's own does. Postgres does work per statement that
+// an insert into river_job pays in full when it is written alone (see
+// MergeQueuedCompletions). Call it once the batch holds everything it will,
+// before sending it.
+func MergeQueuedClaims(batch *pgx.Batch, schema string) int {
+	single := claimWithIDSQL(schema)
+	var at []int
+	for i, qq := range batch.QueuedQueries {
+		if qq.SQL == single && len(qq.Arguments) == 9 && qq.Fn != nil &&
+			(len(at) == 0 || qq.Arguments[0] == batch.QueuedQueries[at[0]].Arguments[0]) { // one lease TTL
+			at = append(at, i)
+		}
+	}
+	if len(at) < 2 {
+		return 0
+	}
+	var (
+		ids         = make([]int64, len(at))
+		args        = make([]string, len(at))
+		attemptedBy = make([]string, len(at))
+		kinds       = make([]string, len(at))
+		maxAttempts = make([]int, len(at))
+		metadata    = make([]string, len(at))
+		priorities  = make([]int, len(at))
+		queues      = make([]string, len(at))
+		originals   = make([]*pgx.QueuedQuery, len(at))
+	)
+	for k, i := range at {
+		qq := batch.QueuedQueries[i]
+		a := qq.Arguments
+		ids[k], args[k], attemptedBy[k], kinds[k] = a[1].(int64), string(a[2].([]byte)), a[3].(string), a[4].(string)
+		maxAttempts[k], metadata[k], priorities[k], queues[k] = a[5].(int), string(a[6].([]byte)), a[7].(int), a[8].(string)
+		originals[k] = qq
+	}
+	merged := &pgx.QueuedQuery{
+		SQL:       claimManySQL(schema),
+		Arguments: []any{batch.QueuedQueries[at[0]].Arguments[0], ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues},
+	}
+	// Each claim reads its row as it would have read its own statement's
+	// (QueueClaim's callback), so that it builds its Claim as ever.
+	merged.Fn = func(br pgx.BatchResults) error {
+		byID := make(map[int64][]any, len(ids))
+		rows, err := br.Query()
+		if err == nil {
+			for rows.Next() {
+				values := make([]any, 7)
+				var row claimRowValues
+				if err = rows.Scan(&row.id, &row.attemptedAt, &row.createdAt, &row.token, &row.expiresAt, &row.cleared, &row.leased); err != nil {
+					break
+				}
+				values[0], values[1], values[2], values[3], values[4], values[5], values[6] =
+					row.id, row.attemptedAt, row.createdAt, row.token, row.expiresAt, row.cleared, row.leased
+				byID[row.id] = values
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil {
+			// The first claim words the error (its kind, a missing lease).
+			return fmt.Errorf("fencing: inserting %d claimed jobs in one statement: %w", len(ids),
+				originals[0].Fn(&oneRowResults{row: valuesRow{err: err}}))
+		}
+		for k, qq := range originals {
+			values, ok := byID[ids[k]]
+			row := valuesRow{values: values}
+			if !ok {
+				row.err = pgx.ErrNoRows
+			}
+			if err := qq.Fn(&oneRowResults{row: row}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	out := make([]*pgx.QueuedQuery, 0, len(batch.QueuedQueries)-len(at)+1)
+	next := 0
+	for i, qq := range batch.QueuedQueries {
+		switch {
+		case next < len(at) && i == at[next]:
+			if next == 0 {
+				out = append(out, merged)
+			}
+			next++
+		default:
+			out = append(out, qq)
+		}
+	}
+	batch.QueuedQueries = out
+	return len(at)
+}
+
+// claimRowValues are a claim statement's columns.
+type claimRowValues struct {
+	id          int64
+	attemptedAt time.Time
+	createdAt   time.Time
+	token       string
+	expiresAt   *time.Time
+	cleared     string
+	leased      int
+}
+
+// valuesRow is a pgx.Row of values already read (or of an error): Scan
+// sets each destination, a pointer to its value's type.
+type valuesRow struct {
+	values []any
+	err    error
+}
+
+func (r valuesRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	if len(dest) != len(r.values) {
+		return fmt.Errorf("fencing: scanning %d values into %d destinations", len(r.values), len(dest))
+	}
+	for i, d := range dest {
+		target := reflect.ValueOf(d)
+		value := reflect.ValueOf(r.values[i])
+		if target.Kind() != reflect.Pointer || target.IsNil() || !value.Type().AssignableTo(target.Elem().Type()) {
+			return fmt.Errorf("fencing: cannot scan %T into %T", r.values[i], d)
+		}
+		target.Elem().Set(value)
+	}
+	return nil
+}
+
+// oneRowResults are the results of one statement whose one row is row, as
+// a queued query's callback reads them.
+type oneRowResults struct{ row pgx.Row }
+
+func (r *oneRowResults) Exec() (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errors.New("fencing: a merged claim has a row, not a command tag")
+}
+
+func (r *oneRowResults) Query() (pgx.Rows, error) {
+	return nil, errors.New("fencing: a merged claim has one row")
+}
+
+func (r *oneRowResults) QueryRow() pgx.Row { return r.row }
+
+func (r *oneRowResults) Close() error { return nil }
+
+func (r *oneRowResults) Tx() pgx.Tx { return nil }
