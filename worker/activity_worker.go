@@ -133,14 +133,12 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 		d := e.Time.Add(time.Duration(attrs.ScheduleToCloseTimeout))
 		deadline = &d
 	}
-	claimed, err := w.claimActivity(run, attrs, maxAttempts, metadata, meta)
+	claimedID, err := w.claimActivity(ctx, tx, run, attrs, maxAttempts, metadata, meta)
 	if err != nil {
 		return fmt.Errorf("claiming job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
-	if claimed {
-		// The claimed job's ID is the session's last from River's sequence.
-		run.writes.Queue("INSERT INTO "+w.names.Activity+" (run_id, scheduled_event_id, job_id, kind, deadline)"+
-			" VALUES ($1, $2, currval(pg_get_serial_sequence($3, 'id')), $4, $5)", runID, e.ID, w.names.RiverJob, attrs.Kind, deadline)
+	if claimedID != 0 {
+		run.writes.Queue(w.sql.activity, runID, e.ID, claimedID, attrs.Kind, deadline)
 		return nil
 	}
 	inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
@@ -152,9 +150,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 	if err != nil {
 		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
-	jobID := inserted.Job.ID
-	run.writes.Queue("INSERT INTO "+w.names.Activity+" (run_id, scheduled_event_id, job_id, kind, deadline) VALUES ($1, $2, $3, $4, $5)",
-		runID, e.ID, jobID, attrs.Kind, deadline)
+	run.writes.Queue(w.sql.activity, runID, e.ID, inserted.Job.ID, attrs.Kind, deadline)
 	return nil
 }
 

@@ -257,21 +257,28 @@ func (w *Worker) afterTx(err error, starts []eagerStart, slots int) {
 
 // claimActivity queues in run.writes the insert of an activity's job
 // already claimed by this worker, noted in run for launch after commit, if
-// the activity can run here now; it reports whether it did (else the job
-// must go through River).
-func (w *Worker) claimActivity(run *runRow, attrs *history.ActivityScheduledAttributes, maxAttempts int, metadata []byte, meta *activityMeta) (bool, error) {
+// the activity can run here now; it returns the job's ID (reserved by this
+// worker) if it did, 0 if not (the job must go through River).
+func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attrs *history.ActivityScheduledAttributes, maxAttempts int, metadata []byte, meta *activityMeta) (int64, error) {
 	runner := w.eagerRunnerFor(attrs.Kind, attrs.Queue)
 	if runner == nil || !w.eager.acquire() {
-		return false, nil
+		return 0, nil
 	}
 	run.eagerSlots++
-	err := w.driver.QueueClaim(run.writes, &fencing.ClaimParams{
-		Args: attrs.Args, AttemptedBy: w.riverClient.ID(), Kind: attrs.Kind, MaxAttempts: maxAttempts, Metadata: metadata,
+	id, err := w.jobIDs.take(ctx, tx)
+	if err != nil {
+		return 0, err
+	}
+	err = w.driver.QueueClaim(run.writes, &fencing.ClaimParams{
+		Args: attrs.Args, AttemptedBy: w.riverClient.ID(), ID: id, Kind: attrs.Kind, MaxAttempts: maxAttempts, Metadata: metadata,
 		Priority: attrs.Priority, Queue: cmp.Or(attrs.Queue, river.QueueDefault), Schema: w.config.Schema,
 	}, func(claim *fencing.Claim) {
 		run.eager = append(run.eager, eagerStart{claim: claim, meta: meta, run: runner})
 	})
-	return err == nil, err
+	if err != nil {
+		return 0, err
+	}
+	return id, nil
 }
 
 // runClaimed runs a claimed attempt of the activity as River's executor

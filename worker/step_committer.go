@@ -320,7 +320,7 @@ func (c *stepCommitter) run(members []*stepMember) {
 			return nil
 		}
 		merged := c.w.mergeGroupWrites(last)
-		if fencing.MergeQueuedCompletions(last, c.w.config.Schema) > 0 || merged {
+		if fencing.MergeQueuedCompletions(last, c.w.config.Schema)+fencing.MergeQueuedClaims(last, c.w.config.Schema) > 0 || merged {
 			preferGenericPlans(last)
 		}
 		lazytx.QueueCommit(tx, last)

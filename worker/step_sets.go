@@ -27,8 +27,11 @@ import (
 // for the whole group, into one statement over arrays: the events, the
 // retirement of the activity whose outcome it is, and the run's
 // compare-and-swap (a continuing run's, and a completing run's), a closing
-// run's rejection of updates still pending; and the claimed jobs' completions, which fencing
-// merges (MergeQueuedCompletions). A merged statement checks what the members' statements
+// run's rejection of updates still pending, the records of the activities
+// it schedules; and the claimed jobs' completions and the claims of the
+// activities scheduled, which fencing merges (MergeQueuedCompletions,
+// MergeQueuedClaims: a claim names its job by an ID the worker reserved,
+// jobIDs). A merged statement checks what the members' statements
 // checked (the CAS's count must be every member's), so a failure still
 // fails the group, whose members then run again alone, one statement each.
 
@@ -55,6 +58,10 @@ type stepSQL struct {
 	// abandon rejects a closing run's pending updates (internal/update).
 	abandon       string
 	abandonMerged string
+	// activity records a pending activity: $1 run, $2 its ActivityScheduled
+	// event, $3 its job, $4 its kind, $5 its deadline (NULL for none).
+	activity       string
+	activityMerged string
 }
 
 func newStepSQL(names *dbschema.Names) stepSQL {
@@ -79,6 +86,10 @@ func newStepSQL(names *dbschema.Names) stepSQL {
 			"next_event_id = v.next, updated_at = now(), state = 'completed', result = v.result, closed_at = now(), task_job_id = NULL"),
 		abandon:       update.AbandonPendingSQL(names, false),
 		abandonMerged: update.AbandonPendingSQL(names, true),
+		activity: "INSERT INTO " + names.Activity + " (run_id, scheduled_event_id, job_id, kind, deadline)" +
+			" VALUES ($1, $2, $3, $4, $5)",
+		activityMerged: "INSERT INTO " + names.Activity + " (run_id, scheduled_event_id, job_id, kind, deadline)" +
+			" SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::timestamptz[])",
 	}
 }
 
@@ -111,13 +122,14 @@ func casSQL(update string) string {
 // mergeGroupWrites rewrites batch, the last writes of a group's members in
 // turn, so that each kind stepSQL merges is one statement for the whole
 // group, in the place of its first occurrence; everything else stays as it
-// was, in order (a claim and the statements behind it that read its ID from
-// the session, say). A kind that occurs once is left as it is. It reports
+// was, in order. A kind that occurs once is left as it is. It reports
 // whether it merged anything.
 func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
-	var events, retire, advance, complete, abandon []int
+	var events, retire, advance, complete, abandon, activities []int
 	for i, qq := range batch.QueuedQueries {
 		switch qq.SQL {
+		case w.sql.activity:
+			activities = append(activities, i)
 		case w.sql.events:
 			events = append(events, i)
 		case w.sql.retireOne:
@@ -202,6 +214,21 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 		first := batch.QueuedQueries[abandon[0]].Arguments
 		merged[abandon[0]] = &pgx.QueuedQuery{SQL: w.sql.abandonMerged, Arguments: []any{runs, first[1], first[2]}}
 		markDropped(drop, abandon)
+	}
+	if len(activities) > 1 {
+		var (
+			runs      = make([]uuid.UUID, len(activities))
+			scheduled = make([]int64, len(activities))
+			jobs      = make([]int64, len(activities))
+			kinds     = make([]string, len(activities))
+			deadlines = make([]*time.Time, len(activities))
+		)
+		for k, i := range activities {
+			a := batch.QueuedQueries[i].Arguments
+			runs[k], scheduled[k], jobs[k], kinds[k], deadlines[k] = a[0].(uuid.UUID), a[1].(int64), a[2].(int64), a[3].(string), a[4].(*time.Time)
+		}
+		merged[activities[0]] = &pgx.QueuedQuery{SQL: w.sql.activityMerged, Arguments: []any{runs, scheduled, jobs, kinds, deadlines}}
+		markDropped(drop, activities)
 	}
 	if len(merged) == 0 {
 		return false

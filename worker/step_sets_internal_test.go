@@ -16,8 +16,8 @@ import (
 	"github.com/weirhq/weir/internal/dbtest"
 )
 
-// TestMergeGroupWrites: the members' events, retirements and plain CASes
-// become one statement each, in the place of the first, with every
+// TestMergeGroupWrites: the members' events, retirements, activity records
+// and plain CASes become one statement each, in the place of the first, with every
 // member's rows; anything else keeps its place and order, and a CAS that
 // clears a task job, or a kind that occurs once, is left alone.
 func TestMergeGroupWrites(t *testing.T) {
@@ -30,9 +30,12 @@ func TestMergeGroupWrites(t *testing.T) {
 	batch.Queue(w.sql.events, a, []int64{4, 5}, []string{"x", "y"}, []string{"{}", "{}"}, []*int64{&one, nil}, []time.Time{now, now})
 	batch.Queue(w.sql.retireOne, a, int64(1))
 	batch.Queue("SELECT 'claim of a'")
+	deadline := now.Add(time.Hour)
+	batch.Queue(w.sql.activity, a, int64(6), int64(100), "act", &deadline)
 	batch.Queue(w.sql.advance, a, int64(4), int64(6), int64(0))
 	batch.Queue(w.sql.events, b, []int64{9}, []string{"z"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
 	batch.Queue(w.sql.retireOne, b, int64(7))
+	batch.Queue(w.sql.activity, b, int64(10), int64(101), "act", (*time.Time)(nil))
 	batch.Queue(w.sql.advance, b, int64(9), int64(10), int64(0))
 	batch.Queue(w.sql.advance, uuid.New(), int64(1), int64(2), int64(33)) // clears its task: left alone
 	c, d := uuid.New(), uuid.New()
@@ -48,17 +51,18 @@ func TestMergeGroupWrites(t *testing.T) {
 	for _, qq := range batch.QueuedQueries {
 		sqls = append(sqls, qq.SQL)
 	}
-	require.Equal(t, []string{w.sql.eventsMerged, w.sql.retireOneMerged, "SELECT 'claim of a'", w.sql.advanceMerged, w.sql.advance,
-		w.sql.completeMerged, w.sql.abandonMerged, w.sql.abandon, "SELECT 'last'"}, sqls)
+	require.Equal(t, []string{w.sql.eventsMerged, w.sql.retireOneMerged, "SELECT 'claim of a'", w.sql.activityMerged, w.sql.advanceMerged,
+		w.sql.advance, w.sql.completeMerged, w.sql.abandonMerged, w.sql.abandon, "SELECT 'last'"}, sqls)
 	q := batch.QueuedQueries
 	require.Equal(t, []any{[]uuid.UUID{a, a, b}, []int64{4, 5, 9}, []string{"x", "y", "z"}, []string{"{}", "{}", "{}"},
 		[]*int64{&one, nil, nil}, []time.Time{now, now, now}}, q[0].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{1, 7}}, q[1].Arguments)
-	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{4, 9}, []int64{6, 10}, 2}, q[3].Arguments)
-	require.NotNil(t, q[3].Fn, "the merged CAS reads its check")
-	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[5].Arguments)
-	require.NotNil(t, q[5].Fn)
-	require.Equal(t, []any{[]uuid.UUID{c, d}, []byte(`{"m":1}`), "ch"}, q[6].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{6, 10}, []int64{100, 101}, []string{"act", "act"}, []*time.Time{&deadline, nil}}, q[3].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{4, 9}, []int64{6, 10}, 2}, q[4].Arguments)
+	require.NotNil(t, q[4].Fn, "the merged CAS reads its check")
+	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[6].Arguments)
+	require.NotNil(t, q[6].Fn)
+	require.Equal(t, []any{[]uuid.UUID{c, d}, []byte(`{"m":1}`), "ch"}, q[7].Arguments)
 
 	single := &pgx.Batch{}
 	single.Queue(w.sql.events, a, []int64{4}, []string{"x"}, []string{"{}"}, []*int64{nil}, []time.Time{now})

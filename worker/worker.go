@@ -32,6 +32,7 @@ type Worker struct {
 	eager     *eagerPool // nil: eager dispatch off
 	handBacks *handBacks // foreign namespaces' activities, handed back
 	histories *historyCache
+	jobIDs    *jobIDs // reserved for the activities it claims
 	names     *dbschema.Names
 	sql       stepSQL            // statements a group of outcomes merges (step_sets.go)
 	notifier  *notifier.Notifier // sends what committed tasks announce
@@ -72,6 +73,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		eagerRunners: make(map[string]eagerRunner),
 		config:       config,
 		histories:    newHistoryCache(),
+		jobIDs:       &jobIDs{schema: config.Schema},
 		names:        dbschema.New(config.Schema),
 		sql:          newStepSQL(dbschema.New(config.Schema)),
 		notifier:     notifier.New(pool, config.Logger),
