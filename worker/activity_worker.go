@@ -260,6 +260,9 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		defer stop()
 	}
 	result, err := a.execute(execCtx, job.Args)
+	if own != nil && own.executed != nil {
+		own.executed()
+	}
 	if st.Completed {
 		// activity.CompleteTx succeeded inside the activity's transaction,
 		// but that transaction may still have failed to commit (a dropped
@@ -333,6 +336,9 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 type ownJob struct {
 	id       int64
 	complete func(ctx context.Context, tx pgx.Tx) error
+	// executed, if set, is called once the activity's code has returned,
+	// before its outcome is written (an eager attempt frees its slot).
+	executed func()
 	// queue queues the completion in batch, reporting whether it did; nil
 	// when it never can.
 	queue func(ctx context.Context, batch *pgx.Batch) (bool, error)

@@ -22,9 +22,10 @@ const (
 
 	// MaxEagerActivitiesDefault is Config.MaxEagerActivities's default: as
 	// many as a Temporal worker runs at once by default
-	// (MaxConcurrentActivityExecutionSize). An eager activity waiting for a
-	// connection holds its slot, so with a small pool under a burst a
-	// lower limit sends most activities through River's slower path.
+	// (MaxConcurrentActivityExecutionSize). A claimed activity holds its
+	// slot from its claim until its code returns (not while its outcome
+	// waits to commit), so with a small pool under a burst a lower limit
+	// sends most activities through River's slower path.
 	MaxEagerActivitiesDefault = 1000
 
 	// MaxWorkersDefault is the River MaxWorkers of the default queue.
@@ -59,7 +60,9 @@ type Config struct {
 	// queue this worker serves, is inserted already claimed by this worker
 	// (a fenced lease, like a fetched job's) and started as soon as the task
 	// commits, without waiting for River to fetch it. Its outcome then
-	// continues the run in the same transaction that completes the job.
+	// continues the run in the same transaction that completes the job. An
+	// activity counts against the limit from its claim until its code
+	// returns, so the outcome's transaction may claim the run's next one.
 	//
 	// Eager dispatch also runs the first workflow task of a run that a
 	// client.Client of this process starts with Start and

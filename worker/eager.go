@@ -33,8 +33,10 @@ import (
 // once its work is over, even if the worker is stopping.
 const finalStateTimeout = 10 * time.Second
 
-// eagerRunner runs a claimed activity attempt to its end.
-type eagerRunner func(ctx context.Context, claim *fencing.Claim, meta *activityMeta)
+// eagerRunner runs a claimed activity attempt to its end; it calls free
+// once the activity's code has returned (the attempt's slot is free then,
+// while its outcome is still being written).
+type eagerRunner func(ctx context.Context, claim *fencing.Claim, meta *activityMeta, free func())
 
 // eagerStart is an activity claimed in a transaction, to run once it commits.
 type eagerStart struct {
@@ -215,8 +217,10 @@ func (w *Worker) launchEager(starts []eagerStart) {
 		}
 		go func() {
 			defer p.attempts.Done()
-			defer p.release(1)
-			s.run(p.ctx, s.claim, s.meta)
+			var once sync.Once
+			free := func() { once.Do(func() { p.release(1) }) }
+			defer free()
+			s.run(p.ctx, s.claim, s.meta, free)
 		}()
 	}
 }
@@ -285,7 +289,7 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 // would run a fetched one: with the activity's timeout, cancellable by
 // River's job control, its panics recovered, then the attempt's outcome
 // written through the fenced path (a failure back to River, to be retried).
-func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Claim, meta *activityMeta) {
+func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Claim, meta *activityMeta, free func()) {
 	w := a.w
 	job := &river.Job[A]{JobRow: claim.Job}
 	decodeErr := json.Unmarshal(claim.Job.EncodedArgs, &job.Args)
@@ -317,7 +321,9 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 				err = fmt.Errorf("decoding args of activity %s (job %d): %w", job.Kind, job.ID, decodeErr)
 				return
 			}
-			err = a.work(workCtx, job, meta, w.claimedJob(job.ID))
+			own := w.claimedJob(job.ID)
+			own.executed = free
+			err = a.work(workCtx, job, meta, own)
 		}()
 		if err == nil {
 			return nil

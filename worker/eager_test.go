@@ -116,6 +116,20 @@ func TestDispatch(t *testing.T) {
 		require.Equal(t, 1, taskJobs(ctx, t, b, run.RunID.String()), "only the first task was a job: outcomes continued the run")
 	})
 
+	// One slot: an activity frees it once its code returned, so the
+	// transaction that writes its outcome claims the run's next one.
+	t.Run("OneSlotPassesOn", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorker(ctx, t, b, &worker.Config{MaxEagerActivities: 1})
+
+		_, jobs := runOrder(ctx, t, b)
+		for _, j := range jobs {
+			require.Equal(t, jobOf{attempt: 1, claimed: true, state: "completed"}, j)
+		}
+	})
+
 	t.Run("ThroughRiverWhenOff", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
