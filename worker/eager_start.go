@@ -61,7 +61,7 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 	}
 	w.clock.observe(r.Now)
 	var result taskResult
-	by := &advanceBy{attempt: 1, commit: r.LastInTx, replayCtx: replayCtx}
+	by := &advanceBy{attempt: 1, commit: r.LastInTx, inStart: true, replayCtx: replayCtx}
 	err := w.advance(ctx, tx, t.def, run, r.Now, nil, by, &result)
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// The start committed with the task's last batch: the task is done.

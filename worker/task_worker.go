@@ -343,6 +343,10 @@ type advanceBy struct {
 	// replayCtx, when set, bounds the workflow code (not the statements):
 	// a first task running inside a client's start.
 	replayCtx context.Context
+
+	// inStart says the task runs inside the start that inserted its run,
+	// which no one else can see yet (so no query waits for it).
+	inStart bool
 }
 
 // advance is the body of a workflow task, on a run locked in tx that is
@@ -487,11 +491,12 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	// Notifications go once the transaction commits (settle), not in it: a
 	// run's first task lets queries that waited for its handlers go; a
 	// closing task wakes the run's result awaiters. The first task looks for
-	// such queries in its batch, so a run nobody queried wakes no responder
-	// (each would scan for queries). A query that arrives between the look
+	// such queries in its batch (unless it runs in the start that inserted
+	// the run, before anyone could ask), so a run nobody queried wakes no
+	// responder (each would scan for queries). A query that arrives between the look
 	// and the commit is parked by the responder that claims it (no handler
 	// yet) and answered on the responders' next poll.
-	if run.NextEventID == 1 {
+	if run.NextEventID == 1 && !by.inStart {
 		run.writes.Queue("SELECT EXISTS (SELECT 1 FROM "+names.Query+" WHERE run_id = $1 AND answered_at IS NULL)", runID).
 			QueryRow(func(row pgx.Row) error {
 				var waiting bool
