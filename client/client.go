@@ -113,7 +113,9 @@ type Client struct {
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 
-	startRunSQL string // startRunSQL(names)
+	startRunSQL     string       // startRunSQL(names)
+	startRunManySQL string       // startRunManySQL(names)
+	starts          *startGroups // concurrent eager starts, grouped
 
 	listenerOnce sync.Once
 	listener     *listener
@@ -143,7 +145,12 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		return nil, fmt.Errorf("creating River client: %w", err)
 	}
 	names := dbschema.New(config.Schema)
-	return &Client{config: config, names: names, pool: pool, river: riverClient, startRunSQL: startRunSQL(names)}, nil
+	c := &Client{
+		config: config, names: names, pool: pool, river: riverClient,
+		startRunSQL: startRunSQL(names), startRunManySQL: startRunManySQL(names),
+	}
+	c.starts = &startGroups{c: c}
+	return c, nil
 }
 
 // Close stops the client's listener, if Get started one. Waiting Gets
@@ -263,7 +270,15 @@ type Run struct {
 // first statements. With StartOpts.EagerStart, a worker of this process may
 // run the run's first workflow task inside that transaction (see
 // StartOpts.EagerStart).
-func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
+func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
+	if req := c.groupableStart(args, opts); req != nil {
+		return c.starts.start(ctx, req)
+	}
+	return c.startAlone(ctx, args, opts)
+}
+
+// startAlone is Start in a transaction of its own.
+func (c *Client) startAlone(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
 	var handed []func(committed bool)
 	// Whatever happens (a panicking interceptor included), the worker that
 	// ran the first task learns whether it committed.
@@ -316,11 +331,22 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 // worker in this process (Start), and appends to handed what to tell the
 // worker once tx ended.
 func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts, handed *[]func(committed bool)) (*Run, error) {
-	if args == nil {
-		return nil, errors.New("weir: Start needs workflow args")
-	}
 	if opts == nil {
 		opts = &StartOpts{}
+	}
+	info, err := c.startInfo(args, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.interceptStart(ctx, info, func(ctx context.Context) (*Run, error) {
+		return c.insertRun(ctx, tx, args, info, opts, handed)
+	})
+}
+
+// startInfo checks a start's args and options and names what it starts.
+func (c *Client) startInfo(args WorkflowArgs, opts *StartOpts) (*StartInfo, error) {
+	if args == nil {
+		return nil, errors.New("weir: Start needs workflow args")
 	}
 	kind := args.Kind()
 	if err := validateName("workflow kind", kind); err != nil {
@@ -343,31 +369,42 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 	if opts.RunTimeout < 0 || opts.ExecutionTimeout < 0 {
 		return nil, errors.New("weir: RunTimeout and ExecutionTimeout must not be negative")
 	}
-	info := &StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}
-	return c.interceptStart(ctx, info, func(ctx context.Context) (*Run, error) {
-		return c.insertRun(ctx, tx, args, info, opts, handed)
-	})
+	return &StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}, nil
+}
+
+// encodeStart encodes what a start writes: the args, the request's hash and
+// the trace context (the interceptors' headers).
+func (c *Client) encodeStart(args WorkflowArgs, info *StartInfo) (payload, hash, traceContext []byte, err error) {
+	if payload, err = c.config.Codec.Encode(args); err != nil {
+		return nil, nil, nil, err
+	}
+	if len(payload) > c.config.MaxPayloadBytes {
+		return nil, nil, nil, &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: args of workflow %s are %d bytes, the limit is %d",
+			ErrPayloadTooLarge, info.WorkflowID, len(payload), c.config.MaxPayloadBytes)}
+	}
+	if hash, err = requestHash(info.Kind, info.Queue, args); err != nil {
+		return nil, nil, nil, err
+	}
+	traceContext = []byte("{}")
+	if len(info.Headers) > 0 {
+		if traceContext, err = json.Marshal(info.Headers); err != nil {
+			return nil, nil, nil, fmt.Errorf("encoding headers of workflow %s: %w", info.WorkflowID, err)
+		}
+	}
+	return payload, hash, traceContext, nil
+}
+
+// startLockKey is the advisory lock that serializes the starts of a
+// workflow ID (W1).
+func (c *Client) startLockKey(namespace, workflowID string) string {
+	return "weir.start\x1f" + c.names.Schema + "\x1f" + namespace + "\x1f" + workflowID
 }
 
 func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool)) (*Run, error) {
 	kind, namespace, queue, requestID, workflowID := info.Kind, info.Namespace, info.Queue, info.RequestID, info.WorkflowID
-	payload, err := c.config.Codec.Encode(args)
+	payload, hash, traceContext, err := c.encodeStart(args, info)
 	if err != nil {
 		return nil, err
-	}
-	if len(payload) > c.config.MaxPayloadBytes {
-		return nil, &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: args of workflow %s are %d bytes, the limit is %d",
-			ErrPayloadTooLarge, workflowID, len(payload), c.config.MaxPayloadBytes)}
-	}
-	hash, err := requestHash(kind, queue, args)
-	if err != nil {
-		return nil, err
-	}
-	traceContext := []byte("{}")
-	if len(info.Headers) > 0 {
-		if traceContext, err = json.Marshal(info.Headers); err != nil {
-			return nil, fmt.Errorf("encoding headers of workflow %s: %w", workflowID, err)
-		}
 	}
 
 	// The first task is queued first, so the run's row is written once,
@@ -396,8 +433,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	// (the same conditions as below, in SQL), and takes its savepoint: one
 	// round trip to the first task.
 	batch := &pgx.Batch{}
-	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-		"weir.start\x1f"+c.names.Schema+"\x1f"+namespace+"\x1f"+workflowID)
+	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", c.startLockKey(namespace, workflowID))
 	insert.queue(batch, taker != nil)
 	if taker != nil {
 		batch.Queue("SAVEPOINT weir_first_task")
@@ -405,31 +441,15 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	if err := sendStartBatch(ctx, tx, batch, namespace, workflowID); err != nil {
 		return nil, err
 	}
-	byRequest, live, last := insert.found[1], insert.found[2], insert.found[3]
-
-	// W2: the same request ID is a replay of the same start.
-	var refused error
+	replayed, refused := c.startRefusal(insert.found, hash, info, opts.IDReusePolicy)
 	switch {
-	case byRequest != nil && string(byRequest.hash) != string(hash):
-		refused = &RequestConflictError{Generation: byRequest.generation, RequestID: requestID, RunID: byRequest.runID, WorkflowID: workflowID}
-	case byRequest != nil:
-		if insert.inserted {
-			return nil, fmt.Errorf("weir: start of workflow %s inserted a run beside its request's run %s", workflowID, byRequest.runID)
-		}
-		return &Run{Generation: byRequest.generation, Namespace: namespace, RunID: byRequest.runID, WorkflowID: workflowID, client: c}, nil
-	case live != nil:
-		refused = &WorkflowAlreadyStartedError{Generation: live.generation, Namespace: namespace, RunID: live.runID, WorkflowID: workflowID}
-	case last != nil && (opts.IDReusePolicy == IDReuseRejectDuplicate ||
-		opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly && last.state == "completed"):
-		refused = &WorkflowIDReuseError{
-			Generation: last.generation, LastState: last.state, Policy: opts.IDReusePolicy, RunID: last.runID, WorkflowID: workflowID,
-		}
-	}
-	switch {
-	case refused != nil && insert.inserted: // the SQL's conditions and these differ: fail closed
-		return nil, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused: %w", workflowID, refused)
+	case (replayed != nil || refused != nil) && insert.inserted: // the SQL's conditions and these differ: fail closed
+		return nil, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start: %w",
+			workflowID, cmp.Or(refused, errors.New("replay")))
 	case refused != nil:
 		return nil, refused
+	case replayed != nil:
+		return replayed, nil
 	}
 
 	var taskJobID *int64
@@ -505,6 +525,26 @@ func startRunSQL(names *dbschema.Names) string {
 		"  RETURNING generation, run_deadline, execution_deadline, created_at)" +
 		" SELECT which, run_id, generation, request_hash, state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found" +
 		" UNION ALL SELECT 0, $1, generation, NULL, 'running', run_deadline, execution_deadline, created_at FROM inserted"
+}
+
+// startRefusal reads what a start's lookup found (startRunSQL's rows 1, 2
+// and 3): the run an earlier start with the same request created (W2: a
+// replay), or why the start is refused; neither when it may insert its run.
+func (c *Client) startRefusal(found [4]*foundRun, hash []byte, info *StartInfo, policy IDReusePolicy) (replayed *Run, refused error) {
+	byRequest, live, last := found[1], found[2], found[3]
+	switch {
+	case byRequest != nil && string(byRequest.hash) != string(hash):
+		return nil, &RequestConflictError{Generation: byRequest.generation, RequestID: info.RequestID, RunID: byRequest.runID, WorkflowID: info.WorkflowID}
+	case byRequest != nil:
+		return &Run{Generation: byRequest.generation, Namespace: info.Namespace, RunID: byRequest.runID, WorkflowID: info.WorkflowID, client: c}, nil
+	case live != nil:
+		return nil, &WorkflowAlreadyStartedError{Generation: live.generation, Namespace: info.Namespace, RunID: live.runID, WorkflowID: info.WorkflowID}
+	case last != nil && (policy == IDReuseRejectDuplicate || policy == IDReuseAllowDuplicateFailedOnly && last.state == "completed"):
+		return nil, &WorkflowIDReuseError{
+			Generation: last.generation, LastState: last.state, Policy: policy, RunID: last.runID, WorkflowID: info.WorkflowID,
+		}
+	}
+	return nil, nil
 }
 
 // foundRun is a run a start's lookup found.
@@ -589,6 +629,13 @@ func (c *Client) requeueFirstTask(ctx context.Context, tx pgx.Tx, args task.Args
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT weir_first_task"); err != nil {
 		return err
 	}
+	return c.queueFailedFirstTask(ctx, tx, args, queue, taskErr)
+}
+
+// queueFailedFirstTask queues through River the first task of a run that
+// its start inserted, which the start's worker declined or failed to run
+// (before it wrote anything).
+func (c *Client) queueFailedFirstTask(ctx context.Context, tx pgx.Tx, args task.Args, queue string, taskErr error) error {
 	jobID, err := c.queueFirstTask(ctx, tx, args, queue)
 	if err != nil {
 		return err

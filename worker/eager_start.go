@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
@@ -83,6 +84,93 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 		}
 		w.settle(err, &result)
 	}, nil
+}
+
+// RunFirstTasks implements handoff.GroupTaker: the first tasks of a group
+// of starts, each as RunFirstTask runs one, in turn, with their last
+// writes merged into one batch (as a group of outcomes merges its members',
+// stepCommitter) for the caller to send with its COMMIT. A task that fails
+// before it wrote anything (its workflow code failed, or ran out of its
+// budget) is the caller's to queue through River; one that fails after,
+// fails the group.
+func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*handoff.Run) (*handoff.FirstTasks, error) {
+	w := t.w
+	out := &handoff.FirstTasks{Done: make([]func(bool), len(runs)), Errs: make([]error, len(runs)), Last: &pgx.Batch{}}
+	budget := cmp.Or(w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
+	declined := false
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
+		declined = true
+	} else if !w.eager.begin() { // tracked like an eager attempt, so that Stop waits for it
+		declined = true
+	}
+	if declined {
+		for i := range runs {
+			out.Errs[i] = handoff.ErrDeclined
+		}
+		out.Sent = func() {}
+		return out, nil
+	}
+	defer w.eager.attempts.Done()
+
+	results := make([]*taskResult, len(runs))
+	var afters []func()
+	// failed settles what the tasks that ran took (eager slots) when the
+	// group fails.
+	failed := func(err error) {
+		for _, result := range results {
+			if result != nil {
+				w.settle(err, result)
+			}
+		}
+	}
+	for i, r := range runs {
+		run := &runRow{
+			Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
+			State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
+			scanned: true, // all of the row the start inserted (a client's start has no parent)
+		}
+		w.clock.observe(r.Now)
+		result := &taskResult{}
+		replayCtx, cancel := context.WithTimeout(ctx, budget)
+		by := &advanceBy{attempt: 1, commit: true, inStart: true, replayCtx: replayCtx,
+			deferLast: func(writes *pgx.Batch, after func()) {
+				out.Last.QueuedQueries = append(out.Last.QueuedQueries, writes.QueuedQueries...)
+				afters = append(afters, after)
+			}}
+		err := w.advance(ctx, tx, t.def, run, r.Now, nil, by, result)
+		cancel()
+		switch {
+		case err == nil:
+			results[i] = result
+			out.Done[i] = func(committed bool) {
+				var err error
+				if !committed {
+					err = errStartRolledBack
+				}
+				w.settle(err, result)
+			}
+		case by.wrote:
+			err = fmt.Errorf("workflow task of run %s (in a group of starts): %w", r.ID, err)
+			w.settle(err, result)
+			failed(err)
+			return nil, err
+		default:
+			w.settle(err, result)
+			out.Errs[i] = withStack(fmt.Errorf("workflow task of run %s (in the start, attempt 1): %w", r.ID, err))
+			w.config.Logger.WarnContext(ctx, "weir: first workflow task failed in the start; it goes through River",
+				slog.String("run_id", r.ID.String()), slog.String("error", out.Errs[i].Error()))
+		}
+	}
+	if w.mergeGroupWrites(out.Last) ||
+		fencing.MergeQueuedCompletions(out.Last, w.config.Schema)+fencing.MergeQueuedClaims(out.Last, w.config.Schema) > 0 {
+		preferGenericPlans(out.Last)
+	}
+	out.Sent = func() {
+		for _, after := range afters {
+			after()
+		}
+	}
+	return out, nil
 }
 
 // registerTakers makes the worker take the first tasks of its workflows,

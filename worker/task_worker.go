@@ -347,6 +347,15 @@ type advanceBy struct {
 	// inStart says the task runs inside the start that inserted its run,
 	// which no one else can see yet (so no query waits for it).
 	inStart bool
+
+	// deferLast, when set (first tasks of a group of starts), takes the
+	// last batch that commit allows to carry the COMMIT, and what to do once
+	// it ran: the group sends every member's with one COMMIT.
+	deferLast func(writes *pgx.Batch, after func())
+
+	// wrote is set once the task began writing (appending its events):
+	// an error after that leaves tx with partial writes.
+	wrote bool
 }
 
 // advance is the body of a workflow task, on a run locked in tx that is
@@ -442,6 +451,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	}
 
 	nextEventID := run.NextEventID
+	by.wrote = true
 	if err := w.appendEvents(ctx, tx, run, runID, toAppend, &nextEventID); err != nil {
 		return err
 	}
@@ -539,10 +549,14 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	after := outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 || run.inboxed ||
 		outcome.Completed && (run.HasParent || pending.children || pending.activities)
 	if by.commit && (by.own == nil || by.completed) && !after {
-		if by.group != nil {
+		switch {
+		case by.group != nil:
 			by.group.deferLast(run.writes, func() { result.eager = run.eager }) // its claims are read with the COMMIT
 			run.writes = &pgx.Batch{}
-		} else {
+		case by.deferLast != nil:
+			by.deferLast(run.writes, func() { result.eager = run.eager })
+			run.writes = &pgx.Batch{}
+		default:
 			lazytx.QueueCommit(tx, run.writes)
 		}
 	} else if by.group != nil {

@@ -70,6 +70,32 @@ type Taker interface {
 // ErrDeclined is RunFirstTask's error when the taker did not run the task.
 var ErrDeclined = errors.New("handoff: the worker did not take the first task")
 
+// A GroupTaker also takes the first tasks of several runs in one
+// transaction: a client that starts many runs at once inserts them all in
+// one transaction and commits their first tasks' writes together.
+type GroupTaker interface {
+	Taker
+
+	// RunFirstTasks runs the first tasks of runs (distinct runs, each just
+	// inserted in tx), one after the other, with LastInTx's promise for all
+	// of them. A task that the taker declined (ErrDeclined) or that failed
+	// before it wrote anything has its error in FirstTasks.Errs: the caller
+	// queues it through River, as after RunFirstTask. An error means tx holds
+	// partial writes: the caller rolls it back. Otherwise the caller sends
+	// FirstTasks.Last (the tasks' last writes, merged) with its COMMIT, calls
+	// FirstTasks.Sent once that batch ran without error, and then each of
+	// FirstTasks.Done (nil for a task in Errs) with whether tx committed.
+	RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*Run) (*FirstTasks, error)
+}
+
+// FirstTasks is what RunFirstTasks did, by run (in the order of its runs).
+type FirstTasks struct {
+	Done []func(committed bool)
+	Errs []error
+	Last *pgx.Batch
+	Sent func()
+}
+
 var (
 	mu     sync.Mutex
 	takers = map[Key][]Taker{}

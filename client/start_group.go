@@ -1,0 +1,383 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/handoff"
+	"github.com/weirhq/weir/internal/lazytx"
+	"github.com/weirhq/weir/internal/task"
+)
+
+// Starts that many callers make at once (Start with EagerStart) are grouped
+// into one transaction, as a worker groups the outcomes of its activities:
+// a start pays Postgres's costs per statement and per commit in full, and
+// in a burst each start was a transaction of its own with about ten
+// statements. A group of starts locks its workflow IDs, looks up and
+// inserts its runs in one statement over arrays (startRunManySQL), has the
+// worker run every run's first task (handoff.GroupTaker), and sends their
+// last writes, merged, with one COMMIT. Each start then returns what it
+// would have returned alone.
+//
+// A start goes alone, as ever, when no group is needed (fewer than
+// startGroupsMax groups are in flight and none waits), and whenever its
+// group cannot decide it: its workflow ID's lock is taken (the group takes
+// locks without waiting, so it never deadlocks with a transaction that
+// holds one), or the group failed (it rolled back; each of its starts then
+// runs alone, where only a faulty one fails). A start that the group found
+// refused or replayed returns that at once: it wrote nothing.
+//
+// A start in a group waits for the group, not for its own ctx: the group's
+// COMMIT decides whether its run exists, and it runs under the group's own
+// deadline (startGroupTimeout).
+
+const (
+	// startGroupsMax bounds the groups of starts in flight (each holds a
+	// connection).
+	startGroupsMax = 4
+
+	// startGroupMembers bounds the starts in one group.
+	startGroupMembers = 16
+
+	// startGroupTimeout bounds a group's transaction.
+	startGroupTimeout = time.Minute
+)
+
+// startGroups queues the starts that can be grouped and runs their groups.
+type startGroups struct {
+	c *Client
+
+	mu       sync.Mutex
+	queue    []*startRequest
+	inFlight int
+}
+
+// startRequest is a start that a group may take: everything the start
+// writes, ready.
+type startRequest struct {
+	args WorkflowArgs
+	opts *StartOpts
+	info *StartInfo
+
+	lockKey      string
+	payload      []byte
+	hash         []byte
+	traceContext []byte
+	runID        uuid.UUID
+	taskArgs     task.Args
+	taker        handoff.GroupTaker
+
+	done chan startResult // the group's verdict
+}
+
+// startResult is a group's verdict on one start: its run or error, or that
+// it runs alone.
+type startResult struct {
+	alone bool
+	run   *Run
+	err   error
+}
+
+// groupableStart returns Start's request for a group, or nil when the start
+// must go alone: not eager, with interceptors (they wrap each start), with
+// a deadline (its River job), with invalid input (alone reports it), or
+// with no worker of this process that takes groups of first tasks.
+func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) *startRequest {
+	if opts == nil || !opts.EagerStart || len(c.config.Interceptors) > 0 || opts.RunTimeout != 0 || opts.ExecutionTimeout != 0 {
+		return nil
+	}
+	info, err := c.startInfo(args, opts)
+	if err != nil {
+		return nil
+	}
+	payload, hash, traceContext, err := c.encodeStart(args, info)
+	if err != nil {
+		return nil
+	}
+	runID := uuid.New()
+	taskArgs := task.NewArgs(info.Namespace, info.Kind, runID, info.WorkflowID)
+	takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: taskArgs.Kind()})
+	if len(takers) == 0 {
+		return nil
+	}
+	taker, ok := takers[0].(handoff.GroupTaker)
+	if !ok {
+		return nil
+	}
+	return &startRequest{
+		args: args, opts: opts, info: info,
+		lockKey: c.startLockKey(info.Namespace, info.WorkflowID), payload: payload, hash: hash, traceContext: traceContext,
+		runID: runID, taskArgs: taskArgs, taker: taker,
+		done: make(chan startResult, 1),
+	}
+}
+
+// start runs req alone if nothing waits and a group could start now, else
+// queues it for a group and waits for the group's verdict.
+func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error) {
+	g.mu.Lock()
+	if len(g.queue) == 0 && g.inFlight < startGroupsMax {
+		g.inFlight++
+		g.mu.Unlock()
+		defer g.finished()
+		return g.c.startAlone(ctx, req.args, req.opts)
+	}
+	if err := ctx.Err(); err != nil {
+		g.mu.Unlock()
+		return nil, err
+	}
+	g.queue = append(g.queue, req)
+	g.launchLocked()
+	g.mu.Unlock()
+	res := <-req.done
+	if res.alone {
+		return g.c.startAlone(ctx, req.args, req.opts)
+	}
+	return res.run, res.err
+}
+
+// finished ends a start or group in flight, and launches what waits.
+func (g *startGroups) finished() {
+	g.mu.Lock()
+	g.inFlight--
+	g.launchLocked()
+	g.mu.Unlock()
+}
+
+// launchLocked starts groups of the queued starts while fewer than
+// startGroupsMax are in flight. A group takes, in order, up to
+// startGroupMembers starts of the first one's taker, one per workflow ID.
+func (g *startGroups) launchLocked() {
+	for len(g.queue) > 0 && g.inFlight < startGroupsMax {
+		var (
+			members []*startRequest
+			rest    []*startRequest
+			keys    = map[string]bool{}
+		)
+		taker := g.queue[0].taker
+		for _, req := range g.queue {
+			if len(members) < startGroupMembers && req.taker == taker && !keys[req.lockKey] {
+				keys[req.lockKey] = true
+				members = append(members, req)
+			} else {
+				rest = append(rest, req)
+			}
+		}
+		g.queue = rest
+		g.inFlight++
+		go func() {
+			defer g.finished()
+			g.run(members)
+		}()
+	}
+}
+
+// run runs one group and tells each member its verdict.
+func (g *startGroups) run(members []*startRequest) {
+	if len(members) == 1 {
+		members[0].done <- startResult{alone: true}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startGroupTimeout)
+	defer cancel()
+	verdicts := make([]startResult, len(members))
+	var dones []func(committed bool)
+	err := lazytx.BeginFunc(ctx, g.c.pool, func(tx pgx.Tx) error {
+		var err error
+		dones, err = g.c.startGroupTx(ctx, tx, members, verdicts)
+		return err
+	})
+	for _, done := range dones {
+		done(err == nil)
+	}
+	for i, m := range members {
+		if err != nil {
+			verdicts[i] = startResult{alone: true}
+		}
+		m.done <- verdicts[i]
+	}
+}
+
+// errNoLock leaves a start whose workflow ID's lock a group could not take
+// to run alone.
+var errNoLock = errors.New("the workflow ID's start lock is taken")
+
+// startGroupTx is a group's transaction: it fills verdicts, by member, and
+// returns what to tell the worker once the transaction ended.
+func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRequest, verdicts []startResult) (dones []func(bool), err error) {
+	// W1: each workflow ID's start lock, taken without waiting, so that a
+	// group never waits with locks held (and never deadlocks): a start whose
+	// lock is taken runs alone, after the group.
+	keys := make([]string, len(members))
+	for i, m := range members {
+		keys[i] = m.lockKey
+	}
+	var locked []bool
+	if err := tx.QueryRow(ctx, "SELECT coalesce(array_agg(pg_try_advisory_xact_lock(hashtextextended(k, 0)) ORDER BY i), '{}')"+
+		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys).Scan(&locked); err != nil {
+		return nil, fmt.Errorf("locking %d workflow IDs: %w", len(keys), err)
+	}
+	if len(locked) != len(members) {
+		return nil, fmt.Errorf("locking %d workflow IDs: %d answers", len(members), len(locked))
+	}
+	var in []int // members to look up and insert
+	for i := range members {
+		if locked[i] {
+			in = append(in, i)
+		} else {
+			verdicts[i] = startResult{alone: true, err: errNoLock}
+		}
+	}
+	if len(in) == 0 {
+		return nil, nil
+	}
+
+	// The lookups and inserts, one statement for all, taking its snapshot
+	// after every lock was granted.
+	var (
+		runIDs, queues, kinds, namespaces, workflowIDs, requestIDs, traces []string
+		payloads, hashes                                                   [][]byte
+		rejectAny, rejectCompleted                                         []bool
+	)
+	for _, i := range in {
+		m := members[i]
+		runIDs = append(runIDs, m.runID.String())
+		namespaces = append(namespaces, m.info.Namespace)
+		workflowIDs = append(workflowIDs, m.info.WorkflowID)
+		kinds = append(kinds, m.info.Kind)
+		queues = append(queues, m.info.Queue)
+		payloads = append(payloads, m.payload)
+		requestIDs = append(requestIDs, m.info.RequestID)
+		hashes = append(hashes, m.hash)
+		traces = append(traces, string(m.traceContext))
+		rejectAny = append(rejectAny, m.opts.IDReusePolicy == IDReuseRejectDuplicate)
+		rejectCompleted = append(rejectCompleted, m.opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly)
+	}
+	found := make([][4]*foundRun, len(in))
+	inserted := make([]*handoff.Run, len(in))
+	rows, err := tx.Query(ctx, c.startRunManySQL,
+		runIDs, namespaces, workflowIDs, kinds, queues, payloads, requestIDs, hashes, traces, rejectAny, rejectCompleted)
+	if err != nil {
+		return nil, fmt.Errorf("starting %d workflows: %w", len(in), err)
+	}
+	for rows.Next() {
+		var (
+			k, which  int
+			f         foundRun
+			createdAt *time.Time
+		)
+		if err := rows.Scan(&k, &which, &f.runID, &f.generation, &f.hash, &f.state, &createdAt); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("starting %d workflows: %w", len(in), err)
+		}
+		if k < 1 || k > len(in) || which < 0 || which > 3 {
+			rows.Close()
+			return nil, fmt.Errorf("starting %d workflows: row %d of kind %d", len(in), k, which)
+		}
+		if which > 0 {
+			found[k-1][which] = &f
+			continue
+		}
+		m := members[in[k-1]]
+		inserted[k-1] = &handoff.Run{
+			Args: m.payload, Generation: f.generation, ID: m.runID, Kind: m.info.Kind, Namespace: m.info.Namespace, Now: *createdAt,
+			Queue: m.info.Queue, TraceContext: m.traceContext, WorkflowID: m.info.WorkflowID, LastInTx: true,
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("starting %d workflows: %w", len(in), err)
+	}
+
+	var runs []*handoff.Run
+	var started []int // members whose run was inserted, as runs
+	for k, i := range in {
+		m := members[i]
+		replayed, refused := c.startRefusal(found[k], m.hash, m.info, m.opts.IDReusePolicy)
+		switch {
+		case (replayed != nil || refused != nil) && inserted[k] != nil: // the SQL's conditions and these differ: fail closed
+			return nil, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", m.info.WorkflowID)
+		case refused != nil:
+			verdicts[i] = startResult{err: refused}
+		case replayed != nil:
+			verdicts[i] = startResult{run: replayed}
+		case inserted[k] == nil:
+			// Only a writer bypassing the advisory lock gets here.
+			verdicts[i] = startResult{err: &WorkflowAlreadyStartedError{Namespace: m.info.Namespace, WorkflowID: m.info.WorkflowID}}
+		default:
+			runs = append(runs, inserted[k])
+			started = append(started, i)
+			verdicts[i] = startResult{run: &Run{Created: true, Generation: inserted[k].Generation, Namespace: m.info.Namespace,
+				RunID: m.runID, WorkflowID: m.info.WorkflowID, client: c}}
+		}
+	}
+	if len(runs) == 0 {
+		return nil, nil
+	}
+
+	// The first tasks, their last writes merged; those that failed before
+	// writing go through River, as a start alone queues them.
+	tasks, err := members[started[0]].taker.RunFirstTasks(ctx, tx, runs)
+	if err != nil {
+		return nil, err
+	}
+	for k, i := range started {
+		if tasks.Done[k] != nil {
+			dones = append(dones, tasks.Done[k])
+		}
+		if taskErr := tasks.Errs[k]; taskErr != nil {
+			m := members[i]
+			if err := c.queueFailedFirstTask(ctx, tx, m.taskArgs, m.info.Queue, taskErr); err != nil {
+				return dones, fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", m.info.WorkflowID, taskErr, err)
+			}
+		}
+	}
+	lazytx.QueueCommit(tx, tasks.Last)
+	if err := tx.SendBatch(ctx, tasks.Last).Close(); err != nil {
+		return dones, err
+	}
+	tasks.Sent()
+	return dones, nil
+}
+
+// startRunManySQL is startRunSQL for a group of starts, over arrays of
+// their runs ($1), namespaces, workflow IDs, kinds, queues, args, request
+// IDs, request hashes, trace contexts ($2–$9) and reuse policies ($10 any
+// last run refuses, $11 a completed one does), in that order; starts of a
+// group have no deadlines and insert no task job. Each row names its start
+// by position (1, 2, …), then as startRunSQL's: 0 for the inserted run
+// (with its creation time), 1–3 for what was found.
+func startRunManySQL(names *dbschema.Names) string {
+	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]," +
+		"  $8::bytea[], $9::text[], $10::boolean[], $11::boolean[]) WITH ORDINALITY" +
+		"  AS v(run_id, namespace, workflow_id, kind, queue, args, request_id, request_hash, trace_context, reject_any, reject_completed, k))," +
+		" found AS (" +
+		"  SELECT v.k, 1 AS which, r.run_id, r.generation, r.request_hash, r.state FROM v JOIN " + names.Run + " r" +
+		"   ON r.namespace = v.namespace AND r.workflow_id = v.workflow_id AND r.request_id = v.request_id" +
+		"  UNION ALL SELECT v.k, 2, r.run_id, r.generation, NULL, r.state FROM v JOIN " + names.Run + " r" +
+		"   ON r.namespace = v.namespace AND r.workflow_id = v.workflow_id AND r.state = 'running'" +
+		"  UNION ALL SELECT v.k, 3, l.run_id, l.generation, NULL, l.state FROM v CROSS JOIN LATERAL" +
+		"   (SELECT run_id, generation, state FROM " + names.Run + " r WHERE r.namespace = v.namespace AND r.workflow_id = v.workflow_id" +
+		"    ORDER BY generation DESC LIMIT 1) l)," +
+		" ok AS (SELECT * FROM v WHERE NOT EXISTS (SELECT 1 FROM found f" +
+		"  WHERE f.k = v.k AND (f.which < 3 OR v.reject_any OR (v.reject_completed AND f.state = 'completed'))))," +
+		" g AS (INSERT INTO " + names.Workflow + " AS w (namespace, workflow_id, last_generation)" +
+		"  SELECT namespace, workflow_id, 1 FROM ok" +
+		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
+		"  RETURNING namespace, workflow_id, last_generation)," +
+		" inserted AS (INSERT INTO " + names.Run +
+		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, trace_context)" +
+		"  SELECT ok.run_id, ok.namespace, ok.workflow_id, g.last_generation, ok.kind, ok.queue, ok.args, ok.request_id," +
+		"   ok.request_hash, ok.trace_context::jsonb" +
+		"  FROM ok JOIN g ON g.namespace = ok.namespace AND g.workflow_id = ok.workflow_id" +
+		"  RETURNING run_id, generation, created_at)" +
+		" SELECT f.k, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz FROM found f" +
+		" UNION ALL SELECT ok.k, 0, i.run_id, i.generation, NULL, 'running', i.created_at FROM inserted i JOIN ok ON ok.run_id = i.run_id"
+}

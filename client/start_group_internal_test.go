@@ -1,0 +1,100 @@
+package client
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/dbtest"
+)
+
+// TestStartRunManyTakesRunsByKey: on a runs table of tens of thousands of
+// rows whose statistics were taken nearly empty, a group's lookup and insert
+// (startRunManySQL) reads runs by key only, in its custom plans and in its
+// generic one (a worker's group asks for generic plans).
+func TestStartRunManyTakesRunsByKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.FreshSchema(ctx, t)
+	names := dbschema.New(schema)
+
+	_, err := pool.Exec(ctx, "INSERT INTO "+names.Namespace+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
+	require.NoError(t, err)
+	fill := func(from, to int) {
+		t.Helper()
+		_, err := pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation)"+
+			" SELECT 'default', 'wf-' || i, 1 FROM generate_series($1::int, $2::int) i", from, to)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+
+			" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, state, closed_at)"+
+			" SELECT gen_random_uuid(), 'default', 'wf-' || i, 1, 'k', 'default', '\\x', 'r' || i, '\\x',"+
+			"  CASE WHEN i % 10 = 0 THEN 'running' ELSE 'completed' END, CASE WHEN i % 10 = 0 THEN NULL ELSE now() END"+
+			" FROM generate_series($1::int, $2::int) i", from, to)
+		require.NoError(t, err)
+	}
+	fill(1, 10)
+	_, err = pool.Exec(ctx, "ANALYZE "+names.Run+"; ANALYZE "+names.Workflow)
+	require.NoError(t, err)
+	fill(11, 30000)
+
+	literals := "'{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002,00000000-0000-0000-0000-000000000003}'," +
+		" '{default,default,default}', '{wf-5,wf-20,wf-new}', '{k,k,k}', '{default,default,default}', '{x,y,z}'," +
+		" '{r5,r99,r100}', '{h,h,h}', '{\"{}\",\"{}\",\"{}\"}', '{f,f,f}', '{f,t,f}'"
+	for _, generic := range []bool{false, true} {
+		conn, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		if generic {
+			_, err := tx.Exec(ctx, "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+			require.NoError(t, err)
+		}
+		_, err = tx.Exec(ctx, "PREPARE plan_test AS "+startRunManySQL(names))
+		require.NoError(t, err)
+		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE plan_test("+literals+")")
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		plan := strings.Join(lines, "\n")
+		require.NoError(t, tx.Rollback(ctx))
+		_, _ = conn.Exec(ctx, "DEALLOCATE plan_test") // a rollback does not undo PREPARE
+		conn.Release()
+
+		require.NotContains(t, plan, "Seq Scan on weir_run", "generic %v:\n%s", generic, plan)
+		require.NotContains(t, plan, "Seq Scan on weir_workflow", "generic %v:\n%s", generic, plan)
+		if generic {
+			require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
+		}
+	}
+
+	// Executed: the live run (wf-20) and the completed one a policy refuses
+	// (wf-5, its request unknown) are found, and only the new workflow ID's
+	// run is inserted, with its generation.
+	rows, err := pool.Query(ctx, startRunManySQL(names),
+		[]string{"00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002", "00000000-0000-0000-0000-000000000003"},
+		[]string{"default", "default", "default"}, []string{"wf-5", "wf-20", "wf-new"}, []string{"k", "k", "k"},
+		[]string{"default", "default", "default"}, [][]byte{[]byte("x"), []byte("y"), []byte("z")},
+		[]string{"rx", "ry", "rz"}, [][]byte{[]byte("h"), []byte("h"), []byte("h")}, []string{"{}", "{}", "{}"},
+		[]bool{true, false, false}, []bool{false, false, false})
+	require.NoError(t, err)
+	type row struct{ k, which, generation int }
+	var got []row
+	for rows.Next() {
+		var (
+			r     row
+			f     foundRun
+			other any
+		)
+		require.NoError(t, rows.Scan(&r.k, &r.which, &f.runID, &r.generation, &f.hash, &f.state, &other))
+		got = append(got, r)
+	}
+	require.NoError(t, rows.Err())
+	require.ElementsMatch(t, []row{{1, 3, 1}, {2, 2, 1}, {2, 3, 1}, {3, 0, 1}}, got)
+	var runs int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE workflow_id IN ('wf-5', 'wf-20', 'wf-new')").Scan(&runs))
+	require.Equal(t, 3, runs, "one new run, none for the refused starts")
+}
