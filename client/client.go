@@ -206,7 +206,13 @@ type StartOpts struct {
 	// that fails or runs out of that time is rolled back and queued through
 	// River, which retries it (the start itself succeeds). Without such a
 	// worker, or with too little time left on ctx, Start queues the task as
-	// usual. Defaults to false.
+	// usual.
+	//
+	// Many eager starts made at once (no RunTimeout, ExecutionTimeout or
+	// client interceptors) share transactions of up to 16 starts, with their
+	// first tasks' writes merged: each still returns what it would alone. A
+	// start in such a group waits for the group's commit, not for ctx.
+	// Defaults to false.
 	EagerStart bool
 
 	// ExecutionTimeout bounds the workflow across all its runs (a
