@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/handoff"
@@ -34,9 +36,16 @@ import (
 // runs alone, where only a faulty one fails). A start that the group found
 // refused or replayed returns that at once: it wrote nothing.
 //
-// A start in a group waits for the group, not for its own ctx: the group's
-// COMMIT decides whether its run exists, and it runs under the group's own
-// deadline (startGroupTimeout).
+// A start waits in the queue for as long as its ctx allows; once a group
+// took it, it waits for the group, not for its ctx: the group's COMMIT
+// decides whether its run exists, and it runs under the group's own
+// deadline (startGroupTimeout). A group that may have committed (its
+// connection failed after the COMMIT went) reports the error to each of its
+// starts, as a start alone does, instead of running them again; one that
+// rolled back runs each alone with the workflow and request IDs it used, so
+// a retry is the same start. The worker declines, in a group, a first task
+// that starts a child (the child's start lock is taken waiting): it goes
+// through River.
 
 const (
 	// startGroupsMax bounds the groups of starts in flight (each holds a
@@ -74,7 +83,8 @@ type startRequest struct {
 	taskArgs     task.Args
 	taker        handoff.GroupTaker
 
-	done chan startResult // the group's verdict
+	taken bool             // a group took it (guarded by startGroups.mu)
+	done  chan startResult // the group's verdict
 }
 
 // startResult is a group's verdict on one start: its run or error, or that
@@ -136,9 +146,26 @@ func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error
 	g.queue = append(g.queue, req)
 	g.launchLocked()
 	g.mu.Unlock()
-	res := <-req.done
+	var res startResult
+	select {
+	case res = <-req.done:
+	case <-ctx.Done():
+		// Still queued, it leaves; taken by a group, its verdict decides.
+		g.mu.Lock()
+		if !req.taken {
+			g.queue = slices.DeleteFunc(g.queue, func(r *startRequest) bool { return r == req })
+			g.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		g.mu.Unlock()
+		res = <-req.done
+	}
 	if res.alone {
-		return g.c.startAlone(ctx, req.args, req.opts)
+		// The same workflow and request IDs as the group used (a random
+		// default is drawn once).
+		opts := *req.opts
+		opts.WorkflowID, opts.RequestID = req.info.WorkflowID, req.info.RequestID
+		return g.c.startAlone(ctx, req.args, &opts)
 	}
 	return res.run, res.err
 }
@@ -165,6 +192,7 @@ func (g *startGroups) launchLocked() {
 		for _, req := range g.queue {
 			if len(members) < startGroupMembers && req.taker == taker && !keys[req.lockKey] {
 				keys[req.lockKey] = true
+				req.taken = true
 				members = append(members, req)
 			} else {
 				rest = append(rest, req)
@@ -188,17 +216,35 @@ func (g *startGroups) run(members []*startRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), startGroupTimeout)
 	defer cancel()
 	verdicts := make([]startResult, len(members))
-	var dones []func(committed bool)
-	err := lazytx.BeginFunc(ctx, g.c.pool, func(tx pgx.Tx) error {
-		var err error
-		dones, err = g.c.startGroupTx(ctx, tx, members, verdicts)
-		return err
-	})
+	var (
+		dones   []func(committed bool)
+		sending bool // the batch with the COMMIT went out
+	)
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil { // lazytx rolled back; the members run alone
+				err = fmt.Errorf("weir: a group of starts panicked: %v", r)
+			}
+		}()
+		return lazytx.BeginFunc(ctx, g.c.pool, func(tx pgx.Tx) error {
+			var err error
+			dones, sending, err = g.c.startGroupTx(ctx, tx, members, verdicts)
+			return err
+		})
+	}()
+	var pgErr *pgconn.PgError
+	committed := err == nil || errors.Is(err, lazytx.ErrCommittedDespiteCallback)
 	for _, done := range dones {
-		done(err == nil)
+		done(committed)
 	}
 	for i, m := range members {
-		if err != nil {
+		switch {
+		case committed:
+		case sending && !errors.As(err, &pgErr):
+			// The COMMIT may have run (the connection went, say): as a start
+			// alone, each start reports the error rather than start again.
+			verdicts[i] = startResult{err: fmt.Errorf("weir: starting workflow %s in a group of %d: %w", m.info.WorkflowID, len(members), err)}
+		default: // rolled back: each runs alone
 			verdicts[i] = startResult{alone: true}
 		}
 		m.done <- verdicts[i]
@@ -210,8 +256,9 @@ func (g *startGroups) run(members []*startRequest) {
 var errNoLock = errors.New("the workflow ID's start lock is taken")
 
 // startGroupTx is a group's transaction: it fills verdicts, by member, and
-// returns what to tell the worker once the transaction ended.
-func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRequest, verdicts []startResult) (dones []func(bool), err error) {
+// returns what to tell the worker once the transaction ended, and whether
+// it sent its last batch (with the COMMIT).
+func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRequest, verdicts []startResult) (dones []func(bool), sending bool, err error) {
 	// W1: each workflow ID's start lock, taken without waiting, so that a
 	// group never waits with locks held (and never deadlocks): a start whose
 	// lock is taken runs alone, after the group.
@@ -222,10 +269,10 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 	var locked []bool
 	if err := tx.QueryRow(ctx, "SELECT coalesce(array_agg(pg_try_advisory_xact_lock(hashtextextended(k, 0)) ORDER BY i), '{}')"+
 		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys).Scan(&locked); err != nil {
-		return nil, fmt.Errorf("locking %d workflow IDs: %w", len(keys), err)
+		return nil, false, fmt.Errorf("locking %d workflow IDs: %w", len(keys), err)
 	}
 	if len(locked) != len(members) {
-		return nil, fmt.Errorf("locking %d workflow IDs: %d answers", len(members), len(locked))
+		return nil, false, fmt.Errorf("locking %d workflow IDs: %d answers", len(members), len(locked))
 	}
 	var in []int // members to look up and insert
 	for i := range members {
@@ -236,7 +283,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		}
 	}
 	if len(in) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 
 	// The lookups and inserts, one statement for all, taking its snapshot
@@ -265,7 +312,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 	rows, err := tx.Query(ctx, c.startRunManySQL,
 		runIDs, namespaces, workflowIDs, kinds, queues, payloads, requestIDs, hashes, traces, rejectAny, rejectCompleted)
 	if err != nil {
-		return nil, fmt.Errorf("starting %d workflows: %w", len(in), err)
+		return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
 	}
 	for rows.Next() {
 		var (
@@ -275,11 +322,11 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		)
 		if err := rows.Scan(&k, &which, &f.runID, &f.generation, &f.hash, &f.state, &createdAt); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("starting %d workflows: %w", len(in), err)
+			return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
 		}
 		if k < 1 || k > len(in) || which < 0 || which > 3 {
 			rows.Close()
-			return nil, fmt.Errorf("starting %d workflows: row %d of kind %d", len(in), k, which)
+			return nil, false, fmt.Errorf("starting %d workflows: row %d of kind %d", len(in), k, which)
 		}
 		if which > 0 {
 			found[k-1][which] = &f
@@ -293,7 +340,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("starting %d workflows: %w", len(in), err)
+		return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
 	}
 
 	var runs []*handoff.Run
@@ -303,7 +350,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		replayed, refused := c.startRefusal(found[k], m.hash, m.info, m.opts.IDReusePolicy)
 		switch {
 		case (replayed != nil || refused != nil) && inserted[k] != nil: // the SQL's conditions and these differ: fail closed
-			return nil, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", m.info.WorkflowID)
+			return nil, false, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", m.info.WorkflowID)
 		case refused != nil:
 			verdicts[i] = startResult{err: refused}
 		case replayed != nil:
@@ -319,32 +366,34 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		}
 	}
 	if len(runs) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 
 	// The first tasks, their last writes merged; those that failed before
 	// writing go through River, as a start alone queues them.
 	tasks, err := members[started[0]].taker.RunFirstTasks(ctx, tx, runs)
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	for _, done := range tasks.Done {
+		if done != nil {
+			dones = append(dones, done)
+		}
 	}
 	for k, i := range started {
-		if tasks.Done[k] != nil {
-			dones = append(dones, tasks.Done[k])
-		}
 		if taskErr := tasks.Errs[k]; taskErr != nil {
 			m := members[i]
 			if err := c.queueFailedFirstTask(ctx, tx, m.taskArgs, m.info.Queue, taskErr); err != nil {
-				return dones, fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", m.info.WorkflowID, taskErr, err)
+				return dones, false, fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", m.info.WorkflowID, taskErr, err)
 			}
 		}
 	}
 	lazytx.QueueCommit(tx, tasks.Last)
-	if err := tx.SendBatch(ctx, tasks.Last).Close(); err != nil {
-		return dones, err
+	err = tx.SendBatch(ctx, tasks.Last).Close()
+	if err == nil || errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
+		tasks.Sent() // committed: what the batch read is recorded
 	}
-	tasks.Sent()
-	return dones, nil
+	return dones, true, err
 }
 
 // startRunManySQL is startRunSQL for a group of starts, over arrays of

@@ -1,8 +1,10 @@
 package client
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -97,4 +99,30 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	var runs int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE workflow_id IN ('wf-5', 'wf-20', 'wf-new')").Scan(&runs))
 	require.Equal(t, 3, runs, "one new run, none for the refused starts")
+}
+
+// TestStartGroupsQueuedStartLeavesOnCancel: a start queued for a group (none
+// can start: every slot is in flight) returns its context's error once that
+// ends, and leaves the queue, so no group starts it later.
+func TestStartGroupsQueuedStartLeavesOnCancel(t *testing.T) {
+	t.Parallel()
+	g := &startGroups{inFlight: startGroupsMax}
+	ctx, cancel := context.WithCancel(t.Context())
+	req := &startRequest{lockKey: "k", done: make(chan startResult, 1)}
+	errs := make(chan error, 1)
+	go func() {
+		_, err := g.start(ctx, req)
+		errs <- err
+	}()
+	require.Eventually(t, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.queue) == 1
+	}, 10*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-errs, context.Canceled)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Empty(t, g.queue)
+	require.False(t, req.taken)
 }

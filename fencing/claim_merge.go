@@ -138,17 +138,20 @@ func MergeQueuedClaims(batch *pgx.Batch, schema string) int {
 			return fmt.Errorf("fencing: inserting %d claimed jobs in one statement: %w", len(ids),
 				originals[0].Fn(&oneRowResults{row: valuesRow{err: err}}))
 		}
+		// Every claim reads its row, even after one failed: each that
+		// succeeds is recorded, as it would have been alone.
+		var first error
 		for k, qq := range originals {
 			values, ok := byID[ids[k]]
 			row := valuesRow{values: values}
 			if !ok {
 				row.err = pgx.ErrNoRows
 			}
-			if err := qq.Fn(&oneRowResults{row: row}); err != nil {
-				return err
+			if err := qq.Fn(&oneRowResults{row: row}); err != nil && first == nil {
+				first = err
 			}
 		}
-		return nil
+		return first
 	}
 	out := make([]*pgx.QueuedQuery, 0, len(batch.QueuedQueries)-len(at)+1)
 	next := 0

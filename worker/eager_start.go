@@ -92,7 +92,10 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 // stepCommitter) for the caller to send with its COMMIT. A task that fails
 // before it wrote anything (its workflow code failed, or ran out of its
 // budget) is the caller's to queue through River; one that fails after,
-// fails the group.
+// fails the group. A task that starts a child is declined (it goes through
+// River): the child's start lock is taken waiting, and a group must never
+// wait for a lock while it holds its starts' locks. So are the tasks left
+// when the group's time runs short.
 func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*handoff.Run) (*handoff.FirstTasks, error) {
 	w := t.w
 	out := &handoff.FirstTasks{Done: make([]func(bool), len(runs)), Errs: make([]error, len(runs)), Last: &pgx.Batch{}}
@@ -124,6 +127,13 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 		}
 	}
 	for i, r := range runs {
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
+			// The group's time runs short: the rest go through River.
+			for j := i; j < len(runs); j++ {
+				out.Errs[j] = handoff.ErrDeclined
+			}
+			break
+		}
 		run := &runRow{
 			Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
 			State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
@@ -154,6 +164,9 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 			w.settle(err, result)
 			failed(err)
 			return nil, err
+		case errors.Is(err, errRunsAlone):
+			w.settle(err, result)
+			out.Errs[i] = handoff.ErrDeclined
 		default:
 			w.settle(err, result)
 			out.Errs[i] = withStack(fmt.Errorf("workflow task of run %s (in the start, attempt 1): %w", r.ID, err))

@@ -173,6 +173,38 @@ func TestStartGroups(t *testing.T) {
 		}
 	})
 
+	// A first task that starts a child would wait for the child's start lock
+	// while its group holds others: in a group it is declined, and goes
+	// through River (no failed attempt); every parent gets its children.
+	t.Run("ChildStartingTaskGoesThroughRiver", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWith(ctx, t, b, func(w *worker.Worker) {
+			worker.AddWorkflow(w, &FulfilWorkflow{})
+			worker.AddWorkflow(w, &ShipWorkflow{})
+			worker.AddActivity(w, b.charge)
+		})
+
+		const n = 20
+		runs, errs := burst(n, func(i int) (*client.Run, error) {
+			return b.client.Start(ctx, FulfilArgs{Orders: []string{fmt.Sprint("o", i)}}, eager("", ""))
+		})
+		declined := 0
+		for i := range n {
+			require.NoError(t, errs[i])
+			out, err := getWithin[[]string](ctx, t, runs[i])
+			require.NoError(t, err)
+			require.Len(t, out, 1)
+			require.Contains(t, out[0], "tracking-")
+			if f, ok := firstTaskOf(ctx, t, b, runs[i].RunID.String()); ok {
+				require.Equal(t, firstTask{attempt: 1, fetched: true, state: "completed"}, f, "declined: no failed attempt")
+				declined++
+			}
+		}
+		require.Positive(t, declined, "some starts went in groups, their first tasks through River")
+	})
+
 	// A first task that fails after it began writing fails its group, whose
 	// starts then run alone: there it is rolled back to its savepoint and
 	// queued through River, and the others start as ever.

@@ -436,6 +436,9 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		return err
 	}
 	toAppend = append(toAppend, outcome.Events...)
+	if by.deferLast != nil && slices.ContainsFunc(toAppend, func(e history.Event) bool { return e.Type == history.EventChildWorkflowScheduled }) {
+		return errRunsAlone // a group of starts must not wait for a child's start lock; nothing written yet
+	}
 	if by.group != nil && !groupable(run, by, outcome, events, toAppend) {
 		return errRunsAlone // nothing written yet
 	}
