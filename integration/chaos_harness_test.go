@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -23,11 +24,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/integration/chaos"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/internal/pgcluster"
 	"github.com/weirhq/weir/migrations"
+	"github.com/weirhq/weir/worker"
 )
 
 // Sizes. CI runs the defaults; `make chaos` sets WEIR_CHAOS_WORKFLOWS (and may
@@ -207,6 +210,7 @@ type harness struct {
 	tables   chaos.Tables
 	leaseTTL time.Duration
 	workers  []*workerProc
+	eager    bool // starts are eager (harnessOpts.eager)
 
 	signals int       // Bonus signals each workflow waits for
 	began   time.Time // the workload's start
@@ -219,6 +223,7 @@ type harness struct {
 type harnessOpts struct {
 	workers  int
 	viaProxy bool // each worker reaches Postgres through its own proxy
+	eager    bool // eager starts, taken by a worker in this process
 }
 
 func newHarness(t *testing.T, opts harnessOpts) *harness {
@@ -248,7 +253,27 @@ func newHarness(t *testing.T, opts harnessOpts) *harness {
 
 	h := &harness{
 		t: t, ctx: ctx, server: server, pool: pool, client: c, tables: tables,
-		leaseTTL: leaseTTL, faults: make(map[string]int),
+		leaseTTL: leaseTTL, faults: make(map[string]int), eager: opts.eager,
+	}
+	if opts.eager {
+		// Configured as the worker processes are; it survives every fault
+		// but Postgres's restarts.
+		w, err := worker.New(pool, &worker.Config{
+			Fencing:       &fencing.Config{LeaseTTL: leaseTTL, ReaperInterval: leaseTTL / 5},
+			Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Schema:        chaosSchema,
+			SweepInterval: 500 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		worker.AddWorkflow(w, &chaos.Workflow{})
+		worker.AddActivity(w, &chaos.PlainActivity{Pool: pool, Tables: tables, Worker: "in-process"})
+		worker.AddActivity(w, &chaos.EffectActivity{Pool: pool, Tables: tables, Worker: "in-process"})
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+			defer cancel()
+			_ = w.Stop(stopCtx)
+		})
 	}
 	for slot := range opts.workers {
 		p := &workerProc{slot: slot, url: server.URL("postgres")}
@@ -503,7 +528,7 @@ func (h *harness) pace(ctx context.Context, i int) {
 func (h *harness) startRetrying(ctx context.Context, i int, args chaos.WorkflowArgs) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		_, err := h.client.Start(ctx, args, &client.StartOpts{WorkflowID: workflowID(i), RequestID: fmt.Sprint("req-", i)})
+		_, err := h.client.Start(ctx, args, &client.StartOpts{EagerStart: h.eager, WorkflowID: workflowID(i), RequestID: fmt.Sprint("req-", i)})
 		if err == nil {
 			return nil
 		}

@@ -34,6 +34,10 @@ type scenario struct {
 	name     string
 	viaProxy bool
 	storm    bool
+	// eager starts with StartOpts.EagerStart, with a worker in the
+	// harness's own process (never killed) taking first tasks, so that
+	// starts made at once go in groups.
+	eager bool
 	// inject injects faults until ctx ends.
 	inject func(ctx context.Context, h *harness)
 }
@@ -59,7 +63,7 @@ func runScenario(t *testing.T, sc scenario) *report {
 	t.Helper()
 	ctx := t.Context()
 	size := chaosSizes(t)
-	h := newHarness(t, harnessOpts{workers: size.workers, viaProxy: sc.viaProxy})
+	h := newHarness(t, harnessOpts{workers: size.workers, viaProxy: sc.viaProxy, eager: sc.eager})
 	began := time.Now()
 	h.began, h.rate, h.signals = began, size.rate, size.signals
 
@@ -183,6 +187,20 @@ func TestChaosStartStorm(t *testing.T) {
 	}})
 }
 
+// TestChaosEagerStartStorm is the start storm with eager starts, which a
+// worker in the starting process groups into shared transactions, while
+// Postgres restarts and workers are killed.
+func TestChaosEagerStartStorm(t *testing.T) {
+	runScenario(t, scenario{name: "eager-start-storm", storm: true, eager: true, inject: func(ctx context.Context, h *harness) {
+		var wg sync.WaitGroup
+		wg.Go(func() { every(ctx, 4*time.Second, h.restartPostgres) })
+		wg.Go(func() {
+			every(ctx, 1500*time.Millisecond, func(ctx context.Context) bool { return h.killOne(ctx, 100*time.Millisecond) })
+		})
+		wg.Wait()
+	}})
+}
+
 // TestChaosMixed injects every fault at random, with a start storm.
 func TestChaosMixed(t *testing.T) {
 	runScenario(t, scenario{name: "mixed", viaProxy: true, storm: true, inject: func(ctx context.Context, h *harness) {
@@ -253,7 +271,7 @@ func (h *harness) storm(ctx context.Context, workflows int, args func(i int) cha
 						deadline := time.Now().Add(time.Minute)
 						for {
 							o.run, o.err = h.client.Start(ctx, a, &client.StartOpts{
-								WorkflowID: workflowID(i), RequestID: caller.request, IDReusePolicy: client.IDReuseRejectDuplicate,
+								EagerStart: h.eager, WorkflowID: workflowID(i), RequestID: caller.request, IDReusePolicy: client.IDReuseRejectDuplicate,
 							})
 							var started *client.WorkflowAlreadyStartedError
 							var reuse *client.WorkflowIDReuseError
