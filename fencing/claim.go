@@ -103,26 +103,13 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 		q = batch.Queue(claimWithIDSQL(params.Schema),
 			ttl, params.ID, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue)
 	} else {
-		q = batch.Queue("WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true)),"+
-			" claimed AS (INSERT INTO "+tableName(params.Schema, "river_job")+
-			"  (args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)"+
-			"  SELECT $2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, now(), 'running', '{}' FROM lease"+
-			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)"+
-			" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true),"+
-			"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed",
+		q = batch.Queue(claimSQL(params.Schema),
 			ttl, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue)
 	}
 	q.QueryRow(func(row pgx.Row) error {
-		var (
-			id          int64
-			attemptedAt time.Time
-			createdAt   time.Time
-			token       string
-			expiresAt   *time.Time
-			cleared     string
-			leased      int
-		)
-		err := row.Scan(&id, &attemptedAt, &createdAt, &token, &expiresAt, &cleared, &leased)
+		var c claimRowValues
+		err := row.Scan(c.targets()...)
+		id, attemptedAt, createdAt, token, expiresAt := c.id, c.attemptedAt, c.createdAt, c.token, c.expiresAt
 		switch {
 		case refusedInStatement(err):
 			return fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", params.Kind, ErrNoLease, err)
@@ -324,6 +311,13 @@ func MergeQueuedCompletions(batch *pgx.Batch, schema string) int {
 		}
 		return nil
 	})
+	replaceQueued(batch, at, merged)
+	return len(at)
+}
+
+// replaceQueued puts merged in batch in the place of the queries at at
+// (ascending indexes), the first one's place.
+func replaceQueued(batch *pgx.Batch, at []int, merged *pgx.QueuedQuery) {
 	out := make([]*pgx.QueuedQuery, 0, len(batch.QueuedQueries)-len(at)+1)
 	next := 0
 	for i, qq := range batch.QueuedQueries {
@@ -338,7 +332,6 @@ func MergeQueuedCompletions(batch *pgx.Batch, schema string) int {
 		}
 	}
 	batch.QueuedQueries = out
-	return len(at)
 }
 
 // completeClaimedManySQL is completeClaimedSQL for many jobs: arrays of

@@ -32,21 +32,36 @@ func ReserveJobIDs(ctx context.Context, tx pgx.Tx, schema string, n int) ([]int6
 	return ids, nil
 }
 
-// claimWithIDSQL is QueueClaim's insert for a job whose ID the caller
-// reserved: $1 the lease's TTL, $2 the ID, then as the insert without one.
-func claimWithIDSQL(schema string) string {
-	return cachedSQL(&claimWithIDCache, schema, func(schema string) string {
-		return "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true))," +
-			" claimed AS (INSERT INTO " + tableName(schema, "river_job") +
-			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)" +
-			"  SELECT $2, $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9, now(), 'running', '{}' FROM lease" +
-			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
-			" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true)," +
-			"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
-	})
+// claimSQL is QueueClaim's insert: $1 the lease's TTL, then the job's args,
+// claimer, kind, max attempts, metadata, priority and queue ($2-$8).
+// claimWithIDSQL is the same for a job whose ID the caller reserved: the ID
+// is $2, and the rest follow it ($3-$9).
+func claimSQL(schema string) string {
+	return cachedSQL(&claimCache, schema, func(schema string) string { return buildClaimSQL(schema, false) })
 }
 
-var claimWithIDCache, claimManyCache sync.Map
+func claimWithIDSQL(schema string) string {
+	return cachedSQL(&claimWithIDCache, schema, func(schema string) string { return buildClaimSQL(schema, true) })
+}
+
+var claimCache, claimWithIDCache, claimManyCache sync.Map
+
+// buildClaimSQL builds claimSQL, or claimWithIDSQL when withID. The lease
+// setting is made for the insert and cleared right after it, in one
+// statement (the inserted row flows from the first CTE to the last select).
+func buildClaimSQL(schema string, withID bool) string {
+	columns, values := "", "$2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8"
+	if withID {
+		columns, values = "id, ", "$2, $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9"
+	}
+	return "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true))," +
+		" claimed AS (INSERT INTO " + tableName(schema, "river_job") +
+		"  (" + columns + "args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)" +
+		"  SELECT " + values + ", now(), 'running', '{}' FROM lease" +
+		"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
+		" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true)," +
+		"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
+}
 
 // claimManySQL is claimWithIDSQL for many jobs, over arrays. Its rows are
 // claimWithIDSQL's, one per job. The lease setting is cleared only once
@@ -119,14 +134,11 @@ func MergeQueuedClaims(batch *pgx.Batch, schema string) int {
 		rows, err := br.Query()
 		if err == nil {
 			for rows.Next() {
-				values := make([]any, 7)
 				var row claimRowValues
-				if err = rows.Scan(&row.id, &row.attemptedAt, &row.createdAt, &row.token, &row.expiresAt, &row.cleared, &row.leased); err != nil {
+				if err = rows.Scan(row.targets()...); err != nil {
 					break
 				}
-				values[0], values[1], values[2], values[3], values[4], values[5], values[6] =
-					row.id, row.attemptedAt, row.createdAt, row.token, row.expiresAt, row.cleared, row.leased
-				byID[row.id] = values
+				byID[row.id] = row.values()
 			}
 			rows.Close()
 			if err == nil {
@@ -153,20 +165,7 @@ func MergeQueuedClaims(batch *pgx.Batch, schema string) int {
 		}
 		return first
 	}
-	out := make([]*pgx.QueuedQuery, 0, len(batch.QueuedQueries)-len(at)+1)
-	next := 0
-	for i, qq := range batch.QueuedQueries {
-		switch {
-		case next < len(at) && i == at[next]:
-			if next == 0 {
-				out = append(out, merged)
-			}
-			next++
-		default:
-			out = append(out, qq)
-		}
-	}
-	batch.QueuedQueries = out
+	replaceQueued(batch, at, merged)
 	return len(at)
 }
 
@@ -179,6 +178,16 @@ type claimRowValues struct {
 	expiresAt   *time.Time
 	cleared     string
 	leased      int
+}
+
+// targets are the scan targets of the columns, in order.
+func (c *claimRowValues) targets() []any {
+	return []any{&c.id, &c.attemptedAt, &c.createdAt, &c.token, &c.expiresAt, &c.cleared, &c.leased}
+}
+
+// values are the columns read, in order (what targets points at).
+func (c *claimRowValues) values() []any {
+	return []any{c.id, c.attemptedAt, c.createdAt, c.token, c.expiresAt, c.cleared, c.leased}
 }
 
 // valuesRow is a pgx.Row of values already read (or of an error): Scan
