@@ -426,9 +426,9 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	}
 	insert := &runInsert{
 		args: []any{runID, namespace, workflowID, kind, queue, payload, requestID, hash,
-			opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext, nil,
-			opts.IDReusePolicy == IDReuseRejectDuplicate, opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly},
-		sql: c.startRunSQL,
+			opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext},
+		policy: opts.IDReusePolicy,
+		sql:    c.startRunSQL,
 	}
 
 	// W1: serialize starts of this workflow ID until tx ends. The lookup
@@ -463,7 +463,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 		if taskJobID, err = c.queueFirstTask(ctx, tx, taskArgs, queue); err != nil {
 			return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
 		}
-		insert.args[11] = taskJobID
+		insert.taskJobID = taskJobID
 		batch = &pgx.Batch{}
 		insert.queue(batch, true)
 		if err := sendStartBatch(ctx, tx, batch, namespace, workflowID); err != nil {
@@ -561,11 +561,14 @@ type foundRun struct {
 	state      string
 }
 
-// runInsert is a start's lookup and insert (startRunSQL): its arguments,
-// then what it found and inserted.
+// runInsert is a start's lookup and insert (startRunSQL): its arguments
+// ($1-$11), its first task's job (none when a worker takes the task) and
+// ID reuse policy, then what it found and inserted.
 type runInsert struct {
-	args []any
-	sql  string
+	args      []any
+	taskJobID *int64
+	policy    IDReusePolicy
+	sql       string
 
 	found                          [4]*foundRun // by request (1), live (2), last (3)
 	inserted                       bool
@@ -577,7 +580,8 @@ type runInsert struct {
 // queue queues the statement in batch, inserting the run if insert (and
 // nothing found refuses it).
 func (r *runInsert) queue(batch *pgx.Batch, insert bool) {
-	args := append(r.args[:12:12], insert, r.args[12], r.args[13])
+	args := append(r.args[:len(r.args):len(r.args)], r.taskJobID, insert,
+		r.policy == IDReuseRejectDuplicate, r.policy == IDReuseAllowDuplicateFailedOnly)
 	r.found = [4]*foundRun{}
 	batch.Queue(r.sql, args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {

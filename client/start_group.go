@@ -68,20 +68,20 @@ type startGroups struct {
 	inFlight int
 }
 
-// startRequest is a start that a group may take: everything the start
-// writes, ready.
+// startRequest is a start that a group may take; once queued (prepare),
+// with everything the start writes ready.
 type startRequest struct {
-	args WorkflowArgs
-	opts *StartOpts
-	info *StartInfo
+	args    WorkflowArgs
+	opts    *StartOpts
+	info    *StartInfo
+	lockKey string
+	taker   handoff.GroupTaker
 
-	lockKey      string
 	payload      []byte
 	hash         []byte
 	traceContext []byte
 	runID        uuid.UUID
 	taskArgs     task.Args
-	taker        handoff.GroupTaker
 
 	taken bool             // a group took it (guarded by startGroups.mu)
 	done  chan startResult // the group's verdict
@@ -107,13 +107,7 @@ func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) *startReques
 	if err != nil {
 		return nil
 	}
-	payload, hash, traceContext, err := c.encodeStart(args, info)
-	if err != nil {
-		return nil
-	}
-	runID := uuid.New()
-	taskArgs := task.NewArgs(info.Namespace, info.Kind, runID, info.WorkflowID)
-	takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: taskArgs.Kind()})
+	takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)})
 	if len(takers) == 0 {
 		return nil
 	}
@@ -122,11 +116,21 @@ func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) *startReques
 		return nil
 	}
 	return &startRequest{
-		args: args, opts: opts, info: info,
-		lockKey: c.startLockKey(info.Namespace, info.WorkflowID), payload: payload, hash: hash, traceContext: traceContext,
-		runID: runID, taskArgs: taskArgs, taker: taker,
+		args: args, opts: opts, info: info, lockKey: c.startLockKey(info.Namespace, info.WorkflowID), taker: taker,
 		done: make(chan startResult, 1),
 	}
+}
+
+// prepare encodes what the start writes, for a group: only a start that
+// queues pays for it (one that goes alone encodes its own).
+func (r *startRequest) prepare(c *Client) error {
+	var err error
+	if r.payload, r.hash, r.traceContext, err = c.encodeStart(r.args, r.info); err != nil {
+		return err
+	}
+	r.runID = uuid.New()
+	r.taskArgs = task.NewArgs(r.info.Namespace, r.info.Kind, r.runID, r.info.WorkflowID)
+	return nil
 }
 
 // start runs req alone if nothing waits and a group could start now, else
@@ -139,6 +143,11 @@ func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error
 		defer g.finished()
 		return g.c.startAlone(ctx, req.args, req.opts)
 	}
+	g.mu.Unlock()
+	if err := req.prepare(g.c); err != nil {
+		return g.c.startAlone(ctx, req.args, req.opts) // which reports it
+	}
+	g.mu.Lock()
 	if err := ctx.Err(); err != nil {
 		g.mu.Unlock()
 		return nil, err
@@ -266,9 +275,15 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 	for i, m := range members {
 		keys[i] = m.lockKey
 	}
+	// Its statements over arrays are planned once per connection, not on
+	// every call (as a group of outcomes asks, genericPlansSQL in the
+	// worker; TestStartRunManyTakesRunsByKey checks the generic plan).
 	var locked []bool
-	if err := tx.QueryRow(ctx, "SELECT coalesce(array_agg(pg_try_advisory_xact_lock(hashtextextended(k, 0)) ORDER BY i), '{}')"+
-		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys).Scan(&locked); err != nil {
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+	batch.Queue("SELECT coalesce(array_agg(pg_try_advisory_xact_lock(hashtextextended(k, 0)) ORDER BY i), '{}')"+
+		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, false, fmt.Errorf("locking %d workflow IDs: %w", len(keys), err)
 	}
 	if len(locked) != len(members) {

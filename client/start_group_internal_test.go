@@ -106,9 +106,14 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 // ends, and leaves the queue, so no group starts it later.
 func TestStartGroupsQueuedStartLeavesOnCancel(t *testing.T) {
 	t.Parallel()
-	g := &startGroups{inFlight: startGroupsMax}
+	c := &Client{config: (&Config{}).withDefaults(), names: dbschema.New("")}
+	g := &startGroups{c: c, inFlight: startGroupsMax}
 	ctx, cancel := context.WithCancel(t.Context())
-	req := &startRequest{lockKey: "k", done: make(chan startResult, 1)}
+	req := &startRequest{
+		args: RawArgs{JSON: []byte(`{}`), KindName: "k"}, opts: &StartOpts{EagerStart: true},
+		info:    &StartInfo{Kind: "k", Namespace: "default", Queue: QueueDefault, RequestID: "r", WorkflowID: "w"},
+		lockKey: "k", done: make(chan startResult, 1),
+	}
 	errs := make(chan error, 1)
 	go func() {
 		_, err := g.start(ctx, req)
