@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
@@ -55,15 +55,9 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 	replayCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 
-	run := &runRow{
-		Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
-		State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
-		scanned: true, // all of the row the start inserted (a client's start has no parent)
-	}
-	w.clock.observe(r.Now)
 	var result taskResult
 	by := &advanceBy{attempt: 1, commit: r.LastInTx, inStart: true, replayCtx: replayCtx}
-	err := w.advance(ctx, tx, t.def, run, r.Now, nil, by, &result)
+	err := w.advance(ctx, tx, t.def, w.startedRun(r), r.Now, nil, by, &result)
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// The start committed with the task's last batch: the task is done.
 		w.config.Logger.WarnContext(ctx, "weir: first workflow task committed, but reading one of its results failed",
@@ -72,18 +66,41 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 	}
 	if err != nil {
 		w.settle(err, &result)
-		err = withStack(fmt.Errorf("workflow task of run %s (in the start, attempt 1): %w", r.ID, err))
-		w.config.Logger.WarnContext(ctx, "weir: first workflow task failed in the start; it goes through River",
-			slog.String("run_id", r.ID.String()), slog.String("error", err.Error()))
-		return nil, err
+		return nil, w.failedInStart(ctx, r.ID, err)
 	}
+	return w.settleStart(&result), nil
+}
+
+// startedRun is the run a start just inserted, as its first task reads it.
+func (w *Worker) startedRun(r *handoff.Run) *runRow {
+	w.clock.observe(r.Now)
+	return &runRow{
+		Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
+		State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
+		scanned: true, // all of the row the start inserted (a client's start has no parent)
+	}
+}
+
+// settleStart is what the start that ran a first task calls once its
+// transaction ended: the task's results settle (claimed activities start)
+// if it committed.
+func (w *Worker) settleStart(result *taskResult) func(committed bool) {
 	return func(committed bool) {
 		var err error
 		if !committed {
 			err = errStartRolledBack
 		}
-		w.settle(err, &result)
-	}, nil
+		w.settle(err, result)
+	}
+}
+
+// failedInStart words and logs a first task that failed inside its start,
+// before it wrote anything: it goes through River.
+func (w *Worker) failedInStart(ctx context.Context, runID uuid.UUID, err error) error {
+	err = withStack(fmt.Errorf("workflow task of run %s (in the start, attempt 1): %w", runID, err))
+	w.config.Logger.WarnContext(ctx, "weir: first workflow task failed in the start; it goes through River",
+		slog.String("run_id", runID.String()), slog.String("error", err.Error()))
+	return err
 }
 
 // RunFirstTasks implements handoff.GroupTaker: the first tasks of a group
@@ -134,12 +151,6 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 			}
 			break
 		}
-		run := &runRow{
-			Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
-			State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
-			scanned: true, // all of the row the start inserted (a client's start has no parent)
-		}
-		w.clock.observe(r.Now)
 		result := &taskResult{}
 		replayCtx, cancel := context.WithTimeout(ctx, budget)
 		by := &advanceBy{attempt: 1, commit: true, inStart: true, replayCtx: replayCtx,
@@ -147,18 +158,12 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 				out.Last.QueuedQueries = append(out.Last.QueuedQueries, writes.QueuedQueries...)
 				afters = append(afters, after)
 			}}
-		err := w.advance(ctx, tx, t.def, run, r.Now, nil, by, result)
+		err := w.advance(ctx, tx, t.def, w.startedRun(r), r.Now, nil, by, result)
 		cancel()
 		switch {
 		case err == nil:
 			results[i] = result
-			out.Done[i] = func(committed bool) {
-				var err error
-				if !committed {
-					err = errStartRolledBack
-				}
-				w.settle(err, result)
-			}
+			out.Done[i] = w.settleStart(result)
 		case by.wrote:
 			err = fmt.Errorf("workflow task of run %s (in a group of starts): %w", r.ID, err)
 			w.settle(err, result)
@@ -169,15 +174,10 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 			out.Errs[i] = handoff.ErrDeclined
 		default:
 			w.settle(err, result)
-			out.Errs[i] = withStack(fmt.Errorf("workflow task of run %s (in the start, attempt 1): %w", r.ID, err))
-			w.config.Logger.WarnContext(ctx, "weir: first workflow task failed in the start; it goes through River",
-				slog.String("run_id", r.ID.String()), slog.String("error", out.Errs[i].Error()))
+			out.Errs[i] = w.failedInStart(ctx, r.ID, err)
 		}
 	}
-	if w.mergeGroupWrites(out.Last) ||
-		fencing.MergeQueuedCompletions(out.Last, w.config.Schema)+fencing.MergeQueuedClaims(out.Last, w.config.Schema) > 0 {
-		preferGenericPlans(out.Last)
-	}
+	w.mergeLastWrites(out.Last)
 	out.Sent = func() {
 		for _, after := range afters {
 			after()

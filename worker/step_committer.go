@@ -319,10 +319,7 @@ func (c *stepCommitter) run(members []*stepMember) {
 		if last.Len() == 0 {
 			return nil
 		}
-		merged := c.w.mergeGroupWrites(last)
-		if fencing.MergeQueuedCompletions(last, c.w.config.Schema)+fencing.MergeQueuedClaims(last, c.w.config.Schema) > 0 || merged {
-			preferGenericPlans(last)
-		}
+		c.w.mergeLastWrites(last)
 		lazytx.QueueCommit(tx, last)
 		return tx.SendBatch(ctx, last).Close()
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/update"
 )
@@ -245,6 +246,17 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 	}
 	batch.QueuedQueries = out
 	return true
+}
+
+// mergeLastWrites merges the last writes of a group (of outcomes, or of
+// first tasks in a group of starts): the kinds mergeGroupWrites merges, and
+// the claimed jobs' completions and claims fencing merges; when anything
+// merged, the batch asks for generic plans first.
+func (w *Worker) mergeLastWrites(batch *pgx.Batch) {
+	merged := w.mergeGroupWrites(batch)
+	if fencing.MergeQueuedCompletions(batch, w.config.Schema)+fencing.MergeQueuedClaims(batch, w.config.Schema) > 0 || merged {
+		preferGenericPlans(batch)
+	}
 }
 
 // genericPlansSQL makes the rest of a transaction use generic plans for
