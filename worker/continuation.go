@@ -70,6 +70,9 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
 	// outcomeTx writes nothing after this and commits: the last batch may.
 	by := &advanceBy{attempt: attempt, commit: true, own: own, group: cont.step}
+	if cont.step != nil {
+		by.deferLast = cont.step.deferLast // its last writes go with the group's COMMIT
+	}
 	err = w.advance(ctx, tx, def, run, now, []history.Event{direct}, by, cont)
 	return by.completed, err
 }

@@ -321,9 +321,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 				err = fmt.Errorf("decoding args of activity %s (job %d): %w", job.Kind, job.ID, decodeErr)
 				return
 			}
-			own := w.claimedJob(job.ID)
-			own.executed = free
-			err = a.work(workCtx, job, meta, own)
+			err = a.work(workCtx, job, meta, w.claimedJob(job.ID, free))
 		}()
 		if err == nil {
 			return nil
@@ -340,10 +338,12 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 }
 
 // claimedJob completes a claimed job, fenced: queued with the run's last
-// writes when its outcome continues the run and the driver can, else in tx.
-func (w *Worker) claimedJob(jobID int64) *ownJob {
+// writes when its outcome continues the run and the driver can, else in tx;
+// executed is called once the activity's code returned (ownJob.executed).
+func (w *Worker) claimedJob(jobID int64, executed func()) *ownJob {
 	return &ownJob{
-		id: jobID,
+		id:       jobID,
+		executed: executed,
 		complete: func(ctx context.Context, tx pgx.Tx) error {
 			return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
 		},

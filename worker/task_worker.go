@@ -336,8 +336,8 @@ type advanceBy struct {
 	commit bool
 
 	// group, when set, is the outcome's place in a group of outcomes
-	// committed together (stepCommitter): the last batch, which commit
-	// allows to carry the COMMIT, goes with the group's COMMIT instead.
+	// committed together (stepCommitter); its last batch goes through
+	// deferLast.
 	group *stepMember
 
 	// replayCtx, when set, bounds the workflow code (not the statements):
@@ -348,9 +348,10 @@ type advanceBy struct {
 	// which no one else can see yet (so no query waits for it).
 	inStart bool
 
-	// deferLast, when set (first tasks of a group of starts), takes the
-	// last batch that commit allows to carry the COMMIT, and what to do once
-	// it ran: the group sends every member's with one COMMIT.
+	// deferLast, when set (a member of a group of outcomes, or a first task
+	// in a group of starts), takes the last batch that commit allows to
+	// carry the COMMIT, and what to do once it ran: the group sends every
+	// member's with one COMMIT.
 	deferLast func(writes *pgx.Batch, after func())
 
 	// wrote is set once the task began writing (appending its events):
@@ -552,14 +553,10 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	after := outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 || run.inboxed ||
 		outcome.Completed && (run.HasParent || pending.children || pending.activities)
 	if by.commit && (by.own == nil || by.completed) && !after {
-		switch {
-		case by.group != nil:
-			by.group.deferLast(run.writes, func() { result.eager = run.eager }) // its claims are read with the COMMIT
+		if by.deferLast != nil {
+			by.deferLast(run.writes, func() { result.eager = run.eager }) // its claims are read with the COMMIT
 			run.writes = &pgx.Batch{}
-		case by.deferLast != nil:
-			by.deferLast(run.writes, func() { result.eager = run.eager })
-			run.writes = &pgx.Batch{}
-		default:
+		} else {
 			lazytx.QueueCommit(tx, run.writes)
 		}
 	} else if by.group != nil {
