@@ -103,6 +103,7 @@ func TestExecuteWithCancel(t *testing.T) {
 		return winner, nil
 	})
 	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.replayOnly = true // its code records what it does
 	r.task()
 	out := r.task(completed(t, 4, 1))
 	require.Equal(t, "fast", decodeResult[string](t, out))

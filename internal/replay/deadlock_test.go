@@ -25,6 +25,7 @@ func TestExecuteDeadlock(t *testing.T) {
 		return Receipt{}, nil
 	})
 	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.replayOnly = true // its code blocks once, on a channel closed once
 	r.params.DeadlockTimeout = 100 * time.Millisecond
 	_, err := r.try()
 	require.ErrorIs(t, err, replay.ErrDeadlock)

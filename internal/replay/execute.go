@@ -208,15 +208,9 @@ type DroppedInput struct {
 // A returned error fails the task, never the workflow; Execute never
 // returns a nil Outcome without an error.
 func Execute(ctx context.Context, def *Definition, params *ExecuteParams) (*Outcome, error) {
-	if params.Now.IsZero() {
-		return nil, errors.New("replay: ExecuteParams.Now is required")
-	}
-	e, err := newEngine(ctx, def, params)
-	if err != nil {
-		return nil, err
-	}
-	defer e.sched.Close()
-	return e.execute()
+	out, session, err := Start(ctx, def, params)
+	session.Close()
+	return out, err
 }
 
 // Replay replays params.History (open or closed) and reports whether the

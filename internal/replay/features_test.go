@@ -29,6 +29,7 @@ func TestExecuteSideEffect(t *testing.T) {
 		return n + v, err
 	})
 	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.replayOnly = true // its code records what it does
 	out := r.task()
 	require.Equal(t, []history.EventType{history.EventWorkflowTaskStarted, history.EventMarkerRecorded, history.EventActivityScheduled}, eventTypes(out.Events))
 	marker, err := history.Decode[*history.MarkerRecordedAttributes](out.Events[1])
@@ -56,6 +57,7 @@ func TestExecuteNowIsTheTaskTime(t *testing.T) {
 		return times{Before: before, After: after}, err
 	})
 	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.replayOnly = true // its code records what it does, and its identity changes
 	r.task()
 	out := r.task(completed(t, 3, 1))
 	got := decodeResult[times](t, out)
@@ -261,6 +263,7 @@ func TestExecuteLoggerIsSilentWhileReplaying(t *testing.T) {
 		return Receipt{}, nil
 	})
 	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.replayOnly = true // its code records what it does
 	r.params.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
@@ -293,6 +296,7 @@ func TestExecuteInfo(t *testing.T) {
 		return Receipt{}, err
 	})
 	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.replayOnly = true // its code records what it does
 	r.task()
 	r.params.Info = replay.Info{RunID: "run-from-worker"}
 	r.task(completed(t, 3, 1))

@@ -26,6 +26,16 @@ type run struct {
 	history []history.Event
 	tasks   int
 	params  replay.ExecuteParams // template for every task
+
+	// The run's sticky session: every task is run on it too (or, when it
+	// does not stand at the end of history, on a new one), and must decide
+	// exactly what Execute decided from the whole history.
+	session    *replay.Session
+	sessionDef *replay.Definition // the code the session runs
+	// replayOnly turns the sticky check off, for a test whose workflow
+	// records what its code does (running every task twice doubles it) or
+	// changes the run's identity between tasks.
+	replayOnly bool
 }
 
 func newRun(t testing.TB, def *replay.Definition, args any) *run {
@@ -57,6 +67,9 @@ func (r *run) try(inputs ...history.Event) (*replay.Outcome, error) {
 	params.Now = taskTime(r.tasks)
 	params.Info.TaskAttempt = 1
 	out, err := replay.Execute(context.Background(), r.def, &params)
+	if !r.replayOnly {
+		r.sticky(&params, out, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +78,46 @@ func (r *run) try(inputs ...history.Event) (*replay.Outcome, error) {
 		r.history = append(r.history, ev)
 	}
 	return out, nil
+}
+
+// sticky runs the task of params on the run's session, continuing it when
+// it stands at the end of history, else starting one, and checks that it
+// decides what Execute decided (out, err).
+func (r *run) sticky(params *replay.ExecuteParams, out *replay.Outcome, err error) {
+	r.t.Helper()
+	var (
+		got    *replay.Outcome
+		gotErr error
+	)
+	if r.session.NextEventID() == int64(len(params.History))+1 && r.sessionDef == r.def {
+		got, gotErr = r.session.Continue(context.Background(), params)
+	} else {
+		r.session.Close()
+		got, r.session, gotErr = replay.Start(context.Background(), r.def, params)
+		r.sessionDef = r.def
+		r.t.Cleanup(r.session.Close)
+	}
+	if gotErr != nil || err != nil {
+		require.Equal(r.t, err != nil, gotErr != nil, "Execute's error %v, the session's %v", err, gotErr)
+		r.session.Close() // a failed task leaves the session ahead of history
+		r.session = nil
+		return
+	}
+	require.Equal(r.t, outcomeJSON(r.t, out), outcomeJSON(r.t, got), "the session decided otherwise than Execute")
+	if got.Completed {
+		require.Zero(r.t, r.session.NextEventID(), "a session that ended its run is closed")
+		r.session = nil
+		return
+	}
+	require.Equal(r.t, int64(len(params.History)+len(got.Events))+1, r.session.NextEventID())
+}
+
+// outcomeJSON is an outcome as JSON, to compare two.
+func outcomeJSON(t testing.TB, out *replay.Outcome) string {
+	t.Helper()
+	raw, err := json.Marshal(out)
+	require.NoError(t, err)
+	return string(raw)
 }
 
 // scheduled returns the IDs and kinds of the ActivityScheduled events of history

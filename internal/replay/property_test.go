@@ -122,7 +122,9 @@ func programDefinition(program []op) *replay.Definition {
 
 // checkDeterminism runs a random program, delivering outcomes in an order
 // and in batches drawn from rng, and checks at every task that executing it
-// again gives the very same events and that the history replays cleanly.
+// again gives the very same events, that a session continued from the
+// previous task (sticky execution) decides the very same, and that the
+// history replays cleanly.
 func checkDeterminism(t *testing.T, seed uint64) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -158,6 +160,7 @@ func checkDeterminism(t *testing.T, seed uint64) {
 		}
 		params := &replay.ExecuteParams{History: r.history, Inputs: inputs, Now: taskTime(task)}
 		out, err := replay.Execute(context.Background(), def, params)
+		r.sticky(params, out, err) // the run's session, continued, decides the same
 		require.NoError(t, err, "seed %d task %d", seed, task)
 		again, err := replay.Execute(context.Background(), def, params)
 		require.NoError(t, err)

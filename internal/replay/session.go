@@ -1,0 +1,124 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/weirhq/weir/internal/replay/coroutine"
+)
+
+// ErrSessionMismatch is matched by the error of [Session.Continue] when the
+// history it is given is not the one the session's code stands at: events
+// were appended that the session did not decide, or some are missing.
+var ErrSessionMismatch = errors.New("replay: the session does not stand at the end of this history")
+
+// Session is a run's workflow code kept alive between its tasks (what
+// Temporal calls sticky execution). [Start] runs a task as [Execute] does
+// and keeps the code's coroutines where the task left them, blocked;
+// [Session.Continue] runs the run's next task from there, without
+// replaying the history: a task costs what its own inputs and commands
+// cost, not what the whole history does.
+//
+// The session stands at the history its tasks decided, ending at event
+// NextEventID-1. Its caller must give it only that history (the events it
+// decided, committed) and the next task's inputs; a task whose events were
+// not committed leaves the session ahead of the history, so the caller
+// closes it and replays ([Execute] or [Start]) instead.
+//
+// A Session is not safe for concurrent use. Close it when done with it: its
+// coroutines are goroutines, and closing unwinds them (running the
+// workflow code's deferred calls, as [Execute] does after every task). One
+// left unreachable is closed once the garbage collector finds it.
+type Session struct {
+	cleanup runtime.Cleanup
+	closed  bool
+	e       *engine
+	next    int64
+}
+
+// Start runs one workflow task, as [Execute] does, and returns with its
+// outcome the session that continues the run from it. The session is nil
+// when the task ended the run (Outcome.Completed) or failed.
+func Start(ctx context.Context, def *Definition, params *ExecuteParams) (*Outcome, *Session, error) {
+	if params.Now.IsZero() {
+		return nil, nil, errors.New("replay: ExecuteParams.Now is required")
+	}
+	e, err := newEngine(ctx, def, params)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := e.execute()
+	if err != nil || out.Completed {
+		e.sched.Close()
+		return out, nil, err
+	}
+	s := &Session{e: e, next: int64(len(e.history)+len(out.Events)) + 1}
+	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, e.sched)
+	return out, s, nil
+}
+
+// NextEventID is the ID of the event the session's next task appends
+// first: its history holds the events before it. It is 0 once the session
+// is closed.
+func (s *Session) NextEventID() int64 {
+	if s == nil || s.closed {
+		return 0
+	}
+	return s.next
+}
+
+// Continue runs the run's next workflow task on the session, as [Execute]
+// would on params.History: it delivers params.Inputs, runs the code until
+// every coroutine is blocked or it returns, and returns the events to
+// append. params.History must be the session's history (NextEventID-1
+// events, ending with those of the session's last task); only its length is
+// checked, and a mismatch is an error matching [ErrSessionMismatch].
+// params.Codec, Logger, DeadlockTimeout and the identity in Info are the
+// session's, from Start; Info.TaskAttempt, Inputs, Now and MaxPayloadBytes
+// are the task's. When Continue fails, or the task ends the run, the
+// session closes.
+func (s *Session) Continue(ctx context.Context, params *ExecuteParams) (*Outcome, error) {
+	switch {
+	case s == nil || s.closed:
+		return nil, errors.New("replay: Continue on a closed Session")
+	case params.Now.IsZero():
+		return nil, errors.New("replay: ExecuteParams.Now is required")
+	case int64(len(params.History))+1 != s.next:
+		s.Close()
+		return nil, fmt.Errorf("%w: it stands at event %d, the history has %d events", ErrSessionMismatch, s.next-1, len(params.History))
+	}
+	out, err := s.e.continueTask(ctx, params)
+	if err != nil || out.Completed {
+		s.Close()
+		return out, err
+	}
+	s.next += int64(len(out.Events))
+	return out, nil
+}
+
+// Close unwinds the session's coroutines. It is safe to call more than once,
+// and on a nil Session.
+func (s *Session) Close() {
+	if s == nil || s.closed {
+		return
+	}
+	s.closed = true
+	s.cleanup.Stop()
+	s.e.sched.Close()
+}
+
+// continueTask opens a new task on an engine whose code stands where its
+// last task (live) left it: what execute does after replaying the history.
+func (e *engine) continueTask(ctx context.Context, params *ExecuteParams) (*Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e.ctx, e.params, e.history = ctx, params, params.History
+	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil
+	e.canceledActivities, e.canceledTimers = nil, nil
+	e.rejectedUpdates, e.deferredInputs = nil, nil
+	e.codeRan = true
+	return e.decide(nil)
+}

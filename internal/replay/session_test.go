@@ -1,0 +1,242 @@
+package replay_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/workflow"
+)
+
+// sequentialDefinition is a workflow of n sequential activities that counts
+// how many times its code started (from the beginning: a replay) in *starts,
+// and whose deferred call, run when its coroutine is unwound, closes
+// unwound (if not nil).
+func sequentialDefinition(n int, starts *int, unwound chan struct{}) *replay.Definition {
+	return define(func(ctx workflow.Context, args OrderArgs) (int, error) {
+		*starts++
+		if unwound != nil {
+			defer close(unwound)
+		}
+		total := 0
+		for step := range n {
+			v, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID, Step: step}, nil).Get(ctx)
+			if err != nil {
+				return 0, err
+			}
+			total += v
+		}
+		return total, nil
+	})
+}
+
+func TestSession(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RunsTheCodeOnceAcrossTasks", func(t *testing.T) {
+		t.Parallel()
+
+		starts := 0
+		def := sequentialDefinition(3, &starts, nil)
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.replayOnly = true // this test drives the session itself
+		params := &replay.ExecuteParams{History: r.history, Now: taskTime(1), Info: replay.Info{TaskAttempt: 1}}
+		out, session, err := replay.Start(context.Background(), def, params)
+		require.NoError(t, err)
+		defer session.Close()
+		r.history = append(r.history, out.Events...)
+		require.Equal(t, int64(len(r.history))+1, session.NextEventID())
+		for task := 2; !out.Completed; task++ {
+			params := &replay.ExecuteParams{
+				History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, task)},
+				Now: taskTime(task), Info: replay.Info{TaskAttempt: 1},
+			}
+			out, err = session.Continue(context.Background(), params)
+			require.NoError(t, err)
+			r.history = append(r.history, out.Events...)
+		}
+		require.Equal(t, 2+3+4, decodeResult[int](t, out))
+		require.Equal(t, 1, starts, "the session replayed the code")
+		require.Zero(t, session.NextEventID(), "the session ended with its run")
+		_, err = session.Continue(context.Background(), params)
+		require.Error(t, err, "a closed session continues nothing")
+
+		// The same history, replayed: the code starts again at every task.
+		starts = 0
+		require.NoError(t, replay.Replay(context.Background(), def, &replay.ExecuteParams{History: r.history}))
+		require.Equal(t, 1, starts)
+		replayed := newRun(t, def, OrderArgs{ID: "o-1"})
+		replayed.replayOnly = true
+		starts = 0
+		out = replayed.task()
+		for !out.Completed {
+			out = replayed.task(completed(t, out.Activities[0].EventID, 1))
+		}
+		require.Equal(t, 4, starts, "Execute replays the code at every task")
+	})
+
+	t.Run("HistoryItDidNotDecideIsRefused", func(t *testing.T) {
+		t.Parallel()
+
+		starts := 0
+		unwound := make(chan struct{})
+		def := sequentialDefinition(3, &starts, unwound)
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.replayOnly = true
+		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
+		require.NoError(t, err)
+		defer session.Close()
+		// Its events never committed: history is still one event long.
+		_, err = session.Continue(context.Background(), &replay.ExecuteParams{
+			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 1)}, Now: taskTime(2),
+		})
+		require.ErrorIs(t, err, replay.ErrSessionMismatch)
+		require.ErrorContains(t, err, "it stands at event 3, the history has 1 events")
+		require.Zero(t, session.NextEventID())
+		<-unwound // closed: the code's coroutine was unwound
+	})
+
+	t.Run("FailedTaskClosesIt", func(t *testing.T) {
+		t.Parallel()
+
+		starts := 0
+		unwound := make(chan struct{})
+		def := sequentialDefinition(3, &starts, unwound)
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.replayOnly = true
+		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
+		require.NoError(t, err)
+		defer session.Close()
+		r.history = append(r.history, out.Events...)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // the task's deadline passed, say
+		_, err = session.Continue(ctx, &replay.ExecuteParams{
+			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 1)}, Now: taskTime(2),
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Zero(t, session.NextEventID())
+		<-unwound
+	})
+
+	t.Run("TaskAttemptIsTheTasks", func(t *testing.T) {
+		t.Parallel()
+
+		var attempts []int
+		def := define(func(ctx workflow.Context, args OrderArgs) (int, error) {
+			for range 2 {
+				attempts = append(attempts, workflow.GetInfo(ctx).TaskAttempt)
+				if _, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{}, nil).Get(ctx); err != nil {
+					return 0, err
+				}
+			}
+			return 0, nil
+		})
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.replayOnly = true
+		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{
+			History: r.history, Now: taskTime(1), Info: replay.Info{TaskAttempt: 1},
+		})
+		require.NoError(t, err)
+		defer session.Close()
+		r.history = append(r.history, out.Events...)
+		out, err = session.Continue(context.Background(), &replay.ExecuteParams{
+			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 1)},
+			Now: taskTime(2), Info: replay.Info{TaskAttempt: 7},
+		})
+		require.NoError(t, err)
+		require.Equal(t, []int{1, 7}, attempts)
+		require.Equal(t, history.EventWorkflowTaskStarted, out.Events[1].Type)
+		attrs, err := history.DecodeAttributes(out.Events[1])
+		require.NoError(t, err)
+		require.Equal(t, 7, attrs.(*history.WorkflowTaskStartedAttributes).Attempt)
+	})
+
+	t.Run("NoSessionForARunThatEnded", func(t *testing.T) {
+		t.Parallel()
+
+		def := define(func(ctx workflow.Context, args OrderArgs) (int, error) { return 42, nil })
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
+		require.NoError(t, err)
+		require.True(t, out.Completed)
+		require.Nil(t, session)
+		require.Zero(t, session.NextEventID())
+		session.Close() // a nil session closes, as nothing
+	})
+
+	t.Run("UnreachableSessionIsClosedByTheGarbageCollector", func(t *testing.T) {
+		t.Parallel()
+
+		starts := 0
+		unwound := make(chan struct{})
+		def := sequentialDefinition(3, &starts, unwound)
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.replayOnly = true
+		func() {
+			_, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
+			require.NoError(t, err)
+			require.NotNil(t, session)
+		}() // dropped without Close
+		deadline := time.After(10 * time.Second)
+		for {
+			runtime.GC()
+			select {
+			case <-unwound:
+				return
+			case <-deadline:
+				t.Fatal("a dropped session's coroutines were never unwound")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	})
+}
+
+// BenchmarkRun measures a whole run of n sequential activities, task by
+// task, as the worker runs it: replaying the history at every task
+// (Execute), or continuing the run's session (Start, then Continue).
+func BenchmarkRun(b *testing.B) {
+	for _, n := range []int{3, 10, 100} {
+		starts := 0
+		def := sequentialDefinition(n, &starts, nil)
+		started, err := history.NewEvent(1, taskTime(0), &history.WorkflowStartedAttributes{
+			Kind: def.Kind, Args: []byte(`{"id":"o-1"}`), WorkflowID: "wf-1", RunID: "run-1", Generation: 1,
+		})
+		require.NoError(b, err)
+		for _, sticky := range []bool{false, true} {
+			b.Run(fmt.Sprintf("SequentialActivities=%d/Sticky=%t", n, sticky), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					events := []history.Event{started}
+					var (
+						out     *replay.Outcome
+						session *replay.Session
+						err     error
+					)
+					for task := 1; out == nil || !out.Completed; task++ {
+						params := &replay.ExecuteParams{History: events, Now: taskTime(task)}
+						if out != nil {
+							params.Inputs = []history.Event{completed(b, out.Activities[0].EventID, 1)}
+						}
+						switch {
+						case !sticky:
+							out, err = replay.Execute(context.Background(), def, params)
+						case session == nil:
+							out, session, err = replay.Start(context.Background(), def, params)
+						default:
+							out, err = session.Continue(context.Background(), params)
+						}
+						require.NoError(b, err)
+						events = append(events, out.Events...)
+					}
+					session.Close()
+				}
+			})
+		}
+	}
+}
