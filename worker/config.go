@@ -28,6 +28,9 @@ const (
 	// sends most activities through River's slower path.
 	MaxEagerActivitiesDefault = 1000
 
+	// MaxCachedRunsDefault is Config.MaxCachedRuns's default.
+	MaxCachedRunsDefault = 4096
+
 	// MaxWorkersDefault is the River MaxWorkers of the default queue.
 	MaxWorkersDefault = 100
 
@@ -81,6 +84,23 @@ type Config struct {
 	// activity concurrency. Negative disables eager dispatch and eager
 	// start. Defaults to MaxEagerActivitiesDefault.
 	MaxEagerActivities int
+
+	// MaxCachedRuns is how many runs this worker keeps in memory between
+	// their workflow tasks (Temporal's sticky cache): the history its last
+	// task of the run committed, and the run's workflow code, blocked where
+	// that task left it. The run's next task on this worker then reads no
+	// history and replays nothing: it delivers its inputs to the waiting
+	// code, so a task costs what its own events cost, not what the whole
+	// history does. A cached run is used only while this worker's last
+	// task is still the run's last (its append point unchanged); otherwise
+	// the task reads the history and replays, as on any other worker.
+	//
+	// Each cached run holds its coroutines' goroutines (and the deferred
+	// calls of its code run when it leaves the cache, as they do after
+	// every replayed task). Beyond the limit an arbitrary run leaves the
+	// cache. Negative caches nothing: every task reads its run's history
+	// and replays the code from its start. Defaults to MaxCachedRunsDefault.
+	MaxCachedRuns int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's
 	// FetchCooldown). Every workflow step is a fetch away from the previous
@@ -155,6 +175,7 @@ func (c *Config) withDefaults() *Config {
 	}
 	out.FetchCooldown = cmp.Or(out.FetchCooldown, FetchCooldownDefault)
 	out.MaxEagerActivities = cmp.Or(out.MaxEagerActivities, MaxEagerActivitiesDefault)
+	out.MaxCachedRuns = cmp.Or(out.MaxCachedRuns, MaxCachedRunsDefault)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, client.MaxPayloadBytesDefault)
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
 	out.SweepInterval = cmp.Or(out.SweepInterval, SweepIntervalDefault)

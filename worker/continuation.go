@@ -128,6 +128,8 @@ func (w *Worker) settle(err error, result *taskResult) {
 		// Before the claimed activities start: their outcomes may read it
 		// (stepCommitter.fromCache).
 		w.commitHistory(result)
+	} else {
+		result.dropSession()
 	}
 	w.afterTx(err, result.eager, result.eagerSlots)
 	if err != nil {

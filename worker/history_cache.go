@@ -9,33 +9,38 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay"
 )
 
-// historyCacheSize bounds how many runs' histories a worker keeps in memory.
-const historyCacheSize = 4096
-
-// historyCache keeps the histories this worker last committed, so the next
-// task of a run it just advanced need not read the history back. An entry
-// is used only when the run's append point (next_event_id) is still the one
-// this worker committed: read under the run's lock (get), or checked by a
-// guard that locks the run ahead of the step's writes (latest, for the
+// historyCache keeps the runs this worker last advanced: the history it
+// committed, so the next task of the run need not read it back, and the
+// run's workflow code as that task left it (a replay.Session, sticky
+// execution), so the next task need not replay it either. An entry is used
+// only when the run's append point (next_event_id) is still the one this
+// worker committed: read under the run's lock (get, session), or checked by
+// a guard that locks the run ahead of the step's writes (latest, for the
 // one-round-trip step). History is append-only and only the holder of the
 // run's lock at that append point can move it, so equal append points mean
-// equal histories. Entries are stored only once their transaction
-// committed, and never replaced by a shorter history of the run.
+// equal histories, and a session standing there stands at the run's
+// history. Entries are stored only once their transaction committed, and
+// never replaced by a shorter history of the run.
 type historyCache struct {
 	mu      sync.Mutex
 	entries map[[16]byte]*historyEntry
+	size    int // most entries kept; 0 keeps none
 }
 
 type historyEntry struct {
 	events      []history.Event
 	nextEventID int64
-	run         *runRow // the run's row as last read under its lock (what never changes of it), if known
+	run         *runRow         // the run's row as last read under its lock (what never changes of it), if known
+	session     *replay.Session // the run's code, standing at nextEventID, unless a task took it
 }
 
-func newHistoryCache() *historyCache {
-	return &historyCache{entries: make(map[[16]byte]*historyEntry)}
+// newHistoryCache returns a cache of at most size runs (none when size is
+// not positive).
+func newHistoryCache(size int) *historyCache {
+	return &historyCache{entries: make(map[[16]byte]*historyEntry), size: max(size, 0)}
 }
 
 // get returns a copy of the run's cached history if its append point is
@@ -50,6 +55,21 @@ func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, 
 	return slices.Clone(e.events), true
 }
 
+// session takes the run's session out of the cache if it stands at
+// nextEventID: the caller owns it from here on, and hands it back with the
+// history its task commits (put), or closes it.
+func (c *historyCache) session(runID [16]byte, nextEventID int64) *replay.Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[runID]
+	if !ok || e.nextEventID != nextEventID || e.session.NextEventID() != nextEventID {
+		return nil
+	}
+	s := e.session
+	e.session = nil
+	return s
+}
+
 // latest returns a copy of the run's cached history, its append point and
 // the run's row as last read, if the cache holds both.
 func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, bool) {
@@ -62,31 +82,72 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 	return slices.Clone(e.events), e.nextEventID, e.run, true
 }
 
-// put stores a committed history, and the row of its run if known, unless
-// the cache holds a longer one of the run.
-func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow) {
+// put stores a committed history, the row of its run if known and the
+// session standing at its end if any, unless the cache holds a longer
+// history of the run. A session it does not keep, or replaces, is closed.
+func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, session *replay.Session) {
+	var closing []*replay.Session
+	defer func() {
+		// Closing unwinds workflow code (its deferred calls run): not
+		// under the lock.
+		for _, s := range closing {
+			s.Close()
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.entries[runID]; !ok && len(c.entries) >= historyCacheSize {
-		for id := range c.entries { // evict an arbitrary entry
+	next := int64(len(events)) + 1
+	if session.NextEventID() != next {
+		closing = append(closing, session)
+		session = nil
+	}
+	old, ok := c.entries[runID]
+	switch {
+	case ok && old.nextEventID > next:
+		// A transaction that committed earlier settled later: history only
+		// grows, so the entry with the later append point stays.
+		closing = append(closing, session)
+		return
+	case ok && old.session != session:
+		closing = append(closing, old.session)
+	case len(c.entries) >= c.size:
+		if c.size == 0 {
+			closing = append(closing, session)
+			return
+		}
+		for id, e := range c.entries { // evict an arbitrary entry
+			closing = append(closing, e.session)
 			delete(c.entries, id)
 			break
 		}
 	}
-	next := int64(len(events)) + 1
-	if e, ok := c.entries[runID]; ok && e.nextEventID > next {
-		// A transaction that committed earlier settled later: history only
-		// grows, so the entry with the later append point stays.
-		return
-	}
-	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run}
+	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, session: session}
 }
 
-// forget drops a run's history (it closed).
+// forget drops a run's history and session (it closed).
 func (c *historyCache) forget(runID [16]byte) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	e := c.entries[runID]
 	delete(c.entries, runID)
+	c.mu.Unlock()
+	if e != nil {
+		e.session.Close()
+	}
+}
+
+// closeSessions closes every session the cache holds (the worker stops:
+// their goroutines must not outlive it); the histories stay.
+func (c *historyCache) closeSessions() {
+	c.mu.Lock()
+	var closing []*replay.Session
+	for _, e := range c.entries {
+		closing = append(closing, e.session)
+		e.session = nil
+	}
+	c.mu.Unlock()
+	for _, s := range closing {
+		s.Close()
+	}
 }
 
 // history returns the run's history: from the cache when this worker
@@ -137,6 +198,8 @@ func (w *Worker) commitHistory(result *taskResult) {
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		w.histories.put(result.runID, result.history, result.run)
+		w.histories.put(result.runID, result.history, result.run, result.session)
+		result.session = nil
 	}
+	result.dropSession()
 }

@@ -268,6 +268,7 @@ func (c *stepCommitter) run(members []*stepMember) {
 			}
 		}()
 		for _, m := range members {
+			m.cont.dropSession()
 			m.cont, m.last, m.afterLast, m.guarded = taskResult{step: m}, nil, nil, false
 			m.run, m.lockErr, m.locked = &runRow{ID: m.runID}, nil, true
 		}
@@ -343,7 +344,8 @@ func (c *stepCommitter) run(members []*stepMember) {
 	}
 	for _, m := range members {
 		if err != nil || m.alone {
-			c.hold(m.runID) // released by commit once its rerun settled
+			m.cont.dropSession() // its rerun replays
+			c.hold(m.runID)      // released by commit once its rerun settled
 			m.done <- errGroupRolledBack
 			continue
 		}

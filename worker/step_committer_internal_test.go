@@ -600,7 +600,7 @@ func TestStepOfOneRoundTrip(t *testing.T) {
 		return ok && moved > next
 	}, 30*time.Second, 10*time.Millisecond, "the signal's task never committed here")
 	w.histories.forget(run.RunID) // put keeps the longer history it holds
-	w.histories.put(run.RunID, events, cached)
+	w.histories.put(run.RunID, events, cached, nil)
 	open.Do(func() { close(gate.gate) })
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	got, err := client.GetResult[int](waitCtx, run)
@@ -675,12 +675,12 @@ func TestStepCommitterRerunHoldsRun(t *testing.T) {
 // but settles later does not put back a shorter history of the run.
 func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 	t.Parallel()
-	c := newHistoryCache()
+	c := newHistoryCache(MaxCachedRunsDefault)
 	run := uuid.New()
 	row := &runRow{ID: run, scanned: true}
 	long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}}
-	c.put(run, long, row)
-	c.put(run, long[:2], row)
+	c.put(run, long, row, nil)
+	c.put(run, long[:2], row, nil)
 	events, next, _, ok := c.latest(run)
 	require.True(t, ok)
 	require.Equal(t, int64(4), next)
@@ -688,7 +688,7 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 	_, ok = c.get(run, 3)
 	require.False(t, ok, "the shorter history is not served")
 	c.forget(run)
-	c.put(run, long[:2], row)
+	c.put(run, long[:2], row, nil)
 	_, next, _, ok = c.latest(run)
 	require.True(t, ok)
 	require.Equal(t, int64(3), next, "after forget, any history goes in")

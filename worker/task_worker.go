@@ -166,12 +166,21 @@ type taskResult struct {
 	eager         []eagerStart        // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
+	session       *replay.Session     // the run's code as the task left it, for the cache with history
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
 	startedTimer  bool                // it started a timer (the timer waker looks again)
 	replayed      time.Duration       // replaying history and running the workflow code
 	signalHeaders []map[string]string // of the signals it delivered, that had any
 	notes         []note              // notifications to send once the transaction commits
+}
+
+// dropSession closes the task's session, if it still holds one: the task
+// did not commit, or its history is not cached, so the session stands
+// ahead of (or apart from) any history a later task could give it.
+func (r *taskResult) dropSession() {
+	r.session.Close()
+	r.session = nil
 }
 
 // note is a notification on channel, with payload.
@@ -367,6 +376,18 @@ type advanceBy struct {
 func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
 	by *advanceBy, result *taskResult,
 ) error {
+	err := w.advanceRun(ctx, tx, def, run, now, direct, by, result)
+	if err != nil {
+		result.dropSession() // whatever it decided is not committed
+	}
+	return err
+}
+
+// advanceRun is advance, but for closing the session of a task that
+// failed.
+func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
+	by *advanceBy, result *taskResult,
+) error {
 	closed := &result.closed
 	names := w.names
 	runID := run.ID
@@ -421,7 +442,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if by.replayCtx != nil {
 		replayCtx = by.replayCtx
 	}
-	outcome, err := replay.Execute(replayCtx, def, &replay.ExecuteParams{
+	params := &replay.ExecuteParams{
 		Codec:           w.config.Codec,
 		DeadlockTimeout: w.config.DeadlockTimeout,
 		History:         events,
@@ -429,9 +450,19 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), TaskAttempt: by.attempt, WorkflowID: run.WorkflowID,
 		},
 		Inputs: inputs,
-		Logger: w.config.Logger.With(slog.String("workflow_id", run.WorkflowID), slog.String("run_id", runID.String())),
 		Now:    now,
-	})
+	}
+	// Sticky execution: the code as this worker's last task of the run
+	// left it, if that task's history is still the run's; else a replay of
+	// the history, keeping the code for the run's next task.
+	var outcome *replay.Outcome
+	if session := w.histories.session(runID, run.NextEventID); session != nil {
+		result.session = session
+		outcome, err = session.Continue(replayCtx, params)
+	} else {
+		params.Logger = w.config.Logger.With(slog.String("workflow_id", run.WorkflowID), slog.String("run_id", runID.String()))
+		outcome, result.session, err = replay.Start(replayCtx, def, params)
+	}
 	result.replayed = time.Since(replayBegin)
 	if err != nil {
 		return err

@@ -72,7 +72,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		activities:   make(map[string]struct{}),
 		eagerRunners: make(map[string]eagerRunner),
 		config:       config,
-		histories:    newHistoryCache(),
+		histories:    newHistoryCache(config.MaxCachedRuns),
 		jobIDs:       &jobIDs{schema: config.Schema},
 		names:        dbschema.New(config.Schema),
 		sql:          newStepSQL(dbschema.New(config.Schema)),
@@ -266,6 +266,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if riverClient == nil {
 		return nil
 	}
+	// Once every task has returned: no run's code outlives the worker.
+	defer w.histories.closeSessions()
 	if unregister != nil {
 		unregister() // new starts queue their first task through River
 	}

@@ -1,0 +1,144 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/workflow"
+)
+
+// cacheTestArgs are the args of the workflow of TestHistoryCacheSessions.
+type cacheTestArgs struct{}
+
+func (cacheTestArgs) Kind() string { return "cache_test" }
+
+type cacheTestActivity struct{}
+
+func (cacheTestActivity) Kind() string { return "cache_test_activity" }
+
+// TestHistoryCacheSessions: the cache hands a run's session only to a task
+// at the append point the session stands at, and never to two tasks; a
+// session it does not keep (standing elsewhere, shorter than what it
+// holds, replaced, evicted, forgotten, or the worker stops) is closed, so
+// its goroutines go.
+func TestHistoryCacheSessions(t *testing.T) {
+	t.Parallel()
+
+	// newSession starts a run of a workflow that waits for activities one
+	// after another and closes unwound when its code is unwound; it
+	// returns the session and the history it stands at.
+	newSession := func(t *testing.T) (*replay.Session, []history.Event, chan struct{}) {
+		t.Helper()
+		unwound := make(chan struct{})
+		def := &replay.Definition{Kind: cacheTestArgs{}.Kind(), Run: func(ctx workflow.Context, _ []byte) ([]byte, error) {
+			defer close(unwound)
+			for {
+				if _, err := workflow.ExecuteActivity[int](ctx, cacheTestActivity{}, nil).Get(ctx); err != nil {
+					return nil, err
+				}
+			}
+		}}
+		started, err := history.NewEvent(1, time.Now(), &history.WorkflowStartedAttributes{Kind: def.Kind, Args: []byte("{}"), RunID: "r", WorkflowID: "w", Generation: 1})
+		require.NoError(t, err)
+		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: []history.Event{started}, Now: time.Now()})
+		require.NoError(t, err)
+		require.NotNil(t, session)
+		events := append([]history.Event{started}, out.Events...)
+		t.Cleanup(session.Close)
+		return session, events, unwound
+	}
+	requireUnwound := func(t *testing.T, unwound chan struct{}) {
+		t.Helper()
+		select {
+		case <-unwound:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the session was not closed")
+		}
+	}
+	requireLive := func(t *testing.T, unwound chan struct{}) {
+		t.Helper()
+		select {
+		case <-unwound:
+			t.Fatal("the session was closed")
+		default:
+		}
+	}
+
+	t.Run("TakenOnceAtItsAppendPoint", func(t *testing.T) {
+		t.Parallel()
+		c := newHistoryCache(MaxCachedRunsDefault)
+		run := uuid.New()
+		session, events, unwound := newSession(t)
+		next := int64(len(events)) + 1
+		c.put(run, events, nil, session)
+		require.Nil(t, c.session(run, next-1), "a task at another append point")
+		require.Nil(t, c.session(uuid.New(), next), "another run")
+		require.Same(t, session, c.session(run, next))
+		require.Nil(t, c.session(run, next), "taken already")
+		_, ok := c.get(run, next)
+		require.True(t, ok, "the history stays while the session is out")
+		requireLive(t, unwound)
+		c.put(run, events, nil, session) // its task did not move the run (say)
+		require.Same(t, session, c.session(run, next))
+	})
+
+	t.Run("ClosedWhenNotKept", func(t *testing.T) {
+		t.Parallel()
+		c := newHistoryCache(MaxCachedRunsDefault)
+		run := uuid.New()
+
+		// Standing elsewhere than the history it comes with.
+		session, events, unwound := newSession(t)
+		c.put(run, events[:len(events)-1], nil, session)
+		requireUnwound(t, unwound)
+		require.Nil(t, c.session(run, int64(len(events))))
+
+		// With a history shorter than the one held.
+		long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}, {ID: 7}, {ID: 8}}
+		c.put(run, long, nil, nil)
+		session, events, unwound = newSession(t)
+		c.put(run, events, nil, session)
+		requireUnwound(t, unwound)
+
+		// Replaced, then forgotten.
+		c.forget(run)
+		session, events, unwound = newSession(t)
+		c.put(run, events, nil, session)
+		other, _, otherUnwound := newSession(t)
+		c.put(run, events, nil, other)
+		requireUnwound(t, unwound)
+		requireLive(t, otherUnwound)
+		c.forget(run)
+		requireUnwound(t, otherUnwound)
+	})
+
+	t.Run("EvictedAndStopped", func(t *testing.T) {
+		t.Parallel()
+		c := newHistoryCache(1)
+		first, events, firstUnwound := newSession(t)
+		c.put(uuid.New(), events, nil, first)
+		second, events, secondUnwound := newSession(t)
+		c.put(uuid.New(), events, nil, second)
+		requireUnwound(t, firstUnwound)
+		requireLive(t, secondUnwound)
+		c.closeSessions()
+		requireUnwound(t, secondUnwound)
+	})
+
+	t.Run("NoneKeptWhenTheCacheIsOff", func(t *testing.T) {
+		t.Parallel()
+		c := newHistoryCache(-1)
+		run := uuid.New()
+		session, events, unwound := newSession(t)
+		c.put(run, events, nil, session)
+		requireUnwound(t, unwound)
+		_, ok := c.get(run, int64(len(events))+1)
+		require.False(t, ok)
+	})
+}

@@ -1,0 +1,154 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/worker"
+	"github.com/weirhq/weir/workflow"
+)
+
+type StickyArgs struct {
+	Key     string `json:"key"`
+	Signals int    `json:"signals"` // "add" signals to take after the activities
+	Steps   int    `json:"steps"`   // sequential activities
+}
+
+func (StickyArgs) Kind() string { return "sticky" }
+
+// StickyWorkflow runs Steps activities one after another, then adds up
+// Signals "add" signals, and counts how many times its code started from
+// the beginning (a replay, or the run's first task) per Key.
+type StickyWorkflow struct {
+	workflow.Defaults[StickyArgs, int]
+
+	mu     sync.Mutex
+	starts map[string]int
+}
+
+func (w *StickyWorkflow) Run(ctx workflow.Context, args StickyArgs) (int, error) {
+	w.mu.Lock()
+	w.starts[args.Key]++
+	w.mu.Unlock()
+	n := 0
+	for range args.Steps {
+		var err error
+		if n, err = workflow.ExecuteActivity[int](ctx, StepArgs{N: n}, nil).Get(ctx); err != nil {
+			return 0, err
+		}
+	}
+	adds := workflow.GetSignalChannel[AddSignal](ctx)
+	for range args.Signals {
+		add, err := adds.Receive(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n += add.N
+	}
+	return n, nil
+}
+
+func (w *StickyWorkflow) startsOf(key string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.starts[key]
+}
+
+// TestStickyExecution: a worker keeps a run's workflow code between its
+// tasks (Config.MaxCachedRuns), so a run it advances task after task runs
+// its code once instead of replaying it at every task; with the cache off
+// it replays at every task; and a run that another worker moved in between
+// is replayed, not continued from code that missed what that worker did.
+func TestStickyExecution(t *testing.T) {
+	t.Parallel()
+
+	start := func(ctx context.Context, t *testing.T, b *testBundle, wf *StickyWorkflow, config *worker.Config) {
+		t.Helper()
+		config.Schema = b.schema
+		w, err := worker.New(b.pool, config)
+		require.NoError(t, err)
+		worker.AddWorkflow(w, wf)
+		worker.AddActivity(w, &StepActivity{})
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			require.NoError(t, w.Stop(stopCtx))
+		})
+	}
+
+	t.Run("CodeRunsOnceAcrossTasks", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		wf := &StickyWorkflow{starts: map[string]int{}}
+		start(ctx, t, b, wf, &worker.Config{})
+
+		run, err := b.client.Start(ctx, StickyArgs{Key: "a", Steps: 10}, nil)
+		require.NoError(t, err)
+		got, err := getWithin[int](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, 10, got)
+		require.Equal(t, 1, wf.startsOf("a"), "11 tasks, and the code started once: no task replayed it")
+		requireHistoryWellFormed(ctx, t, b, run)
+	})
+
+	t.Run("CacheOffReplaysEveryTask", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		wf := &StickyWorkflow{starts: map[string]int{}}
+		start(ctx, t, b, wf, &worker.Config{MaxCachedRuns: -1})
+
+		run, err := b.client.Start(ctx, StickyArgs{Key: "a", Steps: 10}, nil)
+		require.NoError(t, err)
+		got, err := getWithin[int](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, 10, got)
+		require.Equal(t, 11, wf.startsOf("a"), "every one of the 11 tasks replays the code")
+		requireHistoryWellFormed(ctx, t, b, run)
+	})
+
+	t.Run("RunMovedByAnotherWorkerIsReplayed", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		// Two workers take the run's signal tasks as River hands them out:
+		// each keeps the code of the tasks it ran, and a worker whose last
+		// task of the run is not the run's last must not continue it.
+		wf := &StickyWorkflow{starts: map[string]int{}}
+		start(ctx, t, b, wf, &worker.Config{})
+		start(ctx, t, b, wf, &worker.Config{})
+
+		const signals = 30
+		runs := make([]*client.Run, 3)
+		want := 0
+		for i := range runs {
+			run, err := b.client.Start(ctx, StickyArgs{Key: fmt.Sprint(i), Steps: 2, Signals: signals}, nil)
+			require.NoError(t, err)
+			runs[i] = run
+		}
+		for n := 1; n <= signals; n++ {
+			want += n
+			for i := range runs {
+				require.NoError(t, b.client.Signal(ctx, runs[i].WorkflowID, runs[i].RunID, AddSignal{N: n}, nil))
+			}
+			time.Sleep(5 * time.Millisecond) // one task per signal, most of the time
+		}
+		replayed := 0
+		for i, run := range runs {
+			got, err := getWithin[int](ctx, t, run)
+			require.NoError(t, err)
+			require.Equal(t, 2+want, got, "run %d", i)
+			requireHistoryWellFormed(ctx, t, b, run)
+			replayed += wf.startsOf(fmt.Sprint(i)) - 1
+		}
+		t.Logf("replays over %d runs of about %d tasks each: %d", len(runs), signals+3, replayed)
+	})
+}
