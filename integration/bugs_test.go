@@ -42,8 +42,13 @@ func TestLeaseNotLostByAttemptThatCompletedItsJob(t *testing.T) {
 	_, err := pool.Exec(ctx, tables.CreateSQL())
 	require.NoError(t, err)
 
+	// Heartbeats every 20 ms, so that one lands in the window between an
+	// attempt's completion and its return from Work (the bug). The lease
+	// outlives any pause of the test process under -race on a loaded
+	// machine (a 300 ms TTL once expired with no fault injected): an
+	// expiry here means a lease lost its renewals, not a slow scheduler.
 	w, err := worker.New(pool, &worker.Config{
-		Fencing: &fencing.Config{LeaseTTL: 300 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond},
+		Fencing: &fencing.Config{LeaseTTL: 3 * time.Second, HeartbeatInterval: 20 * time.Millisecond},
 		Schema:  schema,
 	})
 	require.NoError(t, err)
