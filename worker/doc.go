@@ -15,7 +15,9 @@
 // commit anything.
 //
 // A workflow task runs in ONE transaction: it locks the run, moves the inbox
-// into history, replays the workflow from its history, appends the new events
+// into history, replays the workflow from its history (or, when this worker
+// ran the run's last task, continues the code that task left blocked:
+// Config.MaxCachedRuns), appends the new events
 // with a compare-and-swap on the run's append point, inserts the jobs the new
 // events ask for, and completes its own job, fenced. Every inbox writer takes
 // the same lock and queues a task unless one is queued, so no result is ever
