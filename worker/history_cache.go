@@ -35,6 +35,7 @@ type historyEntry struct {
 	nextEventID int64
 	run         *runRow         // the run's row as last read under its lock (what never changes of it), if known
 	session     *replay.Session // the run's code, standing at nextEventID, unless a task took it
+	facts       *eventFacts     // what tasks read of the events' attributes
 }
 
 // newHistoryCache returns a cache of at most size runs (none when size is
@@ -43,16 +44,16 @@ func newHistoryCache(size int) *historyCache {
 	return &historyCache{entries: make(map[[16]byte]*historyEntry), size: max(size, 0)}
 }
 
-// get returns a copy of the run's cached history if its append point is
-// nextEventID.
-func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, bool) {
+// get returns a copy of the run's cached history, and the memo of its
+// events' facts, if its append point is nextEventID.
+func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, *eventFacts, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[runID]
 	if !ok || e.nextEventID != nextEventID {
-		return nil, false
+		return nil, nil, false
 	}
-	return slices.Clone(e.events), true
+	return slices.Clone(e.events), e.facts, true
 }
 
 // session takes the run's session out of the cache if it stands at
@@ -82,10 +83,11 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 	return slices.Clone(e.events), e.nextEventID, e.run, true
 }
 
-// put stores a committed history, the row of its run if known and the
-// session standing at its end if any, unless the cache holds a longer
-// history of the run. A session it does not keep, or replaces, is closed.
-func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, session *replay.Session) {
+// put stores a committed history, the row of its run if known, the session
+// standing at its end if any and the memo of its events' facts (a new one
+// if nil), unless the cache holds a longer history of the run. A session it
+// does not keep, or replaces, is closed.
+func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, session *replay.Session, facts *eventFacts) {
 	var closing []*replay.Session
 	defer func() {
 		// Closing unwinds workflow code (its deferred calls run): not
@@ -121,7 +123,10 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 			break
 		}
 	}
-	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, session: session}
+	if facts == nil {
+		facts = newEventFacts()
+	}
+	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, session: session, facts: facts}
 }
 
 // forget drops a run's history and session (it closed).
@@ -150,16 +155,18 @@ func (c *historyCache) closeSessions() {
 	}
 }
 
-// history returns the run's history: from the cache when this worker
-// committed its current append point, else from the database.
-func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history.Event, error) {
+// history returns the run's history, with the memo of its events' facts:
+// from the cache when this worker committed its current append point, else
+// from the database (with a new memo).
+func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history.Event, *eventFacts, error) {
 	if run.NextEventID == 1 {
-		return nil, nil // a run's first task: no history yet
+		return nil, newEventFacts(), nil // a run's first task: no history yet
 	}
-	if events, ok := w.histories.get(run.ID, run.NextEventID); ok {
-		return events, nil
+	if events, facts, ok := w.histories.get(run.ID, run.NextEventID); ok {
+		return events, facts, nil
 	}
-	return loadHistory(ctx, tx, w.names, run.ID)
+	events, err := loadHistory(ctx, tx, w.names, run.ID)
+	return events, newEventFacts(), err
 }
 
 // stageHistory notes in result the history a task is committing, for the
@@ -198,7 +205,7 @@ func (w *Worker) commitHistory(result *taskResult) {
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		w.histories.put(result.runID, result.history, result.run, result.session)
+		w.histories.put(result.runID, result.history, result.run, result.session, result.facts)
 		result.session = nil
 	}
 	result.dropSession()

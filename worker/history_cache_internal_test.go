@@ -76,15 +76,15 @@ func TestHistoryCacheSessions(t *testing.T) {
 		run := uuid.New()
 		session, events, unwound := newSession(t)
 		next := int64(len(events)) + 1
-		c.put(run, events, nil, session)
+		c.put(run, events, nil, session, nil)
 		require.Nil(t, c.session(run, next-1), "a task at another append point")
 		require.Nil(t, c.session(uuid.New(), next), "another run")
 		require.Same(t, session, c.session(run, next))
 		require.Nil(t, c.session(run, next), "taken already")
-		_, ok := c.get(run, next)
+		_, _, ok := c.get(run, next)
 		require.True(t, ok, "the history stays while the session is out")
 		requireLive(t, unwound)
-		c.put(run, events, nil, session) // its task did not move the run (say)
+		c.put(run, events, nil, session, nil) // its task did not move the run (say)
 		require.Same(t, session, c.session(run, next))
 	})
 
@@ -95,23 +95,23 @@ func TestHistoryCacheSessions(t *testing.T) {
 
 		// Standing elsewhere than the history it comes with.
 		session, events, unwound := newSession(t)
-		c.put(run, events[:len(events)-1], nil, session)
+		c.put(run, events[:len(events)-1], nil, session, nil)
 		requireUnwound(t, unwound)
 		require.Nil(t, c.session(run, int64(len(events))))
 
 		// With a history shorter than the one held.
 		long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}, {ID: 7}, {ID: 8}}
-		c.put(run, long, nil, nil)
+		c.put(run, long, nil, nil, nil)
 		session, events, unwound = newSession(t)
-		c.put(run, events, nil, session)
+		c.put(run, events, nil, session, nil)
 		requireUnwound(t, unwound)
 
 		// Replaced, then forgotten.
 		c.forget(run)
 		session, events, unwound = newSession(t)
-		c.put(run, events, nil, session)
+		c.put(run, events, nil, session, nil)
 		other, _, otherUnwound := newSession(t)
-		c.put(run, events, nil, other)
+		c.put(run, events, nil, other, nil)
 		requireUnwound(t, unwound)
 		requireLive(t, otherUnwound)
 		c.forget(run)
@@ -122,9 +122,9 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(1)
 		first, events, firstUnwound := newSession(t)
-		c.put(uuid.New(), events, nil, first)
+		c.put(uuid.New(), events, nil, first, nil)
 		second, events, secondUnwound := newSession(t)
-		c.put(uuid.New(), events, nil, second)
+		c.put(uuid.New(), events, nil, second, nil)
 		requireUnwound(t, firstUnwound)
 		requireLive(t, secondUnwound)
 		c.closeSessions()
@@ -136,9 +136,9 @@ func TestHistoryCacheSessions(t *testing.T) {
 		c := newHistoryCache(-1)
 		run := uuid.New()
 		session, events, unwound := newSession(t)
-		c.put(run, events, nil, session)
+		c.put(run, events, nil, session, nil)
 		requireUnwound(t, unwound)
-		_, ok := c.get(run, int64(len(events))+1)
+		_, _, ok := c.get(run, int64(len(events))+1)
 		require.False(t, ok)
 	})
 }

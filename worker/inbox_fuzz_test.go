@@ -32,6 +32,12 @@ func FuzzResolvedBy(f *testing.F) {
 		eventType := types[int(which)%len(types)]
 		e := history.Event{ID: 20, Type: eventType, Attributes: attrs}
 		id, ok := resolvedBy(e) // must not panic, whatever the bytes
+		facts := newEventFacts()
+		for range 2 { // what the memo says, computed and then remembered, is the same
+			memoID, memoOK := facts.resolvedBy(e)
+			require.Equal(t, ok, memoOK)
+			require.Equal(t, id, memoID)
+		}
 		decoded, err := history.DecodeAttributes(e)
 		if err != nil {
 			return

@@ -167,6 +167,7 @@ type taskResult struct {
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
 	session       *replay.Session     // the run's code as the task left it, for the cache with history
+	facts         *eventFacts         // what was read of the history's events, for the cache with history
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
 	startedTimer  bool                // it started a timer (the timer waker looks again)
@@ -394,10 +395,11 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	defer func() { result.eager, result.eagerSlots = run.eager, run.eagerSlots }()
 	run.writes = &pgx.Batch{}
 
-	events, err := w.history(ctx, tx, run)
+	events, facts, err := w.history(ctx, tx, run)
 	if err != nil {
 		return err
 	}
+	result.facts = facts
 	var toAppend []history.Event
 	if len(events) == 0 {
 		started, err := history.NewEvent(1, now, &history.WorkflowStartedAttributes{
@@ -416,7 +418,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	// A run with no queued task has an empty inbox: every inbox writer
 	// queues a task unless one is queued (and the sweeper repairs a task
 	// job deleted by hand).
-	inputs, err := newInputs(ctx, runID, events, by.inbox, direct, w.config.Logger)
+	inputs, err := newInputs(ctx, runID, events, facts, by.inbox, direct, w.config.Logger)
 	if err != nil {
 		return err
 	}
@@ -471,7 +473,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	if by.deferLast != nil && slices.ContainsFunc(toAppend, func(e history.Event) bool { return e.Type == history.EventChildWorkflowScheduled }) {
 		return errRunsAlone // a group of starts must not wait for a child's start lock; nothing written yet
 	}
-	if by.group != nil && !groupable(run, by, outcome, events, toAppend) {
+	if by.group != nil && !groupable(run, by, outcome, events, facts, toAppend) {
 		return errRunsAlone // nothing written yet
 	}
 	if by.group != nil {
@@ -580,7 +582,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	}
 	// What is written below, after this batch (a superset of it): nothing,
 	// and the batch may commit tx too.
-	pending := pendingWork(events, toAppend)
+	pending := pendingWork(events, facts, toAppend)
 	after := outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 || run.inboxed ||
 		outcome.Completed && (run.HasParent || pending.children || pending.activities)
 	if by.commit && (by.own == nil || by.completed) && !after {
@@ -664,7 +666,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 // runs (a timer, a child, a cancellation, an update's answer, continue-as-new,
 // a parent or children to tell on closing) runs alone: holding every run of
 // a group while locking another could deadlock with another group.
-func groupable(run *runRow, by *advanceBy, outcome *replay.Outcome, events, toAppend []history.Event) bool {
+func groupable(run *runRow, by *advanceBy, outcome *replay.Outcome, events []history.Event, facts *eventFacts, toAppend []history.Event) bool {
 	if by.own == nil || by.own.queue == nil || outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 ||
 		len(outcome.CanceledActivities) > 0 || len(outcome.CanceledTimers) > 0 || len(outcome.RejectedUpdates) > 0 {
 		return false
@@ -675,7 +677,7 @@ func groupable(run *runRow, by *advanceBy, outcome *replay.Outcome, events, toAp
 			return false
 		}
 	}
-	pending := pendingWork(events, toAppend)
+	pending := pendingWork(events, facts, toAppend)
 	return !outcome.Completed || !run.HasParent && !pending.children && !pending.activities
 }
 
@@ -836,28 +838,6 @@ func loadHistory(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uu
 	return events, nil
 }
 
-// outcomeRef is what outcome events' attributes share: the event they
-// resolve (an activity's ActivityScheduled, a timer's TimerStarted).
-type outcomeRef struct {
-	ScheduledEventID int64 `json:"scheduled_event_id"`
-	StartedEventID   int64 `json:"started_event_id"`
-}
-
-func (r outcomeRef) id() int64 { return max(r.ScheduledEventID, r.StartedEventID) }
-
-// resolvedBy returns the event e resolves, if e is an outcome or a
-// cancellation of a timer.
-func resolvedBy(e history.Event) (int64, bool) {
-	if !resolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
-		return 0, false
-	}
-	var ref outcomeRef
-	if err := json.Unmarshal(e.Attributes, &ref); err != nil {
-		return 0, false
-	}
-	return ref.id(), true
-}
-
 // inboxRow is a row taken from a run's inbox.
 type inboxRow struct {
 	id    int64
@@ -868,7 +848,7 @@ type inboxRow struct {
 // by direct (outcomes handed over without the inbox) as the task's inputs,
 // without the outcomes history already has (W5: an activity's outcome
 // enters history once, however many times it was reported).
-func newInputs(ctx context.Context, runID uuid.UUID, events []history.Event, inbox []inboxRow, direct []history.Event,
+func newInputs(ctx context.Context, runID uuid.UUID, events []history.Event, facts *eventFacts, inbox []inboxRow, direct []history.Event,
 	logger *slog.Logger,
 ) ([]history.Event, error) {
 	taken := slices.Clone(inbox)
@@ -883,10 +863,10 @@ func newInputs(ctx context.Context, runID uuid.UUID, events []history.Event, inb
 		if e.Type == history.EventActivityScheduled || e.Type == history.EventTimerStarted || e.Type == history.EventChildWorkflowScheduled {
 			scheduled[e.ID] = true
 		}
-		if id, ok := resolvedBy(e); ok {
+		if id, ok := facts.resolvedBy(e); ok {
 			resolved[id] = true
 		}
-		if id := signalRequestID(e); id != "" {
+		if id := facts.signalRequestID(e); id != "" {
 			signals[id] = true
 		}
 	}
@@ -916,18 +896,6 @@ func newInputs(ctx context.Context, runID uuid.UUID, events []history.Event, inb
 		inputs = append(inputs, r.event)
 	}
 	return inputs, nil
-}
-
-// signalRequestID is a SignalReceived event's request ID ("" for others).
-func signalRequestID(e history.Event) string {
-	if e.Type != history.EventSignalReceived {
-		return ""
-	}
-	var ref struct {
-		RequestID string `json:"request_id"`
-	}
-	_ = json.Unmarshal(e.Attributes, &ref)
-	return ref.RequestID
 }
 
 // resolvesEvent reports whether t is an outcome: at most one per activity
@@ -1031,10 +999,13 @@ type pendingOf struct {
 
 // pendingWork tells, from a run's history (events, then appended), whether
 // it started children and whether activities it scheduled are unresolved.
-func pendingWork(events, appended []history.Event) pendingOf {
+func pendingWork(events []history.Event, facts *eventFacts, appended []history.Event) pendingOf {
 	var out pendingOf
 	open := map[int64]bool{}
-	for _, list := range [][]history.Event{events, appended} {
+	for i, list := range [][]history.Event{events, appended} {
+		if i == 1 {
+			facts = nil // not committed: nothing to memoize
+		}
 		for _, e := range list {
 			switch e.Type {
 			case history.EventActivityScheduled:
@@ -1042,7 +1013,7 @@ func pendingWork(events, appended []history.Event) pendingOf {
 			case history.EventChildWorkflowScheduled:
 				out.children = true
 			default:
-				if id, ok := resolvedBy(e); ok {
+				if id, ok := facts.resolvedBy(e); ok {
 					delete(open, id)
 				}
 			}

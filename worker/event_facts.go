@@ -1,0 +1,103 @@
+package worker
+
+import (
+	"encoding/json"
+	"sync"
+
+	"github.com/weirhq/weir/internal/history"
+)
+
+// eventFacts memoizes what a task reads out of its run's committed events'
+// attributes: the operation an outcome resolves and a signal's request ID.
+// Every task looks them up over the whole history (to drop outcomes and
+// signals history already has, and to find the activities still open), and
+// decoding the attributes each time made a task's cost grow with its
+// history even when its code was not replayed (sticky execution). A
+// committed event never changes, so its facts stay true for as long as the
+// run's history is cached, and the memo goes with it; facts of events not
+// committed yet are never looked up through it. It is safe for concurrent
+// use (two tasks of one run may read it at once, one of them bound to fail
+// its compare-and-swap). A nil memo decodes every time.
+type eventFacts struct {
+	mu       sync.Mutex
+	resolves map[int64]resolution // by event ID: outcomes and timer cancellations
+	requests map[int64]string     // by event ID: SignalReceived's request ID
+}
+
+// resolution is what resolvedBy said of an event.
+type resolution struct {
+	id int64
+	ok bool
+}
+
+func newEventFacts() *eventFacts {
+	return &eventFacts{resolves: map[int64]resolution{}, requests: map[int64]string{}}
+}
+
+// resolvedBy is resolvedBy(e) for a committed event e of the run.
+func (f *eventFacts) resolvedBy(e history.Event) (int64, bool) {
+	if f == nil || !resolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
+		return resolvedBy(e)
+	}
+	f.mu.Lock()
+	r, known := f.resolves[e.ID]
+	f.mu.Unlock()
+	if !known {
+		r.id, r.ok = resolvedBy(e)
+		f.mu.Lock()
+		f.resolves[e.ID] = r
+		f.mu.Unlock()
+	}
+	return r.id, r.ok
+}
+
+// signalRequestID is signalRequestID(e) for a committed event e of the run.
+func (f *eventFacts) signalRequestID(e history.Event) string {
+	if f == nil || e.Type != history.EventSignalReceived {
+		return signalRequestID(e)
+	}
+	f.mu.Lock()
+	id, known := f.requests[e.ID]
+	f.mu.Unlock()
+	if !known {
+		id = signalRequestID(e)
+		f.mu.Lock()
+		f.requests[e.ID] = id
+		f.mu.Unlock()
+	}
+	return id
+}
+
+// outcomeRef is what outcome events' attributes share: the event they
+// resolve (an activity's ActivityScheduled, a timer's TimerStarted).
+type outcomeRef struct {
+	ScheduledEventID int64 `json:"scheduled_event_id"`
+	StartedEventID   int64 `json:"started_event_id"`
+}
+
+func (r outcomeRef) id() int64 { return max(r.ScheduledEventID, r.StartedEventID) }
+
+// resolvedBy returns the event e resolves, if e is an outcome or a
+// cancellation of a timer.
+func resolvedBy(e history.Event) (int64, bool) {
+	if !resolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
+		return 0, false
+	}
+	var ref outcomeRef
+	if err := json.Unmarshal(e.Attributes, &ref); err != nil {
+		return 0, false
+	}
+	return ref.id(), true
+}
+
+// signalRequestID is a SignalReceived event's request ID ("" for others).
+func signalRequestID(e history.Event) string {
+	if e.Type != history.EventSignalReceived {
+		return ""
+	}
+	var ref struct {
+		RequestID string `json:"request_id"`
+	}
+	_ = json.Unmarshal(e.Attributes, &ref)
+	return ref.RequestID
+}

@@ -1,0 +1,115 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/history"
+)
+
+// longHistory is a run's history of n sequential activities, each
+// scheduled and completed, and a signal after every tenth.
+func longHistory(t testing.TB, n int) []history.Event {
+	t.Helper()
+	now := time.Now()
+	add := func(events []history.Event, attrs history.Attributes) []history.Event {
+		e, err := history.NewEvent(int64(len(events))+1, now, attrs)
+		require.NoError(t, err)
+		return append(events, e)
+	}
+	events := add(nil, &history.WorkflowStartedAttributes{Kind: "k", Args: []byte("{}"), RunID: "r", WorkflowID: "w", Generation: 1})
+	for i := range n {
+		events = add(events, &history.ActivityScheduledAttributes{Kind: "a", Args: []byte("{}")})
+		scheduled := int64(len(events))
+		events = add(events, &history.ActivityCompletedAttributes{ScheduledEventID: scheduled, Result: []byte("1"), Attempt: 1})
+		if i%10 == 9 {
+			events = add(events, &history.SignalReceivedAttributes{Kind: "s", Args: []byte("{}"), RequestID: fmt.Sprint("req-", i)})
+		}
+	}
+	return events
+}
+
+// TestEventFacts: the memo answers as the attributes do, remembers what it
+// read (an event's facts are read once), and a task's inputs are filtered
+// the same with it or without it.
+func TestEventFacts(t *testing.T) {
+	t.Parallel()
+
+	events := longHistory(t, 30)
+	facts := newEventFacts()
+	for _, e := range events {
+		id, ok := facts.resolvedBy(e)
+		wantID, wantOK := resolvedBy(e)
+		require.Equal(t, wantOK, ok, "event %d", e.ID)
+		require.Equal(t, wantID, id, "event %d", e.ID)
+		require.Equal(t, signalRequestID(e), facts.signalRequestID(e), "event %d", e.ID)
+	}
+
+	// Committed events never change, so what was read stays: the memo
+	// answers from what it read, not from the bytes.
+	completed := events[2]
+	require.Equal(t, history.EventActivityCompleted, completed.Type)
+	changed := completed
+	changed.Attributes = []byte(`{"scheduled_event_id":99}`)
+	id, ok := facts.resolvedBy(changed)
+	require.True(t, ok)
+	require.Equal(t, int64(2), id, "read once")
+	signal := events[len(events)-1]
+	require.Equal(t, history.EventSignalReceived, signal.Type)
+	changed = signal
+	changed.Attributes = []byte(`{"request_id":"other"}`)
+	require.Equal(t, "req-29", facts.signalRequestID(changed), "read once")
+
+	// Inputs: an outcome history has, one it does not, a signal it has, and
+	// one it does not.
+	dup := history.Event{Type: history.EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":2}`)}
+	fresh := history.Event{Type: history.EventActivityFailed, Attributes: []byte(`{"scheduled_event_id":5}`)}
+	fresh.ID = 0
+	oldSignal := history.Event{Type: history.EventSignalReceived, Attributes: []byte(`{"kind":"s","request_id":"req-9"}`)}
+	newSignal := history.Event{Type: history.EventSignalReceived, Attributes: []byte(`{"kind":"s","request_id":"req-new"}`)}
+	direct := []history.Event{dup, fresh, oldSignal, newSignal}
+	logger := slog.New(slog.DiscardHandler)
+	// Event 5 is completed in history too: only the new signal goes in.
+	for _, memo := range []*eventFacts{nil, newEventFacts(), facts} {
+		inputs, err := newInputs(context.Background(), uuid.New(), events, memo, nil, direct, logger)
+		require.NoError(t, err)
+		require.Equal(t, []history.Event{newSignal}, inputs)
+	}
+	open := history.Event{ID: int64(len(events)) + 1, Type: history.EventActivityScheduled, Attributes: []byte(`{}`)}
+	require.Equal(t, pendingOf{activities: true}, pendingWork(events, facts, []history.Event{open}))
+	require.Equal(t, pendingOf{}, pendingWork(events, facts, nil))
+}
+
+// BenchmarkNewInputs measures reading a task's inputs against its run's
+// history of n activities: decoding the history's outcomes every time, or
+// with the memo the history cache keeps (warm from the run's earlier
+// tasks).
+func BenchmarkNewInputs(b *testing.B) {
+	logger := slog.New(slog.DiscardHandler)
+	for _, n := range []int{10, 100, 1000} {
+		events := longHistory(b, n)
+		last := events[len(events)-2] // the last ActivityScheduled... or a completion; any outcome does
+		direct := []history.Event{{Type: history.EventActivityCompleted, Attributes: []byte(fmt.Sprintf(`{"scheduled_event_id":%d}`, last.ID))}}
+		for _, memo := range []bool{false, true} {
+			b.Run(fmt.Sprintf("Activities=%d/Memo=%t", n, memo), func(b *testing.B) {
+				var facts *eventFacts
+				if memo {
+					facts = newEventFacts()
+				}
+				runID := uuid.New()
+				b.ReportAllocs()
+				for b.Loop() {
+					_, err := newInputs(context.Background(), runID, events, facts, nil, direct, logger)
+					require.NoError(b, err)
+					pendingWork(events, facts, nil)
+				}
+			})
+		}
+	}
+}
