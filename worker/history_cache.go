@@ -27,7 +27,8 @@ import (
 type historyCache struct {
 	mu      sync.Mutex
 	entries map[[16]byte]*historyEntry
-	size    int // most entries kept; 0 keeps none
+	size    int  // most entries kept; 0 keeps none
+	stopped bool // the worker stopped: sessions are closed, not kept
 }
 
 type historyEntry struct {
@@ -99,7 +100,10 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	next := int64(len(events)) + 1
-	if session.NextEventID() != next {
+	if session.NextEventID() != next || c.stopped {
+		// A first task in a start that committed after the worker stopped
+		// settles here after closeSessions: its code must not outlive the
+		// worker.
 		closing = append(closing, session)
 		session = nil
 	}
@@ -110,8 +114,10 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		// grows, so the entry with the later append point stays.
 		closing = append(closing, session)
 		return
-	case ok && old.session != session:
-		closing = append(closing, old.session)
+	case ok:
+		if old.session != session {
+			closing = append(closing, old.session)
+		}
 	case len(c.entries) >= c.size:
 		if c.size == 0 {
 			closing = append(closing, session)
@@ -140,10 +146,12 @@ func (c *historyCache) forget(runID [16]byte) {
 	}
 }
 
-// closeSessions closes every session the cache holds (the worker stops:
-// their goroutines must not outlive it); the histories stay.
+// closeSessions closes every session the cache holds, and any put later
+// (the worker stops: their goroutines must not outlive it); the histories
+// stay.
 func (c *historyCache) closeSessions() {
 	c.mu.Lock()
+	c.stopped = true
 	var closing []*replay.Session
 	for _, e := range c.entries {
 		closing = append(closing, e.session)

@@ -129,6 +129,29 @@ func TestHistoryCacheSessions(t *testing.T) {
 		requireLive(t, secondUnwound)
 		c.closeSessions()
 		requireUnwound(t, secondUnwound)
+
+		// A task that settles after the worker stopped (a first task in a
+		// start that committed late) keeps no code alive.
+		late, events, lateUnwound := newSession(t)
+		run := uuid.New()
+		c.put(run, events, nil, late, nil)
+		requireUnwound(t, lateUnwound)
+		_, _, ok := c.get(run, int64(len(events))+1)
+		require.True(t, ok, "its history is kept")
+		require.Nil(t, c.session(run, int64(len(events))+1))
+	})
+
+	t.Run("AnEntryReplacedEvictsNoOther", func(t *testing.T) {
+		t.Parallel()
+		c := newHistoryCache(2)
+		run := uuid.New()
+		other, events, otherUnwound := newSession(t)
+		c.put(run, events, nil, nil, nil)
+		c.put(uuid.New(), events, nil, other, nil)
+		for range 10 {
+			c.put(run, events, nil, nil, nil) // full, but run has its entry already
+		}
+		requireLive(t, otherUnwound)
 	})
 
 	t.Run("NoneKeptWhenTheCacheIsOff", func(t *testing.T) {

@@ -399,6 +399,7 @@ func (c *stepCommitter) queueGuard(batch *pgx.Batch, m *stepMember) {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
 			c.guardMisses.Add(1)
+			c.w.histories.forget(m.runID) // moved elsewhere (or closed): what this worker kept of it is stale
 			return fmt.Errorf("run %s moved since this worker's last step of it: %w", m.runID, err)
 		}
 		if err == nil {

@@ -28,14 +28,20 @@ func (StickyArgs) Kind() string { return "sticky" }
 type StickyWorkflow struct {
 	workflow.Defaults[StickyArgs, int]
 
-	mu     sync.Mutex
-	starts map[string]int
+	mu      sync.Mutex
+	starts  map[string]int
+	unwound map[string]int // code that returned or was unwound
 }
 
 func (w *StickyWorkflow) Run(ctx workflow.Context, args StickyArgs) (int, error) {
 	w.mu.Lock()
 	w.starts[args.Key]++
 	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.unwound[args.Key]++
+		w.mu.Unlock()
+	}()
 	n := 0
 	for range args.Steps {
 		var err error
@@ -58,6 +64,17 @@ func (w *StickyWorkflow) startsOf(key string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.starts[key]
+}
+
+// live is how many copies of key's code are running or blocked.
+func (w *StickyWorkflow) live(key string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.starts[key] - w.unwound[key]
+}
+
+func newStickyWorkflow() *StickyWorkflow {
+	return &StickyWorkflow{starts: map[string]int{}, unwound: map[string]int{}}
 }
 
 // TestStickyExecution: a worker keeps a run's workflow code between its
@@ -87,7 +104,7 @@ func TestStickyExecution(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
-		wf := &StickyWorkflow{starts: map[string]int{}}
+		wf := newStickyWorkflow()
 		start(ctx, t, b, wf, &worker.Config{})
 
 		run, err := b.client.Start(ctx, StickyArgs{Key: "a", Steps: 10}, nil)
@@ -103,7 +120,7 @@ func TestStickyExecution(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
-		wf := &StickyWorkflow{starts: map[string]int{}}
+		wf := newStickyWorkflow()
 		start(ctx, t, b, wf, &worker.Config{MaxCachedRuns: -1})
 
 		run, err := b.client.Start(ctx, StickyArgs{Key: "a", Steps: 10}, nil)
@@ -115,6 +132,35 @@ func TestStickyExecution(t *testing.T) {
 		requireHistoryWellFormed(ctx, t, b, run)
 	})
 
+	t.Run("StopUnwindsTheCodeItKept", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		wf := newStickyWorkflow()
+		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema})
+		require.NoError(t, err)
+		worker.AddWorkflow(w, wf)
+		worker.AddActivity(w, &StepActivity{})
+		require.NoError(t, w.Start(ctx))
+
+		// The run waits for a signal after its activities: its code stays
+		// in the worker, blocked, between tasks.
+		run, err := b.client.Start(ctx, StickyArgs{Key: "a", Steps: 2, Signals: 1}, nil)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var open bool
+			err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+b.names.Event+" WHERE run_id = $1 AND type = 'ActivityCompleted' AND event_id > 5)", run.RunID).Scan(&open)
+			return err == nil && open
+		}, 30*time.Second, 10*time.Millisecond, "the run reached its signal")
+		require.Eventually(t, func() bool { return wf.live("a") == 1 }, 10*time.Second, 10*time.Millisecond)
+		require.Equal(t, 1, wf.startsOf("a"))
+
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(stopCtx))
+		require.Zero(t, wf.live("a"), "the code kept for the run was unwound when the worker stopped")
+	})
+
 	t.Run("RunMovedByAnotherWorkerIsReplayed", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
@@ -122,7 +168,7 @@ func TestStickyExecution(t *testing.T) {
 		// Two workers take the run's signal tasks as River hands them out:
 		// each keeps the code of the tasks it ran, and a worker whose last
 		// task of the run is not the run's last must not continue it.
-		wf := &StickyWorkflow{starts: map[string]int{}}
+		wf := newStickyWorkflow()
 		start(ctx, t, b, wf, &worker.Config{})
 		start(ctx, t, b, wf, &worker.Config{})
 
@@ -150,5 +196,12 @@ func TestStickyExecution(t *testing.T) {
 			replayed += wf.startsOf(fmt.Sprint(i)) - 1
 		}
 		t.Logf("replays over %d runs of about %d tasks each: %d", len(runs), signals+3, replayed)
+		// Both happened: a worker replayed runs the other had moved, and
+		// continued runs it had moved last. (A worker that continued code
+		// past history it did not decide would fail the task, refused by the
+		// cache's append point, then by Session.Continue; historyCache's own
+		// test checks the first.)
+		require.Positive(t, replayed, "the two workers never took turns on a run")
+		require.Less(t, replayed, len(runs)*(signals+3), "no task continued a run's code")
 	})
 }

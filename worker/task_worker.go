@@ -205,7 +205,9 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		return err
 	}
 	if run.State != "running" {
-		// A task queued before the run closed (terminated, say): nothing to do.
+		// A task queued before the run closed (terminated, say): nothing to
+		// do, and nothing of the run to keep.
+		w.histories.forget(runID)
 		return own.finish(ctx, tx, false)
 	}
 	by := &advanceBy{attempt: job.Attempt, inbox: inbox, own: own, taskJobID: job.ID}

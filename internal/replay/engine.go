@@ -274,6 +274,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.boundaryID, e.expected, e.cursor = e.nextID, nil, 0
 	e.nextID++
 	e.events = append(e.events, boundary)
 	if err := e.run(); err != nil {

@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -98,7 +99,7 @@ func (r *run) sticky(params *replay.ExecuteParams, out *replay.Outcome, err erro
 		r.t.Cleanup(r.session.Close)
 	}
 	if gotErr != nil || err != nil {
-		require.Equal(r.t, err != nil, gotErr != nil, "Execute's error %v, the session's %v", err, gotErr)
+		require.Equal(r.t, fmt.Sprint(err), fmt.Sprint(gotErr), "Execute's error, and the session's")
 		r.session.Close() // a failed task leaves the session ahead of history
 		r.session = nil
 		return

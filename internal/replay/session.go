@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay/coroutine"
 )
 
@@ -25,7 +26,9 @@ var ErrSessionMismatch = errors.New("replay: the session does not stand at the e
 // NextEventID-1. Its caller must give it only that history (the events it
 // decided, committed) and the next task's inputs; a task whose events were
 // not committed leaves the session ahead of the history, so the caller
-// closes it and replays ([Execute] or [Start]) instead.
+// closes it and replays ([Execute] or [Start]) instead. Continue checks
+// the history's length and its last event's type against what the session
+// decided, as a second guard.
 //
 // A Session is not safe for concurrent use. Close it when done with it: its
 // coroutines are goroutines, and closing unwinds them (running the
@@ -35,13 +38,14 @@ type Session struct {
 	cleanup runtime.Cleanup
 	closed  bool
 	e       *engine
+	last    history.Event // the last event it decided (its attributes dropped)
 	next    int64
 }
 
 // Start runs one workflow task, as [Execute] does, and returns with its
 // outcome the session that continues the run from it. The session is nil
 // when the task ended the run (Outcome.Completed) or failed.
-func Start(ctx context.Context, def *Definition, params *ExecuteParams) (*Outcome, *Session, error) {
+func Start(ctx context.Context, def *Definition, params *ExecuteParams) (out *Outcome, s *Session, err error) {
 	if params.Now.IsZero() {
 		return nil, nil, errors.New("replay: ExecuteParams.Now is required")
 	}
@@ -49,14 +53,30 @@ func Start(ctx context.Context, def *Definition, params *ExecuteParams) (*Outcom
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := e.execute()
+	defer func() {
+		if s == nil { // failed, ended the run, or panicked (outside workflow code)
+			e.sched.Close()
+		}
+	}()
+	out, err = e.execute()
 	if err != nil || out.Completed {
-		e.sched.Close()
 		return out, nil, err
 	}
-	s := &Session{e: e, next: int64(len(e.history)+len(out.Events)) + 1}
+	s = &Session{e: e, next: int64(len(e.history)+len(out.Events)) + 1}
+	s.decided(out)
 	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, e.sched)
 	return out, s, nil
+}
+
+// decided notes the task that just ran, and lets go of what the engine
+// kept of its inputs: between tasks the session holds only the code's
+// state (the caller has the history).
+func (s *Session) decided(out *Outcome) {
+	s.last = out.Events[len(out.Events)-1]
+	s.last.Attributes = nil
+	e := s.e
+	e.history = nil
+	e.params = &ExecuteParams{Codec: e.params.Codec, MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now}
 }
 
 // NextEventID is the ID of the event the session's next task appends
@@ -73,8 +93,9 @@ func (s *Session) NextEventID() int64 {
 // would on params.History: it delivers params.Inputs, runs the code until
 // every coroutine is blocked or it returns, and returns the events to
 // append. params.History must be the session's history (NextEventID-1
-// events, ending with those of the session's last task); only its length is
-// checked, and a mismatch is an error matching [ErrSessionMismatch].
+// events, ending with those of the session's last task); its length and
+// its last event's type are checked, and a mismatch is an error matching
+// [ErrSessionMismatch].
 // params.Codec, Logger, DeadlockTimeout and the identity in Info are the
 // session's, from Start; Info.TaskAttempt, Inputs, Now and MaxPayloadBytes
 // are the task's. When Continue fails, or the task ends the run, the
@@ -88,13 +109,23 @@ func (s *Session) Continue(ctx context.Context, params *ExecuteParams) (*Outcome
 	case int64(len(params.History))+1 != s.next:
 		s.Close()
 		return nil, fmt.Errorf("%w: it stands at event %d, the history has %d events", ErrSessionMismatch, s.next-1, len(params.History))
+	case params.History[len(params.History)-1].Type != s.last.Type:
+		s.Close()
+		return nil, fmt.Errorf("%w: its event %d is %s, the history's %s", ErrSessionMismatch, s.last.ID, s.last.Type, params.History[len(params.History)-1].Type)
 	}
+	done := false
+	defer func() {
+		if !done { // failed, ended the run, or panicked (outside workflow code)
+			s.Close()
+		}
+	}()
 	out, err := s.e.continueTask(ctx, params)
 	if err != nil || out.Completed {
-		s.Close()
 		return out, err
 	}
+	done = true
 	s.next += int64(len(out.Events))
+	s.decided(out)
 	return out, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,6 +101,21 @@ func TestSession(t *testing.T) {
 		require.ErrorContains(t, err, "it stands at event 3, the history has 1 events")
 		require.Zero(t, session.NextEventID())
 		<-unwound // closed: the code's coroutine was unwound
+
+		// A history as long as the session's, ending otherwise.
+		unwound = make(chan struct{})
+		def = sequentialDefinition(3, &starts, unwound)
+		out, session, err = replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
+		require.NoError(t, err)
+		defer session.Close()
+		other := append(slices.Clone(r.history), out.Events...)
+		other[len(other)-1].Type = history.EventTimerStarted
+		_, err = session.Continue(context.Background(), &replay.ExecuteParams{
+			History: other, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 1)}, Now: taskTime(2),
+		})
+		require.ErrorIs(t, err, replay.ErrSessionMismatch)
+		require.ErrorContains(t, err, "its event 3 is ActivityScheduled, the history's TimerStarted")
+		<-unwound
 	})
 
 	t.Run("FailedTaskClosesIt", func(t *testing.T) {
@@ -122,6 +138,59 @@ func TestSession(t *testing.T) {
 		require.ErrorIs(t, err, context.Canceled)
 		require.Zero(t, session.NextEventID())
 		<-unwound
+	})
+
+	t.Run("FailureInTheCodeClosesIt", func(t *testing.T) {
+		t.Parallel()
+
+		unwound := make(chan struct{})
+		def := define(func(ctx workflow.Context, args OrderArgs) (int, error) {
+			defer close(unwound)
+			v, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{}, nil).Get(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if v == 13 {
+				panic("unlucky result")
+			}
+			return v, nil
+		})
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.replayOnly = true
+		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
+		require.NoError(t, err)
+		defer session.Close()
+		r.history = append(r.history, out.Events...)
+		_, err = session.Continue(context.Background(), &replay.ExecuteParams{
+			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 13)}, Now: taskTime(2),
+		})
+		var panicErr *workflow.PanicError
+		require.ErrorAs(t, err, &panicErr)
+		require.Zero(t, session.NextEventID())
+		<-unwound
+	})
+
+	t.Run("LiveVersionErrorNamesItsTask", func(t *testing.T) {
+		t.Parallel()
+
+		// The code asks for change "c" again with a range that excludes the
+		// version it recorded: the task fails, naming its own boundary,
+		// whether the code was replayed or continued (the harness checks
+		// that both say the same).
+		def := define(func(ctx workflow.Context, args OrderArgs) (int, error) {
+			workflow.GetVersion(ctx, "c", workflow.DefaultVersion, 1)
+			if _, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{}, nil).Get(ctx); err != nil {
+				return 0, err
+			}
+			workflow.GetVersion(ctx, "c", 2, 2)
+			return 0, nil
+		})
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		out := r.task()
+		_, err := r.try(completed(t, out.Activities[0].EventID, 1))
+		var ndErr *workflow.NonDeterminismError
+		require.ErrorAs(t, err, &ndErr)
+		require.Equal(t, int64(len(r.history))+2, ndErr.EventID, "the task's WorkflowTaskStarted")
 	})
 
 	t.Run("TaskAttemptIsTheTasks", func(t *testing.T) {
