@@ -22,6 +22,48 @@ type cacheTestActivity struct{}
 
 func (cacheTestActivity) Kind() string { return "cache_test_activity" }
 
+// newTestSession starts a run of a workflow that waits for activities one
+// after another and closes unwound when its code is unwound; it returns the
+// session and the history it stands at.
+func newTestSession(t *testing.T) (*replay.Session, []history.Event, chan struct{}) {
+	t.Helper()
+	unwound := make(chan struct{})
+	def := &replay.Definition{Kind: cacheTestArgs{}.Kind(), Run: func(ctx workflow.Context, _ []byte) ([]byte, error) {
+		defer close(unwound)
+		for {
+			if _, err := workflow.ExecuteActivity[int](ctx, cacheTestActivity{}, nil).Get(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}}
+	started, err := history.NewEvent(1, time.Now(), &history.WorkflowStartedAttributes{Kind: def.Kind, Args: []byte("{}"), RunID: "r", WorkflowID: "w", Generation: 1})
+	require.NoError(t, err)
+	out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: []history.Event{started}, Now: time.Now()})
+	require.NoError(t, err)
+	require.NotNil(t, session)
+	events := append([]history.Event{started}, out.Events...)
+	t.Cleanup(session.Close)
+	return session, events, unwound
+}
+
+func requireUnwound(t *testing.T, unwound chan struct{}) {
+	t.Helper()
+	select {
+	case <-unwound:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session was not closed")
+	}
+}
+
+func requireLive(t *testing.T, unwound chan struct{}) {
+	t.Helper()
+	select {
+	case <-unwound:
+		t.Fatal("the session was closed")
+	default:
+	}
+}
+
 // TestHistoryCacheSessions: the cache hands a run's session only to a task
 // at the append point the session stands at, and never to two tasks; a
 // session it does not keep (standing elsewhere, shorter than what it
@@ -30,51 +72,11 @@ func (cacheTestActivity) Kind() string { return "cache_test_activity" }
 func TestHistoryCacheSessions(t *testing.T) {
 	t.Parallel()
 
-	// newSession starts a run of a workflow that waits for activities one
-	// after another and closes unwound when its code is unwound; it
-	// returns the session and the history it stands at.
-	newSession := func(t *testing.T) (*replay.Session, []history.Event, chan struct{}) {
-		t.Helper()
-		unwound := make(chan struct{})
-		def := &replay.Definition{Kind: cacheTestArgs{}.Kind(), Run: func(ctx workflow.Context, _ []byte) ([]byte, error) {
-			defer close(unwound)
-			for {
-				if _, err := workflow.ExecuteActivity[int](ctx, cacheTestActivity{}, nil).Get(ctx); err != nil {
-					return nil, err
-				}
-			}
-		}}
-		started, err := history.NewEvent(1, time.Now(), &history.WorkflowStartedAttributes{Kind: def.Kind, Args: []byte("{}"), RunID: "r", WorkflowID: "w", Generation: 1})
-		require.NoError(t, err)
-		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: []history.Event{started}, Now: time.Now()})
-		require.NoError(t, err)
-		require.NotNil(t, session)
-		events := append([]history.Event{started}, out.Events...)
-		t.Cleanup(session.Close)
-		return session, events, unwound
-	}
-	requireUnwound := func(t *testing.T, unwound chan struct{}) {
-		t.Helper()
-		select {
-		case <-unwound:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the session was not closed")
-		}
-	}
-	requireLive := func(t *testing.T, unwound chan struct{}) {
-		t.Helper()
-		select {
-		case <-unwound:
-			t.Fatal("the session was closed")
-		default:
-		}
-	}
-
 	t.Run("TakenOnceAtItsAppendPoint", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(MaxCachedRunsDefault)
 		run := uuid.New()
-		session, events, unwound := newSession(t)
+		session, events, unwound := newTestSession(t)
 		next := int64(len(events)) + 1
 		c.put(run, events, nil, session, nil)
 		require.Nil(t, c.session(run, next-1), "a task at another append point")
@@ -94,7 +96,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		run := uuid.New()
 
 		// Standing elsewhere than the history it comes with.
-		session, events, unwound := newSession(t)
+		session, events, unwound := newTestSession(t)
 		c.put(run, events[:len(events)-1], nil, session, nil)
 		requireUnwound(t, unwound)
 		require.Nil(t, c.session(run, int64(len(events))))
@@ -102,15 +104,15 @@ func TestHistoryCacheSessions(t *testing.T) {
 		// With a history shorter than the one held.
 		long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}, {ID: 7}, {ID: 8}}
 		c.put(run, long, nil, nil, nil)
-		session, events, unwound = newSession(t)
+		session, events, unwound = newTestSession(t)
 		c.put(run, events, nil, session, nil)
 		requireUnwound(t, unwound)
 
 		// Replaced, then forgotten.
 		c.forget(run)
-		session, events, unwound = newSession(t)
+		session, events, unwound = newTestSession(t)
 		c.put(run, events, nil, session, nil)
-		other, _, otherUnwound := newSession(t)
+		other, _, otherUnwound := newTestSession(t)
 		c.put(run, events, nil, other, nil)
 		requireUnwound(t, unwound)
 		requireLive(t, otherUnwound)
@@ -121,9 +123,9 @@ func TestHistoryCacheSessions(t *testing.T) {
 	t.Run("EvictedAndStopped", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(1)
-		first, events, firstUnwound := newSession(t)
+		first, events, firstUnwound := newTestSession(t)
 		c.put(uuid.New(), events, nil, first, nil)
-		second, events, secondUnwound := newSession(t)
+		second, events, secondUnwound := newTestSession(t)
 		c.put(uuid.New(), events, nil, second, nil)
 		requireUnwound(t, firstUnwound)
 		requireLive(t, secondUnwound)
@@ -132,7 +134,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 
 		// A task that settles after the worker stopped (a first task in a
 		// start that committed late) keeps no code alive.
-		late, events, lateUnwound := newSession(t)
+		late, events, lateUnwound := newTestSession(t)
 		run := uuid.New()
 		c.put(run, events, nil, late, nil)
 		requireUnwound(t, lateUnwound)
@@ -145,7 +147,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(2)
 		run := uuid.New()
-		other, events, otherUnwound := newSession(t)
+		other, events, otherUnwound := newTestSession(t)
 		c.put(run, events, nil, nil, nil)
 		c.put(uuid.New(), events, nil, other, nil)
 		for range 10 {
@@ -158,7 +160,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(-1)
 		run := uuid.New()
-		session, events, unwound := newSession(t)
+		session, events, unwound := newTestSession(t)
 		c.put(run, events, nil, session, nil)
 		requireUnwound(t, unwound)
 		_, _, ok := c.get(run, int64(len(events))+1)

@@ -18,6 +18,7 @@ type StickyArgs struct {
 	Key     string `json:"key"`
 	Signals int    `json:"signals"` // "add" signals to take after the activities
 	Steps   int    `json:"steps"`   // sequential activities
+	Sleep   bool   `json:"sleep"`   // a durable sleep after each activity
 }
 
 func (StickyArgs) Kind() string { return "sticky" }
@@ -47,6 +48,11 @@ func (w *StickyWorkflow) Run(ctx workflow.Context, args StickyArgs) (int, error)
 		var err error
 		if n, err = workflow.ExecuteActivity[int](ctx, StepArgs{N: n}, nil).Get(ctx); err != nil {
 			return 0, err
+		}
+		if args.Sleep {
+			if err := workflow.Sleep(ctx, time.Millisecond); err != nil {
+				return 0, err
+			}
 		}
 	}
 	adds := workflow.GetSignalChannel[AddSignal](ctx)
@@ -113,6 +119,26 @@ func TestStickyExecution(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 10, got)
 		require.Equal(t, 1, wf.startsOf("a"), "11 tasks, and the code started once: no task replayed it")
+		requireHistoryWellFormed(ctx, t, b, run)
+	})
+
+	t.Run("StepsThatCommitAloneKeepTheCode", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		wf := newStickyWorkflow()
+		start(ctx, t, b, wf, &worker.Config{})
+
+		// Each activity's outcome starts a timer, so it leaves its group of
+		// outcomes and commits alone, taking what it decided in the group
+		// (the code has run ahead of history there); each timer's task
+		// continues the code.
+		run, err := b.client.Start(ctx, StickyArgs{Key: "a", Steps: 5, Sleep: true}, nil)
+		require.NoError(t, err)
+		got, err := getWithin[int](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, 5, got)
+		require.Equal(t, 1, wf.startsOf("a"), "11 tasks, and the code started once")
 		requireHistoryWellFormed(ctx, t, b, run)
 	})
 

@@ -459,8 +459,12 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	// Sticky execution: the code as this worker's last task of the run
 	// left it, if that task's history is still the run's; else a replay of
 	// the history, keeping the code for the run's next task.
+	// A rerun alone of an outcome that left its group takes what it
+	// decided there, if nothing changed since.
 	var outcome *replay.Outcome
-	if session := w.histories.session(runID, run.NextEventID); session != nil {
+	if d := w.decided.take(runID, run.NextEventID, inputs); d != nil {
+		outcome, result.session = d.outcome, d.session
+	} else if session := w.histories.session(runID, run.NextEventID); session != nil {
 		result.session = session
 		outcome, err = session.Continue(replayCtx, params)
 	} else {
@@ -476,7 +480,11 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 		return errRunsAlone // a group of starts must not wait for a child's start lock; nothing written yet
 	}
 	if by.group != nil && !groupable(run, by, outcome, events, facts, toAppend) {
-		return errRunsAlone // nothing written yet
+		// Nothing written yet: the rerun alone, just after the group,
+		// takes this decision.
+		w.decided.put(runID, &decidedTask{inputs: inputs, next: run.NextEventID, outcome: outcome, session: result.session})
+		result.session = nil
+		return errRunsAlone
 	}
 	if by.group != nil {
 		// The job's completion must ride in the last batch: a member whose
