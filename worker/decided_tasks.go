@@ -18,7 +18,11 @@ import (
 // (and the run's session, standing after it) instead of replaying the run's
 // code from its start, which it would have to, the session having run
 // ahead of history. A rerun that finds the run moved or other inputs
-// decides anew, and the kept decision is dropped.
+// decides anew, and the kept decision is dropped; so is one the rerun
+// never looked for (stepCommitter.commit drops it after the rerun). The
+// decision keeps its time: its events, workflow.Now and timers are dated
+// when the group decided, up to the group's duration before the rerun
+// commits them.
 type decidedTasks struct {
 	mu      sync.Mutex
 	tasks   map[uuid.UUID]*decidedTask
@@ -68,6 +72,18 @@ func (k *decidedTasks) take(runID uuid.UUID, next int64, inputs []history.Event)
 		return nil
 	}
 	return d
+}
+
+// drop closes the decision kept for the run, if any: its rerun did not
+// take it (it found the run closed, a task queued, its lease lost, …).
+func (k *decidedTasks) drop(runID uuid.UUID) {
+	k.mu.Lock()
+	d := k.tasks[runID]
+	delete(k.tasks, runID)
+	k.mu.Unlock()
+	if d != nil {
+		d.session.Close()
+	}
 }
 
 // stop closes the sessions kept, and any kept later.

@@ -41,6 +41,12 @@ func TestDecidedTasks(t *testing.T) {
 		requireUnwound(t, unwound)
 	}
 
+	_, unwound = keep()
+	k.drop(run) // its rerun never looked for it
+	requireUnwound(t, unwound)
+	require.Nil(t, k.take(run, 4, inputs))
+	k.drop(run) // nothing kept: nothing to do
+
 	_, first := keep()
 	_, second := keep() // replaces the first
 	requireUnwound(t, first)

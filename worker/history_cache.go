@@ -146,6 +146,20 @@ func (c *historyCache) forget(runID [16]byte) {
 	}
 }
 
+// forgetAt forgets the run if what the cache holds of it is still at
+// append point next (a newer entry, put meanwhile, stays).
+func (c *historyCache) forgetAt(runID [16]byte, next int64) {
+	c.mu.Lock()
+	e := c.entries[runID]
+	if e == nil || e.nextEventID != next {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.entries, runID)
+	c.mu.Unlock()
+	e.session.Close()
+}
+
 // closeSessions closes every session the cache holds, and any put later
 // (the worker stops: their goroutines must not outlive it); the histories
 // stay.

@@ -118,6 +118,16 @@ func TestHistoryCacheSessions(t *testing.T) {
 		requireLive(t, otherUnwound)
 		c.forget(run)
 		requireUnwound(t, otherUnwound)
+
+		// Forgotten at an append point: only if the entry is still there.
+		session, events, unwound = newTestSession(t)
+		c.put(run, events, nil, session, nil)
+		c.forgetAt(run, int64(len(events))) // an older one: the entry is newer
+		requireLive(t, unwound)
+		c.forgetAt(run, int64(len(events))+1)
+		requireUnwound(t, unwound)
+		_, _, ok := c.get(run, int64(len(events))+1)
+		require.False(t, ok)
 	})
 
 	t.Run("EvictedAndStopped", func(t *testing.T) {

@@ -171,6 +171,9 @@ func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx
 		// The group held the run for this rerun (run): no group takes the
 		// run's next outcome until it is settled.
 		defer c.release(runID)
+		// What the member decided in the group, if its rerun did not take
+		// it (held, the run gets no other group meanwhile).
+		defer c.w.decided.drop(runID)
 		c.w.settle(err, &m.cont) // frees the eager slots it took
 		return c.w.outcomeTxOnce(ctx, fn)
 	}
@@ -399,7 +402,7 @@ func (c *stepCommitter) queueGuard(batch *pgx.Batch, m *stepMember) {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
 			c.guardMisses.Add(1)
-			c.w.histories.forget(m.runID) // moved elsewhere (or closed): what this worker kept of it is stale
+			c.w.histories.forgetAt(m.runID, m.run.NextEventID) // moved elsewhere (or closed): what this worker kept of it is stale
 			return fmt.Errorf("run %s moved since this worker's last step of it: %w", m.runID, err)
 		}
 		if err == nil {

@@ -476,14 +476,16 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 		return err
 	}
 	toAppend = append(toAppend, outcome.Events...)
-	if by.deferLast != nil && slices.ContainsFunc(toAppend, func(e history.Event) bool { return e.Type == history.EventChildWorkflowScheduled }) {
-		return errRunsAlone // a group of starts must not wait for a child's start lock; nothing written yet
-	}
-	if by.group != nil && !groupable(run, by, outcome, events, facts, toAppend) {
-		// Nothing written yet: the rerun alone, just after the group,
-		// takes this decision.
-		w.decided.put(runID, &decidedTask{inputs: inputs, next: run.NextEventID, outcome: outcome, session: result.session})
-		result.session = nil
+	// A group must not wait for a child's start lock, nor write anything
+	// before its last batch: such a task runs alone, nothing written yet.
+	// The rerun alone of a group of outcomes' member, just after the group,
+	// takes this decision.
+	if by.deferLast != nil && slices.ContainsFunc(toAppend, func(e history.Event) bool { return e.Type == history.EventChildWorkflowScheduled }) ||
+		by.group != nil && !groupable(run, by, outcome, events, facts, toAppend) {
+		if by.group != nil {
+			w.decided.put(runID, &decidedTask{inputs: inputs, next: run.NextEventID, outcome: outcome, session: result.session})
+			result.session = nil
+		}
 		return errRunsAlone
 	}
 	if by.group != nil {

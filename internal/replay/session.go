@@ -62,8 +62,9 @@ func Start(ctx context.Context, def *Definition, params *ExecuteParams) (out *Ou
 	if err != nil || out.Completed {
 		return out, nil, err
 	}
-	s = &Session{e: e, next: int64(len(e.history)+len(out.Events)) + 1}
-	s.decided(out)
+	session := &Session{e: e, next: int64(len(e.history)+len(out.Events)) + 1}
+	session.decided(out)
+	s = session
 	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, e.sched)
 	return out, s, nil
 }
