@@ -91,7 +91,8 @@ func newStickyWorkflow() *StickyWorkflow {
 func TestStickyExecution(t *testing.T) {
 	t.Parallel()
 
-	start := func(ctx context.Context, t *testing.T, b *testBundle, wf *StickyWorkflow, config *worker.Config) {
+	// started starts a worker serving wf and StepActivity.
+	started := func(ctx context.Context, t *testing.T, b *testBundle, wf *StickyWorkflow, config *worker.Config) *worker.Worker {
 		t.Helper()
 		config.Schema = b.schema
 		w, err := worker.New(b.pool, config)
@@ -99,6 +100,12 @@ func TestStickyExecution(t *testing.T) {
 		worker.AddWorkflow(w, wf)
 		worker.AddActivity(w, &StepActivity{})
 		require.NoError(t, w.Start(ctx))
+		return w
+	}
+	// start is started, stopped when the test ends.
+	start := func(ctx context.Context, t *testing.T, b *testBundle, wf *StickyWorkflow, config *worker.Config) {
+		t.Helper()
+		w := started(ctx, t, b, wf, config)
 		t.Cleanup(func() {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
@@ -106,68 +113,47 @@ func TestStickyExecution(t *testing.T) {
 		})
 	}
 
-	t.Run("CodeRunsOnceAcrossTasks", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
-		wf := newStickyWorkflow()
-		start(ctx, t, b, wf, &worker.Config{})
-
-		run, err := b.client.Start(ctx, StickyArgs{Key: "a", Steps: 10}, nil)
-		require.NoError(t, err)
-		got, err := getWithin[int](ctx, t, run)
-		require.NoError(t, err)
-		require.Equal(t, 10, got)
-		require.Equal(t, 1, wf.startsOf("a"), "11 tasks, and the code started once: no task replayed it")
-		requireHistoryWellFormed(ctx, t, b, run)
-	})
-
-	t.Run("StepsThatCommitAloneKeepTheCode", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
-		wf := newStickyWorkflow()
-		start(ctx, t, b, wf, &worker.Config{})
-
+	for _, c := range []struct {
+		name   string
+		config worker.Config
+		args   StickyArgs
+		starts int // times the code starts from the beginning
+		why    string
+	}{
+		{"CodeRunsOnceAcrossTasks", worker.Config{}, StickyArgs{Key: "a", Steps: 10}, 1,
+			"11 tasks, and the code started once: no task replayed it"},
 		// Each activity's outcome starts a timer, so it leaves its group of
 		// outcomes and commits alone, taking what it decided in the group
 		// (the code has run ahead of history there); each timer's task
 		// continues the code.
-		run, err := b.client.Start(ctx, StickyArgs{Key: "a", Steps: 5, Sleep: true}, nil)
-		require.NoError(t, err)
-		got, err := getWithin[int](ctx, t, run)
-		require.NoError(t, err)
-		require.Equal(t, 5, got)
-		require.Equal(t, 1, wf.startsOf("a"), "11 tasks, and the code started once")
-		requireHistoryWellFormed(ctx, t, b, run)
-	})
+		{"StepsThatCommitAloneKeepTheCode", worker.Config{}, StickyArgs{Key: "a", Steps: 5, Sleep: true}, 1,
+			"11 tasks, and the code started once"},
+		{"CacheOffReplaysEveryTask", worker.Config{MaxCachedRuns: -1}, StickyArgs{Key: "a", Steps: 10}, 11,
+			"every one of the 11 tasks replays the code"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			b := setup(ctx, t)
+			wf := newStickyWorkflow()
+			start(ctx, t, b, wf, &c.config)
 
-	t.Run("CacheOffReplaysEveryTask", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t)
-		wf := newStickyWorkflow()
-		start(ctx, t, b, wf, &worker.Config{MaxCachedRuns: -1})
-
-		run, err := b.client.Start(ctx, StickyArgs{Key: "a", Steps: 10}, nil)
-		require.NoError(t, err)
-		got, err := getWithin[int](ctx, t, run)
-		require.NoError(t, err)
-		require.Equal(t, 10, got)
-		require.Equal(t, 11, wf.startsOf("a"), "every one of the 11 tasks replays the code")
-		requireHistoryWellFormed(ctx, t, b, run)
-	})
+			run, err := b.client.Start(ctx, c.args, nil)
+			require.NoError(t, err)
+			got, err := getWithin[int](ctx, t, run)
+			require.NoError(t, err)
+			require.Equal(t, c.args.Steps, got)
+			require.Equal(t, c.starts, wf.startsOf("a"), c.why)
+			requireHistoryWellFormed(ctx, t, b, run)
+		})
+	}
 
 	t.Run("StopUnwindsTheCodeItKept", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
 		wf := newStickyWorkflow()
-		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema})
-		require.NoError(t, err)
-		worker.AddWorkflow(w, wf)
-		worker.AddActivity(w, &StepActivity{})
-		require.NoError(t, w.Start(ctx))
+		w := started(ctx, t, b, wf, &worker.Config{})
 
 		// The run waits for a signal after its activities: its code stays
 		// in the worker, blocked, between tasks.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay"
-	"github.com/weirhq/weir/workflow"
 )
 
 // BenchmarkExecute measures the last workflow task of a run of n sequential
@@ -18,17 +17,8 @@ import (
 func BenchmarkExecute(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("SequentialActivities=%d", n), func(b *testing.B) {
-			def := define(func(ctx workflow.Context, args OrderArgs) (int, error) {
-				total := 0
-				for step := range n {
-					v, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID, Step: step}, nil).Get(ctx)
-					if err != nil {
-						return 0, err
-					}
-					total += v
-				}
-				return total, nil
-			})
+			starts := 0
+			def := sequentialDefinition(n, &starts, nil)
 			r := newRun(b, def, OrderArgs{ID: "o-1"})
 			out := r.task()
 			for range n - 1 {

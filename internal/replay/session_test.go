@@ -37,6 +37,20 @@ func sequentialDefinition(n int, starts *int, unwound chan struct{}) *replay.Def
 	})
 }
 
+// startSession runs the first task of a run of def on a new session
+// (closed when the test ends), for a test that drives the session itself:
+// the run's history is still its WorkflowStarted event alone.
+func startSession(t *testing.T, def *replay.Definition, info replay.Info) (*run, *replay.Outcome, *replay.Session) {
+	t.Helper()
+	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.replayOnly = true
+	out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1), Info: info})
+	require.NoError(t, err)
+	require.NotNil(t, session)
+	t.Cleanup(session.Close)
+	return r, out, session
+}
+
 func TestSession(t *testing.T) {
 	t.Parallel()
 
@@ -88,13 +102,9 @@ func TestSession(t *testing.T) {
 		starts := 0
 		unwound := make(chan struct{})
 		def := sequentialDefinition(3, &starts, unwound)
-		r := newRun(t, def, OrderArgs{ID: "o-1"})
-		r.replayOnly = true
-		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
-		require.NoError(t, err)
-		defer session.Close()
+		r, out, session := startSession(t, def, replay.Info{})
 		// Its events never committed: history is still one event long.
-		_, err = session.Continue(context.Background(), &replay.ExecuteParams{
+		_, err := session.Continue(context.Background(), &replay.ExecuteParams{
 			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 1)}, Now: taskTime(2),
 		})
 		require.ErrorIs(t, err, replay.ErrSessionMismatch)
@@ -105,9 +115,7 @@ func TestSession(t *testing.T) {
 		// A history as long as the session's, ending otherwise.
 		unwound = make(chan struct{})
 		def = sequentialDefinition(3, &starts, unwound)
-		out, session, err = replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
-		require.NoError(t, err)
-		defer session.Close()
+		r, out, session = startSession(t, def, replay.Info{})
 		other := append(slices.Clone(r.history), out.Events...)
 		other[len(other)-1].Type = history.EventTimerStarted
 		_, err = session.Continue(context.Background(), &replay.ExecuteParams{
@@ -124,15 +132,11 @@ func TestSession(t *testing.T) {
 		starts := 0
 		unwound := make(chan struct{})
 		def := sequentialDefinition(3, &starts, unwound)
-		r := newRun(t, def, OrderArgs{ID: "o-1"})
-		r.replayOnly = true
-		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
-		require.NoError(t, err)
-		defer session.Close()
+		r, out, session := startSession(t, def, replay.Info{})
 		r.history = append(r.history, out.Events...)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // the task's deadline passed, say
-		_, err = session.Continue(ctx, &replay.ExecuteParams{
+		_, err := session.Continue(ctx, &replay.ExecuteParams{
 			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 1)}, Now: taskTime(2),
 		})
 		require.ErrorIs(t, err, context.Canceled)
@@ -155,13 +159,9 @@ func TestSession(t *testing.T) {
 			}
 			return v, nil
 		})
-		r := newRun(t, def, OrderArgs{ID: "o-1"})
-		r.replayOnly = true
-		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
-		require.NoError(t, err)
-		defer session.Close()
+		r, out, session := startSession(t, def, replay.Info{})
 		r.history = append(r.history, out.Events...)
-		_, err = session.Continue(context.Background(), &replay.ExecuteParams{
+		_, err := session.Continue(context.Background(), &replay.ExecuteParams{
 			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 13)}, Now: taskTime(2),
 		})
 		var panicErr *workflow.PanicError
@@ -206,15 +206,9 @@ func TestSession(t *testing.T) {
 			}
 			return 0, nil
 		})
-		r := newRun(t, def, OrderArgs{ID: "o-1"})
-		r.replayOnly = true
-		out, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{
-			History: r.history, Now: taskTime(1), Info: replay.Info{TaskAttempt: 1},
-		})
-		require.NoError(t, err)
-		defer session.Close()
+		r, out, session := startSession(t, def, replay.Info{TaskAttempt: 1})
 		r.history = append(r.history, out.Events...)
-		out, err = session.Continue(context.Background(), &replay.ExecuteParams{
+		out, err := session.Continue(context.Background(), &replay.ExecuteParams{
 			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 1)},
 			Now: taskTime(2), Info: replay.Info{TaskAttempt: 7},
 		})
