@@ -97,8 +97,8 @@ type Config struct {
 	//
 	// Each cached run holds its coroutines' goroutines (and the deferred
 	// calls of its code run when it leaves the cache, as they do after
-	// every replayed task). Beyond the limit an arbitrary run leaves the
-	// cache. Negative caches nothing: every task reads its run's history
+	// every replayed task). Beyond the limit the run used least recently
+	// leaves the cache. Negative caches nothing: every task reads its run's history
 	// and replays the code from its start. Defaults to MaxCachedRunsDefault.
 	MaxCachedRuns int
 

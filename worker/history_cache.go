@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"container/list"
 	"context"
 	"slices"
 	"sync"
@@ -23,12 +24,15 @@ import (
 // run's lock at that append point can move it, so equal append points mean
 // equal histories, and a session standing there stands at the run's
 // history. Entries are stored only once their transaction committed, and
-// never replaced by a shorter history of the run.
+// never replaced by a shorter history of the run. Beyond its size, the
+// cache lets go of the run used least recently (a run waiting on a long
+// timer before one whose activities are running).
 type historyCache struct {
 	mu      sync.Mutex
 	entries map[[16]byte]*historyEntry
-	size    int  // most entries kept; 0 keeps none
-	stopped bool // the worker stopped: sessions are closed, not kept
+	order   *list.List // of run IDs, the most recently used first
+	size    int        // most entries kept; 0 keeps none
+	stopped bool       // the worker stopped: sessions are closed, not kept
 }
 
 type historyEntry struct {
@@ -37,12 +41,32 @@ type historyEntry struct {
 	run         *runRow         // the run's row as last read under its lock (what never changes of it), if known
 	session     *replay.Session // the run's code, standing at nextEventID, unless a task took it
 	facts       *eventFacts     // what tasks read of the events' attributes
+	used        *list.Element   // its place in historyCache.order
 }
 
 // newHistoryCache returns a cache of at most size runs (none when size is
 // not positive).
 func newHistoryCache(size int) *historyCache {
-	return &historyCache{entries: make(map[[16]byte]*historyEntry), size: max(size, 0)}
+	return &historyCache{entries: make(map[[16]byte]*historyEntry), order: list.New(), size: max(size, 0)}
+}
+
+// lookup returns the run's entry, marked as used now.
+func (c *historyCache) lookup(runID [16]byte) (*historyEntry, bool) {
+	e, ok := c.entries[runID]
+	if ok {
+		c.order.MoveToFront(e.used)
+	}
+	return e, ok
+}
+
+// remove drops the run's entry, if any, and returns it.
+func (c *historyCache) remove(runID [16]byte) *historyEntry {
+	e := c.entries[runID]
+	if e != nil {
+		delete(c.entries, runID)
+		c.order.Remove(e.used)
+	}
+	return e
 }
 
 // get returns a copy of the run's cached history, and the memo of its
@@ -50,7 +74,7 @@ func newHistoryCache(size int) *historyCache {
 func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, *eventFacts, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[runID]
+	e, ok := c.lookup(runID)
 	if !ok || e.nextEventID != nextEventID {
 		return nil, nil, false
 	}
@@ -63,7 +87,7 @@ func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, 
 func (c *historyCache) session(runID [16]byte, nextEventID int64) *replay.Session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[runID]
+	e, ok := c.lookup(runID)
 	if !ok || e.nextEventID != nextEventID || e.session.NextEventID() != nextEventID {
 		return nil
 	}
@@ -77,7 +101,7 @@ func (c *historyCache) session(runID [16]byte, nextEventID int64) *replay.Sessio
 func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[runID]
+	e, ok := c.lookup(runID)
 	if !ok || e.run == nil {
 		return nil, 0, nil, false
 	}
@@ -118,28 +142,25 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		if old.session != session {
 			closing = append(closing, old.session)
 		}
+		c.remove(runID)
+	case c.size == 0:
+		closing = append(closing, session)
+		return
 	case len(c.entries) >= c.size:
-		if c.size == 0 {
-			closing = append(closing, session)
-			return
-		}
-		for id, e := range c.entries { // evict an arbitrary entry
-			closing = append(closing, e.session)
-			delete(c.entries, id)
-			break
-		}
+		// Evict the run used least recently.
+		evicted := c.remove(c.order.Back().Value.([16]byte))
+		closing = append(closing, evicted.session)
 	}
 	if facts == nil {
 		facts = newEventFacts()
 	}
-	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, session: session, facts: facts}
+	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, session: session, facts: facts, used: c.order.PushFront(runID)}
 }
 
 // forget drops a run's history and session (it closed).
 func (c *historyCache) forget(runID [16]byte) {
 	c.mu.Lock()
-	e := c.entries[runID]
-	delete(c.entries, runID)
+	e := c.remove(runID)
 	c.mu.Unlock()
 	if e != nil {
 		e.session.Close()
@@ -155,7 +176,7 @@ func (c *historyCache) forgetAt(runID [16]byte, next int64) {
 		c.mu.Unlock()
 		return
 	}
-	delete(c.entries, runID)
+	c.remove(runID)
 	c.mu.Unlock()
 	e.session.Close()
 }

@@ -153,6 +153,25 @@ func TestHistoryCacheSessions(t *testing.T) {
 		require.Nil(t, c.session(run, int64(len(events))+1))
 	})
 
+	t.Run("LeastRecentlyUsedLeavesFirst", func(t *testing.T) {
+		t.Parallel()
+		c := newHistoryCache(2)
+		a, b := uuid.New(), uuid.New()
+		sessionA, eventsA, unwoundA := newTestSession(t)
+		c.put(a, eventsA, nil, sessionA, nil)
+		sessionB, eventsB, unwoundB := newTestSession(t)
+		c.put(b, eventsB, nil, sessionB, nil)
+		_, _, ok := c.get(a, int64(len(eventsA))+1) // a task of a: a is used after b
+		require.True(t, ok)
+		_, eventsC, _ := newTestSession(t)
+		c.put(uuid.New(), eventsC, nil, nil, nil)
+		requireUnwound(t, unwoundB)
+		requireLive(t, unwoundA)
+		require.Same(t, sessionA, c.session(a, int64(len(eventsA))+1))
+		_, _, ok = c.get(b, int64(len(eventsB))+1)
+		require.False(t, ok, "b left the cache")
+	})
+
 	t.Run("AnEntryReplacedEvictsNoOther", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(2)
