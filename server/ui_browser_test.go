@@ -108,6 +108,37 @@ func TestUIBrowser(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
 	}
+	// dumpRun logs what the page and the database show of the run the
+	// browser follows, for a wait that timed out: whether the run or the
+	// page got stuck.
+	dumpRun := func() {
+		t.Helper()
+		pageCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		page, err := chromedp.Run(pageCtx, chromedp.Evaluate[string](`document.querySelectorAll("#history li.ev").length + " events shown; pending: " +
+			!!document.querySelector("#pending-activities, #pending-inbox") + "; live: " +
+			(document.querySelector("[data-live]") || {getAttribute: () => "none"}).getAttribute("data-history")`))
+		t.Logf("page: %s (err %v)", page, err)
+		names := dbschema.New(b.schema)
+		pool := dbtest.Pool(t.Context(), t)
+		for _, q := range []string{
+			"SELECT string_agg(event_id || ' ' || type, ', ' ORDER BY event_id) FROM " + names.Event + " WHERE run_id = $1",
+			"SELECT state || ' next ' || next_event_id || ' task ' || coalesce(task_job_id::text, '-') FROM " + names.Run + " WHERE run_id = $1",
+			"SELECT string_agg(scheduled_event_id || ' job ' || job_id, ', ') FROM " + names.Activity + " WHERE run_id = $1",
+			"SELECT string_agg(type, ', ') FROM " + names.Inbox + " WHERE run_id = $1",
+			"SELECT string_agg(id || ' ' || kind || ' ' || state || ' attempt ' || attempt || ' at ' || scheduled_at || ' now ' || now(), '; ') FROM " +
+				names.RiverJob + " WHERE metadata @> jsonb_build_object('weir', jsonb_build_object('run_id', $1::text)) OR args @> jsonb_build_object('run_id', $1::text)",
+			"SELECT string_agg(leader_id || ' until ' || expires_at, ', ') FROM " + dbschema.Qualify(b.schema, "river_leader") + " WHERE $1::uuid IS NOT NULL",
+		} {
+			var out *string
+			err := pool.QueryRow(t.Context(), q, order.RunID).Scan(&out)
+			if out == nil {
+				empty := "(none)"
+				out = &empty
+			}
+			t.Logf("%s\n  -> %s (err %v)", q, *out, err)
+		}
+	}
 	// waitFor waits until a JavaScript expression is true, across the
 	// reloads of the page's live refresh.
 	waitFor := func(expr string) {
@@ -118,6 +149,9 @@ func TestUIBrowser(t *testing.T) {
 			ok, err := chromedp.Run(waitCtx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(10*time.Second)))
 			if err == nil && ok {
 				return
+			}
+			if waitCtx.Err() != nil {
+				dumpRun()
 			}
 			require.NoError(t, waitCtx.Err(), "waiting for %s (last error: %v)", expr, err)
 		}
