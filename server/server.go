@@ -35,6 +35,8 @@ type Server struct {
 	stop      context.CancelFunc
 	ui        *uiState       // the web UI (ui.go)
 	waiter    *client.Client // awaits results in any namespace (Get reads by run ID)
+
+	afterDescribe func() // tests: runs between a run page's reads of the run and of its history
 }
 
 // New returns a Server over pool. A nil config means defaults.

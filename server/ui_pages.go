@@ -288,10 +288,14 @@ type uiRunPage struct {
 	FormError      string
 	Generations    []*uiGeneration
 	HistoryLength  int64
-	MoreEventsURL  string
-	Result         *uiPayload
-	RunURL         string
-	StatusURL      string
+	// LiveLength is the history length of the run as Describe read it,
+	// with its state and pending activities and inbox: the page's live
+	// refresh reloads when the run's length is no longer this one.
+	LiveLength    int64
+	MoreEventsURL string
+	Result        *uiPayload
+	RunURL        string
+	StatusURL     string
 }
 
 // Running reports whether the run is still running.
@@ -328,6 +332,9 @@ func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		s.renderError(w, r, sess, namespace, err)
 		return
 	}
+	if s.afterDescribe != nil {
+		s.afterDescribe()
+	}
 	page := &uiRunPage{
 		uiBase:      s.base(r, sess, namespace, workflowID+" · "+d.Kind),
 		CanWrite:    sess.may(namespace, RoleWrite),
@@ -363,7 +370,12 @@ func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 	}
 	page.Events = describeEvents(history.Events, d.CreatedAt)
 	// History may have grown since Describe read the run: show the larger.
-	page.HistoryLength = d.HistoryLength
+	// The live refresh compares with Describe's, which the state and the
+	// pending lists shown come from: had it compared with the larger, a
+	// page rendered with an activity pending (read before its outcome
+	// committed) and that outcome's events (read after) would never reload,
+	// and show the activity pending for good.
+	page.HistoryLength, page.LiveLength = d.HistoryLength, d.HistoryLength
 	if n := len(history.Events); n > 0 && history.Events[n-1].ID > page.HistoryLength {
 		page.HistoryLength = history.Events[n-1].ID
 	}

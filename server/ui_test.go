@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -532,4 +533,47 @@ func TestUIOpen(t *testing.T) {
 	require.Equal(t, http.StatusFound, resp.StatusCode)
 	resp, _ = br.get("/riverui/")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// TestUIRunPageLiveRefreshAfterARace: a run page reads the run (its state,
+// pending activities and inbox) and then its history; when the run moves
+// in between, the page shows the newer history with the older pending
+// lists. Its live refresh must then reload (its length is Describe's, which
+// the run has left), or a page could show an activity pending for good
+// (TestUIBrowser once waited 30 s for such a page).
+func TestUIRunPageLiveRefreshAfterARace(t *testing.T) {
+	t.Parallel()
+
+	b := setupUI(t, nil)
+	run := b.start(t, "wait_for_go", "ui-race", nil)
+	runPath := "/ui/namespaces/default/workflows/" + url.PathEscape(run.WorkflowID)
+	br := b.browser(t)
+	br.login(writerSecret)
+	status := func() server.UIStatus {
+		t.Helper()
+		resp, body := br.get(runPath + "/status?run_id=" + run.RunID.String())
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var s server.UIStatus
+		require.NoError(t, json.Unmarshal([]byte(body), &s))
+		return s
+	}
+	require.Eventually(t, func() bool { return status().HistoryLength >= 2 }, 30*time.Second, 10*time.Millisecond, "the first task ran")
+	before := status().HistoryLength
+
+	// Between the page's two reads, an update moves the run (its events
+	// commit before the update's answer).
+	var once sync.Once
+	server.SetAfterDescribe(b.srv, func() {
+		once.Do(func() {
+			var value server.ValueResponse
+			require.Equal(t, http.StatusOK, b.apiCall(t, http.MethodPost, "/api/v1/namespaces/default/workflows/ui-race/update", writerSecret,
+				&server.UpdateRequest{Kind: "add_note", Args: json.RawMessage(`{"note":"n"}`), UpdateID: "u1"}, &value))
+		})
+	})
+	page := pageOf(t, br, runPath)
+	after := status().HistoryLength
+	require.Greater(t, after, before, "the update moved the run while the page rendered")
+	require.Contains(t, page, fmt.Sprintf(`<h2>History <span class="muted">%d events</span></h2>`, after), "the page shows the newer history")
+	require.Contains(t, page, fmt.Sprintf(`data-history="%d"`, before),
+		"the live refresh compares the run's length with the one its pending lists were read at, so it reloads")
 }
