@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"slices"
@@ -41,7 +42,35 @@ type historyEntry struct {
 	run         *runRow         // the run's row as last read under its lock (what never changes of it), if known
 	session     *replay.Session // the run's code, standing at nextEventID, unless a task took it
 	facts       *eventFacts     // what tasks read of the events' attributes
+	decided     *decidedTask    // a task's decision at nextEventID, kept for its rerun alone
 	used        *list.Element   // its place in historyCache.order
+}
+
+// held are the sessions the entry holds (nil ones included), to close
+// when it goes.
+func (e *historyEntry) held() []*replay.Session {
+	if e.decided == nil {
+		return []*replay.Session{e.session}
+	}
+	return []*replay.Session{e.session, e.decided.session}
+}
+
+// decidedTask is what an outcome's task decided in a group of outcomes
+// before it found it must commit alone (a timer, a child, a cancellation:
+// errRunsAlone, nothing written), with the run's session standing after it.
+// It is kept in the run's entry (keepDecision) for the rerun alone, right
+// after the group, which locks the run and in the usual case reads the
+// same inputs at the same append point: the decision is then the same, and
+// the rerun takes it (decision) instead of replaying the run's code from
+// its start, which it would have to, the session having run ahead of
+// history. A rerun that finds other inputs decides anew. One never taken
+// goes with its entry (the run's next commit, eviction, Stop). The decision
+// keeps its time: its events, workflow.Now and timers are dated when the
+// group decided, up to the group's duration before the rerun commits them.
+type decidedTask struct {
+	inputs  []history.Event
+	outcome *replay.Outcome
+	session *replay.Session // standing after the outcome's events (nil: none)
 }
 
 // newHistoryCache returns a cache of at most size runs (none when size is
@@ -96,6 +125,60 @@ func (c *historyCache) session(runID [16]byte, nextEventID int64) *replay.Sessio
 	return s
 }
 
+// keepDecision keeps d in the run's entry for the task's rerun, if the
+// entry stands at next, the append point d was decided at; else it closes
+// d's session.
+func (c *historyCache) keepDecision(runID [16]byte, next int64, d *decidedTask) {
+	c.mu.Lock()
+	e, ok := c.entries[runID]
+	var closing []*replay.Session
+	switch {
+	case !ok || e.nextEventID != next || c.stopped:
+		closing = append(closing, d.session)
+	default:
+		if e.decided != nil {
+			closing = append(closing, e.decided.session)
+		}
+		e.decided = d
+	}
+	c.mu.Unlock()
+	closeAll(closing)
+}
+
+// decision takes the decision kept in the run's entry if it was decided at
+// next with the same inputs; a kept decision that is not is closed.
+func (c *historyCache) decision(runID [16]byte, next int64, inputs []history.Event) *decidedTask {
+	c.mu.Lock()
+	e, ok := c.lookup(runID)
+	if !ok || e.decided == nil {
+		c.mu.Unlock()
+		return nil
+	}
+	d := e.decided
+	e.decided = nil
+	c.mu.Unlock()
+	if e.nextEventID != next || !sameInputs(d.inputs, inputs) {
+		d.session.Close()
+		return nil
+	}
+	return d
+}
+
+// sameInputs reports whether two tasks' inputs are the same events.
+func sameInputs(a, b []history.Event) bool {
+	return slices.EqualFunc(a, b, func(x, y history.Event) bool {
+		return x.ID == y.ID && x.Type == y.Type && bytes.Equal(x.Attributes, y.Attributes)
+	})
+}
+
+// closeAll closes sessions (nil ones included); not under the cache's
+// lock, as closing unwinds workflow code (its deferred calls run).
+func closeAll(sessions []*replay.Session) {
+	for _, s := range sessions {
+		s.Close()
+	}
+}
+
 // latest returns a copy of the run's cached history, its append point and
 // the run's row as last read, if the cache holds both.
 func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, bool) {
@@ -114,13 +197,7 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 // does not keep, or replaces, is closed.
 func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, session *replay.Session, facts *eventFacts) {
 	var closing []*replay.Session
-	defer func() {
-		// Closing unwinds workflow code (its deferred calls run): not
-		// under the lock.
-		for _, s := range closing {
-			s.Close()
-		}
-	}()
+	defer func() { closeAll(closing) }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	next := int64(len(events)) + 1
@@ -142,6 +219,9 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		if old.session != session {
 			closing = append(closing, old.session)
 		}
+		if old.decided != nil {
+			closing = append(closing, old.decided.session)
+		}
 		c.remove(runID)
 	case c.size == 0:
 		closing = append(closing, session)
@@ -149,7 +229,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 	case len(c.entries) >= c.size:
 		// Evict the run used least recently.
 		evicted := c.remove(c.order.Back().Value.([16]byte))
-		closing = append(closing, evicted.session)
+		closing = append(closing, evicted.held()...)
 	}
 	if facts == nil {
 		facts = newEventFacts()
@@ -163,7 +243,7 @@ func (c *historyCache) forget(runID [16]byte) {
 	e := c.remove(runID)
 	c.mu.Unlock()
 	if e != nil {
-		e.session.Close()
+		closeAll(e.held())
 	}
 }
 
@@ -178,7 +258,7 @@ func (c *historyCache) forgetAt(runID [16]byte, next int64) {
 	}
 	c.remove(runID)
 	c.mu.Unlock()
-	e.session.Close()
+	closeAll(e.held())
 }
 
 // closeSessions closes every session the cache holds, and any put later
@@ -189,13 +269,11 @@ func (c *historyCache) closeSessions() {
 	c.stopped = true
 	var closing []*replay.Session
 	for _, e := range c.entries {
-		closing = append(closing, e.session)
-		e.session = nil
+		closing = append(closing, e.held()...)
+		e.session, e.decided = nil, nil
 	}
 	c.mu.Unlock()
-	for _, s := range closing {
-		s.Close()
-	}
+	closeAll(closing)
 }
 
 // history returns the run's history, with the memo of its events' facts:

@@ -172,6 +172,60 @@ func TestHistoryCacheSessions(t *testing.T) {
 		require.False(t, ok, "b left the cache")
 	})
 
+	// A decision kept for a rerun alone is taken only by a task at the
+	// append point it was decided at, with the same inputs, once; any other
+	// closes its session, and so does its entry going (the run's next
+	// commit, eviction, Stop).
+	t.Run("DecisionsKeptForTheRerun", func(t *testing.T) {
+		t.Parallel()
+		inputs := []history.Event{{Type: history.EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":3}`)}}
+		other := []history.Event{{Type: history.EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":3,"result":1}`)}}
+		c := newHistoryCache(MaxCachedRunsDefault)
+		run := uuid.New()
+		_, events, _ := newTestSession(t)
+		next := int64(len(events)) + 1
+		c.put(run, events, nil, nil, nil)
+		keep := func(at int64) (*decidedTask, chan struct{}) {
+			session, _, unwound := newTestSession(t)
+			d := &decidedTask{inputs: inputs, outcome: &replay.Outcome{}, session: session}
+			c.keepDecision(run, at, d)
+			return d, unwound
+		}
+
+		d, unwound := keep(next)
+		require.Same(t, d, c.decision(run, next, inputs))
+		require.Nil(t, c.decision(run, next, inputs), "taken once")
+		requireLive(t, unwound)
+
+		_, unwound = keep(next - 1) // the entry is not at its append point
+		requireUnwound(t, unwound)
+		for _, in := range [][]history.Event{other, nil} {
+			_, unwound = keep(next)
+			require.Nil(t, c.decision(run, next, in))
+			requireUnwound(t, unwound)
+		}
+		_, unwound = keep(next)
+		require.Nil(t, c.decision(run, next+1, inputs), "the run moved")
+		requireUnwound(t, unwound)
+
+		_, first := keep(next)
+		_, second := keep(next) // replaces the first
+		requireUnwound(t, first)
+		c.put(run, events, nil, nil, nil) // the run's next commit
+		requireUnwound(t, second)
+		_, unwound = keep(next)
+		c.forget(run)
+		requireUnwound(t, unwound)
+
+		c.put(run, events, nil, nil, nil)
+		_, unwound = keep(next)
+		c.closeSessions()
+		requireUnwound(t, unwound)
+		_, late := keep(next)
+		requireUnwound(t, late)
+		require.Nil(t, c.decision(run, next, inputs))
+	})
+
 	t.Run("AnEntryReplacedEvictsNoOther", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(2)

@@ -171,9 +171,6 @@ func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx
 		// The group held the run for this rerun (run): no group takes the
 		// run's next outcome until it is settled.
 		defer c.release(runID)
-		// What the member decided in the group, if its rerun did not take
-		// it (held, the run gets no other group meanwhile).
-		defer c.w.decided.drop(runID)
 		c.w.settle(err, &m.cont) // frees the eager slots it took
 		return c.w.outcomeTxOnce(ctx, fn)
 	}

@@ -462,7 +462,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	// A rerun alone of an outcome that left its group takes what it
 	// decided there, if nothing changed since.
 	var outcome *replay.Outcome
-	if d := w.decided.take(runID, run.NextEventID, inputs); d != nil {
+	if d := w.histories.decision(runID, run.NextEventID, inputs); d != nil {
 		outcome, result.session = d.outcome, d.session
 	} else if session := w.histories.session(runID, run.NextEventID); session != nil {
 		result.session = session
@@ -483,7 +483,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	if by.deferLast != nil && slices.ContainsFunc(toAppend, func(e history.Event) bool { return e.Type == history.EventChildWorkflowScheduled }) ||
 		by.group != nil && !groupable(run, by, outcome, events, facts, toAppend) {
 		if by.group != nil {
-			w.decided.put(runID, &decidedTask{inputs: inputs, next: run.NextEventID, outcome: outcome, session: result.session})
+			w.histories.keepDecision(runID, run.NextEventID, &decidedTask{inputs: inputs, outcome: outcome, session: result.session})
 			result.session = nil
 		}
 		return errRunsAlone

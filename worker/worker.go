@@ -29,9 +29,8 @@ import (
 type Worker struct {
 	config    *Config
 	driver    *fencing.Driver
-	eager     *eagerPool    // nil: eager dispatch off
-	handBacks *handBacks    // foreign namespaces' activities, handed back
-	decided   *decidedTasks // outcomes' decisions kept for their rerun alone
+	eager     *eagerPool // nil: eager dispatch off
+	handBacks *handBacks // foreign namespaces' activities, handed back
 	histories *historyCache
 	jobIDs    *jobIDs // reserved for the activities it claims
 	names     *dbschema.Names
@@ -73,7 +72,6 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		activities:   make(map[string]struct{}),
 		eagerRunners: make(map[string]eagerRunner),
 		config:       config,
-		decided:      newDecidedTasks(),
 		histories:    newHistoryCache(config.MaxCachedRuns),
 		jobIDs:       &jobIDs{schema: config.Schema},
 		names:        dbschema.New(config.Schema),
@@ -269,7 +267,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	}
 	// Once every task has returned: no run's code outlives the worker.
-	defer w.decided.stop()
 	defer w.histories.closeSessions()
 	if unregister != nil {
 		unregister() // new starts queue their first task through River
