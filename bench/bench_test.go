@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -234,4 +235,71 @@ func TestServerEnvTLS(t *testing.T) {
 		require.Positive(t, env.RoundTrip.AfterIdleMs)
 		require.Equal(t, 50.0, env.RoundTrip.IdleMs)
 	}
+}
+
+// TestBusyClockWithin sums the busy spans that a window covers, cutting the
+// ones it crosses.
+func TestBusyClockWithin(t *testing.T) {
+	t.Parallel()
+
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	b := &busyClock{}
+	for _, s := range [][2]int{{10, 20}, {30, 35}, {40, 60}} {
+		b.sent(at(s[0]))
+		b.sent(at(s[0] + 1)) // a second request while the first is outstanding
+		b.answered(at(s[0] + 2))
+		b.answered(at(s[1]))
+	}
+	b.answered(at(70)) // an answer to nothing outstanding changes nothing
+
+	for _, tt := range []struct {
+		name      string
+		from, to  int
+		wantMs    int
+		wantSpans int
+	}{
+		{"all", 0, 100, 35, 3},
+		{"none before", 0, 10, 0, 0},
+		{"none between", 21, 29, 0, 0},
+		{"cut at both ends", 15, 50, 5 + 5 + 10, 3},
+		{"inside one", 45, 50, 5, 1},
+		{"after", 60, 100, 0, 0},
+	} {
+		busy, spans := b.within(at(tt.from), at(tt.to))
+		require.Equal(t, time.Duration(tt.wantMs)*time.Millisecond, busy, tt.name)
+		require.Equal(t, tt.wantSpans, spans, tt.name)
+	}
+}
+
+// TestCountingProxyBusy records the time Postgres spends answering, and
+// not the time the client spends between requests.
+func TestCountingProxyBusy(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), false)
+	require.NoError(t, err)
+	defer proxy.Close()
+	config, err := pgx.ParseConfig(proxy.URL())
+	require.NoError(t, err)
+	config.DefaultQueryExecMode = pgx.QueryExecModeExec // no round trips to prepare
+	conn, err := pgx.ConnectConfig(ctx, config)
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	from := time.Now()
+	_, err = conn.Exec(ctx, "SELECT pg_sleep(0.05)")
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // the client's own time
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT pg_sleep(0.03)")
+	batch.Queue("SELECT pg_sleep(0.03)")
+	require.NoError(t, conn.SendBatch(ctx, batch).Close())
+	to := time.Now()
+
+	busy, spans := proxy.busy.within(from, to)
+	require.Equal(t, 2, spans, "a query, then a batch in one round trip")
+	require.GreaterOrEqual(t, busy, 110*time.Millisecond)
+	require.Less(t, busy, to.Sub(from)-90*time.Millisecond, "the client's sleep is not Postgres's time")
 }

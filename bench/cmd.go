@@ -75,7 +75,7 @@ a temporary directory and stops it at the end.`,
 			stopProfile()
 		}
 	}
-	root.AddCommand(newJobsCmd(), newWorkflowsCmd(), newCostsCmd(), newAllCmd(), newSummarizeCmd())
+	root.AddCommand(newJobsCmd(), newWorkflowsCmd(), newCostsCmd(), newSplitCmd(), newAllCmd(), newSummarizeCmd())
 	return root
 }
 
@@ -149,6 +149,26 @@ func newCostsCmd() *cobra.Command {
 	return cmd
 }
 
+func newSplitCmd() *cobra.Command {
+	o := &options{}
+	var rate float64
+	cmd := &cobra.Command{
+		Use:   "split",
+		Short: "Where a workflow's latency goes at a low rate: time in Postgres (a request in flight, through the counting proxy) and the rest",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withHarness(cmd.Context(), o, func(ctx context.Context, h *harness) error {
+				return h.splitRounds(ctx, o.contenders, o.n, rate, o.runs)
+			})
+		},
+	}
+	addMeasureFlags(cmd, o, WorkflowContenders)
+	_ = cmd.Flags().Set("runs", fmt.Sprint(CostRunsDefault))
+	cmd.Flags().Lookup("runs").DefValue = fmt.Sprint(CostRunsDefault)
+	cmd.Flags().IntVar(&o.n, "n", RateNDefault, "workflows per run")
+	cmd.Flags().Float64Var(&rate, "rate", RateDefault, "starts per second")
+	return cmd
+}
+
 func newAllCmd() *cobra.Command {
 	o := &options{}
 	var costRuns int
@@ -172,12 +192,15 @@ func newAllCmd() *cobra.Command {
 						return err
 					}
 				}
-				return h.costRounds(ctx, slices.Concat(WorkflowContenders, JobsContenders), 0, costRuns)
+				if err := h.costRounds(ctx, slices.Concat(WorkflowContenders, JobsContenders), 0, costRuns); err != nil {
+					return err
+				}
+				return h.splitRounds(ctx, WorkflowContenders, RateNDefault, RateDefault, costRuns)
 			})
 		},
 	}
 	cmd.Flags().IntVar(&o.runs, "runs", RunsDefault, "repetitions of jobs and workflows (contenders interleaved)")
-	cmd.Flags().IntVar(&costRuns, "cost-runs", CostRunsDefault, "repetitions of costs")
+	cmd.Flags().IntVar(&costRuns, "cost-runs", CostRunsDefault, "repetitions of costs and of the latency split")
 	cmd.Flags().BoolVar(&o.rtDetail, "rt-detail", true, "in costs, also count round trips by statement")
 	cmd.Flags().StringVar(&o.out, "out", "", "directory to write results.jsonl and summary.md to (besides stdout)")
 	return cmd
@@ -356,6 +379,22 @@ func (h *harness) costRounds(ctx context.Context, contenders []string, n, runs i
 				res, err = h.runWorkflows(ctx, workflowsParams{contender: contender, mode: ModeBurst, n: cmp.Or(n, CostsWorkflowsN), countRoundTrips: true})
 			}
 			res.Workload, res.Run, res.Runs = WorkloadCosts, run, runs
+			if err := h.record(ctx, res, err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// splitRounds splits the latency of n workflows started at rate (through
+// the counting proxy) for each contender, runs times.
+func (h *harness) splitRounds(ctx context.Context, contenders []string, n int, rate float64, runs int) error {
+	for run := 1; run <= runs; run++ {
+		for _, contender := range rotate(contenders, run-1) {
+			h.logf("latency split %s n=%d rate=%g run %d/%d", contender, n, rate, run, runs)
+			res, err := h.runWorkflows(ctx, workflowsParams{contender: contender, mode: ModeRate, n: n, rate: rate, split: true})
+			res.Workload, res.Run, res.Runs = WorkloadLatencySplit, run, runs
 			if err := h.record(ctx, res, err); err != nil {
 				return err
 			}

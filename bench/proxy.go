@@ -11,9 +11,11 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Protocol codes of the requests a client may send before its startup
@@ -62,9 +64,13 @@ type countingProxy struct {
 
 	connections, roundTrips, statements, transactions atomic.Int64
 
-	// detail makes the proxy read the client's side too, to count round
-	// trips by statement (detailCounts).
+	// detail makes the proxy count round trips by statement too
+	// (detailCounts).
 	detail bool
+
+	// busy records when Postgres had a request of these connections to
+	// answer.
+	busy busyClock
 
 	mu           sync.Mutex
 	conns        map[net.Conn]struct{}
@@ -167,16 +173,13 @@ func (p *countingProxy) serve(client net.Conn) {
 		return
 	}
 	done := make(chan struct{})
+	var outstanding atomic.Int64 // this connection's requests not yet answered
 	go func() {
 		defer close(done)
-		if p.detail {
-			_ = p.relayClient(client, server)
-		} else {
-			_, _ = io.Copy(server, client)
-		}
+		_ = p.relayClient(client, server, &outstanding)
 		_ = server.Close()
 	}()
-	_ = p.relayServer(serverReader, client)
+	_ = p.relayServer(serverReader, client, &outstanding)
 	_ = client.Close()
 	<-done
 }
@@ -215,8 +218,9 @@ func relayStartup(client, server net.Conn, serverReader *bufio.Reader) error {
 	}
 }
 
-// relayServer copies the server's messages to the client, counting.
-func (p *countingProxy) relayServer(r *bufio.Reader, client net.Conn) error {
+// relayServer copies the server's messages to the client, counting; each
+// ReadyForQuery answers one of the connection's outstanding requests.
+func (p *countingProxy) relayServer(r *bufio.Reader, client net.Conn, outstanding *atomic.Int64) error {
 	w := bufio.NewWriterSize(client, 64<<10)
 	c := messageCounter{}
 	var head [5]byte
@@ -240,6 +244,9 @@ func (p *countingProxy) relayServer(r *bufio.Reader, client net.Conn) error {
 			roundTrip, tx := c.readyForQuery(status)
 			if roundTrip {
 				p.roundTrips.Add(1)
+			}
+			if n := outstanding.Load(); n > 0 && outstanding.CompareAndSwap(n, n-1) {
+				p.busy.answered(time.Now())
 			}
 			if tx {
 				p.transactions.Add(1)
@@ -288,8 +295,9 @@ func (p *countingProxy) detailSnapshot() map[string]int64 {
 }
 
 // relayClient copies the client's messages (after the startup) to the
-// server, attributing each Sync or Query to a statement.
-func (p *countingProxy) relayClient(client, server net.Conn) error {
+// server. Each Sync or Query is a request the server answers with a
+// ReadyForQuery (outstanding); with detail it is attributed to a statement.
+func (p *countingProxy) relayClient(client, server net.Conn, outstanding *atomic.Int64) error {
 	r := bufio.NewReaderSize(client, 64<<10)
 	w := bufio.NewWriterSize(server, 64<<10)
 	prepared := map[string]string{} // statement name -> SQL, per connection
@@ -323,12 +331,16 @@ func (p *countingProxy) relayClient(client, server net.Conn) error {
 				delete(prepared, name)
 			}
 		case 'Q', 'S':
+			outstanding.Add(1)
+			p.busy.sent(time.Now())
 			if head[0] == 'Q' {
 				label, _ = cString(body)
 			}
-			p.mu.Lock()
-			p.detailCounts[statementLabel(label)]++
-			p.mu.Unlock()
+			if p.detail {
+				p.mu.Lock()
+				p.detailCounts[statementLabel(label)]++
+				p.mu.Unlock()
+			}
 			label = ""
 		}
 		if _, err := w.Write(head[:]); err != nil {
@@ -372,4 +384,65 @@ func statementLabel(sql string) string {
 		label = label[:120] + "…"
 	}
 	return label
+}
+
+// busyClock records the spans of time in which the server had at least one
+// request of the proxied connections to answer: from a request sent while
+// none was outstanding to the answer of the last outstanding one.
+type busyClock struct {
+	mu          sync.Mutex
+	outstanding int
+	since       time.Time
+	spans       []timeSpan
+}
+
+// timeSpan is [from, to).
+type timeSpan struct{ from, to time.Time }
+
+// busySpansMax bounds the spans a busyClock keeps (the oldest are kept).
+const busySpansMax = 1 << 20
+
+func (b *busyClock) sent(at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.outstanding == 0 {
+		b.since = at
+	}
+	b.outstanding++
+}
+
+func (b *busyClock) answered(at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.outstanding == 0 {
+		return
+	}
+	if b.outstanding--; b.outstanding == 0 && len(b.spans) < busySpansMax {
+		b.spans = append(b.spans, timeSpan{b.since, at})
+	}
+}
+
+// within returns how long the server was busy between from and to, and in
+// how many separate spans (a span cut by the window counts).
+func (b *busyClock) within(from, to time.Time) (busy time.Duration, spans int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Spans are appended in order of their ends, which are also in order
+	// of their starts (they do not overlap).
+	i, _ := slices.BinarySearchFunc(b.spans, from, func(s timeSpan, t time.Time) int { return s.to.Compare(t) })
+	for ; i < len(b.spans) && b.spans[i].from.Before(to); i++ {
+		s := b.spans[i]
+		start, end := s.from, s.to
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		if end.After(start) {
+			busy += end.Sub(start)
+			spans++
+		}
+	}
+	return busy, spans
 }

@@ -15,6 +15,7 @@ const (
 	WorkloadWorkflowsBurst = "workflows-burst"
 	WorkloadWorkflowsRate  = "workflows-rate"
 	WorkloadCosts          = "costs"
+	WorkloadLatencySplit   = "latency-split"
 )
 
 // Result is one measurement: one workload, one contender, one repetition.
@@ -66,6 +67,16 @@ type Result struct {
 	// RoundTripDetail splits RoundTripsPerUnit by the statement that
 	// opened each round trip (costs with --rt-detail only).
 	RoundTripDetail map[string]float64 `json:"round_trip_detail,omitempty"`
+
+	// InPostgresMs, ElsewhereMs and PostgresSpans split a workflow's
+	// start-to-completion latency (latency-split workload only, medians
+	// over its workflows): the time in which Postgres had a request of the
+	// contender's connections to answer, the rest (in the contender's
+	// process, or waiting on its timers), and in how many separate spans
+	// Postgres was busy.
+	InPostgresMs  float64 `json:"in_postgres_ms,omitempty"`
+	ElsewhereMs   float64 `json:"elsewhere_ms,omitempty"`
+	PostgresSpans float64 `json:"postgres_spans,omitempty"`
 
 	// WALBytesPerUnit is the pg_current_wal_insert_lsn() delta over the
 	// measured window divided by N.

@@ -114,6 +114,18 @@ func summarize(results []*Result) string {
 				}
 			},
 		},
+		{
+			WorkloadLatencySplit, "Where the open-loop latency goes (through the counting proxy: medians over the workflows of a run)",
+			[]string{"p50 ms", "in Postgres ms", "elsewhere ms", "Postgres spans"},
+			func(g *group) []string {
+				return []string{
+					median(g.ok, func(r *Result) float64 { return r.P50Ms }, 2),
+					median(g.ok, func(r *Result) float64 { return r.InPostgresMs }, 2),
+					median(g.ok, func(r *Result) float64 { return r.ElsewhereMs }, 2),
+					median(g.ok, func(r *Result) float64 { return r.PostgresSpans }, 1),
+				}
+			},
+		},
 	} {
 		var rows []*group
 		for _, g := range groups {

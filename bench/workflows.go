@@ -88,6 +88,11 @@ type workflowsParams struct {
 	// countRoundTrips sends the engine's connections through the counting
 	// proxy; the result is then a costs result.
 	countRoundTrips bool
+
+	// split sends the engine's connections through the counting proxy and
+	// splits each workflow's latency into time in Postgres and the rest
+	// (latency-split); meant for ModeRate.
+	split bool
 }
 
 // runWorkflows starts p.n workflows of p.contender (all at once, or
@@ -97,7 +102,7 @@ type workflowsParams struct {
 // engine's own API.
 func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result, error) {
 	res := &Result{Contender: p.contender, N: p.n, Unit: "wf/s"}
-	db, err := h.openDatabase(ctx, p.contender, p.countRoundTrips)
+	db, err := h.openDatabase(ctx, p.contender, p.countRoundTrips || p.split)
 	if err != nil {
 		return res, err
 	}
@@ -205,6 +210,14 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 		}
 	}
 	ms := durationsMs(latencies)
+	if p.split {
+		inPostgres, elsewhere, spans := make([]float64, p.n), make([]float64, p.n), make([]float64, p.n)
+		for i := range p.n {
+			busy, n := db.proxy.busy.within(starts[i], completed[i])
+			inPostgres[i], elsewhere[i], spans[i] = float64(busy)/float64(time.Millisecond), ms[i]-float64(busy)/float64(time.Millisecond), float64(n)
+		}
+		res.InPostgresMs, res.ElsewhereMs, res.PostgresSpans = round3(percentile(inPostgres, 50)), round3(percentile(elsewhere, 50)), percentile(spans, 50)
+	}
 	res.P50Ms = round3(percentile(ms, 50))
 	res.P99Ms = round3(percentile(ms, 99))
 	res.ElapsedSec = last.Sub(first).Seconds()
