@@ -137,6 +137,70 @@ func TestPilotJobRescuer(t *testing.T) {
 	require.Equal(t, "retryable", getJob(ctx, t, pool, schema, jobID).State)
 }
 
+// TestPilotJobRescuerTakesOnlyJobsStillStuck: between River's rescuer
+// reading stuck jobs and rescuing them, a job may finish or start another
+// attempt; its rescue must then change nothing. River's statement checks
+// the state and the horizon again, under the row lock the Pilot took to
+// check the leases; this pins it, since a completed job put back to run
+// would be run twice.
+func TestPilotJobRescuerTakesOnlyJobsStillStuck(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	driver := newDriver(t, pool, nil, nil)
+	worker := newBlockWorker(t)
+	client := startClient(ctx, t, pool, schema, &clientOpts{driver: driver, maxWorkers: 3, noLeader: true, worker: worker})
+	var ids []int64
+	for range 3 {
+		inserted, err := client.Insert(ctx, blockArgs{}, nil)
+		require.NoError(t, err)
+		ids = append(ids, inserted.Job.ID)
+	}
+	for range 3 {
+		attempt := recv(t, worker.started)
+		t.Cleanup(func() { attempt.release <- complete })
+	}
+	driver.StopHeartbeats()
+	waitPastRestartGrace(ctx, t, pool, 3*time.Second)
+	table := pgx.Identifier{schema, "river_job"}.Sanitize()
+	_, err := pool.Exec(ctx, "UPDATE "+table+" SET lease_expires_at = now() - interval '1 minute' WHERE id = ANY($1)", ids)
+	require.NoError(t, err)
+
+	rescuer, ok := driver.PluginPilot().(riverpilot.PilotJobRescuer)
+	require.True(t, ok)
+	exec := driver.GetExecutor()
+	horizon := time.Now().Add(time.Hour)
+	stuck, err := rescuer.JobGetStuck(ctx, exec, &riverdriver.JobGetStuckParams{Max: 10, Schema: schema, StuckHorizon: horizon})
+	require.NoError(t, err)
+	require.Len(t, stuck, 3, "River's rescuer reads all three as stuck")
+
+	// Then, before its rescue: the first job completes, the second starts
+	// a new attempt (after the horizon River read it with), the third
+	// stays stuck.
+	_, err = pool.Exec(ctx, "UPDATE "+table+" SET state = 'completed', finalized_at = now() WHERE id = $1", ids[0])
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE "+table+" SET attempted_at = $2 WHERE id = $1", ids[1], horizon.Add(time.Minute))
+	require.NoError(t, err)
+
+	params := &riverdriver.JobRescueManyParams{Schema: schema, StuckHorizon: horizon}
+	for _, job := range stuck {
+		params.ID = append(params.ID, job.ID)
+		params.Error = append(params.Error, []byte(`{"error": "rescued"}`))
+		params.FinalizedAt = append(params.FinalizedAt, nil)
+		params.ScheduledAt = append(params.ScheduledAt, time.Now())
+		params.State = append(params.State, "retryable")
+	}
+	_, err = rescuer.JobRescueMany(ctx, exec, params)
+	require.NoError(t, err)
+
+	done := getJob(ctx, t, pool, schema, ids[0])
+	require.Equal(t, "completed", done.State, "a job that completed is not put back to run")
+	require.Zero(t, done.Errors, "and gets no rescue error")
+	require.Equal(t, "running", getJob(ctx, t, pool, schema, ids[1]).State, "a job in a newer attempt is not rescued")
+	require.Equal(t, "retryable", getJob(ctx, t, pool, schema, ids[2]).State, "a job still stuck is rescued")
+}
+
 // TestPilotJobRescuerPages: jobs with live leases do not hide stuck jobs
 // behind them, since River's rescuer stops at a short batch.
 func TestPilotJobRescuerPages(t *testing.T) {
