@@ -215,13 +215,13 @@ func (w *Worker) launchEager(starts []eagerStart) {
 			p.release(1)
 			continue
 		}
-		go func() {
+		w.goroutines.Go(func() {
 			defer p.attempts.Done()
 			var once sync.Once
 			free := func() { once.Do(func() { p.release(1) }) }
 			defer free()
 			s.run(p.ctx, s.claim, s.meta, free)
-		}()
+		})
 	}
 }
 

@@ -190,7 +190,7 @@ func (c *stepCommitter) startLocked() {
 		for _, m := range members {
 			c.busy[m.runID]++
 		}
-		go func() {
+		c.w.goroutines.Go(func() {
 			c.run(members)
 			c.mu.Lock()
 			c.groups--
@@ -199,7 +199,7 @@ func (c *stepCommitter) startLocked() {
 			}
 			c.startLocked()
 			c.mu.Unlock()
-		}()
+		})
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -17,26 +18,32 @@ import (
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/gopool"
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
 	"github.com/weirhq/weir/workflow"
 )
 
+// goroutineIdle is how long a goroutine kept for reuse (Worker.goroutines)
+// waits for its next function.
+const goroutineIdle = 10 * time.Second
+
 // Worker runs workflows and activities on a River client that uses the
 // fencing driver: every workflow task and activity attempt holds a lease, so a
 // stale attempt can never commit anything.
 type Worker struct {
-	config    *Config
-	driver    *fencing.Driver
-	eager     *eagerPool // nil: eager dispatch off
-	handBacks *handBacks // foreign namespaces' activities, handed back
-	histories *historyCache
-	jobIDs    *jobIDs // reserved for the activities it claims
-	names     *dbschema.Names
-	sql       stepSQL            // statements a group of outcomes merges (step_sets.go)
-	notifier  *notifier.Notifier // sends what committed tasks announce
-	pool      *pgxpool.Pool
+	config     *Config
+	driver     *fencing.Driver
+	eager      *eagerPool   // nil: eager dispatch off
+	goroutines *gopool.Pool // eager attempts, groups of outcomes and workflow code run on these, kept with their stacks
+	handBacks  *handBacks   // foreign namespaces' activities, handed back
+	histories  *historyCache
+	jobIDs     *jobIDs // reserved for the activities it claims
+	names      *dbschema.Names
+	sql        stepSQL            // statements a group of outcomes merges (step_sets.go)
+	notifier   *notifier.Notifier // sends what committed tasks announce
+	pool       *pgxpool.Pool
 
 	mu           sync.Mutex
 	activities   map[string]struct{}
@@ -72,6 +79,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		activities:   make(map[string]struct{}),
 		eagerRunners: make(map[string]eagerRunner),
 		config:       config,
+		goroutines:   gopool.New(goroutineIdle),
 		histories:    newHistoryCache(config.MaxCachedRuns),
 		jobIDs:       &jobIDs{schema: config.Schema},
 		names:        dbschema.New(config.Schema),
@@ -268,6 +276,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	// Once every task has returned: no run's code outlives the worker.
 	defer w.histories.closeSessions()
+	defer w.goroutines.Close()
 	if unregister != nil {
 		unregister() // new starts queue their first task through River
 	}

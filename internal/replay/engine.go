@@ -106,7 +106,7 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 		def:            def,
 		history:        params.History,
 		params:         params,
-		sched:          coroutine.New(deadlockTimeout),
+		sched:          coroutine.New(deadlockTimeout, params.Go),
 		operations:     map[int64]*operation{},
 		pending:        map[int64]*operation{},
 		signals:        map[string]*env.SignalQueue{},

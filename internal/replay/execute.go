@@ -57,6 +57,12 @@ type ExecuteParams struct {
 	// Defaults to DeadlockTimeoutDefault (1 second).
 	DeadlockTimeout time.Duration
 
+	// Go starts the goroutine of each of the workflow's coroutines (fn
+	// returns when the coroutine ends). Nil means the go statement; a
+	// worker passes goroutines it keeps for reuse, whose stacks have
+	// already grown.
+	Go func(fn func())
+
 	// History is every committed event of the run, IDs 1…n, starting with
 	// WorkflowStarted. It may be empty when Inputs starts with the
 	// WorkflowStarted event (IDs 0).

@@ -91,6 +91,7 @@ type coroutine struct {
 // [Scheduler.Spawn] from either (from outside only between runs).
 type Scheduler struct {
 	deadlockTimeout time.Duration
+	start           func(fn func()) // starts a coroutine's goroutine
 
 	// mu guards closing, current and coroutines against a coroutine that
 	// was abandoned and runs on while the scheduler closes.
@@ -102,9 +103,15 @@ type Scheduler struct {
 }
 
 // New returns a Scheduler with no coroutines. A coroutine that keeps the
-// token longer than deadlockTimeout is abandoned (0 or less: never).
-func New(deadlockTimeout time.Duration) *Scheduler {
-	return &Scheduler{deadlockTimeout: deadlockTimeout}
+// token longer than deadlockTimeout is abandoned (0 or less: never). Each
+// coroutine runs on a goroutine that start starts to run the function it is
+// given (nil: a go statement); the function returns when the coroutine
+// ended, or runtime.Goexit ends the goroutine.
+func New(deadlockTimeout time.Duration, start func(fn func())) *Scheduler {
+	if start == nil {
+		start = func(fn func()) { go fn() }
+	}
+	return &Scheduler{deadlockTimeout: deadlockTimeout, start: start}
 }
 
 // Guard ends the calling coroutine (runtime.Goexit) if the scheduler is
@@ -205,7 +212,7 @@ func (s *Scheduler) step(ctx context.Context, c *coroutine) (result, error) {
 		c.resume <- struct{}{}
 	} else {
 		c.started = true
-		go s.main(c)
+		s.start(func() { s.main(c) })
 	}
 	var timeout <-chan time.Time
 	if s.deadlockTimeout > 0 {

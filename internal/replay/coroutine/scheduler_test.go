@@ -18,7 +18,7 @@ func TestScheduler(t *testing.T) {
 	t.Run("CloseUnwindsBlockedCoroutinesAndRunsDefers", func(t *testing.T) {
 		t.Parallel()
 
-		s := New(0)
+		s := New(0, nil)
 		var deferred []string
 		s.Spawn(func() {
 			defer func() { deferred = append(deferred, "a") }()
@@ -43,10 +43,43 @@ func TestScheduler(t *testing.T) {
 		require.Error(t, s.Run(t.Context(), nil))
 	})
 
+	t.Run("CoroutinesRunOnTheGoroutinesStartStarts", func(t *testing.T) {
+		t.Parallel()
+
+		// start runs each coroutine on one goroutine of a pair it keeps,
+		// as a pool of goroutines would: the function it is given returns
+		// when a coroutine ended, and Close ends a blocked one.
+		var returned, started int
+		work := make(chan func())
+		done := make(chan struct{})
+		for range 2 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for fn := range work {
+					fn()
+					returned++ // only once the coroutine's turn is over
+				}
+			}()
+		}
+		s := New(0, func(fn func()) { started++; work <- fn })
+		ran := 0
+		s.Spawn(func() { ran++ })
+		s.Spawn(func() { s.Await(func() bool { return false }) })
+		require.NoError(t, s.Run(t.Context(), nil))
+		require.Equal(t, 2, started)
+		require.Equal(t, 1, ran)
+		require.Equal(t, 1, s.Live())
+		s.Close() // runtime.Goexit ends the blocked coroutine's goroutine
+		close(work)
+		<-done
+		<-done
+		require.Equal(t, 1, returned, "the coroutine that returned, returned")
+	})
+
 	t.Run("InterleavesInCreationOrder", func(t *testing.T) {
 		t.Parallel()
 
-		s := New(0)
+		s := New(0, nil)
 		defer s.Close()
 		var trace []string
 		turn := 0
@@ -68,7 +101,7 @@ func TestScheduler(t *testing.T) {
 	t.Run("PanicIsReportedWithStack", func(t *testing.T) {
 		t.Parallel()
 
-		s := New(0)
+		s := New(0, nil)
 		defer s.Close()
 		s.Spawn(func() { s.Await(func() bool { return false }) })
 		s.Spawn(func() { panicHere() })
@@ -82,7 +115,7 @@ func TestScheduler(t *testing.T) {
 	t.Run("RunsUntilAllBlocked", func(t *testing.T) {
 		t.Parallel()
 
-		s := New(0)
+		s := New(0, nil)
 		defer s.Close()
 		ready := false
 		var got []int
@@ -103,7 +136,7 @@ func TestScheduler(t *testing.T) {
 	t.Run("ResumesOnLaterRun", func(t *testing.T) {
 		t.Parallel()
 
-		s := New(0)
+		s := New(0, nil)
 		defer s.Close()
 		ready := false
 		done := false
@@ -121,7 +154,7 @@ func TestScheduler(t *testing.T) {
 	t.Run("AwaitOutsideCoroutinePanics", func(t *testing.T) {
 		t.Parallel()
 
-		require.PanicsWithValue(t, ErrNotInCoroutine, func() { New(0).Await(func() bool { return true }) })
+		require.PanicsWithValue(t, ErrNotInCoroutine, func() { New(0, nil).Await(func() bool { return true }) })
 	})
 }
 
@@ -130,7 +163,7 @@ func panicHere() { panic("boom") }
 func TestSchedulerStop(t *testing.T) {
 	t.Parallel()
 
-	s := New(0)
+	s := New(0, nil)
 	var ran []string
 	first := false
 	s.Spawn(func() { first = true; ran = append(ran, "first") })
@@ -147,7 +180,7 @@ func TestSchedulerAbandonsStuckCoroutine(t *testing.T) {
 	t.Run("DeadlockTimeout", func(t *testing.T) {
 		t.Parallel()
 
-		s := New(100 * time.Millisecond) // generous: the parked coroutine must yield within it
+		s := New(100*time.Millisecond, nil) // generous: the parked coroutine must yield within it
 		release := make(chan struct{})
 		unwound := make(chan struct{})
 		s.Spawn(func() { s.Await(func() bool { return false }) }) // parked: unwound by Close
@@ -173,7 +206,7 @@ func TestSchedulerAbandonsStuckCoroutine(t *testing.T) {
 	t.Run("ContextDone", func(t *testing.T) {
 		t.Parallel()
 
-		s := New(0)
+		s := New(0, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		release := make(chan struct{})
 		unwound := make(chan struct{})
