@@ -152,6 +152,7 @@ func TestPayload(t *testing.T) {
 	}{
 		{name: "Binary", payload: Payload{0xff, 0xfe}, encoded: `{"$binary":"//4="}`},
 		{name: "BinaryLookalike", payload: Payload(`{"$binary":"AAAA"}`), encoded: `{"$binary":"eyIkYmluYXJ5IjoiQUFBQSJ9"}`},
+		{name: "EscapedBinaryLookalike", payload: Payload(`{"\u0024binary":"AAAA"}`), encoded: `{"$binary":"eyJcdTAwMjRiaW5hcnkiOiJBQUFBIn0="}`},
 		{name: "Compacted", payload: Payload("{ \"a\" : 1 }"), encoded: `{"a":1}`, back: Payload(`{"a":1}`)},
 		{name: "Empty", payload: Payload{}, encoded: `{"$binary":""}`},
 		{name: "JSONObject", payload: Payload(`{"a":[1,2]}`), encoded: `{"a":[1,2]}`},

@@ -67,6 +67,11 @@ func looksBinary(data []byte) bool {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return false
 	}
+	// The key's '$' is in the text as itself or escaped (\u0024): without
+	// either, it is not there, and most payloads need no decoding.
+	if bytes.IndexByte(trimmed, '$') < 0 && !bytes.Contains(trimmed, []byte(`\u`)) {
+		return false
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &m); err != nil || len(m) != 1 {
 		return false
