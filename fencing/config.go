@@ -23,7 +23,9 @@ const (
 	leaseTTLMin = 100 * time.Millisecond
 )
 
-// Config configures a Driver. The zero value (or a nil *Config) works.
+// Config configures a Driver. The zero value (or a nil *Config) works: a
+// zero field takes its default. NewDriver rejects an invalid Config with a
+// *ConfigError (matching ErrInvalidConfig) that names the field.
 type Config struct {
 	// HeartbeatInterval is how often a process renews the leases of the
 	// attempts it runs, in one batched statement. It must be under half of
@@ -67,17 +69,43 @@ func (c *Config) withDefaults() *Config {
 	return &out
 }
 
+// ErrInvalidConfig is matched (errors.Is) by the error NewDriver returns for
+// a Config it rejects; that error is a *ConfigError naming the setting.
+var ErrInvalidConfig = errors.New("fencing config: invalid")
+
+// ConfigError is the error NewDriver returns for an invalid Config. It
+// matches ErrInvalidConfig with errors.Is.
+type ConfigError struct {
+	// Field is the Config field whose value is invalid, e.g. "LeaseTTL".
+	Field string
+
+	// Value is the field's value after defaults were applied.
+	Value time.Duration
+
+	// Reason says what the value must be.
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("fencing config: %s (%s) %s", e.Field, e.Value, e.Reason)
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
 func (c *Config) validate() error {
 	switch {
 	case c.LeaseTTL < leaseTTLMin:
-		return fmt.Errorf("fencing config: LeaseTTL (%s) must be at least %s", c.LeaseTTL, leaseTTLMin)
+		return &ConfigError{Field: "LeaseTTL", Value: c.LeaseTTL, Reason: fmt.Sprintf("must be at least %s", leaseTTLMin)}
 	case c.HeartbeatInterval <= 0:
-		return fmt.Errorf("fencing config: HeartbeatInterval (%s) must be positive", c.HeartbeatInterval)
-	case 2*c.HeartbeatInterval >= c.LeaseTTL: // one missed beat must not lose the lease
-		return fmt.Errorf("fencing config: HeartbeatInterval (%s) must be under half of LeaseTTL (%s)",
-			c.HeartbeatInterval, c.LeaseTTL)
+		return &ConfigError{Field: "HeartbeatInterval", Value: c.HeartbeatInterval, Reason: "must be positive"}
+	// One missed beat must not lose the lease: 2*HeartbeatInterval < LeaseTTL,
+	// written so that it cannot overflow.
+	case c.HeartbeatInterval >= c.LeaseTTL-c.HeartbeatInterval:
+		return &ConfigError{Field: "HeartbeatInterval", Value: c.HeartbeatInterval,
+			Reason: fmt.Sprintf("must be under half of LeaseTTL (%s)", c.LeaseTTL)}
 	case c.ReaperInterval <= 0:
-		return errors.New("fencing config: ReaperInterval must be positive")
+		return &ConfigError{Field: "ReaperInterval", Value: c.ReaperInterval, Reason: "must be positive"}
 	}
 	return nil
 }
