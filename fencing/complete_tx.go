@@ -16,7 +16,10 @@ import (
 //
 // With the fencing Driver, river.JobCompleteTx is fenced too; CompleteTx adds
 // a second check that does not depend on River routing the write through the
-// fencing Pilot: it fails closed unless the row River returns is completed.
+// fencing Pilot: it fails closed unless the row River returns is completed by
+// the caller's attempt (job's attempt and attempted_at). A write that
+// bypassed the Pilot (River's standard pilot completes any running row) to a
+// job another attempt holds returns that attempt's row, and is refused.
 //
 //	_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
 func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](ctx context.Context, tx TTx, job *river.Job[TArgs]) (*river.Job[TArgs], error) {
@@ -27,7 +30,7 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 	if err != nil {
 		return nil, err
 	}
-	if updated.State != rivertype.JobStateCompleted {
+	if !completedBy(updated.JobRow, job.JobRow) {
 		client, clientErr := river.ClientFromContextSafely[TTx](ctx)
 		if clientErr == nil {
 			abortTx(ctx, client.Driver().UnwrapExecutor(tx), job.ID)
@@ -35,4 +38,16 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 		return nil, &LeaseLostError{Attempt: job.Attempt, JobID: job.ID, Op: "complete"}
 	}
 	return updated, nil
+}
+
+// completedBy reports whether row is the job completed by the attempt that
+// attempt describes (same attempt number and start).
+func completedBy(row, attempt *rivertype.JobRow) bool {
+	if row == nil || row.State != rivertype.JobStateCompleted || row.Attempt != attempt.Attempt {
+		return false
+	}
+	if row.AttemptedAt == nil || attempt.AttemptedAt == nil {
+		return row.AttemptedAt == nil && attempt.AttemptedAt == nil
+	}
+	return row.AttemptedAt.Equal(*attempt.AttemptedAt)
 }

@@ -2,6 +2,8 @@ package fencing_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivershared/riverpilot"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -78,6 +81,109 @@ func TestCompleteTxCurrentAttempt(t *testing.T) {
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+sideEffectTable).Scan(&sideEffects))
 			require.Equal(t, 1, sideEffects)
 			require.Zero(t, sink.count(fencing.EventStaleWriteRejected, 0), "the executor's repeat is not stale")
+		})
+	}
+}
+
+// TestCompleteTxChecksTheReturnedAttempt (F2, F6): CompleteTx's own check,
+// which does not rely on River routing the write through the fencing Pilot.
+// A plain River client (River's standard pilot, which completes any running
+// row) runs attempt 1; underneath it, the row moves on (to a new attempt, or
+// to a new start of the same attempt number), so River's write completes a
+// row that is no longer attempt 1's and returns it as completed. CompleteTx
+// must see that the row is another attempt's, return ErrLeaseLost for the
+// job and abort the caller's transaction; with the row untouched it
+// completes as River does.
+func TestCompleteTxChecksTheReturnedAttempt(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name       string
+		underneath string // run on the job while attempt 1 works; "" for none
+	}{
+		{"SameAttempt", ""},
+		{"NewAttempt", "UPDATE %s SET attempt = attempt + 1, attempted_at = now() WHERE id = $1"},
+		{"SameAttemptNumberNewStart", "UPDATE %s SET attempted_at = attempted_at + interval '1 second' WHERE id = $1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := dbtest.Pool(ctx, t)
+			schema := dbtest.TestSchema(ctx, t)
+			table := pgx.Identifier{schema, "river_job"}.Sanitize()
+			sideEffectTable := pgx.Identifier{schema, "side_effect"}.Sanitize()
+			_, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+sideEffectTable+" (job_id bigint, attempt int)")
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, "DELETE FROM "+sideEffectTable)
+			require.NoError(t, err)
+
+			worker := newBlockWorker(t)
+			client := startClient(ctx, t, pool, schema, &clientOpts{worker: worker}) // plain riverpgxv5
+			// Attempt 1's Work waits on hold after its transaction, so that
+			// River's completer writes nothing before the test reads the row.
+			hold := make(chan struct{})
+			t.Cleanup(func() { close(hold) })
+			inserted, err := client.Insert(ctx, blockArgs{}, nil)
+			require.NoError(t, err)
+			jobID := inserted.Job.ID
+			attempt := recv(t, worker.started)
+			require.Equal(t, 1, attempt.job.Attempt)
+
+			if tt.underneath != "" {
+				_, err = pool.Exec(ctx, fmt.Sprintf(tt.underneath, table), jobID)
+				require.NoError(t, err)
+			}
+			before := getJob(ctx, t, pool, schema, jobID)
+
+			type result struct {
+				commitErr, completeErr error
+				updated                *river.Job[blockArgs]
+			}
+			results := make(chan result, 1)
+			attempt.release <- func(ctx context.Context, job *river.Job[blockArgs]) error {
+				var res result
+				defer func() {
+					results <- res
+					<-hold
+				}()
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					res.completeErr = err
+					return nil
+				}
+				defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+				if _, err := tx.Exec(ctx, "INSERT INTO "+sideEffectTable+" (job_id, attempt) VALUES ($1, $2)", job.ID, job.Attempt); err != nil {
+					res.completeErr = err
+					return nil
+				}
+				res.updated, res.completeErr = fencing.CompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+				res.commitErr = tx.Commit(ctx) // committed even after an error
+				return nil
+			}
+			res := recv(t, results)
+			row := getJob(ctx, t, pool, schema, jobID)
+			var sideEffects int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+sideEffectTable).Scan(&sideEffects))
+
+			if tt.underneath == "" {
+				require.NoError(t, res.completeErr)
+				require.NoError(t, res.commitErr)
+				require.Equal(t, rivertype.JobStateCompleted, res.updated.State)
+				require.Equal(t, "completed", row.State)
+				require.Equal(t, 1, sideEffects)
+				return
+			}
+			require.ErrorIs(t, res.completeErr, fencing.ErrLeaseLost)
+			var lost *fencing.LeaseLostError
+			require.ErrorAs(t, res.completeErr, &lost)
+			require.Equal(t, jobID, lost.JobID)
+			require.Equal(t, 1, lost.Attempt)
+			require.Nil(t, res.updated)
+			require.ErrorIs(t, res.commitErr, pgx.ErrTxCommitRollback, "the caller's transaction is aborted")
+			require.Zero(t, sideEffects, "the stale attempt's side effects roll back")
+			require.Equal(t, "running", row.State, "River's completion of the other attempt's row rolled back")
+			require.Equal(t, before.Attempt, row.Attempt)
+			require.Equal(t, before.LeaseToken, row.LeaseToken)
 		})
 	}
 }
@@ -261,5 +367,14 @@ func TestFailClosed(t *testing.T) {
 		require.Len(t, rows, 1)
 		require.Equal(t, rivertype.JobStateCompleted, rows[0].State)
 		require.NotContains(t, string(rows[0].Metadata), "weir:fencing:proof", "the proof is never persisted")
+		// The attempt's other metadata updates are merged, without the proof.
+		var returned map[string]any
+		require.NoError(t, json.Unmarshal(rows[0].Metadata, &returned))
+		require.Equal(t, float64(1), returned["other"], "the returned row has the merged update")
+		row = getJob(ctx, t, dbtest.Pool(ctx, t), bundle.schema, bundle.jobID)
+		require.Equal(t, "completed", row.State)
+		require.Equal(t, float64(1), row.Metadata["other"], "the update is merged into the stored metadata")
+		require.NotContains(t, row.Metadata, "weir:fencing:proof", "the proof is not stored in the job's metadata")
+		require.Equal(t, returned, row.Metadata, "River's returned row is the stored row")
 	})
 }
