@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -64,6 +65,15 @@ func LeaseFromContext(ctx context.Context) (Lease, bool) {
 // It returns ErrNoLease outside a job run with the fencing plugin. Before the
 // fencing migration it does nothing.
 //
+// Heartbeat does not wait on a job row that another transaction holds
+// locked for long: it tries again for up to a quarter of LeaseTTL (at most a
+// second), then returns a *LeaseBusyError (matching ErrLeaseBusy). The
+// lease was then neither renewed nor judged lost: the lease keeper goes on
+// renewing it, and the attempt may call Heartbeat again later. A lock that
+// lasts is usually the attempt's own open transaction that wrote the job
+// (river.JobCompleteTx, CompleteTx, JobUpdateTx): heartbeat before it, or
+// after it commits.
+//
 // Call it with the context River passes to Worker.Work: that also tells the
 // lease keeper the attempt's River deadline (Worker.Timeout, or none), after
 // which renewals stop.
@@ -82,6 +92,41 @@ func Heartbeat(ctx context.Context, details any) error {
 	}
 	return st.driver.keeper.heartbeat(ctx, st, detailsJSON)
 }
+
+// ErrLeaseBusy means Heartbeat found the job's row locked by another
+// transaction for as long as it waits: the lease was neither renewed nor
+// found lost. Try again later; the lease keeper keeps renewing the lease
+// meanwhile.
+var ErrLeaseBusy = errors.New("fencing: heartbeat refused: job row locked by another transaction")
+
+// LeaseBusyError is Heartbeat's error when another transaction held the
+// job's row locked for as long as Heartbeat waits. It matches ErrLeaseBusy
+// with errors.Is and unwraps to the database's error (SQLSTATE 55P03,
+// lock_not_available).
+type LeaseBusyError struct {
+	// Attempt is the attempt whose heartbeat found the row locked.
+	Attempt int
+
+	// Err is the database's lock error from the last try.
+	Err error
+
+	// JobID is the job whose row was locked.
+	JobID int64
+
+	// Waited is how long Heartbeat tried before giving up.
+	Waited time.Duration
+}
+
+func (e *LeaseBusyError) Error() string {
+	return fmt.Sprintf("fencing: heartbeat of job %d attempt %d not applied: the job's row stayed locked by another transaction for %s: %v",
+		e.JobID, e.Attempt, e.Waited.Round(time.Millisecond), e.Err)
+}
+
+// Is reports whether target is ErrLeaseBusy.
+func (e *LeaseBusyError) Is(target error) bool { return target == ErrLeaseBusy }
+
+// Unwrap returns the database's lock error.
+func (e *LeaseBusyError) Unwrap() error { return e.Err }
 
 // proof is what an attempt shows to prove it still holds its job: its token
 // or, for an attempt that never received one, (attempt, attempted_at).

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/rivershared/startstop"
 )
@@ -24,6 +26,33 @@ type leaseKeeper struct {
 	// (usually one), linked through attemptState.sameJob: registering an
 	// attempt allocates nothing.
 	attempts *shardedMap[*attemptState]
+
+	// heartbeatLockWait, if set, replaces lockWait's default (tests).
+	heartbeatLockWait time.Duration
+
+	// onHeartbeatLocked, if set, is called each time a heartbeat finds its
+	// job's row locked, before it waits to try again (tests).
+	onHeartbeatLocked func()
+}
+
+const (
+	// heartbeatLockWaitMax caps how long Heartbeat tries to renew a lease
+	// whose job row another transaction holds locked.
+	heartbeatLockWaitMax = time.Second
+
+	// heartbeatRetryMax caps the pause between a heartbeat's tries.
+	heartbeatRetryMax = 50 * time.Millisecond
+)
+
+// lockWait is how long a heartbeat tries again while its job's row is locked:
+// a quarter of LeaseTTL, at most heartbeatLockWaitMax. Such locks are
+// normally short (a renewal, the reaper, River's completer); one that lasts
+// is often the attempt's own open transaction, which waiting cannot outlast.
+func (k *leaseKeeper) lockWait() time.Duration {
+	if k.heartbeatLockWait > 0 {
+		return k.heartbeatLockWait
+	}
+	return min(k.driver.config.LeaseTTL/4, heartbeatLockWaitMax)
 }
 
 func newLeaseKeeper(driver *Driver) *leaseKeeper {
@@ -166,6 +195,9 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 }
 
 // heartbeat renews one lease at once and stores details (nil keeps them).
+// The statement does not wait for a row lock (NOWAIT); while the row is
+// locked it is tried again, for up to lockWait, and then a *LeaseBusyError
+// is returned.
 func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details []byte) error {
 	st.mu.Lock()
 	lost := st.lost
@@ -191,26 +223,36 @@ func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details [
 	if details != nil {
 		detailsArg = string(details)
 	}
-	table := tableName(st.schema, "river_job")
-	var expires pgtype.Timestamptz
-	var stored pgtype.Text
-	err = k.driver.pool.QueryRow(ctx, `
-WITH l AS (
-    SELECT id FROM `+table+`
-    WHERE id = $1 AND state = 'running'
-        AND (lease_token = $2::text::uuid OR ($2::text IS NULL AND attempt = $3 AND attempted_at = $4))
-    FOR UPDATE NOWAIT
-)
-UPDATE `+table+` j
-SET lease_expires_at = CASE
-        WHEN j.lease_expires_at IS NULL OR ($5::timestamptz IS NOT NULL AND now() >= $5::timestamptz) THEN j.lease_expires_at
-        ELSE now() + $6::interval END,
-    lease_details = coalesce($7::jsonb, j.lease_details)
-FROM l
-WHERE j.id = l.id
-RETURNING j.lease_expires_at, j.lease_details::text`,
-		st.jobID, token, st.attempt, st.attemptedAt, until, k.driver.config.LeaseTTL, detailsArg,
-	).Scan(&expires, &stored)
+	var (
+		expires pgtype.Timestamptz
+		stored  pgtype.Text
+		start   = time.Now()
+		wait    = k.lockWait()
+		pause   = 5 * time.Millisecond
+	)
+	for {
+		err = k.driver.pool.QueryRow(ctx, heartbeatSQL(st.schema),
+			st.jobID, token, st.attempt, st.attemptedAt, until, k.driver.config.LeaseTTL, detailsArg,
+		).Scan(&expires, &stored)
+		if !lockNotAvailable(err) {
+			break
+		}
+		if hook := k.onHeartbeatLocked; hook != nil {
+			hook()
+		}
+		waited := time.Since(start)
+		if waited >= wait {
+			return &LeaseBusyError{Attempt: st.attempt, Err: err, JobID: st.jobID, Waited: waited}
+		}
+		timer := time.NewTimer(min(pause, wait-waited))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return fmt.Errorf("heartbeating job %d attempt %d: %w", st.jobID, st.attempt, context.Cause(ctx))
+		case <-timer.C:
+		}
+		pause = min(2*pause, heartbeatRetryMax)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return st.leaseLost(ctx, "heartbeat")
@@ -229,6 +271,36 @@ RETURNING j.lease_expires_at, j.lease_details::text`,
 		k.driver.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: st.jobID, Kind: EventLeaseRenewed})
 	}
 	return nil
+}
+
+// heartbeatSQL renews one lease ($1 job ID, $2 token or NULL, $3 attempt,
+// $4 attempted_at, $5 River deadline, $6 LeaseTTL) and stores details ($7,
+// NULL keeps them), without waiting for a row lock, and returns the new
+// expiry and details; no row if the attempt no longer holds the job.
+func heartbeatSQL(schema string) string {
+	table := tableName(schema, "river_job")
+	return `
+WITH l AS (
+    SELECT id FROM ` + table + `
+    WHERE id = $1 AND state = 'running'
+        AND (lease_token = $2::text::uuid OR ($2::text IS NULL AND attempt = $3 AND attempted_at = $4))
+    FOR UPDATE NOWAIT
+)
+UPDATE ` + table + ` j
+SET lease_expires_at = CASE
+        WHEN j.lease_expires_at IS NULL OR ($5::timestamptz IS NOT NULL AND now() >= $5::timestamptz) THEN j.lease_expires_at
+        ELSE now() + $6::interval END,
+    lease_details = coalesce($7::jsonb, j.lease_details)
+FROM l
+WHERE j.id = l.id
+RETURNING j.lease_expires_at, j.lease_details::text`
+}
+
+// lockNotAvailable reports whether err is Postgres refusing to wait for a
+// row lock (NOWAIT).
+func lockNotAvailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
 }
 
 // renewSQL renews the leases of a batch of attempts ($1 job IDs, $2 tokens,

@@ -1,12 +1,15 @@
 package fencing
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbtest"
@@ -95,4 +98,95 @@ VALUES ('{}', 'renew', 5, 'default', 'running', 2, now()) RETURNING id, lease_to
 			require.True(t, older.expiresAt.IsZero())
 		})
 	}
+}
+
+// TestHeartbeatLockedRow: a heartbeat that finds its job's row locked by
+// another transaction tries again, and succeeds once the lock is released
+// within lockWait; past lockWait it returns a *LeaseBusyError wrapping the
+// database's error, and neither renews the lease nor judges it lost.
+func TestHeartbeatLockedRow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	table := pgx.Identifier{schema, "river_job"}.Sanitize()
+	driver, err := NewDriver(pool, &Config{LeaseTTL: time.Minute})
+	require.NoError(t, err)
+
+	var (
+		id          int64
+		token       string
+		attemptedAt time.Time
+	)
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state, attempt, attempted_at)
+VALUES ('{}', 'heartbeat', 5, 'default', 'running', 1, now()) RETURNING id, lease_token::text, attempted_at`).Scan(&id, &token, &attemptedAt))
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() + interval '1 minute' WHERE id = $1`, id)
+	require.NoError(t, err)
+	var cancelled error
+	st := &attemptState{attempt: 1, attemptedAt: attemptedAt, driver: driver, jobID: id, schema: schema, token: token,
+		cancel: func(cause error) { cancelled = cause }}
+	read := func() (expires time.Time, details *string) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT lease_expires_at, lease_details::text FROM `+table+` WHERE id = $1`, id).Scan(&expires, &details))
+		return expires, details
+	}
+	lock := func() pgx.Tx {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+		_, err = tx.Exec(ctx, `SELECT 1 FROM `+table+` WHERE id = $1 FOR UPDATE`, id)
+		require.NoError(t, err)
+		return tx
+	}
+
+	t.Run("LockOutlastsWait", func(t *testing.T) {
+		tx := lock()
+		defer func() { require.NoError(t, tx.Rollback(ctx)) }()
+		before, _ := read()
+		tries := 0
+		driver.keeper.onHeartbeatLocked = func() { tries++ }
+		driver.keeper.heartbeatLockWait = 50 * time.Millisecond
+		err := driver.keeper.heartbeat(ctx, st, []byte(`{"step": 1}`))
+		require.ErrorIs(t, err, ErrLeaseBusy)
+		require.NotErrorIs(t, err, ErrLeaseLost)
+		var busy *LeaseBusyError
+		require.ErrorAs(t, err, &busy)
+		require.Equal(t, id, busy.JobID)
+		require.Equal(t, 1, busy.Attempt)
+		require.GreaterOrEqual(t, busy.Waited, 50*time.Millisecond)
+		require.Positive(t, tries)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, pgerrcode.LockNotAvailable, pgErr.Code)
+		require.Contains(t, err.Error(), fmt.Sprintf("job %d attempt 1", id))
+
+		after, details := read()
+		require.True(t, after.Equal(before), "not renewed")
+		require.Nil(t, details)
+		require.NoError(t, cancelled, "not lost")
+		require.False(t, st.lost)
+		require.Zero(t, driver.Stats().LeasesLost)
+	})
+
+	t.Run("LockReleasedWhileWaiting", func(t *testing.T) {
+		tx := lock()
+		before, _ := read()
+		tries := 0
+		// The lock goes away after the first refused try; the heartbeat
+		// waits long enough whatever the scheduler does.
+		driver.keeper.onHeartbeatLocked = func() {
+			tries++
+			if tries == 1 {
+				require.NoError(t, tx.Rollback(ctx))
+			}
+		}
+		driver.keeper.heartbeatLockWait = time.Minute
+		require.NoError(t, driver.keeper.heartbeat(ctx, st, []byte(`{"step": 2}`)))
+		require.Equal(t, 1, tries, "the row was locked at the first try")
+		after, details := read()
+		require.True(t, after.After(before), "renewed")
+		require.True(t, after.Equal(st.expiresAt))
+		require.NotNil(t, details)
+		require.JSONEq(t, `{"step": 2}`, *details)
+		require.NoError(t, cancelled)
+	})
 }
