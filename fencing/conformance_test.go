@@ -102,3 +102,76 @@ func TestSeamConformance(t *testing.T) {
 }
 
 func typeName(v any) string { return fmtType(v) }
+
+// TestSeamRescuer (F7): River's rescuer calls the Pilot's JobGetStuck and
+// JobRescueMany only when the Pilot implements riverpilot.PilotJobRescuer,
+// and otherwise silently uses its own queries, which take any job running
+// past the stuck horizon. A River client on the fencing driver runs its
+// rescuer over two jobs that both started long before the horizon: one with
+// a live lease, which it must leave alone, and one without a lease (fetched
+// by an unfenced client), which River's rules rescue. Rescued in the same
+// pass, the second shows the rescuer ran.
+func TestSeamRescuer(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	table := pgx.Identifier{schema, "river_job"}.Sanitize()
+
+	// The jobs run on a client that is never leader, with leases long
+	// enough to stay alive however slow the machine is.
+	worker := newBlockWorker(t)
+	runner := newDriver(t, pool, nil, &fencing.Config{LeaseTTL: 10 * time.Minute, HeartbeatInterval: time.Second, ReaperInterval: time.Second})
+	runnerClient := startClient(ctx, t, pool, schema, &clientOpts{driver: runner, maxWorkers: 2, noLeader: true, worker: worker})
+	var ids []int64
+	for range 2 {
+		inserted, err := runnerClient.Insert(ctx, blockArgs{}, nil)
+		require.NoError(t, err)
+		ids = append(ids, inserted.Job.ID)
+	}
+	for range 2 {
+		recv(t, worker.started)
+	}
+	leased, unleased := ids[0], ids[1]
+	// Both started an hour ago as far as River's rescuer can tell; the
+	// second has no lease, as if an unfenced client had fetched it.
+	_, err := pool.Exec(ctx, "UPDATE "+table+" SET attempted_at = now() - interval '1 hour' WHERE id = ANY($1)", ids)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE "+table+" SET lease_expires_at = NULL WHERE id = $1", unleased)
+	require.NoError(t, err)
+	before := getJob(ctx, t, pool, schema, leased)
+	require.Equal(t, "running", before.State)
+	require.True(t, before.LeaseExpiresAt.Valid)
+
+	// The leader, whose rescuer runs once when it gains leadership: both
+	// jobs are past its horizon and their River timeouts.
+	driver := newDriver(t, pool, nil, &fencing.Config{LeaseTTL: 10 * time.Minute, HeartbeatInterval: time.Second, ReaperInterval: time.Second})
+	leaderWorker := newBlockWorker(t) // runs the rescued job if it fetches it
+	config := testConfig(schema, &clientOpts{driver: driver, worker: leaderWorker})
+	config.JobTimeout = 5 * time.Second
+	config.RescueStuckJobsAfter = 10 * time.Second
+	leader, err := river.NewClient[pgx.Tx](driver, config)
+	require.NoError(t, err)
+	require.NoError(t, leader.Start(ctx))
+	t.Cleanup(func() {
+		leaderWorker.finish()
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		require.NoError(t, leader.Stop(stopCtx))
+	})
+
+	rescuedError := func(id int64) bool {
+		var rescued bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+table+
+			" j, unnest(j.errors) e WHERE j.id = $1 AND e->>'error' = 'Stuck job rescued by JobRescuer')", id).Scan(&rescued))
+		return rescued
+	}
+	waitUntil(t, "River's rescuer rescues the job without a lease", func() bool { return rescuedError(unleased) })
+
+	after := getJob(ctx, t, pool, schema, leased)
+	require.False(t, rescuedError(leased), "River's rescuer took a job whose lease is alive: it no longer asks the fencing Pilot")
+	require.Equal(t, "running", after.State)
+	require.Equal(t, before.Attempt, after.Attempt)
+	require.Equal(t, before.LeaseToken, after.LeaseToken)
+	require.Equal(t, before.Errors, after.Errors)
+}

@@ -3,12 +3,15 @@ package fencing_test
 import (
 	"context"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertest"
 	"github.com/riverqueue/river/rivertype"
@@ -95,16 +98,41 @@ func TestRollout(t *testing.T) {
 		require.Zero(t, sink.count(fencing.EventStaleWriteRejected, 0))
 	})
 
+	// F5: the migration is idempotent and safe to run concurrently. Every
+	// fencing up step, run from several sessions at the same moment (each in
+	// a transaction of its own, without weir's migration lock, as another
+	// tool might run it), and the latest step run once more on top, must
+	// leave exactly the schema that one run through rivermigrate leaves, and
+	// a working lease.
+	//
+	// Steps are applied in order only: an older step re-applied on a newer
+	// schema (001 after 002) is not supported, and rivermigrate never does
+	// it. It puts back 001's lease trigger next to 002's inline work: the
+	// trigger overwrites the token 002's fetch mints and nulls the expiry it
+	// sets (the fenced fetch then fails), and 001's statement trigger logs
+	// every ended attempt a second time.
 	t.Run("MigrationIsIdempotentAndConcurrent", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		pool := dbtest.Pool(ctx, t)
-		schema, migrate := mainOnlySchema(ctx, t, pool)
 
-		up, err := fs.ReadFile(migrations.FS(migrations.LineFencing), "migration/fencing/001_lease.up.sql")
+		reference, migrateReference := mainOnlySchema(ctx, t, pool)
+		migrateReference()
+		want := fencingSchemaObjects(ctx, t, pool, reference)
+		require.NotEmpty(t, want.triggers)
+		// rivermigrate through the fencing driver then finds nothing left to
+		// do, and changes nothing.
+		migrator, err := rivermigrate.New(newDriver(t, pool, nil, nil), &rivermigrate.Config{Line: fencing.MigrationLine, Schema: reference})
 		require.NoError(t, err)
-		sql := strings.ReplaceAll(string(up), "/* TEMPLATE: schema */", pgx.Identifier{schema}.Sanitize()+".")
-		applyRaw := func() error {
+		res, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		require.NoError(t, err)
+		require.Empty(t, res.Versions)
+		require.Equal(t, want, fencingSchemaObjects(ctx, t, pool, reference))
+
+		schema, _ := mainOnlySchema(ctx, t, pool)
+		steps := fencingUpSteps(t, schema)
+		require.Len(t, steps, len(migrator.AllVersions()))
+		applyRaw := func(sql string) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				return err
@@ -115,27 +143,29 @@ func TestRollout(t *testing.T) {
 			}
 			return tx.Commit(ctx)
 		}
-
-		// Two sessions apply the up step at the same moment: the first lock
-		// on river_job serialises them, and the second finds everything done.
-		errs := make(chan error, 2)
-		for range 2 {
-			go func() { errs <- applyRaw() }()
+		const sessions = 4
+		for i, sql := range steps {
+			// The first lock on river_job serialises the sessions; the later
+			// ones find everything done.
+			start := make(chan struct{})
+			errs := make(chan error, sessions)
+			for range sessions {
+				go func() {
+					<-start
+					errs <- applyRaw(sql)
+				}()
+			}
+			close(start)
+			for range sessions {
+				require.NoError(t, recv(t, errs), "step %d", i+1)
+			}
 		}
-		require.NoError(t, recv(t, errs))
-		require.NoError(t, recv(t, errs))
+		require.Equal(t, want, fencingSchemaObjects(ctx, t, pool, schema), "concurrent runs leave what one run leaves")
+		require.NoError(t, applyRaw(steps[len(steps)-1]), "the latest step again")
+		require.Equal(t, want, fencingSchemaObjects(ctx, t, pool, schema), "a second run changes nothing")
 
-		// And again on a migrated schema, through rivermigrate this time.
-		migrate()
-		require.NoError(t, applyRaw())
-
-		// rivermigrate through the fencing driver finds nothing left to do.
-		migrator, err := rivermigrate.New(newDriver(t, pool, nil, nil), &rivermigrate.Config{Line: fencing.MigrationLine, Schema: schema})
-		require.NoError(t, err)
-		res, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
-		require.NoError(t, err)
-		require.Empty(t, res.Versions)
-		require.Contains(t, migrator.AllVersions()[0].Name, "lease")
+		requireLeaseWorks(ctx, t, pool, schema)
+		requireLeaseWorks(ctx, t, pool, reference)
 	})
 
 	t.Run("PlainClientJobsAreNotReaped", func(t *testing.T) {
@@ -214,6 +244,103 @@ func TestRollout(t *testing.T) {
 			" WHERE job_id = $1 AND lease_token IS NULL AND outcome = 'completed'", inserted.Job.ID).Scan(&logged))
 		require.Equal(t, 1, logged, "the pre-migration attempt is logged without a token")
 	})
+}
+
+// fencingUpSteps returns the SQL of every fencing up step, in version order,
+// for schema.
+func fencingUpSteps(t *testing.T, schema string) []string {
+	t.Helper()
+	migrationFS := migrations.FS(migrations.LineFencing)
+	names, err := fs.Glob(migrationFS, "migration/fencing/*.up.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, names)
+	slices.Sort(names)
+	steps := make([]string, 0, len(names))
+	for _, name := range names {
+		up, err := fs.ReadFile(migrationFS, name)
+		require.NoError(t, err)
+		steps = append(steps, strings.ReplaceAll(string(up), "/* TEMPLATE: schema */", pgx.Identifier{schema}.Sanitize()+"."))
+	}
+	return steps
+}
+
+// schemaObjects is what a migration leaves in a schema, with the schema's
+// name replaced by "SCHEMA" so that two schemas compare.
+type schemaObjects struct {
+	columns   []string // table.column type, nullability, default, identity
+	functions []string // name: pg_get_functiondef
+	indexes   []string // name: indexdef
+	triggers  []string // table.name enabled: pg_get_triggerdef
+}
+
+func fencingSchemaObjects(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string) schemaObjects {
+	t.Helper()
+	query := func(sql string) []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, sql, schema)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		for i, s := range out {
+			out[i] = strings.ReplaceAll(s, schema, "SCHEMA")
+		}
+		return out
+	}
+	return schemaObjects{
+		columns: query(`SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' ||
+    coalesce(column_default, '-') || ' ' || is_identity || ' ' || coalesce(identity_generation, '-')
+FROM information_schema.columns WHERE table_schema = $1 ORDER BY table_name, ordinal_position`),
+		functions: query(`SELECT p.proname || ': ' || pg_get_functiondef(p.oid)
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1`),
+		indexes: query(`SELECT indexname || ': ' || indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY 1`),
+		triggers: query(`SELECT c.relname || '.' || tg.tgname || ' ' || tg.tgenabled::text || ': ' || pg_get_triggerdef(tg.oid)
+FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND NOT tg.tgisinternal ORDER BY 1`),
+	}
+}
+
+// requireLeaseWorks checks the lease behaviour on schema: a fenced fetch
+// gets a token and an expiry, and the attempt's completion (proved by the
+// Pilot's record of its fetch, as River's completer writes it) applies,
+// revokes the token and logs the attempt once.
+func requireLeaseWorks(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+pgx.Identifier{schema, "river_job"}.Sanitize()+
+		` (args, kind, max_attempts, queue, state) VALUES ('{}', 'lease_works', 5, 'default', 'available') RETURNING id`).Scan(&id))
+	sink := newEventSink()
+	driver := newDriver(t, pool, sink, nil)
+	fenced, err := driver.Fenced(ctx, schema)
+	require.NoError(t, err)
+	require.True(t, fenced)
+	pilot := driver.PluginPilot()
+	fetched, err := pilot.JobGetAvailable(ctx, driver.GetExecutor(), nil, &riverdriver.JobGetAvailableParams{
+		ClientID: "lease-works", MaxAttemptedBy: 100, MaxToLock: 1, Queue: "default", Schema: schema,
+	})
+	require.NoError(t, err)
+	require.Len(t, fetched.Jobs, 1)
+	require.Equal(t, id, fetched.Jobs[0].ID)
+	running := getJob(ctx, t, pool, schema, id)
+	require.Equal(t, "running", running.State)
+	require.True(t, running.LeaseToken.Valid, "the fetch gets a token")
+	require.True(t, running.LeaseExpiresAt.Valid, "the fetch gets a lease expiry")
+	require.True(t, running.LeaseExpiresAt.Time.After(time.Now().Add(-time.Minute)))
+
+	now := time.Now()
+	rows, err := pilot.JobSetStateIfRunningMany(ctx, driver.GetExecutor(), &riverdriver.JobSetStateIfRunningManyParams{
+		ID: []int64{id}, Attempt: []*int{nil}, ErrData: [][]byte{nil}, FinalizedAt: []*time.Time{&now},
+		MetadataDoMerge: []bool{false}, MetadataUpdates: [][]byte{nil}, ScheduledAt: []*time.Time{nil},
+		Schema: schema, State: []rivertype.JobState{rivertype.JobStateCompleted},
+	})
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "the attempt's completion applies")
+	require.Zero(t, sink.count(fencing.EventStaleWriteRejected, 0))
+	done := getJob(ctx, t, pool, schema, id)
+	require.Equal(t, "completed", done.State)
+	require.False(t, done.LeaseToken.Valid)
+	require.False(t, done.LeaseExpiresAt.Valid)
+	require.Equal(t, running.LeaseToken, done.LeaseLastToken)
+	require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, id), "the attempt is logged once")
 }
 
 type completeTxArgs struct{}

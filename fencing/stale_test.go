@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/fencing"
@@ -188,5 +190,107 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 				require.Equal(t, lease2.Token, final.LeaseLastToken.String)
 			})
 		}
+	}
+}
+
+// TestStaleAndCurrentWriteInOneBatch (F1, F6): River's async completer
+// writes the outcomes of many attempts in one JobSetStateIfRunningMany call.
+// In a batch that holds a stale attempt's completion (its job was taken by a
+// new attempt meanwhile) next to the current attempt's completion of another
+// job, the current one is applied, the stale one changes nothing and is
+// counted, on both fencing versions (001: River's statement after a check;
+// 002: one statement).
+func TestStaleAndCurrentWriteInOneBatch(t *testing.T) {
+	t.Parallel()
+	for _, version := range []int{1, 2} {
+		t.Run(fmt.Sprintf("fencing%03d", version), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := dbtest.Pool(ctx, t)
+			schema := schemaAtFencing(ctx, t, pool, version)
+			table := pgx.Identifier{schema, "river_job"}.Sanitize()
+			var ids []int64
+			require.NoError(t, pool.QueryRow(ctx, `WITH inserted AS (
+    INSERT INTO `+table+` (args, kind, max_attempts, queue, state)
+    SELECT '{}', 'mixed_batch', 5, 'default', 'available' FROM generate_series(1, 2)
+    RETURNING id
+) SELECT array_agg(id ORDER BY id) FROM inserted`).Scan(&ids))
+			staleID, currentID := ids[0], ids[1]
+
+			sink := newEventSink()
+			driver := newDriver(t, pool, sink, nil)
+			pilot := driver.PluginPilot()
+			fetched, err := pilot.JobGetAvailable(ctx, driver.GetExecutor(), nil, &riverdriver.JobGetAvailableParams{
+				ClientID: "mixed-batch", MaxAttemptedBy: 100, MaxToLock: 2, Queue: "default", Schema: schema,
+			})
+			require.NoError(t, err)
+			require.Len(t, fetched.Jobs, 2)
+			// Each attempt's completion, with its proof as the plugin attaches
+			// it and a metadata update of its own.
+			updates := map[int64][]byte{}
+			for _, job := range fetched.Jobs {
+				row := getJob(ctx, t, pool, schema, job.ID)
+				require.True(t, row.LeaseToken.Valid)
+				require.True(t, row.LeaseExpiresAt.Valid)
+				updates[job.ID] = fmt.Appendf(nil, `{"weir:fencing:proof": "%s/%d/%d", "written_by": %d}`,
+					row.LeaseToken.String, job.Attempt, job.AttemptedAt.UnixMicro(), job.ID)
+			}
+
+			// The first job is taken away from attempt 1 and started again.
+			for _, sql := range []string{
+				"UPDATE %s SET state = 'available' WHERE id = $1",
+				"UPDATE %s SET state = 'running', attempt = attempt + 1, attempted_at = now() WHERE id = $1",
+			} {
+				_, err := pool.Exec(ctx, fmt.Sprintf(sql, table), staleID)
+				require.NoError(t, err)
+			}
+			snapshot := func(id int64) string {
+				var s string
+				require.NoError(t, pool.QueryRow(ctx, "SELECT to_jsonb(j)::text FROM "+table+" j WHERE id = $1", id).Scan(&s))
+				return s
+			}
+			staleBefore := snapshot(staleID)
+			staleLogBefore := attemptLog(ctx, t, pool, schema, staleID)
+			currentBefore := getJob(ctx, t, pool, schema, currentID)
+
+			now := time.Now()
+			rows, err := pilot.JobSetStateIfRunningMany(ctx, driver.GetExecutor(), &riverdriver.JobSetStateIfRunningManyParams{
+				ID:              []int64{staleID, currentID},
+				Attempt:         []*int{nil, nil},
+				ErrData:         [][]byte{nil, nil},
+				FinalizedAt:     []*time.Time{&now, &now},
+				MetadataDoMerge: []bool{true, true},
+				MetadataUpdates: [][]byte{updates[staleID], updates[currentID]},
+				ScheduledAt:     []*time.Time{nil, nil},
+				Schema:          schema,
+				State:           []rivertype.JobState{rivertype.JobStateCompleted, rivertype.JobStateCompleted},
+			})
+			require.NoError(t, err, "a stale write does not fail the batch")
+
+			// The current attempt's write is applied and returned...
+			require.Len(t, rows, 1, "only the current write returns a row (River emits no event for the stale one)")
+			require.Equal(t, currentID, rows[0].ID)
+			require.Equal(t, rivertype.JobStateCompleted, rows[0].State)
+			current := getJob(ctx, t, pool, schema, currentID)
+			require.Equal(t, "completed", current.State)
+			require.Equal(t, float64(currentID), current.Metadata["written_by"])
+			require.NotContains(t, current.Metadata, "weir:fencing:proof")
+			require.False(t, current.LeaseToken.Valid)
+			require.Equal(t, currentBefore.LeaseToken, current.LeaseLastToken)
+			require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, currentID))
+
+			// ...the stale one leaves its row exactly as it was...
+			require.Equal(t, staleBefore, snapshot(staleID), "the stale write changed nothing")
+			stale := getJob(ctx, t, pool, schema, staleID)
+			require.Equal(t, "running", stale.State)
+			require.Equal(t, 2, stale.Attempt)
+			require.NotContains(t, stale.Metadata, "written_by")
+			require.Equal(t, staleLogBefore, attemptLog(ctx, t, pool, schema, staleID))
+
+			// ...and is counted, once, as the only stale write.
+			require.Equal(t, 1, sink.count(fencing.EventStaleWriteRejected, staleID))
+			require.Zero(t, sink.count(fencing.EventStaleWriteRejected, currentID))
+			require.Equal(t, int64(1), driver.Stats().StaleWritesRejected)
+		})
 	}
 }

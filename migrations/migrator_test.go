@@ -2,11 +2,14 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -355,6 +358,85 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, <-migrated)
 		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
 	})
+
+	// The fencing line runs on a large, live river_job: it builds no index
+	// there (an index on lease_expires_at would make every heartbeat a
+	// non-HOT update), after any of its versions.
+	t.Run("FencingBuildsNoIndexOnRiverJob", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+		require.NoError(t, err)
+		before := indexDefs(ctx, t, bundle.pool, bundle.schema, "river_job")
+		require.NotEmpty(t, before)
+
+		for version := 1; version <= latest(t, bundle.migrator, migrations.LineFencing); version++ {
+			_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+			require.NoError(t, err)
+			require.Equal(t, before, indexDefs(ctx, t, bundle.pool, bundle.schema, "river_job"), "fencing %03d indexed river_job", version)
+			var onLeaseExpiry []string
+			rows, err := bundle.pool.Query(ctx, "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexdef LIKE '%lease_expires_at%'", bundle.schema)
+			require.NoError(t, err)
+			onLeaseExpiry, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			require.Empty(t, onLeaseExpiry, "fencing %03d: an index on lease_expires_at", version)
+		}
+		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_expires_at")
+	})
+
+	// Every fencing up step runs under a lock_timeout: while a long
+	// transaction holds the lock a worker's write takes on river_job, the
+	// step gives up with lock_not_available (and changes nothing) instead of
+	// queueing behind it, and every worker's statement behind the step,
+	// forever. (FencingWaitsForAnOpenTransaction covers a transaction that
+	// ends in time.)
+	t.Run("FencingStepsGiveUpOnALockedRiverJob", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		versions := latest(t, setup(ctx, t).migrator, migrations.LineFencing)
+		for version := 1; version <= versions; version++ {
+			t.Run(fmt.Sprintf("fencing%03d", version), func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				bundle := setup(ctx, t)
+				_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+				require.NoError(t, err)
+				if version > 1 {
+					_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version - 1})
+					require.NoError(t, err)
+				}
+				table := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
+
+				holder, err := bundle.pool.Begin(ctx)
+				require.NoError(t, err)
+				defer func() { _ = holder.Rollback(context.WithoutCancel(ctx)) }()
+				_, err = holder.Exec(ctx, "LOCK TABLE "+table+" IN ROW EXCLUSIVE MODE")
+				require.NoError(t, err)
+
+				// Far longer than any lock_timeout the steps set: a step
+				// without one waits until this deadline and fails otherwise.
+				upCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				_, err = bundle.migrator.Up(upCtx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+				var pgErr *pgconn.PgError
+				require.ErrorAs(t, err, &pgErr, "the step gives up with a Postgres error: %v", err)
+				require.Equal(t, pgerrcode.LockNotAvailable, pgErr.Code, "lock_timeout, not a wait until the deadline: %v", err)
+				require.NoError(t, upCtx.Err())
+
+				statuses, err := bundle.migrator.Status(ctx)
+				require.NoError(t, err)
+				require.Equal(t, migrations.LineFencing, statuses[1].Line)
+				require.Equal(t, version-1, statuses[1].Current, "the step changed nothing")
+
+				// Once the table is quieter, the step is simply rerun.
+				require.NoError(t, holder.Rollback(ctx))
+				res, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+				require.NoError(t, err)
+				require.Len(t, res.Versions, 1)
+			})
+		}
+	})
 }
 
 func tableNames(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string) []string {
@@ -383,4 +465,13 @@ func columnNames(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, 
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return names
+}
+
+func indexDefs(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, table string) []string {
+	t.Helper()
+	rows, err := pool.Query(ctx, "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 ORDER BY indexname", schema, table)
+	require.NoError(t, err)
+	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return defs
 }
