@@ -141,6 +141,9 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		c := committed(ctx, t, pool, claim)
+		// The write below must be refused by its own check, not by the
+		// keeper having noticed the loss first (cancelling the attempt).
+		driver.StopHeartbeats()
 		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			// The job is taken away and a new attempt holds it now.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
@@ -293,6 +296,7 @@ func TestClaimedJob(t *testing.T) {
 			pool := dbtest.Pool(ctx, t)
 
 			cl := committed(ctx, t, pool, claim)
+			driver.StopHeartbeats() // the queued write's own check refuses it, not the keeper
 			err := queued(ctx, t, driver, schema, claim, cl, func(ctx context.Context) {
 				_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" "+c.takeAway+" WHERE id = $1", cl.Job.ID)
 				require.NoError(t, err)

@@ -38,6 +38,7 @@ func newStepFixture(t *testing.T) *stepFixture {
 	schema := dbtest.TestSchema(ctx, t)
 	w, err := New(pool, &Config{Schema: schema})
 	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) }) // the goroutines its groups ran on
 	table := pgx.Identifier{schema, "step_log"}.Sanitize()
 	_, err = pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY, xid bigint NOT NULL)")
 	require.NoError(t, err)

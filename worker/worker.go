@@ -271,12 +271,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	riverClient, sweeper, queries, timers, schedules, eager, unregister := w.riverClient, w.sweeper, w.queries, w.timers, w.schedules, w.eager, w.unregister
 	w.mu.Unlock()
+	defer w.goroutines.Close()
 	if riverClient == nil {
 		return nil
 	}
 	// Once every task has returned: no run's code outlives the worker.
 	defer w.histories.closeSessions()
-	defer w.goroutines.Close()
 	if unregister != nil {
 		unregister() // new starts queue their first task through River
 	}
