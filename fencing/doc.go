@@ -69,8 +69,10 @@
 // independent check. Inside Work, LeaseFromContext returns the attempt's
 // lease (job ID, attempt, token, expiry) so that code can fence its own
 // tables on the token, and Heartbeat renews the lease at once and stores
-// progress details that the job's next attempt reads in Lease.Details. Give
-// each client its own Driver.
+// progress details that the job's next attempt reads in Lease.Details (it
+// returns ErrLeaseLost once the attempt lost its job, and ErrLeaseBusy when
+// another transaction held the job's row locked for as long as it waits).
+// Give each client its own Driver.
 //
 // # Rollout order
 //
