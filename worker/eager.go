@@ -215,13 +215,16 @@ func (w *Worker) launchEager(starts []eagerStart) {
 			p.release(1)
 			continue
 		}
-		w.goroutines.Go(func() {
+		// A goroutine of its own, not one of w.goroutines: activity code may
+		// leave its goroutine changed (runtime.LockOSThread on a thread it
+		// altered, pprof labels), which must not reach the next function.
+		go func() {
 			defer p.attempts.Done()
 			var once sync.Once
 			free := func() { once.Do(func() { p.release(1) }) }
 			defer free()
 			s.run(p.ctx, s.claim, s.meta, free)
-		})
+		}()
 	}
 }
 

@@ -36,7 +36,7 @@ type Worker struct {
 	config     *Config
 	driver     *fencing.Driver
 	eager      *eagerPool   // nil: eager dispatch off
-	goroutines *gopool.Pool // eager attempts, groups of outcomes and workflow code run on these, kept with their stacks
+	goroutines *gopool.Pool // groups of outcomes and workflow code run on these, kept with their stacks
 	handBacks  *handBacks   // foreign namespaces' activities, handed back
 	histories  *historyCache
 	jobIDs     *jobIDs // reserved for the activities it claims

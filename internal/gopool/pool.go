@@ -1,14 +1,20 @@
 // Package gopool runs functions on goroutines that it keeps for reuse.
 //
 // A goroutine starts with a small stack and grows it by copying as its
-// calls deepen. A worker's outcome commits and activity attempts each go
-// deep (pgx, encoding/json, River's middleware), so a fresh goroutine for
+// calls deepen. A worker's groups of outcomes and workflow coroutines each
+// go deep (pgx, encoding/json, the replay engine), so a fresh goroutine for
 // each paid for its stack's growth every time: about a tenth of the
 // worker's CPU in a run of short workflows. A goroutine of a Pool that has
 // finished a function waits a while for the next, with the stack it grew.
+//
+// What a function leaves on its goroutine reaches the next one (a thread
+// locked with runtime.LockOSThread, say), except profiler labels, which
+// the pool clears: run arbitrary user code (activities) elsewhere.
 package gopool
 
 import (
+	"context"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,12 +60,14 @@ func (p *Pool) Go(fn func()) {
 }
 
 // loop runs fn, then the functions handed to it, until it waited idle for
-// none or p closed.
+// none or p closed. Each function starts without profiler labels (a new
+// goroutine inherits its creator's; a function may set its own).
 func (p *Pool) loop(fn func()) {
 	defer p.live.Add(-1)
 	timer := time.NewTimer(p.idle)
 	defer timer.Stop()
 	for {
+		pprof.SetGoroutineLabels(context.Background())
 		fn()
 		fn = nil
 		timer.Reset(p.idle)

@@ -1,7 +1,10 @@
 package gopool
 
 import (
+	"bytes"
+	"context"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,5 +98,25 @@ func TestPool(t *testing.T) {
 		again := make(chan struct{})
 		p.Go(func() { close(again) })
 		<-again
+	})
+
+	t.Run("FunctionsStartWithoutTheLabelsOfTheLast", func(t *testing.T) {
+		p := New(time.Minute)
+		defer p.Close()
+		labelled := make(chan struct{})
+		p.live.Add(1)
+		go p.loop(func() {
+			pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("gopool_test", "leaked")))
+			close(labelled)
+		})
+		<-labelled
+		running, release := make(chan struct{}), make(chan struct{})
+		p.work <- func() { close(running); <-release } // the same goroutine, next
+		<-running
+		var profile bytes.Buffer
+		require.NoError(t, pprof.Lookup("goroutine").WriteTo(&profile, 1))
+		close(release)
+		require.Contains(t, profile.String(), "gopool.TestPool")
+		require.NotContains(t, profile.String(), "gopool_test", "the first function's labels reached the second")
 	})
 }

@@ -247,6 +247,10 @@ func (s *Scheduler) abandon(c *coroutine) string {
 	goid := c.goid
 	s.mu.Unlock()
 	c.done = true
+	// Read c's stack before anything receives from it: until then c cannot
+	// leave its goroutine, which may run other code once c did (goroutines
+	// are reused).
+	stack := stackOf(goid)
 	go func() { // receive what c hands back from now on, and unwind it
 		for r := range c.yield {
 			if r.kind != resultBlocked {
@@ -255,7 +259,7 @@ func (s *Scheduler) abandon(c *coroutine) string {
 			c.resume <- struct{}{}
 		}
 	}()
-	return stackOf(goid)
+	return stack
 }
 
 func (s *Scheduler) main(c *coroutine) {
