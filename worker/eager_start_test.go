@@ -236,15 +236,17 @@ func TestEagerStart(t *testing.T) {
 		b := setup(ctx, t)
 		startWith(ctx, t, b, func(w *worker.Worker) { worker.AddWorkflow(w, &SlowStartWorkflow{}) })
 
-		// Each step yields within the deadlock check (1 s), but the task
-		// as a whole takes longer: Start does not wait for all of it.
+		// Each step yields well within the deadlock check (1 s: a step of
+		// 600 ms once overran it on a loaded machine, and its River
+		// attempt failed too), but the task as a whole takes twice as
+		// long: Start does not wait for all of it.
 		begin := time.Now()
-		run, err := b.client.Start(ctx, SlowStartArgs{Steps: 4, Step: 600 * time.Millisecond}, eager)
+		run, err := b.client.Start(ctx, SlowStartArgs{Steps: 8, Step: 250 * time.Millisecond}, eager)
 		require.NoError(t, err)
 		require.Less(t, time.Since(begin), 2*time.Second, "the first task's budget bounds Start")
 		got, err := getWithin[int](ctx, t, run)
 		require.NoError(t, err)
-		require.Equal(t, 4, got)
+		require.Equal(t, 8, got)
 		f, ok := firstTaskOf(ctx, t, b, run.RunID.String())
 		require.True(t, ok, "the task was queued through River")
 		require.Equal(t, 1, f.errors, "with the attempt that ran out of time in the start")
