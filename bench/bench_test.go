@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"math"
 	"net/url"
 	"strings"
@@ -302,4 +303,32 @@ func TestCountingProxyBusy(t *testing.T) {
 	require.Equal(t, 2, spans, "a query, then a batch in one round trip")
 	require.GreaterOrEqual(t, busy, 110*time.Millisecond)
 	require.Less(t, busy, to.Sub(from)-90*time.Millisecond, "the client's sleep is not Postgres's time")
+}
+
+// TestRunWorkflowsWarmsUp measures a few workflows of weir and of the River
+// chain in each mode on the test server: the warm-up's workflows (numbered
+// below 0) complete first and count in no figure, so the measured ones are
+// exactly 0..n-1 (completions refuses a run where one is missing, which is
+// what counting a warm-up workflow as measured would leave).
+func TestRunWorkflowsWarmsUp(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	base, err := url.Parse(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	h := &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base}}
+	for _, contender := range []string{ContenderWeir, ContenderRiverChain} {
+		for _, mode := range []string{ModeBurst, ModeRate} {
+			res, err := h.runWorkflows(ctx, workflowsParams{contender: contender, mode: mode, n: 5, rate: 50})
+			require.NoError(t, err, "%s %s", contender, mode)
+			require.Equal(t, 5, res.N)
+			require.Equal(t, warmupWorkflows, res.Warmup)
+			require.Positive(t, res.P50Ms)
+			require.GreaterOrEqual(t, res.P99Ms, res.P50Ms)
+			require.Positive(t, res.WALBytesPerUnit)
+			if mode == ModeBurst {
+				require.Positive(t, res.PerSec)
+			}
+		}
+	}
 }

@@ -49,6 +49,10 @@ type Result struct {
 	// that of the raw River run of the same repetition.
 	RatioToRaw float64 `json:"ratio_to_raw,omitempty"`
 
+	// Warmup is how many workflows completed before the measured window
+	// (workflow workloads): none of them counts in any figure.
+	Warmup int `json:"warmup,omitempty"`
+
 	// P50Ms and P99Ms are start-to-completion latency percentiles in
 	// milliseconds.
 	P50Ms float64 `json:"p50_ms,omitempty"`
