@@ -76,15 +76,17 @@ func TestSummarize(t *testing.T) {
 		``,
 		`{"workload":"jobs","contender":"fenced","config":"tuned","n":20000,"run":1,"runs":1,"unit":"jobs/s","per_sec":12345.6,"ratio_to_raw":0.9,"wal_bytes_per_unit":2000,"env":{"cpus":2,"go":"go1.26","pg":{"version":"PostgreSQL 15","fsync":"on"},"private_server":true,"weir_commit":"abc"}}`,
 		`{"workload":"costs","contender":"dbos-direct","config":"direct","n":200,"run":1,"runs":1,"round_trips_per_unit":32.84,"statements_per_unit":32.09,"tx_per_unit":8.09,"wal_bytes_per_unit":3406,"connections":3}`,
+		`{"workload":"costs","contender":"weir","config":"eager","n":200,"run":1,"runs":1,"round_trips_per_unit":1.31,"statements_per_unit":4.85,"tx_per_unit":0.77,"wal_bytes_per_unit":18954}`,
 	}, "\n")
 	results, err := readResults(strings.NewReader(lines))
 	require.NoError(t, err)
-	require.Len(t, results, 5)
+	require.Len(t, results, 6)
 
 	got := summarize(results)
 	require.Contains(t, got, "| weir | defaults | 1000 | 2 (+1 failed) | **200.0** [100.0–300.0] | **15.0** [10.0–20.0] | **35.0** [30.0–40.0] | 6,000 |")
 	require.Contains(t, got, "| fenced | tuned | 20000 | 1 | 12,346 | 0.900 | 2,000 |")
 	require.Contains(t, got, "| dbos-direct | direct | 200 | 1 | 32.840 | 32.090 | 8.090 | 3,406 | 3 |")
+	require.Contains(t, got, "| weir | eager | 200 | 1 | 1.310 | 4.850 | 0.770 | 18,954 | 0 |", "no connection opened in the window is a figure")
 	require.Less(t, strings.Index(got, "### Jobs"), strings.Index(got, "### Workflows, burst"), "tables come in workload order")
 	require.NotContains(t, got, "open loop", "no table for a workload without results")
 	require.Contains(t, got, "Environment: PostgreSQL 15; 2 CPUs, go1.26; settings: fsync=on; weir abc.")

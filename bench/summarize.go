@@ -110,7 +110,9 @@ func summarize(results []*Result) string {
 					median(g.ok, func(r *Result) float64 { return r.StatementsPerUnit }, 3),
 					median(g.ok, func(r *Result) float64 { return r.TxPerUnit }, 3),
 					median(g.ok, func(r *Result) float64 { return r.WALBytesPerUnit }, 0),
-					median(g.ok, func(r *Result) float64 { return float64(r.Connections) }, 0),
+					// Zero is a figure here: after the warm-up a contender
+					// may open no connection in the window.
+					medianWithZeros(g.ok, func(r *Result) float64 { return float64(r.Connections) }, 0),
 				}
 			},
 		},
@@ -187,6 +189,18 @@ func median(rs []*Result, f func(*Result) float64, prec int) string {
 	values := nonZero(rs, f)
 	if len(values) == 0 {
 		return "–"
+	}
+	return formatNumber(medianOf(values), prec)
+}
+
+// medianWithZeros is median counting zeros as values; "–" with no result.
+func medianWithZeros(rs []*Result, f func(*Result) float64, prec int) string {
+	if len(rs) == 0 {
+		return "–"
+	}
+	values := make([]float64, len(rs))
+	for i, r := range rs {
+		values[i] = f(r)
 	}
 	return formatNumber(medianOf(values), prec)
 }
