@@ -37,8 +37,12 @@
 //
 // Leases use database time only. Each process renews the leases of its
 // attempts in one batched statement per HeartbeatInterval (SKIP LOCKED, CAS on
-// the token); when a renewal is refused the attempt's context is cancelled
-// with cause ErrLeaseLost. The elected leader's reaper returns jobs whose
+// the token), on a connection of its own: opened like one of the pool's (its
+// connection config and its BeforeConnect and AfterConnect hooks) but outside
+// it, so that renewals never wait behind attempts that hold the pool's
+// connections, and opened again when it breaks. Each Driver whose River
+// client runs uses one connection more than its pool's. When a renewal is
+// refused the attempt's context is cancelled with cause ErrLeaseLost. The elected leader's reaper returns jobs whose
 // lease expired to available at once (discarded past max attempts), with an
 // error entry saying so, and wakes fetchers: a job whose worker died or was
 // partitioned runs again within LeaseTTL + ReaperInterval + the fetch poll

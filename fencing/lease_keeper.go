@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -33,6 +35,23 @@ type leaseKeeper struct {
 	// onHeartbeatLocked, if set, is called each time a heartbeat finds its
 	// job's row locked, before it waits to try again (tests).
 	onHeartbeatLocked func()
+
+	// connMu guards conn and serializes renewals (the keeper's loop and
+	// RenewNow in tests).
+	connMu sync.Mutex
+
+	// conn is the keeper's own connection while the keeper runs: opened
+	// like one of the pool's (its config and connect hooks) but outside
+	// it, so renewals never wait behind work for the pool's connections.
+	// A pool taken up by attempts that hold their connections (a slow
+	// transaction each, say) otherwise starved the renewals and every
+	// lease expired under work that was still running. Nil until first
+	// needed, and again after it broke.
+	conn *pgx.Conn
+
+	// running is set while the keeper's loop runs; renewals outside it
+	// (RenewNow after the keeper stopped) go through the pool.
+	running atomic.Bool
 }
 
 const (
@@ -93,6 +112,8 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 	go func() {
 		started()
 		defer stopped()
+		k.running.Store(true)
+		defer k.closeConn()
 		ticker := time.NewTicker(k.driver.config.HeartbeatInterval)
 		defer ticker.Stop()
 		for {
@@ -114,6 +135,8 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 // retried next interval, so one open transaction cannot stall the batch.
 // Attempts whose job has moved on are cancelled with cause ErrLeaseLost.
 func (k *leaseKeeper) renewAll(ctx context.Context) error {
+	k.connMu.Lock()
+	defer k.connMu.Unlock()
 	bySchema := make(map[string][]*attemptState)
 	k.attempts.each(func(_ int64, head *attemptState) {
 		for st := head; st != nil; st = st.sameJob {
@@ -156,20 +179,28 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := k.driver.pool.Query(ctx, renewSQL(schema), ids, tokens, renewUntil, k.driver.config.LeaseTTL)
-	if err != nil {
-		return fmt.Errorf("renewing %d leases: %w", len(ids), err)
-	}
 	type result struct {
 		expires  pgtype.Timestamptz
 		finished bool
 		ord      int64
 		lost     bool
 	}
-	results, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (result, error) {
-		var r result
-		err := row.Scan(&r.ord, &r.expires, &r.lost, &r.finished)
-		return r, err
+	// A renewal that takes longer than a lease is of no use; the next
+	// interval tries again.
+	ctx, cancel := context.WithTimeout(ctx, k.driver.config.LeaseTTL)
+	defer cancel()
+	var results []result
+	err := k.withConn(ctx, func(q querier) error {
+		rows, err := q.Query(ctx, renewSQL(schema), ids, tokens, renewUntil, k.driver.config.LeaseTTL)
+		if err != nil {
+			return err
+		}
+		results, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (result, error) {
+			var r result
+			err := row.Scan(&r.ord, &r.expires, &r.lost, &r.finished)
+			return r, err
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("renewing %d leases: %w", len(ids), err)
@@ -192,6 +223,70 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		}
 	}
 	return nil
+}
+
+// withConn runs fn on the keeper's own connection, connecting it first when
+// needed, or on the pool when the keeper does not run. A connection that
+// broke (a Postgres restart, a network cut) is dropped, and fn tried once
+// more on a new one, so that a restart costs no interval of renewals; a
+// renewal run twice only renews twice. The caller holds connMu.
+func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) error {
+	if !k.running.Load() {
+		return fn(k.driver.pool)
+	}
+	for try := 0; ; try++ {
+		if k.conn == nil {
+			conn, err := k.connect(ctx)
+			if err != nil {
+				return fmt.Errorf("connecting the lease keeper: %w", err)
+			}
+			k.conn = conn
+		}
+		err := fn(k.conn)
+		if err == nil || !k.conn.IsClosed() {
+			return err
+		}
+		k.conn = nil
+		if try > 0 || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// connect opens a connection as the pool opens its own: a copy of its
+// connection config, its BeforeConnect and AfterConnect hooks.
+func (k *leaseKeeper) connect(ctx context.Context) (*pgx.Conn, error) {
+	config := k.driver.pool.Config()
+	connConfig := config.ConnConfig
+	if config.BeforeConnect != nil {
+		if err := config.BeforeConnect(ctx, connConfig); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, connConfig)
+	if err != nil {
+		return nil, err
+	}
+	if config.AfterConnect != nil {
+		if err := config.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(ctx)
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+// closeConn closes the keeper's own connection (the keeper stops).
+func (k *leaseKeeper) closeConn() {
+	k.connMu.Lock()
+	defer k.connMu.Unlock()
+	k.running.Store(false)
+	if k.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = k.conn.Close(ctx)
+		k.conn = nil
+	}
 }
 
 // heartbeat renews one lease at once and stores details (nil keeps them).

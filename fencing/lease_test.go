@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -613,4 +615,102 @@ func startClientWorker(ctx context.Context, t *testing.T, schema string, opts *c
 		require.NoError(t, client.Stop(stopCtx))
 	})
 	return client
+}
+
+// TestLeaseRenewedWhileThePoolIsBusy: the keeper renews on a connection of
+// its own, so that while attempts (or anything else of the process) hold
+// every connection of the pool for several LeaseTTLs, a running attempt's
+// lease never lapses. Renewing through the pool, the keeper waited behind
+// them and every lease expired under work that still ran. When its
+// connection breaks, the keeper connects again (with the pool's hooks).
+func TestLeaseRenewedWhileThePoolIsBusy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	schema := dbtest.TestSchema(ctx, t)
+	observe := dbtest.Pool(ctx, t)
+	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	config.MaxConns = 4
+	appName := "fencing-test-" + schema
+	config.ConnConfig.RuntimeParams["application_name"] = appName
+	var afterConnect atomic.Int32
+	config.AfterConnect = func(context.Context, *pgx.Conn) error { afterConnect.Add(1); return nil }
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	const ttl = 2 * time.Second
+	driver := newDriver(t, pool, nil, &fencing.Config{LeaseTTL: ttl, HeartbeatInterval: 100 * time.Millisecond, ReaperInterval: 100 * time.Millisecond})
+	worker := newBlockWorker(t)
+	client := startClient(ctx, t, pool, schema, &clientOpts{driver: driver, worker: worker})
+	inserted, err := client.Insert(ctx, blockArgs{}, nil)
+	require.NoError(t, err)
+	attempt := recv(t, worker.started)
+	id := attempt.job.ID
+	expires := func() time.Time {
+		t.Helper()
+		var at time.Time
+		require.NoError(t, observe.QueryRow(ctx, `SELECT lease_expires_at FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan(&at))
+		return at
+	}
+	first := expires()
+	waitUntil(t, "the keeper renews the lease", func() bool { return expires().After(first) })
+
+	// Take every connection the pool will give, for three LeaseTTLs.
+	var held []*pgxpool.Conn
+	for {
+		acquireCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		conn, err := pool.Acquire(acquireCtx)
+		cancel()
+		if err != nil {
+			break
+		}
+		held = append(held, conn)
+	}
+	var releaseOnce sync.Once
+	release := func() {
+		releaseOnce.Do(func() {
+			for _, conn := range held {
+				conn.Release()
+			}
+		})
+	}
+	t.Cleanup(release)
+	require.NotEmpty(t, held)
+	require.Equal(t, pool.Stat().MaxConns(), pool.Stat().AcquiredConns(), "the pool is taken")
+
+	for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
+		var live bool
+		require.NoError(t, observe.QueryRow(ctx, `SELECT lease_expires_at > now() FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan(&live))
+		require.True(t, live, "the lease lapsed while the pool was busy")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.True(t, expires().After(first.Add(2*ttl)), "renewed all along")
+	require.NoError(t, attempt.ctx.Err(), "the attempt still holds its job")
+	require.Zero(t, driver.Stats().LeasesLost)
+	require.Equal(t, pool.Stat().NewConnsCount()+1, int64(afterConnect.Load()), "the keeper's one connection ran the pool's AfterConnect too")
+
+	release()
+
+	// Every connection of the process breaks (a network cut, a restart):
+	// the keeper connects again and renewals go on.
+	connects := afterConnect.Load()
+	var terminated int
+	require.NoError(t, observe.QueryRow(ctx, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) x", appName).Scan(&terminated))
+	require.Positive(t, terminated)
+	broken := expires()
+	waitUntil(t, "the keeper renews on a new connection", func() bool { return expires().After(broken) })
+	require.Greater(t, afterConnect.Load(), connects)
+	for end := time.Now().Add(ttl); time.Now().Before(end); {
+		var live bool
+		require.NoError(t, observe.QueryRow(ctx, `SELECT lease_expires_at > now() FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan(&live))
+		require.True(t, live, "the lease lapsed after the connections broke")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(t, attempt.ctx.Err())
+	require.Zero(t, driver.Stats().LeasesLost)
+
+	attempt.release <- complete
+	row := waitForState(ctx, t, observe, schema, inserted.Job.ID, "completed")
+	require.Equal(t, 1, row.Attempt, "one attempt, never recovered")
 }
