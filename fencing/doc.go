@@ -40,8 +40,9 @@
 // the token), on a connection of its own: opened like one of the pool's (its
 // connection config and its BeforeConnect and AfterConnect hooks) but outside
 // it, so that renewals never wait behind attempts that hold the pool's
-// connections, and opened again when it breaks. Each Driver whose River
-// client runs uses one connection more than its pool's. When a renewal is
+// connections, and opened again when it breaks (while none can be opened,
+// renewals go through the pool). Each Driver whose River client runs uses
+// one connection more than its pool's. When a renewal is
 // refused the attempt's context is cancelled with cause ErrLeaseLost. The elected leader's reaper returns jobs whose
 // lease expired to available at once (discarded past max attempts), with an
 // error entry saying so, and wakes fetchers: a job whose worker died or was

@@ -49,6 +49,10 @@ type leaseKeeper struct {
 	// needed, and again after it broke.
 	conn *pgx.Conn
 
+	// onPool is set while renewals go through the pool because the keeper
+	// could not connect (guarded by connMu).
+	onPool bool
+
 	// running is set while the keeper's loop runs; renewals outside it
 	// (RenewNow after the keeper stopped) go through the pool.
 	running atomic.Bool
@@ -229,7 +233,9 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 // needed, or on the pool when the keeper does not run. A connection that
 // broke (a Postgres restart, a network cut) is dropped, and fn tried once
 // more on a new one, so that a restart costs no interval of renewals; a
-// renewal run twice only renews twice. The caller holds connMu.
+// renewal run twice only renews twice. When no connection of its own can be
+// opened (the server's max_connections reached, say), fn runs on the pool,
+// as it would without one. The caller holds connMu.
 func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) error {
 	if !k.running.Load() {
 		return fn(k.driver.pool)
@@ -238,7 +244,19 @@ func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) erro
 		if k.conn == nil {
 			conn, err := k.connect(ctx)
 			if err != nil {
-				return fmt.Errorf("connecting the lease keeper: %w", err)
+				if !k.onPool {
+					k.onPool = true
+					k.driver.logger().WarnContext(ctx, "fencing: the lease keeper renews through the pool: it cannot open a connection of its own",
+						slog.String("error", err.Error()))
+				}
+				if poolErr := fn(k.driver.pool); poolErr != nil {
+					return errors.Join(fmt.Errorf("connecting the lease keeper: %w", err), poolErr)
+				}
+				return nil
+			}
+			if k.onPool {
+				k.onPool = false
+				k.driver.logger().InfoContext(ctx, "fencing: the lease keeper renews on a connection of its own again")
 			}
 			k.conn = conn
 		}

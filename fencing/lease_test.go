@@ -714,3 +714,62 @@ func TestLeaseRenewedWhileThePoolIsBusy(t *testing.T) {
 	row := waitForState(ctx, t, observe, schema, inserted.Job.ID, "completed")
 	require.Equal(t, 1, row.Attempt, "one attempt, never recovered")
 }
+
+// TestLeaseKeeperFallsBackToThePool: a keeper that cannot open a connection
+// of its own (here its BeforeConnect fails; in production the server's
+// max_connections) renews through the pool, and takes a connection of its
+// own once it can.
+func TestLeaseKeeperFallsBackToThePool(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	schema := dbtest.TestSchema(ctx, t)
+	observe := dbtest.Pool(ctx, t)
+	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	config.MaxConns, config.MinConns = 4, 4
+	var refuse atomic.Bool
+	var connected, refused atomic.Int32
+	config.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
+		if refuse.Load() {
+			refused.Add(1)
+			return errors.New("test: no new connections")
+		}
+		return nil
+	}
+	config.AfterConnect = func(context.Context, *pgx.Conn) error { connected.Add(1); return nil }
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	const ttl = 2 * time.Second
+	driver := newDriver(t, pool, nil, &fencing.Config{LeaseTTL: ttl, HeartbeatInterval: 100 * time.Millisecond, ReaperInterval: 100 * time.Millisecond})
+	worker := newBlockWorker(t)
+	client := startClient(ctx, t, pool, schema, &clientOpts{driver: driver, worker: worker})
+	// The keeper connects only once an attempt runs.
+	waitUntil(t, "the pool opened its connections", func() bool { return connected.Load() >= 4 })
+	refuse.Store(true)
+	_, err = client.Insert(ctx, blockArgs{}, nil)
+	require.NoError(t, err)
+	attempt := recv(t, worker.started)
+	expires := func() time.Time {
+		t.Helper()
+		var at time.Time
+		require.NoError(t, observe.QueryRow(ctx, `SELECT lease_expires_at FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, attempt.job.ID).Scan(&at))
+		return at
+	}
+	for range 3 {
+		before := expires()
+		waitUntil(t, "the keeper renews through the pool", func() bool { return expires().After(before) })
+	}
+	require.GreaterOrEqual(t, refused.Load(), int32(3), "the keeper tried to connect at each renewal")
+
+	connectedBefore := connected.Load()
+	refuse.Store(false)
+	waitUntil(t, "the keeper opens a connection of its own", func() bool { return connected.Load() > connectedBefore })
+	before := expires()
+	waitUntil(t, "the keeper renews on it", func() bool { return expires().After(before) })
+	require.NoError(t, attempt.ctx.Err())
+	require.Zero(t, driver.Stats().LeasesLost)
+	attempt.release <- complete
+	waitForState(ctx, t, observe, schema, attempt.job.ID, "completed")
+}
