@@ -617,6 +617,71 @@ func startClientWorker(ctx context.Context, t *testing.T, schema string, opts *c
 	return client
 }
 
+// keeperBundle is a fenced River client on a pool of its own (4
+// connections, as configure leaves it) with a keeperTTL lease renewed every
+// 100 ms, and the test's own pool to watch jobs through.
+type keeperBundle struct {
+	client  *river.Client[pgx.Tx]
+	driver  *fencing.Driver
+	observe *pgxpool.Pool
+	pool    *pgxpool.Pool
+	schema  string
+	worker  *blockWorker
+}
+
+const keeperTTL = 2 * time.Second
+
+func newKeeperBundle(ctx context.Context, t *testing.T, configure func(config *pgxpool.Config, schema string)) *keeperBundle {
+	t.Helper()
+	b := &keeperBundle{schema: dbtest.TestSchema(ctx, t), observe: dbtest.Pool(ctx, t), worker: newBlockWorker(t)}
+	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	config.MaxConns = 4
+	configure(config, b.schema)
+	b.pool, err = pgxpool.NewWithConfig(ctx, config)
+	require.NoError(t, err)
+	t.Cleanup(b.pool.Close)
+	b.driver = newDriver(t, b.pool, nil, &fencing.Config{LeaseTTL: keeperTTL, HeartbeatInterval: 100 * time.Millisecond, ReaperInterval: 100 * time.Millisecond})
+	b.client = startClient(ctx, t, b.pool, b.schema, &clientOpts{driver: b.driver, worker: b.worker})
+	return b
+}
+
+// start inserts a job and returns its attempt, once running.
+func (b *keeperBundle) start(ctx context.Context, t *testing.T) *startedAttempt {
+	t.Helper()
+	_, err := b.client.Insert(ctx, blockArgs{}, nil)
+	require.NoError(t, err)
+	return recv(t, b.worker.started)
+}
+
+// expires reads the lease expiry of job id.
+func (b *keeperBundle) expires(ctx context.Context, t *testing.T, id int64) time.Time {
+	t.Helper()
+	var at time.Time
+	require.NoError(t, b.observe.QueryRow(ctx, `SELECT lease_expires_at FROM `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan(&at))
+	return at
+}
+
+// renewed waits until the lease of job id is renewed n times.
+func (b *keeperBundle) renewed(ctx context.Context, t *testing.T, id int64, n int, what string) {
+	t.Helper()
+	for range n {
+		before := b.expires(ctx, t, id)
+		waitUntil(t, what, func() bool { return b.expires(ctx, t, id).After(before) })
+	}
+}
+
+// liveFor checks every 100 ms for d that the lease of job id has not lapsed.
+func (b *keeperBundle) liveFor(ctx context.Context, t *testing.T, id int64, d time.Duration, msg string) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		var live bool
+		require.NoError(t, b.observe.QueryRow(ctx, `SELECT lease_expires_at > now() FROM `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan(&live))
+		require.True(t, live, msg)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestLeaseRenewedWhileThePoolIsBusy: the keeper renews on a connection of
 // its own, so that while attempts (or anything else of the process) hold
 // every connection of the pool for several LeaseTTLs, a running attempt's
@@ -626,41 +691,25 @@ func startClientWorker(ctx context.Context, t *testing.T, schema string, opts *c
 func TestLeaseRenewedWhileThePoolIsBusy(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	schema := dbtest.TestSchema(ctx, t)
-	observe := dbtest.Pool(ctx, t)
-	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	config.MaxConns = 4
-	appName := "fencing-test-" + schema
-	config.ConnConfig.RuntimeParams["application_name"] = appName
-	var afterConnect atomic.Int32
-	config.AfterConnect = func(context.Context, *pgx.Conn) error { afterConnect.Add(1); return nil }
-	pool, err := pgxpool.NewWithConfig(ctx, config)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	const ttl = 2 * time.Second
-	driver := newDriver(t, pool, nil, &fencing.Config{LeaseTTL: ttl, HeartbeatInterval: 100 * time.Millisecond, ReaperInterval: 100 * time.Millisecond})
-	worker := newBlockWorker(t)
-	client := startClient(ctx, t, pool, schema, &clientOpts{driver: driver, worker: worker})
-	inserted, err := client.Insert(ctx, blockArgs{}, nil)
-	require.NoError(t, err)
-	attempt := recv(t, worker.started)
+	var (
+		appName      string
+		afterConnect atomic.Int32
+	)
+	b := newKeeperBundle(ctx, t, func(config *pgxpool.Config, schema string) {
+		appName = "fencing-test-" + schema
+		config.ConnConfig.RuntimeParams["application_name"] = appName
+		config.AfterConnect = func(context.Context, *pgx.Conn) error { afterConnect.Add(1); return nil }
+	})
+	attempt := b.start(ctx, t)
 	id := attempt.job.ID
-	expires := func() time.Time {
-		t.Helper()
-		var at time.Time
-		require.NoError(t, observe.QueryRow(ctx, `SELECT lease_expires_at FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan(&at))
-		return at
-	}
-	first := expires()
-	waitUntil(t, "the keeper renews the lease", func() bool { return expires().After(first) })
+	first := b.expires(ctx, t, id)
+	b.renewed(ctx, t, id, 1, "the keeper renews the lease")
 
 	// Take every connection the pool will give, for three LeaseTTLs.
 	var held []*pgxpool.Conn
 	for {
 		acquireCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		conn, err := pool.Acquire(acquireCtx)
+		conn, err := b.pool.Acquire(acquireCtx)
 		cancel()
 		if err != nil {
 			break
@@ -677,41 +726,29 @@ func TestLeaseRenewedWhileThePoolIsBusy(t *testing.T) {
 	}
 	t.Cleanup(release)
 	require.NotEmpty(t, held)
-	require.Equal(t, pool.Stat().MaxConns(), pool.Stat().AcquiredConns(), "the pool is taken")
+	require.Equal(t, b.pool.Stat().MaxConns(), b.pool.Stat().AcquiredConns(), "the pool is taken")
 
-	for end := time.Now().Add(3 * ttl); time.Now().Before(end); {
-		var live bool
-		require.NoError(t, observe.QueryRow(ctx, `SELECT lease_expires_at > now() FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan(&live))
-		require.True(t, live, "the lease lapsed while the pool was busy")
-		time.Sleep(100 * time.Millisecond)
-	}
-	require.True(t, expires().After(first.Add(2*ttl)), "renewed all along")
+	b.liveFor(ctx, t, id, 3*keeperTTL, "the lease lapsed while the pool was busy")
+	require.True(t, b.expires(ctx, t, id).After(first.Add(2*keeperTTL)), "renewed all along")
 	require.NoError(t, attempt.ctx.Err(), "the attempt still holds its job")
-	require.Zero(t, driver.Stats().LeasesLost)
-	require.Equal(t, pool.Stat().NewConnsCount()+1, int64(afterConnect.Load()), "the keeper's one connection ran the pool's AfterConnect too")
-
+	require.Zero(t, b.driver.Stats().LeasesLost)
+	require.Equal(t, b.pool.Stat().NewConnsCount()+1, int64(afterConnect.Load()), "the keeper's one connection ran the pool's AfterConnect too")
 	release()
 
 	// Every connection of the process breaks (a network cut, a restart):
 	// the keeper connects again and renewals go on.
 	connects := afterConnect.Load()
 	var terminated int
-	require.NoError(t, observe.QueryRow(ctx, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) x", appName).Scan(&terminated))
+	require.NoError(t, b.observe.QueryRow(ctx, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) x", appName).Scan(&terminated))
 	require.Positive(t, terminated)
-	broken := expires()
-	waitUntil(t, "the keeper renews on a new connection", func() bool { return expires().After(broken) })
+	b.renewed(ctx, t, id, 1, "the keeper renews on a new connection")
 	require.Greater(t, afterConnect.Load(), connects)
-	for end := time.Now().Add(ttl); time.Now().Before(end); {
-		var live bool
-		require.NoError(t, observe.QueryRow(ctx, `SELECT lease_expires_at > now() FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan(&live))
-		require.True(t, live, "the lease lapsed after the connections broke")
-		time.Sleep(100 * time.Millisecond)
-	}
+	b.liveFor(ctx, t, id, keeperTTL, "the lease lapsed after the connections broke")
 	require.NoError(t, attempt.ctx.Err())
-	require.Zero(t, driver.Stats().LeasesLost)
+	require.Zero(t, b.driver.Stats().LeasesLost)
 
 	attempt.release <- complete
-	row := waitForState(ctx, t, observe, schema, inserted.Job.ID, "completed")
+	row := waitForState(ctx, t, b.observe, b.schema, id, "completed")
 	require.Equal(t, 1, row.Attempt, "one attempt, never recovered")
 }
 
@@ -722,54 +759,34 @@ func TestLeaseRenewedWhileThePoolIsBusy(t *testing.T) {
 func TestLeaseKeeperFallsBackToThePool(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	schema := dbtest.TestSchema(ctx, t)
-	observe := dbtest.Pool(ctx, t)
-	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	config.MaxConns, config.MinConns = 4, 4
-	var refuse atomic.Bool
-	var connected, refused atomic.Int32
-	config.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
-		if refuse.Load() {
-			refused.Add(1)
-			return errors.New("test: no new connections")
+	var (
+		refuse             atomic.Bool
+		connected, refused atomic.Int32
+	)
+	b := newKeeperBundle(ctx, t, func(config *pgxpool.Config, _ string) {
+		config.MinConns = 4
+		config.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
+			if refuse.Load() {
+				refused.Add(1)
+				return errors.New("test: no new connections")
+			}
+			return nil
 		}
-		return nil
-	}
-	config.AfterConnect = func(context.Context, *pgx.Conn) error { connected.Add(1); return nil }
-	pool, err := pgxpool.NewWithConfig(ctx, config)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-
-	const ttl = 2 * time.Second
-	driver := newDriver(t, pool, nil, &fencing.Config{LeaseTTL: ttl, HeartbeatInterval: 100 * time.Millisecond, ReaperInterval: 100 * time.Millisecond})
-	worker := newBlockWorker(t)
-	client := startClient(ctx, t, pool, schema, &clientOpts{driver: driver, worker: worker})
+		config.AfterConnect = func(context.Context, *pgx.Conn) error { connected.Add(1); return nil }
+	})
 	// The keeper connects only once an attempt runs.
 	waitUntil(t, "the pool opened its connections", func() bool { return connected.Load() >= 4 })
 	refuse.Store(true)
-	_, err = client.Insert(ctx, blockArgs{}, nil)
-	require.NoError(t, err)
-	attempt := recv(t, worker.started)
-	expires := func() time.Time {
-		t.Helper()
-		var at time.Time
-		require.NoError(t, observe.QueryRow(ctx, `SELECT lease_expires_at FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, attempt.job.ID).Scan(&at))
-		return at
-	}
-	for range 3 {
-		before := expires()
-		waitUntil(t, "the keeper renews through the pool", func() bool { return expires().After(before) })
-	}
+	attempt := b.start(ctx, t)
+	b.renewed(ctx, t, attempt.job.ID, 3, "the keeper renews through the pool")
 	require.GreaterOrEqual(t, refused.Load(), int32(3), "the keeper tried to connect at each renewal")
 
 	connectedBefore := connected.Load()
 	refuse.Store(false)
 	waitUntil(t, "the keeper opens a connection of its own", func() bool { return connected.Load() > connectedBefore })
-	before := expires()
-	waitUntil(t, "the keeper renews on it", func() bool { return expires().After(before) })
+	b.renewed(ctx, t, attempt.job.ID, 1, "the keeper renews on it")
 	require.NoError(t, attempt.ctx.Err())
-	require.Zero(t, driver.Stats().LeasesLost)
+	require.Zero(t, b.driver.Stats().LeasesLost)
 	attempt.release <- complete
-	waitForState(ctx, t, observe, schema, attempt.job.ID, "completed")
+	waitForState(ctx, t, b.observe, b.schema, attempt.job.ID, "completed")
 }
