@@ -28,8 +28,8 @@ const (
 // *ConfigError (matching ErrInvalidConfig) that names the field.
 type Config struct {
 	// HeartbeatInterval is how often a process renews the leases of the
-	// attempts it runs, in one batched statement on a connection of its own
-	// (outside the pool: see the package docs). It must be under half of
+	// attempts it runs, in one batched statement, normally on a connection
+	// of its own outside the pool (see the package docs). It must be under half of
 	// LeaseTTL, so that one late heartbeat does not lose a lease. Defaults to
 	// LeaseTTL / 3.
 	HeartbeatInterval time.Duration

@@ -37,13 +37,14 @@
 //
 // Leases use database time only. Each process renews the leases of its
 // attempts in one batched statement per HeartbeatInterval (SKIP LOCKED, CAS on
-// the token), on a connection of its own: opened like one of the pool's (its
-// connection config and its BeforeConnect and AfterConnect hooks) but outside
-// it, so that renewals never wait behind attempts that hold the pool's
-// connections, and opened again when it breaks (while none can be opened,
-// renewals go through the pool). Each Driver whose River client runs uses
-// one connection more than its pool's. When a renewal is
-// refused the attempt's context is cancelled with cause ErrLeaseLost. The elected leader's reaper returns jobs whose
+// the token), on a connection of its own so that renewals never wait behind
+// attempts that hold the pool's connections. It is opened from the pool's
+// connection config with its BeforeConnect, AfterConnect and BeforeClose
+// hooks (not PrepareConn), replaced when it breaks or outlives the pool's
+// MaxConnLifetime, and while none can be opened renewals go through the pool.
+// Each Driver whose River client runs uses one connection more than its
+// pool's. When a renewal is refused the attempt's context is cancelled with
+// cause ErrLeaseLost. The elected leader's reaper returns jobs whose
 // lease expired to available at once (discarded past max attempts), with an
 // error entry saying so, and wakes fetchers: a job whose worker died or was
 // partitioned runs again within LeaseTTL + ReaperInterval + the fetch poll

@@ -27,3 +27,12 @@ func (d *Driver) NoteSchema(schema string) { d.pilot.noteSchema(schema) }
 
 // ClientTimeouts exposes clientTimeouts.
 var ClientTimeouts = clientTimeouts
+
+// KeeperConn reports whether the lease keeper holds a connection of its
+// own now, and how many it opened so far.
+func (d *Driver) KeeperConn() (own bool, opened int64) {
+	k := d.keeper
+	k.connMu.Lock()
+	defer k.connMu.Unlock()
+	return k.conn != nil, k.connects.Load()
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,8 +51,14 @@ type leaseKeeper struct {
 	conn *pgx.Conn
 
 	// onPool is set while renewals go through the pool because the keeper
-	// could not connect (guarded by connMu).
-	onPool bool
+	// could not connect; connectFailed is when it last failed, connOpened
+	// when conn was opened (all guarded by connMu).
+	onPool        bool
+	connectFailed time.Time
+	connOpened    time.Time
+
+	// connects counts the connections the keeper opened (tests).
+	connects atomic.Int64
 
 	// running is set while the keeper's loop runs; renewals outside it
 	// (RenewNow after the keeper stopped) go through the pool.
@@ -231,19 +238,32 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 
 // withConn runs fn on the keeper's own connection, connecting it first when
 // needed, or on the pool when the keeper does not run. A connection that
-// broke (a Postgres restart, a network cut) is dropped, and fn tried once
-// more on a new one, so that a restart costs no interval of renewals; a
-// renewal run twice only renews twice. When no connection of its own can be
-// opened (the server's max_connections reached, say), fn runs on the pool,
-// as it would without one. The caller holds connMu.
+// broke (a Postgres restart, a network cut) or answered with an error that
+// says it should not be used again is dropped, and fn tried once more on a
+// new one, so that a restart costs no interval of renewals; a renewal run
+// twice only renews twice. A connection is also replaced once it is older
+// than the pool's MaxConnLifetime. When no connection of its own can be
+// opened within HeartbeatInterval (the server's max_connections reached, a
+// slow BeforeConnect), fn runs on the pool, as it would without one, and
+// connecting is tried again only after keeperReconnectPause. The caller
+// holds connMu.
 func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) error {
 	if !k.running.Load() {
 		return fn(k.driver.pool)
 	}
+	if lifetime := k.driver.pool.Config().MaxConnLifetime; k.conn != nil && lifetime > 0 && time.Since(k.connOpened) >= lifetime {
+		k.dropConn()
+	}
 	for try := 0; ; try++ {
 		if k.conn == nil {
-			conn, err := k.connect(ctx)
+			if time.Since(k.connectFailed) < keeperReconnectPause {
+				return fn(k.driver.pool)
+			}
+			connectCtx, cancel := context.WithTimeout(ctx, k.driver.config.HeartbeatInterval)
+			conn, err := k.connect(connectCtx)
+			cancel()
 			if err != nil {
+				k.connectFailed = time.Now()
 				if !k.onPool {
 					k.onPool = true
 					k.driver.logger().WarnContext(ctx, "fencing: the lease keeper renews through the pool: it cannot open a connection of its own",
@@ -258,24 +278,50 @@ func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) erro
 				k.onPool = false
 				k.driver.logger().InfoContext(ctx, "fencing: the lease keeper renews on a connection of its own again")
 			}
-			k.conn = conn
+			k.conn, k.connOpened = conn, time.Now()
+			k.connects.Add(1)
 		}
 		err := fn(k.conn)
-		if err == nil || !k.conn.IsClosed() {
+		if err == nil {
+			return nil
+		}
+		if !k.conn.IsClosed() && !connUnfit(err) {
 			return err
 		}
-		k.conn = nil
+		k.dropConn()
 		if try > 0 || ctx.Err() != nil {
 			return err
 		}
 	}
 }
 
+// keeperReconnectPause is how long a keeper that could not connect renews
+// through the pool before it tries to connect again.
+const keeperReconnectPause = 5 * time.Second
+
+// connUnfit reports whether err, from a statement on the keeper's
+// connection, means the connection should be replaced: not a server's
+// answer to the statement (the network, a protocol error), or a server's
+// that concerns the session (connection exceptions, an administrator's
+// shutdown, a read-only server after a failover).
+func connUnfit(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	}
+	return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") ||
+		pgErr.Code == pgerrcode.ReadOnlySQLTransaction
+}
+
 // connect opens a connection as the pool opens its own: a copy of its
-// connection config, its BeforeConnect and AfterConnect hooks.
+// connection config (with the pool's default ConnectTimeout), its
+// BeforeConnect and AfterConnect hooks.
 func (k *leaseKeeper) connect(ctx context.Context) (*pgx.Conn, error) {
 	config := k.driver.pool.Config()
 	connConfig := config.ConnConfig
+	if connConfig.ConnectTimeout <= 0 {
+		connConfig.ConnectTimeout = 2 * time.Minute
+	}
 	if config.BeforeConnect != nil {
 		if err := config.BeforeConnect(ctx, connConfig); err != nil {
 			return nil, err
@@ -294,17 +340,27 @@ func (k *leaseKeeper) connect(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// dropConn closes the keeper's own connection, through the pool's
+// BeforeClose hook as the pool closes its own. The caller holds connMu.
+func (k *leaseKeeper) dropConn() {
+	if k.conn == nil {
+		return
+	}
+	if beforeClose := k.driver.pool.Config().BeforeClose; beforeClose != nil {
+		beforeClose(k.conn)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = k.conn.Close(ctx)
+	k.conn = nil
+}
+
 // closeConn closes the keeper's own connection (the keeper stops).
 func (k *leaseKeeper) closeConn() {
 	k.connMu.Lock()
 	defer k.connMu.Unlock()
 	k.running.Store(false)
-	if k.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = k.conn.Close(ctx)
-		k.conn = nil
-	}
+	k.dropConn()
 }
 
 // heartbeat renews one lease at once and stores details (nil keeps them).

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -189,4 +190,21 @@ VALUES ('{}', 'heartbeat', 5, 'default', 'running', 1, now()) RETURNING id, leas
 		require.JSONEq(t, `{"step": 2}`, *details)
 		require.NoError(t, cancelled)
 	})
+}
+
+// TestConnUnfit: which errors make the keeper replace its connection.
+func TestConnUnfit(t *testing.T) {
+	t.Parallel()
+	for err, want := range map[error]bool{
+		&pgconn.PgError{Code: "08006"}:                          true, // connection failure
+		&pgconn.PgError{Code: "57P01"}:                          true, // admin shutdown
+		&pgconn.PgError{Code: pgerrcode.ReadOnlySQLTransaction}: true, // a demoted primary
+		&pgconn.PgError{Code: pgerrcode.UniqueViolation}:        false,
+		&pgconn.PgError{Code: pgerrcode.LockNotAvailable}:       false,
+		io.ErrUnexpectedEOF:                                     true,
+		fmt.Errorf("renewing: %w", context.DeadlineExceeded):    false,
+		context.Canceled:                                        false,
+	} {
+		require.Equal(t, want, connUnfit(err), "%v", err)
+	}
 }
