@@ -176,20 +176,8 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 		}
 	}()
 
-	countSQL := "SELECT count(*) FROM (" + engine.completedSQL() + ") AS c(i, at) WHERE i >= 0"
-	for {
-		var done int
-		if err := db.admin.QueryRow(ctx, countSQL).Scan(&done); err != nil {
-			return res, errors.Join(startErrs(), fmt.Errorf("counting completed workflows: %w", err))
-		}
-		if done >= p.n {
-			break
-		}
-		select {
-		case <-time.After(completionPollInterval):
-		case <-ctx.Done():
-			return res, errors.Join(startErrs(), fmt.Errorf("%d of %d workflows completed: %w", done, p.n, ctx.Err()))
-		}
+	if err := waitCompleted(ctx, db, engine, "i >= 0", p.n, "workflows"); err != nil {
+		return res, errors.Join(startErrs(), err)
 	}
 	startWG.Wait()
 	if err := startErrs(); err != nil {
@@ -267,20 +255,8 @@ func warmUp(ctx context.Context, db *benchDB, engine workflowEngine, p workflows
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	countSQL := "SELECT count(*) FROM (" + engine.completedSQL() + ") AS c(i, at) WHERE i < 0"
-	for {
-		var done int
-		if err := db.admin.QueryRow(ctx, countSQL).Scan(&done); err != nil {
-			return fmt.Errorf("counting completed warm-up workflows: %w", err)
-		}
-		if done >= warmupWorkflows {
-			break
-		}
-		select {
-		case <-time.After(completionPollInterval):
-		case <-ctx.Done():
-			return fmt.Errorf("%d of %d warm-up workflows completed: %w", done, warmupWorkflows, ctx.Err())
-		}
+	if err := waitCompleted(ctx, db, engine, "i < 0", warmupWorkflows, "warm-up workflows"); err != nil {
+		return err
 	}
 	for k := 1; k <= warmupWorkflows; k++ {
 		got, err := engine.result(ctx, -k)
@@ -292,6 +268,27 @@ func warmUp(ctx context.Context, db *benchDB, engine workflowEngine, p workflows
 		}
 	}
 	return nil
+}
+
+// waitCompleted polls, every completionPollInterval on the harness's own
+// connection, until n of the engine's completed workflows numbered as where
+// says (a condition on i) are done.
+func waitCompleted(ctx context.Context, db *benchDB, engine workflowEngine, where string, n int, what string) error {
+	countSQL := "SELECT count(*) FROM (" + engine.completedSQL() + ") AS c(i, at) WHERE " + where
+	for {
+		var done int
+		if err := db.admin.QueryRow(ctx, countSQL).Scan(&done); err != nil {
+			return fmt.Errorf("counting completed %s: %w", what, err)
+		}
+		if done >= n {
+			return nil
+		}
+		select {
+		case <-time.After(completionPollInterval):
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d %s completed: %w", done, n, what, ctx.Err())
+		}
+	}
 }
 
 // completions reads the completion times of workflows 0..n-1 (not the

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivershared/startstop"
 )
 
@@ -57,6 +58,11 @@ type leaseKeeper struct {
 	connectFailed time.Time
 	connOpened    time.Time
 
+	// poolConfig is the pool's configuration (fixed once the pool exists),
+	// read once: the keeper's connection is opened and closed as the
+	// pool's are.
+	poolConfig *pgxpool.Config
+
 	// connects counts the connections the keeper opened (tests).
 	connects atomic.Int64
 
@@ -86,7 +92,11 @@ func (k *leaseKeeper) lockWait() time.Duration {
 }
 
 func newLeaseKeeper(driver *Driver) *leaseKeeper {
-	return &leaseKeeper{driver: driver, attempts: newShardedMap[*attemptState]()}
+	k := &leaseKeeper{driver: driver, attempts: newShardedMap[*attemptState]()}
+	if driver != nil && driver.pool != nil { // a keeper of its maps only in tests
+		k.poolConfig = driver.pool.Config()
+	}
+	return k
 }
 
 func (k *leaseKeeper) add(st *attemptState) {
@@ -251,7 +261,7 @@ func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) erro
 	if !k.running.Load() {
 		return fn(k.driver.pool)
 	}
-	if lifetime := k.driver.pool.Config().MaxConnLifetime; k.conn != nil && lifetime > 0 && time.Since(k.connOpened) >= lifetime {
+	if lifetime := k.poolConfig.MaxConnLifetime; k.conn != nil && lifetime > 0 && time.Since(k.connOpened) >= lifetime {
 		k.dropConn()
 	}
 	for try := 0; ; try++ {
@@ -317,8 +327,8 @@ func connUnfit(err error) bool {
 // connection config (with the pool's default ConnectTimeout), its
 // BeforeConnect and AfterConnect hooks.
 func (k *leaseKeeper) connect(ctx context.Context) (*pgx.Conn, error) {
-	config := k.driver.pool.Config()
-	connConfig := config.ConnConfig
+	config := k.poolConfig
+	connConfig := config.ConnConfig.Copy()
 	if connConfig.ConnectTimeout <= 0 {
 		connConfig.ConnectTimeout = 2 * time.Minute
 	}
@@ -346,7 +356,7 @@ func (k *leaseKeeper) dropConn() {
 	if k.conn == nil {
 		return
 	}
-	if beforeClose := k.driver.pool.Config().BeforeClose; beforeClose != nil {
+	if beforeClose := k.poolConfig.BeforeClose; beforeClose != nil {
 		beforeClose(k.conn)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
