@@ -253,8 +253,9 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 // new one, so that a restart costs no interval of renewals; a renewal run
 // twice only renews twice. A connection is also replaced once it is older
 // than the pool's MaxConnLifetime. When no connection of its own can be
-// opened within HeartbeatInterval (the server's max_connections reached, a
-// slow BeforeConnect), fn runs on the pool, as it would without one, and
+// opened within half of LeaseTTL (the renewal's own budget; the other half
+// is left to the pool), for the server's max_connections reached or a slow
+// BeforeConnect, fn runs on the pool, as it would without one, and
 // connecting is tried again only after keeperReconnectPause. The caller
 // holds connMu.
 func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) error {
@@ -269,7 +270,7 @@ func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) erro
 			if time.Since(k.connectFailed) < keeperReconnectPause {
 				return fn(k.driver.pool)
 			}
-			connectCtx, cancel := context.WithTimeout(ctx, k.driver.config.HeartbeatInterval)
+			connectCtx, cancel := context.WithTimeout(ctx, k.driver.config.LeaseTTL/2)
 			conn, err := k.connect(connectCtx)
 			cancel()
 			if err != nil {

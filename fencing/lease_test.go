@@ -704,6 +704,7 @@ func TestLeaseRenewedWhileThePoolIsBusy(t *testing.T) {
 	id := attempt.job.ID
 	first := b.expires(ctx, t, id)
 	b.renewed(ctx, t, id, 1, "the keeper renews the lease")
+	waitUntil(t, "the keeper holds a connection of its own", func() bool { own, _ := b.driver.KeeperConn(); return own })
 
 	// Take every connection the pool will give, for three LeaseTTLs.
 	var held []*pgxpool.Conn
