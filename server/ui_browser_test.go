@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -226,6 +229,57 @@ func TestUIBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("table.runs")))
 	require.Contains(t, text("table.runs"), "invoice-77")
 	require.NotContains(t, text("table.runs"), "order-1042")
+
+	// A submitted form is not undone by the page's live refresh: while the
+	// signal's POST is held in the browser, the run's history grows (a
+	// signal through the API) and the page's poll sees it; it must not
+	// reload the page, which would cancel the submission's navigation and
+	// lose its answer (the flash message), as it did at random before.
+	held := b.start(t, "wait_for_go", "held-signal", nil)
+	heldPage := b.url + "/ui/namespaces/default/workflows/held-signal"
+	do(chromedp.Navigate(heldPage), chromedp.WaitVisible(chromedp.CSS("#signal-form")))
+	paused := make(chan fetch.RequestID, 1)
+	listenCtx, stopListening := context.WithCancel(ctx)
+	defer stopListening()
+	require.NoError(t, chromedp.Listen(listenCtx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok && e.Request.Method == http.MethodPost {
+			select {
+			case paused <- e.RequestID:
+			default:
+			}
+		}
+	}))
+	do(chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/held-signal/signal*"}}})
+		return err
+	}))
+	do(chromedp.SendKeys(chromedp.CSS("#signal-kind"), "held"), chromedp.Click(chromedp.CSS("#signal-send")))
+	var heldRequest fetch.RequestID
+	select {
+	case heldRequest = <-paused:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the signal form's POST never reached the interception")
+	}
+	var described server.DescribeResponse
+	heldPath := "/api/v1/namespaces/default/workflows/held-signal"
+	require.Equal(t, http.StatusOK, b.apiCall(t, http.MethodGet, heldPath, writerSecret, nil, &described))
+	before := described.HistoryLength
+	require.Equal(t, http.StatusOK, b.apiCall(t, http.MethodPost, heldPath+"/signal", writerSecret, &server.SignalRequest{Kind: "through-the-api"}, nil))
+	require.Eventually(t, func() bool {
+		return b.apiCall(t, http.MethodGet, heldPath, writerSecret, nil, &described) == http.StatusOK && described.HistoryLength > before
+	}, 30*time.Second, 50*time.Millisecond, "the API's signal never entered the history")
+	time.Sleep(3500 * time.Millisecond) // two of the page's polls (every 1.5 s) see the longer history
+	do(chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, t, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: heldRequest}); err != nil {
+			return fmt.Errorf("the held submission was cancelled (did the page reload?): %w", err)
+		}
+		_, err := cdp.Call(ctx, t, fetch.Disable, cdp.Empty{})
+		return err
+	}))
+	do(chromedp.WaitVisible(chromedp.CSS("#flash")))
+	require.Contains(t, text("#flash"), "Signal")
+	require.Equal(t, http.StatusOK, b.apiCall(t, http.MethodGet, heldPath, writerSecret, nil, &described))
+	require.Equal(t, held.RunID, described.RunID)
 
 	// River UI needs a token of every namespace: sign out, sign in as admin.
 	do(chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("button.link")),
