@@ -87,6 +87,10 @@ type startRequest struct {
 	done  chan startResult // the group's verdict
 }
 
+// groupPlansSQL makes the rest of a group's transaction use generic plans,
+// planned without sequential scans (see startGroupTx).
+const groupPlansSQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"
+
 // startResult is a group's verdict on one start: its run or error, or that
 // it runs alone.
 type startResult struct {
@@ -276,11 +280,13 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		keys[i] = m.lockKey
 	}
 	// Its statements over arrays are planned once per connection, not on
-	// every call (as a group of outcomes asks, genericPlansSQL in the
-	// worker; TestStartRunManyTakesRunsByKey checks the generic plan).
+	// every call, and without sequential scans, so that a plan made while
+	// the tables are young still takes rows by key once they filled (as a
+	// group of outcomes asks, genericPlansSQL in the worker;
+	// TestStartRunManyTakesRunsByKey checks the generic plan).
 	var locked []bool
 	batch := &pgx.Batch{}
-	batch.Queue("SELECT set_config('plan_cache_mode', 'force_generic_plan', true)")
+	batch.Queue(groupPlansSQL)
 	batch.Queue("SELECT coalesce(array_agg(pg_try_advisory_xact_lock(hashtextextended(k, 0)) ORDER BY i), '{}')"+
 		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {

@@ -420,29 +420,31 @@ func (c *stepCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*step
 		ids[i], byID[m.runID] = m.runID, m
 		m.lockErr = pgx.ErrNoRows // until its row is read
 	}
-	rows, err := tx.Query(ctx, c.w.lockRunsSQL(), ids)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id  uuid.UUID
-			run runRow
-			now time.Time
-		)
-		if err := run.scanWithID(rows, &id, &now); err != nil {
-			return err
+	// The group's whole transaction plans as its last writes do
+	// (genericPlansSQL), this statement over an array included.
+	batch := &pgx.Batch{}
+	batch.Queue(genericPlansSQL)
+	batch.Queue(c.w.lockRunsSQL(), ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				id  uuid.UUID
+				run runRow
+				now time.Time
+			)
+			if err := run.scanWithID(rows, &id, &now); err != nil {
+				return err
+			}
+			m := byID[id]
+			if m == nil {
+				return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", id)
+			}
+			run.ID = id
+			m.run, m.now, m.lockErr = &run, now, nil
+			c.w.clock.observe(now)
 		}
-		m := byID[id]
-		if m == nil {
-			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", id)
-		}
-		run.ID = id
-		m.run, m.now, m.lockErr = &run, now, nil
-		c.w.clock.observe(now)
-	}
-	return rows.Err()
+		return rows.Err()
+	})
+	return tx.SendBatch(ctx, batch).Close()
 }
 
 // call runs the member's body in the group's transaction. A panic fails

@@ -196,3 +196,67 @@ func TestMergedGroupWrites(t *testing.T) {
 	require.Zero(t, retired)
 	require.Equal(t, 2, advanced)
 }
+
+// TestGroupPlansMadeYoung: a group's statements planned on a new install's
+// empty tables (generic plans, made once per connection: genericPlansSQL)
+// still take their rows by key once the tables filled, since the plans
+// made then stay cached on the connection until an ANALYZE. Without
+// sequential scans off in genericPlansSQL, the plans made on the empty
+// tables scan them, and go on scanning them full.
+func TestGroupPlansMadeYoung(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.FreshSchema(ctx, t)
+	names := dbschema.New(schema)
+	sql := newStepSQL(names)
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	statements := []struct{ query, literals string }{
+		{(&Worker{names: names}).lockRunsSQL(), "'{00000000-0000-4000-8000-000000000001}'"},
+		{sql.advanceMerged, "'{00000000-0000-4000-8000-000000000001}', '{4}', '{6}', 1"},
+		{sql.completeMerged, "'{00000000-0000-4000-8000-000000000001}', '{4}', '{6}', '{NULL}', 1"},
+		{sql.retireOneMerged, "'{00000000-0000-4000-8000-000000000001}', '{3}'"},
+	}
+	// explain explains the prepared statements, each planned (the first
+	// time) or taken from the connection's cache (after), in a transaction
+	// as a group's.
+	explain := func(when string) {
+		t.Helper()
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, genericPlansSQL)
+		require.NoError(t, err)
+		for i, s := range statements {
+			rows, err := tx.Query(ctx, fmt.Sprintf("EXPLAIN EXECUTE young_%d(%s)", i, s.literals))
+			require.NoError(t, err)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			plan := strings.Join(lines, "\n")
+			require.NotContains(t, plan, "Seq Scan on weir_run", "%s:\n%s", when, plan)
+			require.NotContains(t, plan, "Seq Scan on weir_activity", "%s:\n%s", when, plan)
+			require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
+		}
+	}
+	for i, s := range statements {
+		_, err := conn.Exec(ctx, fmt.Sprintf("PREPARE young_%d AS %s", i, s.query))
+		require.NoError(t, err)
+	}
+	explain("planned on the empty tables")
+
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Namespace+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation)"+
+		" SELECT 'default', 'wf-' || i, 1 FROM generate_series(1, 20000) i")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+
+		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, next_event_id)"+
+		" SELECT gen_random_uuid(), 'default', 'wf-' || i, 1, 'k', 'default', '\\x', 'r' || i, '\\x', 4 FROM generate_series(1, 20000) i")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Activity+" (run_id, scheduled_event_id, job_id, kind) SELECT run_id, 3, 1, 'act' FROM "+names.Run)
+	require.NoError(t, err)
+	explain("cached, the tables filled")
+}
