@@ -150,8 +150,13 @@ func (p *Pilot) fencedState(ctx context.Context, exec queryRower, schema string)
 	}
 	state.inline = state.inline && state.fenced
 	p.fencedMu.Lock()
+	defer p.fencedMu.Unlock()
+	if newer, ok := p.fenced[schema]; ok && newer.checkedAt.After(state.checkedAt) {
+		// A check that began after this one answered first: this one's
+		// answer may be from before a migration that one saw.
+		return newer, nil
+	}
 	p.fenced[schema] = state
-	p.fencedMu.Unlock()
 	return state, nil
 }
 

@@ -78,6 +78,15 @@ func TestRollout(t *testing.T) {
 		})
 		row := getJob(ctx, t, pool, schema, before.Job.ID)
 		require.False(t, row.LeaseExpiresAt.Valid, "a job running before the migration gets no lease")
+		// A fetch that checked for fencing before the migration may still
+		// be running (and fetch unfenced, as a plain River client would);
+		// River's producer fetches one at a time, so once another fetch
+		// began, every fetch checks after the migration.
+		fetches, _ := driver.PilotCalls()
+		waitUntil(t, "a fetch after the migration", func() bool {
+			now, _ := driver.PilotCalls()
+			return now > fetches
+		})
 
 		// After the migration, new fetches are fenced...
 		after, err := client.Insert(ctx, blockArgs{}, nil)
