@@ -113,9 +113,10 @@ type Client struct {
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 
-	startRunSQL     string       // startRunSQL(names)
-	startRunManySQL string       // startRunManySQL(names)
-	starts          *startGroups // concurrent eager starts, grouped
+	startRunSQL        string       // startRunSQL(names)
+	startAheadGuardSQL string       // startAheadGuardSQL(names)
+	startRunManySQL    string       // startRunManySQL(names)
+	starts             *startGroups // concurrent eager starts, grouped
 
 	listenerOnce sync.Once
 	listener     *listener
@@ -147,7 +148,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	names := dbschema.New(config.Schema)
 	c := &Client{
 		config: config, names: names, pool: pool, river: riverClient,
-		startRunSQL: startRunSQL(names), startRunManySQL: startRunManySQL(names),
+		startRunSQL: startRunSQL(names), startRunManySQL: startRunManySQL(names), startAheadGuardSQL: startAheadGuardSQL(names),
 	}
 	c.starts = &startGroups{c: c}
 	return c, nil
@@ -211,7 +212,13 @@ type StartOpts struct {
 	// Many eager starts made at once (no RunTimeout, ExecutionTimeout or
 	// client interceptors) share transactions of up to 16 starts, with their
 	// first tasks' writes merged: each still returns what it would alone. A
-	// start in such a group waits for the group's commit, not for ctx.
+	// start in such a group waits for the group's commit, not for ctx. One
+	// made alone is one round trip once the worker knows the database's
+	// time: the worker runs the first task before anything is sent, dated
+	// by its estimate of that time (the run's creation time), and the run's
+	// insert, the task's writes and the COMMIT go in one batch; a later
+	// generation of a workflow ID, or a first task that starts a timer or a
+	// child, takes two round trips as before.
 	// Defaults to false.
 	EagerStart bool
 
@@ -285,6 +292,10 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 
 // startAlone is Start in a transaction of its own.
 func (c *Client) startAlone(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
+	run, ok, failed, err := c.startAhead(ctx, args, opts)
+	if ok {
+		return run, err
+	}
 	var handed []func(committed bool)
 	// Whatever happens (a panicking interceptor included), the worker that
 	// ran the first task learns whether it committed.
@@ -294,7 +305,7 @@ func (c *Client) startAlone(ctx context.Context, args WorkflowArgs, opts *StartO
 		}
 	}()
 	err = lazytx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
-		run, err = c.startTx(ctx, tx, args, opts, &handed)
+		run, err = c.startTx(ctx, tx, args, opts, &handed, failed)
 		return err
 	})
 	if err != nil {
@@ -330,13 +341,15 @@ func validateName(what, name string) error {
 // transaction-scoped advisory lock, and a partial unique index allows one live
 // run per workflow ID whatever else writes the table.
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts) (*Run, error) {
-	return c.startTx(ctx, tx, args, opts, nil)
+	return c.startTx(ctx, tx, args, opts, nil, nil)
 }
 
 // startTx is StartTx; with handed set, it may hand the run's first task to a
 // worker in this process (Start), and appends to handed what to tell the
-// worker once tx ended.
-func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts, handed *[]func(committed bool)) (*Run, error) {
+// worker once tx ended. With failed set, the run's first task already ran
+// and failed ahead of the start (startAhead): the run gets its IDs, and the
+// task goes through River with its failure.
+func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts, handed *[]func(committed bool), failed *aheadFailure) (*Run, error) {
 	if opts == nil {
 		opts = &StartOpts{}
 	}
@@ -344,8 +357,11 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 	if err != nil {
 		return nil, err
 	}
+	if failed != nil {
+		info = failed.info
+	}
 	return c.interceptStart(ctx, info, func(ctx context.Context) (*Run, error) {
-		return c.insertRun(ctx, tx, args, info, opts, handed)
+		return c.insertRun(ctx, tx, args, info, opts, handed, failed)
 	})
 }
 
@@ -406,7 +422,7 @@ func (c *Client) startLockKey(namespace, workflowID string) string {
 	return "weir.start\x1f" + c.names.Schema + "\x1f" + namespace + "\x1f" + workflowID
 }
 
-func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool)) (*Run, error) {
+func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool), failed *aheadFailure) (*Run, error) {
 	kind, namespace, queue, requestID, workflowID := info.Kind, info.Namespace, info.Queue, info.RequestID, info.WorkflowID
 	payload, hash, traceContext, err := c.encodeStart(args, info)
 	if err != nil {
@@ -417,6 +433,9 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	// naming it, together with its generation; or, handed to a worker of
 	// this process, it runs right after the row is inserted.
 	runID := uuid.New()
+	if failed != nil {
+		runID = failed.runID
+	}
 	taskArgs := task.NewArgs(namespace, kind, runID, workflowID)
 	var taker handoff.Taker
 	if handed != nil && opts.EagerStart {
@@ -476,7 +495,11 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	}
 	generation, createdAt := insert.generation, insert.createdAt
 	runDeadline, executionDeadline := insert.runDeadline, insert.executionDeadline
-	if taker != nil {
+	if taker != nil && failed != nil {
+		if err := c.requeueFirstTask(ctx, tx, taskArgs, queue, failed.err); err != nil {
+			return nil, fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", workflowID, failed.err, err)
+		}
+	} else if taker != nil {
 		done, taskErr := taker.RunFirstTask(ctx, tx, &handoff.Run{
 			Args: payload, Generation: generation, ID: runID, Kind: kind, Namespace: namespace, Now: createdAt, Queue: queue,
 			TraceContext: traceContext, WorkflowID: workflowID,
@@ -510,8 +533,9 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 // the start, inserts the run with its generation: rows 1, 2 and 3 are what
 // was found, row 0 the inserted run. $14 refuses any last run
 // (IDReuseRejectDuplicate), $15 a completed one
-// (IDReuseAllowDuplicateFailedOnly). Every lookup reads the snapshot from
-// before the insert.
+// (IDReuseAllowDuplicateFailedOnly); $16 is the run's creation time, now()
+// when NULL (a start in one round trip sets it: startAhead). Every lookup
+// reads the snapshot from before the insert.
 func startRunSQL(names *dbschema.Names) string {
 	return "WITH found AS (" +
 		"  (SELECT 1 AS which, run_id, generation, request_hash, state FROM " + names.Run +
@@ -525,9 +549,10 @@ func startRunSQL(names *dbschema.Names) string {
 		"   WHERE which < 3 OR $14::boolean OR ($15::boolean AND state = 'completed'))" +
 		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1 RETURNING last_generation)," +
 		" inserted AS (INSERT INTO " + names.Run +
-		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline, trace_context, task_job_id)" +
+		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline, trace_context, task_job_id, created_at)" +
 		"  SELECT $1, $2, $3, g.last_generation, $4, $5, $6, $7, $8," +
-		"   now() + nullif($9::bigint, 0) * interval '1 microsecond', now() + nullif($10::bigint, 0) * interval '1 microsecond', $11, $12 FROM g" +
+		"   now() + nullif($9::bigint, 0) * interval '1 microsecond', now() + nullif($10::bigint, 0) * interval '1 microsecond', $11, $12," +
+		"   coalesce($16::timestamptz, now()) FROM g" +
 		"  RETURNING generation, run_deadline, execution_deadline, created_at)" +
 		" SELECT which, run_id, generation, request_hash, state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found" +
 		" UNION ALL SELECT 0, $1, generation, NULL, 'running', run_deadline, execution_deadline, created_at FROM inserted"
@@ -562,14 +587,17 @@ type foundRun struct {
 }
 
 // runInsert is a start's lookup and insert (startRunSQL): its arguments
-// ($1-$11), its first task's job (none when a worker takes the task) and
-// ID reuse policy, then what it found and inserted.
+// ($1-$11), its first task's job (none when a worker takes the task), ID
+// reuse policy and creation time (nil: now()), then what it found and
+// inserted.
 type runInsert struct {
 	args      []any
 	taskJobID *int64
 	policy    IDReusePolicy
 	sql       string
+	at        *time.Time
 
+	read                           bool         // the statement's rows were all read
 	found                          [4]*foundRun // by request (1), live (2), last (3)
 	inserted                       bool
 	generation                     int64
@@ -581,8 +609,8 @@ type runInsert struct {
 // nothing found refuses it).
 func (r *runInsert) queue(batch *pgx.Batch, insert bool) {
 	args := append(r.args[:len(r.args):len(r.args)], r.taskJobID, insert,
-		r.policy == IDReuseRejectDuplicate, r.policy == IDReuseAllowDuplicateFailedOnly)
-	r.found = [4]*foundRun{}
+		r.policy == IDReuseRejectDuplicate, r.policy == IDReuseAllowDuplicateFailedOnly, r.at)
+	r.found, r.read = [4]*foundRun{}, false
 	batch.Queue(r.sql, args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (
@@ -602,7 +630,11 @@ func (r *runInsert) queue(batch *pgx.Batch, insert bool) {
 			}
 			r.found[which] = &f
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		r.read = true
+		return nil
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -71,9 +72,15 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 	return w.settleStart(&result), nil
 }
 
-// startedRun is the run a start just inserted, as its first task reads it.
+// startedRun is the run a start just inserted, as its first task reads it;
+// the start's time is a reading of the database's clock.
 func (w *Worker) startedRun(r *handoff.Run) *runRow {
 	w.clock.observe(r.Now)
+	return newRun(r)
+}
+
+// newRun is the run a start inserts, as its first task reads it.
+func newRun(r *handoff.Run) *runRow {
 	return &runRow{
 		Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
 		State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
@@ -185,6 +192,96 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 	}
 	return out, nil
 }
+
+// A start in one round trip: a start that the taker can run ahead has its
+// first task run before it sends anything (RunFirstTaskAhead), at the run's
+// first generation and dated by the database's clock as estimated
+// (dbClock, as a one-round-trip step dates its events); the start then
+// sends its lock, its run's insert (created at that time), a guard and the
+// task's writes, with BEGIN and COMMIT, in one batch. The guard fails the
+// batch, which rolls all of it back, unless the insert made the run at
+// generation 1; the start then goes as before (two round trips), its task
+// run again. The task runs on a transaction that sends nothing
+// (lazytx.NoSend): one that would write before its last batch (a timer, a
+// child, reserving job IDs) fails, and is declined. One that fails on its
+// own (its workflow code, its budget) is not run again: the start inserts
+// the run and queues the task through River with that failure.
+
+// aheadCounts counts the first tasks run ahead of their starts, by how their
+// starts ended.
+type aheadCounts struct {
+	committed  atomic.Int64
+	rolledBack atomic.Int64
+	declined   atomic.Int64 // not kept: the task could not run ahead
+	failed     atomic.Int64 // the task failed (it goes through River)
+}
+
+// errAheadSends is why a first task run ahead of its start is declined when
+// it would send a statement before its last batch.
+var errAheadSends = errors.New("the first task sends a statement before its last batch")
+
+// RunFirstTaskAhead implements handoff.AheadTaker.
+func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) (*handoff.FirstTasks, error) {
+	w := t.w
+	budget := cmp.Or(w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
+		return nil, handoff.ErrDeclined
+	}
+	now, ok := w.clock.now()
+	if !ok {
+		return nil, handoff.ErrDeclined // the start reads it (ObserveNow)
+	}
+	if !w.eager.begin() { // tracked like an eager attempt, so that Stop waits for it
+		return nil, handoff.ErrDeclined
+	}
+	defer w.eager.attempts.Done()
+	r.Now, r.Generation, r.LastInTx = now, 1, true
+	replayCtx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+
+	out := &handoff.FirstTasks{Done: make([]func(bool), 1), Errs: make([]error, 1), Last: &pgx.Batch{}}
+	var (
+		result taskResult
+		after  func()
+	)
+	by := &advanceBy{attempt: 1, commit: true, inStart: true, replayCtx: replayCtx,
+		deferLast: func(writes *pgx.Batch, then func()) {
+			out.Last.QueuedQueries = append(out.Last.QueuedQueries, writes.QueuedQueries...)
+			after = then
+		}}
+	tx := lazytx.NoSend(errAheadSends)
+	err := w.advance(ctx, tx, t.def, newRun(r), now, nil, by, &result)
+	declined := tx.Tried() || errors.Is(err, errRunsAlone)
+	if err == nil && after == nil {
+		err, declined = errAheadSends, true // cannot happen: its writes would have been sent
+	}
+	if err != nil {
+		w.settle(err, &result)
+		if declined {
+			// Not the task's failure: the start goes as before and runs
+			// the task again.
+			w.ahead.declined.Add(1)
+			return nil, handoff.ErrDeclined
+		}
+		w.ahead.failed.Add(1)
+		return nil, &handoff.FailedAheadError{Err: w.failedInStart(ctx, r.ID, err)}
+	}
+	w.mergeLastWrites(out.Last)
+	settle := w.settleStart(&result)
+	out.Done[0] = func(committed bool) {
+		if committed {
+			w.ahead.committed.Add(1)
+		} else {
+			w.ahead.rolledBack.Add(1)
+		}
+		settle(committed)
+	}
+	out.Sent = after
+	return out, nil
+}
+
+// ObserveNow implements handoff.AheadTaker.
+func (t *firstTaskTaker) ObserveNow(now time.Time) { t.w.clock.observe(now) }
 
 // registerTakers makes the worker take the first tasks of its workflows,
 // in every namespace and queue it serves, from clients of this process

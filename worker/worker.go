@@ -56,6 +56,7 @@ type Worker struct {
 	unregister   func()         // stops taking first tasks from clients (eager start)
 	steps        *stepCommitter // nil: each outcome commits alone
 	clock        dbClock        // the database's time, estimated
+	ahead        aheadCounts    // first tasks run ahead of their starts
 	stepGroups   int            // groups of outcomes the step committer commits at once
 	sweeper      *sweeper
 	timers       *timerWaker

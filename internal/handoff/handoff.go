@@ -88,6 +88,45 @@ type GroupTaker interface {
 	RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*Run) (*FirstTasks, error)
 }
 
+// An AheadTaker also runs a first task before its start sends anything,
+// so that the start is one round trip: its lock, its run's insert, a guard
+// and the task's writes, with BEGIN and COMMIT, in one batch.
+type AheadTaker interface {
+	Taker
+
+	// RunFirstTaskAhead runs the first task of run, a run that its start
+	// has yet to insert, with generation 1 (a workflow ID's first run) and
+	// LastInTx's promise. The taker sets run.Now to its estimate of the
+	// database's time, which the start then inserts as the run's creation
+	// time. All of the task's writes are in FirstTasks.Last (Done and Errs
+	// have one element; Errs[0] is nil): the caller sends it after the
+	// run's insert and a guard that fails the batch unless the insert made
+	// run, at generation 1, then calls FirstTasks.Sent once that batch ran
+	// without error and Done[0] with whether it committed. ErrDeclined
+	// means that the taker ran nothing it keeps (it has no estimate of the
+	// database's time yet, is stopping, or the task would write before
+	// its last batch): the caller starts as it would without this. A
+	// *FailedAheadError means that the task itself failed: the caller
+	// starts the run with run.ID and queues the task through River with
+	// that error as its first attempt's, as after RunFirstTask's error,
+	// without running it again.
+	RunFirstTaskAhead(ctx context.Context, run *Run) (*FirstTasks, error)
+
+	// ObserveNow notes the database's time now(), read by a start just
+	// now, for the taker's estimate.
+	ObserveNow(now time.Time)
+}
+
+// FailedAheadError is RunFirstTaskAhead's error when the task ran and
+// failed (its workflow code, or its budget).
+type FailedAheadError struct {
+	Err error // the task's error, as RunFirstTask would return it
+}
+
+func (e *FailedAheadError) Error() string { return e.Err.Error() }
+
+func (e *FailedAheadError) Unwrap() error { return e.Err }
+
 // FirstTasks is what RunFirstTasks did, by run (in the order of its runs).
 type FirstTasks struct {
 	Done []func(committed bool)

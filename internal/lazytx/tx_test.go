@@ -628,3 +628,34 @@ func TestQueueCommit(t *testing.T) {
 		require.Zero(t, b.Len())
 	})
 }
+
+// TestNoSend: every call on a NoSend transaction fails with its error.
+func TestNoSend(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	errNo := errors.New("nothing may be sent")
+	tx := lazytx.NoSend(errNo)
+	require.False(t, tx.Tried())
+	_, err := tx.Exec(ctx, "SELECT 1")
+	require.True(t, tx.Tried())
+	require.ErrorIs(t, err, errNo)
+	_, err = tx.Query(ctx, "SELECT 1")
+	require.ErrorIs(t, err, errNo)
+	var one int
+	require.ErrorIs(t, tx.QueryRow(ctx, "SELECT 1").Scan(&one), errNo)
+	b := &pgx.Batch{}
+	b.Queue("SELECT 1")
+	br := tx.SendBatch(ctx, b)
+	_, err = br.Exec()
+	require.ErrorIs(t, err, errNo)
+	require.ErrorIs(t, br.Close(), errNo)
+	_, err = tx.Begin(ctx)
+	require.ErrorIs(t, err, errNo)
+	_, err = tx.Prepare(ctx, "s", "SELECT 1")
+	require.ErrorIs(t, err, errNo)
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"a"}, pgx.CopyFromRows(nil))
+	require.ErrorIs(t, err, errNo)
+	require.ErrorIs(t, tx.Commit(ctx), errNo)
+	require.ErrorIs(t, tx.Rollback(ctx), errNo)
+	require.Nil(t, tx.Conn())
+}
