@@ -117,6 +117,7 @@ type Client struct {
 	startAheadGuardSQL string       // startAheadGuardSQL(names)
 	startRunManySQL    string       // startRunManySQL(names)
 	starts             *startGroups // concurrent eager starts, grouped
+	knownIDs           knownIDs     // workflow IDs seen taken (startAhead)
 
 	listenerOnce sync.Once
 	listener     *listener
@@ -216,9 +217,13 @@ type StartOpts struct {
 	// made alone is one round trip once the worker knows the database's
 	// time: the worker runs the first task before anything is sent, dated
 	// by its estimate of that time (the run's creation time), and the run's
-	// insert, the task's writes and the COMMIT go in one batch; a later
-	// generation of a workflow ID, or a first task that starts a timer or a
-	// child, takes two round trips as before.
+	// insert, the task's writes and the COMMIT go in one batch. A start
+	// that finds the workflow ID taken (a replay, a refusal, a later
+	// generation) then costs a rolled-back batch more, and one whose first
+	// task must write first (a timer, a child, an activity this worker
+	// does not run) runs the task twice; the client and worker remember
+	// such IDs and workflow kinds and start them as before, in two round
+	// trips.
 	// Defaults to false.
 	EagerStart bool
 
@@ -283,16 +288,28 @@ type Run struct {
 // first statements. With StartOpts.EagerStart, a worker of this process may
 // run the run's first workflow task inside that transaction (see
 // StartOpts.EagerStart).
-func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
+func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
 	if req := c.groupableStart(args, opts); req != nil {
-		return c.starts.start(ctx, req)
+		run, err = c.starts.start(ctx, req)
+	} else {
+		run, err = c.startAlone(ctx, args, opts)
 	}
-	return c.startAlone(ctx, args, opts)
+	var (
+		started *WorkflowAlreadyStartedError
+		reuse   *WorkflowIDReuseError
+		request *RequestConflictError
+	)
+	if opts != nil && opts.EagerStart && opts.WorkflowID != "" &&
+		(err == nil || errors.As(err, &started) || errors.As(err, &reuse) || errors.As(err, &request)) {
+		// Taken: its next start goes in two round trips (startAhead).
+		c.knownIDs.add(knownIDKey(cmp.Or(opts.Namespace, c.config.Namespace), opts.WorkflowID))
+	}
+	return run, err
 }
 
 // startAlone is Start in a transaction of its own.
 func (c *Client) startAlone(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
-	run, ok, failed, err := c.startAhead(ctx, args, opts)
+	run, ok, fallback, err := c.startAhead(ctx, args, opts)
 	if ok {
 		return run, err
 	}
@@ -305,7 +322,7 @@ func (c *Client) startAlone(ctx context.Context, args WorkflowArgs, opts *StartO
 		}
 	}()
 	err = lazytx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
-		run, err = c.startTx(ctx, tx, args, opts, &handed, failed)
+		run, err = c.startTx(ctx, tx, args, opts, &handed, fallback)
 		return err
 	})
 	if err != nil {
@@ -346,10 +363,10 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 
 // startTx is StartTx; with handed set, it may hand the run's first task to a
 // worker in this process (Start), and appends to handed what to tell the
-// worker once tx ended. With failed set, the run's first task already ran
-// and failed ahead of the start (startAhead): the run gets its IDs, and the
-// task goes through River with its failure.
-func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts, handed *[]func(committed bool), failed *aheadFailure) (*Run, error) {
+// worker once tx ended. With fallback set, the start tried to go in one
+// round trip (startAhead): it keeps the IDs drawn there, and the failure of
+// a first task that ran ahead.
+func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts, handed *[]func(committed bool), fallback *aheadFallback) (*Run, error) {
 	if opts == nil {
 		opts = &StartOpts{}
 	}
@@ -357,11 +374,11 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 	if err != nil {
 		return nil, err
 	}
-	if failed != nil {
-		info = failed.info
+	if fallback != nil {
+		info = fallback.info
 	}
 	return c.interceptStart(ctx, info, func(ctx context.Context) (*Run, error) {
-		return c.insertRun(ctx, tx, args, info, opts, handed, failed)
+		return c.insertRun(ctx, tx, args, info, opts, handed, fallback)
 	})
 }
 
@@ -422,7 +439,7 @@ func (c *Client) startLockKey(namespace, workflowID string) string {
 	return "weir.start\x1f" + c.names.Schema + "\x1f" + namespace + "\x1f" + workflowID
 }
 
-func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool), failed *aheadFailure) (*Run, error) {
+func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool), fallback *aheadFallback) (*Run, error) {
 	kind, namespace, queue, requestID, workflowID := info.Kind, info.Namespace, info.Queue, info.RequestID, info.WorkflowID
 	payload, hash, traceContext, err := c.encodeStart(args, info)
 	if err != nil {
@@ -433,8 +450,9 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	// naming it, together with its generation; or, handed to a worker of
 	// this process, it runs right after the row is inserted.
 	runID := uuid.New()
-	if failed != nil {
-		runID = failed.runID
+	var failedAhead error // the first task's failure, ahead of this start
+	if fallback != nil && fallback.failure != nil {
+		runID, failedAhead = fallback.runID, fallback.failure
 	}
 	taskArgs := task.NewArgs(namespace, kind, runID, workflowID)
 	var taker handoff.Taker
@@ -495,9 +513,10 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	}
 	generation, createdAt := insert.generation, insert.createdAt
 	runDeadline, executionDeadline := insert.runDeadline, insert.executionDeadline
-	if taker != nil && failed != nil {
-		if err := c.requeueFirstTask(ctx, tx, taskArgs, queue, failed.err); err != nil {
-			return nil, fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", workflowID, failed.err, err)
+	if taker != nil && failedAhead != nil && generation == 1 {
+		// The task failed at this generation: it is not run again here.
+		if err := c.requeueFirstTask(ctx, tx, taskArgs, queue, failedAhead); err != nil {
+			return nil, fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", workflowID, failedAhead, err)
 		}
 	} else if taker != nil {
 		done, taskErr := taker.RunFirstTask(ctx, tx, &handoff.Run{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,26 +40,73 @@ func startAheadGuardSQL(names *dbschema.Names) string {
 	return "SELECT now(), 1 / (SELECT count(*)::int FROM " + names.Run + " WHERE run_id = $1 AND generation = 1)"
 }
 
-// aheadFailure is a first task that ran ahead of its start and failed: the
-// start inserts its run as info and runID say, and queues the task through
-// River with err as its first attempt's.
-type aheadFailure struct {
-	info  *StartInfo
-	runID uuid.UUID
-	err   error
+// aheadFallback is what a start that did not go in one round trip keeps
+// of its try: the IDs it drew (a random workflow or request ID is drawn
+// once), and, when its first task ran ahead and failed, the run's ID and
+// the task's failure: the start then inserts that run and queues the task
+// through River with the failure as its first attempt's.
+type aheadFallback struct {
+	info    *StartInfo
+	runID   uuid.UUID
+	failure error
 }
+
+// knownIDsMax bounds the workflow IDs a client remembers as taken.
+const knownIDsMax = 4096
+
+// knownIDs are workflow IDs that this client's eager starts saw taken
+// (Start returned their run or a refusal), newest last, up to knownIDsMax: a start of one of them again (a retry with its request
+// ID, a later generation) is refused or makes a later generation, which
+// fails the guard of a start in one round trip, so it goes in two. (A
+// failed batch also drops its statements from the connection's statement
+// cache.)
+type knownIDs struct {
+	mu    sync.Mutex
+	set   map[string]struct{}
+	order []string
+}
+
+func (k *knownIDs) has(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.set[key]
+	return ok
+}
+
+func (k *knownIDs) add(key string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.set[key]; ok {
+		return
+	}
+	if k.set == nil {
+		k.set = make(map[string]struct{})
+	}
+	if len(k.order) >= knownIDsMax {
+		delete(k.set, k.order[0])
+		k.order = k.order[1:]
+	}
+	k.set[key] = struct{}{}
+	k.order = append(k.order, key)
+}
+
+// knownIDKey is the knownIDs key of a workflow ID.
+func knownIDKey(namespace, workflowID string) string { return namespace + "\x1f" + workflowID }
 
 // startAhead starts a run in one round trip if the worker of this process
 // that takes its first task can run the task ahead. With ok false it did
-// not write anything: the caller starts as before, with failed when the
-// task ran and failed.
-func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, ok bool, failed *aheadFailure, err error) {
+// not write anything: the caller starts as before, with fallback when it
+// drew IDs.
+func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, ok bool, fallback *aheadFallback, err error) {
 	if opts == nil || !opts.EagerStart || len(c.config.Interceptors) > 0 || opts.RunTimeout != 0 || opts.ExecutionTimeout != 0 {
 		return nil, false, nil, nil
 	}
 	info, err := c.startInfo(args, opts)
 	if err != nil {
 		return nil, false, nil, nil // the start reports it
+	}
+	if opts.WorkflowID != "" && c.knownIDs.has(knownIDKey(info.Namespace, info.WorkflowID)) {
+		return nil, false, nil, nil
 	}
 	takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)})
 	if len(takers) == 0 {
@@ -76,13 +124,15 @@ func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartO
 		Args: payload, ID: uuid.New(), Kind: info.Kind, Namespace: info.Namespace, Queue: info.Queue,
 		TraceContext: traceContext, WorkflowID: info.WorkflowID,
 	}
+	fallback = &aheadFallback{info: info}
 	tasks, err := taker.RunFirstTaskAhead(ctx, r)
 	var taskFailed *handoff.FailedAheadError
 	switch {
 	case errors.As(err, &taskFailed):
-		return nil, false, &aheadFailure{info: info, runID: r.ID, err: taskFailed.Err}, nil
+		fallback.runID, fallback.failure = r.ID, taskFailed.Err
+		return nil, false, fallback, nil
 	case err != nil:
-		return nil, false, nil, nil // declined: nothing ran that it keeps
+		return nil, false, fallback, nil // declined: nothing ran that it keeps
 	}
 
 	at := r.Now
@@ -102,23 +152,25 @@ func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartO
 		return row.Scan(&dbNow, &one)
 	})
 	batch.QueuedQueries = append(batch.QueuedQueries, tasks.Last.QueuedQueries...)
+	// Whatever happens (a panicking tracer included), the worker learns
+	// whether the start committed.
+	committed := false
+	defer func() { tasks.Done[0](committed) }()
 	err = lazytx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if !lazytx.QueueCommit(tx, batch) {
 			return errors.New("weir: a start in one round trip could not queue its COMMIT") // cannot happen: tx is new
 		}
 		err := tx.SendBatch(ctx, batch).Close()
-		if err == nil || errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
-			tasks.Sent() // committed: what the batch read is recorded
+		if committed = lazytx.Committed(tx); committed {
+			tasks.Sent() // what the batch read is recorded
 		}
 		return err
 	})
-	committed := err == nil || errors.Is(err, lazytx.ErrCommittedDespiteCallback)
-	tasks.Done[0](committed)
 	if committed {
-		if err != nil {
-			// The guard passed: the run is in, at generation 1.
+		if err != nil || !insert.read || !insert.inserted || insert.generation != 1 {
+			// The guard passed, so the run is in, at generation 1.
 			c.config.Logger.WarnContext(ctx, "weir: workflow started, but reading one of its start's results failed",
-				slog.String("workflow_id", info.WorkflowID), slog.String("run_id", r.ID.String()), slog.String("error", err.Error()))
+				slog.String("workflow_id", info.WorkflowID), slog.String("run_id", r.ID.String()), slog.Any("error", err))
 		}
 		taker.ObserveNow(dbNow)
 		return &Run{Created: true, Generation: 1, Namespace: info.Namespace, RunID: r.ID, WorkflowID: info.WorkflowID, client: c}, true, nil, nil
@@ -140,5 +192,5 @@ func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartO
 			return replayed, true, nil, nil
 		}
 	}
-	return nil, false, nil, nil
+	return nil, false, fallback, nil
 }

@@ -31,7 +31,17 @@ import (
 type firstTaskTaker struct {
 	def *replay.Definition
 	w   *Worker
+
+	// aheadSkips counts down the starts that do not run their first task
+	// ahead after one was declined (aheadSkipsAfterDecline).
+	aheadSkips atomic.Int32
 }
+
+// aheadSkipsAfterDecline is how many starts of a workflow kind go in two
+// round trips after its first task could not run ahead (it writes before its
+// last batch: a timer, an activity this worker does not claim): a kind whose
+// first tasks always decline runs at most one in that many twice.
+const aheadSkipsAfterDecline = 16
 
 // errStartRolledBack is why a first task's results are dropped when the
 // start's transaction did not commit.
@@ -203,7 +213,8 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 // generation 1; the start then goes as before (two round trips), its task
 // run again. The task runs on a transaction that sends nothing
 // (lazytx.NoSend): one that would write before its last batch (a timer, a
-// child, reserving job IDs) fails, and is declined. One that fails on its
+// child, an activity that this worker does not claim) fails, and is
+// declined (job IDs for its claims are reserved through the pool). One that fails on its
 // own (its workflow code, its budget) is not run again: the start inserts
 // the run and queues the task through River with that failure.
 
@@ -225,6 +236,10 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 	w := t.w
 	budget := cmp.Or(w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
+		return nil, handoff.ErrDeclined
+	}
+	if t.aheadSkips.Load() > 0 {
+		t.aheadSkips.Add(-1)
 		return nil, handoff.ErrDeclined
 	}
 	now, ok := w.clock.now()
@@ -252,8 +267,8 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 	tx := lazytx.NoSend(errAheadSends)
 	err := w.advance(ctx, tx, t.def, newRun(r), now, nil, by, &result)
 	declined := tx.Tried() || errors.Is(err, errRunsAlone)
-	if err == nil && after == nil {
-		err, declined = errAheadSends, true // cannot happen: its writes would have been sent
+	if err == nil && (declined || after == nil) {
+		err, declined = errAheadSends, true // cannot happen: it would have failed, or its writes been sent
 	}
 	if err != nil {
 		w.settle(err, &result)
@@ -261,6 +276,7 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 			// Not the task's failure: the start goes as before and runs
 			// the task again.
 			w.ahead.declined.Add(1)
+			t.aheadSkips.Store(aheadSkipsAfterDecline)
 			return nil, handoff.ErrDeclined
 		}
 		w.ahead.failed.Add(1)

@@ -139,11 +139,22 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	names := dbschema.New(schema)
 
-	// start starts a run with a context whose round trips are counted.
-	start := func(args client.WorkflowArgs, opts *client.StartOpts) (*client.Run, int64, error) {
+	// startBy starts a run through c with a context whose round trips are
+	// counted; start through the test's client.
+	startBy := func(c *client.Client, args client.WorkflowArgs, opts *client.StartOpts) (*client.Run, int64, error) {
 		before := sent.n.Load()
 		run, err := c.Start(context.WithValue(ctx, sentMark{}, true), args, opts)
 		return run, sent.n.Load() - before, err
+	}
+	start := func(args client.WorkflowArgs, opts *client.StartOpts) (*client.Run, int64, error) {
+		return startBy(c, args, opts)
+	}
+	// fresh is a client that has seen no workflow ID taken.
+	fresh := func() *client.Client {
+		c, err := client.New(pool, &client.Config{Schema: schema})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
 	}
 	result := func(run *client.Run) int {
 		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -180,66 +191,78 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	require.Zero(t, w.ahead.rolledBack.Load())
 	require.Zero(t, w.ahead.declined.Load())
 
-	// A replay and a refusal: answered by the batch's lookup, nothing
-	// inserted; the batch and its ROLLBACK are two round trips, as a start
-	// that found them took before.
+	// A replay and a refusal, by a client that has not seen the workflow
+	// ID taken: the batch's guard fails, and they are answered by its
+	// lookup, nothing inserted; the batch and its ROLLBACK are two round
+	// trips, as a start that found them took before.
 	live, trips, err := start(aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r1"})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), trips)
-	again, trips, err := start(aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r1"})
+	require.Equal(t, int64(n+1), w.ahead.committed.Load())
+	again, trips, err := startBy(fresh(), aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r1"})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), trips)
 	require.False(t, again.Created)
 	require.Equal(t, live.RunID, again.RunID)
-	_, trips, err = start(aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r2"})
+	require.Equal(t, int64(1), w.ahead.rolledBack.Load(), "the replay went ahead and rolled back")
 	var started *client.WorkflowAlreadyStartedError
+	_, trips, err = startBy(fresh(), aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r2"})
 	require.ErrorAs(t, err, &started)
 	require.Equal(t, live.RunID, started.RunID)
 	require.Equal(t, int64(2), trips)
+	require.Equal(t, int64(2), w.ahead.rolledBack.Load(), "the refusal went ahead and rolled back")
+	// The client that started it knows the ID taken: its starts of it go
+	// in two round trips without running the task ahead.
+	_, trips, err = start(aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r3"})
+	require.ErrorAs(t, err, &started)
+	require.Equal(t, int64(2), trips)
+	require.Equal(t, int64(2), w.ahead.rolledBack.Load())
+	require.Equal(t, int64(n+1), w.ahead.committed.Load())
 	require.NoError(t, c.Signal(ctx, "ahead-x", live.RunID, aheadDone{}, nil))
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	done, err := client.GetResult[string](waitCtx, live)
 	cancel()
 	require.NoError(t, err)
 	require.Equal(t, "done", done)
-	require.Equal(t, int64(n+3), w.ahead.committed.Load()+w.ahead.rolledBack.Load(), "every start above ran its task ahead")
 
-	// The workflow ID's second run: the guard refuses generation 1, the
-	// batch rolls back, and the start goes as before.
-	rolledBack := w.ahead.rolledBack.Load()
-	second, trips, err := start(aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r3"})
+	// A workflow ID's second run, by a client that has not seen it: the
+	// guard refuses generation 1, the batch (with the claims of its two
+	// activities) rolls back, and the start goes as before.
+	first, trips, err := start(stepGroupArgs{N: 7}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-y"})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), trips)
+	require.Equal(t, 11*7+3, result(first))
+	second, trips, err := startBy(fresh(), stepGroupArgs{N: 8}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-y"})
 	require.NoError(t, err)
 	require.Equal(t, int64(2+2), trips, "the refused batch and its ROLLBACK, then the start in two round trips")
-	require.Equal(t, rolledBack+1, w.ahead.rolledBack.Load())
+	require.Equal(t, int64(3), w.ahead.rolledBack.Load())
 	require.True(t, second.Created)
 	require.Equal(t, int64(2), second.Generation)
-	require.NoError(t, c.Signal(ctx, "ahead-x", second.RunID, aheadDone{}, nil))
-	waitCtx, cancel = context.WithTimeout(ctx, time.Minute)
-	done, err = client.GetResult[string](waitCtx, second)
-	cancel()
-	require.NoError(t, err)
-	require.Equal(t, "done", done)
+	require.Equal(t, 11*8+3, result(second))
 
 	// A first task that starts a timer sends its timer's job before its
-	// last batch: it is declined, and the start goes as before.
-	declined := w.ahead.declined.Load()
-	sleeper, trips, err := start(aheadSleepArgs{}, &client.StartOpts{EagerStart: true})
-	require.NoError(t, err)
-	require.Greater(t, trips, int64(1))
-	require.Equal(t, declined+1, w.ahead.declined.Load())
-	waitCtx, cancel = context.WithTimeout(ctx, time.Minute)
-	slept, err := client.GetResult[string](waitCtx, sleeper)
-	cancel()
-	require.NoError(t, err)
-	require.Equal(t, "slept", slept)
+	// last batch: it is declined, and the start goes as before; the next
+	// starts of that workflow go so without running their task ahead.
+	for i := range 2 {
+		sleeper, trips, err := start(aheadSleepArgs{}, &client.StartOpts{EagerStart: true})
+		require.NoError(t, err)
+		require.Greater(t, trips, int64(1))
+		require.Equal(t, int64(1), w.ahead.declined.Load(), "start %d", i)
+		waitCtx, cancel = context.WithTimeout(ctx, time.Minute)
+		slept, err := client.GetResult[string](waitCtx, sleeper)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, "slept", slept)
+	}
 
 	// A first task that fails ahead of its start is not run again in the
 	// start: the run is inserted, and its task goes through River with the
 	// failed attempt recorded (as attempt 1), which River retries.
+	flakyRuns := aheadFlakyRuns.Load()
 	flaky, _, err := start(aheadFlakyArgs{}, &client.StartOpts{EagerStart: true})
 	require.NoError(t, err, "a first task failing ahead of the start does not fail the start")
 	require.Equal(t, int64(1), w.ahead.failed.Load())
-	require.Equal(t, int64(1), aheadFlakyRuns.Load(), "the failed attempt's code ran once")
+	require.Equal(t, flakyRuns+1, aheadFlakyRuns.Load(), "the failed attempt's code ran once")
 	waitCtx, cancel = context.WithTimeout(ctx, time.Minute)
 	attempt, err := client.GetResult[int](waitCtx, flaky)
 	cancel()
@@ -252,6 +275,25 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	require.Equal(t, 1, taskErrors)
 	require.Contains(t, firstErr, "the first attempt of the first task fails")
 	require.Contains(t, firstErr, flaky.RunID.String(), "the error names the run started")
+
+	// One that fails ahead at generation 1 while the start makes a later
+	// generation runs again in the start, at that generation.
+	flakyFirst, _, err := start(aheadFlakyArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-z"})
+	require.NoError(t, err)
+	waitCtx, cancel = context.WithTimeout(ctx, time.Minute)
+	_, err = client.GetResult[int](waitCtx, flakyFirst)
+	cancel()
+	require.NoError(t, err)
+	runs := aheadFlakyRuns.Load()
+	flakySecond, _, err := startBy(fresh(), aheadFlakyArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-z"})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), flakySecond.Generation)
+	require.Equal(t, runs+2, aheadFlakyRuns.Load(), "ahead at generation 1, then in the start at generation 2")
+	waitCtx, cancel = context.WithTimeout(ctx, time.Minute)
+	attempt, err = client.GetResult[int](waitCtx, flakySecond)
+	cancel()
+	require.NoError(t, err)
+	require.Equal(t, 2, attempt)
 
 	// Starts of one workflow ID at once (W1, W2): one run, whichever
 	// way each start went; the others are refused or replay it.
@@ -287,8 +329,10 @@ func TestStartInOneRoundTrip(t *testing.T) {
 				}
 			})
 		}
+		committed := w.ahead.committed.Load()
 		wg.Wait()
 		require.Len(t, created, 1, workflowID)
+		require.Greater(t, w.ahead.committed.Load()+w.ahead.rolledBack.Load(), committed, "starts went ahead")
 		require.Equal(t, map[uuid.UUID]int{created[0]: starts}, seen, workflowID)
 		require.NoError(t, c.Signal(ctx, workflowID, created[0], aheadDone{}, nil))
 		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -298,9 +342,11 @@ func TestStartInOneRoundTrip(t *testing.T) {
 		require.Equal(t, "done", done)
 	}
 
-	var runs, bad int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE workflow_id = 'ahead-x'").Scan(&runs))
-	require.Equal(t, 2, runs, "the rolled-back batch left nothing")
+	var kept, bad int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE workflow_id IN ('ahead-x', 'ahead-y')").Scan(&kept))
+	require.Equal(t, 3, kept, "the rolled-back batches left nothing")
+	require.Eventually(t, func() bool { return len(w.eager.slots) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"every eager slot is free again (those of the rolled-back claims too)")
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.Event+" GROUP BY run_id"+
 		" HAVING max(event_id) <> count(*) OR count(*) FILTER (WHERE type = 'WorkflowStarted') <> 1) x").Scan(&bad))
 	require.Zero(t, bad, "runs whose history has a gap or not one start")

@@ -82,7 +82,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		config:       config,
 		goroutines:   gopool.New(goroutineIdle),
 		histories:    newHistoryCache(config.MaxCachedRuns),
-		jobIDs:       &jobIDs{schema: config.Schema},
+		jobIDs:       &jobIDs{pool: pool, schema: config.Schema},
 		names:        dbschema.New(config.Schema),
 		sql:          newStepSQL(dbschema.New(config.Schema)),
 		notifier:     notifier.New(pool, config.Logger),

@@ -156,6 +156,14 @@ func QueueCommit(tx pgx.Tx, b *pgx.Batch) bool {
 	return true
 }
 
+// Committed reports whether the COMMIT queued on tx (QueueCommit) ran and
+// succeeded, as its batch's results said: an error that Close returns
+// after it (a failed read of what followed, a callback's) does not undo it.
+func Committed(tx pgx.Tx) bool {
+	t, ok := tx.(*Tx)
+	return ok && t.commit == commitDone
+}
+
 // send sends b behind BEGIN and makes its transaction this one's. The
 // returned results start at b's first statement.
 func (t *Tx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
