@@ -32,11 +32,18 @@ type eventSink struct {
 	mu     sync.Mutex
 	events []fencing.Event
 	wake   chan struct{}
+
+	// hold, if set, is called with each event before it is recorded (a
+	// slow observer, for tests).
+	hold func(fencing.Event)
 }
 
 func newEventSink() *eventSink { return &eventSink{wake: make(chan struct{}, 1)} }
 
 func (s *eventSink) FencingEvent(_ context.Context, event *fencing.Event) {
+	if s.hold != nil {
+		s.hold(*event)
+	}
 	s.mu.Lock()
 	s.events = append(s.events, *event)
 	s.mu.Unlock()

@@ -270,17 +270,32 @@ func (s *attemptState) finish() {
 	s.mu.Unlock()
 }
 
+// leaseLost marks the attempt's lease lost, cancels its context with the
+// returned error as cause, and tells the observer (once per attempt).
 func (s *attemptState) leaseLost(ctx context.Context, op string) *LeaseLostError {
+	err, event := s.lose(op)
+	if event != nil {
+		s.driver.counters.notify(ctx, event)
+	}
+	return err
+}
+
+// lose is leaseLost but for telling the observer: it returns the event to
+// tell it of (counted already), nil when the lease was lost before. The
+// context is cancelled first, so that no observer delays it.
+func (s *attemptState) lose(op string) (*LeaseLostError, *Event) {
 	err := &LeaseLostError{Attempt: s.attempt, JobID: s.jobID, Op: op}
 	s.mu.Lock()
 	already := s.lost
 	s.lost = true
 	s.mu.Unlock()
+	var event *Event
 	if !already {
-		s.driver.counters.emit(ctx, &Event{Attempt: s.attempt, JobID: s.jobID, Kind: EventLeaseLost})
+		event = &Event{Attempt: s.attempt, JobID: s.jobID, Kind: EventLeaseLost}
+		s.driver.counters.count(event)
 	}
 	s.cancel(err)
-	return err
+	return err, event
 }
 
 func tableName(schema, table string) string {

@@ -155,7 +155,18 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 // schema. Rows locked by another transaction are skipped (SKIP LOCKED) and
 // retried next interval, so one open transaction cannot stall the batch.
 // Attempts whose job has moved on are cancelled with cause ErrLeaseLost.
+//
+// The observer hears of the renewal's events once it is over and connMu is
+// free: every attempt it found lost is cancelled before any observer call,
+// and a slow observer does not hold up a renewal waiting for the
+// connection (a heartbeat's, RenewNow's).
 func (k *leaseKeeper) renewAll(ctx context.Context) error {
+	var events []*Event
+	defer func() {
+		for _, event := range events {
+			k.driver.counters.notify(ctx, event)
+		}
+	}()
 	k.connMu.Lock()
 	defer k.connMu.Unlock()
 	bySchema := make(map[string][]*attemptState)
@@ -167,14 +178,16 @@ func (k *leaseKeeper) renewAll(ctx context.Context) error {
 
 	var errs []error
 	for schema, attempts := range bySchema {
-		if err := k.renewSchema(ctx, schema, attempts); err != nil {
+		if err := k.renewSchema(ctx, schema, attempts, &events); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts []*attemptState) error {
+// renewSchema renews the leases of attempts, of jobs in schema, and appends
+// to events what the observer is to hear of (counted already).
+func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts []*attemptState, events *[]*Event) error {
 	// Two attempts of one job can run here at once (the older one lost the
 	// job and does not know yet): results are matched to attempts by their
 	// position in the input, and a renewal to the attempt whose token it
@@ -235,12 +248,16 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		case r.lost && r.finished:
 			st.finish() // not lost: renewals stop, the attempt's context lives on
 		case r.lost:
-			st.leaseLost(ctx, "renew")
+			if _, event := st.lose("renew"); event != nil {
+				*events = append(*events, event)
+			}
 		case r.expires.Valid:
 			st.mu.Lock()
 			st.expiresAt = r.expires.Time
 			st.mu.Unlock()
-			k.driver.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: st.jobID, Kind: EventLeaseRenewed})
+			event := &Event{Attempt: st.attempt, JobID: st.jobID, Kind: EventLeaseRenewed}
+			k.driver.counters.count(event)
+			*events = append(*events, event)
 		}
 	}
 	return nil

@@ -88,7 +88,9 @@ VALUES ('{}', 'renew', 5, 'default', 'running', 2, now()) RETURNING id, lease_to
 			if !olderFirst {
 				round = []*attemptState{newer, older}
 			}
-			require.NoError(t, driver.keeper.renewSchema(ctx, schema, round))
+			var events []*Event
+			require.NoError(t, driver.keeper.renewSchema(ctx, schema, round, &events))
+			require.Len(t, events, 2, "one lost, one renewed")
 
 			require.ErrorIs(t, causes[1], ErrLeaseLost, "the older attempt learns it lost the job")
 			require.NotContains(t, causes, 2, "the newer attempt keeps running")

@@ -797,3 +797,62 @@ func TestLeaseKeeperFallsBackToThePool(t *testing.T) {
 	attempt.release <- complete
 	waitForState(ctx, t, b.observe, b.schema, attempt.job.ID, "completed")
 }
+
+// TestSlowObserverDelaysNoCancel: every attempt that a renewal finds lost
+// is cancelled before the observer hears of any of them, so an observer
+// that blocks (against its contract) delays no cancellation.
+func TestSlowObserverDelaysNoCancel(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	sink := newEventSink()
+	sink.hold = func(e fencing.Event) {
+		if e.Kind == fencing.EventLeaseLost {
+			<-release
+		}
+	}
+	driver := newDriver(t, pool, sink, nil)
+	worker := newBlockWorker(t)
+	client := startClient(ctx, t, pool, schema, &clientOpts{driver: driver, maxWorkers: 2, worker: worker})
+	var first []*startedAttempt
+	for range 2 {
+		_, err := client.Insert(ctx, blockArgs{}, nil)
+		require.NoError(t, err)
+		first = append(first, recv(t, worker.started))
+	}
+	// From here on the keeper renews only when the test says (RenewNow).
+	driver.StopHeartbeats()
+	for _, attempt := range first {
+		rescue(ctx, t, pool, schema, attempt.job.ID)
+	}
+	startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, nil), maxWorkers: 2, worker: worker})
+	second := []*startedAttempt{recv(t, worker.started), recv(t, worker.started)}
+
+	renewed := make(chan error, 1)
+	go func() { renewed <- driver.RenewNow(ctx) }()
+	for _, attempt := range first {
+		select {
+		case <-attempt.ctx.Done():
+			require.ErrorIs(t, context.Cause(attempt.ctx), fencing.ErrLeaseLost)
+		case <-time.After(waitTimeout):
+			t.Fatalf("job %d's attempt 1 was not cancelled while the observer blocked", attempt.job.ID)
+		}
+	}
+	require.Equal(t, int64(2), driver.Stats().LeasesLost, "counted before the observer hears of them")
+	free()
+	require.NoError(t, <-renewed)
+	require.Equal(t, 2, sink.count(fencing.EventLeaseLost, 0))
+
+	for _, attempt := range first {
+		attempt.release <- func(ctx context.Context, _ *river.Job[blockArgs]) error { return context.Cause(ctx) }
+	}
+	for _, attempt := range second {
+		attempt.release <- complete
+		waitForState(ctx, t, pool, schema, attempt.job.ID, "completed")
+	}
+}

@@ -41,7 +41,10 @@ type Event struct {
 }
 
 // Observer receives lease events. Implementations must be safe for
-// concurrent use and must not block.
+// concurrent use and must not block (a slow one delays the lease keeper's
+// next renewal). An attempt whose lease is lost is cancelled, and counted
+// in Stats, before the observer hears of it; the events of one renewal
+// reach it once that renewal is over.
 type Observer interface {
 	FencingEvent(ctx context.Context, event *Event)
 }
@@ -71,7 +74,14 @@ type counters struct {
 	renewed  atomic.Int64
 }
 
+// emit counts event and tells the observer of it.
 func (c *counters) emit(ctx context.Context, event *Event) {
+	c.count(event)
+	c.notify(ctx, event)
+}
+
+// count counts event in Stats.
+func (c *counters) count(event *Event) {
 	switch event.Kind {
 	case EventLeaseExpired:
 		c.expired.Add(1)
@@ -82,6 +92,10 @@ func (c *counters) emit(ctx context.Context, event *Event) {
 	case EventStaleWriteRejected:
 		c.rejected.Add(1)
 	}
+}
+
+// notify tells the observer of event, counted already.
+func (c *counters) notify(ctx context.Context, event *Event) {
 	if c.observer != nil {
 		c.observer.FencingEvent(ctx, event)
 	}
