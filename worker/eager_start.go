@@ -238,9 +238,10 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
 		return nil, handoff.ErrDeclined
 	}
-	if t.aheadSkips.Load() > 0 {
-		t.aheadSkips.Add(-1)
-		return nil, handoff.ErrDeclined
+	for n := t.aheadSkips.Load(); n > 0; n = t.aheadSkips.Load() {
+		if t.aheadSkips.CompareAndSwap(n, n-1) {
+			return nil, handoff.ErrDeclined
+		}
 	}
 	now, ok := w.clock.now()
 	if !ok {
