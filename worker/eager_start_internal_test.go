@@ -191,6 +191,21 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	require.Zero(t, w.ahead.rolledBack.Load())
 	require.Zero(t, w.ahead.declined.Load())
 
+	// The start's read of now() feeds the clock's estimate: with its
+	// window ten seconds old, the start opens a new one.
+	w.clock.mu.Lock()
+	w.clock.window = w.clock.window.Add(-dbClockWindow)
+	w.clock.mu.Unlock()
+	before := time.Now()
+	fed, trips, err := start(aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-clock"})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), trips)
+	w.clock.mu.Lock()
+	window := w.clock.window
+	w.clock.mu.Unlock()
+	require.True(t, window.After(before), "the start's reading opened a window")
+	require.NoError(t, c.Signal(ctx, "ahead-clock", fed.RunID, aheadDone{}, nil))
+
 	// A replay and a refusal, by a client that has not seen the workflow
 	// ID taken: the batch's guard fails, and they are answered by its
 	// lookup, nothing inserted; the batch and its ROLLBACK are two round
@@ -198,7 +213,7 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	live, trips, err := start(aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r1"})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), trips)
-	require.Equal(t, int64(n+1), w.ahead.committed.Load())
+	require.Equal(t, int64(n+2), w.ahead.committed.Load())
 	again, trips, err := startBy(fresh(), aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r1"})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), trips)
@@ -217,7 +232,7 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	require.ErrorAs(t, err, &started)
 	require.Equal(t, int64(2), trips)
 	require.Equal(t, int64(2), w.ahead.rolledBack.Load())
-	require.Equal(t, int64(n+1), w.ahead.committed.Load())
+	require.Equal(t, int64(n+2), w.ahead.committed.Load())
 	require.NoError(t, c.Signal(ctx, "ahead-x", live.RunID, aheadDone{}, nil))
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	done, err := client.GetResult[string](waitCtx, live)
