@@ -166,10 +166,14 @@ func TestStartInOneRoundTrip(t *testing.T) {
 
 	// The first start reads the database's clock (two round trips, and
 	// one to reserve job IDs for its activities' claims).
+	_, known := w.clock.now()
 	run, trips, err := start(stepGroupArgs{N: 0}, &client.StartOpts{EagerStart: true})
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, trips, int64(2), "a start that read the database's clock")
+	if !known {
+		require.GreaterOrEqual(t, trips, int64(2), "a start that read the database's clock")
+	}
 	require.Equal(t, 3, result(run))
+	base := w.ahead.committed.Load() // 0 unless the worker knew the clock already
 
 	const n = 5
 	for i := 1; i <= n; i++ {
@@ -187,7 +191,7 @@ func TestStartInOneRoundTrip(t *testing.T) {
 		require.Equal(t, 3, dated, "the first task's events are dated at the run's creation")
 		require.Zero(t, taskJobs, "the first task had no job")
 	}
-	require.Equal(t, int64(n), w.ahead.committed.Load())
+	require.Equal(t, base+n, w.ahead.committed.Load())
 	require.Zero(t, w.ahead.rolledBack.Load())
 	require.Zero(t, w.ahead.declined.Load())
 
@@ -213,7 +217,7 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	live, trips, err := start(aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r1"})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), trips)
-	require.Equal(t, int64(n+2), w.ahead.committed.Load())
+	require.Equal(t, base+n+2, w.ahead.committed.Load())
 	again, trips, err := startBy(fresh(), aheadWaitArgs{}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-x", RequestID: "r1"})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), trips)
@@ -232,7 +236,7 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	require.ErrorAs(t, err, &started)
 	require.Equal(t, int64(2), trips)
 	require.Equal(t, int64(2), w.ahead.rolledBack.Load())
-	require.Equal(t, int64(n+2), w.ahead.committed.Load())
+	require.Equal(t, base+n+2, w.ahead.committed.Load())
 	require.NoError(t, c.Signal(ctx, "ahead-x", live.RunID, aheadDone{}, nil))
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	done, err := client.GetResult[string](waitCtx, live)
