@@ -292,7 +292,7 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 	if req := c.groupableStart(args, opts); req != nil {
 		run, err = c.starts.start(ctx, req)
 	} else {
-		run, err = c.startAlone(ctx, args, opts)
+		run, err = c.startAlone(ctx, args, opts, nil)
 	}
 	var (
 		started *WorkflowAlreadyStartedError
@@ -307,9 +307,10 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 	return run, err
 }
 
-// startAlone is Start in a transaction of its own.
-func (c *Client) startAlone(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
-	run, ok, fallback, err := c.startAhead(ctx, args, opts)
+// startAlone is Start in a transaction of its own; info, if not nil, is
+// the start's, checked already (startInfo).
+func (c *Client) startAlone(ctx context.Context, args WorkflowArgs, opts *StartOpts, info *StartInfo) (run *Run, err error) {
+	run, ok, fallback, err := c.startAhead(ctx, args, opts, info)
 	if ok {
 		return run, err
 	}
@@ -370,12 +371,14 @@ func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 	if opts == nil {
 		opts = &StartOpts{}
 	}
-	info, err := c.startInfo(args, opts)
-	if err != nil {
-		return nil, err
-	}
+	var info *StartInfo
 	if fallback != nil {
 		info = fallback.info
+	} else {
+		var err error
+		if info, err = c.startInfo(args, opts); err != nil {
+			return nil, err
+		}
 	}
 	return c.interceptStart(ctx, info, func(ctx context.Context) (*Run, error) {
 		return c.insertRun(ctx, tx, args, info, opts, handed, fallback)
@@ -433,6 +436,41 @@ func (c *Client) encodeStart(args WorkflowArgs, info *StartInfo) (payload, hash,
 	return payload, hash, traceContext, nil
 }
 
+// eagerTaker returns the worker of this process that takes the first task
+// of the run info names (it shares the client's pool and serves the run's
+// queue and workflow), or nil.
+func (c *Client) eagerTaker(info *StartInfo) handoff.Taker {
+	if takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)}); len(takers) > 0 {
+		return takers[0]
+	}
+	return nil
+}
+
+// commitsWithFirstTask reports whether a start with opts commits right
+// after its first task's writes (EagerStart, and no interceptor code or
+// deadline job after them): the starts a group of starts or a start in one
+// round trip can take.
+func (c *Client) commitsWithFirstTask(opts *StartOpts) bool {
+	return opts != nil && opts.EagerStart && len(c.config.Interceptors) == 0 && opts.RunTimeout == 0 && opts.ExecutionTimeout == 0
+}
+
+// queueStartLock queues in batch the lock that serializes the starts of
+// info's workflow ID until the transaction ends (W1).
+func (c *Client) queueStartLock(batch *pgx.Batch, info *StartInfo) {
+	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", c.startLockKey(info.Namespace, info.WorkflowID))
+}
+
+// newRunInsert is the lookup and insert (startRunSQL) of run runID, as info
+// and opts name it, with what encodeStart encoded.
+func (c *Client) newRunInsert(runID uuid.UUID, info *StartInfo, opts *StartOpts, payload, hash, traceContext []byte) *runInsert {
+	return &runInsert{
+		args: []any{runID, info.Namespace, info.WorkflowID, info.Kind, info.Queue, payload, info.RequestID, hash,
+			opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext},
+		policy: opts.IDReusePolicy,
+		sql:    c.startRunSQL,
+	}
+}
+
 // startLockKey is the advisory lock that serializes the starts of a
 // workflow ID (W1).
 func (c *Client) startLockKey(namespace, workflowID string) string {
@@ -440,7 +478,7 @@ func (c *Client) startLockKey(namespace, workflowID string) string {
 }
 
 func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool), fallback *aheadFallback) (*Run, error) {
-	kind, namespace, queue, requestID, workflowID := info.Kind, info.Namespace, info.Queue, info.RequestID, info.WorkflowID
+	kind, namespace, queue, workflowID := info.Kind, info.Namespace, info.Queue, info.WorkflowID
 	payload, hash, traceContext, err := c.encodeStart(args, info)
 	if err != nil {
 		return nil, err
@@ -457,16 +495,9 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	taskArgs := task.NewArgs(namespace, kind, runID, workflowID)
 	var taker handoff.Taker
 	if handed != nil && opts.EagerStart {
-		if takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: queue, Kind: taskArgs.Kind()}); len(takers) > 0 {
-			taker = takers[0]
-		}
+		taker = c.eagerTaker(info)
 	}
-	insert := &runInsert{
-		args: []any{runID, namespace, workflowID, kind, queue, payload, requestID, hash,
-			opts.RunTimeout.Microseconds(), opts.ExecutionTimeout.Microseconds(), traceContext},
-		policy: opts.IDReusePolicy,
-		sql:    c.startRunSQL,
-	}
+	insert := c.newRunInsert(runID, info, opts, payload, hash, traceContext)
 
 	// W1: serialize starts of this workflow ID until tx ends. The lookup
 	// rides in the same round trip, after the lock: each statement of a
@@ -476,7 +507,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	// (the same conditions as below, in SQL), and takes its savepoint: one
 	// round trip to the first task.
 	batch := &pgx.Batch{}
-	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", c.startLockKey(namespace, workflowID))
+	c.queueStartLock(batch, info)
 	insert.queue(batch, taker != nil)
 	if taker != nil {
 		batch.Queue("SAVEPOINT weir_first_task")

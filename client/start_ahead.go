@@ -15,7 +15,6 @@ import (
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
-	"github.com/weirhq/weir/internal/task"
 )
 
 // A start in one round trip. An eager start alone pays two round trips:
@@ -94,25 +93,22 @@ func (k *knownIDs) add(key string) {
 func knownIDKey(namespace, workflowID string) string { return namespace + "\x1f" + workflowID }
 
 // startAhead starts a run in one round trip if the worker of this process
-// that takes its first task can run the task ahead. With ok false it did
-// not write anything: the caller starts as before, with fallback when it
-// drew IDs.
-func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, ok bool, fallback *aheadFallback, err error) {
-	if opts == nil || !opts.EagerStart || len(c.config.Interceptors) > 0 || opts.RunTimeout != 0 || opts.ExecutionTimeout != 0 {
+// that takes its first task can run the task ahead; info, if not nil, is
+// the start's (startInfo). With ok false it did not write anything: the
+// caller starts as before, with fallback when it drew IDs.
+func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartOpts, info *StartInfo) (run *Run, ok bool, fallback *aheadFallback, err error) {
+	if !c.commitsWithFirstTask(opts) {
 		return nil, false, nil, nil
 	}
-	info, err := c.startInfo(args, opts)
-	if err != nil {
-		return nil, false, nil, nil // the start reports it
+	if info == nil {
+		if info, err = c.startInfo(args, opts); err != nil {
+			return nil, false, nil, nil // the start reports it
+		}
 	}
 	if opts.WorkflowID != "" && c.knownIDs.has(knownIDKey(info.Namespace, info.WorkflowID)) {
 		return nil, false, nil, nil
 	}
-	takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)})
-	if len(takers) == 0 {
-		return nil, false, nil, nil
-	}
-	taker, isAhead := takers[0].(handoff.AheadTaker)
+	taker, isAhead := c.eagerTaker(info).(handoff.AheadTaker)
 	if !isAhead {
 		return nil, false, nil, nil
 	}
@@ -136,15 +132,10 @@ func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartO
 	}
 
 	at := r.Now
-	insert := &runInsert{
-		args: []any{r.ID, info.Namespace, info.WorkflowID, info.Kind, info.Queue, payload, info.RequestID, hash,
-			int64(0), int64(0), traceContext},
-		policy: opts.IDReusePolicy,
-		sql:    c.startRunSQL,
-		at:     &at,
-	}
+	insert := c.newRunInsert(r.ID, info, opts, payload, hash, traceContext)
+	insert.at = &at
 	batch := &pgx.Batch{}
-	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", c.startLockKey(info.Namespace, info.WorkflowID))
+	c.queueStartLock(batch, info)
 	insert.queue(batch, true)
 	var dbNow time.Time
 	batch.Queue(c.startAheadGuardSQL, r.ID).QueryRow(func(row pgx.Row) error {

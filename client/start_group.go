@@ -87,10 +87,6 @@ type startRequest struct {
 	done  chan startResult // the group's verdict
 }
 
-// groupPlansSQL makes the rest of a group's transaction use generic plans,
-// planned without sequential scans (see startGroupTx).
-const groupPlansSQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"
-
 // startResult is a group's verdict on one start: its run or error, or that
 // it runs alone.
 type startResult struct {
@@ -104,18 +100,14 @@ type startResult struct {
 // a deadline (its River job), with invalid input (alone reports it), or
 // with no worker of this process that takes groups of first tasks.
 func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) *startRequest {
-	if opts == nil || !opts.EagerStart || len(c.config.Interceptors) > 0 || opts.RunTimeout != 0 || opts.ExecutionTimeout != 0 {
+	if !c.commitsWithFirstTask(opts) {
 		return nil
 	}
 	info, err := c.startInfo(args, opts)
 	if err != nil {
 		return nil
 	}
-	takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)})
-	if len(takers) == 0 {
-		return nil
-	}
-	taker, ok := takers[0].(handoff.GroupTaker)
+	taker, ok := c.eagerTaker(info).(handoff.GroupTaker)
 	if !ok {
 		return nil
 	}
@@ -145,11 +137,11 @@ func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error
 		g.inFlight++
 		g.mu.Unlock()
 		defer g.finished()
-		return g.c.startAlone(ctx, req.args, req.opts)
+		return g.c.startAlone(ctx, req.args, req.opts, req.info)
 	}
 	g.mu.Unlock()
 	if err := req.prepare(g.c); err != nil {
-		return g.c.startAlone(ctx, req.args, req.opts) // which reports it
+		return g.c.startAlone(ctx, req.args, req.opts, req.info) // which reports it
 	}
 	g.mu.Lock()
 	if err := ctx.Err(); err != nil {
@@ -178,7 +170,7 @@ func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error
 		// default is drawn once).
 		opts := *req.opts
 		opts.WorkflowID, opts.RequestID = req.info.WorkflowID, req.info.RequestID
-		return g.c.startAlone(ctx, req.args, &opts)
+		return g.c.startAlone(ctx, req.args, &opts, req.info)
 	}
 	return res.run, res.err
 }
@@ -282,11 +274,11 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 	// Its statements over arrays are planned once per connection, not on
 	// every call, and without sequential scans, so that a plan made while
 	// the tables are young still takes rows by key once they filled (as a
-	// group of outcomes asks, genericPlansSQL in the worker;
+	// group of outcomes asks: dbschema.GenericPlansSQL;
 	// TestStartRunManyTakesRunsByKey checks the generic plan).
 	var locked []bool
 	batch := &pgx.Batch{}
-	batch.Queue(groupPlansSQL)
+	batch.Queue(dbschema.GenericPlansSQL)
 	batch.Queue("SELECT coalesce(array_agg(pg_try_advisory_xact_lock(hashtextextended(k, 0)) ORDER BY i), '{}')"+
 		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {

@@ -27,7 +27,7 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	// Planned on a new install's empty tables, as a group plans it the
 	// first time on a connection, which then keeps that plan until an
 	// ANALYZE: it takes rows by key all the same (without sequential scans
-	// off in groupPlansSQL, it scans weir_run).
+	// off in dbschema.GenericPlansSQL, it scans weir_run).
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	young := func() string {
@@ -35,7 +35,7 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 		tx, err := conn.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = tx.Exec(ctx, groupPlansSQL)
+		_, err = tx.Exec(ctx, dbschema.GenericPlansSQL)
 		require.NoError(t, err)
 		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE young_plan('{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}',"+
 			" '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}')")
@@ -82,7 +82,7 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 		tx, err := conn.Begin(ctx)
 		require.NoError(t, err)
 		if generic {
-			_, err := tx.Exec(ctx, groupPlansSQL)
+			_, err := tx.Exec(ctx, dbschema.GenericPlansSQL)
 			require.NoError(t, err)
 		}
 		_, err = tx.Exec(ctx, "PREPARE plan_test AS "+startRunManySQL(names))

@@ -54,8 +54,8 @@ var errStartRolledBack = errors.New("the start did not commit")
 // when ctx leaves less than twice that, or when the worker is stopping.
 func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff.Run) (func(committed bool), error) {
 	w := t.w
-	budget := cmp.Or(w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
+	budget, ok := t.budget(ctx)
+	if !ok {
 		return nil, handoff.ErrDeclined
 	}
 	// Tracked like an eager attempt, so that Stop waits for it.
@@ -133,14 +133,8 @@ func (w *Worker) failedInStart(ctx context.Context, runID uuid.UUID, err error) 
 func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*handoff.Run) (*handoff.FirstTasks, error) {
 	w := t.w
 	out := &handoff.FirstTasks{Done: make([]func(bool), len(runs)), Errs: make([]error, len(runs)), Last: &pgx.Batch{}}
-	budget := cmp.Or(w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
-	declined := false
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
-		declined = true
-	} else if !w.eager.begin() { // tracked like an eager attempt, so that Stop waits for it
-		declined = true
-	}
-	if declined {
+	budget, ok := t.budget(ctx)
+	if !ok || !w.eager.begin() { // tracked like an eager attempt, so that Stop waits for it
 		for i := range runs {
 			out.Errs[i] = handoff.ErrDeclined
 		}
@@ -161,7 +155,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 		}
 	}
 	for i, r := range runs {
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
+		if _, ok := t.budget(ctx); !ok {
 			// The group's time runs short: the rest go through River.
 			for j := i; j < len(runs); j++ {
 				out.Errs[j] = handoff.ErrDeclined
@@ -169,14 +163,10 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 			break
 		}
 		result := &taskResult{}
-		replayCtx, cancel := context.WithTimeout(ctx, budget)
-		by := &advanceBy{attempt: 1, commit: true, inStart: true, replayCtx: replayCtx,
-			deferLast: func(writes *pgx.Batch, after func()) {
-				out.Last.QueuedQueries = append(out.Last.QueuedQueries, writes.QueuedQueries...)
-				afters = append(afters, after)
-			}}
-		err := w.advance(ctx, tx, t.def, w.startedRun(r), r.Now, nil, by, result)
-		cancel()
+		by, after, err := t.advanceDeferred(ctx, tx, w.startedRun(r), r.Now, budget, out.Last, result)
+		if after != nil {
+			afters = append(afters, after)
+		}
 		switch {
 		case err == nil:
 			results[i] = result
@@ -234,8 +224,8 @@ var errAheadSends = errors.New("the first task sends a statement before its last
 // RunFirstTaskAhead implements handoff.AheadTaker.
 func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) (*handoff.FirstTasks, error) {
 	w := t.w
-	budget := cmp.Or(w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 2*budget {
+	budget, ok := t.budget(ctx)
+	if !ok {
 		return nil, handoff.ErrDeclined
 	}
 	for n := t.aheadSkips.Load(); n > 0; n = t.aheadSkips.Load() {
@@ -252,21 +242,11 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 	}
 	defer w.eager.attempts.Done()
 	r.Now, r.Generation, r.LastInTx = now, 1, true
-	replayCtx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
 
 	out := &handoff.FirstTasks{Done: make([]func(bool), 1), Errs: make([]error, 1), Last: &pgx.Batch{}}
-	var (
-		result taskResult
-		after  func()
-	)
-	by := &advanceBy{attempt: 1, commit: true, inStart: true, replayCtx: replayCtx,
-		deferLast: func(writes *pgx.Batch, then func()) {
-			out.Last.QueuedQueries = append(out.Last.QueuedQueries, writes.QueuedQueries...)
-			after = then
-		}}
+	var result taskResult
 	tx := lazytx.NoSend(errAheadSends)
-	err := w.advance(ctx, tx, t.def, newRun(r), now, nil, by, &result)
+	_, after, err := t.advanceDeferred(ctx, tx, newRun(r), now, budget, out.Last, &result)
 	declined := tx.Tried() || errors.Is(err, errRunsAlone)
 	if err == nil && (declined || after == nil) {
 		err, declined = errAheadSends, true // cannot happen: it would have failed, or its writes been sent
@@ -295,6 +275,32 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 	}
 	out.Sent = after
 	return out, nil
+}
+
+// budget is the time a first task's workflow code gets in all (the deadlock
+// check's timeout), and whether ctx leaves at least twice that.
+func (t *firstTaskTaker) budget(ctx context.Context) (time.Duration, bool) {
+	budget := cmp.Or(t.w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
+	deadline, ok := ctx.Deadline()
+	return budget, !ok || time.Until(deadline) >= 2*budget
+}
+
+// advanceDeferred runs run's first task within budget, as the task of a
+// start that commits right after it, its last writes appended to last (for
+// the caller to send with its COMMIT); after is what to do once they ran
+// (nil when the task did not get that far).
+func (t *firstTaskTaker) advanceDeferred(ctx context.Context, tx pgx.Tx, run *runRow, now time.Time, budget time.Duration,
+	last *pgx.Batch, result *taskResult,
+) (by *advanceBy, after func(), err error) {
+	replayCtx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	by = &advanceBy{attempt: 1, commit: true, inStart: true, replayCtx: replayCtx,
+		deferLast: func(writes *pgx.Batch, then func()) {
+			last.QueuedQueries = append(last.QueuedQueries, writes.QueuedQueries...)
+			after = then
+		}}
+	err = t.w.advance(ctx, tx, t.def, run, now, nil, by, result)
+	return by, after, err
 }
 
 // ObserveNow implements handoff.AheadTaker.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirhq/weir/fencing"
 
+	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/lazytx"
 )
 
@@ -421,9 +422,9 @@ func (c *stepCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*step
 		m.lockErr = pgx.ErrNoRows // until its row is read
 	}
 	// The group's whole transaction plans as its last writes do
-	// (genericPlansSQL), this statement over an array included.
+	// (dbschema.GenericPlansSQL), this statement over an array included.
 	batch := &pgx.Batch{}
-	batch.Queue(genericPlansSQL)
+	batch.Queue(dbschema.GenericPlansSQL)
 	batch.Queue(c.w.lockRunsSQL(), ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (

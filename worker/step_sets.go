@@ -259,26 +259,10 @@ func (w *Worker) mergeLastWrites(batch *pgx.Batch) {
 	}
 }
 
-// genericPlansSQL makes the rest of a transaction use generic plans for
-// its prepared statements. Postgres plans a prepared statement over arrays
-// again on every call while its custom plan, which sees the arrays, looks
-// cheaper than the generic one, and it always does: the merged statements
-// cost 0.2-0.6 ms of planning per call (pg_stat_statements, a burst), more
-// than some of them take to run. Their generic plans take every table by key
-// (TestMergedGroupWrites plans them generic), and are made once per
-// connection. A generic plan made while a table is young (a new install's
-// first burst, before autovacuum's first ANALYZE) costs a sequential scan
-// as cheap as an index's and keeps it for the connection's life, so
-// sequential scans are off too: a 3,000-workflow burst on a new database
-// scanned weir_run 1,065 times (1.4M rows) and weir_activity 249 times
-// without it, 14 times (2 rows) and never with it (TestGroupPlansMadeYoung).
-// A group sends it ahead of its locking read and of its last writes when
-// they hold a merged statement; it ends with the transaction.
-const genericPlansSQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"
-
-// preferGenericPlans puts genericPlansSQL at the head of batch.
+// preferGenericPlans puts dbschema.GenericPlansSQL at the head of batch: a
+// group sends it ahead of its last writes when they hold a merged statement.
 func preferGenericPlans(batch *pgx.Batch) {
-	batch.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: genericPlansSQL}}, batch.QueuedQueries...)
+	batch.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: dbschema.GenericPlansSQL}}, batch.QueuedQueries...)
 }
 
 // casChecked reads a merged CAS's check: a division by zero means one of

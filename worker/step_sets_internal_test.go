@@ -114,7 +114,7 @@ func TestMergedGroupWrites(t *testing.T) {
 	require.NoError(t, err)
 	found, next, scheduled := []int64{4, 4, 4, 4, 4}, []int64{6, 6, 6, 6, 6}, []int64{3, 3, 3, 3, 3}
 
-	// Custom plans, and the generic ones a group asks for (genericPlansSQL):
+	// Custom plans, and the generic ones a group asks for (dbschema.GenericPlansSQL):
 	// each statement prepared, then explained executing with literals.
 	uuids := "'{" + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(runs)), ","), "[]") + "}'"
 	for _, generic := range []bool{false, true} {
@@ -127,7 +127,7 @@ func TestMergedGroupWrites(t *testing.T) {
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(ctx) }()
 			if generic {
-				_, err := tx.Exec(ctx, genericPlansSQL)
+				_, err := tx.Exec(ctx, dbschema.GenericPlansSQL)
 				require.NoError(t, err)
 			}
 			_, err = tx.Exec(ctx, "PREPARE plan_test AS "+query)
@@ -198,10 +198,10 @@ func TestMergedGroupWrites(t *testing.T) {
 }
 
 // TestGroupPlansMadeYoung: a group's statements planned on a new install's
-// empty tables (generic plans, made once per connection: genericPlansSQL)
+// empty tables (generic plans, made once per connection: dbschema.GenericPlansSQL)
 // still take their rows by key once the tables filled, since the plans
 // made then stay cached on the connection until an ANALYZE. Without
-// sequential scans off in genericPlansSQL, the plans made on the empty
+// sequential scans off in dbschema.GenericPlansSQL, the plans made on the empty
 // tables scan them, and go on scanning them full.
 func TestGroupPlansMadeYoung(t *testing.T) {
 	t.Parallel()
@@ -228,7 +228,7 @@ func TestGroupPlansMadeYoung(t *testing.T) {
 		tx, err := conn.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = tx.Exec(ctx, genericPlansSQL)
+		_, err = tx.Exec(ctx, dbschema.GenericPlansSQL)
 		require.NoError(t, err)
 		for i, s := range statements {
 			rows, err := tx.Query(ctx, fmt.Sprintf("EXPLAIN EXECUTE young_%d(%s)", i, s.literals))

@@ -1,6 +1,8 @@
 // Package dbschema names weir's and River's tables in a configured Postgres
 // schema. It is the one place that builds qualified identifiers, so every
 // query honours the schema option the same way River's Config.Schema does.
+// It also holds the plan settings that weir's batched transactions share
+// (GenericPlansSQL).
 package dbschema
 
 import (
