@@ -416,15 +416,23 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 // group have no deadlines and insert no task job. Each row names its start
 // by position (1, 2, …), then as startRunSQL's: 0 for the inserted run
 // (with its creation time), 1–3 for what was found.
+//
+// Each start looks its runs up by key on its own (LATERAL, LIMIT 1: W2 and
+// W1 allow one run per request ID and one live run per workflow ID), so
+// that no plan joins the group against every run or every live run: a
+// generic plan made while few runs were live hash-joined each group against
+// all of weir_run_live_idx, reading every live run of a burst for each group.
 func startRunManySQL(names *dbschema.Names) string {
 	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]," +
 		"  $8::bytea[], $9::text[], $10::boolean[], $11::boolean[]) WITH ORDINALITY" +
 		"  AS v(run_id, namespace, workflow_id, kind, queue, args, request_id, request_hash, trace_context, reject_any, reject_completed, k))," +
 		" found AS (" +
-		"  SELECT v.k, 1 AS which, r.run_id, r.generation, r.request_hash, r.state FROM v JOIN " + names.Run + " r" +
-		"   ON r.namespace = v.namespace AND r.workflow_id = v.workflow_id AND r.request_id = v.request_id" +
-		"  UNION ALL SELECT v.k, 2, r.run_id, r.generation, NULL, r.state FROM v JOIN " + names.Run + " r" +
-		"   ON r.namespace = v.namespace AND r.workflow_id = v.workflow_id AND r.state = 'running'" +
+		"  SELECT v.k, 1 AS which, l.run_id, l.generation, l.request_hash, l.state FROM v CROSS JOIN LATERAL" +
+		"   (SELECT run_id, generation, request_hash, state FROM " + names.Run + " r WHERE r.namespace = v.namespace" +
+		"    AND r.workflow_id = v.workflow_id AND r.request_id = v.request_id LIMIT 1) l" +
+		"  UNION ALL SELECT v.k, 2, l.run_id, l.generation, NULL, l.state FROM v CROSS JOIN LATERAL" +
+		"   (SELECT run_id, generation, state FROM " + names.Run + " r WHERE r.namespace = v.namespace AND r.workflow_id = v.workflow_id" +
+		"    AND r.state = 'running' LIMIT 1) l" +
 		"  UNION ALL SELECT v.k, 3, l.run_id, l.generation, NULL, l.state FROM v CROSS JOIN LATERAL" +
 		"   (SELECT run_id, generation, state FROM " + names.Run + " r WHERE r.namespace = v.namespace AND r.workflow_id = v.workflow_id" +
 		"    ORDER BY generation DESC LIMIT 1) l)," +

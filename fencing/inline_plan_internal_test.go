@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"context"
 	"regexp"
 	"strconv"
 	"strings"
@@ -99,6 +100,71 @@ func TestBatchStatementsTakeJobsByKey(t *testing.T) {
 			cost, err := strconv.ParseFloat(m[1], 64)
 			require.NoError(t, err)
 			require.Less(t, cost, float64(jitAboveCost), "the plan's estimate would make Postgres JIT-compile it:\n%s", plan)
+		})
+	}
+}
+
+// TestBatchStatementsPlannedYoung: the claimed jobs' completion
+// (completeClaimedManySQL, which a weir worker's group of steps sends) and
+// the lease keeper's renewal, planned generically on a river_job whose
+// statistics were taken while few jobs ran, take their jobs by primary key.
+//
+// Their WHERE tested state = 'running', which river_job's fetching index
+// (state first) serves: with statistics saying almost no job runs, the
+// generic plan read every running job through that index and filtered them
+// by ID. In a burst of 3,000 workflows a group's completion of 16 jobs read
+// 1,916 index entries and 224 heap pages that way, and was the statement
+// Postgres spent the most time in.
+func TestBatchStatementsPlannedYoung(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.FreshSchema(ctx, t)
+	table := tableName(schema, "river_job")
+	insert := func(n int, state string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, state, attempt, attempted_at, attempted_by, finalized_at)
+        SELECT '{}', 'plan', 25, $2::text::`+tableName(schema, "river_job_state")+`, 1, now(), '{plan}', CASE WHEN $2::text = 'running' THEN NULL ELSE now() END
+        FROM generate_series(1, $1)`, n, state)
+		require.NoError(t, err)
+	}
+	// Analyzed when the table held finished jobs only, as after a quiet
+	// spell; then a burst's jobs run.
+	insert(1_000, "completed")
+	_, err := pool.Exec(ctx, "ANALYZE "+table)
+	require.NoError(t, err)
+	insert(20_000, "running")
+
+	for _, tc := range []struct {
+		name, sql, args string
+	}{
+		{"CompleteClaimedMany", completeClaimedManySQL(schema), "'{1,2,3}', '{a,b,c}', '{1,1,1}', '{2026-01-01,2026-01-01,2026-01-01}', '{NULL,NULL,NULL}', 3"},
+		{"Renew", renewSQL(schema), "'{1,2,3}', '{a,b,c}', '{NULL,NULL,NULL}', '30 seconds'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := pool.Acquire(ctx)
+			require.NoError(t, err)
+			defer conn.Release()
+			tx, err := conn.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "PREPARE young_plan AS "+tc.sql)
+			require.NoError(t, err)
+			defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE young_plan") }()
+			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE young_plan("+tc.args+")")
+			require.NoError(t, err)
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			plan := strings.Join(lines, "\n")
+			require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
+			scans := dbtest.PlanScans(plan)
+			require.NotEmpty(t, scans, "the plan reads no job:\n%s", plan)
+			for _, scan := range scans {
+				require.Equal(t, "river_job_pkey", scan.Index, "%s does not take jobs by key:\n%s", scan.Line, plan)
+				require.NotEmpty(t, scan.Cond, "%s reads all of its index:\n%s", scan.Line, plan)
+			}
 		})
 	}
 }

@@ -518,9 +518,12 @@ renewed AS (
         FROM ` + table + ` j2
         JOIN input x ON x.id = j2.id
         -- Implied by the join; it keeps a plan for many leases from
-        -- hash-joining them against a scan of all of river_job.
+        -- hash-joining them against a scan of all of river_job. The state
+        -- test is one no index serves (IS TRUE), so that no plan reads all
+        -- running jobs through the fetching index instead (statistics taken
+        -- while few jobs ran make that look cheap).
         WHERE j2.id = ANY($1::bigint[])
-            AND j2.state = 'running'
+            AND (j2.state = 'running') IS TRUE
             AND j2.lease_token = x.token::uuid
             AND j2.lease_expires_at IS NOT NULL
             AND (x.renew_until IS NULL OR now() < x.renew_until)

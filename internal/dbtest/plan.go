@@ -1,0 +1,62 @@
+package dbtest
+
+import (
+	"regexp"
+	"strings"
+)
+
+// PlanScan is a node of a query plan that reads a table or an index.
+type PlanScan struct {
+	// Line is the node's line of the plan, trimmed.
+	Line string
+	// Index is the index the node reads; empty for a sequential scan.
+	Index string
+	// Table is the table the node reads (as the plan names it, without its
+	// alias); empty for a bitmap index scan, whose line names its index only.
+	Table string
+	// Cond is the node's index condition; empty when it has none, and then
+	// it reads every entry of its index (every row a partial index covers).
+	Cond string
+}
+
+var (
+	seqScanNode   = regexp.MustCompile(`\bSeq Scan on (\S+)`)
+	indexScanNode = regexp.MustCompile(`\b(?:Index Scan|Index Scan Backward|Index Only Scan) using (\S+) on (\S+)`)
+	bitmapNode    = regexp.MustCompile(`\bBitmap Index Scan on (\S+)`)
+)
+
+// PlanScans lists the nodes of plan (EXPLAIN's text output, its rows joined
+// by newlines) that read a table or an index, in the plan's order.
+func PlanScans(plan string) []PlanScan {
+	lines := strings.Split(plan, "\n")
+	var out []PlanScan
+	for i, line := range lines {
+		var s PlanScan
+		if m := indexScanNode.FindStringSubmatch(line); m != nil {
+			s.Index, s.Table = m[1], m[2]
+		} else if m := bitmapNode.FindStringSubmatch(line); m != nil {
+			s.Index = m[1]
+		} else if m := seqScanNode.FindStringSubmatch(line); m != nil {
+			s.Table = m[1]
+		} else {
+			continue
+		}
+		s.Line = strings.TrimSpace(line)
+		// The node's own details follow it, indented deeper, before its
+		// first child node ("->") or the next node of its parent.
+		depth := leadingSpaces(line)
+		for _, detail := range lines[i+1:] {
+			text := strings.TrimSpace(detail)
+			if strings.HasPrefix(text, "->") || leadingSpaces(detail) <= depth {
+				break
+			}
+			if cond, ok := strings.CutPrefix(text, "Index Cond: "); ok {
+				s.Cond = cond
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func leadingSpaces(line string) int { return len(line) - len(strings.TrimLeft(line, " \t")) }

@@ -1,0 +1,36 @@
+package dbtest_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbtest"
+)
+
+func TestPlanScans(t *testing.T) {
+	t.Parallel()
+	plan := `Append  (cost=0.15..139.18 rows=12 width=100)
+  ->  Hash Join  (cost=4.50..10.92 rows=1 width=100)
+        Hash Cond: ((r_1.namespace = v_2.namespace) AND (r_1.workflow_id = v_2.workflow_id))
+        ->  Bitmap Heap Scan on weir_run r_1  (cost=4.15..10.55 rows=2 width=120)
+              Recheck Cond: (state = 'running'::text)
+              ->  Bitmap Index Scan on weir_run_live_idx  (cost=0.00..4.15 rows=2 width=0)
+        ->  Hash  (cost=0.20..0.20 rows=10 width=72)
+              ->  CTE Scan on v v_2  (cost=0.00..0.20 rows=10 width=72)
+  ->  Nested Loop  (cost=0.15..82.07 rows=10 width=100)
+        ->  Seq Scan on weir_workflow w  (cost=0.00..0.20 rows=10 width=72)
+        ->  Limit  (cost=0.15..8.17 rows=1 width=56)
+              ->  Index Scan Backward using weir_run_generation_idx on weir_run r_2  (cost=0.15..8.17 rows=1 width=56)
+                    Index Cond: ((namespace = v_3.namespace) AND (workflow_id = v_3.workflow_id))
+                    Filter: (x > 1)`
+	require.Equal(t, []dbtest.PlanScan{
+		{Line: "->  Bitmap Index Scan on weir_run_live_idx  (cost=0.00..4.15 rows=2 width=0)", Index: "weir_run_live_idx"},
+		{Line: "->  Seq Scan on weir_workflow w  (cost=0.00..0.20 rows=10 width=72)", Table: "weir_workflow"},
+		{
+			Line:  "->  Index Scan Backward using weir_run_generation_idx on weir_run r_2  (cost=0.15..8.17 rows=1 width=56)",
+			Index: "weir_run_generation_idx", Table: "weir_run",
+			Cond: "((namespace = v_3.namespace) AND (workflow_id = v_3.workflow_id))",
+		},
+	}, dbtest.PlanScans(plan))
+}
