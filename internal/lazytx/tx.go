@@ -169,7 +169,7 @@ func Committed(tx pgx.Tx) bool {
 func (t *Tx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	first := &pgx.Batch{}
 	first.BeginTx(pgx.TxOptions{})
-	first.QueuedQueries = append(first.QueuedQueries, b.QueuedQueries...)
+	first.QueuedQueries = append(first.QueuedQueries, pgBatch(b).QueuedQueries...)
 	conn, err := t.pool.Acquire(ctx)
 	if err != nil {
 		t.closed = true
@@ -250,7 +250,7 @@ func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 		if err != nil {
 			return pgconn.CommandTag{}, err
 		}
-		return t.inner.Exec(ctx, sql, args...)
+		return t.inner.Exec(ctx, sql, pgArgs(args)...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -268,7 +268,7 @@ func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 		if err != nil {
 			return nil, err
 		}
-		return t.inner.Query(ctx, sql, args...)
+		return t.inner.Query(ctx, sql, pgArgs(args)...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -290,7 +290,7 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		if err != nil {
 			return failed{err: err}
 		}
-		return t.inner.QueryRow(ctx, sql, args...)
+		return t.inner.QueryRow(ctx, sql, pgArgs(args)...)
 	}
 	rows, err := t.Query(ctx, sql, args...)
 	if err != nil {
@@ -315,9 +315,9 @@ func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		case err != nil:
 			return failed{err: err}
 		case t.commit == commitQueued && b == t.commitBatch:
-			return &commitResults{BatchResults: t.inner.SendBatch(ctx, b), tx: t}
+			return &commitResults{BatchResults: t.inner.SendBatch(ctx, pgBatch(b)), tx: t}
 		}
-		return t.inner.SendBatch(ctx, b)
+		return t.inner.SendBatch(ctx, pgBatch(b))
 	}
 	br := t.send(ctx, b)
 	if t.commit == commitQueued && b == t.commitBatch && t.inner != nil {
