@@ -70,8 +70,8 @@ func TestSummarize(t *testing.T) {
 
 	lines := strings.Join([]string{
 		`bench: a log line that is not JSON`,
-		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":1,"runs":3,"unit":"wf/s","per_sec":100,"p50_ms":10,"p99_ms":30,"wal_bytes_per_unit":5000}`,
-		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":2,"runs":3,"unit":"wf/s","per_sec":300,"p50_ms":20,"p99_ms":40,"wal_bytes_per_unit":7000}`,
+		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":1,"runs":3,"unit":"wf/s","per_sec":100,"p50_ms":10,"p99_ms":30,"bench_cpu_us_per_unit":400,"postgres_cpu_us_per_unit":1600,"wal_bytes_per_unit":5000}`,
+		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":2,"runs":3,"unit":"wf/s","per_sec":300,"p50_ms":20,"p99_ms":40,"bench_cpu_us_per_unit":600,"postgres_cpu_us_per_unit":1800,"wal_bytes_per_unit":7000}`,
 		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":3,"runs":3,"error":"boom"}`,
 		``,
 		`{"workload":"jobs","contender":"fenced","config":"tuned","n":20000,"run":1,"runs":1,"unit":"jobs/s","per_sec":12345.6,"ratio_to_raw":0.9,"wal_bytes_per_unit":2000,"env":{"cpus":2,"go":"go1.26","pg":{"version":"PostgreSQL 15","fsync":"on"},"private_server":true,"weir_commit":"abc"}}`,
@@ -83,8 +83,8 @@ func TestSummarize(t *testing.T) {
 	require.Len(t, results, 6)
 
 	got := summarize(results)
-	require.Contains(t, got, "| weir | defaults | 1000 | 2 (+1 failed) | **200.0** [100.0–300.0] | **15.0** [10.0–20.0] | **35.0** [30.0–40.0] | 6,000 |")
-	require.Contains(t, got, "| fenced | tuned | 20000 | 1 | 12,346 | 0.900 | 2,000 |")
+	require.Contains(t, got, "| weir | defaults | 1000 | 2 (+1 failed) | **200.0** [100.0–300.0] | **15.0** [10.0–20.0] | **35.0** [30.0–40.0] | 2,200 (500 + 1,700) | 6,000 |")
+	require.Contains(t, got, "| fenced | tuned | 20000 | 1 | 12,346 | 0.900 | – | 2,000 |", "no CPU figure where none was measured")
 	require.Contains(t, got, "| dbos-direct | direct | 200 | 1 | 32.840 | 32.090 | 8.090 | 3,406 | 3 |")
 	require.Contains(t, got, "| weir | eager | 200 | 1 | 1.310 | 4.850 | 0.770 | 18,954 | 0 |", "no connection opened in the window is a figure")
 	require.Less(t, strings.Index(got, "### Jobs"), strings.Index(got, "### Workflows, burst"), "tables come in workload order")

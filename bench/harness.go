@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/weirhq/weir/internal/cputime"
 )
 
 // harness runs measurements on one server and prints their results.
@@ -92,11 +96,14 @@ type window struct {
 	lsn    int64
 	counts counts
 	detail map[string]int64
+
+	benchCPU, postgresCPU time.Duration
 }
 
-// beginWindow records the WAL position and the proxy's counts.
+// beginWindow records the WAL position, the proxy's counts and the CPU time
+// used so far.
 func (db *benchDB) beginWindow(ctx context.Context) (*window, error) {
-	w := &window{db: db}
+	w := &window{db: db, benchCPU: cputime.Process(), postgresCPU: cputime.Postgres()}
 	var err error
 	if w.lsn, err = walLSN(ctx, db.admin); err != nil {
 		return nil, fmt.Errorf("reading WAL position: %w", err)
@@ -108,8 +115,8 @@ func (db *benchDB) beginWindow(ctx context.Context) (*window, error) {
 	return w, nil
 }
 
-// end fills res's per-unit WAL bytes and, with a proxy, round trips,
-// statements and transactions, over n units.
+// end fills res's per-unit WAL bytes and CPU time and, with a proxy, round
+// trips, statements and transactions, over n units.
 func (w *window) end(ctx context.Context, res *Result, n int) error {
 	var c counts
 	if w.db.proxy != nil {
@@ -120,6 +127,9 @@ func (w *window) end(ctx context.Context, res *Result, n int) error {
 		return fmt.Errorf("reading WAL position: %w", err)
 	}
 	res.WALBytesPerUnit = float64(lsn-w.lsn) / float64(n)
+	perUnit := func(d time.Duration) float64 { return math.Round(float64(d.Microseconds())/float64(n)*10) / 10 }
+	res.BenchCPUUsPerUnit = perUnit(cputime.Process() - w.benchCPU)
+	res.PostgresCPUUsPerUnit = perUnit(cputime.Postgres() - w.postgresCPU)
 	if w.db.proxy != nil {
 		res.RoundTripsPerUnit = float64(c.RoundTrips) / float64(n)
 		res.StatementsPerUnit = float64(c.Statements) / float64(n)

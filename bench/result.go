@@ -86,6 +86,14 @@ type Result struct {
 	// measured window divided by N.
 	WALBytesPerUnit float64 `json:"wal_bytes_per_unit,omitempty"`
 
+	// BenchCPUUsPerUnit and PostgresCPUUsPerUnit are the CPU time the bench
+	// process (the contender runs in it) and every postgres process on this
+	// machine used over the measured window, in microseconds per unit:
+	// steadier than throughput on a machine whose speed drifts between runs
+	// (a private or local server only; zero when /proc cannot tell).
+	BenchCPUUsPerUnit    float64 `json:"bench_cpu_us_per_unit,omitempty"`
+	PostgresCPUUsPerUnit float64 `json:"postgres_cpu_us_per_unit,omitempty"`
+
 	// ElapsedSec is the measured window in seconds.
 	ElapsedSec float64 `json:"elapsed_sec,omitempty"`
 

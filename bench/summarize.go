@@ -70,23 +70,25 @@ func summarize(results []*Result) string {
 	}{
 		{
 			WorkloadJobs, "Jobs: burn-down of N no-op jobs (inserted before start)",
-			[]string{"jobs/s", "fenced/raw", "WAL B/job"},
+			[]string{"jobs/s", "fenced/raw", "CPU µs/job (bench + PG)", "WAL B/job"},
 			func(g *group) []string {
 				return []string{
 					stat(g.ok, func(r *Result) float64 { return r.PerSec }, 0),
 					stat(g.ok, func(r *Result) float64 { return r.RatioToRaw }, 3),
+					cpuPerUnit(g.ok),
 					median(g.ok, func(r *Result) float64 { return r.WALBytesPerUnit }, 0),
 				}
 			},
 		},
 		{
 			WorkloadWorkflowsBurst, "Workflows, burst: N × 3-step workflows started at once",
-			[]string{"wf/s", "p50 ms", "p99 ms", "WAL B/wf"},
+			[]string{"wf/s", "p50 ms", "p99 ms", "CPU µs/wf (bench + PG)", "WAL B/wf"},
 			func(g *group) []string {
 				return []string{
 					stat(g.ok, func(r *Result) float64 { return r.PerSec }, 1),
 					stat(g.ok, func(r *Result) float64 { return r.P50Ms }, 1),
 					stat(g.ok, func(r *Result) float64 { return r.P99Ms }, 1),
+					cpuPerUnit(g.ok),
 					median(g.ok, func(r *Result) float64 { return r.WALBytesPerUnit }, 0),
 				}
 			},
@@ -268,4 +270,17 @@ func settingsLine(pg map[string]string) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// cpuPerUnit is the median CPU time per unit, bench process and Postgres
+// together, with the two parts: "1,234 (456 + 778)"; "–" where no run
+// measured it.
+func cpuPerUnit(rs []*Result) string {
+	bench := nonZero(rs, func(r *Result) float64 { return r.BenchCPUUsPerUnit })
+	postgres := nonZero(rs, func(r *Result) float64 { return r.PostgresCPUUsPerUnit })
+	if len(bench) == 0 || len(postgres) == 0 {
+		return "–"
+	}
+	total := nonZero(rs, func(r *Result) float64 { return r.BenchCPUUsPerUnit + r.PostgresCPUUsPerUnit })
+	return fmt.Sprintf("%s (%s + %s)", formatNumber(medianOf(total), 0), formatNumber(medianOf(bench), 0), formatNumber(medianOf(postgres), 0))
 }

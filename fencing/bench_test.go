@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/cputime"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/migrations"
 )
@@ -184,9 +185,9 @@ func (c cpuClock) what() string {
 
 // read returns the CPU time used so far, or zero when /proc cannot tell.
 func (c cpuClock) read() cpuTime {
-	t := cpuTime{self: dbtest.ProcessCPU()}
+	t := cpuTime{self: cputime.Process()}
 	if c.postgres {
-		t.postgres = dbtest.PostgresCPU()
+		t.postgres = cputime.Postgres()
 	}
 	return t
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/internal/cputime"
 	"github.com/weirhq/weir/internal/dbtest"
 )
 
@@ -206,7 +207,7 @@ func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int, 
 			return claim(tx, rs)
 		})
 	}
-	self0, pg0 := dbtest.ProcessCPU(), dbtest.PostgresCPU()
+	self0, pg0 := cputime.Process(), cputime.Postgres()
 	start := time.Now()
 	var (
 		mu       sync.Mutex
@@ -235,7 +236,7 @@ func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int, 
 		wg.Wait()
 	}
 	el := time.Since(start)
-	self1, pg1 := dbtest.ProcessCPU(), dbtest.PostgresCPU()
+	self1, pg1 := cputime.Process(), cputime.Postgres()
 	require.NoError(b, firstErr)
 	total := float64(nRuns * steps)
 	b.ReportMetric(total/el.Seconds(), "steps/s")

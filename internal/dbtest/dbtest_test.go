@@ -2,9 +2,7 @@ package dbtest_test
 
 import (
 	"context"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -120,19 +118,4 @@ func countJobs(ctx context.Context, t *testing.T, schema string) int {
 	var n int
 	require.NoError(t, dbtest.Pool(ctx, t).QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()).Scan(&n))
 	return n
-}
-
-// TestProcessCPU: the process's CPU time grows while it computes.
-func TestProcessCPU(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("no /proc")
-	}
-	before := dbtest.ProcessCPU()
-	deadline := time.Now().Add(200 * time.Millisecond)
-	x := 0
-	for time.Now().Before(deadline) {
-		x++
-	}
-	require.Positive(t, x)
-	require.Greater(t, dbtest.ProcessCPU()-before, time.Duration(0))
 }

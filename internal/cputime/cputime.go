@@ -1,4 +1,7 @@
-package dbtest
+// Package cputime reads the CPU time processes have used from /proc, for
+// benchmarks that report CPU per unit of work beside throughput (steadier
+// than throughput on a machine whose speed drifts between runs).
+package cputime
 
 import (
 	"os"
@@ -8,17 +11,17 @@ import (
 	"time"
 )
 
-// ProcessCPU returns the CPU time this process has used so far, read from
+// Process returns the CPU time this process has used so far, read from
 // /proc (Linux); 0 where /proc cannot tell.
-func ProcessCPU() time.Duration {
+func Process() time.Duration {
 	return ticks(procTicks("/proc/self/stat", false))
 }
 
-// PostgresCPU returns the CPU time every postgres process on this machine
+// Postgres returns the CPU time every postgres process on this machine
 // has used so far, with the children they reaped (so that backends which
 // exited still count), read from /proc (Linux); 0 where /proc cannot tell.
-// It measures the test server only when that server runs on this machine.
-func PostgresCPU() time.Duration {
+// It measures a server only when that server runs on this machine.
+func Postgres() time.Duration {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var n int64
 	for _, stat := range stats {
