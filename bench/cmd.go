@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"syscall"
@@ -53,26 +54,36 @@ it measures on that server; otherwise it starts a private durable Postgres in
 a temporary directory and stops it at the end.`,
 		SilenceUsage: true,
 	}
-	var cpuProfile string
-	var stopProfile func()
+	var cpuProfile, traceFile string
+	var stops []func()
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (contenders included) to this file")
+	root.PersistentFlags().StringVar(&traceFile, "trace", "", "write a Go execution trace of the bench process to this file (go tool trace; -pprof=sched shows the waits to be scheduled)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		if cpuProfile == "" {
-			return nil
+		if cpuProfile != "" {
+			f, err := os.Create(cpuProfile)
+			if err != nil {
+				return err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return errors.Join(err, f.Close())
+			}
+			stops = append(stops, func() { pprof.StopCPUProfile(); _ = f.Close() })
 		}
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return err
+		if traceFile != "" {
+			f, err := os.Create(traceFile)
+			if err != nil {
+				return err
+			}
+			if err := trace.Start(f); err != nil {
+				return errors.Join(err, f.Close())
+			}
+			stops = append(stops, func() { trace.Stop(); _ = f.Close() })
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return errors.Join(err, f.Close())
-		}
-		stopProfile = func() { pprof.StopCPUProfile(); _ = f.Close() }
 		return nil
 	}
 	root.PersistentPostRun = func(*cobra.Command, []string) {
-		if stopProfile != nil {
-			stopProfile()
+		for _, stop := range stops {
+			stop()
 		}
 	}
 	root.AddCommand(newJobsCmd(), newWorkflowsCmd(), newCostsCmd(), newSplitCmd(), newAllCmd(), newSummarizeCmd())
