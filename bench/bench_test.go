@@ -318,7 +318,7 @@ func TestRunWorkflowsWarmsUp(t *testing.T) {
 	ctx := t.Context()
 	base, err := url.Parse(dbtest.URL(ctx, t))
 	require.NoError(t, err)
-	h := &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base}}
+	h := &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base, logf: t.Logf}}
 	for _, contender := range []string{ContenderWeir, ContenderRiverChain} {
 		for _, mode := range []string{ModeBurst, ModeRate} {
 			res, err := h.runWorkflows(ctx, workflowsParams{contender: contender, mode: mode, n: 5, rate: 50})

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,9 @@ type server struct {
 	base    *url.URL // a URL on the server; createDatabase swaps its path
 	cluster *pgcluster.Cluster
 	dir     string
+
+	logf         func(string, ...any)
+	noCheckpoint atomic.Bool // the role may not run CHECKPOINT (settle)
 }
 
 // startServer connects to DATABASE_URL's server when set, else starts a
@@ -44,7 +48,7 @@ func startServer(ctx context.Context, logf func(string, ...any)) (*server, error
 		if err != nil || !strings.HasPrefix(u.Scheme, "postgres") {
 			return nil, errors.New("DATABASE_URL must be a postgres:// URL")
 		}
-		return &server{base: u}, nil
+		return &server{base: u, logf: logf}, nil
 	}
 
 	dir, err := os.MkdirTemp("", "weir-bench-postgres-")
@@ -72,7 +76,7 @@ func startServer(ctx context.Context, logf func(string, ...any)) (*server, error
 	}
 	logf("private Postgres (durable) ready in %s", time.Since(start).Round(time.Millisecond))
 	u, _ := url.Parse(cluster.URL("postgres"))
-	return &server{base: u, cluster: cluster, dir: dir}, nil
+	return &server{base: u, cluster: cluster, dir: dir, logf: logf}, nil
 }
 
 // stop stops the private server and removes its files.
