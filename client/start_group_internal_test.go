@@ -77,25 +77,11 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 		" '{default,default,default}', '{wf-5,wf-20,wf-new}', '{k,k,k}', '{default,default,default}', '{x,y,z}'," +
 		" '{r5,r99,r100}', '{h,h,h}', '{\"{}\",\"{}\",\"{}\"}', '{f,f,f}', '{f,t,f}'"
 	for _, generic := range []bool{false, true} {
-		conn, err := pool.Acquire(ctx)
-		require.NoError(t, err)
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
+		settings := ""
 		if generic {
-			_, err := tx.Exec(ctx, dbschema.GenericPlansSQL)
-			require.NoError(t, err)
+			settings = dbschema.GenericPlansSQL
 		}
-		_, err = tx.Exec(ctx, "PREPARE plan_test AS "+startRunManySQL(names))
-		require.NoError(t, err)
-		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE plan_test("+literals+")")
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		plan := strings.Join(lines, "\n")
-		require.NoError(t, tx.Rollback(ctx))
-		_, _ = conn.Exec(ctx, "DEALLOCATE plan_test") // a rollback does not undo PREPARE
-		conn.Release()
-
+		plan := dbtest.ExplainPrepared(ctx, t, pool, settings, startRunManySQL(names), literals)
 		requireByKey(t, plan, fmt.Sprintf("generic %v", generic))
 		if generic {
 			require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)

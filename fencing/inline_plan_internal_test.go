@@ -1,7 +1,6 @@
 package fencing
 
 import (
-	"context"
 	"regexp"
 	"strconv"
 	"strings"
@@ -142,22 +141,7 @@ func TestBatchStatementsPlannedYoung(t *testing.T) {
 		{"Renew", renewSQL(schema), "'{1,2,3}', '{a,b,c}', '{NULL,NULL,NULL}', '30 seconds'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, err := pool.Acquire(ctx)
-			require.NoError(t, err)
-			defer conn.Release()
-			tx, err := conn.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
-			require.NoError(t, err)
-			_, err = tx.Exec(ctx, "PREPARE young_plan AS "+tc.sql)
-			require.NoError(t, err)
-			defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE young_plan") }()
-			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE young_plan("+tc.args+")")
-			require.NoError(t, err)
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			plan := strings.Join(lines, "\n")
+			plan := dbtest.ExplainPrepared(ctx, t, pool, "SET LOCAL plan_cache_mode = force_generic_plan", tc.sql, tc.args)
 			require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
 			scans := dbtest.PlanScans(plan)
 			require.NotEmpty(t, scans, "the plan reads no job:\n%s", plan)

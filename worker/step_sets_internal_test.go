@@ -118,26 +118,13 @@ func TestMergedGroupWrites(t *testing.T) {
 	// each statement prepared, then explained executing with literals.
 	uuids := "'{" + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(runs)), ","), "[]") + "}'"
 	for _, generic := range []bool{false, true} {
+		settings := ""
+		if generic {
+			settings = dbschema.GenericPlansSQL
+		}
 		explain := func(query, literals string) string {
 			t.Helper()
-			conn, err := pool.Acquire(ctx)
-			require.NoError(t, err)
-			defer conn.Release()
-			tx, err := conn.Begin(ctx)
-			require.NoError(t, err)
-			defer func() { _ = tx.Rollback(ctx) }()
-			if generic {
-				_, err := tx.Exec(ctx, dbschema.GenericPlansSQL)
-				require.NoError(t, err)
-			}
-			_, err = tx.Exec(ctx, "PREPARE plan_test AS "+query)
-			require.NoError(t, err)
-			defer func() { _, _ = conn.Exec(ctx, "DEALLOCATE plan_test") }() // a rollback does not undo PREPARE
-			rows, err := tx.Query(ctx, "EXPLAIN EXECUTE plan_test("+literals+")")
-			require.NoError(t, err)
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			return strings.Join(lines, "\n")
+			return dbtest.ExplainPrepared(ctx, t, pool, settings, query, literals)
 		}
 		for _, plan := range []string{
 			explain((&Worker{names: names}).lockRunsSQL(), uuids),

@@ -1,8 +1,14 @@
 package dbtest
 
 import (
+	"context"
 	"regexp"
 	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 )
 
 // PlanScan is a node of a query plan that reads a table or an index.
@@ -60,3 +66,33 @@ func PlanScans(plan string) []PlanScan {
 }
 
 func leadingSpaces(line string) int { return len(line) - len(strings.TrimLeft(line, " \t")) }
+
+// ExplainPrepared prepares query on a connection of pool, in a transaction
+// that first runs settings (statements such as SET LOCAL plan_cache_mode;
+// none when empty), and returns EXPLAIN EXECUTE's plan for it with literals
+// as its arguments (SQL literals, comma-separated). The plan is generic or
+// custom as settings and Postgres choose: a generic plan shows the
+// parameters ($1), a custom one the literals. The transaction is rolled
+// back and the statement deallocated.
+func ExplainPrepared(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, settings, query, literals string) string {
+	tb.Helper()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(tb, err)
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	require.NoError(tb, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	if settings != "" {
+		_, err := tx.Exec(ctx, settings)
+		require.NoError(tb, err)
+	}
+	_, err = tx.Exec(ctx, "PREPARE explained AS "+query)
+	require.NoError(tb, err)
+	// A rollback does not undo PREPARE.
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE explained") }()
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE explained("+literals+")")
+	require.NoError(tb, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(tb, err)
+	return strings.Join(lines, "\n")
+}
