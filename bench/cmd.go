@@ -58,28 +58,24 @@ a temporary directory and stops it at the end.`,
 	var stops []func()
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (contenders included) to this file")
 	root.PersistentFlags().StringVar(&traceFile, "trace", "", "write a Go execution trace of the bench process to this file (go tool trace; -pprof=sched shows the waits to be scheduled)")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		if cpuProfile != "" {
-			f, err := os.Create(cpuProfile)
-			if err != nil {
-				return err
-			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return errors.Join(err, f.Close())
-			}
-			stops = append(stops, func() { pprof.StopCPUProfile(); _ = f.Close() })
+	// record starts writing to path (when set) with start, and has stop end
+	// it once the command ran.
+	record := func(path string, start func(io.Writer) error, stop func()) error {
+		if path == "" {
+			return nil
 		}
-		if traceFile != "" {
-			f, err := os.Create(traceFile)
-			if err != nil {
-				return err
-			}
-			if err := trace.Start(f); err != nil {
-				return errors.Join(err, f.Close())
-			}
-			stops = append(stops, func() { trace.Stop(); _ = f.Close() })
+		f, err := os.Create(path)
+		if err != nil {
+			return err
 		}
+		if err := start(f); err != nil {
+			return errors.Join(err, f.Close())
+		}
+		stops = append(stops, func() { stop(); _ = f.Close() })
 		return nil
+	}
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		return errors.Join(record(cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile), record(traceFile, trace.Start, trace.Stop))
 	}
 	root.PersistentPostRun = func(*cobra.Command, []string) {
 		for _, stop := range stops {
