@@ -3,11 +3,9 @@ package client
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbschema"
@@ -31,23 +29,10 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	// off in dbschema.GenericPlansSQL, it scans weir_run).
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
-	young := func() string {
-		t.Helper()
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = tx.Exec(ctx, dbschema.GenericPlansSQL)
-		require.NoError(t, err)
-		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE young_plan('{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}',"+
-			" '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}')")
-		require.NoError(t, err)
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		require.NoError(t, err)
-		return strings.Join(lines, "\n")
-	}
 	_, err = conn.Exec(ctx, "PREPARE young_plan AS "+startRunManySQL(names))
 	require.NoError(t, err)
-	plan := young()
+	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL, "young_plan",
+		"'{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}', '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}'")
 	requireByKey(t, plan, "planned on the empty tables")
 	require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
 	_, err = conn.Exec(ctx, "DEALLOCATE young_plan")

@@ -212,17 +212,8 @@ func TestGroupPlansMadeYoung(t *testing.T) {
 	// as a group's.
 	explain := func(when string) {
 		t.Helper()
-		tx, err := conn.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = tx.Exec(ctx, dbschema.GenericPlansSQL)
-		require.NoError(t, err)
 		for i, s := range statements {
-			rows, err := tx.Query(ctx, fmt.Sprintf("EXPLAIN EXECUTE young_%d(%s)", i, s.literals))
-			require.NoError(t, err)
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			require.NoError(t, err)
-			plan := strings.Join(lines, "\n")
+			plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL, fmt.Sprintf("young_%d", i), s.literals)
 			require.NotContains(t, plan, "Seq Scan on weir_run", "%s:\n%s", when, plan)
 			require.NotContains(t, plan, "Seq Scan on weir_activity", "%s:\n%s", when, plan)
 			require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)

@@ -67,18 +67,28 @@ func PlanScans(plan string) []PlanScan {
 
 func leadingSpaces(line string) int { return len(line) - len(strings.TrimLeft(line, " \t")) }
 
-// ExplainPrepared prepares query on a connection of pool, in a transaction
-// that first runs settings (statements such as SET LOCAL plan_cache_mode;
-// none when empty), and returns EXPLAIN EXECUTE's plan for it with literals
-// as its arguments (SQL literals, comma-separated). The plan is generic or
-// custom as settings and Postgres choose: a generic plan shows the
-// parameters ($1), a custom one the literals. The transaction is rolled
-// back and the statement deallocated.
+// ExplainPrepared prepares query on a connection of pool and returns its
+// plan as ExplainExecute does; the statement is deallocated after.
 func ExplainPrepared(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, settings, query, literals string) string {
 	tb.Helper()
 	conn, err := pool.Acquire(ctx)
 	require.NoError(tb, err)
 	defer conn.Release()
+	_, err = conn.Exec(ctx, "PREPARE explained AS "+query)
+	require.NoError(tb, err)
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE explained") }()
+	return ExplainExecute(ctx, tb, conn.Conn(), settings, "explained", literals)
+}
+
+// ExplainExecute returns EXPLAIN EXECUTE's plan for the statement prepared
+// on conn as name, with literals as its arguments (SQL literals,
+// comma-separated), in a transaction that first runs settings (statements
+// such as SET LOCAL plan_cache_mode; none when empty) and is then rolled
+// back. The plan is generic or custom as settings and Postgres choose (a
+// generic plan shows the parameters, $1, a custom one the literals); a
+// generic plan made before stays cached on conn, as a worker's would.
+func ExplainExecute(ctx context.Context, tb testing.TB, conn *pgx.Conn, settings, name, literals string) string {
+	tb.Helper()
 	tx, err := conn.Begin(ctx)
 	require.NoError(tb, err)
 	defer func() { _ = tx.Rollback(ctx) }()
@@ -86,11 +96,7 @@ func ExplainPrepared(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, set
 		_, err := tx.Exec(ctx, settings)
 		require.NoError(tb, err)
 	}
-	_, err = tx.Exec(ctx, "PREPARE explained AS "+query)
-	require.NoError(tb, err)
-	// A rollback does not undo PREPARE.
-	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "DEALLOCATE explained") }()
-	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE explained("+literals+")")
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+"("+literals+")")
 	require.NoError(tb, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(tb, err)
