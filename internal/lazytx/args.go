@@ -58,21 +58,29 @@ func convertedArgs(args []any) ([]any, bool) {
 }
 
 // pgBatch returns b's statements with their arguments as pgArgs makes them,
-// in a batch of their own: b and its statements are left as they are (a
-// caller may still read their arguments, as a step's merge of statements
-// does), and results go to their callbacks all the same.
+// in a batch of their own when any changed (b itself when none did): b and
+// its statements are left as they are (a caller may still read their
+// arguments, as a step's merge of statements does), and results go to their
+// callbacks all the same.
 func pgBatch(b *pgx.Batch) *pgx.Batch {
 	if b == nil {
 		return nil
 	}
-	out := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(b.QueuedQueries))}
+	var out *pgx.Batch
 	for i, qq := range b.QueuedQueries {
-		if args, changed := convertedArgs(qq.Arguments); changed {
-			c := *qq
-			c.Arguments = args
-			qq = &c
+		args, changed := convertedArgs(qq.Arguments)
+		if !changed {
+			continue
 		}
-		out.QueuedQueries[i] = qq
+		if out == nil {
+			out = &pgx.Batch{QueuedQueries: slices.Clone(b.QueuedQueries)}
+		}
+		c := *qq
+		c.Arguments = args
+		out.QueuedQueries[i] = &c
+	}
+	if out == nil {
+		return b
 	}
 	return out
 }

@@ -34,6 +34,10 @@ func TestPgArgs(t *testing.T) {
 	require.NotNil(t, out.QueuedQueries[0].Fn)
 	require.Equal(t, []any{id}, b.QueuedQueries[0].Arguments)
 	require.Same(t, b.QueuedQueries[1], out.QueuedQueries[1])
+
+	plainBatch := &pgx.Batch{}
+	plainBatch.Queue("SELECT $1", "x")
+	require.Same(t, plainBatch, pgBatch(plainBatch), "a batch without a UUID is sent as it is")
 }
 
 func BenchmarkUUIDArgument(b *testing.B) {
