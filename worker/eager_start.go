@@ -184,7 +184,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 			out.Errs[i] = w.failedInStart(ctx, r.ID, err)
 		}
 	}
-	w.mergeLastWrites(out.Last)
+	w.mergeLastWrites(out.Last, true) // a group of starts asked for generic plans with its lock
 	out.Sent = func() {
 		for _, after := range afters {
 			after()
@@ -263,7 +263,7 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 		w.ahead.failed.Add(1)
 		return nil, &handoff.FailedAheadError{Err: w.failedInStart(ctx, r.ID, err)}
 	}
-	w.mergeLastWrites(out.Last)
+	w.mergeLastWrites(out.Last, false)
 	settle := w.settleStart(&result)
 	out.Done[0] = func(committed bool) {
 		if committed {

@@ -273,6 +273,7 @@ func (c *stepCommitter) run(members []*stepMember) {
 			m.cont, m.last, m.afterLast, m.guarded = taskResult{step: m}, nil, nil, false
 			m.run, m.lockErr, m.locked = &runRow{ID: m.runID}, nil, true
 		}
+		plansSet := false // lockRuns asks for generic plans for the whole transaction
 		switch {
 		case len(members) == 1 && c.fromCache(members[0]):
 			// One round trip: its lock goes with its writes (queueGuard).
@@ -287,6 +288,7 @@ func (c *stepCommitter) run(members []*stepMember) {
 			if err := c.lockRuns(ctx, tx, members); err != nil {
 				return err
 			}
+			plansSet = true
 		}
 		last := &pgx.Batch{}
 		for _, m := range members {
@@ -321,7 +323,7 @@ func (c *stepCommitter) run(members []*stepMember) {
 		if last.Len() == 0 {
 			return nil
 		}
-		c.w.mergeLastWrites(last)
+		c.w.mergeLastWrites(last, plansSet)
 		lazytx.QueueCommit(tx, last)
 		return tx.SendBatch(ctx, last).Close()
 	})

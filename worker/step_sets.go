@@ -251,11 +251,15 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 // mergeLastWrites merges the last writes of a group (of outcomes, or of
 // first tasks in a group of starts): the kinds mergeGroupWrites merges, and
 // the claimed jobs' completions and claims fencing merges; when anything
-// merged, the batch asks for generic plans first.
-func (w *Worker) mergeLastWrites(batch *pgx.Batch) {
+// merged, the batch asks for generic plans first, unless plansSet says its
+// transaction asked already (dbschema.GenericPlansSQL lasts until the
+// transaction ends).
+func (w *Worker) mergeLastWrites(batch *pgx.Batch, plansSet bool) {
 	merged := w.mergeGroupWrites(batch)
 	if fencing.MergeQueuedCompletions(batch, w.config.Schema)+fencing.MergeQueuedClaims(batch, w.config.Schema) > 0 || merged {
-		preferGenericPlans(batch)
+		if !plansSet {
+			preferGenericPlans(batch)
+		}
 	}
 }
 

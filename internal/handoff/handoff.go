@@ -85,6 +85,8 @@ type GroupTaker interface {
 	// FirstTasks.Last (the tasks' last writes, merged) with its COMMIT, calls
 	// FirstTasks.Sent once that batch ran without error, and then each of
 	// FirstTasks.Done (nil for a task in Errs) with whether tx committed.
+	// tx has asked for generic plans already (dbschema.GenericPlansSQL, as
+	// a group of starts does with its lock), so FirstTasks.Last does not.
 	RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*Run) (*FirstTasks, error)
 }
 
