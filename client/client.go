@@ -289,10 +289,10 @@ type Run struct {
 // run the run's first workflow task inside that transaction (see
 // StartOpts.EagerStart).
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
-	if req := c.groupableStart(args, opts); req != nil {
+	if req, info := c.groupableStart(args, opts); req != nil {
 		run, err = c.starts.start(ctx, req)
 	} else {
-		run, err = c.startAlone(ctx, args, opts, nil)
+		run, err = c.startAlone(ctx, args, opts, info)
 	}
 	var (
 		started *WorkflowAlreadyStartedError
@@ -364,9 +364,10 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 
 // startTx is StartTx; with handed set, it may hand the run's first task to a
 // worker in this process (Start), and appends to handed what to tell the
-// worker once tx ended. With fallback set, the start tried to go in one
-// round trip (startAhead): it keeps the IDs drawn there, and the failure of
-// a first task that ran ahead.
+// worker once tx ended. With fallback set, the start could have gone in one
+// round trip (startAhead): it keeps the info drawn there (IDs included),
+// the encoding of what it writes when that was done, and the failure of a
+// first task that ran ahead.
 func (c *Client) startTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts, handed *[]func(committed bool), fallback *aheadFallback) (*Run, error) {
 	if opts == nil {
 		opts = &StartOpts{}
@@ -440,10 +441,7 @@ func (c *Client) encodeStart(args WorkflowArgs, info *StartInfo) (payload, hash,
 // of the run info names (it shares the client's pool and serves the run's
 // queue and workflow), or nil.
 func (c *Client) eagerTaker(info *StartInfo) handoff.Taker {
-	if takers := handoff.Lookup(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)}); len(takers) > 0 {
-		return takers[0]
-	}
-	return nil
+	return handoff.Newest(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)})
 }
 
 // commitsWithFirstTask reports whether a start with opts commits right
@@ -479,8 +477,13 @@ func (c *Client) startLockKey(namespace, workflowID string) string {
 
 func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool), fallback *aheadFallback) (*Run, error) {
 	kind, namespace, queue, workflowID := info.Kind, info.Namespace, info.Queue, info.WorkflowID
-	payload, hash, traceContext, err := c.encodeStart(args, info)
-	if err != nil {
+	var (
+		payload, hash, traceContext []byte
+		err                         error
+	)
+	if fallback != nil && fallback.encoded {
+		payload, hash, traceContext = fallback.payload, fallback.hash, fallback.traceContext
+	} else if payload, hash, traceContext, err = c.encodeStart(args, info); err != nil {
 		return nil, err
 	}
 

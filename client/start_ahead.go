@@ -48,6 +48,10 @@ type aheadFallback struct {
 	info    *StartInfo
 	runID   uuid.UUID
 	failure error
+
+	// What the start writes, encoded (encodeStart) when encoded is set.
+	encoded                     bool
+	payload, hash, traceContext []byte
 }
 
 // knownIDsMax bounds the workflow IDs a client remembers as taken.
@@ -105,22 +109,24 @@ func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartO
 			return nil, false, nil, nil // the start reports it
 		}
 	}
+	// From here on, a start that goes as before keeps what this one drew.
+	fallback = &aheadFallback{info: info}
 	if opts.WorkflowID != "" && c.knownIDs.has(knownIDKey(info.Namespace, info.WorkflowID)) {
-		return nil, false, nil, nil
+		return nil, false, fallback, nil
 	}
 	taker, isAhead := c.eagerTaker(info).(handoff.AheadTaker)
 	if !isAhead {
-		return nil, false, nil, nil
+		return nil, false, fallback, nil
 	}
 	payload, hash, traceContext, err := c.encodeStart(args, info)
 	if err != nil {
-		return nil, false, nil, nil // the start reports it
+		return nil, false, fallback, nil // the start reports it
 	}
+	fallback.encoded, fallback.payload, fallback.hash, fallback.traceContext = true, payload, hash, traceContext
 	r := &handoff.Run{
 		Args: payload, ID: uuid.New(), Kind: info.Kind, Namespace: info.Namespace, Queue: info.Queue,
 		TraceContext: traceContext, WorkflowID: info.WorkflowID,
 	}
-	fallback = &aheadFallback{info: info}
 	tasks, err := taker.RunFirstTaskAhead(ctx, r)
 	var taskFailed *handoff.FailedAheadError
 	switch {

@@ -98,23 +98,25 @@ type startResult struct {
 // groupableStart returns Start's request for a group, or nil when the start
 // must go alone: not eager, with interceptors (they wrap each start), with
 // a deadline (its River job), with invalid input (alone reports it), or
-// with no worker of this process that takes groups of first tasks.
-func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) *startRequest {
+// with no worker of this process that takes groups of first tasks. The
+// start's info, when it drew it, comes back either way, so that a start
+// alone does not draw it again.
+func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) (*startRequest, *StartInfo) {
 	if !c.commitsWithFirstTask(opts) {
-		return nil
+		return nil, nil
 	}
 	info, err := c.startInfo(args, opts)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	taker, ok := c.eagerTaker(info).(handoff.GroupTaker)
 	if !ok {
-		return nil
+		return nil, info
 	}
 	return &startRequest{
 		args: args, opts: opts, info: info, lockKey: c.startLockKey(info.Namespace, info.WorkflowID), taker: taker,
 		done: make(chan startResult, 1),
-	}
+	}, info
 }
 
 // prepare encodes what the start writes, for a group: only a start that

@@ -168,17 +168,13 @@ func Register(key Key, taker Taker) (unregister func()) {
 	}
 }
 
-// Lookup returns the takers of key, newest first (nil when none).
-func Lookup(key Key) []Taker {
+// Newest returns the taker of key registered last (nil when none): a start
+// hands its first task to it.
+func Newest(key Key) Taker {
 	mu.Lock()
 	defer mu.Unlock()
-	list := takers[key]
-	if len(list) == 0 {
-		return nil
+	if list := takers[key]; len(list) > 0 {
+		return list[len(list)-1]
 	}
-	out := make([]Taker, len(list))
-	for i, t := range list {
-		out[len(list)-1-i] = t
-	}
-	return out
+	return nil
 }
