@@ -75,7 +75,13 @@ a temporary directory and stops it at the end.`,
 		return nil
 	}
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		return errors.Join(record(cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile), record(traceFile, trace.Start, trace.Stop))
+		if err := errors.Join(record(cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile), record(traceFile, trace.Start, trace.Stop)); err != nil {
+			for _, stop := range stops { // the command will not run, nor PersistentPostRun
+				stop()
+			}
+			return err
+		}
+		return nil
 	}
 	root.PersistentPostRun = func(*cobra.Command, []string) {
 		for _, stop := range stops {

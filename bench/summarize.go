@@ -276,11 +276,10 @@ func settingsLine(pg map[string]string) string {
 // together, with the two parts: "1,234 (456 + 778)"; "–" where no run
 // measured it.
 func cpuPerUnit(rs []*Result) string {
-	bench := nonZero(rs, func(r *Result) float64 { return r.BenchCPUUsPerUnit })
-	postgres := nonZero(rs, func(r *Result) float64 { return r.PostgresCPUUsPerUnit })
-	if len(bench) == 0 || len(postgres) == 0 {
+	bench := median(rs, func(r *Result) float64 { return r.BenchCPUUsPerUnit }, 0)
+	postgres := median(rs, func(r *Result) float64 { return r.PostgresCPUUsPerUnit }, 0)
+	if bench == "–" || postgres == "–" {
 		return "–"
 	}
-	total := nonZero(rs, func(r *Result) float64 { return r.BenchCPUUsPerUnit + r.PostgresCPUUsPerUnit })
-	return fmt.Sprintf("%s (%s + %s)", formatNumber(medianOf(total), 0), formatNumber(medianOf(bench), 0), formatNumber(medianOf(postgres), 0))
+	return fmt.Sprintf("%s (%s + %s)", median(rs, func(r *Result) float64 { return r.BenchCPUUsPerUnit + r.PostgresCPUUsPerUnit }, 0), bench, postgres)
 }

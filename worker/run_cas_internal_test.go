@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -56,11 +55,7 @@ func TestRunCASTakesRunByKey(t *testing.T) {
 	}
 	runs(11, 2000)
 
-	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE run_cas ('"+uuid.NewString()+"', 1, 2)")
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	plan := strings.Join(lines, "\n")
+	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), "", "run_cas", "'"+uuid.NewString()+"', 1, 2")
 	// With statistics taken while the table was tiny, a sequential scan
 	// would be the plan Postgres caches; what matters here is that the
 	// partial index never is.
