@@ -1,6 +1,11 @@
 package fencing
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/riverqueue/river/riverdriver"
+)
 
 // Test-only access to internals, for the external test package.
 
@@ -35,4 +40,20 @@ func (d *Driver) KeeperConn() (own bool, opened int64) {
 	k.connMu.Lock()
 	defer k.connMu.Unlock()
 	return k.conn != nil, k.connects.Load()
+}
+
+// StuckJobs returns the IDs River's rescuer would take in schema for a stuck
+// horizon: its own query, minus jobs whose lease is alive.
+func (d *Driver) StuckJobs(ctx context.Context, schema string, horizon time.Time) ([]int64, error) {
+	jobs, err := d.pilot.JobGetStuck(ctx, d.GetExecutor(), &riverdriver.JobGetStuckParams{
+		Max: 100, Schema: schema, StuckHorizon: horizon,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(jobs))
+	for i, job := range jobs {
+		ids[i] = job.ID
+	}
+	return ids, nil
 }

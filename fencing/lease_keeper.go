@@ -58,6 +58,12 @@ type leaseKeeper struct {
 	connectFailed time.Time
 	connOpened    time.Time
 
+	// dialing is the connection being opened for the keeper, if any
+	// (guarded by connMu); loopCtx is the keeper's loop's context, which
+	// ends the opening when the keeper stops.
+	dialing *keeperDial
+	loopCtx context.Context
+
 	// poolConfig is the pool's configuration (fixed once the pool exists),
 	// read once: the keeper's connection is opened and closed as the
 	// pool's are.
@@ -133,6 +139,9 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 	go func() {
 		started()
 		defer stopped()
+		k.connMu.Lock()
+		k.loopCtx = ctx
+		k.connMu.Unlock()
 		k.running.Store(true)
 		defer k.closeConn()
 		ticker := time.NewTicker(k.driver.config.HeartbeatInterval)
@@ -263,18 +272,23 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	return nil
 }
 
-// withConn runs fn on the keeper's own connection, connecting it first when
-// needed, or on the pool when the keeper does not run. A connection that
-// broke (a Postgres restart, a network cut) or answered with an error that
-// says it should not be used again is dropped, and fn tried once more on a
-// new one, so that a restart costs no interval of renewals; a renewal run
-// twice only renews twice. A connection is also replaced once it is older
-// than the pool's MaxConnLifetime. When no connection of its own can be
-// opened within half of LeaseTTL (the renewal's own budget; the other half
-// is left to the pool), for the server's max_connections reached or a slow
-// BeforeConnect, fn runs on the pool, as it would without one, and
-// connecting is tried again only after keeperReconnectPause. The caller
-// holds connMu.
+// withConn runs fn on the keeper's own connection, or on the pool while it
+// has none. A connection that broke (a Postgres restart, a network cut) or
+// answered with an error that says it should not be used again is dropped,
+// and fn tried once more, so that a restart costs no interval of renewals;
+// a renewal run twice only renews twice. A connection is also replaced once
+// it is older than the pool's MaxConnLifetime.
+//
+// Connecting happens apart from renewals (keeperDial): without a connection
+// fn waits for the one being opened for up to a quarter of LeaseTTL, then
+// runs on the pool, as it would without one, while the connection is opened
+// for the next renewal. Right after a Postgres restart every process of the
+// fleet reconnects at once and a connection can take longer than a renewal
+// may wait, and a renewal that spent its budget connecting had none left
+// for the pool (all the leases it carried expired). When connecting fails
+// (the server's max_connections reached, a failing BeforeConnect), the next
+// try waits keeperReconnectPause, or a HeartbeatInterval when that is
+// shorter. The caller holds connMu.
 func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) error {
 	if !k.running.Load() {
 		return fn(k.driver.pool)
@@ -283,31 +297,8 @@ func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) erro
 		k.dropConn()
 	}
 	for try := 0; ; try++ {
-		if k.conn == nil {
-			if time.Since(k.connectFailed) < keeperReconnectPause {
-				return fn(k.driver.pool)
-			}
-			connectCtx, cancel := context.WithTimeout(ctx, k.driver.config.LeaseTTL/2)
-			conn, err := k.connect(connectCtx)
-			cancel()
-			if err != nil {
-				k.connectFailed = time.Now()
-				if !k.onPool {
-					k.onPool = true
-					k.driver.logger().WarnContext(ctx, "fencing: the lease keeper renews through the pool: it cannot open a connection of its own",
-						slog.String("error", err.Error()))
-				}
-				if poolErr := fn(k.driver.pool); poolErr != nil {
-					return errors.Join(fmt.Errorf("connecting the lease keeper: %w", err), poolErr)
-				}
-				return nil
-			}
-			if k.onPool {
-				k.onPool = false
-				k.driver.logger().InfoContext(ctx, "fencing: the lease keeper renews on a connection of its own again")
-			}
-			k.conn, k.connOpened = conn, time.Now()
-			k.connects.Add(1)
+		if k.conn == nil && !k.awaitConn(ctx) {
+			return fn(k.driver.pool)
 		}
 		err := fn(k.conn)
 		if err == nil {
@@ -323,9 +314,76 @@ func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) erro
 	}
 }
 
-// keeperReconnectPause is how long a keeper that could not connect renews
+// keeperDial is a connection of the keeper's being opened.
+type keeperDial struct {
+	done chan struct{} // closed once conn or err is set
+	conn *pgx.Conn
+	err  error
+}
+
+// awaitConn gives the keeper a connection of its own if it can within a
+// quarter of LeaseTTL: it collects the one being opened, or starts opening
+// one (not within the pause after a failure) and waits for it. False means
+// fn goes to the pool this time. The caller holds connMu.
+func (k *leaseKeeper) awaitConn(ctx context.Context) bool {
+	if k.dialing == nil {
+		if time.Since(k.connectFailed) < k.reconnectPause() {
+			return false
+		}
+		k.dialing = &keeperDial{done: make(chan struct{})}
+		go k.dial(k.dialing)
+	}
+	timer := time.NewTimer(k.driver.config.LeaseTTL / 4)
+	defer timer.Stop()
+	select {
+	case <-k.dialing.done:
+	case <-timer.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	d := k.dialing
+	k.dialing = nil
+	if d.err != nil {
+		k.connectFailed = time.Now()
+		if !k.onPool {
+			k.onPool = true
+			k.driver.logger().WarnContext(ctx, "fencing: the lease keeper renews through the pool: it cannot open a connection of its own",
+				slog.String("error", d.err.Error()))
+		}
+		return false
+	}
+	if k.onPool {
+		k.onPool = false
+		k.driver.logger().InfoContext(ctx, "fencing: the lease keeper renews on a connection of its own again")
+	}
+	k.conn, k.connOpened = d.conn, time.Now()
+	k.connects.Add(1)
+	return true
+}
+
+// dial opens a connection for d, within keeperDialTimeout or LeaseTTL,
+// whichever is longer, and ends with the keeper's loop.
+func (k *leaseKeeper) dial(d *keeperDial) {
+	defer close(d.done)
+	ctx, cancel := context.WithTimeout(k.loopCtx, max(keeperDialTimeout, k.driver.config.LeaseTTL))
+	defer cancel()
+	d.conn, d.err = k.connect(ctx)
+}
+
+// reconnectPause is how long after a failed connect the keeper renews
 // through the pool before it tries to connect again.
-const keeperReconnectPause = 5 * time.Second
+func (k *leaseKeeper) reconnectPause() time.Duration {
+	return min(keeperReconnectPause, k.driver.config.HeartbeatInterval)
+}
+
+const (
+	// keeperReconnectPause caps the pause after a failed connect.
+	keeperReconnectPause = 5 * time.Second
+
+	// keeperDialTimeout is the least time a connect of the keeper's gets.
+	keeperDialTimeout = 5 * time.Second
+)
 
 // connUnfit reports whether err, from a statement on the keeper's
 // connection, means the connection should be replaced: not a server's
@@ -389,6 +447,14 @@ func (k *leaseKeeper) closeConn() {
 	defer k.connMu.Unlock()
 	k.running.Store(false)
 	k.dropConn()
+	if d := k.dialing; d != nil { // the loop's context ended: it ends soon
+		k.dialing = nil
+		<-d.done
+		if d.conn != nil {
+			k.conn = d.conn
+			k.dropConn()
+		}
+	}
 }
 
 // heartbeat renews one lease at once and stores details (nil keeps them).

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivershared/startstop"
 )
@@ -23,8 +25,55 @@ const reapBatchMax = 1000
 type leaseReaper struct {
 	startstop.BaseStartStop
 
-	driver *Driver
-	pilot  *Pilot
+	driver  *Driver
+	pilot   *Pilot
+	restart restartWatch
+}
+
+// restartWatch tells from when the leases of a restarted Postgres server get
+// their grace period. Workers cannot renew while the server is down nor
+// while it recovers, so after a restart every lease lasts at least LeaseTTL
+// past the grace's start. pg_postmaster_start_time() is a poor start: crash
+// recovery runs after it, and when recovery takes most of a LeaseTTL the
+// workers have no time left to renew before the first reap takes back every
+// running attempt. So when the reaper sees the server's start time change
+// between two of its passes, the grace starts at the first pass that saw the
+// new server (database time), which is after the server accepted
+// connections again. A reaper that never saw the server before (a process
+// that started, or took the lead, after the restart) knows no better than
+// the start time.
+type restartWatch struct {
+	mu        sync.Mutex
+	started   time.Time // pg_postmaster_start_time() at the latest pass
+	graceFrom time.Time // zero: from the start time
+}
+
+// observe records a pass's reading of pg_postmaster_start_time() and now().
+func (w *restartWatch) observe(started, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.started.IsZero() && !started.Equal(w.started) {
+		w.graceFrom = now
+	}
+	w.started = started
+}
+
+// from is the grace's start for statements to compare with
+// pg_postmaster_start_time(), which they take the later of: a start time
+// newer than the reaper saw (a restart since its last pass) wins over the
+// reaper's older reading. NULL (greatest ignores it) when the reaper saw no
+// restart.
+func (w *restartWatch) from() pgtype.Timestamptz {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return pgtype.Timestamptz{Time: w.graceFrom, Valid: !w.graceFrom.IsZero()}
+}
+
+// restartGraceSQL is the time until which every lease is alive after a
+// restart: LeaseTTL ($ttl) past the later of the server's start and the
+// reaper's grace start ($from, restartWatch.from).
+func restartGraceSQL(ttl, from string) string {
+	return "greatest(pg_postmaster_start_time(), " + from + "::timestamptz) + " + ttl + "::interval"
 }
 
 func newLeaseReaper(driver *Driver, pilot *Pilot) *leaseReaper {
@@ -58,6 +107,14 @@ func (r *leaseReaper) Start(ctx context.Context) error {
 // reapAll reaps every schema River has used with this client.
 func (r *leaseReaper) reapAll(ctx context.Context) (int, error) {
 	total := 0
+	if len(r.pilot.knownSchemas()) == 0 {
+		return 0, nil
+	}
+	var started, now time.Time
+	if err := r.driver.pool.QueryRow(ctx, "SELECT pg_postmaster_start_time(), now()").Scan(&started, &now); err != nil {
+		return 0, fmt.Errorf("reading the server's start time: %w", err)
+	}
+	r.restart.observe(started, now)
 	for _, schema := range r.pilot.knownSchemas() {
 		fenced, err := r.pilot.fencedPool(ctx, schema)
 		if err != nil {
@@ -100,7 +157,7 @@ WITH expired AS (
     SELECT id FROM `+table+`
     WHERE state = 'running'
         AND lease_expires_at IS NOT NULL
-        AND greatest(lease_expires_at, pg_postmaster_start_time() + $1::interval) < now()
+        AND greatest(lease_expires_at, `+restartGraceSQL("$1", "$3")+`) < now()
     ORDER BY id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -123,7 +180,7 @@ SET state = d.new_state::`+stateType+`,
         'trace', ''))
 FROM decided d
 WHERE j.id = d.id
-RETURNING j.attempt, j.id, j.queue, j.state::text`, r.driver.config.LeaseTTL, reapBatchMax)
+RETURNING j.attempt, j.id, j.queue, j.state::text`, r.driver.config.LeaseTTL, reapBatchMax, r.restart.from())
 	if err != nil {
 		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
 	}

@@ -744,9 +744,11 @@ func TestLeaseRenewedWhileThePoolIsBusy(t *testing.T) {
 	var terminated int
 	require.NoError(t, b.observe.QueryRow(ctx, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1) x", appName).Scan(&terminated))
 	require.Positive(t, terminated)
-	b.renewed(ctx, t, id, 1, "the keeper renews on a new connection")
-	_, reconnects := b.driver.KeeperConn()
-	require.Greater(t, reconnects, connects, "the keeper connected again")
+	b.renewed(ctx, t, id, 1, "the keeper renews after its connection broke")
+	waitUntil(t, "the keeper connected again", func() bool {
+		_, reconnects := b.driver.KeeperConn()
+		return reconnects > connects
+	})
 	b.liveFor(ctx, t, id, keeperTTL, "the lease lapsed after the connections broke")
 	require.NoError(t, attempt.ctx.Err())
 	require.Zero(t, b.driver.Stats().LeasesLost)
@@ -754,6 +756,48 @@ func TestLeaseRenewedWhileThePoolIsBusy(t *testing.T) {
 	attempt.release <- complete
 	row := waitForState(ctx, t, b.observe, b.schema, id, "completed")
 	require.Equal(t, 1, row.Attempt, "one attempt, never recovered")
+}
+
+// TestLeaseKeeperConnectsSlowly: a keeper whose connection takes longer to
+// open than a renewal may wait (right after a Postgres restart the whole
+// fleet reconnects at once) renews through the pool meanwhile and takes the
+// connection once it is open. A renewal used to spend half of LeaseTTL
+// connecting and gave up on it: the keeper never got a connection of its
+// own, and a renewal that then found the pool slow had no time left.
+func TestLeaseKeeperConnectsSlowly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const connectDelay = 3 * keeperTTL / 4
+	var (
+		slow      atomic.Bool
+		connected atomic.Int32
+	)
+	b := newKeeperBundle(ctx, t, func(config *pgxpool.Config, _ string) {
+		config.MinConns = 4
+		config.BeforeConnect = func(ctx context.Context, _ *pgx.ConnConfig) error {
+			if !slow.Load() {
+				return nil
+			}
+			select {
+			case <-time.After(connectDelay):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		config.AfterConnect = func(context.Context, *pgx.Conn) error { connected.Add(1); return nil }
+	})
+	waitUntil(t, "the pool opened its connections", func() bool { return connected.Load() >= 4 })
+	slow.Store(true)
+	attempt := b.start(ctx, t)
+	b.renewed(ctx, t, attempt.job.ID, 2, "the keeper renews through the pool while it connects")
+	waitUntil(t, "the keeper holds a connection of its own", func() bool { own, _ := b.driver.KeeperConn(); return own })
+	b.renewed(ctx, t, attempt.job.ID, 1, "the keeper renews on it")
+	b.liveFor(ctx, t, attempt.job.ID, keeperTTL, "the lease lapsed")
+	require.NoError(t, attempt.ctx.Err())
+	require.Zero(t, b.driver.Stats().LeasesLost)
+	attempt.release <- complete
+	waitForState(ctx, t, b.observe, b.schema, attempt.job.ID, "completed")
 }
 
 // TestLeaseKeeperFallsBackToThePool: a keeper that cannot open a connection
@@ -789,7 +833,8 @@ func TestLeaseKeeperFallsBackToThePool(t *testing.T) {
 	require.Zero(t, opened)
 
 	refuse.Store(false)
-	// It tries again after a pause (keeperReconnectPause, 5 s).
+	// It tries again after a pause (keeperReconnectPause, 5 s, or a
+	// HeartbeatInterval when shorter).
 	waitUntil(t, "the keeper opens a connection of its own", func() bool { own, _ := b.driver.KeeperConn(); return own })
 	b.renewed(ctx, t, attempt.job.ID, 1, "the keeper renews on it")
 	require.NoError(t, attempt.ctx.Err())

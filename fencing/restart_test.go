@@ -65,3 +65,68 @@ func TestRestartGrace(t *testing.T) {
 	require.Equal(t, "available", row.State)
 	require.Equal(t, 1, row.Errors)
 }
+
+// TestRestartGraceFromFirstPass: a reaper that saw the server before a
+// restart starts the grace at its first pass after it, not at the server's
+// start, because crash recovery (or a leader that comes back late) can take
+// up most of a LeaseTTL after the start, leaving workers no time to renew.
+// River's rescuer, through the Pilot, honours the same grace.
+func TestRestartGraceFromFirstPass(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	server := dbtest.Server(ctx, t, nil)
+	const (
+		schema = "grace"
+		ttl    = 300 * time.Millisecond
+	)
+	pool, err := pgxpool.New(ctx, server.URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, nil)
+	require.NoError(t, err)
+
+	driver, err := fencing.NewDriver(pool, &fencing.Config{LeaseTTL: ttl})
+	require.NoError(t, err)
+	driver.NoteSchema(schema)
+	reaped, err := driver.ReapNow(ctx) // the reaper sees the server before the restart
+	require.NoError(t, err)
+	require.Zero(t, reaped)
+
+	table := pgx.Identifier{schema, "river_job"}.Sanitize()
+	var jobID int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, state, attempt, attempted_at)
+		VALUES ('{}', 'grace', 'running', 1, now() - interval '1 hour') RETURNING id`).Scan(&jobID))
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() - interval '10 seconds' WHERE id = $1`, jobID)
+	require.NoError(t, err)
+
+	require.NoError(t, server.Crash(ctx))
+	require.NoError(t, server.Start(ctx))
+	pool.Reset() // drop the connections the crash broke
+
+	// The reaper's first pass comes later than a LeaseTTL after the start,
+	// as after a slow recovery: timed from the start, the grace is over.
+	waitPastRestartGrace(ctx, t, pool, 2*ttl)
+	var passBefore time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT now()").Scan(&passBefore))
+	reaped, err = driver.ReapNow(ctx)
+	require.NoError(t, err)
+	require.Zero(t, reaped, "the grace starts at the reaper's first pass after the restart")
+	stuck, err := driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, stuck, "River's rescuer does not take a job within the grace either")
+
+	waitUntil(t, "the rescuer would take the job", func() bool {
+		stuck, err := driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
+		require.NoError(t, err)
+		return len(stuck) == 1
+	})
+	reaped, err = driver.ReapNow(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, reaped)
+	var reapedAt time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (errors[1]->>'at')::timestamptz FROM `+table+` WHERE id = $1`, jobID).Scan(&reapedAt))
+	require.GreaterOrEqual(t, reapedAt.Sub(passBefore), ttl, "reaped no sooner than LeaseTTL after the first pass")
+	require.Equal(t, "available", getJob(ctx, t, pool, schema, jobID).State)
+}
