@@ -53,10 +53,11 @@
 // runs (F4). River's own rescuer is made lease-aware (the Pilot implements
 // River's PilotJobRescuer): it never takes a job whose lease is alive. After
 // a Postgres restart every lease lasts at least LeaseTTL past the restart:
-// past the reaper's first pass on the restarted server when the reaper saw
-// the server before it (crash recovery runs after the server's start time,
-// and workers cannot renew until it is over), else past the server's start
-// time. A restart that keeps the postmaster (restart_after_crash after a
+// past the reaper's first pass on the restarted server when this driver's
+// reaper saw the server before it (crash recovery runs after the server's
+// start time, and workers cannot renew until it is over), else past the
+// server's start time; River's rescuer takes no fenced job on a restart the
+// reaper has not seen yet. A restart that keeps the postmaster (restart_after_crash after a
 // backend crash) does not change the start time and gets no grace.
 //
 // # Upgrading a River client

@@ -280,8 +280,8 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 // it is older than the pool's MaxConnLifetime.
 //
 // Connecting happens apart from renewals (keeperDial): without a connection
-// fn waits for the one being opened for up to a quarter of LeaseTTL, then
-// runs on the pool, as it would without one, while the connection is opened
+// fn waits for the one being opened until a quarter of LeaseTTL after it
+// began, then runs on the pool, as it would without one, while the connection is opened
 // for the next renewal. Right after a Postgres restart every process of the
 // fleet reconnects at once and a connection can take longer than a renewal
 // may wait, and a renewal that spent its budget connecting had none left
@@ -316,36 +316,48 @@ func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) erro
 
 // keeperDial is a connection of the keeper's being opened.
 type keeperDial struct {
-	done chan struct{} // closed once conn or err is set
-	conn *pgx.Conn
-	err  error
+	began time.Time
+	done  chan struct{} // closed once conn or err, and ended, are set
+	conn  *pgx.Conn
+	err   error
+	ended time.Time
 }
 
 // awaitConn gives the keeper a connection of its own if it can within a
-// quarter of LeaseTTL: it collects the one being opened, or starts opening
-// one (not within the pause after a failure) and waits for it. False means
-// fn goes to the pool this time. The caller holds connMu.
+// quarter of LeaseTTL of starting to open it: it collects the one being
+// opened, or starts opening one (not within the pause after a failure) and
+// waits for it. False means fn goes to the pool this time. The caller holds
+// connMu.
 func (k *leaseKeeper) awaitConn(ctx context.Context) bool {
 	if k.dialing == nil {
 		if time.Since(k.connectFailed) < k.reconnectPause() {
 			return false
 		}
-		k.dialing = &keeperDial{done: make(chan struct{})}
-		go k.dial(k.dialing)
-	}
-	timer := time.NewTimer(k.driver.config.LeaseTTL / 4)
-	defer timer.Stop()
-	select {
-	case <-k.dialing.done:
-	case <-timer.C:
-		return false
-	case <-ctx.Done():
-		return false
+		k.dialing = &keeperDial{began: time.Now(), done: make(chan struct{})}
+		go k.dial(k.loopCtx, k.dialing)
 	}
 	d := k.dialing
+	wait := time.Until(d.began.Add(k.driver.config.LeaseTTL / 4))
+	if wait <= 0 {
+		select {
+		case <-d.done:
+		default:
+			return false
+		}
+	} else {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-d.done:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 	k.dialing = nil
 	if d.err != nil {
-		k.connectFailed = time.Now()
+		k.connectFailed = d.ended
 		if !k.onPool {
 			k.onPool = true
 			k.driver.logger().WarnContext(ctx, "fencing: the lease keeper renews through the pool: it cannot open a connection of its own",
@@ -357,18 +369,20 @@ func (k *leaseKeeper) awaitConn(ctx context.Context) bool {
 		k.onPool = false
 		k.driver.logger().InfoContext(ctx, "fencing: the lease keeper renews on a connection of its own again")
 	}
-	k.conn, k.connOpened = d.conn, time.Now()
+	k.conn, k.connOpened = d.conn, d.ended
 	k.connects.Add(1)
 	return true
 }
 
 // dial opens a connection for d, within keeperDialTimeout or LeaseTTL,
-// whichever is longer, and ends with the keeper's loop.
-func (k *leaseKeeper) dial(d *keeperDial) {
+// whichever is longer (and the pool's ConnectTimeout), and ends when
+// loopCtx, the keeper's loop's context, does.
+func (k *leaseKeeper) dial(loopCtx context.Context, d *keeperDial) {
 	defer close(d.done)
-	ctx, cancel := context.WithTimeout(k.loopCtx, max(keeperDialTimeout, k.driver.config.LeaseTTL))
+	ctx, cancel := context.WithTimeout(loopCtx, max(keeperDialTimeout, k.driver.config.LeaseTTL))
 	defer cancel()
 	d.conn, d.err = k.connect(ctx)
+	d.ended = time.Now()
 }
 
 // reconnectPause is how long after a failed connect the keeper renews

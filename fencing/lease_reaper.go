@@ -39,9 +39,13 @@ type leaseReaper struct {
 // running attempt. So when the reaper sees the server's start time change
 // between two of its passes, the grace starts at the first pass that saw the
 // new server (database time), which is after the server accepted
-// connections again. A reaper that never saw the server before (a process
-// that started, or took the lead, after the restart) knows no better than
-// the start time.
+// connections again. The watch lives as long as the driver, across terms of
+// leadership: a process that led before the restart and leads again later
+// grants the grace from its first pass then (at most one LeaseTTL late,
+// once per restart). A process whose reaper never saw the server before
+// knows no better than the start time. River's rescuer, through the Pilot,
+// counts a server the watch has not seen yet (a restart since the reaper's
+// last pass) as in its grace until the reaper sees it.
 type restartWatch struct {
 	mu        sync.Mutex
 	started   time.Time // pg_postmaster_start_time() at the latest pass
@@ -58,22 +62,24 @@ func (w *restartWatch) observe(started, now time.Time) {
 	w.started = started
 }
 
-// from is the grace's start for statements to compare with
-// pg_postmaster_start_time(), which they take the later of: a start time
-// newer than the reaper saw (a restart since its last pass) wins over the
-// reaper's older reading. NULL (greatest ignores it) when the reaper saw no
-// restart.
-func (w *restartWatch) from() pgtype.Timestamptz {
+// args are the arguments restartGraceSQL's from and seen stand for: when
+// the grace starts (NULL: at the server's start), and the start time the
+// watch saw last (NULL: none).
+func (w *restartWatch) args() (from, seen pgtype.Timestamptz) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return pgtype.Timestamptz{Time: w.graceFrom, Valid: !w.graceFrom.IsZero()}
+	return pgtype.Timestamptz{Time: w.graceFrom, Valid: !w.graceFrom.IsZero()},
+		pgtype.Timestamptz{Time: w.started, Valid: !w.started.IsZero()}
 }
 
 // restartGraceSQL is the time until which every lease is alive after a
-// restart: LeaseTTL ($ttl) past the later of the server's start and the
-// reaper's grace start ($from, restartWatch.from).
-func restartGraceSQL(ttl, from string) string {
-	return "greatest(pg_postmaster_start_time(), " + from + "::timestamptz) + " + ttl + "::interval"
+// restart: LeaseTTL ($ttl) past the latest of the server's start, the grace
+// start the watch knows ($from), and now() when the server's start time is
+// not the one the watch saw last ($seen): a restart the reaper has not seen
+// yet. greatest ignores NULLs.
+func restartGraceSQL(ttl, from, seen string) string {
+	return "greatest(pg_postmaster_start_time(), " + from + "::timestamptz, " +
+		"CASE WHEN pg_postmaster_start_time() <> " + seen + "::timestamptz THEN now() END) + " + ttl + "::interval"
 }
 
 func newLeaseReaper(driver *Driver, pilot *Pilot) *leaseReaper {
@@ -107,14 +113,6 @@ func (r *leaseReaper) Start(ctx context.Context) error {
 // reapAll reaps every schema River has used with this client.
 func (r *leaseReaper) reapAll(ctx context.Context) (int, error) {
 	total := 0
-	if len(r.pilot.knownSchemas()) == 0 {
-		return 0, nil
-	}
-	var started, now time.Time
-	if err := r.driver.pool.QueryRow(ctx, "SELECT pg_postmaster_start_time(), now()").Scan(&started, &now); err != nil {
-		return 0, fmt.Errorf("reading the server's start time: %w", err)
-	}
-	r.restart.observe(started, now)
 	for _, schema := range r.pilot.knownSchemas() {
 		fenced, err := r.pilot.fencedPool(ctx, schema)
 		if err != nil {
@@ -152,12 +150,20 @@ func (r *leaseReaper) reap(ctx context.Context, schema string) (int, error) {
 		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// On the connection that reaps: a pool in front of several servers
+	// could answer a statement of its own from another one.
+	var started, now time.Time
+	if err := tx.QueryRow(ctx, "SELECT pg_postmaster_start_time(), now()").Scan(&started, &now); err != nil {
+		return 0, fmt.Errorf("reaping expired leases in schema %q: reading the server's start time: %w", schema, err)
+	}
+	r.restart.observe(started, now)
+	from, seen := r.restart.args()
 	rows, err := tx.Query(ctx, `
 WITH expired AS (
     SELECT id FROM `+table+`
     WHERE state = 'running'
         AND lease_expires_at IS NOT NULL
-        AND greatest(lease_expires_at, `+restartGraceSQL("$1", "$3")+`) < now()
+        AND greatest(lease_expires_at, `+restartGraceSQL("$1", "$3", "$4")+`) < now()
     ORDER BY id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -180,7 +186,7 @@ SET state = d.new_state::`+stateType+`,
         'trace', ''))
 FROM decided d
 WHERE j.id = d.id
-RETURNING j.attempt, j.id, j.queue, j.state::text`, r.driver.config.LeaseTTL, reapBatchMax, r.restart.from())
+RETURNING j.attempt, j.id, j.queue, j.state::text`, r.driver.config.LeaseTTL, reapBatchMax, from, seen)
 	if err != nil {
 		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
 	}

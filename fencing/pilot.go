@@ -810,7 +810,7 @@ func (p *Pilot) jobUpdate(ctx context.Context, exec riverdriver.Executor, inCall
 }
 
 // aliveLeasesSQL selects, among $1, running jobs whose lease is alive ($2
-// LeaseTTL, $3 restartWatch.from). After a Postgres restart every lease lasts
+// LeaseTTL, $3 and $4 restartWatch.args). After a Postgres restart every lease lasts
 // at least LeaseTTL past the restart, as for the lease reaper: workers could
 // not renew while the server was down.
 func aliveLeasesSQL(schema string, lock bool) string {
@@ -819,7 +819,7 @@ SELECT id FROM ` + tableName(schema, "river_job") + `
 WHERE id = ANY($1::bigint[])
     AND state = 'running'
     AND lease_expires_at IS NOT NULL
-    AND greatest(lease_expires_at, ` + restartGraceSQL("$2", "$3") + `) >= now()`
+    AND greatest(lease_expires_at, ` + restartGraceSQL("$2", "$3", "$4") + `) >= now()`
 	if lock {
 		sql += "\nORDER BY id FOR UPDATE"
 	}
@@ -839,8 +839,9 @@ func (p *Pilot) JobGetStuck(ctx context.Context, exec riverdriver.Executor, para
 		return exec.JobGetStuck(ctx, params)
 	}
 	var (
-		out     []*rivertype.JobRow
-		pageArg = *params
+		out        []*rivertype.JobRow
+		pageArg    = *params
+		from, seen = p.reaper.restart.args()
 	)
 	for {
 		jobs, err := exec.JobGetStuck(ctx, &pageArg)
@@ -855,7 +856,7 @@ func (p *Pilot) JobGetStuck(ctx context.Context, exec riverdriver.Executor, para
 			ids[i] = job.ID
 		}
 		var alive []int64
-		if err := exec.QueryRow(ctx, aliveLeasesSQL(params.Schema, false), ids, p.driver.config.LeaseTTL, p.reaper.restart.from()).Scan(&alive); err != nil {
+		if err := exec.QueryRow(ctx, aliveLeasesSQL(params.Schema, false), ids, p.driver.config.LeaseTTL, from, seen).Scan(&alive); err != nil {
 			return nil, fmt.Errorf("checking leases of stuck jobs: %w", err)
 		}
 		for _, job := range jobs {
@@ -892,7 +893,8 @@ func (p *Pilot) JobRescueMany(ctx context.Context, exec riverdriver.Executor, pa
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var alive []int64
-	if err := tx.QueryRow(ctx, aliveLeasesSQL(params.Schema, true), params.ID, p.driver.config.LeaseTTL, p.reaper.restart.from()).Scan(&alive); err != nil {
+	from, seen := p.reaper.restart.args()
+	if err := tx.QueryRow(ctx, aliveLeasesSQL(params.Schema, true), params.ID, p.driver.config.LeaseTTL, from, seen).Scan(&alive); err != nil {
 		return nil, fmt.Errorf("checking leases of jobs to rescue: %w", err)
 	}
 	filtered := &riverdriver.JobRescueManyParams{Schema: params.Schema, StuckHorizon: params.StuckHorizon}

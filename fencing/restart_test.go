@@ -77,7 +77,7 @@ func TestRestartGraceFromFirstPass(t *testing.T) {
 	server := dbtest.Server(ctx, t, nil)
 	const (
 		schema = "grace"
-		ttl    = 300 * time.Millisecond
+		ttl    = time.Second
 	)
 	pool, err := pgxpool.New(ctx, server.URL("postgres"))
 	require.NoError(t, err)
@@ -108,12 +108,15 @@ func TestRestartGraceFromFirstPass(t *testing.T) {
 	// The reaper's first pass comes later than a LeaseTTL after the start,
 	// as after a slow recovery: timed from the start, the grace is over.
 	waitPastRestartGrace(ctx, t, pool, 2*ttl)
+	stuck, err := driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, stuck, "River's rescuer does not take a job on a restart the reaper has not seen yet")
 	var passBefore time.Time
 	require.NoError(t, pool.QueryRow(ctx, "SELECT now()").Scan(&passBefore))
 	reaped, err = driver.ReapNow(ctx)
 	require.NoError(t, err)
 	require.Zero(t, reaped, "the grace starts at the reaper's first pass after the restart")
-	stuck, err := driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
+	stuck, err = driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
 	require.NoError(t, err)
 	require.Empty(t, stuck, "River's rescuer does not take a job within the grace either")
 
