@@ -154,7 +154,7 @@ func (d *Driver) WorkClaimed(ctx context.Context, claim *Claim, deadline time.Ti
 	if !deadline.IsZero() {
 		st.renewUntil = st.renewalEnd(deadline)
 	}
-	return d.runAttempt(ctx, st, fn)
+	return d.runAttempt(ctx, st, false, fn)
 }
 
 // SetClaimedStateTx is the state write of a claimed attempt whose work

@@ -57,3 +57,14 @@ func (d *Driver) StuckJobs(ctx context.Context, schema string, horizon time.Time
 	}
 	return ids, nil
 }
+
+// KeeperAttempts counts the attempts the lease keeper renews.
+func (d *Driver) KeeperAttempts() int {
+	n := 0
+	d.keeper.attempts.each(func(_ int64, head *attemptState) {
+		for st := head; st != nil; st = st.sameJob {
+			n++
+		}
+	})
+	return n
+}

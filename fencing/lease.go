@@ -191,6 +191,7 @@ type attemptState struct {
 	expiresAt  time.Time
 	lost       bool
 	renewUntil *time.Time // database time after which renewals stop; nil: never
+	workEnded  time.Time  // when the work returned, for an attempt whose outcome River writes after it
 	observed   bool       // renewUntil comes from the work context's deadline
 	stuckAfter time.Duration
 }
@@ -241,17 +242,42 @@ func (s *attemptState) renewalEnd(deadline time.Time) *time.Time {
 // runAttempt runs fn as attempt st: its context carries st (LeaseFromContext,
 // Heartbeat) and is cancelled with cause ErrLeaseLost when a renewal is
 // refused, and the lease keeper renews st's lease while fn runs, if it has
-// one.
-func (d *Driver) runAttempt(ctx context.Context, st *attemptState, fn func(context.Context) error) error {
+// one. With awaitOutcome (River's executor runs fn, and River's completer
+// writes the outcome after it returns) the lease is renewed on until that
+// write is done (Pilot.JobSetStateIfRunningMany), or for outcomeWait at most:
+// a write that fails (Postgres restarting) is retried by River's completer,
+// and the job must not be recovered from under it meanwhile, which would
+// run the work again and refuse the outcome as stale.
+func (d *Driver) runAttempt(ctx context.Context, st *attemptState, awaitOutcome bool, fn func(context.Context) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	st.cancel = cancel
 	ctx = context.WithValue(ctx, attemptKey{}, st)
 	if st.token != "" && !st.expiresAt.IsZero() {
 		d.keeper.add(st)
-		defer d.keeper.remove(st)
+		if awaitOutcome {
+			defer st.endWork()
+		} else {
+			defer d.keeper.remove(st)
+		}
 	}
 	return fn(ctx)
+}
+
+// endWork records that the attempt's work returned; its outcome is on its
+// way through River's completer.
+func (s *attemptState) endWork() {
+	s.mu.Lock()
+	s.workEnded = time.Now()
+	s.mu.Unlock()
+}
+
+// ended returns when the attempt's work returned, zero while it runs (or
+// for an attempt that leaves the keeper when its work returns).
+func (s *attemptState) ended() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.workEnded
 }
 
 // leaseTTLSetting is the value of weir.fencing_lease_ttl that asks the

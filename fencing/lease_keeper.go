@@ -113,23 +113,53 @@ func (k *leaseKeeper) add(st *attemptState) {
 }
 
 func (k *leaseKeeper) remove(st *attemptState) {
-	k.attempts.update(st.jobID, func(m map[int64]*attemptState) {
-		for link := m[st.jobID]; link != nil; link = link.sameJob {
-			if link == st { // the head
-				if st.sameJob == nil {
-					delete(m, st.jobID)
-				} else {
-					m[st.jobID] = st.sameJob
-				}
-				return
+	k.removeIf(st.jobID, func(link *attemptState) bool { return link == st })
+}
+
+// removeIf removes the first attempt of job jobID that match accepts.
+func (k *leaseKeeper) removeIf(jobID int64, match func(*attemptState) bool) {
+	k.attempts.update(jobID, func(m map[int64]*attemptState) {
+		var prev *attemptState
+		for link := m[jobID]; link != nil; prev, link = link, link.sameJob {
+			if !match(link) {
+				continue
 			}
-			if link.sameJob == st {
-				link.sameJob = st.sameJob
-				return
+			switch {
+			case prev != nil:
+				prev.sameJob = link.sameJob
+			case link.sameJob == nil:
+				delete(m, jobID)
+			default:
+				m[jobID] = link.sameJob
 			}
+			return
 		}
 	})
 }
+
+// outcomeWritten drops the attempts whose outcome a state write has just
+// written (or refused as stale): each job's attempt holding the write's
+// proof token, once its work returned. An attempt still working (a
+// JobCompleteTx inside its work, whose transaction may yet roll back) stays.
+func (k *leaseKeeper) outcomeWritten(jobIDs []int64, proofs []*proof) {
+	for i, pr := range proofs {
+		if pr == nil || pr.Token == "" {
+			continue
+		}
+		k.removeIf(jobIDs[i], func(st *attemptState) bool {
+			return st.token == pr.Token && !st.ended().IsZero()
+		})
+	}
+}
+
+// outcomeWait is how long after its work returned an attempt's lease is
+// renewed at most while River's completer has not written its outcome.
+func (k *leaseKeeper) outcomeWait() time.Duration {
+	return max(outcomeWaitMin, 2*k.driver.config.LeaseTTL)
+}
+
+// outcomeWaitMin is the least outcomeWait.
+const outcomeWaitMin = time.Minute
 
 func (k *leaseKeeper) Start(ctx context.Context) error {
 	ctx, shouldStart, started, stopped := k.StartInit(ctx)
@@ -209,8 +239,12 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	)
 	for _, st := range attempts {
 		st.mu.Lock()
-		lost, until := st.lost, st.renewUntil
+		lost, until, ended := st.lost, st.renewUntil, st.workEnded
 		st.mu.Unlock()
+		if !ended.IsZero() && time.Since(ended) > k.outcomeWait() {
+			k.remove(st) // no outcome came: the job is left to the reaper
+			continue
+		}
 		if lost || st.token == "" {
 			continue
 		}
@@ -256,6 +290,12 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		switch {
 		case r.lost && r.finished:
 			st.finish() // not lost: renewals stop, the attempt's context lives on
+		case r.lost && !st.ended().IsZero():
+			// Its work is over and the job moved on: its outcome was
+			// written (the write's own removal is on its way), or the job
+			// was recovered and the write will be refused. Nothing to
+			// cancel, nothing lost by running work.
+			k.remove(st)
 		case r.lost:
 			if _, event := st.lose("renew"); event != nil {
 				*events = append(*events, event)

@@ -800,6 +800,50 @@ func TestLeaseKeeperConnectsSlowly(t *testing.T) {
 	waitForState(ctx, t, b.observe, b.schema, attempt.job.ID, "completed")
 }
 
+// TestLeaseKeptUntilTheOutcomeIsWritten: once an attempt's work returns, River's
+// completer writes its outcome; when that write fails for a while (Postgres
+// restarting, here a trigger refusing it), the completer retries it, and the
+// lease is renewed meanwhile. Before, renewals stopped when the work
+// returned, the reaper recovered the job one LeaseTTL later, its work ran
+// again and the retried outcome was refused as stale.
+func TestLeaseKeptUntilTheOutcomeIsWritten(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := newKeeperBundle(ctx, t, func(*pgxpool.Config, string) {})
+	flag := pgx.Identifier{b.schema, "test_refuse_completion"}.Sanitize()
+	fn := pgx.Identifier{b.schema, "test_refuse_completion_fn"}.Sanitize()
+	_, err := b.observe.Exec(ctx, `
+CREATE TABLE `+flag+` (refuse bool NOT NULL);
+INSERT INTO `+flag+` VALUES (true);
+CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state = 'completed' AND (SELECT refuse FROM `+flag+`) THEN
+        RAISE EXCEPTION 'test: completion refused';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_refuse_completion BEFORE UPDATE ON `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+`
+    FOR EACH ROW EXECUTE FUNCTION `+fn+`();`)
+	require.NoError(t, err)
+
+	attempt := b.start(ctx, t)
+	id := attempt.job.ID
+	attempt.release <- complete
+	// The completer's write fails; the lease lives on for three LeaseTTLs.
+	b.liveFor(ctx, t, id, 3*keeperTTL, "the lease lapsed while the outcome was being written")
+	require.Equal(t, "running", getJob(ctx, t, b.observe, b.schema, id).State)
+	_, err = b.observe.Exec(ctx, `UPDATE `+flag+` SET refuse = false`)
+	require.NoError(t, err)
+
+	row := waitForState(ctx, t, b.observe, b.schema, id, "completed")
+	require.Equal(t, 1, row.Attempt, "one attempt, never recovered")
+	stats := b.driver.Stats()
+	require.Zero(t, stats.LeasesExpired)
+	require.Zero(t, stats.LeasesLost)
+	require.Zero(t, stats.StaleWritesRejected)
+	waitUntil(t, "the attempt leaves the keeper", func() bool { return b.driver.KeeperAttempts() == 0 })
+}
+
 // TestLeaseKeeperFallsBackToThePool: a keeper that cannot open a connection
 // of its own (here its BeforeConnect fails; in production the server's
 // max_connections) renews through the pool, and takes a connection of its

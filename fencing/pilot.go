@@ -662,6 +662,7 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		}
 	}
 	forget()
+	p.driver.keeper.outcomeWritten(params.ID, proofs)
 	return rows, nil
 }
 

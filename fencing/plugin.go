@@ -30,7 +30,7 @@ var _ rivertype.WorkerMiddleware = (*Plugin)(nil)
 
 // Work wraps an attempt. It is River's WorkerMiddleware hook.
 func (p *Plugin) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	return p.driver.runAttempt(ctx, p.newAttempt(ctx, job), doInner)
+	return p.driver.runAttempt(ctx, p.newAttempt(ctx, job), true, doInner)
 }
 
 // newAttempt sets up the attempt's state and attaches its proof to the
