@@ -42,6 +42,11 @@
 // connection config with its BeforeConnect, AfterConnect and BeforeClose
 // hooks (not PrepareConn), replaced when it breaks or outlives the pool's
 // MaxConnLifetime, and while none can be opened renewals go through the pool.
+// An attempt's lease is renewed until River's completer has written its
+// outcome, not only while its work runs: a write that fails (Postgres
+// restarting) is retried by the completer, and the job is not recovered from
+// under it meanwhile (for at most max(1 min, 2 × LeaseTTL) after the work
+// returned).
 // Each Driver whose River client runs uses one connection more than its
 // pool's. When a renewal is refused the attempt's context is cancelled with
 // cause ErrLeaseLost. The elected leader's reaper returns jobs whose
