@@ -42,6 +42,9 @@ const (
 	envRate      = "WEIR_CHAOS_RATE"    // workflow starts per second
 	envSignals   = "WEIR_CHAOS_SIGNALS" // signals each workflow waits for
 	envRace      = "WEIR_CHAOS_RACE"    // build the worker program with -race
+	// envLogs names a directory to keep each scenario's logs in (Postgres's
+	// log and every process's warnings), whether it passed or not.
+	envLogs = "WEIR_CHAOS_LOGS"
 
 	chaosSchema = "weir"
 	leaseTTL    = time.Second
@@ -124,6 +127,9 @@ func (p *workerProc) start(t *testing.T, h *harness) {
 		chaos.EnvLeaseTTL+"="+h.leaseTTL.String(),
 		chaos.EnvWorkerName+"="+fmt.Sprint("w", p.slot),
 	)
+	if h.logDir != "" {
+		cmd.Env = append(cmd.Env, chaos.EnvLogLevel+"=warn")
+	}
 	cmd.Stdout = lockedWriter{&outputMu, &p.output}
 	cmd.Stderr = cmd.Stdout
 	cmd.SysProcAttr = workerSysProcAttr()
@@ -210,7 +216,8 @@ type harness struct {
 	tables   chaos.Tables
 	leaseTTL time.Duration
 	workers  []*workerProc
-	eager    bool // starts are eager (harnessOpts.eager)
+	eager    bool   // starts are eager (harnessOpts.eager)
+	logDir   string // where the scenario's logs are kept (WEIR_CHAOS_LOGS), or ""
 
 	signals int       // Bonus signals each workflow waits for
 	began   time.Time // the workload's start
@@ -232,6 +239,7 @@ func newHarness(t *testing.T, opts harnessOpts) *harness {
 	workerBinary(t) // build before the clock of any scenario starts
 
 	server := dbtest.Server(ctx, t, nil)
+	logDir, inProcessLog := scenarioLogs(t, server)
 	config, err := pgxpool.ParseConfig(server.URL("postgres"))
 	require.NoError(t, err)
 	config.MaxConns = 30
@@ -253,14 +261,14 @@ func newHarness(t *testing.T, opts harnessOpts) *harness {
 
 	h := &harness{
 		t: t, ctx: ctx, server: server, pool: pool, client: c, tables: tables,
-		leaseTTL: leaseTTL, faults: make(map[string]int), eager: opts.eager,
+		leaseTTL: leaseTTL, faults: make(map[string]int), eager: opts.eager, logDir: logDir,
 	}
 	if opts.eager {
 		// Configured as the worker processes are; it survives every fault
 		// but Postgres's restarts.
 		w, err := worker.New(pool, &worker.Config{
 			Fencing:       &fencing.Config{LeaseTTL: leaseTTL, ReaperInterval: leaseTTL / 5},
-			Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger:        slog.New(slog.NewTextHandler(inProcessLog, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			Schema:        chaosSchema,
 			SweepInterval: 500 * time.Millisecond,
 		})
@@ -293,6 +301,13 @@ func newHarness(t *testing.T, opts harnessOpts) *harness {
 			for _, sign := range []string{"panic:", "WARNING: DATA RACE", "fatal error:"} {
 				if i := strings.Index(p.output.String(), sign); i >= 0 {
 					t.Errorf("worker w%d: %s", p.slot, p.output.String()[i:min(len(p.output.String()), i+3000)])
+				}
+			}
+		}
+		if logDir != "" {
+			for _, p := range h.workers {
+				if err := os.WriteFile(filepath.Join(logDir, fmt.Sprintf("w%d.log", p.slot)), p.output.Bytes(), 0o644); err != nil {
+					t.Errorf("keeping worker w%d's log: %v", p.slot, err)
 				}
 			}
 		}
@@ -586,4 +601,34 @@ func (h *harness) signalRetrying(ctx context.Context, i, k int) error {
 		}
 		sleepCtx(ctx, 50*time.Millisecond)
 	}
+}
+
+// scenarioLogs prepares the scenario's log directory under WEIR_CHAOS_LOGS
+// (one per test, emptied first) and returns it with the writer for the
+// in-process worker's warnings; without WEIR_CHAOS_LOGS, "" and io.Discard.
+// Postgres's log is copied there when the test ends, before the server's
+// directory goes.
+func scenarioLogs(t *testing.T, server *pgcluster.Cluster) (string, io.Writer) {
+	t.Helper()
+	root := os.Getenv(envLogs)
+	if root == "" {
+		return "", io.Discard
+	}
+	dir := filepath.Join(root, strings.ReplaceAll(t.Name(), "/", "_"))
+	require.NoError(t, os.RemoveAll(dir))
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	f, err := os.Create(filepath.Join(dir, "in-process.log"))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = f.Close()
+		data, err := os.ReadFile(server.LogPath())
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "postgres.log"), data, 0o644)
+		}
+		if err != nil {
+			t.Errorf("keeping Postgres's log: %v", err)
+		}
+		t.Logf("logs kept in %s", dir)
+	})
+	return dir, lockedWriter{new(sync.Mutex), f}
 }

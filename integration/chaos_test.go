@@ -27,7 +27,9 @@ import (
 // Sizes come from the environment: WEIR_CHAOS_WORKFLOWS (120 per scenario
 // in CI; `make chaos` runs 5000), WEIR_CHAOS_RATE (starts per second, 15),
 // WEIR_CHAOS_WORKERS (3), WEIR_CHAOS_STEPS (4), WEIR_CHAOS_SIGNALS (2);
-// WEIR_CHAOS_RACE=1 builds the worker program with -race. Bugs the suite
+// WEIR_CHAOS_RACE=1 builds the worker program with -race; WEIR_CHAOS_LOGS=dir
+// keeps each scenario's logs (Postgres's, and every process's warnings) in
+// dir/<test name>, passed or not. Bugs the suite
 // found are reduced to regression tests in bugs_test.go.
 
 type scenario struct {

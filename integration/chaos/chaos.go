@@ -261,6 +261,8 @@ const (
 	EnvSchema      = "CHAOS_SCHEMA"
 	EnvLeaseTTL    = "CHAOS_LEASE_TTL"
 	EnvWorkerName  = "CHAOS_WORKER_NAME"
+	// EnvLogLevel is the worker's slog level ("warn", "error" when unset).
+	EnvLogLevel = "CHAOS_LOG_LEVEL"
 )
 
 // WorkerName is a process's name in chaos tables: its slot and its pid, so a

@@ -66,7 +66,13 @@ func run() error {
 	defer pool.Close()
 
 	tables := chaos.NewTables(schema)
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	level := slog.LevelError
+	if v := os.Getenv(chaos.EnvLogLevel); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return fmt.Errorf("%s: %w", chaos.EnvLogLevel, err)
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	w, err := worker.New(pool, &worker.Config{
 		Fencing: &fencing.Config{
 			LeaseTTL:       leaseTTL,
