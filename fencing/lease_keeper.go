@@ -174,21 +174,42 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 		k.connMu.Unlock()
 		k.running.Store(true)
 		defer k.closeConn()
-		ticker := time.NewTicker(k.driver.config.HeartbeatInterval)
-		defer ticker.Stop()
+		interval := k.driver.config.HeartbeatInterval
+		timer := time.NewTimer(interval)
+		defer timer.Stop()
+		var warned time.Time // the last failure logged
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-ticker.C:
+			case <-timer.C:
 			}
-			if err := k.renewAll(ctx); err != nil && ctx.Err() == nil {
-				k.driver.logger().WarnContext(ctx, "fencing: renewing leases", slog.String("error", err.Error()))
+			began := time.Now()
+			err := k.renewAll(ctx)
+			if ctx.Err() != nil {
+				return
 			}
+			// A failed renewal (the server restarting, the network) is
+			// tried again after an eighth of the interval, so that renewals
+			// resume soon after the server does: the grace after a restart
+			// is one LeaseTTL, and a whole interval more of the same
+			// failures is logged once.
+			next := interval
+			if err != nil {
+				next = max(interval/8, keeperRetryMin)
+				if time.Since(warned) >= interval {
+					warned = time.Now()
+					k.driver.logger().WarnContext(ctx, "fencing: renewing leases", slog.String("error", err.Error()))
+				}
+			}
+			timer.Reset(max(next-time.Since(began), 0))
 		}
 	}()
 	return nil
 }
+
+// keeperRetryMin is the least pause before a failed renewal is tried again.
+const keeperRetryMin = 10 * time.Millisecond
 
 // renewAll renews every live lease of this process in one statement per
 // schema. Rows locked by another transaction are skipped (SKIP LOCKED) and

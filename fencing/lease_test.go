@@ -633,6 +633,12 @@ const keeperTTL = 2 * time.Second
 
 func newKeeperBundle(ctx context.Context, t *testing.T, configure func(config *pgxpool.Config, schema string)) *keeperBundle {
 	t.Helper()
+	return newKeeperBundleConfig(ctx, t, configure, &fencing.Config{LeaseTTL: keeperTTL, HeartbeatInterval: 100 * time.Millisecond, ReaperInterval: 100 * time.Millisecond})
+}
+
+// newKeeperBundleConfig is newKeeperBundle with its own fencing config.
+func newKeeperBundleConfig(ctx context.Context, t *testing.T, configure func(config *pgxpool.Config, schema string), fencingConfig *fencing.Config) *keeperBundle {
+	t.Helper()
 	b := &keeperBundle{schema: dbtest.TestSchema(ctx, t), observe: dbtest.Pool(ctx, t), worker: newBlockWorker(t)}
 	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
 	require.NoError(t, err)
@@ -641,7 +647,7 @@ func newKeeperBundle(ctx context.Context, t *testing.T, configure func(config *p
 	b.pool, err = pgxpool.NewWithConfig(ctx, config)
 	require.NoError(t, err)
 	t.Cleanup(b.pool.Close)
-	b.driver = newDriver(t, b.pool, nil, &fencing.Config{LeaseTTL: keeperTTL, HeartbeatInterval: 100 * time.Millisecond, ReaperInterval: 100 * time.Millisecond})
+	b.driver = newDriver(t, b.pool, nil, fencingConfig)
 	b.client = startClient(ctx, t, b.pool, b.schema, &clientOpts{driver: b.driver, worker: b.worker})
 	return b
 }
@@ -842,6 +848,67 @@ CREATE TRIGGER test_refuse_completion BEFORE UPDATE ON `+pgx.Identifier{b.schema
 	require.Zero(t, stats.LeasesLost)
 	require.Zero(t, stats.StaleWritesRejected)
 	waitUntil(t, "the attempt leaves the keeper", func() bool { return b.driver.KeeperAttempts() == 0 })
+}
+
+// TestLeaseRenewalRetriedSoonAfterAFailure: a renewal that fails (here a
+// trigger refuses it; in production the server restarting) is tried again
+// after an eighth of HeartbeatInterval, not a whole interval later, so that
+// renewals resume soon after the server does: the grace after a restart is
+// one LeaseTTL.
+func TestLeaseRenewalRetriedSoonAfterAFailure(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const (
+		interval = 4 * time.Second
+		ttl      = 3 * interval
+	)
+	b := newKeeperBundleConfig(ctx, t, func(*pgxpool.Config, string) {},
+		&fencing.Config{LeaseTTL: ttl, HeartbeatInterval: interval, ReaperInterval: time.Second})
+	flag := pgx.Identifier{b.schema, "test_refuse_renewal"}.Sanitize()
+	refusals := pgx.Identifier{b.schema, "test_renewals_refused"}.Sanitize()
+	fn := pgx.Identifier{b.schema, "test_refuse_renewal_fn"}.Sanitize()
+	_, err := b.observe.Exec(ctx, `
+CREATE TABLE `+flag+` (refuse bool NOT NULL);
+INSERT INTO `+flag+` VALUES (false);
+CREATE SEQUENCE `+refusals+`;
+CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.state = 'running' AND NEW.state = 'running'
+        AND NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at
+        AND (SELECT refuse FROM `+flag+`) THEN
+        PERFORM nextval('`+refusals+`'); -- not rolled back with the statement
+        RAISE EXCEPTION 'test: renewal refused';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_refuse_renewal BEFORE UPDATE ON `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+`
+    FOR EACH ROW EXECUTE FUNCTION `+fn+`();`)
+	require.NoError(t, err)
+
+	attempt := b.start(ctx, t)
+	id := attempt.job.ID
+	started := b.expires(ctx, t, id)
+	b.renewed(ctx, t, id, 1, "the keeper renews the lease")
+	renewedAt := b.expires(ctx, t, id).Add(-ttl) // database time of the renewal
+
+	_, err = b.observe.Exec(ctx, `UPDATE `+flag+` SET refuse = true`)
+	require.NoError(t, err)
+	waitUntil(t, "the next renewal is refused", func() bool {
+		var called bool
+		require.NoError(t, b.observe.QueryRow(ctx, `SELECT is_called FROM `+refusals).Scan(&called))
+		return called
+	})
+	_, err = b.observe.Exec(ctx, `UPDATE `+flag+` SET refuse = false`)
+	require.NoError(t, err)
+	b.renewed(ctx, t, id, 1, "the keeper renews the lease again")
+	again := b.expires(ctx, t, id).Add(-ttl)
+	// The refused renewal came one interval after the first; the next
+	// regular one would come another interval later.
+	require.Less(t, again.Sub(renewedAt), interval+interval*5/8,
+		"the renewal after the refused one waited for the next interval (first lease until %s)", started)
+	require.NoError(t, attempt.ctx.Err())
+	attempt.release <- complete
+	waitForState(ctx, t, b.observe, b.schema, id, "completed")
 }
 
 // TestLeaseKeeperFallsBackToThePool: a keeper that cannot open a connection
