@@ -244,7 +244,9 @@ func (s *attemptState) renewalEnd(deadline time.Time) *time.Time {
 // refused, and the lease keeper renews st's lease while fn runs, if it has
 // one. With awaitOutcome (River's executor runs fn, and River's completer
 // writes the outcome after it returns) the lease is renewed on until that
-// write is done (Pilot.JobSetStateIfRunningMany), or for outcomeWait at most:
+// write is done (Pilot.JobSetStateIfRunningMany), or for outcomeWait at most
+// (River writes nothing when it cannot encode the attempt's metadata
+// updates; the job is then recovered outcomeWait plus LeaseTTL later):
 // a write that fails (Postgres restarting) is retried by River's completer,
 // and the job must not be recovered from under it meanwhile, which would
 // run the work again and refuse the outcome as stale.
@@ -253,15 +255,23 @@ func (d *Driver) runAttempt(ctx context.Context, st *attemptState, awaitOutcome 
 	defer cancel(nil)
 	st.cancel = cancel
 	ctx = context.WithValue(ctx, attemptKey{}, st)
-	if st.token != "" && !st.expiresAt.IsZero() {
-		d.keeper.add(st)
-		if awaitOutcome {
-			defer st.endWork()
-		} else {
-			defer d.keeper.remove(st)
-		}
+	if st.token == "" || st.expiresAt.IsZero() {
+		return fn(ctx)
 	}
-	return fn(ctx)
+	d.keeper.add(st)
+	returned := false
+	defer func() {
+		// A work that did not return (a panic, runtime.Goexit) leaves the
+		// keeper at once, as before: River may write no outcome for it.
+		if awaitOutcome && returned {
+			st.endWork()
+		} else {
+			d.keeper.remove(st)
+		}
+	}()
+	err := fn(ctx)
+	returned = true
+	return err
 }
 
 // endWork records that the attempt's work returned; its outcome is on its

@@ -177,7 +177,10 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 		interval := k.driver.config.HeartbeatInterval
 		timer := time.NewTimer(interval)
 		defer timer.Stop()
-		var warned time.Time // the last failure logged
+		var (
+			warned   time.Time // the last failure logged
+			failures int       // renewals failed in a row
+		)
 		for {
 			select {
 			case <-ctx.Done():
@@ -191,16 +194,22 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 			}
 			// A failed renewal (the server restarting, the network) is
 			// tried again after an eighth of the interval, so that renewals
-			// resume soon after the server does: the grace after a restart
-			// is one LeaseTTL, and a whole interval more of the same
-			// failures is logged once.
+			// resume soon after the server does (the grace after a restart
+			// is one LeaseTTL); further failures in a row back off (a
+			// quarter, a half, then the interval), so a lasting failure
+			// costs no more statements than renewals do. Failures are
+			// logged once per interval.
 			next := interval
 			if err != nil {
-				next = max(interval/8, keeperRetryMin)
+				failures++
+				next = max(interval>>max(4-failures, 0), keeperRetryMin)
 				if time.Since(warned) >= interval {
 					warned = time.Now()
 					k.driver.logger().WarnContext(ctx, "fencing: renewing leases", slog.String("error", err.Error()))
 				}
+			}
+			if err == nil {
+				failures = 0
 			}
 			timer.Reset(max(next-time.Since(began), 0))
 		}
@@ -262,9 +271,12 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		st.mu.Lock()
 		lost, until, ended := st.lost, st.renewUntil, st.workEnded
 		st.mu.Unlock()
-		if !ended.IsZero() && time.Since(ended) > k.outcomeWait() {
-			k.remove(st) // no outcome came: the job is left to the reaper
-			continue
+		if !ended.IsZero() {
+			if time.Since(ended) > k.outcomeWait() {
+				k.remove(st) // no outcome came: the job is left to the reaper
+				continue
+			}
+			until = nil // a timed-out work's outcome is kept too; outcomeWait caps it
 		}
 		if lost || st.token == "" {
 			continue
@@ -309,14 +321,14 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		}
 		st := sent[r.ord-1]
 		switch {
-		case r.lost && r.finished:
-			st.finish() // not lost: renewals stop, the attempt's context lives on
 		case r.lost && !st.ended().IsZero():
 			// Its work is over and the job moved on: its outcome was
 			// written (the write's own removal is on its way), or the job
 			// was recovered and the write will be refused. Nothing to
 			// cancel, nothing lost by running work.
 			k.remove(st)
+		case r.lost && r.finished:
+			st.finish() // not lost: renewals stop, the attempt's context lives on
 		case r.lost:
 			if _, event := st.lose("renew"); event != nil {
 				*events = append(*events, event)

@@ -831,6 +831,11 @@ END $$;
 CREATE TRIGGER test_refuse_completion BEFORE UPDATE ON `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+`
     FOR EACH ROW EXECUTE FUNCTION `+fn+`();`)
 	require.NoError(t, err)
+	t.Cleanup(func() { // test schemas are reused
+		_, err := b.observe.Exec(context.WithoutCancel(ctx), `DROP TRIGGER test_refuse_completion ON `+
+			pgx.Identifier{b.schema, "river_job"}.Sanitize()+`; DROP FUNCTION `+fn+`(); DROP TABLE `+flag)
+		require.NoError(t, err)
+	})
 
 	attempt := b.start(ctx, t)
 	id := attempt.job.ID
@@ -884,6 +889,11 @@ END $$;
 CREATE TRIGGER test_refuse_renewal BEFORE UPDATE ON `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+`
     FOR EACH ROW EXECUTE FUNCTION `+fn+`();`)
 	require.NoError(t, err)
+	t.Cleanup(func() { // test schemas are reused
+		_, err := b.observe.Exec(context.WithoutCancel(ctx), `DROP TRIGGER test_refuse_renewal ON `+
+			pgx.Identifier{b.schema, "river_job"}.Sanitize()+`; DROP FUNCTION `+fn+`(); DROP TABLE `+flag+`; DROP SEQUENCE `+refusals)
+		require.NoError(t, err)
+	})
 
 	attempt := b.start(ctx, t)
 	id := attempt.job.ID

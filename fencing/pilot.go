@@ -561,6 +561,7 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		rows, err := p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, stripped)
 		if err == nil {
 			forget()
+			p.driver.keeper.outcomeWritten(params.ID, proofs)
 		}
 		return rows, err
 	}
