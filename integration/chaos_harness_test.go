@@ -97,6 +97,13 @@ type workerProc struct {
 	url   string
 	proxy *dbtest.Proxy // nil: straight to the server
 
+	// faulting is held through a kill and its restart, and through a
+	// pause: two fault loops (TestChaosMixed) that picked the same worker
+	// take turns. Without it both could restart the slot, one process
+	// replacing the other in cmd and done, and the orphan outlived the test
+	// (goleak found its Wait goroutine).
+	faulting sync.Mutex
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -417,6 +424,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // killOne SIGKILLs a random worker and starts its slot again after pause.
 func (h *harness) killOne(ctx context.Context, restartAfter time.Duration) bool {
 	p := h.busyWorker(ctx)
+	p.faulting.Lock()
+	defer p.faulting.Unlock()
 	if err := p.kill(ctx); err != nil {
 		return false
 	}
@@ -437,6 +446,8 @@ func (h *harness) pauseOne(ctx context.Context) bool {
 func (h *harness) pauseAny(ctx context.Context) bool { return h.pause(ctx, h.randomWorker()) }
 
 func (h *harness) pause(ctx context.Context, p *workerProc) bool {
+	p.faulting.Lock()
+	defer p.faulting.Unlock()
 	if err := p.signal(syscall.SIGSTOP); err != nil {
 		return false
 	}
