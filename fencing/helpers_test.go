@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,11 +226,22 @@ func startClient(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema s
 		if opts.worker != nil {
 			opts.worker.finish()
 		}
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(stopCtx))
+		stopClient(ctx, t, client)
 	})
 	return client
+}
+
+// stopClient stops client within 15 seconds; when it cannot, the test fails
+// with every goroutine's stack, to show what the stop waited for.
+func stopClient(ctx context.Context, t *testing.T, client *river.Client[pgx.Tx]) {
+	t.Helper()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		var stacks strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+		require.NoError(t, err, "the client did not stop; goroutines:\n%s", stacks.String())
+	}
 }
 
 // newDriver returns a fencing driver with short, test-sized intervals.

@@ -610,9 +610,7 @@ func startClientWorker(ctx context.Context, t *testing.T, schema string, opts *c
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {
 		worker.finish()
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(stopCtx))
+		stopClient(ctx, t, client)
 	})
 	return client
 }
