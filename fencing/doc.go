@@ -62,8 +62,11 @@
 // reaper saw the server before it (crash recovery runs after the server's
 // start time, and workers cannot renew until it is over), else past the
 // server's start time; River's rescuer takes no fenced job on a restart the
-// reaper has not seen yet. A restart that keeps the postmaster (restart_after_crash after a
-// backend crash) does not change the start time and gets no grace.
+// reaper has not seen yet. A crash reset that keeps the postmaster (a server
+// process killed, with restart_after_crash on) counts as a restart: it shows
+// as the reset time of the server's cumulative statistics, so an
+// administrator's pg_stat_reset_shared('bgwriter') also gives leases one
+// grace period.
 //
 // # Upgrading a River client
 //

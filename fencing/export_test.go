@@ -68,3 +68,6 @@ func (d *Driver) KeeperAttempts() int {
 	})
 	return n
 }
+
+// ServerEpochSQL exposes serverEpochSQL.
+const ServerEpochSQL = serverEpochSQL

@@ -306,14 +306,14 @@ func complete(context.Context, *river.Job[blockArgs]) error { return nil }
 
 func fmtType(v any) string { return fmt.Sprintf("%T", v) }
 
-// waitPastRestartGrace waits until the server has been up for longer than
-// ttl: until then every lease gets a grace period (a freshly started test
-// cluster looks like a restarted one).
+// waitPastRestartGrace waits until the server's epoch (its start, or its
+// latest crash reset) is more than ttl ago: until then every lease gets a
+// grace period (a freshly started test cluster looks like a restarted one).
 func waitPastRestartGrace(ctx context.Context, t *testing.T, pool *pgxpool.Pool, ttl time.Duration) {
 	t.Helper()
 	waitUntil(t, "the server has been up longer than the lease TTL", func() bool {
 		var past bool
-		require.NoError(t, pool.QueryRow(ctx, "SELECT pg_postmaster_start_time() + $1::interval < now()", ttl).Scan(&past))
+		require.NoError(t, pool.QueryRow(ctx, "SELECT "+fencing.ServerEpochSQL+" + $1::interval < now()", ttl).Scan(&past))
 		return past
 	})
 }

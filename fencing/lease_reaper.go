@@ -33,26 +33,27 @@ type leaseReaper struct {
 // restartWatch tells from when the leases of a restarted Postgres server get
 // their grace period. Workers cannot renew while the server is down nor
 // while it recovers, so after a restart every lease lasts at least LeaseTTL
-// past the grace's start. pg_postmaster_start_time() is a poor start: crash
-// recovery runs after it, and when recovery takes most of a LeaseTTL the
-// workers have no time left to renew before the first reap takes back every
-// running attempt. So when the reaper sees the server's start time change
-// between two of its passes, the grace starts at the first pass that saw the
-// new server (database time), which is after the server accepted
-// connections again. The watch lives as long as the driver, across terms of
-// leadership: a process that led before the restart and leads again later
-// grants the grace from its first pass then (at most one LeaseTTL late,
-// once per restart). A process whose reaper never saw the server before
-// knows no better than the start time. River's rescuer, through the Pilot,
-// counts a server the watch has not seen yet (a restart since the reaper's
-// last pass) as in its grace until the reaper sees it.
+// past the grace's start. A restart is a change of the server's epoch
+// (serverEpochSQL): a new postmaster, or a crash reset under the same one.
+// The epoch itself is a poor start: crash recovery runs after it, and when
+// recovery takes most of a LeaseTTL the workers have no time left to renew
+// before the first reap takes back every running attempt. So when the
+// reaper sees the epoch change between two of its passes, the grace starts
+// at the first pass that saw the new one (database time), which is after
+// the server accepted connections again. The watch lives as long as the
+// driver, across terms of leadership: a process that led before the restart
+// and leads again later grants the grace from its first pass then (at most
+// one LeaseTTL late, once per restart). A process whose reaper never saw
+// the server before knows no better than the epoch. River's rescuer,
+// through the Pilot, counts an epoch the watch has not seen yet (a restart
+// since the reaper's last pass) as in its grace until the reaper sees it.
 type restartWatch struct {
 	mu        sync.Mutex
-	started   time.Time // pg_postmaster_start_time() at the latest pass
+	started   time.Time // the server's epoch at the latest pass
 	graceFrom time.Time // zero: from the start time
 }
 
-// observe records a pass's reading of pg_postmaster_start_time() and now().
+// observe records a pass's reading of the server's epoch and now().
 func (w *restartWatch) observe(started, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -72,14 +73,25 @@ func (w *restartWatch) args() (from, seen pgtype.Timestamptz) {
 		pgtype.Timestamptz{Time: w.started, Valid: !w.started.IsZero()}
 }
 
+// serverEpochSQL is when the server last began from fresh shared memory:
+// its postmaster's start, or the crash reset since then. After a server
+// process dies (an out-of-memory kill, a segfault) the postmaster ends
+// every session and recovers from the crash without restarting
+// (restart_after_crash, on by default), so pg_postmaster_start_time() does
+// not change; that recovery discards the cumulative statistics and stamps
+// their reset time, which is how a crash reset shows. An administrator's
+// pg_stat_reset_shared('bgwriter') looks the same and costs one grace
+// period. The scalar subquery is evaluated once per statement.
+const serverEpochSQL = "(SELECT greatest(pg_postmaster_start_time(), pg_stat_get_bgwriter_stat_reset_time()))"
+
 // restartGraceSQL is the time until which every lease is alive after a
-// restart: LeaseTTL ($ttl) past the latest of the server's start, the grace
-// start the watch knows ($from), and now() when the server's start time is
-// not the one the watch saw last ($seen): a restart the reaper has not seen
+// restart: LeaseTTL ($ttl) past the latest of the server's epoch, the grace
+// start the watch knows ($from), and now() when the server's epoch is not
+// the one the watch saw last ($seen): a restart the reaper has not seen
 // yet. greatest ignores NULLs.
 func restartGraceSQL(ttl, from, seen string) string {
-	return "greatest(pg_postmaster_start_time(), " + from + "::timestamptz, " +
-		"CASE WHEN pg_postmaster_start_time() <> " + seen + "::timestamptz THEN now() END) + " + ttl + "::interval"
+	return "greatest(" + serverEpochSQL + ", " + from + "::timestamptz, " +
+		"CASE WHEN " + serverEpochSQL + " <> " + seen + "::timestamptz THEN now() END) + " + ttl + "::interval"
 }
 
 func newLeaseReaper(driver *Driver, pilot *Pilot) *leaseReaper {
@@ -153,8 +165,8 @@ func (r *leaseReaper) reap(ctx context.Context, schema string) (int, error) {
 	// On the connection that reaps: a pool in front of several servers
 	// could answer a statement of its own from another one.
 	var started, now time.Time
-	if err := tx.QueryRow(ctx, "SELECT pg_postmaster_start_time(), now()").Scan(&started, &now); err != nil {
-		return 0, fmt.Errorf("reaping expired leases in schema %q: reading the server's start time: %w", schema, err)
+	if err := tx.QueryRow(ctx, "SELECT "+serverEpochSQL+", now()").Scan(&started, &now); err != nil {
+		return 0, fmt.Errorf("reaping expired leases in schema %q: reading the server's epoch: %w", schema, err)
 	}
 	r.restart.observe(started, now)
 	from, seen := r.restart.args()

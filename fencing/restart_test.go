@@ -133,3 +133,78 @@ func TestRestartGraceFromFirstPass(t *testing.T) {
 	require.GreaterOrEqual(t, reapedAt.Sub(passBefore), ttl, "reaped no sooner than LeaseTTL after the first pass")
 	require.Equal(t, "available", getJob(ctx, t, pool, schema, jobID).State)
 }
+
+// TestRestartGraceAfterABackendCrash: a server process that dies (SIGKILL,
+// as an out-of-memory kill would end it) makes Postgres end every session
+// and recover from the crash without a new postmaster, so
+// pg_postmaster_start_time() does not change. Workers cannot renew through
+// that either: leases get the grace they get after a restart, from the
+// reaper's first pass after the crash, and River's rescuer honours it.
+func TestRestartGraceAfterABackendCrash(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	server := dbtest.Server(ctx, t, nil)
+	const (
+		schema = "grace"
+		ttl    = time.Second
+	)
+	pool, err := pgxpool.New(ctx, server.URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, nil)
+	require.NoError(t, err)
+
+	// Past the grace of the server's start, so that any grace the job gets
+	// comes from the crash.
+	waitPastRestartGrace(ctx, t, pool, ttl)
+	driver, err := fencing.NewDriver(pool, &fencing.Config{LeaseTTL: ttl})
+	require.NoError(t, err)
+	driver.NoteSchema(schema)
+	reaped, err := driver.ReapNow(ctx) // the reaper sees the server before the crash
+	require.NoError(t, err)
+	require.Zero(t, reaped)
+
+	table := pgx.Identifier{schema, "river_job"}.Sanitize()
+	var jobID int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, state, attempt, attempted_at)
+		VALUES ('{}', 'grace', 'running', 1, now() - interval '1 hour') RETURNING id`).Scan(&jobID))
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() - interval '10 seconds' WHERE id = $1`, jobID)
+	require.NoError(t, err)
+
+	var (
+		startedBefore, startedAfter time.Time
+		backend                     int
+	)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_postmaster_start_time(), pg_backend_pid()").Scan(&startedBefore, &backend))
+	require.NoError(t, server.CrashBackend(ctx, backend))
+	pool.Reset() // drop the connections the crash ended
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&startedAfter))
+	require.True(t, startedAfter.Equal(startedBefore), "the postmaster kept running through the crash")
+
+	stuck, err := driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, stuck, "River's rescuer does not take a job on a crash the reaper has not seen yet")
+	var passBefore time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT now()").Scan(&passBefore))
+	reaped, err = driver.ReapNow(ctx)
+	require.NoError(t, err)
+	require.Zero(t, reaped, "the grace starts at the reaper's first pass after the crash")
+	stuck, err = driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, stuck, "River's rescuer does not take a job within the grace either")
+
+	waitUntil(t, "the rescuer would take the job", func() bool {
+		stuck, err := driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
+		require.NoError(t, err)
+		return len(stuck) == 1
+	})
+	reaped, err = driver.ReapNow(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, reaped)
+	var reapedAt time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (errors[1]->>'at')::timestamptz FROM `+table+` WHERE id = $1`, jobID).Scan(&reapedAt))
+	require.GreaterOrEqual(t, reapedAt.Sub(passBefore), ttl, "reaped no sooner than LeaseTTL after the first pass")
+	require.Equal(t, "available", getJob(ctx, t, pool, schema, jobID).State)
+}

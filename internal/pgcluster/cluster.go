@@ -219,6 +219,42 @@ func (c *Cluster) Crash(ctx context.Context) error {
 	return c.signalAndWait(ctx, syscall.SIGQUIT)
 }
 
+// CrashBackend kills the server process pid, one of the postmaster's
+// children (a backend: pg_backend_pid()), with SIGKILL, as an out-of-memory
+// kill or a segfault would end it. The postmaster keeps running but ends
+// every session and recovers from the crash in fresh shared memory
+// (restart_after_crash, on by default); CrashBackend returns once the
+// server accepts connections again.
+func (c *Cluster) CrashBackend(ctx context.Context, pid int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	proc := c.proc
+	if proc == nil || proc.exited() {
+		return ErrNotRunning
+	}
+	if !slices.Contains(childPIDs(proc.cmd.Process.Pid), pid) {
+		return fmt.Errorf("process %d is not a server process of postgres (pid %d)", pid, proc.cmd.Process.Pid)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing postgres server process %d: %w", pid, err)
+	}
+	// The postmaster starts the crash reset when it reaps the process (a
+	// zombie until then answers signals), so once the process is gone a
+	// server that accepts connections is the recovered one.
+	waitCtx, cancel := context.WithTimeout(ctx, c.config.StartTimeout)
+	defer cancel()
+	ticker := time.NewTicker(5 * time.Millisecond)
+	defer ticker.Stop()
+	for syscall.Kill(pid, 0) == nil {
+		select {
+		case <-waitCtx.Done():
+			return fmt.Errorf("waiting for postgres to reap server process %d: %w", pid, waitCtx.Err())
+		case <-ticker.C:
+		}
+	}
+	return c.waitReady(waitCtx, proc)
+}
+
 // Restart is Stop then Start on the same port.
 func (c *Cluster) Restart(ctx context.Context) error {
 	if err := c.Stop(ctx); err != nil {

@@ -54,6 +54,35 @@ func TestCluster(t *testing.T) {
 		require.Equal(t, "before crash", query(ctx, t, url, "SELECT v FROM kept"))
 	})
 
+	// A killed backend makes the postmaster end every session and recover
+	// in place: the same postmaster, the committed data kept, the other
+	// session's connection ended.
+	t.Run("CrashBackendResetsInPlace", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		cluster := dbtest.Server(ctx, t, nil)
+		url := cluster.URL("postgres")
+		postmaster := cluster.PID()
+
+		exec(ctx, t, url, "CREATE TABLE kept (v text)", "INSERT INTO kept VALUES ('before crash')")
+		other, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		defer other.Close(context.WithoutCancel(ctx))
+		require.Error(t, cluster.CrashBackend(ctx, postmaster), "the postmaster is not one of its server processes")
+		require.Error(t, cluster.CrashBackend(ctx, os.Getpid()))
+
+		conn, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		defer conn.Close(context.WithoutCancel(ctx))
+		var pid int
+		require.NoError(t, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+		require.NoError(t, cluster.CrashBackend(ctx, pid))
+		require.Equal(t, postmaster, cluster.PID(), "the same postmaster")
+		require.Equal(t, "before crash", query(ctx, t, url, "SELECT v FROM kept"))
+		_, err = other.Exec(ctx, "SELECT 1")
+		require.Error(t, err, "the crash reset ended the other session")
+	})
+
 	t.Run("MissingBinDir", func(t *testing.T) {
 		t.Parallel()
 		_, err := pgcluster.New(&pgcluster.Config{BinDir: t.TempDir(), Dir: t.TempDir()})
