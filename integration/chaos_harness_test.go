@@ -362,7 +362,7 @@ func (h *harness) fault(kind string) {
 func (h *harness) faultCount() (total int, summary string) {
 	h.faultsMu.Lock()
 	defer h.faultsMu.Unlock()
-	for _, kind := range []string{"kill", "pause", "cut", "latency", "pg-restart", "pg-pause", "start-storm"} {
+	for _, kind := range []string{"kill", "pause", "cut", "latency", "pg-restart", "pg-backend-crash", "pg-pause", "start-storm"} {
 		if n := h.faults[kind]; n > 0 {
 			total += n
 			summary += fmt.Sprintf(" %s=%d", kind, n)
@@ -491,6 +491,25 @@ func (h *harness) restartPostgres(ctx context.Context) bool {
 		h.t.Errorf("starting postgres: %v", err)
 		return false
 	}
+	return ctx.Err() == nil
+}
+
+// crashBackend kills one client backend of the server with SIGKILL, as the
+// kernel's out-of-memory killer would: the postmaster ends every session
+// and recovers from the crash in place, its start time unchanged.
+func (h *harness) crashBackend(ctx context.Context) bool {
+	var pid int
+	err := h.pool.QueryRow(ctx, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"+
+		" AND pid <> pg_backend_pid() ORDER BY random() LIMIT 1").Scan(&pid)
+	if err != nil {
+		// The server is restarting, or no other session is open: try later.
+		return ctx.Err() == nil
+	}
+	if err := h.server.CrashBackend(context.WithoutCancel(ctx), pid); err != nil {
+		h.t.Errorf("crashing a postgres backend: %v", err)
+		return false
+	}
+	h.fault("pg-backend-crash")
 	return ctx.Err() == nil
 }
 

@@ -167,6 +167,15 @@ func TestChaosPostgresRestart(t *testing.T) {
 	}})
 }
 
+// TestChaosBackendCrash kills a Postgres backend (SIGKILL, as an
+// out-of-memory kill) repeatedly, mid-run: every session ends and the
+// server recovers in place, under the same postmaster.
+func TestChaosBackendCrash(t *testing.T) {
+	runScenario(t, scenario{name: "pg-backend-crash", inject: func(ctx context.Context, h *harness) {
+		every(ctx, 3*time.Second, h.crashBackend)
+	}})
+}
+
 // TestChaosNetwork cuts workers off from Postgres past their lease and slows
 // their connections down, through a TCP proxy per worker.
 func TestChaosNetwork(t *testing.T) {
@@ -229,10 +238,14 @@ func TestChaosMixed(t *testing.T) {
 		// Server faults, rarer.
 		wg.Go(func() {
 			every(ctx, 4*time.Second, func(ctx context.Context) bool {
-				if rand.IntN(2) == 0 {
+				switch rand.IntN(3) {
+				case 0:
 					return h.restartPostgres(ctx)
+				case 1:
+					return h.crashBackend(ctx)
+				default:
+					return h.pausePostgres(ctx)
 				}
-				return h.pausePostgres(ctx)
 			})
 		})
 		wg.Wait()
