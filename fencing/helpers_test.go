@@ -176,6 +176,7 @@ func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return 
 type clientOpts struct {
 	driver     *fencing.Driver // nil: plain riverpgxv5
 	jobTimeout time.Duration
+	logs       *logBuffer // nil: logs are discarded
 	maxWorkers int
 	noLeader   bool
 	poll       time.Duration // FetchPollInterval; defaults to 50ms
@@ -195,7 +196,7 @@ func testConfig(schema string, opts *clientOpts) *river.Config {
 		JobStuckThreshold:      opts.stuck,
 		JobTimeout:             opts.jobTimeout,
 		LeaderElectionDisabled: opts.noLeader,
-		Logger:                 slog.New(slog.DiscardHandler),
+		Logger:                 opts.logs.logger(),
 		Queues:                 map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: max(opts.maxWorkers, 1)}},
 		Schema:                 schema,
 		TestOnly:               true,
@@ -205,6 +206,33 @@ func testConfig(schema string, opts *clientOpts) *river.Config {
 		config.Plugins = []rivertype.Plugin{opts.driver.Plugin()}
 	}
 	return config
+}
+
+// logBuffer keeps what a River client (and so its fencing driver) logs, as
+// JSON lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// logger logs into b; a nil b discards.
+func (b *logBuffer) logger() *slog.Logger {
+	if b == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // startClient starts a River client on schema, stopped when the test ends.

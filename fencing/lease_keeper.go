@@ -178,8 +178,9 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 		timer := time.NewTimer(interval)
 		defer timer.Stop()
 		var (
-			warned   time.Time // the last failure logged
-			failures int       // renewals failed in a row
+			warned     time.Time // the last failure logged
+			failures   int       // renewals failed in a row
+			suppressed int       // failures not logged since the last one logged
 		)
 		for {
 			select {
@@ -205,11 +206,19 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 				next = max(interval>>max(4-failures, 0), keeperRetryMin)
 				if time.Since(warned) >= interval {
 					warned = time.Now()
-					k.driver.logger().WarnContext(ctx, "fencing: renewing leases", slog.String("error", err.Error()))
+					k.driver.logger().WarnContext(ctx, "fencing: renewing leases", slog.String("error", err.Error()),
+						slog.Int("failures_in_a_row", failures), slog.Int("failures_not_logged", suppressed))
+					suppressed = 0
+				} else {
+					suppressed++
 				}
 			}
 			if err == nil {
-				failures = 0
+				if failures > 0 {
+					k.driver.logger().InfoContext(ctx, "fencing: renewing leases again",
+						slog.Int("failures_in_a_row", failures), slog.Int("failures_not_logged", suppressed))
+				}
+				failures, suppressed = 0, 0
 			}
 			timer.Reset(max(next-time.Since(began), 0))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -621,6 +622,7 @@ func startClientWorker(ctx context.Context, t *testing.T, schema string, opts *c
 type keeperBundle struct {
 	client  *river.Client[pgx.Tx]
 	driver  *fencing.Driver
+	logs    *logBuffer
 	observe *pgxpool.Pool
 	pool    *pgxpool.Pool
 	schema  string
@@ -637,7 +639,7 @@ func newKeeperBundle(ctx context.Context, t *testing.T, configure func(config *p
 // newKeeperBundleConfig is newKeeperBundle with its own fencing config.
 func newKeeperBundleConfig(ctx context.Context, t *testing.T, configure func(config *pgxpool.Config, schema string), fencingConfig *fencing.Config) *keeperBundle {
 	t.Helper()
-	b := &keeperBundle{schema: dbtest.TestSchema(ctx, t), observe: dbtest.Pool(ctx, t), worker: newBlockWorker(t)}
+	b := &keeperBundle{schema: dbtest.TestSchema(ctx, t), observe: dbtest.Pool(ctx, t), worker: newBlockWorker(t), logs: &logBuffer{}}
 	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
 	require.NoError(t, err)
 	config.MaxConns = 4
@@ -646,7 +648,7 @@ func newKeeperBundleConfig(ctx context.Context, t *testing.T, configure func(con
 	require.NoError(t, err)
 	t.Cleanup(b.pool.Close)
 	b.driver = newDriver(t, b.pool, nil, fencingConfig)
-	b.client = startClient(ctx, t, b.pool, b.schema, &clientOpts{driver: b.driver, worker: b.worker})
+	b.client = startClient(ctx, t, b.pool, b.schema, &clientOpts{driver: b.driver, logs: b.logs, worker: b.worker})
 	return b
 }
 
@@ -915,6 +917,11 @@ CREATE TRIGGER test_refuse_renewal BEFORE UPDATE ON `+pgx.Identifier{b.schema, "
 	require.Less(t, again.Sub(renewedAt), interval+interval*5/8,
 		"the renewal after the refused one waited for the next interval (first lease until %s)", started)
 	require.NoError(t, attempt.ctx.Err())
+	// The failure is logged with how many renewals failed in a row, and so
+	// is the first renewal after it.
+	againLogged := regexp.MustCompile(`"msg":"fencing: renewing leases again","failures_in_a_row":1,"failures_not_logged":0`)
+	waitUntil(t, "the renewal after the failure is logged", func() bool { return againLogged.MatchString(b.logs.String()) })
+	require.Regexp(t, `"msg":"fencing: renewing leases","error":"[^"]*test: renewal refused.*"failures_in_a_row":1,"failures_not_logged":0`, b.logs.String())
 	attempt.release <- complete
 	waitForState(ctx, t, b.observe, b.schema, id, "completed")
 }
