@@ -324,7 +324,7 @@ func TestRunWorkflowsWarmsUp(t *testing.T) {
 			res, err := h.runWorkflows(ctx, workflowsParams{contender: contender, mode: mode, n: 5, rate: 50})
 			require.NoError(t, err, "%s %s", contender, mode)
 			require.Equal(t, 5, res.N)
-			require.Equal(t, warmupWorkflows, res.Warmup)
+			require.Equal(t, warmupWorkflows(mode), res.Warmup)
 			require.Positive(t, res.P50Ms)
 			require.GreaterOrEqual(t, res.P99Ms, res.P50Ms)
 			require.Positive(t, res.WALBytesPerUnit)
