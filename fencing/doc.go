@@ -62,11 +62,11 @@
 // reaper saw the server before it (crash recovery runs after the server's
 // start time, and workers cannot renew until it is over), else past the
 // server's start time; River's rescuer takes no fenced job on a restart the
-// reaper has not seen yet. A crash reset that keeps the postmaster (a server
-// process killed, with restart_after_crash on) counts as a restart: it shows
-// as the reset time of the server's cumulative statistics, so an
-// administrator's pg_stat_reset_shared('bgwriter') also gives leases one
-// grace period.
+// reaper has not seen yet. On Postgres 15 and later, a crash reset that
+// keeps the postmaster (a server process killed, with restart_after_crash
+// on) counts as a restart: it shows as the reset time of the server's
+// cumulative statistics, so an administrator's reset of those statistics
+// also gives leases one grace period. On Postgres 14 it gets no grace.
 //
 // # Upgrading a River client
 //

@@ -17,7 +17,10 @@ func (d *Driver) StopHeartbeats() { d.keeper.Stop() }
 func (d *Driver) ReapNow(ctx context.Context) (int, error) { return d.pilot.reaper.reapAll(ctx) }
 
 // RenewNow renews this process's leases once, as the keeper would.
-func (d *Driver) RenewNow(ctx context.Context) error { return d.driverKeeper().renewAll(ctx) }
+func (d *Driver) RenewNow(ctx context.Context) error {
+	_, err := d.driverKeeper().renewAll(ctx)
+	return err
+}
 
 func (d *Driver) driverKeeper() *leaseKeeper { return d.keeper }
 

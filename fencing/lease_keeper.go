@@ -189,7 +189,7 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 			case <-timer.C:
 			}
 			began := time.Now()
-			err := k.renewAll(ctx)
+			renewed, err := k.renewAll(ctx)
 			if ctx.Err() != nil {
 				return
 			}
@@ -198,8 +198,9 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 			// resume soon after the server does (the grace after a restart
 			// is one LeaseTTL); further failures in a row back off (a
 			// quarter, a half, then the interval), so a lasting failure
-			// costs no more statements than renewals do. Failures are
-			// logged once per interval.
+			// costs no more statements than renewals do. The first failure
+			// of a run of them is logged, then one per interval, and the
+			// first renewal after them.
 			next := interval
 			if err != nil {
 				failures++
@@ -214,11 +215,13 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 				}
 			}
 			if err == nil {
-				if failures > 0 {
+				// With nothing to renew, nothing says the database answers
+				// again: the run of failures just ends.
+				if failures > 0 && renewed {
 					k.driver.logger().InfoContext(ctx, "fencing: renewing leases again",
 						slog.Int("failures_in_a_row", failures), slog.Int("failures_not_logged", suppressed))
 				}
-				failures, suppressed = 0, 0
+				failures, suppressed, warned = 0, 0, time.Time{}
 			}
 			timer.Reset(max(next-time.Since(began), 0))
 		}
@@ -238,7 +241,7 @@ const keeperRetryMin = 10 * time.Millisecond
 // free: every attempt it found lost is cancelled before any observer call,
 // and a slow observer does not hold up a renewal waiting for the
 // connection (a heartbeat's, RenewNow's).
-func (k *leaseKeeper) renewAll(ctx context.Context) error {
+func (k *leaseKeeper) renewAll(ctx context.Context) (renewed bool, err error) {
 	var events []*Event
 	defer func() {
 		for _, event := range events {
@@ -256,16 +259,18 @@ func (k *leaseKeeper) renewAll(ctx context.Context) error {
 
 	var errs []error
 	for schema, attempts := range bySchema {
-		if err := k.renewSchema(ctx, schema, attempts, &events); err != nil {
+		sent, err := k.renewSchema(ctx, schema, attempts, &events)
+		if err != nil {
 			errs = append(errs, err)
 		}
+		renewed = renewed || sent && err == nil
 	}
-	return errors.Join(errs...)
+	return renewed, errors.Join(errs...)
 }
 
 // renewSchema renews the leases of attempts, of jobs in schema, and appends
 // to events what the observer is to hear of (counted already).
-func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts []*attemptState, events *[]*Event) error {
+func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts []*attemptState, events *[]*Event) (ran bool, err error) {
 	// Two attempts of one job can run here at once (the older one lost the
 	// job and does not know yet): results are matched to attempts by their
 	// position in the input, and a renewal to the attempt whose token it
@@ -296,7 +301,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		renewUntil = append(renewUntil, until)
 	}
 	if len(ids) == 0 {
-		return nil
+		return false, nil
 	}
 	type result struct {
 		expires  pgtype.Timestamptz
@@ -309,7 +314,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	ctx, cancel := context.WithTimeout(ctx, k.driver.config.LeaseTTL)
 	defer cancel()
 	var results []result
-	err := k.withConn(ctx, func(q querier) error {
+	err = k.withConn(ctx, func(q querier) error {
 		rows, err := q.Query(ctx, renewSQL(schema), ids, tokens, renewUntil, k.driver.config.LeaseTTL)
 		if err != nil {
 			return err
@@ -322,11 +327,11 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("renewing %d leases: %w", len(ids), err)
+		return false, fmt.Errorf("renewing %d leases: %w", len(ids), err)
 	}
 	for _, r := range results {
 		if r.ord < 1 || r.ord > int64(len(sent)) {
-			return fmt.Errorf("renewing %d leases: result for input %d", len(ids), r.ord)
+			return false, fmt.Errorf("renewing %d leases: result for input %d", len(ids), r.ord)
 		}
 		st := sent[r.ord-1]
 		switch {
@@ -351,7 +356,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 			*events = append(*events, event)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // withConn runs fn on the keeper's own connection, or on the pool while it

@@ -89,7 +89,8 @@ VALUES ('{}', 'renew', 5, 'default', 'running', 2, now()) RETURNING id, lease_to
 				round = []*attemptState{newer, older}
 			}
 			var events []*Event
-			require.NoError(t, driver.keeper.renewSchema(ctx, schema, round, &events))
+			_, err = driver.keeper.renewSchema(ctx, schema, round, &events)
+			require.NoError(t, err)
 			require.Len(t, events, 2, "one lost, one renewed")
 
 			require.ErrorIs(t, causes[1], ErrLeaseLost, "the older attempt learns it lost the job")

@@ -50,7 +50,7 @@ type leaseReaper struct {
 type restartWatch struct {
 	mu        sync.Mutex
 	started   time.Time // the server's epoch at the latest pass
-	graceFrom time.Time // zero: from the start time
+	graceFrom time.Time // zero: from the epoch
 }
 
 // observe records a pass's reading of the server's epoch and now().
@@ -64,8 +64,8 @@ func (w *restartWatch) observe(started, now time.Time) {
 }
 
 // args are the arguments restartGraceSQL's from and seen stand for: when
-// the grace starts (NULL: at the server's start), and the start time the
-// watch saw last (NULL: none).
+// the grace starts (NULL: at the server's epoch), and the epoch the watch
+// saw last (NULL: none).
 func (w *restartWatch) args() (from, seen pgtype.Timestamptz) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -78,11 +78,19 @@ func (w *restartWatch) args() (from, seen pgtype.Timestamptz) {
 // process dies (an out-of-memory kill, a segfault) the postmaster ends
 // every session and recovers from the crash without restarting
 // (restart_after_crash, on by default), so pg_postmaster_start_time() does
-// not change; that recovery discards the cumulative statistics and stamps
-// their reset time, which is how a crash reset shows. An administrator's
-// pg_stat_reset_shared('bgwriter') looks the same and costs one grace
-// period. The scalar subquery is evaluated once per statement.
-const serverEpochSQL = "(SELECT greatest(pg_postmaster_start_time(), pg_stat_get_bgwriter_stat_reset_time()))"
+// not change. On Postgres 15 and later, the recovery discards the
+// cumulative statistics and stamps their reset time (when recovery
+// begins), which is how a crash reset shows; a clean restart keeps the old
+// reset time. An administrator's reset of those statistics
+// (pg_stat_reset_shared('bgwriter'), or with no argument on Postgres 17)
+// looks the same and costs one grace period. Postgres 14's statistics
+// collector reports a reset time of now when it has no statistics file (it
+// is disabled, or has not written one yet), which would restart the grace
+// at every pass, so on Postgres 14 the epoch is the postmaster's start
+// alone and a crash reset gets no grace. Each occurrence is a scalar
+// subquery, evaluated once per statement.
+const serverEpochSQL = "(SELECT greatest(pg_postmaster_start_time(), " +
+	"CASE WHEN current_setting('server_version_num')::int >= 150000 THEN pg_stat_get_bgwriter_stat_reset_time() END))"
 
 // restartGraceSQL is the time until which every lease is alive after a
 // restart: LeaseTTL ($ttl) past the latest of the server's epoch, the grace

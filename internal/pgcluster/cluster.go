@@ -34,6 +34,10 @@ const (
 // ErrNotRunning is returned by operations that need a running server.
 var ErrNotRunning = errors.New("pgcluster: server is not running")
 
+// ErrNotServerProcess is returned by CrashBackend for a process that is not
+// a live server process of the cluster (it may have just exited).
+var ErrNotServerProcess = errors.New("pgcluster: not a live server process")
+
 // Config configures a Cluster. Only Dir is required.
 type Config struct {
 	// BinDir holds initdb and postgres. Defaults to FindBinDir().
@@ -224,7 +228,9 @@ func (c *Cluster) Crash(ctx context.Context) error {
 // kill or a segfault would end it. The postmaster keeps running but ends
 // every session and recovers from the crash in fresh shared memory
 // (restart_after_crash, on by default); CrashBackend returns once the
-// server accepts connections again.
+// server accepts connections again. A pid that is not a live server process
+// of the cluster (one that just exited, say) is ErrNotServerProcess, and
+// nothing is signalled. Linux only.
 func (c *Cluster) CrashBackend(ctx context.Context, pid int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -232,20 +238,24 @@ func (c *Cluster) CrashBackend(ctx context.Context, pid int) error {
 	if proc == nil || proc.exited() {
 		return ErrNotRunning
 	}
-	if !slices.Contains(childPIDs(proc.cmd.Process.Pid), pid) {
-		return fmt.Errorf("process %d is not a server process of postgres (pid %d)", pid, proc.cmd.Process.Pid)
+	postmaster := proc.cmd.Process.Pid
+	// The process is told by its start time as well as its pid, so that a
+	// pid reused by another process is never signalled nor waited for.
+	child, err := liveChild(postmaster, pid)
+	if err != nil {
+		return err
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return fmt.Errorf("killing postgres server process %d: %w", pid, err)
+	if err := child.kill(); err != nil {
+		return err
 	}
 	// The postmaster starts the crash reset when it reaps the process (a
-	// zombie until then answers signals), so once the process is gone a
-	// server that accepts connections is the recovered one.
+	// zombie until then), so once the process is gone a server that
+	// accepts connections is the recovered one.
 	waitCtx, cancel := context.WithTimeout(ctx, c.config.StartTimeout)
 	defer cancel()
 	ticker := time.NewTicker(5 * time.Millisecond)
 	defer ticker.Stop()
-	for syscall.Kill(pid, 0) == nil {
+	for child.exists() {
 		select {
 		case <-waitCtx.Done():
 			return fmt.Errorf("waiting for postgres to reap server process %d: %w", pid, waitCtx.Err())
