@@ -1,6 +1,7 @@
 package fencing_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/pgcluster"
 	"github.com/weirhq/weir/migrations"
 )
 
@@ -75,31 +77,8 @@ func TestRestartGraceFromFirstPass(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	server := dbtest.Server(ctx, t, nil)
-	const (
-		schema = "grace"
-		ttl    = time.Second
-	)
-	pool, err := pgxpool.New(ctx, server.URL("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = migrator.Up(ctx, nil)
-	require.NoError(t, err)
-
-	driver, err := fencing.NewDriver(pool, &fencing.Config{LeaseTTL: ttl})
-	require.NoError(t, err)
-	driver.NoteSchema(schema)
-	reaped, err := driver.ReapNow(ctx) // the reaper sees the server before the restart
-	require.NoError(t, err)
-	require.Zero(t, reaped)
-
-	table := pgx.Identifier{schema, "river_job"}.Sanitize()
-	var jobID int64
-	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, state, attempt, attempted_at)
-		VALUES ('{}', 'grace', 'running', 1, now() - interval '1 hour') RETURNING id`).Scan(&jobID))
-	_, err = pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() - interval '10 seconds' WHERE id = $1`, jobID)
-	require.NoError(t, err)
+	const ttl = time.Second
+	pool, driver, jobID := seenServerExpiredLease(ctx, t, server, ttl, false)
 
 	require.NoError(t, server.Crash(ctx))
 	require.NoError(t, server.Start(ctx))
@@ -108,30 +87,7 @@ func TestRestartGraceFromFirstPass(t *testing.T) {
 	// The reaper's first pass comes later than a LeaseTTL after the start,
 	// as after a slow recovery: timed from the start, the grace is over.
 	waitPastRestartGrace(ctx, t, pool, 2*ttl)
-	stuck, err := driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
-	require.NoError(t, err)
-	require.Empty(t, stuck, "River's rescuer does not take a job on a restart the reaper has not seen yet")
-	var passBefore time.Time
-	require.NoError(t, pool.QueryRow(ctx, "SELECT now()").Scan(&passBefore))
-	reaped, err = driver.ReapNow(ctx)
-	require.NoError(t, err)
-	require.Zero(t, reaped, "the grace starts at the reaper's first pass after the restart")
-	stuck, err = driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
-	require.NoError(t, err)
-	require.Empty(t, stuck, "River's rescuer does not take a job within the grace either")
-
-	waitUntil(t, "the rescuer would take the job", func() bool {
-		stuck, err := driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
-		require.NoError(t, err)
-		return len(stuck) == 1
-	})
-	reaped, err = driver.ReapNow(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, reaped)
-	var reapedAt time.Time
-	require.NoError(t, pool.QueryRow(ctx, `SELECT (errors[1]->>'at')::timestamptz FROM `+table+` WHERE id = $1`, jobID).Scan(&reapedAt))
-	require.GreaterOrEqual(t, reapedAt.Sub(passBefore), ttl, "reaped no sooner than LeaseTTL after the first pass")
-	require.Equal(t, "available", getJob(ctx, t, pool, schema, jobID).State)
+	requireGraceFromFirstPass(ctx, t, driver, pool, jobID, ttl, "restart")
 }
 
 // TestRestartGraceAfterABackendCrash: a server process that dies (SIGKILL,
@@ -144,34 +100,10 @@ func TestRestartGraceAfterABackendCrash(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	server := dbtest.Server(ctx, t, nil)
-	const (
-		schema = "grace"
-		ttl    = time.Second
-	)
-	pool, err := pgxpool.New(ctx, server.URL("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = migrator.Up(ctx, nil)
-	require.NoError(t, err)
-
+	const ttl = time.Second
 	// Past the grace of the server's start, so that any grace the job gets
 	// comes from the crash.
-	waitPastRestartGrace(ctx, t, pool, ttl)
-	driver, err := fencing.NewDriver(pool, &fencing.Config{LeaseTTL: ttl})
-	require.NoError(t, err)
-	driver.NoteSchema(schema)
-	reaped, err := driver.ReapNow(ctx) // the reaper sees the server before the crash
-	require.NoError(t, err)
-	require.Zero(t, reaped)
-
-	table := pgx.Identifier{schema, "river_job"}.Sanitize()
-	var jobID int64
-	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, state, attempt, attempted_at)
-		VALUES ('{}', 'grace', 'running', 1, now() - interval '1 hour') RETURNING id`).Scan(&jobID))
-	_, err = pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() - interval '10 seconds' WHERE id = $1`, jobID)
-	require.NoError(t, err)
+	pool, driver, jobID := seenServerExpiredLease(ctx, t, server, ttl, true)
 
 	var (
 		startedBefore, startedAfter time.Time
@@ -183,14 +115,25 @@ func TestRestartGraceAfterABackendCrash(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&startedAfter))
 	require.True(t, startedAfter.Equal(startedBefore), "the postmaster kept running through the crash")
 
+	requireGraceFromFirstPass(ctx, t, driver, pool, jobID, ttl, "crash")
+}
+
+// requireGraceFromFirstPass checks what follows a restart (or crash, what)
+// that driver's reaper has not seen yet, for job jobID whose lease expired
+// before it: River's rescuer leaves the job alone until the reaper's first
+// pass, that pass and the rescuer leave it alone for LeaseTTL (ttl), and
+// then the reaper recovers it.
+func requireGraceFromFirstPass(ctx context.Context, t *testing.T, driver *fencing.Driver, pool *pgxpool.Pool, jobID int64, ttl time.Duration, what string) {
+	t.Helper()
+	const schema = graceSchema
 	stuck, err := driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
 	require.NoError(t, err)
-	require.Empty(t, stuck, "River's rescuer does not take a job on a crash the reaper has not seen yet")
+	require.Empty(t, stuck, "River's rescuer does not take a job on a %s the reaper has not seen yet", what)
 	var passBefore time.Time
 	require.NoError(t, pool.QueryRow(ctx, "SELECT now()").Scan(&passBefore))
-	reaped, err = driver.ReapNow(ctx)
+	reaped, err := driver.ReapNow(ctx)
 	require.NoError(t, err)
-	require.Zero(t, reaped, "the grace starts at the reaper's first pass after the crash")
+	require.Zero(t, reaped, "the grace starts at the reaper's first pass after the %s", what)
 	stuck, err = driver.StuckJobs(ctx, schema, time.Now().Add(-time.Minute))
 	require.NoError(t, err)
 	require.Empty(t, stuck, "River's rescuer does not take a job within the grace either")
@@ -204,7 +147,43 @@ func TestRestartGraceAfterABackendCrash(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, reaped)
 	var reapedAt time.Time
+	table := pgx.Identifier{schema, "river_job"}.Sanitize()
 	require.NoError(t, pool.QueryRow(ctx, `SELECT (errors[1]->>'at')::timestamptz FROM `+table+` WHERE id = $1`, jobID).Scan(&reapedAt))
 	require.GreaterOrEqual(t, reapedAt.Sub(passBefore), ttl, "reaped no sooner than LeaseTTL after the first pass")
 	require.Equal(t, "available", getJob(ctx, t, pool, schema, jobID).State)
+}
+
+// graceSchema is where the restart tests' jobs are.
+const graceSchema = "grace"
+
+// seenServerExpiredLease migrates server, makes a fenced driver (LeaseTTL
+// ttl) whose reaper has seen the server (after the grace of its start when
+// pastStart), and inserts a running job whose lease expired 10 s ago.
+func seenServerExpiredLease(ctx context.Context, t *testing.T, server *pgcluster.Cluster, ttl time.Duration, pastStart bool) (*pgxpool.Pool, *fencing.Driver, int64) {
+	t.Helper()
+	pool, err := pgxpool.New(ctx, server.URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: graceSchema})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, nil)
+	require.NoError(t, err)
+	if pastStart {
+		waitPastRestartGrace(ctx, t, pool, ttl)
+	}
+
+	driver, err := fencing.NewDriver(pool, &fencing.Config{LeaseTTL: ttl})
+	require.NoError(t, err)
+	driver.NoteSchema(graceSchema)
+	reaped, err := driver.ReapNow(ctx) // the reaper sees the server
+	require.NoError(t, err)
+	require.Zero(t, reaped)
+
+	table := pgx.Identifier{graceSchema, "river_job"}.Sanitize()
+	var jobID int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, state, attempt, attempted_at)
+		VALUES ('{}', 'grace', 'running', 1, now() - interval '1 hour') RETURNING id`).Scan(&jobID))
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() - interval '10 seconds' WHERE id = $1`, jobID)
+	require.NoError(t, err)
+	return pool, driver, jobID
 }
