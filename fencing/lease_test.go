@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -652,6 +653,50 @@ func newKeeperBundleConfig(ctx context.Context, t *testing.T, configure func(con
 	return b
 }
 
+// refusingTrigger installs on the bundle's river_job a BEFORE UPDATE
+// trigger that fails every update matching when (SQL over OLD and NEW) while
+// its flag is set (at first: on), and drops it when the test ends (test
+// schemas are reused). refuse sets the flag; refused reports whether the
+// trigger has refused an update yet.
+func (b *keeperBundle) refusingTrigger(ctx context.Context, t *testing.T, name, when string, on bool) (refuse func(bool), refused func() bool) {
+	t.Helper()
+	flag := pgx.Identifier{b.schema, "test_refuse_" + name}.Sanitize()
+	count := pgx.Identifier{b.schema, "test_refused_" + name}.Sanitize()
+	fn := pgx.Identifier{b.schema, "test_refuse_" + name + "_fn"}.Sanitize()
+	trigger := pgx.Identifier{"test_refuse_" + name}.Sanitize()
+	table := pgx.Identifier{b.schema, "river_job"}.Sanitize()
+	_, err := b.observe.Exec(ctx, `
+CREATE TABLE `+flag+` (refuse bool NOT NULL);
+INSERT INTO `+flag+` VALUES (`+strconv.FormatBool(on)+`);
+CREATE SEQUENCE `+count+`;
+CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF `+when+` AND (SELECT refuse FROM `+flag+`) THEN
+        PERFORM nextval('`+count+`'); -- not rolled back with the statement
+        RAISE EXCEPTION 'test: `+name+` refused';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER `+trigger+` BEFORE UPDATE ON `+table+` FOR EACH ROW EXECUTE FUNCTION `+fn+`();`)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := b.observe.Exec(context.WithoutCancel(ctx), `DROP TRIGGER `+trigger+` ON `+table+
+			`; DROP FUNCTION `+fn+`(); DROP TABLE `+flag+`; DROP SEQUENCE `+count)
+		require.NoError(t, err)
+	})
+	refuse = func(on bool) {
+		t.Helper()
+		_, err := b.observe.Exec(ctx, `UPDATE `+flag+` SET refuse = $1`, on)
+		require.NoError(t, err)
+	}
+	refused = func() bool {
+		var called bool
+		require.NoError(t, b.observe.QueryRow(ctx, `SELECT is_called FROM `+count).Scan(&called))
+		return called
+	}
+	return refuse, refused
+}
+
 // start inserts a job and returns its attempt, once running.
 func (b *keeperBundle) start(ctx context.Context, t *testing.T) *startedAttempt {
 	t.Helper()
@@ -816,26 +861,7 @@ func TestLeaseKeptUntilTheOutcomeIsWritten(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := newKeeperBundle(ctx, t, func(*pgxpool.Config, string) {})
-	flag := pgx.Identifier{b.schema, "test_refuse_completion"}.Sanitize()
-	fn := pgx.Identifier{b.schema, "test_refuse_completion_fn"}.Sanitize()
-	_, err := b.observe.Exec(ctx, `
-CREATE TABLE `+flag+` (refuse bool NOT NULL);
-INSERT INTO `+flag+` VALUES (true);
-CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.state = 'completed' AND (SELECT refuse FROM `+flag+`) THEN
-        RAISE EXCEPTION 'test: completion refused';
-    END IF;
-    RETURN NEW;
-END $$;
-CREATE TRIGGER test_refuse_completion BEFORE UPDATE ON `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+`
-    FOR EACH ROW EXECUTE FUNCTION `+fn+`();`)
-	require.NoError(t, err)
-	t.Cleanup(func() { // test schemas are reused
-		_, err := b.observe.Exec(context.WithoutCancel(ctx), `DROP TRIGGER test_refuse_completion ON `+
-			pgx.Identifier{b.schema, "river_job"}.Sanitize()+`; DROP FUNCTION `+fn+`(); DROP TABLE `+flag)
-		require.NoError(t, err)
-	})
+	refuse, _ := b.refusingTrigger(ctx, t, "completion", "NEW.state = 'completed'", true)
 
 	attempt := b.start(ctx, t)
 	id := attempt.job.ID
@@ -843,8 +869,7 @@ CREATE TRIGGER test_refuse_completion BEFORE UPDATE ON `+pgx.Identifier{b.schema
 	// The completer's write fails; the lease lives on for three LeaseTTLs.
 	b.liveFor(ctx, t, id, 3*keeperTTL, "the lease lapsed while the outcome was being written")
 	require.Equal(t, "running", getJob(ctx, t, b.observe, b.schema, id).State)
-	_, err = b.observe.Exec(ctx, `UPDATE `+flag+` SET refuse = false`)
-	require.NoError(t, err)
+	refuse(false)
 
 	row := waitForState(ctx, t, b.observe, b.schema, id, "completed")
 	require.Equal(t, 1, row.Attempt, "one attempt, never recovered")
@@ -869,31 +894,8 @@ func TestLeaseRenewalRetriedSoonAfterAFailure(t *testing.T) {
 	)
 	b := newKeeperBundleConfig(ctx, t, func(*pgxpool.Config, string) {},
 		&fencing.Config{LeaseTTL: ttl, HeartbeatInterval: interval, ReaperInterval: time.Second})
-	flag := pgx.Identifier{b.schema, "test_refuse_renewal"}.Sanitize()
-	refusals := pgx.Identifier{b.schema, "test_renewals_refused"}.Sanitize()
-	fn := pgx.Identifier{b.schema, "test_refuse_renewal_fn"}.Sanitize()
-	_, err := b.observe.Exec(ctx, `
-CREATE TABLE `+flag+` (refuse bool NOT NULL);
-INSERT INTO `+flag+` VALUES (false);
-CREATE SEQUENCE `+refusals+`;
-CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF OLD.state = 'running' AND NEW.state = 'running'
-        AND NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at
-        AND (SELECT refuse FROM `+flag+`) THEN
-        PERFORM nextval('`+refusals+`'); -- not rolled back with the statement
-        RAISE EXCEPTION 'test: renewal refused';
-    END IF;
-    RETURN NEW;
-END $$;
-CREATE TRIGGER test_refuse_renewal BEFORE UPDATE ON `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+`
-    FOR EACH ROW EXECUTE FUNCTION `+fn+`();`)
-	require.NoError(t, err)
-	t.Cleanup(func() { // test schemas are reused
-		_, err := b.observe.Exec(context.WithoutCancel(ctx), `DROP TRIGGER test_refuse_renewal ON `+
-			pgx.Identifier{b.schema, "river_job"}.Sanitize()+`; DROP FUNCTION `+fn+`(); DROP TABLE `+flag+`; DROP SEQUENCE `+refusals)
-		require.NoError(t, err)
-	})
+	refuse, refused := b.refusingTrigger(ctx, t, "renewal",
+		"OLD.state = 'running' AND NEW.state = 'running' AND NEW.lease_expires_at IS DISTINCT FROM OLD.lease_expires_at", false)
 
 	attempt := b.start(ctx, t)
 	id := attempt.job.ID
@@ -901,15 +903,9 @@ CREATE TRIGGER test_refuse_renewal BEFORE UPDATE ON `+pgx.Identifier{b.schema, "
 	b.renewed(ctx, t, id, 1, "the keeper renews the lease")
 	renewedAt := b.expires(ctx, t, id).Add(-ttl) // database time of the renewal
 
-	_, err = b.observe.Exec(ctx, `UPDATE `+flag+` SET refuse = true`)
-	require.NoError(t, err)
-	waitUntil(t, "the next renewal is refused", func() bool {
-		var called bool
-		require.NoError(t, b.observe.QueryRow(ctx, `SELECT is_called FROM `+refusals).Scan(&called))
-		return called
-	})
-	_, err = b.observe.Exec(ctx, `UPDATE `+flag+` SET refuse = false`)
-	require.NoError(t, err)
+	refuse(true)
+	waitUntil(t, "the next renewal is refused", refused)
+	refuse(false)
 	b.renewed(ctx, t, id, 1, "the keeper renews the lease again")
 	again := b.expires(ctx, t, id).Add(-ttl)
 	// The refused renewal came one interval after the first; the next
