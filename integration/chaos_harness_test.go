@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -362,7 +364,7 @@ func (h *harness) fault(kind string) {
 func (h *harness) faultCount() (total int, summary string) {
 	h.faultsMu.Lock()
 	defer h.faultsMu.Unlock()
-	for _, kind := range []string{"kill", "pause", "cut", "latency", "pg-restart", "pg-backend-crash", "pg-pause", "start-storm"} {
+	for _, kind := range slices.Sorted(maps.Keys(h.faults)) {
 		if n := h.faults[kind]; n > 0 {
 			total += n
 			summary += fmt.Sprintf(" %s=%d", kind, n)
