@@ -196,7 +196,7 @@ func testConfig(schema string, opts *clientOpts) *river.Config {
 		JobStuckThreshold:      opts.stuck,
 		JobTimeout:             opts.jobTimeout,
 		LeaderElectionDisabled: opts.noLeader,
-		Logger:                 opts.logs.logger(),
+		Logger:                 slog.New(newStartedHandler(opts.logs.logger().Handler())),
 		Queues:                 map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: max(opts.maxWorkers, 1)}},
 		Schema:                 schema,
 		TestOnly:               true,
@@ -249,7 +249,7 @@ func startClient(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema s
 		client, err = river.NewClient[pgx.Tx](riverpgxv5.New(pool), config)
 	}
 	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
+	startFully(ctx, t, client, config)
 	t.Cleanup(func() {
 		if opts.worker != nil {
 			opts.worker.finish()
@@ -257,6 +257,57 @@ func startClient(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema s
 		stopClient(ctx, t, client)
 	})
 	return client
+}
+
+// startFully starts client (made from config) and returns once every one of
+// its services has started. River's Start returns before that, and its
+// own wait for them reads each service's started channel only when it
+// reaches it: a test that stopped a service meanwhile (StopHeartbeats)
+// left it waiting on a fresh channel that nothing closes, and the client
+// then never stopped. River says that its services started only by
+// logging it, so config's logger is wrapped to hear that.
+func startFully(ctx context.Context, t *testing.T, client *river.Client[pgx.Tx], config *river.Config) {
+	t.Helper()
+	require.NoError(t, client.Start(ctx))
+	select {
+	case <-config.Logger.Handler().(*startedHandler).started:
+	case <-time.After(waitTimeout):
+		require.FailNow(t, "River did not report the client started")
+	}
+}
+
+// startedHandler passes records on to next and closes started when River
+// logs that a client started (all of its services have).
+type startedHandler struct {
+	next    slog.Handler
+	once    *sync.Once
+	started chan struct{}
+}
+
+func newStartedHandler(next slog.Handler) *startedHandler {
+	return &startedHandler{next: next, once: new(sync.Once), started: make(chan struct{})}
+}
+
+func (h *startedHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelInfo || h.next.Enabled(ctx, level)
+}
+
+func (h *startedHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "River client started" {
+		h.once.Do(func() { close(h.started) })
+	}
+	if !h.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *startedHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &startedHandler{next: h.next.WithAttrs(attrs), once: h.once, started: h.started}
+}
+
+func (h *startedHandler) WithGroup(name string) slog.Handler {
+	return &startedHandler{next: h.next.WithGroup(name), once: h.once, started: h.started}
 }
 
 // stopClient stops client within 15 seconds; when it cannot, the test fails

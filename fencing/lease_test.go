@@ -609,7 +609,7 @@ func startClientWorker(ctx context.Context, t *testing.T, schema string, opts *c
 	river.AddWorker[blockArgs](config.Workers, &firstWorker{blockWorker: worker, first: first, t: t})
 	client, err := river.NewClient[pgx.Tx](opts.driver, config)
 	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
+	startFully(ctx, t, client, config)
 	t.Cleanup(func() {
 		worker.finish()
 		stopClient(ctx, t, client)
