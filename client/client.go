@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/runstate"
@@ -110,6 +111,7 @@ func (c *Config) validate() error {
 type Client struct {
 	config *Config
 	names  *dbschema.Names
+	events *eventstore.Store // weir_event, folded or not
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 
@@ -148,7 +150,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	}
 	names := dbschema.New(config.Schema)
 	c := &Client{
-		config: config, names: names, pool: pool, river: riverClient,
+		config: config, events: eventstore.New(names), names: names, pool: pool, river: riverClient,
 		startRunSQL: startRunSQL(names), startRunManySQL: startRunManySQL(names), startAheadGuardSQL: startAheadGuardSQL(names),
 	}
 	c.starts = &startGroups{c: c}

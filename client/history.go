@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 )
 
 const (
@@ -107,20 +106,13 @@ func (c *Client) History(ctx context.Context, workflowID string, runID uuid.UUID
 	if err != nil {
 		return nil, err
 	}
-	rows, err := c.pool.Query(ctx, "SELECT event_id, type, attributes, created_at FROM "+c.names.Event+
-		" WHERE run_id = $1 AND event_id > $2 ORDER BY event_id LIMIT $3", resolved, opts.AfterEventID, limit+1)
+	stored, err := c.events.Load(ctx, c.pool, resolved, opts.AfterEventID, limit+1)
 	if err != nil {
 		return nil, fmt.Errorf("reading history of workflow %s run %s: %w", workflowID, resolved, err)
 	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Event, error) {
-		var e Event
-		var eventType string
-		err := row.Scan(&e.ID, &eventType, &e.Attributes, &e.Time)
-		e.Type = EventType(eventType)
-		return &e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading history of workflow %s run %s: %w", workflowID, resolved, err)
+	events := make([]*Event, len(stored))
+	for i, e := range stored {
+		events[i] = &Event{ID: e.ID, Type: EventType(e.Type), Attributes: e.Attributes, Time: e.Time}
 	}
 	page := &HistoryPage{Events: events}
 	if len(events) > limit {

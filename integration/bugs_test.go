@@ -287,7 +287,7 @@ func TestCompleteTxWhoseCommitFailsIsRetried(t *testing.T) {
 	var effects int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+tables.Effect).Scan(&effects))
 	var outcome string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT attributes::text FROM "+dbschema.Qualify(schema, "weir_event")+
+	require.NoError(t, pool.QueryRow(ctx, "SELECT attributes::text FROM "+dbschema.Qualify(schema, "weir_history")+
 		" WHERE run_id = $1 AND type = 'ActivityCompleted' ORDER BY event_id LIMIT 1", run.RunID).Scan(&outcome))
 	t.Logf("result %d (want %d), effects %d (want 1), effect step's outcome %s", got, chaos.Expected(2), effects, outcome)
 	require.Equal(t, 1, effects, "F2: the effect commits exactly once (by the retried attempt)")

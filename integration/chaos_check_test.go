@@ -81,7 +81,7 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 	// This suite's activities never return null: a null outcome is the
 	// signature of an activity resolved without its result (the bug
 	// TestCompleteTxWhoseCommitFailsIsRetried guards against).
-	nullOutcome := "SELECT e.run_id, e.resolves_event_id FROM " + n.Event + " e WHERE e.type = 'ActivityCompleted' AND e.attributes->'result' = 'null'::jsonb"
+	nullOutcome := "SELECT e.run_id, e.resolves_event_id FROM " + n.History + " e WHERE e.type = 'ActivityCompleted' AND e.attributes->'result' = 'null'::jsonb"
 	r.NullOutcomes = count("SELECT count(*) FROM (" + nullOutcome + ") b")
 	r.violate("W7", r.NullOutcomes, "activity outcomes with a null result")
 
@@ -101,28 +101,28 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 		"workflow IDs with more than one run")
 
 	// W4: histories gap-free, from 1, up to the append point.
-	r.violate("W4", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Event+" e JOIN "+n.Run+" r USING (run_id)"+
+	r.violate("W4", count("SELECT count(*) FROM (SELECT 1 FROM "+n.History+" e JOIN "+n.Run+" r USING (run_id)"+
 		" GROUP BY e.run_id, r.next_event_id HAVING min(e.event_id) <> 1 OR max(e.event_id) <> count(*) OR r.next_event_id <> max(e.event_id) + 1) g"),
 		"runs whose history has a gap or does not end at next_event_id")
 
 	// W5: each activity outcome at most once; exactly steps outcomes and one
 	// WorkflowCompleted per completed run.
-	outcomeDup := count("SELECT count(*) FROM (SELECT 1 FROM " + n.Event + " WHERE resolves_event_id IS NOT NULL GROUP BY run_id, resolves_event_id HAVING count(*) > 1) d")
+	outcomeDup := count("SELECT count(*) FROM (SELECT 1 FROM " + n.History + " WHERE resolves_event_id IS NOT NULL GROUP BY run_id, resolves_event_id HAVING count(*) > 1) d")
 	r.Duplicates += outcomeDup
 	r.violate("W5", outcomeDup, "activity outcomes entered history more than once")
-	r.violate("W5", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.Event+" e ON e.run_id = r.run_id AND e.type = 'ActivityCompleted'"+
+	r.violate("W5", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.History+" e ON e.run_id = r.run_id AND e.type = 'ActivityCompleted'"+
 		" WHERE r.kind = 'chaos_workflow' AND r.state = 'completed' GROUP BY r.run_id HAVING count(e.event_id) <> $1) d", steps),
 		"completed runs without exactly %d ActivityCompleted events", steps)
-	r.violate("W5", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.Event+" e ON e.run_id = r.run_id AND e.type = 'WorkflowCompleted'"+
+	r.violate("W5", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.History+" e ON e.run_id = r.run_id AND e.type = 'WorkflowCompleted'"+
 		" WHERE r.kind = 'chaos_workflow' AND r.state = 'completed' GROUP BY r.run_id HAVING count(e.event_id) <> 1) d"),
 		"completed runs without exactly one WorkflowCompleted event")
 	// W7: no signal dropped, none delivered twice (retries reuse the request
 	// ID).
-	r.violate("W7", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.Event+" e ON e.run_id = r.run_id AND e.type = 'SignalReceived'"+
+	r.violate("W7", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Run+" r LEFT JOIN "+n.History+" e ON e.run_id = r.run_id AND e.type = 'SignalReceived'"+
 		" WHERE r.kind = 'chaos_workflow' AND r.state = 'completed' GROUP BY r.run_id HAVING count(e.event_id) <> $1) d", h.signals),
 		"completed runs without exactly %d SignalReceived events", h.signals)
-	r.Signals = count("SELECT count(*) FROM " + n.Event + " WHERE type = 'SignalReceived'")
-	r.Activities = count("SELECT count(*) FROM " + n.Event + " WHERE type = 'ActivityCompleted'")
+	r.Signals = count("SELECT count(*) FROM " + n.History + " WHERE type = 'SignalReceived'")
+	r.Activities = count("SELECT count(*) FROM " + n.History + " WHERE type = 'ActivityCompleted'")
 
 	// F2: every effect step's effect committed exactly once.
 	effectSteps := 0
@@ -140,7 +140,7 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 	// F1: an effect commits only with its own attempt's outcome: the
 	// attempt that wrote it is the one history recorded as completing it,
 	// for the job that carries that very activity of that very run (W3).
-	r.StaleEffect = count("SELECT count(*) FROM " + tb.Effect + " x WHERE NOT EXISTS (SELECT 1 FROM " + n.Event + " e JOIN " + n.RiverJob + " j ON j.id = x.job_id" +
+	r.StaleEffect = count("SELECT count(*) FROM " + tb.Effect + " x WHERE NOT EXISTS (SELECT 1 FROM " + n.History + " e JOIN " + n.RiverJob + " j ON j.id = x.job_id" +
 		" WHERE e.run_id = x.run_id AND e.resolves_event_id = x.scheduled_event_id AND e.type = 'ActivityCompleted'" +
 		" AND (e.attributes->>'attempt')::int = x.attempt AND j.state = 'completed' AND j.attempt = x.attempt AND j.kind = 'chaos_effect'" +
 		" AND (j.args->>'step')::int = x.step AND j.args->>'workflow_id' = x.workflow_id)")
@@ -152,7 +152,7 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 		"jobs finalized more than once")
 	// At least once: every plain step's recorded outcome was executed by
 	// that attempt.
-	r.violate("W5", count("SELECT count(*) FROM "+n.Event+" e JOIN "+n.Event+" s ON s.run_id = e.run_id AND s.event_id = e.resolves_event_id"+
+	r.violate("W5", count("SELECT count(*) FROM "+n.History+" e JOIN "+n.History+" s ON s.run_id = e.run_id AND s.event_id = e.resolves_event_id"+
 		" WHERE e.type = 'ActivityCompleted' AND s.attributes->>'kind' = 'chaos_plain' AND NOT EXISTS (SELECT 1 FROM "+tb.Exec+" x"+
 		" WHERE x.run_id = e.run_id AND x.scheduled_event_id = e.resolves_event_id AND x.attempt = (e.attributes->>'attempt')::int)"),
 		"plain activity outcomes from an attempt that never ran")
@@ -241,9 +241,10 @@ func TestChaosCheckerCatchesViolations(t *testing.T) {
 		{"not terminal", "W7", "UPDATE " + n.Run + " SET state = 'running', closed_at = NULL WHERE workflow_id = 'chaos-0'"},
 		{"second run", "W2", "INSERT INTO " + n.Run + " (run_id, namespace, workflow_id, generation, kind, queue, state, args, request_id, request_hash, closed_at)" +
 			" SELECT gen_random_uuid(), namespace, workflow_id, 2, kind, queue, 'failed', args, 'other', request_hash, now() FROM " + n.Run + " WHERE workflow_id = 'chaos-0'"},
-		{"history gap", "W4", "DELETE FROM " + n.Event + " WHERE run_id = " + run0 + " AND event_id = 3"},
+		{"history gap", "W4", "DELETE FROM " + n.Event + " WHERE run_id = " + run0 + // its second row, not its last
+			" AND event_id = (SELECT min(event_id) FROM " + n.Event + " WHERE run_id = " + run0 + " AND event_id > 1)"},
 		{"second outcome", "W5", "INSERT INTO " + n.Event + " (run_id, event_id, type, attributes)" +
-			" SELECT run_id, max(event_id) + 1, 'ActivityCompleted', '{}' FROM " + n.Event + " WHERE run_id = " + run0 + " GROUP BY run_id"},
+			" SELECT run_id, max(event_id) + 1, 'ActivityCompleted', '{}' FROM " + n.History + " WHERE run_id = " + run0 + " GROUP BY run_id"},
 		{"effect twice", "F2", "INSERT INTO " + tb.Effect + " (workflow_id, run_id, step, scheduled_event_id, job_id, attempt, worker)" +
 			" SELECT workflow_id, run_id, step, scheduled_event_id, job_id, attempt, 'stale' FROM " + tb.Effect + " WHERE workflow_id = 'chaos-0' AND step = 1"},
 		{"effect lost", "F2", "DELETE FROM " + tb.Effect + " WHERE workflow_id = 'chaos-0' AND step = 3"},
@@ -307,7 +308,7 @@ func (h *harness) logEvidence(ctx context.Context, steps int) {
 	}
 	for _, id := range ids {
 		dump("run "+id, "SELECT run_id, state, convert_from(result, 'UTF8') AS result, failure, next_event_id, task_job_id FROM "+n.Run+" WHERE workflow_id = $1", id)
-		dump("history "+id, "SELECT e.event_id, e.type, e.resolves_event_id, left(e.attributes::text, 200) AS attributes, e.created_at FROM "+n.Event+" e JOIN "+n.Run+" r USING (run_id)"+
+		dump("history "+id, "SELECT e.event_id, e.type, e.resolves_event_id, left(e.attributes::text, 200) AS attributes, e.created_at FROM "+n.History+" e JOIN "+n.Run+" r USING (run_id)"+
 			" WHERE r.workflow_id = $1 ORDER BY e.event_id", id)
 		dump("effects "+id, "SELECT * FROM "+tb.Effect+" WHERE workflow_id = $1 ORDER BY id", id)
 		dump("executions "+id, "SELECT * FROM "+tb.Exec+" WHERE workflow_id = $1 ORDER BY id", id)

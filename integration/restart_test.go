@@ -143,16 +143,16 @@ func TestPostgresCrashLosesNothing(t *testing.T) {
 	names := dbschema.New(schema)
 	var events, duplicates, gaps int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*),"+
-		" count(resolves_event_id) - (SELECT count(*) FROM (SELECT DISTINCT run_id, resolves_event_id FROM "+names.Event+
+		" count(resolves_event_id) - (SELECT count(*) FROM (SELECT DISTINCT run_id, resolves_event_id FROM "+names.History+
 		"  WHERE resolves_event_id IS NOT NULL) d),"+
-		" (SELECT count(*) FROM (SELECT run_id FROM "+names.Event+" GROUP BY run_id HAVING max(event_id) <> count(*)) g)"+
-		" FROM "+names.Event).Scan(&events, &duplicates, &gaps))
+		" (SELECT count(*) FROM (SELECT run_id FROM "+names.History+" GROUP BY run_id HAVING max(event_id) <> count(*)) g)"+
+		" FROM "+names.History).Scan(&events, &duplicates, &gaps))
 	require.Positive(t, events)
 	require.Zero(t, duplicates, "no activity has two outcomes")
 	require.Zero(t, gaps, "every history is gap-free")
 	var completed, outcomes int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+names.Run+" WHERE state = 'completed'),"+
-		" (SELECT count(*) FROM "+names.Event+" WHERE type = 'ActivityCompleted')").Scan(&completed, &outcomes))
+		" (SELECT count(*) FROM "+names.History+" WHERE type = 'ActivityCompleted')").Scan(&completed, &outcomes))
 	require.Equal(t, workflows, completed)
 	require.Equal(t, workflows*stepsEach, outcomes, "each step's outcome entered history once")
 }

@@ -125,7 +125,7 @@ func TestUIBrowser(t *testing.T) {
 		names := dbschema.New(b.schema)
 		pool := dbtest.Pool(t.Context(), t)
 		for _, q := range []string{
-			"SELECT string_agg(event_id || ' ' || type, ', ' ORDER BY event_id) FROM " + names.Event + " WHERE run_id = $1",
+			"SELECT string_agg(event_id || ' ' || type, ', ' ORDER BY event_id) FROM " + names.History + " WHERE run_id = $1",
 			"SELECT state || ' next ' || next_event_id || ' task ' || coalesce(task_job_id::text, '-') FROM " + names.Run + " WHERE run_id = $1",
 			"SELECT string_agg(scheduled_event_id || ' job ' || job_id, ', ') FROM " + names.Activity + " WHERE run_id = $1",
 			"SELECT string_agg(type, ', ') FROM " + names.Inbox + " WHERE run_id = $1",

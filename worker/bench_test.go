@@ -52,7 +52,7 @@ func BenchmarkTimerLateness(b *testing.B) {
 	b.StopTimer()
 
 	rows, err := pool.Query(ctx, "SELECT extract(epoch FROM (f.created_at - (s.attributes->>'fire_at')::timestamptz)) * 1000"+
-		" FROM "+names.Event+" f JOIN "+names.Event+" s ON s.run_id = f.run_id AND s.event_id = f.resolves_event_id"+
+		" FROM "+names.History+" f JOIN "+names.History+" s ON s.run_id = f.run_id AND s.event_id = f.resolves_event_id"+
 		" WHERE f.type = 'TimerFired'")
 	require.NoError(b, err)
 	var lateness []float64

@@ -186,7 +186,7 @@ func TestStartInOneRoundTrip(t *testing.T) {
 		var dated, taskJobs int
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE e.created_at = r.created_at),"+
 			" (SELECT count(*) FROM "+names.RiverJob+" WHERE kind LIKE 'weir.workflow:%' AND args->>'run_id' = $2)"+
-			" FROM "+names.Event+" e JOIN "+names.Run+" r USING (run_id) WHERE r.run_id = $1 AND e.event_id <= 3",
+			" FROM "+names.History+" e JOIN "+names.Run+" r USING (run_id) WHERE r.run_id = $1 AND e.event_id <= 3",
 			run.RunID, run.RunID.String()).Scan(&dated, &taskJobs))
 		require.Equal(t, 3, dated, "the first task's events are dated at the run's creation")
 		require.Zero(t, taskJobs, "the first task had no job")
@@ -366,7 +366,7 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	require.Equal(t, 3, kept, "the rolled-back batches left nothing")
 	require.Eventually(t, func() bool { return len(w.eager.slots) == 0 }, 10*time.Second, 10*time.Millisecond,
 		"every eager slot is free again (those of the rolled-back claims too)")
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.Event+" GROUP BY run_id"+
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.History+" GROUP BY run_id"+
 		" HAVING max(event_id) <> count(*) OR count(*) FILTER (WHERE type = 'WorkflowStarted') <> 1) x").Scan(&bad))
 	require.Zero(t, bad, "runs whose history has a gap or not one start")
 }

@@ -132,7 +132,7 @@ func TestEagerStart(t *testing.T) {
 		run, err := b.client.Start(ctx, order, eager)
 		require.NoError(t, err)
 		var scheduled int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+" e JOIN "+b.names.Run+" r USING (run_id)"+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+" e JOIN "+b.names.Run+" r USING (run_id)"+
 			" WHERE r.run_id = $1 AND e.type = 'ActivityScheduled' AND e.created_at = r.created_at", run.RunID).Scan(&scheduled))
 		require.Equal(t, 1, scheduled, "the first activity was scheduled in the start's transaction")
 		finish(ctx, t, run)
@@ -362,7 +362,7 @@ func TestEagerStart(t *testing.T) {
 		require.Contains(t, firstErr, "the first attempt of the first task fails")
 		require.Contains(t, firstErr, "FlakyStartWorkflow", "with the panic's stack")
 		var started int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+
 			" WHERE run_id = $1 AND type = 'WorkflowStarted'", run.RunID).Scan(&started))
 		require.Equal(t, 1, started, "what the failed task wrote in the start was rolled back")
 	})

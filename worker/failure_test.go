@@ -223,7 +223,7 @@ func TestFailurePaths(t *testing.T) {
 		require.ErrorAs(t, err, &failed)
 		require.Contains(t, err.Error(), "activity bug")
 		var failureType, stack string
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT attributes->'failure'->>'type', attributes->'failure'->>'stack' FROM "+b.names.Event+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT attributes->'failure'->>'type', attributes->'failure'->>'stack' FROM "+b.names.History+
 			" WHERE run_id = $1 AND type = 'ActivityFailed'", run.RunID).Scan(&failureType, &stack))
 		require.Equal(t, "PanicError", failureType)
 		require.Contains(t, stack, "PanicActivity", "the activity's stack is kept in history")
@@ -358,7 +358,7 @@ func TestPayloads(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT args FROM "+b.names.Run+" WHERE run_id = $1", run.RunID).Scan(&args))
 		require.NotContains(t, string(args), "secret", "stored through the codec")
 		var result string
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT attributes->>'result' FROM "+b.names.Event+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT attributes->>'result' FROM "+b.names.History+
 			" WHERE run_id = $1 AND type = 'ActivityCompleted' LIMIT 1", run.RunID).Scan(&result))
 		require.NotContains(t, result, "secret", "activity results too")
 	})
@@ -533,7 +533,7 @@ func TestRetention(t *testing.T) {
 		return errors.Is(err, client.ErrRunNotFound)
 	})
 	var events int
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+" WHERE run_id = $1", gone.RunID).Scan(&events))
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+" WHERE run_id = $1", gone.RunID).Scan(&events))
 	require.Zero(t, events, "its history went with it")
 	_, err = b.client.Describe(ctx, "kept", kept.RunID)
 	require.NoError(t, err, "the default namespace keeps its runs")

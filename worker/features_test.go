@@ -306,7 +306,7 @@ func TestFeatures(t *testing.T) {
 		// And a retry after the first one is already in history.
 		requireEventually(t, func() bool {
 			var n int
-			_ = b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+" WHERE run_id = $1 AND type = 'SignalReceived'", run.RunID).Scan(&n)
+			_ = b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+" WHERE run_id = $1 AND type = 'SignalReceived'", run.RunID).Scan(&n)
 			return n == 1
 		})
 		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, AddSignal{N: 1}, &client.SignalOpts{RequestID: "a"}))
@@ -588,7 +588,7 @@ func TestActivityOutcomesRetirePendingRows(t *testing.T) {
 			require.NoError(t, err)
 			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				var resolved, pending int
-				require.NoError(t, b.pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+b.names.Event+
+				require.NoError(t, b.pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+b.names.History+
 					" WHERE run_id = $1 AND type = 'ActivityCompleted'), (SELECT count(*) FROM "+b.names.Activity+" WHERE run_id = $1)",
 					run.RunID).Scan(&resolved, &pending))
 				if resolved == 3 && pending == 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -286,7 +287,10 @@ func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history
 	if events, facts, ok := w.histories.get(run.ID, run.NextEventID); ok {
 		return events, facts, nil
 	}
-	events, err := loadHistory(ctx, tx, w.names, run.ID)
+	events, err := w.events.LoadAll(ctx, tx, run.ID)
+	if err != nil {
+		err = fmt.Errorf("loading history: %w", err)
+	}
 	return events, newEventFacts(), err
 }
 

@@ -166,7 +166,7 @@ func (r *queryResponder) answer(ctx context.Context, q claimedQuery) error {
 		if def == nil {
 			return fmt.Errorf("workflow %s is not registered here", run.Kind)
 		}
-		events, err := loadHistory(ctx, tx, names, q.runID)
+		events, err := r.w.events.LoadAll(ctx, tx, q.runID)
 		if err != nil {
 			return err
 		}

@@ -167,7 +167,7 @@ func TestRecovery(t *testing.T) {
 		requireHistoryWellFormed(ctx, t, b, run)
 		requireEveryActivityResolved(ctx, t, b, run)
 		var completions int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+
 			" WHERE run_id = $1 AND type = 'ActivityCompleted'", run.RunID).Scan(&completions))
 		require.Equal(t, 1, completions)
 		var inbox int
@@ -211,7 +211,7 @@ func TestRecovery(t *testing.T) {
 		var now int64
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT next_event_id FROM "+b.names.Run+" WHERE run_id = $1", run.RunID).Scan(&now))
 		var completions int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+
 			" WHERE run_id = $1 AND type = 'ActivityCompleted'", run.RunID).Scan(&completions))
 		require.Zero(t, completions, "the stale attempt's outcome did not commit")
 		require.Equal(t, nextEventID, now, "the stale continuation appended nothing")
@@ -221,7 +221,7 @@ func TestRecovery(t *testing.T) {
 		require.Equal(t, "attempt 3", result, "the attempt after the stale one's completed the activity")
 		requireHistoryWellFormed(ctx, t, b, run)
 		requireEveryActivityResolved(ctx, t, b, run)
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+
 			" WHERE run_id = $1 AND type = 'ActivityCompleted'", run.RunID).Scan(&completions))
 		require.Equal(t, 1, completions)
 	})
@@ -262,13 +262,13 @@ func TestRecovery(t *testing.T) {
 		// Every task boundary in history is from attempt 2 or later of the
 		// first task: nothing attempt 1 appended survived.
 		var fromStale int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+
 			" WHERE run_id = $1 AND type = 'WorkflowTaskStarted' AND (attributes->>'attempt')::int = 1"+
-			" AND event_id < (SELECT min(event_id) FROM "+b.names.Event+" WHERE run_id = $1 AND type = 'ActivityScheduled')",
+			" AND event_id < (SELECT min(event_id) FROM "+b.names.History+" WHERE run_id = $1 AND type = 'ActivityScheduled')",
 			run.RunID).Scan(&fromStale))
 		require.Zero(t, fromStale)
 		var started int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+
 			" WHERE run_id = $1 AND type = 'WorkflowStarted'", run.RunID).Scan(&started))
 		require.Equal(t, 1, started)
 	})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/workflow"
@@ -240,20 +241,13 @@ func (r *Replayer) LoadHistory(ctx context.Context, workflowID string, runID uui
 	case err != nil:
 		return nil, fmt.Errorf("looking up workflow %s run %s: %w", workflowID, runID, err)
 	}
-	rows, err := pool.Query(ctx, "SELECT event_id, type, attributes, created_at FROM "+r.names.Event+
-		" WHERE run_id = $1 ORDER BY event_id", resolved)
+	stored, err := eventstore.New(r.names).Load(ctx, pool, resolved, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("loading history of workflow %s run %s: %w", workflowID, resolved, err)
 	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*client.Event, error) {
-		var e client.Event
-		var eventType string
-		err := row.Scan(&e.ID, &eventType, &e.Attributes, &e.Time)
-		e.Type = client.EventType(eventType)
-		return &e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("loading history of workflow %s run %s: %w", workflowID, resolved, err)
+	events := make([]*client.Event, len(stored))
+	for i, e := range stored {
+		events[i] = &client.Event{ID: e.ID, Type: client.EventType(e.Type), Attributes: e.Attributes, Time: e.Time}
 	}
 	return events, nil
 }

@@ -325,7 +325,9 @@ func (c *stepCommitter) run(members []*stepMember) {
 		}
 		c.w.mergeLastWrites(last, plansSet)
 		lazytx.QueueCommit(tx, last)
-		return tx.SendBatch(ctx, last).Close()
+		sendErr := tx.SendBatch(ctx, last).Close()
+		c.w.events.Forget(sendErr) // weir 004 taken down: fold no more
+		return sendErr
 	})
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// As in outcomeTx: the outcomes are recorded; what the failed

@@ -407,7 +407,7 @@ func TestStepGroupsContinueRuns(t *testing.T) {
 
 	names := dbschema.New(schema)
 	var bad int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.Event+" GROUP BY run_id"+
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.History+" GROUP BY run_id"+
 		" HAVING count(*) FILTER (WHERE type = 'ActivityScheduled') <> 3 OR count(*) FILTER (WHERE type = 'ActivityCompleted') <> 3"+
 		" OR count(*) FILTER (WHERE type = 'WorkflowCompleted') <> 1 OR max(event_id) <> count(*)) x").Scan(&bad))
 	require.Zero(t, bad, "runs whose history is not each activity scheduled and completed once, numbered without gaps")
@@ -612,7 +612,7 @@ func TestStepOfOneRoundTrip(t *testing.T) {
 
 	names := dbschema.New(schema)
 	var bad int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.Event+" GROUP BY run_id"+
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM (SELECT run_id FROM "+names.History+" GROUP BY run_id"+
 		" HAVING max(event_id) <> count(*) OR count(*) FILTER (WHERE type = 'WorkflowCompleted') <> 1) x").Scan(&bad))
 	require.Zero(t, bad, "runs whose history has a gap or no single completion")
 }

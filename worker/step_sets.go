@@ -44,6 +44,11 @@ type stepSQL struct {
 	// type, attributes, resolved event and time.
 	events       string
 	eventsMerged string // the same with an array of runs first
+	// eventsFolded and eventsFoldedMerged are events and eventsMerged with
+	// one more array: the boundary folded into each row (NULL for none;
+	// weir 004, history.Row).
+	eventsFolded       string
+	eventsFoldedMerged string
 	// retireOne retires one activity of a run ($1, $2).
 	retireOne       string
 	retireOneMerged string
@@ -71,6 +76,10 @@ func newStepSQL(names *dbschema.Names) stepSQL {
 			" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
 		eventsMerged: "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at)" +
 			" SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
+		eventsFolded: "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at, boundary)" +
+			" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[], $7::text[]::jsonb[])",
+		eventsFoldedMerged: "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at, boundary)" +
+			" SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[], $7::text[]::jsonb[])",
 		retireOne: "DELETE FROM " + names.Activity + " WHERE run_id = $1 AND scheduled_event_id = $2",
 		// By key: the rows are restricted by run (run_id = ANY) before the
 		// join, so that no plan scans the table.
@@ -131,7 +140,7 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 		switch qq.SQL {
 		case w.sql.activity:
 			activities = append(activities, i)
-		case w.sql.events:
+		case w.sql.events, w.sql.eventsFolded:
 			events = append(events, i)
 		case w.sql.retireOne:
 			retire = append(retire, i)
@@ -158,7 +167,14 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 			attributes []string
 			resolves   []*int64
 			times      []time.Time
+			boundaries []*string // nil unless a member folded a boundary
 		)
+		for _, i := range events {
+			a := batch.QueuedQueries[i].Arguments
+			if len(a) == 7 && boundaries == nil {
+				boundaries = make([]*string, len(ids))
+			}
+		}
 		for _, i := range events {
 			a := batch.QueuedQueries[i].Arguments
 			runID, eventIDs := a[0].(uuid.UUID), a[1].([]int64)
@@ -170,8 +186,19 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 			attributes = append(attributes, a[3].([]string)...)
 			resolves = append(resolves, a[4].([]*int64)...)
 			times = append(times, a[5].([]time.Time)...)
+			switch {
+			case boundaries == nil:
+			case len(a) == 7:
+				boundaries = append(boundaries, a[6].([]*string)...)
+			default:
+				boundaries = append(boundaries, make([]*string, len(eventIDs))...)
+			}
 		}
-		merged[events[0]] = &pgx.QueuedQuery{SQL: w.sql.eventsMerged, Arguments: []any{runs, ids, types, attributes, resolves, times}}
+		if boundaries != nil {
+			merged[events[0]] = &pgx.QueuedQuery{SQL: w.sql.eventsFoldedMerged, Arguments: []any{runs, ids, types, attributes, resolves, times, boundaries}}
+		} else {
+			merged[events[0]] = &pgx.QueuedQuery{SQL: w.sql.eventsMerged, Arguments: []any{runs, ids, types, attributes, resolves, times}}
+		}
 		markDropped(drop, events)
 	}
 	if len(retire) > 1 {

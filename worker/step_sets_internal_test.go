@@ -175,7 +175,7 @@ func TestMergedGroupWrites(t *testing.T) {
 		" + 10 * count(*) FILTER (WHERE state = 'requested') FROM "+names.Update, runs[2:4]).Scan(&rejected))
 	require.Equal(t, 12, rejected, "the two runs' updates rejected, the third's still pending")
 	var events, retired, advanced int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+names.Event+"),"+
+	require.NoError(t, pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+names.History+"),"+
 		" (SELECT count(*) FROM "+names.Activity+" WHERE run_id = ANY($1)),"+
 		" (SELECT count(*) FROM "+names.Run+" WHERE run_id = ANY($1) AND next_event_id = CASE WHEN run_id = $2 THEN 6 ELSE 5 END)",
 		runs[:2], runs[0]).Scan(&events, &retired, &advanced))

@@ -161,7 +161,7 @@ func TestStickyExecution(t *testing.T) {
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			var open bool
-			err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+b.names.Event+" WHERE run_id = $1 AND type = 'ActivityCompleted' AND event_id > 5)", run.RunID).Scan(&open)
+			err := b.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+b.names.History+" WHERE run_id = $1 AND type = 'ActivityCompleted' AND event_id > 5)", run.RunID).Scan(&open)
 			return err == nil && open
 		}, 30*time.Second, 10*time.Millisecond, "the run reached its signal")
 		require.Eventually(t, func() bool { return wf.live("a") == 1 }, 10*time.Second, 10*time.Millisecond)

@@ -827,30 +827,6 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 	})
 }
 
-func loadHistory(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID) ([]history.Event, error) {
-	rows, err := tx.Query(ctx, "SELECT event_id, type, attributes, created_at FROM "+names.Event+
-		" WHERE run_id = $1 ORDER BY event_id", runID)
-	if err != nil {
-		return nil, fmt.Errorf("loading history: %w", err)
-	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Event, error) {
-		var e history.Event
-		var eventType string
-		err := row.Scan(&e.ID, &eventType, &e.Attributes, &e.Time)
-		e.Type = history.EventType(eventType)
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("loading history: %w", err)
-	}
-	for i, e := range events {
-		if e.ID != int64(i+1) {
-			return nil, fmt.Errorf("history of run %s has a gap: event %d at position %d", runID, e.ID, i+1)
-		}
-	}
-	return events, nil
-}
-
 // inboxRow is a row taken from a run's inbox.
 type inboxRow struct {
 	id    int64
@@ -930,31 +906,56 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 	if len(events) == 0 {
 		return nil
 	}
-	var (
-		ids        = make([]int64, len(events))
-		types      = make([]string, len(events))
-		attributes = make([]string, len(events))
-		resolves   = make([]*int64, len(events))
-		times      = make([]time.Time, len(events))
-		retired    []int64
-	)
-	for i, e := range events {
+	var retired []int64
+	for _, e := range events {
 		if e.ID != *next {
 			return fmt.Errorf("engine numbered event %d where %d was expected", e.ID, *next)
 		}
 		*next++
-		if resolvesEvent(e.Type) {
-			id, ok := resolvedBy(e)
+	}
+	// With weir 004 a task's boundary goes into the row of its first
+	// command (eventstore): a row less per task.
+	var rows []history.Row
+	if w.events.Folding() {
+		rows = history.FoldBoundaries(events)
+	} else {
+		rows = make([]history.Row, len(events))
+		for i, e := range events {
+			rows[i] = history.Row{ID: e.ID, Type: e.Type, Attributes: e.Attributes, Time: e.Time}
+		}
+	}
+	var (
+		ids        = make([]int64, len(rows))
+		types      = make([]string, len(rows))
+		attributes = make([]string, len(rows))
+		resolves   = make([]*int64, len(rows))
+		times      = make([]time.Time, len(rows))
+		boundaries []*string
+	)
+	for i, r := range rows {
+		if resolvesEvent(r.Type) {
+			id, ok := resolvedBy(history.Event{ID: r.ID, Type: r.Type, Attributes: r.Attributes})
 			if !ok {
-				return fmt.Errorf("event %d: undecodable %s", e.ID, e.Type)
+				return fmt.Errorf("event %d: undecodable %s", r.ID, r.Type)
 			}
 			resolves[i] = &id
 			retired = append(retired, id)
 		}
-		ids[i], types[i], attributes[i], times[i] = e.ID, string(e.Type), string(e.Attributes), e.Time
+		ids[i], types[i], attributes[i], times[i] = r.ID, string(r.Type), string(r.Attributes), r.Time
+		if r.Boundary != nil {
+			if boundaries == nil {
+				boundaries = make([]*string, len(rows))
+			}
+			b := string(r.Boundary)
+			boundaries[i] = &b
+		}
 	}
 	first, last := events[0].ID, events[len(events)-1].ID
-	run.writes.Queue(w.sql.events, runID, ids, types, attributes, resolves, times).Exec(func(pgconn.CommandTag) error { return nil })
+	if boundaries != nil {
+		run.writes.Queue(w.sql.eventsFolded, runID, ids, types, attributes, resolves, times, boundaries).Exec(func(pgconn.CommandTag) error { return nil })
+	} else {
+		run.writes.Queue(w.sql.events, runID, ids, types, attributes, resolves, times).Exec(func(pgconn.CommandTag) error { return nil })
+	}
 	switch len(retired) {
 	case 0:
 	case 1:

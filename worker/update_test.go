@@ -152,7 +152,7 @@ func TestUpdates(t *testing.T) {
 		// History: accepted updates only; the rejected ones left no trace.
 		var accepted, completed int
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE type = 'UpdateAccepted'), count(*) FILTER (WHERE type = 'UpdateCompleted')"+
-			" FROM "+b.names.Event+" WHERE run_id = $1", run.RunID).Scan(&accepted, &completed))
+			" FROM "+b.names.History+" WHERE run_id = $1", run.RunID).Scan(&accepted, &completed))
 		require.Equal(t, 3, accepted, "apple, pear, broken")
 		require.Equal(t, 3, completed)
 		requireHistoryWellFormed(ctx, t, b, run)
@@ -173,7 +173,7 @@ func TestUpdates(t *testing.T) {
 		}()
 		requireEventually(t, func() bool {
 			var accepted int
-			_ = b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Event+" WHERE run_id = $1 AND type = 'UpdateAccepted'", run.RunID).Scan(&accepted)
+			_ = b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+" WHERE run_id = $1 AND type = 'UpdateAccepted'", run.RunID).Scan(&accepted)
 			return accepted == 1
 		})
 		require.NoError(t, b.client.Terminate(ctx, run.WorkflowID, run.RunID, "closing the shop"))

@@ -18,6 +18,7 @@ import (
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/gopool"
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
@@ -41,6 +42,7 @@ type Worker struct {
 	histories  *historyCache
 	jobIDs     *jobIDs // reserved for the activities it claims
 	names      *dbschema.Names
+	events     *eventstore.Store  // weir_event, folded or not
 	sql        stepSQL            // statements a group of outcomes merges (step_sets.go)
 	notifier   *notifier.Notifier // sends what committed tasks announce
 	pool       *pgxpool.Pool
@@ -76,6 +78,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
+	names := dbschema.New(config.Schema)
 	w := &Worker{
 		activities:   make(map[string]struct{}),
 		eagerRunners: make(map[string]eagerRunner),
@@ -83,8 +86,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		goroutines:   gopool.New(goroutineIdle),
 		histories:    newHistoryCache(config.MaxCachedRuns),
 		jobIDs:       &jobIDs{pool: pool, schema: config.Schema},
-		names:        dbschema.New(config.Schema),
-		sql:          newStepSQL(dbschema.New(config.Schema)),
+		names:        names,
+		events:       eventstore.New(names),
+		sql:          newStepSQL(names),
 		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),

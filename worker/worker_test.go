@@ -464,7 +464,7 @@ func requireEveryActivityResolved(ctx context.Context, t *testing.T, b *testBund
 	var scheduled, resolved int
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE type = 'ActivityScheduled'),"+
 		" count(*) FILTER (WHERE type LIKE 'Activity%' AND resolves_event_id IS NOT NULL)"+
-		" FROM "+b.names.Event+" WHERE run_id = $1", run.RunID).Scan(&scheduled, &resolved))
+		" FROM "+b.names.History+" WHERE run_id = $1", run.RunID).Scan(&scheduled, &resolved))
 	require.Positive(t, scheduled)
 	require.Equal(t, scheduled, resolved, "one outcome per activity")
 }
@@ -478,10 +478,10 @@ func requireHistoryWellFormed(ctx context.Context, t *testing.T, b *testBundle, 
 	var count, maxID, outcomes, distinctOutcomes, orphans, terminal int64
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*), max(event_id),"+
 		" count(resolves_event_id), count(DISTINCT resolves_event_id),"+
-		" count(*) FILTER (WHERE resolves_event_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "+b.names.Event+
+		" count(*) FILTER (WHERE resolves_event_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "+b.names.History+
 		"  s WHERE s.run_id = e.run_id AND s.event_id = e.resolves_event_id AND s.type IN ('ActivityScheduled', 'TimerStarted', 'ChildWorkflowScheduled'))),"+
 		" count(*) FILTER (WHERE type IN ('WorkflowCompleted', 'WorkflowFailed', 'WorkflowCanceled'))"+
-		" FROM "+b.names.Event+" e WHERE run_id = $1", run.RunID).Scan(&count, &maxID, &outcomes, &distinctOutcomes, &orphans, &terminal))
+		" FROM "+b.names.History+" e WHERE run_id = $1", run.RunID).Scan(&count, &maxID, &outcomes, &distinctOutcomes, &orphans, &terminal))
 	require.Equal(t, count, maxID, "event IDs are gap-free")
 	require.Equal(t, distinctOutcomes, outcomes, "at most one outcome per activity or timer")
 	require.Zero(t, orphans, "every outcome resolves something the workflow scheduled")

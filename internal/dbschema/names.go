@@ -17,8 +17,11 @@ type Names struct {
 	// Schema is the schema as configured ("" for the search_path's first).
 	Schema string
 
-	Activity  string
-	Event     string
+	Activity string
+	Event    string
+	// History is the view of weir_event with folded boundaries unfolded
+	// (weir 004): one row per event, for SQL written by hand.
+	History   string
 	Inbox     string
 	Namespace string
 	Query     string
@@ -36,6 +39,7 @@ func New(schema string) *Names {
 		Schema:    schema,
 		Activity:  Qualify(schema, "weir_activity"),
 		Event:     Qualify(schema, "weir_event"),
+		History:   Qualify(schema, "weir_history"),
 		Inbox:     Qualify(schema, "weir_inbox"),
 		Namespace: Qualify(schema, "weir_namespace"),
 		Query:     Qualify(schema, "weir_query"),

@@ -1,0 +1,150 @@
+// Package eventstore reads and writes weir_event, the runs' histories, in
+// the two shapes the table can hold: one row per event, and (weir migration
+// 004) a workflow task's boundary folded into the row of the command that
+// follows it (history.Row). Readers always unfold, so every caller sees the
+// same history, IDs 1, 2, 3… without gaps, whichever shape wrote it.
+//
+// Writers fold only once the table has the boundary column (rollout: code
+// first, then the migration). A Store finds the column by asking the
+// catalog, until it has seen it; from then on it trusts it, and a statement
+// that finds the column gone (the migration taken down) makes it ask again
+// (Forget).
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/history"
+)
+
+// Querier runs a query: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store reads and writes one schema's weir_event. It is safe for concurrent
+// use.
+type Store struct {
+	names   *dbschema.Names
+	folding atomic.Bool // the boundary column was seen
+}
+
+// New returns the store of names' weir_event.
+func New(names *dbschema.Names) *Store { return &Store{names: names} }
+
+// Folding reports whether the table was last seen with the boundary column
+// (without asking the database): writers fold boundaries when it is true.
+func (s *Store) Folding() bool { return s.folding.Load() }
+
+// Detect asks the catalog whether the table has the boundary column, unless
+// it was seen already, and reports whether it has.
+func (s *Store) Detect(ctx context.Context, q Querier) (bool, error) {
+	if s.folding.Load() {
+		return true, nil
+	}
+	return s.Recheck(ctx, q)
+}
+
+// Recheck asks the catalog whether the table has the boundary column, even
+// if it was seen before, and reports whether it has. A worker's sweeper
+// rechecks on every pass, so that writers stop folding soon after the
+// migration is taken down.
+func (s *Store) Recheck(ctx context.Context, q Querier) (bool, error) {
+	var present bool
+	err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute"+
+		" WHERE attrelid = to_regclass($1) AND attname = 'boundary' AND NOT attisdropped)", s.names.Event).Scan(&present)
+	if err != nil {
+		return false, fmt.Errorf("looking for the boundary column of %s: %w", s.names.Event, err)
+	}
+	s.folding.Store(present)
+	return present, nil
+}
+
+// Forget makes the store ask the catalog again, after err, when err says a
+// statement found no boundary column; it reports whether it did.
+func (s *Store) Forget(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn {
+		s.folding.Store(false)
+		return true
+	}
+	return false
+}
+
+// Load reads the events of run with IDs after afterID (0: from the first),
+// in order, at most limit of them (0: all). Boundaries folded into rows are
+// unfolded.
+func (s *Store) Load(ctx context.Context, q Querier, runID uuid.UUID, afterID int64, limit int) ([]history.Event, error) {
+	folded, err := s.Detect(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	columns := "event_id, type, attributes, created_at, NULL::jsonb"
+	if folded {
+		columns = "event_id, type, attributes, created_at, boundary"
+	}
+	sql := "SELECT " + columns + " FROM " + s.names.Event + " WHERE run_id = $1 AND event_id > $2 ORDER BY event_id"
+	args := []any{runID, afterID}
+	if limit > 0 {
+		// A row holds at most two events: limit rows hold the first limit.
+		sql += " LIMIT $3"
+		args = append(args, limit)
+	}
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		s.Forget(err)
+		return nil, err
+	}
+	defer rows.Close()
+	var (
+		events []history.Event
+		row    history.Row
+		typ    string
+	)
+	for rows.Next() {
+		row = history.Row{}
+		if err := rows.Scan(&row.ID, &typ, &row.Attributes, &row.Time, &row.Boundary); err != nil {
+			return nil, err
+		}
+		row.Type = history.EventType(typ)
+		events = row.Unfold(events)
+	}
+	if err := rows.Err(); err != nil {
+		s.Forget(err)
+		return nil, err
+	}
+	// A boundary folded into the first row read is an event at afterID or
+	// later only when the row's own ID is past afterID+1.
+	for len(events) > 0 && events[0].ID <= afterID {
+		events = events[1:]
+	}
+	if limit > 0 && len(events) > limit {
+		events = events[:limit]
+	}
+	return events, nil
+}
+
+// LoadAll reads run's whole history and checks that its IDs are 1, 2, 3…
+// without gaps.
+func (s *Store) LoadAll(ctx context.Context, q Querier, runID uuid.UUID) ([]history.Event, error) {
+	events, err := s.Load(ctx, q, runID, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	for i, e := range events {
+		if e.ID != int64(i+1) {
+			return nil, fmt.Errorf("history of run %s has a gap: event %d at position %d", runID, e.ID, i+1)
+		}
+	}
+	return events, nil
+}

@@ -1,0 +1,176 @@
+package eventstore_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/eventstore"
+	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/migrations"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// TestStoreAcrossMigration writes a history in both shapes (rows before weir
+// 004, a boundary folded into its command's row after it) and reads it back
+// whole and by pages, then takes 004 down and reads the unfolded rows.
+func TestStoreAcrossMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.EmptySchema(ctx, t)
+	names := dbschema.New(schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineWeir, TargetVersion: 3})
+	require.NoError(t, err)
+
+	runID := uuid.New()
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ('default', 'wf', 1)")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash)"+
+		" VALUES ($1, 'default', 'wf', 1, 'k', 'default', '\\x', 'r', '\\x')", runID)
+	require.NoError(t, err)
+
+	at := time.Date(2026, 12, 3, 17, 0, 0, 0, time.UTC)
+	var all []history.Event
+	add := func(typ history.EventType, attributes string) {
+		all = append(all, history.Event{ID: int64(len(all) + 1), Type: typ, Attributes: json.RawMessage(attributes), Time: at})
+	}
+	boundary := func(attempt int) string {
+		return fmt.Sprintf(`{"now": "%s", "attempt": %d}`, at.Format(time.RFC3339Nano), attempt)
+	}
+	write := func(events []history.Event, fold bool) {
+		t.Helper()
+		rows := history.FoldBoundaries(events)
+		if !fold {
+			rows = rows[:0]
+			for _, e := range events {
+				rows = append(rows, history.Row{ID: e.ID, Type: e.Type, Attributes: e.Attributes, Time: e.Time})
+			}
+		}
+		for _, r := range rows {
+			columns, values, args := "", "", []any{runID, r.ID, string(r.Type), string(r.Attributes), r.Time}
+			if fold {
+				var b *string
+				if r.Boundary != nil {
+					s := string(r.Boundary)
+					b = &s
+				}
+				columns, values, args = ", boundary", ", $6", append(args, b)
+			}
+			_, err := pool.Exec(ctx, "INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, created_at"+columns+")"+
+				" VALUES ($1, $2, $3, $4, $5"+values+")", args...)
+			require.NoError(t, err)
+		}
+		at = at.Add(time.Second)
+	}
+	requireHistory := func(store *eventstore.Store) {
+		t.Helper()
+		got, err := store.LoadAll(ctx, pool, runID)
+		require.NoError(t, err)
+		require.Len(t, got, len(all))
+		for i := range all {
+			require.Equal(t, all[i].ID, got[i].ID)
+			require.Equal(t, all[i].Type, got[i].Type, "event %d", all[i].ID)
+			require.JSONEq(t, string(all[i].Attributes), string(got[i].Attributes), "event %d", all[i].ID)
+			require.True(t, all[i].Time.Equal(got[i].Time), "event %d at %s, read %s", all[i].ID, all[i].Time, got[i].Time)
+		}
+	}
+	count := func(table string) (n int) {
+		t.Helper()
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE run_id = $1", runID).Scan(&n))
+		return n
+	}
+
+	// Before 004: one row per event, and nothing to fold into.
+	store := eventstore.New(names)
+	folding, err := store.Detect(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, folding)
+	add(history.EventWorkflowStarted, `{"kind": "k"}`)
+	add(history.EventWorkflowTaskStarted, boundary(1))
+	add(history.EventActivityScheduled, `{"kind": "a"}`)
+	write(all[0:3], false)
+	requireHistory(store)
+
+	// After 004, the same store finds the column and reads both shapes.
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineWeir})
+	require.NoError(t, err)
+	require.False(t, store.Folding(), "nothing asked the catalog yet")
+	folding, err = store.Detect(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, folding)
+	add(history.EventActivityCompleted, `{"scheduled_event_id": 3}`)
+	add(history.EventWorkflowTaskStarted, boundary(1)) // 5: folded into 6
+	add(history.EventTimerStarted, `{"duration": 1}`)
+	write(all[3:6], true)
+	add(history.EventTimerFired, `{"started_event_id": 6}`)
+	add(history.EventWorkflowTaskStarted, boundary(2)) // 8: no command, a row of its own
+	write(all[6:8], true)
+	add(history.EventSignalReceived, `{"name": "s"}`)
+	add(history.EventWorkflowTaskStarted, boundary(1)) // 10: folded into 11
+	add(history.EventWorkflowCompleted, `{"result": 1}`)
+	write(all[8:11], true)
+	requireHistory(store)
+	require.Equal(t, 9, count(names.Event), "two boundaries were folded")
+	require.Equal(t, 11, count(names.History), "the view has one row per event")
+
+	// Pages: a boundary folded into a row is its own event; a page that
+	// ends on it goes on with the command.
+	page := func(after int64, limit int) (ids []int64) {
+		t.Helper()
+		events, err := store.Load(ctx, pool, runID, after, limit)
+		require.NoError(t, err)
+		for _, e := range events {
+			ids = append(ids, e.ID)
+		}
+		return ids
+	}
+	require.Equal(t, []int64{1, 2, 3, 4, 5}, page(0, 5))
+	require.Equal(t, []int64{5}, page(4, 1))
+	require.Equal(t, []int64{6, 7}, page(5, 2))
+	require.Equal(t, []int64{10, 11}, page(9, 0))
+	require.Equal(t, []int64{11}, page(10, 3))
+	require.Empty(t, page(11, 3))
+
+	// A history with a gap is refused.
+	_, err = pool.Exec(ctx, "UPDATE "+names.Event+" SET boundary = NULL WHERE run_id = $1 AND event_id = 11", runID)
+	require.NoError(t, err)
+	_, err = store.LoadAll(ctx, pool, runID)
+	require.ErrorContains(t, err, "has a gap: event 11 at position 10")
+	_, err = pool.Exec(ctx, "UPDATE "+names.Event+" SET boundary = $2 WHERE run_id = $1 AND event_id = 11", runID, boundary(1))
+	require.NoError(t, err)
+	all[9].Attributes = json.RawMessage(boundary(1))
+	requireHistory(store)
+
+	// Down: every boundary back in a row of its own. The store still
+	// believes in the column; its next read fails on it and forgets it, and
+	// the read after that is right.
+	_, err = migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineWeir, TargetVersion: 3})
+	require.NoError(t, err)
+	require.Equal(t, 11, count(names.Event))
+	_, err = store.LoadAll(ctx, pool, runID)
+	require.Error(t, err)
+	require.False(t, store.Folding())
+	requireHistory(store)
+
+	// Up again: nothing is folded twice, and the history reads the same.
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineWeir})
+	require.NoError(t, err)
+	folding, err = store.Recheck(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, folding)
+	requireHistory(store)
+}

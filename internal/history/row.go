@@ -1,0 +1,50 @@
+package history
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Row is one row of weir_event: an event and, when Boundary is set, the
+// WorkflowTaskStarted event just before it (ID-1), folded into the row
+// (weir migration 004). A boundary is folded only into the command that
+// follows it in the same task, which has the same time, so the row holds
+// everything of both events: the boundary's attributes are Boundary, its
+// time the row's.
+type Row struct {
+	ID         int64
+	Type       EventType
+	Attributes json.RawMessage
+	Boundary   json.RawMessage // nil: no boundary folded into this row
+	Time       time.Time
+}
+
+// FoldBoundaries returns the rows that store events (consecutive events of
+// one append): a WorkflowTaskStarted event followed by a command of the
+// same time goes into the command's row; every other event has a row of
+// its own.
+func FoldBoundaries(events []Event) []Row {
+	rows := make([]Row, 0, len(events))
+	for i := 0; i < len(events); i++ {
+		e := events[i]
+		if e.Type == EventWorkflowTaskStarted && i+1 < len(events) {
+			next := events[i+1]
+			if next.ID == e.ID+1 && next.Type.IsCommand() && next.Time.Equal(e.Time) {
+				rows = append(rows, Row{ID: next.ID, Type: next.Type, Attributes: next.Attributes, Boundary: e.Attributes, Time: next.Time})
+				i++
+				continue
+			}
+		}
+		rows = append(rows, Row{ID: e.ID, Type: e.Type, Attributes: e.Attributes, Time: e.Time})
+	}
+	return rows
+}
+
+// Unfold appends the events r stores to dst: its folded boundary first, if
+// it has one, then its own event.
+func (r Row) Unfold(dst []Event) []Event {
+	if r.Boundary != nil {
+		dst = append(dst, Event{ID: r.ID - 1, Type: EventWorkflowTaskStarted, Attributes: r.Boundary, Time: r.Time})
+	}
+	return append(dst, Event{ID: r.ID, Type: r.Type, Attributes: r.Attributes, Time: r.Time})
+}
