@@ -54,9 +54,10 @@ it measures on that server; otherwise it starts a private durable Postgres in
 a temporary directory and stops it at the end.`,
 		SilenceUsage: true,
 	}
-	var cpuProfile, traceFile string
+	var cpuProfile, memProfile, traceFile string
 	var stops []func()
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (contenders included) to this file")
+	root.PersistentFlags().StringVar(&memProfile, "memprofile", "", "write the bench process's allocation profile (go tool pprof -sample_index=alloc_space) to this file when the command ends")
 	root.PersistentFlags().StringVar(&traceFile, "trace", "", "write a Go execution trace of the bench process to this file (go tool trace; -pprof=sched shows the waits to be scheduled)")
 	// record starts writing to path (when set) with start, and has stop end
 	// it once the command ran.
@@ -75,7 +76,12 @@ a temporary directory and stops it at the end.`,
 		return nil
 	}
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		if err := errors.Join(record(cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile), record(traceFile, trace.Start, trace.Stop)); err != nil {
+		writeAllocs := func(w io.Writer) error {
+			stops = append(stops, func() { _ = pprof.Lookup("allocs").WriteTo(w, 0) })
+			return nil
+		}
+		if err := errors.Join(record(cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile), record(traceFile, trace.Start, trace.Stop),
+			record(memProfile, writeAllocs, func() {})); err != nil {
 			for _, stop := range stops { // the command will not run, nor PersistentPostRun
 				stop()
 			}

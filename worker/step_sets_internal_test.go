@@ -64,6 +64,20 @@ func TestMergeGroupWrites(t *testing.T) {
 	require.NotNil(t, q[6].Fn)
 	require.Equal(t, []any{[]uuid.UUID{c, d}, []byte(`{"m":1}`), "ch"}, q[7].Arguments)
 
+	// A member that folded a boundary (weir 004) and one that did not: one
+	// folded statement, the other's rows without a boundary.
+	boundary := `{"attempt":1}`
+	mixed := &pgx.Batch{}
+	mixed.Queue(w.sql.events, a, []int64{4}, []string{"x"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
+	mixed.Queue(w.sql.eventsFolded, b, []int64{8, 9}, []string{"y", "z"}, []string{"{}", "{}"}, []*int64{&one, nil}, []time.Time{now, now},
+		[]*string{nil, &boundary})
+	mixed.Queue(w.sql.events, c, []int64{2}, []string{"w"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
+	w.mergeGroupWrites(mixed)
+	require.Len(t, mixed.QueuedQueries, 1)
+	require.Equal(t, w.sql.eventsFoldedMerged, mixed.QueuedQueries[0].SQL)
+	require.Equal(t, []any{[]uuid.UUID{a, b, b, c}, []int64{4, 8, 9, 2}, []string{"x", "y", "z", "w"}, []string{"{}", "{}", "{}", "{}"},
+		[]*int64{nil, &one, nil, nil}, []time.Time{now, now, now, now}, []*string{nil, nil, &boundary, nil}}, mixed.QueuedQueries[0].Arguments)
+
 	single := &pgx.Batch{}
 	single.Queue(w.sql.events, a, []int64{4}, []string{"x"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
 	single.Queue(w.sql.advance, a, int64(4), int64(5), int64(0))
@@ -155,6 +169,9 @@ func TestMergedGroupWrites(t *testing.T) {
 	batch := &pgx.Batch{}
 	batch.Queue(sql.eventsMerged, []uuid.UUID{runs[0], runs[0], runs[1]}, []int64{4, 5, 4}, []string{"a", "b", "c"},
 		[]string{"{}", "{}", "{}"}, []*int64{nil, nil, nil}, []time.Time{now, now, now})
+	boundary := `{"attempt": 1}`
+	batch.Queue(sql.eventsFoldedMerged, []uuid.UUID{runs[4], runs[4]}, []int64{4, 6}, []string{"a", "ActivityScheduled"},
+		[]string{"{}", "{}"}, []*int64{nil, nil}, []time.Time{now, now}, []*string{nil, &boundary})
 	batch.Queue(sql.retireOneMerged, runs[:2], scheduled[:2])
 	batch.Queue(sql.advanceMerged, runs[:2], found[:2], []int64{6, 5}, 2)
 	batch.Queue(sql.completeMerged, runs[2:4], found[2:4], []int64{7, 7}, [][]byte{[]byte("42"), nil}, 2)
@@ -179,7 +196,7 @@ func TestMergedGroupWrites(t *testing.T) {
 		" (SELECT count(*) FROM "+names.Activity+" WHERE run_id = ANY($1)),"+
 		" (SELECT count(*) FROM "+names.Run+" WHERE run_id = ANY($1) AND next_event_id = CASE WHEN run_id = $2 THEN 6 ELSE 5 END)",
 		runs[:2], runs[0]).Scan(&events, &retired, &advanced))
-	require.Equal(t, 3, events)
+	require.Equal(t, 6, events, "three rows, then two rows with a boundary folded into one of them")
 	require.Zero(t, retired)
 	require.Equal(t, 2, advanced)
 }

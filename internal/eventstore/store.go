@@ -5,10 +5,10 @@
 // same history, IDs 1, 2, 3… without gaps, whichever shape wrote it.
 //
 // Writers fold only once the table has the boundary column (rollout: code
-// first, then the migration). A Store finds the column by asking the
-// catalog, until it has seen it; from then on it trusts it, and a statement
-// that finds the column gone (the migration taken down) makes it ask again
-// (Forget).
+// first, then the migration). A Store learns that the column exists from
+// the catalog (Detect, Recheck: a worker's sweeper asks on every pass) or
+// from a folded row it read; from then on it trusts it, and a statement
+// that finds the column gone (the migration taken down) makes it forget.
 package eventstore
 
 import (
@@ -84,16 +84,21 @@ func (s *Store) Forget(err error) bool {
 // Load reads the events of run with IDs after afterID (0: from the first),
 // in order, at most limit of them (0: all). Boundaries folded into rows are
 // unfolded.
+//
+// Until the store has seen the boundary column it reads it through the
+// row's JSON (to_jsonb), which is NULL where the column does not exist: a
+// reader that asked the catalog first could miss a boundary folded between
+// the two statements (the migration and a worker's commit in between). The
+// first folded row read, or a Detect that finds the column, switches it to
+// the column itself.
 func (s *Store) Load(ctx context.Context, q Querier, runID uuid.UUID, afterID int64, limit int) ([]history.Event, error) {
-	folded, err := s.Detect(ctx, q)
-	if err != nil {
-		return nil, err
+	folding := s.folding.Load()
+	boundary := "boundary"
+	if !folding {
+		boundary = "NULLIF(to_jsonb(e) -> 'boundary', 'null'::jsonb)"
 	}
-	columns := "event_id, type, attributes, created_at, NULL::jsonb"
-	if folded {
-		columns = "event_id, type, attributes, created_at, boundary"
-	}
-	sql := "SELECT " + columns + " FROM " + s.names.Event + " WHERE run_id = $1 AND event_id > $2 ORDER BY event_id"
+	sql := "SELECT event_id, type, attributes, created_at, " + boundary + " FROM " + s.names.Event + " e" +
+		" WHERE run_id = $1 AND event_id > $2 ORDER BY event_id"
 	args := []any{runID, afterID}
 	if limit > 0 {
 		// A row holds at most two events: limit rows hold the first limit.
@@ -117,14 +122,18 @@ func (s *Store) Load(ctx context.Context, q Querier, runID uuid.UUID, afterID in
 			return nil, err
 		}
 		row.Type = history.EventType(typ)
+		if row.Boundary != nil && !folding {
+			folding = true
+			s.folding.Store(true)
+		}
 		events = row.Unfold(events)
 	}
 	if err := rows.Err(); err != nil {
 		s.Forget(err)
 		return nil, err
 	}
-	// A boundary folded into the first row read is an event at afterID or
-	// later only when the row's own ID is past afterID+1.
+	// The first row read may hold a boundary at afterID (the previous
+	// page's last event): drop what is not after afterID.
 	for len(events) > 0 && events[0].ID <= afterID {
 		events = events[1:]
 	}

@@ -1,6 +1,7 @@
 package eventstore_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -125,6 +126,14 @@ func TestStoreAcrossMigration(t *testing.T) {
 	write(all[8:11], true)
 	requireHistory(store)
 	require.Equal(t, 9, count(names.Event), "two boundaries were folded")
+
+	// A store that never asked the catalog reads folded rows through their
+	// JSON (no window between a check and the read), and learns the column
+	// from the first folded row.
+	fresh := eventstore.New(names)
+	require.False(t, fresh.Folding())
+	requireHistory(fresh)
+	require.True(t, fresh.Folding())
 	require.Equal(t, 11, count(names.History), "the view has one row per event")
 
 	// Pages: a boundary folded into a row is its own event; a page that
@@ -173,4 +182,68 @@ func TestStoreAcrossMigration(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, folding)
 	requireHistory(store)
+}
+
+// TestDownWaitsForATask takes weir 004 down while a workflow task holds its
+// run and has read its history: the migration waits for the task, the
+// task's folded write goes through, and the migration then unfolds it too.
+// (Locking weir_event first, the migration waited for the run the task
+// held while the task's insert waited for weir_event: a deadlock.)
+func TestDownWaitsForATask(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.EmptySchema(ctx, t)
+	names := dbschema.New(schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = migrator.Up(ctx, nil)
+	require.NoError(t, err)
+
+	runID := uuid.New()
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ('default', 'wf', 1)")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash)"+
+		" VALUES ($1, 'default', 'wf', 1, 'k', 'default', '\\x', 'r', '\\x')", runID)
+	require.NoError(t, err)
+	insert := "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, boundary) VALUES ($1, $2, $3, '{}', $4)"
+	_, err = pool.Exec(ctx, insert, runID, 1, "WorkflowStarted", nil)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, insert, runID, 3, "ActivityScheduled", `{"attempt": 1}`)
+	require.NoError(t, err)
+
+	task, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = task.Rollback(context.WithoutCancel(ctx)) }()
+	_, err = task.Exec(ctx, "SELECT 1 FROM "+names.Run+" WHERE run_id = $1 FOR UPDATE", runID)
+	require.NoError(t, err)
+	store := eventstore.New(names)
+	events, err := store.LoadAll(ctx, task, runID)
+	require.NoError(t, err)
+	require.Len(t, events, 3)
+
+	migrated := make(chan error, 1)
+	go func() {
+		_, err := migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineWeir, TargetVersion: 3})
+		migrated <- err
+	}()
+	require.Eventually(t, func() bool { // until the migration waits for a lock
+		var waiting bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)"+
+			" WHERE NOT l.granted AND a.query LIKE '%weir_event%')").Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond)
+
+	_, err = task.Exec(ctx, insert, runID, 5, "ActivityScheduled", `{"attempt": 1}`)
+	require.NoError(t, err, "the task's write does not deadlock with the migration")
+	require.NoError(t, task.Commit(ctx))
+	require.NoError(t, <-migrated)
+
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Event+" WHERE run_id = $1", runID).Scan(&rows))
+	require.Equal(t, 5, rows, "both boundaries have rows of their own")
+	events, err = eventstore.New(names).LoadAll(ctx, pool, runID)
+	require.NoError(t, err)
+	require.Len(t, events, 5)
+	require.Equal(t, history.EventWorkflowTaskStarted, events[3].Type)
 }

@@ -27,7 +27,7 @@ func FoldBoundaries(events []Event) []Row {
 	rows := make([]Row, 0, len(events))
 	for i := 0; i < len(events); i++ {
 		e := events[i]
-		if e.Type == EventWorkflowTaskStarted && i+1 < len(events) {
+		if e.Type == EventWorkflowTaskStarted && len(e.Attributes) > 0 && i+1 < len(events) {
 			next := events[i+1]
 			if next.ID == e.ID+1 && next.Type.IsCommand() && next.Time.Equal(e.Time) {
 				rows = append(rows, Row{ID: next.ID, Type: next.Type, Attributes: next.Attributes, Boundary: e.Attributes, Time: next.Time})
