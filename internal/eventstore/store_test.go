@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -246,4 +247,91 @@ func TestDownWaitsForATask(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, events, 5)
 	require.Equal(t, history.EventWorkflowTaskStarted, events[3].Type)
+}
+
+// TestLoadPages folds random histories (tasks with and without commands,
+// commands at another time than their boundary), stores them, and requires
+// every page (each after, each limit up to the history's length) to be the
+// matching slice of the whole history, which must unfold to what was
+// written.
+func TestLoadPages(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	names := dbschema.New(schema)
+	store := eventstore.New(names)
+	rng := rand.New(rand.NewPCG(33, 4))
+	_, err := pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ('default', 'wf', 0)")
+	require.NoError(t, err)
+
+	for h := range 12 {
+		runID := uuid.New()
+		_, err := pool.Exec(ctx, "UPDATE "+names.Workflow+" SET last_generation = last_generation + 1")
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+" (run_id, namespace, workflow_id, generation, kind, queue, state, args, request_id, request_hash, closed_at)"+
+			" VALUES ($1, 'default', 'wf', $2, 'k', 'default', 'completed', '\\x', $3, '\\x', now())", runID, h+1, fmt.Sprint("r", h))
+		require.NoError(t, err)
+
+		at := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
+		var all []history.Event
+		add := func(typ history.EventType, attributes string) {
+			all = append(all, history.Event{ID: int64(len(all) + 1), Type: typ, Attributes: json.RawMessage(attributes), Time: at})
+		}
+		add(history.EventWorkflowStarted, `{"kind": "k"}`)
+		var rows []history.Row
+		for task := range 1 + rng.IntN(8) {
+			from := len(all)
+			if task > 0 {
+				for range rng.IntN(3) {
+					add(history.EventSignalReceived, `{"name": "s"}`)
+				}
+			}
+			add(history.EventWorkflowTaskStarted, fmt.Sprintf(`{"now": "%s", "attempt": %d}`, at.Format(time.RFC3339Nano), 1+rng.IntN(2)))
+			if rng.IntN(5) == 0 {
+				at = at.Add(time.Millisecond) // a command at another time: not folded
+			}
+			for range rng.IntN(4) {
+				add(history.EventTimerStarted, `{"duration": 1}`)
+			}
+			rows = append(rows, history.FoldBoundaries(all[from:])...)
+			at = at.Add(time.Second)
+		}
+		rows = append(history.FoldBoundaries(all[:1]), rows...)
+		for _, r := range rows {
+			var b *string
+			if r.Boundary != nil {
+				s := string(r.Boundary)
+				b = &s
+			}
+			_, err := pool.Exec(ctx, "INSERT INTO "+names.Event+" (run_id, event_id, type, attributes, created_at, boundary) VALUES ($1, $2, $3, $4, $5, $6)",
+				runID, r.ID, string(r.Type), string(r.Attributes), r.Time, b)
+			require.NoError(t, err)
+		}
+
+		whole, err := store.LoadAll(ctx, pool, runID)
+		require.NoError(t, err)
+		require.Len(t, whole, len(all))
+		for i := range all {
+			require.Equal(t, all[i].ID, whole[i].ID)
+			require.Equal(t, all[i].Type, whole[i].Type)
+			require.JSONEq(t, string(all[i].Attributes), string(whole[i].Attributes))
+			require.True(t, all[i].Time.Equal(whole[i].Time))
+		}
+		for after := 0; after <= len(all); after++ {
+			for limit := 0; limit <= len(all)-after+1; limit++ {
+				page, err := store.Load(ctx, pool, runID, int64(after), limit)
+				require.NoError(t, err)
+				want := whole[after:]
+				if limit > 0 && len(want) > limit {
+					want = want[:limit]
+				}
+				if len(want) == 0 {
+					require.Empty(t, page, "history %d, after %d, limit %d", h, after, limit)
+					continue
+				}
+				require.Equal(t, want, page, "history %d, after %d, limit %d", h, after, limit)
+			}
+		}
+	}
 }
