@@ -20,6 +20,33 @@ import (
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
+// migrated returns a new schema migrated up to weir's version weirVersion
+// (0: the latest), its migrator, and a run in it to write events of.
+func migrated(t *testing.T, weirVersion int) (*dbschema.Names, *migrations.Migrator, uuid.UUID) {
+	t.Helper()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.EmptySchema(ctx, t)
+	names := dbschema.New(schema)
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	require.NoError(t, err)
+	for _, line := range migrations.Lines() {
+		opts := &migrations.UpOpts{Line: line}
+		if line == migrations.LineWeir {
+			opts.TargetVersion = weirVersion
+		}
+		_, err = migrator.Up(ctx, opts)
+		require.NoError(t, err)
+	}
+	runID := uuid.New()
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ('default', 'wf', 1)")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash)"+
+		" VALUES ($1, 'default', 'wf', 1, 'k', 'default', '\\x', 'r', '\\x')", runID)
+	require.NoError(t, err)
+	return names, migrator, runID
+}
+
 // TestStoreAcrossMigration writes a history in both shapes (rows before weir
 // 004, a boundary folded into its command's row after it) and reads it back
 // whole and by pages, then takes 004 down and reads the unfolded rows.
@@ -27,23 +54,7 @@ func TestStoreAcrossMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
-	schema := dbtest.EmptySchema(ctx, t)
-	names := dbschema.New(schema)
-	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
-	require.NoError(t, err)
-	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
-	require.NoError(t, err)
-	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineWeir, TargetVersion: 3})
-	require.NoError(t, err)
-
-	runID := uuid.New()
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ('default', 'wf', 1)")
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash)"+
-		" VALUES ($1, 'default', 'wf', 1, 'k', 'default', '\\x', 'r', '\\x')", runID)
-	require.NoError(t, err)
+	names, migrator, runID := migrated(t, 3)
 
 	at := time.Date(2026, 12, 3, 17, 0, 0, 0, time.UTC)
 	var all []history.Event
@@ -194,21 +205,9 @@ func TestDownWaitsForATask(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
-	schema := dbtest.EmptySchema(ctx, t)
-	names := dbschema.New(schema)
-	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = migrator.Up(ctx, nil)
-	require.NoError(t, err)
-
-	runID := uuid.New()
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ('default', 'wf', 1)")
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash)"+
-		" VALUES ($1, 'default', 'wf', 1, 'k', 'default', '\\x', 'r', '\\x')", runID)
-	require.NoError(t, err)
+	names, migrator, runID := migrated(t, 0)
 	insert := "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, boundary) VALUES ($1, $2, $3, '{}', $4)"
-	_, err = pool.Exec(ctx, insert, runID, 1, "WorkflowStarted", nil)
+	_, err := pool.Exec(ctx, insert, runID, 1, "WorkflowStarted", nil)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, insert, runID, 3, "ActivityScheduled", `{"attempt": 1}`)
 	require.NoError(t, err)
