@@ -91,6 +91,7 @@ func (c *ReplayerConfig) validate() error {
 // once its workflows are registered.
 type Replayer struct {
 	config *ReplayerConfig
+	events *eventstore.Store // the runs' histories, for ReplayRun and LoadHistory
 	names  *dbschema.Names
 
 	mu        sync.Mutex
@@ -107,7 +108,8 @@ func NewReplayer(config *ReplayerConfig) (*Replayer, error) {
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
-	return &Replayer{config: config, names: dbschema.New(config.Schema), workflows: map[string]*replay.Definition{}}, nil
+	names := dbschema.New(config.Schema)
+	return &Replayer{config: config, events: eventstore.New(names), names: names, workflows: map[string]*replay.Definition{}}, nil
 }
 
 // AddReplayerWorkflow registers a workflow with a Replayer, as AddWorkflow
@@ -241,7 +243,7 @@ func (r *Replayer) LoadHistory(ctx context.Context, workflowID string, runID uui
 	case err != nil:
 		return nil, fmt.Errorf("looking up workflow %s run %s: %w", workflowID, runID, err)
 	}
-	stored, err := eventstore.New(r.names).Load(ctx, pool, resolved, 0, 0)
+	stored, err := r.events.Load(ctx, pool, resolved, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("loading history of workflow %s run %s: %w", workflowID, resolved, err)
 	}

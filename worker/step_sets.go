@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -169,11 +170,8 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 			times      []time.Time
 			boundaries []*string // nil unless a member folded a boundary
 		)
-		for _, i := range events {
-			a := batch.QueuedQueries[i].Arguments
-			if len(a) == 7 && boundaries == nil {
-				boundaries = make([]*string, len(ids))
-			}
+		if slices.ContainsFunc(events, func(i int) bool { return len(batch.QueuedQueries[i].Arguments) == 7 }) {
+			boundaries = []*string{}
 		}
 		for _, i := range events {
 			a := batch.QueuedQueries[i].Arguments

@@ -915,15 +915,7 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 	}
 	// With weir 004 a task's boundary goes into the row of its first
 	// command (eventstore): a row less per task.
-	var rows []history.Row
-	if w.events.Folding() {
-		rows = history.FoldBoundaries(events)
-	} else {
-		rows = make([]history.Row, len(events))
-		for i, e := range events {
-			rows[i] = history.Row{ID: e.ID, Type: e.Type, Attributes: e.Attributes, Time: e.Time}
-		}
-	}
+	rows := history.Rows(events, w.events.Folding())
 	var (
 		ids        = make([]int64, len(rows))
 		types      = make([]string, len(rows))

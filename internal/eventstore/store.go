@@ -6,7 +6,7 @@
 //
 // Writers fold only once the table has the boundary column (rollout: code
 // first, then the migration). A Store learns that the column exists from
-// the catalog (Detect, Recheck: a worker's sweeper asks on every pass) or
+// the catalog (Check: a worker's sweeper asks on every pass) or
 // from a folded row it read; from then on it trusts it, and a statement
 // that finds the column gone (the migration taken down) makes it forget.
 package eventstore
@@ -46,20 +46,11 @@ func New(names *dbschema.Names) *Store { return &Store{names: names} }
 // (without asking the database): writers fold boundaries when it is true.
 func (s *Store) Folding() bool { return s.folding.Load() }
 
-// Detect asks the catalog whether the table has the boundary column, unless
-// it was seen already, and reports whether it has.
-func (s *Store) Detect(ctx context.Context, q Querier) (bool, error) {
-	if s.folding.Load() {
-		return true, nil
-	}
-	return s.Recheck(ctx, q)
-}
-
-// Recheck asks the catalog whether the table has the boundary column, even
-// if it was seen before, and reports whether it has. A worker's sweeper
-// rechecks on every pass, so that writers stop folding soon after the
-// migration is taken down.
-func (s *Store) Recheck(ctx context.Context, q Querier) (bool, error) {
+// Check asks the catalog whether the table has the boundary column, and
+// reports whether it has. A worker's sweeper checks on every pass, so that
+// writers start folding soon after the migration and stop soon after it is
+// taken down.
+func (s *Store) Check(ctx context.Context, q Querier) (bool, error) {
 	var present bool
 	err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_attribute"+
 		" WHERE attrelid = to_regclass($1) AND attname = 'boundary' AND NOT attisdropped)", s.names.Event).Scan(&present)
@@ -70,15 +61,13 @@ func (s *Store) Recheck(ctx context.Context, q Querier) (bool, error) {
 	return present, nil
 }
 
-// Forget makes the store ask the catalog again, after err, when err says a
-// statement found no boundary column; it reports whether it did.
-func (s *Store) Forget(err error) bool {
+// Forget makes the store stop trusting the boundary column when err says
+// a statement found none (weir 004 taken down).
+func (s *Store) Forget(err error) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn {
 		s.folding.Store(false)
-		return true
 	}
-	return false
 }
 
 // Load reads the events of run with IDs after afterID (0: from the first),
@@ -89,7 +78,7 @@ func (s *Store) Forget(err error) bool {
 // row's JSON (to_jsonb), which is NULL where the column does not exist: a
 // reader that asked the catalog first could miss a boundary folded between
 // the two statements (the migration and a worker's commit in between). The
-// first folded row read, or a Detect that finds the column, switches it to
+// first folded row read, or a Check that finds the column, switches it to
 // the column itself.
 func (s *Store) Load(ctx context.Context, q Querier, runID uuid.UUID, afterID int64, limit int) ([]history.Event, error) {
 	folding := s.folding.Load()

@@ -66,13 +66,7 @@ func TestStoreAcrossMigration(t *testing.T) {
 	}
 	write := func(events []history.Event, fold bool) {
 		t.Helper()
-		rows := history.FoldBoundaries(events)
-		if !fold {
-			rows = rows[:0]
-			for _, e := range events {
-				rows = append(rows, history.Row{ID: e.ID, Type: e.Type, Attributes: e.Attributes, Time: e.Time})
-			}
-		}
+		rows := history.Rows(events, fold)
 		for _, r := range rows {
 			columns, values, args := "", "", []any{runID, r.ID, string(r.Type), string(r.Attributes), r.Time}
 			if fold {
@@ -109,7 +103,7 @@ func TestStoreAcrossMigration(t *testing.T) {
 
 	// Before 004: one row per event, and nothing to fold into.
 	store := eventstore.New(names)
-	folding, err := store.Detect(ctx, pool)
+	folding, err := store.Check(ctx, pool)
 	require.NoError(t, err)
 	require.False(t, folding)
 	add(history.EventWorkflowStarted, `{"kind": "k"}`)
@@ -122,7 +116,7 @@ func TestStoreAcrossMigration(t *testing.T) {
 	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineWeir})
 	require.NoError(t, err)
 	require.False(t, store.Folding(), "nothing asked the catalog yet")
-	folding, err = store.Detect(ctx, pool)
+	folding, err = store.Check(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, folding)
 	add(history.EventActivityCompleted, `{"scheduled_event_id": 3}`)
@@ -190,7 +184,7 @@ func TestStoreAcrossMigration(t *testing.T) {
 	// Up again: nothing is folded twice, and the history reads the same.
 	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineWeir})
 	require.NoError(t, err)
-	folding, err = store.Recheck(ctx, pool)
+	folding, err = store.Check(ctx, pool)
 	require.NoError(t, err)
 	require.True(t, folding)
 	requireHistory(store)
@@ -293,10 +287,10 @@ func TestLoadPages(t *testing.T) {
 			for range rng.IntN(4) {
 				add(history.EventTimerStarted, `{"duration": 1}`)
 			}
-			rows = append(rows, history.FoldBoundaries(all[from:])...)
+			rows = append(rows, history.Rows(all[from:], true)...)
 			at = at.Add(time.Second)
 		}
-		rows = append(history.FoldBoundaries(all[:1]), rows...)
+		rows = append(history.Rows(all[:1], true), rows...)
 		for _, r := range rows {
 			var b *string
 			if r.Boundary != nil {

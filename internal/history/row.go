@@ -19,15 +19,15 @@ type Row struct {
 	Time       time.Time
 }
 
-// FoldBoundaries returns the rows that store events (consecutive events of
-// one append): a WorkflowTaskStarted event followed by a command of the
-// same time goes into the command's row; every other event has a row of
-// its own.
-func FoldBoundaries(events []Event) []Row {
+// Rows returns the rows that store events (consecutive events of one
+// append). With fold, a WorkflowTaskStarted event followed by a command of
+// the same time goes into the command's row; every other event has a row
+// of its own.
+func Rows(events []Event, fold bool) []Row {
 	rows := make([]Row, 0, len(events))
 	for i := 0; i < len(events); i++ {
 		e := events[i]
-		if e.Type == EventWorkflowTaskStarted && len(e.Attributes) > 0 && i+1 < len(events) {
+		if fold && e.Type == EventWorkflowTaskStarted && len(e.Attributes) > 0 && i+1 < len(events) {
 			next := events[i+1]
 			if next.ID == e.ID+1 && next.Type.IsCommand() && next.Time.Equal(e.Time) {
 				rows = append(rows, Row{ID: next.ID, Type: next.Type, Attributes: next.Attributes, Boundary: e.Attributes, Time: next.Time})

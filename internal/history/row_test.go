@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestFoldBoundaries(t *testing.T) {
+func TestRows(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 3, 16, 0, 0, 123456000, time.UTC)
 	later := now.Add(time.Millisecond)
@@ -26,7 +26,7 @@ func TestFoldBoundaries(t *testing.T) {
 		event(11, EventTimerStarted, later),
 		event(12, EventWorkflowTaskStarted, later), // last: a row of its own
 	}
-	rows := FoldBoundaries(events)
+	rows := Rows(events, true)
 
 	var ids []int64
 	for _, r := range rows {
@@ -46,5 +46,11 @@ func TestFoldBoundaries(t *testing.T) {
 	}
 	require.Equal(t, events, unfolded, "unfolding gives back every event as it was")
 
-	require.Empty(t, FoldBoundaries(nil))
+	require.Empty(t, Rows(nil, true))
+
+	plain := Rows(events, false)
+	require.Len(t, plain, len(events), "without fold, a row per event")
+	for i, r := range plain {
+		require.Equal(t, Row{ID: events[i].ID, Type: events[i].Type, Attributes: events[i].Attributes, Time: events[i].Time}, r)
+	}
 }
