@@ -213,7 +213,7 @@ type StartOpts struct {
 	// usual.
 	//
 	// Many eager starts made at once (no RunTimeout, ExecutionTimeout or
-	// client interceptors) share transactions of up to 16 starts, with their
+	// client interceptors) share transactions of up to 32 starts, with their
 	// first tasks' writes merged: each still returns what it would alone. A
 	// start in such a group waits for the group's commit, not for ctx. One
 	// made alone is one round trip once the worker knows the database's
