@@ -25,15 +25,7 @@ func TestBoundaryFoldingRollout(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
-	schema := dbtest.EmptySchema(ctx, t)
-	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	for _, line := range []string{migrations.LineMain, migrations.LineFencing} {
-		_, err = migrator.Up(ctx, &migrations.UpOpts{Line: line})
-		require.NoError(t, err)
-	}
-	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineWeir, TargetVersion: 3})
-	require.NoError(t, err)
+	schema, migrator := dbtest.SchemaAt(ctx, t, migrations.LineWeir, 3)
 	c, err := client.New(pool, &client.Config{Schema: schema, PollInterval: 200 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })

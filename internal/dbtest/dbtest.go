@@ -241,6 +241,26 @@ func FreshSchema(ctx context.Context, tb testing.TB) string {
 	return schema
 }
 
+// SchemaAt returns a schema of this test alone (dropped when it ends) with
+// every migration line at its latest version except line, which stops at
+// version (0: the latest too), and the migrator that made it: for tests of
+// a migration's rollout, which then take line up or down themselves.
+func SchemaAt(ctx context.Context, tb testing.TB, line string, version int) (string, *migrations.Migrator) {
+	tb.Helper()
+	schema := EmptySchema(ctx, tb)
+	migrator, err := migrations.New(Pool(ctx, tb), &migrations.Config{Schema: schema})
+	require.NoError(tb, err)
+	for _, l := range migrations.Lines() {
+		opts := &migrations.UpOpts{Line: l}
+		if l == line {
+			opts.TargetVersion = version
+		}
+		_, err = migrator.Up(ctx, opts)
+		require.NoError(tb, err)
+	}
+	return schema, migrator
+}
+
 // TestTx returns a transaction whose search_path is a migrated schema shared by
 // the package's tests; it is rolled back when the test ends. Prefer it to
 // TestSchema unless the test needs a commit.

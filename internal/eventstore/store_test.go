@@ -26,20 +26,10 @@ func migrated(t *testing.T, weirVersion int) (*dbschema.Names, *migrations.Migra
 	t.Helper()
 	ctx := t.Context()
 	pool := dbtest.Pool(ctx, t)
-	schema := dbtest.EmptySchema(ctx, t)
+	schema, migrator := dbtest.SchemaAt(ctx, t, migrations.LineWeir, weirVersion)
 	names := dbschema.New(schema)
-	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	for _, line := range migrations.Lines() {
-		opts := &migrations.UpOpts{Line: line}
-		if line == migrations.LineWeir {
-			opts.TargetVersion = weirVersion
-		}
-		_, err = migrator.Up(ctx, opts)
-		require.NoError(t, err)
-	}
 	runID := uuid.New()
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ('default', 'wf', 1)")
+	_, err := pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ('default', 'wf', 1)")
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash)"+
 		" VALUES ($1, 'default', 'wf', 1, 'k', 'default', '\\x', 'r', '\\x')", runID)
