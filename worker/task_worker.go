@@ -310,7 +310,7 @@ func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.U
 		taken, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (inboxRow, error) {
 			var r inboxRow
 			var eventType string
-			err := row.Scan(&r.id, &eventType, &r.event.Attributes, &r.event.Time)
+			err := row.Scan(&r.id, &eventType, (*[]byte)(&r.event.Attributes), &r.event.Time) // as eventstore.Load: no second validation
 			r.event.Type = history.EventType(eventType)
 			return r, err
 		})
@@ -926,7 +926,7 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 	)
 	for i, r := range rows {
 		if resolvesEvent(r.Type) {
-			id, ok := resolvedBy(history.Event{ID: r.ID, Type: r.Type, Attributes: r.Attributes})
+			id, ok := resolvedBy(r.Event)
 			if !ok {
 				return fmt.Errorf("event %d: undecodable %s", r.ID, r.Type)
 			}

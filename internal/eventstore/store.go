@@ -107,7 +107,9 @@ func (s *Store) Load(ctx context.Context, q Querier, runID uuid.UUID, afterID in
 	)
 	for rows.Next() {
 		row = history.Row{}
-		if err := rows.Scan(&row.ID, &typ, &row.Attributes, &row.Time, &row.Boundary); err != nil {
+		// jsonb into *[]byte: Postgres validated it; a json.RawMessage
+		// target would have pgx decode it with encoding/json again.
+		if err := rows.Scan(&row.ID, &typ, (*[]byte)(&row.Attributes), &row.Time, (*[]byte)(&row.Boundary)); err != nil {
 			return nil, err
 		}
 		row.Type = history.EventType(typ)

@@ -1,9 +1,6 @@
 package history
 
-import (
-	"encoding/json"
-	"time"
-)
+import "encoding/json"
 
 // Row is one row of weir_event: an event and, when Boundary is set, the
 // WorkflowTaskStarted event just before it (ID-1), folded into the row
@@ -12,11 +9,8 @@ import (
 // everything of both events: the boundary's attributes are Boundary, its
 // time the row's.
 type Row struct {
-	ID         int64
-	Type       EventType
-	Attributes json.RawMessage
-	Boundary   json.RawMessage // nil: no boundary folded into this row
-	Time       time.Time
+	Event
+	Boundary json.RawMessage // nil: no boundary folded into this row
 }
 
 // Rows returns the rows that store events (consecutive events of one
@@ -30,12 +24,12 @@ func Rows(events []Event, fold bool) []Row {
 		if fold && e.Type == EventWorkflowTaskStarted && len(e.Attributes) > 0 && i+1 < len(events) {
 			next := events[i+1]
 			if next.ID == e.ID+1 && next.Type.IsCommand() && next.Time.Equal(e.Time) {
-				rows = append(rows, Row{ID: next.ID, Type: next.Type, Attributes: next.Attributes, Boundary: e.Attributes, Time: next.Time})
+				rows = append(rows, Row{Event: next, Boundary: e.Attributes})
 				i++
 				continue
 			}
 		}
-		rows = append(rows, Row{ID: e.ID, Type: e.Type, Attributes: e.Attributes, Time: e.Time})
+		rows = append(rows, Row{Event: e})
 	}
 	return rows
 }
@@ -46,5 +40,5 @@ func (r Row) Unfold(dst []Event) []Event {
 	if r.Boundary != nil {
 		dst = append(dst, Event{ID: r.ID - 1, Type: EventWorkflowTaskStarted, Attributes: r.Boundary, Time: r.Time})
 	}
-	return append(dst, Event{ID: r.ID, Type: r.Type, Attributes: r.Attributes, Time: r.Time})
+	return append(dst, r.Event)
 }

@@ -51,6 +51,6 @@ func TestRows(t *testing.T) {
 	plain := Rows(events, false)
 	require.Len(t, plain, len(events), "without fold, a row per event")
 	for i, r := range plain {
-		require.Equal(t, Row{ID: events[i].ID, Type: events[i].Type, Attributes: events[i].Attributes, Time: events[i].Time}, r)
+		require.Equal(t, Row{Event: events[i]}, r)
 	}
 }
