@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -73,15 +72,11 @@ type stepSQL struct {
 
 func newStepSQL(names *dbschema.Names) stepSQL {
 	return stepSQL{
-		events: "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at)" +
-			" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
-		eventsMerged: "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at)" +
-			" SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[])",
-		eventsFolded: "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at, boundary)" +
-			" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[], $7::text[]::jsonb[])",
-		eventsFoldedMerged: "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at, boundary)" +
-			" SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[], $7::text[]::jsonb[])",
-		retireOne: "DELETE FROM " + names.Activity + " WHERE run_id = $1 AND scheduled_event_id = $2",
+		events:             insertEventsSQL(names, false, false),
+		eventsMerged:       insertEventsSQL(names, true, false),
+		eventsFolded:       insertEventsSQL(names, false, true),
+		eventsFoldedMerged: insertEventsSQL(names, true, true),
+		retireOne:          "DELETE FROM " + names.Activity + " WHERE run_id = $1 AND scheduled_event_id = $2",
 		// By key: the rows are restricted by run (run_id = ANY) before the
 		// join, so that no plan scans the table.
 		retireOneMerged: "DELETE FROM " + names.Activity + " a USING unnest($1::uuid[], $2::bigint[]) AS v(run_id, scheduled_event_id)" +
@@ -130,6 +125,23 @@ func casSQL(update string) string {
 	return "WITH u AS (" + update + runCASWhere + " RETURNING 1) SELECT 1 / count(*)::int FROM u"
 }
 
+// insertEventsSQL is the INSERT of events from arrays of event ID, type,
+// attributes, resolved event and time, after $1: the run (merged: an array
+// of runs, one per event); folded adds an array of boundaries (NULL for a
+// row without one; weir 004, history.Row).
+func insertEventsSQL(names *dbschema.Names, merged, folded bool) string {
+	columns, arrays := "", ""
+	if folded {
+		columns, arrays = ", boundary", ", $7::text[]::jsonb[]"
+	}
+	run, runs := "$1, ", ""
+	if merged {
+		run, runs = "", "$1::uuid[], "
+	}
+	return "INSERT INTO " + names.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at" + columns + ")" +
+		" SELECT " + run + "* FROM unnest(" + runs + "$2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[]" + arrays + ")"
+}
+
 // mergeGroupWrites rewrites batch, the last writes of a group's members in
 // turn, so that each kind stepSQL merges is one statement for the whole
 // group, in the place of its first occurrence; everything else stays as it
@@ -137,11 +149,15 @@ func casSQL(update string) string {
 // whether it merged anything.
 func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 	var events, retire, advance, complete, abandon, activities []int
+	folded := false // a member's events hold a boundary column
 	for i, qq := range batch.QueuedQueries {
 		switch qq.SQL {
 		case w.sql.activity:
 			activities = append(activities, i)
-		case w.sql.events, w.sql.eventsFolded:
+		case w.sql.eventsFolded:
+			folded = true
+			events = append(events, i)
+		case w.sql.events:
 			events = append(events, i)
 		case w.sql.retireOne:
 			retire = append(retire, i)
@@ -168,13 +184,11 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 			attributes []string
 			resolves   []*int64
 			times      []time.Time
-			boundaries []*string // nil unless a member folded a boundary
+			boundaries []*string // only if folded
 		)
-		if slices.ContainsFunc(events, func(i int) bool { return len(batch.QueuedQueries[i].Arguments) == 7 }) {
-			boundaries = []*string{}
-		}
 		for _, i := range events {
-			a := batch.QueuedQueries[i].Arguments
+			q := batch.QueuedQueries[i]
+			a := q.Arguments
 			runID, eventIDs := a[0].(uuid.UUID), a[1].([]int64)
 			for range eventIDs {
 				runs = append(runs, runID)
@@ -185,14 +199,14 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 			resolves = append(resolves, a[4].([]*int64)...)
 			times = append(times, a[5].([]time.Time)...)
 			switch {
-			case boundaries == nil:
-			case len(a) == 7:
+			case !folded:
+			case q.SQL == w.sql.eventsFolded:
 				boundaries = append(boundaries, a[6].([]*string)...)
 			default:
 				boundaries = append(boundaries, make([]*string, len(eventIDs))...)
 			}
 		}
-		if boundaries != nil {
+		if folded {
 			merged[events[0]] = &pgx.QueuedQuery{SQL: w.sql.eventsFoldedMerged, Arguments: []any{runs, ids, types, attributes, resolves, times, boundaries}}
 		} else {
 			merged[events[0]] = &pgx.QueuedQuery{SQL: w.sql.eventsMerged, Arguments: []any{runs, ids, types, attributes, resolves, times}}
