@@ -59,9 +59,9 @@ a temporary directory and stops it at the end.`,
 	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (contenders included) to this file")
 	root.PersistentFlags().StringVar(&memProfile, "memprofile", "", "write the bench process's allocation profile (go tool pprof -sample_index=alloc_space) to this file when the command ends")
 	root.PersistentFlags().StringVar(&traceFile, "trace", "", "write a Go execution trace of the bench process to this file (go tool trace; -pprof=sched shows the waits to be scheduled)")
-	// record starts writing to path (when set) with start, and has stop end
-	// it once the command ran.
-	record := func(path string, start func(io.Writer) error, stop func()) error {
+	// record starts writing to path (when set) with start, and has stop
+	// finish it once the command ran.
+	record := func(path string, start, stop func(io.Writer) error) error {
 		if path == "" {
 			return nil
 		}
@@ -72,16 +72,20 @@ a temporary directory and stops it at the end.`,
 		if err := start(f); err != nil {
 			return errors.Join(err, f.Close())
 		}
-		stops = append(stops, func() { stop(); _ = f.Close() })
+		stops = append(stops, func() {
+			if err := errors.Join(stop(f), f.Close()); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: writing %s: %v\n", path, err)
+			}
+		})
 		return nil
 	}
+	nothing := func(io.Writer) error { return nil }
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		writeAllocs := func(w io.Writer) error {
-			stops = append(stops, func() { _ = pprof.Lookup("allocs").WriteTo(w, 0) })
-			return nil
-		}
-		if err := errors.Join(record(cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile), record(traceFile, trace.Start, trace.Stop),
-			record(memProfile, writeAllocs, func() {})); err != nil {
+		if err := errors.Join(
+			record(cpuProfile, pprof.StartCPUProfile, func(io.Writer) error { pprof.StopCPUProfile(); return nil }),
+			record(traceFile, trace.Start, func(io.Writer) error { trace.Stop(); return nil }),
+			record(memProfile, nothing, func(w io.Writer) error { return pprof.Lookup("allocs").WriteTo(w, 0) }),
+		); err != nil {
 			for _, stop := range stops { // the command will not run, nor PersistentPostRun
 				stop()
 			}
