@@ -64,10 +64,14 @@ func (s *Store) Check(ctx context.Context, q Querier) (bool, error) {
 // Forget makes the store stop trusting the boundary column when err says
 // a statement found none (weir 004 taken down).
 func (s *Store) Forget(err error) {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn {
+	if undefinedColumn(err) {
 		s.folding.Store(false)
 	}
+}
+
+func undefinedColumn(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedColumn
 }
 
 // Load reads the events of run with IDs after afterID (0: from the first),
@@ -80,8 +84,21 @@ func (s *Store) Forget(err error) {
 // the two statements (the migration and a worker's commit in between). The
 // first folded row read, or a Check that finds the column, switches it to
 // the column itself.
+//
+// A read that finds the column gone (004 taken down since the store saw it)
+// forgets it and reads again through the row's JSON, so readers do not fail
+// on a rollback.
 func (s *Store) Load(ctx context.Context, q Querier, runID uuid.UUID, afterID int64, limit int) ([]history.Event, error) {
 	folding := s.folding.Load()
+	events, err := s.load(ctx, q, runID, afterID, limit, folding)
+	if err != nil && folding && undefinedColumn(err) {
+		s.folding.Store(false)
+		events, err = s.load(ctx, q, runID, afterID, limit, false)
+	}
+	return events, err
+}
+
+func (s *Store) load(ctx context.Context, q Querier, runID uuid.UUID, afterID int64, limit int, folding bool) ([]history.Event, error) {
 	boundary := "boundary"
 	if !folding {
 		boundary = "NULLIF(to_jsonb(e) -> 'boundary', 'null'::jsonb)"
@@ -96,7 +113,6 @@ func (s *Store) Load(ctx context.Context, q Querier, runID uuid.UUID, afterID in
 	}
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
-		s.Forget(err)
 		return nil, err
 	}
 	defer rows.Close()
@@ -120,7 +136,6 @@ func (s *Store) Load(ctx context.Context, q Querier, runID uuid.UUID, afterID in
 		events = row.Unfold(events)
 	}
 	if err := rows.Err(); err != nil {
-		s.Forget(err)
 		return nil, err
 	}
 	// The first row read may hold a boundary at afterID (the previous
