@@ -74,3 +74,6 @@ func (d *Driver) KeeperAttempts() int {
 
 // ServerEpochSQL exposes serverEpochSQL.
 const ServerEpochSQL = serverEpochSQL
+
+// MintedTokensMax exposes mintedTokensMax.
+const MintedTokensMax = mintedTokensMax

@@ -599,3 +599,58 @@ WHERE $1::int = ANY (pg_blocking_pids(pid)))`, otherPID).Scan(&waiting))
 		})
 	}
 }
+
+// TestFetchTokensAreFresh (F1): the inline fetch gives every job it moves to
+// running a token of its own, also past the tokens the fetching process
+// brings (MintedTokensMax; Postgres mints the rest), and tokens never repeat
+// across fetches or attempts of the same job.
+func TestFetchTokensAreFresh(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	table := pgx.Identifier{schema, "river_job"}.Sanitize()
+	n := fencing.MintedTokensMax + 40
+	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state)
+		SELECT '{}', 'tokens', 5, 'default', 'available' FROM generate_series(1, $1)`, 2*n)
+	require.NoError(t, err)
+
+	driver := newDriver(t, pool, nil, nil)
+	pilot := driver.PluginPilot()
+	seen := map[string]int64{}
+	fetch := func(want int) {
+		t.Helper()
+		res, err := pilot.JobGetAvailable(ctx, driver.GetExecutor(), nil, &riverdriver.JobGetAvailableParams{
+			ClientID: "tokens", MaxAttemptedBy: 100, MaxToLock: n, Queue: "default", Schema: schema,
+		})
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, want)
+		ids := make([]int64, len(res.Jobs))
+		for i, job := range res.Jobs {
+			ids[i] = job.ID
+		}
+		rows, err := pool.Query(ctx, `SELECT id, lease_token::text FROM `+table+` WHERE id = ANY($1)`, ids)
+		require.NoError(t, err)
+		tokens, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+			ID    int64
+			Token *string
+		}])
+		require.NoError(t, err)
+		require.Len(t, tokens, want)
+		for _, row := range tokens {
+			require.NotNil(t, row.Token, "job %d got a token", row.ID)
+			other, dup := seen[*row.Token]
+			require.False(t, dup, "job %d got job %d's token %s", row.ID, other, *row.Token)
+			seen[*row.Token] = row.ID
+			require.Equal(t, byte('4'), (*row.Token)[14], "a version 4 UUID: %s", *row.Token)
+		}
+	}
+	fetch(n)
+	fetch(n)
+
+	// The same jobs again, as new attempts: new tokens.
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET state = 'available' WHERE state = 'running'`)
+	require.NoError(t, err)
+	fetch(n)
+	require.Len(t, seen, 3*n)
+}

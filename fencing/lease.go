@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Lease is an attempt's hold on its job.
@@ -339,4 +341,27 @@ func tableName(schema, table string) string {
 		return pgx.Identifier{table}.Sanitize()
 	}
 	return pgx.Identifier{schema, table}.Sanitize()
+}
+
+// mintedTokensMax bounds the tokens a fetch brings (mintLeaseTokens): River
+// asks for as many jobs as its client has free workers, which may be
+// thousands when few are available.
+const mintedTokensMax = 256
+
+// mintLeaseTokens returns fresh lease tokens for a fetch of up to n jobs
+// (mintedTokensMax at most): random (version 4) UUIDs, from one read of
+// crypto/rand.
+func mintLeaseTokens(n int) pgtype.FlatArray[pgtype.UUID] {
+	n = min(max(n, 0), mintedTokensMax)
+	random := make([]byte, 16*n)
+	_, _ = rand.Read(random) // never fails (crypto/rand crashes the program instead)
+	tokens := make(pgtype.FlatArray[pgtype.UUID], n)
+	for i := range tokens {
+		t := &tokens[i]
+		copy(t.Bytes[:], random[16*i:])
+		t.Bytes[6] = t.Bytes[6]&0x0f | 0x40 // version 4
+		t.Bytes[8] = t.Bytes[8]&0x3f | 0x80 // RFC 9562 variant
+		t.Valid = true
+	}
+	return tokens
 }

@@ -303,6 +303,7 @@ func (p *Pilot) jobGetAvailableInline(ctx context.Context, q querier, params *ri
 			params.Kind,
 			int32(min(params.MaxToLock, math.MaxInt32)), //nolint:gosec // clamped
 			p.driver.config.LeaseTTL,
+			mintLeaseTokens(params.MaxToLock),
 		)
 		if err != nil {
 			return nil, fmt.Errorf("fetching jobs: %w", err)
