@@ -60,8 +60,8 @@ type Claim struct {
 }
 
 // InsertClaimedTx inserts a River job in tx already running, claimed by the
-// caller: the lease trigger mints its token and the lease lasts LeaseTTL from
-// the insert. Work it with WorkClaimed once tx has committed.
+// caller, under a fresh lease token and a lease of LeaseTTL from the insert.
+// Work it with WorkClaimed once tx has committed.
 func (d *Driver) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *ClaimParams) (*Claim, error) {
 	batch := &pgx.Batch{}
 	var claim *Claim
@@ -90,21 +90,24 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 	}
 	priority := max(params.Priority, 1)
 	ttl := d.leaseTTLSetting()
-	// The lease trigger gives a row entering running a lease when the
-	// transaction asks for one (weir.fencing_lease_ttl): the setting is made
-	// for the insert and cleared right after it, in one statement (the
-	// inserted row flows from the first CTE to the last select). A row
-	// without a lease (no fencing migration, so no trigger) divides by
-	// zero: the statement fails in the database, so the transaction cannot
-	// commit an unleased running job even when the caller ignores the
-	// error or its COMMIT rides in the same batch.
+	// The insert gives the row its lease (token minted here, expiry of the
+	// TTL); before fencing 003 the lease trigger replaces it with one of its
+	// own, from the setting weir.fencing_lease_ttl, which the statement
+	// makes for the insert and clears right after it (buildClaimSQL). A
+	// row left without a lease (a trigger disabled by hand on fencing 001
+	// or 002) divides by zero: the statement fails in the database, so the
+	// transaction cannot commit an unleased running job even when the
+	// caller ignores the error or its COMMIT rides in the same batch.
+	// Without the fencing migration the lease columns are missing and the
+	// insert fails outright.
+	token := mintLeaseToken()
 	var q *pgx.QueuedQuery
 	if params.ID != 0 {
 		q = batch.Queue(claimWithIDSQL(params.Schema),
-			ttl, params.ID, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue)
+			ttl, params.ID, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue, token)
 	} else {
 		q = batch.Queue(claimSQL(params.Schema),
-			ttl, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue)
+			ttl, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue, token)
 	}
 	q.QueryRow(func(row pgx.Row) error {
 		var c claimRowValues

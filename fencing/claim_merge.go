@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // ReserveJobIDs takes n IDs from river_job's ID sequence (in River's schema
@@ -33,9 +34,9 @@ func ReserveJobIDs(ctx context.Context, tx pgx.Tx, schema string, n int) ([]int6
 }
 
 // claimSQL is QueueClaim's insert: $1 the lease's TTL, then the job's args,
-// claimer, kind, max attempts, metadata, priority and queue ($2-$8).
-// claimWithIDSQL is the same for a job whose ID the caller reserved: the ID
-// is $2, and the rest follow it ($3-$9).
+// claimer, kind, max attempts, metadata, priority and queue ($2-$8), and its
+// lease token ($9). claimWithIDSQL is the same for a job whose ID the caller
+// reserved: the ID is $2, and the rest follow it ($3-$10).
 func claimSQL(schema string) string {
 	return cachedSQL(&claimCache, schema, func(schema string) string { return buildClaimSQL(schema, false) })
 }
@@ -46,18 +47,27 @@ func claimWithIDSQL(schema string) string {
 
 var claimCache, claimWithIDCache, claimManyCache sync.Map
 
-// buildClaimSQL builds claimSQL, or claimWithIDSQL when withID. The lease
-// setting is made for the insert and cleared right after it, in one
-// statement (the inserted row flows from the first CTE to the last select).
+// buildClaimSQL builds claimSQL, or claimWithIDSQL when withID.
+//
+// The insert gives the job its lease itself: the token the claimer minted
+// and an expiry of the TTL from now. On fencing 003 the insert trigger then
+// leaves the row alone. Before it (fencing 001 and 002: a deployment whose
+// code is newer than its schema) the trigger still runs for every row
+// inserted running and mints a token and an expiry of its own, from the
+// lease setting: so the setting is made for the insert and cleared right
+// after it, in one statement (the inserted row flows from the first CTE to
+// the last select), and the statement returns the lease the row has,
+// whichever minted it.
 func buildClaimSQL(schema string, withID bool) string {
-	columns, values := "", "$2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8"
+	columns, values := "", "$2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, $9::uuid"
 	if withID {
-		columns, values = "id, ", "$2, $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9"
+		columns, values = "id, ", "$2, $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9, $10::uuid"
 	}
 	return "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true))," +
 		" claimed AS (INSERT INTO " + tableName(schema, "river_job") +
-		"  (" + columns + "args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)" +
-		"  SELECT " + values + ", now(), 'running', '{}' FROM lease" +
+		"  (" + columns + "args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token," +
+		"   lease_expires_at, scheduled_at, state, tags)" +
+		"  SELECT " + values + ", now() + $1::interval, now(), 'running', '{}' FROM lease" +
 		"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
 		" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true)," +
 		"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
@@ -72,10 +82,12 @@ func claimManySQL(schema string) string {
 	return cachedSQL(&claimManyCache, schema, func(schema string) string {
 		return "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true))," +
 			" claimed AS (INSERT INTO " + tableName(schema, "river_job") +
-			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)" +
-			"  SELECT v.id, v.args, 1, now(), ARRAY[v.attempted_by], v.kind, v.max_attempts, v.metadata, v.priority, v.queue, now(), 'running', '{}'" +
-			"  FROM lease, unnest($2::bigint[], $3::text[]::jsonb[], $4::text[], $5::text[], $6::int[], $7::text[]::jsonb[], $8::int[], $9::text[])" +
-			"   AS v(id, args, attempted_by, kind, max_attempts, metadata, priority, queue)" +
+			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token, lease_expires_at," +
+			"   scheduled_at, state, tags)" +
+			"  SELECT v.id, v.args, 1, now(), ARRAY[v.attempted_by], v.kind, v.max_attempts, v.metadata, v.priority, v.queue, v.token," +
+			"   now() + $1::interval, now(), 'running', '{}'" +
+			"  FROM lease, unnest($2::bigint[], $3::text[]::jsonb[], $4::text[], $5::text[], $6::int[], $7::text[]::jsonb[], $8::int[], $9::text[], $10::uuid[])" +
+			"   AS v(id, args, attempted_by, kind, max_attempts, metadata, priority, queue, token)" +
 			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)," +
 			" inserted AS (SELECT count(*) AS n FROM claimed)" +
 			" SELECT c.id, c.attempted_at, c.created_at, c.token, c.lease_expires_at, set_config('weir.fencing_lease_ttl', '', true)," +
@@ -97,7 +109,7 @@ func MergeQueuedClaims(batch *pgx.Batch, schema string) int {
 	single := claimWithIDSQL(schema)
 	var at []int
 	for i, qq := range batch.QueuedQueries {
-		if qq.SQL == single && len(qq.Arguments) == 9 && qq.Fn != nil &&
+		if qq.SQL == single && len(qq.Arguments) == 10 && qq.Fn != nil &&
 			(len(at) == 0 || qq.Arguments[0] == batch.QueuedQueries[at[0]].Arguments[0]) { // one lease TTL
 			at = append(at, i)
 		}
@@ -114,6 +126,7 @@ func MergeQueuedClaims(batch *pgx.Batch, schema string) int {
 		metadata    = make([]string, len(at))
 		priorities  = make([]int, len(at))
 		queues      = make([]string, len(at))
+		tokens      = make(pgtype.FlatArray[pgtype.UUID], len(at))
 		originals   = make([]*pgx.QueuedQuery, len(at))
 	)
 	for k, i := range at {
@@ -121,11 +134,12 @@ func MergeQueuedClaims(batch *pgx.Batch, schema string) int {
 		a := qq.Arguments
 		ids[k], args[k], attemptedBy[k], kinds[k] = a[1].(int64), string(a[2].([]byte)), a[3].(string), a[4].(string)
 		maxAttempts[k], metadata[k], priorities[k], queues[k] = a[5].(int), string(a[6].([]byte)), a[7].(int), a[8].(string)
+		tokens[k] = a[9].(pgtype.UUID)
 		originals[k] = qq
 	}
 	merged := &pgx.QueuedQuery{
 		SQL:       claimManySQL(schema),
-		Arguments: []any{batch.QueuedQueries[at[0]].Arguments[0], ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues},
+		Arguments: []any{batch.QueuedQueries[at[0]].Arguments[0], ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues, tokens},
 	}
 	// Each claim reads its row as it would have read its own statement's
 	// (QueueClaim's callback), so that it builds its Claim as ever.

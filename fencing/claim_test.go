@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/migrations"
 )
 
 // TestClaimedJob: a job inserted already claimed (eager dispatch) is fenced
@@ -459,26 +460,53 @@ func TestClaimedJob(t *testing.T) {
 		}))
 	})
 
-	// With no lease trigger (disabled by hand, here inside the transaction)
-	// nothing mints a lease: the claim fails in the database, so even a
-	// caller that ignores the error cannot commit a running job nobody
-	// leases. (Without the fencing migration the lease columns are missing
+	// The claim's insert brings the lease (fencing 003 leaves the row to
+	// it): with every trigger on river_job disabled (by hand, here inside
+	// the transaction) the claimed job still has a lease, the one the claim
+	// holds. (Without the fencing migration the lease columns are missing
 	// and the insert fails outright.)
-	t.Run("WithoutTheLeaseTrigger", func(t *testing.T) {
+	t.Run("LeaseWithoutTheTrigger", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		driver, schema, _ := setup(ctx, t)
+		driver, schema, claim := setup(ctx, t)
 		pool := dbtest.Pool(ctx, t)
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		_, err = tx.Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" DISABLE TRIGGER USER")
 		require.NoError(t, err)
-		_, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
-			Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
-		})
-		require.ErrorIs(t, err, fencing.ErrNoLease)
-		require.Error(t, tx.Commit(ctx), "the transaction is aborted")
+		c := claim(ctx, tx)
+		requireClaimLease(ctx, t, driver, tx, schema, c)
+	})
+
+	// Before fencing 003 (new code on an older schema: deploy, then
+	// migrate) the insert trigger replaces the claim's lease with its own;
+	// the claim holds the row's, and its attempt completes the job.
+	t.Run("OnFencing002", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.Pool(ctx, t)
+		schema, _ := dbtest.SchemaAt(ctx, t, migrations.LineFencing, 2)
+		driver := newDriver(t, pool, nil, nil)
+		var c *fencing.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			c, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+				Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
+			})
+			if err == nil {
+				requireClaimLease(ctx, t, driver, tx, schema, c)
+			}
+			return err
+		}))
+		require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			})
+		}))
+		var state string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT state FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" WHERE id = $1", c.Job.ID).Scan(&state))
+		require.Equal(t, "completed", state)
 	})
 
 	t.Run("OutsideItsAttempt", func(t *testing.T) {
@@ -492,4 +520,25 @@ func TestClaimedJob(t *testing.T) {
 		})
 		require.True(t, errors.Is(err, fencing.ErrNoLease), "%v", err)
 	})
+}
+
+// requireClaimLease checks, through tx, that claim c's job has a lease and
+// that it is the one the claim's attempt holds.
+func requireClaimLease(ctx context.Context, t *testing.T, driver *fencing.Driver, tx pgx.Tx, schema string, c *fencing.Claim) {
+	t.Helper()
+	var (
+		token   *string
+		expires *time.Time
+	)
+	require.NoError(t, tx.QueryRow(ctx, "SELECT lease_token::text, lease_expires_at FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+		" WHERE id = $1", c.Job.ID).Scan(&token, &expires))
+	require.NotNil(t, token, "the claimed job has a token")
+	require.NotNil(t, expires, "the claimed job has a lease")
+	require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		lease, ok := fencing.LeaseFromContext(ctx)
+		require.True(t, ok)
+		require.Equal(t, *token, lease.Token)
+		require.True(t, expires.Equal(lease.ExpiresAt), "%v, %v", *expires, lease.ExpiresAt)
+		return nil
+	}))
 }

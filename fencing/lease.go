@@ -357,11 +357,21 @@ func mintLeaseTokens(n int) pgtype.FlatArray[pgtype.UUID] {
 	_, _ = rand.Read(random) // never fails (crypto/rand crashes the program instead)
 	tokens := make(pgtype.FlatArray[pgtype.UUID], n)
 	for i := range tokens {
-		t := &tokens[i]
-		copy(t.Bytes[:], random[16*i:])
-		t.Bytes[6] = t.Bytes[6]&0x0f | 0x40 // version 4
-		t.Bytes[8] = t.Bytes[8]&0x3f | 0x80 // RFC 9562 variant
-		t.Valid = true
+		tokens[i] = leaseToken([16]byte(random[16*i:]))
 	}
 	return tokens
+}
+
+// mintLeaseToken returns one fresh lease token, for a claim.
+func mintLeaseToken() pgtype.UUID {
+	var random [16]byte
+	_, _ = rand.Read(random[:]) // never fails (crypto/rand crashes the program instead)
+	return leaseToken(random)
+}
+
+// leaseToken makes 16 random bytes a version 4 UUID.
+func leaseToken(random [16]byte) pgtype.UUID {
+	random[6] = random[6]&0x0f | 0x40 // version 4
+	random[8] = random[8]&0x3f | 0x80 // RFC 9562 variant
+	return pgtype.UUID{Bytes: random, Valid: true}
 }

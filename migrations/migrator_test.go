@@ -158,11 +158,10 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
 		require.Equal(t, latest(t, bundle.migrator, migrations.LineFencing), res.Versions[0].Version)
-		// Fencing 002 only replaced trigger functions: its down step brings
-		// 001's statement trigger back and leaves the columns.
-		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
-		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_attempt_log"))
-		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
+		// Fencing 003 only narrowed the insert trigger's WHEN: its down step
+		// brings 001's back, and 002's functions stay.
+		require.NotContains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "lease_token")
+		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
 
 		err = bundle.migrator.Verify(ctx)
 		require.ErrorIs(t, err, migrations.ErrSchemaBehind)
@@ -175,6 +174,18 @@ func TestMigrator(t *testing.T) {
 		res, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
+		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "lease_token IS NULL")
+		require.NoError(t, bundle.migrator.Verify(ctx))
+
+		// Fencing 002 only replaced trigger functions: down to 001 brings
+		// 001's statement trigger back and leaves the columns.
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: 1})
+		require.NoError(t, err)
+		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
+		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_attempt_log"))
+		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
+		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
+		require.NoError(t, err)
 		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
 		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_attempt_log"))
 		require.NoError(t, bundle.migrator.Verify(ctx))
@@ -460,6 +471,16 @@ func functionExists(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schem
 	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL",
 		pgx.Identifier{schema, name}.Sanitize()+"()").Scan(&exists))
 	return exists
+}
+
+// triggerDef returns the definition of the trigger name on schema's
+// river_job.
+func triggerDef(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, name string) string {
+	t.Helper()
+	var def string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = $1 AND tgrelid = to_regclass($2)",
+		name, pgx.Identifier{schema, "river_job"}.Sanitize()).Scan(&def))
+	return def
 }
 
 func columnNames(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, table string) []string {
