@@ -142,15 +142,14 @@
 //     fenced.
 //   - Fencing costs throughput on trivial jobs (see BenchmarkThroughput). With
 //     fencing 002 each fetch and each completion batch is one statement, as
-//     in River, but the fetch mints a token per job, the completion judges
-//     every job and inserts one attempt-log row per attempt, the backstop
-//     trigger locks each row it sees, and each attempt carries its proof and
-//     a cancellable context. On a 2-core machine running Postgres too,
-//     burning down 100,000 no-op jobs (2026-12-02), fenced River ran at 0.93
-//     and 0.97 of plain River's rate with MaxWorkers 1000 (medians of paired
-//     rounds; a fenced job cost 1.07-1.09 times a plain one's CPU), and at
-//     0.86-0.90 with River's "tuned" MaxWorkers of 100, where fetch batches
-//     are small (1.16 times the CPU).
+//     in River, but the fetch gives each job a token (minted by the fetching
+//     process), the completion judges every job and inserts one attempt-log
+//     row per attempt, the backstop trigger locks each row it sees, and each
+//     attempt carries its proof and a cancellable context. On a 2-core
+//     machine running Postgres too, burning down 100,000 no-op jobs with
+//     River's "tuned" MaxWorkers of 100 (2026-12-03), fenced River ran at a
+//     median 0.946 of plain River's rate over 10 runs (single runs
+//     0.82-0.98), and 0.961 in `make bench`.
 //   - The lease reaper serves the schemas River has used through the leader's
 //     client (fetches, inserts, River's rescuer): a leader that neither works
 //     nor inserts jobs learns its schema when River's rescuer first runs.
