@@ -93,13 +93,13 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 	// The insert gives the row its lease (token minted here, expiry of the
 	// TTL); before fencing 003 the lease trigger replaces it with one of its
 	// own, from the setting weir.fencing_lease_ttl, which the statement
-	// makes for the insert and clears right after it (buildClaimSQL). A
-	// row left without a lease (a trigger disabled by hand on fencing 001
-	// or 002) divides by zero: the statement fails in the database, so the
-	// transaction cannot commit an unleased running job even when the
-	// caller ignores the error or its COMMIT rides in the same batch.
-	// Without the fencing migration the lease columns are missing and the
-	// insert fails outright.
+	// makes for the insert and clears right after it (buildClaimSQL). As a
+	// backstop, a row left without a lease all the same (by a trigger of
+	// someone else's) divides by zero: the statement fails in the
+	// database, so the transaction cannot commit an unleased running job
+	// even when the caller ignores the error or its COMMIT rides in the
+	// same batch. Without the fencing migration the lease columns are
+	// missing and the insert fails outright.
 	token := mintLeaseToken()
 	var q *pgx.QueuedQuery
 	if params.ID != 0 {

@@ -479,6 +479,57 @@ func TestClaimedJob(t *testing.T) {
 		requireClaimLease(ctx, t, driver, tx, schema, c)
 	})
 
+	// Fencing 003's insert trigger leaves a running row its own lease only in
+	// a claim's shape (attempt 1, no earlier token, token and expiry); any
+	// other running row inserted with a token, as a restore of an archived
+	// row would, gets a fresh one.
+	t.Run("InsertTriggerSkipsOnlyAClaimsShape", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		_, schema, _ := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+		const token = "6d661f51-8580-46c0-9f7c-c097681b684b"
+		insert := func(attempt int, lastToken *string) string {
+			t.Helper()
+			var got string
+			require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+pgx.Identifier{schema, "river_job"}.Sanitize()+`
+				(args, kind, max_attempts, queue, state, attempt, attempted_at, lease_token, lease_expires_at, lease_last_token)
+				VALUES ('{}', 'shape', 5, 'default', 'running', $1, now(), $2::uuid, now() + interval '1 minute', $3::uuid)
+				RETURNING lease_token::text`, attempt, token, lastToken).Scan(&got))
+			return got
+		}
+		require.Equal(t, token, insert(1, nil), "a claim's shape keeps its token")
+		require.NotEqual(t, token, insert(2, nil), "a later attempt gets a fresh token")
+		last := "0e2f5c57-2a5b-4c59-9d53-0d1e9f0a9a11"
+		require.NotEqual(t, token, insert(1, &last), "a row that had a token before gets a fresh one")
+	})
+
+	// The statement's backstop: a row left without a lease all the same
+	// (here a trigger of someone else's drops the expiry) fails the claim in
+	// the database, so even a caller that ignores the error cannot commit a
+	// running job nobody leases.
+	t.Run("UnleasedRowAbortsTheTransaction", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, _ := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		fn := pgx.Identifier{schema, "drop_lease"}.Sanitize()
+		_, err = tx.Exec(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN NEW.lease_expires_at := NULL; RETURN NEW; END $$`)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `CREATE TRIGGER zz_drop_lease BEFORE INSERT ON `+pgx.Identifier{schema, "river_job"}.Sanitize()+
+			` FOR EACH ROW EXECUTE FUNCTION `+fn+`()`)
+		require.NoError(t, err)
+		_, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+			Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
+		})
+		require.ErrorIs(t, err, fencing.ErrNoLease)
+		require.Error(t, tx.Commit(ctx), "the transaction is aborted")
+	})
+
 	// Before fencing 003 (new code on an older schema: deploy, then
 	// migrate) the insert trigger replaces the claim's lease with its own;
 	// the claim holds the row's, and its attempt completes the job.
@@ -494,11 +545,9 @@ func TestClaimedJob(t *testing.T) {
 			c, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
 				Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
 			})
-			if err == nil {
-				requireClaimLease(ctx, t, driver, tx, schema, c)
-			}
 			return err
 		}))
+		requireClaimLease(ctx, t, driver, pool, schema, c)
 		require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
@@ -522,15 +571,19 @@ func TestClaimedJob(t *testing.T) {
 	})
 }
 
-// requireClaimLease checks, through tx, that claim c's job has a lease and
-// that it is the one the claim's attempt holds.
-func requireClaimLease(ctx context.Context, t *testing.T, driver *fencing.Driver, tx pgx.Tx, schema string, c *fencing.Claim) {
+// requireClaimLease checks, through db, that claim c's job has a lease and
+// that it is the one the claim's attempt holds. (Read through the claim's
+// own transaction, db lets a test check a claim it will not commit; the
+// attempt it runs returns at once.)
+func requireClaimLease(ctx context.Context, t *testing.T, driver *fencing.Driver, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema string, c *fencing.Claim) {
 	t.Helper()
 	var (
 		token   *string
 		expires *time.Time
 	)
-	require.NoError(t, tx.QueryRow(ctx, "SELECT lease_token::text, lease_expires_at FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+	require.NoError(t, db.QueryRow(ctx, "SELECT lease_token::text, lease_expires_at FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
 		" WHERE id = $1", c.Job.ID).Scan(&token, &expires))
 	require.NotNil(t, token, "the claimed job has a token")
 	require.NotNil(t, expires, "the claimed job has a lease")

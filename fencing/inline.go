@@ -131,8 +131,8 @@ WITH locked_jobs AS (
     SKIP LOCKED
 ),
 -- FOR UPDATE allows no window function beside it: the rows are numbered
--- once locked.
-numbered_jobs AS (
+-- once locked, once (MATERIALIZED: never evaluated again).
+numbered_jobs AS MATERIALIZED (
     SELECT id, row_number() OVER () AS n FROM locked_jobs
 )
 UPDATE ` + table + ` river_job

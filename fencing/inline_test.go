@@ -600,7 +600,7 @@ WHERE $1::int = ANY (pg_blocking_pids(pid)))`, otherPID).Scan(&waiting))
 	}
 }
 
-// TestFetchTokensAreFresh (F1): the inline fetch gives every job it moves to
+// TestFetchTokensAreFresh (F3): the inline fetch gives every job it moves to
 // running a token of its own, also past the tokens the fetching process
 // brings (MintedTokensMax; Postgres mints the rest), and tokens never repeat
 // across fetches or attempts of the same job.

@@ -160,7 +160,8 @@ func TestMigrator(t *testing.T) {
 		require.Equal(t, latest(t, bundle.migrator, migrations.LineFencing), res.Versions[0].Version)
 		// Fencing 003 only narrowed the insert trigger's WHEN: its down step
 		// brings 001's back, and 002's functions stay.
-		require.NotContains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "lease_token")
+		require.Regexp(t, `WHEN \(\(new\.state = 'running'::[^ ]*river_job_state\)\) EXECUTE FUNCTION`,
+			triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "001's WHEN")
 		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
 
 		err = bundle.migrator.Verify(ctx)
@@ -174,7 +175,7 @@ func TestMigrator(t *testing.T) {
 		res, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
-		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "lease_token IS NULL")
+		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "new.lease_token IS NULL")
 		require.NoError(t, bundle.migrator.Verify(ctx))
 
 		// Fencing 002 only replaced trigger functions: down to 001 brings

@@ -48,6 +48,8 @@
 // GET /readyz is readiness: 200 only when every migration line (River's,
 // fencing's, weir's) is at the version this build requires (see
 // migrations.Migrator.Verify), 503 naming the lines that are behind
-// otherwise; fencing is inactive exactly when its line is behind.
+// otherwise. Fencing is active from its line's first version on; a later
+// version behind leaves only a faster path unused (fencing 003: claims' leases
+// are replaced by the trigger's) until the migration.
 // GET /metrics serves Prometheus metrics of requests and the pool.
 package server
