@@ -50,6 +50,14 @@ func TestClaimedJob(t *testing.T) {
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
 		return c
 	}
+	// rolledBack begins a transaction that is rolled back when the test ends.
+	rolledBack := func(ctx context.Context, t *testing.T) pgx.Tx {
+		t.Helper()
+		tx, err := dbtest.Pool(ctx, t).Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+		return tx
+	}
 	sideEffects := func(ctx context.Context, t *testing.T, schema string, jobID int64) int {
 		t.Helper()
 		var n int
@@ -469,11 +477,8 @@ func TestClaimedJob(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		driver, schema, claim := setup(ctx, t)
-		pool := dbtest.Pool(ctx, t)
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		_, err = tx.Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" DISABLE TRIGGER USER")
+		tx := rolledBack(ctx, t)
+		_, err := tx.Exec(ctx, "ALTER TABLE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" DISABLE TRIGGER USER")
 		require.NoError(t, err)
 		c := claim(ctx, tx)
 		requireClaimLease(ctx, t, driver, tx, schema, c)
@@ -512,12 +517,9 @@ func TestClaimedJob(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		driver, schema, _ := setup(ctx, t)
-		pool := dbtest.Pool(ctx, t)
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		tx := rolledBack(ctx, t)
 		fn := pgx.Identifier{schema, "drop_lease"}.Sanitize()
-		_, err = tx.Exec(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		_, err := tx.Exec(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN NEW.lease_expires_at := NULL; RETURN NEW; END $$`)
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, `CREATE TRIGGER zz_drop_lease BEFORE INSERT ON `+pgx.Identifier{schema, "river_job"}.Sanitize()+
