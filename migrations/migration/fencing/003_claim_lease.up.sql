@@ -1,6 +1,6 @@
--- fencing 003: a row inserted already running as a claim is (attempt 1, no
--- earlier token) with a lease of its own keeps it, and the insert trigger does
--- not run for it.
+-- fencing 003: a row inserted already running in a claim's shape (attempt 1,
+-- no earlier token) and with a lease of its own keeps that lease: the insert
+-- trigger does not run for it.
 --
 -- The fencing driver's claims (fencing.QueueClaim: weir's activities, which
 -- the worker that schedules them runs itself) insert their jobs running, and
