@@ -108,13 +108,15 @@
 // rolling deploy, the river CLI), get a token but no lease expiry: the reaper
 // never touches them and River's own rescue rules apply (F5).
 //
-// The line has two versions. With only 001 installed the Pilot runs River's
+// The line has three versions. With only 001 installed the Pilot runs River's
 // own fetch and state-write statements inside transactions with one more
 // statement each, and the trigger does the lease work on every row. With 002
 // (applied by the same Up) the Pilot's fetch and state writes are one
 // statement each that also mint, revoke and log, and the trigger only serves
 // writers that bypass the Pilot; a running client switches within one
-// HeartbeatInterval of the migration.
+// HeartbeatInterval of the migration. With 003 the insert trigger leaves
+// claimed jobs (Driver.QueueClaim), which bring a lease of their own, alone;
+// before it, it replaces their lease with one it mints.
 //
 // # Limits
 //
