@@ -240,10 +240,7 @@ const (
 	// runs its statements on each: ten workflows at once opened about ten,
 	// so the burst's first workflows opened the rest, and every connection
 	// paid its first plans (Postgres plans a prepared statement afresh for
-	// its first five runs) inside the window. Raised from 10 on 2026-12-03:
-	// 1,000-workflow bursts, three alternating runs each, went 877 → 1,028
-	// wf/s for weir and 508 → 568 for DBOS direct; 3,000-workflow bursts,
-	// where the warm-up matters less, measured 1,026 and 579.
+	// its first five runs) inside the window.
 	warmupBurst = 200
 
 	// warmupRate is enough for an open loop, which uses few connections at

@@ -51,9 +51,7 @@ const (
 	// startGroupsMax bounds the groups of starts in flight (each holds a
 	// connection). Two fuller groups cost Postgres less than four small
 	// ones: a group's statements are one per table over arrays, whatever
-	// its size (measured with the worker's step groups: a 1,000-workflow
-	// burst went from 850-980 to 1,180-1,300 wf/s with 2 groups of up to 32
-	// starts and 4 step groups of 32, against 4 of 16 and 8 of 16).
+	// its size (docs/decisions/0014-group-sizes.md).
 	startGroupsMax = 2
 
 	// startGroupMembers bounds the starts in one group.

@@ -147,11 +147,9 @@
 //     in River, but the fetch gives each job a token (minted by the fetching
 //     process), the completion judges every job and inserts one attempt-log
 //     row per attempt, the backstop trigger locks each row it sees, and each
-//     attempt carries its proof and a cancellable context. On a 2-core
-//     machine running Postgres too, burning down 100,000 no-op jobs with
-//     River's "tuned" MaxWorkers of 100 (2026-12-03), fenced River ran at a
-//     median 0.946 of plain River's rate over 10 runs (single runs
-//     0.82-0.98), and 0.961 in `make bench`.
+//     attempt carries its proof and a cancellable context. On no-op jobs
+//     that costs a few percent of plain River's rate; `make bench` measures
+//     it (see bench/README.md).
 //   - The lease reaper serves the schemas River has used through the leader's
 //     client (fetches, inserts, River's rescuer): a leader that neither works
 //     nor inserts jobs learns its schema when River's rescuer first runs.

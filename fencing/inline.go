@@ -100,10 +100,8 @@ func verdictSQL(row, token, attempt, attemptedAt, wanted string) string {
 // per job it may lock: mintLeaseTokens), and its lease expiry ($7).
 //
 // The tokens come from the fetching process, not from gen_random_uuid():
-// Postgres draws that from OpenSSL's RAND_bytes, which on OpenSSL 3 cost
-// about 2 µs per call on the 2-vCPU bench machine, alone, and more under
-// concurrent fetches: 4 µs of the 6 µs of Postgres time a fenced fetch added
-// per job to River's (pgbench, 100-job fetches from a 160,000-job table).
+// Postgres draws that from OpenSSL's RAND_bytes, which was most of what a
+// fenced fetch added to River's (docs/decisions/0005-lease-tokens-from-process.md).
 // Numbering the locked rows costs a CTE scan, a fraction of that. A fetch
 // that locks more jobs than it brought tokens for (mintedTokensMax) has
 // Postgres mint the rest.

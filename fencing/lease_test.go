@@ -812,9 +812,9 @@ func TestLeaseRenewedWhileThePoolIsBusy(t *testing.T) {
 // TestLeaseKeeperConnectsSlowly: a keeper whose connection takes longer to
 // open than a renewal may wait (right after a Postgres restart the whole
 // fleet reconnects at once) renews through the pool meanwhile and takes the
-// connection once it is open. A renewal used to spend half of LeaseTTL
-// connecting and gave up on it: the keeper never got a connection of its
-// own, and a renewal that then found the pool slow had no time left.
+// connection once it is open. A renewal that spent half of LeaseTTL
+// connecting and gave up on it would never give the keeper a connection of
+// its own, and would leave no time for a slow pool.
 func TestLeaseKeeperConnectsSlowly(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

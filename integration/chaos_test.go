@@ -17,7 +17,7 @@ import (
 	"github.com/weirhq/weir/integration/chaos"
 )
 
-// The fault-injection suite (issue 12). Each scenario runs a fleet of worker
+// The fault-injection suite. Each scenario runs a fleet of worker
 // processes (integration/cmd/chaosworker) against a private Postgres server,
 // starts chaos workflows, injects faults while they run, stops the faults,
 // lets the fleet finish, and then checks the invariants of ARCHITECTURE.md

@@ -333,8 +333,8 @@ func TestMigrator(t *testing.T) {
 
 	// Fencing 002 runs while a worker's transaction has read river_job and
 	// then writes it: the step waits for that transaction, and neither
-	// deadlocks. (It used to take a weaker lock on river_job before the
-	// ACCESS EXCLUSIVE one, and the two waited for each other.)
+	// deadlocks. (A weaker lock on river_job taken before the ACCESS
+	// EXCLUSIVE one would make the two wait for each other.)
 	t.Run("FencingWaitsForAnOpenTransaction", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

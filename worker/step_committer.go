@@ -64,11 +64,9 @@ import (
 
 // stepGroupMembers is the most outcomes one group commits. A group's cost
 // is mostly per statement (every member's writes go in one statement per
-// table, over arrays), so fuller groups cost less per outcome: 32, with 4
-// groups in flight, took a 1,000-workflow burst from 850-980 to 1,180-1,300
-// wf/s against 16 with 8 (alternating runs, 2 cores, 2026-12-03; groups
-// averaged 13 outcomes before, 24 after). 48 measured about the same; a
-// group that rolls back reruns every member alone, so no larger.
+// table, over arrays), so fuller groups cost less per outcome; a group that
+// rolls back reruns every member alone, so no larger than needed. The
+// measurements behind the size are in docs/decisions/0014-group-sizes.md.
 const stepGroupMembers = 32
 
 // stepGroupsFor is how many groups a worker on pool commits at once: 4, at
