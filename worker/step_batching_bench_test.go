@@ -29,8 +29,8 @@ type batchedRun struct {
 	sched int64
 }
 
-// BenchmarkStepBatching is a design experiment for the performance issue
-// (docs/ARCHITECTURE.md, "Activity outcomes commit in groups"): 2,000 runs take 3
+// BenchmarkStepBatching is the design experiment behind the step committer
+// (docs/decisions/0013-step-committer.md): 2,000 runs take 3
 // steps each, 20 at a time (the worker's pool size), every step shaped like
 // an eager activity's continuation: lock the run, complete the activity's
 // claimed job with the fenced single-attempt shape (lease revoked, attempt
