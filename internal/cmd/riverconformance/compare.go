@@ -123,7 +123,8 @@ func (rep *report) print(w io.Writer, version string) {
 	for _, run := range rep.runs {
 		fmt.Fprintf(w, "go test on %s took %s", run.driver, run.elapsed.Round(time.Second))
 		if len(run.brokenPkgs) > 0 {
-			fmt.Fprintf(w, "; test binaries failed as a whole (build, panic or timeout): %s", strings.Join(run.brokenPkgs, ", "))
+			fmt.Fprintf(w, "; test binaries ended early (build failure, panic or timeout): %s; %d rerun(s) of their unfinished tests",
+				strings.Join(run.brokenPkgs, ", "), run.reruns)
 		}
 		fmt.Fprintln(w)
 	}

@@ -83,3 +83,25 @@ func TestCompare(t *testing.T) {
 	require.Contains(t, out.String(), "FAIL: 2 test(s) pass on riverpgxv5 but not on fencing and are not listed")
 	require.Contains(t, out.String(), "river TestA/Gone not run: <reason>")
 }
+
+func TestRunPattern(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "^(TestA|TestB)$/^(Insert\\.Opts|X)$/^(Y)$", runPattern([]testID{
+		{"rivertest", "TestA/Insert.Opts/Y"},
+		{"rivertest", "TestB/X"},
+		{"rivertest", "TestB"},
+	}))
+}
+
+func TestUnfinished(t *testing.T) {
+	t.Parallel()
+	result := &runResult{outcomes: map[testID]string{
+		{"river", "TestA"}:      outcomeFail,
+		{"river", "TestA/Done"}: outcomePass,
+		{"river", "TestA/Cut"}:  outcomeNotRun,
+	}}
+	require.Equal(t, map[string][]testID{
+		"river":     {{"river", "TestA/Cut"}},
+		"rivertest": {{"rivertest", "TestNever"}},
+	}, unfinished(result, []testID{{"river", "TestA/Done"}, {"rivertest", "TestNever"}}))
+}

@@ -108,16 +108,20 @@ func conform(ctx context.Context, opts *options) error {
 	}
 	fmt.Fprintf(os.Stderr, "riverconformance: %s %s, hooked copy ready in %s\n", river.path, river.version, time.Since(start).Round(time.Millisecond))
 
-	runs := map[string]*runResult{}
-	for _, driver := range []string{driverReference, driverFencing} {
-		result, err := runTests(ctx, river, driver, adminURL, opts)
-		if err != nil {
-			return err
-		}
-		runs[driver] = result
+	reference, err := runTests(ctx, river, driverReference, adminURL, opts, nil)
+	if err != nil {
+		return err
+	}
+	expected := make([]testID, 0, len(reference.outcomes))
+	for id := range reference.outcomes {
+		expected = append(expected, id)
+	}
+	fencing, err := runTests(ctx, river, driverFencing, adminURL, opts, expected)
+	if err != nil {
+		return err
 	}
 
-	report := compare(runs[driverReference], runs[driverFencing], known)
+	report := compare(reference, fencing, known)
 	report.print(os.Stdout, river.version)
 	fmt.Fprintf(os.Stderr, "riverconformance: done in %s; go test -json output in %s\n", time.Since(start).Round(time.Second), opts.out)
 	if len(report.unlisted) > 0 {

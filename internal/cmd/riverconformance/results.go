@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -39,58 +41,160 @@ type runResult struct {
 	outcomes   map[testID]string
 	brokenPkgs []string
 	elapsed    time.Duration
+	reruns     int
 }
 
 // runTests runs River's tests in the copy on driver, in a database of its own.
-func runTests(ctx context.Context, river *riverCopy, driver, adminURL string, opts *options) (*runResult, error) {
+// A panic ends a test binary with its other tests unfinished; those (and the
+// tests of expected it never reached) are rerun until a rerun finishes none.
+func runTests(ctx context.Context, river *riverCopy, driver, adminURL string, opts *options, expected []testID) (*runResult, error) {
 	databaseURL, err := createDatabase(ctx, adminURL, "river_conformance_"+driver)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"test", "-json", "-count=1", "-timeout", opts.timeout.String()}
+	logs, err := newRunLogs(opts.out, driver)
+	if err != nil {
+		return nil, err
+	}
+	defer logs.close()
+
+	start := time.Now()
+	result, err := goTest(ctx, river, driver, databaseURL, opts.packages, opts.run, opts.timeout, logs)
+	if err != nil {
+		return nil, err
+	}
+	for progress := true; progress; {
+		progress = false
+		pending := unfinished(result, expected)
+		for _, pkg := range sortedKeys(pending) {
+			rerun, err := goTest(ctx, river, driver, databaseURL, []string{packageArg(pkg)}, runPattern(pending[pkg]), opts.timeout, logs)
+			if err != nil {
+				return nil, err
+			}
+			result.reruns++
+			for id, outcome := range rerun.outcomes {
+				if current, ok := result.outcomes[id]; ok && current != outcomeNotRun {
+					continue // finished in an earlier run
+				}
+				if outcome != outcomeNotRun {
+					progress = true
+				}
+				result.outcomes[id] = outcome
+			}
+		}
+	}
+	result.driver, result.elapsed = driver, time.Since(start)
+	return result, nil
+}
+
+// goTest runs go test -json once and reads its outcomes.
+func goTest(ctx context.Context, river *riverCopy, driver, databaseURL string, packages []string, run string, timeout time.Duration, logs *runLogs) (*runResult, error) {
+	args := []string{"test", "-json", "-count=1", "-timeout", timeout.String()}
 	if driver == driverFencing {
 		args = append(args, "-tags", fencingBuildTag)
 	}
-	if opts.run != "" {
-		args = append(args, "-run", opts.run)
+	if run != "" {
+		args = append(args, "-run", run)
 	}
-	args = append(args, opts.packages...)
-
-	jsonPath := filepath.Join(opts.out, driver+".json")
-	jsonFile, err := os.Create(jsonPath)
-	if err != nil {
-		return nil, err
-	}
-	defer jsonFile.Close()
-	stderrFile, err := os.Create(filepath.Join(opts.out, driver+".stderr"))
-	if err != nil {
-		return nil, err
-	}
-	defer stderrFile.Close()
-
+	args = append(args, packages...)
 	fmt.Fprintf(os.Stderr, "riverconformance: go %s (driver %s)\n", strings.Join(args, " "), driver)
+
+	var output bytes.Buffer
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = river.dir
 	cmd.Env = goEnv("TEST_DATABASE_URL=" + databaseURL)
-	cmd.Stdout, cmd.Stderr = jsonFile, stderrFile
-	start := time.Now()
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&output, logs.json), logs.stderr
 	// go test exits non-zero when a test fails; the outcomes tell which.
 	runErr := cmd.Run()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	if _, err := jsonFile.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	result, err := parseTestJSON(jsonFile, river.path)
+	result, err := parseTestJSON(&output, river.path)
 	if err != nil {
 		return nil, err
 	}
-	result.driver, result.elapsed = driver, time.Since(start)
 	if len(result.outcomes) == 0 {
-		return nil, fmt.Errorf("go test on driver %s ran no test (%v); see %s and %s.stderr", driver, runErr, jsonPath, driver)
+		return nil, fmt.Errorf("go test on driver %s ran no test (%v); see %s and %s", driver, runErr, logs.json.Name(), logs.stderr.Name())
 	}
 	return result, nil
+}
+
+// runLogs keep each driver's go test -json output and stderr.
+type runLogs struct{ json, stderr *os.File }
+
+func newRunLogs(dir, driver string) (*runLogs, error) {
+	jsonFile, err := os.Create(filepath.Join(dir, driver+".json"))
+	if err != nil {
+		return nil, err
+	}
+	stderrFile, err := os.Create(filepath.Join(dir, driver+".stderr"))
+	if err != nil {
+		jsonFile.Close()
+		return nil, err
+	}
+	return &runLogs{json: jsonFile, stderr: stderrFile}, nil
+}
+
+func (l *runLogs) close() {
+	l.json.Close()
+	l.stderr.Close()
+}
+
+// unfinished returns, by package, the leaf tests of result and expected that
+// result has no outcome for.
+func unfinished(result *runResult, expected []testID) map[string][]testID {
+	all := map[testID]string{}
+	for id := range result.outcomes {
+		all[id] = ""
+	}
+	for _, id := range expected {
+		all[id] = ""
+	}
+	byPkg := map[string][]testID{}
+	for _, id := range leaves(all) {
+		if outcome, ok := result.outcomes[id]; !ok || outcome == outcomeNotRun {
+			byPkg[id.pkg] = append(byPkg[id.pkg], id)
+		}
+	}
+	return byPkg
+}
+
+// runPattern is a go test -run pattern that selects ids (and maybe others
+// with the same names at each level).
+func runPattern(ids []testID) string {
+	var levels [][]string
+	for _, id := range ids {
+		for i, part := range strings.Split(id.name, "/") {
+			if i == len(levels) {
+				levels = append(levels, nil)
+			}
+			if quoted := regexp.QuoteMeta(part); !slices.Contains(levels[i], quoted) {
+				levels[i] = append(levels[i], quoted)
+			}
+		}
+	}
+	patterns := make([]string, len(levels))
+	for i, names := range levels {
+		slices.Sort(names)
+		patterns[i] = "^(" + strings.Join(names, "|") + ")$"
+	}
+	return strings.Join(patterns, "/")
+}
+
+func packageArg(pkg string) string {
+	if pkg == "river" {
+		return "."
+	}
+	return "./" + pkg
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for key := range m {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // testEvent is the part of a `go test -json` event read here.
