@@ -104,6 +104,9 @@ func goTest(ctx context.Context, river *riverCopy, driver, databaseURL string, p
 	cmd.Dir = river.dir
 	cmd.Env = goEnv("TEST_DATABASE_URL=" + databaseURL)
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(&output, logs.json), logs.stderr
+	// Interrupted, go test stops its test binaries.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
 	// go test exits non-zero when a test fails; the outcomes tell which.
 	runErr := cmd.Run()
 	if ctx.Err() != nil {

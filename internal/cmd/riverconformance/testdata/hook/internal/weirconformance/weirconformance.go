@@ -38,19 +38,20 @@ func schemaDriver(driver any) any {
 
 // clientDriver gives each client its own fencing driver over the pool the test
 // chose, with the driver's plugin first in Config.Plugins, as the upgrade
-// guide says.
+// guide says. The plugin goes into the test's own configuration, as a user
+// writes it there: rivertest.Worker runs jobs with the plugins of the
+// configuration it was given.
 func clientDriver(driver any, config *river.Config) (any, *river.Config) {
 	fencingDriver, ok := toFencing(driver)
 	if !ok {
 		return driver, config
 	}
-	withPlugin := *config
-	withPlugin.Plugins = append([]rivertype.Plugin{fencingDriver.Plugin()},
-		slices.DeleteFunc(slices.Clone(config.Plugins), func(plugin rivertype.Plugin) bool {
-			_, isFencing := plugin.(*fencing.Plugin)
-			return isFencing
-		})...)
-	return fencingDriver, &withPlugin
+	others := slices.DeleteFunc(slices.Clone(config.Plugins), func(plugin rivertype.Plugin) bool {
+		_, isFencing := plugin.(*fencing.Plugin)
+		return isFencing
+	})
+	config.Plugins = append([]rivertype.Plugin{fencingDriver.Plugin()}, others...)
+	return fencingDriver, config
 }
 
 func toFencing(driver any) (*fencing.Driver, bool) {
