@@ -122,9 +122,11 @@ func (rep *report) print(w io.Writer, version string) {
 	}
 	for _, run := range rep.runs {
 		fmt.Fprintf(w, "go test on %s took %s", run.driver, run.elapsed.Round(time.Second))
+		if run.reruns > 0 {
+			fmt.Fprintf(w, ", with %d rerun(s) of tests a test binary left unfinished (a panic ends it)", run.reruns)
+		}
 		if len(run.brokenPkgs) > 0 {
-			fmt.Fprintf(w, "; test binaries ended early (build failure, panic or timeout): %s; %d rerun(s) of their unfinished tests",
-				strings.Join(run.brokenPkgs, ", "), run.reruns)
+			fmt.Fprintf(w, "; failed with no failing test (build failure, timeout): %s", strings.Join(run.brokenPkgs, ", "))
 		}
 		fmt.Fprintln(w)
 	}

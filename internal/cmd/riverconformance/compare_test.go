@@ -86,11 +86,23 @@ func TestCompare(t *testing.T) {
 
 func TestRunPattern(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "^(TestA|TestB)$/^(Insert\\.Opts|X)$/^(Y)$", runPattern([]testID{
+	groups := bySubtestParent([]testID{
 		{"rivertest", "TestA/Insert.Opts/Y"},
 		{"rivertest", "TestB/X"},
-		{"rivertest", "TestB"},
-	}))
+		{"rivertest", "TestA/Insert.Opts/Z"},
+		{"rivertest", "TestC"},
+		{"rivertest", "TestB/W"},
+		{"rivertest", "TestD"},
+	})
+	var patterns []string
+	for _, siblings := range groups {
+		patterns = append(patterns, runPattern(siblings))
+	}
+	require.Equal(t, []string{
+		"^(TestC|TestD)$",
+		"^TestA$/^Insert\\.Opts$/^(Y|Z)$",
+		"^TestB$/^(W|X)$",
+	}, patterns)
 }
 
 func TestUnfinished(t *testing.T) {

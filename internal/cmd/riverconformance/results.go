@@ -67,19 +67,21 @@ func runTests(ctx context.Context, river *riverCopy, driver, adminURL string, op
 		progress = false
 		pending := unfinished(result, expected)
 		for _, pkg := range sortedKeys(pending) {
-			rerun, err := goTest(ctx, river, driver, databaseURL, []string{packageArg(pkg)}, runPattern(pending[pkg]), opts.timeout, logs)
-			if err != nil {
-				return nil, err
-			}
-			result.reruns++
-			for id, outcome := range rerun.outcomes {
-				if current, ok := result.outcomes[id]; ok && current != outcomeNotRun {
-					continue // finished in an earlier run
+			for _, siblings := range bySubtestParent(pending[pkg]) {
+				rerun, err := goTest(ctx, river, driver, databaseURL, []string{packageArg(pkg)}, runPattern(siblings), opts.timeout, logs)
+				if err != nil {
+					return nil, err
 				}
-				if outcome != outcomeNotRun {
-					progress = true
+				result.reruns++
+				for id, outcome := range rerun.outcomes {
+					if current, ok := result.outcomes[id]; ok && current != outcomeNotRun {
+						continue // finished in an earlier run
+					}
+					if outcome != outcomeNotRun {
+						progress = true
+					}
+					result.outcomes[id] = outcome
 				}
-				result.outcomes[id] = outcome
 			}
 		}
 	}
@@ -162,26 +164,49 @@ func unfinished(result *runResult, expected []testID) map[string][]testID {
 	return byPkg
 }
 
-// runPattern is a go test -run pattern that selects ids (and maybe others
-// with the same names at each level).
-func runPattern(ids []testID) string {
-	var levels [][]string
+// bySubtestParent groups ids by the test they are subtests of (top-level tests
+// form one group), in name order.
+func bySubtestParent(ids []testID) [][]testID {
+	groups := map[string][]testID{}
 	for _, id := range ids {
-		for i, part := range strings.Split(id.name, "/") {
-			if i == len(levels) {
-				levels = append(levels, nil)
-			}
-			if quoted := regexp.QuoteMeta(part); !slices.Contains(levels[i], quoted) {
-				levels[i] = append(levels[i], quoted)
-			}
+		parent, _, _ := cutLast(id.name, "/")
+		groups[parent] = append(groups[parent], id)
+	}
+	sorted := make([][]testID, 0, len(groups))
+	for _, parent := range sortedKeys(groups) {
+		sorted = append(sorted, groups[parent])
+	}
+	return sorted
+}
+
+// runPattern is a go test -run pattern that selects exactly siblings, tests
+// with the same parent: a rerun must not run again a finished test that
+// panics.
+func runPattern(siblings []testID) string {
+	var names []string
+	parent := ""
+	for _, id := range siblings {
+		var name string
+		parent, name, _ = cutLast(id.name, "/")
+		names = append(names, regexp.QuoteMeta(name))
+	}
+	slices.Sort(names)
+	var levels []string
+	if parent != "" {
+		for part := range strings.SplitSeq(parent, "/") {
+			levels = append(levels, "^"+regexp.QuoteMeta(part)+"$")
 		}
 	}
-	patterns := make([]string, len(levels))
-	for i, names := range levels {
-		slices.Sort(names)
-		patterns[i] = "^(" + strings.Join(names, "|") + ")$"
+	return strings.Join(append(levels, "^("+strings.Join(names, "|")+")$"), "/")
+}
+
+// cutLast splits name around the last sep: ("", name) when it has none.
+func cutLast(name, sep string) (before, after string, found bool) {
+	i := strings.LastIndex(name, sep)
+	if i < 0 {
+		return "", name, false
 	}
-	return strings.Join(patterns, "/")
+	return name[:i], name[i+len(sep):], true
 }
 
 func packageArg(pkg string) string {
