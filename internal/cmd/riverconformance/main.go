@@ -33,6 +33,9 @@ const (
 	driverFencing   = "fencing"
 )
 
+// commandDir is this command's directory in weir's module.
+const commandDir = "internal/cmd/riverconformance"
+
 // fencingBuildTag selects the hook files that switch River's tests to the
 // fencing driver.
 const fencingBuildTag = "riverconformance_fencing"
@@ -53,7 +56,7 @@ func main() {
 func run() int {
 	var opts options
 	var packages string
-	flag.StringVar(&opts.known, "known", "internal/cmd/riverconformance/known-differences.txt", "known-differences file")
+	flag.StringVar(&opts.known, "known", "", "known-differences file (default: the one next to this command)")
 	flag.BoolVar(&opts.keep, "keep", false, "keep the patched copy of River's module")
 	flag.StringVar(&opts.out, "out", "", "directory for each run's go test -json output (default: the work directory)")
 	flag.StringVar(&packages, "packages", ". ./rivertest ./riverlog", "River packages to test, relative to its module root")
@@ -81,6 +84,14 @@ func conform(ctx context.Context, opts *options) error {
 	if adminURL == "" {
 		return errors.New("TEST_DATABASE_URL is not set; run through `make river-conformance` or go run ./internal/cmd/withpostgres")
 	}
+	weirRoot, err := goOutput(ctx, "", "env", "GOMOD")
+	if err != nil {
+		return err
+	}
+	weirRoot = filepath.Dir(weirRoot)
+	if opts.known == "" {
+		opts.known = filepath.Join(weirRoot, commandDir, "known-differences.txt")
+	}
 	known, err := readKnown(opts.known)
 	if err != nil {
 		return err
@@ -102,7 +113,7 @@ func conform(ctx context.Context, opts *options) error {
 	}
 
 	start := time.Now()
-	river, err := prepareRiver(ctx, filepath.Join(work, "river"))
+	river, err := prepareRiver(ctx, weirRoot, filepath.Join(work, "river"))
 	if err != nil {
 		return err
 	}
@@ -123,7 +134,11 @@ func conform(ctx context.Context, opts *options) error {
 
 	report := compare(reference, fencing, known)
 	report.print(os.Stdout, river.version)
-	fmt.Fprintf(os.Stderr, "riverconformance: done in %s; go test -json output in %s\n", time.Since(start).Round(time.Second), opts.out)
+	where := "in " + opts.out
+	if opts.out == work && !opts.keep {
+		where = "not kept (-out keeps it)"
+	}
+	fmt.Fprintf(os.Stderr, "riverconformance: done in %s; go test -json output %s\n", time.Since(start).Round(time.Second), where)
 	if len(report.unlisted) > 0 {
 		return errDifferences
 	}

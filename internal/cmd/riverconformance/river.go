@@ -29,12 +29,7 @@ type riverCopy struct {
 // dir and applies the driver hook: testdata/river.patch, the files under
 // testdata/hook, and the driver type parameter of rivertest's tests (see
 // testdata/README.md). The copy requires weir's module from this checkout.
-func prepareRiver(ctx context.Context, dir string) (*riverCopy, error) {
-	weirRoot, err := goOutput(ctx, "", "env", "GOMOD")
-	if err != nil {
-		return nil, err
-	}
-	weirRoot = filepath.Dir(weirRoot)
+func prepareRiver(ctx context.Context, weirRoot, dir string) (*riverCopy, error) {
 	weirModule, err := goOutput(ctx, weirRoot, "list", "-m")
 	if err != nil {
 		return nil, err
@@ -55,7 +50,7 @@ func prepareRiver(ctx context.Context, dir string) (*riverCopy, error) {
 	if err := os.Remove(filepath.Join(dir, "go.work")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	testdata := filepath.Join(weirRoot, "internal", "cmd", "riverconformance", "testdata")
+	testdata := filepath.Join(weirRoot, commandDir, "testdata")
 	if err := applyPatch(ctx, dir, filepath.Join(testdata, "river.patch")); err != nil {
 		return nil, err
 	}
