@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -116,4 +118,36 @@ func TestUnfinished(t *testing.T) {
 		"river":     {{"river", "TestA/Cut"}},
 		"rivertest": {{"rivertest", "TestNever"}},
 	}, unfinished(result, []testID{{"river", "TestA/Done"}, {"rivertest", "TestNever"}}))
+}
+
+// TestPrepareRiver applies the driver hook to River's module at the pinned
+// version: a River upgrade that breaks the hook fails here, in `make test`,
+// not only in the periodic conformance run.
+func TestPrepareRiver(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	weirRoot, err := goOutput(ctx, "", "env", "GOMOD")
+	require.NoError(t, err)
+	weirRoot = filepath.Dir(weirRoot)
+
+	river, err := prepareRiver(ctx, weirRoot, filepath.Join(t.TempDir(), "river"))
+	require.NoError(t, err)
+	require.Equal(t, riverModule, river.path)
+
+	pinned, err := goOutput(ctx, weirRoot, "list", "-m", "-f", "{{.Version}}", riverModule)
+	require.NoError(t, err)
+	require.Equal(t, pinned, river.version)
+
+	read := func(name string) string {
+		content, err := os.ReadFile(filepath.Join(river.dir, name))
+		require.NoError(t, err)
+		return string(content)
+	}
+	require.Contains(t, read("client.go"), "TestNewClientHook(driver, config)")
+	require.Contains(t, read("riverdbtest/riverdbtest.go"), "driver = hookDriver(driver)")
+	require.Contains(t, read("internal/weirconformance/weirconformance.go"), "fencing.NewDriver")
+	require.Contains(t, read("rivertest/rivertest_test.go"), "[*conformanceDriver]")
+	require.NotContains(t, read("rivertest/rivertest_test.go"), "[*riverpgxv5.Driver]")
+	require.Contains(t, read("go.mod"), "github.com/weirhq/weir => "+weirRoot)
+	require.NoFileExists(t, filepath.Join(river.dir, "go.work"))
 }
