@@ -112,7 +112,7 @@ func renameDriverTypeParameter(dir string) error {
 // requireWeir makes the copy require weir's module from weirRoot, with weir's
 // checksums for the modules both need.
 func requireWeir(ctx context.Context, dir, weirModule, weirRoot string) error {
-	if _, err := goOutput(ctx, dir, "mod", "edit",
+	if _, err := goOutputEnv(ctx, dir, goEnv(), "mod", "edit",
 		"-require="+weirModule+"@v0.0.0-00010101000000-000000000000",
 		"-replace="+weirModule+"="+weirRoot); err != nil {
 		return err
@@ -163,10 +163,17 @@ func goEnv(extra ...string) []string {
 	return append(os.Environ(), append([]string{"GOWORK=off", "GOFLAGS=-mod=mod"}, extra...)...)
 }
 
+// goOutput runs a go command in dir (weir's module) with the caller's
+// environment.
 func goOutput(ctx context.Context, dir string, args ...string) (string, error) {
+	return goOutputEnv(ctx, dir, nil, args...)
+}
+
+// goOutputEnv runs a go command in dir with env (nil: the caller's).
+func goOutputEnv(ctx context.Context, dir string, env []string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
-	cmd.Env = goEnv()
+	cmd.Env = env
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	output, err := cmd.Output()
