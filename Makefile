@@ -32,6 +32,11 @@ test: ## go vet, then every test with -race against real Postgres (the bench mod
 	$(WITH_POSTGRES) $(GO) test -race -count=1 -timeout 20m ./...
 	cd bench && $(GO) test -race -count=1 -timeout 5m ./...
 
+.PHONY: river-conformance
+river-conformance: ## River's own tests (river, rivertest, riverlog) on riverpgxv5 and on the fencing driver; fails on unlisted differences
+	@if [ -z "$$TEST_DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
+	$(WITH_POSTGRES) $(GO) run ./internal/cmd/riverconformance $(RIVER_CONFORMANCE_FLAGS)
+
 .PHONY: chaos
 chaos: ## Fault-injection suite at full size (WEIR_CHAOS_WORKFLOWS, default 5000 per scenario)
 	WEIR_CHAOS_WORKFLOWS=$${WEIR_CHAOS_WORKFLOWS:-5000} WEIR_CHAOS_RATE=$${WEIR_CHAOS_RATE:-40} \
