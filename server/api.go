@@ -499,7 +499,8 @@ func (s *Server) target(r *http.Request) (*client.Client, string, uuid.UUID, err
 }
 
 // decodeBody reads one JSON object into v, rejecting unknown fields and
-// trailing data. An empty body is allowed only when allowEmpty.
+// trailing data, and checks its text (checkBodyText). An empty body is
+// allowed only when allowEmpty.
 func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -523,7 +524,7 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 	if dec.More() {
 		return invalidArgument("body", "malformed JSON body: data after the object")
 	}
-	return nil
+	return checkBodyText(v)
 }
 
 func parseDuration(field, v string) (time.Duration, error) {

@@ -77,6 +77,10 @@ func (s *Server) wrap(rt *route) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
+		if err := checkRequestText(r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 		if !validName(namespace) {
 			s.writeError(w, r, invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule))
 			return

@@ -141,6 +141,10 @@ func (s *Server) mountUI() error {
 	}
 	handle := func(pattern string, h http.HandlerFunc) {
 		s.mux.Handle(pattern, s.metrics.instrument(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := checkRequestText(r); err != nil {
+				s.renderError(w, r, nil, "", err)
+				return
+			}
 			ctx, cancel := context.WithTimeout(r.Context(), s.config.RequestTimeout)
 			defer cancel()
 			h(w, r.WithContext(ctx))

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -461,6 +460,10 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 			"the form's CSRF token is missing or stale, or it came from another site: reload the page and try again", nil))
 		return
 	}
+	if err := checkValuesText(r.PostForm); err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleWrite)
 	if err != nil {
 		s.renderError(w, r, sess, namespace, err)
@@ -476,14 +479,13 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 	case "signal":
 		kind := strings.TrimSpace(r.PostFormValue("kind"))
 		args := bytes.TrimSpace([]byte(r.PostFormValue("args")))
-		switch {
-		case !validName(kind):
-			err = invalidArgument("kind", "invalid signal kind %q: %s", kind, nameRule)
-		case len(args) > 0 && !json.Valid(args):
-			err = invalidArgument("args", "the signal's args are not valid JSON")
-		default:
+		requestID := strings.TrimSpace(r.PostFormValue("request_id"))
+		if err = checkCall("", "signal", kind, "request_id", requestID, args); err == nil {
+			err = checkJSONText("args", args)
+		}
+		if err == nil {
 			err = c.Signal(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind},
-				&client.SignalOpts{RequestID: strings.TrimSpace(r.PostFormValue("request_id"))})
+				&client.SignalOpts{RequestID: requestID})
 		}
 	case "cancel":
 		err = c.Cancel(ctx, workflowID, runID, reason)
