@@ -32,7 +32,9 @@ func (l *errorLog) messages() []string {
 
 type errorLogHandler struct{ log *errorLog }
 
-func (h *errorLogHandler) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelError }
+func (h *errorLogHandler) Enabled(_ context.Context, level slog.Level) bool {
+	return level >= slog.LevelError
+}
 
 func (h *errorLogHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
