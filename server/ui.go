@@ -172,6 +172,7 @@ func (s *Server) mountUI() error {
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows", s.uiList)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}", s.uiRun)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/status", s.uiStatus)
+	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/payload/{which}", s.uiPayloadDownload)
 	handle("POST "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/{action}", s.uiAction)
 	s.mux.Handle(riverUIPrefix+"/", s.metrics.instrument(riverUIPrefix+"/", st.riverUI.serve(s)))
 	return nil

@@ -443,6 +443,40 @@ func (s *Server) uiStatus(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, &UIStatus{HistoryLength: d.HistoryLength, State: d.State, UpdatedAt: d.UpdatedAt})
 }
 
+// uiPayloadDownload serves a run's args or result whole, as stored, for
+// the pages that show only their start.
+func (s *Server) uiPayloadDownload(w http.ResponseWriter, r *http.Request) {
+	sess := s.requireSession(w, r)
+	if sess == nil {
+		return
+	}
+	namespace, workflowID, which := r.PathValue("namespace"), r.PathValue("workflow_id"), r.PathValue("which")
+	_, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
+	if err == nil && runID == uuid.Nil {
+		err = invalidArgument("run_id", "name the run: run_id is required")
+	}
+	var data []byte
+	if err == nil {
+		data, err = s.runPayload(r.Context(), namespace, workflowID, runID, which)
+	}
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", runID.String()+"-"+which+".json"))
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(data)
+}
+
+// PayloadURL is the download of the run's args or result (which).
+func (p *uiRunPage) PayloadURL(which string) string {
+	return p.ActionBase + "/payload/" + which + "?run_id=" + p.Description.RunID.String()
+}
+
 func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
 	sess := s.uiSessionOf(r)

@@ -577,3 +577,40 @@ func TestUIRunPageLiveRefreshAfterARace(t *testing.T) {
 	require.Contains(t, page, fmt.Sprintf(`data-history="%d"`, before),
 		"the live refresh compares the run's length with the one its pending lists were read at, so it reloads")
 }
+
+// TestUIRunPageBoundsDeepPayloads: args of 9,000 nested arrays (18 KB),
+// which indented would make a page of hundreds of megabytes, are shown raw
+// and cut, with a download of the whole.
+func TestUIRunPageBoundsDeepPayloads(t *testing.T) {
+	t.Parallel()
+	b := setupUI(t, nil)
+	const depth = 9000
+	args := strings.Repeat("[", depth) + strings.Repeat("]", depth)
+	var run server.RunResponse
+	require.Equal(t, http.StatusCreated, b.apiCall(t, http.MethodPost, "/api/v1/namespaces/default/workflows", writerSecret,
+		&server.StartRequest{Args: json.RawMessage(args), Kind: "nobody_runs_this", WorkflowID: "deep-args"}, &run))
+
+	br := b.browser(t)
+	br.login(readerSecret)
+	resp, page := br.get("/ui/namespaces/default/workflows/deep-args")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Less(t, len(page), 256<<10, "the page stays small")
+	require.Contains(t, page, "Download the args")
+	m := regexp.MustCompile(`href="([^"]*/payload/args\?run_id=[^"]*)"`).FindStringSubmatch(page)
+	require.NotNil(t, m)
+	resp, body := br.get(strings.ReplaceAll(m[1], "&amp;", "&"))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, args, body)
+	require.Contains(t, resp.Header.Get("Content-Disposition"), "attachment")
+	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+
+	// The download is the run's, in the reader's namespace only.
+	other := b.browser(t)
+	other.login(otherSecret)
+	resp, _ = other.get(strings.ReplaceAll(m[1], "&amp;", "&"))
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, _ = br.get("/ui/namespaces/default/workflows/another-id/payload/args?run_id=" + run.RunID.String())
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	resp, _ = br.get("/ui/namespaces/default/workflows/deep-args/payload/secrets?run_id=" + run.RunID.String())
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
