@@ -546,11 +546,18 @@ func parseWait(v string, limit time.Duration) (time.Duration, error) {
 	}
 	wait, err := time.ParseDuration(v)
 	if err != nil {
-		seconds, convErr := strconv.Atoi(v)
-		if convErr != nil {
+		seconds, convErr := strconv.ParseInt(v, 10, 64)
+		if convErr != nil && !errors.Is(convErr, strconv.ErrRange) {
 			return 0, invalidArgument("wait", "wait is not a duration (\"30s\") or whole seconds: %q", v)
 		}
-		wait = time.Duration(seconds) * time.Second
+		switch {
+		case seconds < 0:
+			wait = -1
+		case seconds > int64(limit/time.Second):
+			wait = limit // also when seconds would overflow a Duration
+		default:
+			wait = time.Duration(seconds) * time.Second
+		}
 	}
 	if wait < 0 {
 		return 0, invalidArgument("wait", "wait must not be negative: %q", v)

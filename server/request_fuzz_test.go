@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -167,7 +168,7 @@ func FuzzRequestText(f *testing.F) {
 // FuzzParseDurations: the duration and wait query/body fields never panic,
 // and what they accept is non-negative (and capped, for waits).
 func FuzzParseDurations(f *testing.F) {
-	for _, seed := range []string{"", "0", "30", "30s", "1h2m", "-1s", "-5", "9223372036854775807", "1e9s", "99999999999h", "5µs", " 1s"} {
+	for _, seed := range []string{"", "0", "30", "30s", "1h2m", "-1s", "-5", "9223372036854775807", "18446744074", "99999999999999999999999", "1e9s", "99999999999h", "5µs", " 1s"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
@@ -175,6 +176,9 @@ func FuzzParseDurations(f *testing.F) {
 		if wait, err := parseWait(v, limit); err == nil {
 			require.GreaterOrEqual(t, wait, time.Duration(0), "wait %q", v)
 			require.LessOrEqual(t, wait, limit, "wait %q", v)
+			if seconds, err := strconv.ParseUint(v, 10, 64); err == nil && seconds >= 60 || errors.Is(err, strconv.ErrRange) {
+				require.Equal(t, limit, wait, "whole seconds past the limit wait the limit: %q", v)
+			}
 		} else {
 			var apiErr *Error
 			require.True(t, errors.As(err, &apiErr), "%T %v", err, err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/client"
@@ -184,9 +185,32 @@ func (s *Server) client(namespace string) (*client.Client, error) {
 	return c, nil
 }
 
+// dbProblem says what is wrong with the database in words safe for an
+// unauthenticated caller: never the user, database, host or port, which
+// go to the log with the whole error.
+func (s *Server) dbProblem(r *http.Request, check string, err error) string {
+	s.config.Logger.WarnContext(r.Context(), "health check failed",
+		slog.String("check", check), slog.String("error", err.Error()))
+	var (
+		pgErr   *pgconn.PgError
+		connErr *pgconn.ConnectError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out reaching the database"
+	case errors.As(err, &pgErr):
+		return "the database refused (SQLSTATE " + pgErr.Code + ")"
+	case errors.As(err, &connErr):
+		return "cannot connect to the database"
+	default:
+		return "the database is unavailable"
+	}
+}
+
 // HealthResponse is the body of /healthz.
 type HealthResponse struct {
-	// Database is "ok" or the error reaching it.
+	// Database is "ok" or what is wrong reaching it, without connection
+	// details (the server logs those).
 	Database string `json:"database"`
 
 	// Status is "ok" or "unavailable".
@@ -198,7 +222,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 
 	if err := s.pool.Ping(ctx); err != nil {
-		s.writeJSON(w, http.StatusServiceUnavailable, &HealthResponse{Database: err.Error(), Status: "unavailable"})
+		s.writeJSON(w, http.StatusServiceUnavailable, &HealthResponse{Database: s.dbProblem(r, "liveness", err), Status: "unavailable"})
 		return
 	}
 	s.writeJSON(w, http.StatusOK, &HealthResponse{Database: "ok", Status: "ok"})
@@ -230,7 +254,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 
 	statuses, err := s.migrator.Status(ctx)
 	if err != nil {
-		s.writeJSON(w, http.StatusServiceUnavailable, &ReadyResponse{Error: err.Error(), Status: "not_ready"})
+		s.writeJSON(w, http.StatusServiceUnavailable, &ReadyResponse{
+			Error: "reading the migration status: " + s.dbProblem(r, "readiness", err), Status: "not_ready",
+		})
 		return
 	}
 	resp := &ReadyResponse{Status: "ready"}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,6 +51,13 @@ func TestServer(t *testing.T) {
 		var ready server.ReadyResponse
 		require.Equal(t, http.StatusServiceUnavailable, get(t, srv, "/readyz", &ready))
 		require.NotEmpty(t, ready.Error)
+
+		// Neither says who connects where: that is in the log only.
+		cfg := pool.Config().ConnConfig
+		for _, secret := range []string{cfg.User, cfg.Database, cfg.Host, strconv.Itoa(int(cfg.Port))} {
+			require.NotContains(t, health.Database, secret)
+			require.NotContains(t, ready.Error, secret)
+		}
 	})
 
 	t.Run("ReadyzReportsLinesBehind", func(t *testing.T) {
