@@ -346,9 +346,11 @@ func (s *Server) handleTriggerSchedule(r *http.Request) (int, any, error) {
 	return http.StatusCreated, runResponse(run), nil
 }
 
-// backfillMax is the most due times one backfill starts (the client's
-// bound); a longer range is invalid_argument.
-const backfillMax = 10000
+// backfillMax is the most due times one backfill request starts: few
+// enough to start within a request's time limit. A longer range is
+// invalid_argument; split it (each due time starts at most one run, so a
+// backfill that timed out can simply be sent again).
+const backfillMax = 1000
 
 func (s *Server) handleBackfillSchedule(r *http.Request) (int, any, error) {
 	c, id, err := s.scheduleTarget(r)
@@ -390,14 +392,20 @@ func (s *Server) handleBackfillSchedule(r *http.Request) (int, any, error) {
 }
 
 // checkBackfillRange refuses, before any run starts, a range with more than
-// backfillMax due times (the client would start that many and then fail) or
-// one where the cron expression runs out of due times.
+// backfillMax due times.
 func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
 	if sched.Every > 0 {
 		// Intervals count from the schedule's anchor; from start is at
-		// least as many.
-		if n := (end.Sub(start) + sched.Every - 1) / sched.Every; n > backfillMax {
-			return invalidArgument("end", "the range holds about %d due times; at most %d: split it", n, backfillMax)
+		// least as many. Sub saturates for spans past 292 years and the
+		// count is ceil(span/every) without adding to span, so nothing
+		// wraps.
+		span := end.Sub(start)
+		n := span / sched.Every
+		if span%sched.Every != 0 {
+			n++
+		}
+		if n > backfillMax {
+			return invalidArgument("end", "the range holds more than %d due times, the most a request starts: split it", backfillMax)
 		}
 		return nil
 	}
@@ -405,7 +413,7 @@ func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
 	due, err := spec.Next(start, start.Add(-time.Nanosecond))
 	for n := 0; err == nil && due.Before(end); due, err = spec.Next(start, due) {
 		if n++; n > backfillMax {
-			return invalidArgument("end", "the range holds more than %d due times: split it", backfillMax)
+			return invalidArgument("end", "the range holds more than %d due times, the most a request starts: split it", backfillMax)
 		}
 	}
 	if errors.Is(err, schedule.ErrNeverDue) {

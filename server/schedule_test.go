@@ -283,6 +283,25 @@ func TestScheduleAPI(t *testing.T) {
 			require.Equal(t, filled.Runs[i].RunID, r.RunID)
 		}
 
+		// A range of more due times than a request starts is refused before
+		// any starts, however long: spans past 292 years saturate, and the
+		// count must not wrap (0001–2100 of an hourly schedule did).
+		every := "sched-every-" + uuid.NewString()
+		createSchedule(t, b, "default", &server.ScheduleRequest{Every: "1h", Kind: "echo", Paused: true, ScheduleID: every})
+		for _, tc := range []struct{ id, start, end string }{
+			{every, "0001-01-01T00:00:00Z", "2100-01-01T00:00:00Z"},
+			{every, "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"},
+			{every, "2020-01-01T00:00:00Z", "2020-02-12T00:00:00Z"}, // 1008 hours
+			{id, "1000-01-01T00:00:00Z", "2100-01-01T00:00:00Z"},
+			{id, "2020-01-01T00:00:00Z", "2020-02-12T00:00:00Z"},
+		} {
+			callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulePath("default", tc.id, "/backfill"),
+				adminSecret, &server.BackfillRequest{Start: tc.start, End: tc.end})
+		}
+		list := callJSON[server.ListResponse](t, b, http.StatusOK, http.MethodGet,
+			workflowsPath("default")+"?workflow_id_prefix="+url.QueryEscape(every), adminSecret, nil)
+		require.Empty(t, list.Runs, "a refused backfill starts nothing")
+
 		// A range without due times starts nothing.
 		none := callJSON[server.BackfillResponse](t, b, http.StatusOK, http.MethodPost, schedulePath("default", id, "/backfill"), adminSecret,
 			&server.BackfillRequest{Start: "2020-01-01T00:10:00Z", End: "2020-01-01T00:50:00Z"})
