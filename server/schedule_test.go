@@ -155,6 +155,15 @@ func TestScheduleAPI(t *testing.T) {
 			"TinyEvery":     {"every", func(r *server.ScheduleRequest) { r.Every = "10ms" }},
 			"BadJitter":     {"jitter", func(r *server.ScheduleRequest) { r.Jitter = "a bit" }},
 			"BadTimeZone":   {"time_zone", func(r *server.ScheduleRequest) { r.TimeZone = "Mars/Olympus" }},
+			"LocalTimeZone": {"time_zone", func(r *server.ScheduleRequest) { r.TimeZone = "Local" }},
+			"AtEveryZero":   {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every 0s" }},
+			"AtEveryNeg":    {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every -1s" }},
+			"AtEveryTiny":   {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every 1ns" }},
+			"AtEveryPart":   {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every 1500ms" }},
+			"AtEveryJunk":   {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every often" }},
+			"TZPrefix":      {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "TZ=Europe/Berlin 0 9 * * *" }},
+			"CronTZPrefix":  {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "CRON_TZ=Local 0 9 * * *" }},
+			"TZAndTimeZone": {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron, r.TimeZone = "", "TZ=UTC @hourly", "UTC" }},
 			"BadOverlap":    {"overlap_policy", func(r *server.ScheduleRequest) { r.OverlapPolicy = "queue_all" }},
 			"BadQueue":      {"queue", func(r *server.ScheduleRequest) { r.Queue = "Not A Queue" }},
 		} {
@@ -163,6 +172,7 @@ func TestScheduleAPI(t *testing.T) {
 			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulesPath("default"), adminSecret, req)
 			require.Equal(t, tc.field, e.Data["field"], "%s: %s", name, e.Message)
 		}
+		createSchedule(t, b, "default", &server.ScheduleRequest{Cron: "@every 90s", Kind: "echo", Paused: true, ScheduleID: "sched-at-every-" + uuid.NewString()})
 		for _, body := range []string{"", "[]", `{"schedule_id":"x","kind":"echo","every":"1h","bogus":1}`, `{"schedule_id":"x","kind":"echo","every":"1h","args":{`} {
 			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulesPath("default"), adminSecret, body)
 			require.Equal(t, "body", e.Data["field"], body)
@@ -182,7 +192,7 @@ func TestScheduleAPI(t *testing.T) {
 			{"start", &server.BackfillRequest{Start: "yesterday", End: "2020-01-01T00:00:00Z"}},
 			{"end", &server.BackfillRequest{Start: "2020-01-01T00:00:00Z"}},
 			{"end", &server.BackfillRequest{Start: "2020-01-02T00:00:00Z", End: "2020-01-01T00:00:00Z"}},
-			{"end", &server.BackfillRequest{Start: "2000-01-01T00:00:00Z", End: "2020-01-01T00:00:00Z"}}, // > 10000 hours
+			{"end", &server.BackfillRequest{Start: "2000-01-01T00:00:00Z", End: "2020-01-01T00:00:00Z"}}, // > 1000 hours
 		} {
 			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulePath("default", id, "/backfill"), adminSecret, tc.req)
 			require.Equal(t, tc.field, e.Data["field"], e.Message)
