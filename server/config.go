@@ -38,8 +38,11 @@ const (
 // readiness and metrics, and answers every API call 401 until Tokens are set.
 type Config struct {
 	// AllowUnauthenticated serves the API to anyone, with the admin role in
-	// every namespace. Only for a server listening on loopback (weir dev).
-	// Defaults to false.
+	// every namespace. Only for a server listening on loopback (weir dev):
+	// the server then answers only requests to a loopback Host, from a
+	// loopback Origin when one is sent, and API writes only with
+	// Content-Type application/json, so that no web page of another site,
+	// nor one reached by DNS rebinding, can drive it. Defaults to false.
 	AllowUnauthenticated bool
 
 	// CheckTimeout bounds each health or readiness check's database work.

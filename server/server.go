@@ -26,6 +26,7 @@ type Server struct {
 	clients   map[string]*client.Client // by namespace
 	clientsMu sync.Mutex
 	config    *Config
+	handler   http.Handler        // the mux, guarded when the server is open (open.go)
 	hashes    [][sha256.Size]byte // of config.Tokens' secrets, in order
 	metrics   *metrics
 	migrator  *migrations.Migrator
@@ -86,6 +87,10 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 		s.writeError(w, r, newError(http.StatusNotFound, CodeNotFound, "no such route: "+r.Method+" "+r.URL.Path,
 			map[string]any{"route": r.Method + " " + r.URL.Path}))
 	})
+	s.handler = s.mux
+	if config.AllowUnauthenticated {
+		s.handler = s.guardOpen(s.mux)
+	}
 	return s, nil
 }
 
@@ -110,7 +115,7 @@ func (s *Server) Routes() []*Route {
 }
 
 // Handler is the server's root handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Close ends the server's long polls and releases its clients' listener
 // connections. Call it after the HTTP server in front of it has stopped.
@@ -132,7 +137,7 @@ func (s *Server) Close() error {
 // after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, listener net.Listener) error {
 	httpServer := &http.Server{
-		Handler:           s.mux,
+		Handler:           s.handler,
 		IdleTimeout:       2 * time.Minute,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       s.config.RequestTimeout,

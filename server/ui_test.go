@@ -156,6 +156,7 @@ func (b *uiBundle) apiCall(t *testing.T, method, path, token string, body any, o
 	req, err := http.NewRequestWithContext(t.Context(), method, b.url+path, reader)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
