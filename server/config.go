@@ -64,6 +64,20 @@ type Config struct {
 	// MaxWaitDefault.
 	MaxWait time.Duration
 
+	// MetricsToken, when set, is the bearer secret /metrics requires (at
+	// least 16 bytes, not guessable, like a token's). Defaults to empty:
+	// /metrics is open, which is safe with the default RunMetrics.
+	MetricsToken string
+
+	// RunMetrics picks how /metrics counts workflow runs. Defaults to
+	// RunMetricsByState; RunMetricsByNamespace needs MetricsToken.
+	RunMetrics RunMetrics
+
+	// RunMetricsInterval is how often, at most, the runs gauge is counted
+	// in the database (one grouped count of the runs table); scrapes in
+	// between get the last count. Defaults to RunMetricsIntervalDefault.
+	RunMetricsInterval time.Duration
+
 	// RequestTimeout bounds each API request. Defaults to
 	// RequestTimeoutDefault.
 	RequestTimeout time.Duration
@@ -92,6 +106,8 @@ func (c *Config) withDefaults() *Config {
 	out.MaxBodyBytes = cmp.Or(out.MaxBodyBytes, MaxBodyBytesDefault)
 	out.MaxWait = cmp.Or(out.MaxWait, MaxWaitDefault)
 	out.RequestTimeout = cmp.Or(out.RequestTimeout, RequestTimeoutDefault)
+	out.RunMetrics = cmp.Or(out.RunMetrics, RunMetricsByState)
+	out.RunMetricsInterval = cmp.Or(out.RunMetricsInterval, RunMetricsIntervalDefault)
 	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
 	return &out
 }
@@ -99,6 +115,23 @@ func (c *Config) withDefaults() *Config {
 func (c *Config) validate() error {
 	if c.CheckTimeout < 0 || c.MaxBodyBytes < 0 || c.MaxWait < 0 || c.RequestTimeout < 0 || c.ShutdownTimeout < 0 {
 		return errors.New("server config: CheckTimeout, MaxBodyBytes, MaxWait, RequestTimeout and ShutdownTimeout must not be negative")
+	}
+	if c.RunMetricsInterval < 0 {
+		return errors.New("server config: RunMetricsInterval must not be negative")
+	}
+	switch c.RunMetrics {
+	case RunMetricsByState, RunMetricsOff:
+	case RunMetricsByNamespace:
+		if c.MetricsToken == "" {
+			return errors.New("server config: RunMetrics \"namespace\" shows every namespace on /metrics: set MetricsToken")
+		}
+	default:
+		return fmt.Errorf("server config: RunMetrics %q is not state, namespace or off", c.RunMetrics)
+	}
+	if c.MetricsToken != "" {
+		if err := checkSecret(c.MetricsToken); err != nil {
+			return fmt.Errorf("server config: MetricsToken: %w", err)
+		}
 	}
 	secrets := make(map[string]string, len(c.Tokens))
 	for i, token := range c.Tokens {
@@ -177,7 +210,12 @@ func (t *Token) validate() error {
 	if len(t.Namespaces) == 0 {
 		return errors.New("at least one namespace is required (\"*\" for all)")
 	}
-	if len(t.Secret) < tokenSecretMinLength {
+	return checkSecret(t.Secret)
+}
+
+// checkSecret refuses a secret shorter than tokenSecretMinLength.
+func checkSecret(secret string) error {
+	if len(secret) < tokenSecretMinLength {
 		return fmt.Errorf("secret is shorter than %d bytes", tokenSecretMinLength)
 	}
 	return nil

@@ -65,7 +65,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 	s := &Server{
 		clients:  make(map[string]*client.Client),
 		config:   config,
-		metrics:  newMetrics(pool),
+		metrics:  newMetrics(pool, config),
 		migrator: migrator,
 		mux:      http.NewServeMux(),
 		pool:     pool,

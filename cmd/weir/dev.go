@@ -138,9 +138,6 @@ func runDev(ctx context.Context, g *globals, opts *devOpts) (err error) {
 		return usageError(err)
 	}
 	defer srv.Close()
-	if err := observeRuns(srv, pool, g.schema); err != nil {
-		return err
-	}
 
 	if opts.examples {
 		stop, err := runDevExamples(ctx, g, pool)
