@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -32,6 +33,11 @@ const (
 
 	// tokenSecretMinLength is the shortest token secret accepted.
 	tokenSecretMinLength = 16
+
+	// secretMinBits and secretMinDistinct are the least estimated entropy
+	// and distinct characters of a secret (checkSecret).
+	secretMinBits     = 40
+	secretMinDistinct = 8
 )
 
 // Config configures a Server. The zero value works: it serves health,
@@ -196,7 +202,8 @@ type Token struct {
 	// Role is what the token may do there. Required.
 	Role Role
 
-	// Secret is the bearer value, at least 16 bytes. Required.
+	// Secret is the bearer value: at least 16 bytes, not a repetition of
+	// a few characters (see ParseTokens' errors). Required.
 	Secret string
 }
 
@@ -213,10 +220,27 @@ func (t *Token) validate() error {
 	return checkSecret(t.Secret)
 }
 
-// checkSecret refuses a secret shorter than tokenSecretMinLength.
+// checkSecret refuses a secret shorter than tokenSecretMinLength or one
+// that repeats few characters: fewer than secretMinDistinct distinct bytes,
+// or under secretMinBits of entropy estimated from its bytes' frequencies
+// ("passwordpassword", "abcdabcdabcdabcd"). A random secret of 32 hex
+// digits or more passes.
 func checkSecret(secret string) error {
 	if len(secret) < tokenSecretMinLength {
 		return fmt.Errorf("secret is shorter than %d bytes", tokenSecretMinLength)
+	}
+	counts := map[byte]int{}
+	for i := range len(secret) {
+		counts[secret[i]]++
+	}
+	bits := 0.0
+	for _, n := range counts {
+		p := float64(n) / float64(len(secret))
+		bits -= float64(n) * math.Log2(p)
+	}
+	if len(counts) < secretMinDistinct || bits < secretMinBits {
+		return fmt.Errorf("secret is too easy to guess (about %.0f bits, %d distinct characters; need %d bits and %d): use a random one, e.g. openssl rand -hex 32",
+			bits, len(counts), secretMinBits, secretMinDistinct)
 	}
 	return nil
 }

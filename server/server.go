@@ -293,6 +293,7 @@ func behindOnly(statuses []*migrations.LineStatus) []*migrations.LineStatus {
 func (s *Server) writeJSON(w http.ResponseWriter, code int, body any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	if err := json.NewEncoder(w).Encode(body); err != nil {
 		s.config.Logger.Warn("writing response", slog.String("error", err.Error()))

@@ -117,5 +117,19 @@ func TestServer(t *testing.T) {
 		require.Error(t, err)
 		_, err = server.New(dbtest.Pool(context.Background(), t), &server.Config{CheckTimeout: -1})
 		require.Error(t, err)
+		// Secrets easy to guess are refused at startup.
+		for _, secret := range []string{"short-0123", "passwordpassword", "abcdabcdabcdabcd", "aaaaaaaaaaaaaaaaaaaaaaaa", "changemechangeme"} {
+			_, err = server.New(dbtest.Pool(context.Background(), t), &server.Config{Tokens: []*server.Token{
+				{Name: "weak", Namespaces: []string{"*"}, Role: server.RoleRead, Secret: secret},
+			}})
+			require.Error(t, err, secret)
+			require.NotContains(t, err.Error(), secret, "errors never show a secret")
+			_, err = server.ParseTokens("weak:read:*:" + secret)
+			require.Error(t, err, secret)
+		}
+		_, err = server.New(dbtest.Pool(context.Background(), t), &server.Config{Tokens: []*server.Token{
+			{Name: "random", Namespaces: []string{"*"}, Role: server.RoleRead, Secret: "9f86d081884c7d659a2feaa0c55ad015"},
+		}})
+		require.NoError(t, err)
 	})
 }

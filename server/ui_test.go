@@ -382,7 +382,7 @@ func TestUI(t *testing.T) {
 		require.Equal(t, "/ui/", resp.Header.Get("Location"))
 		var cookie *http.Cookie
 		for _, c := range resp.Cookies() {
-			if c.Name == "weir_token" {
+			if c.Name == "weir_session" {
 				cookie = c
 			}
 		}
@@ -464,6 +464,11 @@ func TestUI(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Contains(t, resp.Header.Get("Content-Type"), "text/css")
 		require.Contains(t, body, "--accent")
+		for _, dir := range []string{"/ui/static/", "/ui/static/nope.css"} {
+			resp, body = b.browser(t).get(dir)
+			require.Equal(t, http.StatusNotFound, resp.StatusCode, dir)
+			require.NotContains(t, body, `href="weir.css"`, "no directory listing at %s", dir)
+		}
 	})
 }
 
@@ -614,4 +619,70 @@ func TestUIRunPageBoundsDeepPayloads(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	resp, _ = br.get("/ui/namespaces/default/workflows/deep-args/payload/secrets?run_id=" + run.RunID.String())
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+// TestUISessions: the UI's cookie holds a session ID, not the token's
+// secret; signing out revokes it (a copy of the cookie no longer works),
+// sessions expire, and failed sign-ins from one address are limited.
+func TestUISessions(t *testing.T) {
+	t.Parallel()
+	b := setupUI(t, nil)
+	var mu sync.Mutex
+	now := time.Now()
+	server.SetUINow(b.srv, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	const page = "/ui/namespaces/default/workflows"
+
+	sessionCookie := func(br *browser) *http.Cookie {
+		u, err := url.Parse(b.url)
+		require.NoError(t, err)
+		for _, c := range br.client.Jar.Cookies(u) {
+			if c.Name == "weir_session" {
+				return c
+			}
+		}
+		require.FailNow(t, "no session cookie")
+		return nil
+	}
+	withCookie := func(c *http.Cookie) int {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, b.url+page, nil)
+		require.NoError(t, err)
+		req.AddCookie(c)
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	br := b.browser(t)
+	br.login(readerSecret)
+	stolen := sessionCookie(br)
+	require.NotContains(t, stolen.Value, readerSecret)
+	require.NotContains(t, stolen.Value, "reader-secret")
+	require.Equal(t, http.StatusOK, withCookie(stolen))
+	// A cookie holding the secret itself is no session.
+	require.Equal(t, http.StatusSeeOther, withCookie(&http.Cookie{Name: "weir_session", Value: readerSecret}))
+
+	_, html := br.get(page)
+	resp, _ := br.do(http.MethodPost, "/ui/logout", url.Values{"csrf": {csrfOf(t, html)}}, nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusSeeOther, withCookie(stolen), "signing out revokes the session")
+
+	br.login(readerSecret)
+	require.Equal(t, http.StatusOK, withCookie(sessionCookie(br)))
+	advance(13 * time.Hour)
+	require.Equal(t, http.StatusSeeOther, withCookie(sessionCookie(br)), "sessions expire")
+
+	// Ten failed sign-ins lock the address out, the right token too, until
+	// the window passes.
+	guesser := b.browser(t)
+	for range 10 {
+		resp, _ := guesser.do(http.MethodPost, "/ui/login", url.Values{"token": {"guess-0123456789abcdef"}}, nil)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	resp, _ = guesser.do(http.MethodPost, "/ui/login", url.Values{"token": {readerSecret}}, nil)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	advance(6 * time.Minute)
+	guesser.login(readerSecret)
 }
