@@ -118,6 +118,8 @@ func TestBadTextRefusedBeforePostgres(t *testing.T) {
 		"/ui/namespaces/default/workflows/bad-text/status?run_id=%00",
 		"/ui/static/%c0%ae%c0%ae/weir.css",
 		"/ui/static/%00",
+		"/riverui/api/jobs/%00",
+		"/riverui/api/queues/%FF",
 	} {
 		resp, _ := br.get(path)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, path)
@@ -128,6 +130,7 @@ func TestBadTextRefusedBeforePostgres(t *testing.T) {
 		{"kind": {"go"}, "request_id": {"\x00"}},
 		{"kind": {"go"}, "request_id": {"\xff"}},
 		{"kind": {"go"}, "args": {`{"value":"\u0000"}`}},
+		{"kind": {"go"}, "request_id": {strings.Repeat("r", 256)}}, // the API's bound
 	} {
 		form.Set("csrf", csrf)
 		form.Set("run_id", run.RunID.String())
