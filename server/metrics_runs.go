@@ -14,7 +14,9 @@ import (
 )
 
 // RunMetrics picks how /metrics counts workflow runs (the gauge
-// weir_workflow_runs).
+// weir_workflow_runs). A process that also exports the otel package's
+// ObserveRuns into MetricsRegisterer, whose gauge has the same name, sets
+// RunMetricsOff.
 type RunMetrics string
 
 const (
