@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"strings"
@@ -432,7 +433,7 @@ func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
 			n++
 		}
 		if n > backfillMax {
-			return invalidArgument("end", "the range holds more than %d due times, the most a request starts: split it", backfillMax)
+			return tooManyDueTimes()
 		}
 		return nil
 	}
@@ -440,13 +441,21 @@ func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
 	due, err := spec.Next(start, start.Add(-time.Nanosecond))
 	for n := 0; err == nil && due.Before(end); due, err = spec.Next(start, due) {
 		if n++; n > backfillMax {
-			return invalidArgument("end", "the range holds more than %d due times, the most a request starts: split it", backfillMax)
+			return tooManyDueTimes()
 		}
 	}
 	if errors.Is(err, schedule.ErrNeverDue) {
 		return nil // no due time left in the range: nothing to start
 	}
 	return err
+}
+
+// tooManyDueTimes is the error of a backfill range past backfillMax; its
+// data's max_due_times tells a caller to split the range.
+func tooManyDueTimes() error {
+	return newError(http.StatusBadRequest, CodeInvalidArgument,
+		fmt.Sprintf("the range holds more than %d due times, the most a request starts: split it", backfillMax),
+		map[string]any{"field": "end", "max_due_times": backfillMax})
 }
 
 func (s *Server) handleDeleteSchedule(r *http.Request) (int, any, error) {

@@ -305,8 +305,9 @@ func TestScheduleAPI(t *testing.T) {
 			{id, "1000-01-01T00:00:00Z", "2100-01-01T00:00:00Z"},
 			{id, "2020-01-01T00:00:00Z", "2020-02-12T00:00:00Z"},
 		} {
-			callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulePath("default", tc.id, "/backfill"),
+			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulePath("default", tc.id, "/backfill"),
 				adminSecret, &server.BackfillRequest{Start: tc.start, End: tc.end})
+			require.InDelta(t, 1000, e.Data["max_due_times"], 0, "the error says to split the range")
 		}
 		list := callJSON[server.ListResponse](t, b, http.StatusOK, http.MethodGet,
 			workflowsPath("default")+"?workflow_id_prefix="+url.QueryEscape(every), adminSecret, nil)
