@@ -35,6 +35,7 @@ import (
 const (
 	uiPrefix        = "/ui"
 	uiCookie        = "weir_session"
+	uiLegacyCookie  = "weir_token" // held a token's secret in older versions: cleared when seen
 	uiCSRFField     = "csrf"
 	uiListLimit     = 50
 	uiHistoryLimit  = 1000
@@ -148,6 +149,9 @@ func (s *Server) mountUI() error {
 			if err := checkRequestText(r); err != nil {
 				s.renderError(w, r, nil, "", err)
 				return
+			}
+			if _, err := r.Cookie(uiLegacyCookie); err == nil {
+				http.SetCookie(w, &http.Cookie{HttpOnly: true, MaxAge: -1, Name: uiLegacyCookie, Path: "/", SameSite: http.SameSiteStrictMode})
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), s.config.RequestTimeout)
 			defer cancel()
