@@ -499,7 +499,8 @@ func (s *Server) target(r *http.Request) (*client.Client, string, uuid.UUID, err
 }
 
 // decodeBody reads one JSON object into v, rejecting unknown fields and
-// trailing data. An empty body is allowed only when allowEmpty.
+// trailing data, and checks its text (checkBodyText). An empty body is
+// allowed only when allowEmpty.
 func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -523,7 +524,7 @@ func decodeBody(r *http.Request, v any, allowEmpty bool) error {
 	if dec.More() {
 		return invalidArgument("body", "malformed JSON body: data after the object")
 	}
-	return nil
+	return checkBodyText(v)
 }
 
 func parseDuration(field, v string) (time.Duration, error) {
@@ -545,11 +546,18 @@ func parseWait(v string, limit time.Duration) (time.Duration, error) {
 	}
 	wait, err := time.ParseDuration(v)
 	if err != nil {
-		seconds, convErr := strconv.Atoi(v)
-		if convErr != nil {
+		seconds, convErr := strconv.ParseInt(v, 10, 64)
+		if convErr != nil && !errors.Is(convErr, strconv.ErrRange) {
 			return 0, invalidArgument("wait", "wait is not a duration (\"30s\") or whole seconds: %q", v)
 		}
-		wait = time.Duration(seconds) * time.Second
+		switch {
+		case seconds < 0:
+			wait = -1
+		case seconds > int64(limit/time.Second):
+			wait = limit // also when seconds would overflow a Duration
+		default:
+			wait = time.Duration(seconds) * time.Second
+		}
 	}
 	if wait < 0 {
 		return 0, invalidArgument("wait", "wait must not be negative: %q", v)

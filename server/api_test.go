@@ -152,6 +152,9 @@ func call(t *testing.T, b *apiBundle, method, path, token string, body any) (int
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -32,14 +33,22 @@ const (
 
 	// tokenSecretMinLength is the shortest token secret accepted.
 	tokenSecretMinLength = 16
+
+	// secretMinBits and secretMinDistinct are the least estimated entropy
+	// and distinct characters of a secret (checkSecret).
+	secretMinBits     = 40
+	secretMinDistinct = 8
 )
 
 // Config configures a Server. The zero value works: it serves health,
 // readiness and metrics, and answers every API call 401 until Tokens are set.
 type Config struct {
 	// AllowUnauthenticated serves the API to anyone, with the admin role in
-	// every namespace. Only for a server listening on loopback (weir dev).
-	// Defaults to false.
+	// every namespace. Only for a server listening on loopback (weir dev):
+	// the server then answers only requests to a loopback Host, from a
+	// loopback Origin when one is sent, and API writes only with
+	// Content-Type application/json, so that no web page of another site,
+	// nor one reached by DNS rebinding, can drive it. Defaults to false.
 	AllowUnauthenticated bool
 
 	// CheckTimeout bounds each health or readiness check's database work.
@@ -60,6 +69,20 @@ type Config struct {
 	// MaxWait caps the wait of a result long poll. Defaults to
 	// MaxWaitDefault.
 	MaxWait time.Duration
+
+	// MetricsToken, when set, is the bearer secret /metrics requires (at
+	// least 16 bytes, not guessable, like a token's). Defaults to empty:
+	// /metrics is open, which is safe with the default RunMetrics.
+	MetricsToken string
+
+	// RunMetrics picks how /metrics counts workflow runs. Defaults to
+	// RunMetricsByState; RunMetricsByNamespace needs MetricsToken.
+	RunMetrics RunMetrics
+
+	// RunMetricsInterval is how often, at most, the runs gauge is counted
+	// in the database (one grouped count of the runs table); scrapes in
+	// between get the last count. Defaults to RunMetricsIntervalDefault.
+	RunMetricsInterval time.Duration
 
 	// RequestTimeout bounds each API request. Defaults to
 	// RequestTimeoutDefault.
@@ -89,6 +112,8 @@ func (c *Config) withDefaults() *Config {
 	out.MaxBodyBytes = cmp.Or(out.MaxBodyBytes, MaxBodyBytesDefault)
 	out.MaxWait = cmp.Or(out.MaxWait, MaxWaitDefault)
 	out.RequestTimeout = cmp.Or(out.RequestTimeout, RequestTimeoutDefault)
+	out.RunMetrics = cmp.Or(out.RunMetrics, RunMetricsByState)
+	out.RunMetricsInterval = cmp.Or(out.RunMetricsInterval, RunMetricsIntervalDefault)
 	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
 	return &out
 }
@@ -96,6 +121,23 @@ func (c *Config) withDefaults() *Config {
 func (c *Config) validate() error {
 	if c.CheckTimeout < 0 || c.MaxBodyBytes < 0 || c.MaxWait < 0 || c.RequestTimeout < 0 || c.ShutdownTimeout < 0 {
 		return errors.New("server config: CheckTimeout, MaxBodyBytes, MaxWait, RequestTimeout and ShutdownTimeout must not be negative")
+	}
+	if c.RunMetricsInterval < 0 {
+		return errors.New("server config: RunMetricsInterval must not be negative")
+	}
+	switch c.RunMetrics {
+	case RunMetricsByState, RunMetricsOff:
+	case RunMetricsByNamespace:
+		if c.MetricsToken == "" {
+			return errors.New("server config: RunMetrics \"namespace\" shows every namespace on /metrics: set MetricsToken")
+		}
+	default:
+		return fmt.Errorf("server config: RunMetrics %q is not state, namespace or off", c.RunMetrics)
+	}
+	if c.MetricsToken != "" {
+		if err := checkSecret(c.MetricsToken); err != nil {
+			return fmt.Errorf("server config: MetricsToken: %w", err)
+		}
 	}
 	secrets := make(map[string]string, len(c.Tokens))
 	for i, token := range c.Tokens {
@@ -160,7 +202,8 @@ type Token struct {
 	// Role is what the token may do there. Required.
 	Role Role
 
-	// Secret is the bearer value, at least 16 bytes. Required.
+	// Secret is the bearer value: at least 16 bytes, not a repetition of
+	// a few characters (see ParseTokens' errors). Required.
 	Secret string
 }
 
@@ -174,8 +217,30 @@ func (t *Token) validate() error {
 	if len(t.Namespaces) == 0 {
 		return errors.New("at least one namespace is required (\"*\" for all)")
 	}
-	if len(t.Secret) < tokenSecretMinLength {
+	return checkSecret(t.Secret)
+}
+
+// checkSecret refuses a secret shorter than tokenSecretMinLength or one
+// that repeats few characters: fewer than secretMinDistinct distinct bytes,
+// or under secretMinBits of entropy estimated from its bytes' frequencies
+// ("passwordpassword", "abcdabcdabcdabcd"). A random secret of 32 hex
+// digits or more passes.
+func checkSecret(secret string) error {
+	if len(secret) < tokenSecretMinLength {
 		return fmt.Errorf("secret is shorter than %d bytes", tokenSecretMinLength)
+	}
+	counts := map[byte]int{}
+	for i := range len(secret) {
+		counts[secret[i]]++
+	}
+	bits := 0.0
+	for _, n := range counts {
+		p := float64(n) / float64(len(secret))
+		bits -= float64(n) * math.Log2(p)
+	}
+	if len(counts) < secretMinDistinct || bits < secretMinBits {
+		return fmt.Errorf("secret is too easy to guess (about %.0f bits, %d distinct characters; need %d bits and %d): use a random one, e.g. openssl rand -hex 32",
+			bits, len(counts), secretMinBits, secretMinDistinct)
 	}
 	return nil
 }

@@ -39,17 +39,40 @@
 // namespaces and within its role (read < write < admin). A missing or
 // unknown token is 401 unauthenticated, a token outside its scope 403
 // permission_denied. Config.AllowUnauthenticated opens the API (weir dev on
-// loopback only). The OpenAPI document, /healthz, /readyz and /metrics need
-// no token.
+// loopback only); the server then answers only a loopback Host and Origin
+// and takes API writes only as application/json, so no web page of another
+// site (nor one reached by DNS rebinding) can drive it. The OpenAPI
+// document, /healthz and /readyz need no token; /metrics needs
+// Config.MetricsToken when one is set. Token secrets (and the metrics
+// token) must not be easy to guess: New refuses short ones and ones of a
+// few repeated characters.
+//
+// # Input
+//
+// Text anywhere in a request (path, query, form, JSON strings and args)
+// must be valid UTF-8 without NUL bytes: 400 invalid_argument otherwise,
+// before any query. A backfill starts at most 1000 due times a request.
+//
+// # Web UI
+//
+// The UI under /ui/ signs in with an API token into a server-side session
+// (the cookie holds a random ID; sign-out revokes it; it ends after 12
+// hours; sessions are per process). Failed sign-ins are limited per
+// address. Pages lay out JSON only up to a size and depth and otherwise
+// show its start raw, with a download of the whole.
 //
 // # Health
 //
-// GET /healthz is liveness: 200 while the process can reach Postgres.
+// GET /healthz is liveness: 200 while the process can reach Postgres. It
+// and /readyz say what is wrong without connection details, which go to
+// Config.Logger.
 // GET /readyz is readiness: 200 only when every migration line (River's,
 // fencing's, weir's) is at the version this build requires (see
 // migrations.Migrator.Verify), 503 naming the lines that are behind
 // otherwise. Fencing is active from its line's first version on; a later
 // version behind leaves only a faster path unused (fencing 003: claims' leases
 // are replaced by the trigger's) until the migration.
-// GET /metrics serves Prometheus metrics of requests and the pool.
+// GET /metrics serves Prometheus metrics of requests, the pool and the
+// runs (weir_workflow_runs, by state unless Config.RunMetrics says
+// otherwise), counted at most once a Config.RunMetricsInterval.
 package server

@@ -1,8 +1,11 @@
 package server
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,7 +22,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 }
 
-func newMetrics(pool *pgxpool.Pool) *metrics {
+func newMetrics(pool *pgxpool.Pool, config *Config) *metrics {
 	m := &metrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "weir_http_request_duration_seconds",
@@ -48,11 +51,29 @@ func newMetrics(pool *pgxpool.Pool) *metrics {
 		poolGauge("weir_db_pool_acquired_connections", "Postgres connections in use.", (*pgxpool.Stat).AcquiredConns),
 		poolGauge("weir_db_pool_total_connections", "Postgres connections open.", (*pgxpool.Stat).TotalConns),
 	)
+	if config.RunMetrics != RunMetricsOff {
+		m.registry.MustRegister(newRunsCollector(pool, config))
+	}
 	return m
 }
 
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+// handleMetrics serves /metrics, to the bearer of Config.MetricsToken when
+// one is set.
+func (s *Server) handleMetrics() http.HandlerFunc {
+	serve := promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
+	want := sha256.Sum256([]byte(s.config.MetricsToken))
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.config.MetricsToken != "" {
+			scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+			got := sha256.Sum256([]byte(strings.TrimSpace(secret)))
+			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+				s.writeError(w, r, newError(http.StatusUnauthorized, CodeUnauthenticated,
+					"/metrics needs the metrics token (Authorization: Bearer <token>)", nil))
+				return
+			}
+		}
+		serve.ServeHTTP(w, r)
+	}
 }
 
 // instrument counts and times a route's requests.

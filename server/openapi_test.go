@@ -35,6 +35,7 @@ var openAPIRouter = sync.OnceValues(func() (routers.Router, error) {
 // the operation's responses.
 func checkResponse(t *testing.T, req *http.Request, status int, header http.Header, body []byte) {
 	t.Helper()
+	require.Equal(t, "nosniff", header.Get("X-Content-Type-Options"), "every JSON answer forbids sniffing")
 	router, err := openAPIRouter()
 	require.NoError(t, err)
 	// Route on the escaped path, so an escaped slash stays in its segment.

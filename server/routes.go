@@ -31,7 +31,7 @@ func (s *Server) routeTable() []*route {
 	return []*route{
 		{method: http.MethodGet, pattern: "/healthz", plain: s.handleHealthz},
 		{method: http.MethodGet, pattern: "/readyz", plain: s.handleReadyz},
-		{method: http.MethodGet, pattern: "/metrics", plain: s.metrics.handler().ServeHTTP},
+		{method: http.MethodGet, pattern: "/metrics", plain: s.handleMetrics()},
 		{method: http.MethodGet, pattern: apiPrefix + "/openapi.json", plain: handleOpenAPI},
 
 		{method: http.MethodGet, pattern: nsPrefix + "/workflows", role: RoleRead, api: s.handleList},
@@ -74,6 +74,10 @@ func (s *Server) wrap(rt *route) http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		namespace := r.PathValue("namespace")
 		if err := s.authorize(r, namespace, rt.role); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if err := checkRequestText(r); err != nil {
 			s.writeError(w, r, err)
 			return
 		}

@@ -4,8 +4,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,8 +21,9 @@ type ScheduleRequest struct {
 	// Args are the args of every run the schedule starts, as JSON.
 	Args json.RawMessage `json:"args,omitempty"`
 
-	// Cron is a five-field cron expression or a descriptor ("@hourly");
-	// give Cron or Every.
+	// Cron is a five-field cron expression or a descriptor ("@hourly";
+	// "@every" takes whole seconds, at least 1s); the zone is TimeZone, not
+	// a TZ= prefix. Give Cron or Every.
 	Cron string `json:"cron,omitempty"`
 
 	// Every is a fixed interval as a Go duration ("90s"), counted from the
@@ -49,7 +52,8 @@ type ScheduleRequest struct {
 	// ScheduleID names the schedule in the namespace. Required.
 	ScheduleID string `json:"schedule_id"`
 
-	// TimeZone is the IANA zone cron fields are read in. Defaults to UTC.
+	// TimeZone is the IANA zone cron fields are read in, not Local.
+	// Defaults to UTC.
 	TimeZone string `json:"time_zone,omitempty"`
 }
 
@@ -176,31 +180,55 @@ func scheduleParams(req *ScheduleRequest) (*client.ScheduleParams, error) {
 		Workflow: client.RawArgs{JSON: req.Args, KindName: req.Kind},
 	}
 	var err error
-	if p.Every, err = parseDuration("every", req.Every); err != nil {
+	if p.Every, err = parseTiming(req.Cron, req.Every, req.TimeZone); err != nil {
 		return nil, err
 	}
 	if p.Jitter, err = parseDuration("jitter", req.Jitter); err != nil {
 		return nil, err
 	}
-	switch {
-	case p.Every != 0 && p.Every < scheduleEveryMin:
-		return nil, invalidArgument("every", "every is %s; at least %s", p.Every, scheduleEveryMin)
-	case req.Cron == "" && p.Every == 0:
-		return nil, invalidArgument("cron", "give cron or a positive every")
-	case req.Cron != "" && p.Every != 0:
-		return nil, invalidArgument("every", "give cron or every, not both")
-	}
-	if req.TimeZone != "" {
-		if _, err := time.LoadLocation(req.TimeZone); err != nil {
-			return nil, invalidArgument("time_zone", "unknown time_zone %q: an IANA zone such as \"Europe/Berlin\"", req.TimeZone)
-		}
-	}
-	if req.Cron != "" {
-		if err := (&schedule.Spec{Cron: req.Cron}).Validate(); err != nil {
-			return nil, invalidArgument("cron", "invalid cron expression %q: five fields or a descriptor such as \"@hourly\" (%v)", req.Cron, err)
-		}
-	}
 	return p, nil
+}
+
+// parseTiming is the one check of when a schedule is due: cron or every,
+// an interval (every, or cron's @every) of at least scheduleEveryMin, and
+// the zone as time_zone alone, an IANA zone other than Local (a TZ= or
+// CRON_TZ= prefix in cron would be followed while the schedule reports
+// time_zone, so it is refused; so is Local, which is whatever zone the
+// worker's machine has). It returns the interval of every.
+func parseTiming(cron, every, timeZone string) (time.Duration, error) {
+	interval, err := parseDuration("every", every)
+	switch {
+	case err != nil:
+		return 0, err
+	case interval != 0 && interval < scheduleEveryMin:
+		return 0, invalidArgument("every", "every is %s; at least %s", interval, scheduleEveryMin)
+	case cron == "" && interval == 0:
+		return 0, invalidArgument("cron", "give cron or a positive every")
+	case cron != "" && interval != 0:
+		return 0, invalidArgument("every", "give cron or every, not both")
+	}
+	if timeZone != "" {
+		if _, err := time.LoadLocation(timeZone); err != nil || timeZone == "Local" {
+			return 0, invalidArgument("time_zone", "unknown time_zone %q: an IANA zone such as \"Europe/Berlin\" (not Local)", timeZone)
+		}
+	}
+	if cron == "" {
+		return interval, nil
+	}
+	field := strings.Fields(cron)
+	if len(field) > 0 && (strings.HasPrefix(field[0], "TZ=") || strings.HasPrefix(field[0], "CRON_TZ=")) {
+		return 0, invalidArgument("cron", "cron %q names a zone: give it as time_zone and cron without %s", cron, field[0])
+	}
+	if len(field) > 0 && field[0] == "@every" {
+		d, err := time.ParseDuration(strings.TrimSpace(strings.TrimPrefix(cron, "@every")))
+		if err != nil || d < scheduleEveryMin || d%time.Second != 0 {
+			return 0, invalidArgument("cron", "cron %q: @every takes whole seconds, at least %s (or give every)", cron, scheduleEveryMin)
+		}
+	}
+	if err := (&schedule.Spec{Cron: cron}).Validate(); err != nil {
+		return 0, invalidArgument("cron", "invalid cron expression %q: five fields or a descriptor such as \"@hourly\" (%v)", cron, err)
+	}
+	return 0, nil
 }
 
 func (s *Server) handleCreateSchedule(r *http.Request) (int, any, error) {
@@ -346,9 +374,11 @@ func (s *Server) handleTriggerSchedule(r *http.Request) (int, any, error) {
 	return http.StatusCreated, runResponse(run), nil
 }
 
-// backfillMax is the most due times one backfill starts (the client's
-// bound); a longer range is invalid_argument.
-const backfillMax = 10000
+// backfillMax is the most due times one backfill request starts: few
+// enough to start within a request's time limit. A longer range is
+// invalid_argument; split it (each due time starts at most one run, so a
+// backfill that timed out can simply be sent again).
+const backfillMax = 1000
 
 func (s *Server) handleBackfillSchedule(r *http.Request) (int, any, error) {
 	c, id, err := s.scheduleTarget(r)
@@ -390,14 +420,20 @@ func (s *Server) handleBackfillSchedule(r *http.Request) (int, any, error) {
 }
 
 // checkBackfillRange refuses, before any run starts, a range with more than
-// backfillMax due times (the client would start that many and then fail) or
-// one where the cron expression runs out of due times.
+// backfillMax due times.
 func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
 	if sched.Every > 0 {
 		// Intervals count from the schedule's anchor; from start is at
-		// least as many.
-		if n := (end.Sub(start) + sched.Every - 1) / sched.Every; n > backfillMax {
-			return invalidArgument("end", "the range holds about %d due times; at most %d: split it", n, backfillMax)
+		// least as many. Sub saturates for spans past 292 years and the
+		// count is ceil(span/every) without adding to span, so nothing
+		// wraps.
+		span := end.Sub(start)
+		n := span / sched.Every
+		if span%sched.Every != 0 {
+			n++
+		}
+		if n > backfillMax {
+			return tooManyDueTimes()
 		}
 		return nil
 	}
@@ -405,13 +441,21 @@ func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
 	due, err := spec.Next(start, start.Add(-time.Nanosecond))
 	for n := 0; err == nil && due.Before(end); due, err = spec.Next(start, due) {
 		if n++; n > backfillMax {
-			return invalidArgument("end", "the range holds more than %d due times: split it", backfillMax)
+			return tooManyDueTimes()
 		}
 	}
 	if errors.Is(err, schedule.ErrNeverDue) {
 		return nil // no due time left in the range: nothing to start
 	}
 	return err
+}
+
+// tooManyDueTimes is the error of a backfill range past backfillMax; its
+// data's max_due_times tells a caller to split the range.
+func tooManyDueTimes() error {
+	return newError(http.StatusBadRequest, CodeInvalidArgument,
+		fmt.Sprintf("the range holds more than %d due times, the most a request starts: split it", backfillMax),
+		map[string]any{"field": "end", "max_due_times": backfillMax})
 }
 
 func (s *Server) handleDeleteSchedule(r *http.Request) (int, any, error) {

@@ -155,6 +155,15 @@ func TestScheduleAPI(t *testing.T) {
 			"TinyEvery":     {"every", func(r *server.ScheduleRequest) { r.Every = "10ms" }},
 			"BadJitter":     {"jitter", func(r *server.ScheduleRequest) { r.Jitter = "a bit" }},
 			"BadTimeZone":   {"time_zone", func(r *server.ScheduleRequest) { r.TimeZone = "Mars/Olympus" }},
+			"LocalTimeZone": {"time_zone", func(r *server.ScheduleRequest) { r.TimeZone = "Local" }},
+			"AtEveryZero":   {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every 0s" }},
+			"AtEveryNeg":    {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every -1s" }},
+			"AtEveryTiny":   {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every 1ns" }},
+			"AtEveryPart":   {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every 1500ms" }},
+			"AtEveryJunk":   {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "@every often" }},
+			"TZPrefix":      {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "TZ=Europe/Berlin 0 9 * * *" }},
+			"CronTZPrefix":  {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron = "", "CRON_TZ=Local 0 9 * * *" }},
+			"TZAndTimeZone": {"cron", func(r *server.ScheduleRequest) { r.Every, r.Cron, r.TimeZone = "", "TZ=UTC @hourly", "UTC" }},
 			"BadOverlap":    {"overlap_policy", func(r *server.ScheduleRequest) { r.OverlapPolicy = "queue_all" }},
 			"BadQueue":      {"queue", func(r *server.ScheduleRequest) { r.Queue = "Not A Queue" }},
 		} {
@@ -163,6 +172,7 @@ func TestScheduleAPI(t *testing.T) {
 			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulesPath("default"), adminSecret, req)
 			require.Equal(t, tc.field, e.Data["field"], "%s: %s", name, e.Message)
 		}
+		createSchedule(t, b, "default", &server.ScheduleRequest{Cron: "@every 90s", Kind: "echo", Paused: true, ScheduleID: "sched-at-every-" + uuid.NewString()})
 		for _, body := range []string{"", "[]", `{"schedule_id":"x","kind":"echo","every":"1h","bogus":1}`, `{"schedule_id":"x","kind":"echo","every":"1h","args":{`} {
 			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulesPath("default"), adminSecret, body)
 			require.Equal(t, "body", e.Data["field"], body)
@@ -182,7 +192,7 @@ func TestScheduleAPI(t *testing.T) {
 			{"start", &server.BackfillRequest{Start: "yesterday", End: "2020-01-01T00:00:00Z"}},
 			{"end", &server.BackfillRequest{Start: "2020-01-01T00:00:00Z"}},
 			{"end", &server.BackfillRequest{Start: "2020-01-02T00:00:00Z", End: "2020-01-01T00:00:00Z"}},
-			{"end", &server.BackfillRequest{Start: "2000-01-01T00:00:00Z", End: "2020-01-01T00:00:00Z"}}, // > 10000 hours
+			{"end", &server.BackfillRequest{Start: "2000-01-01T00:00:00Z", End: "2020-01-01T00:00:00Z"}}, // > 1000 hours
 		} {
 			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulePath("default", id, "/backfill"), adminSecret, tc.req)
 			require.Equal(t, tc.field, e.Data["field"], e.Message)
@@ -282,6 +292,26 @@ func TestScheduleAPI(t *testing.T) {
 			require.False(t, r.Created)
 			require.Equal(t, filled.Runs[i].RunID, r.RunID)
 		}
+
+		// A range of more due times than a request starts is refused before
+		// any starts, however long: spans past 292 years saturate, and the
+		// count must not wrap (0001–2100 of an hourly schedule did).
+		every := "sched-every-" + uuid.NewString()
+		createSchedule(t, b, "default", &server.ScheduleRequest{Every: "1h", Kind: "echo", Paused: true, ScheduleID: every})
+		for _, tc := range []struct{ id, start, end string }{
+			{every, "0001-01-01T00:00:00Z", "2100-01-01T00:00:00Z"},
+			{every, "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"},
+			{every, "2020-01-01T00:00:00Z", "2020-02-12T00:00:00Z"}, // 1008 hours
+			{id, "1000-01-01T00:00:00Z", "2100-01-01T00:00:00Z"},
+			{id, "2020-01-01T00:00:00Z", "2020-02-12T00:00:00Z"},
+		} {
+			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulePath("default", tc.id, "/backfill"),
+				adminSecret, &server.BackfillRequest{Start: tc.start, End: tc.end})
+			require.InDelta(t, 1000, e.Data["max_due_times"], 0, "the error says to split the range")
+		}
+		list := callJSON[server.ListResponse](t, b, http.StatusOK, http.MethodGet,
+			workflowsPath("default")+"?workflow_id_prefix="+url.QueryEscape(every), adminSecret, nil)
+		require.Empty(t, list.Runs, "a refused backfill starts nothing")
 
 		// A range without due times starts nothing.
 		none := callJSON[server.BackfillResponse](t, b, http.StatusOK, http.MethodPost, schedulePath("default", id, "/backfill"), adminSecret,

@@ -95,7 +95,7 @@ func TestServe(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, srv.Close()) })
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/api/v1/namespaces/default/workflows", nil)
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1/api/v1/namespaces/default/workflows", nil)
 		srv.Handler().ServeHTTP(rec, req)
 		require.Equal(t, http.StatusGatewayTimeout, rec.Code, rec.Body.String())
 		var resp server.ErrorResponse
@@ -151,3 +151,61 @@ func metricsText(t *testing.T, base string) string {
 }
 
 func poolFor(t *testing.T) *pgxpool.Pool { return dbtest.Pool(t.Context(), t) }
+
+// TestOpenServerRefusesOtherSites: without tokens the server obeys no web
+// page of another site: a cross-site text/plain or bodiless POST, a foreign
+// Origin and a foreign Host (DNS rebinding) are refused, and nothing
+// starts or ends; loopback callers with JSON are served.
+func TestOpenServerRefusesOtherSites(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, &server.Config{AllowUnauthenticated: true, Tokens: []*server.Token{}})
+	run := start(t, b, "default", &server.StartRequest{Kind: "wait_for_go", WorkflowID: "open-guard"})
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(b.url, "http://"))
+	require.NoError(t, err)
+
+	send := func(method, path, host, origin, contentType, body string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, b.url+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode
+	}
+	startBody := `{"kind":"wait_for_go","workflow_id":"open-guard-evil"}`
+	terminate := workflowPath("default", "open-guard", "/terminate")
+	for _, tc := range []struct {
+		name, method, path, host, origin, contentType, body string
+		want                                                int
+	}{
+		{"text/plain start", http.MethodPost, workflowsPath("default"), "", "", "text/plain", startBody, http.StatusUnsupportedMediaType},
+		{"form start", http.MethodPost, workflowsPath("default"), "", "", "application/x-www-form-urlencoded", startBody, http.StatusUnsupportedMediaType},
+		{"bodiless terminate", http.MethodPost, terminate, "", "", "", "", http.StatusUnsupportedMediaType},
+		{"foreign origin", http.MethodPost, terminate, "", "https://evil.example", "application/json", "", http.StatusForbidden},
+		{"null origin", http.MethodPost, terminate, "", "null", "application/json", "", http.StatusForbidden},
+		{"rebound host, API", http.MethodGet, workflowsPath("default"), "evil.example:" + port, "", "", "", http.StatusForbidden},
+		{"rebound host, UI", http.MethodGet, "/ui/namespaces/default/workflows", "evil.example:" + port, "", "", "", http.StatusForbidden},
+		{"rebound host, write", http.MethodPost, terminate, "127.0.0.1.evil.example", "", "application/json", "", http.StatusForbidden},
+		{"localhost", http.MethodGet, workflowsPath("default"), "localhost:" + port, "", "", "", http.StatusOK},
+		{"loopback origin", http.MethodGet, workflowsPath("default"), "[::1]:" + port, "http://localhost:" + port, "", "", http.StatusOK},
+	} {
+		require.Equal(t, tc.want, send(tc.method, tc.path, tc.host, tc.origin, tc.contentType, tc.body), tc.name)
+	}
+	d := callJSON[server.DescribeResponse](t, b, http.StatusOK, http.MethodGet, workflowPath("default", "open-guard", ""), "", nil)
+	require.Equal(t, "running", d.State, "no refused request ended the run")
+	callError(t, b, http.StatusNotFound, server.CodeNotFound, http.MethodGet, workflowPath("default", "open-guard-evil", ""), "", nil)
+
+	// The loopback JSON caller is served.
+	require.Equal(t, http.StatusOK, send(http.MethodPost, terminate+"?run_id="+run.RunID.String(), "", "http://127.0.0.1:"+port, "application/json; charset=utf-8", `{"reason":"done"}`))
+}

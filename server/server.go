@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/client"
@@ -25,6 +26,7 @@ type Server struct {
 	clients   map[string]*client.Client // by namespace
 	clientsMu sync.Mutex
 	config    *Config
+	handler   http.Handler        // the mux, guarded when the server is open (open.go)
 	hashes    [][sha256.Size]byte // of config.Tokens' secrets, in order
 	metrics   *metrics
 	migrator  *migrations.Migrator
@@ -63,7 +65,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 	s := &Server{
 		clients:  make(map[string]*client.Client),
 		config:   config,
-		metrics:  newMetrics(pool),
+		metrics:  newMetrics(pool, config),
 		migrator: migrator,
 		mux:      http.NewServeMux(),
 		pool:     pool,
@@ -85,6 +87,10 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 		s.writeError(w, r, newError(http.StatusNotFound, CodeNotFound, "no such route: "+r.Method+" "+r.URL.Path,
 			map[string]any{"route": r.Method + " " + r.URL.Path}))
 	})
+	s.handler = s.mux
+	if config.AllowUnauthenticated {
+		s.handler = s.guardOpen(s.mux)
+	}
 	return s, nil
 }
 
@@ -109,7 +115,7 @@ func (s *Server) Routes() []*Route {
 }
 
 // Handler is the server's root handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Close ends the server's long polls and releases its clients' listener
 // connections. Call it after the HTTP server in front of it has stopped.
@@ -131,7 +137,7 @@ func (s *Server) Close() error {
 // after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, listener net.Listener) error {
 	httpServer := &http.Server{
-		Handler:           s.mux,
+		Handler:           s.handler,
 		IdleTimeout:       2 * time.Minute,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       s.config.RequestTimeout,
@@ -184,9 +190,32 @@ func (s *Server) client(namespace string) (*client.Client, error) {
 	return c, nil
 }
 
+// dbProblem says what is wrong with the database in words safe for an
+// unauthenticated caller: never the user, database, host or port, which
+// go to the log with the whole error.
+func (s *Server) dbProblem(r *http.Request, check string, err error) string {
+	s.config.Logger.WarnContext(r.Context(), "health check failed",
+		slog.String("check", check), slog.String("error", err.Error()))
+	var (
+		pgErr   *pgconn.PgError
+		connErr *pgconn.ConnectError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out reaching the database"
+	case errors.As(err, &pgErr):
+		return "the database refused (SQLSTATE " + pgErr.Code + ")"
+	case errors.As(err, &connErr):
+		return "cannot connect to the database"
+	default:
+		return "the database is unavailable"
+	}
+}
+
 // HealthResponse is the body of /healthz.
 type HealthResponse struct {
-	// Database is "ok" or the error reaching it.
+	// Database is "ok" or what is wrong reaching it, without connection
+	// details (the server logs those).
 	Database string `json:"database"`
 
 	// Status is "ok" or "unavailable".
@@ -198,7 +227,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 
 	if err := s.pool.Ping(ctx); err != nil {
-		s.writeJSON(w, http.StatusServiceUnavailable, &HealthResponse{Database: err.Error(), Status: "unavailable"})
+		s.writeJSON(w, http.StatusServiceUnavailable, &HealthResponse{Database: s.dbProblem(r, "liveness", err), Status: "unavailable"})
 		return
 	}
 	s.writeJSON(w, http.StatusOK, &HealthResponse{Database: "ok", Status: "ok"})
@@ -230,7 +259,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 
 	statuses, err := s.migrator.Status(ctx)
 	if err != nil {
-		s.writeJSON(w, http.StatusServiceUnavailable, &ReadyResponse{Error: err.Error(), Status: "not_ready"})
+		s.writeJSON(w, http.StatusServiceUnavailable, &ReadyResponse{
+			Error: "reading the migration status: " + s.dbProblem(r, "readiness", err), Status: "not_ready",
+		})
 		return
 	}
 	resp := &ReadyResponse{Status: "ready"}
@@ -262,6 +293,7 @@ func behindOnly(statuses []*migrations.LineStatus) []*migrations.LineStatus {
 func (s *Server) writeJSON(w http.ResponseWriter, code int, body any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	if err := json.NewEncoder(w).Encode(body); err != nil {
 		s.config.Logger.Warn("writing response", slog.String("error", err.Error()))

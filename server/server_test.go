@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,6 +51,13 @@ func TestServer(t *testing.T) {
 		var ready server.ReadyResponse
 		require.Equal(t, http.StatusServiceUnavailable, get(t, srv, "/readyz", &ready))
 		require.NotEmpty(t, ready.Error)
+
+		// Neither says who connects where: that is in the log only.
+		cfg := pool.Config().ConnConfig
+		for _, secret := range []string{cfg.User, cfg.Database, cfg.Host, strconv.Itoa(int(cfg.Port))} {
+			require.NotContains(t, health.Database, secret)
+			require.NotContains(t, ready.Error, secret)
+		}
 	})
 
 	t.Run("ReadyzReportsLinesBehind", func(t *testing.T) {
@@ -109,5 +117,19 @@ func TestServer(t *testing.T) {
 		require.Error(t, err)
 		_, err = server.New(dbtest.Pool(context.Background(), t), &server.Config{CheckTimeout: -1})
 		require.Error(t, err)
+		// Secrets easy to guess are refused at startup.
+		for _, secret := range []string{"short-0123", "passwordpassword", "abcdabcdabcdabcd", "aaaaaaaaaaaaaaaaaaaaaaaa", "changemechangeme"} {
+			_, err = server.New(dbtest.Pool(context.Background(), t), &server.Config{Tokens: []*server.Token{
+				{Name: "weak", Namespaces: []string{"*"}, Role: server.RoleRead, Secret: secret},
+			}})
+			require.Error(t, err, secret)
+			require.NotContains(t, err.Error(), secret, "errors never show a secret")
+			_, err = server.ParseTokens("weak:read:*:" + secret)
+			require.Error(t, err, secret)
+		}
+		_, err = server.New(dbtest.Pool(context.Background(), t), &server.Config{Tokens: []*server.Token{
+			{Name: "random", Namespaces: []string{"*"}, Role: server.RoleRead, Secret: "9f86d081884c7d659a2feaa0c55ad015"},
+		}})
+		require.NoError(t, err)
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,14 +26,16 @@ import (
 // Its routes are not API routes: they are mounted beside routeTable, so the
 // OpenAPI document does not list them.
 //
-// Auth uses the API's tokens: the login form stores the token's secret in an
-// HttpOnly, SameSite=Strict cookie, and every action is a POST carrying a
-// CSRF token derived from the session (an HMAC under a per-process key) and
+// Auth uses the API's tokens: the login form (rate limited per address)
+// starts a server-side session (ui_session.go) whose random ID an HttpOnly,
+// SameSite=Strict cookie holds, and every action is a POST carrying a CSRF
+// token derived from the session ID (an HMAC under a per-process key) and
 // checked along with the Origin header. With Config.AllowUnauthenticated the
 // UI is open with the admin role, like the API.
 const (
 	uiPrefix        = "/ui"
-	uiCookie        = "weir_token"
+	uiCookie        = "weir_session"
+	uiLegacyCookie  = "weir_token" // held a token's secret in older versions: cleared when seen
 	uiCSRFField     = "csrf"
 	uiListLimit     = 50
 	uiHistoryLimit  = 1000
@@ -44,6 +47,7 @@ type uiState struct {
 	csrfKey   []byte
 	pages     map[string]*template.Template
 	riverUI   *riverUIMount
+	sessions  *uiSessions
 	staticFS  fs.FS
 	staticTag string // busts caches of static assets across builds
 }
@@ -51,6 +55,7 @@ type uiState struct {
 // uiSession is the caller of a UI request.
 type uiSession struct {
 	csrf  string
+	id    string // the server-side session's ID; empty when open
 	open  bool   // Config.AllowUnauthenticated: no token, admin everywhere
 	token *Token // nil when open
 }
@@ -117,7 +122,7 @@ func newUIState() (*uiState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ui: hashing static assets: %w", err)
 	}
-	st := &uiState{csrfKey: key, pages: map[string]*template.Template{}, staticFS: staticFS}
+	st := &uiState{csrfKey: key, pages: map[string]*template.Template{}, sessions: newUISessions(), staticFS: staticFS}
 	st.staticTag = hex.EncodeToString(tag.Sum(nil))[:12]
 	for _, page := range []string{"error", "list", "login", "run"} {
 		t, err := template.New(page).Funcs(uiFuncs(st.staticTag)).ParseFS(ui.Files, "templates/layout.html", "templates/"+page+".html")
@@ -141,6 +146,13 @@ func (s *Server) mountUI() error {
 	}
 	handle := func(pattern string, h http.HandlerFunc) {
 		s.mux.Handle(pattern, s.metrics.instrument(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := checkRequestText(r); err != nil {
+				s.renderError(w, r, nil, "", err)
+				return
+			}
+			if _, err := r.Cookie(uiLegacyCookie); err == nil {
+				http.SetCookie(w, &http.Cookie{HttpOnly: true, MaxAge: -1, Name: uiLegacyCookie, Path: "/", SameSite: http.SameSiteStrictMode})
+			}
 			ctx, cancel := context.WithTimeout(r.Context(), s.config.RequestTimeout)
 			defer cancel()
 			h(w, r.WithContext(ctx))
@@ -168,12 +180,19 @@ func (s *Server) mountUI() error {
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows", s.uiList)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}", s.uiRun)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/status", s.uiStatus)
+	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/payload/{which}", s.uiPayloadDownload)
 	handle("POST "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/{action}", s.uiAction)
 	s.mux.Handle(riverUIPrefix+"/", s.metrics.instrument(riverUIPrefix+"/", st.riverUI.serve(s)))
 	return nil
 }
 
 func (s *Server) uiStatic(w http.ResponseWriter, r *http.Request) {
+	// Files only: a directory (/ui/static/ itself) is not listed.
+	name := strings.TrimPrefix(r.URL.Path, uiPrefix+"/static/")
+	if info, err := fs.Stat(s.ui.staticFS, name); name == "" || err != nil || info.IsDir() {
+		s.renderError(w, r, s.uiSessionOf(r), "", newError(http.StatusNotFound, CodeNotFound, "There is no file at "+r.URL.Path+".", nil))
+		return
+	}
 	w.Header().Set("Cache-Control", "public, max-age=86400")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	http.StripPrefix(uiPrefix+"/static/", http.FileServerFS(s.ui.staticFS)).ServeHTTP(w, r)
@@ -189,11 +208,11 @@ func (s *Server) uiSessionOf(r *http.Request) *uiSession {
 	if err != nil || cookie.Value == "" {
 		return nil
 	}
-	token := s.tokenBySecret(cookie.Value)
+	token := s.ui.sessions.token(cookie.Value)
 	if token == nil {
 		return nil
 	}
-	return &uiSession{csrf: s.csrfFor(cookie.Value), token: token}
+	return &uiSession{csrf: s.csrfFor(cookie.Value), id: cookie.Value, token: token}
 }
 
 // tokenBySecret finds the token with secret in constant time (every token is
@@ -209,9 +228,9 @@ func (s *Server) tokenBySecret(secret string) *Token {
 	return token
 }
 
-func (s *Server) csrfFor(secret string) string {
+func (s *Server) csrfFor(sessionID string) string {
 	mac := hmac.New(sha256.New, s.ui.csrfKey)
-	mac.Write([]byte("weir ui csrf\x00" + secret))
+	mac.Write([]byte("weir ui csrf\x00" + sessionID))
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
@@ -344,11 +363,26 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
+	address := clientAddress(r)
+	if ok, wait := s.ui.sessions.loginAllowed(address); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
+		s.render(w, r, http.StatusTooManyRequests, "login", &uiLoginPageData{
+			uiBase: uiBase{Title: "Sign in"}, Error: "Too many failed sign-ins from your address: try again in a few minutes.", Next: next,
+		})
+		return
+	}
 	secret := strings.TrimSpace(r.PostFormValue("token"))
-	if secret == "" || s.tokenBySecret(secret) == nil {
+	token := s.tokenBySecret(secret)
+	if secret == "" || token == nil {
+		s.ui.sessions.loginFailed(address)
 		s.render(w, r, http.StatusUnauthorized, "login", &uiLoginPageData{
 			uiBase: uiBase{Title: "Sign in"}, Error: "That token is not one this server accepts.", Next: next,
 		})
+		return
+	}
+	id, err := s.ui.sessions.create(token)
+	if err != nil {
+		s.renderError(w, r, nil, "", fmt.Errorf("starting a UI session: %w", err))
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
@@ -358,7 +392,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 		Path:     "/",
 		SameSite: http.SameSiteStrictMode,
 		Secure:   r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
-		Value:    secret,
+		Value:    id,
 	})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
@@ -369,6 +403,9 @@ func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request) {
 	if sess == nil || !s.checkPost(r, sess) {
 		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
 		return
+	}
+	if sess.id != "" {
+		s.ui.sessions.revoke(sess.id)
 	}
 	http.SetCookie(w, &http.Cookie{
 		HttpOnly: true, MaxAge: -1, Name: uiCookie, Path: "/", SameSite: http.SameSiteStrictMode, Value: "",

@@ -20,26 +20,73 @@ import (
 	"github.com/weirhq/weir/internal/task"
 )
 
-// uiPayload is a payload shown on a page: indented JSON, or a note that it
-// is not JSON (an encrypting codec, say).
+// uiPayload is a payload shown on a page: indented JSON, the start of the
+// raw JSON when it is too large or too deeply nested to indent (the page
+// links to the whole), or a note that it is not JSON (an encrypting codec,
+// say).
 type uiPayload struct {
-	Binary bool
-	Size   int
-	Text   string
+	Binary    bool
+	Size      int
+	Text      string
+	Truncated bool // Text is raw JSON, cut at uiRawPreviewBytes
 }
+
+// Rendering bounds: indenting JSON grows it by the nesting depth on every
+// line, so a page indents only JSON up to a size and a depth, and shows the
+// start of anything larger raw.
+const (
+	uiPayloadMaxBytes    = 64 << 10  // largest args or result indented
+	uiAttributesMaxBytes = 8 << 10   // largest event attributes indented
+	uiIndentMaxDepth     = 20        // deepest JSON indented
+	uiIndentedMaxBytes   = 256 << 10 // largest indented text shown
+	uiRawPreviewBytes    = 4 << 10   // raw JSON shown past the bounds
+)
 
 func newUIPayload(data []byte) *uiPayload {
 	if data == nil {
 		return nil
 	}
 	p := &uiPayload{Size: len(data)}
-	var buf bytes.Buffer
-	if json.Indent(&buf, data, "", "  ") != nil {
+	if !json.Valid(data) {
 		p.Binary = true
 		return p
 	}
-	p.Text = buf.String()
+	p.Text, p.Truncated = boundedIndent(data, uiPayloadMaxBytes)
 	return p
+}
+
+// boundedIndent indents valid JSON data of at most maxBytes and
+// uiIndentMaxDepth levels; past either bound, or when the indented text would
+// exceed uiIndentedMaxBytes, it returns the start of data, raw, and true.
+func boundedIndent(data []byte, maxBytes int) (string, bool) {
+	if len(data) <= maxBytes && jsonDepth(data) <= uiIndentMaxDepth {
+		var buf bytes.Buffer
+		if json.Indent(&buf, data, "", "  ") == nil && buf.Len() <= uiIndentedMaxBytes {
+			return buf.String(), false
+		}
+	}
+	preview := data[:min(len(data), uiRawPreviewBytes)]
+	return strings.ToValidUTF8(string(preview), ""), len(preview) < len(data)
+}
+
+// jsonDepth is the deepest nesting of arrays and objects in JSON data.
+func jsonDepth(data []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }
 
 type runPayloads struct {
@@ -55,6 +102,26 @@ func (s *Server) runPayloads(ctx context.Context, runID uuid.UUID) (*runPayloads
 		return nil, fmt.Errorf("reading the payloads of run %s: %w", runID, err)
 	}
 	return &runPayloads{args: newUIPayload(args), result: newUIPayload(result)}, nil
+}
+
+// runPayload reads a run's args or result (which) as stored, checking that
+// the run is the workflow's in namespace; nil when the run has none.
+func (s *Server) runPayload(ctx context.Context, namespace, workflowID string, runID uuid.UUID, which string) ([]byte, error) {
+	names := dbschema.New(s.config.Schema)
+	column := map[string]string{"args": "args", "result": "result"}[which]
+	if column == "" {
+		return nil, newError(http.StatusNotFound, CodeNotFound, "no such payload: "+which, nil)
+	}
+	var data []byte
+	err := s.pool.QueryRow(ctx, "SELECT "+column+" FROM "+names.Run+" WHERE run_id = $1 AND namespace = $2 AND workflow_id = $3",
+		runID, namespace, workflowID).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &client.RunNotFoundError{RunID: runID, WorkflowID: workflowID}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the %s of run %s: %w", which, runID, err)
+	}
+	return data, nil
 }
 
 // uiGeneration is one run of a workflow ID.
@@ -236,9 +303,12 @@ func (s *Server) knownNamespaces(r *http.Request, sess *uiSession, current strin
 type uiEvent struct {
 	*client.Event
 	Attributes string
-	Category   string // css class: workflow, activity, timer, signal, marker, update, failure
-	Offset     string // since the run was created
-	Summary    string
+	// AttributesTruncated: Attributes are the start of the raw JSON (see
+	// boundedIndent); the API's history has them whole.
+	AttributesTruncated bool
+	Category            string // css class: workflow, activity, timer, signal, marker, update, failure
+	Offset              string // since the run was created
+	Summary             string
 }
 
 // describeEvents summarizes events for the timeline.
@@ -246,9 +316,8 @@ func describeEvents(events []*client.Event, start time.Time) []*uiEvent {
 	out := make([]*uiEvent, 0, len(events))
 	for _, e := range events {
 		ue := &uiEvent{Event: e, Offset: "+" + humanDuration(e.Time.Sub(start))}
-		var buf bytes.Buffer
-		if json.Indent(&buf, e.Attributes, "", "  ") == nil {
-			ue.Attributes = buf.String()
+		if json.Valid(e.Attributes) {
+			ue.Attributes, ue.AttributesTruncated = boundedIndent(e.Attributes, uiAttributesMaxBytes)
 		}
 		var attrs struct {
 			Attempt          int             `json:"attempt"`

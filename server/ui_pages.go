@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -444,6 +443,40 @@ func (s *Server) uiStatus(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, &UIStatus{HistoryLength: d.HistoryLength, State: d.State, UpdatedAt: d.UpdatedAt})
 }
 
+// uiPayloadDownload serves a run's args or result whole, as stored, for
+// the pages that show only their start.
+func (s *Server) uiPayloadDownload(w http.ResponseWriter, r *http.Request) {
+	sess := s.requireSession(w, r)
+	if sess == nil {
+		return
+	}
+	namespace, workflowID, which := r.PathValue("namespace"), r.PathValue("workflow_id"), r.PathValue("which")
+	_, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
+	if err == nil && runID == uuid.Nil {
+		err = invalidArgument("run_id", "name the run: run_id is required")
+	}
+	var data []byte
+	if err == nil {
+		data, err = s.runPayload(r.Context(), namespace, workflowID, runID, which)
+	}
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", runID.String()+"-"+which+".json"))
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(data)
+}
+
+// PayloadURL is the download of the run's args or result (which).
+func (p *uiRunPage) PayloadURL(which string) string {
+	return p.ActionBase + "/payload/" + which + "?run_id=" + p.Description.RunID.String()
+}
+
 func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
 	sess := s.uiSessionOf(r)
@@ -461,6 +494,10 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 			"the form's CSRF token is missing or stale, or it came from another site: reload the page and try again", nil))
 		return
 	}
+	if err := checkValuesText(r.PostForm); err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleWrite)
 	if err != nil {
 		s.renderError(w, r, sess, namespace, err)
@@ -476,14 +513,13 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 	case "signal":
 		kind := strings.TrimSpace(r.PostFormValue("kind"))
 		args := bytes.TrimSpace([]byte(r.PostFormValue("args")))
-		switch {
-		case !validName(kind):
-			err = invalidArgument("kind", "invalid signal kind %q: %s", kind, nameRule)
-		case len(args) > 0 && !json.Valid(args):
-			err = invalidArgument("args", "the signal's args are not valid JSON")
-		default:
+		requestID := strings.TrimSpace(r.PostFormValue("request_id"))
+		if err = checkCall("", "signal", kind, "request_id", requestID, args); err == nil {
+			err = checkJSONText("args", args)
+		}
+		if err == nil {
 			err = c.Signal(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind},
-				&client.SignalOpts{RequestID: strings.TrimSpace(r.PostFormValue("request_id"))})
+				&client.SignalOpts{RequestID: requestID})
 		}
 	case "cancel":
 		err = c.Cancel(ctx, workflowID, runID, reason)

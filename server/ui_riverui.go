@@ -47,6 +47,10 @@ func (s *Server) newRiverUIMount() (*riverUIMount, error) {
 
 func (m *riverUIMount) serve(s *Server) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if err := checkRequestText(r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 		api := strings.HasPrefix(r.URL.Path, riverUIPrefix+"/api/")
 		sess := s.uiSessionOf(r)
 		if sess == nil {

@@ -156,6 +156,7 @@ func (b *uiBundle) apiCall(t *testing.T, method, path, token string, body any, o
 	req, err := http.NewRequestWithContext(t.Context(), method, b.url+path, reader)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -381,7 +382,7 @@ func TestUI(t *testing.T) {
 		require.Equal(t, "/ui/", resp.Header.Get("Location"))
 		var cookie *http.Cookie
 		for _, c := range resp.Cookies() {
-			if c.Name == "weir_token" {
+			if c.Name == "weir_session" {
 				cookie = c
 			}
 		}
@@ -463,6 +464,11 @@ func TestUI(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Contains(t, resp.Header.Get("Content-Type"), "text/css")
 		require.Contains(t, body, "--accent")
+		for _, dir := range []string{"/ui/static/", "/ui/static/nope.css"} {
+			resp, body = b.browser(t).get(dir)
+			require.Equal(t, http.StatusNotFound, resp.StatusCode, dir)
+			require.NotContains(t, body, `href="weir.css"`, "no directory listing at %s", dir)
+		}
 	})
 }
 
@@ -576,4 +582,114 @@ func TestUIRunPageLiveRefreshAfterARace(t *testing.T) {
 	require.Contains(t, page, fmt.Sprintf(`<h2>History <span class="muted">%d events</span></h2>`, after), "the page shows the newer history")
 	require.Contains(t, page, fmt.Sprintf(`data-history="%d"`, before),
 		"the live refresh compares the run's length with the one its pending lists were read at, so it reloads")
+}
+
+// TestUIRunPageBoundsDeepPayloads: args of 9,000 nested arrays (18 KB),
+// which indented would make a page of hundreds of megabytes, are shown raw
+// and cut, with a download of the whole.
+func TestUIRunPageBoundsDeepPayloads(t *testing.T) {
+	t.Parallel()
+	b := setupUI(t, nil)
+	const depth = 9000
+	args := strings.Repeat("[", depth) + strings.Repeat("]", depth)
+	var run server.RunResponse
+	require.Equal(t, http.StatusCreated, b.apiCall(t, http.MethodPost, "/api/v1/namespaces/default/workflows", writerSecret,
+		&server.StartRequest{Args: json.RawMessage(args), Kind: "nobody_runs_this", WorkflowID: "deep-args"}, &run))
+
+	br := b.browser(t)
+	br.login(readerSecret)
+	resp, page := br.get("/ui/namespaces/default/workflows/deep-args")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Less(t, len(page), 256<<10, "the page stays small")
+	require.Contains(t, page, "Download the args")
+	m := regexp.MustCompile(`href="([^"]*/payload/args\?run_id=[^"]*)"`).FindStringSubmatch(page)
+	require.NotNil(t, m)
+	resp, body := br.get(strings.ReplaceAll(m[1], "&amp;", "&"))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, args, body)
+	require.Contains(t, resp.Header.Get("Content-Disposition"), "attachment")
+	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+
+	// The download is the run's, in the reader's namespace only.
+	other := b.browser(t)
+	other.login(otherSecret)
+	resp, _ = other.get(strings.ReplaceAll(m[1], "&amp;", "&"))
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, _ = br.get("/ui/namespaces/default/workflows/another-id/payload/args?run_id=" + run.RunID.String())
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	resp, _ = br.get("/ui/namespaces/default/workflows/deep-args/payload/secrets?run_id=" + run.RunID.String())
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+// TestUISessions: the UI's cookie holds a session ID, not the token's
+// secret; signing out revokes it (a copy of the cookie no longer works),
+// sessions expire, and failed sign-ins from one address are limited.
+func TestUISessions(t *testing.T) {
+	t.Parallel()
+	b := setupUI(t, nil)
+	var mu sync.Mutex
+	now := time.Now()
+	server.SetUINow(b.srv, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	const page = "/ui/namespaces/default/workflows"
+
+	sessionCookie := func(br *browser) *http.Cookie {
+		u, err := url.Parse(b.url)
+		require.NoError(t, err)
+		for _, c := range br.client.Jar.Cookies(u) {
+			if c.Name == "weir_session" {
+				return c
+			}
+		}
+		require.FailNow(t, "no session cookie")
+		return nil
+	}
+	withCookie := func(c *http.Cookie) int {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, b.url+page, nil)
+		require.NoError(t, err)
+		req.AddCookie(c)
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	br := b.browser(t)
+	br.login(readerSecret)
+	stolen := sessionCookie(br)
+	require.NotContains(t, stolen.Value, readerSecret)
+	require.NotContains(t, stolen.Value, "reader-secret")
+	require.Equal(t, http.StatusOK, withCookie(stolen))
+	// A cookie holding the secret itself is no session, and the cookie in
+	// which older versions kept it is cleared.
+	require.Equal(t, http.StatusSeeOther, withCookie(&http.Cookie{Name: "weir_session", Value: readerSecret}))
+	legacy := b.browser(t)
+	u, err := url.Parse(b.url)
+	require.NoError(t, err)
+	legacy.client.Jar.SetCookies(u, []*http.Cookie{{Name: "weir_token", Value: readerSecret, Path: "/"}})
+	legacy.get(page)
+	require.Empty(t, legacy.client.Jar.Cookies(u), "the old cookie with the secret is gone")
+
+	_, html := br.get(page)
+	resp, _ := br.do(http.MethodPost, "/ui/logout", url.Values{"csrf": {csrfOf(t, html)}}, nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusSeeOther, withCookie(stolen), "signing out revokes the session")
+
+	br.login(readerSecret)
+	require.Equal(t, http.StatusOK, withCookie(sessionCookie(br)))
+	advance(13 * time.Hour)
+	require.Equal(t, http.StatusSeeOther, withCookie(sessionCookie(br)), "sessions expire")
+
+	// Ten failed sign-ins lock the address out, the right token too, until
+	// the window passes.
+	guesser := b.browser(t)
+	for range 10 {
+		resp, _ := guesser.do(http.MethodPost, "/ui/login", url.Values{"token": {"guess-0123456789abcdef"}}, nil)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	resp, _ = guesser.do(http.MethodPost, "/ui/login", url.Values{"token": {readerSecret}}, nil)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+	advance(6 * time.Minute)
+	guesser.login(readerSecret)
 }

@@ -91,7 +91,8 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 	if err != nil {
 		return nil, usageError(fmt.Errorf("bad --address %q: %w", c.address, err))
 	}
-	if body != nil {
+	if body != nil || method != http.MethodGet {
+		// weir dev without tokens takes API writes only as JSON.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

@@ -49,8 +49,11 @@ which survives restarts. Either way it migrates the schema, serves HTTP until
 interrupted, and then stops its Postgres cleanly.
 
 It serves the whole HTTP API (see weir server --help). Without tokens the
-API is open, which weir dev allows only on a loopback address; with
---token or WEIR_TOKENS it checks tokens like weir server.
+API is open, which weir dev allows only on a loopback address; it then
+answers only requests to a loopback Host from a loopback Origin (if any),
+and API writes only as application/json, so web pages of other sites
+cannot drive it. With --token or WEIR_TOKENS it checks tokens like weir
+server.
 
 With --examples it also runs a worker for small versions of the example
 workflows (hello, order-saga, approval; see examples/) on the River queue
@@ -138,9 +141,6 @@ func runDev(ctx context.Context, g *globals, opts *devOpts) (err error) {
 		return usageError(err)
 	}
 	defer srv.Close()
-	if err := observeRuns(srv, pool, g.schema); err != nil {
-		return err
-	}
 
 	if opts.examples {
 		stop, err := runDevExamples(ctx, g, pool)

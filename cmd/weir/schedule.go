@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -295,20 +298,35 @@ func newScheduleBackfillCommand(g *globals, api *apiOpts) *cobra.Command {
 		Short: "Start the runs of the schedule's due times in [--start, --end)",
 		Long: `Start the runs of the schedule's due times from --start (inclusive) to --end
 (exclusive), RFC 3339 times, as if the schedule had run then. Each due time
-starts at most one run however often it is backfilled; runs overlap.`,
+starts at most one run however often it is backfilled; runs overlap.
+
+The server starts at most 1000 due times a request; a longer range is sent in
+parts, each reported on stderr as it is done. Should the command stop midway,
+run it again: the due times done before start nothing new.`,
 		Example: `  weir schedule backfill nightly-report --start 2026-11-01T00:00:00Z --end 2026-11-08T00:00:00Z`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, positional []string) error {
 			if req.Start == "" || req.End == "" {
 				return usageError(errors.New("backfill needs --start and --end"))
 			}
-			c := api.client(g)
-			var resp server.BackfillResponse
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.schedulePath(positional[0], "/backfill"), nil, &req, &resp)
+			start, err := time.Parse(time.RFC3339Nano, req.Start)
 			if err != nil {
+				return usageError(fmt.Errorf("--start is not an RFC 3339 time: %w", err))
+			}
+			end, err := time.Parse(time.RFC3339Nano, req.End)
+			if err != nil {
+				return usageError(fmt.Errorf("--end is not an RFC 3339 time: %w", err))
+			}
+			c := api.client(g)
+			resp := server.BackfillResponse{Runs: []*server.RunResponse{}}
+			if err := backfillParts(cmd.Context(), g, c, positional[0], start, end, &resp); err != nil {
 				return err
 			}
 			if api.json {
+				raw, err := json.Marshal(&resp)
+				if err != nil {
+					return err
+				}
 				return printJSON(g, raw)
 			}
 			rows := [][]string{{"WORKFLOW ID", "RUN ID", "CREATED"}}
@@ -325,6 +343,32 @@ starts at most one run however often it is backfilled; runs overlap.`,
 	cmd.Flags().StringVar(&req.Start, "start", "", "start of the range, inclusive (RFC 3339)")
 	cmd.Flags().StringVar(&req.End, "end", "", "end of the range, exclusive (RFC 3339)")
 	return cmd
+}
+
+// backfillParts backfills [start, end) of a schedule, halving a range the
+// server refuses as holding too many due times (its error's max_due_times)
+// until each part fits one request, and adds the runs to resp in order.
+func backfillParts(ctx context.Context, g *globals, c *apiClient, id string, start, end time.Time, resp *server.BackfillResponse) error {
+	req := &server.BackfillRequest{Start: start.Format(time.RFC3339Nano), End: end.Format(time.RFC3339Nano)}
+	var part server.BackfillResponse
+	_, err := c.do(ctx, http.MethodPost, c.schedulePath(id, "/backfill"), nil, req, &part)
+	var apiErr *apiError
+	if errors.As(err, &apiErr) && apiErr.apiErr.Data["max_due_times"] != nil {
+		mid := start.Add(end.Sub(start) / 2) // Sub saturates past 292 years: mid still splits
+		if !mid.After(start) || !mid.Before(end) {
+			return err
+		}
+		if err := backfillParts(ctx, g, c, id, start, mid, resp); err != nil {
+			return err
+		}
+		return backfillParts(ctx, g, c, id, mid, end, resp)
+	}
+	if err != nil {
+		return err
+	}
+	resp.Runs = append(resp.Runs, part.Runs...)
+	fmt.Fprintf(g.stderr, "backfilled %s to %s: %d due times\n", req.Start, req.End, len(part.Runs))
+	return nil
 }
 
 func newScheduleDeleteCommand(g *globals, api *apiOpts) *cobra.Command {

@@ -95,6 +95,36 @@ func TestScheduleCommand(t *testing.T) {
 		require.Equal(t, exitNotFound, missing.code)
 	})
 
+	t.Run("BackfillInParts", func(t *testing.T) {
+		t.Parallel()
+		id := "cli-sched-parts-" + uuid.NewString()
+		ok(t, weir(t, cliAdminSecret, "schedule", "create", id, "nobody_runs_this", "--cron", "0 * * * *", "--paused"))
+		// 1009 hourly due times: more than a request starts, so two parts.
+		backfill := []string{"schedule", "backfill", id, "--start", "2025-01-01T00:00:00Z", "--end", "2025-02-12T01:00:00Z", "--json"}
+		out := weir(t, cliAdminSecret, backfill...)
+		require.Equal(t, 0, out.code, out.stderr)
+		require.Equal(t, 2, strings.Count(out.stderr, "backfilled "), out.stderr)
+		var filled server.BackfillResponse
+		require.NoError(t, json.Unmarshal([]byte(out.stdout), &filled))
+		require.Len(t, filled.Runs, 1009)
+		seen := map[string]bool{}
+		for _, r := range filled.Runs {
+			require.True(t, r.Created)
+			seen[r.WorkflowID] = true
+		}
+		require.Len(t, seen, 1009, "one run per due time")
+
+		// Sent again (as after an interrupted backfill), nothing new starts.
+		out = weir(t, cliAdminSecret, backfill...)
+		require.Equal(t, 0, out.code, out.stderr)
+		var again server.BackfillResponse
+		require.NoError(t, json.Unmarshal([]byte(out.stdout), &again))
+		require.Len(t, again.Runs, 1009)
+		for _, r := range again.Runs {
+			require.False(t, r.Created)
+		}
+	})
+
 	t.Run("UsageAndAuth", func(t *testing.T) {
 		t.Parallel()
 		for _, args := range [][]string{

@@ -8,11 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/weirhq/weir/migrations"
-	weirotel "github.com/weirhq/weir/otel"
 	"github.com/weirhq/weir/server"
 )
 
@@ -26,6 +24,7 @@ type serverOpts struct {
 	maxWait        time.Duration
 	migrate        bool
 	requestTimeout time.Duration
+	runMetrics     string
 	tokens         []string
 }
 
@@ -82,6 +81,9 @@ func addServerFlags(cmd *cobra.Command, g *globals, opts *serverOpts, addrDefaul
 		"apply pending migrations before serving (env WEIR_MIGRATE); otherwise /readyz reports them")
 	flags.DurationVar(&opts.requestTimeout, "request-timeout", envDuration("WEIR_REQUEST_TIMEOUT", server.RequestTimeoutDefault),
 		"time limit of each API request, long polls getting their wait on top (env WEIR_REQUEST_TIMEOUT)")
+	flags.StringVar(&opts.runMetrics, "run-metrics", env("WEIR_RUN_METRICS", string(server.RunMetricsByState)),
+		"how /metrics counts runs: state (all namespaces together), namespace (by namespace, kind and state;\n"+
+			"needs WEIR_METRICS_TOKEN) or off (env WEIR_RUN_METRICS)")
 	flags.StringArrayVar(&opts.tokens, "token", nil,
 		"API token NAME:ROLE:NAMESPACES:SECRET, repeatable; ROLE is read, write or admin, NAMESPACES a comma list or *\n"+
 			"(env WEIR_TOKENS, entries separated by ; or newlines; prefer it: flags show in ps)")
@@ -107,7 +109,9 @@ func (o *serverOpts) config(g *globals) (*server.Config, error) {
 		Logger:         g.logger(),
 		MaxBodyBytes:   o.maxBodyBytes,
 		MaxWait:        o.maxWait,
+		MetricsToken:   g.getenv("WEIR_METRICS_TOKEN"),
 		RequestTimeout: o.requestTimeout,
+		RunMetrics:     server.RunMetrics(o.runMetrics),
 		Schema:         g.schema,
 		Tokens:         tokens,
 	}, nil
@@ -127,7 +131,10 @@ WEIR_TOKENS, each scoped to namespaces and a role (read, write, admin):
   WEIR_TOKENS='ci:write:orders,billing:<secret>;ops:admin:*:<secret>' weir server
 
 Secrets are at least 16 bytes. /healthz, /readyz (503 while any migration line
-is behind this build) and /metrics (Prometheus) need no token.
+is behind this build) and /metrics (Prometheus) need no token; set
+WEIR_METRICS_TOKEN to make /metrics need that bearer secret. /metrics counts
+runs by state only unless --run-metrics namespace (which needs the metrics
+token), at most every 30 seconds.
 
 The database comes from --database-url or DATABASE_URL, the schema from
 --schema or WEIR_SCHEMA. On SIGINT or SIGTERM the server stops accepting
@@ -171,9 +178,6 @@ func runServer(ctx context.Context, g *globals, opts *serverOpts) error {
 		return usageError(err)
 	}
 	defer srv.Close()
-	if err := observeRuns(srv, pool, g.schema); err != nil {
-		return err
-	}
 	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", opts.addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", opts.addr, err)
@@ -184,18 +188,5 @@ func runServer(ctx context.Context, g *globals, opts *serverOpts) error {
 		return err
 	}
 	fmt.Fprintln(g.stdout, "weir server: stopped")
-	return nil
-}
-
-// observeRuns adds the count of runs by namespace, kind and state to the
-// server's /metrics (through OpenTelemetry's Prometheus exporter).
-func observeRuns(srv *server.Server, pool *pgxpool.Pool, schema string) error {
-	mp, err := weirotel.RegisterPrometheus(srv.MetricsRegisterer())
-	if err != nil {
-		return err
-	}
-	if _, err := weirotel.ObserveRuns(mp, pool, schema); err != nil {
-		return err
-	}
 	return nil
 }
