@@ -476,6 +476,14 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	if err != nil {
 		return err
 	}
+	if onlyBoundary(toAppend, outcome) {
+		// Nothing entered history (every input was rejected, deferred or
+		// dropped) and the code did nothing: the task records nothing,
+		// so rejected updates cannot grow a history. The session has
+		// the boundary; it is not the run's history any more.
+		outcome.Events = nil
+		result.dropSession()
+	}
 	toAppend = append(toAppend, outcome.Events...)
 	// A group must not wait for a child's start lock, nor write anything
 	// before its last batch: such a task runs alone, nothing written yet.
@@ -1044,4 +1052,11 @@ func signalHeaders(inputs []history.Event) []map[string]string {
 		}
 	}
 	return out
+}
+
+// onlyBoundary reports whether a task's outcome records nothing but its
+// WorkflowTaskStarted boundary, on a run that already has a history.
+func onlyBoundary(toAppend []history.Event, outcome *replay.Outcome) bool {
+	return len(toAppend) == 0 && !outcome.Completed &&
+		len(outcome.Events) == 1 && outcome.Events[0].Type == history.EventWorkflowTaskStarted
 }
