@@ -68,6 +68,9 @@ type ScheduleParams struct {
 
 // Schedule is a schedule as stored.
 type Schedule struct {
+	// Anchor is the instant an Every schedule's due times count from: they
+	// are Anchor + n×Every for n ≥ 1.
+	Anchor         time.Time
 	Cron           string
 	CreatedAt      time.Time
 	Every          time.Duration
@@ -178,7 +181,7 @@ func (c *Client) CreateSchedule(ctx context.Context, p *ScheduleParams) (*Schedu
 
 const scheduleColumns = "schedule_id, namespace, coalesce(cron, ''), coalesce(extract(epoch FROM every) * 1000000, 0)::bigint," +
 	" (extract(epoch FROM jitter) * 1000000)::bigint, time_zone, workflow_kind, queue, overlap_policy, paused, note," +
-	" next_run_at, last_due_at, last_run_id, coalesce(last_workflow_id, ''), created_at"
+	" next_run_at, last_due_at, last_run_id, coalesce(last_workflow_id, ''), created_at, anchor"
 
 func scanSchedule(row pgx.Row) (*Schedule, error) {
 	var (
@@ -187,7 +190,7 @@ func scanSchedule(row pgx.Row) (*Schedule, error) {
 		policy        string
 	)
 	err := row.Scan(&s.ID, &s.Namespace, &s.Cron, &every, &jitter, &s.TimeZone, &s.WorkflowKind, &s.Queue, &policy,
-		&s.Paused, &s.Note, &s.NextRunAt, &s.LastDueAt, &s.LastRunID, &s.LastWorkflowID, &s.CreatedAt)
+		&s.Paused, &s.Note, &s.NextRunAt, &s.LastDueAt, &s.LastRunID, &s.LastWorkflowID, &s.CreatedAt, &s.Anchor)
 	s.Every, s.Jitter, s.OverlapPolicy = time.Duration(every)*time.Microsecond, time.Duration(jitter)*time.Microsecond, OverlapPolicy(policy)
 	return &s, err
 }

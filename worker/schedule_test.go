@@ -58,6 +58,35 @@ func TestSchedules(t *testing.T) {
 		return page.Runs
 	}
 
+	t.Run("BackfillStartsOnlyLiveDueTimes", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+
+		s, err := b.client.CreateSchedule(ctx, &client.ScheduleParams{ID: "every", Every: time.Second, Paused: true, Workflow: TickArgs{}})
+		require.NoError(t, err)
+		require.NotNil(t, s.NextRunAt)
+		require.Equal(t, s.Anchor.Add(time.Second), *s.NextRunAt, "the live schedule's first due time")
+
+		// Before its creation the live schedule fires nothing.
+		runs, err := b.client.BackfillSchedule(ctx, "every", s.CreatedAt.Add(-10*time.Second), s.CreatedAt.Add(time.Nanosecond))
+		require.NoError(t, err)
+		require.Empty(t, runs)
+
+		// Through its first due times: exactly those.
+		runs, err = b.client.BackfillSchedule(ctx, "every", s.CreatedAt.Add(-10*time.Second), s.NextRunAt.Add(2500*time.Millisecond))
+		require.NoError(t, err)
+		var ids []string
+		for _, r := range runs {
+			ids = append(ids, r.WorkflowID)
+		}
+		require.Equal(t, []string{
+			client.ScheduleWorkflowID("every", *s.NextRunAt),
+			client.ScheduleWorkflowID("every", s.NextRunAt.Add(time.Second)),
+			client.ScheduleWorkflowID("every", s.NextRunAt.Add(2*time.Second)),
+		}, ids)
+	})
+
 	t.Run("OneStartPerDueTimeUnderCompetingWorkers", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
