@@ -194,6 +194,16 @@ func TestUpdates(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"reserved apple", "reserved pear"}, items)
 		requireHistoryWellFormed(ctx, t, b, run)
+
+		// The run closed: updates are rejected as WorkflowClosed.
+		for _, runID := range []uuid.UUID{run.RunID, uuid.Nil} {
+			_, err = update(ctx, t, b.client, b.client.GetRun(run.WorkflowID, runID), AddToCart{SKU: "late"}, nil)
+			var rejected *client.UpdateRejectedError
+			require.ErrorAs(t, err, &rejected)
+			require.ErrorIs(t, err, client.ErrUpdateRejected)
+			require.Equal(t, "WorkflowClosed", rejected.Failure.Type)
+			require.Equal(t, run.RunID, rejected.RunID)
+		}
 	})
 
 	t.Run("RunClosingRejectsWaitingUpdates", func(t *testing.T) {
