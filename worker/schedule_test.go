@@ -140,6 +140,42 @@ func TestSchedules(t *testing.T) {
 		requireEventually(t, func() bool { return len(runsOf(ctx, t, b, "buffer_one/")) == 2 })
 	})
 
+	t.Run("PauseAndResume", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorkers(ctx, t, b, 1)
+
+		_, err := b.client.CreateSchedule(ctx, &client.ScheduleParams{ID: "pr", Every: 100 * time.Millisecond, Paused: true, Workflow: TickArgs{}})
+		require.NoError(t, err)
+
+		// A pause in a transaction that rolls back leaves it as it was.
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		s, err := b.client.ResumeScheduleTx(ctx, tx, "pr")
+		require.NoError(t, err)
+		require.False(t, s.Paused)
+		require.NoError(t, tx.Rollback(ctx))
+		s, err = b.client.DescribeSchedule(ctx, "pr")
+		require.NoError(t, err)
+		require.True(t, s.Paused)
+
+		s, err = b.client.ResumeSchedule(ctx, "pr")
+		require.NoError(t, err)
+		require.False(t, s.Paused)
+		require.NotNil(t, s.NextRunAt)
+		requireEventually(t, func() bool { return len(runsOf(ctx, t, b, "pr/")) >= 2 })
+
+		s, err = b.client.PauseSchedule(ctx, "pr")
+		require.NoError(t, err)
+		require.True(t, s.Paused)
+		s, err = b.client.DescribeSchedule(ctx, "pr")
+		require.NoError(t, err)
+		require.True(t, s.Paused)
+		_, err = b.client.PauseSchedule(ctx, "nosuch")
+		require.ErrorIs(t, err, client.ErrScheduleNotFound)
+	})
+
 	t.Run("TriggerAndBackfill", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
