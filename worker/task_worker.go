@@ -447,10 +447,11 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 		replayCtx = by.replayCtx
 	}
 	params := &replay.ExecuteParams{
-		Codec:           w.config.Codec,
-		DeadlockTimeout: w.config.DeadlockTimeout,
-		Go:              w.goroutines.Go,
-		History:         events,
+		ActivityResultType: w.activityResultType,
+		Codec:              w.config.Codec,
+		DeadlockTimeout:    w.config.DeadlockTimeout,
+		Go:                 w.goroutines.Go,
+		History:            events,
 		Info: replay.Info{
 			Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), TaskAttempt: by.attempt, WorkflowID: run.WorkflowID,
 		},

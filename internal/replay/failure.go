@@ -11,6 +11,8 @@ import (
 // Failure types given to weir's own error types.
 const (
 	FailureTypeActivity = "ActivityError"
+	// FailureTypeActivityResultType is a *workflow.ActivityResultTypeError.
+	FailureTypeActivityResultType = "ActivityResultTypeMismatch"
 	FailureTypeCanceled = "Canceled"
 	FailureTypePanic    = "PanicError"
 	FailureTypePayload  = "PayloadTooLarge"
@@ -51,6 +53,8 @@ func failureFromError(err error, depth int) *history.Failure {
 		}
 	case *workflow.PanicError:
 		return &history.Failure{Message: fmt.Sprint(e.Value), Type: FailureTypePanic, Stack: e.Stack}
+	case *workflow.ActivityResultTypeError:
+		return &history.Failure{Message: e.Error(), Type: FailureTypeActivityResultType, NonRetryable: true}
 	case *workflow.PayloadTooLargeError:
 		return &history.Failure{Message: e.Error(), Type: FailureTypePayload, NonRetryable: true}
 	case *workflow.TimeoutError:
