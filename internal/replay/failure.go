@@ -13,10 +13,10 @@ const (
 	FailureTypeActivity = "ActivityError"
 	// FailureTypeActivityResultType is a *workflow.ActivityResultTypeError.
 	FailureTypeActivityResultType = "ActivityResultTypeMismatch"
-	FailureTypeCanceled = "Canceled"
-	FailureTypePanic    = "PanicError"
-	FailureTypePayload  = "PayloadTooLarge"
-	FailureTypeTimeout  = "TimeoutError"
+	FailureTypeCanceled           = "Canceled"
+	FailureTypePanic              = "PanicError"
+	FailureTypePayload            = "PayloadTooLarge"
+	FailureTypeTimeout            = "TimeoutError"
 )
 
 // FailureFromError converts an error to its persisted form, following the
