@@ -7,6 +7,8 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/inbox"
 )
 
 // staleActivity is why an activity's job must not run its code: its run is
@@ -31,9 +33,12 @@ func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int
 		state   string
 		pending bool
 	)
-	err := w.pool.QueryRow(ctx, "SELECT r.state, EXISTS (SELECT 1 FROM "+w.names.Activity+
-		" a WHERE a.run_id = r.run_id AND a.scheduled_event_id = $2 AND a.job_id = $3) FROM "+w.names.Run+" r WHERE r.run_id = $1",
-		meta.RunID, meta.ScheduledEventID, jobID).Scan(&state, &pending)
+	// Pending: recorded as such, and no outcome waiting in the inbox.
+	err := w.pool.QueryRow(ctx, "SELECT r.state,"+
+		" EXISTS (SELECT 1 FROM "+w.names.Activity+" a WHERE a.run_id = r.run_id AND a.scheduled_event_id = $2 AND a.job_id = $3)"+
+		" AND NOT EXISTS (SELECT 1 FROM "+w.names.Inbox+" i WHERE i.run_id = r.run_id AND i.dedup_key = $4)"+
+		" FROM "+w.names.Run+" r WHERE r.run_id = $1",
+		meta.RunID, meta.ScheduledEventID, jobID, inbox.ActivityKey(meta.ScheduledEventID)).Scan(&state, &pending)
 	var reason string
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -43,7 +48,7 @@ func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int
 	case state != "running":
 		reason = fmt.Sprintf("its workflow %s run %s is %s", meta.WorkflowID, meta.RunID, state)
 	case !pending:
-		reason = fmt.Sprintf("it is already resolved in the history of workflow %s run %s (event %d)", meta.WorkflowID, meta.RunID, meta.ScheduledEventID)
+		reason = fmt.Sprintf("it is already resolved for workflow %s run %s (event %d)", meta.WorkflowID, meta.RunID, meta.ScheduledEventID)
 	default:
 		return nil
 	}
