@@ -144,6 +144,27 @@ func TestWorkerInterceptor(t *testing.T) {
 			"a run without a stored trace context still has one trace")
 	})
 
+	t.Run("LeaseLostCauseIsFenced", func(t *testing.T) {
+		t.Parallel()
+		p := newProviders(t)
+		w, err := weirotel.NewWorkerInterceptor(p.tp, p.mp)
+		require.NoError(t, err)
+		// The fencing plugin cancels a lost attempt's context with this
+		// cause; the code then returns what it returns.
+		ctx, cancel := context.WithCancelCause(t.Context())
+		cancel(&fencing.LeaseLostError{Attempt: 1, JobID: 7, Op: "renew"})
+		require.ErrorIs(t, w.InterceptActivity(ctx, info(1), func(ctx context.Context) error { return ctx.Err() }), context.Canceled)
+		require.ErrorIs(t, w.InterceptTask(ctx, &worker.TaskInfo{Attempt: 1, JobID: 8, Kind: "order", RunID: uuid.New()},
+			func(ctx context.Context) error { return ctx.Err() }), context.Canceled)
+
+		for _, s := range p.recorder.Ended() {
+			require.Equal(t, weirotel.OutcomeFenced, attr(s, weirotel.AttrOutcome).AsString(), s.Name())
+		}
+		rm := p.collect(t)
+		require.Equal(t, int64(1), sumOf(t, rm, weirotel.MetricActivityAttempts, map[attribute.Key]string{weirotel.AttrOutcome: weirotel.OutcomeFenced}))
+		require.Equal(t, int64(1), sumOf(t, rm, weirotel.MetricTaskAttempts, map[attribute.Key]string{weirotel.AttrOutcome: weirotel.OutcomeFenced}))
+	})
+
 	t.Run("NonDeterminismIsAnEvent", func(t *testing.T) {
 		t.Parallel()
 		p := newProviders(t)
