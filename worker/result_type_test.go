@@ -80,4 +80,11 @@ func TestActivityResultType(t *testing.T) {
 	require.Equal(t, "ActivityResultTypeMismatch", failed.Failure.Type)
 	require.True(t, failed.Failure.NonRetryable)
 	require.Equal(t, int64(1), reserve.calls.Load())
+
+	// A Replayer set up from the worker decides as the worker did.
+	replayer, err := worker.NewReplayer(&worker.ReplayerConfig{Pool: b.pool, Schema: b.schema})
+	require.NoError(t, err)
+	require.NoError(t, replayer.AddWorkflowsOf(w))
+	_, err = replayer.ReplayRun(ctx, run.WorkflowID, run.RunID)
+	require.NoError(t, err)
 }
