@@ -338,6 +338,22 @@ func TestGet(t *testing.T) {
 		require.Equal(t, "card declined", failure.Message)
 	})
 
+	t.Run("LatestRunOfWorkflowID", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t, nil)
+		run, err := b.client.Start(ctx, orderArgs{ID: "o-11"}, &client.StartOpts{WorkflowID: "latest"})
+		require.NoError(t, err)
+		closeRun(ctx, t, b, run.RunID, "completed", []byte(`{"charged":11}`), nil, true)
+
+		// uuid.Nil means the workflow's latest run, as in every other call.
+		got, err := client.GetResult[receipt](ctx, b.client.GetRun("latest", uuid.Nil))
+		require.NoError(t, err)
+		require.Equal(t, int64(11), got.Charged)
+		err = b.client.GetRun("nope", uuid.Nil).Get(ctx, nil)
+		require.ErrorIs(t, err, client.ErrRunNotFound)
+	})
+
 	t.Run("ManyWaitersShareOneListener", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -71,4 +72,49 @@ func Example_start() {
 	// created: true generation: 1
 	// created: false same run: true
 	// already started: refund-o-1 generation 1 same run: true
+}
+
+// Pause a schedule and resume it; its due times count from its anchor.
+func ExampleClient_PauseSchedule() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbtest.ExampleURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	const schema = "weir_example_client_schedule"
+	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Up(ctx, nil); err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	s, err := c.CreateSchedule(ctx, &client.ScheduleParams{ID: "nightly-refunds", Every: 24 * time.Hour, Workflow: RefundArgs{}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("first due one interval after the anchor:", s.NextRunAt.Sub(s.Anchor))
+
+	if s, err = c.PauseSchedule(ctx, "nightly-refunds"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("paused:", s.Paused)
+	if s, err = c.ResumeSchedule(ctx, "nightly-refunds"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("paused:", s.Paused)
+
+	// Output:
+	// first due one interval after the anchor: 24h0m0s
+	// paused: true
+	// paused: false
 }

@@ -17,7 +17,8 @@ import (
 const listenerReadyWait = 5 * time.Second
 
 // GetRun returns a handle on a run started elsewhere, in the client's
-// namespace. It does not check that the run exists; Get does.
+// namespace. A zero runID means the workflow's latest run, looked up by each
+// Get. It does not check that the run exists; Get does.
 func (c *Client) GetRun(workflowID string, runID uuid.UUID) *Run {
 	return &Run{Namespace: c.config.Namespace, RunID: runID, WorkflowID: workflowID, client: c}
 }
@@ -60,6 +61,13 @@ func (c *Client) await(ctx context.Context, run *Run, out any) error {
 	// A run that continued as new hands over to the next run of its chain:
 	// follow it and await that one.
 	runID := run.RunID
+	if runID == uuid.Nil {
+		latest, err := c.resolveRun(ctx, c.pool, run.WorkflowID, uuid.Nil)
+		if err != nil {
+			return err
+		}
+		runID = latest
+	}
 	for {
 		var wake <-chan struct{}
 		unregister := func() {}

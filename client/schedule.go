@@ -68,6 +68,9 @@ type ScheduleParams struct {
 
 // Schedule is a schedule as stored.
 type Schedule struct {
+	// Anchor is the instant an Every schedule's due times count from: they
+	// are Anchor + n×Every for n ≥ 1.
+	Anchor         time.Time
 	Cron           string
 	CreatedAt      time.Time
 	Every          time.Duration
@@ -178,7 +181,7 @@ func (c *Client) CreateSchedule(ctx context.Context, p *ScheduleParams) (*Schedu
 
 const scheduleColumns = "schedule_id, namespace, coalesce(cron, ''), coalesce(extract(epoch FROM every) * 1000000, 0)::bigint," +
 	" (extract(epoch FROM jitter) * 1000000)::bigint, time_zone, workflow_kind, queue, overlap_policy, paused, note," +
-	" next_run_at, last_due_at, last_run_id, coalesce(last_workflow_id, ''), created_at"
+	" next_run_at, last_due_at, last_run_id, coalesce(last_workflow_id, ''), created_at, anchor"
 
 func scanSchedule(row pgx.Row) (*Schedule, error) {
 	var (
@@ -187,7 +190,7 @@ func scanSchedule(row pgx.Row) (*Schedule, error) {
 		policy        string
 	)
 	err := row.Scan(&s.ID, &s.Namespace, &s.Cron, &every, &jitter, &s.TimeZone, &s.WorkflowKind, &s.Queue, &policy,
-		&s.Paused, &s.Note, &s.NextRunAt, &s.LastDueAt, &s.LastRunID, &s.LastWorkflowID, &s.CreatedAt)
+		&s.Paused, &s.Note, &s.NextRunAt, &s.LastDueAt, &s.LastRunID, &s.LastWorkflowID, &s.CreatedAt, &s.Anchor)
 	s.Every, s.Jitter, s.OverlapPolicy = time.Duration(every)*time.Microsecond, time.Duration(jitter)*time.Microsecond, OverlapPolicy(policy)
 	return &s, err
 }
@@ -245,52 +248,82 @@ type ScheduleUpdate struct {
 	Paused *bool
 }
 
-// UpdateSchedule changes a schedule.
+// UpdateSchedule is UpdateScheduleTx in a transaction of its own.
 func (c *Client) UpdateSchedule(ctx context.Context, id string, u *ScheduleUpdate) (*Schedule, error) {
-	if u == nil {
-		return c.DescribeSchedule(ctx, id)
-	}
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		current, err := scanSchedule(tx.QueryRow(ctx, "SELECT "+scheduleColumns+" FROM "+c.names.Schedule+
-			" WHERE namespace = $1 AND schedule_id = $2 FOR UPDATE", c.config.Namespace, id))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return &ScheduleNotFoundError{ID: id, Namespace: c.config.Namespace}
-		}
-		if err != nil {
-			return err
-		}
-		if u.Note != nil {
-			current.Note = *u.Note
-		}
-		if u.OverlapPolicy != nil {
-			current.OverlapPolicy = *u.OverlapPolicy
-		}
-		next := current.NextRunAt
-		if u.Paused != nil {
-			if current.Paused && !*u.Paused {
-				// Resuming: the next due time from now on.
-				var now, anchor time.Time
-				if err := tx.QueryRow(ctx, "SELECT now(), anchor FROM "+c.names.Schedule+" WHERE namespace = $1 AND schedule_id = $2",
-					c.config.Namespace, id).Scan(&now, &anchor); err != nil {
-					return err
-				}
-				spec := &schedule.Spec{Cron: current.Cron, Every: current.Every, Jitter: current.Jitter, TimeZone: current.TimeZone}
-				n, err := spec.Next(anchor, now)
-				if err != nil {
-					return err
-				}
-				next = &n
-			}
-			current.Paused = *u.Paused
-		}
-		_, err = tx.Exec(ctx, "UPDATE "+c.names.Schedule+" SET note = $3, overlap_policy = $4, paused = $5, next_run_at = $6, updated_at = now()"+
-			" WHERE namespace = $1 AND schedule_id = $2", c.config.Namespace, id, current.Note, string(current.OverlapPolicy), current.Paused, next)
+	var s *Schedule
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+		s, err = c.UpdateScheduleTx(ctx, tx, id, u)
 		return err
 	})
-	if err != nil {
-		return nil, err
+	return s, err
+}
+
+// UpdateScheduleTx changes a schedule in tx and returns it as changed. A
+// nil u changes nothing.
+func (c *Client) UpdateScheduleTx(ctx context.Context, tx pgx.Tx, id string, u *ScheduleUpdate) (*Schedule, error) {
+	current, err := scanSchedule(tx.QueryRow(ctx, "SELECT "+scheduleColumns+" FROM "+c.names.Schedule+
+		" WHERE namespace = $1 AND schedule_id = $2 FOR UPDATE", c.config.Namespace, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &ScheduleNotFoundError{ID: id, Namespace: c.config.Namespace}
 	}
-	return c.DescribeSchedule(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading schedule %s: %w", id, err)
+	}
+	if u == nil {
+		return current, nil
+	}
+	if u.Note != nil {
+		current.Note = *u.Note
+	}
+	if u.OverlapPolicy != nil {
+		current.OverlapPolicy = *u.OverlapPolicy
+	}
+	if u.Paused != nil {
+		if current.Paused && !*u.Paused {
+			// Resuming: the next due time from now on.
+			var now time.Time
+			if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+				return nil, fmt.Errorf("reading the time: %w", err)
+			}
+			spec := &schedule.Spec{Cron: current.Cron, Every: current.Every, Jitter: current.Jitter, TimeZone: current.TimeZone}
+			next, err := spec.Next(current.Anchor, now)
+			if err != nil {
+				return nil, err
+			}
+			current.NextRunAt = &next
+		}
+		current.Paused = *u.Paused
+	}
+	if _, err := tx.Exec(ctx, "UPDATE "+c.names.Schedule+" SET note = $3, overlap_policy = $4, paused = $5, next_run_at = $6, updated_at = now()"+
+		" WHERE namespace = $1 AND schedule_id = $2", c.config.Namespace, id, current.Note, string(current.OverlapPolicy), current.Paused, current.NextRunAt); err != nil {
+		return nil, fmt.Errorf("updating schedule %s: %w", id, err)
+	}
+	return current, nil
+}
+
+// PauseSchedule is PauseScheduleTx in a transaction of its own.
+func (c *Client) PauseSchedule(ctx context.Context, id string) (*Schedule, error) {
+	return c.UpdateSchedule(ctx, id, &ScheduleUpdate{Paused: new(true)})
+}
+
+// PauseScheduleTx pauses a schedule in tx: it starts no run until resumed
+// (TriggerSchedule and BackfillSchedule still start runs). Pausing a paused
+// schedule changes nothing.
+func (c *Client) PauseScheduleTx(ctx context.Context, tx pgx.Tx, id string) (*Schedule, error) {
+	return c.UpdateScheduleTx(ctx, tx, id, &ScheduleUpdate{Paused: new(true)})
+}
+
+// ResumeSchedule is ResumeScheduleTx in a transaction of its own.
+func (c *Client) ResumeSchedule(ctx context.Context, id string) (*Schedule, error) {
+	return c.UpdateSchedule(ctx, id, &ScheduleUpdate{Paused: new(false)})
+}
+
+// ResumeScheduleTx resumes a paused schedule in tx. Its next start is its
+// first due time after now: due times that passed while it was paused are
+// skipped (BackfillSchedule starts them). Resuming a running schedule
+// changes nothing.
+func (c *Client) ResumeScheduleTx(ctx context.Context, tx pgx.Tx, id string) (*Schedule, error) {
+	return c.UpdateScheduleTx(ctx, tx, id, &ScheduleUpdate{Paused: new(false)})
 }
 
 // TriggerSchedule starts the schedule's workflow now, outside its due times

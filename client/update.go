@@ -137,6 +137,12 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 			Attributes: attrs, DedupKey: update.Key(updateID), Type: string(history.EventUpdateAccepted),
 		}, "")
 	})
+	if closed := (*RunClosedError)(nil); errors.As(err, &closed) {
+		return &UpdateRejectedError{
+			Failure: &Failure{Message: "the run is already " + closed.State, Type: "WorkflowClosed"},
+			RunID:   closed.RunID, UpdateID: updateID, WorkflowID: workflowID,
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("sending update %s to workflow %s: %w", args.Kind(), workflowID, err)
 	}

@@ -69,3 +69,24 @@ func (e *LineDependencyError) Error() string { return "migrations: " + e.Reason 
 
 // Is makes errors.Is(err, ErrLineDependency) true.
 func (e *LineDependencyError) Is(target error) bool { return target == ErrLineDependency }
+
+// SchemaNameMax is the longest schema name River accepts (its
+// notification channels are named "<schema>.<topic>", within Postgres's 63
+// bytes).
+const SchemaNameMax = 46
+
+// ErrSchemaName is matched (errors.Is) by a *SchemaNameError.
+var ErrSchemaName = errors.New("migrations: schema name not usable")
+
+// SchemaNameError names a schema River cannot use.
+type SchemaNameError struct {
+	// Schema is the refused name.
+	Schema string
+}
+
+func (e *SchemaNameError) Error() string {
+	return fmt.Sprintf("migrations: schema name %q is %d bytes; River allows at most %d", e.Schema, len(e.Schema), SchemaNameMax)
+}
+
+// Is makes errors.Is(err, ErrSchemaName) true.
+func (e *SchemaNameError) Is(target error) bool { return target == ErrSchemaName }

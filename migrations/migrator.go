@@ -20,7 +20,8 @@ type Config struct {
 
 	// Schema is the Postgres schema that holds River's and weir's tables,
 	// created by Up if missing. It must match river.Config.Schema and weir's
-	// own schema settings. Defaults to empty: the first schema on the
+	// own schema settings; at most SchemaNameMax bytes (New returns a
+	// *SchemaNameError otherwise). Defaults to empty: the first schema on the
 	// connection's search_path.
 	Schema string
 }
@@ -44,7 +45,9 @@ type Migrator struct {
 	pool      *pgxpool.Pool
 }
 
-// New returns a Migrator over pool. A nil config means defaults.
+// New returns a Migrator over pool. A nil config means defaults. A schema
+// name River cannot use is refused here (*SchemaNameError), not when a
+// worker starts.
 func New(pool *pgxpool.Pool, config *Config) (*Migrator, error) {
 	if pool == nil {
 		return nil, errors.New("migrations: pool is required")
@@ -53,6 +56,9 @@ func New(pool *pgxpool.Pool, config *Config) (*Migrator, error) {
 		config = &Config{}
 	}
 	config = config.withDefaults()
+	if len(config.Schema) > SchemaNameMax {
+		return nil, &SchemaNameError{Schema: config.Schema}
+	}
 
 	driver := newLineDriver(pool)
 	migrators := make(map[string]*rivermigrate.Migrator[pgx.Tx], len(Lines()))

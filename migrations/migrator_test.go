@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbtest"
@@ -210,6 +213,27 @@ func TestMigrator(t *testing.T) {
 		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineWeir})
 		require.ErrorIs(t, err, migrations.ErrLineDependency)
 		require.Empty(t, tableNames(ctx, t, bundle.pool, bundle.schema))
+	})
+
+	t.Run("SchemaNameRiverCannotUse", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.Pool(ctx, t)
+
+		longest := strings.Repeat("s", migrations.SchemaNameMax)
+		_, err := migrations.New(pool, &migrations.Config{Schema: longest})
+		require.NoError(t, err)
+		_, err = river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: longest})
+		require.NoError(t, err, "River takes the longest name New takes")
+
+		tooLong := longest + "s"
+		_, err = river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: tooLong})
+		require.Error(t, err, "River refuses a longer one")
+		_, err = migrations.New(pool, &migrations.Config{Schema: tooLong})
+		var nameErr *migrations.SchemaNameError
+		require.ErrorAs(t, err, &nameErr)
+		require.ErrorIs(t, err, migrations.ErrSchemaName)
+		require.Equal(t, tooLong, nameErr.Schema)
 	})
 
 	t.Run("SchemaIsolation", func(t *testing.T) {

@@ -16,7 +16,10 @@
 // SDK's TracerProvider sdktrace.WithIDGenerator(weirotel.NewIDGenerator()) so
 // that retries link to the attempt before them across processes (see
 // IDGenerator). For the server's /metrics, RegisterPrometheus returns a
-// MeterProvider collected by a prometheus.Registerer.
+// MeterProvider collected by a prometheus.Registerer; give it
+// sdkmetric.WithReader to feed another reader from the same provider, or
+// put PrometheusReader in a MeterProvider of your own. Install each
+// component once, with the one provider.
 //
 // # Trace shape
 //

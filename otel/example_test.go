@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -109,4 +112,47 @@ func closed() chan struct{} {
 	ch := make(chan struct{})
 	close(ch)
 	return ch
+}
+
+// Feed Prometheus and a second reader (an OTLP exporter's, say) from one
+// MeterProvider, and install the worker's instruments once.
+func ExampleRegisterPrometheus() {
+	reg := prometheus.NewRegistry()
+	other := sdkmetric.NewManualReader() // stands for an OTLP reader
+	mp, err := weirotel.RegisterPrometheus(reg, sdkmetric.WithReader(other))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+
+	config := &worker.Config{}
+	if err := weirotel.InstallWorker(config, nil, mp); err != nil {
+		log.Fatal(err)
+	}
+	// What a worker does for each activity attempt.
+	_ = config.Interceptors[0].InterceptActivity(context.Background(), &worker.ActivityInfo{Attempt: 1, JobID: 1, Kind: "charge"},
+		func(context.Context) error { return nil })
+
+	families, err := reg.Gather()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "weir_activity_attempts_total" {
+			fmt.Println("prometheus:", f.GetName(), f.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := other.Collect(context.Background(), &rm); err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if m.Name == weirotel.MetricActivityAttempts {
+			fmt.Println("other reader:", m.Name, m.Data.(metricdata.Sum[int64]).DataPoints[0].Value)
+		}
+	}
+
+	// Output:
+	// prometheus: weir_activity_attempts_total 1
+	// other reader: weir.activity.attempts 1
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -141,6 +142,27 @@ func TestWorkerInterceptor(t *testing.T) {
 		require.True(t, linkedTo(second, first.SpanContext()))
 		require.Equal(t, first.SpanContext().TraceID(), second.SpanContext().TraceID(),
 			"a run without a stored trace context still has one trace")
+	})
+
+	t.Run("LeaseLostCauseIsFenced", func(t *testing.T) {
+		t.Parallel()
+		p := newProviders(t)
+		w, err := weirotel.NewWorkerInterceptor(p.tp, p.mp)
+		require.NoError(t, err)
+		// The fencing plugin cancels a lost attempt's context with this
+		// cause; the code then returns what it returns.
+		ctx, cancel := context.WithCancelCause(t.Context())
+		cancel(&fencing.LeaseLostError{Attempt: 1, JobID: 7, Op: "renew"})
+		require.ErrorIs(t, w.InterceptActivity(ctx, info(1), func(ctx context.Context) error { return ctx.Err() }), context.Canceled)
+		require.ErrorIs(t, w.InterceptTask(ctx, &worker.TaskInfo{Attempt: 1, JobID: 8, Kind: "order", RunID: uuid.New()},
+			func(ctx context.Context) error { return ctx.Err() }), context.Canceled)
+
+		for _, s := range p.recorder.Ended() {
+			require.Equal(t, weirotel.OutcomeFenced, attr(s, weirotel.AttrOutcome).AsString(), s.Name())
+		}
+		rm := p.collect(t)
+		require.Equal(t, int64(1), sumOf(t, rm, weirotel.MetricActivityAttempts, map[attribute.Key]string{weirotel.AttrOutcome: weirotel.OutcomeFenced}))
+		require.Equal(t, int64(1), sumOf(t, rm, weirotel.MetricTaskAttempts, map[attribute.Key]string{weirotel.AttrOutcome: weirotel.OutcomeFenced}))
 	})
 
 	t.Run("NonDeterminismIsAnEvent", func(t *testing.T) {
@@ -284,6 +306,60 @@ func TestRegisterPrometheus(t *testing.T) {
 	require.Contains(t, names, "weir_lease_stale_writes_rejected_total")
 	require.Contains(t, names, "weir_activity_attempts_total")
 	require.Contains(t, names, "weir_activity_execution_duration_seconds")
+}
+
+// TestPrometheusAndAnotherReader: one MeterProvider feeds Prometheus and a
+// second reader, with the worker's instruments installed once.
+func TestPrometheusAndAnotherReader(t *testing.T) {
+	t.Parallel()
+	attempts := func(t *testing.T, mp metric.MeterProvider) {
+		t.Helper()
+		w, err := weirotel.NewWorkerInterceptor(nil, mp)
+		require.NoError(t, err)
+		require.NoError(t, w.InterceptActivity(t.Context(), &worker.ActivityInfo{Attempt: 1, JobID: 1, Kind: "k", RunID: uuid.New()},
+			func(context.Context) error { return nil }))
+	}
+	gathered := func(t *testing.T, reg *prometheus.Registry) []string {
+		t.Helper()
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		var names []string
+		for _, f := range families {
+			names = append(names, f.GetName())
+		}
+		return names
+	}
+
+	t.Run("PrometheusReader", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		prom, err := weirotel.PrometheusReader(reg)
+		require.NoError(t, err)
+		other := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(prom), sdkmetric.WithReader(other))
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+
+		attempts(t, mp)
+		require.Contains(t, gathered(t, reg), "weir_activity_attempts_total")
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, other.Collect(t.Context(), &rm))
+		require.Equal(t, int64(1), sumOf(t, rm, weirotel.MetricActivityAttempts, nil))
+	})
+
+	t.Run("RegisterPrometheusWithAReader", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		other := sdkmetric.NewManualReader()
+		mp, err := weirotel.RegisterPrometheus(reg, sdkmetric.WithReader(other))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+
+		attempts(t, mp)
+		require.Contains(t, gathered(t, reg), "weir_activity_attempts_total")
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, other.Collect(t.Context(), &rm))
+		require.Equal(t, int64(1), sumOf(t, rm, weirotel.MetricActivityAttempts, nil))
+	})
 }
 
 // countingObserver counts the fencing events it sees.

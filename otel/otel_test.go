@@ -83,6 +83,40 @@ func (a *HeldActivity) Execute(ctx context.Context, args HeldArgs) (string, erro
 	return fmt.Sprintf("attempt %d", info.Attempt), nil
 }
 
+type ObedientArgs struct {
+	Key string `json:"key"`
+}
+
+func (ObedientArgs) Kind() string { return "obedient" }
+
+// ObedientActivity waits in its first attempt until its context ends and
+// returns the context's error, as well-behaved code does when its lease is
+// lost; later attempts return at once.
+type ObedientActivity struct {
+	activity.Defaults[ObedientArgs, string]
+}
+
+func (a *ObedientActivity) Execute(ctx context.Context, args ObedientArgs) (string, error) {
+	info, _ := activity.GetInfo(ctx)
+	if info.Attempt == 1 {
+		g, _ := gates.Load(args.Key)
+		g.(*gate).entered <- info.JobID
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return fmt.Sprintf("attempt %d", info.Attempt), nil
+}
+
+type ObedientWorkflow struct {
+	workflow.Defaults[ObedientArgs, string]
+}
+
+func (*ObedientWorkflow) Run(ctx workflow.Context, args ObedientArgs) (string, error) {
+	return workflow.ExecuteActivity[string](ctx, args, &workflow.ActivityOpts{
+		RetryPolicy: &workflow.RetryPolicy{InitialInterval: 10 * time.Millisecond, MaximumAttempts: 5},
+	}).Get(ctx)
+}
+
 type TracedArgs struct {
 	Key string `json:"key"`
 }
@@ -196,6 +230,13 @@ type testBundle struct {
 
 func setup(ctx context.Context, t *testing.T, tpOpts ...sdktrace.TracerProviderOption) *testBundle {
 	t.Helper()
+	return setupFencing(ctx, t, fencing.Config{}, tpOpts...)
+}
+
+// setupFencing is setup with the worker's fencing configured (its
+// observer is the test's).
+func setupFencing(ctx context.Context, t *testing.T, fencingConfig fencing.Config, tpOpts ...sdktrace.TracerProviderOption) *testBundle {
+	t.Helper()
 	pool := dbtest.Pool(ctx, t)
 	schema := dbtest.TestSchema(ctx, t)
 
@@ -216,7 +257,7 @@ func setup(ctx context.Context, t *testing.T, tpOpts ...sdktrace.TracerProviderO
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 
 	// The held activity ignores its context on purpose: no deadlock check.
-	workerConfig := &worker.Config{DeadlockTimeout: -1, Schema: schema, SweepInterval: 50 * time.Millisecond}
+	workerConfig := &worker.Config{DeadlockTimeout: -1, Fencing: &fencingConfig, Schema: schema, SweepInterval: 50 * time.Millisecond}
 	require.NoError(t, weirotel.InstallWorker(workerConfig, tp, mp))
 	rejected := make(chan struct{}, 1)
 	workerConfig.Fencing.Observer = &staleSignal{next: workerConfig.Fencing.Observer, rejected: rejected}
@@ -228,6 +269,8 @@ func setup(ctx context.Context, t *testing.T, tpOpts ...sdktrace.TracerProviderO
 	worker.AddWorkflow(w, &WaitWorkflow{})
 	worker.AddActivity(w, &FlakyActivity{})
 	worker.AddActivity(w, &HeldActivity{})
+	worker.AddWorkflow(w, &ObedientWorkflow{})
+	worker.AddActivity(w, &ObedientActivity{})
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -465,6 +508,48 @@ func TestTraceShape(t *testing.T) {
 
 // TestChildContinuesTrace: a child workflow's tasks are in its parent's
 // trace, children of the parent's start span, with the child's own run ID.
+// TestLeaseLostAttemptIsFenced: an attempt whose lease renewal was refused
+// (its context's cause is ErrLeaseLost) ends fenced, whatever its code
+// returned, in its span and in weir.activity.attempts.
+func TestLeaseLostAttemptIsFenced(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setupFencing(ctx, t, fencing.Config{HeartbeatInterval: 100 * time.Millisecond})
+	key := t.Name()
+	g := &gate{entered: make(chan int64, 1), release: make(chan struct{})}
+	gates.Store(key, g)
+
+	run, err := b.client.Start(ctx, ObedientArgs{Key: key}, nil)
+	require.NoError(t, err)
+	var jobID int64
+	select {
+	case jobID = <-g.entered:
+	case <-time.After(time.Minute):
+		t.Fatal("attempt 1 never started")
+	}
+	// Attempt 1's job is recovered: its next renewal is refused, its
+	// context ends, it returns the context's error; attempt 2 finishes.
+	recoverJob(ctx, t, b, jobID)
+	getCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	result, err := client.GetResult[string](getCtx, run)
+	require.NoError(t, err)
+	require.Equal(t, "attempt 2", result)
+
+	spans := awaitSpans(t, b, func(spans []sdktrace.ReadOnlySpan) bool { return len(named(spans, "Activity:obedient")) == 2 })
+	first := attempt(t, spans, "Activity:obedient", 1)
+	require.Equal(t, weirotel.OutcomeFenced, attr(first, weirotel.AttrOutcome).AsString())
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, b.reader.Collect(ctx, &rm))
+	require.Equal(t, int64(1), sumOf(t, rm, weirotel.MetricActivityAttempts, map[attribute.Key]string{
+		weirotel.AttrActivityKind: "obedient", weirotel.AttrOutcome: weirotel.OutcomeFenced,
+	}))
+	require.Zero(t, sumOf(t, rm, weirotel.MetricActivityAttempts, map[attribute.Key]string{
+		weirotel.AttrActivityKind: "obedient", weirotel.AttrOutcome: weirotel.OutcomeRetry,
+	}))
+}
+
 func TestChildContinuesTrace(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -20,11 +20,13 @@ const runsQueryTimeout = 5 * time.Second
 // by namespace, workflow kind and state (running, completed, failed,
 // cancelled, terminated, continued_as_new, timed_out), read with one
 // grouped count of weir_run in schema ("" for the search_path's) each time
-// mp's reader collects. It is how completed and failed workflows are
-// counted: a workflow task's interceptor does not learn whether the task
-// closed the run. Counts drop when retention deletes runs, and every
-// process that observes reports the same numbers (aggregate with max, not
-// sum). Unregister the returned Registration to stop.
+// mp's reader collects. It counts the runs that exist, whoever closed
+// them; weir.workflow.closed (the worker interceptor's counter, from
+// TaskInfo.Closed) counts the closes by workflow code as they happen, but
+// not runs terminated or timed out, which no workflow task closes. Counts
+// drop when retention deletes runs, and every process that observes reports
+// the same numbers (aggregate with max, not sum). Unregister the returned
+// Registration to stop.
 func ObserveRuns(mp metric.MeterProvider, pool *pgxpool.Pool, schema string) (metric.Registration, error) {
 	if mp == nil || pool == nil {
 		return nil, errors.New("otel: ObserveRuns needs a MeterProvider and a pool")

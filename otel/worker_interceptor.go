@@ -148,7 +148,7 @@ func (w *WorkerInterceptor) InterceptTask(ctx context.Context, info *worker.Task
 	outcome := OutcomeCompleted
 	switch {
 	case err == nil:
-	case errors.Is(err, fencing.ErrLeaseLost):
+	case errors.Is(err, fencing.ErrLeaseLost) || errors.Is(context.Cause(ctx), fencing.ErrLeaseLost):
 		outcome = OutcomeFenced
 	case errors.Is(err, workflow.ErrNonDeterminism):
 		outcome = OutcomeNonDeterminism
@@ -210,7 +210,7 @@ func (w *WorkerInterceptor) InterceptActivity(ctx context.Context, info *worker.
 
 	err := next(ctx)
 
-	outcome := activityOutcome(err, info.Attempt, job)
+	outcome := activityOutcome(err, context.Cause(ctx), info.Attempt, job)
 	metricAttrs = append(metricAttrs, AttrOutcome.String(outcome))
 	w.activityExecution.Record(ctx, time.Since(begin).Seconds(), metric.WithAttributes(metricAttrs...))
 	w.activityAttempts.Add(ctx, 1, metric.WithAttributes(metricAttrs...))
@@ -221,12 +221,15 @@ func (w *WorkerInterceptor) InterceptActivity(ctx context.Context, info *worker.
 	return err
 }
 
-func activityOutcome(err error, attempt int, job *rivertype.JobRow) string {
+// activityOutcome is how an attempt that returned err ended; cause is its
+// context's cause (ErrLeaseLost once a renewal was refused: whatever the
+// code returned then, its writes are rejected).
+func activityOutcome(err, cause error, attempt int, job *rivertype.JobRow) string {
 	var cancelErr *river.JobCancelError
 	switch {
 	case err == nil:
 		return OutcomeCompleted
-	case errors.Is(err, fencing.ErrLeaseLost):
+	case errors.Is(err, fencing.ErrLeaseLost) || errors.Is(cause, fencing.ErrLeaseLost):
 		return OutcomeFenced
 	case errors.As(err, &cancelErr):
 		return OutcomeFailed // weir cancels the job of an activity that failed for good

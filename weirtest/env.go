@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"testing"
@@ -103,6 +104,7 @@ type Env struct {
 	tb     testing.TB
 
 	activities map[string]func(ctx context.Context, args []byte) ([]byte, error)
+	results    map[string]reflect.Type // of RegisterActivity's activities, by kind
 	calls      []ActivityCall
 	def        *replay.Definition // of the run being executed
 	executed   bool
@@ -138,6 +140,7 @@ func NewEnv(tb testing.TB, config *EnvConfig) *Env {
 	config = config.withDefaults()
 	return &Env{
 		activities: map[string]func(context.Context, []byte) ([]byte, error){},
+		results:    map[string]reflect.Type{},
 		config:     config,
 		heartbeats: map[int64][]byte{},
 		now:        config.Start,
@@ -152,6 +155,7 @@ func NewEnv(tb testing.TB, config *EnvConfig) *Env {
 // returns ErrNoDatabase.
 func RegisterActivity[A activity.Args, R any](env *Env, a activity.Activity[A, R]) {
 	var zero A
+	env.results[zero.Kind()] = reflect.TypeFor[R]()
 	env.activities[zero.Kind()] = func(ctx context.Context, encoded []byte) ([]byte, error) {
 		var args A
 		if err := json.Unmarshal(encoded, &args); err != nil {
@@ -342,9 +346,10 @@ func (env *Env) run(args []byte) (*replay.Outcome, error) {
 		env.tasks++
 		env.totalTasks++
 		out, err := replay.Execute(env.context(), env.def, &replay.ExecuteParams{
-			Codec:           env.config.Codec,
-			DeadlockTimeout: env.config.DeadlockTimeout,
-			History:         env.history,
+			ActivityResultType: env.activityResultType,
+			Codec:              env.config.Codec,
+			DeadlockTimeout:    env.config.DeadlockTimeout,
+			History:            env.history,
 			Info: replay.Info{
 				Generation: env.generation, Kind: kind, RunID: env.runID(env.generation), TaskAttempt: 1, WorkflowID: env.config.WorkflowID,
 			},
@@ -599,7 +604,8 @@ func QueryWorkflow[R any](env *Env, args workflow.QueryArgs) (R, error) {
 	result, err := replay.Query(env.context(), env.def, &replay.QueryParams{
 		Args: encoded,
 		ExecuteParams: replay.ExecuteParams{
-			Codec: env.config.Codec, DeadlockTimeout: env.config.DeadlockTimeout, History: env.history,
+			ActivityResultType: env.activityResultType,
+			Codec:              env.config.Codec, DeadlockTimeout: env.config.DeadlockTimeout, History: env.history,
 			Info: replay.Info{Generation: env.generation, Kind: env.def.Kind, RunID: env.runID(env.generation), WorkflowID: env.config.WorkflowID},
 		},
 		Kind: args.Kind(),
@@ -638,4 +644,11 @@ func clientFailure(f *history.Failure) *client.Failure {
 	return &client.Failure{
 		Cause: clientFailure(f.Cause), Details: f.Details, Message: f.Message, NonRetryable: f.NonRetryable, Stack: f.Stack, Type: f.Type,
 	}
+}
+
+// activityResultType is the result type of the activity of kind registered
+// with RegisterActivity (mocks declare none).
+func (env *Env) activityResultType(kind string) (reflect.Type, bool) {
+	t, ok := env.results[kind]
+	return t, ok
 }

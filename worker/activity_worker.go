@@ -218,6 +218,13 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		// namespace's workers, so no namespace's data reaches another's.
 		return a.w.handBacks.handBack(job.Queue)
 	}
+	if err := a.w.checkPending(ctx, meta, job.ID, job.Kind); err != nil {
+		var stale *staleActivity
+		if errors.As(err, &stale) {
+			return river.JobCancel(stale) // recorded as the attempt's error
+		}
+		return err
+	}
 	info := &ActivityInfo{
 		Attempt: job.Attempt, Generation: meta.Generation, Headers: meta.Headers, JobID: job.ID, Kind: job.Kind, Namespace: meta.Namespace,
 		RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, WorkflowID: meta.WorkflowID,

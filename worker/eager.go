@@ -379,7 +379,7 @@ func (w *Worker) failClaimed(ctx context.Context, job *rivertype.JobRow, workErr
 		if nextRetry.IsZero() {
 			nextRetry = (&river.DefaultClientRetryPolicy{}).NextRetry(job)
 		}
-		params = riverdriver.JobSetStateErrorRetryable(job.ID, nextRetry, errData, nil)
+		params = failRetry(job.ID, now, nextRetry, errData)
 	}
 	writeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalStateTimeout)
 	defer cancel()
@@ -388,5 +388,24 @@ func (w *Worker) failClaimed(ctx context.Context, job *rivertype.JobRow, workErr
 	}); err != nil {
 		return errors.Join(workErr, err)
 	}
+	if params.State == rivertype.JobStateAvailable {
+		w.handBacks.announce(job.Queue, *params.ScheduledAt)
+	}
 	return nil
+}
+
+// riverSchedulerInterval is River's JobSchedulerIntervalDefault: how often
+// its leader makes due retryable jobs available.
+const riverSchedulerInterval = 5 * time.Second
+
+// failRetry is the state a failed attempt retried at nextRetry leaves its
+// job in, as River's executor writes it: retryable (made available by
+// River's scheduler) unless the retry is due within one scheduler interval,
+// then available at once, scheduled at nextRetry, so that it runs when
+// due and not at the scheduler's next tick.
+func failRetry(jobID int64, now, nextRetry time.Time, errData []byte) *riverdriver.JobSetStateIfRunningParams {
+	if nextRetry.Sub(now) <= riverSchedulerInterval {
+		return riverdriver.JobSetStateErrorAvailable(jobID, nextRetry, errData, nil)
+	}
+	return riverdriver.JobSetStateErrorRetryable(jobID, nextRetry, errData, nil)
 }

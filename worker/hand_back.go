@@ -58,7 +58,14 @@ func newHandBacks(w *Worker) *handBacks {
 // handBack is what the attempt of a foreign namespace's activity returns.
 func (h *handBacks) handBack(queue string) error {
 	snooze := foreignNamespaceSnooze()
-	due := time.Now().Add(snooze)
+	h.announce(queue, time.Now().Add(snooze))
+	return river.JobSnooze(snooze)
+}
+
+// announce notifies queue's producers once a job available from due on
+// can be fetched (just after due's slot ends), so that it does not wait
+// for a fetch poll. Jobs retried early (failRetry) use it too.
+func (h *handBacks) announce(queue string, due time.Time) {
 	key := handBackSlotKey{queue: queue, slot: due.UnixNano()/int64(handBackSlot) + 1} // the slot's end is after due
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -66,7 +73,6 @@ func (h *handBacks) handBack(queue string) error {
 		at := time.Unix(0, key.slot*int64(handBackSlot)).Add(handBackNotifyDelay)
 		h.pending[key] = time.AfterFunc(time.Until(at), func() { h.notify(key) })
 	}
-	return river.JobSnooze(snooze)
 }
 
 func (h *handBacks) notify(key handBackSlotKey) {

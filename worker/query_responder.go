@@ -179,12 +179,13 @@ func (r *queryResponder) answer(ctx context.Context, q claimedQuery) error {
 		answer, queryErr := replay.Query(ctx, def, &replay.QueryParams{
 			Args: q.args,
 			ExecuteParams: replay.ExecuteParams{
-				Codec:           r.w.config.Codec,
-				DeadlockTimeout: r.w.config.DeadlockTimeout,
-				History:         events,
-				Info:            replay.Info{Generation: run.Generation, Kind: run.Kind, RunID: q.runID.String(), WorkflowID: run.WorkflowID},
-				Logger:          r.w.config.Logger,
-				Now:             time.Now(),
+				ActivityResultType: r.w.activityResultType,
+				Codec:              r.w.config.Codec,
+				DeadlockTimeout:    r.w.config.DeadlockTimeout,
+				History:            events,
+				Info:               replay.Info{Generation: run.Generation, Kind: run.Kind, RunID: q.runID.String(), WorkflowID: run.WorkflowID},
+				Logger:             r.w.config.Logger,
+				Now:                time.Now(),
 			},
 			Kind: q.kind,
 		})

@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -94,8 +95,9 @@ type Replayer struct {
 	events *eventstore.Store // the runs' histories, for ReplayRun and LoadHistory
 	names  *dbschema.Names
 
-	mu        sync.Mutex
-	workflows map[string]*replay.Definition
+	mu          sync.Mutex
+	resultTypes map[string]reflect.Type // of the activities of AddWorkflowsOf's workers
+	workflows   map[string]*replay.Definition
 }
 
 // NewReplayer returns a Replayer with no workflows. A nil config means
@@ -109,7 +111,10 @@ func NewReplayer(config *ReplayerConfig) (*Replayer, error) {
 		return nil, err
 	}
 	names := dbschema.New(config.Schema)
-	return &Replayer{config: config, events: eventstore.New(names), names: names, workflows: map[string]*replay.Definition{}}, nil
+	return &Replayer{
+		config: config, events: eventstore.New(names), names: names,
+		resultTypes: map[string]reflect.Type{}, workflows: map[string]*replay.Definition{},
+	}, nil
 }
 
 // AddReplayerWorkflow registers a workflow with a Replayer, as AddWorkflow
@@ -128,12 +133,17 @@ func AddReplayerWorkflowSafely[A workflow.Args, R any](r *Replayer, wf workflow.
 }
 
 // AddWorkflowsOf registers every workflow registered on w, so the code that
-// sets up workers can set up the Replayer too. It fails on a kind the
-// Replayer already has.
+// sets up workers can set up the Replayer too, and the result types of w's
+// activities, so that workflow.ExecuteActivity decides as on w. It fails on
+// a kind the Replayer already has.
 func (r *Replayer) AddWorkflowsOf(w *Worker) error {
 	w.mu.Lock()
 	defs := slices.Collect(maps.Values(w.workflows))
+	types := maps.Clone(w.resultTypes)
 	w.mu.Unlock()
+	r.mu.Lock()
+	maps.Copy(r.resultTypes, types)
+	r.mu.Unlock()
 	for _, def := range defs {
 		if err := r.add(def); err != nil {
 			return err
@@ -288,9 +298,10 @@ func (r *Replayer) ReplayEvents(ctx context.Context, events []*client.Event) (*R
 		return nil, fmt.Errorf("%w: %q (registered: %v)", ErrReplayUnknownWorkflow, started.Kind, known)
 	}
 	err = replay.Replay(ctx, def, &replay.ExecuteParams{
-		Codec:           r.config.Codec,
-		DeadlockTimeout: r.config.DeadlockTimeout,
-		History:         hist,
+		ActivityResultType: r.activityResultType,
+		Codec:              r.config.Codec,
+		DeadlockTimeout:    r.config.DeadlockTimeout,
+		History:            hist,
 		Info: replay.Info{
 			Generation: started.Generation, Kind: started.Kind, RunID: started.RunID, TaskAttempt: 1, WorkflowID: started.WorkflowID,
 		},
@@ -321,4 +332,13 @@ func decodeHistoryJSON(data []byte) ([]*client.Event, error) {
 		return nil, fmt.Errorf("%w: the document has no \"events\"", replay.ErrInvalidHistory)
 	}
 	return export.Events, nil
+}
+
+// activityResultType is the result type of an activity of the workers whose
+// workflows the Replayer took (replay.ExecuteParams.ActivityResultType).
+func (r *Replayer) activityResultType(kind string) (reflect.Type, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.resultTypes[kind]
+	return t, ok
 }

@@ -58,6 +58,35 @@ func TestSchedules(t *testing.T) {
 		return page.Runs
 	}
 
+	t.Run("BackfillStartsOnlyLiveDueTimes", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+
+		s, err := b.client.CreateSchedule(ctx, &client.ScheduleParams{ID: "every", Every: time.Second, Paused: true, Workflow: TickArgs{}})
+		require.NoError(t, err)
+		require.NotNil(t, s.NextRunAt)
+		require.Equal(t, s.Anchor.Add(time.Second), *s.NextRunAt, "the live schedule's first due time")
+
+		// Before its creation the live schedule fires nothing.
+		runs, err := b.client.BackfillSchedule(ctx, "every", s.CreatedAt.Add(-10*time.Second), s.CreatedAt.Add(time.Nanosecond))
+		require.NoError(t, err)
+		require.Empty(t, runs)
+
+		// Through its first due times: exactly those.
+		runs, err = b.client.BackfillSchedule(ctx, "every", s.CreatedAt.Add(-10*time.Second), s.NextRunAt.Add(2500*time.Millisecond))
+		require.NoError(t, err)
+		var ids []string
+		for _, r := range runs {
+			ids = append(ids, r.WorkflowID)
+		}
+		require.Equal(t, []string{
+			client.ScheduleWorkflowID("every", *s.NextRunAt),
+			client.ScheduleWorkflowID("every", s.NextRunAt.Add(time.Second)),
+			client.ScheduleWorkflowID("every", s.NextRunAt.Add(2*time.Second)),
+		}, ids)
+	})
+
 	t.Run("OneStartPerDueTimeUnderCompetingWorkers", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
@@ -109,6 +138,42 @@ func TestSchedules(t *testing.T) {
 		_, err := b.client.UpdateSchedule(ctx, "buffer_one", &client.ScheduleUpdate{Paused: new(false)})
 		require.NoError(t, err)
 		requireEventually(t, func() bool { return len(runsOf(ctx, t, b, "buffer_one/")) == 2 })
+	})
+
+	t.Run("PauseAndResume", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		startWorkers(ctx, t, b, 1)
+
+		_, err := b.client.CreateSchedule(ctx, &client.ScheduleParams{ID: "pr", Every: 100 * time.Millisecond, Paused: true, Workflow: TickArgs{}})
+		require.NoError(t, err)
+
+		// A pause in a transaction that rolls back leaves it as it was.
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		s, err := b.client.ResumeScheduleTx(ctx, tx, "pr")
+		require.NoError(t, err)
+		require.False(t, s.Paused)
+		require.NoError(t, tx.Rollback(ctx))
+		s, err = b.client.DescribeSchedule(ctx, "pr")
+		require.NoError(t, err)
+		require.True(t, s.Paused)
+
+		s, err = b.client.ResumeSchedule(ctx, "pr")
+		require.NoError(t, err)
+		require.False(t, s.Paused)
+		require.NotNil(t, s.NextRunAt)
+		requireEventually(t, func() bool { return len(runsOf(ctx, t, b, "pr/")) >= 2 })
+
+		s, err = b.client.PauseSchedule(ctx, "pr")
+		require.NoError(t, err)
+		require.True(t, s.Paused)
+		s, err = b.client.DescribeSchedule(ctx, "pr")
+		require.NoError(t, err)
+		require.True(t, s.Paused)
+		_, err = b.client.PauseSchedule(ctx, "nosuch")
+		require.ErrorIs(t, err, client.ErrScheduleNotFound)
 	})
 
 	t.Run("TriggerAndBackfill", func(t *testing.T) {

@@ -447,10 +447,11 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 		replayCtx = by.replayCtx
 	}
 	params := &replay.ExecuteParams{
-		Codec:           w.config.Codec,
-		DeadlockTimeout: w.config.DeadlockTimeout,
-		Go:              w.goroutines.Go,
-		History:         events,
+		ActivityResultType: w.activityResultType,
+		Codec:              w.config.Codec,
+		DeadlockTimeout:    w.config.DeadlockTimeout,
+		Go:                 w.goroutines.Go,
+		History:            events,
 		Info: replay.Info{
 			Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), TaskAttempt: by.attempt, WorkflowID: run.WorkflowID,
 		},
@@ -475,6 +476,14 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	result.replayed = time.Since(replayBegin)
 	if err != nil {
 		return err
+	}
+	if onlyBoundary(toAppend, outcome) {
+		// Nothing entered history (every input was rejected, deferred or
+		// dropped) and the code did nothing: the task records nothing,
+		// so rejected updates cannot grow a history. The session has
+		// the boundary; it is not the run's history any more.
+		outcome.Events = nil
+		result.dropSession()
 	}
 	toAppend = append(toAppend, outcome.Events...)
 	// A group must not wait for a child's start lock, nor write anything
@@ -1044,4 +1053,11 @@ func signalHeaders(inputs []history.Event) []map[string]string {
 		}
 	}
 	return out
+}
+
+// onlyBoundary reports whether a task's outcome records nothing but its
+// WorkflowTaskStarted boundary, on a run that already has a history.
+func onlyBoundary(toAppend []history.Event, outcome *replay.Outcome) bool {
+	return len(toAppend) == 0 && !outcome.Completed &&
+		len(outcome.Events) == 1 && outcome.Events[0].Type == history.EventWorkflowTaskStarted
 }

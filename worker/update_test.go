@@ -158,6 +158,54 @@ func TestUpdates(t *testing.T) {
 		requireHistoryWellFormed(ctx, t, b, run)
 	})
 
+	t.Run("RejectedUpdatesRecordNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		start(ctx, t, b)
+
+		run, err := b.client.Start(ctx, CartArgs{}, nil)
+		require.NoError(t, err)
+		n, err := update(ctx, t, b.client, run, AddToCart{SKU: "apple"}, nil)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		length := func() int64 {
+			var next int64
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT next_event_id FROM "+b.names.Run+" WHERE run_id = $1", run.RunID).Scan(&next))
+			return next
+		}
+		before := length()
+
+		for range 4 {
+			_, err := update(ctx, t, b.client, run, AddToCart{}, nil)
+			var rejected *client.UpdateRejectedError
+			require.ErrorAs(t, err, &rejected)
+			_, err = update(ctx, t, b.client, run, Unhandled{}, nil)
+			require.ErrorAs(t, err, &rejected)
+		}
+		require.Equal(t, before, length(), "rejected updates grew the history")
+
+		// The run goes on from where it was.
+		n, err = update(ctx, t, b.client, run, AddToCart{SKU: "pear"}, nil)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.NoError(t, b.client.Signal(ctx, run.WorkflowID, uuid.Nil, DoneSignal{}, nil))
+		items, err := getWithin[[]string](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, []string{"reserved apple", "reserved pear"}, items)
+		requireHistoryWellFormed(ctx, t, b, run)
+
+		// The run closed: updates are rejected as WorkflowClosed.
+		for _, runID := range []uuid.UUID{run.RunID, uuid.Nil} {
+			_, err = update(ctx, t, b.client, b.client.GetRun(run.WorkflowID, runID), AddToCart{SKU: "late"}, nil)
+			var rejected *client.UpdateRejectedError
+			require.ErrorAs(t, err, &rejected)
+			require.ErrorIs(t, err, client.ErrUpdateRejected)
+			require.Equal(t, "WorkflowClosed", rejected.Failure.Type)
+			require.Equal(t, run.RunID, rejected.RunID)
+		}
+	})
+
 	t.Run("RunClosingRejectsWaitingUpdates", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

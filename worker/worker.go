@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -49,6 +50,7 @@ type Worker struct {
 
 	mu           sync.Mutex
 	activities   map[string]struct{}
+	resultTypes  map[string]reflect.Type // of AddActivity's activities, by kind
 	eagerRunners map[string]eagerRunner
 	riverClient  *river.Client[pgx.Tx]
 	queries      *queryResponder
@@ -82,6 +84,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	w := &Worker{
 		activities:   make(map[string]struct{}),
 		eagerRunners: make(map[string]eagerRunner),
+		resultTypes:  make(map[string]reflect.Type),
 		config:       config,
 		goroutines:   gopool.New(goroutineIdle),
 		histories:    newHistoryCache(config.MaxCachedRuns),
@@ -185,8 +188,17 @@ func AddActivitySafely[A activity.Args, R any](w *Worker, a activity.Activity[A,
 	var args A
 	w.mu.Lock()
 	w.eagerRunners[args.Kind()] = aw.runClaimed
+	w.resultTypes[args.Kind()] = reflect.TypeFor[R]()
 	w.mu.Unlock()
 	return nil
+}
+
+// activityResultType is the result type of the activity of kind added
+// with AddActivity (replay.ExecuteParams.ActivityResultType). Registration
+// ends before Start, so it is read without the lock.
+func (w *Worker) activityResultType(kind string) (reflect.Type, bool) {
+	t, ok := w.resultTypes[kind]
+	return t, ok
 }
 
 // AddRiverWorker registers a plain River worker. Its kind can be used as an

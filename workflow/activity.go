@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/weirhq/weir/internal/history"
@@ -186,6 +187,13 @@ func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history
 // with ErrCanceled. Invalid options, args that can't be encoded or are too
 // large ([*PayloadTooLargeError]) or a ctx already cancelled give a future
 // that is ready at once with an error, and nothing is scheduled.
+//
+// When the worker has the activity registered, R must be able to hold its
+// result: the activity's result type (or a pointer to it), an interface it
+// implements, json.RawMessage or map[string]any. Otherwise the future is
+// ready at once with an [*ActivityResultTypeError] naming both types, and
+// nothing is scheduled. Workers of a run must agree on their activities'
+// result types, as on the workflow's code.
 func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) Future[R] {
 	e := envOf(ctx)
 	kind := ""
@@ -194,6 +202,9 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 	}
 	if err := ctx.Err(); err != nil {
 		return readyFuture[R](fmt.Errorf("activity %q not scheduled: %w", kind, err))
+	}
+	if err := checkResultType[R](e, kind); err != nil {
+		return readyFuture[R](err)
 	}
 	// Activity args are River job args: always plain JSON, whatever the
 	// payload codec, so any River worker of the kind can read them.
@@ -256,3 +267,36 @@ func (f *activityFuture[R]) decode(codec env.Codec) (R, error) {
 func (f *activityFuture[R]) IsReady() bool { return f.promise.Ready() }
 
 func (f *activityFuture[R]) readySeq() int64 { return f.promise.Seq() }
+
+// checkResultType returns an *ActivityResultTypeError when the worker has
+// the activity of kind registered and R cannot hold its result.
+func checkResultType[R any](e env.Env, kind string) error {
+	registered, ok := e.ActivityResultType(kind)
+	if !ok {
+		return nil // registered elsewhere, or a plain River worker
+	}
+	requested := reflect.TypeFor[R]()
+	if resultFits(registered, requested) {
+		return nil
+	}
+	return &ActivityResultTypeError{Kind: kind, Registered: registered.String(), Requested: requested.String()}
+}
+
+// resultFits reports whether a result of type registered decodes into
+// requested without a type error: the same type up to pointers, an
+// interface registered implements, raw JSON or a generic map.
+func resultFits(registered, requested reflect.Type) bool {
+	if requested == reflect.TypeFor[json.RawMessage]() || requested == reflect.TypeFor[map[string]any]() {
+		return true // any JSON (object)
+	}
+	for registered.Kind() == reflect.Pointer {
+		registered = registered.Elem()
+	}
+	for requested.Kind() == reflect.Pointer {
+		requested = requested.Elem()
+	}
+	if requested.Kind() == reflect.Interface {
+		return registered.Implements(requested) || reflect.PointerTo(registered).Implements(requested)
+	}
+	return registered == requested
+}

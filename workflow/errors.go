@@ -8,6 +8,9 @@ import (
 )
 
 var (
+	// ErrActivityResultType is matched by every [*ActivityResultTypeError].
+	ErrActivityResultType = errors.New("workflow: activity result type mismatch")
+
 	// ErrCanceled is matched (errors.Is) by the error of an activity that
 	// was cancelled.
 	ErrCanceled = errors.New("workflow: canceled")
@@ -120,6 +123,29 @@ type ContinueAsNewError struct {
 func (e *ContinueAsNewError) Error() string {
 	return "workflow: continue as new " + e.Kind
 }
+
+// ActivityResultTypeError reports an [ExecuteActivity] whose result type
+// cannot hold what the activity registered on the worker returns. Its future
+// fails with it at once: nothing is scheduled and the activity does not run.
+// It is not retried (it is a bug in the code, not an attempt's failure) and
+// matches [ErrActivityResultType].
+type ActivityResultTypeError struct {
+	// Kind is the activity's kind.
+	Kind string
+	// Registered is the result type of the activity registered on the
+	// worker, e.g. "int".
+	Registered string
+	// Requested is the type ExecuteActivity was asked for, e.g. "string".
+	Requested string
+}
+
+// Error implements error.
+func (e *ActivityResultTypeError) Error() string {
+	return fmt.Sprintf("workflow: activity %q returns %s, but ExecuteActivity asks for %s", e.Kind, e.Registered, e.Requested)
+}
+
+// Is matches [ErrActivityResultType].
+func (e *ActivityResultTypeError) Is(target error) bool { return target == ErrActivityResultType }
 
 // PayloadTooLargeError reports a payload larger than the engine's limit: the
 // args of an activity (its future fails with it, and nothing is scheduled),

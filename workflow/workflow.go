@@ -111,8 +111,11 @@ func Await(ctx Context, cond func() bool) error {
 //
 //	return Result{}, workflow.ContinueAsNew(ctx, OrderArgs{ID: args.ID, Round: args.Round + 1})
 //
-// Pending activities and timers are abandoned; signals not yet received are
-// lost. It returns another error if args can't be encoded.
+// Pending activities and timers are abandoned, and updates not yet
+// completed are rejected (WorkflowClosed). Signals the run received but its
+// code never took, and signals that arrive meanwhile, carry over to the next
+// run, oldest first: none is lost. It returns another error if args can't be
+// encoded.
 func ContinueAsNew[A Args](ctx Context, args A) error {
 	e := envOf(ctx)
 	encoded, err := e.Codec().Encode(args)

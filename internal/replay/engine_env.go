@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/weirhq/weir/internal/history"
@@ -77,6 +78,13 @@ func (e *engine) Info() env.Info       { return e.info }
 func (e *engine) IsReplaying() bool    { return e.replaying }
 func (e *engine) Logger() *slog.Logger { return e.logger }
 func (e *engine) Now() time.Time       { return e.now }
+
+func (e *engine) ActivityResultType(kind string) (reflect.Type, bool) {
+	if e.params.ActivityResultType == nil {
+		return nil, false
+	}
+	return e.params.ActivityResultType(kind)
+}
 
 func (e *engine) MaxPayloadBytes() int {
 	return cmp.Or(e.params.MaxPayloadBytes, MaxPayloadBytesDefault)

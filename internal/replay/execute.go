@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/weirhq/weir/internal/history"
@@ -56,6 +57,13 @@ type ExecuteParams struct {
 	// before the task fails with ErrDeadlock; negative disables the check.
 	// Defaults to DeadlockTimeoutDefault (1 second).
 	DeadlockTimeout time.Duration
+
+	// ActivityResultType returns the result type of the activity of kind
+	// registered on the worker, if it has one: workflow.ExecuteActivity[R]
+	// fails at once, scheduling nothing, when R cannot hold it. It must
+	// answer the same for every task of a run (a worker's registry does).
+	// Nil means no activity is known: nothing is checked.
+	ActivityResultType func(kind string) (reflect.Type, bool)
 
 	// Go starts the goroutine of each of the workflow's coroutines (fn
 	// returns when the coroutine ends). Nil means the go statement; a

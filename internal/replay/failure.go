@@ -11,10 +11,12 @@ import (
 // Failure types given to weir's own error types.
 const (
 	FailureTypeActivity = "ActivityError"
-	FailureTypeCanceled = "Canceled"
-	FailureTypePanic    = "PanicError"
-	FailureTypePayload  = "PayloadTooLarge"
-	FailureTypeTimeout  = "TimeoutError"
+	// FailureTypeActivityResultType is a *workflow.ActivityResultTypeError.
+	FailureTypeActivityResultType = "ActivityResultTypeMismatch"
+	FailureTypeCanceled           = "Canceled"
+	FailureTypePanic              = "PanicError"
+	FailureTypePayload            = "PayloadTooLarge"
+	FailureTypeTimeout            = "TimeoutError"
 )
 
 // FailureFromError converts an error to its persisted form, following the
@@ -51,6 +53,8 @@ func failureFromError(err error, depth int) *history.Failure {
 		}
 	case *workflow.PanicError:
 		return &history.Failure{Message: fmt.Sprint(e.Value), Type: FailureTypePanic, Stack: e.Stack}
+	case *workflow.ActivityResultTypeError:
+		return &history.Failure{Message: e.Error(), Type: FailureTypeActivityResultType, NonRetryable: true}
 	case *workflow.PayloadTooLargeError:
 		return &history.Failure{Message: e.Error(), Type: FailureTypePayload, NonRetryable: true}
 	case *workflow.TimeoutError:

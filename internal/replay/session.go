@@ -77,7 +77,9 @@ func (s *Session) decided(out *Outcome) {
 	s.last.Attributes = nil
 	e := s.e
 	e.history = nil
-	e.params = &ExecuteParams{Codec: e.params.Codec, MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now}
+	e.params = &ExecuteParams{
+		ActivityResultType: e.params.ActivityResultType, Codec: e.params.Codec, MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now,
+	}
 }
 
 // NextEventID is the ID of the event the session's next task appends

@@ -69,11 +69,13 @@ func (s *Spec) location() (*time.Location, error) {
 }
 
 // Next returns the first due time strictly after after. Intervals count
-// from anchor (the schedule's creation), so due times don't drift.
+// from anchor (the schedule's creation), so due times don't drift: they are
+// anchor + n×Every for n ≥ 1, never anchor itself (the live schedule's first
+// due time is one interval after its creation).
 func (s *Spec) Next(anchor, after time.Time) (time.Time, error) {
 	if s.Every > 0 {
 		if after.Before(anchor) {
-			return anchor, nil
+			after = anchor
 		}
 		n := after.Sub(anchor)/s.Every + 1
 		return anchor.Add(n * s.Every), nil

@@ -8,6 +8,7 @@ package env
 import (
 	"encoding/json"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/weirhq/weir/internal/history"
@@ -128,6 +129,9 @@ func (q *SignalQueue) Pop() (s Signal, ok bool) {
 // Env is what the engine offers workflow code. Every method must be called
 // from a coroutine of the workflow (workflow code), never concurrently.
 type Env interface {
+	// ActivityResultType returns the result type of the activity of kind
+	// registered on this worker; ok is false when it has none.
+	ActivityResultType(kind string) (t reflect.Type, ok bool)
 	// Await blocks the calling coroutine until cond returns true.
 	Await(cond func() bool)
 	// Codec returns the payload codec.

@@ -1,0 +1,59 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/inbox"
+)
+
+// staleActivity is why an activity's job must not run its code: its run is
+// closed, or its activity is no longer pending (resolved, or its run
+// deleted), so whoever retried the job (River UI, SQL, River's rescuer),
+// nothing the attempt did could count.
+type staleActivity struct {
+	jobID  int64
+	kind   string
+	reason string
+}
+
+func (e *staleActivity) Error() string {
+	return fmt.Sprintf("weir: activity %s (job %d) not run again: %s", e.kind, e.jobID, e.reason)
+}
+
+// checkPending returns a *staleActivity unless the activity of job jobID is
+// pending in a running run. Eager attempts skip it: they were claimed in the
+// transaction that scheduled their activity.
+func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int64, kind string) error {
+	var (
+		state   string
+		pending bool
+	)
+	// Pending: recorded as such, and no outcome waiting in the inbox.
+	err := w.pool.QueryRow(ctx, "SELECT r.state,"+
+		" EXISTS (SELECT 1 FROM "+w.names.Activity+" a WHERE a.run_id = r.run_id AND a.scheduled_event_id = $2 AND a.job_id = $3)"+
+		" AND NOT EXISTS (SELECT 1 FROM "+w.names.Inbox+" i WHERE i.run_id = r.run_id AND i.dedup_key = $4)"+
+		" FROM "+w.names.Run+" r WHERE r.run_id = $1",
+		meta.RunID, meta.ScheduledEventID, jobID, inbox.ActivityKey(meta.ScheduledEventID)).Scan(&state, &pending)
+	var reason string
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		reason = fmt.Sprintf("its workflow run %s no longer exists", meta.RunID)
+	case err != nil:
+		return fmt.Errorf("checking that activity %s (job %d) is pending: %w", kind, jobID, err)
+	case state != "running":
+		reason = fmt.Sprintf("its workflow %s run %s is %s", meta.WorkflowID, meta.RunID, state)
+	case !pending:
+		reason = fmt.Sprintf("it is already resolved for workflow %s run %s (event %d)", meta.WorkflowID, meta.RunID, meta.ScheduledEventID)
+	default:
+		return nil
+	}
+	stale := &staleActivity{jobID: jobID, kind: kind, reason: reason}
+	w.config.Logger.WarnContext(ctx, "weir: activity job retried after its activity ended; cancelling it without running it",
+		slog.Int64("job_id", jobID), slog.String("kind", kind), slog.String("run_id", meta.RunID.String()), slog.String("reason", reason))
+	return stale
+}
