@@ -33,6 +33,13 @@ func (d *Driver) PilotCalls() (fetch, setState int64) {
 // NoteSchema tells the pilot about a schema, as River's calls would.
 func (d *Driver) NoteSchema(schema string) { d.pilot.noteSchema(schema) }
 
+// ClientLeaderElectionDisabled exposes clientLeaderElectionDisabled.
+var ClientLeaderElectionDisabled = clientLeaderElectionDisabled
+
+// ReaperHolds reports whether this driver's reaper holds the reaper lock of
+// schema.
+func (d *Driver) ReaperHolds(schema string) bool { return d.pilot.reaper.election.holds(schema) }
+
 // ClientTimeouts exposes clientTimeouts.
 var ClientTimeouts = clientTimeouts
 
