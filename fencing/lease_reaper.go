@@ -283,30 +283,39 @@ RETURNING j.attempt, j.id, j.queue, j.state::text`, r.driver.config.LeaseTTL, re
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
 	}
-	var queues []string
 	for _, job := range reaped {
 		r.driver.counters.emit(ctx, &Event{Attempt: job.Attempt, JobID: job.ID, Kind: EventLeaseExpired})
 		r.driver.logger().WarnContext(ctx, "fencing: recovered a job whose lease expired",
 			slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt), slog.String("state", job.State))
+	}
+	return len(reaped), r.driver.notifyRecovered(ctx, schema, reaped)
+}
+
+// notifyRecovered wakes the fetchers of the queues where recovered jobs
+// became available again.
+func (d *Driver) notifyRecovered(ctx context.Context, schema string, recovered []reapedJob) error {
+	var queues []string
+	for _, job := range recovered {
 		if job.State == "available" && !slices.Contains(queues, job.Queue) {
 			queues = append(queues, job.Queue)
 		}
 	}
-	if len(queues) > 0 && r.driver.SupportsListenNotify() {
-		payloads := make([]string, len(queues))
-		for i, queue := range queues {
-			payload, err := json.Marshal(map[string]string{"queue": queue})
-			if err != nil {
-				return len(reaped), err
-			}
-			payloads[i] = string(payload)
-		}
-		// River's insert topic: producers of these queues fetch at once.
-		if err := r.driver.Driver.GetExecutor().NotifyMany(ctx, &riverdriver.NotifyManyParams{
-			Payload: payloads, Schema: schema, Topic: "river_insert",
-		}); err != nil {
-			return len(reaped), fmt.Errorf("notifying fetchers: %w", err)
-		}
+	if len(queues) == 0 || !d.SupportsListenNotify() {
+		return nil
 	}
-	return len(reaped), nil
+	payloads := make([]string, len(queues))
+	for i, queue := range queues {
+		payload, err := json.Marshal(map[string]string{"queue": queue})
+		if err != nil {
+			return err
+		}
+		payloads[i] = string(payload)
+	}
+	// River's insert topic: producers of these queues fetch at once.
+	if err := d.Driver.GetExecutor().NotifyMany(ctx, &riverdriver.NotifyManyParams{
+		Payload: payloads, Schema: schema, Topic: "river_insert",
+	}); err != nil {
+		return fmt.Errorf("notifying fetchers: %w", err)
+	}
+	return nil
 }
