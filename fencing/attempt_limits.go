@@ -56,12 +56,15 @@ func LimitAttempt(ctx context.Context, limits AttemptLimits) error {
 	st.mu.Lock()
 	st.limits = limits
 	end := st.leaseEnd()
-	cut := end != nil && st.expiresAt.After(*end)
+	// The lease keeper caps the lease at its next renewal, within a
+	// HeartbeatInterval. A lease end before that, on a lease the fetch made
+	// longer, is written at once.
+	nextRenewal := st.attemptedAt.Add(time.Since(st.localStart) + st.driver.config.HeartbeatInterval)
+	cut := end != nil && st.expiresAt.After(*end) && end.Before(nextRenewal)
 	st.mu.Unlock()
 	if st.token == "" || !cut {
 		return nil
 	}
-	// The lease the fetch gave lasts past the limits: cut it back now.
 	return st.driver.keeper.heartbeat(ctx, st, nil)
 }
 

@@ -129,8 +129,8 @@ func TestHungActivityRecovered(t *testing.T) {
 		},
 		{
 			// A blocked attempt that never heartbeats is recovered after
-			// its start-to-close timeout, not River's job timeout plus its
-			// stuck threshold.
+			// its start-to-close timeout (1 minute by default), not after
+			// it plus River's stuck threshold plus a LeaseTTL.
 			name:    "StartToClose",
 			fencing: &fencing.Config{LeaseTTL: longLease, ReaperInterval: reaperInterval},
 			args:    HungWorkflowArgs{Activity: HungArgs{Block: hungFor}, StartToClose: time.Second},
