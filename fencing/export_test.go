@@ -40,6 +40,13 @@ var ClientLeaderElectionDisabled = clientLeaderElectionDisabled
 // schema.
 func (d *Driver) ReaperHolds(schema string) bool { return d.pilot.reaper.election.holds(schema) }
 
+// RestartWatchSeen returns the server epoch this driver's restart watch saw
+// last (zero: none).
+func (d *Driver) RestartWatchSeen() time.Time {
+	_, seen := d.pilot.reaper.restart.args()
+	return seen.Time
+}
+
 // ClientTimeouts exposes clientTimeouts.
 var ClientTimeouts = clientTimeouts
 

@@ -144,7 +144,7 @@ func (r *leaseReaper) Start(ctx context.Context) error {
 // the lock: a process whose session ended (and with it its hold) reaps no
 // more.
 func (r *leaseReaper) pass(ctx context.Context) (int, error) {
-	total := 0
+	total, watched := 0, false
 	for _, schema := range r.pilot.knownSchemas() {
 		fenced, err := r.pilot.fencedPool(ctx, schema)
 		if err != nil {
@@ -152,6 +152,12 @@ func (r *leaseReaper) pass(ctx context.Context) (int, error) {
 		}
 		if !fenced {
 			continue
+		}
+		if !watched {
+			if err := r.watchRestarts(ctx); err != nil {
+				return total, err
+			}
+			watched = true
 		}
 		conn, err := r.election.hold(ctx, r.driver, schema)
 		if err != nil {
@@ -168,6 +174,19 @@ func (r *leaseReaper) pass(ctx context.Context) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// watchRestarts reads the server's epoch for the restart watch, in every
+// fenced process, reaping or not: River's rescuer may run in a process that
+// does not reap (River's leader is elected apart), and it takes its grace
+// after a restart from this process's watch (Pilot.JobGetStuck).
+func (r *leaseReaper) watchRestarts(ctx context.Context) error {
+	var started, now time.Time
+	if err := r.driver.pool.QueryRow(ctx, "SELECT "+serverEpochSQL+", now()").Scan(&started, &now); err != nil {
+		return fmt.Errorf("reading the server's epoch: %w", err)
+	}
+	r.restart.observe(started, now)
+	return nil
 }
 
 // reapAll reaps every fenced schema River has used with this client through

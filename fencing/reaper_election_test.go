@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/fencing"
@@ -25,6 +27,28 @@ func riverLeader(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema s
 	return id
 }
 
+// startClientOnQueue starts a River client on schema (a plain one for a
+// nil driver) that serves queue alone and may lead River, stopped when the
+// test ends.
+func startClientOnQueue(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, driver *fencing.Driver, queue string) *river.Client[pgx.Tx] {
+	t.Helper()
+	config := testConfig(schema, &clientOpts{driver: driver})
+	config.Queues = map[string]river.QueueConfig{queue: {MaxWorkers: 1}}
+	var (
+		client *river.Client[pgx.Tx]
+		err    error
+	)
+	if driver != nil {
+		client, err = river.NewClient[pgx.Tx](driver, config)
+	} else {
+		client, err = river.NewClient[pgx.Tx](riverpgxv5.New(pool), config)
+	}
+	require.NoError(t, err)
+	startFully(ctx, t, client, config)
+	t.Cleanup(func() { stopClient(ctx, t, client) })
+	return client
+}
+
 // TestReaperRunsWhateverLeadsRiver: with a plain riverpgxv5 process as
 // River's leader, a fenced process that is not River's leader reaps the
 // expired lease of a fenced process that stopped renewing, within LeaseTTL
@@ -41,7 +65,9 @@ func TestReaperRunsWhateverLeadsRiver(t *testing.T) {
 	}
 	waitPastRestartGrace(ctx, t, pool, ttl)
 
-	plain := startClient(ctx, t, pool, schema, &clientOpts{})
+	// The plain process and the surviving fenced one serve queues of their
+	// own: neither must fetch the job, which they have no worker for.
+	plain := startClientOnQueue(ctx, t, pool, schema, nil, "plain")
 	waitUntil(t, "the plain client leads River", func() bool { return riverLeader(ctx, t, pool, schema) == plain.ID() })
 
 	// The process that dies: it never takes part in elections.
@@ -50,7 +76,7 @@ func TestReaperRunsWhateverLeadsRiver(t *testing.T) {
 	runner := startClient(ctx, t, pool, schema, &clientOpts{driver: runnerDriver, noLeader: true, worker: worker})
 	// A fenced process that may lead, but River's leader is the plain one.
 	survivorDriver := newDriver(t, pool, nil, config())
-	startClient(ctx, t, pool, schema, &clientOpts{driver: survivorDriver})
+	startClientOnQueue(ctx, t, pool, schema, survivorDriver, "survivor")
 
 	inserted, err := runner.Insert(ctx, blockArgs{}, nil)
 	require.NoError(t, err)
@@ -104,6 +130,13 @@ func TestReaperElection(t *testing.T) {
 		return n, holder
 	}
 	waitUntil(t, "a fenced process reaps", func() bool { n, _ := holders(); return n > 0 })
+	// Both watch for server restarts, reaping or not: River's rescuer,
+	// which may run in either, takes its grace after a restart from it.
+	var epoch time.Time
+	require.NoError(t, pool.QueryRow(ctx, "SELECT "+fencing.ServerEpochSQL).Scan(&epoch))
+	for _, driver := range []*fencing.Driver{named, unnamed} {
+		waitUntil(t, "the restart watch saw the server", func() bool { return driver.RestartWatchSeen().Equal(epoch) })
+	}
 	for range 20 { // many reaper intervals
 		n, _ := holders()
 		require.Equal(t, 1, n, "exactly one process reaps the schema")
