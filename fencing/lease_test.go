@@ -825,6 +825,7 @@ func TestLeaseKeeperConnectsSlowly(t *testing.T) {
 	)
 	b := newKeeperBundle(ctx, t, func(config *pgxpool.Config, _ string) {
 		config.MinConns = 4
+		config.HealthCheckPeriod = 50 * time.Millisecond // back to MinConns soon after each Hijack
 		config.BeforeConnect = func(ctx context.Context, _ *pgx.ConnConfig) error {
 			if !slow.Load() {
 				return nil
@@ -935,6 +936,7 @@ func TestLeaseKeeperFallsBackToThePool(t *testing.T) {
 	)
 	b := newKeeperBundle(ctx, t, func(config *pgxpool.Config, _ string) {
 		config.MinConns = 4
+		config.HealthCheckPeriod = 50 * time.Millisecond // back to MinConns soon after each Hijack
 		config.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
 			if refuse.Load() {
 				refused.Add(1)
