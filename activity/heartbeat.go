@@ -13,9 +13,15 @@ import (
 // Heartbeat tells weir the attempt is alive, renewing its lease at once (and
 // resetting the workflow's HeartbeatTimeout for the attempt, if it set one), and
 // stores details (any JSON-encodable progress marker; nil keeps what is
-// stored) for this or a later attempt to read with HeartbeatDetails. An
-// attempt that stops heartbeating for longer than its lease is recovered and
-// re-run elsewhere. Heartbeat returns an error matching fencing.ErrLeaseLost
+// stored) for this or a later attempt to read with HeartbeatDetails. Once an
+// attempt has heartbeat it must heartbeat again within its HeartbeatTimeout,
+// or within its lease (worker.Config.Fencing's LeaseTTL, 30 s by default)
+// when it set none: an attempt that stops is recovered and re-run elsewhere
+// within about that plus fencing.AttemptLimitGrace plus the reaper interval,
+// even while its code still runs, and its later writes are refused. An
+// attempt that never heartbeats is held to its start-to-close timeout alone
+// (and to its HeartbeatTimeout, counted from its start, if it set one).
+// Heartbeat returns an error matching fencing.ErrLeaseLost
 // when this attempt no longer holds its job: stop working, the job belongs
 // to a newer attempt (its context is cancelled too).
 func Heartbeat(ctx context.Context, details any) error {

@@ -15,8 +15,8 @@ const (
 	// Config.LeaseTTL says otherwise.
 	LeaseTTLDefault = 30 * time.Second
 
-	// ReaperIntervalDefault is how often the leader looks for expired leases
-	// unless Config.ReaperInterval says otherwise.
+	// ReaperIntervalDefault is how often the lease reaper looks for expired
+	// leases unless Config.ReaperInterval says otherwise.
 	ReaperIntervalDefault = 5 * time.Second
 
 	// leaseTTLMin keeps leases longer than a round trip to Postgres.
@@ -35,7 +35,7 @@ type Config struct {
 	HeartbeatInterval time.Duration
 
 	// LeaseTTL is how long an attempt's lease lasts without renewal. Once it
-	// has expired the leader's reaper hands the job to another attempt and any
+	// has expired the lease reaper hands the job to another attempt and any
 	// later write by the old attempt is rejected. Defaults to LeaseTTLDefault
 	// (30 seconds).
 	LeaseTTL time.Duration
@@ -56,9 +56,10 @@ type Config struct {
 	// the same events either way.
 	Observer Observer
 
-	// ReaperInterval is how often the elected leader looks for expired leases
-	// and returns their jobs to available. Defaults to ReaperIntervalDefault
-	// (5 seconds).
+	// ReaperInterval is how often the fenced process that reaps a schema
+	// looks for expired leases and returns their jobs to available, and how
+	// often the other fenced processes try to take reaping over (see the
+	// package documentation). Defaults to ReaperIntervalDefault (5 seconds).
 	ReaperInterval time.Duration
 }
 

@@ -42,8 +42,8 @@ func TestSeamConformance(t *testing.T) {
 		PluginServices() []startstop.Service
 	})
 	require.True(t, ok, "the fencing pilot must implement River's Pilot, PilotJobRescuer and pilotPlugin")
-	require.Len(t, pilot.PluginServices(), 1, "lease keeper")
-	require.Len(t, pilot.PluginMaintenanceServices(), 1, "lease reaper")
+	require.Len(t, pilot.PluginServices(), 2, "lease keeper and lease reaper")
+	require.Empty(t, pilot.PluginMaintenanceServices(), "the lease reaper does not follow River's leader")
 
 	config := testConfig(schema, &clientOpts{driver: driver})
 	config.JobTimeout = 42 * time.Second
@@ -72,6 +72,11 @@ func TestSeamConformance(t *testing.T) {
 	require.True(t, ok, "River's client configuration changed shape")
 	require.Equal(t, 42*time.Second, timeout)
 	require.Equal(t, 7*time.Second, stuck)
+	require.False(t, fencing.ClientLeaderElectionDisabled(client))
+	disabledConfig := testConfig(schema, &clientOpts{noLeader: true})
+	disabled, err := river.NewClient[pgx.Tx](newDriver(t, pool, nil, nil), disabledConfig)
+	require.NoError(t, err)
+	require.True(t, fencing.ClientLeaderElectionDisabled(disabled), "River's client configuration changed shape")
 
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() {

@@ -49,11 +49,18 @@
 // returned).
 // Each Driver whose River client runs uses one connection more than its
 // pool's. When a renewal is refused the attempt's context is cancelled with
-// cause ErrLeaseLost. The elected leader's reaper returns jobs whose
-// lease expired to available at once (discarded past max attempts), with an
-// error entry saying so, and wakes fetchers: a job whose worker died or was
+// cause ErrLeaseLost. A lease reaper returns jobs whose lease expired to
+// available at once (discarded past max attempts), with an error entry
+// saying so, and wakes fetchers. It runs in one fenced process per schema,
+// whichever process leads River (a plain riverpgxv5 process may, during a
+// rollout): the fenced processes hold an election of their own, a
+// session-level advisory lock per schema that a process keeps on a
+// connection it takes out of its pool (one connection more in that
+// process), and lose when their session ends (the process dies, or the
+// session stays idle for three ReaperIntervals, 10 s at least; clients with
+// River's LeaderElectionDisabled take no part). A job whose worker died or was
 // partitioned runs again within LeaseTTL + ReaperInterval + the fetch poll
-// interval (+ leader failover if the leader died), while a job that keeps
+// interval (+ the reaper's failover if its process died), while a job that keeps
 // heartbeating within its River deadline is never recovered, however long it
 // runs (F4). River's own rescuer is made lease-aware (the Pilot implements
 // River's PilotJobRescuer): it never takes a job whose lease is alive. After
@@ -132,7 +139,12 @@
 //     worker's own Timeout when the attempt calls LeaseFromContext, Heartbeat
 //     or CompleteTx with its work context; until then it assumes the client's
 //     JobTimeout. A worker with Timeout -1 that runs longer than the client's
-//     JobTimeout must call one of them early in Work.
+//     JobTimeout must call one of them early in Work. A worker that knows its
+//     attempt's own limits (a timeout, a heartbeat timeout) tells them with
+//     LimitAttempt: the job of an attempt that passes one while its code
+//     still runs is then recovered within AttemptLimitGrace plus
+//     ReaperInterval of it, not after the River deadline plus
+//     JobStuckThreshold plus a LeaseTTL. weir's activity worker does.
 //   - River exposes the seams used here (the Pilot, the driver plugin, the
 //     client's configuration) as internal APIs; weir pins River at v0.51.2 and
 //     a conformance test fails if River stops routing work through the Pilot.
@@ -150,8 +162,7 @@
 //     attempt carries its proof and a cancellable context. On no-op jobs
 //     that costs a few percent of plain River's rate; `make bench` measures
 //     it (see bench/README.md).
-//   - The lease reaper serves the schemas River has used through the leader's
-//     client (fetches, inserts, River's rescuer): a leader that neither works
-//     nor inserts jobs learns its schema when River's rescuer first runs.
+//   - The lease reaper serves the schemas River has used through its client
+//     (the client's own, fetches, inserts).
 //   - Postgres 14 or later (CREATE OR REPLACE TRIGGER).
 package fencing

@@ -33,6 +33,20 @@ func (d *Driver) PilotCalls() (fetch, setState int64) {
 // NoteSchema tells the pilot about a schema, as River's calls would.
 func (d *Driver) NoteSchema(schema string) { d.pilot.noteSchema(schema) }
 
+// ClientLeaderElectionDisabled exposes clientLeaderElectionDisabled.
+var ClientLeaderElectionDisabled = clientLeaderElectionDisabled
+
+// ReaperHolds reports whether this driver's reaper holds the reaper lock of
+// schema.
+func (d *Driver) ReaperHolds(schema string) bool { return d.pilot.reaper.election.holds(schema) }
+
+// RestartWatchSeen returns the server epoch this driver's restart watch saw
+// last (zero: none).
+func (d *Driver) RestartWatchSeen() time.Time {
+	_, seen := d.pilot.reaper.restart.args()
+	return seen.Time
+}
+
 // ClientTimeouts exposes clientTimeouts.
 var ClientTimeouts = clientTimeouts
 

@@ -77,7 +77,7 @@ func TestBatchStatementsTakeJobsByKey(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		{"Renew", renewSQL(schema), []any{ids, tokens, until, 30 * time.Second}},
+		{"Renew", renewSQL(schema), []any{ids, tokens, until, 30 * time.Second, until}},
 		{"SetState", setStateInlineSQL(schema, false), setStateInlineArgs(params, proofs)},
 		// MergeQueuedCompletions's statement, at a group's size.
 		{"CompleteClaimedMany", completeClaimedManySQL(schema), []any{ids[:16], tokens[:16], make([]int, 16), make([]time.Time, 16), make([]*string, 16), 16}},
@@ -138,7 +138,7 @@ func TestBatchStatementsPlannedYoung(t *testing.T) {
 		name, sql, args string
 	}{
 		{"CompleteClaimedMany", completeClaimedManySQL(schema), "'{1,2,3}', '{a,b,c}', '{1,1,1}', '{2026-01-01,2026-01-01,2026-01-01}', '{NULL,NULL,NULL}', 3"},
-		{"Renew", renewSQL(schema), "'{1,2,3}', '{a,b,c}', '{NULL,NULL,NULL}', '30 seconds'"},
+		{"Renew", renewSQL(schema), "'{1,2,3}', '{a,b,c}', '{NULL,NULL,NULL}', '30 seconds', '{NULL,NULL,NULL}'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := dbtest.ExplainPrepared(ctx, t, pool, "SET LOCAL plan_cache_mode = force_generic_plan", tc.sql, tc.args)

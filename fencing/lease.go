@@ -78,13 +78,15 @@ func LeaseFromContext(ctx context.Context) (Lease, bool) {
 //
 // Call it with the context River passes to Worker.Work: that also tells the
 // lease keeper the attempt's River deadline (Worker.Timeout, or none), after
-// which renewals stop.
+// which renewals stop. Each call restarts the attempt's HeartbeatTimeout
+// (LimitAttempt).
 func Heartbeat(ctx context.Context, details any) error {
 	st := attemptFromContext(ctx)
 	if st == nil {
 		return ErrNoLease
 	}
 	st.observeDeadline(ctx)
+	st.beat()
 	var detailsJSON []byte
 	if details != nil {
 		var err error
@@ -196,6 +198,8 @@ type attemptState struct {
 	workEnded  time.Time  // when the work returned, for an attempt whose outcome River writes after it
 	observed   bool       // renewUntil comes from the work context's deadline
 	stuckAfter time.Duration
+	limits     AttemptLimits // told by LimitAttempt
+	lastBeat   time.Time     // local time of the last Heartbeat; zero: none yet
 }
 
 func (s *attemptState) proof() proof {

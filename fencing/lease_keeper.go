@@ -280,17 +280,18 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		ids        = make([]int64, 0, len(attempts))
 		tokens     = make([]string, 0, len(attempts))
 		renewUntil = make([]*time.Time, 0, len(attempts))
+		leaseEnds  = make([]*time.Time, 0, len(attempts))
 	)
 	for _, st := range attempts {
 		st.mu.Lock()
-		lost, until, ended := st.lost, st.renewUntil, st.workEnded
+		lost, until, end, ended := st.lost, st.renewUntil, st.leaseEnd(), st.workEnded
 		st.mu.Unlock()
 		if !ended.IsZero() {
 			if time.Since(ended) > k.outcomeWait() {
 				k.remove(st) // no outcome came: the job is left to the reaper
 				continue
 			}
-			until = nil // a timed-out work's outcome is kept too; outcomeWait caps it
+			until, end = nil, nil // a timed-out work's outcome is kept too; outcomeWait caps it
 		}
 		if lost || st.token == "" {
 			continue
@@ -299,6 +300,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 		ids = append(ids, st.jobID)
 		tokens = append(tokens, st.token)
 		renewUntil = append(renewUntil, until)
+		leaseEnds = append(leaseEnds, end)
 	}
 	if len(ids) == 0 {
 		return false, nil
@@ -315,7 +317,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	defer cancel()
 	var results []result
 	err = k.withConn(ctx, func(q querier) error {
-		rows, err := q.Query(ctx, renewSQL(schema), ids, tokens, renewUntil, k.driver.config.LeaseTTL)
+		rows, err := q.Query(ctx, renewSQL(schema), ids, tokens, renewUntil, k.driver.config.LeaseTTL, leaseEnds)
 		if err != nil {
 			return err
 		}
@@ -577,7 +579,7 @@ func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details [
 		return nil
 	}
 	st.mu.Lock()
-	until := st.renewUntil
+	until, end := st.renewUntil, st.leaseEnd()
 	st.mu.Unlock()
 	var token *string
 	if st.token != "" {
@@ -596,7 +598,7 @@ func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details [
 	)
 	for {
 		err = k.driver.pool.QueryRow(ctx, heartbeatSQL(st.schema),
-			st.jobID, token, st.attempt, st.attemptedAt, until, k.driver.config.LeaseTTL, detailsArg,
+			st.jobID, token, st.attempt, st.attemptedAt, until, k.driver.config.LeaseTTL, detailsArg, end,
 		).Scan(&expires, &stored)
 		if !lockNotAvailable(err) {
 			break
@@ -638,9 +640,10 @@ func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details [
 }
 
 // heartbeatSQL renews one lease ($1 job ID, $2 token or NULL, $3 attempt,
-// $4 attempted_at, $5 River deadline, $6 LeaseTTL) and stores details ($7,
-// NULL keeps them), without waiting for a row lock, and returns the new
-// expiry and details; no row if the attempt no longer holds the job.
+// $4 attempted_at, $5 River deadline, $6 LeaseTTL, never past $8, the
+// attempt's lease end or NULL) and stores details ($7, NULL keeps them),
+// without waiting for a row lock, and returns the new expiry and details; no
+// row if the attempt no longer holds the job.
 func heartbeatSQL(schema string) string {
 	table := tableName(schema, "river_job")
 	return `
@@ -652,8 +655,9 @@ WITH l AS (
 )
 UPDATE ` + table + ` j
 SET lease_expires_at = CASE
-        WHEN j.lease_expires_at IS NULL OR ($5::timestamptz IS NOT NULL AND now() >= $5::timestamptz) THEN j.lease_expires_at
-        ELSE now() + $6::interval END,
+        WHEN j.lease_expires_at IS NULL THEN NULL
+        WHEN $5::timestamptz IS NOT NULL AND now() >= $5::timestamptz THEN least(j.lease_expires_at, $8::timestamptz)
+        ELSE least(now() + $6::interval, $8::timestamptz) END,
     lease_details = coalesce($7::jsonb, j.lease_details)
 FROM l
 WHERE j.id = l.id
@@ -668,20 +672,25 @@ func lockNotAvailable(err error) bool {
 }
 
 // renewSQL renews the leases of a batch of attempts ($1 job IDs, $2 tokens,
-// $3 River deadlines, $4 LeaseTTL), skipping jobs another writer holds
-// locked, and tells, per attempt in input order, its new expiry, whether its
-// lease is lost, and whether the attempt finished the job itself.
+// $3 River deadlines, $4 LeaseTTL, $5 lease ends: AttemptLimits, NULL for
+// none), skipping jobs another writer holds locked, and tells, per attempt
+// in input order, its new expiry, whether its lease is lost, and whether the
+// attempt finished the job itself. A lease never runs past its lease end: one
+// that would is cut back to it.
 func renewSQL(schema string) string {
 	table := tableName(schema, "river_job")
 	return `
 WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) WITH ORDINALITY AS x(id, token, renew_until, ord)
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::timestamptz[], $5::timestamptz[])
+        WITH ORDINALITY AS x(id, token, renew_until, lease_end, ord)
 ),
 renewed AS (
     UPDATE ` + table + ` j
-    SET lease_expires_at = now() + $4::interval
+    -- least ignores a NULL lease_end (no limit).
+    SET lease_expires_at = CASE WHEN l.renew THEN least(now() + $4::interval, l.lease_end) ELSE l.lease_end END
     FROM (
-        SELECT j2.id
+        SELECT j2.id, x.lease_end,
+            (x.renew_until IS NULL OR now() < x.renew_until) AND (x.lease_end IS NULL OR now() < x.lease_end) AS renew
         FROM ` + table + ` j2
         JOIN input x ON x.id = j2.id
         -- Implied by the join; it keeps a plan for many leases from
@@ -693,7 +702,9 @@ renewed AS (
             AND (j2.state = 'running') IS TRUE
             AND j2.lease_token = x.token::uuid
             AND j2.lease_expires_at IS NOT NULL
-            AND (x.renew_until IS NULL OR now() < x.renew_until)
+            -- Renewed within its deadlines, or cut back to its lease end.
+            AND ((x.renew_until IS NULL OR now() < x.renew_until) AND (x.lease_end IS NULL OR now() < x.lease_end)
+                OR j2.lease_expires_at > x.lease_end)
         FOR UPDATE OF j2 SKIP LOCKED
     ) l
     WHERE j.id = l.id

@@ -21,13 +21,17 @@ const reapBatchMax = 1000
 // leaseReaper returns running jobs whose lease expired to available (or
 // discarded past max attempts, or cancelled if a cancel was requested), at
 // once and with an error entry saying so, and notifies fetchers. River runs
-// it on the elected leader only, as a maintenance service.
+// it on every client that works jobs (a plugin service), and in each schema
+// it reaps only in the one process that holds the schema's reaper lock
+// (reaperElection): whichever process leads River, plain or fenced, one
+// fenced process reaps.
 type leaseReaper struct {
 	startstop.BaseStartStop
 
-	driver  *Driver
-	pilot   *Pilot
-	restart restartWatch
+	driver   *Driver
+	election reaperElection
+	pilot    *Pilot
+	restart  restartWatch
 }
 
 // restartWatch tells from when the leases of a restarted Postgres server get
@@ -114,10 +118,15 @@ func (r *leaseReaper) Start(ctx context.Context) error {
 	go func() {
 		started()
 		defer stopped()
+		defer r.election.resign()
+		if !r.election.eligible(ctx, r.pilot) {
+			<-ctx.Done()
+			return
+		}
 		ticker := time.NewTicker(r.driver.config.ReaperInterval)
 		defer ticker.Stop()
 		for {
-			if _, err := r.reapAll(ctx); err != nil && ctx.Err() == nil {
+			if _, err := r.pass(ctx); err != nil && ctx.Err() == nil {
 				r.driver.logger().WarnContext(ctx, "fencing: reaping expired leases", slog.String("error", err.Error()))
 			}
 			select {
@@ -130,7 +139,58 @@ func (r *leaseReaper) Start(ctx context.Context) error {
 	return nil
 }
 
-// reapAll reaps every schema River has used with this client.
+// pass reaps every fenced schema River has used with this client whose
+// reaper lock this process holds or takes now, on the connection that holds
+// the lock: a process whose session ended (and with it its hold) reaps no
+// more.
+func (r *leaseReaper) pass(ctx context.Context) (int, error) {
+	total, watched := 0, false
+	for _, schema := range r.pilot.knownSchemas() {
+		fenced, err := r.pilot.fencedPool(ctx, schema)
+		if err != nil {
+			return total, err
+		}
+		if !fenced {
+			continue
+		}
+		if !watched {
+			if err := r.watchRestarts(ctx); err != nil {
+				return total, err
+			}
+			watched = true
+		}
+		conn, err := r.election.hold(ctx, r.driver, schema)
+		if err != nil {
+			return total, err
+		}
+		if conn == nil {
+			continue // another process reaps schema
+		}
+		n, err := r.reapSchema(ctx, conn, schema)
+		total += n
+		if err != nil {
+			r.election.lost(ctx, r.driver, err)
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// watchRestarts reads the server's epoch for the restart watch, in every
+// fenced process, reaping or not: River's rescuer may run in a process that
+// does not reap (River's leader is elected apart), and it takes its grace
+// after a restart from this process's watch (Pilot.JobGetStuck).
+func (r *leaseReaper) watchRestarts(ctx context.Context) error {
+	var started, now time.Time
+	if err := r.driver.pool.QueryRow(ctx, "SELECT "+serverEpochSQL+", now()").Scan(&started, &now); err != nil {
+		return fmt.Errorf("reading the server's epoch: %w", err)
+	}
+	r.restart.observe(started, now)
+	return nil
+}
+
+// reapAll reaps every fenced schema River has used with this client through
+// the pool, whoever holds the reaper locks (tests).
 func (r *leaseReaper) reapAll(ctx context.Context) (int, error) {
 	total := 0
 	for _, schema := range r.pilot.knownSchemas() {
@@ -141,18 +201,30 @@ func (r *leaseReaper) reapAll(ctx context.Context) (int, error) {
 		if !fenced {
 			continue
 		}
-		for {
-			n, err := r.reap(ctx, schema)
-			total += n
-			if err != nil {
-				return total, err
-			}
-			if n < reapBatchMax {
-				break
-			}
+		n, err := r.reapSchema(ctx, r.driver.pool, schema)
+		total += n
+		if err != nil {
+			return total, err
 		}
 	}
 	return total, nil
+}
+
+// txBeginner is what pgx pools and connections offer for transactions.
+type txBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// reapSchema reaps schema in batches until none is full.
+func (r *leaseReaper) reapSchema(ctx context.Context, db txBeginner, schema string) (int, error) {
+	total := 0
+	for {
+		n, err := r.reap(ctx, db, schema)
+		total += n
+		if err != nil || n < reapBatchMax {
+			return total, err
+		}
+	}
 }
 
 type reapedJob struct {
@@ -162,10 +234,10 @@ type reapedJob struct {
 	State   string
 }
 
-func (r *leaseReaper) reap(ctx context.Context, schema string) (int, error) {
+func (r *leaseReaper) reap(ctx context.Context, db txBeginner, schema string) (int, error) {
 	table := tableName(schema, "river_job")
 	stateType := tableName(schema, "river_job_state")
-	tx, err := r.driver.pool.Begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
 	}
@@ -230,30 +302,39 @@ RETURNING j.attempt, j.id, j.queue, j.state::text`, r.driver.config.LeaseTTL, re
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
 	}
-	var queues []string
 	for _, job := range reaped {
 		r.driver.counters.emit(ctx, &Event{Attempt: job.Attempt, JobID: job.ID, Kind: EventLeaseExpired})
 		r.driver.logger().WarnContext(ctx, "fencing: recovered a job whose lease expired",
 			slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt), slog.String("state", job.State))
+	}
+	return len(reaped), r.driver.notifyRecovered(ctx, schema, reaped)
+}
+
+// notifyRecovered wakes the fetchers of the queues where recovered jobs
+// became available again.
+func (d *Driver) notifyRecovered(ctx context.Context, schema string, recovered []reapedJob) error {
+	var queues []string
+	for _, job := range recovered {
 		if job.State == "available" && !slices.Contains(queues, job.Queue) {
 			queues = append(queues, job.Queue)
 		}
 	}
-	if len(queues) > 0 && r.driver.SupportsListenNotify() {
-		payloads := make([]string, len(queues))
-		for i, queue := range queues {
-			payload, err := json.Marshal(map[string]string{"queue": queue})
-			if err != nil {
-				return len(reaped), err
-			}
-			payloads[i] = string(payload)
-		}
-		// River's insert topic: producers of these queues fetch at once.
-		if err := r.driver.Driver.GetExecutor().NotifyMany(ctx, &riverdriver.NotifyManyParams{
-			Payload: payloads, Schema: schema, Topic: "river_insert",
-		}); err != nil {
-			return len(reaped), fmt.Errorf("notifying fetchers: %w", err)
-		}
+	if len(queues) == 0 || !d.SupportsListenNotify() {
+		return nil
 	}
-	return len(reaped), nil
+	payloads := make([]string, len(queues))
+	for i, queue := range queues {
+		payload, err := json.Marshal(map[string]string{"queue": queue})
+		if err != nil {
+			return err
+		}
+		payloads[i] = string(payload)
+	}
+	// River's insert topic: producers of these queues fetch at once.
+	if err := d.Driver.GetExecutor().NotifyMany(ctx, &riverdriver.NotifyManyParams{
+		Payload: payloads, Schema: schema, Topic: "river_insert",
+	}); err != nil {
+		return fmt.Errorf("notifying fetchers: %w", err)
+	}
+	return nil
 }

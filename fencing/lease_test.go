@@ -825,6 +825,7 @@ func TestLeaseKeeperConnectsSlowly(t *testing.T) {
 	)
 	b := newKeeperBundle(ctx, t, func(config *pgxpool.Config, _ string) {
 		config.MinConns = 4
+		config.HealthCheckPeriod = 50 * time.Millisecond // back to MinConns soon after each Hijack
 		config.BeforeConnect = func(ctx context.Context, _ *pgx.ConnConfig) error {
 			if !slow.Load() {
 				return nil
@@ -935,6 +936,7 @@ func TestLeaseKeeperFallsBackToThePool(t *testing.T) {
 	)
 	b := newKeeperBundle(ctx, t, func(config *pgxpool.Config, _ string) {
 		config.MinConns = 4
+		config.HealthCheckPeriod = 50 * time.Millisecond // back to MinConns soon after each Hijack
 		config.BeforeConnect = func(context.Context, *pgx.ConnConfig) error {
 			if refuse.Load() {
 				refused.Add(1)
@@ -944,11 +946,14 @@ func TestLeaseKeeperFallsBackToThePool(t *testing.T) {
 		}
 		config.AfterConnect = func(context.Context, *pgx.Conn) error { connected.Add(1); return nil }
 	})
-	// The keeper connects only once an attempt runs. River's listener takes
-	// one of the pool's connections out of it (Hijack), and the pool opens
-	// another for MinConns: five in all before connections are refused, or
-	// the pool, one short, would try to open one for River's own work.
-	waitUntil(t, "the pool opened its connections", func() bool { return connected.Load() >= 5 })
+	// The keeper connects only once an attempt runs. River's listener and
+	// the lease reaper (this process takes the schema's reaper lock) each
+	// take one of the pool's connections out of it (Hijack), and the pool
+	// opens another for MinConns each time: six in all before connections
+	// are refused, or the pool, one short, would try to open one for
+	// River's own work.
+	waitUntil(t, "the pool opened its connections", func() bool { return connected.Load() >= 6 })
+	waitUntil(t, "the reaper holds its lock", func() bool { return b.driver.ReaperHolds(b.schema) })
 	refuse.Store(true)
 	attempt := b.start(ctx, t)
 	b.renewed(ctx, t, attempt.job.ID, 3, "the keeper renews through the pool")

@@ -86,16 +86,17 @@ func newPilot(driver *Driver) *Pilot {
 	return p
 }
 
-// PluginServices returns the lease keeper, which River runs on every client.
+// PluginServices returns the lease keeper and the lease reaper, which River
+// runs on every client that works jobs. The reaper elects among fenced
+// processes alone which one reaps (reaperElection), not through River's
+// leader, which may be a plain riverpgxv5 process.
 func (p *Pilot) PluginServices() []startstop.Service {
-	return []startstop.Service{p.driver.keeper}
+	return []startstop.Service{p.driver.keeper, p.reaper}
 }
 
-// PluginMaintenanceServices returns the lease reaper, which River runs on the
-// elected leader only.
-func (p *Pilot) PluginMaintenanceServices() []startstop.Service {
-	return []startstop.Service{p.reaper}
-}
+// PluginMaintenanceServices returns nothing: the lease reaper does not
+// follow River's leader (PluginServices).
+func (p *Pilot) PluginMaintenanceServices() []startstop.Service { return nil }
 
 func (p *Pilot) noteSchema(schema string) {
 	p.schemasMu.Lock()

@@ -260,6 +260,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		return nil
 	}
 
+	a.w.limitAttempt(ctx, a.timeout(meta), meta)
 	execCtx := attempt.With(ctx, st)
 	if meta.HeartbeatTimeout > 0 {
 		var stop func()

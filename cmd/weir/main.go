@@ -98,6 +98,7 @@ func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log more")
 
 	root.AddCommand(newDevCommand(g), newMigrateCommand(g), newServerCommand(g), newWorkflowCommand(g), newScheduleCommand(g))
+	root.AddCommand(newFencingCommand(g))
 	return root
 }
 
