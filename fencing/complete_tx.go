@@ -12,7 +12,13 @@ import (
 // part of tx only if the attempt whose work context is ctx still holds the
 // job. Otherwise it returns a *LeaseLostError (matching ErrLeaseLost) and
 // aborts tx, so tx.Commit fails and none of the caller's writes in tx commit,
-// even if the caller ignores the error.
+// even if the caller ignores the error. If the same attempt already
+// completed the job (CompleteTx retried after an ambiguous COMMIT that did
+// commit), it returns an *AlreadyCompletedError (matching
+// ErrAlreadyCompleted) and aborts tx too: the attempt's work committed once,
+// with the completion. Outside any attempt (rivertest.WorkContext) it
+// completes a running job that no fenced attempt leases, as River does, and
+// returns a *NoLeaseError (matching ErrNoLease) for any other.
 //
 // With the fencing Driver, river.JobCompleteTx is fenced too; CompleteTx adds
 // a second check that does not depend on River routing the write through the
@@ -31,11 +37,12 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 		return nil, err
 	}
 	if !completedBy(updated.JobRow, job.JobRow) {
+		lost := &LeaseLostError{Attempt: job.Attempt, JobID: job.ID, Op: "complete"}
 		client, clientErr := river.ClientFromContextSafely[TTx](ctx)
 		if clientErr == nil {
-			abortTx(ctx, client.Driver().UnwrapExecutor(tx), job.ID)
+			abortTx(ctx, client.Driver().UnwrapExecutor(tx), lost)
 		}
-		return nil, &LeaseLostError{Attempt: job.Attempt, JobID: job.ID, Op: "complete"}
+		return nil, lost
 	}
 	return updated, nil
 }

@@ -47,7 +47,7 @@ func ExampleLeaseLostError() {
 	fmt.Println(err)
 	// Output:
 	// true true
-	// fencing: complete of job 42 attempt 1 rejected: lease lost to a newer attempt
+	// fencing: complete of job 42 attempt 1 rejected: the attempt no longer holds the job (lease lost)
 }
 
 type chargeArgs struct {

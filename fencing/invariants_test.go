@@ -322,7 +322,12 @@ func TestFailClosed(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
 		rows, err := bundle.pilot.JobSetStateIfRunningMany(ctx, bundle.stranger.UnwrapExecutor(tx), completedParams(bundle, nil))
-		require.ErrorIs(t, err, fencing.ErrLeaseLost)
+		// The write proves no attempt, and says so: no newer attempt is
+		// blamed.
+		require.ErrorIs(t, err, fencing.ErrNoLease)
+		var noLease *fencing.NoLeaseError
+		require.ErrorAs(t, err, &noLease)
+		require.Equal(t, bundle.jobID, noLease.JobID)
 		require.Nil(t, rows)
 		require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
 		require.Equal(t, "running", getJob(ctx, t, dbtest.Pool(ctx, t), bundle.schema, bundle.jobID).State)
