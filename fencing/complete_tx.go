@@ -2,6 +2,10 @@ package fencing
 
 import (
 	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
@@ -32,6 +36,15 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 	if st := attemptFromContext(ctx); st != nil {
 		st.observeDeadline(ctx)
 	}
+	if client, err := river.ClientFromContextSafely[TTx](ctx); err == nil {
+		if _, fenced := client.Pilot().(*Pilot); !fenced {
+			// River's standard pilot returns a job this attempt completed
+			// already as if this call had: tell a repeat apart first.
+			if err := refuseRepeatedCompletion(ctx, client.Driver().UnwrapExecutor(tx), client.Schema(), job.JobRow); err != nil {
+				return nil, err
+			}
+		}
+	}
 	updated, err := river.JobCompleteTx[TDriver](ctx, tx, job)
 	if err != nil {
 		return nil, err
@@ -45,6 +58,28 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 		return nil, lost
 	}
 	return updated, nil
+}
+
+// refuseRepeatedCompletion returns an *AlreadyCompletedError, and aborts the
+// transaction of exec, when the attempt that job describes completed the job
+// already (locking the job's row until the transaction ends). The fencing
+// Pilot tells repeats apart itself; this serves CompleteTx on other pilots.
+func refuseRepeatedCompletion(ctx context.Context, exec riverdriver.ExecutorTx, schema string, job *rivertype.JobRow) error {
+	row := &rivertype.JobRow{}
+	err := exec.QueryRow(ctx, "SELECT state, attempt, attempted_at FROM "+tableName(schema, "river_job")+" WHERE id = $1 FOR UPDATE",
+		job.ID).Scan(&row.State, &row.Attempt, &row.AttemptedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // River's JobCompleteTx reports it
+	}
+	if err != nil {
+		return fmt.Errorf("fencing: reading job %d before completing it: %w", job.ID, err)
+	}
+	if !completedBy(row, job) {
+		return nil
+	}
+	repeat := &AlreadyCompletedError{Attempt: job.Attempt, JobID: job.ID, Op: "complete"}
+	abortTx(ctx, exec, repeat)
+	return repeat
 }
 
 // completedBy reports whether row is the job completed by the attempt that

@@ -134,7 +134,7 @@ func recoverJob(ctx context.Context, t *testing.T, b *testBundle, jobID int64) {
 	t.Helper()
 	tag, err := b.pool.Exec(ctx, "UPDATE "+b.names.RiverJob+" SET state = 'available', scheduled_at = now(),"+
 		" errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error', 'test: lease expired', 'trace', ''))"+
-		" WHERE id = $1 AND state = 'running'", jobID)
+		", lease_expires_at = NULL WHERE id = $1 AND state = 'running'", jobID)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), tag.RowsAffected())
 }
