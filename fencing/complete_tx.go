@@ -65,16 +65,20 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 // already (locking the job's row until the transaction ends). The fencing
 // Pilot tells repeats apart itself; this serves CompleteTx on other pilots.
 func refuseRepeatedCompletion(ctx context.Context, exec riverdriver.ExecutorTx, schema string, job *rivertype.JobRow) error {
-	row := &rivertype.JobRow{}
-	err := exec.QueryRow(ctx, "SELECT state, attempt, attempted_at FROM "+tableName(schema, "river_job")+" WHERE id = $1 FOR UPDATE",
-		job.ID).Scan(&row.State, &row.Attempt, &row.AttemptedAt)
+	var (
+		row   rivertype.JobRow
+		state string
+	)
+	err := exec.QueryRow(ctx, "SELECT state::text, attempt, attempted_at FROM "+tableName(schema, "river_job")+" WHERE id = $1 FOR UPDATE",
+		job.ID).Scan(&state, &row.Attempt, &row.AttemptedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // River's JobCompleteTx reports it
 	}
 	if err != nil {
 		return fmt.Errorf("fencing: reading job %d before completing it: %w", job.ID, err)
 	}
-	if !completedBy(row, job) {
+	row.State = rivertype.JobState(state)
+	if !completedBy(&row, job) {
 		return nil
 	}
 	repeat := &AlreadyCompletedError{Attempt: job.Attempt, JobID: job.ID, Op: "complete"}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivershared/testfactory"
 	"github.com/riverqueue/river/rivertest"
 	"github.com/riverqueue/river/rivertype"
@@ -298,4 +299,48 @@ func TestWorkContextCompleteTx(t *testing.T) {
 			require.Error(t, err, "the caller's transaction is aborted")
 		})
 	}
+}
+
+// TestCompleteTxRepeatOnRiversDriver: CompleteTx on River's own driver (a
+// plain client, whose pilot completes any running row and returns a
+// completed one as it is) tells a repeat by the attempt that completed the
+// job apart too, and aborts its transaction.
+func TestCompleteTxRepeatOnRiversDriver(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	write, count := sideEffects(ctx, t, pool, schema)
+	worker := newBlockWorker(t)
+	client := startClient(ctx, t, pool, schema, &clientOpts{worker: worker}) // plain riverpgxv5
+	_, err := client.Insert(ctx, blockArgs{}, nil)
+	require.NoError(t, err)
+	attempt := recv(t, worker.started)
+	type outcome struct{ completeErr, commitErr error }
+	results := make(chan [2]outcome, 1)
+	attempt.release <- func(ctx context.Context, job *river.Job[blockArgs]) error {
+		var res [2]outcome
+		for i := range res {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				res[i].completeErr = err
+				continue
+			}
+			if err := write(ctx, tx, job.ID); err != nil {
+				res[i].completeErr = err
+			} else {
+				_, res[i].completeErr = fencing.CompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+				res[i].commitErr = tx.Commit(ctx)
+			}
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+		results <- res
+		return nil
+	}
+	res := recv(t, results)
+	require.NoError(t, res[0].completeErr)
+	require.NoError(t, res[0].commitErr)
+	require.ErrorIs(t, res[1].completeErr, fencing.ErrAlreadyCompleted)
+	require.ErrorIs(t, res[1].commitErr, pgx.ErrTxCommitRollback)
+	require.Equal(t, 1, count(), "the attempt's work committed once")
 }
