@@ -2,6 +2,7 @@ package fencing_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -199,4 +200,42 @@ func TestMixedFleet(t *testing.T) {
 		require.Equal(t, "retryable", row.State)
 		require.Equal(t, []string{"retryable"}, attemptLog(ctx, t, pool, schema, unleased))
 	})
+}
+
+// TestJudgedWriteEndsTheLease: the Pilot's judged path (River's own
+// statement after the Pilot's check, taken for an executor it cannot run
+// its one-statement write on) ends the lease it proved before River's
+// statement, which fencing 004 would otherwise refuse.
+func TestJudgedWriteEndsTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.TestSchema(ctx, t)
+	sink := newEventSink()
+	driver := newDriver(t, pool, sink, nil)
+	worker := newBlockWorker(t)
+	client := startClient(ctx, t, pool, schema, &clientOpts{driver: driver, noLeader: true, worker: worker})
+	inserted, err := client.Insert(ctx, blockArgs{}, nil)
+	require.NoError(t, err)
+	jobID := inserted.Job.ID
+	attempt := recv(t, worker.started)
+	t.Cleanup(func() { attempt.release <- complete })
+	lease, ok := fencing.LeaseFromContext(attempt.ctx)
+	require.True(t, ok)
+	require.False(t, lease.ExpiresAt.IsZero())
+
+	params := plainCompleted(schema, jobID)
+	params.MetadataDoMerge[0] = true
+	params.MetadataUpdates[0] = []byte(`{"weir:fencing:proof": "` + lease.Token + `/` + strconv.Itoa(lease.Attempt) + `/` +
+		strconv.FormatInt(lease.AttemptedAt.UnixMicro(), 10) + `"}`)
+	// River's own pool executor: the Pilot cannot take its pool out of it.
+	rows, err := driver.PluginPilot().JobSetStateIfRunningMany(ctx, riverpgxv5.New(pool).GetExecutor(), params)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	require.Equal(t, rivertype.JobStateCompleted, rows[0].State)
+	done := getJob(ctx, t, pool, schema, jobID)
+	require.Equal(t, "completed", done.State)
+	require.Equal(t, lease.Token, done.LeaseLastToken.String)
+	require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, jobID))
+	require.Zero(t, sink.count(fencing.EventStaleWriteRejected, 0))
 }
