@@ -165,7 +165,9 @@ func (d *Driver) WorkClaimed(ctx context.Context, claim *Claim, deadline time.Ti
 // snoozed, built with riverdriver's JobSetState helpers. It goes through the
 // same fenced path as River's own writes, in tx: if the attempt no longer
 // holds its job, it returns a *LeaseLostError and aborts tx, so nothing the
-// caller wrote in tx commits.
+// caller wrote in tx commits. If the attempt completed its job already, it
+// returns an *AlreadyCompletedError (an *OutcomeConflictError for another
+// state) and aborts tx as well.
 func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error {
 	st := attemptFromContext(ctx)
 	if st == nil || st.jobID != params.ID {
