@@ -116,13 +116,19 @@ func TestMixedFleet(t *testing.T) {
 		require.True(t, held.LeaseExpiresAt.Valid)
 
 		type result struct {
-			err   error
-			state rivertype.JobState
+			err                             error
+			state                           rivertype.JobState
+			completeTxErr, completeTxCommit error
 		}
 		results := make(chan result, 1)
 		plainAttempt.release <- func(ctx context.Context, job *river.Job[blockArgs]) error {
 			var res result
 			defer func() { results <- res }()
+			// fencing.CompleteTx on River's driver refuses it and aborts.
+			if tx, err := pool.Begin(ctx); err == nil {
+				_, res.completeTxErr = fencing.CompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+				res.completeTxCommit = tx.Commit(ctx)
+			}
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				res.err = err
@@ -139,6 +145,8 @@ func TestMixedFleet(t *testing.T) {
 			return nil // River's completer then writes "completed" too
 		}
 		res := recv(t, results)
+		require.ErrorIs(t, res.completeTxErr, fencing.ErrLeaseLost)
+		require.ErrorIs(t, res.completeTxCommit, pgx.ErrTxCommitRollback)
 		require.NoError(t, res.err)
 		require.Equal(t, rivertype.JobStateRunning, res.state, "River's JobCompleteTx could not complete the job")
 		row := getJob(ctx, t, pool, schema, jobID)
