@@ -167,6 +167,10 @@
 //     an attempt that failed before the plugin ran with the newer one.
 //   - Client.JobUpdate outside any attempt is an operator's write and is not
 //     fenced.
+//   - Completing a job twice in one transaction (river.JobCompleteTx, then
+//     again or CompleteTx) is a repeat like any other: the second call
+//     returns an *AlreadyCompletedError and aborts the transaction, where
+//     River returns the completed job.
 //   - Fencing costs throughput on trivial jobs (see BenchmarkThroughput). With
 //     fencing 002 each fetch and each completion batch is one statement, as
 //     in River, but the fetch gives each job a token (minted by the fetching
