@@ -165,7 +165,9 @@ func (d *Driver) WorkClaimed(ctx context.Context, claim *Claim, deadline time.Ti
 // snoozed, built with riverdriver's JobSetState helpers. It goes through the
 // same fenced path as River's own writes, in tx: if the attempt no longer
 // holds its job, it returns a *LeaseLostError and aborts tx, so nothing the
-// caller wrote in tx commits.
+// caller wrote in tx commits. If the attempt completed its job already, it
+// returns an *AlreadyCompletedError (an *OutcomeConflictError for another
+// state) and aborts tx as well.
 func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error {
 	st := attemptFromContext(ctx)
 	if st == nil || st.jobID != params.ID {
@@ -199,17 +201,22 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 		Schema:          st.schema,
 		State:           []rivertype.JobState{params.State},
 	})
-	var lost *LeaseLostError
+	var (
+		lost     *LeaseLostError
+		repeat   *AlreadyCompletedError
+		conflict *OutcomeConflictError
+	)
 	switch {
-	case errors.As(err, &lost):
+	case errors.As(err, &lost), errors.As(err, &repeat), errors.As(err, &conflict):
 		return err
 	case err != nil:
 		return fmt.Errorf("fencing: setting state of job %d: %w", params.ID, err)
 	case len(rows) != 1 || rows[0].State != params.State && !cancelledInstead(params.State, rows[0]):
-		// The Pilot aborts a stale write itself; this fails closed on a job
-		// that is gone or a write River did not apply as asked.
-		abortTx(ctx, d.UnwrapExecutor(tx), params.ID)
-		return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: "set_state_" + string(params.State)}
+		// The Pilot aborts a refused write itself; this fails closed on a
+		// job that is gone or a write River did not apply as asked.
+		lost := &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: "set_state_" + string(params.State)}
+		abortTx(ctx, d.UnwrapExecutor(tx), lost)
+		return lost
 	}
 	// The attempt is not marked finished here: the write is not committed
 	// yet, and a transaction that rolls back must leave its lease renewed.

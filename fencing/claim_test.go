@@ -156,7 +156,7 @@ func TestClaimedJob(t *testing.T) {
 		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			// The job is taken away and a new attempt holds it now.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-				" SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1", c.Job.ID)
+				" SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1", c.Job.ID)
 			require.NoError(t, err)
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
@@ -293,10 +293,10 @@ func TestClaimedJob(t *testing.T) {
 		attempt        int
 	}{
 		// A new attempt holds the job now.
-		{"QueuedStaleCannotFinalize", "SET state = 'running', attempt = 2, attempted_at = now()", "running", 2},
+		{"QueuedStaleCannotFinalize", "SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL", "running", 2},
 		// The lease expired and the reaper gave the job back to River; no
 		// attempt holds it yet (its last token is still this one's).
-		{"QueuedAfterTheReaperCannotFinalize", "SET state = 'available', scheduled_at = now() + interval '1 hour'", "available", 1},
+		{"QueuedAfterTheReaperCannotFinalize", "SET state = 'available', scheduled_at = now() + interval '1 hour', lease_expires_at = NULL", "available", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -346,7 +346,7 @@ func TestClaimedJob(t *testing.T) {
 				if i == len(claims) {
 					if stale {
 						_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-							" SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1", claims[1].Job.ID)
+							" SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1", claims[1].Job.ID)
 						require.NoError(t, err)
 					}
 					require.Equal(t, len(claims), fencing.MergeQueuedCompletions(batch, schema))

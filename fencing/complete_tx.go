@@ -2,6 +2,10 @@ package fencing
 
 import (
 	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
@@ -12,7 +16,13 @@ import (
 // part of tx only if the attempt whose work context is ctx still holds the
 // job. Otherwise it returns a *LeaseLostError (matching ErrLeaseLost) and
 // aborts tx, so tx.Commit fails and none of the caller's writes in tx commit,
-// even if the caller ignores the error.
+// even if the caller ignores the error. If the same attempt already
+// completed the job (CompleteTx retried after an ambiguous COMMIT that did
+// commit), it returns an *AlreadyCompletedError (matching
+// ErrAlreadyCompleted) and aborts tx too: the attempt's work committed once,
+// with the completion. Outside any attempt (rivertest.WorkContext) it
+// completes a running job that no fenced attempt leases, as River does, and
+// returns a *NoLeaseError (matching ErrNoLease) for any other.
 //
 // With the fencing Driver, river.JobCompleteTx is fenced too; CompleteTx adds
 // a second check that does not depend on River routing the write through the
@@ -26,18 +36,54 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 	if st := attemptFromContext(ctx); st != nil {
 		st.observeDeadline(ctx)
 	}
+	if client, err := river.ClientFromContextSafely[TTx](ctx); err == nil {
+		if _, fenced := client.Pilot().(*Pilot); !fenced {
+			// River's standard pilot returns a job this attempt completed
+			// already as if this call had: tell a repeat apart first.
+			if err := refuseRepeatedCompletion(ctx, client.Driver().UnwrapExecutor(tx), client.Schema(), job.JobRow); err != nil {
+				return nil, err
+			}
+		}
+	}
 	updated, err := river.JobCompleteTx[TDriver](ctx, tx, job)
 	if err != nil {
 		return nil, err
 	}
 	if !completedBy(updated.JobRow, job.JobRow) {
+		lost := &LeaseLostError{Attempt: job.Attempt, JobID: job.ID, Op: "complete"}
 		client, clientErr := river.ClientFromContextSafely[TTx](ctx)
 		if clientErr == nil {
-			abortTx(ctx, client.Driver().UnwrapExecutor(tx), job.ID)
+			abortTx(ctx, client.Driver().UnwrapExecutor(tx), lost)
 		}
-		return nil, &LeaseLostError{Attempt: job.Attempt, JobID: job.ID, Op: "complete"}
+		return nil, lost
 	}
 	return updated, nil
+}
+
+// refuseRepeatedCompletion returns an *AlreadyCompletedError, and aborts the
+// transaction of exec, when the attempt that job describes completed the job
+// already (locking the job's row until the transaction ends). The fencing
+// Pilot tells repeats apart itself; this serves CompleteTx on other pilots.
+func refuseRepeatedCompletion(ctx context.Context, exec riverdriver.ExecutorTx, schema string, job *rivertype.JobRow) error {
+	var (
+		row   rivertype.JobRow
+		state string
+	)
+	err := exec.QueryRow(ctx, "SELECT state::text, attempt, attempted_at FROM "+tableName(schema, "river_job")+" WHERE id = $1 FOR UPDATE",
+		job.ID).Scan(&state, &row.Attempt, &row.AttemptedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // River's JobCompleteTx reports it
+	}
+	if err != nil {
+		return fmt.Errorf("fencing: reading job %d before completing it: %w", job.ID, err)
+	}
+	row.State = rivertype.JobState(state)
+	if !completedBy(&row, job) {
+		return nil
+	}
+	repeat := &AlreadyCompletedError{Attempt: job.Attempt, JobID: job.ID, Op: "complete"}
+	abortTx(ctx, exec, repeat)
+	return repeat
 }
 
 // completedBy reports whether row is the job completed by the attempt that

@@ -32,8 +32,19 @@
 // event) and counts it (Driver.Stats, Config.Observer); inside a caller's
 // transaction the transaction is aborted, so Commit fails even if the caller
 // ignores the returned ErrLeaseLost, and none of its writes commit (F2).
-// River's executor re-sending "completed" after JobCompleteTx is recognised
-// as a harmless repeat.
+//
+// A later write by the attempt that completed the job is a repeat, whatever
+// state it asks for. River's completer writing for the attempt after
+// JobCompleteTx (the worker returned nil, or an error) is harmless: River
+// keeps the completion and emits its event, as with riverpgxv5, also inside
+// rivertest.Worker's transaction. The attempt completing the job again in
+// another transaction of its own (a retry after an ambiguous COMMIT that did
+// commit) gets an *AlreadyCompletedError (ErrAlreadyCompleted; another
+// outcome: *OutcomeConflictError) and that transaction is aborted, so the
+// attempt's work commits once. A write made outside any fenced attempt
+// (river.JobCompleteTx under rivertest.WorkContext) completes, as River's
+// does, a running job that no fenced attempt leases, and otherwise gets a
+// *NoLeaseError (ErrNoLease).
 //
 // Leases use database time only. Each process renews the leases of its
 // attempts in one batched statement per HeartbeatInterval (SKIP LOCKED, CAS on
@@ -115,7 +126,19 @@
 // rolling deploy, the river CLI), get a token but no lease expiry: the reaper
 // never touches them and River's own rescue rules apply (F5).
 //
-// The line has three versions. With only 001 installed the Pilot runs River's
+// In such a mixed fleet, with fencing 004 applied, no plain process can take
+// a job from a fenced attempt whose lease is alive: the lease trigger leaves
+// the row unchanged when River's own statements (a plain client's completer
+// or JobCompleteTx, River's rescuer when a plain process leads) would move it
+// out of running without touching the lease columns, and the holder keeps
+// its token. The refusal raises no error, so River's completer and rescuer
+// neither retry nor stall on it: River gets the row back still running and
+// emits no event. A plain worker's river.JobCompleteTx then returns the job
+// still running, with no error, and its transaction is not aborted
+// (CompleteTx[*riverpgxv5.Driver] refuses it and aborts). A statement that
+// sets lease_expires_at itself (an operator's) is not refused.
+//
+// The line has four versions. With only 001 installed the Pilot runs River's
 // own fetch and state-write statements inside transactions with one more
 // statement each, and the trigger does the lease work on every row. With 002
 // (applied by the same Up) the Pilot's fetch and state writes are one
@@ -123,7 +146,9 @@
 // writers that bypass the Pilot; a running client switches within one
 // HeartbeatInterval of the migration. With 003 the insert trigger leaves
 // claimed jobs (Driver.QueueClaim), which bring a lease of their own, alone;
-// before it, it replaces their lease with one it mints.
+// before it, it replaces their lease with one it mints. With 004 the trigger
+// refuses unproven transitions out of a live lease (above); before it, a
+// plain client's completion of a job a fenced attempt holds applies.
 //
 // # Limits
 //
@@ -154,6 +179,10 @@
 //     an attempt that failed before the plugin ran with the newer one.
 //   - Client.JobUpdate outside any attempt is an operator's write and is not
 //     fenced.
+//   - Completing a job twice in one transaction (river.JobCompleteTx, then
+//     again or CompleteTx) is a repeat like any other: the second call
+//     returns an *AlreadyCompletedError and aborts the transaction, where
+//     River returns the completed job.
 //   - Fencing costs throughput on trivial jobs (see BenchmarkThroughput). With
 //     fencing 002 each fetch and each completion batch is one statement, as
 //     in River, but the fetch gives each job a token (minted by the fetching

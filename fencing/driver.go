@@ -113,16 +113,29 @@ func (d *Driver) GetExecutor() riverdriver.Executor {
 
 // UnwrapExecutor returns an executor on tx whose JobUpdate is fenced for calls
 // made from inside a job's attempt.
+//
+// Like riverpgxv5's, it may be called on a nil *Driver (River's test helpers,
+// rivertest.RequireInsertedTx[*fencing.Driver], call it on the type
+// parameter's zero value): it then returns riverpgxv5's executor on tx,
+// which has no fencing to do outside a client.
 func (d *Driver) UnwrapExecutor(tx pgx.Tx) riverdriver.ExecutorTx {
+	if d == nil {
+		return (*riverpgxv5.Driver)(nil).UnwrapExecutor(tx)
+	}
 	return &executorTx{ExecutorTx: d.Driver.UnwrapExecutor(tx), driver: d}
 }
 
-// UnwrapTx returns the pgx.Tx under an executor made by this driver.
+// UnwrapTx returns the pgx.Tx under an executor made by this driver (or by
+// riverpgxv5). Like riverpgxv5's, it may be called on a nil *Driver.
 func (d *Driver) UnwrapTx(execTx riverdriver.ExecutorTx) pgx.Tx {
 	if wrapped, ok := execTx.(*executorTx); ok {
 		execTx = wrapped.ExecutorTx
 	}
-	return d.Driver.UnwrapTx(execTx)
+	var inner *riverpgxv5.Driver
+	if d != nil {
+		inner = d.Driver
+	}
+	return inner.UnwrapTx(execTx)
 }
 
 func appendLine(lines []string) []string {

@@ -47,7 +47,36 @@ func ExampleLeaseLostError() {
 	fmt.Println(err)
 	// Output:
 	// true true
-	// fencing: complete of job 42 attempt 1 rejected: lease lost to a newer attempt
+	// fencing: complete of job 42 attempt 1 rejected: the attempt no longer holds the job (lease lost)
+}
+
+// A completion repeated by the attempt that completed the job (a retry after
+// an ambiguous COMMIT) is told apart from a lost lease: the job is done.
+func ExampleAlreadyCompletedError() {
+	var err error = &fencing.AlreadyCompletedError{Attempt: 1, JobID: 42, Op: "complete"}
+	fmt.Println(errors.Is(err, fencing.ErrAlreadyCompleted), errors.Is(err, fencing.ErrLeaseLost))
+	fmt.Println(err)
+	// Output:
+	// true false
+	// fencing: complete of job 42 attempt 1 refused: this attempt already completed the job; the transaction is aborted so that its writes do not commit twice
+}
+
+// Another outcome asked for a job the attempt completed is a conflict, and
+// the job stays completed.
+func ExampleOutcomeConflictError() {
+	var err error = &fencing.OutcomeConflictError{Attempt: 1, JobID: 42, Op: "set_state_retryable", Requested: "retryable"}
+	fmt.Println(errors.Is(err, fencing.ErrOutcomeConflict), errors.Is(err, fencing.ErrAlreadyCompleted), errors.Is(err, fencing.ErrLeaseLost))
+	// Output:
+	// true true false
+}
+
+// A state write made outside any fenced attempt (rivertest.WorkContext) on a
+// job a fenced attempt leases says so, instead of blaming another attempt.
+func ExampleNoLeaseError() {
+	var err error = &fencing.NoLeaseError{JobID: 42, Op: "set_state_completed"}
+	fmt.Println(errors.Is(err, fencing.ErrNoLease), errors.Is(err, fencing.ErrLeaseLost))
+	// Output:
+	// true false
 }
 
 type chargeArgs struct {

@@ -360,13 +360,15 @@ FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan
 	return &row
 }
 
-// rescue takes a running job away from its attempt the way River's rescuer
-// and scheduler together do (running → retryable → available), so that
-// another client can fetch it while the old attempt still runs.
+// rescue takes a running job away from its attempt, as the lease reaper
+// does once the lease expired (running → available), so that another client
+// can fetch it while the old attempt still runs. It ends the attempt's lease
+// in the same statement, as an operator must (fencing 004 refuses a
+// statement that leaves a live lease as it was).
 func rescue(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64) {
 	t.Helper()
 	tag, err := pool.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "river_job"}.Sanitize()+`
-SET state = 'available', scheduled_at = now() WHERE id = $1 AND state = 'running'`, id)
+SET state = 'available', scheduled_at = now(), lease_expires_at = NULL WHERE id = $1 AND state = 'running'`, id)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), tag.RowsAffected())
 }

@@ -59,38 +59,40 @@ func cachedSQL(cache *sync.Map, schema string, build func(string) string) string
 // A write's proof against its job's row (alias row): proofHoldsSQL is true
 // when the proof (a token, uuid, with the attempt it was minted for; or, for
 // an attempt without a token, attempt and attemptedAt) is the running
-// attempt's, proofRepeatsSQL when the attempt that just completed the job
-// writes completed (wanted) again. A proof whose token and attempt disagree
-// holds nothing (fail closed). Both state-write paths judge with these
-// (judge through verdictSQL, setStateInlineSQL in its UPDATE's WHERE, where
-// Postgres re-checks them on the row's latest version), so they cannot
-// judge differently.
+// attempt's, proofRepeatsSQL when the attempt that completed the job writes
+// again, whatever state it asks for. A proof whose token and attempt
+// disagree holds nothing (fail closed). A write without any proof (no
+// token, no attempt: made outside a fenced attempt, as under
+// rivertest.WorkContext) holds a running job that no fenced attempt leases
+// (no lease expiry), as River's write would, and nothing else. Both
+// state-write paths judge with these (judge through verdictSQL,
+// setStateInlineSQL in its UPDATE's WHERE, where Postgres re-checks them on
+// the row's latest version), so they cannot judge differently.
 //
 // Each is one CASE, which the planner cannot take apart: a state test of its
 // own would let it scan every running job (river_job_prioritized_fetching_index)
 // for a batch of a few, where River's statement takes each job by its
 // primary key.
 func proofHoldsSQL(row, token, attempt, attemptedAt string) string {
-	return proofMatchesSQL(row, "running", row+".lease_token", token, attempt, attemptedAt)
+	return `CASE WHEN ` + row + `.state <> 'running' THEN false
+            WHEN ` + token + ` IS NOT NULL THEN ` + row + `.lease_token = ` + token + ` AND ` + row + `.attempt = ` + attempt + `
+            WHEN ` + attempt + ` IS NULL THEN ` + row + `.lease_expires_at IS NULL
+            ELSE ` + row + `.attempt = ` + attempt + ` AND ` + row + `.attempted_at = ` + attemptedAt + ` END IS TRUE`
 }
 
-func proofRepeatsSQL(row, token, attempt, attemptedAt, wanted string) string {
-	return wanted + ` = 'completed' AND ` + proofMatchesSQL(row, "completed", row+".lease_last_token", token, attempt, attemptedAt)
-}
-
-func proofMatchesSQL(row, state, rowToken, token, attempt, attemptedAt string) string {
-	return `CASE WHEN ` + row + `.state <> '` + state + `' THEN false
-            WHEN ` + token + ` IS NOT NULL THEN ` + rowToken + ` = ` + token + ` AND ` + row + `.attempt = ` + attempt + `
+func proofRepeatsSQL(row, token, attempt, attemptedAt string) string {
+	return `CASE WHEN ` + row + `.state <> 'completed' THEN false
+            WHEN ` + token + ` IS NOT NULL THEN ` + row + `.lease_last_token = ` + token + ` AND ` + row + `.attempt = ` + attempt + `
             ELSE ` + row + `.attempt = ` + attempt + ` AND ` + row + `.attempted_at = ` + attemptedAt + ` END IS TRUE`
 }
 
 // verdictSQL judges a write against its job's row (alias row, locked):
-// 'ok' when its proof holds the job, 'repeat' when it repeats the completing
-// attempt's write, else 'stale'.
-func verdictSQL(row, token, attempt, attemptedAt, wanted string) string {
+// 'ok' when its proof holds the job, 'repeat' when the attempt that
+// completed the job writes again, else 'stale'.
+func verdictSQL(row, token, attempt, attemptedAt string) string {
 	return `CASE
             WHEN ` + proofHoldsSQL(row, token, attempt, attemptedAt) + ` THEN 'ok'
-            WHEN ` + proofRepeatsSQL(row, token, attempt, attemptedAt, wanted) + ` THEN 'repeat'
+            WHEN ` + proofRepeatsSQL(row, token, attempt, attemptedAt) + ` THEN 'repeat'
             ELSE 'stale'
         END`
 }
@@ -285,9 +287,11 @@ updated AS (
             THEN v.new_state::` + stateType + `
             ELSE river_job.state
         END,
-        lease_last_token = CASE WHEN v.new_state <> 'running' THEN river_job.lease_token ELSE river_job.lease_last_token END,
-        lease_token = CASE WHEN v.new_state <> 'running' THEN NULL ELSE river_job.lease_token END,
-        lease_expires_at = CASE WHEN v.new_state <> 'running' THEN NULL ELSE river_job.lease_expires_at END
+        -- A write without a proof (no attempt) leaves the lease columns to
+        -- the trigger, which revokes and logs with the row's own attempt.
+        lease_last_token = CASE WHEN v.new_state <> 'running' AND v.proof_attempt IS NOT NULL THEN river_job.lease_token ELSE river_job.lease_last_token END,
+        lease_token = CASE WHEN v.new_state <> 'running' AND v.proof_attempt IS NOT NULL THEN NULL ELSE river_job.lease_token END,
+        lease_expires_at = CASE WHEN v.new_state <> 'running' AND v.proof_attempt IS NOT NULL THEN NULL ELSE river_job.lease_expires_at END
     FROM job_input v
     WHERE river_job.id = v.id
         AND river_job.id ` + idsMatch + `
@@ -295,7 +299,8 @@ updated AS (
     -- The proof's attempt is the row's (the WHERE says so), attempted_at
     -- and attempted_by are River's untouched, and lease_last_token is the
     -- ended attempt's token (NULL for an attempt without one: the trigger
-    -- logged it).
+    -- logged it). A write without a proof has no ended_attempt: the
+    -- trigger logged it too.
     RETURNING ` + qualifiedColumns("river_job") + `,
         river_job.lease_last_token AS ended_token, v.proof_attempt AS ended_attempt, v.new_state
 ),
@@ -304,7 +309,7 @@ logged AS (
         (job_id, attempt, lease_token, attempted_by, started_at, outcome)
     SELECT id, ended_attempt, ended_token, attempted_by[array_upper(attempted_by, 1)], attempted_at, state::text
     FROM updated
-    WHERE ended_token IS NOT NULL AND new_state <> 'running'
+    WHERE ended_token IS NOT NULL AND ended_attempt IS NOT NULL AND new_state <> 'running'
 ),
 -- The writes not applied, on their jobs as they are once locked (FOR SHARE
 -- waits for a writer holding a job and reads the version it committed): a
@@ -323,7 +328,7 @@ unapplied AS (
 SELECT ` + inlineVerdictOK + `, ` + jobColumns + `
 FROM updated
 UNION ALL
-SELECT CASE WHEN ` + proofRepeatsSQL("u", "u.proof_token", "u.proof_attempt", "u.proof_attempted_at", "u.new_state") + `
+SELECT CASE WHEN ` + proofRepeatsSQL("u", "u.proof_token", "u.proof_attempt", "u.proof_attempted_at") + `
         THEN ` + inlineVerdictRepeat + ` ELSE ` + inlineVerdictStale + ` END,
     ` + qualifiedColumns("u") + `
 FROM unapplied u

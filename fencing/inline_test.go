@@ -401,7 +401,7 @@ func TestStateWriteRechecksItsRow(t *testing.T) {
 			name: "NewAttemptCommitsFirst",
 			meanwhile: func(ctx context.Context, t *testing.T, tx pgx.Tx, table string, id int64, _ func(riverdriver.Executor) []*rivertype.JobRow) {
 				for _, sql := range []string{
-					"UPDATE %s SET state = 'available' WHERE id = $1",
+					"UPDATE %s SET state = 'available', lease_expires_at = NULL WHERE id = $1",
 					"UPDATE %s SET state = 'running', attempt = attempt + 1, attempted_at = now() WHERE id = $1",
 				} {
 					_, err := tx.Exec(ctx, fmt.Sprintf(sql, table), id)
@@ -517,7 +517,7 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 		applies   bool
 	}{
 		{"NewAttemptCommitsFirst", []string{
-			"UPDATE %s SET state = 'available' WHERE id = $1",
+			"UPDATE %s SET state = 'available', lease_expires_at = NULL WHERE id = $1",
 			"UPDATE %s SET state = 'running', attempt = attempt + 1, attempted_at = now() WHERE id = $1",
 		}, false},
 		{"RenewalCommitsFirst", []string{"UPDATE %s SET lease_expires_at = now() + interval '1 minute' WHERE id = $1"}, true},
@@ -649,7 +649,7 @@ func TestFetchTokensAreFresh(t *testing.T) {
 	fetch(n)
 
 	// The same jobs again, as new attempts: new tokens.
-	_, err = pool.Exec(ctx, `UPDATE `+table+` SET state = 'available' WHERE state = 'running'`)
+	_, err = pool.Exec(ctx, `UPDATE `+table+` SET state = 'available', lease_expires_at = NULL WHERE state = 'running'`)
 	require.NoError(t, err)
 	fetch(n)
 	require.Len(t, seen, 3*n)

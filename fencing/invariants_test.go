@@ -231,8 +231,18 @@ func TestTokenMinting(t *testing.T) {
 	exec(`UPDATE river_job SET metadata = metadata || '{"k": 1}', lease_expires_at = now() WHERE id = $1`)
 	require.Equal(t, first.token, read().token)
 
-	// A new attempt while running (rivertest, or any re-claim) mints anew.
+	// A new attempt while running (rivertest, or any re-claim) is refused
+	// while the lease is alive and the statement leaves it as it was
+	// (fencing 004): the row stays the holder's.
 	exec(`SELECT set_config('weir.fencing_lease_ttl', '', true), $1::bigint`)
+	exec(`UPDATE river_job SET attempt = attempt + 1, attempted_at = now(), attempted_by = attempted_by || '{b}' WHERE id = $1`)
+	require.Equal(t, first.token, read().token)
+	var attempt int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT attempt FROM river_job WHERE id = $1`, id).Scan(&attempt))
+	require.Equal(t, 1, attempt)
+
+	// Once the lease expired, a new attempt mints anew.
+	exec(`UPDATE river_job SET lease_expires_at = now() - interval '1 second' WHERE id = $1`)
 	exec(`UPDATE river_job SET attempt = attempt + 1, attempted_at = now(), attempted_by = attempted_by || '{b}' WHERE id = $1`)
 	second := read()
 	require.NotNil(t, second.token)
@@ -322,7 +332,12 @@ func TestFailClosed(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(ctx)) })
 		rows, err := bundle.pilot.JobSetStateIfRunningMany(ctx, bundle.stranger.UnwrapExecutor(tx), completedParams(bundle, nil))
-		require.ErrorIs(t, err, fencing.ErrLeaseLost)
+		// The write proves no attempt, and says so: no newer attempt is
+		// blamed.
+		require.ErrorIs(t, err, fencing.ErrNoLease)
+		var noLease *fencing.NoLeaseError
+		require.ErrorAs(t, err, &noLease)
+		require.Equal(t, bundle.jobID, noLease.JobID)
 		require.Nil(t, rows)
 		require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
 		require.Equal(t, "running", getJob(ctx, t, dbtest.Pool(ctx, t), bundle.schema, bundle.jobID).State)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -450,12 +451,12 @@ const (
 // its proof shows it comes from the job's current attempt. It must run in the
 // transaction of the write that follows, so the answer holds for it.
 //
-// A write is a harmless repeat only when the job is completed by the same
-// attempt and the write asks for completed again (wanted, per write): only
-// an attempt completes its own job, whereas a job that was rescued, reaped,
-// discarded or cancelled by anyone else must make that attempt's later
-// writes stale.
-func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema string, ids []int64, proofs []*proof, wanted []string) ([]string, error) {
+// A write is a repeat when the job is completed by the same attempt,
+// whatever state the write asks for: only the attempt that holds a job
+// completes it (fencing 004 refuses anyone else while its lease is alive),
+// whereas a job that was rescued, reaped, discarded or cancelled by anyone
+// else must make that attempt's later writes stale.
+func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema string, ids []int64, proofs []*proof) ([]string, error) {
 	tokens := make([]*string, len(ids))
 	attempts := make([]*int32, len(ids))
 	attemptedAts := make([]*time.Time, len(ids))
@@ -476,11 +477,11 @@ func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema str
 	var verdicts []string
 	err := exec.QueryRow(ctx, `
 WITH input AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[])
-        WITH ORDINALITY AS x(id, token, attempt, attempted_at, wanted, ord)
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[])
+        WITH ORDINALITY AS x(id, token, attempt, attempted_at, ord)
 ),
 locked AS (
-    SELECT j.id, j.state, j.lease_token, j.lease_last_token, j.attempt, j.attempted_at
+    SELECT j.id, j.state, j.lease_token, j.lease_last_token, j.lease_expires_at, j.attempt, j.attempted_at
     FROM `+tableName(schema, "river_job")+` j
     WHERE j.id = ANY($1::bigint[])
     ORDER BY j.id
@@ -488,10 +489,10 @@ locked AS (
 )
 SELECT coalesce(array_agg(CASE
         WHEN l.id IS NULL THEN 'missing'
-        ELSE `+verdictSQL("l", "x.token::uuid", "x.attempt", "x.attempted_at", "x.wanted")+`
+        ELSE `+verdictSQL("l", "x.token::uuid", "x.attempt", "x.attempted_at")+`
     END ORDER BY x.ord), '{}')
 FROM input x
-LEFT JOIN locked l ON l.id = x.id`, ids, tokens, attempts, attemptedAts, wanted).Scan(&verdicts)
+LEFT JOIN locked l ON l.id = x.id`, ids, tokens, attempts, attemptedAts).Scan(&verdicts)
 	if err != nil {
 		return nil, fmt.Errorf("checking leases of %d jobs: %w", len(ids), err)
 	}
@@ -503,11 +504,12 @@ LEFT JOIN locked l ON l.id = x.id`, ids, tokens, attempts, attemptedAts, wanted)
 
 // abortTx puts a caller's transaction into the aborted state, so that its
 // Commit fails (pgx returns ErrTxCommitRollback) even if the caller ignores
-// the ErrLeaseLost it was given. None of its writes can commit.
-func abortTx(ctx context.Context, exec riverdriver.Executor, jobID int64) {
-	_ = exec.Exec(ctx, fmt.Sprintf(
-		"DO $$BEGIN RAISE EXCEPTION 'fencing: lease of job %d lost to a newer attempt; transaction aborted' USING ERRCODE = 'WF001'; END$$",
-		jobID))
+// the error it was given (why: that error). None of its writes can commit.
+func abortTx(ctx context.Context, exec riverdriver.Executor, why error) {
+	// The message goes into a dollar-quoted string: no dollar sign may end
+	// it early.
+	msg := strings.ReplaceAll(why.Error(), "$", "")
+	_ = exec.Exec(ctx, "DO $weir$BEGIN RAISE EXCEPTION USING MESSAGE = $m$"+msg+"; transaction aborted$m$, ERRCODE = '"+sqlStateAborted+"'; END$weir$")
 }
 
 // JobSetStateIfRunningMany is River's state write for completions, retries,
@@ -517,9 +519,18 @@ func abortTx(ctx context.Context, exec riverdriver.Executor, jobID int64) {
 // UPDATE run in one transaction under a row lock. Writes that fail the check
 // change nothing: on the async completer path they are dropped (no row, no
 // event) and counted; inside a caller's transaction (JobCompleteTx) the
-// transaction is aborted and a *LeaseLostError returned. A repeated write by
-// the attempt that just finished the job (River's executor re-sends
-// "completed" after JobCompleteTx) is a harmless no-op.
+// transaction is aborted and a *LeaseLostError returned (a *NoLeaseError for
+// a write made outside any fenced attempt). A write without any proof
+// applies, as River's does, to a running job no fenced attempt leases.
+//
+// A later write by the attempt that completed the job is a repeat, whatever
+// state it asks for. Made by River's completer (River's executor reports the
+// attempt's result after JobCompleteTx) it is a harmless no-op: River gets
+// the completed row back and emits the completion. Made by the attempt
+// itself in its transaction (JobCompleteTx or CompleteTx again, after an
+// ambiguous COMMIT) it is refused and that transaction aborted, with an
+// *AlreadyCompletedError (an *OutcomeConflictError for another outcome), so
+// that the attempt's work does not commit twice (F2).
 func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	p.calls.setState.Add(1)
 	p.noteSchema(params.Schema)
@@ -590,48 +601,45 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		if verdicts, rows, err = p.setStateInline(ctx, p.querier(txExec), stripped, proofs); err != nil {
 			return nil, err
 		}
-	} else {
-		wanted := make([]string, n)
-		for i, state := range params.State {
-			wanted[i] = string(state)
-		}
-		if verdicts, err = p.judge(ctx, txExec, params.Schema, params.ID, proofs, wanted); err != nil {
-			return nil, err
-		}
+	} else if verdicts, err = p.judge(ctx, txExec, params.Schema, params.ID, proofs); err != nil {
+		return nil, err
 	}
 	keep := make([]int, 0, n)
-	var firstStale *LeaseLostError
+	var refused error // the first write refused, for a caller's transaction
 	for i, verdict := range verdicts {
 		switch verdict {
 		case verdictOK, verdictMissing:
 			keep = append(keep, i)
 		case verdictRepeat:
+			if why := p.refuseRepeat(ctx, inCallerTx, params, i, proofs[i]); why != nil {
+				if refused == nil {
+					refused = why
+				}
+				continue
+			}
 			// Nothing to apply: River's query leaves a row that is no longer
 			// running alone and returns it, so the completer still reports
-			// the attempt's outcome.
+			// the attempt's outcome (the completion).
 			stripped.MetadataDoMerge[i], stripped.MetadataUpdates[i] = false, nil
 			keep = append(keep, i)
 		default:
-			lost := &LeaseLostError{JobID: params.ID[i], Op: "set_state_" + string(params.State[i])}
-			if proofs[i] != nil {
-				lost.Attempt = proofs[i].Attempt
+			why := p.rejectStale(ctx, params, i, proofs[i])
+			if refused == nil {
+				refused = why
 			}
-			if firstStale == nil {
-				firstStale = lost
-			}
-			p.driver.counters.emit(ctx, &Event{Attempt: lost.Attempt, JobID: lost.JobID, Kind: EventStaleWriteRejected, Op: lost.Op})
-			p.driver.logger().WarnContext(ctx, "fencing: rejected a stale write",
-				slog.Int64("job_id", lost.JobID), slog.Int("attempt", lost.Attempt), slog.String("op", lost.Op))
 		}
 	}
-	if firstStale != nil && inCallerTx {
+	if refused != nil && inCallerTx {
 		// On the one-statement path the writes that held their jobs are
 		// applied already; aborting the caller's transaction undoes them.
-		abortTx(ctx, exec, firstStale.JobID)
-		return nil, firstStale
+		abortTx(ctx, exec, refused)
+		return nil, refused
 	}
 
 	if !inline && len(keep) > 0 {
+		if err := p.endLeases(ctx, txExec, stripped, verdicts); err != nil {
+			return nil, err
+		}
 		if rows, err = p.StandardPilot.JobSetStateIfRunningMany(ctx, txExec, subsetParams(stripped, keep)); err != nil {
 			return nil, err
 		}
@@ -667,6 +675,75 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	forget()
 	p.driver.keeper.outcomeWritten(params.ID, proofs)
 	return rows, nil
+}
+
+// refuseRepeat returns the error refusing write i of params, judged a repeat
+// (its attempt completed the job), or nil when the repeat is harmless. Only
+// the attempt's own write in its own transaction (river.JobCompleteTx,
+// CompleteTx, Driver.SetClaimedStateTx: its context is the attempt's) is
+// refused: that transaction holds the attempt's work, which committed with
+// the completion already (F2). A later write by River's completer for the
+// attempt (after JobCompleteTx, even for another state: the worker returned
+// an error after completing) changes nothing, and River keeps the
+// completion, as with River's own driver.
+func (p *Pilot) refuseRepeat(ctx context.Context, inCallerTx bool, params *riverdriver.JobSetStateIfRunningManyParams, i int, pr *proof) error {
+	st := attemptFromContext(ctx)
+	if !inCallerTx || st == nil || st.jobID != params.ID[i] {
+		return nil
+	}
+	attempt := st.attempt
+	if pr != nil {
+		attempt = pr.Attempt
+	}
+	op := "set_state_" + string(params.State[i])
+	if params.State[i] == rivertype.JobStateCompleted {
+		return &AlreadyCompletedError{Attempt: attempt, JobID: params.ID[i], Op: op}
+	}
+	return &OutcomeConflictError{Attempt: attempt, JobID: params.ID[i], Op: op, Requested: string(params.State[i])}
+}
+
+// rejectStale counts and logs write i of params, judged stale, and returns
+// the error telling its caller: a *NoLeaseError for a write without any
+// proof (made outside a fenced attempt), else a *LeaseLostError.
+func (p *Pilot) rejectStale(ctx context.Context, params *riverdriver.JobSetStateIfRunningManyParams, i int, pr *proof) error {
+	op := "set_state_" + string(params.State[i])
+	var attempt int
+	if pr != nil {
+		attempt = pr.Attempt
+	}
+	p.driver.counters.emit(ctx, &Event{Attempt: attempt, JobID: params.ID[i], Kind: EventStaleWriteRejected, Op: op})
+	if pr == nil || pr.Attempt <= 0 && pr.Token == "" {
+		p.driver.logger().WarnContext(ctx, "fencing: rejected a write made outside any fenced attempt",
+			slog.Int64("job_id", params.ID[i]), slog.String("op", op))
+		return &NoLeaseError{JobID: params.ID[i], Op: op}
+	}
+	p.driver.logger().WarnContext(ctx, "fencing: rejected a stale write",
+		slog.Int64("job_id", params.ID[i]), slog.Int("attempt", attempt), slog.String("op", op))
+	return &LeaseLostError{Attempt: attempt, JobID: params.ID[i], Op: op}
+}
+
+// endLeases ends, in the write's transaction, the leases of the jobs whose
+// writes (judged ok) take them out of running, before River's own statement
+// writes them: fencing 004's trigger refuses River's statement on a job
+// whose lease is alive, since the statement itself proves no attempt. The
+// judge holds the rows locked, so the verdicts still hold.
+func (p *Pilot) endLeases(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams, verdicts []string) error {
+	var ids []int64
+	for i, verdict := range verdicts {
+		if verdict == verdictOK && params.State[i] != rivertype.JobStateRunning {
+			ids = append(ids, params.ID[i])
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := exec.Exec(ctx, `
+UPDATE `+tableName(params.Schema, "river_job")+`
+SET lease_expires_at = NULL
+WHERE id = ANY($1::bigint[]) AND state = 'running' AND lease_expires_at IS NOT NULL`, ids); err != nil {
+		return fmt.Errorf("ending the leases of %d jobs: %w", len(ids), err)
+	}
+	return nil
 }
 
 // inlineWritable reports whether setStateInline can take a batch: job IDs
@@ -789,7 +866,7 @@ func (p *Pilot) jobUpdate(ctx context.Context, exec riverdriver.Executor, inCall
 	}
 	pr := st.proof()
 	// An attempt may still update the job it completed itself (output).
-	verdicts, err := p.judge(ctx, txExec, params.Schema, []int64{params.ID}, []*proof{&pr}, []string{"completed"})
+	verdicts, err := p.judge(ctx, txExec, params.Schema, []int64{params.ID}, []*proof{&pr})
 	if err != nil {
 		return nil, err
 	}
@@ -797,7 +874,7 @@ func (p *Pilot) jobUpdate(ctx context.Context, exec riverdriver.Executor, inCall
 		lost := &LeaseLostError{Attempt: st.attempt, JobID: st.jobID, Op: "update"}
 		p.driver.counters.emit(ctx, &Event{Attempt: lost.Attempt, JobID: lost.JobID, Kind: EventStaleWriteRejected, Op: lost.Op})
 		if inCallerTx {
-			abortTx(ctx, exec, st.jobID)
+			abortTx(ctx, exec, lost)
 		}
 		return nil, lost
 	}

@@ -238,7 +238,7 @@ func TestStaleAndCurrentWriteInOneBatch(t *testing.T) {
 
 			// The first job is taken away from attempt 1 and started again.
 			for _, sql := range []string{
-				"UPDATE %s SET state = 'available' WHERE id = $1",
+				"UPDATE %s SET state = 'available', lease_expires_at = NULL WHERE id = $1",
 				"UPDATE %s SET state = 'running', attempt = attempt + 1, attempted_at = now() WHERE id = $1",
 			} {
 				_, err := pool.Exec(ctx, fmt.Sprintf(sql, table), staleID)

@@ -161,6 +161,17 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
 		require.Equal(t, latest(t, bundle.migrator, migrations.LineFencing), res.Versions[0].Version)
+		// Fencing 004 only added the live-lease guard to 002's trigger
+		// function: its down step takes the guard out, and the function
+		// stays.
+		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
+		require.NotContains(t, functionDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"), "live lease")
+		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
+		require.NoError(t, err)
+		require.Contains(t, functionDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"), "live lease")
+
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: 2})
+		require.NoError(t, err)
 		// Fencing 003 only narrowed the insert trigger's WHEN: its down step
 		// brings 001's back, and 002's functions stay.
 		require.Regexp(t, `WHEN \(\(new\.state = 'running'::[^ ]*river_job_state\)\) EXECUTE FUNCTION`,
@@ -177,7 +188,7 @@ func TestMigrator(t *testing.T) {
 
 		res, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
 		require.NoError(t, err)
-		require.Len(t, res.Versions, 1)
+		require.Len(t, res.Versions, 2)
 		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "new.lease_token IS NULL")
 		require.NoError(t, bundle.migrator.Verify(ctx))
 
@@ -496,6 +507,16 @@ func functionExists(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schem
 	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regprocedure($1) IS NOT NULL",
 		pgx.Identifier{schema, name}.Sanitize()+"()").Scan(&exists))
 	return exists
+}
+
+// functionDef returns the definition of schema's function name(), which
+// must exist.
+func functionDef(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema, name string) string {
+	t.Helper()
+	var def string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_get_functiondef(to_regprocedure($1))",
+		pgx.Identifier{schema, name}.Sanitize()+"()").Scan(&def))
+	return def
 }
 
 // triggerDef returns the definition of the trigger name on schema's

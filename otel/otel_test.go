@@ -291,7 +291,7 @@ func recoverJob(ctx context.Context, t *testing.T, b *testBundle, jobID int64) {
 	tag, err := b.pool.Exec(ctx, "UPDATE "+b.names.RiverJob+" SET state = 'available', scheduled_at = now(),"+
 		" errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error',"+
 		" format('fencing: lease of attempt %s expired at %s without renewal; the job was recovered', attempt, lease_expires_at), 'trace', ''))"+
-		" WHERE id = $1 AND state = 'running'", jobID)
+		", lease_expires_at = NULL WHERE id = $1 AND state = 'running'", jobID)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), tag.RowsAffected())
 }

@@ -334,7 +334,9 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 		}
 		return w.failClaimed(attemptCtx, job.JobRow, err, a.NextRetry(job))
 	})
-	if err != nil && !errors.Is(err, fencing.ErrLeaseLost) {
+	// A lost lease, or a failure written after the attempt completed its
+	// job (which stays completed), is no failure River retries.
+	if err != nil && !errors.Is(err, fencing.ErrLeaseLost) && !errors.Is(err, fencing.ErrAlreadyCompleted) {
 		w.config.Logger.WarnContext(ctx, "weir: eager activity attempt failed; River retries it",
 			"job_id", job.ID, "kind", job.Kind, "error", err.Error())
 	}

@@ -134,7 +134,7 @@ func recoverJob(ctx context.Context, t *testing.T, b *testBundle, jobID int64) {
 	t.Helper()
 	tag, err := b.pool.Exec(ctx, "UPDATE "+b.names.RiverJob+" SET state = 'available', scheduled_at = now(),"+
 		" errors = array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error', 'test: lease expired', 'trace', ''))"+
-		" WHERE id = $1 AND state = 'running'", jobID)
+		", lease_expires_at = NULL WHERE id = $1 AND state = 'running'", jobID)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), tag.RowsAffected())
 }
@@ -193,11 +193,12 @@ func TestRecovery(t *testing.T) {
 		// now (and then dies: its lease expires and attempt 3 runs).
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 			// The lease trigger gives attempt 2 a token, and a lease of a
-			// second (as a fetch asks for it).
+			// second (as a fetch asks for it). The statement ends attempt
+			// 1's live lease itself, as it must to take the job from it.
 			if _, err := tx.Exec(ctx, "SELECT set_config('weir.fencing_lease_ttl', '1 second', true)"); err != nil {
 				return err
 			}
-			tag, err := tx.Exec(ctx, "UPDATE "+b.names.RiverJob+" SET attempt = 2, attempted_at = now() WHERE id = $1 AND state = 'running'", jobID)
+			tag, err := tx.Exec(ctx, "UPDATE "+b.names.RiverJob+" SET attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1 AND state = 'running'", jobID)
 			require.Equal(t, int64(1), tag.RowsAffected())
 			return err
 		}))
