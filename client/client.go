@@ -328,6 +328,9 @@ func (c *Client) startAlone(ctx context.Context, args WorkflowArgs, opts *StartO
 		run, err = c.startTx(ctx, tx, args, opts, &handed, fallback)
 		return err
 	})
+	if replayed, ok := errors.AsType[*startReplayedError](err); ok {
+		return replayed.run, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -359,7 +362,14 @@ func validateName(what, name string) error {
 // rollback removes it, so a run is created atomically with the caller's own
 // rows. Concurrent starts of one workflow ID are serialized by a
 // transaction-scoped advisory lock, and a partial unique index allows one live
-// run per workflow ID whatever else writes the table.
+// run per workflow ID whatever else writes the table. The lock is keyed on
+// the resolved schema: clients that reach one schema through Config.Schema
+// or through the search_path take the same lock. A start that still meets
+// the index (a writer that took no lock, an older build say) reads what
+// committed: Start answers as a replay or with a refusal naming the run in
+// the way; StartTx, whose transaction the collision aborted, answers the
+// replay of its own request with an error that matches
+// *WorkflowAlreadyStartedError and names the run.
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts) (*Run, error) {
 	return c.startTx(ctx, tx, args, opts, nil, nil)
 }
@@ -457,7 +467,8 @@ func (c *Client) commitsWithFirstTask(opts *StartOpts) bool {
 // queueStartLock queues in batch the lock that serializes the starts of
 // info's workflow ID until the transaction ends (W1).
 func (c *Client) queueStartLock(batch *pgx.Batch, info *StartInfo) {
-	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", c.startLockKey(info.Namespace, info.WorkflowID))
+	batch.Queue("SELECT pg_advisory_xact_lock("+dbschema.StartLockSQL("$1", "$2")+")",
+		c.names.Schema, dbschema.StartLockID(info.Namespace, info.WorkflowID))
 }
 
 // newRunInsert is the lookup and insert (startRunSQL) of run runID, as info
@@ -469,12 +480,6 @@ func (c *Client) newRunInsert(runID uuid.UUID, info *StartInfo, opts *StartOpts,
 		policy: opts.IDReusePolicy,
 		sql:    c.startRunSQL,
 	}
-}
-
-// startLockKey is the advisory lock that serializes the starts of a
-// workflow ID (W1).
-func (c *Client) startLockKey(namespace, workflowID string) string {
-	return "weir.start\x1f" + c.names.Schema + "\x1f" + namespace + "\x1f" + workflowID
 }
 
 func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool), fallback *aheadFallback) (*Run, error) {
@@ -518,7 +523,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 		batch.Queue("SAVEPOINT weir_first_task")
 	}
 	if err := sendStartBatch(ctx, tx, batch, namespace, workflowID); err != nil {
-		return nil, err
+		return nil, c.answerCollision(ctx, err, info, opts, hash)
 	}
 	replayed, refused := c.startRefusal(insert.found, hash, info, opts.IDReusePolicy)
 	switch {
@@ -540,7 +545,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 		batch = &pgx.Batch{}
 		insert.queue(batch, true)
 		if err := sendStartBatch(ctx, tx, batch, namespace, workflowID); err != nil {
-			return nil, err
+			return nil, c.answerCollision(ctx, err, info, opts, hash)
 		}
 	}
 	if !insert.inserted {
@@ -700,12 +705,60 @@ func sendStartBatch(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, namespace,
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx":
+	case errors.As(err, &pgErr) && pgErr.Code == "23505" &&
+		(pgErr.ConstraintName == "weir_run_live_idx" || pgErr.ConstraintName == "weir_run_request_idx"):
 		// Only a writer bypassing the advisory lock gets here.
-		return &WorkflowAlreadyStartedError{Namespace: namespace, WorkflowID: workflowID}
+		return fmt.Errorf("starting workflow %s: %w", workflowID, errStartCollided)
 	default:
 		return fmt.Errorf("starting workflow %s: %w", workflowID, err)
 	}
+}
+
+// errStartCollided means a start's insert met one of the unique indexes
+// that back its lock (one live run, one run per request ID): a writer that
+// did not take the start lock committed a run of the workflow ID first.
+var errStartCollided = errors.New("a run of the workflow ID committed while this start inserted its own")
+
+// answerCollision answers a start whose insert collided (errStartCollided,
+// any other err is returned as it is) as its lookup would have under the
+// lock: it reads what committed through the pool (the start's transaction
+// is aborted) and returns a *startReplayedError for the run of the same
+// request, or the refusal naming the run in the way.
+func (c *Client) answerCollision(ctx context.Context, err error, info *StartInfo, opts *StartOpts, hash []byte) error {
+	if !errors.Is(err, errStartCollided) {
+		return err
+	}
+	lookup := c.newRunInsert(uuid.Nil, info, opts, nil, hash, []byte("{}"))
+	batch := &pgx.Batch{}
+	lookup.queue(batch, false)
+	if readErr := c.pool.SendBatch(ctx, batch).Close(); readErr != nil {
+		return fmt.Errorf("%w; reading the run it met: %w", err, readErr)
+	}
+	replayed, refused := c.startRefusal(lookup.found, hash, info, opts.IDReusePolicy)
+	switch {
+	case refused != nil:
+		return refused
+	case replayed != nil:
+		return &startReplayedError{run: replayed}
+	}
+	return fmt.Errorf("%w; the run it met is gone: start again", err)
+}
+
+// startReplayedError is a start that collided with the run its own request
+// ID created in another transaction. Start returns that run, as a replay;
+// StartTx, whose transaction the collision aborted, returns this error, which
+// unwraps to a *WorkflowAlreadyStartedError naming the run.
+type startReplayedError struct {
+	run *Run
+}
+
+func (e *startReplayedError) Error() string {
+	return fmt.Sprintf("weir: workflow %s: request's run %s (generation %d) was committed by another transaction; this transaction is aborted",
+		e.run.WorkflowID, e.run.RunID, e.run.Generation)
+}
+
+func (e *startReplayedError) Unwrap() error {
+	return &WorkflowAlreadyStartedError{Generation: e.run.Generation, Namespace: e.run.Namespace, RunID: e.run.RunID, WorkflowID: e.run.WorkflowID}
 }
 
 // queueFirstTask inserts a run's first task job through River.

@@ -118,7 +118,7 @@ func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) (*startReque
 		return nil, info
 	}
 	return &startRequest{
-		args: args, opts: opts, info: info, lockKey: c.startLockKey(info.Namespace, info.WorkflowID), taker: taker,
+		args: args, opts: opts, info: info, lockKey: dbschema.StartLockID(info.Namespace, info.WorkflowID), taker: taker,
 		done: make(chan startResult, 1),
 	}, info
 }
@@ -285,8 +285,8 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 	var locked []bool
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	batch.Queue("SELECT coalesce(array_agg(pg_try_advisory_xact_lock(hashtextextended(k, 0)) ORDER BY i), '{}')"+
-		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
+	batch.Queue("SELECT coalesce(array_agg(pg_try_advisory_xact_lock("+dbschema.StartLockSQL("$2", "k")+") ORDER BY i), '{}')"+
+		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys, c.names.Schema).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, false, fmt.Errorf("locking %d workflow IDs: %w", len(keys), err)
 	}
