@@ -127,7 +127,7 @@ func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) (*startReque
 // queues pays for it (one that goes alone encodes its own).
 func (r *startRequest) prepare(c *Client) error {
 	var err error
-	if r.payload, r.hash, r.traceContext, err = c.encodeStart(r.args, r.info); err != nil {
+	if r.payload, r.hash, r.traceContext, err = c.encodeStart(r.args, r.info, r.opts); err != nil {
 		return err
 	}
 	r.runID = uuid.New()
@@ -366,7 +366,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 	var started []int // members whose run was inserted, as runs
 	for k, i := range in {
 		m := members[i]
-		replayed, refused := c.startRefusal(found[k], m.hash, m.info, m.opts.IDReusePolicy)
+		replayed, refused := c.startRefusal(found[k], m.hash, m.info, m.args, m.opts.IDReusePolicy)
 		switch {
 		case (replayed != nil || refused != nil) && inserted[k] != nil: // the SQL's conditions and these differ: fail closed
 			return nil, false, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", m.info.WorkflowID)
