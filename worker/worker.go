@@ -23,6 +23,7 @@ import (
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
+	"github.com/weirhq/weir/migrations"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -63,6 +64,21 @@ type Worker struct {
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition
+
+	schemaBehindOK bool // Start skips verifySchema (tests of a migration's rollout)
+}
+
+// verifySchema returns a *migrations.SchemaBehindError when a migration
+// line of the worker's schema is behind this build.
+func (w *Worker) verifySchema(ctx context.Context) error {
+	migrator, err := migrations.New(w.pool, &migrations.Config{Schema: w.config.Schema})
+	if err != nil {
+		return fmt.Errorf("worker: checking the schema: %w", err)
+	}
+	if err := migrator.Verify(ctx); err != nil {
+		return fmt.Errorf("worker: checking the schema: %w", err)
+	}
+	return nil
 }
 
 // New returns a Worker over pool. Register workflows and activities, then
@@ -218,7 +234,11 @@ func addRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) error {
 }
 
 // Start starts the River client and the sweeper. Workflows and activities
-// must be registered before.
+// must be registered before. It refuses a schema whose migration lines
+// (River's main, fencing, weir) are behind this build with a
+// *migrations.SchemaBehindError (errors.Is migrations.ErrSchemaBehind)
+// naming each line behind and its versions: the check of weir server's
+// readiness (migrations.Migrator.Verify). Migrate first (`weir migrate up`).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -227,6 +247,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if len(w.workflows) == 0 && len(w.activities) == 0 {
 		return errors.New("worker: nothing registered; add workflows or activities before Start")
+	}
+	if !w.schemaBehindOK {
+		if err := w.verifySchema(ctx); err != nil {
+			return err
+		}
 	}
 
 	riverClient, err := river.NewClient(w.driver, &river.Config{
