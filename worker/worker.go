@@ -208,7 +208,11 @@ func AddActivitySafely[A activity.Args, R any](w *Worker, a activity.Activity[A,
 // AddRiverWorker registers a plain River worker. Its kind can be used as an
 // activity: workflows schedule it with workflow.ExecuteActivity, and its job's
 // end (completed, discarded, cancelled) becomes the activity's outcome. It
-// keeps working for jobs inserted directly, as before.
+// keeps working for jobs inserted directly, as before. The queue, priority,
+// tags and max attempts of its args' InsertOpts hold for its activity jobs
+// unless the workflow's ActivityOpts say otherwise; args whose InsertOpts
+// set Pending, ScheduledAt or Metadata are refused: it panics with an error
+// matching ErrInsertOptsUnsupported.
 func AddRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) {
 	if err := addRiverWorker(w, rw); err != nil {
 		panic(err)
@@ -218,6 +222,9 @@ func AddRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) {
 func addRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) error {
 	var args T
 	kind := args.Kind()
+	if err := checkInsertOpts(args); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
@@ -231,6 +238,42 @@ func addRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) error {
 	}
 	w.activities[kind] = struct{}{}
 	return nil
+}
+
+// ErrInsertOptsUnsupported is matched (errors.Is) by the error of
+// registering an activity whose args' InsertOpts ask for what a workflow's
+// activity job cannot honour.
+var ErrInsertOptsUnsupported = errors.New("worker: the args' InsertOpts cannot hold for an activity")
+
+// checkInsertOpts refuses args whose InsertOpts (River's
+// JobArgsWithInsertOpts) set what a workflow's activity job cannot honour:
+// the workflow decides when its job is inserted (ScheduledAt, Pending) and
+// weir owns the job's metadata. Queue, priority, tags and max attempts are
+// honoured (workflow.ActivityOpts); UniqueOpts are ignored, as documented.
+func checkInsertOpts(args river.JobArgs) (err error) {
+	withOpts, ok := args.(river.JobArgsWithInsertOpts)
+	if !ok {
+		return nil
+	}
+	defer func() {
+		if recover() != nil { // InsertOpts of a nil *T: River's insert would call it on a value
+			err = nil
+		}
+	}()
+	insert := withOpts.InsertOpts()
+	var set string
+	switch {
+	case insert.Pending:
+		set = "Pending"
+	case !insert.ScheduledAt.IsZero():
+		set = "ScheduledAt"
+	case len(insert.Metadata) > 0:
+		set = "Metadata"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: activity %s: InsertOpts set %s (a workflow schedules its activities' jobs and owns their metadata); drop it from InsertOpts",
+		ErrInsertOptsUnsupported, args.Kind(), set)
 }
 
 // Start starts the River client and the sweeper. Workflows and activities
