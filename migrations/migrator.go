@@ -272,12 +272,44 @@ func (m *Migrator) ensureSchema(ctx context.Context, conn *pgxpool.Conn) error {
 	return nil
 }
 
-// withLock runs fn while holding a session advisory lock keyed on the target
-// schema, on a connection set aside for it (rivermigrate runs each version in
-// a transaction of its own on other connections). Migrators of different
-// schemas do not wait for each other.
+// withLock runs fn while holding the migration lock of the configured
+// schema (Lock), on a connection set aside for it.
 func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgxpool.Conn) error) error {
-	conn, err := m.pool.Acquire(ctx)
+	return lockSchema(ctx, m.pool, m.config.Schema, fn)
+}
+
+// Lock runs fn while holding the migration lock of schema ("" for the
+// search_path's first), the lock every Up and Down of a Migrator holds. Run
+// River's rivermigrate inside it (the fencing line, River's main line) to
+// make it safe alongside Migrators and other rivermigrate runs wrapped
+// alike; rivermigrate takes no lock of its own, so two unwrapped runs race
+// and fail on river_migration's primary key:
+//
+//	err := migrations.Lock(ctx, pool, schema, func(ctx context.Context) error {
+//		_, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+//		return err
+//	})
+//
+// The lock is a session advisory lock keyed on the resolved schema, held on
+// a connection of pool set aside for it while fn runs, so pool needs room
+// for at least one more connection (rivermigrate runs each version in a
+// transaction of its own). Lock waits as long as ctx allows.
+func Lock(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(ctx context.Context) error) error {
+	if pool == nil {
+		return errors.New("migrations: Lock needs a pool")
+	}
+	if pool.Config().MaxConns < 2 {
+		return errors.New("migrations: Lock needs a pool of at least 2 connections: one holds the lock, others migrate")
+	}
+	return lockSchema(ctx, pool, schema, func(*pgxpool.Conn) error { return fn(ctx) })
+}
+
+// lockSchema runs fn while holding a session advisory lock keyed on the
+// resolved schema, on a connection set aside for it (rivermigrate runs each
+// version in a transaction of its own on other connections). Migrators of
+// different schemas do not wait for each other.
+func lockSchema(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(conn *pgxpool.Conn) error) error {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquiring a connection for the migration lock: %w", err)
 	}
@@ -286,7 +318,7 @@ func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgxpool.Conn) err
 	var key int64
 	if err := conn.QueryRow(ctx,
 		"SELECT hashtextextended('weir.migrations:' || coalesce(nullif($1::text, ''), current_schema(), ''), 0)",
-		m.config.Schema).Scan(&key); err != nil {
+		schema).Scan(&key); err != nil {
 		return fmt.Errorf("computing the migration lock key: %w", err)
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
