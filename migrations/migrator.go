@@ -102,6 +102,12 @@ type DownOpts struct {
 	// TargetVersion removes versions above it, leaving the line at this
 	// version; -1 removes the line entirely.
 	TargetVersion int
+
+	// Force removes fencing versions even while the weir line is installed
+	// or jobs hold live fencing leases (fenced processes are running), which
+	// Down otherwise refuses: those processes then fail every fetch.
+	// Defaults to false.
+	Force bool
 }
 
 // MigrateResult lists the versions an Up or Down applied, in order.
@@ -169,7 +175,11 @@ func (m *Migrator) Up(ctx context.Context, opts *UpOpts) (*MigrateResult, error)
 
 // Down removes versions. Lines that build on River's tables must be removed
 // before River's main line goes below its latest version; otherwise Down
-// returns a *LineDependencyError.
+// returns a *LineDependencyError. Unless opts.Force is set, it removes no
+// fencing version while the weir line stays installed (a
+// *LineDependencyError) or while jobs hold live fencing leases (a
+// *LiveLeasesError): fenced processes, weir's workers among them, fail
+// every fetch without the fencing line. It checks before removing anything.
 func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*MigrateResult, error) {
 	if opts == nil {
 		return nil, errors.New("migrations: Down needs DownOpts")
@@ -188,6 +198,11 @@ func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*MigrateResult, er
 
 	result := &MigrateResult{Direction: string(rivermigrate.DirectionDown)}
 	err := m.withLock(ctx, func(conn *pgxpool.Conn) error {
+		if slices.Contains(lines, LineFencing) && !opts.Force {
+			if err := m.requireFencingUnused(ctx, conn, !slices.Contains(lines, LineWeir)); err != nil {
+				return err
+			}
+		}
 		for _, line := range lines {
 			if line == LineMain {
 				if err := m.requireNoDependents(ctx, conn); err != nil {
@@ -242,6 +257,41 @@ func (m *Migrator) requireNoDependents(ctx context.Context, conn *pgxpool.Conn) 
 		}
 	}
 	return nil
+}
+
+// requireFencingUnused refuses to remove fencing versions while fenced
+// processes may still use them: while the weir line stays installed (when
+// weirStays) and while jobs hold live leases. Nothing to remove passes.
+func (m *Migrator) requireFencingUnused(ctx context.Context, conn *pgxpool.Conn, weirStays bool) error {
+	applied, err := m.appliedVersions(ctx, conn)
+	if err != nil {
+		return err
+	}
+	fencing, weir := m.statusOf(LineFencing, applied[LineFencing]), m.statusOf(LineWeir, applied[LineWeir])
+	if fencing.Current == 0 {
+		return nil
+	}
+	if weirStays && weir.Current > 0 {
+		return &LineDependencyError{Line: LineFencing, Requires: LineWeir, Reason: fmt.Sprintf(
+			"line weir is at version %d and its workers run on fencing; remove it first (`weir migrate down --line weir --all`), or force", weir.Current)}
+	}
+	var live int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+m.riverJob()+" WHERE state = 'running' AND lease_expires_at > now()").
+		Scan(&live); err != nil {
+		return fmt.Errorf("counting live fencing leases: %w", err)
+	}
+	if live > 0 {
+		return &LiveLeasesError{Jobs: live, Schema: m.config.Schema}
+	}
+	return nil
+}
+
+// riverJob is river_job's name in the configured schema, sanitized.
+func (m *Migrator) riverJob() string {
+	if m.config.Schema == "" {
+		return pgx.Identifier{"river_job"}.Sanitize()
+	}
+	return pgx.Identifier{m.config.Schema, "river_job"}.Sanitize()
 }
 
 func versionsOf(line string, res *rivermigrate.MigrateResult) []MigrateVersion {
