@@ -39,8 +39,11 @@ const (
 	// covers a lost listener connection).
 	PollIntervalDefault = 2 * time.Second
 
-	// QueueDefault is the River queue of workflow tasks started without one.
-	QueueDefault = river.QueueDefault
+	// QueueDefault is weir's default River queue ("weir", not River's
+	// "default"): of workflow tasks started without a queue, and what a
+	// worker serves unless configured; an application's River client on
+	// River's default queue never fetches weir's jobs.
+	QueueDefault = task.QueueDefault
 
 	// MaxPayloadBytesDefault is the default cap on an encoded payload.
 	MaxPayloadBytesDefault = 2 << 20

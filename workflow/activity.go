@@ -11,6 +11,7 @@ import (
 
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay/env"
+	"github.com/weirhq/weir/internal/task"
 )
 
 // Defaults of [ActivityOpts] and [RetryPolicy].
@@ -27,8 +28,9 @@ const (
 	MaximumIntervalDefault = 100 * time.Second
 	// PriorityDefault is River's default priority.
 	PriorityDefault = 1
-	// QueueDefault is River's default queue.
-	QueueDefault = "default"
+	// QueueDefault is weir's default River queue ("weir", not River's
+	// "default"), which workers serve unless configured.
+	QueueDefault = task.QueueDefault
 	// ScheduleToCloseTimeoutDefault is 0: all attempts together are unbounded.
 	ScheduleToCloseTimeoutDefault time.Duration = 0
 	// StartToCloseTimeoutDefault bounds one attempt; it matches River's
