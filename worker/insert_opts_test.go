@@ -8,6 +8,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/worker"
 	"github.com/weirhq/weir/workflow"
 )
@@ -69,7 +70,7 @@ func TestRiverWorkerInsertOpts(t *testing.T) {
 		b := setup(ctx, t)
 		w, err := worker.New(b.pool, &worker.Config{
 			Schema: b.schema, SweepInterval: 50 * time.Millisecond,
-			Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 5}, "reports": {MaxWorkers: 1}},
+			Queues: map[string]river.QueueConfig{client.QueueDefault: {MaxWorkers: 5}, "reports": {MaxWorkers: 1}},
 		})
 		require.NoError(t, err)
 		worker.AddWorkflow(w, &ReportWorkflow{})

@@ -245,7 +245,12 @@ func step2(ctx context.Context, pool *pgxpool.Pool, schema string, out *lockedWr
 		return err
 	}
 
-	w, err := worker.New(pool, &worker.Config{Schema: schema})
+	// The worker serves weir's queue (workflow tasks, activities) and
+	// River's default queue, where the application inserts its own jobs.
+	w, err := worker.New(pool, &worker.Config{Schema: schema, Queues: map[string]river.QueueConfig{
+		client.QueueDefault: {MaxWorkers: 10},
+		river.QueueDefault:  {MaxWorkers: 10},
+	}})
 	if err != nil {
 		return err
 	}
