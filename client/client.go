@@ -563,7 +563,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	}
 	if !insert.inserted {
 		// Only a writer bypassing the advisory lock gets here.
-		return nil, &WorkflowAlreadyStartedError{Namespace: namespace, WorkflowID: workflowID}
+		return nil, c.answerCollision(ctx, fmt.Errorf("starting workflow %s: %w", workflowID, errStartCollided), args, info, opts, hash)
 	}
 	generation, createdAt := insert.generation, insert.createdAt
 	runDeadline, executionDeadline := insert.runDeadline, insert.executionDeadline

@@ -375,8 +375,9 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		case replayed != nil:
 			verdicts[i] = startResult{run: replayed}
 		case inserted[k] == nil:
-			// Only a writer bypassing the advisory lock gets here.
-			verdicts[i] = startResult{err: &WorkflowAlreadyStartedError{Namespace: m.info.Namespace, WorkflowID: m.info.WorkflowID}}
+			// Only a writer bypassing the advisory lock gets here: the start
+			// runs alone, which reads the run in its way (answerCollision).
+			verdicts[i] = startResult{alone: true}
 		default:
 			runs = append(runs, inserted[k])
 			started = append(started, i)
