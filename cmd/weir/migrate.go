@@ -19,7 +19,8 @@ func newMigrateCommand(g *globals) *cobra.Command {
 
 Up and down hold an advisory lock per schema, so several processes may run
 'weir migrate up' at once: one applies the versions, the others find nothing
-left to do. Deploy new code first, then migrate: every migration is additive.`,
+left to do. Migrate, then deploy new code: every migration is additive, old
+code keeps working, and new workers refuse a schema that is behind them.`,
 	}
 	cmd.AddCommand(newMigrateUpCommand(g), newMigrateDownCommand(g), newMigrateStatusCommand(g))
 	return cmd
