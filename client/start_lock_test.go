@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
 )
 
@@ -32,15 +33,29 @@ func searchPathClient(ctx context.Context, t *testing.T, schema string) *client.
 	return c
 }
 
-// waitForWaiter waits until some session waits for a lock of locktype.
-func waitForWaiter(ctx context.Context, t *testing.T, pool *pgxpool.Pool, locktype string) {
+// waitForLockWaiter waits until a session waits for the advisory lock of
+// key (a bigint key: classid holds its high half, objid its low half).
+func waitForLockWaiter(ctx context.Context, t *testing.T, pool *pgxpool.Pool, key int64) {
+	t.Helper()
+	waitFor(ctx, t, pool, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1"+
+		" AND (classid::bigint << 32 | objid::bigint) = $1", key)
+}
+
+// waitForTxWaiter waits until a session waits for transaction tx to end.
+func waitForTxWaiter(ctx context.Context, t *testing.T, pool *pgxpool.Pool, tx pgx.Tx) {
+	t.Helper()
+	var xid string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid))
+	waitFor(ctx, t, pool, "SELECT count(*) FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted AND transactionid::text = $1", xid)
+}
+
+func waitFor(ctx context.Context, t *testing.T, pool *pgxpool.Pool, countSQL string, arg any) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		var waiting int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = $1 AND NOT granted", locktype).Scan(&waiting)
-		require.NoError(t, err)
+		require.NoError(t, pool.QueryRow(ctx, countSQL, arg).Scan(&waiting))
 		return waiting > 0
-	}, 20*time.Second, 10*time.Millisecond, "no session waits for a lock of type %s", locktype)
+	}, 20*time.Second, 10*time.Millisecond, "no session waits: %s", countSQL)
 }
 
 type startResult struct {
@@ -72,7 +87,10 @@ func TestStartLock(t *testing.T) {
 			run, err := unnamed.Start(ctx, orderArgs{ID: "o1", Cents: 100}, opts)
 			done <- startResult{run, err}
 		}()
-		waitForWaiter(ctx, t, b.pool, "advisory")
+		var key int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT "+dbschema.StartLockSQL("$1", "$2"),
+			b.schema, dbschema.StartLockID("default", opts.WorkflowID)).Scan(&key))
+		waitForLockWaiter(ctx, t, b.pool, key)
 		require.NoError(t, tx.Commit(ctx))
 
 		got := <-done
@@ -124,7 +142,7 @@ func TestStartCollision(t *testing.T) {
 			run, err := b.client.Start(ctx, args, &client.StartOpts{WorkflowID: workflowID, RequestID: "req-b"})
 			done <- startResult{run, err}
 		}()
-		waitForWaiter(ctx, t, b.pool, "transactionid")
+		waitForTxWaiter(ctx, t, b.pool, tx)
 		require.NoError(t, tx.Commit(ctx))
 
 		got := <-done
@@ -148,7 +166,7 @@ func TestStartCollision(t *testing.T) {
 			run, err := b.client.Start(ctx, args, &client.StartOpts{WorkflowID: workflowID, RequestID: "req-a"})
 			done <- startResult{run, err}
 		}()
-		waitForWaiter(ctx, t, b.pool, "transactionid")
+		waitForTxWaiter(ctx, t, b.pool, tx)
 		require.NoError(t, tx.Commit(ctx))
 
 		got := <-done
@@ -175,7 +193,7 @@ func TestStartCollision(t *testing.T) {
 			})
 			done <- startResult{nil, err}
 		}()
-		waitForWaiter(ctx, t, b.pool, "transactionid")
+		waitForTxWaiter(ctx, t, b.pool, tx)
 		require.NoError(t, tx.Commit(ctx))
 
 		got := <-done
