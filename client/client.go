@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"sync"
 	"time"
 
@@ -37,8 +39,11 @@ const (
 	// covers a lost listener connection).
 	PollIntervalDefault = 2 * time.Second
 
-	// QueueDefault is the River queue of workflow tasks started without one.
-	QueueDefault = river.QueueDefault
+	// QueueDefault is weir's default River queue ("weir", not River's
+	// "default"): of workflow tasks started without a queue, and what a
+	// worker serves unless configured; an application's River client on
+	// River's default queue never fetches weir's jobs.
+	QueueDefault = task.QueueDefault
 
 	// MaxPayloadBytesDefault is the default cap on an encoded payload.
 	MaxPayloadBytesDefault = 2 << 20
@@ -251,10 +256,14 @@ type StartOpts struct {
 	RunTimeout time.Duration
 
 	// RequestID makes the start idempotent: starting again with the same
-	// request ID and the same args returns the run the first start created
-	// (Created false), whatever state it is in now; the same request ID
-	// with different args is a *RequestConflictError. Defaults to a random
-	// ID (every start is new).
+	// request ID and the same request returns the run the first start
+	// created (Created false), whatever state it is in now; the same
+	// request ID with a different request is a *RequestConflictError. The
+	// request is the workflow kind, the args as canonical JSON (the order
+	// of object keys and whitespace do not matter), Queue, RunTimeout,
+	// ExecutionTimeout and IDReusePolicy. Namespace and WorkflowID scope the
+	// request ID; EagerStart and interceptors' headers are not part of it.
+	// Defaults to a random ID (every start is new).
 	RequestID string
 
 	// WorkflowID is the run's stable identity, chosen by the caller (an
@@ -289,7 +298,11 @@ type Run struct {
 // Start is StartTx in a transaction of its own, whose BEGIN goes with its
 // first statements. With StartOpts.EagerStart, a worker of this process may
 // run the run's first workflow task inside that transaction (see
-// StartOpts.EagerStart).
+// StartOpts.EagerStart). A start with a request ID that was used before
+// replays that start if it asked for the same run (the workflow kind, the
+// args as canonical JSON, Queue, RunTimeout, ExecutionTimeout and
+// IDReusePolicy: see StartOpts.RequestID) and is a *RequestConflictError
+// otherwise.
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
 	if req, info := c.groupableStart(args, opts); req != nil {
 		run, err = c.starts.start(ctx, req)
@@ -328,6 +341,9 @@ func (c *Client) startAlone(ctx context.Context, args WorkflowArgs, opts *StartO
 		run, err = c.startTx(ctx, tx, args, opts, &handed, fallback)
 		return err
 	})
+	if replayed, ok := errors.AsType[*startReplayedError](err); ok {
+		return replayed.run, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -359,7 +375,14 @@ func validateName(what, name string) error {
 // rollback removes it, so a run is created atomically with the caller's own
 // rows. Concurrent starts of one workflow ID are serialized by a
 // transaction-scoped advisory lock, and a partial unique index allows one live
-// run per workflow ID whatever else writes the table.
+// run per workflow ID whatever else writes the table. The lock is keyed on
+// the resolved schema: clients that reach one schema through Config.Schema
+// or through the search_path take the same lock. A start that still meets
+// the index (a writer that took no lock, an older build say) reads what
+// committed: Start answers as a replay or with a refusal naming the run in
+// the way; StartTx, whose transaction the collision aborted, answers the
+// replay of its own request with an error that matches
+// *WorkflowAlreadyStartedError and names the run.
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts) (*Run, error) {
 	return c.startTx(ctx, tx, args, opts, nil, nil)
 }
@@ -419,7 +442,7 @@ func (c *Client) startInfo(args WorkflowArgs, opts *StartOpts) (*StartInfo, erro
 
 // encodeStart encodes what a start writes: the args, the request's hash and
 // the trace context (the interceptors' headers).
-func (c *Client) encodeStart(args WorkflowArgs, info *StartInfo) (payload, hash, traceContext []byte, err error) {
+func (c *Client) encodeStart(args WorkflowArgs, info *StartInfo, opts *StartOpts) (payload, hash, traceContext []byte, err error) {
 	if payload, err = c.config.Codec.Encode(args); err != nil {
 		return nil, nil, nil, err
 	}
@@ -427,7 +450,7 @@ func (c *Client) encodeStart(args WorkflowArgs, info *StartInfo) (payload, hash,
 		return nil, nil, nil, &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: args of workflow %s are %d bytes, the limit is %d",
 			ErrPayloadTooLarge, info.WorkflowID, len(payload), c.config.MaxPayloadBytes)}
 	}
-	if hash, err = requestHash(info.Kind, info.Queue, args); err != nil {
+	if hash, err = requestHash(info, opts, args); err != nil {
 		return nil, nil, nil, err
 	}
 	traceContext = []byte("{}")
@@ -457,7 +480,8 @@ func (c *Client) commitsWithFirstTask(opts *StartOpts) bool {
 // queueStartLock queues in batch the lock that serializes the starts of
 // info's workflow ID until the transaction ends (W1).
 func (c *Client) queueStartLock(batch *pgx.Batch, info *StartInfo) {
-	batch.Queue("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", c.startLockKey(info.Namespace, info.WorkflowID))
+	batch.Queue("SELECT pg_advisory_xact_lock("+dbschema.StartLockSQL("$1", "$2")+")",
+		c.names.Schema, dbschema.StartLockID(info.Namespace, info.WorkflowID))
 }
 
 // newRunInsert is the lookup and insert (startRunSQL) of run runID, as info
@@ -471,12 +495,6 @@ func (c *Client) newRunInsert(runID uuid.UUID, info *StartInfo, opts *StartOpts,
 	}
 }
 
-// startLockKey is the advisory lock that serializes the starts of a
-// workflow ID (W1).
-func (c *Client) startLockKey(namespace, workflowID string) string {
-	return "weir.start\x1f" + c.names.Schema + "\x1f" + namespace + "\x1f" + workflowID
-}
-
 func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, info *StartInfo, opts *StartOpts, handed *[]func(committed bool), fallback *aheadFallback) (*Run, error) {
 	kind, namespace, queue, workflowID := info.Kind, info.Namespace, info.Queue, info.WorkflowID
 	var (
@@ -485,7 +503,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 	)
 	if fallback != nil && fallback.encoded {
 		payload, hash, traceContext = fallback.payload, fallback.hash, fallback.traceContext
-	} else if payload, hash, traceContext, err = c.encodeStart(args, info); err != nil {
+	} else if payload, hash, traceContext, err = c.encodeStart(args, info, opts); err != nil {
 		return nil, err
 	}
 
@@ -518,9 +536,9 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 		batch.Queue("SAVEPOINT weir_first_task")
 	}
 	if err := sendStartBatch(ctx, tx, batch, namespace, workflowID); err != nil {
-		return nil, err
+		return nil, c.answerCollision(ctx, err, args, info, opts, hash)
 	}
-	replayed, refused := c.startRefusal(insert.found, hash, info, opts.IDReusePolicy)
+	replayed, refused := c.startRefusal(insert.found, hash, info, args, opts.IDReusePolicy)
 	switch {
 	case (replayed != nil || refused != nil) && insert.inserted: // the SQL's conditions and these differ: fail closed
 		return nil, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start: %w",
@@ -540,12 +558,12 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, args WorkflowArgs, in
 		batch = &pgx.Batch{}
 		insert.queue(batch, true)
 		if err := sendStartBatch(ctx, tx, batch, namespace, workflowID); err != nil {
-			return nil, err
+			return nil, c.answerCollision(ctx, err, args, info, opts, hash)
 		}
 	}
 	if !insert.inserted {
 		// Only a writer bypassing the advisory lock gets here.
-		return nil, &WorkflowAlreadyStartedError{Namespace: namespace, WorkflowID: workflowID}
+		return nil, c.answerCollision(ctx, fmt.Errorf("starting workflow %s: %w", workflowID, errStartCollided), args, info, opts, hash)
 	}
 	generation, createdAt := insert.generation, insert.createdAt
 	runDeadline, executionDeadline := insert.runDeadline, insert.executionDeadline
@@ -616,10 +634,10 @@ func startRunSQL(names *dbschema.Names) string {
 // startRefusal reads what a start's lookup found (startRunSQL's rows 1, 2
 // and 3): the run an earlier start with the same request created (W2: a
 // replay), or why the start is refused; neither when it may insert its run.
-func (c *Client) startRefusal(found [4]*foundRun, hash []byte, info *StartInfo, policy IDReusePolicy) (replayed *Run, refused error) {
+func (c *Client) startRefusal(found [4]*foundRun, hash []byte, info *StartInfo, args WorkflowArgs, policy IDReusePolicy) (replayed *Run, refused error) {
 	byRequest, live, last := found[1], found[2], found[3]
 	switch {
-	case byRequest != nil && string(byRequest.hash) != string(hash):
+	case byRequest != nil && !sameRequest(byRequest.hash, hash, info, args):
 		return nil, &RequestConflictError{Generation: byRequest.generation, RequestID: info.RequestID, RunID: byRequest.runID, WorkflowID: info.WorkflowID}
 	case byRequest != nil:
 		return &Run{Generation: byRequest.generation, Namespace: info.Namespace, RunID: byRequest.runID, WorkflowID: info.WorkflowID, client: c}, nil
@@ -700,12 +718,60 @@ func sendStartBatch(ctx context.Context, tx pgx.Tx, batch *pgx.Batch, namespace,
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "weir_run_live_idx":
+	case errors.As(err, &pgErr) && pgErr.Code == "23505" &&
+		(pgErr.ConstraintName == "weir_run_live_idx" || pgErr.ConstraintName == "weir_run_request_idx"):
 		// Only a writer bypassing the advisory lock gets here.
-		return &WorkflowAlreadyStartedError{Namespace: namespace, WorkflowID: workflowID}
+		return fmt.Errorf("starting workflow %s: %w", workflowID, errStartCollided)
 	default:
 		return fmt.Errorf("starting workflow %s: %w", workflowID, err)
 	}
+}
+
+// errStartCollided means a start's insert met one of the unique indexes
+// that back its lock (one live run, one run per request ID): a writer that
+// did not take the start lock committed a run of the workflow ID first.
+var errStartCollided = errors.New("a run of the workflow ID committed while this start inserted its own")
+
+// answerCollision answers a start whose insert collided (errStartCollided,
+// any other err is returned as it is) as its lookup would have under the
+// lock: it reads what committed through the pool (the start's transaction
+// is aborted) and returns a *startReplayedError for the run of the same
+// request, or the refusal naming the run in the way.
+func (c *Client) answerCollision(ctx context.Context, err error, args WorkflowArgs, info *StartInfo, opts *StartOpts, hash []byte) error {
+	if !errors.Is(err, errStartCollided) {
+		return err
+	}
+	lookup := c.newRunInsert(uuid.Nil, info, opts, nil, hash, []byte("{}"))
+	batch := &pgx.Batch{}
+	lookup.queue(batch, false)
+	if readErr := c.pool.SendBatch(ctx, batch).Close(); readErr != nil {
+		return fmt.Errorf("%w; reading the run it met: %w", err, readErr)
+	}
+	replayed, refused := c.startRefusal(lookup.found, hash, info, args, opts.IDReusePolicy)
+	switch {
+	case refused != nil:
+		return refused
+	case replayed != nil:
+		return &startReplayedError{run: replayed}
+	}
+	return fmt.Errorf("%w; the run it met is gone: start again", err)
+}
+
+// startReplayedError is a start that collided with the run its own request
+// ID created in another transaction. Start returns that run, as a replay;
+// StartTx, whose transaction the collision aborted, returns this error, which
+// unwraps to a *WorkflowAlreadyStartedError naming the run.
+type startReplayedError struct {
+	run *Run
+}
+
+func (e *startReplayedError) Error() string {
+	return fmt.Sprintf("weir: workflow %s: request's run %s (generation %d) was committed by another transaction; this transaction is aborted",
+		e.run.WorkflowID, e.run.RunID, e.run.Generation)
+}
+
+func (e *startReplayedError) Unwrap() error {
+	return &WorkflowAlreadyStartedError{Generation: e.run.Generation, Namespace: e.run.Namespace, RunID: e.run.RunID, WorkflowID: e.run.WorkflowID}
 }
 
 // queueFirstTask inserts a run's first task job through River.
@@ -760,17 +826,73 @@ func earliest(times ...*time.Time) time.Time {
 	return out
 }
 
+// requestHashVersion leads the request hashes this build writes; a hash
+// without it (sha256.Size bytes) was written by an earlier build
+// (legacyRequestHash).
+const requestHashVersion = 1
+
 // requestHash identifies what a start asked for, independently of the codec
-// (an encrypting codec's output differs every time).
-func requestHash(kind, queue string, args WorkflowArgs) ([]byte, error) {
-	canonical, err := json.Marshal(args)
+// (an encrypting codec's output differs every time): the workflow kind, the
+// args as canonical JSON (object keys sorted, no insignificant whitespace)
+// and every option that shapes the run (queue, run and execution timeouts,
+// ID reuse policy). Namespace and workflow ID are the key it is stored
+// under; EagerStart changes how the run starts, not the run.
+func requestHash(info *StartInfo, opts *StartOpts, args WorkflowArgs) ([]byte, error) {
+	canonical, err := canonicalJSON(args)
 	if err != nil {
 		return nil, &PayloadError{Err: err, Op: "encoding"}
 	}
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(kind), []byte(queue), canonical} {
+	for _, part := range [][]byte{
+		[]byte(info.Kind), []byte(info.Queue), canonical,
+		[]byte(strconv.FormatInt(int64(opts.RunTimeout), 10)),
+		[]byte(strconv.FormatInt(int64(opts.ExecutionTimeout), 10)),
+		[]byte(opts.IDReusePolicy.String()),
+	} {
+		h.Write(part)
+		h.Write([]byte{0})
+	}
+	return h.Sum([]byte{requestHashVersion}), nil
+}
+
+// canonicalJSON is v's JSON with object keys sorted and insignificant
+// whitespace dropped; numbers keep their text.
+func canonicalJSON(v any) ([]byte, error) {
+	encoded, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	decoder := json.NewDecoder(bytes.NewReader(encoded))
+	decoder.UseNumber()
+	var tree any
+	if err := decoder.Decode(&tree); err != nil {
+		return nil, err
+	}
+	return json.Marshal(tree) // encoding/json sorts map keys
+}
+
+// legacyRequestHash is the request hash of earlier builds (kind, queue and
+// args as encoded), so that a request retried across an upgrade still
+// replays its start.
+func legacyRequestHash(kind, queue string, args WorkflowArgs) ([]byte, error) {
+	encoded, err := json.Marshal(args)
+	if err != nil {
+		return nil, &PayloadError{Err: err, Op: "encoding"}
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(kind), []byte(queue), encoded} {
 		h.Write(part)
 		h.Write([]byte{0})
 	}
 	return h.Sum(nil), nil
+}
+
+// sameRequest reports whether stored, the hash of the start that used a
+// request ID, is that of this start (hash, over args as info names them).
+func sameRequest(stored, hash []byte, info *StartInfo, args WorkflowArgs) bool {
+	if len(stored) != sha256.Size {
+		return bytes.Equal(stored, hash)
+	}
+	legacy, err := legacyRequestHash(info.Kind, info.Queue, args)
+	return err == nil && bytes.Equal(stored, legacy)
 }

@@ -118,7 +118,7 @@ func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartO
 	if !isAhead {
 		return nil, false, fallback, nil
 	}
-	payload, hash, traceContext, err := c.encodeStart(args, info)
+	payload, hash, traceContext, err := c.encodeStart(args, info, opts)
 	if err != nil {
 		return nil, false, fallback, nil // the start reports it
 	}
@@ -181,7 +181,7 @@ func (c *Client) startAhead(ctx context.Context, args WorkflowArgs, opts *StartO
 	}
 	if insert.read {
 		// The lookup ran under the lock: what it found holds.
-		replayed, refused := c.startRefusal(insert.found, hash, info, opts.IDReusePolicy)
+		replayed, refused := c.startRefusal(insert.found, hash, info, args, opts.IDReusePolicy)
 		switch {
 		case refused != nil:
 			return nil, true, nil, refused

@@ -116,7 +116,7 @@ func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) (*startReque
 		return nil, info
 	}
 	return &startRequest{
-		args: args, opts: opts, info: info, lockKey: c.startLockKey(info.Namespace, info.WorkflowID), taker: taker,
+		args: args, opts: opts, info: info, lockKey: dbschema.StartLockID(info.Namespace, info.WorkflowID), taker: taker,
 		done: make(chan startResult, 1),
 	}, info
 }
@@ -125,7 +125,7 @@ func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) (*startReque
 // queues pays for it (one that goes alone encodes its own).
 func (r *startRequest) prepare(c *Client) error {
 	var err error
-	if r.payload, r.hash, r.traceContext, err = c.encodeStart(r.args, r.info); err != nil {
+	if r.payload, r.hash, r.traceContext, err = c.encodeStart(r.args, r.info, r.opts); err != nil {
 		return err
 	}
 	r.runID = uuid.New()
@@ -283,8 +283,8 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 	var locked []bool
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	batch.Queue("SELECT coalesce(array_agg(pg_try_advisory_xact_lock(hashtextextended(k, 0)) ORDER BY i), '{}')"+
-		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
+	batch.Queue("SELECT coalesce(array_agg(pg_try_advisory_xact_lock("+dbschema.StartLockSQL("$2", "k")+") ORDER BY i), '{}')"+
+		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys, c.names.Schema).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, false, fmt.Errorf("locking %d workflow IDs: %w", len(keys), err)
 	}
@@ -364,7 +364,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 	var started []int // members whose run was inserted, as runs
 	for k, i := range in {
 		m := members[i]
-		replayed, refused := c.startRefusal(found[k], m.hash, m.info, m.opts.IDReusePolicy)
+		replayed, refused := c.startRefusal(found[k], m.hash, m.info, m.args, m.opts.IDReusePolicy)
 		switch {
 		case (replayed != nil || refused != nil) && inserted[k] != nil: // the SQL's conditions and these differ: fail closed
 			return nil, false, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", m.info.WorkflowID)
@@ -373,8 +373,9 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		case replayed != nil:
 			verdicts[i] = startResult{run: replayed}
 		case inserted[k] == nil:
-			// Only a writer bypassing the advisory lock gets here.
-			verdicts[i] = startResult{err: &WorkflowAlreadyStartedError{Namespace: m.info.Namespace, WorkflowID: m.info.WorkflowID}}
+			// Only a writer bypassing the advisory lock gets here: the start
+			// runs alone, which reads the run in its way (answerCollision).
+			verdicts[i] = startResult{alone: true}
 		default:
 			runs = append(runs, inserted[k])
 			started = append(started, i)

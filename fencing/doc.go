@@ -100,7 +100,14 @@
 //	})
 //
 //	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Line: fencing.MigrationLine})
-//	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+//	err = migrations.Lock(ctx, dbPool, "", func(ctx context.Context) error {
+//		_, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+//		return err
+//	})
+//
+// rivermigrate takes no lock; migrations.Lock (the lock weir's migrator and
+// `weir migrate` hold) makes the migration safe to run from many processes
+// at once.
 //
 // Workers, job args, InsertTx and river.JobCompleteTx[*fencing.Driver] keep
 // compiling and working. CompleteTx is JobCompleteTx with a second,

@@ -15,12 +15,16 @@
 //
 // Up and Down take a Postgres advisory lock keyed on the schema, so two
 // processes migrating the same database at once both succeed: one applies the
-// versions, the other waits and finds nothing left. Each version runs in its
+// versions, the other waits and finds nothing left. River's rivermigrate takes
+// no lock; Lock runs it under the same one. Each version runs in its
 // own transaction. Steps that touch River's live tables set a lock_timeout so
 // that a busy river_job makes the step fail fast (rerun it) instead of stalling
 // every worker; they never rewrite the table.
 //
-// Verify tells a readiness check whether the database is behind what this
-// build requires; a database ahead of the build (a newer deploy migrated it) is
+// Down removes versions in the reverse order of the lines, and refuses to
+// remove fencing versions under a running fenced fleet unless forced.
+//
+// Verify tells a readiness check (and worker.Start) whether the database is
+// behind what this build requires; a database ahead of the build (a newer deploy migrated it) is
 // fine and shows up in Status as Unknown versions.
 package migrations

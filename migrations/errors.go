@@ -90,3 +90,25 @@ func (e *SchemaNameError) Error() string {
 
 // Is makes errors.Is(err, ErrSchemaName) true.
 func (e *SchemaNameError) Is(target error) bool { return target == ErrSchemaName }
+
+// ErrLiveLeases is matched (errors.Is) by a *LiveLeasesError.
+var ErrLiveLeases = errors.New("migrations: jobs hold live fencing leases")
+
+// LiveLeasesError means Down refused to remove fencing versions because
+// jobs hold live leases: fenced processes are running, and without the
+// fencing line they fail every fetch.
+type LiveLeasesError struct {
+	// Jobs is how many running jobs hold a live lease.
+	Jobs int64
+
+	// Schema is the Postgres schema checked ("" for the search_path's first).
+	Schema string
+}
+
+func (e *LiveLeasesError) Error() string {
+	return fmt.Sprintf("migrations: %d running jobs hold live fencing leases: fenced processes are running; "+
+		"deploy riverpgxv5.New (or stop them), wait for their leases to expire, then migrate down (or force)", e.Jobs)
+}
+
+// Is makes errors.Is(err, ErrLiveLeases) true.
+func (e *LiveLeasesError) Is(target error) bool { return target == ErrLiveLeases }

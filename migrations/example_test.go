@@ -7,7 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/migrations"
 )
@@ -65,4 +67,55 @@ func Example() {
 	// fencing current: true
 	// weir current: true
 	// verify: <nil>
+}
+
+// Apply the fencing line with River's rivermigrate, as a River application
+// does, under the lock weir's migrator holds: many processes of a deploy may
+// run it at once.
+func ExampleLock() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbtest.ExampleURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	const schema = "weir_example_lock"
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		log.Fatal(err)
+	}
+	weir, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := weir.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain}); err != nil { // River's own tables
+		log.Fatal(err)
+	}
+
+	driver, err := fencing.NewDriver(pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Line: fencing.MigrationLine, Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = migrations.Lock(ctx, pool, schema, func(ctx context.Context) error {
+		_, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	statuses, err := weir.Status(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("fencing current:", statuses[1].Current == statuses[1].Latest)
+	fmt.Println("schema check:", migrations.CheckStatus(schema, statuses[:2]))
+
+	// Output:
+	// fencing current: true
+	// schema check: <nil>
 }

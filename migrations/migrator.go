@@ -108,6 +108,12 @@ type DownOpts struct {
 	// TargetVersion removes versions above it, leaving the line at this
 	// version; -1 removes the line entirely.
 	TargetVersion int
+
+	// Force removes fencing versions even while the weir line is installed
+	// or jobs hold live fencing leases (fenced processes are running), which
+	// Down otherwise refuses: those processes then fail every fetch.
+	// Defaults to false.
+	Force bool
 }
 
 // MigrateResult lists the versions an Up or Down applied, in order.
@@ -175,7 +181,11 @@ func (m *Migrator) Up(ctx context.Context, opts *UpOpts) (*MigrateResult, error)
 
 // Down removes versions. Lines that build on River's tables must be removed
 // before River's main line goes below its latest version; otherwise Down
-// returns a *LineDependencyError.
+// returns a *LineDependencyError. Unless opts.Force is set, it removes no
+// fencing version while the weir line stays installed (a
+// *LineDependencyError) or while jobs hold live fencing leases (a
+// *LiveLeasesError): fenced processes, weir's workers among them, fail
+// every fetch without the fencing line. It checks before removing anything.
 func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*MigrateResult, error) {
 	if opts == nil {
 		return nil, errors.New("migrations: Down needs DownOpts")
@@ -194,6 +204,11 @@ func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*MigrateResult, er
 
 	result := &MigrateResult{Direction: string(rivermigrate.DirectionDown)}
 	err := m.withLock(ctx, func(conn *pgxpool.Conn) error {
+		if slices.Contains(lines, LineFencing) && !opts.Force {
+			if err := m.requireFencingUnused(ctx, conn, !slices.Contains(lines, LineWeir)); err != nil {
+				return err
+			}
+		}
 		for _, line := range lines {
 			if line == LineMain {
 				if err := m.requireNoDependents(ctx, conn); err != nil {
@@ -250,6 +265,41 @@ func (m *Migrator) requireNoDependents(ctx context.Context, conn *pgxpool.Conn) 
 	return nil
 }
 
+// requireFencingUnused refuses to remove fencing versions while fenced
+// processes may still use them: while the weir line stays installed (when
+// weirStays) and while jobs hold live leases. Nothing to remove passes.
+func (m *Migrator) requireFencingUnused(ctx context.Context, conn *pgxpool.Conn, weirStays bool) error {
+	applied, err := m.appliedVersions(ctx, conn)
+	if err != nil {
+		return err
+	}
+	fencing, weir := m.statusOf(LineFencing, applied[LineFencing]), m.statusOf(LineWeir, applied[LineWeir])
+	if fencing.Current == 0 {
+		return nil
+	}
+	if weirStays && weir.Current > 0 {
+		return &LineDependencyError{Line: LineFencing, Requires: LineWeir, Reason: fmt.Sprintf(
+			"line weir is at version %d and its workers run on fencing; remove it first (`weir migrate down --line weir --all`), or force", weir.Current)}
+	}
+	var live int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+m.riverJob()+" WHERE state = 'running' AND lease_expires_at > now()").
+		Scan(&live); err != nil {
+		return fmt.Errorf("counting live fencing leases: %w", err)
+	}
+	if live > 0 {
+		return &LiveLeasesError{Jobs: live, Schema: m.config.Schema}
+	}
+	return nil
+}
+
+// riverJob is river_job's name in the configured schema, sanitized.
+func (m *Migrator) riverJob() string {
+	if m.config.Schema == "" {
+		return pgx.Identifier{"river_job"}.Sanitize()
+	}
+	return pgx.Identifier{m.config.Schema, "river_job"}.Sanitize()
+}
+
 func versionsOf(line string, res *rivermigrate.MigrateResult) []MigrateVersion {
 	out := make([]MigrateVersion, 0, len(res.Versions))
 	for _, v := range res.Versions {
@@ -278,12 +328,44 @@ func (m *Migrator) ensureSchema(ctx context.Context, conn *pgxpool.Conn) error {
 	return nil
 }
 
-// withLock runs fn while holding a session advisory lock keyed on the target
-// schema, on a connection set aside for it (rivermigrate runs each version in
-// a transaction of its own on other connections). Migrators of different
-// schemas do not wait for each other.
+// withLock runs fn while holding the migration lock of the configured
+// schema (Lock), on a connection set aside for it.
 func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgxpool.Conn) error) error {
-	conn, err := m.pool.Acquire(ctx)
+	return lockSchema(ctx, m.pool, m.config.Schema, fn)
+}
+
+// Lock runs fn while holding the migration lock of schema ("" for the
+// search_path's first), the lock every Up and Down of a Migrator holds. Run
+// River's rivermigrate inside it (the fencing line, River's main line) to
+// make it safe alongside Migrators and other rivermigrate runs wrapped
+// alike; rivermigrate takes no lock of its own, so two unwrapped runs race
+// and fail on river_migration's primary key:
+//
+//	err := migrations.Lock(ctx, pool, schema, func(ctx context.Context) error {
+//		_, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+//		return err
+//	})
+//
+// The lock is a session advisory lock keyed on the resolved schema, held on
+// a connection of pool set aside for it while fn runs, so pool needs room
+// for at least one more connection (rivermigrate runs each version in a
+// transaction of its own). Lock waits as long as ctx allows.
+func Lock(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(ctx context.Context) error) error {
+	if pool == nil {
+		return errors.New("migrations: Lock needs a pool")
+	}
+	if pool.Config().MaxConns < 2 {
+		return errors.New("migrations: Lock needs a pool of at least 2 connections: one holds the lock, others migrate")
+	}
+	return lockSchema(ctx, pool, schema, func(*pgxpool.Conn) error { return fn(ctx) })
+}
+
+// lockSchema runs fn while holding a session advisory lock keyed on the
+// resolved schema, on a connection set aside for it (rivermigrate runs each
+// version in a transaction of its own on other connections). Migrators of
+// different schemas do not wait for each other.
+func lockSchema(ctx context.Context, pool *pgxpool.Pool, schema string, fn func(conn *pgxpool.Conn) error) error {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquiring a connection for the migration lock: %w", err)
 	}
@@ -292,7 +374,7 @@ func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgxpool.Conn) err
 	var key int64
 	if err := conn.QueryRow(ctx,
 		"SELECT hashtextextended('weir.migrations:' || coalesce(nullif($1::text, ''), current_schema(), ''), 0)",
-		m.config.Schema).Scan(&key); err != nil {
+		schema).Scan(&key); err != nil {
 		return fmt.Errorf("computing the migration lock key: %w", err)
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {

@@ -157,7 +157,8 @@ func TestMigrator(t *testing.T) {
 		_, err := bundle.migrator.Up(ctx, nil)
 		require.NoError(t, err)
 
-		res, err := bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing})
+		// Force: the weir line stays installed (TestDownFencingGuards).
+		res, err := bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, Force: true})
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
 		require.Equal(t, latest(t, bundle.migrator, migrations.LineFencing), res.Versions[0].Version)
@@ -194,7 +195,7 @@ func TestMigrator(t *testing.T) {
 
 		// Fencing 002 only replaced trigger functions: down to 001 brings
 		// 001's statement trigger back and leaves the columns.
-		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: 1})
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: 1, Force: true})
 		require.NoError(t, err)
 		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
 		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_attempt_log"))
@@ -206,7 +207,7 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, bundle.migrator.Verify(ctx))
 
 		// Down the whole line, then up again: the columns go and come back.
-		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: -1})
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: -1, Force: true})
 		require.NoError(t, err)
 		require.NotContains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
 		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease"))

@@ -61,6 +61,14 @@ func (m *Migrator) Verify(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return CheckStatus(m.config.Schema, statuses)
+}
+
+// CheckStatus is Verify's check over statuses that Status returned for
+// schema: a *SchemaBehindError naming the lines that are behind, or nil.
+// Readiness checks that report the statuses too use it (weir server's
+// /readyz), as does worker.Start through Verify.
+func CheckStatus(schema string, statuses []*LineStatus) error {
 	var behind []*LineStatus
 	for _, status := range statuses {
 		if status.Behind() {
@@ -68,7 +76,7 @@ func (m *Migrator) Verify(ctx context.Context) error {
 		}
 	}
 	if len(behind) > 0 {
-		return &SchemaBehindError{Lines: behind, Schema: m.config.Schema}
+		return &SchemaBehindError{Lines: behind, Schema: schema}
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func TestScheduleAPI(t *testing.T) {
 		require.Equal(t, "30 9 * * 1-5", created.Cron)
 		require.Equal(t, "Europe/Berlin", created.TimeZone)
 		require.Equal(t, "skip", created.OverlapPolicy)
-		require.Equal(t, "default", created.Queue)
+		require.Equal(t, client.QueueDefault, created.Queue)
 		berlin, err := time.LoadLocation("Europe/Berlin")
 		require.NoError(t, err)
 		next := created.NextRunAt.In(berlin)

@@ -270,24 +270,11 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 		resp.Lines = append(resp.Lines, &LineReadiness{
 			Current: status.Current, Line: status.Line, Pending: status.Pending, Required: status.Latest,
 		})
-		if status.Behind() {
-			resp.Status, code = "not_ready", http.StatusServiceUnavailable
-		}
 	}
-	if code != http.StatusOK {
-		resp.Error = (&migrations.SchemaBehindError{Lines: behindOnly(statuses), Schema: s.config.Schema}).Error()
+	if err := migrations.CheckStatus(s.config.Schema, statuses); err != nil { // worker.Start's check too
+		resp.Status, code, resp.Error = "not_ready", http.StatusServiceUnavailable, err.Error()
 	}
 	s.writeJSON(w, code, resp)
-}
-
-func behindOnly(statuses []*migrations.LineStatus) []*migrations.LineStatus {
-	var out []*migrations.LineStatus
-	for _, status := range statuses {
-		if status.Behind() {
-			out = append(out, status)
-		}
-	}
-	return out
 }
 
 func (s *Server) writeJSON(w http.ResponseWriter, code int, body any) {

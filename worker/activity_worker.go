@@ -146,6 +146,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 		Metadata:    metadata,
 		Priority:    attrs.Priority,
 		Queue:       attrs.Queue,
+		Tags:        attrs.Tags,
 	})
 	if err != nil {
 		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)

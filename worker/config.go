@@ -137,7 +137,8 @@ type Config struct {
 
 	// Queues are the River queues this worker serves, with their
 	// concurrency. Workflow tasks and activities go to the queue their
-	// options name. Defaults to river.QueueDefault with MaxWorkersDefault.
+	// options name. Defaults to weir's default queue (client.QueueDefault,
+	// "weir") with MaxWorkersDefault.
 	Queues map[string]river.QueueConfig
 
 	// Retention is how long closed runs (and their history) are kept in
@@ -171,7 +172,7 @@ func (c *Config) withDefaults() *Config {
 		out.Namespaces = []string{client.NamespaceDefault}
 	}
 	if out.Queues == nil {
-		out.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
+		out.Queues = map[string]river.QueueConfig{client.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
 	}
 	out.FetchCooldown = cmp.Or(out.FetchCooldown, FetchCooldownDefault)
 	out.MaxEagerActivities = cmp.Or(out.MaxEagerActivities, MaxEagerActivitiesDefault)

@@ -268,7 +268,7 @@ func (w *Worker) afterTx(err error, starts []eagerStart, slots int) {
 // worker) if it did, 0 if not (the job must go through River).
 func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attrs *history.ActivityScheduledAttributes, maxAttempts int, metadata []byte, meta *activityMeta) (int64, error) {
 	runner := w.eagerRunnerFor(attrs.Kind, attrs.Queue)
-	if runner == nil || !w.eager.acquire() {
+	if runner == nil || len(attrs.Tags) > 0 || !w.eager.acquire() { // a claim carries no tags: River inserts it
 		return 0, nil
 	}
 	run.eagerSlots++

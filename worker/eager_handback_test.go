@@ -11,6 +11,7 @@ import (
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/task"
 )
 
 type idleArgs struct{}
@@ -41,7 +42,7 @@ func TestHandBack(t *testing.T) {
 	var claim *fencing.Claim
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 		claim, err = w.driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
-			Args: []byte(`{}`), AttemptedBy: w.riverClient.ID(), Kind: idleArgs{}.Kind(), MaxAttempts: 1, Queue: "default", Schema: schema,
+			Args: []byte(`{}`), AttemptedBy: w.riverClient.ID(), Kind: idleArgs{}.Kind(), MaxAttempts: 1, Queue: task.QueueDefault, Schema: schema,
 		})
 		return err
 	}))

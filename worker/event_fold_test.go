@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -30,10 +31,20 @@ func TestBoundaryFoldingRollout(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	b := &testBundle{charge: &ChargeActivity{}, client: c, names: dbschema.New(schema), pool: pool, schema: schema}
-	startWith(ctx, t, b, func(w *worker.Worker) {
-		worker.AddWorkflow(w, &SumWorkflow{})
-		worker.AddWorkflow(w, &SequentialWorkflow{})
-		worker.AddActivity(w, b.charge)
+	// A worker of this build, started before the migration (its Start
+	// would refuse the schema: this is the window of a rollout before the
+	// migration ran).
+	w, err := worker.New(pool, &worker.Config{Schema: schema, SweepInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	worker.AddWorkflow(w, &SumWorkflow{})
+	worker.AddWorkflow(w, &SequentialWorkflow{})
+	worker.AddActivity(w, b.charge)
+	require.ErrorIs(t, w.Start(ctx), migrations.ErrSchemaBehind)
+	require.NoError(t, worker.StartOnSchemaBehind(ctx, w))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(stopCtx))
 	})
 
 	// Before the migration: a run that waits, with two tasks behind it.

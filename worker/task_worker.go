@@ -714,8 +714,8 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 		return err
 	}
 	queue := cmp.Or(attrs.Queue, run.Queue)
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-		"weir.start\x1f"+names.Schema+"\x1f"+run.Namespace+"\x1f"+attrs.WorkflowID); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock("+dbschema.StartLockSQL("$1", "$2")+")",
+		names.Schema, dbschema.StartLockID(run.Namespace, attrs.WorkflowID)); err != nil {
 		return fmt.Errorf("locking child workflow %s: %w", attrs.WorkflowID, err)
 	}
 	var liveRunID uuid.UUID

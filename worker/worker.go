@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
+	"github.com/weirhq/weir/migrations"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -65,6 +66,21 @@ type Worker struct {
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition
+
+	schemaBehindOK bool // Start skips verifySchema (tests of a migration's rollout)
+}
+
+// verifySchema returns a *migrations.SchemaBehindError when a migration
+// line of the worker's schema is behind this build.
+func (w *Worker) verifySchema(ctx context.Context) error {
+	migrator, err := migrations.New(w.pool, &migrations.Config{Schema: w.config.Schema})
+	if err != nil {
+		return fmt.Errorf("worker: checking the schema: %w", err)
+	}
+	if err := migrator.Verify(ctx); err != nil {
+		return fmt.Errorf("worker: checking the schema: %w", err)
+	}
+	return nil
 }
 
 // New returns a Worker over pool. Register workflows and activities, then
@@ -204,7 +220,11 @@ func (w *Worker) activityResultType(kind string) (reflect.Type, bool) {
 // AddRiverWorker registers a plain River worker. Its kind can be used as an
 // activity: workflows schedule it with workflow.ExecuteActivity, and its job's
 // end (completed, discarded, cancelled) becomes the activity's outcome. It
-// keeps working for jobs inserted directly, as before.
+// keeps working for jobs inserted directly, as before. The queue, priority,
+// tags and max attempts of its args' InsertOpts hold for its activity jobs
+// unless the workflow's ActivityOpts say otherwise; args whose InsertOpts
+// set Pending, ScheduledAt or Metadata are refused: it panics with an error
+// matching ErrInsertOptsUnsupported.
 func AddRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) {
 	if err := addRiverWorker(w, rw); err != nil {
 		panic(err)
@@ -214,6 +234,9 @@ func AddRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) {
 func addRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) error {
 	var args T
 	kind := args.Kind()
+	if err := checkInsertOpts(args); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
@@ -229,8 +252,48 @@ func addRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) error {
 	return nil
 }
 
+// ErrInsertOptsUnsupported is matched (errors.Is) by the error of
+// registering an activity whose args' InsertOpts ask for what a workflow's
+// activity job cannot honour.
+var ErrInsertOptsUnsupported = errors.New("worker: the args' InsertOpts cannot hold for an activity")
+
+// checkInsertOpts refuses args whose InsertOpts (River's
+// JobArgsWithInsertOpts) set what a workflow's activity job cannot honour:
+// the workflow decides when its job is inserted (ScheduledAt, Pending) and
+// weir owns the job's metadata. Queue, priority, tags and max attempts are
+// honoured (workflow.ActivityOpts); UniqueOpts are ignored, as documented.
+func checkInsertOpts(args river.JobArgs) (err error) {
+	withOpts, ok := args.(river.JobArgsWithInsertOpts)
+	if !ok {
+		return nil
+	}
+	defer func() {
+		if recover() != nil { // InsertOpts of a nil *T: River's insert would call it on a value
+			err = nil
+		}
+	}()
+	insert := withOpts.InsertOpts()
+	var set string
+	switch {
+	case insert.Pending:
+		set = "Pending"
+	case !insert.ScheduledAt.IsZero():
+		set = "ScheduledAt"
+	case len(insert.Metadata) > 0:
+		set = "Metadata"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: activity %s: InsertOpts set %s (a workflow schedules its activities' jobs and owns their metadata); drop it from InsertOpts",
+		ErrInsertOptsUnsupported, args.Kind(), set)
+}
+
 // Start starts the River client and the sweeper. Workflows and activities
-// must be registered before.
+// must be registered before. It refuses a schema whose migration lines
+// (River's main, fencing, weir) are behind this build with a
+// *migrations.SchemaBehindError (errors.Is migrations.ErrSchemaBehind)
+// naming each line behind and its versions: the check of weir server's
+// readiness (migrations.Migrator.Verify). Migrate first (`weir migrate up`).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -239,6 +302,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if len(w.workflows) == 0 && len(w.activities) == 0 {
 		return errors.New("worker: nothing registered; add workflows or activities before Start")
+	}
+	if !w.schemaBehindOK {
+		if err := w.verifySchema(ctx); err != nil {
+			return err
+		}
 	}
 
 	riverClient, err := river.NewClient(w.driver, &river.Config{

@@ -428,7 +428,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
-		startWorker(ctx, t, b, &worker.Config{Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 50}}})
+		startWorker(ctx, t, b, &worker.Config{Queues: map[string]river.QueueConfig{client.QueueDefault: {MaxWorkers: 50}}})
 
 		const count = 1000
 		runs := make([]*client.Run, count)

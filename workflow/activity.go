@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"time"
+
+	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay/env"
+	"github.com/weirhq/weir/internal/task"
 )
 
 // Defaults of [ActivityOpts] and [RetryPolicy].
@@ -25,8 +29,9 @@ const (
 	MaximumIntervalDefault = 100 * time.Second
 	// PriorityDefault is River's default priority.
 	PriorityDefault = 1
-	// QueueDefault is River's default queue.
-	QueueDefault = "default"
+	// QueueDefault is weir's default River queue ("weir", not River's
+	// "default"), which workers serve unless configured.
+	QueueDefault = task.QueueDefault
 	// ScheduleToCloseTimeoutDefault is 0: all attempts together are unbounded.
 	ScheduleToCloseTimeoutDefault time.Duration = 0
 	// StartToCloseTimeoutDefault bounds one attempt; it matches River's
@@ -52,11 +57,13 @@ type ActivityOpts struct {
 	// heartbeats required).
 	HeartbeatTimeout time.Duration
 
-	// Priority is the River priority, 1 (first) to 4 (last). Defaults to 1.
+	// Priority is the River priority, 1 (first) to 4 (last). Defaults to
+	// the priority of the args' InsertOpts, else 1.
 	Priority int
 
 	// Queue is the River queue the activity's job is inserted into. Defaults
-	// to "default".
+	// to the queue of the args' InsertOpts (River's JobArgsWithInsertOpts),
+	// else QueueDefault.
 	Queue string
 
 	// RetryPolicy says how failed attempts are retried. Zero fields take
@@ -69,6 +76,10 @@ type ActivityOpts struct {
 
 	// StartToCloseTimeout bounds one attempt. Defaults to 1 minute.
 	StartToCloseTimeout time.Duration
+
+	// Tags are the River tags of the activity's job. Defaults to the tags
+	// of the args' InsertOpts, else none.
+	Tags []string
 }
 
 // RetryPolicy says how an activity's failed attempts are retried: the n-th
@@ -125,7 +136,32 @@ func mergeActivityOpts(base, over *ActivityOpts) *ActivityOpts {
 	}
 	out.ScheduleToCloseTimeout = cmp.Or(over.ScheduleToCloseTimeout, base.ScheduleToCloseTimeout)
 	out.StartToCloseTimeout = cmp.Or(over.StartToCloseTimeout, base.StartToCloseTimeout)
+	if over.Tags != nil {
+		out.Tags = over.Tags
+	}
 	return &out
+}
+
+// withInsertOpts fills what opts leave unset from the InsertOpts of args
+// that declare them (River's JobArgsWithInsertOpts), as River's insert
+// does: the queue, priority, tags and max attempts (the retry policy's
+// MaximumAttempts) an args type asks for hold when it runs as an activity.
+func withInsertOpts(args ActivityArgs, opts *ActivityOpts) *ActivityOpts {
+	withOpts, ok := args.(river.JobArgsWithInsertOpts)
+	if !ok {
+		return opts
+	}
+	insert := withOpts.InsertOpts()
+	out := mergeActivityOpts(&ActivityOpts{Priority: insert.Priority, Queue: insert.Queue, Tags: insert.Tags}, opts)
+	if insert.MaxAttempts > 0 && (out.RetryPolicy == nil || out.RetryPolicy.MaximumAttempts == 0) {
+		retry := RetryPolicy{}
+		if out.RetryPolicy != nil {
+			retry = *out.RetryPolicy
+		}
+		retry.MaximumAttempts = insert.MaxAttempts
+		out.RetryPolicy = &retry
+	}
+	return out
 }
 
 // scheduledAttributes applies defaults to opts, validates them and returns
@@ -146,6 +182,7 @@ func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history
 		StartToCloseTimeout:    history.Duration(cmp.Or(opts.StartToCloseTimeout, StartToCloseTimeoutDefault)),
 		ScheduleToCloseTimeout: history.Duration(cmp.Or(opts.ScheduleToCloseTimeout, ScheduleToCloseTimeoutDefault)),
 		HeartbeatTimeout:       history.Duration(cmp.Or(opts.HeartbeatTimeout, HeartbeatTimeoutDefault)),
+		Tags:                   opts.Tags,
 		RetryPolicy: &history.RetryPolicy{
 			InitialInterval:        history.Duration(cmp.Or(retry.InitialInterval, InitialIntervalDefault)),
 			BackoffCoefficient:     cmp.Or(retry.BackoffCoefficient, BackoffCoefficientDefault),
@@ -168,11 +205,25 @@ func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history
 		problem = "RetryPolicy intervals must not be negative and MaximumInterval must be at least InitialInterval"
 	case attrs.RetryPolicy.MaximumAttempts < 0:
 		problem = "RetryPolicy.MaximumAttempts must not be negative"
+	case !validTags(attrs.Tags):
+		problem = fmt.Sprintf("Tags %q: each must be 3–255 letters, digits, '_' or '-' (River's tag format), starting and ending with a letter, digit or '_'", attrs.Tags)
 	}
 	if problem != "" {
 		return nil, fmt.Errorf("%w: activity %q: %s", ErrInvalidActivityOpts, kind, problem)
 	}
 	return attrs, nil
+}
+
+// tagRE is River's tag format (river.InsertOpts.Tags).
+var tagRE = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
+
+func validTags(tags []string) bool {
+	for _, tag := range tags {
+		if len(tag) > 255 || !tagRE.MatchString(tag) {
+			return false
+		}
+	}
+	return true
 }
 
 // ExecuteActivity schedules the activity args.Kind() with args and returns a
@@ -215,7 +266,7 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 	if err := checkPayload(e.MaxPayloadBytes(), fmt.Sprintf("args of activity %q", kind), encoded); err != nil {
 		return readyFuture[R](err)
 	}
-	attrs, err := scheduledAttributes(kind, encoded, mergeActivityOpts(activityOptsOf(ctx), opts))
+	attrs, err := scheduledAttributes(kind, encoded, withInsertOpts(args, mergeActivityOpts(activityOptsOf(ctx), opts)))
 	if err != nil {
 		return readyFuture[R](err)
 	}

@@ -124,6 +124,49 @@ func TestMigrateCommand(t *testing.T) {
 		requireAllLines(t, status.stdout, "current")
 	})
 
+	// The documented full removal of weir's lines: weir first, then
+	// fencing, each entirely (--all with --line); fencing first is refused
+	// unless forced.
+	t.Run("DownFencingInOrder", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		schema := dbtest.EmptySchema(ctx, t)
+		env := []string{"DATABASE_URL=" + dbtest.URL(ctx, t), "WEIR_SCHEMA=" + schema}
+		res := runWeir(ctx, t, env, "migrate", "up")
+		require.Zero(t, res.code, res.stderr)
+
+		res = runWeir(ctx, t, env, "migrate", "down", "--line", "fencing", "--all")
+		require.Equal(t, 1, res.code)
+		require.Contains(t, res.stderr, "weir migrate down --line weir --all")
+
+		res = runWeir(ctx, t, env, "migrate", "down", "--line", "weir", "--all")
+		require.Zero(t, res.code, res.stderr)
+		res = runWeir(ctx, t, env, "migrate", "down", "--line", "fencing", "--all")
+		require.Zero(t, res.code, res.stderr)
+
+		m, err := migrations.New(dbtest.Pool(ctx, t), &migrations.Config{Schema: schema})
+		require.NoError(t, err)
+		statuses, err := m.Status(ctx)
+		require.NoError(t, err)
+		for _, s := range statuses {
+			if s.Line == migrations.LineMain {
+				require.Equal(t, s.Latest, s.Current, "River's main line stays")
+			} else {
+				require.Zero(t, s.Current, "line %s removed entirely", s.Line)
+			}
+		}
+
+		// --target-version 0 leaves a line at version 0 too; --force
+		// overrides the order.
+		res = runWeir(ctx, t, env, "migrate", "up")
+		require.Zero(t, res.code, res.stderr)
+		res = runWeir(ctx, t, env, "migrate", "down", "--line", "fencing", "--target-version", "0", "--force")
+		require.Zero(t, res.code, res.stderr)
+		statuses, err = m.Status(ctx)
+		require.NoError(t, err)
+		require.Zero(t, statuses[1].Current, "fencing removed entirely")
+	})
+
 	t.Run("DownNeedsALine", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -19,7 +19,8 @@ func newMigrateCommand(g *globals) *cobra.Command {
 
 Up and down hold an advisory lock per schema, so several processes may run
 'weir migrate up' at once: one applies the versions, the others find nothing
-left to do. Deploy new code first, then migrate: every migration is additive.`,
+left to do. Migrate, then deploy new code: every migration is additive, old
+code keeps working, and new workers refuse a schema that is behind them.`,
 	}
 	cmd.AddCommand(newMigrateUpCommand(g), newMigrateDownCommand(g), newMigrateStatusCommand(g))
 	return cmd
@@ -58,16 +59,29 @@ func newMigrateDownCommand(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "down",
-		Short: "Remove versions of one line (one step by default), or --all",
-		Args:  cobra.NoArgs,
+		Short: "Remove versions of one line (one step by default), a whole line, or every line",
+		Long: `Remove versions of one line (one step by default), a whole line (--line L --all,
+or --target-version 0), or every line (--all: weir, fencing, then River's main).
+
+Remove weir's line before fencing, and fencing only once no fenced process
+runs: without --force, down refuses to remove fencing versions while the weir
+line is installed or while jobs hold live fencing leases. Full removal of
+weir's lines, keeping River's:
+
+  weir migrate down --line weir --all
+  weir migrate down --line fencing --all`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			targetSet := cmd.Flags().Changed("target-version")
 			switch {
-			case all && (opts.Line != "" || opts.TargetVersion != 0 || opts.MaxSteps != 0):
-				return errors.New("--all removes every line; it takes no --line, --target-version or --max-steps")
+			case all && (targetSet || opts.MaxSteps != 0):
+				return errors.New("--all removes a whole line (with --line) or every line; it takes no --target-version or --max-steps")
 			case all:
 				opts.TargetVersion = -1
 			case opts.Line == "":
 				return errors.New("say which line to migrate down with --line (" + strings.Join(migrations.Lines(), ", ") + "), or remove everything with --all")
+			case targetSet && opts.TargetVersion == 0:
+				opts.TargetVersion = -1 // leave the line at version 0: remove it
 			}
 			migrator, closePool, err := g.migrator(cmd)
 			if err != nil {
@@ -82,9 +96,10 @@ func newMigrateDownCommand(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&all, "all", false, "remove every line entirely (weir, fencing, then River's main)")
+	cmd.Flags().BoolVar(&all, "all", false, "remove the whole --line, or every line (weir, fencing, then River's main) without --line")
+	cmd.Flags().BoolVar(&opts.Force, "force", false, "remove fencing versions even while the weir line is installed or jobs hold live leases")
 	cmd.Flags().StringVar(&opts.Line, "line", "", "the line to migrate down")
-	cmd.Flags().IntVar(&opts.TargetVersion, "target-version", 0, "leave the line at this version (-1 removes it entirely)")
+	cmd.Flags().IntVar(&opts.TargetVersion, "target-version", 0, "leave the line at this version (0 or -1 removes it entirely)")
 	cmd.Flags().IntVar(&opts.MaxSteps, "max-steps", 0, "remove at most this many versions (default 1)")
 	return cmd
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/server"
 )
 
@@ -112,7 +113,7 @@ expression (--cron, read in --time-zone) or at a fixed interval (--every).`,
 	flags.StringVar(&req.TimeZone, "time-zone", "", "IANA time zone the cron fields are read in (default UTC)")
 	flags.StringVar(&req.OverlapPolicy, "overlap-policy", "", "skip (default), buffer_one or allow_all: when a start is due while the last run still runs")
 	flags.BoolVar(&req.Paused, "paused", false, "create the schedule paused")
-	flags.StringVar(&req.Queue, "queue", "", "River queue of the runs' tasks (default: default)")
+	flags.StringVar(&req.Queue, "queue", "", "River queue of the runs' tasks (default: "+client.QueueDefault+")")
 	flags.StringVar(&req.Note, "note", "", "a note for people")
 	_ = cmd.RegisterFlagCompletionFunc("overlap-policy", fixedCompletion(server.OverlapPolicies...))
 	return cmd

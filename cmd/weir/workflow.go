@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/server"
 )
 
@@ -164,7 +165,7 @@ func newWorkflowStartCommand(g *globals, api *apiOpts) *cobra.Command {
 	flags := cmd.Flags()
 	flags.StringVar(&req.WorkflowID, "workflow-id", "", "the run's workflow ID (default: a random UUID)")
 	flags.StringVar(&req.RequestID, "request-id", "", "makes the start idempotent")
-	flags.StringVar(&req.Queue, "queue", "", "River queue of the run's tasks (default: default)")
+	flags.StringVar(&req.Queue, "queue", "", "River queue of the run's tasks (default: "+client.QueueDefault+")")
 	flags.StringVar(&req.IDReusePolicy, "id-reuse-policy", "", "allow_duplicate, allow_duplicate_failed_only or reject_duplicate")
 	flags.StringVar(&req.RunTimeout, "run-timeout", "", "time limit of this run, e.g. 10m")
 	flags.StringVar(&req.ExecutionTimeout, "execution-timeout", "", "time limit across the workflow's runs, e.g. 24h")

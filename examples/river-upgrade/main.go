@@ -57,22 +57,25 @@ func newRiverClient(pool *pgxpool.Pool, schema string, queues map[string]river.Q
 }
 
 // migrateFencing applies River's main line (the application had it already)
-// and the fencing line. Step 1 added the second migrator.
+// and the fencing line. Step 1 added the second migrator, and the lock
+// (migrations.Lock) that makes it safe to run from many processes at once.
 func migrateFencing(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	driver, err := fencing.NewDriver(pool, nil)
 	if err != nil {
 		return err
 	}
-	for _, line := range []string{"main", fencing.MigrationLine} {
-		migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Line: line, Schema: schema})
-		if err != nil {
-			return err
+	return migrations.Lock(ctx, pool, schema, func(ctx context.Context) error {
+		for _, line := range []string{"main", fencing.MigrationLine} {
+			migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Line: line, Schema: schema})
+			if err != nil {
+				return err
+			}
+			if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+				return fmt.Errorf("migrating line %s: %w", line, err)
+			}
 		}
-		if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-			return fmt.Errorf("migrating line %s: %w", line, err)
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // BillingArgs start the workflow of step 2.
@@ -242,7 +245,12 @@ func step2(ctx context.Context, pool *pgxpool.Pool, schema string, out *lockedWr
 		return err
 	}
 
-	w, err := worker.New(pool, &worker.Config{Schema: schema})
+	// The worker serves weir's queue (workflow tasks, activities) and
+	// River's default queue, where the application inserts its own jobs.
+	w, err := worker.New(pool, &worker.Config{Schema: schema, Queues: map[string]river.QueueConfig{
+		client.QueueDefault: {MaxWorkers: 10},
+		river.QueueDefault:  {MaxWorkers: 10},
+	}})
 	if err != nil {
 		return err
 	}

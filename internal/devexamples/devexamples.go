@@ -3,9 +3,10 @@
 // worker of their own queue, and a fixed set of runs of them with varied
 // outcomes, so that a new user finds the web UI populated.
 //
-// The workflows keep the examples' kinds but run on Queue, so they never
-// take tasks of the example programs (which use River's default queue) when
-// those run against the same database.
+// The workflows keep the examples' kinds and run on weir's default queue,
+// as the example programs and `weir workflow start` do, so a run started
+// from the CLI runs on `weir dev --examples`. (Run the example programs on
+// another schema than `weir dev`'s, or either may take the other's tasks.)
 package devexamples
 
 import (
@@ -22,8 +23,9 @@ import (
 	"github.com/weirhq/weir/workflow"
 )
 
-// Queue is the River queue of the example workflows and their activities.
-const Queue = "weir-dev-examples"
+// Queue is the River queue of the example workflows and their activities:
+// weir's default queue.
+const Queue = client.QueueDefault
 
 // Queues is the worker configuration serving Queue.
 func Queues() map[string]river.QueueConfig {

@@ -118,6 +118,8 @@ type ActivityScheduledAttributes struct {
 	HeartbeatTimeout Duration `json:"heartbeat_timeout,omitempty"`
 	// RetryPolicy says how attempts are retried.
 	RetryPolicy *RetryPolicy `json:"retry_policy"`
+	// Tags are the River tags of the activity's job.
+	Tags []string `json:"tags,omitempty"`
 }
 
 // EventType implements Attributes.

@@ -15,6 +15,14 @@ import (
 // namespace, a slash and the workflow's own kind follow it.
 const KindPrefix = "weir.workflow:"
 
+// QueueDefault is weir's default River queue: of workflow tasks started
+// without a queue, of activities scheduled without one and of what a worker
+// serves unless configured. It is not River's "default", so that an
+// application's River client serving River's default queue (without
+// FetchOnlyKnownKinds) never fetches weir's jobs, and weir's workers never
+// fetch the application's.
+const QueueDefault = "weir"
+
 // MaxAttempts is the River max_attempts of workflow-task jobs. A failing
 // workflow task retries with a backoff capped at RetryBackoffMax, so this
 // many attempts span about three weeks; should a task still be discarded
