@@ -13,12 +13,14 @@ import (
 	"github.com/weirhq/weir/internal/dbtest"
 )
 
-// TestJobFinalizedOutOfBand: a job finalized by someone else while its
-// attempt runs keeps that state, and the attempt's own later write is stale:
-// it changes nothing, is counted, and gives subscribers no event. River emits
-// an event for it (its test
-// Test_Client_JobCompletion/JobThatIsAlreadyDiscardedIsNotAlteredByCompleter);
-// docs/upgrading-from-river.md lists the difference.
+// TestJobFinalizedOutOfBand: while an attempt holds a live lease, a statement
+// that moves its job out of running without ending the lease changes nothing
+// (fencing 004; River finalizes the job, its tests
+// Test_Client_JobCompletion/JobThatIsAlready{Completed,Discarded}IsNotAlteredByCompleter).
+// An operator who finalizes it deliberately, ending the lease in the same
+// statement, wins: the job keeps that state, and the attempt's own later write
+// is stale: it changes nothing, is counted, and gives subscribers no event.
+// docs/upgrading-from-river.md lists both differences.
 func TestJobFinalizedOutOfBand(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -34,8 +36,15 @@ func TestJobFinalizedOutOfBand(t *testing.T) {
 	inserted, err := client.Insert(ctx, blockArgs{}, nil)
 	require.NoError(t, err)
 	attempt := recv(t, worker.started)
-	_, err = pool.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "river_job"}.Sanitize()+`
+	table := pgx.Identifier{schema, "river_job"}.Sanitize()
+	tag, err := pool.Exec(ctx, `UPDATE `+table+`
 SET state = 'discarded', finalized_at = now() WHERE id = $1`, inserted.Job.ID)
+	require.NoError(t, err)
+	require.Zero(t, tag.RowsAffected(), "a move out of running without the lease changed the row")
+	require.Equal(t, "running", getJob(ctx, t, pool, schema, inserted.Job.ID).State)
+
+	_, err = pool.Exec(ctx, `UPDATE `+table+`
+SET state = 'discarded', finalized_at = now(), lease_expires_at = now() WHERE id = $1`, inserted.Job.ID)
 	require.NoError(t, err)
 
 	attempt.release <- func(context.Context, *river.Job[blockArgs]) error { return errors.New("oops") }
