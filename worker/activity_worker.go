@@ -413,7 +413,7 @@ func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Work
 	if err != nil {
 		return fmt.Errorf("encoding outcome of activity %s: %w", job.Kind, err)
 	}
-	completed, err := w.deliverOutcome(ctx, tx, meta, job.Attempt, &inbox.Item{
+	completed, err := w.deliverOutcome(ctx, tx, meta, &inbox.Item{
 		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(history.EventActivityCompleted),
 	}, cont, own)
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
@@ -445,7 +445,7 @@ func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta
 	if err != nil {
 		return fmt.Errorf("encoding failure of activity job %d: %w", jobID, err)
 	}
-	_, err = w.deliverOutcome(ctx, tx, meta, attemptNum, &inbox.Item{
+	_, err = w.deliverOutcome(ctx, tx, meta, &inbox.Item{
 		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType),
 	}, cont, nil)
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {

@@ -116,8 +116,10 @@ type Config struct {
 	// outermost. Defaults to none.
 	Interceptors []Interceptor
 
-	// Logger receives the worker's logs; workflow code's logger
-	// (workflow.GetLogger) writes here too. Defaults to discarding.
+	// Logger receives the worker's logs (River's too); workflow code's
+	// logger (workflow.GetLogger) writes here as well, silent while the code
+	// replays history it already ran. Defaults to slog.Default() as it is
+	// when New is called; slog.New(slog.DiscardHandler) silences it.
 	Logger *slog.Logger
 
 	// MaxPayloadBytes caps the encoded size of activity results; a larger
@@ -165,7 +167,7 @@ func (c *Config) withDefaults() *Config {
 		out.Codec = client.JSONCodec{}
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	if len(out.Namespaces) == 0 {
 		out.Namespaces = []string{client.NamespaceDefault}

@@ -34,7 +34,7 @@ import (
 // With own set, the job's completion rides with the continuation's last
 // writes when it can (a claimed job); completed reports whether it did, and
 // the caller completes the job otherwise.
-func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, attempt int, item *inbox.Item, cont *taskResult,
+func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, item *inbox.Item, cont *taskResult,
 	own *ownJob,
 ) (completed bool, err error) {
 	def := w.workflows[meta.WorkflowKind]
@@ -69,7 +69,9 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	}
 	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
 	// outcomeTx writes nothing after this and commits: the last batch may.
-	by := &advanceBy{attempt: attempt, commit: true, own: own, group: cont.step}
+	// The continuation is the first attempt of a workflow task of its own,
+	// whatever attempt of the activity brought the outcome.
+	by := &advanceBy{attempt: 1, commit: true, own: own, group: cont.step}
 	if cont.step != nil {
 		by.deferLast = cont.step.deferLast // its last writes go with the group's COMMIT
 	}
