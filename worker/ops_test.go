@@ -112,4 +112,3 @@ func TestContinuationTaskAttemptIsItsOwn(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, tasks, 2)
 }
-
