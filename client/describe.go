@@ -12,6 +12,10 @@ import (
 
 // Description is a run's state as an operator needs it.
 type Description struct {
+	// Args are the run's args as its start encoded them (codec output:
+	// JSON with the default codec).
+	Args []byte
+
 	// ClosedAt is when the run closed; nil while it runs.
 	ClosedAt *time.Time
 
@@ -48,6 +52,10 @@ type Description struct {
 	// Queue is the River queue of the run's workflow tasks.
 	Queue string
 
+	// Result is the run's result as encoded (codec output), once it
+	// completed.
+	Result []byte
+
 	// RunID is the run's ID.
 	RunID uuid.UUID
 
@@ -55,9 +63,18 @@ type Description struct {
 	// continued_as_new or timed_out.
 	State string
 
+	// TaskFailure is the last failure of the run's workflow task while it
+	// retries; nil when the task has not failed (or the run closed).
+	TaskFailure *TaskFailure
+
 	// TaskJobID is the River job of the workflow task queued or running for
 	// the run, if any.
 	TaskJobID *int64
+
+	// TaskWorkers says whether live workers serve the run's workflow tasks
+	// (TaskWorkers.Problem says what is wrong if none does); nil once the
+	// run closed, or on a schema without the workers table.
+	TaskWorkers *TaskWorkers
 
 	// UpdatedAt is when the run last changed.
 	UpdatedAt time.Time
@@ -127,9 +144,9 @@ func (c *Client) Describe(ctx context.Context, workflowID string, runID uuid.UUI
 func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Description, error) {
 	d := &Description{RunID: runID}
 	var failure []byte
-	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, failure, next_event_id - 1,"+
+	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, args, result, failure, next_event_id - 1,"+
 		" task_job_id, run_deadline, execution_deadline, created_at, updated_at, closed_at FROM "+c.names.Run+" WHERE run_id = $1", runID).Scan(
-		&d.Namespace, &d.WorkflowID, &d.Generation, &d.Kind, &d.Queue, &d.State, &failure, &d.HistoryLength,
+		&d.Namespace, &d.WorkflowID, &d.Generation, &d.Kind, &d.Queue, &d.State, &d.Args, &d.Result, &failure, &d.HistoryLength,
 		&d.TaskJobID, &d.RunDeadline, &d.ExecutionDeadline, &d.CreatedAt, &d.UpdatedAt, &d.ClosedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &RunNotFoundError{RunID: runID}
@@ -138,6 +155,16 @@ func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Des
 		return nil, fmt.Errorf("describing run %s: %w", runID, err)
 	}
 	d.Failure = decodeFailure(failure)
+	if d.State == "running" {
+		if d.TaskWorkers, err = c.taskWorkers(ctx, tx, d.Namespace, d.Queue, d.Kind); err != nil {
+			return nil, fmt.Errorf("describing run %s: %w", runID, err)
+		}
+		if d.TaskJobID != nil {
+			if d.TaskFailure, err = c.taskFailure(ctx, tx, *d.TaskJobID); err != nil {
+				return nil, fmt.Errorf("describing run %s: %w", runID, err)
+			}
+		}
+	}
 
 	rows, err := tx.Query(ctx, "SELECT a.scheduled_event_id, a.kind, a.job_id, coalesce(j.state::text, ''), coalesce(j.attempt, 0),"+
 		" coalesce(j.max_attempts, 0), j.attempted_at, j.scheduled_at, j.lease_expires_at,"+

@@ -44,10 +44,20 @@ const (
 
 	// TaskTimeoutDefault bounds one workflow task (replay and commit).
 	TaskTimeoutDefault = time.Minute
+
+	// AnnounceIntervalDefault is Config.AnnounceInterval's default.
+	AnnounceIntervalDefault = 10 * time.Second
 )
 
 // Config configures a Worker. The zero value works.
 type Config struct {
+	// AnnounceInterval is how often the worker announces itself in the
+	// database (weir_worker): its identity, namespaces, queues and kinds.
+	// Its announcement is live for AnnounceExpiry intervals after the last
+	// one; describe, the CLI and the UI use the live ones to say when no
+	// worker serves a run. Defaults to AnnounceIntervalDefault.
+	AnnounceInterval time.Duration
+
 	// Codec encodes workflow args and results and activity results; it must
 	// read what the clients' codecs write. Defaults to client.JSONCodec.
 	Codec client.Codec
@@ -112,6 +122,10 @@ type Config struct {
 	// to fencing's defaults.
 	Fencing *fencing.Config
 
+	// Identity names the worker for people in the list of workers.
+	// Defaults to "pid@hostname".
+	Identity string
+
 	// Interceptors wrap workflow tasks and activity attempts, the first
 	// outermost. Defaults to none.
 	Interceptors []Interceptor
@@ -175,6 +189,10 @@ func (c *Config) withDefaults() *Config {
 	if out.Queues == nil {
 		out.Queues = map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
 	}
+	out.AnnounceInterval = cmp.Or(out.AnnounceInterval, AnnounceIntervalDefault)
+	if out.Identity == "" {
+		out.Identity = defaultIdentity()
+	}
 	out.FetchCooldown = cmp.Or(out.FetchCooldown, FetchCooldownDefault)
 	out.MaxEagerActivities = cmp.Or(out.MaxEagerActivities, MaxEagerActivitiesDefault)
 	out.MaxCachedRuns = cmp.Or(out.MaxCachedRuns, MaxCachedRunsDefault)
@@ -193,6 +211,9 @@ func (c *Config) validate() error {
 		if err := client.ValidateNamespace(namespace); err != nil {
 			return fmt.Errorf("worker config: %w", err)
 		}
+	}
+	if c.AnnounceInterval < 0 {
+		return fmt.Errorf("worker config: AnnounceInterval (%s) must not be negative", c.AnnounceInterval)
 	}
 	if c.SweepInterval < 0 || c.TaskTimeout < 0 {
 		return fmt.Errorf("worker config: SweepInterval (%s) and TaskTimeout (%s) must not be negative", c.SweepInterval, c.TaskTimeout)

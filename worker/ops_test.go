@@ -2,10 +2,12 @@ package worker_test
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -111,4 +113,124 @@ func TestContinuationTaskAttemptIsItsOwn(t *testing.T) {
 		require.Equal(t, 1, attrs.Attempt, "event %d: no workflow task failed", e.ID)
 	}
 	require.GreaterOrEqual(t, tasks, 2)
+}
+
+type GhostArgs struct{}
+
+func (GhostArgs) Kind() string { return "ghost" }
+
+type PanickyArgs struct{}
+
+func (PanickyArgs) Kind() string { return "panicky" }
+
+// PanickyWorkflow's code panics every time it runs: its task retries for
+// ever, with nothing in the run's history.
+type PanickyWorkflow struct {
+	workflow.Defaults[PanickyArgs, int]
+}
+
+func (w *PanickyWorkflow) Run(workflow.Context, PanickyArgs) (int, error) {
+	panic("the ledger is upside down")
+}
+
+func TestWorkersAnnounceThemselves(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, Identity: "test-worker", AnnounceInterval: time.Hour})
+	require.NoError(t, err)
+	worker.AddWorkflow(w, &SequentialWorkflow{})
+	worker.AddActivity(w, b.charge)
+	require.NoError(t, w.Start(ctx))
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			require.NoError(t, w.Stop(context.WithoutCancel(ctx)))
+		}
+	})
+
+	workers, err := b.client.ListWorkers(ctx)
+	require.NoError(t, err)
+	require.Len(t, workers, 1)
+	require.Equal(t, "test-worker", workers[0].Identity)
+	require.Equal(t, client.NamespaceDefault, workers[0].Namespace)
+	require.Equal(t, []string{"default"}, workers[0].Queues)
+	require.Equal(t, []string{"order"}, workers[0].WorkflowKinds)
+	require.Equal(t, []string{"charge"}, workers[0].ActivityKinds)
+	require.True(t, workers[0].ExpiresAt.After(workers[0].LastSeenAt))
+
+	describe := func(run *client.Run) *client.TaskWorkers {
+		t.Helper()
+		d, err := b.client.Describe(ctx, run.WorkflowID, run.RunID)
+		require.NoError(t, err)
+		return d.TaskWorkers
+	}
+
+	served, err := b.client.Start(ctx, OrderArgs{ID: "served", Cents: []int64{1}}, nil)
+	require.NoError(t, err)
+	tw := describe(served)
+	require.Equal(t, 1, tw.Serving)
+	require.Empty(t, tw.Problem())
+
+	elsewhere, err := b.client.Start(ctx, OrderArgs{ID: "elsewhere"}, &client.StartOpts{Queue: "nobody-polls-this"})
+	require.NoError(t, err)
+	tw = describe(elsewhere)
+	require.Equal(t, &client.TaskWorkers{Kind: "order", Queue: "nobody-polls-this"}, tw)
+	require.Equal(t, `No live worker serves queue "nobody-polls-this": the run waits until a worker that registers workflow order polls it.`, tw.Problem())
+
+	ghost, err := b.client.Start(ctx, GhostArgs{}, nil)
+	require.NoError(t, err)
+	tw = describe(ghost)
+	require.Equal(t, &client.TaskWorkers{Kind: "ghost", Queue: "default", OnQueue: 1}, tw)
+	require.Equal(t, `1 live worker serves queue "default", but none registers workflow ghost: the run waits until one does.`, tw.Problem())
+
+	// A stopped worker withdraws its announcement.
+	stopped = true
+	require.NoError(t, w.Stop(ctx))
+	workers, err = b.client.ListWorkers(ctx)
+	require.NoError(t, err)
+	require.Empty(t, workers)
+	require.Equal(t, 0, describe(ghost).OnQueue)
+
+	// A worker that dies stops counting once its announcement expires.
+	w2, err := worker.New(b.pool, &worker.Config{Schema: b.schema, AnnounceInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	worker.AddWorkflow(w2, &GhostWorkflowStub{})
+	require.NoError(t, w2.Start(ctx))
+	require.Equal(t, 1, describe(ghost).Serving)
+	_, err = b.pool.Exec(ctx, "UPDATE "+b.names.Worker+" SET expires_at = now() - interval '1 second'")
+	require.NoError(t, err)
+	require.Equal(t, 0, describe(ghost).Serving, "an expired announcement is not live")
+	require.NoError(t, w2.Stop(ctx))
+}
+
+// GhostWorkflowStub serves the ghost kind, doing nothing.
+type GhostWorkflowStub struct {
+	workflow.Defaults[GhostArgs, int]
+}
+
+func (*GhostWorkflowStub) Run(workflow.Context, GhostArgs) (int, error) { return 0, nil }
+
+func TestTaskFailureInDescribe(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	startWith(ctx, t, b, func(w *worker.Worker) { worker.AddWorkflow(w, &PanickyWorkflow{}) })
+
+	run, err := b.client.Start(ctx, PanickyArgs{}, nil)
+	require.NoError(t, err)
+	var d *client.Description
+	require.Eventually(t, func() bool {
+		d, err = b.client.Describe(ctx, run.WorkflowID, run.RunID)
+		require.NoError(t, err)
+		return d.TaskFailure != nil
+	}, 30*time.Second, 20*time.Millisecond)
+	f := d.TaskFailure
+	require.Equal(t, *d.TaskJobID, f.JobID)
+	require.GreaterOrEqual(t, f.Attempt, 1)
+	require.Contains(t, f.Message, "the ledger is upside down")
+	require.NotContains(t, f.Message, "\n")
+	require.Contains(t, f.Stack, "PanickyWorkflow")
+	require.NotNil(t, f.NextAttemptAt)
+	require.Zero(t, d.HistoryLength, "task failures stay out of history")
 }
