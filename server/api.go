@@ -243,6 +243,8 @@ func (s *Server) handleTerminate(r *http.Request) (int, any, error) {
 
 // DescribeResponse is the body of GET …/workflows/{workflow_id}.
 type DescribeResponse struct {
+	// Args are the run's args, when its codec wrote JSON.
+	Args              json.RawMessage        `json:"args,omitempty"`
 	ClosedAt          *time.Time             `json:"closed_at,omitempty"`
 	CreatedAt         time.Time              `json:"created_at"`
 	ExecutionDeadline *time.Time             `json:"execution_deadline,omitempty"`
@@ -254,12 +256,20 @@ type DescribeResponse struct {
 	PendingActivities []*PendingActivityJSON `json:"pending_activities"`
 	PendingInbox      []*PendingInboxJSON    `json:"pending_inbox"`
 	Queue             string                 `json:"queue"`
-	RunDeadline       *time.Time             `json:"run_deadline,omitempty"`
-	RunID             uuid.UUID              `json:"run_id"`
-	State             string                 `json:"state"`
-	TaskJobID         *int64                 `json:"task_job_id,omitempty"`
-	UpdatedAt         time.Time              `json:"updated_at"`
-	WorkflowID        string                 `json:"workflow_id"`
+	// Result is the run's result, once it completed, when its codec wrote
+	// JSON.
+	Result      json.RawMessage `json:"result,omitempty"`
+	RunDeadline *time.Time      `json:"run_deadline,omitempty"`
+	RunID       uuid.UUID       `json:"run_id"`
+	State       string          `json:"state"`
+	// TaskFailure is the last failure of the running run's workflow task,
+	// while it retries.
+	TaskFailure *TaskFailureJSON `json:"task_failure,omitempty"`
+	TaskJobID   *int64           `json:"task_job_id,omitempty"`
+	// TaskWorkers says whether live workers serve the running run.
+	TaskWorkers *TaskWorkersJSON `json:"task_workers,omitempty"`
+	UpdatedAt   time.Time        `json:"updated_at"`
+	WorkflowID  string           `json:"workflow_id"`
 }
 
 // PendingActivityJSON is a client.PendingActivity in a DescribeResponse.
@@ -299,6 +309,7 @@ func (s *Server) handleDescribe(r *http.Request) (int, any, error) {
 		RunDeadline: d.RunDeadline, RunID: d.RunID, State: d.State, TaskJobID: d.TaskJobID, UpdatedAt: d.UpdatedAt,
 		WorkflowID: d.WorkflowID,
 	}
+	describeExtras(resp, d)
 	for _, a := range d.PendingActivities {
 		resp.PendingActivities = append(resp.PendingActivities, &PendingActivityJSON{
 			Attempt: a.Attempt, AttemptedAt: a.AttemptedAt, JobID: a.JobID, JobState: a.JobState, Kind: a.Kind,

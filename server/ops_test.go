@@ -1,0 +1,137 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/server"
+	"github.com/weirhq/weir/worker"
+	"github.com/weirhq/weir/workflow"
+)
+
+type opsPanicArgs struct{}
+
+func (opsPanicArgs) Kind() string { return "ops_panic" }
+
+// opsPanicWorkflow's code panics every time: its task retries for ever.
+type opsPanicWorkflow struct {
+	workflow.Defaults[opsPanicArgs, int]
+}
+
+func (*opsPanicWorkflow) Run(workflow.Context, opsPanicArgs) (int, error) {
+	panic("inventory went negative")
+}
+
+// startOn starts a run of kind on queue through the API.
+func (b *uiBundle) startOn(t *testing.T, kind, workflowID, queue string) {
+	t.Helper()
+	status := b.apiCall(t, http.MethodPost, "/api/v1/namespaces/default/workflows", writerSecret,
+		&server.StartRequest{Kind: kind, Queue: queue, WorkflowID: workflowID}, nil)
+	require.Equal(t, http.StatusCreated, status)
+}
+
+func (b *uiBundle) describe(t *testing.T, workflowID string) *server.DescribeResponse {
+	t.Helper()
+	var d server.DescribeResponse
+	require.Equal(t, http.StatusOK, b.apiCall(t, http.MethodGet, "/api/v1/namespaces/default/workflows/"+workflowID, readerSecret, nil, &d))
+	return &d
+}
+
+func TestOperatorsSeeWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	b := setupUI(t, nil)
+	br := b.browser(t)
+	br.login(readerSecret)
+
+	t.Run("Workers", func(t *testing.T) {
+		var list server.WorkerListResponse
+		require.Equal(t, http.StatusOK, b.apiCall(t, http.MethodGet, "/api/v1/namespaces/default/workers", readerSecret, nil, &list))
+		require.Len(t, list.Workers, 1)
+		require.Contains(t, list.Workers[0].WorkflowKinds, "ui_order")
+		require.Contains(t, list.Workers[0].ActivityKinds, "reserve_stock")
+		require.Equal(t, []string{"default"}, list.Workers[0].Queues)
+
+		resp, page := br.get("/ui/namespaces/default/workers")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, page, `id="workers"`)
+		require.Contains(t, page, "<code>ui_order</code>")
+		require.Contains(t, page, "<code>"+list.Workers[0].Identity+"</code>")
+
+		admin := b.browser(t)
+		admin.login(adminSecret)
+		_, page = admin.get("/ui/namespaces/billing/workers")
+		require.Contains(t, page, "No live worker serves this namespace")
+	})
+
+	t.Run("NoWorkerOnQueue", func(t *testing.T) {
+		b.startOn(t, "echo", "ops-elsewhere", "nobody-polls")
+		d := b.describe(t, "ops-elsewhere")
+		require.NotNil(t, d.TaskWorkers)
+		require.Zero(t, d.TaskWorkers.OnQueue)
+		require.Contains(t, d.TaskWorkers.Problem, `No live worker serves queue "nobody-polls"`)
+
+		_, page := br.get("/ui/namespaces/default/workflows/ops-elsewhere")
+		require.Contains(t, page, `id="no-workers"`)
+		require.Contains(t, page, "No live worker serves queue &#34;nobody-polls&#34;")
+	})
+
+	t.Run("UnknownKind", func(t *testing.T) {
+		b.startOn(t, "nobody_registers_this", "ops-unknown-kind", "")
+		d := b.describe(t, "ops-unknown-kind")
+		require.Equal(t, 1, d.TaskWorkers.OnQueue)
+		require.Zero(t, d.TaskWorkers.Serving)
+		require.Contains(t, d.TaskWorkers.Problem, "none registers workflow nobody_registers_this")
+
+		_, page := br.get("/ui/namespaces/default/workflows/ops-unknown-kind")
+		require.Contains(t, page, `id="no-workers"`)
+	})
+
+	t.Run("ServedRunHasNoBanner", func(t *testing.T) {
+		b.start(t, "wait_for_go", "ops-served", nil)
+		d := b.describe(t, "ops-served")
+		require.Equal(t, 1, d.TaskWorkers.Serving)
+		require.Empty(t, d.TaskWorkers.Problem)
+		_, page := br.get("/ui/namespaces/default/workflows/ops-served")
+		require.NotContains(t, page, `id="no-workers"`)
+		require.NotContains(t, page, `id="task-failure"`)
+	})
+
+	t.Run("TaskFailure", func(t *testing.T) {
+		ctx := t.Context()
+		w, err := worker.New(dbtest.Pool(ctx, t), &worker.Config{Schema: b.schema, Queues: map[string]river.QueueConfig{"ops-panics": {MaxWorkers: 1}}})
+		require.NoError(t, err)
+		worker.AddWorkflow(w, &opsPanicWorkflow{})
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
+
+		b.startOn(t, "ops_panic", "ops-panics", "ops-panics")
+		var d *server.DescribeResponse
+		require.Eventually(t, func() bool {
+			d = b.describe(t, "ops-panics")
+			return d.TaskFailure != nil
+		}, 30*time.Second, 20*time.Millisecond)
+		require.Contains(t, d.TaskFailure.Message, "inventory went negative")
+		require.Contains(t, d.TaskFailure.Stack, "opsPanicWorkflow")
+		require.Zero(t, d.HistoryLength)
+
+		_, page := br.get("/ui/namespaces/default/workflows/ops-panics")
+		require.Contains(t, page, `id="task-failure"`)
+		require.Contains(t, page, "inventory went negative")
+		require.Contains(t, page, "opsPanicWorkflow")
+	})
+
+	t.Run("DescribeShowsArgsAndResult", func(t *testing.T) {
+		b.start(t, "echo", "ops-echo", map[string]string{"msg": "hi"})
+		b.await(t, "ops-echo")
+		d := b.describe(t, "ops-echo")
+		require.JSONEq(t, `{"msg":"hi"}`, string(d.Args))
+		require.JSONEq(t, string(d.Args), string(d.Result))
+		require.Nil(t, d.TaskWorkers, "a closed run needs no worker")
+	})
+}
