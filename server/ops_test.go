@@ -1,8 +1,12 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,4 +138,47 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 		require.JSONEq(t, string(d.Args), string(d.Result))
 		require.Nil(t, d.TaskWorkers, "a closed run needs no worker")
 	})
+}
+
+// syncBuffer is a bytes.Buffer that a server's handlers write.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A caller that gives up a long poll is no error of the server's.
+func TestCancelledLongPollLogsNoError(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	b := setupUI(t, &server.Config{
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Tokens: []*server.Token{
+			{Name: "admin", Namespaces: []string{server.NamespaceAll}, Role: server.RoleAdmin, Secret: adminSecret},
+			{Name: "writer", Namespaces: []string{"default"}, Role: server.RoleWrite, Secret: writerSecret},
+		},
+	})
+	b.start(t, "wait_for_go", "ops-long-poll", nil)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url+"/api/v1/namespaces/default/workflows/ops-long-poll/result?wait=30s", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+adminSecret)
+	_, err = http.DefaultClient.Do(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cancelled by its caller") }, 10*time.Second, 10*time.Millisecond)
+	require.NotContains(t, logs.String(), "level=ERROR")
 }
