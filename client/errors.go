@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 )
@@ -102,6 +103,12 @@ type RunNotFoundError struct {
 }
 
 func (e *RunNotFoundError) Error() string {
+	switch {
+	case e.RunID == uuid.Nil:
+		return fmt.Sprintf("weir: no workflow %s", e.WorkflowID)
+	case e.WorkflowID == "":
+		return fmt.Sprintf("weir: no run %s", e.RunID)
+	}
 	return fmt.Sprintf("weir: workflow %s has no run %s", e.WorkflowID, e.RunID)
 }
 
@@ -189,17 +196,32 @@ type Failure struct {
 	Type string `json:"type,omitempty"`
 }
 
-// Error is the failure's type and message, then its causes'.
+// Error is the failure's message, then its causes', each once: a message
+// that already ends with its cause's text (a Go error wrapping another)
+// does not repeat it. Types are left out (they are for code: retry
+// policies, errors.As), except an application error's own type when its
+// message is empty.
 func (f *Failure) Error() string {
 	msg := f.Message
-	if f.Type != "" {
-		msg = f.Type + ": " + msg
+	if msg == "" && !goTypeName(f.Type) {
+		msg = f.Type
 	}
-	if f.Cause != nil {
-		msg += ": " + f.Cause.Error()
+	if f.Cause == nil {
+		return msg
 	}
-	return msg
+	cause := f.Cause.Error()
+	switch {
+	case msg == "" || msg == cause:
+		return cause
+	case strings.HasSuffix(msg, cause):
+		return msg
+	}
+	return msg + ": " + cause
 }
+
+// goTypeName reports whether t is a Go type's name ("*fmt.wrapError"),
+// which weir records as the type of errors that name none themselves.
+func goTypeName(t string) bool { return strings.HasPrefix(t, "*") || strings.Contains(t, ".") }
 
 // Unwrap returns the cause.
 func (f *Failure) Unwrap() error {

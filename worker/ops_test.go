@@ -3,6 +3,8 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"github.com/google/uuid"
 	"log/slog"
 	"strings"
 	"sync"
@@ -233,4 +235,38 @@ func TestTaskFailureInDescribe(t *testing.T) {
 	require.Contains(t, f.Stack, "PanickyWorkflow")
 	require.NotNil(t, f.NextAttemptAt)
 	require.Zero(t, d.HistoryLength, "task failures stay out of history")
+}
+
+type WrapArgs struct{}
+
+func (WrapArgs) Kind() string { return "wrap" }
+
+// WrapWorkflow wraps its activity's error, as Go code does.
+type WrapWorkflow struct {
+	workflow.Defaults[WrapArgs, int]
+}
+
+func (w *WrapWorkflow) Run(ctx workflow.Context, _ WrapArgs) (int, error) {
+	_, err := workflow.ExecuteActivity[Charge](ctx, ChargeArgs{Order: "w", Cents: -1}, nil).Get(ctx)
+	return 0, fmt.Errorf("charging order w: %w", err)
+}
+
+func TestErrorsReadAsSentences(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	startWith(ctx, t, b, func(w *worker.Worker) {
+		worker.AddWorkflow(w, &WrapWorkflow{})
+		worker.AddActivity(w, b.charge)
+	})
+
+	run, err := b.client.Start(ctx, WrapArgs{}, &client.StartOpts{WorkflowID: "wrap-1"})
+	require.NoError(t, err)
+	_, err = getWithin[int](ctx, t, run)
+	require.EqualError(t, err, "weir: workflow wrap-1 run "+run.RunID.String()+
+		" failed: charging order w: activity charge (event 3, attempt 1) failed: negative amount")
+
+	_, err = b.client.Describe(ctx, "no-such-workflow", uuid.Nil)
+	require.ErrorIs(t, err, client.ErrRunNotFound)
+	require.EqualError(t, err, "weir: no workflow no-such-workflow")
 }
