@@ -270,3 +270,22 @@ func TestErrorsReadAsSentences(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrRunNotFound)
 	require.EqualError(t, err, "weir: no workflow no-such-workflow")
 }
+
+// A terminated run's queued workflow task is cancelled, not left available.
+func TestTerminateCancelsTheQueuedTask(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	startWorker(ctx, t, b, nil)
+
+	run, err := b.client.Start(ctx, OrderArgs{ID: "t"}, &client.StartOpts{Queue: "nobody-polls-this"})
+	require.NoError(t, err)
+	d, err := b.client.Describe(ctx, run.WorkflowID, run.RunID)
+	require.NoError(t, err)
+	require.NotNil(t, d.TaskJobID)
+
+	require.NoError(t, b.client.Terminate(ctx, run.WorkflowID, run.RunID, "enough"))
+	var state string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT state::text FROM "+b.names.RiverJob+" WHERE id = $1", *d.TaskJobID).Scan(&state))
+	require.Equal(t, "cancelled", state)
+}
