@@ -193,3 +193,22 @@ func ExampleSideEffect() {
 	// Output:
 	// 4 MarkerRecorded
 }
+
+// ReminderArgs let a CLI or HTTP caller write durations as "168h".
+type ReminderArgs struct {
+	After workflow.Duration `json:"after"`
+}
+
+func ExampleDuration() {
+	var args ReminderArgs
+	_ = json.Unmarshal([]byte(`{"after": "168h"}`), &args)
+	fmt.Println(time.Duration(args.After))
+	_ = json.Unmarshal([]byte(`{"after": 90000000000}`), &args) // nanoseconds, as time.Duration encodes
+	fmt.Println(args.After)
+	encoded, _ := json.Marshal(ReminderArgs{After: workflow.Duration(36 * time.Hour)})
+	fmt.Println(string(encoded))
+	// Output:
+	// 168h0m0s
+	// 1m30s
+	// {"after":"36h0m0s"}
+}
