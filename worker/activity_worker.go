@@ -295,7 +295,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		}
 		// A failure goes alone: it locks its job before its run (leaseHeldTx),
 		// the other way round from a group.
-		if recordErr := a.w.outcomeTxAlone(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if recordErr := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
@@ -317,14 +317,14 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			NonRetryable: true,
 			Type:         "PayloadTooLarge",
 		}
-		if err := a.w.outcomeTxAlone(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if err := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge), cont)
 		}); err != nil {
 			return err
 		}
 		return river.JobCancel(fmt.Errorf("%w: %s", client.ErrPayloadTooLarge, tooLarge.Message))
 	}
-	return a.w.outcomeTx(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+	return a.w.recordOutcome(ctx, meta.RunID, false, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 		return completeActivityTx(ctx, tx, a.w, job, meta, payload, own, cont)
 	})
 }

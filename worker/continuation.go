@@ -79,6 +79,32 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	return by.completed, err
 }
 
+// recordOutcome runs record, the transaction that records an activity
+// attempt's outcome and may continue its run (alone: outcomeTxAlone, else
+// outcomeTx). Should that fail, it records the outcome once more without
+// continuing the run (cont nil: the outcome goes to the run's inbox and a
+// workflow task of its own runs the code): the continuation runs workflow
+// code, whose panic, non-determinism or deadlock must fail a workflow task
+// (retried with its backoff, shown by describe), never the activity's
+// attempt, which River would retry by running the activity again.
+func (w *Worker) recordOutcome(ctx context.Context, runID uuid.UUID, alone bool,
+	record func(ctx context.Context, tx pgx.Tx, cont *taskResult) error,
+) error {
+	run := w.outcomeTx
+	if alone {
+		run = w.outcomeTxAlone
+	}
+	err := run(ctx, runID, record)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	w.config.Logger.WarnContext(ctx, "weir: continuing the run with an activity's outcome failed; the outcome goes to a workflow task",
+		slog.String("run_id", runID.String()), slog.String("error", err.Error()))
+	return w.outcomeTxAlone(ctx, runID, func(ctx context.Context, tx pgx.Tx, _ *taskResult) error {
+		return record(ctx, tx, nil)
+	})
+}
+
 // outcomeTx runs fn, the transaction that records an activity attempt's
 // outcome and may continue its run (runID, deliverOutcome): in a group with
 // other runs' outcomes when the worker runs (stepCommitter), else alone.

@@ -289,3 +289,49 @@ func TestTerminateCancelsTheQueuedTask(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT state::text FROM "+b.names.RiverJob+" WHERE id = $1", *d.TaskJobID).Scan(&state))
 	require.Equal(t, "cancelled", state)
 }
+
+type LatePanicArgs struct{}
+
+func (LatePanicArgs) Kind() string { return "late_panic" }
+
+// LatePanicWorkflow panics once its activity's outcome arrives: in the
+// continuation of the activity's attempt, when eager.
+type LatePanicWorkflow struct {
+	workflow.Defaults[LatePanicArgs, int]
+}
+
+func (w *LatePanicWorkflow) Run(ctx workflow.Context, _ LatePanicArgs) (int, error) {
+	if _, err := workflow.ExecuteActivity[Charge](ctx, ChargeArgs{Order: "late", Cents: 1}, nil).Get(ctx); err != nil {
+		return 0, err
+	}
+	panic("the charge came back odd")
+}
+
+// A task that fails where an activity's outcome continues the run is as
+// visible as one that fails in a task job.
+func TestTaskFailureAfterAnActivityInDescribe(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	startWith(ctx, t, b, func(w *worker.Worker) {
+		worker.AddWorkflow(w, &LatePanicWorkflow{})
+		worker.AddActivity(w, b.charge)
+	})
+
+	run, err := b.client.Start(ctx, LatePanicArgs{}, nil)
+	require.NoError(t, err)
+	var d *client.Description
+	require.Eventually(t, func() bool {
+		d, err = b.client.Describe(ctx, run.WorkflowID, run.RunID)
+		require.NoError(t, err)
+		return d.TaskFailure != nil
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Contains(t, d.TaskFailure.Message, "the charge came back odd")
+	require.Contains(t, d.TaskFailure.Stack, "LatePanicWorkflow")
+	require.Eventually(t, func() bool {
+		d, err = b.client.Describe(ctx, run.WorkflowID, run.RunID)
+		require.NoError(t, err)
+		return d.TaskFailure != nil && d.TaskFailure.Attempt >= 2
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, int64(1), b.charge.calls.Load(), "the workflow's failure never runs the activity again")
+}
