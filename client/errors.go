@@ -198,13 +198,13 @@ type Failure struct {
 
 // Error is the failure's message, then its causes', each once: a message
 // that already ends with its cause's text (a Go error wrapping another)
-// does not repeat it. Types are left out (they are for code: retry
-// policies, errors.As), except an application error's own type when its
-// message is empty.
+// does not repeat it. An application's error type ("InvalidName: name is
+// required") prefixes its message; Go type names ("*fmt.wrapError") and the
+// types of weir's wrappers, whose messages say what they are, do not.
 func (f *Failure) Error() string {
 	msg := f.Message
-	if msg == "" && !goTypeName(f.Type) {
-		msg = f.Type
+	if shownType(f.Type) {
+		msg = strings.TrimSuffix(f.Type+": "+msg, ": ")
 	}
 	if f.Cause == nil {
 		return msg
@@ -219,9 +219,16 @@ func (f *Failure) Error() string {
 	return msg + ": " + cause
 }
 
-// goTypeName reports whether t is a Go type's name ("*fmt.wrapError"),
-// which weir records as the type of errors that name none themselves.
-func goTypeName(t string) bool { return strings.HasPrefix(t, "*") || strings.Contains(t, ".") }
+// shownType reports whether Failure.Error prints type t: not a Go type's
+// name ("*fmt.wrapError", which weir records for errors that name no type
+// themselves), nor a wrapper of weir's whose message says what it is.
+func shownType(t string) bool {
+	switch t {
+	case "", "ActivityError", "Canceled", "TimeoutError":
+		return false
+	}
+	return !strings.HasPrefix(t, "*") && !strings.Contains(t, ".")
+}
 
 // Unwrap returns the cause.
 func (f *Failure) Unwrap() error {

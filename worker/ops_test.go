@@ -264,7 +264,7 @@ func TestErrorsReadAsSentences(t *testing.T) {
 	require.NoError(t, err)
 	_, err = getWithin[int](ctx, t, run)
 	require.EqualError(t, err, "weir: workflow wrap-1 run "+run.RunID.String()+
-		" failed: charging order w: activity charge (event 3, attempt 1) failed: negative amount")
+		" failed: charging order w: activity charge (event 3, attempt 1) failed: InvalidAmount: negative amount")
 
 	_, err = b.client.Describe(ctx, "no-such-workflow", uuid.Nil)
 	require.ErrorIs(t, err, client.ErrRunNotFound)
