@@ -136,7 +136,10 @@ func ExampleActivityError() {
 		Attempt:          25,
 		Failure:          history.Failure{Message: "card declined", Type: "CardDeclined", NonRetryable: true},
 	})))
-	fmt.Println("workflow failed:", out.Failure.Message)
+	// The failure records each error of the chain with its own words.
+	for f := out.Failure; f != nil; f = f.Cause {
+		fmt.Println("failure:", f.Message)
+	}
 
 	// Inside workflow code the same error is matched like this:
 	var err error = &workflow.ActivityError{Kind: "charge", ScheduledEventID: 3, Attempt: 25, Cause: &workflow.ApplicationError{Message: "card declined", Type: "CardDeclined"}}
@@ -145,7 +148,9 @@ func ExampleActivityError() {
 		fmt.Println("application error type:", appErr.Type)
 	}
 	// Output:
-	// workflow failed: charging: activity charge (event 3, attempt 25): card declined
+	// failure: charging
+	// failure: activity charge (event 3, attempt 25) failed
+	// failure: card declined
 	// application error type: CardDeclined
 }
 
