@@ -33,10 +33,6 @@ type announcer struct {
 	done     chan struct{}
 }
 
-// AnnounceExpiry is how many announce intervals a worker's row stays live
-// after its last upsert: a worker that misses that many is taken for gone.
-const AnnounceExpiry = 3
-
 // announceForgetAfter is how long after it expired a dead worker's row is
 // deleted (by any worker's announcer).
 const announceForgetAfter = time.Hour

@@ -47,6 +47,11 @@ const (
 
 	// AnnounceIntervalDefault is Config.AnnounceInterval's default.
 	AnnounceIntervalDefault = 10 * time.Second
+
+	// AnnounceExpiry is how many announce intervals a worker's announcement
+	// stays live after it was last renewed: a worker that misses that many
+	// is taken for gone.
+	AnnounceExpiry = 3
 )
 
 // Config configures a Worker. The zero value works.
