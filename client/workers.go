@@ -86,9 +86,11 @@ func (c *Client) hasWorkerTable(ctx context.Context, tx pgx.Tx) (bool, error) {
 // kind registered. A run no worker serves waits, with nothing in its
 // history, until one does.
 type TaskWorkers struct {
-	// Kind and Queue are the run's workflow kind and task queue.
-	Kind  string
-	Queue string
+	// Kind, Namespace and Queue are the run's workflow kind, namespace and
+	// task queue.
+	Kind      string
+	Namespace string
+	Queue     string
 
 	// OnQueue counts the live workers polling the queue, whatever kinds
 	// they registered.
@@ -106,14 +108,25 @@ func (t *TaskWorkers) Problem() string {
 	case t == nil || t.Serving > 0:
 		return ""
 	case t.OnQueue == 0:
-		return fmt.Sprintf("No live worker serves queue %q: the run waits until a worker that registers workflow %s polls it.", t.Queue, t.Kind)
+		return fmt.Sprintf("No live worker serves queue %q%s: the run waits until a worker that registers workflow %s polls it.",
+			t.Queue, t.inNamespace(), t.Kind)
 	default:
 		workers := "worker serves"
 		if t.OnQueue > 1 {
 			workers = "workers serve"
 		}
-		return fmt.Sprintf("%d live %s queue %q, but none registers workflow %s: the run waits until one does.", t.OnQueue, workers, t.Queue, t.Kind)
+		return fmt.Sprintf("%d live %s queue %q%s, but none registers workflow %s: the run waits until one does.",
+			t.OnQueue, workers, t.Queue, t.inNamespace(), t.Kind)
 	}
+}
+
+// inNamespace names the namespace in Problem's sentence, unless it is the
+// default one.
+func (t *TaskWorkers) inNamespace() string {
+	if t.Namespace == NamespaceDefault || t.Namespace == "" {
+		return ""
+	}
+	return fmt.Sprintf(" in namespace %s", t.Namespace)
 }
 
 // taskWorkers counts the live workers serving a run's tasks; nil on a
@@ -122,7 +135,7 @@ func (c *Client) taskWorkers(ctx context.Context, tx pgx.Tx, namespace, queue, k
 	if ok, err := c.hasWorkerTable(ctx, tx); err != nil || !ok {
 		return nil, err
 	}
-	t := &TaskWorkers{Kind: kind, Queue: queue}
+	t := &TaskWorkers{Kind: kind, Namespace: namespace, Queue: queue}
 	err := tx.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE $3 = ANY (workflow_kinds)) FROM "+c.names.Worker+
 		" WHERE namespace = $1 AND $2 = ANY (queues) AND expires_at > now()", namespace, queue, kind).Scan(&t.OnQueue, &t.Serving)
 	if err != nil {

@@ -177,13 +177,13 @@ func TestWorkersAnnounceThemselves(t *testing.T) {
 	elsewhere, err := b.client.Start(ctx, OrderArgs{ID: "elsewhere"}, &client.StartOpts{Queue: "nobody-polls-this"})
 	require.NoError(t, err)
 	tw = describe(elsewhere)
-	require.Equal(t, &client.TaskWorkers{Kind: "order", Queue: "nobody-polls-this"}, tw)
+	require.Equal(t, &client.TaskWorkers{Kind: "order", Namespace: "default", Queue: "nobody-polls-this"}, tw)
 	require.Equal(t, `No live worker serves queue "nobody-polls-this": the run waits until a worker that registers workflow order polls it.`, tw.Problem())
 
 	ghost, err := b.client.Start(ctx, GhostArgs{}, nil)
 	require.NoError(t, err)
 	tw = describe(ghost)
-	require.Equal(t, &client.TaskWorkers{Kind: "ghost", Queue: "default", OnQueue: 1}, tw)
+	require.Equal(t, &client.TaskWorkers{Kind: "ghost", Namespace: "default", Queue: "default", OnQueue: 1}, tw)
 	require.Equal(t, `1 live worker serves queue "default", but none registers workflow ghost: the run waits until one does.`, tw.Problem())
 
 	// A stopped worker withdraws its announcement.
