@@ -28,6 +28,7 @@ type announcer struct {
 	queues        []string
 	workflowKinds []string
 
+	noTable  bool // said that the table is missing (only the announcing goroutine touches it)
 	stopOnce sync.Once
 	stopped  chan struct{}
 	done     chan struct{}
@@ -51,10 +52,7 @@ func newAnnouncer(w *Worker) *announcer {
 
 // start announces the worker once, then keeps announcing it until stop.
 func (a *announcer) start(ctx context.Context) {
-	if !a.announce(ctx) {
-		close(a.done)
-		return
-	}
+	a.announce(ctx)
 	go a.loop()
 }
 
@@ -68,19 +66,17 @@ func (a *announcer) loop() {
 			return
 		case <-ticker.C:
 			ctx, cancel := context.WithTimeout(context.Background(), a.w.config.AnnounceInterval)
-			keep := a.announce(ctx)
+			a.announce(ctx)
 			cancel()
-			if !keep {
-				return
-			}
 		}
 	}
 }
 
-// announce upserts the worker's rows and deletes long-dead workers' rows. It
-// reports false when the table does not exist (a schema older than weir
-// 005): the worker then runs without announcing itself.
-func (a *announcer) announce(ctx context.Context) bool {
+// announce upserts the worker's rows and deletes long-dead workers' rows.
+// On a schema older than weir 005 (no table yet: code is deployed before
+// its migration) it says so once and tries again at the next interval, so
+// the worker announces itself as soon as the migration ran.
+func (a *announcer) announce(ctx context.Context) {
 	names := a.w.names
 	interval := a.w.config.AnnounceInterval
 	_, err := a.w.pool.Exec(ctx, "WITH gone AS (DELETE FROM "+names.Worker+" WHERE expires_at < now() - $9::bigint * interval '1 microsecond' AND worker_id <> $1)"+
@@ -93,12 +89,13 @@ func (a *announcer) announce(ctx context.Context) bool {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
-		a.w.config.Logger.WarnContext(ctx, "weir: the schema has no worker table (weir migration 005); this worker does not announce itself")
-		return false
+		if !a.noTable {
+			a.noTable = true
+			a.w.config.Logger.WarnContext(ctx, "weir: the schema has no worker table yet (weir migration 005); the worker announces itself once it has")
+		}
 	case err != nil:
 		a.w.config.Logger.WarnContext(ctx, "weir: announcing the worker failed; it retries at the next interval", slog.String("error", err.Error()))
 	}
-	return true
 }
 
 // stop ends the announcements and deletes the worker's rows: it no longer

@@ -43,7 +43,7 @@ func addAPIFlags(cmd *cobra.Command, g *globals, opts *apiOpts) {
 	}
 	flags := cmd.PersistentFlags()
 	flags.StringVar(&opts.address, "address", env("WEIR_ADDRESS", addressDefault), "the weir server's URL (env WEIR_ADDRESS)")
-	flags.BoolVar(&opts.json, "json", false, "print the server's JSON instead of a table")
+	flags.BoolVar(&opts.json, "json", false, "print the server's JSON instead of a table (for an error, its body)")
 	flags.StringVarP(&opts.namespace, "namespace", "n", env("WEIR_NAMESPACE", namespaceDefault), "namespace (env WEIR_NAMESPACE)")
 	flags.StringVar(&opts.tokenEnv, "token-env", tokenEnvDefault, "environment variable holding the bearer token")
 }
