@@ -49,6 +49,10 @@ type Description struct {
 	// task.
 	PendingInbox []*PendingInboxItem
 
+	// PendingTimers are the durable timers started and neither fired nor
+	// cancelled in history, oldest first.
+	PendingTimers []*PendingTimer
+
 	// Queue is the River queue of the run's workflow tasks.
 	Queue string
 
@@ -114,6 +118,16 @@ type PendingActivity struct {
 
 	// ScheduledEventID is the history event that scheduled it.
 	ScheduledEventID int64
+}
+
+// PendingTimer is a durable timer (workflow.Sleep, workflow.NewTimer) not
+// yet resolved in history.
+type PendingTimer struct {
+	// FireAt is when it fires.
+	FireAt time.Time
+
+	// StartedEventID is its TimerStarted event: its identity.
+	StartedEventID int64
 }
 
 // PendingInboxItem is a result waiting for the run's next workflow task.
@@ -184,6 +198,10 @@ func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Des
 		return nil, fmt.Errorf("describing activities of run %s: %w", runID, err)
 	}
 
+	if d.PendingTimers, err = c.pendingTimers(ctx, tx, runID); err != nil {
+		return nil, err
+	}
+
 	rows, err = tx.Query(ctx, "SELECT type, dedup_key, created_at FROM "+c.names.Inbox+" WHERE run_id = $1 ORDER BY id", runID)
 	if err != nil {
 		return nil, fmt.Errorf("describing inbox of run %s: %w", runID, err)
@@ -197,4 +215,26 @@ func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Des
 		return nil, fmt.Errorf("describing inbox of run %s: %w", runID, err)
 	}
 	return d, nil
+}
+
+// pendingTimers reads the run's timers that history started and neither
+// fired nor cancelled.
+func (c *Client) pendingTimers(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]*PendingTimer, error) {
+	rows, err := tx.Query(ctx, "SELECT s.event_id, (s.attributes->>'fire_at')::timestamptz FROM "+c.names.Event+" s"+
+		" WHERE s.run_id = $1 AND s.type = 'TimerStarted' AND NOT EXISTS (SELECT 1 FROM "+c.names.Event+" r"+
+		" WHERE r.run_id = $1 AND (r.resolves_event_id = s.event_id"+
+		" OR (r.type = 'TimerCanceled' AND (r.attributes->>'started_event_id')::bigint = s.event_id)))"+
+		" ORDER BY s.event_id", runID)
+	if err != nil {
+		return nil, fmt.Errorf("describing timers of run %s: %w", runID, err)
+	}
+	timers, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*PendingTimer, error) {
+		var t PendingTimer
+		err := row.Scan(&t.StartedEventID, &t.FireAt)
+		return &t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("describing timers of run %s: %w", runID, err)
+	}
+	return timers, nil
 }

@@ -255,7 +255,9 @@ type DescribeResponse struct {
 	Namespace         string                 `json:"namespace"`
 	PendingActivities []*PendingActivityJSON `json:"pending_activities"`
 	PendingInbox      []*PendingInboxJSON    `json:"pending_inbox"`
-	Queue             string                 `json:"queue"`
+	// PendingTimers are the durable timers not yet fired nor cancelled.
+	PendingTimers []*PendingTimerJSON `json:"pending_timers"`
+	Queue         string              `json:"queue"`
 	// Result is the run's result, once it completed, when its codec wrote
 	// JSON.
 	Result      json.RawMessage `json:"result,omitempty"`

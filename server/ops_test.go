@@ -19,6 +19,19 @@ import (
 	"github.com/weirhq/weir/workflow"
 )
 
+type opsNapArgs struct{}
+
+func (opsNapArgs) Kind() string { return "ops_nap" }
+
+// opsNapWorkflow sleeps for a day.
+type opsNapWorkflow struct {
+	workflow.Defaults[opsNapArgs, int]
+}
+
+func (*opsNapWorkflow) Run(ctx workflow.Context, _ opsNapArgs) (int, error) {
+	return 0, workflow.Sleep(ctx, 24*time.Hour)
+}
+
 type opsPanicArgs struct{}
 
 func (opsPanicArgs) Kind() string { return "ops_panic" }
@@ -52,20 +65,34 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 	b := setupUI(t, nil)
 	br := b.browser(t)
 	br.login(readerSecret)
+	// A second worker, on a queue of its own, for the panicking and the
+	// sleeping workflow.
+	ctx := t.Context()
+	w, err := worker.New(dbtest.Pool(ctx, t), &worker.Config{Schema: b.schema, Queues: map[string]river.QueueConfig{"ops-panics": {MaxWorkers: 2}}})
+	require.NoError(t, err)
+	worker.AddWorkflow(w, &opsPanicWorkflow{})
+	worker.AddWorkflow(w, &opsNapWorkflow{})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
 
 	t.Run("Workers", func(t *testing.T) {
 		var list server.WorkerListResponse
 		require.Equal(t, http.StatusOK, b.apiCall(t, http.MethodGet, "/api/v1/namespaces/default/workers", readerSecret, nil, &list))
-		require.Len(t, list.Workers, 1)
-		require.Contains(t, list.Workers[0].WorkflowKinds, "ui_order")
-		require.Contains(t, list.Workers[0].ActivityKinds, "reserve_stock")
-		require.Equal(t, []string{"default"}, list.Workers[0].Queues)
+		require.Len(t, list.Workers, 2)
+		byQueue := map[string]*server.WorkerJSON{}
+		for _, w := range list.Workers {
+			byQueue[w.Queues[0]] = w
+		}
+		require.Contains(t, byQueue["default"].WorkflowKinds, "ui_order")
+		require.Contains(t, byQueue["default"].ActivityKinds, "reserve_stock")
+		require.Equal(t, []string{"ops_nap", "ops_panic"}, byQueue["ops-panics"].WorkflowKinds)
 
 		resp, page := br.get("/ui/namespaces/default/workers")
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		require.Contains(t, page, `id="workers"`)
 		require.Contains(t, page, "<code>ui_order</code>")
 		require.Contains(t, page, "<code>"+list.Workers[0].Identity+"</code>")
+		require.Contains(t, page, "<code>ops-panics</code>")
 
 		admin := b.browser(t)
 		admin.login(adminSecret)
@@ -107,13 +134,6 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 	})
 
 	t.Run("TaskFailure", func(t *testing.T) {
-		ctx := t.Context()
-		w, err := worker.New(dbtest.Pool(ctx, t), &worker.Config{Schema: b.schema, Queues: map[string]river.QueueConfig{"ops-panics": {MaxWorkers: 1}}})
-		require.NoError(t, err)
-		worker.AddWorkflow(w, &opsPanicWorkflow{})
-		require.NoError(t, w.Start(ctx))
-		t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
-
 		b.startOn(t, "ops_panic", "ops-panics", "ops-panics")
 		var d *server.DescribeResponse
 		require.Eventually(t, func() bool {
@@ -128,6 +148,21 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 		require.Contains(t, page, `id="task-failure"`)
 		require.Contains(t, page, "inventory went negative")
 		require.Contains(t, page, "opsPanicWorkflow")
+	})
+
+	t.Run("PendingTimers", func(t *testing.T) {
+		b.startOn(t, "ops_nap", "ops-nap", "ops-panics")
+		var d *server.DescribeResponse
+		require.Eventually(t, func() bool {
+			d = b.describe(t, "ops-nap")
+			return len(d.PendingTimers) == 1
+		}, 30*time.Second, 20*time.Millisecond)
+		require.WithinDuration(t, d.CreatedAt.Add(24*time.Hour), d.PendingTimers[0].FireAt, time.Minute)
+
+		_, page := br.get("/ui/namespaces/default/workflows/ops-nap")
+		require.Contains(t, page, `id="pending-timers"`)
+		require.Contains(t, page, d.PendingTimers[0].FireAt.UTC().Format("2006-01-02 15:04:05"))
+		require.Regexp(t, `<td>in (23h|1d)`, page)
 	})
 
 	t.Run("DescribeShowsArgsAndResult", func(t *testing.T) {

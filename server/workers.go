@@ -71,9 +71,20 @@ type TaskFailureJSON struct {
 	Stack         string     `json:"stack,omitempty"`
 }
 
+// PendingTimerJSON is a client.PendingTimer in a DescribeResponse.
+type PendingTimerJSON struct {
+	FireAt         time.Time `json:"fire_at"`
+	StartedEventID int64     `json:"started_event_id"`
+}
+
 // describeExtras fills what a DescribeResponse tells beyond the run's row:
-// its payloads (when JSON), who serves it and how its task fails.
+// its payloads (when JSON), pending timers, who serves it and how its task
+// fails.
 func describeExtras(resp *DescribeResponse, d *client.Description) {
+	resp.PendingTimers = []*PendingTimerJSON{}
+	for _, t := range d.PendingTimers {
+		resp.PendingTimers = append(resp.PendingTimers, &PendingTimerJSON{FireAt: t.FireAt, StartedEventID: t.StartedEventID})
+	}
 	if json.Valid(d.Args) {
 		resp.Args = d.Args
 	}

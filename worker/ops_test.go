@@ -369,3 +369,46 @@ func TestWorkerAnnouncesItselfOnceMigrated(t *testing.T) {
 		return len(workers) == 1
 	}, 10*time.Second, 20*time.Millisecond)
 }
+
+type TwoTimersArgs struct{}
+
+func (TwoTimersArgs) Kind() string { return "two_timers" }
+
+// TwoTimersWorkflow starts two timers, cancels the first and waits on the
+// second.
+type TwoTimersWorkflow struct {
+	workflow.Defaults[TwoTimersArgs, int]
+}
+
+func (w *TwoTimersWorkflow) Run(ctx workflow.Context, _ TwoTimersArgs) (int, error) {
+	first, cancel := workflow.WithCancel(ctx)
+	workflow.NewTimer(first, time.Hour)
+	second := workflow.NewTimer(ctx, 2*time.Hour)
+	cancel()
+	if _, err := second.Get(ctx); err != nil {
+		return 0, err
+	}
+	return 2, nil
+}
+
+func TestDescribeShowsPendingTimers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	startWith(ctx, t, b, func(w *worker.Worker) { worker.AddWorkflow(w, &TwoTimersWorkflow{}) })
+
+	run, err := b.client.Start(ctx, TwoTimersArgs{}, nil)
+	require.NoError(t, err)
+	var d *client.Description
+	require.Eventually(t, func() bool {
+		d, err = b.client.Describe(ctx, run.WorkflowID, run.RunID)
+		require.NoError(t, err)
+		return d.HistoryLength >= 5
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Len(t, d.PendingTimers, 1, "the cancelled timer is not pending")
+	timer := d.PendingTimers[0]
+	require.WithinDuration(t, d.CreatedAt.Add(2*time.Hour), timer.FireAt, time.Minute)
+	page, err := b.client.History(ctx, run.WorkflowID, run.RunID, nil)
+	require.NoError(t, err)
+	require.Equal(t, client.EventType("TimerStarted"), page.Events[timer.StartedEventID-1].Type)
+}

@@ -279,6 +279,16 @@ func newWorkflowDescribeCommand(g *globals, api *apiOpts) *cobra.Command {
 			if f := d.TaskFailure; f != nil && f.Stack != "" {
 				fmt.Fprintf(g.stdout, "\nWorkflow task stack (attempt %d):\n%s\n", f.Attempt, strings.TrimRight(f.Stack, "\n"))
 			}
+			if len(d.PendingTimers) > 0 {
+				fmt.Fprintln(g.stdout, "\nPending timers:")
+				rows := [][]string{{"EVENT", "FIRES AT"}}
+				for _, timer := range d.PendingTimers {
+					rows = append(rows, []string{strconv.FormatInt(timer.StartedEventID, 10), formatTime(&timer.FireAt)})
+				}
+				if err := printTable(g, rows); err != nil {
+					return err
+				}
+			}
 			if len(d.PendingActivities) > 0 {
 				fmt.Fprintln(g.stdout, "\nPending activities:")
 				rows := [][]string{{"EVENT", "KIND", "JOB", "STATE", "ATTEMPT", "LAST ERROR"}}
