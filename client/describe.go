@@ -42,6 +42,11 @@ type Description struct {
 	// Namespace is the run's namespace.
 	Namespace string
 
+	// Parent is the run that started this one as its child workflow; nil
+	// for a run started otherwise. Its WorkflowID is empty once retention
+	// deleted the parent.
+	Parent *RunRef
+
 	// PendingActivities are the activities scheduled and not yet resolved.
 	PendingActivities []*PendingActivity
 
@@ -120,6 +125,12 @@ type PendingActivity struct {
 	ScheduledEventID int64
 }
 
+// RunRef names a run.
+type RunRef struct {
+	RunID      uuid.UUID
+	WorkflowID string
+}
+
 // PendingTimer is a durable timer (workflow.Sleep, workflow.NewTimer) not
 // yet resolved in history.
 type PendingTimer struct {
@@ -158,10 +169,13 @@ func (c *Client) Describe(ctx context.Context, workflowID string, runID uuid.UUI
 func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Description, error) {
 	d := &Description{RunID: runID}
 	var failure []byte
-	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, args, result, failure, next_event_id - 1,"+
-		" task_job_id, run_deadline, execution_deadline, created_at, updated_at, closed_at FROM "+c.names.Run+" WHERE run_id = $1", runID).Scan(
+	var parentRunID *uuid.UUID
+	var parentWorkflowID *string
+	err := tx.QueryRow(ctx, "SELECT r.namespace, r.workflow_id, r.generation, r.kind, r.queue, r.state, r.args, r.result, r.failure, r.next_event_id - 1,"+
+		" r.task_job_id, r.run_deadline, r.execution_deadline, r.created_at, r.updated_at, r.closed_at, r.parent_run_id, p.workflow_id"+
+		" FROM "+c.names.Run+" r LEFT JOIN "+c.names.Run+" p ON p.run_id = r.parent_run_id WHERE r.run_id = $1", runID).Scan(
 		&d.Namespace, &d.WorkflowID, &d.Generation, &d.Kind, &d.Queue, &d.State, &d.Args, &d.Result, &failure, &d.HistoryLength,
-		&d.TaskJobID, &d.RunDeadline, &d.ExecutionDeadline, &d.CreatedAt, &d.UpdatedAt, &d.ClosedAt)
+		&d.TaskJobID, &d.RunDeadline, &d.ExecutionDeadline, &d.CreatedAt, &d.UpdatedAt, &d.ClosedAt, &parentRunID, &parentWorkflowID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &RunNotFoundError{RunID: runID}
 	}
@@ -169,6 +183,12 @@ func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Des
 		return nil, fmt.Errorf("describing run %s: %w", runID, err)
 	}
 	d.Failure = decodeFailure(failure)
+	if parentRunID != nil {
+		d.Parent = &RunRef{RunID: *parentRunID}
+		if parentWorkflowID != nil {
+			d.Parent.WorkflowID = *parentWorkflowID
+		}
+	}
 	if d.State == "running" {
 		if d.TaskWorkers, err = c.taskWorkers(ctx, tx, d.Namespace, d.Queue, d.Kind); err != nil {
 			return nil, fmt.Errorf("describing run %s: %w", runID, err)

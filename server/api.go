@@ -244,15 +244,17 @@ func (s *Server) handleTerminate(r *http.Request) (int, any, error) {
 // DescribeResponse is the body of GET …/workflows/{workflow_id}.
 type DescribeResponse struct {
 	// Args are the run's args, when its codec wrote JSON.
-	Args              json.RawMessage        `json:"args,omitempty"`
-	ClosedAt          *time.Time             `json:"closed_at,omitempty"`
-	CreatedAt         time.Time              `json:"created_at"`
-	ExecutionDeadline *time.Time             `json:"execution_deadline,omitempty"`
-	Failure           *client.Failure        `json:"failure,omitempty"`
-	Generation        int64                  `json:"generation"`
-	HistoryLength     int64                  `json:"history_length"`
-	Kind              string                 `json:"kind"`
-	Namespace         string                 `json:"namespace"`
+	Args              json.RawMessage `json:"args,omitempty"`
+	ClosedAt          *time.Time      `json:"closed_at,omitempty"`
+	CreatedAt         time.Time       `json:"created_at"`
+	ExecutionDeadline *time.Time      `json:"execution_deadline,omitempty"`
+	Failure           *client.Failure `json:"failure,omitempty"`
+	Generation        int64           `json:"generation"`
+	HistoryLength     int64           `json:"history_length"`
+	Kind              string          `json:"kind"`
+	Namespace         string          `json:"namespace"`
+	// Parent is the run that started this one as a child workflow.
+	Parent            *RunRefJSON            `json:"parent,omitempty"`
 	PendingActivities []*PendingActivityJSON `json:"pending_activities"`
 	PendingInbox      []*PendingInboxJSON    `json:"pending_inbox"`
 	// PendingTimers are the durable timers not yet fired nor cancelled.

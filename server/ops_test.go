@@ -32,6 +32,19 @@ func (*opsNapWorkflow) Run(ctx workflow.Context, _ opsNapArgs) (int, error) {
 	return 0, workflow.Sleep(ctx, 24*time.Hour)
 }
 
+type opsParentArgs struct{}
+
+func (opsParentArgs) Kind() string { return "ops_parent" }
+
+// opsParentWorkflow starts a sleeping child, ops-child, and waits for it.
+type opsParentWorkflow struct {
+	workflow.Defaults[opsParentArgs, int]
+}
+
+func (*opsParentWorkflow) Run(ctx workflow.Context, _ opsParentArgs) (int, error) {
+	return workflow.ExecuteChildWorkflow[int](ctx, opsNapArgs{}, &workflow.ChildWorkflowOpts{WorkflowID: "ops-child"}).Get(ctx)
+}
+
 type opsPanicArgs struct{}
 
 func (opsPanicArgs) Kind() string { return "ops_panic" }
@@ -72,6 +85,7 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 	require.NoError(t, err)
 	worker.AddWorkflow(w, &opsPanicWorkflow{})
 	worker.AddWorkflow(w, &opsNapWorkflow{})
+	worker.AddWorkflow(w, &opsParentWorkflow{})
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
 
@@ -85,7 +99,7 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 		}
 		require.Contains(t, byQueue["default"].WorkflowKinds, "ui_order")
 		require.Contains(t, byQueue["default"].ActivityKinds, "reserve_stock")
-		require.Equal(t, []string{"ops_nap", "ops_panic"}, byQueue["ops-panics"].WorkflowKinds)
+		require.Equal(t, []string{"ops_nap", "ops_panic", "ops_parent"}, byQueue["ops-panics"].WorkflowKinds)
 
 		resp, page := br.get("/ui/namespaces/default/workers")
 		require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -163,6 +177,25 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 		require.Contains(t, page, `id="pending-timers"`)
 		require.Contains(t, page, d.PendingTimers[0].FireAt.UTC().Format("2006-01-02 15:04:05"))
 		require.Regexp(t, `<td>in (23h|1d)`, page)
+	})
+
+	t.Run("ParentLink", func(t *testing.T) {
+		b.startOn(t, "ops_parent", "ops-parent", "ops-panics")
+		var child *server.DescribeResponse
+		require.Eventually(t, func() bool {
+			var d server.DescribeResponse
+			if b.apiCall(t, http.MethodGet, "/api/v1/namespaces/default/workflows/ops-child", readerSecret, nil, &d) != http.StatusOK {
+				return false
+			}
+			child = &d
+			return true
+		}, 30*time.Second, 20*time.Millisecond)
+		parent := b.describe(t, "ops-parent")
+		require.Equal(t, &server.RunRefJSON{RunID: parent.RunID, WorkflowID: "ops-parent"}, child.Parent)
+		require.Nil(t, parent.Parent)
+
+		_, page := br.get("/ui/namespaces/default/workflows/ops-child")
+		require.Contains(t, page, `<dd id="parent"><a href="/ui/namespaces/default/workflows/ops-parent?run_id=`+parent.RunID.String()+`">ops-parent</a>`)
 	})
 
 	t.Run("DescribeShowsArgsAndResult", func(t *testing.T) {

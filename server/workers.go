@@ -71,6 +71,12 @@ type TaskFailureJSON struct {
 	Stack         string     `json:"stack,omitempty"`
 }
 
+// RunRefJSON names a run in a DescribeResponse.
+type RunRefJSON struct {
+	RunID      uuid.UUID `json:"run_id"`
+	WorkflowID string    `json:"workflow_id,omitempty"`
+}
+
 // PendingTimerJSON is a client.PendingTimer in a DescribeResponse.
 type PendingTimerJSON struct {
 	FireAt         time.Time `json:"fire_at"`
@@ -81,6 +87,9 @@ type PendingTimerJSON struct {
 // its payloads (when JSON), pending timers, who serves it and how its task
 // fails.
 func describeExtras(resp *DescribeResponse, d *client.Description) {
+	if p := d.Parent; p != nil {
+		resp.Parent = &RunRefJSON{RunID: p.RunID, WorkflowID: p.WorkflowID}
+	}
 	resp.PendingTimers = []*PendingTimerJSON{}
 	for _, t := range d.PendingTimers {
 		resp.PendingTimers = append(resp.PendingTimers, &PendingTimerJSON{FireAt: t.FireAt, StartedEventID: t.StartedEventID})

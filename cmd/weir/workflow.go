@@ -263,6 +263,9 @@ func newWorkflowDescribeCommand(g *globals, api *apiOpts) *cobra.Command {
 				{"Created", formatTime(&d.CreatedAt)}, {"Updated", formatTime(&d.UpdatedAt)}, {"Closed", formatTime(d.ClosedAt)},
 				{"Run deadline", formatTime(d.RunDeadline)}, {"Execution deadline", formatTime(d.ExecutionDeadline)},
 			}
+			if p := d.Parent; p != nil {
+				fields = append(fields, [2]string{"Parent", strings.TrimSpace(p.WorkflowID + " run " + p.RunID.String())})
+			}
 			if d.Failure != nil {
 				fields = append(fields, [2]string{"Failure", d.Failure.Error()})
 			}
