@@ -198,6 +198,21 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 		require.Contains(t, page, `<dd id="parent"><a href="/ui/namespaces/default/workflows/ops-parent?run_id=`+parent.RunID.String()+`">ops-parent</a>`)
 	})
 
+	t.Run("Schedules", func(t *testing.T) {
+		_, page := br.get("/ui/namespaces/default/schedules")
+		require.Contains(t, page, "No schedules in this namespace.")
+
+		require.Equal(t, http.StatusCreated, b.apiCall(t, http.MethodPost, "/api/v1/namespaces/default/schedules", adminSecret,
+			&server.ScheduleRequest{ScheduleID: "ops-hourly", Kind: "echo", Every: "1h", Paused: true}, nil))
+		resp, page := br.get("/ui/namespaces/default/schedules")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, page, `id="schedules"`)
+		require.Contains(t, page, "ops-hourly")
+		require.Contains(t, page, "every 1h0m0s")
+		require.Contains(t, page, ">paused<")
+		require.Contains(t, page, `href="/ui/namespaces/default/schedules">Schedules</a>`)
+	})
+
 	t.Run("DescribeShowsArgsAndResult", func(t *testing.T) {
 		b.start(t, "echo", "ops-echo", map[string]string{"msg": "hi"})
 		b.await(t, "ops-echo")
