@@ -12,6 +12,10 @@ import (
 
 // Description is a run's state as an operator needs it.
 type Description struct {
+	// Args are the run's args as its start encoded them (codec output:
+	// JSON with the default codec).
+	Args []byte
+
 	// ClosedAt is when the run closed; nil while it runs.
 	ClosedAt *time.Time
 
@@ -38,6 +42,11 @@ type Description struct {
 	// Namespace is the run's namespace.
 	Namespace string
 
+	// Parent is the run that started this one as its child workflow; nil
+	// for a run started otherwise. Its WorkflowID is empty once retention
+	// deleted the parent.
+	Parent *RunRef
+
 	// PendingActivities are the activities scheduled and not yet resolved.
 	PendingActivities []*PendingActivity
 
@@ -45,8 +54,16 @@ type Description struct {
 	// task.
 	PendingInbox []*PendingInboxItem
 
+	// PendingTimers are the durable timers started and neither fired nor
+	// cancelled in history, oldest first.
+	PendingTimers []*PendingTimer
+
 	// Queue is the River queue of the run's workflow tasks.
 	Queue string
+
+	// Result is the run's result as encoded (codec output), once it
+	// completed.
+	Result []byte
 
 	// RunID is the run's ID.
 	RunID uuid.UUID
@@ -55,9 +72,18 @@ type Description struct {
 	// continued_as_new or timed_out.
 	State string
 
+	// TaskFailure is the last failure of the run's workflow task while it
+	// retries; nil when the task has not failed (or the run closed).
+	TaskFailure *TaskFailure
+
 	// TaskJobID is the River job of the workflow task queued or running for
 	// the run, if any.
 	TaskJobID *int64
+
+	// TaskWorkers says whether live workers serve the run's workflow tasks
+	// (TaskWorkers.Problem says what is wrong if none does); nil once the
+	// run closed, or on a schema without the workers table.
+	TaskWorkers *TaskWorkers
 
 	// UpdatedAt is when the run last changed.
 	UpdatedAt time.Time
@@ -99,6 +125,22 @@ type PendingActivity struct {
 	ScheduledEventID int64
 }
 
+// RunRef names a run.
+type RunRef struct {
+	RunID      uuid.UUID
+	WorkflowID string
+}
+
+// PendingTimer is a durable timer (workflow.Sleep, workflow.NewTimer) not
+// yet resolved in history.
+type PendingTimer struct {
+	// FireAt is when it fires.
+	FireAt time.Time
+
+	// StartedEventID is its TimerStarted event: its identity.
+	StartedEventID int64
+}
+
 // PendingInboxItem is a result waiting for the run's next workflow task.
 type PendingInboxItem struct {
 	CreatedAt time.Time
@@ -127,10 +169,13 @@ func (c *Client) Describe(ctx context.Context, workflowID string, runID uuid.UUI
 func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Description, error) {
 	d := &Description{RunID: runID}
 	var failure []byte
-	err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind, queue, state, failure, next_event_id - 1,"+
-		" task_job_id, run_deadline, execution_deadline, created_at, updated_at, closed_at FROM "+c.names.Run+" WHERE run_id = $1", runID).Scan(
-		&d.Namespace, &d.WorkflowID, &d.Generation, &d.Kind, &d.Queue, &d.State, &failure, &d.HistoryLength,
-		&d.TaskJobID, &d.RunDeadline, &d.ExecutionDeadline, &d.CreatedAt, &d.UpdatedAt, &d.ClosedAt)
+	var parentRunID *uuid.UUID
+	var parentWorkflowID *string
+	err := tx.QueryRow(ctx, "SELECT r.namespace, r.workflow_id, r.generation, r.kind, r.queue, r.state, r.args, r.result, r.failure, r.next_event_id - 1,"+
+		" r.task_job_id, r.run_deadline, r.execution_deadline, r.created_at, r.updated_at, r.closed_at, r.parent_run_id, p.workflow_id"+
+		" FROM "+c.names.Run+" r LEFT JOIN "+c.names.Run+" p ON p.run_id = r.parent_run_id WHERE r.run_id = $1", runID).Scan(
+		&d.Namespace, &d.WorkflowID, &d.Generation, &d.Kind, &d.Queue, &d.State, &d.Args, &d.Result, &failure, &d.HistoryLength,
+		&d.TaskJobID, &d.RunDeadline, &d.ExecutionDeadline, &d.CreatedAt, &d.UpdatedAt, &d.ClosedAt, &parentRunID, &parentWorkflowID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &RunNotFoundError{RunID: runID}
 	}
@@ -138,6 +183,22 @@ func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Des
 		return nil, fmt.Errorf("describing run %s: %w", runID, err)
 	}
 	d.Failure = decodeFailure(failure)
+	if parentRunID != nil {
+		d.Parent = &RunRef{RunID: *parentRunID}
+		if parentWorkflowID != nil {
+			d.Parent.WorkflowID = *parentWorkflowID
+		}
+	}
+	if d.State == "running" {
+		if d.TaskWorkers, err = c.taskWorkers(ctx, tx, d.Namespace, d.Queue, d.Kind); err != nil {
+			return nil, fmt.Errorf("describing run %s: %w", runID, err)
+		}
+		if d.TaskJobID != nil {
+			if d.TaskFailure, err = c.taskFailure(ctx, tx, *d.TaskJobID); err != nil {
+				return nil, fmt.Errorf("describing run %s: %w", runID, err)
+			}
+		}
+	}
 
 	rows, err := tx.Query(ctx, "SELECT a.scheduled_event_id, a.kind, a.job_id, coalesce(j.state::text, ''), coalesce(j.attempt, 0),"+
 		" coalesce(j.max_attempts, 0), j.attempted_at, j.scheduled_at, j.lease_expires_at,"+
@@ -157,6 +218,10 @@ func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Des
 		return nil, fmt.Errorf("describing activities of run %s: %w", runID, err)
 	}
 
+	if d.PendingTimers, err = c.pendingTimers(ctx, tx, runID); err != nil {
+		return nil, err
+	}
+
 	rows, err = tx.Query(ctx, "SELECT type, dedup_key, created_at FROM "+c.names.Inbox+" WHERE run_id = $1 ORDER BY id", runID)
 	if err != nil {
 		return nil, fmt.Errorf("describing inbox of run %s: %w", runID, err)
@@ -170,4 +235,26 @@ func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Des
 		return nil, fmt.Errorf("describing inbox of run %s: %w", runID, err)
 	}
 	return d, nil
+}
+
+// pendingTimers reads the run's timers that history started and neither
+// fired nor cancelled.
+func (c *Client) pendingTimers(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]*PendingTimer, error) {
+	rows, err := tx.Query(ctx, "SELECT s.event_id, (s.attributes->>'fire_at')::timestamptz FROM "+c.names.Event+" s"+
+		" WHERE s.run_id = $1 AND s.type = 'TimerStarted' AND NOT EXISTS (SELECT 1 FROM "+c.names.Event+" r"+
+		" WHERE r.run_id = $1 AND (r.resolves_event_id = s.event_id"+
+		" OR (r.type = 'TimerCanceled' AND (r.attributes->>'started_event_id')::bigint = s.event_id)))"+
+		" ORDER BY s.event_id", runID)
+	if err != nil {
+		return nil, fmt.Errorf("describing timers of run %s: %w", runID, err)
+	}
+	timers, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*PendingTimer, error) {
+		var t PendingTimer
+		err := row.Scan(&t.StartedEventID, &t.FireAt)
+		return &t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("describing timers of run %s: %w", runID, err)
+	}
+	return timers, nil
 }

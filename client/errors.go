@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 )
@@ -102,6 +103,12 @@ type RunNotFoundError struct {
 }
 
 func (e *RunNotFoundError) Error() string {
+	switch {
+	case e.RunID == uuid.Nil:
+		return fmt.Sprintf("weir: no workflow %s", e.WorkflowID)
+	case e.WorkflowID == "":
+		return fmt.Sprintf("weir: no run %s", e.RunID)
+	}
 	return fmt.Sprintf("weir: workflow %s has no run %s", e.WorkflowID, e.RunID)
 }
 
@@ -189,16 +196,38 @@ type Failure struct {
 	Type string `json:"type,omitempty"`
 }
 
-// Error is the failure's type and message, then its causes'.
+// Error is the failure's message, then its causes', each once: a message
+// that already ends with its cause's text (a Go error wrapping another)
+// does not repeat it. An application's error type ("InvalidName: name is
+// required") prefixes its message; Go type names ("*fmt.wrapError") and the
+// types of weir's wrappers, whose messages say what they are, do not.
 func (f *Failure) Error() string {
 	msg := f.Message
-	if f.Type != "" {
-		msg = f.Type + ": " + msg
+	if shownType(f.Type) {
+		msg = strings.TrimSuffix(f.Type+": "+msg, ": ")
 	}
-	if f.Cause != nil {
-		msg += ": " + f.Cause.Error()
+	if f.Cause == nil {
+		return msg
 	}
-	return msg
+	cause := f.Cause.Error()
+	switch {
+	case msg == "" || msg == cause:
+		return cause
+	case strings.HasSuffix(msg, cause):
+		return msg
+	}
+	return msg + ": " + cause
+}
+
+// shownType reports whether Failure.Error prints type t: not a Go type's
+// name ("*fmt.wrapError", which weir records for errors that name no type
+// themselves), nor a wrapper of weir's whose message says what it is.
+func shownType(t string) bool {
+	switch t {
+	case "", "ActivityError", "Canceled", "TimeoutError":
+		return false
+	}
+	return !strings.HasPrefix(t, "*") && !strings.Contains(t, ".")
 }
 
 // Unwrap returns the cause.

@@ -118,3 +118,49 @@ func ExampleClient_PauseSchedule() {
 	// paused: true
 	// paused: false
 }
+
+// A run that no live worker serves waits with an empty history; describe
+// says why.
+func Example_noWorker() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbtest.ExampleURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	const schema = "weir_example_client_workers"
+	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Up(ctx, nil); err != nil {
+		log.Fatal(err)
+	}
+
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	workers, err := c.ListWorkers(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("live workers:", len(workers))
+
+	run, err := c.Start(ctx, RefundArgs{OrderID: "o-2", Cents: 500}, &client.StartOpts{Queue: "refunds"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := c.Describe(ctx, run.WorkflowID, run.RunID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(d.TaskWorkers.Problem())
+	// Output:
+	// live workers: 0
+	// No live worker serves queue "refunds": the run waits until a worker that registers workflow refund_order polls it.
+}

@@ -243,23 +243,37 @@ func (s *Server) handleTerminate(r *http.Request) (int, any, error) {
 
 // DescribeResponse is the body of GET …/workflows/{workflow_id}.
 type DescribeResponse struct {
-	ClosedAt          *time.Time             `json:"closed_at,omitempty"`
-	CreatedAt         time.Time              `json:"created_at"`
-	ExecutionDeadline *time.Time             `json:"execution_deadline,omitempty"`
-	Failure           *client.Failure        `json:"failure,omitempty"`
-	Generation        int64                  `json:"generation"`
-	HistoryLength     int64                  `json:"history_length"`
-	Kind              string                 `json:"kind"`
-	Namespace         string                 `json:"namespace"`
+	// Args are the run's args, when its codec wrote JSON.
+	Args              json.RawMessage `json:"args,omitempty"`
+	ClosedAt          *time.Time      `json:"closed_at,omitempty"`
+	CreatedAt         time.Time       `json:"created_at"`
+	ExecutionDeadline *time.Time      `json:"execution_deadline,omitempty"`
+	Failure           *client.Failure `json:"failure,omitempty"`
+	Generation        int64           `json:"generation"`
+	HistoryLength     int64           `json:"history_length"`
+	Kind              string          `json:"kind"`
+	Namespace         string          `json:"namespace"`
+	// Parent is the run that started this one as a child workflow.
+	Parent            *RunRefJSON            `json:"parent,omitempty"`
 	PendingActivities []*PendingActivityJSON `json:"pending_activities"`
 	PendingInbox      []*PendingInboxJSON    `json:"pending_inbox"`
-	Queue             string                 `json:"queue"`
-	RunDeadline       *time.Time             `json:"run_deadline,omitempty"`
-	RunID             uuid.UUID              `json:"run_id"`
-	State             string                 `json:"state"`
-	TaskJobID         *int64                 `json:"task_job_id,omitempty"`
-	UpdatedAt         time.Time              `json:"updated_at"`
-	WorkflowID        string                 `json:"workflow_id"`
+	// PendingTimers are the durable timers not yet fired nor cancelled.
+	PendingTimers []*PendingTimerJSON `json:"pending_timers"`
+	Queue         string              `json:"queue"`
+	// Result is the run's result, once it completed, when its codec wrote
+	// JSON.
+	Result      json.RawMessage `json:"result,omitempty"`
+	RunDeadline *time.Time      `json:"run_deadline,omitempty"`
+	RunID       uuid.UUID       `json:"run_id"`
+	State       string          `json:"state"`
+	// TaskFailure is the last failure of the running run's workflow task,
+	// while it retries.
+	TaskFailure *TaskFailureJSON `json:"task_failure,omitempty"`
+	TaskJobID   *int64           `json:"task_job_id,omitempty"`
+	// TaskWorkers says whether live workers serve the running run.
+	TaskWorkers *TaskWorkersJSON `json:"task_workers,omitempty"`
+	UpdatedAt   time.Time        `json:"updated_at"`
+	WorkflowID  string           `json:"workflow_id"`
 }
 
 // PendingActivityJSON is a client.PendingActivity in a DescribeResponse.
@@ -299,6 +313,7 @@ func (s *Server) handleDescribe(r *http.Request) (int, any, error) {
 		RunDeadline: d.RunDeadline, RunID: d.RunID, State: d.State, TaskJobID: d.TaskJobID, UpdatedAt: d.UpdatedAt,
 		WorkflowID: d.WorkflowID,
 	}
+	describeExtras(resp, d)
 	for _, a := range d.PendingActivities {
 		resp.PendingActivities = append(resp.PendingActivities, &PendingActivityJSON{
 			Attempt: a.Attempt, AttemptedAt: a.AttemptedAt, JobID: a.JobID, JobState: a.JobState, Kind: a.Kind,

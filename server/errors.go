@@ -149,6 +149,12 @@ func (s *Server) apiError(r *http.Request, err error) *Error {
 		return newError(http.StatusGatewayTimeout, CodeDeadlineExceeded, "the request took longer than the server allows", nil)
 	case errors.Is(err, errShuttingDown):
 		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the server is shutting down", nil)
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The caller went away (gave up a long poll, say): nothing failed
+		// here, and no one reads the answer.
+		s.config.Logger.DebugContext(r.Context(), "API request cancelled by its caller",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the request was cancelled by its caller", nil)
 	default:
 		s.config.Logger.ErrorContext(r.Context(), "API request failed",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("error", err.Error()))

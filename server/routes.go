@@ -47,6 +47,8 @@ func (s *Server) routeTable() []*route {
 		{method: http.MethodPost, pattern: workflowPrefix + "/signal-with-start", role: RoleWrite, api: s.handleSignalWithStart},
 		{method: http.MethodPost, pattern: workflowPrefix + "/update", role: RoleWrite, api: s.handleUpdate},
 
+		{method: http.MethodGet, pattern: nsPrefix + "/workers", role: RoleRead, api: s.handleListWorkers},
+
 		// Schedules: reading needs read, changing them (and starting their
 		// runs by trigger or backfill) admin.
 		{method: http.MethodGet, pattern: nsPrefix + "/schedules", role: RoleRead, api: s.handleListSchedules},

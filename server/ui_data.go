@@ -367,8 +367,10 @@ func describeEvents(events []*client.Event, start time.Time) []*uiEvent {
 		if attrs.Reason != "" {
 			add("%q", attrs.Reason)
 		}
-		if attrs.Failure != nil && attrs.Failure.Message != "" {
-			add("%s", attrs.Failure.Message)
+		if attrs.Failure != nil {
+			if text := attrs.Failure.Error(); text != "" {
+				add("%s", text) // with its causes: a wrapping error's message is its own words alone
+			}
 		}
 		ue.Summary = strings.Join(parts, " · ")
 		switch {

@@ -44,9 +44,12 @@ const uiTimeLayout = "2006-01-02T15:04"
 
 func uiFuncs(staticTag string) template.FuncMap {
 	return template.FuncMap{
-		"static":  func(name string) string { return uiPrefix + "/static/" + name + "?v=" + staticTag },
-		"runURL":  runURL,
-		"listURL": func(namespace string) string { return listURL(namespace, nil) },
+		"static":       func(name string) string { return uiPrefix + "/static/" + name + "?v=" + staticTag },
+		"runURL":       runURL,
+		"listURL":      func(namespace string) string { return listURL(namespace, nil) },
+		"workersURL":   workersURL,
+		"schedulesURL": schedulesURL,
+		"deref":        func(id *uuid.UUID) uuid.UUID { return *id },
 		"jobURL": func(id any) string {
 			switch id := id.(type) {
 			case int64:

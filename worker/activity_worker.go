@@ -304,7 +304,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		}
 		// A failure goes alone: it locks its job before its run (leaseHeldTx),
 		// the other way round from a group.
-		if recordErr := a.w.outcomeTxAlone(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if recordErr := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
@@ -326,14 +326,14 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			NonRetryable: true,
 			Type:         "PayloadTooLarge",
 		}
-		if err := a.w.outcomeTxAlone(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		if err := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge), cont)
 		}); err != nil {
 			return err
 		}
 		return river.JobCancel(fmt.Errorf("%w: %s", client.ErrPayloadTooLarge, tooLarge.Message))
 	}
-	return a.w.outcomeTx(ctx, meta.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+	return a.w.recordOutcome(ctx, meta.RunID, false, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 		return completeActivityTx(ctx, tx, a.w, job, meta, payload, own, cont)
 	})
 }
@@ -422,7 +422,7 @@ func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Work
 	if err != nil {
 		return fmt.Errorf("encoding outcome of activity %s: %w", job.Kind, err)
 	}
-	completed, err := w.deliverOutcome(ctx, tx, meta, job.Attempt, &inbox.Item{
+	completed, err := w.deliverOutcome(ctx, tx, meta, &inbox.Item{
 		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(history.EventActivityCompleted),
 	}, cont, own)
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
@@ -454,7 +454,7 @@ func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta
 	if err != nil {
 		return fmt.Errorf("encoding failure of activity job %d: %w", jobID, err)
 	}
-	_, err = w.deliverOutcome(ctx, tx, meta, attemptNum, &inbox.Item{
+	_, err = w.deliverOutcome(ctx, tx, meta, &inbox.Item{
 		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType),
 	}, cont, nil)
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {

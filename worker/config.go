@@ -44,10 +44,25 @@ const (
 
 	// TaskTimeoutDefault bounds one workflow task (replay and commit).
 	TaskTimeoutDefault = time.Minute
+
+	// AnnounceIntervalDefault is Config.AnnounceInterval's default.
+	AnnounceIntervalDefault = 10 * time.Second
+
+	// AnnounceExpiry is how many announce intervals a worker's announcement
+	// stays live after it was last renewed: a worker that misses that many
+	// is taken for gone.
+	AnnounceExpiry = 3
 )
 
 // Config configures a Worker. The zero value works.
 type Config struct {
+	// AnnounceInterval is how often the worker announces itself in the
+	// database (weir_worker): its identity, namespaces, queues and kinds.
+	// Its announcement is live for AnnounceExpiry intervals after the last
+	// one; describe, the CLI and the UI use the live ones to say when no
+	// worker serves a run. Defaults to AnnounceIntervalDefault.
+	AnnounceInterval time.Duration
+
 	// Codec encodes workflow args and results and activity results; it must
 	// read what the clients' codecs write. Defaults to client.JSONCodec.
 	Codec client.Codec
@@ -112,12 +127,18 @@ type Config struct {
 	// to fencing's defaults.
 	Fencing *fencing.Config
 
+	// Identity names the worker for people in the list of workers.
+	// Defaults to "pid@hostname".
+	Identity string
+
 	// Interceptors wrap workflow tasks and activity attempts, the first
 	// outermost. Defaults to none.
 	Interceptors []Interceptor
 
-	// Logger receives the worker's logs; workflow code's logger
-	// (workflow.GetLogger) writes here too. Defaults to discarding.
+	// Logger receives the worker's logs (River's too); workflow code's
+	// logger (workflow.GetLogger) writes here as well, silent while the code
+	// replays history it already ran. Defaults to slog.Default() as it is
+	// when New is called; slog.New(slog.DiscardHandler) silences it.
 	Logger *slog.Logger
 
 	// MaxPayloadBytes caps the encoded size of activity results; a larger
@@ -166,13 +187,17 @@ func (c *Config) withDefaults() *Config {
 		out.Codec = client.JSONCodec{}
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	if len(out.Namespaces) == 0 {
 		out.Namespaces = []string{client.NamespaceDefault}
 	}
 	if out.Queues == nil {
 		out.Queues = map[string]river.QueueConfig{client.QueueDefault: {MaxWorkers: MaxWorkersDefault}}
+	}
+	out.AnnounceInterval = cmp.Or(out.AnnounceInterval, AnnounceIntervalDefault)
+	if out.Identity == "" {
+		out.Identity = defaultIdentity()
 	}
 	out.FetchCooldown = cmp.Or(out.FetchCooldown, FetchCooldownDefault)
 	out.MaxEagerActivities = cmp.Or(out.MaxEagerActivities, MaxEagerActivitiesDefault)
@@ -192,6 +217,9 @@ func (c *Config) validate() error {
 		if err := client.ValidateNamespace(namespace); err != nil {
 			return fmt.Errorf("worker config: %w", err)
 		}
+	}
+	if c.AnnounceInterval < 0 {
+		return fmt.Errorf("worker config: AnnounceInterval (%s) must not be negative", c.AnnounceInterval)
 	}
 	if c.SweepInterval < 0 || c.TaskTimeout < 0 {
 		return fmt.Errorf("worker config: SweepInterval (%s) and TaskTimeout (%s) must not be negative", c.SweepInterval, c.TaskTimeout)

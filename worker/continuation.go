@@ -34,7 +34,7 @@ import (
 // With own set, the job's completion rides with the continuation's last
 // writes when it can (a claimed job); completed reports whether it did, and
 // the caller completes the job otherwise.
-func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, attempt int, item *inbox.Item, cont *taskResult,
+func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, item *inbox.Item, cont *taskResult,
 	own *ownJob,
 ) (completed bool, err error) {
 	def := w.workflows[meta.WorkflowKind]
@@ -69,12 +69,40 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	}
 	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
 	// outcomeTx writes nothing after this and commits: the last batch may.
-	by := &advanceBy{attempt: attempt, commit: true, own: own, group: cont.step}
+	// The continuation is the first attempt of a workflow task of its own,
+	// whatever attempt of the activity brought the outcome.
+	by := &advanceBy{attempt: 1, commit: true, own: own, group: cont.step}
 	if cont.step != nil {
 		by.deferLast = cont.step.deferLast // its last writes go with the group's COMMIT
 	}
 	err = w.advance(ctx, tx, def, run, now, []history.Event{direct}, by, cont)
 	return by.completed, err
+}
+
+// recordOutcome runs record, the transaction that records an activity
+// attempt's outcome and may continue its run (alone: outcomeTxAlone, else
+// outcomeTx). Should that fail, it records the outcome once more without
+// continuing the run (cont nil: the outcome goes to the run's inbox and a
+// workflow task of its own runs the code): the continuation runs workflow
+// code, whose panic, non-determinism or deadlock must fail a workflow task
+// (retried with its backoff, shown by describe), never the activity's
+// attempt, which River would retry by running the activity again.
+func (w *Worker) recordOutcome(ctx context.Context, runID uuid.UUID, alone bool,
+	record func(ctx context.Context, tx pgx.Tx, cont *taskResult) error,
+) error {
+	run := w.outcomeTx
+	if alone {
+		run = w.outcomeTxAlone
+	}
+	err := run(ctx, runID, record)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	w.config.Logger.WarnContext(ctx, "weir: continuing the run with an activity's outcome failed; the outcome goes to a workflow task",
+		slog.String("run_id", runID.String()), slog.String("error", err.Error()))
+	return w.outcomeTxAlone(ctx, runID, func(ctx context.Context, tx pgx.Tx, _ *taskResult) error {
+		return record(ctx, tx, nil)
+	})
 }
 
 // outcomeTx runs fn, the transaction that records an activity attempt's

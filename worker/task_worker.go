@@ -470,7 +470,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 		result.session = session
 		outcome, err = session.Continue(replayCtx, params)
 	} else {
-		params.Logger = w.config.Logger.With(slog.String("workflow_id", run.WorkflowID), slog.String("run_id", runID.String()))
+		params.Logger = w.config.Logger // the engine adds the run's kind and IDs
 		outcome, result.session, err = replay.Start(replayCtx, def, params)
 	}
 	result.replayed = time.Since(replayBegin)

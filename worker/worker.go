@@ -52,6 +52,7 @@ type Worker struct {
 	mu           sync.Mutex
 	activities   map[string]struct{}
 	resultTypes  map[string]reflect.Type // of AddActivity's activities, by kind
+	announcer    *announcer
 	eagerRunners map[string]eagerRunner
 	riverClient  *river.Client[pgx.Tx]
 	queries      *queryResponder
@@ -340,6 +341,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.queries = newQueryResponder(w)
 		w.queries.start()
 	}
+	w.announcer = newAnnouncer(w)
+	w.announcer.start(ctx)
 	if w.eager != nil {
 		// Last: a first task run for a client's start settles through all
 		// of the above.
@@ -355,6 +358,7 @@ func (w *Worker) Start(ctx context.Context) error {
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	riverClient, sweeper, queries, timers, schedules, eager, unregister := w.riverClient, w.sweeper, w.queries, w.timers, w.schedules, w.eager, w.unregister
+	announcer := w.announcer
 	w.mu.Unlock()
 	defer w.goroutines.Close()
 	if riverClient == nil {
@@ -365,6 +369,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if unregister != nil {
 		unregister() // new starts queue their first task through River
 	}
+	// First: it serves nothing new from here on.
+	announcer.stop(context.WithoutCancel(ctx))
 	w.handBacks.stop()
 	// Eager attempts first, while River (and its lease keeper) still runs;
 	// from here on new activities go through River.

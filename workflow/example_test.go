@@ -136,7 +136,10 @@ func ExampleActivityError() {
 		Attempt:          25,
 		Failure:          history.Failure{Message: "card declined", Type: "CardDeclined", NonRetryable: true},
 	})))
-	fmt.Println("workflow failed:", out.Failure.Message)
+	// The failure records each error of the chain with its own words.
+	for f := out.Failure; f != nil; f = f.Cause {
+		fmt.Println("failure:", f.Message)
+	}
 
 	// Inside workflow code the same error is matched like this:
 	var err error = &workflow.ActivityError{Kind: "charge", ScheduledEventID: 3, Attempt: 25, Cause: &workflow.ApplicationError{Message: "card declined", Type: "CardDeclined"}}
@@ -145,7 +148,9 @@ func ExampleActivityError() {
 		fmt.Println("application error type:", appErr.Type)
 	}
 	// Output:
-	// workflow failed: charging: activity charge (event 3, attempt 25): card declined
+	// failure: charging
+	// failure: activity charge (event 3, attempt 25) failed
+	// failure: card declined
 	// application error type: CardDeclined
 }
 
@@ -192,4 +197,23 @@ func ExampleSideEffect() {
 	fmt.Println(string(out.Result), out.Events[2].Type)
 	// Output:
 	// 4 MarkerRecorded
+}
+
+// ReminderArgs let a CLI or HTTP caller write durations as "168h".
+type ReminderArgs struct {
+	After workflow.Duration `json:"after"`
+}
+
+func ExampleDuration() {
+	var args ReminderArgs
+	_ = json.Unmarshal([]byte(`{"after": "168h"}`), &args)
+	fmt.Println(time.Duration(args.After))
+	_ = json.Unmarshal([]byte(`{"after": 90000000000}`), &args) // nanoseconds, as time.Duration encodes
+	fmt.Println(args.After)
+	encoded, _ := json.Marshal(ReminderArgs{After: workflow.Duration(36 * time.Hour)})
+	fmt.Println(string(encoded))
+	// Output:
+	// 168h0m0s
+	// 1m30s
+	// {"after":"36h0m0s"}
 }

@@ -37,14 +37,9 @@ type apiError struct {
 	status int
 }
 
-func (e *apiError) Error() string {
-	msg := fmt.Sprintf("%s (HTTP %d): %s", e.apiErr.Code, e.status, e.apiErr.Message)
-	if len(e.apiErr.Data) > 0 {
-		data, _ := json.Marshal(e.apiErr.Data)
-		msg += " " + string(data)
-	}
-	return msg
-}
+// Error is the server's message: a sentence for people. The code and the
+// data (IDs, fields) are in the body, which --json prints.
+func (e *apiError) Error() string { return strings.TrimPrefix(e.apiErr.Message, "weir: ") }
 
 func (e *apiError) exitCode() int {
 	switch e.apiErr.Code {
@@ -70,6 +65,10 @@ type apiClient struct {
 	http      *http.Client
 	namespace string
 	token     string
+
+	// errorBody, when set (--json), receives the body of an error response
+	// as the server sent it.
+	errorBody io.Writer
 }
 
 // do sends a request and decodes a 2xx body into out (when not nil); it
@@ -111,6 +110,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		var errResp server.ErrorResponse
 		if json.Unmarshal(data, &errResp) != nil || errResp.Error == nil {
 			return nil, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
+		}
+		if c.errorBody != nil {
+			fmt.Fprintln(c.errorBody, string(bytes.TrimSpace(data)))
 		}
 		apiErr := &apiError{apiErr: errResp.Error, status: resp.StatusCode}
 		return nil, &exitError{code: apiErr.exitCode(), err: apiErr}

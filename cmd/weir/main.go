@@ -99,7 +99,49 @@ func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra
 
 	root.AddCommand(newDevCommand(g), newMigrateCommand(g), newServerCommand(g), newWorkflowCommand(g), newScheduleCommand(g))
 	root.AddCommand(newFencingCommand(g))
+	refuseUnknownSubcommands(root)
+	for _, cmd := range root.Commands() {
+		if cmd.Name() == "workflow" || cmd.Name() == "schedule" {
+			hideDatabaseFlags(cmd)
+		}
+	}
 	return root
+}
+
+// refuseUnknownSubcommands makes every command that only groups others
+// (cmd and those below it) fail with a usage error on an unknown
+// subcommand, where cobra would print help and succeed; with no argument
+// it still prints its help.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if !cmd.HasSubCommands() || cmd.Runnable() {
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		return usageError(fmt.Errorf("unknown command %q for %q; see %s --help", args[0], cmd.CommandPath(), cmd.CommandPath()))
+	}
+}
+
+// hideDatabaseFlags keeps --database-url and --schema out of the help of
+// cmd and its subcommands, which talk to a server over HTTP and never to
+// the database.
+func hideDatabaseFlags(cmd *cobra.Command) {
+	help := cmd.HelpFunc()
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		for _, name := range []string{"database-url", "schema"} {
+			if f := c.Root().PersistentFlags().Lookup(name); f != nil && !f.Hidden {
+				f.Hidden = true
+				defer func() { f.Hidden = false }()
+			}
+		}
+		help(c, args)
+	})
 }
 
 func (g *globals) logger() *slog.Logger {

@@ -34,7 +34,7 @@ func TestScheduleCommand(t *testing.T) {
 
 		again := weir(t, cliAdminSecret, "schedule", "create", id, "echo", "--every", "1h")
 		require.Equal(t, exitConflict, again.code, again.stderr)
-		require.Contains(t, again.stderr, "schedule_already_exists")
+		require.Equal(t, "weir: schedule already exists: "+id+"\n", again.stderr)
 
 		out = ok(t, weir(t, cliReaderSecret, "schedule", "list"))
 		require.Contains(t, out, "SCHEDULE ID")
@@ -90,7 +90,7 @@ func TestScheduleCommand(t *testing.T) {
 		require.Contains(t, ok(t, weir(t, cliAdminSecret, "schedule", "delete", id)), "deleted")
 		missing := weir(t, cliReaderSecret, "schedule", "describe", id)
 		require.Equal(t, exitNotFound, missing.code)
-		require.Contains(t, missing.stderr, "not_found")
+		require.Equal(t, "weir: no schedule "+id+" in namespace default\n", missing.stderr)
 		missing = weir(t, cliAdminSecret, "schedule", "delete", id)
 		require.Equal(t, exitNotFound, missing.code)
 	})
@@ -148,7 +148,7 @@ func TestScheduleCommand(t *testing.T) {
 		for _, token := range []string{cliReaderSecret, cliWriterSecret} {
 			out := weir(t, token, "schedule", "create", "x", "echo", "--every", "1h")
 			require.Equal(t, exitAuth, out.code, out.stderr)
-			require.Contains(t, out.stderr, "permission_denied")
+			require.Contains(t, out.stderr, "; this needs admin")
 		}
 		out := weir(t, "", "schedule", "list")
 		require.Equal(t, exitAuth, out.code, out.stderr)

@@ -44,7 +44,7 @@ func addAPIFlags(cmd *cobra.Command, g *globals, opts *apiOpts) {
 	}
 	flags := cmd.PersistentFlags()
 	flags.StringVar(&opts.address, "address", env("WEIR_ADDRESS", addressDefault), "the weir server's URL (env WEIR_ADDRESS)")
-	flags.BoolVar(&opts.json, "json", false, "print the server's JSON instead of a table")
+	flags.BoolVar(&opts.json, "json", false, "print the server's JSON instead of a table (for an error, its body)")
 	flags.StringVarP(&opts.namespace, "namespace", "n", env("WEIR_NAMESPACE", namespaceDefault), "namespace (env WEIR_NAMESPACE)")
 	flags.StringVar(&opts.tokenEnv, "token-env", tokenEnvDefault, "environment variable holding the bearer token")
 }
@@ -54,7 +54,11 @@ func (o *apiOpts) client(g *globals) *apiClient {
 	if !strings.Contains(address, "://") {
 		address = "http://" + address // "127.0.0.1:8844" means the obvious
 	}
-	return &apiClient{address: address, http: &http.Client{}, namespace: o.namespace, token: g.getenv(o.tokenEnv)}
+	c := &apiClient{address: address, http: &http.Client{}, namespace: o.namespace, token: g.getenv(o.tokenEnv)}
+	if o.json {
+		c.errorBody = g.stdout // --json: an error's body too
+	}
+	return c
 }
 
 func newWorkflowCommand(g *globals) *cobra.Command {
@@ -260,11 +264,34 @@ func newWorkflowDescribeCommand(g *globals, api *apiOpts) *cobra.Command {
 				{"Created", formatTime(&d.CreatedAt)}, {"Updated", formatTime(&d.UpdatedAt)}, {"Closed", formatTime(d.ClosedAt)},
 				{"Run deadline", formatTime(d.RunDeadline)}, {"Execution deadline", formatTime(d.ExecutionDeadline)},
 			}
+			if p := d.Parent; p != nil {
+				fields = append(fields, [2]string{"Parent", strings.TrimSpace(p.WorkflowID + " run " + p.RunID.String())})
+			}
 			if d.Failure != nil {
 				fields = append(fields, [2]string{"Failure", d.Failure.Error()})
 			}
+			if problem := runProblem(&d); problem != "" {
+				fields = append(fields, [2]string{"Problem", problem})
+			}
+			fields = append(fields, [2]string{"Input", compactJSON(d.Args)})
+			if d.State == "completed" {
+				fields = append(fields, [2]string{"Result", compactJSON(d.Result)})
+			}
 			if err := printFields(g, fields); err != nil {
 				return err
+			}
+			if f := d.TaskFailure; f != nil && f.Stack != "" {
+				fmt.Fprintf(g.stdout, "\nWorkflow task stack (attempt %d):\n%s\n", f.Attempt, strings.TrimRight(f.Stack, "\n"))
+			}
+			if len(d.PendingTimers) > 0 {
+				fmt.Fprintln(g.stdout, "\nPending timers:")
+				rows := [][]string{{"EVENT", "FIRES AT"}}
+				for _, timer := range d.PendingTimers {
+					rows = append(rows, []string{strconv.FormatInt(timer.StartedEventID, 10), formatTime(&timer.FireAt)})
+				}
+				if err := printTable(g, rows); err != nil {
+					return err
+				}
 			}
 			if len(d.PendingActivities) > 0 {
 				fmt.Fprintln(g.stdout, "\nPending activities:")
@@ -422,7 +449,9 @@ func awaitAndPrint(ctx context.Context, g *globals, api *apiOpts, workflowID str
 	if opts.wait > 0 {
 		deadline = time.Now().Add(opts.wait)
 	}
+	var warned string
 	for {
+		warned = warnIfStuck(ctx, g, c, workflowID, opts.runID, warned)
 		wait := longPollWait
 		if !deadline.IsZero() {
 			wait = max(0, min(wait, time.Until(deadline)))
@@ -546,6 +575,45 @@ func fixedCompletion(values ...string) cobra.CompletionFunc {
 	return func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return values, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// runProblem says in a sentence why a running run does not advance: no live
+// worker serves it, or its workflow task fails; "" when neither.
+func runProblem(d *server.DescribeResponse) string {
+	var problems []string
+	if d.TaskWorkers != nil && d.TaskWorkers.Problem != "" {
+		problems = append(problems, d.TaskWorkers.Problem)
+	}
+	if f := d.TaskFailure; f != nil {
+		problems = append(problems, fmt.Sprintf("The workflow task fails (attempt %d, %s): %s", f.Attempt, formatTime(&f.At), f.Message))
+	}
+	return strings.Join(problems, " ")
+}
+
+// warnIfStuck tells stderr why the awaited run does not advance, unless it
+// told the same before (last); it returns what it told. A failing describe
+// tells nothing: the wait goes on.
+func warnIfStuck(ctx context.Context, g *globals, c *apiClient, workflowID, runID, last string) string {
+	var d server.DescribeResponse
+	quiet := *c
+	quiet.errorBody = nil
+	if _, err := quiet.do(ctx, http.MethodGet, c.workflowPath(workflowID, ""), runQuery(runID), nil, &d); err != nil {
+		return last
+	}
+	problem := runProblem(&d)
+	if problem != "" && problem != last {
+		fmt.Fprintln(g.stderr, "weir: warning:", problem)
+	}
+	return problem
+}
+
+// compactJSON prints a JSON payload on one line; "-" when there is none.
+func compactJSON(raw json.RawMessage) string {
+	var buf bytes.Buffer
+	if len(raw) == 0 || json.Compact(&buf, raw) != nil {
+		return "-"
+	}
+	return buf.String()
 }
 
 func formatTime(t *time.Time) string {

@@ -119,10 +119,10 @@ func TestWorkflowCommand(t *testing.T) {
 		t.Parallel()
 		out := weir(t, "", "workflow", "list")
 		require.Equal(t, exitAuth, out.code)
-		require.Contains(t, out.stderr, "unauthenticated")
+		require.Equal(t, "weir: missing bearer token (Authorization: Bearer <token>)\n", out.stderr, "the message alone")
 		out = weir(t, cliReaderSecret, "workflow", "start", "echo")
 		require.Equal(t, exitAuth, out.code)
-		require.Contains(t, out.stderr, "permission_denied")
+		require.Equal(t, "weir: token reader has role read; this needs write\n", out.stderr)
 		out = weir(t, cliWriterSecret, "workflow", "start", "echo", "-n", "elsewhere")
 		require.Equal(t, exitAuth, out.code)
 		// The token can come from another variable: here one that is unset.
@@ -168,9 +168,13 @@ func TestWorkflowCommand(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(ok(t, weir(t, cliReaderSecret, "workflow", "history", prefix+"b", "--json"))), &h))
 		require.Len(t, h.Events, int(d.HistoryLength))
 
-		missing := weir(t, cliReaderSecret, "workflow", "describe", "nope-"+uuid.NewString())
+		missingID := "nope-" + uuid.NewString()
+		missing := weir(t, cliReaderSecret, "workflow", "describe", missingID)
 		require.Equal(t, exitNotFound, missing.code)
-		require.Contains(t, missing.stderr, "not_found")
+		require.Equal(t, "weir: no workflow "+missingID+"\n", missing.stderr)
+		missing = weir(t, cliReaderSecret, "workflow", "describe", missingID, "--json")
+		require.Equal(t, exitNotFound, missing.code)
+		require.Contains(t, missing.stdout, `"code":"not_found"`, "--json prints the error's body")
 	})
 
 	t.Run("SignalResultTerminate", func(t *testing.T) {
@@ -194,7 +198,7 @@ func TestWorkflowCommand(t *testing.T) {
 		require.Contains(t, out.stderr, "terminated")
 		out = weir(t, cliWriterSecret, "workflow", "cancel", workflowID)
 		require.Equal(t, exitConflict, out.code)
-		require.Contains(t, out.stderr, "run_closed")
+		require.Contains(t, out.stderr, "is already terminated")
 	})
 
 	t.Run("StartIdempotentAndConflict", func(t *testing.T) {
@@ -208,8 +212,12 @@ func TestWorkflowCommand(t *testing.T) {
 
 		out := weir(t, cliWriterSecret, "workflow", "start", "wait_for_go", "--workflow-id", workflowID, "--request-id", "r2")
 		require.Equal(t, exitConflict, out.code)
-		require.Contains(t, out.stderr, "workflow_already_started")
-		require.Contains(t, out.stderr, `"generation":1`)
+		require.Contains(t, out.stderr, "already has a live run")
+		require.NotContains(t, out.stderr, `"generation":1`, "the body only with --json")
+		out = weir(t, cliWriterSecret, "workflow", "start", "wait_for_go", "--workflow-id", workflowID, "--request-id", "r2", "--json")
+		require.Equal(t, exitConflict, out.code)
+		require.Contains(t, out.stdout, `"code":"workflow_already_started"`)
+		require.Contains(t, out.stdout, `"generation":1`)
 		ok(t, weir(t, cliWriterSecret, "workflow", "terminate", workflowID))
 	})
 

@@ -9,7 +9,9 @@
 // deadline (-decision wait -deadline 5m) and send the signal yourself
 // through weir dev's API:
 //
-//	weir workflow signal approval-r-1 approval.decision --args '{"approved":true,"by":"you"}'
+//	weir workflow signal approval-<ID> approval.decision --args '{"approved":true,"by":"you"}'
+//
+// (it prints the command with the workflow ID of its run).
 package main
 
 import (
@@ -36,10 +38,10 @@ import (
 
 // ApprovalArgs start a request for approval.
 type ApprovalArgs struct {
-	RequestID string        `json:"request_id"`
-	Requester string        `json:"requester"`
-	Amount    int64         `json:"amount"`
-	Deadline  time.Duration `json:"deadline"`
+	RequestID string            `json:"request_id"`
+	Requester string            `json:"requester"`
+	Amount    int64             `json:"amount"`
+	Deadline  workflow.Duration `json:"deadline"` // "168h" or nanoseconds
 }
 
 func (ApprovalArgs) Kind() string { return "approval" }
@@ -72,13 +74,13 @@ type ApprovalWorkflow struct {
 
 func (w *ApprovalWorkflow) Run(ctx workflow.Context, args ApprovalArgs) (Status, error) {
 	// workflow.Now, not time.Now: replays must see the same time.
-	status := Status{State: "pending", Deadline: workflow.Now(ctx).Add(args.Deadline)}
+	status := Status{State: "pending", Deadline: workflow.Now(ctx).Add(time.Duration(args.Deadline))}
 	// Register the query handler before blocking; it only reads.
 	workflow.SetQueryHandler(ctx, func(StatusQuery) (Status, error) { return status, nil })
 
 	decisions := workflow.GetSignalChannel[Decision](ctx)
 	timerCtx, cancelTimer := workflow.WithCancel(ctx)
-	deadline := workflow.NewTimer(timerCtx, args.Deadline) // durable: survives worker restarts
+	deadline := workflow.NewTimer(timerCtx, time.Duration(args.Deadline)) // durable: survives worker restarts
 
 	var decision *Decision
 	for decision == nil && !deadline.IsReady() {
@@ -142,8 +144,12 @@ func (a *NotifyActivity) Execute(ctx context.Context, args NotifyArgs) (struct{}
 	return struct{}{}, nil
 }
 
+// newRequestID is a request ID no earlier run of the example (nor weir
+// dev's approval-r-1) has used: each run starts a workflow of its own.
+func newRequestID() string { return "r-" + uuid.NewString()[:8] }
+
 func main() {
-	request := flag.String("request", "r-1", "request ID (the workflow ID is approval-<ID>)")
+	request := flag.String("request", newRequestID(), "request ID (the workflow ID is approval-<ID>; default: a new one each run)")
 	decision := flag.String("decision", "approve", `"approve", "reject", "none" (let the deadline pass) or "wait" (signal it yourself)`)
 	deadline := flag.Duration("deadline", 10*time.Second, "how long to wait for a decision")
 	schema := flag.String("schema", os.Getenv("WEIR_SCHEMA"), "Postgres schema of weir's tables (default: the search_path's first)")
@@ -203,7 +209,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, schema string, out io.Writer, 
 	}
 	defer c.Close()
 
-	run, err := c.Start(ctx, ApprovalArgs{RequestID: requestID, Requester: "alice", Amount: 1200, Deadline: deadline},
+	run, err := c.Start(ctx, ApprovalArgs{RequestID: requestID, Requester: "alice", Amount: 1200, Deadline: workflow.Duration(deadline)},
 		&client.StartOpts{WorkflowID: "approval-" + requestID})
 	if err != nil {
 		return fmt.Errorf("starting: %w", err)

@@ -59,3 +59,12 @@ query after close: expired
 `), out.String())
 	})
 }
+
+// Each run of the example asks for an approval of its own, never weir dev's
+// approval-r-1 nor an earlier run's.
+func TestNewRequestIDsDiffer(t *testing.T) {
+	t.Parallel()
+	first := newRequestID()
+	require.NotEqual(t, first, newRequestID())
+	require.NotEqual(t, "r-1", first)
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/weirtest"
+	"github.com/weirhq/weir/workflow"
 )
 
 // The workflow's logic, unit-tested in memory: no Postgres, and a fake clock
@@ -25,7 +26,7 @@ func TestApprovalWorkflow(t *testing.T) {
 		})
 		return env, &notified
 	}
-	args := ApprovalArgs{RequestID: "r-1", Requester: "alice", Deadline: 72 * time.Hour}
+	args := ApprovalArgs{RequestID: "r-1", Requester: "alice", Deadline: workflow.Duration(72 * time.Hour)}
 
 	t.Run("ApprovedBeforeTheDeadline", func(t *testing.T) {
 		t.Parallel()

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/client"
@@ -24,8 +25,13 @@ import (
 	"github.com/weirhq/weir/worker"
 )
 
+// newOrderID is an order ID no earlier run of the example has used, so each
+// run places an order of its own (the same ID again returns the run it
+// started before).
+func newOrderID() string { return "o-" + uuid.NewString()[:8] }
+
 func main() {
-	order := flag.String("order", fmt.Sprintf("o-%d", time.Now().Unix()), "order ID (the workflow ID is order-<ID>; the same ID again returns the same run)")
+	order := flag.String("order", newOrderID(), "order ID (the workflow ID is order-<ID>; the same ID again returns the same run)")
 	fail := flag.String("fail", "", `step to fail: "reserve", "charge", "ship" or "" for none`)
 	schema := flag.String("schema", os.Getenv("WEIR_SCHEMA"), "Postgres schema of weir's tables (default: the search_path's first)")
 	flag.Parse()
@@ -113,7 +119,7 @@ func run(ctx context.Context, pool *pgxpool.Pool, schema string, out io.Writer, 
 	var failed *client.WorkflowFailedError
 	switch {
 	case errors.As(err, &failed):
-		shop.logf("order %s %s: %s", orderID, failed.State, failed.Failure.Message)
+		shop.logf("order %s %s: %s", orderID, failed.State, failed.Failure.Error())
 		return err
 	case err != nil:
 		return fmt.Errorf("waiting for %s: %w", run.WorkflowID, err)

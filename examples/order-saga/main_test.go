@@ -27,13 +27,13 @@ order o-1 completed: reservation res-o-1, charge ch-o-1, tracking 1Z-o-1
 `},
 		{"reserve", `order o-1:
   reserve   FAILED: out of stock
-order o-1 failed: reserve failed, order compensated: activity saga.reserve (event 3, attempt 1): out of stock
+order o-1 failed: reserve failed, order compensated: activity saga.reserve (event 3, attempt 1) failed: StepFailed: out of stock
 `},
 		{"charge", `order o-1:
   reserve   2 × widget (res-o-1)
   charge    FAILED: card declined
   undo      release res-o-1
-order o-1 failed: charge failed, order compensated: activity saga.charge (event 6, attempt 1): card declined
+order o-1 failed: charge failed, order compensated: activity saga.charge (event 6, attempt 1) failed: StepFailed: card declined
 `},
 		{"ship", `order o-1:
   reserve   2 × widget (res-o-1)
@@ -41,7 +41,7 @@ order o-1 failed: charge failed, order compensated: activity saga.charge (event 
   ship      FAILED: no carrier available
   undo      refund 4200 cents (ch-o-1)
   undo      release res-o-1
-order o-1 failed: ship failed, order compensated: activity saga.ship (event 9, attempt 1): no carrier available
+order o-1 failed: ship failed, order compensated: activity saga.ship (event 9, attempt 1) failed: StepFailed: no carrier available
 `},
 	}
 	for _, tt := range tests {
@@ -61,4 +61,11 @@ order o-1 failed: ship failed, order compensated: activity saga.ship (event 9, a
 			require.Equal(t, tt.want, out.String())
 		})
 	}
+}
+
+// Each run of the example places an order of its own: a run right after
+// another (in the same second) must not return the earlier order's run.
+func TestNewOrderIDsDiffer(t *testing.T) {
+	t.Parallel()
+	require.NotEqual(t, newOrderID(), newOrderID())
 }

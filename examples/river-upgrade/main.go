@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -141,8 +142,13 @@ func (l *lockedWriter) printf(format string, args ...any) {
 	fmt.Fprintf(l.w, format, args...)
 }
 
+// newOrderID is an order ID no earlier run of the example has used, so each
+// run places an order of its own (the same ID again returns the run it
+// started before).
+func newOrderID() string { return "o-" + uuid.NewString()[:8] }
+
 func main() {
-	order := flag.String("order", fmt.Sprintf("o-%d", time.Now().Unix()), "order ID to bill in step 2")
+	order := flag.String("order", newOrderID(), "order ID to bill in step 2")
 	schema := flag.String("schema", os.Getenv("WEIR_SCHEMA"), "Postgres schema of River's and weir's tables (default: the search_path's first)")
 	flag.Parse()
 

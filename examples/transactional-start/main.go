@@ -137,8 +137,13 @@ func placeOrder(ctx context.Context, c *client.Client, orders *Orders, orderID s
 	return run, nil
 }
 
+// newOrderID is an order ID no earlier run of the example has used, so each
+// run places an order of its own (the same ID again returns the run it
+// started before).
+func newOrderID() string { return "o-" + uuid.NewString()[:8] }
+
 func main() {
-	order := flag.String("order", fmt.Sprintf("o-%d", time.Now().Unix()), "ID of the order to place; <ID>-rb is the one rolled back")
+	order := flag.String("order", newOrderID(), "ID of the order to place; <ID>-rb is the one rolled back")
 	schema := flag.String("schema", os.Getenv("WEIR_SCHEMA"), "Postgres schema of weir's tables and the orders table (default: the search_path's first)")
 	flag.Parse()
 

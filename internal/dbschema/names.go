@@ -29,6 +29,7 @@ type Names struct {
 	Schedule  string
 	Run       string
 	Update    string
+	Worker    string
 	Workflow  string
 }
 
@@ -47,6 +48,7 @@ func New(schema string) *Names {
 		Schedule:  Qualify(schema, "weir_schedule"),
 		Run:       Qualify(schema, "weir_run"),
 		Update:    Qualify(schema, "weir_update"),
+		Worker:    Qualify(schema, "weir_worker"),
 		Workflow:  Qualify(schema, "weir_workflow"),
 	}
 }

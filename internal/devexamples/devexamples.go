@@ -71,7 +71,7 @@ func Examples() []Example {
 			About: "saga: reserve, charge, ship"},
 		{WorkflowID: "order-1002", Args: OrderArgs{ID: "1002", SKU: "gadget", Qty: 1, Cents: 9900, FailAt: "ship"}, Want: "failed",
 			About: "saga: shipping fails, the charge is refunded and the reservation released"},
-		{WorkflowID: "approval-r-1", Args: ApprovalArgs{RequestID: "r-1", Requester: "alice", Amount: 1200, Deadline: 7 * 24 * time.Hour}, Want: "running",
+		{WorkflowID: "approval-r-1", Args: ApprovalArgs{RequestID: "r-1", Requester: "alice", Amount: 1200, Deadline: workflow.Duration(7 * 24 * time.Hour)}, Want: "running",
 			About: "waits for a decision signal or a 7-day timer"},
 	}
 }
@@ -318,10 +318,10 @@ func (*RefundActivity) Execute(context.Context, RefundArgs) (struct{}, error) { 
 
 // ApprovalArgs start an ApprovalWorkflow.
 type ApprovalArgs struct {
-	RequestID string        `json:"request_id"`
-	Requester string        `json:"requester"`
-	Amount    int64         `json:"amount"`
-	Deadline  time.Duration `json:"deadline"`
+	RequestID string            `json:"request_id"`
+	Requester string            `json:"requester"`
+	Amount    int64             `json:"amount"`
+	Deadline  workflow.Duration `json:"deadline"` // "168h" or nanoseconds
 }
 
 func (ApprovalArgs) Kind() string { return "approval" }
@@ -355,12 +355,12 @@ type ApprovalWorkflow struct {
 func (*ApprovalWorkflow) Opts() *workflow.Opts { return &workflow.Opts{ActivityOpts: activityOpts} }
 
 func (*ApprovalWorkflow) Run(ctx workflow.Context, args ApprovalArgs) (Status, error) {
-	status := Status{State: "pending", Deadline: workflow.Now(ctx).Add(args.Deadline)}
+	status := Status{State: "pending", Deadline: workflow.Now(ctx).Add(time.Duration(args.Deadline))}
 	workflow.SetQueryHandler(ctx, func(StatusQuery) (Status, error) { return status, nil })
 
 	decisions := workflow.GetSignalChannel[Decision](ctx)
 	timerCtx, cancelTimer := workflow.WithCancel(ctx)
-	deadline := workflow.NewTimer(timerCtx, args.Deadline)
+	deadline := workflow.NewTimer(timerCtx, time.Duration(args.Deadline))
 
 	var decision *Decision
 	for decision == nil && !deadline.IsReady() {

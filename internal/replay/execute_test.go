@@ -268,3 +268,22 @@ func TestAddWorkflowInfersTypes(t *testing.T) {
 	out := r.task()
 	require.Len(t, out.Activities, 1)
 }
+
+// A Go error wrapping another records only its own words; the cause holds
+// the rest, so the chain reads each text once.
+func TestFailureOfAWrappingErrorSaysEachTextOnce(t *testing.T) {
+	t.Parallel()
+
+	def := define(func(ctx workflow.Context, args OrderArgs) (Receipt, error) {
+		_, err := workflow.ExecuteActivity[int](ctx, ChargeArgs{Order: args.ID}, nil).Get(ctx)
+		return Receipt{}, fmt.Errorf("charging order %s: %w", args.ID, err)
+	})
+	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.task()
+	out := r.task(failed(t, 3, history.Failure{Message: "card declined", Type: "CardDeclined"}))
+
+	require.Equal(t, "*fmt.wrapError", out.Failure.Type, "the type still names the Go type, for retry policies")
+	require.Equal(t, "charging order o-1", out.Failure.Message)
+	require.Equal(t, "activity charge (event 3, attempt 3) failed", out.Failure.Cause.Message)
+	require.Equal(t, "card declined", out.Failure.Cause.Cause.Message)
+}

@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/workflow"
@@ -22,8 +23,9 @@ const (
 // FailureFromError converts an error to its persisted form, following the
 // chain of causes. A *workflow.ApplicationError keeps its message, type,
 // non-retryable flag and details; weir's error types get the FailureTypeXxx
-// types; any other error gets its message and its Go type (as retry policies'
-// NonRetryableErrorTypes expect). The activity worker uses it too, for what
+// types; any other error gets its Go type (as retry policies'
+// NonRetryableErrorTypes expect) and its message, less the text of the cause
+// it wraps (recorded as its cause), so no text is repeated. The activity worker uses it too, for what
 // activities return. It returns nil for nil.
 func FailureFromError(err error) *history.Failure {
 	return failureFromError(err, 0)
@@ -67,9 +69,24 @@ func failureFromError(err error, depth int) *history.Failure {
 	if err == workflow.ErrCanceled { //nolint:errorlint // the sentinel itself, not what wraps it
 		return &history.Failure{Message: err.Error(), Type: FailureTypeCanceled}
 	}
+	cause := errors.Unwrap(err)
 	return &history.Failure{
-		Message: err.Error(),
+		Message: ownMessage(err, cause),
 		Type:    fmt.Sprintf("%T", err),
-		Cause:   failureFromError(errors.Unwrap(err), depth+1),
+		Cause:   failureFromError(cause, depth+1),
 	}
+}
+
+// ownMessage is what err's text adds to its cause's: "charging order 7" of
+// fmt.Errorf("charging order 7: %w", cause), whose text ends with the
+// cause's, which the failure's cause records. The whole text otherwise.
+func ownMessage(err, cause error) string {
+	msg := err.Error()
+	if cause == nil {
+		return msg
+	}
+	if own, ok := strings.CutSuffix(msg, ": "+cause.Error()); ok && own != "" {
+		return own
+	}
+	return msg
 }

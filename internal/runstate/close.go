@@ -55,9 +55,10 @@ func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverCli
 	var (
 		current    Closed
 		failureRaw []byte
+		taskJobID  *int64
 	)
-	err := tx.QueryRow(ctx, "SELECT state, failure, generation, workflow_id FROM "+names.Run+" WHERE run_id = $1 FOR UPDATE", runID).
-		Scan(&current.State, &failureRaw, &current.Generation, &current.WorkflowID)
+	err := tx.QueryRow(ctx, "SELECT state, failure, generation, workflow_id, task_job_id FROM "+names.Run+" WHERE run_id = $1 FOR UPDATE", runID).
+		Scan(&current.State, &failureRaw, &current.Generation, &current.WorkflowID, &taskJobID)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +77,14 @@ func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverCli
 	if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET state = $2, failure = $3, closed_at = now(), updated_at = now(), task_job_id = NULL"+
 		" WHERE run_id = $1", runID, state, encoded); err != nil {
 		return nil, fmt.Errorf("closing run %s: %w", runID, err)
+	}
+
+	// The queued workflow task has nothing left to do: cancelled, it is not
+	// left available (for a worker that may never come) in River UI.
+	if taskJobID != nil {
+		if _, err := river.JobCancelTx(ctx, tx, *taskJobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			return nil, fmt.Errorf("cancelling task job %d of run %s: %w", *taskJobID, runID, err)
+		}
 	}
 
 	// Pending activities stop: River cancels queued jobs at once and asks

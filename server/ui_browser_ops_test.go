@@ -1,0 +1,73 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+)
+
+// TestUIBrowserOperators drives headless Chromium to the pages that say what
+// is wrong: the workers page, and a run that no worker serves.
+func TestUIBrowserOperators(t *testing.T) {
+	t.Parallel()
+	chromium := chromiumPath(t)
+	dir := artifactsDir(t)
+	b := setupUI(t, nil)
+	b.startOn(t, "echo", "stuck-export", "nobody-polls")
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.WithoutCancel(t.Context()),
+		append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(chromium),
+			chromedp.NoSandbox,
+			chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.WindowSize(1280, 900),
+		)...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	t.Cleanup(func() { _ = chromedp.Cancel(ctx) })
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")))
+	do := func(steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		require.NoError(t, chromedp.Do(stepCtx, steps...))
+	}
+	text := func(sel string) string {
+		t.Helper()
+		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(stepCtx, chromedp.TextContent(chromedp.CSS(sel)))
+		require.NoError(t, err)
+		return s
+	}
+	shot := func(name string) {
+		t.Helper()
+		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		png, err := chromedp.Run(stepCtx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
+	}
+
+	do(chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	do(chromedp.SendKeys(chromedp.CSS("#token"), readerSecret), chromedp.Click(chromedp.CSS("#sign-in")),
+		chromedp.WaitVisible(chromedp.CSS("table.runs")))
+
+	// The header leads to the workers page, which lists the test's worker.
+	do(chromedp.Click(chromedp.CSS(`.main-nav a[href$="/workers"]`)), chromedp.WaitVisible(chromedp.CSS("#workers")))
+	require.Contains(t, text("#workers"), "ui_order")
+	require.Contains(t, text("#workers"), "reserve_stock")
+	shot("ops-01-workers.png")
+
+	// A run on a queue nobody polls says so, and links to the workers.
+	do(chromedp.Navigate(b.url+"/ui/namespaces/default/workflows/stuck-export"), chromedp.WaitVisible(chromedp.CSS("#no-workers")))
+	require.Contains(t, text("#no-workers"), `No live worker serves queue "nobody-polls"`)
+	shot("ops-02-no-workers.png")
+	do(chromedp.Click(chromedp.CSS(`#no-workers a`)), chromedp.WaitVisible(chromedp.CSS("#workers")))
+}

@@ -1,0 +1,124 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// announcer keeps the worker's rows in weir_worker: one per namespace it
+// serves, saying what it serves, upserted every Config.AnnounceInterval and
+// live until AnnounceExpiry intervals after the last upsert. Readers (describe,
+// the CLI, the UI) count the live rows that serve a run's queue and kind.
+type announcer struct {
+	w  *Worker
+	id uuid.UUID
+
+	activityKinds []string
+	queues        []string
+	workflowKinds []string
+
+	noTable  bool // said that the table is missing (only the announcing goroutine touches it)
+	stopOnce sync.Once
+	stopped  chan struct{}
+	done     chan struct{}
+}
+
+// announceForgetAfter is how long after it expired a dead worker's row is
+// deleted (by any worker's announcer).
+const announceForgetAfter = time.Hour
+
+func newAnnouncer(w *Worker) *announcer {
+	return &announcer{
+		w:             w,
+		id:            uuid.New(),
+		activityKinds: append([]string{}, slices.Sorted(maps.Keys(w.activities))...), // never NULL
+		queues:        append([]string{}, slices.Sorted(maps.Keys(w.config.Queues))...),
+		workflowKinds: append([]string{}, slices.Sorted(maps.Keys(w.workflows))...),
+		stopped:       make(chan struct{}),
+		done:          make(chan struct{}),
+	}
+}
+
+// start announces the worker once, then keeps announcing it until stop.
+func (a *announcer) start(ctx context.Context) {
+	a.announce(ctx)
+	go a.loop()
+}
+
+func (a *announcer) loop() {
+	defer close(a.done)
+	ticker := time.NewTicker(a.w.config.AnnounceInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-a.stopped:
+			return
+		case <-ticker.C:
+			ctx, cancel := context.WithTimeout(context.Background(), a.w.config.AnnounceInterval)
+			a.announce(ctx)
+			cancel()
+		}
+	}
+}
+
+// announce upserts the worker's rows and deletes long-dead workers' rows.
+// On a schema older than weir 005 (no table yet: code is deployed before
+// its migration) it says so once and tries again at the next interval, so
+// the worker announces itself as soon as the migration ran.
+func (a *announcer) announce(ctx context.Context) {
+	names := a.w.names
+	interval := a.w.config.AnnounceInterval
+	_, err := a.w.pool.Exec(ctx, "WITH gone AS (DELETE FROM "+names.Worker+" WHERE expires_at < now() - $9::bigint * interval '1 microsecond' AND worker_id <> $1)"+
+		" INSERT INTO "+names.Worker+" (worker_id, namespace, identity, queues, workflow_kinds, activity_kinds, heartbeat_interval, expires_at)"+
+		" SELECT $1, ns, $3, $4, $5, $6, $7::bigint * interval '1 microsecond', now() + $8::bigint * interval '1 microsecond'"+
+		" FROM unnest($2::text[]) ns"+
+		" ON CONFLICT (worker_id, namespace) DO UPDATE SET last_seen_at = now(), expires_at = excluded.expires_at",
+		a.id, a.w.config.Namespaces, a.w.config.Identity, a.queues, a.workflowKinds, a.activityKinds,
+		interval.Microseconds(), (AnnounceExpiry * interval).Microseconds(), announceForgetAfter.Microseconds())
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
+		if !a.noTable {
+			a.noTable = true
+			a.w.config.Logger.WarnContext(ctx, "weir: the schema has no worker table yet (weir migration 005); the worker announces itself once it has")
+		}
+	case err != nil:
+		a.w.config.Logger.WarnContext(ctx, "weir: announcing the worker failed; it retries at the next interval", slog.String("error", err.Error()))
+	}
+}
+
+// stop ends the announcements and deletes the worker's rows: it no longer
+// serves anything.
+func (a *announcer) stop(ctx context.Context) {
+	if a == nil {
+		return
+	}
+	a.stopOnce.Do(func() { close(a.stopped) })
+	<-a.done
+	if _, err := a.w.pool.Exec(ctx, "DELETE FROM "+a.w.names.Worker+" WHERE worker_id = $1", a.id); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UndefinedTable {
+			a.w.config.Logger.WarnContext(ctx, "weir: withdrawing the worker's announcement failed; it expires on its own", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// defaultIdentity names this process for people: "pid@host".
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%d@%s", os.Getpid(), host)
+}
