@@ -352,7 +352,9 @@ run it again: the due times done before start nothing new.`,
 func backfillParts(ctx context.Context, g *globals, c *apiClient, id string, start, end time.Time, resp *server.BackfillResponse) error {
 	req := &server.BackfillRequest{Start: start.Format(time.RFC3339Nano), End: end.Format(time.RFC3339Nano)}
 	var part server.BackfillResponse
-	_, err := c.do(ctx, http.MethodPost, c.schedulePath(id, "/backfill"), nil, req, &part)
+	quiet := *c // a refusal that splits the range is no error to print
+	quiet.errorBody = nil
+	_, err := quiet.do(ctx, http.MethodPost, c.schedulePath(id, "/backfill"), nil, req, &part)
 	var apiErr *apiError
 	if errors.As(err, &apiErr) && apiErr.apiErr.Data["max_due_times"] != nil {
 		mid := start.Add(end.Sub(start) / 2) // Sub saturates past 292 years: mid still splits

@@ -125,6 +125,9 @@ func (rep *report) print(w io.Writer, version string) {
 		if run.reruns > 0 {
 			fmt.Fprintf(w, ", with %d rerun(s) of tests a test binary left unfinished (a panic ends it)", run.reruns)
 		}
+		if len(run.passedOnRerun) > 0 {
+			fmt.Fprintf(w, "; failed once and passed when run again (not counted as differences): %s", joinIDs(run.passedOnRerun))
+		}
 		if len(run.brokenPkgs) > 0 {
 			fmt.Fprintf(w, "; failed with no failing test (build failure, timeout): %s", strings.Join(run.brokenPkgs, ", "))
 		}
@@ -146,4 +149,12 @@ func (rep *report) print(w io.Writer, version string) {
 			fmt.Fprintf(w, "%s %s: <reason>\n", id, rep.outcomes[id][1])
 		}
 	}
+}
+
+func joinIDs(ids []testID) string {
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = id.String()
+	}
+	return strings.Join(names, ", ")
 }

@@ -42,6 +42,8 @@ type runResult struct {
 	brokenPkgs []string
 	elapsed    time.Duration
 	reruns     int
+	// passedOnRerun failed once and passed when run again (confirm).
+	passedOnRerun []testID
 }
 
 // runTests runs River's tests in the copy on driver, in a database of its own.
@@ -87,6 +89,40 @@ func runTests(ctx context.Context, river *riverCopy, driver, adminURL string, op
 	}
 	result.driver, result.elapsed = driver, time.Since(start)
 	return result, nil
+}
+
+// confirm runs ids again on the fencing driver, in a database of its own, and
+// records in fencing the outcome of each that passes now, counted in its
+// passedOnRerun.
+func confirm(ctx context.Context, river *riverCopy, adminURL string, opts *options, fencing *runResult, ids []testID) error {
+	databaseURL, err := createDatabase(ctx, adminURL, "river_conformance_confirm")
+	if err != nil {
+		return err
+	}
+	logs, err := newRunLogs(opts.out, driverFencing+"-confirm")
+	if err != nil {
+		return err
+	}
+	defer logs.close()
+	byPkg := map[string][]testID{}
+	for _, id := range ids {
+		byPkg[id.pkg] = append(byPkg[id.pkg], id)
+	}
+	for _, pkg := range sortedKeys(byPkg) {
+		for _, siblings := range bySubtestParent(byPkg[pkg]) {
+			rerun, err := goTest(ctx, river, driverFencing, databaseURL, []string{packageArg(pkg)}, runPattern(siblings), opts.timeout, logs)
+			if err != nil {
+				return err
+			}
+			for _, id := range siblings {
+				if rerun.outcomes[id] == outcomePass {
+					fencing.outcomes[id] = outcomePass
+					fencing.passedOnRerun = append(fencing.passedOnRerun, id)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // goTest runs go test -json once and reads its outcomes.
