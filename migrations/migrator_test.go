@@ -171,7 +171,7 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, functionDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"), "live lease")
 
-		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: 2})
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: 2, Force: true})
 		require.NoError(t, err)
 		// Fencing 003 only narrowed the insert trigger's WHEN: its down step
 		// brings 001's back, and 002's functions stay.

@@ -428,7 +428,7 @@ func TestTraceShape(t *testing.T) {
 			require.Equal(t, run.WorkflowID, attr(s, weirotel.AttrWorkflowID).AsString(), s.Name())
 			require.Positive(t, attr(s, weirotel.AttrJobID).AsInt64(), s.Name())
 			require.Positive(t, attr(s, weirotel.AttrAttempt).AsInt64(), s.Name())
-			require.Equal(t, "default", attr(s, weirotel.AttrQueue).AsString(), s.Name())
+			require.Equal(t, "weir", attr(s, weirotel.AttrQueue).AsString(), s.Name())
 		}
 		for _, s := range slices.Concat(tasks, flaky, held) {
 			require.Equal(t, int64(1), attr(s, weirotel.AttrGeneration).AsInt64(), s.Name())

@@ -97,8 +97,8 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 		for _, w := range list.Workers {
 			byQueue[w.Queues[0]] = w
 		}
-		require.Contains(t, byQueue["default"].WorkflowKinds, "ui_order")
-		require.Contains(t, byQueue["default"].ActivityKinds, "reserve_stock")
+		require.Contains(t, byQueue["weir"].WorkflowKinds, "ui_order")
+		require.Contains(t, byQueue["weir"].ActivityKinds, "reserve_stock")
 		require.Equal(t, []string{"ops_nap", "ops_panic", "ops_parent"}, byQueue["ops-panics"].WorkflowKinds)
 
 		resp, page := br.get("/ui/namespaces/default/workers")

@@ -157,7 +157,7 @@ func TestWorkersAnnounceThemselves(t *testing.T) {
 	require.Len(t, workers, 1)
 	require.Equal(t, "test-worker", workers[0].Identity)
 	require.Equal(t, client.NamespaceDefault, workers[0].Namespace)
-	require.Equal(t, []string{"default"}, workers[0].Queues)
+	require.Equal(t, []string{"weir"}, workers[0].Queues)
 	require.Equal(t, []string{"order"}, workers[0].WorkflowKinds)
 	require.Equal(t, []string{"charge"}, workers[0].ActivityKinds)
 	require.True(t, workers[0].ExpiresAt.After(workers[0].LastSeenAt))
@@ -184,8 +184,8 @@ func TestWorkersAnnounceThemselves(t *testing.T) {
 	ghost, err := b.client.Start(ctx, GhostArgs{}, nil)
 	require.NoError(t, err)
 	tw = describe(ghost)
-	require.Equal(t, &client.TaskWorkers{Kind: "ghost", Namespace: "default", Queue: "default", OnQueue: 1}, tw)
-	require.Equal(t, `1 live worker serves queue "default", but none registers workflow ghost: the run waits until one does.`, tw.Problem())
+	require.Equal(t, &client.TaskWorkers{Kind: "ghost", Namespace: "default", Queue: "weir", OnQueue: 1}, tw)
+	require.Equal(t, `1 live worker serves queue "weir", but none registers workflow ghost: the run waits until one does.`, tw.Problem())
 
 	// A stopped worker withdraws its announcement.
 	stopped = true
@@ -355,7 +355,7 @@ func TestWorkerAnnouncesItselfOnceMigrated(t *testing.T) {
 	w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, AnnounceInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	worker.AddWorkflow(w, &SequentialWorkflow{})
-	require.NoError(t, w.Start(ctx))
+	require.NoError(t, worker.StartOnSchemaBehind(ctx, w))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
 	workers, err := b.client.ListWorkers(ctx)
 	require.NoError(t, err)

@@ -111,7 +111,7 @@ func Example() {
 		fmt.Println(ev.ID, ev.Type)
 	}
 	// Output:
-	// activity charge on queue default: {"order":"o-1","cents":4200}
+	// activity charge on queue weir: {"order":"o-1","cents":4200}
 	// activity ship on queue shipping: {"order":"o-1"}
 	// receipt: {ChargeID:ch_1 TrackingID:1Z999}
 	// 1 WorkflowStarted

@@ -328,7 +328,7 @@ func TestExecuteActivityOpts(t *testing.T) {
 	out := r.task()
 	require.Len(t, out.Activities, 2)
 	require.Equal(t, &history.ActivityScheduledAttributes{
-		Kind: "charge", Args: []byte(`{"order":"","step":1}`), Queue: "default", Priority: 1,
+		Kind: "charge", Args: []byte(`{"order":"","step":1}`), Queue: "weir", Priority: 1,
 		StartToCloseTimeout: history.Duration(time.Minute),
 		RetryPolicy: &history.RetryPolicy{
 			InitialInterval: history.Duration(time.Second), BackoffCoefficient: 2,
