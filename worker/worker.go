@@ -36,18 +36,20 @@ const goroutineIdle = 10 * time.Second
 // fencing driver: every workflow task and activity attempt holds a lease, so a
 // stale attempt can never commit anything.
 type Worker struct {
-	config     *Config
-	driver     *fencing.Driver
-	eager      *eagerPool   // nil: eager dispatch off
-	goroutines *gopool.Pool // groups of outcomes and workflow code run on these, kept with their stacks
-	handBacks  *handBacks   // foreign namespaces' activities, handed back
-	histories  *historyCache
-	jobIDs     *jobIDs // reserved for the activities it claims
-	names      *dbschema.Names
-	events     *eventstore.Store  // weir_event, folded or not
-	sql        stepSQL            // statements a group of outcomes merges (step_sets.go)
-	notifier   *notifier.Notifier // sends what committed tasks announce
-	pool       *pgxpool.Pool
+	// backfillSlice is how long one attempt of a backfill job starts batches.
+	backfillSlice time.Duration
+	config        *Config
+	driver        *fencing.Driver
+	eager         *eagerPool   // nil: eager dispatch off
+	goroutines    *gopool.Pool // groups of outcomes and workflow code run on these, kept with their stacks
+	handBacks     *handBacks   // foreign namespaces' activities, handed back
+	histories     *historyCache
+	jobIDs        *jobIDs // reserved for the activities it claims
+	names         *dbschema.Names
+	events        *eventstore.Store  // weir_event, folded or not
+	sql           stepSQL            // statements a group of outcomes merges (step_sets.go)
+	notifier      *notifier.Notifier // sends what committed tasks announce
+	pool          *pgxpool.Pool
 
 	mu           sync.Mutex
 	activities   map[string]struct{}
@@ -98,21 +100,22 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	}
 	names := dbschema.New(config.Schema)
 	w := &Worker{
-		activities:   make(map[string]struct{}),
-		eagerRunners: make(map[string]eagerRunner),
-		resultTypes:  make(map[string]reflect.Type),
-		config:       config,
-		goroutines:   gopool.New(goroutineIdle),
-		histories:    newHistoryCache(config.MaxCachedRuns),
-		jobIDs:       &jobIDs{pool: pool, schema: config.Schema},
-		names:        names,
-		events:       eventstore.New(names),
-		sql:          newStepSQL(names),
-		notifier:     notifier.New(pool, config.Logger),
-		pool:         pool,
-		riverWorkers: river.NewWorkers(),
-		stepGroups:   stepGroupsFor(pool),
-		workflows:    make(map[string]*replay.Definition),
+		backfillSlice: backfillSlice,
+		activities:    make(map[string]struct{}),
+		eagerRunners:  make(map[string]eagerRunner),
+		resultTypes:   make(map[string]reflect.Type),
+		config:        config,
+		goroutines:    gopool.New(goroutineIdle),
+		histories:     newHistoryCache(config.MaxCachedRuns),
+		jobIDs:        &jobIDs{pool: pool, schema: config.Schema},
+		names:         names,
+		events:        eventstore.New(names),
+		sql:           newStepSQL(names),
+		notifier:      notifier.New(pool, config.Logger),
+		pool:          pool,
+		riverWorkers:  river.NewWorkers(),
+		stepGroups:    stepGroupsFor(pool),
+		workflows:     make(map[string]*replay.Definition),
 	}
 	w.handBacks = newHandBacks(w)
 	// Every activity job that ends through the fencing layer turns into the
@@ -139,6 +142,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	w.driver = driver
 	river.AddWorker(w.riverWorkers, &timeoutWorker{w: w})
 	river.AddWorker(w.riverWorkers, &timerWorker{w: w})
+	river.AddWorker(w.riverWorkers, &backfillWorker{w: w})
 	return w, nil
 }
 
@@ -323,6 +327,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: creating River client: %w", err)
 	}
 	w.steps = newStepCommitter(w, w.stepGroups, stepGroupMembers) // before River's workers can run
+	w.schedules = newScheduler(w)                                 // its clients start backfills' runs
 	if err := riverClient.Start(ctx); err != nil {
 		return fmt.Errorf("worker: starting River client: %w", err)
 	}
@@ -334,7 +339,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.sweeper.start()
 	w.timers = newTimerWaker(w)
 	w.timers.start()
-	w.schedules = newScheduler(w)
 	w.schedules.start()
 	if len(w.workflows) > 0 {
 		w.queries = newQueryResponder(w)

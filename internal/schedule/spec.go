@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
+	"math/big"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -118,4 +120,60 @@ func (s *Spec) TimeZoneOrUTC() string {
 		return "UTC"
 	}
 	return s.TimeZone
+}
+
+// Count returns how many due times lie in [from, to), or limit+1 when more
+// than limit do: the count never overflows, however long the range, and a
+// cron spec is walked at most limit+1 steps.
+func (s *Spec) Count(anchor, from, to time.Time, limit int64) (int64, error) {
+	if !from.Before(to) {
+		return 0, nil
+	}
+	if s.Every > 0 {
+		return min(s.countEvery(anchor, from, to), limit+1), nil
+	}
+	sched, err := parser.Parse(s.Cron)
+	if err != nil {
+		return 0, fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
+	}
+	loc, err := s.location()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for due := sched.Next(from.Add(-time.Nanosecond).In(loc)); !due.IsZero() && due.Before(to); due = sched.Next(due) {
+		if n++; n > limit {
+			break
+		}
+	}
+	return n, nil
+}
+
+// countEvery counts the n ≥ 1 with from ≤ anchor + n×Every < to in
+// arbitrary precision: spans past 292 years do not fit a time.Duration.
+func (s *Spec) countEvery(anchor, from, to time.Time) int64 {
+	nanos := func(t time.Time) *big.Int {
+		v := big.NewInt(t.Unix())
+		v.Mul(v, big.NewInt(int64(time.Second)))
+		return v.Add(v, big.NewInt(int64(t.Nanosecond())))
+	}
+	every := big.NewInt(int64(s.Every))
+	// ceilDiv is ⌈(t − anchor) / Every⌉: the first n with anchor + n×Every ≥ t.
+	ceilDiv := func(t time.Time) *big.Int {
+		d := new(big.Int).Sub(nanos(anchor), nanos(t)) // −(t − anchor)
+		d.Div(d, every)                                // Euclidean: ⌊−x/e⌋ for e > 0
+		return d.Neg(d)
+	}
+	first := ceilDiv(from)
+	if first.Sign() < 1 {
+		first.SetInt64(1)
+	}
+	n := new(big.Int).Sub(ceilDiv(to), first) // n in [first, ⌈(to − anchor)/e⌉)
+	if n.Sign() < 0 {
+		return 0
+	}
+	if !n.IsInt64() {
+		return math.MaxInt64
+	}
+	return n.Int64()
 }

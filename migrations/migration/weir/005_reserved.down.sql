@@ -1,0 +1,2 @@
+-- weir 005 down: nothing to undo.
+SELECT 1;
