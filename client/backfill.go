@@ -147,7 +147,7 @@ func (c *Client) CreateBackfillTx(ctx context.Context, tx pgx.Tx, scheduleID str
 	}
 	var next *time.Time
 	if total > 0 {
-		due, err := spec.Next(anchor, from.Add(-time.Nanosecond))
+		due, err := spec.NextBefore(anchor, from.Add(-time.Nanosecond), to)
 		if err != nil {
 			return nil, err
 		}

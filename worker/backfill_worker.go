@@ -115,8 +115,8 @@ func (b *backfillWorker) batch(ctx context.Context, job *river.Job[client.Backfi
 				return fmt.Errorf("starting the run due at %s: %w", due.UTC().Format(time.RFC3339Nano), err)
 			}
 			started++
-			next, err := spec.Next(anchor, due)
-			if errors.Is(err, schedule.ErrNeverDue) || (err == nil && !next.Before(rangeEnd)) {
+			next, err := spec.NextBefore(anchor, due, rangeEnd)
+			if errors.Is(err, schedule.ErrNeverDue) {
 				done = true
 				return b.finish(ctx, tx, job, client.BackfillCompleted, nil, started, "")
 			}
