@@ -36,20 +36,22 @@ const goroutineIdle = 10 * time.Second
 // fencing driver: every workflow task and activity attempt holds a lease, so a
 // stale attempt can never commit anything.
 type Worker struct {
-	// backfillSlice is how long one attempt of a backfill job starts batches.
+	config     *Config
+	driver     *fencing.Driver
+	eager      *eagerPool   // nil: eager dispatch off
+	goroutines *gopool.Pool // groups of outcomes and workflow code run on these, kept with their stacks
+	handBacks  *handBacks   // foreign namespaces' activities, handed back
+	histories  *historyCache
+	jobIDs     *jobIDs // reserved for the activities it claims
+	names      *dbschema.Names
+	events     *eventstore.Store  // weir_event, folded or not
+	sql        stepSQL            // statements a group of outcomes merges (step_sets.go)
+	notifier   *notifier.Notifier // sends what committed tasks announce
+	pool       *pgxpool.Pool
+
+	// backfillSlice is how long one attempt of a backfill job starts
+	// batches before it yields.
 	backfillSlice time.Duration
-	config        *Config
-	driver        *fencing.Driver
-	eager         *eagerPool   // nil: eager dispatch off
-	goroutines    *gopool.Pool // groups of outcomes and workflow code run on these, kept with their stacks
-	handBacks     *handBacks   // foreign namespaces' activities, handed back
-	histories     *historyCache
-	jobIDs        *jobIDs // reserved for the activities it claims
-	names         *dbschema.Names
-	events        *eventstore.Store  // weir_event, folded or not
-	sql           stepSQL            // statements a group of outcomes merges (step_sets.go)
-	notifier      *notifier.Notifier // sends what committed tasks announce
-	pool          *pgxpool.Pool
 
 	mu           sync.Mutex
 	activities   map[string]struct{}
@@ -100,24 +102,24 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	}
 	names := dbschema.New(config.Schema)
 	w := &Worker{
-		backfillSlice: backfillSlice,
-		activities:    make(map[string]struct{}),
-		eagerRunners:  make(map[string]eagerRunner),
-		resultTypes:   make(map[string]reflect.Type),
-		config:        config,
-		goroutines:    gopool.New(goroutineIdle),
-		histories:     newHistoryCache(config.MaxCachedRuns),
-		jobIDs:        &jobIDs{pool: pool, schema: config.Schema},
-		names:         names,
-		events:        eventstore.New(names),
-		sql:           newStepSQL(names),
-		notifier:      notifier.New(pool, config.Logger),
-		pool:          pool,
-		riverWorkers:  river.NewWorkers(),
-		stepGroups:    stepGroupsFor(pool),
-		workflows:     make(map[string]*replay.Definition),
+		activities:   make(map[string]struct{}),
+		eagerRunners: make(map[string]eagerRunner),
+		resultTypes:  make(map[string]reflect.Type),
+		config:       config,
+		goroutines:   gopool.New(goroutineIdle),
+		histories:    newHistoryCache(config.MaxCachedRuns),
+		jobIDs:       &jobIDs{pool: pool, schema: config.Schema},
+		names:        names,
+		events:       eventstore.New(names),
+		sql:          newStepSQL(names),
+		notifier:     notifier.New(pool, config.Logger),
+		pool:         pool,
+		riverWorkers: river.NewWorkers(),
+		stepGroups:   stepGroupsFor(pool),
+		workflows:    make(map[string]*replay.Definition),
 	}
 	w.handBacks = newHandBacks(w)
+	w.backfillSlice = backfillSlice
 	// Every activity job that ends through the fencing layer turns into the
 	// activity's outcome in the same transaction (for plain River workers,
 	// whose Work knows nothing of workflows); user hooks still run.
