@@ -164,3 +164,62 @@ func Example_noWorker() {
 	// live workers: 0
 	// No live worker serves queue "refunds": the run waits until a worker that registers workflow refund_order polls it.
 }
+
+// Hand a long backfill to the workers, and read its progress; the same
+// range again is the same backfill.
+func ExampleClient_CreateBackfill() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbtest.ExampleURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	const schema = "weir_example_client_backfill"
+	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Up(ctx, nil); err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	s, err := c.CreateSchedule(ctx, &client.ScheduleParams{ID: "minutely-refunds", Every: time.Minute, Paused: true, Workflow: RefundArgs{}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Thirty days of minutes: more than one request should start.
+	from, to := s.Anchor, s.Anchor.Add(30*24*time.Hour+time.Second)
+	bf, err := c.CreateBackfill(ctx, "minutely-refunds", from, to)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("state:", bf.State, "total:", bf.Total, "started:", bf.Started)
+
+	again, err := c.CreateBackfill(ctx, "minutely-refunds", from, to)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("same backfill:", again.ID == bf.ID)
+
+	// Workers start the runs; DescribeBackfill follows them.
+	if bf, err = c.DescribeBackfill(ctx, bf.ID); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("next due one minute after the anchor:", bf.NextDueAt.Sub(s.Anchor))
+
+	_, err = c.CreateBackfill(ctx, "minutely-refunds", from, from.Add(10*365*24*time.Hour))
+	fmt.Println("ten years of minutes:", errors.Is(err, client.ErrBackfillTooLarge))
+
+	// Output:
+	// state: running total: 43200 started: 0
+	// same backfill: true
+	// next due one minute after the anchor: 1m0s
+	// ten years of minutes: true
+}

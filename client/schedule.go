@@ -344,8 +344,10 @@ func (c *Client) TriggerSchedule(ctx context.Context, id string) (*Run, error) {
 }
 
 // BackfillSchedule starts the runs of the due times in [from, to), as if the
-// schedule had run then (overlapping). Each due time starts at most one run,
-// however often it is backfilled.
+// schedule had run then (overlapping), and returns them. Each due time starts
+// at most one run, however often it is backfilled. It starts them all before
+// it returns, up to 10000; for a longer range, or one that should not depend
+// on the caller staying up, CreateBackfill hands the range to the workers.
 func (c *Client) BackfillSchedule(ctx context.Context, id string, from, to time.Time) ([]*Run, error) {
 	s, err := c.DescribeSchedule(ctx, id)
 	if err != nil {

@@ -24,9 +24,11 @@
 // workflow's kind and args as JSON), list (GET, by ID with a cursor), and per
 // schedule ID describe (GET), update (PATCH: note, overlap policy, paused),
 // delete (DELETE), and POST pause, resume, trigger (start a run now) and
-// backfill (start the runs of the due times in a range). Reading schedules
-// needs the read role, everything else admin. A taken ID is 409
-// schedule_already_exists, an unknown one 404 not_found.
+// backfill (start the runs of the due times in a range: up to 1000 in the
+// request, a longer range, up to client.BackfillMax, as a durable backfill
+// run by the workers, 202, followed under GET …/backfills/{backfill_id}).
+// Reading schedules needs the read role, everything else admin. A taken ID
+// is 409 schedule_already_exists, an unknown one 404 not_found.
 //
 // Every error is {"error": {"code", "message", "data"}} with a stable code
 // (the Code constants) and the IDs involved in data, e.g.
@@ -51,7 +53,7 @@
 //
 // Text anywhere in a request (path, query, form, JSON strings and args)
 // must be valid UTF-8 without NUL bytes: 400 invalid_argument otherwise,
-// before any query. A backfill starts at most 1000 due times a request.
+// before any query.
 //
 // # Web UI
 //

@@ -86,6 +86,8 @@ func (s *Server) apiError(r *http.Request, err error) *Error {
 		rejected *client.UpdateRejectedError
 		uFailed  *client.UpdateFailedError
 		noSched  *client.ScheduleNotFoundError
+		noFill   *client.BackfillNotFoundError
+		tooLarge *client.BackfillTooLargeError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -114,6 +116,14 @@ func (s *Server) apiError(r *http.Request, err error) *Error {
 	case errors.As(err, &noSched):
 		return newError(http.StatusNotFound, CodeNotFound, noSched.Error(), map[string]any{
 			"namespace": noSched.Namespace, "schedule_id": noSched.ID,
+		})
+	case errors.As(err, &noFill):
+		return newError(http.StatusNotFound, CodeNotFound, noFill.Error(), map[string]any{
+			"backfill_id": noFill.ID.String(), "namespace": noFill.Namespace,
+		})
+	case errors.As(err, &tooLarge):
+		return newError(http.StatusBadRequest, CodeInvalidArgument, tooLarge.Error(), map[string]any{
+			"field": "end", "max_due_times": tooLarge.Max, "schedule_id": tooLarge.ScheduleID,
 		})
 	case errors.As(err, &closed):
 		return newError(http.StatusConflict, CodeRunClosed, closed.Error(), map[string]any{

@@ -60,6 +60,8 @@ func (s *Server) routeTable() []*route {
 		{method: http.MethodPost, pattern: schedulePrefix + "/resume", role: RoleAdmin, api: s.handleResumeSchedule},
 		{method: http.MethodPost, pattern: schedulePrefix + "/trigger", role: RoleAdmin, api: s.handleTriggerSchedule},
 		{method: http.MethodPost, pattern: schedulePrefix + "/backfill", role: RoleAdmin, api: s.handleBackfillSchedule},
+		{method: http.MethodGet, pattern: schedulePrefix + "/backfills", role: RoleRead, api: s.handleListBackfills},
+		{method: http.MethodGet, pattern: schedulePrefix + "/backfills/{backfill_id}", role: RoleRead, api: s.handleDescribeBackfill},
 	}
 }
 

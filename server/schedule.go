@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"sort"
 	"strings"
@@ -119,11 +118,50 @@ type ScheduleDeletedResponse struct {
 	ScheduleID string `json:"schedule_id"`
 }
 
-// BackfillResponse is the body of a backfill: the runs of the range's due
-// times, whether this backfill created them (created) or an earlier start
-// of the same due time did.
+// BackfillResponse is the body of a backfill. A range of up to 1000 due
+// times starts them in the request (200): Runs are their runs, whether this
+// backfill created them (created) or an earlier start of the same due time
+// did. A longer range becomes a durable backfill run by weir's workers
+// (202): Backfill is it, and Runs is empty.
 type BackfillResponse struct {
-	Runs []*RunResponse `json:"runs"`
+	Backfill *BackfillJSON  `json:"backfill,omitempty"`
+	Runs     []*RunResponse `json:"runs"`
+}
+
+// BackfillJSON is a durable backfill as the API returns it.
+type BackfillJSON struct {
+	BackfillID uuid.UUID `json:"backfill_id"`
+	CreatedAt  time.Time `json:"created_at"`
+	// End is the range's end (exclusive), Start its start (inclusive).
+	End time.Time `json:"end"`
+	// Error says why a failed backfill stopped, or what its last failed
+	// batch met (it retries).
+	Error     string `json:"error,omitempty"`
+	Namespace string `json:"namespace"`
+	// NextDueAt is the next due time to start; absent once none is left.
+	NextDueAt  *time.Time `json:"next_due_at,omitempty"`
+	ScheduleID string     `json:"schedule_id"`
+	Start      time.Time  `json:"start"`
+	// Started counts the due times whose runs have started.
+	Started int64 `json:"started"`
+	// State is running, completed or failed.
+	State string `json:"state"`
+	// Total is how many due times the range holds.
+	Total     int64     `json:"total"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// BackfillListResponse is the body of GET …/schedules/{schedule_id}/backfills.
+type BackfillListResponse struct {
+	// Backfills are the schedule's durable backfills, newest first.
+	Backfills []*BackfillJSON `json:"backfills"`
+}
+
+func backfillJSON(b *client.Backfill) *BackfillJSON {
+	return &BackfillJSON{
+		BackfillID: b.ID, CreatedAt: b.CreatedAt, End: b.End, Error: b.Error, Namespace: b.Namespace, NextDueAt: b.NextDueAt,
+		ScheduleID: b.ScheduleID, Start: b.Start, Started: b.Started, State: string(b.State), Total: b.Total, UpdatedAt: b.UpdatedAt,
+	}
 }
 
 // OverlapPolicies are the overlap policies a schedule may have.
@@ -374,11 +412,11 @@ func (s *Server) handleTriggerSchedule(r *http.Request) (int, any, error) {
 	return http.StatusCreated, runResponse(run), nil
 }
 
-// backfillMax is the most due times one backfill request starts: few
-// enough to start within a request's time limit. A longer range is
-// invalid_argument; split it (each due time starts at most one run, so a
-// backfill that timed out can simply be sent again).
-const backfillMax = 1000
+// backfillInlineMax is the most due times a backfill request starts
+// itself: few enough to start within a request's time limit. A longer range
+// (up to client.BackfillMax) becomes a durable backfill that weir's workers
+// run; the request answers 202 at once.
+const backfillInlineMax = 1000
 
 func (s *Server) handleBackfillSchedule(r *http.Request) (int, any, error) {
 	c, id, err := s.scheduleTarget(r)
@@ -405,8 +443,16 @@ func (s *Server) handleBackfillSchedule(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := checkBackfillRange(sched, start, end); err != nil {
+	inline, err := fitsInline(sched, start, end)
+	if err != nil {
 		return 0, nil, err
+	}
+	if !inline {
+		bf, err := c.CreateBackfill(r.Context(), id, start, end)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusAccepted, &BackfillResponse{Backfill: backfillJSON(bf), Runs: []*RunResponse{}}, nil
 	}
 	runs, err := c.BackfillSchedule(r.Context(), id, start, end)
 	if err != nil {
@@ -419,9 +465,9 @@ func (s *Server) handleBackfillSchedule(r *http.Request) (int, any, error) {
 	return http.StatusOK, resp, nil
 }
 
-// checkBackfillRange refuses, before any run starts, a range with more than
-// backfillMax due times.
-func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
+// fitsInline reports, before any run starts, whether a range holds at most
+// backfillInlineMax due times.
+func fitsInline(sched *client.Schedule, start, end time.Time) (bool, error) {
 	if sched.Every > 0 {
 		// Intervals count from the schedule's anchor; from start is at
 		// least as many. Sub saturates for spans past 292 years and the
@@ -432,30 +478,46 @@ func checkBackfillRange(sched *client.Schedule, start, end time.Time) error {
 		if span%sched.Every != 0 {
 			n++
 		}
-		if n > backfillMax {
-			return tooManyDueTimes()
-		}
-		return nil
+		return n <= backfillInlineMax, nil
 	}
 	spec := &schedule.Spec{Cron: sched.Cron, TimeZone: sched.TimeZone}
-	due, err := spec.Next(start, start.Add(-time.Nanosecond))
-	for n := 0; err == nil && due.Before(end); due, err = spec.Next(start, due) {
-		if n++; n > backfillMax {
-			return tooManyDueTimes()
-		}
-	}
-	if errors.Is(err, schedule.ErrNeverDue) {
-		return nil // no due time left in the range: nothing to start
-	}
-	return err
+	n, err := spec.Count(start, start, end, backfillInlineMax)
+	return n <= backfillInlineMax, err
 }
 
-// tooManyDueTimes is the error of a backfill range past backfillMax; its
-// data's max_due_times tells a caller to split the range.
-func tooManyDueTimes() error {
-	return newError(http.StatusBadRequest, CodeInvalidArgument,
-		fmt.Sprintf("the range holds more than %d due times, the most a request starts: split it", backfillMax),
-		map[string]any{"field": "end", "max_due_times": backfillMax})
+func (s *Server) handleListBackfills(r *http.Request) (int, any, error) {
+	c, id, err := s.scheduleTarget(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	list, err := c.ListBackfills(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp := &BackfillListResponse{Backfills: []*BackfillJSON{}}
+	for _, b := range list {
+		resp.Backfills = append(resp.Backfills, backfillJSON(b))
+	}
+	return http.StatusOK, resp, nil
+}
+
+func (s *Server) handleDescribeBackfill(r *http.Request) (int, any, error) {
+	c, id, err := s.scheduleTarget(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	backfillID, err := uuid.Parse(r.PathValue("backfill_id"))
+	if err != nil {
+		return 0, nil, invalidArgument("backfill_id", "backfill_id is not a UUID: %q", r.PathValue("backfill_id"))
+	}
+	bf, err := c.DescribeBackfill(r.Context(), backfillID)
+	if err == nil && bf.ScheduleID != id {
+		err = &client.BackfillNotFoundError{ID: backfillID, Namespace: r.PathValue("namespace")}
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, backfillJSON(bf), nil
 }
 
 func (s *Server) handleDeleteSchedule(r *http.Request) (int, any, error) {

@@ -192,7 +192,7 @@ func TestScheduleAPI(t *testing.T) {
 			{"start", &server.BackfillRequest{Start: "yesterday", End: "2020-01-01T00:00:00Z"}},
 			{"end", &server.BackfillRequest{Start: "2020-01-01T00:00:00Z"}},
 			{"end", &server.BackfillRequest{Start: "2020-01-02T00:00:00Z", End: "2020-01-01T00:00:00Z"}},
-			{"end", &server.BackfillRequest{Start: "2000-01-01T00:00:00Z", End: "2020-01-01T00:00:00Z"}}, // > 1000 hours
+			{"end", &server.BackfillRequest{Start: "0001-01-01T00:00:00Z", End: "9999-12-31T00:00:00Z"}}, // > client.BackfillMax hours
 		} {
 			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulePath("default", id, "/backfill"), adminSecret, tc.req)
 			require.Equal(t, tc.field, e.Data["field"], e.Message)
@@ -212,6 +212,7 @@ func TestScheduleAPI(t *testing.T) {
 		for _, token := range []string{readerSecret, writerSecret} {
 			callJSON[server.ScheduleListResponse](t, b, http.StatusOK, http.MethodGet, schedulesPath("default"), token, nil)
 			callJSON[server.ScheduleJSON](t, b, http.StatusOK, http.MethodGet, schedulePath("default", id, ""), token, nil)
+			callJSON[server.BackfillListResponse](t, b, http.StatusOK, http.MethodGet, schedulePath("default", id, "/backfills"), token, nil)
 			for _, rt := range []struct{ method, path string }{
 				{http.MethodPost, schedulesPath("default")},
 				{http.MethodPatch, schedulePath("default", id, "")},
@@ -293,25 +294,57 @@ func TestScheduleAPI(t *testing.T) {
 			require.Equal(t, filled.Runs[i].RunID, r.RunID)
 		}
 
-		// A range of more due times than a request starts is refused before
+		// A range of more due times than a backfill covers is refused before
 		// any starts, however long: spans past 292 years saturate, and the
 		// count must not wrap (0001–2100 of an hourly schedule did).
 		every := "sched-every-" + uuid.NewString()
 		createSchedule(t, b, "default", &server.ScheduleRequest{Every: "1h", Kind: "echo", Paused: true, ScheduleID: every})
 		for _, tc := range []struct{ id, start, end string }{
-			{every, "0001-01-01T00:00:00Z", "2100-01-01T00:00:00Z"},
 			{every, "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"},
-			{every, "2020-01-01T00:00:00Z", "2020-02-12T00:00:00Z"}, // 1008 hours
+			{every, "2020-01-01T00:00:00Z", "2400-01-01T00:00:00Z"},
 			{id, "1000-01-01T00:00:00Z", "2100-01-01T00:00:00Z"},
-			{id, "2020-01-01T00:00:00Z", "2020-02-12T00:00:00Z"},
 		} {
 			e := callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodPost, schedulePath("default", tc.id, "/backfill"),
 				adminSecret, &server.BackfillRequest{Start: tc.start, End: tc.end})
-			require.InDelta(t, 1000, e.Data["max_due_times"], 0, "the error says to split the range")
+			require.InDelta(t, client.BackfillMax, e.Data["max_due_times"], 0, "the error says to split the range")
 		}
 		list := callJSON[server.ListResponse](t, b, http.StatusOK, http.MethodGet,
 			workflowsPath("default")+"?workflow_id_prefix="+url.QueryEscape(every), adminSecret, nil)
 		require.Empty(t, list.Runs, "a refused backfill starts nothing")
+		backfills := callJSON[server.BackfillListResponse](t, b, http.StatusOK, http.MethodGet, schedulePath("default", every, "/backfills"), adminSecret, nil)
+		require.Empty(t, backfills.Backfills, "nor stores anything")
+
+		// More than a request starts: a durable backfill (202), run by the
+		// workers, its progress readable; sent again, the same backfill.
+		long := &server.BackfillRequest{Start: "2020-01-01T00:00:00Z", End: "2020-02-12T00:00:00Z"} // 1008 hours
+		accepted := callJSON[server.BackfillResponse](t, b, http.StatusAccepted, http.MethodPost, schedulePath("default", id, "/backfill"), adminSecret, long)
+		require.NotNil(t, accepted.Backfill)
+		require.Empty(t, accepted.Runs)
+		require.EqualValues(t, 1008, accepted.Backfill.Total)
+		require.Equal(t, id, accepted.Backfill.ScheduleID)
+		fillPath := schedulePath("default", id, "/backfills/"+accepted.Backfill.BackfillID.String())
+		done := callJSON[server.BackfillJSON](t, b, http.StatusOK, http.MethodGet, fillPath, readerSecret, nil)
+		for deadline := time.Now().Add(2 * time.Minute); done.State != "completed"; {
+			require.Equal(t, "running", done.State, done.Error)
+			require.True(t, time.Now().Before(deadline), "the backfill never completed: %+v", done)
+			time.Sleep(50 * time.Millisecond) //nolint:forbidigo // polling progress with a deadline
+			done = callJSON[server.BackfillJSON](t, b, http.StatusOK, http.MethodGet, fillPath, readerSecret, nil)
+		}
+		require.EqualValues(t, 1008, done.Started)
+		require.Nil(t, done.NextDueAt)
+		resent := callJSON[server.BackfillResponse](t, b, http.StatusAccepted, http.MethodPost, schedulePath("default", id, "/backfill"), adminSecret, long)
+		require.Equal(t, accepted.Backfill.BackfillID, resent.Backfill.BackfillID)
+		require.Equal(t, "completed", resent.Backfill.State)
+		backfills = callJSON[server.BackfillListResponse](t, b, http.StatusOK, http.MethodGet, schedulePath("default", id, "/backfills"), readerSecret, nil)
+		require.Len(t, backfills.Backfills, 1)
+
+		// A backfill is found under its own schedule only.
+		callError(t, b, http.StatusNotFound, server.CodeNotFound, http.MethodGet,
+			schedulePath("default", every, "/backfills/"+accepted.Backfill.BackfillID.String()), readerSecret, nil)
+		callError(t, b, http.StatusNotFound, server.CodeNotFound, http.MethodGet,
+			schedulePath("default", id, "/backfills/"+uuid.NewString()), readerSecret, nil)
+		callError(t, b, http.StatusBadRequest, server.CodeInvalidArgument, http.MethodGet,
+			schedulePath("default", id, "/backfills/not-a-uuid"), readerSecret, nil)
 
 		// A range without due times starts nothing.
 		none := callJSON[server.BackfillResponse](t, b, http.StatusOK, http.MethodPost, schedulePath("default", id, "/backfill"), adminSecret,

@@ -1,6 +1,9 @@
 package worker
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // StartOnSchemaBehind starts w without refusing a schema behind this build,
 // for tests of a migration's rollout that start a worker before the
@@ -11,3 +14,7 @@ func StartOnSchemaBehind(ctx context.Context, w *Worker) error {
 	w.mu.Unlock()
 	return w.Start(ctx)
 }
+
+// SetBackfillSlice makes each attempt of w's backfill jobs start batches for
+// d (0: one batch an attempt), before Start.
+func SetBackfillSlice(w *Worker, d time.Duration) { w.backfillSlice = d }

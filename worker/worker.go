@@ -49,6 +49,10 @@ type Worker struct {
 	notifier   *notifier.Notifier // sends what committed tasks announce
 	pool       *pgxpool.Pool
 
+	// backfillSlice is how long one attempt of a backfill job starts
+	// batches before it yields.
+	backfillSlice time.Duration
+
 	mu           sync.Mutex
 	activities   map[string]struct{}
 	resultTypes  map[string]reflect.Type // of AddActivity's activities, by kind
@@ -116,6 +120,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		workflows:    make(map[string]*replay.Definition),
 	}
 	w.handBacks = newHandBacks(w)
+	w.backfillSlice = backfillSlice
 	// Every activity job that ends through the fencing layer turns into the
 	// activity's outcome in the same transaction (for plain River workers,
 	// whose Work knows nothing of workflows); user hooks still run.
@@ -140,6 +145,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	w.driver = driver
 	river.AddWorker(w.riverWorkers, &timeoutWorker{w: w})
 	river.AddWorker(w.riverWorkers, &timerWorker{w: w})
+	river.AddWorker(w.riverWorkers, &backfillWorker{w: w})
 	return w, nil
 }
 
@@ -324,6 +330,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: creating River client: %w", err)
 	}
 	w.steps = newStepCommitter(w, w.stepGroups, stepGroupMembers) // before River's workers can run
+	w.schedules = newScheduler(w)                                 // its clients start backfills' runs
 	if err := riverClient.Start(ctx); err != nil {
 		return fmt.Errorf("worker: starting River client: %w", err)
 	}
@@ -335,7 +342,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.sweeper.start()
 	w.timers = newTimerWaker(w)
 	w.timers.start()
-	w.schedules = newScheduler(w)
 	w.schedules.start()
 	if len(w.workflows) > 0 {
 		w.queries = newQueryResponder(w)

@@ -38,6 +38,7 @@ they are due. Listing and describing need the read role, the rest admin.
 		newSchedulePauseCommand(g, opts, "resume", "Resume a paused schedule; due times that passed meanwhile are skipped (backfill starts them)"),
 		newScheduleTriggerCommand(g, opts),
 		newScheduleBackfillCommand(g, opts),
+		newScheduleBackfillsCommand(g, opts),
 		newScheduleDeleteCommand(g, opts),
 	)
 	return cmd
@@ -293,7 +294,10 @@ func newScheduleTriggerCommand(g *globals, api *apiOpts) *cobra.Command {
 }
 
 func newScheduleBackfillCommand(g *globals, api *apiOpts) *cobra.Command {
-	var req server.BackfillRequest
+	var (
+		req  server.BackfillRequest
+		wait bool
+	)
 	cmd := &cobra.Command{
 		Use:   "backfill SCHEDULE_ID --start TIME --end TIME",
 		Short: "Start the runs of the schedule's due times in [--start, --end)",
@@ -301,77 +305,130 @@ func newScheduleBackfillCommand(g *globals, api *apiOpts) *cobra.Command {
 (exclusive), RFC 3339 times, as if the schedule had run then. Each due time
 starts at most one run however often it is backfilled; runs overlap.
 
-The server starts at most 1000 due times a request; a longer range is sent in
-parts, each reported on stderr as it is done. Should the command stop midway,
-run it again: the due times done before start nothing new.`,
-		Example: `  weir schedule backfill nightly-report --start 2026-11-01T00:00:00Z --end 2026-11-08T00:00:00Z`,
-		Args:    exactArgs(1),
+A range of up to 1000 due times starts in the request, and its runs are
+printed. A longer range (up to 1000000 due times) becomes a durable backfill
+that weir's workers run in batches: its ID and progress are printed, and
+--wait follows its progress on stderr until it ends. Sending the same range
+again returns the same backfill; "weir schedule backfills" lists them.`,
+		Example: `  weir schedule backfill nightly-report --start 2026-11-01T00:00:00Z --end 2026-11-08T00:00:00Z
+  weir schedule backfill every-minute --start 2026-01-01T00:00:00Z --end 2026-11-01T00:00:00Z --wait`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, positional []string) error {
 			if req.Start == "" || req.End == "" {
 				return usageError(errors.New("backfill needs --start and --end"))
 			}
-			start, err := time.Parse(time.RFC3339Nano, req.Start)
-			if err != nil {
-				return usageError(fmt.Errorf("--start is not an RFC 3339 time: %w", err))
-			}
-			end, err := time.Parse(time.RFC3339Nano, req.End)
-			if err != nil {
-				return usageError(fmt.Errorf("--end is not an RFC 3339 time: %w", err))
+			for name, v := range map[string]string{"--start": req.Start, "--end": req.End} {
+				if _, err := time.Parse(time.RFC3339Nano, v); err != nil {
+					return usageError(fmt.Errorf("%s is not an RFC 3339 time: %w", name, err))
+				}
 			}
 			c := api.client(g)
-			resp := server.BackfillResponse{Runs: []*server.RunResponse{}}
-			if err := backfillParts(cmd.Context(), g, c, positional[0], start, end, &resp); err != nil {
+			var resp server.BackfillResponse
+			if _, err := c.do(cmd.Context(), http.MethodPost, c.schedulePath(positional[0], "/backfill"), nil, &req, &resp); err != nil {
 				return err
+			}
+			if resp.Backfill != nil && wait {
+				bf, err := waitBackfill(cmd.Context(), g, c, resp.Backfill)
+				if err != nil {
+					return err
+				}
+				resp.Backfill = bf
 			}
 			if api.json {
 				raw, err := json.Marshal(&resp)
 				if err != nil {
 					return err
 				}
-				return printJSON(g, raw)
+				if err := printJSON(g, raw); err != nil {
+					return err
+				}
+			} else if resp.Backfill != nil {
+				if err := printBackfills(g, []*server.BackfillJSON{resp.Backfill}); err != nil {
+					return err
+				}
+			} else {
+				rows := [][]string{{"WORKFLOW ID", "RUN ID", "CREATED"}}
+				for _, run := range resp.Runs {
+					rows = append(rows, []string{run.WorkflowID, run.RunID.String(), strconv.FormatBool(run.Created)})
+				}
+				if err := printTable(g, rows); err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stderr, "%d due times\n", len(resp.Runs))
 			}
-			rows := [][]string{{"WORKFLOW ID", "RUN ID", "CREATED"}}
-			for _, run := range resp.Runs {
-				rows = append(rows, []string{run.WorkflowID, run.RunID.String(), strconv.FormatBool(run.Created)})
+			if resp.Backfill != nil && resp.Backfill.State == string(client.BackfillFailed) {
+				return fmt.Errorf("backfill %s failed: %s", resp.Backfill.BackfillID, resp.Backfill.Error)
 			}
-			if err := printTable(g, rows); err != nil {
-				return err
-			}
-			fmt.Fprintf(g.stderr, "%d due times\n", len(resp.Runs))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&req.Start, "start", "", "start of the range, inclusive (RFC 3339)")
 	cmd.Flags().StringVar(&req.End, "end", "", "end of the range, exclusive (RFC 3339)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "for a durable backfill: follow its progress until it ends")
 	return cmd
 }
 
-// backfillParts backfills [start, end) of a schedule, halving a range the
-// server refuses as holding too many due times (its error's max_due_times)
-// until each part fits one request, and adds the runs to resp in order.
-func backfillParts(ctx context.Context, g *globals, c *apiClient, id string, start, end time.Time, resp *server.BackfillResponse) error {
-	req := &server.BackfillRequest{Start: start.Format(time.RFC3339Nano), End: end.Format(time.RFC3339Nano)}
-	var part server.BackfillResponse
-	quiet := *c // a refusal that splits the range is no error to print
-	quiet.errorBody = nil
-	_, err := quiet.do(ctx, http.MethodPost, c.schedulePath(id, "/backfill"), nil, req, &part)
-	var apiErr *apiError
-	if errors.As(err, &apiErr) && apiErr.apiErr.Data["max_due_times"] != nil {
-		mid := start.Add(end.Sub(start) / 2) // Sub saturates past 292 years: mid still splits
-		if !mid.After(start) || !mid.Before(end) {
-			return err
+// backfillPollInterval is how often --wait reads a durable backfill's
+// progress.
+const backfillPollInterval = time.Second
+
+// waitBackfill reads a durable backfill's progress until it is no longer
+// running, reporting each change on stderr.
+func waitBackfill(ctx context.Context, g *globals, c *apiClient, bf *server.BackfillJSON) (*server.BackfillJSON, error) {
+	path := c.schedulePath(bf.ScheduleID, "/backfills/"+bf.BackfillID.String())
+	reported := int64(-1)
+	for {
+		if bf.Started != reported {
+			fmt.Fprintf(g.stderr, "backfill %s: %d of %d due times started\n", bf.BackfillID, bf.Started, bf.Total)
+			reported = bf.Started
 		}
-		if err := backfillParts(ctx, g, c, id, start, mid, resp); err != nil {
-			return err
+		if bf.State != string(client.BackfillRunning) {
+			return bf, nil
 		}
-		return backfillParts(ctx, g, c, id, mid, end, resp)
+		timer := time.NewTimer(backfillPollInterval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		case <-timer.C:
+		}
+		next := new(server.BackfillJSON)
+		if _, err := c.do(ctx, http.MethodGet, path, nil, nil, next); err != nil {
+			return nil, err
+		}
+		bf = next
 	}
-	if err != nil {
-		return err
+}
+
+func printBackfills(g *globals, list []*server.BackfillJSON) error {
+	rows := [][]string{{"BACKFILL ID", "START", "END", "STATE", "STARTED", "TOTAL", "ERROR"}}
+	for _, b := range list {
+		rows = append(rows, []string{
+			b.BackfillID.String(), b.Start.UTC().Format(time.RFC3339Nano), b.End.UTC().Format(time.RFC3339Nano), b.State,
+			strconv.FormatInt(b.Started, 10), strconv.FormatInt(b.Total, 10), b.Error,
+		})
 	}
-	resp.Runs = append(resp.Runs, part.Runs...)
-	fmt.Fprintf(g.stderr, "backfilled %s to %s: %d due times\n", req.Start, req.End, len(part.Runs))
-	return nil
+	return printTable(g, rows)
+}
+
+func newScheduleBackfillsCommand(g *globals, api *apiOpts) *cobra.Command {
+	return &cobra.Command{
+		Use:   "backfills SCHEDULE_ID",
+		Short: "List the schedule's durable backfills and their progress, newest first",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, positional []string) error {
+			c := api.client(g)
+			var resp server.BackfillListResponse
+			raw, err := c.do(cmd.Context(), http.MethodGet, c.schedulePath(positional[0], "/backfills"), nil, nil, &resp)
+			if err != nil {
+				return err
+			}
+			if api.json {
+				return printJSON(g, raw)
+			}
+			return printBackfills(g, resp.Backfills)
+		},
+	}
 }
 
 func newScheduleDeleteCommand(g *globals, api *apiOpts) *cobra.Command {

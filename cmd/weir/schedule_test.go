@@ -95,34 +95,31 @@ func TestScheduleCommand(t *testing.T) {
 		require.Equal(t, exitNotFound, missing.code)
 	})
 
-	t.Run("BackfillInParts", func(t *testing.T) {
+	t.Run("LongBackfillIsDurable", func(t *testing.T) {
 		t.Parallel()
-		id := "cli-sched-parts-" + uuid.NewString()
+		id := "cli-sched-long-" + uuid.NewString()
 		ok(t, weir(t, cliAdminSecret, "schedule", "create", id, "nobody_runs_this", "--cron", "0 * * * *", "--paused"))
-		// 1009 hourly due times: more than a request starts, so two parts.
-		backfill := []string{"schedule", "backfill", id, "--start", "2025-01-01T00:00:00Z", "--end", "2025-02-12T01:00:00Z", "--json"}
-		out := weir(t, cliAdminSecret, backfill...)
+		// 1009 hourly due times: more than a request starts, so a durable
+		// backfill, submitted once and followed to its end.
+		backfill := []string{"schedule", "backfill", id, "--start", "2025-01-01T00:00:00Z", "--end", "2025-02-12T01:00:00Z"}
+		out := weir(t, cliAdminSecret, append(backfill, "--wait", "--json")...)
 		require.Equal(t, 0, out.code, out.stderr)
-		require.Equal(t, 2, strings.Count(out.stderr, "backfilled "), out.stderr)
+		require.Contains(t, out.stderr, "1009 of 1009 due times started", out.stderr)
 		var filled server.BackfillResponse
 		require.NoError(t, json.Unmarshal([]byte(out.stdout), &filled))
-		require.Len(t, filled.Runs, 1009)
-		seen := map[string]bool{}
-		for _, r := range filled.Runs {
-			require.True(t, r.Created)
-			seen[r.WorkflowID] = true
-		}
-		require.Len(t, seen, 1009, "one run per due time")
+		require.NotNil(t, filled.Backfill)
+		require.Equal(t, "completed", filled.Backfill.State)
+		require.EqualValues(t, 1009, filled.Backfill.Started)
+		require.Empty(t, filled.Runs)
 
-		// Sent again (as after an interrupted backfill), nothing new starts.
+		// Sent again (as after an interrupted command): the same backfill.
 		out = weir(t, cliAdminSecret, backfill...)
 		require.Equal(t, 0, out.code, out.stderr)
-		var again server.BackfillResponse
-		require.NoError(t, json.Unmarshal([]byte(out.stdout), &again))
-		require.Len(t, again.Runs, 1009)
-		for _, r := range again.Runs {
-			require.False(t, r.Created)
-		}
+		require.Contains(t, out.stdout, filled.Backfill.BackfillID.String())
+		require.Contains(t, out.stdout, "completed")
+		listed := ok(t, weir(t, cliReaderSecret, "schedule", "backfills", id))
+		require.Contains(t, listed, filled.Backfill.BackfillID.String())
+		require.Equal(t, 2, strings.Count(strings.TrimSpace(listed), "\n")+1, "a header and one backfill: %s", listed)
 	})
 
 	t.Run("UsageAndAuth", func(t *testing.T) {

@@ -18,6 +18,8 @@ type Names struct {
 	Schema string
 
 	Activity string
+	// Backfill holds durable schedule backfills (weir 006).
+	Backfill string
 	Event    string
 	// History is the view of weir_event with folded boundaries unfolded
 	// (weir 004): one row per event, for SQL written by hand.
@@ -39,6 +41,7 @@ func New(schema string) *Names {
 	return &Names{
 		Schema:    schema,
 		Activity:  Qualify(schema, "weir_activity"),
+		Backfill:  Qualify(schema, "weir_backfill"),
 		Event:     Qualify(schema, "weir_event"),
 		History:   Qualify(schema, "weir_history"),
 		Inbox:     Qualify(schema, "weir_inbox"),

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
+	"math/big"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -118,4 +120,108 @@ func (s *Spec) TimeZoneOrUTC() string {
 		return "UTC"
 	}
 	return s.TimeZone
+}
+
+// Count returns how many due times lie in [from, to), or limit+1 when more
+// than limit do: the count never overflows, however long the range, and a
+// cron spec is walked at most limit+1 steps.
+func (s *Spec) Count(anchor, from, to time.Time, limit int64) (int64, error) {
+	if !from.Before(to) {
+		return 0, nil
+	}
+	if s.Every > 0 {
+		return min(s.countEvery(anchor, from, to), limit+1), nil
+	}
+	sched, err := parser.Parse(s.Cron)
+	if err != nil {
+		return 0, fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
+	}
+	loc, err := s.location()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for due := cronNext(sched, from.Add(-time.Nanosecond).In(loc), to); !due.IsZero(); due = cronNext(sched, due, to) {
+		if n++; n > limit {
+			break
+		}
+	}
+	return n, nil
+}
+
+// NextBefore returns the first due time strictly after after and before
+// before, or an error matching ErrNeverDue when there is none. Unlike Next
+// it looks past the cron library's five-year horizon: a range starting
+// years before a cron expression's first due time still finds it.
+func (s *Spec) NextBefore(anchor, after, before time.Time) (time.Time, error) {
+	if s.Every > 0 {
+		next, err := s.Next(anchor, after)
+		if err == nil && !next.Before(before) {
+			err = fmt.Errorf("%w: no due time before %s", ErrNeverDue, before.UTC().Format(time.RFC3339Nano))
+		}
+		return next, err
+	}
+	sched, err := parser.Parse(s.Cron)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
+	}
+	loc, err := s.location()
+	if err != nil {
+		return time.Time{}, err
+	}
+	next := cronNext(sched, after.In(loc), before)
+	if next.IsZero() {
+		return time.Time{}, fmt.Errorf("%w: cron expression %q after %s and before %s", ErrNeverDue, s.Cron,
+			after.UTC().Format(time.RFC3339), before.UTC().Format(time.RFC3339))
+	}
+	return next.UTC(), nil
+}
+
+// cronHorizon is less than how far the cron library looks ahead (the rest of
+// the year of its start and four more) before it gives up.
+const cronHorizon = 4 * 365 * 24 * time.Hour
+
+// cronNext is sched's first due time after after and before before, or zero:
+// where the library gives up, it goes on from one horizon later.
+func cronNext(sched cron.Schedule, after, before time.Time) time.Time {
+	for after.Before(before) {
+		next := sched.Next(after)
+		if !next.IsZero() {
+			if next.Before(before) {
+				return next
+			}
+			return time.Time{}
+		}
+		after = after.Add(cronHorizon)
+	}
+	return time.Time{}
+}
+
+// countEvery counts the n ≥ 1 with from ≤ anchor + n×Every < to in
+// arbitrary precision: spans past 292 years do not fit a time.Duration.
+func (s *Spec) countEvery(anchor, from, to time.Time) int64 {
+	nanos := func(t time.Time) *big.Int {
+		v := big.NewInt(t.Unix())
+		v.Mul(v, big.NewInt(int64(time.Second)))
+		return v.Add(v, big.NewInt(int64(t.Nanosecond())))
+	}
+	every := big.NewInt(int64(s.Every))
+	// ceilDiv is ⌈(t − anchor) / Every⌉: the first n with anchor + n×Every ≥ t.
+	ceilDiv := func(t time.Time) *big.Int {
+		d := new(big.Int).Sub(nanos(anchor), nanos(t)) // −(t − anchor)
+		d.Div(d, every)                                // Euclidean: ⌊−x/e⌋ for e > 0
+		return d.Neg(d)
+	}
+	first := ceilDiv(from)
+	if first.Sign() < 1 {
+		first.SetInt64(1)
+	}
+	n := new(big.Int).Sub(ceilDiv(to), first) // n in [first, ⌈(to − anchor)/e⌉)
+	if n.Sign() < 0 {
+		return 0
+	}
+	if !n.IsInt64() {
+		return math.MaxInt64
+	}
+	return n.Int64()
 }

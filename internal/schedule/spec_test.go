@@ -45,3 +45,41 @@ func TestSpec(t *testing.T) {
 	_, err = never.Next(anchor, anchor)
 	require.ErrorIs(t, err, ErrNeverDue)
 }
+
+func TestCount(t *testing.T) {
+	t.Parallel()
+	anchor := time.Date(2026, 11, 30, 10, 0, 0, 123_000, time.UTC)
+
+	// Count agrees with walking Next over ranges around the anchor.
+	walk := func(s *Spec, from, to time.Time) int64 {
+		var n int64
+		due, err := s.Next(anchor, from.Add(-time.Nanosecond))
+		for ; err == nil && due.Before(to); due, err = s.Next(anchor, due) {
+			n++
+		}
+		return n
+	}
+	for _, s := range []*Spec{{Every: 7 * time.Second}, {Every: time.Hour}, {Cron: "*/5 * * * *"}, {Cron: "30 9 * * *", TimeZone: "Europe/Paris"}} {
+		for _, from := range []time.Time{anchor.Add(-time.Hour), anchor, anchor.Add(time.Nanosecond), anchor.Add(7 * time.Second), anchor.Add(13 * time.Minute)} {
+			for _, span := range []time.Duration{time.Nanosecond, 7 * time.Second, 7*time.Second + 1, time.Hour, 50 * time.Hour} {
+				n, err := s.Count(anchor, from, from.Add(span), 1_000_000)
+				require.NoError(t, err)
+				require.Equal(t, walk(s, from, from.Add(span)), n, "%+v from %s for %s", s, from, span)
+			}
+		}
+	}
+
+	// Past the limit: limit+1, however long the range; an empty range is 0.
+	year1, year2100 := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, s := range []*Spec{{Every: time.Second}, {Every: time.Nanosecond}, {Cron: "* * * * *"}} {
+		n, err := s.Count(anchor, year1, year2100, 1000)
+		require.NoError(t, err)
+		require.EqualValues(t, 1001, n, "%+v", s)
+	}
+	n, err := (&Spec{Every: 100 * 365 * 24 * time.Hour}).Count(anchor, year1, time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC), 1000)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n, "a range past 292 years counts exactly")
+	n, err = (&Spec{Every: time.Second}).Count(anchor, anchor, anchor, 1000)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
