@@ -207,12 +207,15 @@ func TestWorkersAnnounceThemselves(t *testing.T) {
 	require.NoError(t, w2.Stop(ctx))
 }
 
-// GhostWorkflowStub serves the ghost kind, doing nothing.
+// GhostWorkflowStub serves the ghost kind and never closes, so that the run
+// stays running (and described with its task workers) once it is served.
 type GhostWorkflowStub struct {
 	workflow.Defaults[GhostArgs, int]
 }
 
-func (*GhostWorkflowStub) Run(workflow.Context, GhostArgs) (int, error) { return 0, nil }
+func (*GhostWorkflowStub) Run(ctx workflow.Context, _ GhostArgs) (int, error) {
+	return 0, workflow.Await(ctx, func() bool { return false })
+}
 
 func TestTaskFailureInDescribe(t *testing.T) {
 	t.Parallel()
