@@ -49,6 +49,7 @@ func uiFuncs(staticTag string) template.FuncMap {
 		"listURL":      func(namespace string) string { return listURL(namespace, nil) },
 		"workersURL":   workersURL,
 		"schedulesURL": schedulesURL,
+		"scheduleURL":  scheduleURL,
 		"deref":        func(id *uuid.UUID) uuid.UUID { return *id },
 		"jobURL": func(id any) string {
 			switch id := id.(type) {
@@ -297,7 +298,9 @@ type uiRunPage struct {
 	MoreEventsURL string
 	Result        *uiPayload
 	RunURL        string
-	StatusURL     string
+	// Schedule links to the schedule that started the run; nil when none.
+	Schedule  *uiRunSchedule
+	StatusURL string
 }
 
 // Running reports whether the run is still running.
@@ -356,6 +359,10 @@ func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		return
 	}
 	page.Args, page.Result = payloads.args, payloads.result
+	if page.Schedule, err = scheduleLink(r, c, namespace, workflowID); err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
 	if page.Generations, err = s.generations(ctx, namespace, workflowID); err != nil {
 		s.renderError(w, r, sess, namespace, err)
 		return
