@@ -185,6 +185,7 @@ func (s *Server) mountUI() error {
 	handle("POST "+uiPrefix+"/namespaces/{namespace}/schedules/{schedule_id}/{action}", s.uiScheduleAction)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/status", s.uiStatus)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/payload/{which}", s.uiPayloadDownload)
+	handle("POST "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/query", s.uiQueryRun)
 	handle("POST "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/{action}", s.uiAction)
 	s.mux.Handle(riverUIPrefix+"/", s.metrics.instrument(riverUIPrefix+"/", st.riverUI.serve(s)))
 	return nil

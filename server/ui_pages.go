@@ -296,11 +296,15 @@ type uiRunPage struct {
 	// refresh reloads when the run's length is no longer this one.
 	LiveLength    int64
 	MoreEventsURL string
-	Result        *uiPayload
-	RunURL        string
+	// Query is the query sent from the page, with its answer; nil when none.
+	Query  *uiQuery
+	Result *uiPayload
+	RunURL string
 	// Schedule links to the schedule that started the run; nil when none.
-	Schedule  *uiRunSchedule
-	StatusURL string
+	Schedule *uiRunSchedule
+	// SignalKinds are the kinds of the signals the run has received.
+	SignalKinds []string
+	StatusURL   string
 }
 
 // Running reports whether the run is still running.
@@ -325,6 +329,12 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request) {
 // renderRun renders a run's page; formError, if set, is shown above the
 // actions (a rejected action re-renders the page with status).
 func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, formError string) {
+	s.renderRunPage(w, r, sess, status, formError, nil)
+}
+
+// renderRunPage is renderRun showing a query sent from the page and its
+// answer, when query is not nil.
+func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, formError string, query *uiQuery) {
 	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
 	if err != nil {
@@ -346,6 +356,7 @@ func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		Description: d,
 		Flash:       uiFlashes[r.URL.Query().Get("flash")],
 		FormError:   formError,
+		Query:       query,
 		RunURL:      runURL(namespace, workflowID, d.RunID),
 		ActionBase:  runURL(namespace, workflowID, uuid.Nil),
 		StatusURL:   runURL(namespace, workflowID, uuid.Nil) + "/status?run_id=" + d.RunID.String(),
@@ -359,6 +370,10 @@ func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		return
 	}
 	page.Args, page.Result = payloads.args, payloads.result
+	if page.SignalKinds, err = s.signalKinds(ctx, d.RunID); err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
 	if page.Schedule, err = scheduleLink(r, c, namespace, workflowID); err != nil {
 		s.renderError(w, r, sess, namespace, err)
 		return
