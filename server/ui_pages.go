@@ -310,6 +310,11 @@ type uiRunPage struct {
 // Running reports whether the run is still running.
 func (p *uiRunPage) Running() bool { return p.Description.State == "running" }
 
+// Live reports whether the page refreshes itself as the run changes: while
+// the run runs, unless the page answers a query's POST (reloading it would
+// send the query again).
+func (p *uiRunPage) Live() bool { return p.Running() && p.Query == nil }
+
 // uiFlashes are the messages a redirect after an action may show; the query
 // names one, so no text from the request reaches the page.
 var uiFlashes = map[string]string{

@@ -41,6 +41,11 @@ func TestUIQueryAndSignalKinds(t *testing.T) {
   &#34;\u003cb\u003ebold\u003c/b\u003e&#34;
 ]</pre>`)
 		require.NotContains(t, page, "<b>bold</b>")
+		// The answer's page does not refresh itself: a reload would send
+		// the query's POST again.
+		require.NotContains(t, page, "data-live=")
+		require.NotContains(t, page, `http-equiv="refresh"`)
+		require.Contains(t, page, `id="back-to-live"`)
 		require.Contains(t, page, `id="query-kind" required placeholder="e.g. status" spellcheck="false" value="notes"`)
 	})
 
