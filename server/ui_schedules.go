@@ -10,8 +10,12 @@ import (
 	"github.com/weirhq/weir/client"
 )
 
-// uiScheduleRunsLimit is how many of a schedule's recent runs its page lists.
-const uiScheduleRunsLimit = 20
+// uiScheduleRunsLimit is how many of a schedule's recent runs its page
+// lists; uiBackfillsLimit how many of its durable backfills.
+const (
+	uiScheduleRunsLimit = 20
+	uiBackfillsLimit    = 20
+)
 
 // uiSchedulesPage is the list of a namespace's schedules.
 type uiSchedulesPage struct {
@@ -59,6 +63,10 @@ func scheduleURL(namespace, id string) string {
 // uiSchedulePage is the data of a schedule's page.
 type uiSchedulePage struct {
 	uiBase
+	// Backfills are the schedule's newest durable backfills; MoreBackfills
+	// says there are older ones the page leaves out.
+	Backfills     []*client.Backfill
+	MoreBackfills bool
 	// CanAct reports whether the session may pause, resume, trigger and
 	// backfill (the API's schedule actions need admin).
 	CanAct    bool
@@ -76,7 +84,7 @@ var uiScheduleFlashes = map[string]string{
 	"resume":   "Schedule resumed: due times missed while paused are skipped.",
 	"trigger":  "Run started; it is listed under Recent runs.",
 	"backfill": "Backfill started: its runs are listed under Recent runs.",
-	"durable":  "The range is long: weir's workers start its runs in batches.",
+	"durable":  "The range is long: weir's workers start its runs in batches (see Backfills).",
 }
 
 // uiScheduleTarget checks the session's access to namespace with role need
@@ -121,8 +129,17 @@ func (s *Server) renderSchedule(w http.ResponseWriter, r *http.Request, sess *ui
 		s.renderError(w, r, sess, namespace, err)
 		return
 	}
+	backfills, err := c.ListBackfills(r.Context(), id)
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	more := len(backfills) > uiBackfillsLimit
+	backfills = backfills[:min(len(backfills), uiBackfillsLimit)]
 	s.render(w, r, status, "schedule", &uiSchedulePage{
-		uiBase:    s.base(r, sess, namespace, id+" · schedule"),
+		uiBase:        s.base(r, sess, namespace, id+" · schedule"),
+		Backfills:     backfills,
+		MoreBackfills: more,
 		CanAct:    sess.may(namespace, RoleAdmin),
 		Flash:     uiScheduleFlashes[r.URL.Query().Get("flash")],
 		FormError: formError,

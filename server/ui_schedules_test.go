@@ -107,6 +107,16 @@ func TestUISchedule(t *testing.T) {
 		require.Equal(t, 4, strings.Count(page, `">ui-nightly/`), "the manual run and three backfilled ones")
 		require.NotContains(t, page, "ui-nightly/sub")
 
+		// A range longer than a request starts (by its length: the
+		// schedule's due times count from its creation, so it holds none
+		// here) becomes a durable backfill, which the page lists.
+		require.NotContains(t, page, `id="backfills"`)
+		resp, _ = post("backfill", url.Values{"start": {"2020-01-01T00:00"}, "end": {"2020-03-01T00:00"}})
+		page = follow(resp, "durable")
+		require.Contains(t, page, "weir&#39;s workers start its runs in batches")
+		require.Regexp(t, `id="backfills"[\s\S]*2020-01-01 00:00:00.000 – 2020-03-01 00:00:00.000`, page)
+		require.Contains(t, page, `<td>0 of 0</td>`)
+
 		// A bad range re-renders the page with the error.
 		resp, page = post("backfill", url.Values{"start": {"2026-01-02T00:00"}, "end": {"2026-01-01T00:00"}})
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
