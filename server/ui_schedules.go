@@ -140,12 +140,12 @@ func (s *Server) renderSchedule(w http.ResponseWriter, r *http.Request, sess *ui
 		uiBase:        s.base(r, sess, namespace, id+" · schedule"),
 		Backfills:     backfills,
 		MoreBackfills: more,
-		CanAct:    sess.may(namespace, RoleAdmin),
-		Flash:     uiScheduleFlashes[r.URL.Query().Get("flash")],
-		FormError: formError,
-		Runs:      runs,
-		Schedule:  sched,
-		URL:       scheduleURL(namespace, id),
+		CanAct:        sess.may(namespace, RoleAdmin),
+		Flash:         uiScheduleFlashes[r.URL.Query().Get("flash")],
+		FormError:     formError,
+		Runs:          runs,
+		Schedule:      sched,
+		URL:           scheduleURL(namespace, id),
 	})
 }
 
