@@ -99,7 +99,7 @@ func TestUISchedule(t *testing.T) {
 
 		// A backfill of three hours starts three runs.
 		now := time.Now().UTC()
-		resp, page = post("backfill", url.Values{
+		resp, _ = post("backfill", url.Values{
 			"start": {now.Add(time.Minute).Format("2006-01-02T15:04")},
 			"end":   {now.Add(3*time.Hour + 2*time.Minute).Format("2006-01-02T15:04")},
 		})
