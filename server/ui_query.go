@@ -76,8 +76,14 @@ func query(ctx context.Context, c *client.Client, workflowID string, runID uuid.
 	if err := checkJSONText("args", args); err != nil {
 		return nil, err
 	}
+	// Within the request's time limit, so a slow worker is a query
+	// timeout the card shows, not a request cut short.
+	timeout := uiQueryTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		timeout = max(min(timeout, time.Until(deadline)-time.Second), 100*time.Millisecond)
+	}
 	var answer json.RawMessage
-	err := c.Query(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind}, &answer, &client.QueryOpts{Timeout: uiQueryTimeout})
+	err := c.Query(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind}, &answer, &client.QueryOpts{Timeout: timeout})
 	return answer, err
 }
 

@@ -80,3 +80,17 @@ func TestUIQueryAndSignalKinds(t *testing.T) {
 		require.Contains(t, page, `Received so far: <code>nudge</code>, <code>poke&lt;i&gt;</code>`)
 	})
 }
+
+// TestUIQueryTimeout: a query no worker answers ends within the request's
+// time limit as a query timeout the card shows.
+func TestUIQueryTimeout(t *testing.T) {
+	t.Parallel()
+	b := setupUI(t, &server.Config{AllowUnauthenticated: true, RequestTimeout: 3 * time.Second})
+	b.startOn(t, "echo", "ui-query-unserved", "nobody-polls")
+	br := b.browser(t)
+	path := "/ui/namespaces/default/workflows/ui-query-unserved"
+	resp, page := br.do(http.MethodPost, path+"/query", url.Values{"csrf": {csrfOf(t, pageOf(t, br, path))}, "kind": {"notes"}}, nil)
+	require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode)
+	require.Contains(t, page, `id="query-error"`)
+	require.Contains(t, page, "no worker answered query notes")
+}
