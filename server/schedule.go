@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -439,30 +440,38 @@ func (s *Server) handleBackfillSchedule(r *http.Request) (int, any, error) {
 	if !start.Before(end) {
 		return 0, nil, invalidArgument("end", "end (%s) must be after start (%s)", req.End, req.Start)
 	}
-	sched, err := c.DescribeSchedule(r.Context(), id)
+	runs, bf, err := backfill(r.Context(), c, id, start, end)
 	if err != nil {
 		return 0, nil, err
 	}
-	inline, err := fitsInline(sched, start, end)
-	if err != nil {
-		return 0, nil, err
-	}
-	if !inline {
-		bf, err := c.CreateBackfill(r.Context(), id, start, end)
-		if err != nil {
-			return 0, nil, err
-		}
+	if bf != nil {
 		return http.StatusAccepted, &BackfillResponse{Backfill: backfillJSON(bf), Runs: []*RunResponse{}}, nil
-	}
-	runs, err := c.BackfillSchedule(r.Context(), id, start, end)
-	if err != nil {
-		return 0, nil, err
 	}
 	resp := &BackfillResponse{Runs: []*RunResponse{}}
 	for _, run := range runs {
 		resp.Runs = append(resp.Runs, runResponse(run))
 	}
 	return http.StatusOK, resp, nil
+}
+
+// backfill starts the schedule's runs of [start, end) itself when the range
+// holds at most backfillInlineMax due times (and returns them), or hands a
+// longer range to weir's workers as a durable backfill (and returns it).
+func backfill(ctx context.Context, c *client.Client, id string, start, end time.Time) ([]*client.Run, *client.Backfill, error) {
+	sched, err := c.DescribeSchedule(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	inline, err := fitsInline(sched, start, end)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !inline {
+		bf, err := c.CreateBackfill(ctx, id, start, end)
+		return nil, bf, err
+	}
+	runs, err := c.BackfillSchedule(ctx, id, start, end)
+	return runs, nil, err
 }
 
 // fitsInline reports, before any run starts, whether a range holds at most

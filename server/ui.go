@@ -124,7 +124,7 @@ func newUIState() (*uiState, error) {
 	}
 	st := &uiState{csrfKey: key, pages: map[string]*template.Template{}, sessions: newUISessions(), staticFS: staticFS}
 	st.staticTag = hex.EncodeToString(tag.Sum(nil))[:12]
-	for _, page := range []string{"error", "list", "login", "run", "schedules", "workers"} {
+	for _, page := range []string{"error", "list", "login", "run", "schedule", "schedules", "workers"} {
 		t, err := template.New(page).Funcs(uiFuncs(st.staticTag)).ParseFS(ui.Files, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("ui: parsing template %s: %w", page, err)
@@ -181,8 +181,11 @@ func (s *Server) mountUI() error {
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}", s.uiRun)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workers", s.uiWorkers)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/schedules", s.uiSchedules)
+	handle("GET "+uiPrefix+"/namespaces/{namespace}/schedules/{schedule_id}", s.uiSchedule)
+	handle("POST "+uiPrefix+"/namespaces/{namespace}/schedules/{schedule_id}/{action}", s.uiScheduleAction)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/status", s.uiStatus)
 	handle("GET "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/payload/{which}", s.uiPayloadDownload)
+	handle("POST "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/query", s.uiQueryRun)
 	handle("POST "+uiPrefix+"/namespaces/{namespace}/workflows/{workflow_id}/{action}", s.uiAction)
 	s.mux.Handle(riverUIPrefix+"/", s.metrics.instrument(riverUIPrefix+"/", st.riverUI.serve(s)))
 	return nil

@@ -49,6 +49,7 @@ func uiFuncs(staticTag string) template.FuncMap {
 		"listURL":      func(namespace string) string { return listURL(namespace, nil) },
 		"workersURL":   workersURL,
 		"schedulesURL": schedulesURL,
+		"scheduleURL":  scheduleURL,
 		"deref":        func(id *uuid.UUID) uuid.UUID { return *id },
 		"jobURL": func(id any) string {
 			switch id := id.(type) {
@@ -295,13 +296,24 @@ type uiRunPage struct {
 	// refresh reloads when the run's length is no longer this one.
 	LiveLength    int64
 	MoreEventsURL string
-	Result        *uiPayload
-	RunURL        string
-	StatusURL     string
+	// Query is the query sent from the page, with its answer; nil when none.
+	Query  *uiQuery
+	Result *uiPayload
+	RunURL string
+	// Schedule links to the schedule that started the run; nil when none.
+	Schedule *uiRunSchedule
+	// SignalKinds are the kinds of the signals the run has received.
+	SignalKinds []string
+	StatusURL   string
 }
 
 // Running reports whether the run is still running.
 func (p *uiRunPage) Running() bool { return p.Description.State == "running" }
+
+// Live reports whether the page refreshes itself as the run changes: while
+// the run runs, unless the page answers a query's POST (reloading it would
+// send the query again).
+func (p *uiRunPage) Live() bool { return p.Running() && p.Query == nil }
 
 // uiFlashes are the messages a redirect after an action may show; the query
 // names one, so no text from the request reaches the page.
@@ -322,6 +334,12 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request) {
 // renderRun renders a run's page; formError, if set, is shown above the
 // actions (a rejected action re-renders the page with status).
 func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, formError string) {
+	s.renderRunPage(w, r, sess, status, formError, nil)
+}
+
+// renderRunPage is renderRun showing a query sent from the page and its
+// answer, when query is not nil.
+func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, formError string, query *uiQuery) {
 	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
 	if err != nil {
@@ -343,6 +361,7 @@ func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		Description: d,
 		Flash:       uiFlashes[r.URL.Query().Get("flash")],
 		FormError:   formError,
+		Query:       query,
 		RunURL:      runURL(namespace, workflowID, d.RunID),
 		ActionBase:  runURL(namespace, workflowID, uuid.Nil),
 		StatusURL:   runURL(namespace, workflowID, uuid.Nil) + "/status?run_id=" + d.RunID.String(),
@@ -356,6 +375,14 @@ func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSessi
 		return
 	}
 	page.Args, page.Result = payloads.args, payloads.result
+	if page.SignalKinds, err = s.signalKinds(ctx, d.RunID); err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	if page.Schedule, err = scheduleLink(r, c, namespace, workflowID); err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
 	if page.Generations, err = s.generations(ctx, namespace, workflowID); err != nil {
 		s.renderError(w, r, sess, namespace, err)
 		return

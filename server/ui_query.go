@@ -1,0 +1,111 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/dbschema"
+)
+
+// uiQueryTimeout bounds the wait for a query's answer from the UI, well
+// inside a request's time limit.
+const uiQueryTimeout = 5 * time.Second
+
+// uiSignalKindsMax is how many received signal kinds a run's page offers.
+const uiSignalKindsMax = 50
+
+// uiQuery is a query sent from a run's page and its answer or error.
+type uiQuery struct {
+	Answer *uiPayload
+	Args   string
+	Error  string
+	Kind   string
+}
+
+// uiQueryRun answers a query form: the run's page, with the answer (or the
+// query's error) in its query card. A query changes nothing, so it needs
+// the read role; it is a POST with the CSRF token all the same, as it makes
+// a worker replay the run.
+func (s *Server) uiQueryRun(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
+	sess := s.uiSessionOf(r)
+	if sess == nil {
+		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
+		return
+	}
+	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
+	if !s.checkPost(r, sess) {
+		s.renderError(w, r, sess, namespace, newError(http.StatusForbidden, CodePermissionDenied,
+			"the form's CSRF token is missing or stale, or it came from another site: reload the page and try again", nil))
+		return
+	}
+	if err := checkValuesText(r.PostForm); err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	q := &uiQuery{Kind: strings.TrimSpace(r.PostFormValue("kind")), Args: strings.TrimSpace(r.PostFormValue("args"))}
+	status := http.StatusOK
+	if answer, err := query(r.Context(), c, workflowID, runID, q.Kind, []byte(q.Args)); err != nil {
+		apiErr := s.apiError(r, err)
+		status, q.Error = apiErr.Status, apiErr.Message
+	} else {
+		q.Answer = newUIPayload(answer)
+	}
+	s.renderRunPage(w, r, sess, status, "", q)
+}
+
+// query checks a query's kind and args as the API does and sends it.
+func query(ctx context.Context, c *client.Client, workflowID string, runID uuid.UUID, kind string, args []byte) (json.RawMessage, error) {
+	args = bytes.TrimSpace(args)
+	if err := checkCall("", "query", kind, "", "", args); err != nil {
+		return nil, err
+	}
+	if err := checkJSONText("args", args); err != nil {
+		return nil, err
+	}
+	// Within the request's time limit, so a slow worker is a query
+	// timeout the card shows, not a request cut short.
+	timeout := uiQueryTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		timeout = max(min(timeout, time.Until(deadline)-time.Second), 100*time.Millisecond)
+	}
+	var answer json.RawMessage
+	err := c.Query(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind}, &answer, &client.QueryOpts{Timeout: timeout})
+	return answer, err
+}
+
+// signalKinds returns the kinds of the signals a run has received, by
+// name: workflows declare no signal names, so these are what the page can
+// offer.
+func (s *Server) signalKinds(ctx context.Context, runID uuid.UUID) ([]string, error) {
+	names := dbschema.New(s.config.Schema)
+	rows, err := s.pool.Query(ctx, "SELECT DISTINCT attributes->>'kind' FROM "+names.History+
+		" WHERE run_id = $1 AND type = $2 AND attributes->>'kind' IS NOT NULL ORDER BY 1 LIMIT $3",
+		runID, string(client.EventSignalReceived), uiSignalKindsMax)
+	if err != nil {
+		return nil, fmt.Errorf("reading the signals of run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var kinds []string
+	for rows.Next() {
+		var kind string
+		if err := rows.Scan(&kind); err != nil {
+			return nil, err
+		}
+		kinds = append(kinds, kind)
+	}
+	return kinds, rows.Err()
+}
