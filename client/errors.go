@@ -219,6 +219,16 @@ func (f *Failure) Error() string {
 	return msg + ": " + cause
 }
 
+// ShownType is the failure's type as a person reads it: empty when Type is
+// the name of a Go type ("*fmt.wrapError"), which weir records for an error
+// that names no type of its own, else Type.
+func (f *Failure) ShownType() string {
+	if strings.HasPrefix(f.Type, "*") || strings.Contains(f.Type, ".") {
+		return ""
+	}
+	return f.Type
+}
+
 // shownType reports whether Failure.Error prints type t: not a Go type's
 // name ("*fmt.wrapError", which weir records for errors that name no type
 // themselves), nor a wrapper of weir's whose message says what it is.

@@ -478,6 +478,30 @@ func pageOf(t *testing.T, br *browser, path string) string {
 	return page
 }
 
+// TestUIFailureReadsAsSentences: the run page's failure chain names no Go
+// type (a wrapping error records its Go type's name; the raw history keeps
+// it), and says each text.
+func TestUIFailureReadsAsSentences(t *testing.T) {
+	t.Parallel()
+
+	b := setupUI(t, nil)
+	b.start(t, "ui_fail", "invoice-sentences", uiFailArgs{Reason: "card declined"})
+	res := b.await(t, "invoice-sentences")
+	require.Equal(t, "failed", res.State)
+
+	br := b.browser(t)
+	br.login(readerSecret)
+	resp, page := br.get("/ui/namespaces/default/workflows/invoice-sentences")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, card, found := strings.Cut(page, `class="card outcome is-failure"`)
+	require.True(t, found, "no failure card")
+	card, _, _ = strings.Cut(card, "</section>")
+	require.Contains(t, card, "charging card")
+	require.Contains(t, card, "card declined")
+	require.NotContains(t, card, "*fmt.wrapError") // the raw history keeps it
+	require.NotContains(t, card, "*errors.errorString")
+}
+
 func TestUIAttempts(t *testing.T) {
 	t.Parallel()
 
