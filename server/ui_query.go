@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/workflow"
 )
 
 // uiQueryTimeout bounds the wait for a query's answer from the UI, well
@@ -22,12 +23,19 @@ const uiQueryTimeout = 5 * time.Second
 // uiSignalKindsMax is how many received signal kinds a run's page offers.
 const uiSignalKindsMax = 50
 
+// uiStackMax bounds the stack trace a run's page shows.
+const uiStackMax = 64 << 10
+
 // uiQuery is a query sent from a run's page and its answer or error.
 type uiQuery struct {
 	Answer *uiPayload
 	Args   string
 	Error  string
 	Kind   string
+
+	// Stack is the answer of a workflow.QueryStackTrace query, as text.
+	Stack          string
+	StackTruncated bool
 }
 
 // uiQueryRun answers a query form: the run's page, with the answer (or the
@@ -63,6 +71,9 @@ func (s *Server) uiQueryRun(w http.ResponseWriter, r *http.Request) {
 		status, q.Error = apiErr.Status, apiErr.Message
 	} else {
 		q.Answer = newUIPayload(answer)
+		if q.Kind == workflow.QueryStackTrace && json.Unmarshal(answer, &q.Stack) == nil && len(q.Stack) > uiStackMax {
+			q.Stack, q.StackTruncated = strings.ToValidUTF8(q.Stack[:uiStackMax], ""), true
+		}
 	}
 	s.renderRunPage(w, r, sess, status, "", q)
 }

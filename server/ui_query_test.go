@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/server"
+	"github.com/weirhq/weir/workflow"
 )
 
 // TestUIQueryAndSignalKinds covers a run page's query card (read role,
@@ -47,6 +48,17 @@ func TestUIQueryAndSignalKinds(t *testing.T) {
 		require.NotContains(t, page, `http-equiv="refresh"`)
 		require.Contains(t, page, `id="back-to-live"`)
 		require.Contains(t, page, `id="query-kind" required placeholder="e.g. status" spellcheck="false" value="notes"`)
+	})
+
+	t.Run("StackTrace", func(t *testing.T) {
+		require.Contains(t, page, `id="stack-trace"`, "a running run offers its stack trace")
+		resp, page := send(url.Values{"csrf": {csrfOf(t, page)}, "kind": {workflow.QueryStackTrace}})
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		_, stack, found := strings.Cut(page, `<pre id="query-stack">`)
+		require.True(t, found, "no stack shown: %s", page)
+		stack, _, _ = strings.Cut(stack, "</pre>")
+		require.Contains(t, stack, "[running]:")
+		require.Contains(t, stack, "server_test.(*waitWorkflow).Run", "the workflow's own code")
 	})
 
 	t.Run("Errors", func(t *testing.T) {

@@ -10,6 +10,13 @@ import (
 // timer, record a side effect) or to block: handlers may only read state.
 var ErrQueryCommand = errors.New("workflow: query handlers may only read state")
 
+// QueryStackTrace is the kind of the query that every workflow answers
+// without registering a handler: the stacks of the run's coroutines (its
+// Run and each Go) where they wait, as Go prints them, separated by blank
+// lines; empty once every coroutine returned. The query takes no args. A
+// handler registered under this kind is not called.
+const QueryStackTrace = "__stack_trace"
+
 // QueryArgs are a query's arguments; Kind names the query type.
 type QueryArgs interface {
 	// Kind names the query type.

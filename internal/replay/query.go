@@ -43,6 +43,9 @@ func Query(ctx context.Context, def *Definition, params *QueryParams) ([]byte, e
 		return nil, err
 	}
 	defer e.sched.Close()
+	if params.Kind == workflow.QueryStackTrace {
+		e.sched.RecordStacks()
+	}
 	tasks, _, err := splitHistory(e.history)
 	if err != nil {
 		return nil, err
@@ -51,6 +54,9 @@ func Query(ctx context.Context, def *Definition, params *QueryParams) ([]byte, e
 		if err := e.replayTask(&tasks[i]); err != nil {
 			return nil, err
 		}
+	}
+	if params.Kind == workflow.QueryStackTrace {
+		return e.codec.Encode(strings.Join(e.sched.Stacks(), "\n"))
 	}
 	handler, ok := e.queryHandlers[params.Kind]
 	if !ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -99,4 +100,46 @@ func TestQuery(t *testing.T) {
 	got, err = query("status", StatusQuery{})
 	require.NoError(t, err)
 	require.JSONEq(t, `"done"`, got)
+}
+
+// waitForApproval parks its coroutine where a stack trace can name it.
+func waitForApproval(ctx workflow.Context, approved *bool) error {
+	return workflow.Await(ctx, func() bool { return *approved })
+}
+
+// TestQueryStackTrace: workflow.QueryStackTrace answers, with no handler,
+// where each of a running run's coroutines waits; nothing once it closed.
+func TestQueryStackTrace(t *testing.T) {
+	t.Parallel()
+
+	def := define(func(ctx workflow.Context, args OrderArgs) (Receipt, error) {
+		approved := false
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			_, _ = workflow.ExecuteActivity[int](ctx, ChargeArgs{Step: 1}, nil).Get(ctx)
+			approved = true
+		})
+		if err := waitForApproval(ctx, &approved); err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{Total: 1}, nil
+	})
+	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.task()
+
+	stackTrace := func() string {
+		result, err := replay.Query(context.Background(), r.def, &replay.QueryParams{
+			ExecuteParams: replay.ExecuteParams{History: r.history}, Kind: workflow.QueryStackTrace,
+		})
+		require.NoError(t, err)
+		var trace string
+		require.NoError(t, json.Unmarshal(result, &trace))
+		return trace
+	}
+	trace := stackTrace()
+	require.Contains(t, trace, "replay_test.waitForApproval", "the run's own coroutine")
+	require.Equal(t, 2, strings.Count(trace, " [running]:\n"), "Run and the Go coroutine: %s", trace)
+
+	out := r.task(completed(t, 3, 1))
+	require.Equal(t, Receipt{Total: 1}, decodeResult[Receipt](t, out))
+	require.Empty(t, stackTrace(), "a closed run waits nowhere")
 }

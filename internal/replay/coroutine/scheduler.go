@@ -82,7 +82,8 @@ type coroutine struct {
 	yield    chan result
 	started  bool
 	done     bool
-	progress bool // ran code since it was last resumed
+	progress bool   // ran code since it was last resumed
+	stack    []byte // where it last parked in Await, when stacks are recorded
 }
 
 // Scheduler runs coroutines deterministically. [Scheduler.Run] and
@@ -100,6 +101,26 @@ type Scheduler struct {
 	closed     bool
 	coroutines []*coroutine
 	current    *coroutine
+
+	recordStacks bool // set before the first Run; read only by coroutines
+}
+
+// RecordStacks makes each coroutine record its own stack each time it parks
+// in [Scheduler.Await], for [Scheduler.Stacks]. Call it before the first
+// [Scheduler.Run]. Recording changes nothing the coroutines do.
+func (s *Scheduler) RecordStacks() { s.recordStacks = true }
+
+// Stacks returns the stack of each coroutine parked in Await, in creation
+// order, as recorded when it parked (empty unless [Scheduler.RecordStacks]
+// was called). Call it between runs.
+func (s *Scheduler) Stacks() []string {
+	var stacks []string
+	for _, c := range s.coroutines {
+		if !c.done && c.started && len(c.stack) > 0 {
+			stacks = append(stacks, string(c.stack))
+		}
+	}
+	return stacks
 }
 
 // New returns a Scheduler with no coroutines. A coroutine that keeps the
@@ -154,6 +175,9 @@ func (s *Scheduler) Await(cond func() bool) {
 		panic(ErrNotInCoroutine)
 	}
 	for !cond() {
+		if s.recordStacks {
+			c.stack = ownStack()
+		}
 		c.yield <- result{kind: resultBlocked, progress: c.progress}
 		<-c.resume
 		s.Guard()
@@ -288,6 +312,18 @@ func (s *Scheduler) main(c *coroutine) {
 	}()
 	c.fn()
 	normal = true
+}
+
+// ownStack returns the calling goroutine's stack.
+func ownStack() []byte {
+	buf := make([]byte, 16<<10)
+	for {
+		n := runtime.Stack(buf, false)
+		if n < len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // stackOf returns the stack of the goroutine whose stack starts with goid.
