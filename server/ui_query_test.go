@@ -61,6 +61,15 @@ func TestUIQueryAndSignalKinds(t *testing.T) {
 		require.Contains(t, stack, "server_test.(*waitWorkflow).Run", "the workflow's own code")
 	})
 
+	t.Run("Handlers", func(t *testing.T) {
+		require.Contains(t, page, `id="handlers"`)
+		resp, page := send(url.Values{"csrf": {csrfOf(t, page)}, "kind": {workflow.QueryHandlers}})
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Contains(t, page, `id="query-answer"`)
+		require.Contains(t, page, "&#34;notes&#34;", "its query")
+		require.Contains(t, page, "&#34;add_note&#34;", "its update")
+	})
+
 	t.Run("Errors", func(t *testing.T) {
 		resp, _ := send(url.Values{"kind": {"notes"}})
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, "no CSRF token")

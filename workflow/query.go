@@ -17,6 +17,20 @@ var ErrQueryCommand = errors.New("workflow: query handlers may only read state")
 // handler registered under this kind is not called.
 const QueryStackTrace = "__stack_trace"
 
+// QueryHandlers is the kind of the query that every workflow answers without
+// registering a handler: a [Handlers] of what the run accepts, as its code
+// has registered by the end of its history. The query takes no args.
+const QueryHandlers = "__handlers"
+
+// Handlers is the answer of a [QueryHandlers] query: the kinds of the
+// queries, updates and signals the run's code has registered handlers or
+// opened channels for, each sorted.
+type Handlers struct {
+	Queries []string `json:"queries"`
+	Signals []string `json:"signals"`
+	Updates []string `json:"updates"`
+}
+
 // QueryArgs are a query's arguments; Kind names the query type.
 type QueryArgs interface {
 	// Kind names the query type.

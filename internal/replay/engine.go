@@ -65,6 +65,7 @@ type engine struct {
 	rejectedUpdates []RejectedUpdate
 	deferredInputs  []history.Event
 	signals         map[string]*env.SignalQueue
+	signalsOpened   map[string]bool // kinds the code asked for a channel of
 	versions        map[string]int // by change ID
 
 	abortErr error
@@ -110,6 +111,7 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 		operations:     map[int64]*operation{},
 		pending:        map[int64]*operation{},
 		signals:        map[string]*env.SignalQueue{},
+		signalsOpened:  map[string]bool{},
 		queryHandlers:  map[string]func([]byte) ([]byte, error){},
 		updateHandlers: map[string]updateHandler{},
 		updatesSeen:    map[string]bool{},
@@ -323,7 +325,7 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 		if e.done {
 			return "the workflow has returned", nil
 		}
-		e.SignalQueue(a.Kind).Push(env.Signal{Args: a.Args, Seq: e.nextSeq()})
+		e.signalQueue(a.Kind).Push(env.Signal{Args: a.Args, Seq: e.nextSeq()})
 		return "", nil
 	case *history.UpdateAcceptedAttributes:
 		if e.done {

@@ -164,6 +164,12 @@ func (e *engine) SetUpdateHandler(kind string, validate func([]byte) error, hand
 }
 
 func (e *engine) SignalQueue(kind string) *env.SignalQueue {
+	e.signalsOpened[kind] = true
+	return e.signalQueue(kind)
+}
+
+// signalQueue is kind's queue, made on first use.
+func (e *engine) signalQueue(kind string) *env.SignalQueue {
 	q, ok := e.signals[kind]
 	if !ok {
 		q = &env.SignalQueue{}

@@ -55,8 +55,15 @@ func Query(ctx context.Context, def *Definition, params *QueryParams) ([]byte, e
 			return nil, err
 		}
 	}
-	if params.Kind == workflow.QueryStackTrace {
+	switch params.Kind {
+	case workflow.QueryStackTrace:
 		return e.codec.Encode(strings.Join(e.sched.Stacks(), "\n"))
+	case workflow.QueryHandlers:
+		return e.codec.Encode(&workflow.Handlers{
+			Queries: append([]string{}, slices.Sorted(maps.Keys(e.queryHandlers))...),
+			Signals: append([]string{}, slices.Sorted(maps.Keys(e.signalsOpened))...),
+			Updates: append([]string{}, slices.Sorted(maps.Keys(e.updateHandlers))...),
+		})
 	}
 	handler, ok := e.queryHandlers[params.Kind]
 	if !ok {

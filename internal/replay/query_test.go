@@ -143,3 +143,26 @@ func TestQueryStackTrace(t *testing.T) {
 	require.Equal(t, Receipt{Total: 1}, decodeResult[Receipt](t, out))
 	require.Empty(t, stackTrace(), "a closed run waits nowhere")
 }
+
+// TestQueryHandlers: workflow.QueryHandlers answers, with no handler, the
+// query, update and signal kinds the code registered by the end of its
+// history.
+func TestQueryHandlers(t *testing.T) {
+	t.Parallel()
+
+	def := define(func(ctx workflow.Context, args OrderArgs) (Receipt, error) {
+		workflow.SetQueryHandler(ctx, func(StatusQuery) (string, error) { return "waiting", nil })
+		workflow.SetUpdateHandler(ctx, func(workflow.Context, AddItem) (int, error) { return 1, nil }, nil)
+		if _, err := workflow.GetSignalChannel[Approve](ctx).Receive(ctx); err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{}, nil
+	})
+	r := newRun(t, def, OrderArgs{ID: "o-1"})
+	r.task()
+	result, err := replay.Query(context.Background(), r.def, &replay.QueryParams{
+		ExecuteParams: replay.ExecuteParams{History: r.history}, Kind: workflow.QueryHandlers,
+	})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queries":["status"],"signals":["approve"],"updates":["add_item"]}`, string(result))
+}
