@@ -66,7 +66,7 @@ type engine struct {
 	deferredInputs  []history.Event
 	signals         map[string]*env.SignalQueue
 	signalsOpened   map[string]bool // kinds the code asked for a channel of
-	versions        map[string]int // by change ID
+	versions        map[string]int  // by change ID
 
 	abortErr error
 	done     bool
