@@ -196,6 +196,8 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 
 		_, page := br.get("/ui/namespaces/default/workflows/ops-child")
 		require.Contains(t, page, `<dd id="parent"><a href="/ui/namespaces/default/workflows/ops-parent?run_id=`+parent.RunID.String()+`">ops-parent</a>`)
+		_, page = br.get("/ui/namespaces/default/workflows/ops-parent")
+		require.Contains(t, page, `<dd id="children"><a href="/ui/namespaces/default/workflows/ops-child">ops-child</a>`)
 	})
 
 	t.Run("Schedules", func(t *testing.T) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -46,6 +47,7 @@ func uiFuncs(staticTag string) template.FuncMap {
 	return template.FuncMap{
 		"static":       func(name string) string { return uiPrefix + "/static/" + name + "?v=" + staticTag },
 		"runURL":       runURL,
+		"workflowURL":  func(namespace, workflowID string) string { return runURL(namespace, workflowID, uuid.Nil) },
 		"listURL":      func(namespace string) string { return listURL(namespace, nil) },
 		"workersURL":   workersURL,
 		"schedulesURL": schedulesURL,
@@ -302,6 +304,9 @@ type uiRunPage struct {
 	RunURL string
 	// Schedule links to the schedule that started the run; nil when none.
 	Schedule *uiRunSchedule
+	// Children are the child workflows the run's shown events start.
+	Children []uiChild
+
 	// SignalKinds are the kinds of the signals the run has received.
 	SignalKinds []string
 	StatusURL   string
@@ -398,6 +403,7 @@ func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiS
 		return
 	}
 	page.Events = describeEvents(history.Events, d.CreatedAt)
+	page.Children = childrenOf(history.Events)
 	// History may have grown since Describe read the run: show the larger.
 	// The live refresh compares with Describe's, which the state and the
 	// pending lists shown come from: had it compared with the larger, a
@@ -566,4 +572,28 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, runURL(namespace, workflowID, runID)+"&flash="+action, http.StatusSeeOther)
+}
+
+// uiChild is a child workflow a run started.
+type uiChild struct {
+	Kind       string
+	WorkflowID string
+}
+
+// childrenOf returns the child workflows events schedule, in order.
+func childrenOf(events []*client.Event) []uiChild {
+	var children []uiChild
+	for _, ev := range events {
+		if ev.Type != client.EventChildWorkflowScheduled {
+			continue
+		}
+		var a struct {
+			Kind       string `json:"kind"`
+			WorkflowID string `json:"workflow_id"`
+		}
+		if json.Unmarshal(ev.Attributes, &a) == nil && a.WorkflowID != "" {
+			children = append(children, uiChild{Kind: a.Kind, WorkflowID: a.WorkflowID})
+		}
+	}
+	return children
 }
