@@ -168,6 +168,15 @@ func TestUIBrowserSchedulesAndQueries(t *testing.T) {
 	waitFor(`document.querySelector("#received-signals") && document.querySelector("#received-signals").innerText.includes("poke")`)
 	shot("sched-03-query.png")
 
+	// The built-in queries: where the code waits, and what it accepts.
+	do(chromedp.Navigate(b.url+runPath), chromedp.WaitVisible(chromedp.CSS("#stack-trace")))
+	do(chromedp.Click(chromedp.CSS("#stack-trace")), chromedp.WaitVisible(chromedp.CSS("#query-stack")))
+	require.Contains(t, text("#query-stack"), "(*waitWorkflow).Run")
+	noClip("a run's page with its stack trace")
+	do(chromedp.Navigate(b.url+runPath), chromedp.WaitVisible(chromedp.CSS("#handlers")))
+	do(chromedp.Click(chromedp.CSS("#handlers")), chromedp.WaitVisible(chromedp.CSS("#query-answer")))
+	require.Contains(t, text("#query-answer"), "add_note")
+
 	// A failed run's page, and a run no worker serves, fit 800 px too.
 	do(chromedp.Navigate(b.url+"/ui/namespaces/default/workflows/invoice-2026-000123-with-a-long-id"), chromedp.WaitVisible(chromedp.CSS(".outcome.is-failure")))
 	noClip("a failed run's page")
