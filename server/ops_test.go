@@ -73,13 +73,10 @@ func (b *uiBundle) describe(t *testing.T, workflowID string) *server.DescribeRes
 	return &d
 }
 
-func TestOperatorsSeeWhatIsWrong(t *testing.T) {
-	t.Parallel()
-	b := setupUI(t, nil)
-	br := b.browser(t)
-	br.login(readerSecret)
-	// A second worker, on a queue of its own, for the panicking and the
-	// sleeping workflow.
+// startOpsWorker starts a second worker, on a queue of its own
+// (ops-panics), for the panicking, the sleeping and the parent workflow.
+func (b *uiBundle) startOpsWorker(t *testing.T) {
+	t.Helper()
 	ctx := t.Context()
 	w, err := worker.New(dbtest.Pool(ctx, t), &worker.Config{Schema: b.schema, Queues: map[string]river.QueueConfig{"ops-panics": {MaxWorkers: 2}}})
 	require.NoError(t, err)
@@ -88,6 +85,14 @@ func TestOperatorsSeeWhatIsWrong(t *testing.T) {
 	worker.AddWorkflow(w, &opsParentWorkflow{})
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
+}
+
+func TestOperatorsSeeWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	b := setupUI(t, nil)
+	br := b.browser(t)
+	br.login(readerSecret)
+	b.startOpsWorker(t)
 
 	t.Run("Workers", func(t *testing.T) {
 		var list server.WorkerListResponse

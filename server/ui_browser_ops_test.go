@@ -19,6 +19,8 @@ func TestUIBrowserOperators(t *testing.T) {
 	dir := artifactsDir(t)
 	b := setupUI(t, nil)
 	b.startOn(t, "echo", "stuck-export", "nobody-polls")
+	b.startOpsWorker(t)
+	b.startOn(t, "ops_parent", "ops-parent", "ops-panics")
 
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.WithoutCancel(t.Context()),
 		append(chromedp.DefaultExecAllocatorOptions[:],
@@ -70,4 +72,13 @@ func TestUIBrowserOperators(t *testing.T) {
 	require.Contains(t, text("#no-workers"), `No live worker serves queue "nobody-polls"`)
 	shot("ops-02-no-workers.png")
 	do(chromedp.Click(chromedp.CSS(`#no-workers a`)), chromedp.WaitVisible(chromedp.CSS("#workers")))
+
+	// A parent links to its child; the child, asleep, shows its timer's
+	// fire time and links back.
+	do(chromedp.Navigate(b.url+"/ui/namespaces/default/workflows/ops-parent"), chromedp.WaitVisible(chromedp.CSS("#children a")))
+	do(chromedp.Click(chromedp.CSS("#children a")), chromedp.WaitVisible(chromedp.CSS("#parent a")))
+	do(chromedp.WaitVisible(chromedp.CSS("#pending-timers")))
+	require.Regexp(t, `in (23h|1d)`, text("#pending-timers"))
+	shot("ops-03-child-timer.png")
+	do(chromedp.Click(chromedp.CSS("#parent a")), chromedp.WaitVisible(chromedp.CSS("#children")))
 }
