@@ -1,0 +1,140 @@
+// Package limit decides how many group commits may be in flight at once.
+//
+// A Limiter learns the limit from the latency of each unit of work that
+// groups commit (a group's latency over the units it committed), in the
+// manner of TCP Vegas and of Netflix's concurrency-limits gradient limiter:
+// while that latency stays within a tolerance of the lowest latency seen
+// lately (the no-load latency), and work waited for a slot, the limit grows;
+// once it rises past the tolerance, the limit shrinks in proportion. So the
+// limit settles near the concurrency past which Postgres only queues the
+// work (the knee), whether that is a few transactions on a small machine or
+// tens on a large one, and follows the knee when it moves.
+//
+// Latency per unit, not per group, is the signal because a group commit's
+// cost is mostly per group: more groups in flight make each group smaller,
+// so a limit that only splits the same work into more, smaller groups
+// raises the latency per unit, and shrinks again, as it should.
+package limit
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+const (
+	// DefaultTolerance is how far above the no-load latency a unit's
+	// latency may rise before the limit shrinks.
+	DefaultTolerance = 0.5
+
+	// window is how many observations at a limit of 1 relearn the no-load
+	// latency (see noLoadLocked).
+	window = 64
+
+	// smoothing is the share of each observation's verdict in the limit:
+	// the limit moves by at most a fifth of the way per observation.
+	smoothing = 0.2
+)
+
+// Config bounds and shapes a Limiter.
+type Config struct {
+	// Initial is the limit before any observation; it is clamped to
+	// [1, Max].
+	Initial int
+	// Max is the highest limit; at least 1.
+	Max int
+	// Tolerance is how far a unit's latency may rise above the no-load
+	// latency, as a fraction of it, before the limit shrinks; 0 means
+	// DefaultTolerance. The limit grows only while latency stays within
+	// half of it.
+	Tolerance float64
+}
+
+// Limiter is an adaptive bound on work in flight. Its methods are safe for
+// concurrent use and cost a mutex, no goroutine.
+type Limiter struct {
+	mu        sync.Mutex
+	limit     float64
+	max       float64
+	tolerance float64
+	fixed     bool
+
+	// The no-load latency per unit, in nanoseconds (+Inf before any
+	// observation), and the lowest of the observations made at a limit
+	// of 1 since the last one made above it.
+	noLoad, lowestAtOne float64
+	seenAtOne           int
+}
+
+// New returns a Limiter bounded by [1, config.Max] that starts at
+// config.Initial.
+func New(config Config) *Limiter {
+	maxLimit := max(config.Max, 1)
+	tolerance := config.Tolerance
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	return &Limiter{
+		limit: float64(min(max(config.Initial, 1), maxLimit)), max: float64(maxLimit), tolerance: tolerance,
+		noLoad: math.Inf(1), lowestAtOne: math.Inf(1),
+	}
+}
+
+// Fixed returns a Limiter whose limit is n (at least 1) whatever it
+// observes.
+func Fixed(n int) *Limiter {
+	l := New(Config{Initial: n, Max: n})
+	l.fixed = true
+	return l
+}
+
+// Limit is how much work may be in flight now: at least 1.
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(l.limit)
+}
+
+// Observe records that a group committed units of work in latency.
+// limited tells whether work waited for a slot while it ran (the limit, not
+// the demand, bounded what was in flight): only then may the limit grow. A
+// group that committed nothing (it rolled back) tells nothing; skip it.
+func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
+	if units < 1 || latency <= 0 || l.fixed {
+		return
+	}
+	perUnit := float64(latency) / float64(units)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	noLoad := l.noLoadLocked(perUnit)
+	ratio := perUnit / noLoad
+	target := l.limit
+	switch {
+	case ratio > 1+l.tolerance:
+		// Queued past the tolerance: back to the limit at which this
+		// latency would have been within it, at most halving.
+		target = l.limit * max(0.5, (1+l.tolerance)/ratio)
+	case ratio <= 1+l.tolerance/2 && limited:
+		target = l.limit + 1
+	}
+	l.limit = min(max((1-smoothing)*l.limit+smoothing*target, 1), l.max)
+}
+
+// noLoadLocked adds an observation to the no-load estimate and returns it.
+// The estimate is the lowest latency observed: latency above it is work
+// queued, by this limiter's load or another's. Only at a limit of 1 does
+// this limiter queue nothing of its own, so a window of observations there
+// that stayed above the tolerance means the store became slower for good:
+// their lowest becomes the estimate, and the limit may grow again.
+func (l *Limiter) noLoadLocked(perUnit float64) float64 {
+	l.noLoad = min(l.noLoad, perUnit)
+	if l.limit >= 2 {
+		l.lowestAtOne, l.seenAtOne = math.Inf(1), 0
+		return l.noLoad
+	}
+	l.lowestAtOne = min(l.lowestAtOne, perUnit)
+	if l.seenAtOne++; l.seenAtOne >= window {
+		l.noLoad, l.lowestAtOne, l.seenAtOne = l.lowestAtOne, math.Inf(1), 0
+	}
+	return l.noLoad
+}
