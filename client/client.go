@@ -158,7 +158,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		config: config, events: eventstore.New(names), names: names, pool: pool, river: riverClient,
 		startRunSQL: startRunSQL(names), startRunManySQL: startRunManySQL(names), startAheadGuardSQL: startAheadGuardSQL(names),
 	}
-	c.starts = &startGroups{c: c}
+	c.starts = &startGroups{c: c, limit: startGroupsFor(pool)}
 	return c, nil
 }
 
