@@ -34,6 +34,13 @@ const (
 	// smoothing is the share of each observation's verdict in the limit:
 	// the limit moves by at most a fifth of the way per observation.
 	smoothing = 0.2
+
+	// averaging is the share of each observation in the latency the limit
+	// follows: a single commit's latency varies by several times on a busy
+	// machine (the scheduler, a checkpoint, a garbage collection), so the
+	// limit follows, and the no-load estimate is the lowest of, an average
+	// over about the last twenty.
+	averaging = 0.1
 )
 
 // Config bounds and shapes a Limiter.
@@ -59,11 +66,11 @@ type Limiter struct {
 	tolerance float64
 	fixed     bool
 
-	// The no-load latency per unit, in nanoseconds (+Inf before any
-	// observation), and the lowest of the observations made at a limit
-	// of 1 since the last one made above it.
-	noLoad, lowestAtOne float64
-	seenAtOne           int
+	// The average latency per unit, in nanoseconds (0 before any
+	// observation), the no-load latency (its lowest; +Inf before any), and
+	// the lowest average at a limit of 1 since the limit was last above it.
+	average, noLoad, lowestAtOne float64
+	seenAtOne                    int
 }
 
 // New returns a Limiter bounded by [1, config.Max] that starts at
@@ -106,8 +113,11 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 	perUnit := float64(latency) / float64(units)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	noLoad := l.noLoadLocked(perUnit)
-	ratio := perUnit / noLoad
+	if l.average == 0 {
+		l.average = perUnit
+	}
+	l.average += averaging * (perUnit - l.average)
+	ratio := l.average / l.noLoadLocked(l.average)
 	target := l.limit
 	switch {
 	case ratio > 1+l.tolerance:
@@ -120,8 +130,8 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 	l.limit = min(max((1-smoothing)*l.limit+smoothing*target, 1), l.max)
 }
 
-// noLoadLocked adds an observation to the no-load estimate and returns it.
-// The estimate is the lowest latency observed: latency above it is work
+// noLoadLocked adds an average latency to the no-load estimate and
+// returns it. The estimate is the lowest average observed: latency above it is work
 // queued, by this limiter's load or another's. Only at a limit of 1 does
 // this limiter queue nothing of its own, so a window of observations there
 // that stayed above the tolerance means the store became slower for good:
