@@ -25,10 +25,12 @@ import (
 const (
 	// DefaultTolerance is how far above the no-load latency a unit's
 	// latency may rise before the limit shrinks.
-	DefaultTolerance = 0.5
+	DefaultTolerance = 0.25
 
 	// window is how many observations at a limit of 1 relearn the no-load
-	// latency (see noLoadLocked).
+	// latency (see noLoadLocked), and how many a new Limiter makes before it
+	// moves the limit: a burst's first commits find connections, caches and
+	// plans cold, and their latency falls for a while whatever the limit.
 	window = 64
 
 	// smoothing is the share of each observation's verdict in the limit:
@@ -71,6 +73,10 @@ type Limiter struct {
 	// the lowest average at a limit of 1 since the limit was last above it.
 	average, noLoad, lowestAtOne float64
 	seenAtOne                    int
+	seen                         int // observations, up to window
+	// Observations still to come of work that started before the limit
+	// last shrank: they tell of the old limit, so they shrink it no more.
+	shrunk int
 }
 
 // New returns a Limiter bounded by [1, config.Max] that starts at
@@ -118,12 +124,20 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 	}
 	l.average += averaging * (perUnit - l.average)
 	ratio := l.average / l.noLoadLocked(l.average)
+	if l.seen < window {
+		l.seen++
+		return
+	}
 	target := l.limit
 	switch {
+	case l.shrunk > 0:
+		l.shrunk--
+		return
 	case ratio > 1+l.tolerance:
 		// Queued past the tolerance: back to the limit at which this
 		// latency would have been within it, at most halving.
 		target = l.limit * max(0.5, (1+l.tolerance)/ratio)
+		l.shrunk = int(l.limit)
 	case ratio <= 1+l.tolerance/2 && limited:
 		target = l.limit + 1
 	}
