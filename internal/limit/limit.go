@@ -3,9 +3,10 @@
 // A Limiter learns the limit from the latency of each unit of work that
 // groups commit (a group's latency over the units it committed), in the
 // manner of TCP Vegas and of Netflix's concurrency-limits gradient limiter:
-// while that latency stays within a tolerance of the lowest latency seen
-// lately (the no-load latency), and work waited for a slot, the limit grows;
-// once it rises past the tolerance, the limit shrinks in proportion. So the
+// while that latency, averaged, stays within a tolerance of its lowest
+// average (the no-load latency), and work waited for a slot, the limit
+// grows; once it rises past the tolerance, the limit shrinks in proportion,
+// once per limit's worth of observations. So the
 // limit settles near the concurrency past which Postgres only queues the
 // work (the knee), whether that is a few transactions on a small machine or
 // tens on a large one, and follows the knee when it moves.
@@ -80,7 +81,8 @@ type Limiter struct {
 }
 
 // New returns a Limiter bounded by [1, config.Max] that starts at
-// config.Initial.
+// config.Initial and keeps it for its first 64 observations, while it
+// learns the no-load latency.
 func New(config Config) *Limiter {
 	maxLimit := max(config.Max, 1)
 	tolerance := config.Tolerance
@@ -111,7 +113,7 @@ func (l *Limiter) Limit() int {
 // Observe records that a group committed units of work in latency.
 // limited tells whether work waited for a slot while it ran (the limit, not
 // the demand, bounded what was in flight): only then may the limit grow. A
-// group that committed nothing (it rolled back) tells nothing; skip it.
+// group that committed nothing (units 0: it rolled back) tells nothing.
 func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 	if units < 1 || latency <= 0 || l.fixed {
 		return

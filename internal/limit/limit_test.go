@@ -170,3 +170,19 @@ func TestFixedLimiter(t *testing.T) {
 	require.Equal(t, 2, l.Limit())
 	require.Equal(t, 1, Fixed(0).Limit())
 }
+
+// TestLimiterLearnsBeforeMoving: a new limiter keeps its initial limit for
+// its first window of observations, however their latency falls (a burst's
+// cold start), and moves only after it.
+func TestLimiterLearnsBeforeMoving(t *testing.T) {
+	t.Parallel()
+	l := New(Config{Initial: 4, Max: 64})
+	for i := range window - 1 {
+		l.Observe(time.Duration(window-i)*time.Millisecond, 1, true)
+		require.Equal(t, 4, l.Limit())
+	}
+	for range window {
+		l.Observe(time.Millisecond, 1, true)
+	}
+	require.Greater(t, l.Limit(), 4)
+}
