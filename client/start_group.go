@@ -60,7 +60,8 @@ const (
 // startGroupsFor is how many groups of starts (and starts alone) a client
 // on pool may have in flight, each holding a connection: learned from each
 // one's latency per start (internal/limit), starting at 2 and bounded by
-// half the pool's connections. Fewer, fuller groups cost Postgres less than
+// half the pool's connections; it grows only while the pool has room for
+// another. Fewer, fuller groups cost Postgres less than
 // more, smaller ones (a group's statements are one per table over arrays,
 // whatever its size), which the limit sees as latency and backs off from.
 func startGroupsFor(pool *pgxpool.Pool) *limit.Limiter {
@@ -196,9 +197,10 @@ func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error
 // runs (created or not), and launches what waits.
 func (g *startGroups) finished(latency time.Duration, runs int) {
 	g.mu.Lock()
-	// Starts waiting for a group while this one ran: the limit, not the
-	// demand, bounded what was in flight.
-	g.limit.Observe(latency, runs, len(g.queue) > 0)
+	// Starts waiting for a group while this one ran, and an idle
+	// connection for another: the limit, not the demand or the pool (which
+	// a worker may share), bounded what was in flight.
+	g.limit.Observe(latency, runs, len(g.queue) > 0 && limit.PoolHasRoom(g.c.pool))
 	g.inFlight--
 	g.launchLocked()
 	g.mu.Unlock()

@@ -73,8 +73,9 @@ const stepGroupMembers = 32
 // stepGroupsFor is how many groups a worker on pool may commit at once:
 // learned from each group's latency per outcome (internal/limit), starting
 // at 4 and bounded by half the pool's connections, which the worker's
-// River client needs too. Splitting the same outcomes into more, smaller
-// groups costs more per outcome (see stepGroupMembers), which the limit
+// River client needs too; it grows only while the pool has room for
+// another. Splitting the same outcomes into more, smaller groups costs
+// more per outcome (see stepGroupMembers), which the limit
 // sees as latency and backs off from.
 func stepGroupsFor(pool *pgxpool.Pool) *limit.Limiter {
 	most := max(1, int(pool.Config().MaxConns)/2)
@@ -203,9 +204,10 @@ func (c *stepCommitter) startLocked() {
 			started := time.Now()
 			committed := c.run(members)
 			c.mu.Lock()
-			// Outcomes waiting for a group while this one ran: the limit,
-			// not the demand, bounded the groups in flight.
-			c.limit.Observe(time.Since(started), committed, len(c.queue) > 0)
+			// Outcomes waiting for a group while this one ran, and an idle
+			// connection for another: the limit, not the demand or the
+			// pool (which River's client shares), bounded the groups.
+			c.limit.Observe(time.Since(started), committed, len(c.queue) > 0 && limit.PoolHasRoom(c.w.pool))
 			c.groups--
 			for _, m := range members {
 				c.unholdLocked(m.runID)

@@ -21,6 +21,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const (
@@ -111,8 +113,9 @@ func (l *Limiter) Limit() int {
 }
 
 // Observe records that a group committed units of work in latency.
-// limited tells whether work waited for a slot while it ran (the limit, not
-// the demand, bounded what was in flight): only then may the limit grow. A
+// limited tells whether more in flight could have been put to use: work
+// waited for a slot while it ran, and there was room for it (an idle
+// connection, say). Only then may the limit grow. A
 // group that committed nothing (units 0: it rolled back) tells nothing.
 func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 	if units < 1 || latency <= 0 || l.fixed {
@@ -163,4 +166,11 @@ func (l *Limiter) noLoadLocked(perUnit float64) float64 {
 		l.noLoad, l.lowestAtOne, l.seenAtOne = l.lowestAtOne, math.Inf(1), 0
 	}
 	return l.noLoad
+}
+
+// PoolHasRoom tells whether pool could lend another connection now without
+// waiting: one is idle, or the pool may open one more.
+func PoolHasRoom(pool *pgxpool.Pool) bool {
+	stat := pool.Stat()
+	return stat.IdleConns() > 0 || stat.TotalConns() < stat.MaxConns()
 }
