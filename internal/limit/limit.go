@@ -28,7 +28,7 @@ import (
 const (
 	// DefaultTolerance is how far above the no-load latency a unit's
 	// latency may rise before the limit shrinks.
-	DefaultTolerance = 0.25
+	DefaultTolerance = 0.15
 
 	// window is how many observations at a limit of 1 relearn the no-load
 	// latency (see noLoadLocked), and how many a new Limiter makes before it
