@@ -46,6 +46,11 @@ const (
 	// limit follows, and the no-load estimate is the lowest of, an average
 	// over about the last twenty.
 	averaging = 0.1
+
+	// steady is how many observations the no-load latency must have held
+	// (fallen by less than a quarter of the tolerance) before the limit
+	// may grow.
+	steady = 16
 )
 
 // Config bounds and shapes a Limiter.
@@ -77,6 +82,10 @@ type Limiter struct {
 	average, noLoad, lowestAtOne float64
 	seenAtOne                    int
 	seen                         int // observations, up to window
+	// Observations since the no-load latency last fell: while it falls
+	// (connections, caches and plans still warming), latency that holds
+	// says nothing about the limit, and the limit does not grow.
+	sinceLower int
 	// Observations still to come of work that started before the limit
 	// last shrank: they tell of the old limit, so they shrink it no more.
 	shrunk int
@@ -143,7 +152,7 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 		// latency would have been within it, at most halving.
 		target = l.limit * max(0.5, (1+l.tolerance)/ratio)
 		l.shrunk = int(l.limit)
-	case ratio <= 1+l.tolerance/2 && limited:
+	case ratio <= 1+l.tolerance/2 && limited && l.sinceLower >= steady:
 		target = l.limit + 1
 	}
 	l.limit = min(max((1-smoothing)*l.limit+smoothing*target, 1), l.max)
@@ -156,6 +165,10 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 // that stayed above the tolerance means the store became slower for good:
 // their lowest becomes the estimate, and the limit may grow again.
 func (l *Limiter) noLoadLocked(perUnit float64) float64 {
+	l.sinceLower++
+	if perUnit < l.noLoad*(1-l.tolerance/4) {
+		l.sinceLower = 0
+	}
 	l.noLoad = min(l.noLoad, perUnit)
 	if l.limit >= 2 {
 		l.lowestAtOne, l.seenAtOne = math.Inf(1), 0

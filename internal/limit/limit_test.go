@@ -186,3 +186,20 @@ func TestLimiterLearnsBeforeMoving(t *testing.T) {
 	}
 	require.Greater(t, l.Limit(), 4)
 }
+
+// TestLimiterHoldsWhileLatencyFalls: latency that keeps falling (a store
+// still warming) does not grow the limit; once it holds, the limit grows.
+func TestLimiterHoldsWhileLatencyFalls(t *testing.T) {
+	t.Parallel()
+	l := New(Config{Initial: 4, Max: 64})
+	latency := float64(time.Second)
+	for range 10 * window {
+		latency *= 0.97
+		l.Observe(time.Duration(latency), 1, true)
+	}
+	require.Equal(t, 4, l.Limit())
+	for range window {
+		l.Observe(time.Duration(latency), 1, true)
+	}
+	require.Greater(t, l.Limit(), 4)
+}
