@@ -86,6 +86,7 @@ type Limiter struct {
 	// (connections, caches and plans still warming), latency that holds
 	// says nothing about the limit, and the limit does not grow.
 	sinceLower int
+	heldAt     float64 // the no-load latency when it last fell
 	// Observations still to come of work that started before the limit
 	// last shrank: they tell of the old limit, so they shrink it no more.
 	shrunk int
@@ -102,7 +103,7 @@ func New(config Config) *Limiter {
 	}
 	return &Limiter{
 		limit: float64(min(max(config.Initial, 1), maxLimit)), max: float64(maxLimit), tolerance: tolerance,
-		noLoad: math.Inf(1), lowestAtOne: math.Inf(1),
+		noLoad: math.Inf(1), lowestAtOne: math.Inf(1), heldAt: math.Inf(1),
 	}
 }
 
@@ -165,11 +166,11 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 // that stayed above the tolerance means the store became slower for good:
 // their lowest becomes the estimate, and the limit may grow again.
 func (l *Limiter) noLoadLocked(perUnit float64) float64 {
-	l.sinceLower++
-	if perUnit < l.noLoad*(1-l.tolerance/4) {
-		l.sinceLower = 0
-	}
 	l.noLoad = min(l.noLoad, perUnit)
+	l.sinceLower++
+	if !(l.noLoad >= l.heldAt*(1-l.tolerance/4)) { // +Inf at first
+		l.heldAt, l.sinceLower = l.noLoad, 0
+	}
 	if l.limit >= 2 {
 		l.lowestAtOne, l.seenAtOne = math.Inf(1), 0
 		return l.noLoad

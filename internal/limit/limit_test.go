@@ -181,7 +181,7 @@ func TestLimiterLearnsBeforeMoving(t *testing.T) {
 		l.Observe(time.Duration(window-i)*time.Millisecond, 1, true)
 		require.Equal(t, 4, l.Limit())
 	}
-	for range window {
+	for range 2 * window {
 		l.Observe(time.Millisecond, 1, true)
 	}
 	require.Greater(t, l.Limit(), 4)
@@ -198,7 +198,7 @@ func TestLimiterHoldsWhileLatencyFalls(t *testing.T) {
 		l.Observe(time.Duration(latency), 1, true)
 	}
 	require.Equal(t, 4, l.Limit())
-	for range window {
+	for range 2 * window {
 		l.Observe(time.Duration(latency), 1, true)
 	}
 	require.Greater(t, l.Limit(), 4)
