@@ -119,7 +119,7 @@ func Fixed(n int) *Limiter {
 func (l *Limiter) Limit() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return int(l.limit)
+	return int(math.Round(l.limit))
 }
 
 // Observe records that a group committed units of work in latency.
@@ -152,7 +152,7 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 		// Queued past the tolerance: back to the limit at which this
 		// latency would have been within it, at most halving.
 		target = l.limit * max(0.5, (1+l.tolerance)/ratio)
-		l.shrunk = int(l.limit)
+		l.shrunk = int(math.Round(l.limit))
 	case ratio <= 1+l.tolerance/2 && limited && l.sinceLower >= steady:
 		target = l.limit + 1
 	}
