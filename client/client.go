@@ -56,6 +56,11 @@ type WorkflowArgs interface {
 }
 
 // Config configures a Client. The zero value works.
+//
+// No setting bounds how many eager starts (StartOpts.EagerStart) commit at
+// once: the client groups them, and how many groups it keeps in flight
+// follows their latency, from 2 up to half the pool's MaxConns while
+// latency holds, down to 1 while it rises. Size the pool instead.
 type Config struct {
 	// Codec encodes args and results. Workers must use a matching codec.
 	// Defaults to JSONCodec.
@@ -158,7 +163,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		config: config, events: eventstore.New(names), names: names, pool: pool, river: riverClient,
 		startRunSQL: startRunSQL(names), startRunManySQL: startRunManySQL(names), startAheadGuardSQL: startAheadGuardSQL(names),
 	}
-	c.starts = &startGroups{c: c}
+	c.starts = &startGroups{c: c, limit: startGroupsFor(pool)}
 	return c, nil
 }
 

@@ -11,10 +11,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
+	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/task"
 )
 
@@ -28,8 +30,8 @@ import (
 // last writes, merged, with one COMMIT. Each start then returns what it
 // would have returned alone.
 //
-// A start goes alone, as ever, when no group is needed (fewer than
-// startGroupsMax groups are in flight and none waits), and whenever its
+// A start goes alone, as ever, when no group is needed (fewer groups than
+// the limit are in flight and none waits), and whenever its
 // group cannot decide it: its workflow ID's lock is taken (the group takes
 // locks without waiting, so it never deadlocks with a transaction that
 // holds one), or the group failed (it rolled back; each of its starts then
@@ -48,12 +50,6 @@ import (
 // through River.
 
 const (
-	// startGroupsMax bounds the groups of starts in flight (each holds a
-	// connection). Two fuller groups cost Postgres less than four small
-	// ones: a group's statements are one per table over arrays, whatever
-	// its size (docs/decisions/0014-group-sizes.md).
-	startGroupsMax = 2
-
 	// startGroupMembers bounds the starts in one group.
 	startGroupMembers = 32
 
@@ -61,9 +57,22 @@ const (
 	startGroupTimeout = time.Minute
 )
 
+// startGroupsFor is how many groups of starts (and starts alone) a client
+// on pool may have in flight, each holding a connection: learned from each
+// one's latency per start (internal/limit), starting at 2 and bounded by
+// half the pool's connections; it grows only while the pool has room for
+// another. Fewer, fuller groups cost Postgres less than
+// more, smaller ones (a group's statements are one per table over arrays,
+// whatever its size), which the limit sees as latency and backs off from.
+func startGroupsFor(pool *pgxpool.Pool) *limit.Limiter {
+	most := max(1, int(pool.Config().MaxConns)/2)
+	return limit.New(limit.Config{Initial: min(2, most), Max: most})
+}
+
 // startGroups queues the starts that can be grouped and runs their groups.
 type startGroups struct {
-	c *Client
+	c     *Client
+	limit *limit.Limiter // groups and starts alone in flight
 
 	mu       sync.Mutex
 	queue    []*startRequest
@@ -137,11 +146,16 @@ func (r *startRequest) prepare(c *Client) error {
 // queues it for a group and waits for the group's verdict.
 func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error) {
 	g.mu.Lock()
-	if len(g.queue) == 0 && g.inFlight < startGroupsMax {
+	if len(g.queue) == 0 && g.inFlight < g.limit.Limit() {
 		g.inFlight++
 		g.mu.Unlock()
-		defer g.finished()
-		return g.c.startAlone(ctx, req.args, req.opts, req.info)
+		started, runs := time.Now(), 0
+		defer func() { g.finished(time.Since(started), runs) }()
+		run, err := g.c.startAlone(ctx, req.args, req.opts, req.info)
+		if err == nil {
+			runs = 1
+		}
+		return run, err
 	}
 	g.mu.Unlock()
 	if err := req.prepare(g.c); err != nil {
@@ -179,19 +193,24 @@ func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error
 	return res.run, res.err
 }
 
-// finished ends a start or group in flight, and launches what waits.
-func (g *startGroups) finished() {
+// finished ends a start or group in flight that took latency and started
+// runs (created or not), and launches what waits.
+func (g *startGroups) finished(latency time.Duration, runs int) {
 	g.mu.Lock()
+	// Starts waiting for a group while this one ran, and an idle
+	// connection for another: the limit, not the demand or the pool (which
+	// a worker may share), bounded what was in flight.
+	g.limit.Observe(latency, runs, len(g.queue) > 0 && limit.PoolHasRoom(g.c.pool))
 	g.inFlight--
 	g.launchLocked()
 	g.mu.Unlock()
 }
 
-// launchLocked starts groups of the queued starts while fewer than
-// startGroupsMax are in flight. A group takes, in order, up to
+// launchLocked starts groups of the queued starts while fewer than the
+// limit are in flight. A group takes, in order, up to
 // startGroupMembers starts of the first one's taker, one per workflow ID.
 func (g *startGroups) launchLocked() {
-	for len(g.queue) > 0 && g.inFlight < startGroupsMax {
+	for len(g.queue) > 0 && g.inFlight < g.limit.Limit() {
 		var (
 			members []*startRequest
 			rest    []*startRequest
@@ -210,17 +229,19 @@ func (g *startGroups) launchLocked() {
 		g.queue = rest
 		g.inFlight++
 		go func() {
-			defer g.finished()
-			g.run(members)
+			started, decided := time.Now(), 0
+			defer func() { g.finished(time.Since(started), decided) }()
+			decided = g.run(members)
 		}()
 	}
 }
 
-// run runs one group and tells each member its verdict.
-func (g *startGroups) run(members []*startRequest) {
+// run runs one group, tells each member its verdict, and returns how many
+// starts it decided (not left to run alone).
+func (g *startGroups) run(members []*startRequest) (decided int) {
 	if len(members) == 1 {
 		members[0].done <- startResult{alone: true}
-		return
+		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startGroupTimeout)
 	defer cancel()
@@ -256,8 +277,12 @@ func (g *startGroups) run(members []*startRequest) {
 		default: // rolled back: each runs alone
 			verdicts[i] = startResult{alone: true}
 		}
+		if !verdicts[i].alone {
+			decided++
+		}
 		m.done <- verdicts[i]
 	}
+	return decided
 }
 
 // errNoLock leaves a start whose workflow ID's lock a group could not take

@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/limit"
 )
 
 // TestStartRunManyTakesRunsByKey: on a runs table of tens of thousands of
@@ -117,7 +118,7 @@ func requireByKey(t *testing.T, plan, what string) {
 func TestStartGroupsQueuedStartLeavesOnCancel(t *testing.T) {
 	t.Parallel()
 	c := &Client{config: (&Config{}).withDefaults(), names: dbschema.New("")}
-	g := &startGroups{c: c, inFlight: startGroupsMax}
+	g := &startGroups{c: c, limit: limit.Fixed(2), inFlight: 2}
 	ctx, cancel := context.WithCancel(t.Context())
 	req := &startRequest{
 		args: RawArgs{JSON: []byte(`{}`), KindName: "k"}, opts: &StartOpts{EagerStart: true},

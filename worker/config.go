@@ -55,6 +55,11 @@ const (
 )
 
 // Config configures a Worker. The zero value works.
+//
+// No setting bounds the worker's concurrency against Postgres: it commits
+// activity outcomes in groups, and how many groups it keeps in flight
+// follows their latency, from 4 up to half the pool's MaxConns while
+// latency holds, down to 1 while it rises. Size the pool instead.
 type Config struct {
 	// AnnounceInterval is how often the worker announces itself in the
 	// database (weir_worker): its identity, namespaces, queues and kinds.

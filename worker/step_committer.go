@@ -21,6 +21,7 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/lazytx"
+	"github.com/weirhq/weir/internal/limit"
 )
 
 // Group commit of activity outcomes: under load, a worker's activity
@@ -32,8 +33,8 @@ import (
 // trip, runs each outcome's continuation in turn, and sends every
 // continuation's last writes with the COMMIT in one more round trip.
 //
-// It never waits to fill a group: an outcome that arrives while fewer than
-// maxGroups groups are in flight starts one at once, alone if it must. A
+// It never waits to fill a group: an outcome that arrives while fewer
+// groups than the limit (groups) are in flight starts one at once, alone if it must. A
 // lone step takes one round trip when this worker committed its run's last
 // step (fromCache: the run's row and history from the cache, its lock and
 // check in a guard ahead of its writes and the COMMIT), else two (its lock,
@@ -69,14 +70,16 @@ import (
 // measurements behind the size are in docs/decisions/0014-group-sizes.md.
 const stepGroupMembers = 32
 
-// stepGroupsFor is how many groups a worker on pool commits at once: 4, at
-// most half the pool's connections, which the worker's River client needs
-// too. More groups in flight make each smaller: with 8 (best when a group
-// sent a statement per member) a burst's groups seldom filled, and the
-// worker paid a group's statements for half the outcomes (see
-// stepGroupMembers for the measurement).
-func stepGroupsFor(pool *pgxpool.Pool) int {
-	return min(4, max(1, int(pool.Config().MaxConns)/2))
+// stepGroupsFor is how many groups a worker on pool may commit at once:
+// learned from each group's latency per outcome (internal/limit), starting
+// at 4 and bounded by half the pool's connections, which the worker's
+// River client needs too; it grows only while the pool has room for
+// another. Splitting the same outcomes into more, smaller groups costs
+// more per outcome (see stepGroupMembers), which the limit
+// sees as latency and backs off from.
+func stepGroupsFor(pool *pgxpool.Pool) *limit.Limiter {
+	most := max(1, int(pool.Config().MaxConns)/2)
+	return limit.New(limit.Config{Initial: min(4, most), Max: most})
 }
 
 // stepGroupTimeout bounds a group's transaction: its statements run under
@@ -98,8 +101,8 @@ var errGroupRolledBack = errors.New("worker: the group of outcomes did not commi
 // stepCommitter commits activity outcomes in groups (see above).
 type stepCommitter struct {
 	w          *Worker
-	maxGroups  int // groups in flight at once
-	maxMembers int // outcomes in one group
+	limit      *limit.Limiter // groups in flight at once
+	maxMembers int            // outcomes in one group
 
 	mu     sync.Mutex
 	queue  []*stepMember // waiting for a group, oldest first
@@ -146,8 +149,8 @@ type stepMember struct {
 	afterLast func()
 }
 
-func newStepCommitter(w *Worker, maxGroups, maxMembers int) *stepCommitter {
-	return &stepCommitter{w: w, maxGroups: max(maxGroups, 1), maxMembers: max(maxMembers, 1), busy: make(map[uuid.UUID]int)}
+func newStepCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *stepCommitter {
+	return &stepCommitter{w: w, limit: groups, maxMembers: max(maxMembers, 1), busy: make(map[uuid.UUID]int)}
 }
 
 // takeLocked returns the run's row that the group locked for this member,
@@ -185,10 +188,10 @@ func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx
 	return nil
 }
 
-// startLocked starts groups for the queued outcomes while fewer than
-// maxGroups are in flight.
+// startLocked starts groups for the queued outcomes while fewer than the
+// limit are in flight.
 func (c *stepCommitter) startLocked() {
-	for c.groups < c.maxGroups && len(c.queue) > 0 {
+	for c.groups < c.limit.Limit() && len(c.queue) > 0 {
 		members := c.takeLocked()
 		if len(members) == 0 {
 			return // every queued outcome's run is in a group in flight
@@ -198,8 +201,13 @@ func (c *stepCommitter) startLocked() {
 			c.busy[m.runID]++
 		}
 		c.w.goroutines.Go(func() {
-			c.run(members)
+			started := time.Now()
+			committed := c.run(members)
 			c.mu.Lock()
+			// Outcomes waiting for a group while this one ran, and an idle
+			// connection for another: the limit, not the demand or the
+			// pool (which River's client shares), bounded the groups.
+			c.limit.Observe(time.Since(started), committed, len(c.queue) > 0 && limit.PoolHasRoom(c.w.pool))
 			c.groups--
 			for _, m := range members {
 				c.unholdLocked(m.runID)
@@ -262,8 +270,9 @@ func (c *stepCommitter) takeLocked() []*stepMember {
 	return taken
 }
 
-// run commits one group and tells each member how it went.
-func (c *stepCommitter) run(members []*stepMember) {
+// run commits one group, tells each member how it went, and returns how
+// many outcomes it committed.
+func (c *stepCommitter) run(members []*stepMember) (committed int) {
 	slices.SortFunc(members, func(a, b *stepMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
@@ -349,8 +358,8 @@ func (c *stepCommitter) run(members []*stepMember) {
 			slog.Int("outcomes", len(members)), slog.String("error", err.Error()))
 	default:
 		c.committed.Add(1)
-		if n := len(members) - countAlone(members); n > 1 {
-			c.grouped.Add(int64(n))
+		if committed = len(members) - countAlone(members); committed > 1 {
+			c.grouped.Add(int64(committed))
 		}
 	}
 	for _, m := range members {
@@ -368,6 +377,7 @@ func (c *stepCommitter) run(members []*stepMember) {
 		c.w.commitHistory(&m.cont)
 		m.done <- nil
 	}
+	return committed
 }
 
 // fromCache sets m up for a step of one round trip, if this worker holds

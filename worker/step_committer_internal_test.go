@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -43,7 +44,7 @@ func newStepFixture(t *testing.T) *stepFixture {
 	_, err = pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY, xid bigint NOT NULL)")
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = pool.Exec(context.WithoutCancel(ctx), "DROP TABLE "+table) }) // the schema is reused
-	return &stepFixture{c: newStepCommitter(w, 1, stepGroupMembers), pool: pool, table: table}
+	return &stepFixture{c: newStepCommitter(w, limit.Fixed(1), stepGroupMembers), pool: pool, table: table}
 }
 
 // record is an outcome's body: it writes id in its transaction, and
@@ -290,7 +291,7 @@ func TestStepCommitterLeavesGroupBeforeWriting(t *testing.T) {
 func TestStepCommitterOneGroupPerRun(t *testing.T) {
 	t.Parallel()
 	f := newStepFixture(t)
-	f.c.maxGroups = 2
+	f.c.limit = limit.Fixed(2)
 	var wg sync.WaitGroup
 	release := make(chan struct{})
 	run := uuid.New()
@@ -367,7 +368,7 @@ func startStepWorker(t *testing.T, groups int, extra workflow.Workflow[stepFamil
 	schema := dbtest.TestSchema(ctx, t)
 	w, err := New(pool, &Config{Schema: schema})
 	require.NoError(t, err)
-	w.stepGroups = groups
+	w.stepGroups = limit.Fixed(groups)
 	AddWorkflow(w, &stepGroupWorkflow{})
 	if extra != nil {
 		AddWorkflow(w, extra)

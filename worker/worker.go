@@ -21,6 +21,7 @@ import (
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/gopool"
+	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
@@ -67,7 +68,7 @@ type Worker struct {
 	steps        *stepCommitter // nil: each outcome commits alone
 	clock        dbClock        // the database's time, estimated
 	ahead        aheadCounts    // first tasks run ahead of their starts
-	stepGroups   int            // groups of outcomes the step committer commits at once
+	stepGroups   *limit.Limiter // groups of outcomes the step committer commits at once
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition

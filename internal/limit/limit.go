@@ -1,0 +1,190 @@
+// Package limit decides how many group commits may be in flight at once.
+//
+// A Limiter learns the limit from the latency of each unit of work that
+// groups commit (a group's latency over the units it committed), in the
+// manner of TCP Vegas and of Netflix's concurrency-limits gradient limiter:
+// while that latency, averaged, stays within a tolerance of its lowest
+// average (the no-load latency), and work waited for a slot, the limit
+// grows; once it rises past the tolerance, the limit shrinks in proportion,
+// once per limit's worth of observations. So the
+// limit settles near the concurrency past which Postgres only queues the
+// work (the knee), whether that is a few transactions on a small machine or
+// tens on a large one, and follows the knee when it moves.
+//
+// Latency per unit, not per group, is the signal because a group commit's
+// cost is mostly per group: more groups in flight make each group smaller,
+// so a limit that only splits the same work into more, smaller groups
+// raises the latency per unit, and shrinks again, as it should.
+package limit
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+const (
+	// DefaultTolerance is how far above the no-load latency a unit's
+	// latency may rise before the limit shrinks.
+	DefaultTolerance = 0.15
+
+	// window is how many observations at a limit of 1 relearn the no-load
+	// latency (see noLoadLocked), and how many a new Limiter makes before it
+	// moves the limit: a burst's first commits find connections, caches and
+	// plans cold, and their latency falls for a while whatever the limit.
+	window = 64
+
+	// smoothing is the share of each observation's verdict in the limit:
+	// the limit moves by at most a fifth of the way per observation.
+	smoothing = 0.2
+
+	// averaging is the share of each observation in the latency the limit
+	// follows: a single commit's latency varies by several times on a busy
+	// machine (the scheduler, a checkpoint, a garbage collection), so the
+	// limit follows, and the no-load estimate is the lowest of, an average
+	// over about the last twenty.
+	averaging = 0.1
+
+	// steady is how many observations the no-load latency must have held
+	// (fallen by less than a quarter of the tolerance) before the limit
+	// may grow.
+	steady = 16
+)
+
+// Config bounds and shapes a Limiter.
+type Config struct {
+	// Initial is the limit before any observation; it is clamped to
+	// [1, Max].
+	Initial int
+	// Max is the highest limit; at least 1.
+	Max int
+	// Tolerance is how far a unit's latency may rise above the no-load
+	// latency, as a fraction of it, before the limit shrinks; 0 means
+	// DefaultTolerance. The limit grows only while latency stays within
+	// half of it.
+	Tolerance float64
+}
+
+// Limiter is an adaptive bound on work in flight. Its methods are safe for
+// concurrent use and cost a mutex, no goroutine.
+type Limiter struct {
+	mu        sync.Mutex
+	limit     float64
+	max       float64
+	tolerance float64
+	fixed     bool
+
+	// The average latency per unit, in nanoseconds (0 before any
+	// observation), the no-load latency (its lowest; +Inf before any), and
+	// the lowest average at a limit of 1 since the limit was last above it.
+	average, noLoad, lowestAtOne float64
+	seenAtOne                    int
+	seen                         int // observations, up to window
+	// Observations since the no-load latency last fell: while it falls
+	// (connections, caches and plans still warming), latency that holds
+	// says nothing about the limit, and the limit does not grow.
+	sinceLower int
+	heldAt     float64 // the no-load latency when it last fell
+	// Observations still to come of work that started before the limit
+	// last shrank: they tell of the old limit, so they shrink it no more.
+	shrunk int
+}
+
+// New returns a Limiter bounded by [1, config.Max] that starts at
+// config.Initial and keeps it for its first 64 observations, while it
+// learns the no-load latency.
+func New(config Config) *Limiter {
+	maxLimit := max(config.Max, 1)
+	tolerance := config.Tolerance
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	return &Limiter{
+		limit: float64(min(max(config.Initial, 1), maxLimit)), max: float64(maxLimit), tolerance: tolerance,
+		noLoad: math.Inf(1), lowestAtOne: math.Inf(1), heldAt: math.Inf(1),
+	}
+}
+
+// Fixed returns a Limiter whose limit is n (at least 1) whatever it
+// observes.
+func Fixed(n int) *Limiter {
+	l := New(Config{Initial: n, Max: n})
+	l.fixed = true
+	return l
+}
+
+// Limit is how much work may be in flight now: at least 1.
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(math.Round(l.limit))
+}
+
+// Observe records that a group committed units of work in latency.
+// limited tells whether more in flight could have been put to use: work
+// waited for a slot while it ran, and there was room for it (an idle
+// connection, say). Only then may the limit grow. A
+// group that committed nothing (units 0: it rolled back) tells nothing.
+func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
+	if units < 1 || latency <= 0 || l.fixed {
+		return
+	}
+	perUnit := float64(latency) / float64(units)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.average == 0 {
+		l.average = perUnit
+	}
+	l.average += averaging * (perUnit - l.average)
+	ratio := l.average / l.noLoadLocked(l.average)
+	if l.seen < window {
+		l.seen++
+		return
+	}
+	target := l.limit
+	switch {
+	case l.shrunk > 0:
+		l.shrunk--
+		return
+	case ratio > 1+l.tolerance:
+		// Queued past the tolerance: back to the limit at which this
+		// latency would have been within it, at most halving.
+		target = l.limit * max(0.5, (1+l.tolerance)/ratio)
+		l.shrunk = int(math.Round(l.limit))
+	case ratio <= 1+l.tolerance/2 && limited && l.sinceLower >= steady:
+		target = l.limit + 1
+	}
+	l.limit = min(max((1-smoothing)*l.limit+smoothing*target, 1), l.max)
+}
+
+// noLoadLocked adds an average latency to the no-load estimate and
+// returns it. The estimate is the lowest average observed: latency above it is work
+// queued, by this limiter's load or another's. Only at a limit of 1 does
+// this limiter queue nothing of its own, so a window of observations there
+// that stayed above the tolerance means the store became slower for good:
+// their lowest becomes the estimate, and the limit may grow again.
+func (l *Limiter) noLoadLocked(perUnit float64) float64 {
+	l.noLoad = min(l.noLoad, perUnit)
+	l.sinceLower++
+	if !(l.noLoad >= l.heldAt*(1-l.tolerance/4)) { // +Inf at first
+		l.heldAt, l.sinceLower = l.noLoad, 0
+	}
+	if l.limit >= 2 {
+		l.lowestAtOne, l.seenAtOne = math.Inf(1), 0
+		return l.noLoad
+	}
+	l.lowestAtOne = min(l.lowestAtOne, perUnit)
+	if l.seenAtOne++; l.seenAtOne >= window {
+		l.noLoad, l.lowestAtOne, l.seenAtOne = l.lowestAtOne, math.Inf(1), 0
+	}
+	return l.noLoad
+}
+
+// PoolHasRoom tells whether pool could lend another connection now without
+// waiting: one is idle, or the pool may open one more.
+func PoolHasRoom(pool *pgxpool.Pool) bool {
+	stat := pool.Stat()
+	return stat.IdleConns() > 0 || stat.TotalConns() < stat.MaxConns()
+}
