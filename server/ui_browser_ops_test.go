@@ -1,11 +1,7 @@
 package server_test
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -15,47 +11,13 @@ import (
 // is wrong: the workers page, and a run that no worker serves.
 func TestUIBrowserOperators(t *testing.T) {
 	t.Parallel()
-	chromium := chromiumPath(t)
-	dir := artifactsDir(t)
 	b := setupUI(t, nil)
 	b.startOn(t, "echo", "stuck-export", "nobody-polls")
 	b.startOpsWorker(t)
 	b.startOn(t, "ops_parent", "ops-parent", "ops-panics")
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.WithoutCancel(t.Context()),
-		append(chromedp.DefaultExecAllocatorOptions[:],
-			chromedp.ExecPath(chromium),
-			chromedp.NoSandbox,
-			chromedp.Flag("disable-dev-shm-usage", true),
-			chromedp.WindowSize(1280, 900),
-		)...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	t.Cleanup(func() { _ = chromedp.Cancel(ctx) })
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")))
-	do := func(steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		require.NoError(t, chromedp.Do(stepCtx, steps...))
-	}
-	text := func(sel string) string {
-		t.Helper()
-		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		s, err := chromedp.Run(stepCtx, chromedp.TextContent(chromedp.CSS(sel)))
-		require.NoError(t, err)
-		return s
-	}
-	shot := func(name string) {
-		t.Helper()
-		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		png, err := chromedp.Run(stepCtx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
-	}
+	br := newChrome(t, 1280, 900)
+	do, text, shot := br.do, br.text, br.shot
 
 	do(chromedp.Navigate(b.url+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")))
 	do(chromedp.SendKeys(chromedp.CSS("#token"), readerSecret), chromedp.Click(chromedp.CSS("#sign-in")),

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +20,6 @@ import (
 // a query and its answer, the signal kinds received).
 func TestUIBrowserSchedulesAndQueries(t *testing.T) {
 	t.Parallel()
-	chromium := chromiumPath(t)
-	dir := artifactsDir(t)
 	b := setupUI(t, nil)
 	require.Equal(t, http.StatusCreated, b.apiCall(t, http.MethodPost, "/api/v1/namespaces/default/schedules", adminSecret,
 		&server.ScheduleRequest{ScheduleID: "reports-nightly", Kind: "echo", Every: "24h"}, nil))
@@ -38,24 +34,8 @@ func TestUIBrowserSchedulesAndQueries(t *testing.T) {
 	b.await(t, "invoice-2026-000123-with-a-long-id")
 	b.startOn(t, "echo", "stuck-export", "nobody-polls-this-queue-with-a-rather-long-name")
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.WithoutCancel(t.Context()),
-		append(chromedp.DefaultExecAllocatorOptions[:],
-			chromedp.ExecPath(chromium),
-			chromedp.NoSandbox,
-			chromedp.Flag("disable-dev-shm-usage", true),
-			chromedp.WindowSize(800, 1000),
-		)...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	t.Cleanup(func() { _ = chromedp.Cancel(ctx) })
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")))
-	do := func(steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		require.NoError(t, chromedp.Do(stepCtx, steps...))
-	}
+	br := newChrome(t, 800, 1000)
+	ctx, do, text, shot := br.ctx, br.do, br.text, br.shot
 	eval := func(expr string) bool {
 		t.Helper()
 		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -75,22 +55,6 @@ func TestUIBrowserSchedulesAndQueries(t *testing.T) {
 			}
 			require.NoError(t, waitCtx.Err(), "waiting for %s (last error: %v)", expr, err)
 		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		s, err := chromedp.Run(stepCtx, chromedp.TextContent(chromedp.CSS(sel)))
-		require.NoError(t, err)
-		return s
-	}
-	shot := func(name string) {
-		t.Helper()
-		stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		png, err := chromedp.Run(stepCtx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
 	}
 	// confirmAll answers the page's confirmation dialogs with yes (a page
 	// load resets it).

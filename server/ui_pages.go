@@ -197,12 +197,8 @@ func (s *Server) uiList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	namespace := r.PathValue("namespace")
-	if err := s.forbidden(sess, namespace, RoleRead); err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
-	}
-	if !validName(namespace) {
-		s.renderError(w, r, sess, "", invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule))
+	if err := s.uiNamespace(sess, namespace, RoleRead); err != nil {
+		s.renderError(w, r, sess, "", err)
 		return
 	}
 	q := r.URL.Query()
@@ -426,14 +422,23 @@ func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiS
 	s.render(w, r, status, "run", page)
 }
 
+// uiNamespace checks the session's access to namespace with role need, and
+// the namespace's name.
+func (s *Server) uiNamespace(sess *uiSession, namespace string, need Role) error {
+	if err := s.forbidden(sess, namespace, need); err != nil {
+		return err
+	}
+	if !validName(namespace) {
+		return invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule)
+	}
+	return nil
+}
+
 // uiTarget checks the session's access to namespace and reads the run_id
 // query or form parameter.
 func (s *Server) uiTarget(r *http.Request, sess *uiSession, namespace, workflowID string, need Role) (*client.Client, uuid.UUID, error) {
-	if err := s.forbidden(sess, namespace, need); err != nil {
+	if err := s.uiNamespace(sess, namespace, need); err != nil {
 		return nil, uuid.Nil, err
-	}
-	if !validName(namespace) {
-		return nil, uuid.Nil, invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule)
 	}
 	if workflowID == "" || len(workflowID) > 1000 {
 		return nil, uuid.Nil, invalidArgument("workflow_id", "workflow_id must be 1 to 1000 bytes")

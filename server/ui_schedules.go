@@ -29,12 +29,8 @@ func (s *Server) uiSchedules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	namespace := r.PathValue("namespace")
-	if err := s.forbidden(sess, namespace, RoleRead); err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
-	}
-	if !validName(namespace) {
-		s.renderError(w, r, sess, "", invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule))
+	if err := s.uiNamespace(sess, namespace, RoleRead); err != nil {
+		s.renderError(w, r, sess, "", err)
 		return
 	}
 	c, err := s.client(namespace)
@@ -90,11 +86,8 @@ var uiScheduleFlashes = map[string]string{
 // uiScheduleTarget checks the session's access to namespace with role need
 // and the schedule ID, and returns the namespace's client.
 func (s *Server) uiScheduleTarget(sess *uiSession, namespace, id string, need Role) (*client.Client, error) {
-	if err := s.forbidden(sess, namespace, need); err != nil {
+	if err := s.uiNamespace(sess, namespace, need); err != nil {
 		return nil, err
-	}
-	if !validName(namespace) {
-		return nil, invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule)
 	}
 	if id == "" || len(id) > 255 {
 		return nil, invalidArgument("schedule_id", "schedule_id must be 1 to 255 bytes")

@@ -19,12 +19,8 @@ func (s *Server) uiWorkers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	namespace := r.PathValue("namespace")
-	if err := s.forbidden(sess, namespace, RoleRead); err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
-	}
-	if !validName(namespace) {
-		s.renderError(w, r, sess, "", invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule))
+	if err := s.uiNamespace(sess, namespace, RoleRead); err != nil {
+		s.renderError(w, r, sess, "", err)
 		return
 	}
 	c, err := s.client(namespace)
