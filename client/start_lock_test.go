@@ -127,9 +127,12 @@ func TestStartCollision(t *testing.T) {
 		return tx, runID
 	}
 	args := orderArgs{ID: "o2", Cents: 200}
-
-	t.Run("OtherRequestIsRefusedWithTheRun", func(t *testing.T) {
-		t.Parallel()
+	// startIntoCollision starts args with requestID while another
+	// transaction, bypassing the start lock, holds a run of the same
+	// workflow ID (started as "req-a") that it then commits; it returns the
+	// start's result and that run's ID.
+	startIntoCollision := func(t *testing.T, requestID string) (startResult, uuid.UUID) {
+		t.Helper()
 		ctx := t.Context()
 		b := setup(ctx, t, nil)
 		source, err := b.client.Start(ctx, args, &client.StartOpts{RequestID: "req-a"})
@@ -139,13 +142,17 @@ func TestStartCollision(t *testing.T) {
 
 		done := make(chan startResult, 1)
 		go func() {
-			run, err := b.client.Start(ctx, args, &client.StartOpts{WorkflowID: workflowID, RequestID: "req-b"})
+			run, err := b.client.Start(ctx, args, &client.StartOpts{WorkflowID: workflowID, RequestID: requestID})
 			done <- startResult{run, err}
 		}()
 		waitForTxWaiter(ctx, t, b.pool, tx)
 		require.NoError(t, tx.Commit(ctx))
+		return <-done, runID
+	}
 
-		got := <-done
+	t.Run("OtherRequestIsRefusedWithTheRun", func(t *testing.T) {
+		t.Parallel()
+		got, runID := startIntoCollision(t, "req-b")
 		started, ok := errors.AsType[*client.WorkflowAlreadyStartedError](got.err)
 		require.True(t, ok, "got %v", got.err)
 		require.Equal(t, runID, started.RunID)
@@ -154,22 +161,7 @@ func TestStartCollision(t *testing.T) {
 
 	t.Run("SameRequestReplays", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t, nil)
-		source, err := b.client.Start(ctx, args, &client.StartOpts{RequestID: "req-a"})
-		require.NoError(t, err)
-		workflowID := "collide-" + uuid.NewString()
-		tx, runID := bypassLock(ctx, t, b, source.RunID, workflowID)
-
-		done := make(chan startResult, 1)
-		go func() {
-			run, err := b.client.Start(ctx, args, &client.StartOpts{WorkflowID: workflowID, RequestID: "req-a"})
-			done <- startResult{run, err}
-		}()
-		waitForTxWaiter(ctx, t, b.pool, tx)
-		require.NoError(t, tx.Commit(ctx))
-
-		got := <-done
+		got, runID := startIntoCollision(t, "req-a")
 		require.NoError(t, got.err)
 		require.Equal(t, runID, got.run.RunID)
 		require.Equal(t, int64(1), got.run.Generation)

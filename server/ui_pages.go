@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -420,6 +421,33 @@ func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiS
 		page.AttemptsError = err.Error()
 	}
 	s.render(w, r, status, "run", page)
+}
+
+// uiNamespaceList renders the page tmpl of a list of the namespace in the
+// request's path: list reads it with the namespace's client (read role), and
+// page wraps it with the page's base, titled title.
+func uiNamespaceList[T any](s *Server, w http.ResponseWriter, r *http.Request, tmpl, title string,
+	list func(*client.Client, context.Context) (T, error), page func(uiBase, T) any) {
+	sess := s.requireSession(w, r)
+	if sess == nil {
+		return
+	}
+	namespace := r.PathValue("namespace")
+	if err := s.uiNamespace(sess, namespace, RoleRead); err != nil {
+		s.renderError(w, r, sess, "", err)
+		return
+	}
+	c, err := s.client(namespace)
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	items, err := list(c, r.Context())
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, tmpl, page(s.base(r, sess, namespace, title+" · "+namespace), items))
 }
 
 // uiNamespace checks the session's access to namespace with role need, and

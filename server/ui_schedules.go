@@ -24,26 +24,9 @@ type uiSchedulesPage struct {
 }
 
 func (s *Server) uiSchedules(w http.ResponseWriter, r *http.Request) {
-	sess := s.requireSession(w, r)
-	if sess == nil {
-		return
-	}
-	namespace := r.PathValue("namespace")
-	if err := s.uiNamespace(sess, namespace, RoleRead); err != nil {
-		s.renderError(w, r, sess, "", err)
-		return
-	}
-	c, err := s.client(namespace)
-	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
-	}
-	schedules, err := c.ListSchedules(r.Context())
-	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, "schedules", &uiSchedulesPage{uiBase: s.base(r, sess, namespace, "Schedules · "+namespace), Schedules: schedules})
+	uiNamespaceList(s, w, r, "schedules", "Schedules", (*client.Client).ListSchedules, func(base uiBase, schedules []*client.Schedule) any {
+		return &uiSchedulesPage{uiBase: base, Schedules: schedules}
+	})
 }
 
 // schedulesURL is the schedules page of namespace.
