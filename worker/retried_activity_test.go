@@ -77,3 +77,37 @@ func TestRetriedActivityDoesNotRunAgain(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Inbox+" WHERE run_id = $1", run.RunID).Scan(&inbox))
 	require.Zero(t, inbox)
 }
+
+// TestRetriedRiverWorkerDoesNotRunAgain: a plain River worker added as an
+// activity is not run again when its job is retried after its run closed.
+func TestRetriedRiverWorkerDoesNotRunAgain(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	startWorker(ctx, t, b, nil)
+	riverClient, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Schema: b.schema})
+	require.NoError(t, err)
+
+	run, err := b.client.Start(ctx, NotifyArgs{To: "ann@example.com"}, nil)
+	require.NoError(t, err)
+	result, err := getWithin[string](ctx, t, run)
+	require.NoError(t, err)
+	require.Equal(t, "sent to ann@example.com", result)
+	require.Equal(t, "ann@example.com", <-b.email.sent)
+
+	var jobID int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM "+b.names.RiverJob+" WHERE kind = $1", EmailArgs{}.Kind()).Scan(&jobID))
+	_, err = riverClient.JobRetry(ctx, jobID)
+	require.NoError(t, err)
+	var state string
+	requireEventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT state FROM "+b.names.RiverJob+" WHERE id = $1", jobID).Scan(&state))
+		return state == "completed" || state == "cancelled" || state == "discarded"
+	})
+	require.Equal(t, "cancelled", state)
+	select {
+	case to := <-b.email.sent:
+		require.Failf(t, "the River worker ran again", "sent to %s", to)
+	default:
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/inbox"
 )
@@ -56,4 +57,25 @@ func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int
 	w.config.Logger.WarnContext(ctx, "weir: activity job retried after its activity ended; cancelling it without running it",
 		slog.Int64("job_id", jobID), slog.String("kind", kind), slog.String("run_id", meta.RunID.String()), slog.String("reason", reason))
 	return stale
+}
+
+// pendingRiverWorker runs a plain River worker added as an activity only
+// while its activity is pending (checkPending), as weir's own activities
+// do; a job that is not an activity's runs as it is.
+type pendingRiverWorker[T river.JobArgs] struct {
+	river.Worker[T]
+	w *Worker
+}
+
+func (p *pendingRiverWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
+	if meta := activityMetaOf(job.Metadata); meta != nil {
+		if err := p.w.checkPending(ctx, meta, job.ID, job.Kind); err != nil {
+			var stale *staleActivity
+			if errors.As(err, &stale) {
+				return river.JobCancel(stale)
+			}
+			return err
+		}
+	}
+	return p.Worker.Work(ctx, job)
 }

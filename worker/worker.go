@@ -253,7 +253,7 @@ func addRiverWorker[T river.JobArgs](w *Worker, rw river.Worker[T]) error {
 	if _, ok := w.activities[kind]; ok {
 		return fmt.Errorf("worker: activity %s is already registered", kind)
 	}
-	if err := river.AddWorkerSafely(w.riverWorkers, rw); err != nil {
+	if err := river.AddWorkerSafely[T](w.riverWorkers, &pendingRiverWorker[T]{Worker: rw, w: w}); err != nil {
 		return fmt.Errorf("worker: registering activity %s: %w", kind, err)
 	}
 	w.activities[kind] = struct{}{}
