@@ -1,0 +1,35 @@
+// Package store is the home of weir's SQL: every statement weir sends to its
+// own tables, built once per schema when a Store is made, run with typed
+// parameter structs and scanned into typed rows. Callers never build SQL
+// text; groups render their array statements from the write sets they
+// commit, not from the text of single statements.
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/weirhq/weir/internal/dbschema"
+)
+
+// DBTX runs statements: a pool, a connection or a transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store is weir's statements for one schema. It is safe for concurrent use.
+type Store struct {
+	names *dbschema.Names
+}
+
+// New builds the statements of the schema names qualifies.
+func New(names *dbschema.Names) *Store {
+	return &Store{names: names}
+}
+
+// Names are the qualified table names the statements use.
+func (s *Store) Names() *dbschema.Names { return s.names }
