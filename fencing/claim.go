@@ -91,12 +91,9 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 	priority := max(params.Priority, 1)
 	ttl := d.leaseTTLSetting()
 	// The insert gives the row its lease (token minted here, expiry of the
-	// TTL); before fencing 003 the lease trigger replaces it with one of its
-	// own, from the setting weir.fencing_lease_ttl, which the statement
-	// makes for the insert and clears right after it (buildClaimSQL). As a
-	// backstop, a row left without a lease all the same (by a trigger of
-	// someone else's) divides by zero: the statement fails in the
-	// database, so the transaction cannot commit an unleased running job
+	// TTL). As a backstop, a row left without a lease all the same (by a
+	// trigger of someone else's) divides by zero: the statement fails in
+	// the database, so the transaction cannot commit an unleased running job
 	// even when the caller ignores the error or its COMMIT rides in the
 	// same batch. Without the fencing migration the lease columns are
 	// missing and the insert fails outright.
@@ -229,9 +226,8 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 // SetClaimedStateTx(ctx, tx, params) writes it, for a caller that sends it
 // in the same round trip as other statements of its transaction. Only a
 // completion (params from riverdriver.JobSetStateCompleted) is queued: it
-// queues nothing and returns false for any other state, or when the write
-// cannot be queued (fencing migration 002 not yet seen installed in the
-// claim's schema); use SetClaimedStateTx then. When the batch runs, the
+// queues nothing and returns false for any other state; use
+// SetClaimedStateTx then. When the batch runs, the
 // write reports its outcome as the batch's error: nil, or a
 // *LeaseLostError when the attempt no longer holds its job. As with
 // SetClaimedStateTx, a refused write aborts the transaction, so that its
@@ -243,7 +239,7 @@ func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, par
 	if st == nil || st.jobID != params.ID {
 		return false, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
 	}
-	if params.State != rivertype.JobStateCompleted || !d.pilot.knownInline(st.schema) {
+	if params.State != rivertype.JobStateCompleted {
 		return false, nil
 	}
 	if params.FinalizedAt == nil {
@@ -399,7 +395,7 @@ func cancelledInstead(wanted rivertype.JobState, row *rivertype.JobRow) bool {
 // holds the lease token $2 with attempt $3: River's completion (finalized_at
 // $4, metadata merged with $5 unless NULL, state completed), the lease
 // revoked and the attempt logged, as setStateInlineSQL does for a write with
-// a token, and the lease trigger then skips (fencing 002's WHEN). It is the
+// a token, and the lease trigger then skips (its WHEN). It is the
 // single-job shape of that statement: Postgres plans it once per connection
 // (a generic plan), where the many-job statement, built on unnest, is
 // planned again on every call. The proof is checked in the UPDATE's WHERE,

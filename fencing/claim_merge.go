@@ -47,51 +47,37 @@ func claimWithIDSQL(schema string) string {
 
 var claimCache, claimWithIDCache, claimManyCache sync.Map
 
-// buildClaimSQL builds claimSQL, or claimWithIDSQL when withID.
-//
-// The insert gives the job its lease itself: the token the claimer minted
-// and an expiry of the TTL from now. On fencing 003 the insert trigger then
-// leaves the row alone. Before it (fencing 001 and 002: a deployment whose
-// code is newer than its schema) the trigger still runs for every row
-// inserted running and mints a token and an expiry of its own, from the
-// lease setting: so the setting is made for the insert and cleared right
-// after it, in one statement (the inserted row flows from the first CTE to
-// the last select), and the statement returns the lease the row has,
-// whichever minted it.
+// buildClaimSQL builds claimSQL, or claimWithIDSQL when withID. The insert
+// gives the job its lease itself: the token the claimer minted and an
+// expiry of the TTL from now; the insert trigger leaves such a row alone.
 func buildClaimSQL(schema string, withID bool) string {
 	columns, values := "", "$2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, $9::uuid"
 	if withID {
 		columns, values = "id, ", "$2, $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9, $10::uuid"
 	}
-	return "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true))," +
-		" claimed AS (INSERT INTO " + tableName(schema, "river_job") +
+	return "WITH claimed AS (INSERT INTO " + tableName(schema, "river_job") +
 		"  (" + columns + "args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token," +
 		"   lease_expires_at, scheduled_at, state, tags)" +
-		"  SELECT " + values + ", now() + $1::interval, now(), 'running', '{}' FROM lease" +
+		"  VALUES (" + values + ", now() + $1::interval, now(), 'running', '{}')" +
 		"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
-		" SELECT id, attempted_at, created_at, token, lease_expires_at, set_config('weir.fencing_lease_ttl', '', true)," +
+		" SELECT id, attempted_at, created_at, token, lease_expires_at," +
 		"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
 }
 
 // claimManySQL is claimWithIDSQL for many jobs, over arrays. Its rows are
-// claimWithIDSQL's, one per job. The lease setting is cleared only once
-// every row is inserted: each output row joins the count of all of them,
-// which needs the whole insert first (cleared as rows leave, a later row
-// would be inserted without a lease, and divide by zero).
+// claimWithIDSQL's, one per job.
 func claimManySQL(schema string) string {
 	return cachedSQL(&claimManyCache, schema, func(schema string) string {
-		return "WITH lease AS (SELECT set_config('weir.fencing_lease_ttl', $1, true))," +
-			" claimed AS (INSERT INTO " + tableName(schema, "river_job") +
+		return "WITH claimed AS (INSERT INTO " + tableName(schema, "river_job") +
 			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token, lease_expires_at," +
 			"   scheduled_at, state, tags)" +
 			"  SELECT v.id, v.args, 1, now(), ARRAY[v.attempted_by], v.kind, v.max_attempts, v.metadata, v.priority, v.queue, v.token," +
 			"   now() + $1::interval, now(), 'running', '{}'" +
-			"  FROM lease, unnest($2::bigint[], $3::text[]::jsonb[], $4::text[], $5::text[], $6::int[], $7::text[]::jsonb[], $8::int[], $9::text[], $10::uuid[])" +
+			"  FROM unnest($2::bigint[], $3::text[]::jsonb[], $4::text[], $5::text[], $6::int[], $7::text[]::jsonb[], $8::int[], $9::text[], $10::uuid[])" +
 			"   AS v(id, args, attempted_by, kind, max_attempts, metadata, priority, queue, token)" +
-			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)," +
-			" inserted AS (SELECT count(*) AS n FROM claimed)" +
-			" SELECT c.id, c.attempted_at, c.created_at, c.token, c.lease_expires_at, set_config('weir.fencing_lease_ttl', '', true)," +
-			"  1 / (c.token <> '' AND c.lease_expires_at IS NOT NULL)::int FROM claimed c, inserted"
+			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
+			" SELECT id, attempted_at, created_at, token, lease_expires_at," +
+			"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
 	})
 }
 
@@ -190,18 +176,17 @@ type claimRowValues struct {
 	createdAt   time.Time
 	token       string
 	expiresAt   *time.Time
-	cleared     string
 	leased      int
 }
 
 // targets are the scan targets of the columns, in order.
 func (c *claimRowValues) targets() []any {
-	return []any{&c.id, &c.attemptedAt, &c.createdAt, &c.token, &c.expiresAt, &c.cleared, &c.leased}
+	return []any{&c.id, &c.attemptedAt, &c.createdAt, &c.token, &c.expiresAt, &c.leased}
 }
 
 // values are the columns read, in order (what targets points at).
 func (c *claimRowValues) values() []any {
-	return []any{c.id, c.attemptedAt, c.createdAt, c.token, c.expiresAt, c.cleared, c.leased}
+	return []any{c.id, c.attemptedAt, c.createdAt, c.token, c.expiresAt, c.leased}
 }
 
 // valuesRow is a pgx.Row of values already read (or of an error): Scan

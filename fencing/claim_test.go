@@ -13,7 +13,6 @@ import (
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbtest"
-	"github.com/weirhq/weir/migrations"
 )
 
 // TestClaimedJob: a job inserted already claimed (eager dispatch) is fenced
@@ -246,21 +245,13 @@ func TestClaimedJob(t *testing.T) {
 	) error {
 		t.Helper()
 		pool := dbtest.Pool(ctx, t)
-		// A first write through SetClaimedStateTx has the driver look for
-		// fencing migration 002, which a queued write needs.
-		first := committed(ctx, t, pool, claim)
-		require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
-			})
-		}))
 		return driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			takeAway(ctx)
 			batch := &pgx.Batch{}
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
 			ok, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 			require.NoError(t, err)
-			require.True(t, ok, "fencing 002 is installed")
+			require.True(t, ok, "a completion is queued")
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
@@ -330,12 +321,6 @@ func TestClaimedJob(t *testing.T) {
 			ctx := t.Context()
 			driver, schema, claim := setup(ctx, t)
 			pool := dbtest.Pool(ctx, t)
-			first := committed(ctx, t, pool, claim) // has the driver see fencing 002 (as in queued)
-			require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
-				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
-				})
-			}))
 			claims := []*fencing.Claim{committed(ctx, t, pool, claim), committed(ctx, t, pool, claim), committed(ctx, t, pool, claim)}
 			batch := &pgx.Batch{}
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", claims[0].Job.ID)
@@ -468,8 +453,8 @@ func TestClaimedJob(t *testing.T) {
 		}))
 	})
 
-	// The claim's insert brings the lease (fencing 003 leaves the row to
-	// it): with every trigger on river_job disabled (by hand, here inside
+	// The claim's insert brings the lease (the insert trigger leaves the
+	// row to it): with every trigger on river_job disabled (by hand, here inside
 	// the transaction) the claimed job still has a lease, the one the claim
 	// holds. (Without the fencing migration the lease columns are missing
 	// and the insert fails outright.)
@@ -484,7 +469,7 @@ func TestClaimedJob(t *testing.T) {
 		requireClaimLease(ctx, t, driver, tx, schema, c)
 	})
 
-	// Fencing 003's insert trigger leaves a running row its own lease only in
+	// The insert trigger leaves a running row its own lease only in
 	// a claim's shape (attempt 1, no earlier token, token and expiry); any
 	// other running row inserted with a token, as a restore of an archived
 	// row would, gets a fresh one.
@@ -530,34 +515,6 @@ func TestClaimedJob(t *testing.T) {
 		})
 		require.ErrorIs(t, err, fencing.ErrNoLease)
 		require.Error(t, tx.Commit(ctx), "the transaction is aborted")
-	})
-
-	// Before fencing 003 (new code on an older schema: deploy, then
-	// migrate) the insert trigger replaces the claim's lease with its own;
-	// the claim holds the row's, and its attempt completes the job.
-	t.Run("OnFencing002", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		pool := dbtest.Pool(ctx, t)
-		schema, _ := dbtest.SchemaAt(ctx, t, migrations.LineFencing, 2)
-		driver := newDriver(t, pool, nil, nil)
-		var c *fencing.Claim
-		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var err error
-			c, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
-				Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
-			})
-			return err
-		}))
-		requireClaimLease(ctx, t, driver, pool, schema, c)
-		require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
-			})
-		}))
-		var state string
-		require.NoError(t, pool.QueryRow(ctx, "SELECT state FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" WHERE id = $1", c.Job.ID).Scan(&state))
-		require.Equal(t, "completed", state)
 	})
 
 	t.Run("OutsideItsAttempt", func(t *testing.T) {

@@ -133,7 +133,7 @@
 // rolling deploy, the river CLI), get a token but no lease expiry: the reaper
 // never touches them and River's own rescue rules apply (F5).
 //
-// In such a mixed fleet, with fencing 004 applied, no plain process can take
+// In such a mixed fleet no plain process can take
 // a job from a fenced attempt whose lease is alive: the lease trigger leaves
 // the row unchanged when River's own statements (a plain client's completer
 // or JobCompleteTx, River's rescuer when a plain process leads) would move it
@@ -145,17 +145,9 @@
 // (CompleteTx[*riverpgxv5.Driver] refuses it and aborts). A statement that
 // sets lease_expires_at itself (an operator's) is not refused.
 //
-// The line has four versions. With only 001 installed the Pilot runs River's
-// own fetch and state-write statements inside transactions with one more
-// statement each, and the trigger does the lease work on every row. With 002
-// (applied by the same Up) the Pilot's fetch and state writes are one
-// statement each that also mint, revoke and log, and the trigger only serves
-// writers that bypass the Pilot; a running client switches within one
-// HeartbeatInterval of the migration. With 003 the insert trigger leaves
-// claimed jobs (Driver.QueueClaim), which bring a lease of their own, alone;
-// before it, it replaces their lease with one it mints. With 004 the trigger
-// refuses unproven transitions out of a live lease (above); before it, a
-// plain client's completion of a job a fenced attempt holds applies.
+// The line has one version. With it, the Pilot's fetch and state writes are
+// one statement each that also mint, revoke and log, and the trigger only
+// serves writers that bypass the Pilot.
 //
 // # Limits
 //
@@ -190,9 +182,8 @@
 //     again or CompleteTx) is a repeat like any other: the second call
 //     returns an *AlreadyCompletedError and aborts the transaction, where
 //     River returns the completed job.
-//   - Fencing costs throughput on trivial jobs (see BenchmarkThroughput). With
-//     fencing 002 each fetch and each completion batch is one statement, as
-//     in River, but the fetch gives each job a token (minted by the fetching
+//   - Fencing costs throughput on trivial jobs (see BenchmarkThroughput). Each
+//     fetch and each completion batch is one statement, as in River, but the fetch gives each job a token (minted by the fetching
 //     process), the completion judges every job and inserts one attempt-log
 //     row per attempt, the backstop trigger locks each row it sees, and each
 //     attempt carries its proof and a cancellable context. On no-op jobs

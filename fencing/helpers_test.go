@@ -363,7 +363,7 @@ FROM `+pgx.Identifier{schema, "river_job"}.Sanitize()+` WHERE id = $1`, id).Scan
 // rescue takes a running job away from its attempt, as the lease reaper
 // does once the lease expired (running → available), so that another client
 // can fetch it while the old attempt still runs. It ends the attempt's lease
-// in the same statement, as an operator must (fencing 004 refuses a
+// in the same statement, as an operator must (the lease trigger refuses a
 // statement that leaves a live lease as it was).
 func rescue(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64) {
 	t.Helper()

@@ -13,7 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// With fencing migration 002 installed, the Pilot's fetch and its state
+// With the fencing migration installed, the Pilot's fetch and its state
 // writes each take one statement that does the lease work inline, instead of
 // River's statement plus extra statements in a transaction around it:
 //
@@ -23,8 +23,7 @@ import (
 //     their job (checked in the UPDATE's WHERE), revokes their leases and
 //     logs their attempts, all in one statement.
 //
-// The lease trigger sees that the statement did its work (migration 002's
-// WHEN clause) and does not run. The SQL is River v0.51.2's (riverpgxv5's
+// The lease trigger sees that the statement did its work (its WHEN clause) and does not run. The SQL is River v0.51.2's (riverpgxv5's
 // JobGetAvailable and JobSetStateIfRunningMany, whose results River's
 // completer and producer rely on), with the lease columns added; the
 // conformance tests run it against River's own statements.
@@ -313,7 +312,7 @@ logged AS (
 ),
 -- The writes not applied, on their jobs as they are once locked (FOR SHARE
 -- waits for a writer holding a job and reads the version it committed): a
--- repeat is judged on the latest row, as judge does on fencing 001, and stays
+-- repeat is judged on the latest row, as judge does, and stays
 -- locked against other writers until the caller commits. Filtered on the
 -- input side, and restricted by idsMatch like the UPDATE, so the jobs are
 -- taken by primary key whatever the batch's size.

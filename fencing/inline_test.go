@@ -22,7 +22,7 @@ import (
 	"github.com/weirhq/weir/migrations"
 )
 
-// TestInlineStatementsMatchRiver (F7): with fencing 002 the Pilot fetches and
+// TestInlineStatementsMatchRiver (F7): on a fenced schema the Pilot fetches and
 // writes job states with its own statements (River's SQL plus the lease
 // work). On the same jobs they must return exactly what River's own
 // statements return, and leave the jobs exactly as River's leave them, apart
@@ -197,8 +197,7 @@ func zipWrites(river, pilot *riverdriver.JobSetStateIfRunningManyParams, singly 
 }
 
 // queuedClaimer returns a func that claims a job with params in a
-// transaction of its own, once a first claimed job's completion has had the
-// driver see fencing 002 (which a queued completion needs).
+// transaction of its own.
 func queuedClaimer(ctx context.Context, t *testing.T, pool *pgxpool.Pool, driver *fencing.Driver, params *fencing.ClaimParams) func() *fencing.Claim {
 	t.Helper()
 	claim := func() *fencing.Claim {
@@ -210,12 +209,6 @@ func queuedClaimer(ctx context.Context, t *testing.T, pool *pgxpool.Pool, driver
 		}))
 		return c
 	}
-	first := claim()
-	require.NoError(t, driver.WorkClaimed(ctx, first, time.Time{}, func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(first.Job.ID, time.Now(), nil))
-		})
-	}))
 	return claim
 }
 
@@ -303,51 +296,56 @@ FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` WHERE job_id = $1
 	}
 }
 
-// TestFencingVersion1 runs a fenced client on a schema where only fencing
-// 001 is installed (a client deployed before its database migrated to 002):
-// it fences with River's statements and the trigger, and every attempt is
-// logged exactly once, as it is on 002.
-func TestFencingVersion1(t *testing.T) {
+// TestFencedClientLogsEachAttemptOnce runs a fenced client on a schema
+// with River's line and the fencing line alone: every attempt gets a lease,
+// and is logged exactly once when it ends.
+func TestFencedClientLogsEachAttemptOnce(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{1, 2} {
-		t.Run(fmt.Sprintf("fencing %03d", version), func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			pool := dbtest.Pool(ctx, t)
-			schema := schemaAtFencing(ctx, t, pool, version)
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := fencedOnlySchema(ctx, t, pool)
 
-			worker := newBlockWorker(t)
-			client := startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, nil), worker: worker, maxWorkers: 2})
-			first, err := client.Insert(ctx, blockArgs{}, nil)
-			require.NoError(t, err)
-			second, err := client.Insert(ctx, blockArgs{}, nil)
-			require.NoError(t, err)
+	worker := newBlockWorker(t)
+	client := startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, nil), worker: worker, maxWorkers: 2})
+	first, err := client.Insert(ctx, blockArgs{}, nil)
+	require.NoError(t, err)
+	second, err := client.Insert(ctx, blockArgs{}, nil)
+	require.NoError(t, err)
 
-			attempts := map[int64]*startedAttempt{}
-			for range 2 {
-				attempt := recv(t, worker.started)
-				attempts[attempt.job.ID] = attempt
-			}
-			for id, attempt := range attempts {
-				lease, ok := fencing.LeaseFromContext(attempt.ctx)
-				require.True(t, ok)
-				require.NotEmpty(t, lease.Token, "job %d", id)
-				require.False(t, lease.ExpiresAt.IsZero(), "job %d has a lease", id)
-				row := getJob(ctx, t, pool, schema, id)
-				require.Equal(t, lease.Token, row.LeaseToken.String)
-			}
-			attempts[first.Job.ID].release <- complete
-			attempts[second.Job.ID].release <- func(context.Context, *river.Job[blockArgs]) error { return river.JobCancel(errors.New("boom")) }
-			done := waitForState(ctx, t, pool, schema, first.Job.ID, "completed")
-			require.False(t, done.LeaseToken.Valid)
-			failed := waitForState(ctx, t, pool, schema, second.Job.ID, "cancelled")
-			require.False(t, failed.LeaseToken.Valid)
-
-			for id, outcome := range map[int64]string{first.Job.ID: "completed", second.Job.ID: "cancelled"} {
-				require.Equal(t, []string{outcome}, attemptLog(ctx, t, pool, schema, id), "job %d logged once", id)
-			}
-		})
+	attempts := map[int64]*startedAttempt{}
+	for range 2 {
+		attempt := recv(t, worker.started)
+		attempts[attempt.job.ID] = attempt
 	}
+	for id, attempt := range attempts {
+		lease, ok := fencing.LeaseFromContext(attempt.ctx)
+		require.True(t, ok)
+		require.NotEmpty(t, lease.Token, "job %d", id)
+		require.False(t, lease.ExpiresAt.IsZero(), "job %d has a lease", id)
+		row := getJob(ctx, t, pool, schema, id)
+		require.Equal(t, lease.Token, row.LeaseToken.String)
+	}
+	attempts[first.Job.ID].release <- complete
+	attempts[second.Job.ID].release <- func(context.Context, *river.Job[blockArgs]) error { return river.JobCancel(errors.New("boom")) }
+	done := waitForState(ctx, t, pool, schema, first.Job.ID, "completed")
+	require.False(t, done.LeaseToken.Valid)
+	failed := waitForState(ctx, t, pool, schema, second.Job.ID, "cancelled")
+	require.False(t, failed.LeaseToken.Valid)
+
+	for id, outcome := range map[int64]string{first.Job.ID: "completed", second.Job.ID: "cancelled"} {
+		require.Equal(t, []string{outcome}, attemptLog(ctx, t, pool, schema, id), "job %d logged once", id)
+	}
+}
+
+// writeExecutor is the executor a test's state write goes through: the
+// driver's own (the Pilot's one-statement path), or, when judged, River's
+// riverpgxv5 executor on the same pool, which the Pilot cannot run that
+// statement on (its judged path: a check, then River's statement).
+func writeExecutor(driver *fencing.Driver, pool *pgxpool.Pool, judged bool) riverdriver.Executor {
+	if judged {
+		return riverpgxv5.New(pool).GetExecutor()
+	}
+	return driver.GetExecutor()
 }
 
 func attemptLog(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64) []string {
@@ -360,26 +358,27 @@ WHERE job_id = $1 AND lease_token IS NOT NULL ORDER BY id`, id)
 	return out
 }
 
-// schemaAtFencing returns a new schema with River's line and the fencing line
-// up to version.
-func schemaAtFencing(ctx context.Context, t *testing.T, pool *pgxpool.Pool, version int) string {
+// fencedOnlySchema returns a new schema with River's line and the fencing
+// line, without weir's.
+func fencedOnlySchema(ctx context.Context, t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	schema := dbtest.EmptySchema(ctx, t)
 	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
 	require.NoError(t, err)
 	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
 	require.NoError(t, err)
-	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+	_, err = migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
 	require.NoError(t, err)
 	return schema
 }
 
 // TestStateWriteRechecksItsRow: a fenced state write judges the row as a
 // concurrent writer that held it left it, not as it was when the write's
-// statement began. On fencing 002 the proof check is in River's UPDATE (which
-// Postgres re-checks on the row's latest version) and a write not applied is
-// classified on the row once locked; on 001 the jobs are locked before they
-// are judged. Either way: a job that a new attempt took meanwhile is not
+// statement began. On the Pilot's one-statement path the proof check is in
+// River's UPDATE (which Postgres re-checks on the row's latest version) and
+// a write not applied is classified on the row once locked; on its judged
+// path (an executor it cannot run that statement on) the jobs are locked
+// before they are judged. Either way: a job that a new attempt took meanwhile is not
 // finalized by the old one (F1), a job whose lease was only renewed
 // meanwhile is, and a write repeating the completion that the same attempt
 // committed meanwhile is a harmless repeat, not a stale write.
@@ -428,12 +427,12 @@ func TestStateWriteRechecksItsRow(t *testing.T) {
 			want: repeated,
 		},
 	} {
-		for _, version := range []int{1, 2} {
-			t.Run(fmt.Sprintf("%s/fencing %03d", tt.name, version), func(t *testing.T) {
+		for _, judged := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/judged=%v", tt.name, judged), func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
 				pool := dbtest.Pool(ctx, t)
-				schema := schemaAtFencing(ctx, t, pool, version)
+				schema := fencedOnlySchema(ctx, t, pool)
 				table := pgx.Identifier{schema, "river_job"}.Sanitize()
 				var id int64
 				require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+table+` (args, kind, max_attempts, queue, state)
@@ -471,7 +470,7 @@ VALUES ('{}', 'recheck', 5, 'default', 'available') RETURNING id`).Scan(&id))
 
 				// The write waits for the row, then finds what tx committed.
 				done := make(chan []*rivertype.JobRow, 1)
-				go func() { done <- complete(driver.GetExecutor()) }()
+				go func() { done <- complete(writeExecutor(driver, pool, judged)) }()
 				waitUntil(t, "the write waits for the row", func() bool {
 					var waiting bool
 					require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity

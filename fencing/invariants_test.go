@@ -233,7 +233,7 @@ func TestTokenMinting(t *testing.T) {
 
 	// A new attempt while running (rivertest, or any re-claim) is refused
 	// while the lease is alive and the statement leaves it as it was
-	// (fencing 004): the row stays the holder's.
+	// (the lease trigger): the row stays the holder's.
 	exec(`SELECT set_config('weir.fencing_lease_ttl', '', true), $1::bigint`)
 	exec(`UPDATE river_job SET attempt = attempt + 1, attempted_at = now(), attempted_by = attempted_by || '{b}' WHERE id = $1`)
 	require.Equal(t, first.token, read().token)

@@ -213,7 +213,7 @@ func TestMixedFleet(t *testing.T) {
 // TestJudgedWriteEndsTheLease: the Pilot's judged path (River's own
 // statement after the Pilot's check, taken for an executor it cannot run
 // its one-statement write on) ends the lease it proved before River's
-// statement, which fencing 004 would otherwise refuse.
+// statement, which the lease trigger would otherwise refuse.
 func TestJudgedWriteEndsTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -15,7 +15,7 @@ import (
 
 // TestJobFinalizedOutOfBand: while an attempt holds a live lease, a statement
 // that moves its job out of running without ending the lease changes nothing
-// (fencing 004; River finalizes the job, its tests
+// (the lease trigger; River finalizes the job, its tests
 // Test_Client_JobCompletion/JobThatIsAlready{Completed,Discarded}IsNotAlteredByCompleter).
 // An operator who finalizes it deliberately, ending the lease in the same
 // statement, wins: the job keeps that state, and the attempt's own later write

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivershared/riverpilot"
@@ -56,10 +55,11 @@ type Pilot struct {
 
 var _ riverpilot.PilotJobRescuer = (*Pilot)(nil)
 
+// fencedState is an answer to "is the fencing migration installed in this
+// schema?", and when it was asked.
 type fencedState struct {
 	checkedAt time.Time
 	fenced    bool
-	inline    bool // fencing migration 002: the lease trigger leaves inline work alone
 }
 
 // fetchRecord is an attempt this process fetched, as the fetch saw it.
@@ -122,52 +122,33 @@ type queryRower interface {
 }
 
 // isFenced reports whether the fencing migration is installed in schema.
-// Before it is, the Pilot only strips proofs and delegates to River. A
+// Before it is (a River application that migrates fencing in after River's
+// own tables), the Pilot only strips proofs and delegates to River. A
 // negative answer is re-checked every HeartbeatInterval, so a running client
-// starts fencing shortly after the migration.
+// starts fencing shortly after the migration; a positive one is kept.
 func (p *Pilot) isFenced(ctx context.Context, exec queryRower, schema string) (bool, error) {
-	state, err := p.fencedState(ctx, exec, schema)
-	return state.fenced, err
-}
-
-// fencedState reports whether the fencing migration is installed in schema
-// and whether its version 002 is (then the Pilot's fetch and state writes do
-// the lease work inline, in one statement each). An answer short of 002 is
-// re-checked every HeartbeatInterval, so a running client starts fencing, and
-// then takes the one-statement paths, shortly after each migration.
-func (p *Pilot) fencedState(ctx context.Context, exec queryRower, schema string) (fencedState, error) {
 	p.fencedMu.Lock()
 	state, ok := p.fenced[schema]
 	p.fencedMu.Unlock()
-	if ok && (state.inline || time.Since(state.checkedAt) < p.driver.config.HeartbeatInterval) {
-		return state, nil
+	if ok && (state.fenced || time.Since(state.checkedAt) < p.driver.config.HeartbeatInterval) {
+		return state.fenced, nil
 	}
-	// to_regclass and to_regprocedure never error on a missing object, so
-	// this is safe inside a caller's transaction.
+	// to_regclass never errors on a missing table, so this is safe inside a
+	// caller's transaction.
 	state = fencedState{checkedAt: time.Now()}
-	if err := exec.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL",
-		tableName(schema, "weir_job_attempt"), tableName(schema, "weir_fencing_job_transition")+"()",
-	).Scan(&state.fenced, &state.inline); err != nil {
-		return fencedState{}, fmt.Errorf("checking for the fencing migration in schema %q: %w", schema, err)
+	if err := exec.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL",
+		tableName(schema, "weir_job_attempt")).Scan(&state.fenced); err != nil {
+		return false, fmt.Errorf("checking for the fencing migration in schema %q: %w", schema, err)
 	}
-	state.inline = state.inline && state.fenced
 	p.fencedMu.Lock()
 	defer p.fencedMu.Unlock()
 	if newer, ok := p.fenced[schema]; ok && newer.checkedAt.After(state.checkedAt) {
 		// A check that began after this one answered first: this one's
 		// answer may be from before a migration that one saw.
-		return newer, nil
+		return newer.fenced, nil
 	}
 	p.fenced[schema] = state
-	return state, nil
-}
-
-// knownInline reports whether fencing migration 002 was seen installed in
-// schema (without asking the database).
-func (p *Pilot) knownInline(schema string) bool {
-	p.fencedMu.Lock()
-	defer p.fencedMu.Unlock()
-	return p.fenced[schema].inline
+	return state.fenced, nil
 }
 
 // querier is what pgx pools and transactions offer for reading many rows,
@@ -217,21 +198,18 @@ func (d *Driver) Fenced(ctx context.Context, schema string) (bool, error) {
 }
 
 // JobGetAvailable fetches jobs with River's own query. When fencing is active
-// it runs the fetch in a transaction that asks the lease trigger for a
-// LeaseTTL lease, then reads the minted tokens in the same transaction; the
-// tokens stay in memory (never in metadata) and reach the attempts through
-// the plugin.
+// it fetches with fetchInlineSQL instead: River's statement that also mints
+// the tokens and sets the leases' expiry, in one statement (no transaction
+// around it, no second read). The tokens stay in memory (never in metadata)
+// and reach the attempts through the plugin.
 func (p *Pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, state riverpilot.ProducerState, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
 	p.calls.fetch.Add(1)
 	p.noteSchema(params.Schema)
-	fencing, err := p.fencedState(ctx, exec, params.Schema)
+	fenced, err := p.isFenced(ctx, exec, params.Schema)
 	if err != nil {
 		return nil, err
 	}
-	if q := p.querier(exec); fencing.inline && q != nil {
-		return p.jobGetAvailableInline(ctx, q, params)
-	}
-	if !fencing.fenced {
+	if !fenced {
 		res, err := p.StandardPilot.JobGetAvailable(ctx, exec, state, params)
 		if err != nil {
 			return nil, err
@@ -239,59 +217,10 @@ func (p *Pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, 
 		p.recordFetched(params.Schema, res.Jobs, nil)
 		return res, nil
 	}
-
-	tx, err := p.beginLeaseTx(ctx, exec)
-	if err != nil {
-		return nil, err
+	q := p.querier(exec)
+	if q == nil {
+		return nil, fmt.Errorf("fencing: fetching jobs through a %T, not an executor of this driver", exec)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	res, err := p.StandardPilot.JobGetAvailable(ctx, tx, state, params)
-	if err != nil {
-		return nil, err
-	}
-	leases := make(map[int64]*fetchRecord, len(res.Jobs))
-	if len(res.Jobs) > 0 {
-		ids := make([]int64, len(res.Jobs))
-		for i, job := range res.Jobs {
-			ids[i] = job.ID
-		}
-		var (
-			gotIDs  []int64
-			tokens  []string
-			expires []pgtype.Timestamptz
-			details []string
-		)
-		if err := tx.QueryRow(ctx, `
-SELECT coalesce(array_agg(id), '{}'),
-    coalesce(array_agg(coalesce(lease_token::text, '')), '{}'),
-    coalesce(array_agg(lease_expires_at), '{}'),
-    coalesce(array_agg(coalesce(lease_details::text, '')), '{}')
-FROM `+tableName(params.Schema, "river_job")+`
-WHERE id = ANY($1::bigint[])`, ids).Scan(&gotIDs, &tokens, &expires, &details); err != nil {
-			return nil, fmt.Errorf("reading lease tokens: %w", err)
-		}
-		for i, id := range gotIDs {
-			rec := &fetchRecord{token: tokens[i]}
-			if expires[i].Valid {
-				rec.expiresAt = expires[i].Time
-			}
-			if details[i] != "" {
-				rec.details = []byte(details[i])
-			}
-			leases[id] = rec
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
-	p.recordFetched(params.Schema, res.Jobs, leases)
-	return res, nil
-}
-
-// jobGetAvailableInline is the fetch with fencing migration 002: River's
-// fetch statement that also mints the tokens and sets the leases' expiry, in
-// one statement (no transaction around it, no second read).
-func (p *Pilot) jobGetAvailableInline(ctx context.Context, q querier, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
 	// As River's StandardPilot.JobGetAvailable.
 	if params.MaxToLock <= 0 {
 		return &riverdriver.JobGetAvailableResult{}, nil
@@ -322,28 +251,6 @@ func (p *Pilot) jobGetAvailableInline(ctx context.Context, q querier, params *ri
 // hotOperationTimeout is River's rivercommon.HotOperationTimeout, which
 // River's StandardPilot puts on every fetch.
 const hotOperationTimeout = 10 * time.Second
-
-// beginLeaseTx starts the fetch transaction and asks the lease trigger for
-// LeaseTTL leases in it. On River's pool executor both go in one round trip.
-func (p *Pilot) beginLeaseTx(ctx context.Context, exec riverdriver.Executor) (riverdriver.ExecutorTx, error) {
-	setTTL := "SELECT set_config('weir.fencing_lease_ttl', '" + p.driver.leaseTTLSetting() + "', true)"
-	if _, inTx := exec.(riverdriver.ExecutorTx); !inTx && p.driver.pool != nil {
-		pgxTx, err := p.driver.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + setTTL})
-		if err != nil {
-			return nil, fmt.Errorf("starting a fenced fetch: %w", err)
-		}
-		return p.driver.UnwrapExecutor(pgxTx), nil
-	}
-	tx, err := exec.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Exec(ctx, setTTL); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("asking for leases: %w", err)
-	}
-	return tx, nil
-}
 
 func (p *Pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases map[int64]*fetchRecord) {
 	for _, job := range jobs {
@@ -453,7 +360,7 @@ const (
 //
 // A write is a repeat when the job is completed by the same attempt,
 // whatever state the write asks for: only the attempt that holds a job
-// completes it (fencing 004 refuses anyone else while its lease is alive),
+// completes it (the lease trigger refuses anyone else while its lease is alive),
 // whereas a job that was rescued, reaped, discarded or cancelled by anyone
 // else must make that attempt's later writes stale.
 func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema string, ids []int64, proofs []*proof) ([]string, error) {
@@ -566,11 +473,11 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	// completer retries a failed batch with the same params.
 	forget := func() { p.forgetFetched(params.ID, proofs) }
 
-	fencing, err := p.fencedState(ctx, exec, params.Schema)
+	fenced, err := p.isFenced(ctx, exec, params.Schema)
 	if err != nil {
 		return nil, err
 	}
-	if !fencing.fenced {
+	if !fenced {
 		rows, err := p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, stripped)
 		if err == nil {
 			forget()
@@ -580,7 +487,7 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	}
 
 	_, inCallerTx := exec.(riverdriver.ExecutorTx)
-	inline := fencing.inline && p.querier(exec) != nil && inlineWritable(params)
+	inline := p.querier(exec) != nil && inlineWritable(params)
 	txExec := exec
 	var ownTx riverdriver.ExecutorTx
 	// The one-statement path needs no transaction of its own unless
@@ -724,7 +631,7 @@ func (p *Pilot) rejectStale(ctx context.Context, params *riverdriver.JobSetState
 
 // endLeases ends, in the write's transaction, the leases of the jobs whose
 // writes (judged ok) take them out of running, before River's own statement
-// writes them: fencing 004's trigger refuses River's statement on a job
+// writes them: the lease trigger refuses River's statement on a job
 // whose lease is alive, since the statement itself proves no attempt. The
 // judge holds the rows locked, so the verdicts still hold.
 func (p *Pilot) endLeases(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams, verdicts []string) error {

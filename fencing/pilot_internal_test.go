@@ -31,16 +31,16 @@ func (h *heldCheck) QueryRow(context.Context, string, ...any) riverdriver.Row {
 type checkRow struct{ installed bool }
 
 func (r checkRow) Scan(dest ...any) error {
-	*dest[0].(*bool), *dest[1].(*bool) = r.installed, r.installed
+	*dest[0].(*bool) = r.installed
 	return nil
 }
 
-// TestFencedStateKeepsTheNewerCheck: a check for the fencing migration that
+// TestIsFencedKeepsTheNewerCheck: a check for the fencing migration that
 // began before it and answers after a later check saw it installed does
 // not put the older answer back (a fetch would then go unfenced for up to
 // HeartbeatInterval after readiness reported fencing active:
 // TestRollout/FencedClientAcrossMigration failed so in .ci/run).
-func TestFencedStateKeepsTheNewerCheck(t *testing.T) {
+func TestIsFencedKeepsTheNewerCheck(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	driver, err := NewDriver(dbtest.Pool(ctx, t), nil)
@@ -48,21 +48,21 @@ func TestFencedStateKeepsTheNewerCheck(t *testing.T) {
 	p := driver.pilot
 
 	old := &heldCheck{asked: make(chan struct{}), release: make(chan struct{})}
-	answered := make(chan fencedState)
+	answered := make(chan bool)
 	go func() {
-		state, err := p.fencedState(ctx, old, "rollout")
+		fenced, err := p.isFenced(ctx, old, "rollout")
 		if err != nil {
 			t.Error(err)
 		}
-		answered <- state
+		answered <- fenced
 	}()
 	<-old.asked // the migration commits now
-	state, err := p.fencedState(ctx, &heldCheck{installed: true}, "rollout")
+	fenced, err := p.isFenced(ctx, &heldCheck{installed: true}, "rollout")
 	require.NoError(t, err)
-	require.True(t, state.inline)
+	require.True(t, fenced)
 	close(old.release)
-	require.True(t, (<-answered).inline, "the older check returns the newer answer")
-	state, err = p.fencedState(ctx, &heldCheck{}, "rollout")
+	require.True(t, <-answered, "the older check returns the newer answer")
+	fenced, err = p.isFenced(ctx, &heldCheck{}, "rollout")
 	require.NoError(t, err)
-	require.True(t, state.inline, "the cache holds the newer answer")
+	require.True(t, fenced, "the cache holds the newer answer")
 }

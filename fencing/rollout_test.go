@@ -113,13 +113,6 @@ func TestRollout(t *testing.T) {
 	// tool might run it), and the latest step run once more on top, must
 	// leave exactly the schema that one run through rivermigrate leaves, and
 	// a working lease.
-	//
-	// Steps are applied in order only: an older step re-applied on a newer
-	// schema (001 after 002) is not supported, and rivermigrate never does
-	// it. It puts back 001's lease trigger next to 002's inline work: the
-	// trigger overwrites the token 002's fetch mints and nulls the expiry it
-	// sets (the fenced fetch then fails), and 001's statement trigger logs
-	// every ended attempt a second time.
 	t.Run("MigrationIsIdempotentAndConcurrent", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -107,89 +107,81 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 		}},
 	}
 
-	// On fencing 002 the Pilot writes with its one-statement paths; on 001
-	// (a database not yet migrated to 002) with River's statements in a
-	// transaction. Both must hold.
-	for _, version := range []int{1, 2} {
-		for _, name := range []string{"Cancel", "Complete", "CompleteTx", "Discard", "ErrorRetry", "Interrupt", "JobCompleteTx", "Snooze"} {
-			tc := cases[name]
-			t.Run(fmt.Sprintf("fencing%03d/%s", version, name), func(t *testing.T) {
-				t.Parallel()
-				ctx := t.Context()
-				pool := dbtest.Pool(ctx, t)
-				schema := dbtest.TestSchema(ctx, t)
-				if version == 1 {
-					schema = schemaAtFencing(ctx, t, pool, 1)
-				}
-				sideEffectTable := pgx.Identifier{schema, "side_effect"}.Sanitize()
-				_, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+sideEffectTable+" (job_id bigint, attempt int)")
-				require.NoError(t, err)
-				_, err = pool.Exec(ctx, "DELETE FROM "+sideEffectTable)
-				require.NoError(t, err)
+	for _, name := range []string{"Cancel", "Complete", "CompleteTx", "Discard", "ErrorRetry", "Interrupt", "JobCompleteTx", "Snooze"} {
+		tc := cases[name]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := dbtest.Pool(ctx, t)
+			schema := dbtest.TestSchema(ctx, t)
+			sideEffectTable := pgx.Identifier{schema, "side_effect"}.Sanitize()
+			_, err := pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+sideEffectTable+" (job_id bigint, attempt int)")
+			require.NoError(t, err)
+			_, err = pool.Exec(ctx, "DELETE FROM "+sideEffectTable)
+			require.NoError(t, err)
 
-				sinkA := newEventSink()
-				worker := newBlockWorker(t)
-				driverA := newDriver(t, pool, sinkA, nil)
-				clientA := startClient(ctx, t, pool, schema, &clientOpts{driver: driverA, worker: worker})
+			sinkA := newEventSink()
+			worker := newBlockWorker(t)
+			driverA := newDriver(t, pool, sinkA, nil)
+			clientA := startClient(ctx, t, pool, schema, &clientOpts{driver: driverA, worker: worker})
 
-				inserted, err := clientA.Insert(ctx, blockArgs{}, &river.InsertOpts{MaxAttempts: tc.maxAttempts})
-				require.NoError(t, err)
-				jobID := inserted.Job.ID
-				attempt1 := recv(t, worker.started)
-				require.Equal(t, 1, attempt1.job.Attempt)
+			inserted, err := clientA.Insert(ctx, blockArgs{}, &river.InsertOpts{MaxAttempts: tc.maxAttempts})
+			require.NoError(t, err)
+			jobID := inserted.Job.ID
+			attempt1 := recv(t, worker.started)
+			require.Equal(t, 1, attempt1.job.Attempt)
 
-				if tc.interrupt {
-					// So that attempt 1's context is cancelled by the stop, not
-					// by its lost lease.
-					driverA.StopHeartbeats()
-				}
-				rescue(ctx, t, pool, schema, jobID)
-				startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, nil), worker: worker})
-				attempt2 := recv(t, worker.started)
-				require.Equal(t, 2, attempt2.job.Attempt)
-				lease2, ok := fencing.LeaseFromContext(attempt2.ctx)
-				require.True(t, ok)
-				before := getJob(ctx, t, pool, schema, jobID)
-				require.Equal(t, "running", before.State)
-				require.Equal(t, lease2.Token, before.LeaseToken.String)
+			if tc.interrupt {
+				// So that attempt 1's context is cancelled by the stop, not
+				// by its lost lease.
+				driverA.StopHeartbeats()
+			}
+			rescue(ctx, t, pool, schema, jobID)
+			startClient(ctx, t, pool, schema, &clientOpts{driver: newDriver(t, pool, nil, nil), worker: worker})
+			attempt2 := recv(t, worker.started)
+			require.Equal(t, 2, attempt2.job.Attempt)
+			lease2, ok := fencing.LeaseFromContext(attempt2.ctx)
+			require.True(t, ok)
+			before := getJob(ctx, t, pool, schema, jobID)
+			require.Equal(t, "running", before.State)
+			require.Equal(t, lease2.Token, before.LeaseToken.String)
 
-				if tc.interrupt {
-					stopped := make(chan error, 1)
-					go func() { stopped <- clientA.StopAndCancel(context.WithoutCancel(ctx)) }()
-					t.Cleanup(func() { require.NoError(t, recv(t, stopped)) })
-					<-attempt1.ctx.Done()
-				}
+			if tc.interrupt {
+				stopped := make(chan error, 1)
+				go func() { stopped <- clientA.StopAndCancel(context.WithoutCancel(ctx)) }()
+				t.Cleanup(func() { require.NoError(t, recv(t, stopped)) })
+				<-attempt1.ctx.Done()
+			}
 
-				// The stale write lands while attempt 2 is running.
-				errs := make(chan error, 2)
-				attempt1.release <- tc.out(errs, schema)
-				if tc.sideEffects {
-					require.ErrorIs(t, recv(t, errs), fencing.ErrLeaseLost)
-					require.ErrorIs(t, recv(t, errs), pgx.ErrTxCommitRollback, "commit after a lost lease must fail")
-				}
-				sinkA.waitFor(t, fencing.EventStaleWriteRejected, jobID, 1)
+			// The stale write lands while attempt 2 is running.
+			errs := make(chan error, 2)
+			attempt1.release <- tc.out(errs, schema)
+			if tc.sideEffects {
+				require.ErrorIs(t, recv(t, errs), fencing.ErrLeaseLost)
+				require.ErrorIs(t, recv(t, errs), pgx.ErrTxCommitRollback, "commit after a lost lease must fail")
+			}
+			sinkA.waitFor(t, fencing.EventStaleWriteRejected, jobID, 1)
 
-				after := getJob(ctx, t, pool, schema, jobID)
-				require.Equal(t, "running", after.State)
-				require.Equal(t, 2, after.Attempt)
-				require.Equal(t, before.LeaseToken, after.LeaseToken)
-				require.Equal(t, before.Errors, after.Errors)
-				require.Equal(t, before.Metadata, after.Metadata)
-				require.NotContains(t, after.Metadata, "stale_key")
+			after := getJob(ctx, t, pool, schema, jobID)
+			require.Equal(t, "running", after.State)
+			require.Equal(t, 2, after.Attempt)
+			require.Equal(t, before.LeaseToken, after.LeaseToken)
+			require.Equal(t, before.Errors, after.Errors)
+			require.Equal(t, before.Metadata, after.Metadata)
+			require.NotContains(t, after.Metadata, "stale_key")
 
-				var sideEffects int
-				require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+sideEffectTable).Scan(&sideEffects))
-				require.Zero(t, sideEffects, "the stale attempt's side effects must roll back")
+			var sideEffects int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+sideEffectTable).Scan(&sideEffects))
+			require.Zero(t, sideEffects, "the stale attempt's side effects must roll back")
 
-				// Attempt 2 still owns the job and finishes it.
-				attempt2.release <- complete
-				final := waitForState(ctx, t, pool, schema, jobID, "completed")
-				require.Equal(t, 2, final.Attempt)
-				require.Equal(t, before.Errors, final.Errors)
-				require.False(t, final.LeaseToken.Valid, "leaving running revokes the token")
-				require.Equal(t, lease2.Token, final.LeaseLastToken.String)
-			})
-		}
+			// Attempt 2 still owns the job and finishes it.
+			attempt2.release <- complete
+			final := waitForState(ctx, t, pool, schema, jobID, "completed")
+			require.Equal(t, 2, final.Attempt)
+			require.Equal(t, before.Errors, final.Errors)
+			require.False(t, final.LeaseToken.Valid, "leaving running revokes the token")
+			require.Equal(t, lease2.Token, final.LeaseLastToken.String)
+		})
 	}
 }
 
@@ -198,16 +190,16 @@ func TestStaleAttemptCannotFinalize(t *testing.T) {
 // In a batch that holds a stale attempt's completion (its job was taken by a
 // new attempt meanwhile) next to the current attempt's completion of another
 // job, the current one is applied, the stale one changes nothing and is
-// counted, on both fencing versions (001: River's statement after a check;
-// 002: one statement).
+// counted, on both of the Pilot's paths (judged: River's statement after a
+// check; else one statement).
 func TestStaleAndCurrentWriteInOneBatch(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{1, 2} {
-		t.Run(fmt.Sprintf("fencing%03d", version), func(t *testing.T) {
+	for _, judged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("judged=%v", judged), func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			pool := dbtest.Pool(ctx, t)
-			schema := schemaAtFencing(ctx, t, pool, version)
+			schema := fencedOnlySchema(ctx, t, pool)
 			table := pgx.Identifier{schema, "river_job"}.Sanitize()
 			var ids []int64
 			require.NoError(t, pool.QueryRow(ctx, `WITH inserted AS (
@@ -254,7 +246,7 @@ func TestStaleAndCurrentWriteInOneBatch(t *testing.T) {
 			currentBefore := getJob(ctx, t, pool, schema, currentID)
 
 			now := time.Now()
-			rows, err := pilot.JobSetStateIfRunningMany(ctx, driver.GetExecutor(), &riverdriver.JobSetStateIfRunningManyParams{
+			rows, err := pilot.JobSetStateIfRunningMany(ctx, writeExecutor(driver, pool, judged), &riverdriver.JobSetStateIfRunningManyParams{
 				ID:              []int64{staleID, currentID},
 				Attempt:         []*int{nil, nil},
 				ErrData:         [][]byte{nil, nil},

@@ -162,22 +162,17 @@ func TestMigrator(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
 		require.Equal(t, latest(t, bundle.migrator, migrations.LineFencing), res.Versions[0].Version)
-		// Fencing 004 only added the live-lease guard to 002's trigger
-		// function: its down step takes the guard out, and the function
-		// stays.
-		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
-		require.NotContains(t, functionDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"), "live lease")
-		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
-		require.NoError(t, err)
-		require.Contains(t, functionDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"), "live lease")
-
-		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: 2, Force: true})
-		require.NoError(t, err)
-		// Fencing 003 only narrowed the insert trigger's WHEN: its down step
-		// brings 001's back, and 002's functions stay.
-		require.Regexp(t, `WHEN \(\(new\.state = 'running'::[^ ]*river_job_state\)\) EXECUTE FUNCTION`,
-			triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "001's WHEN")
-		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
+		// Fencing's one version takes out everything it installed.
+		columns := columnNames(ctx, t, bundle.pool, bundle.schema, "river_job")
+		for _, column := range []string{"lease_token", "lease_expires_at", "lease_last_token", "lease_details"} {
+			require.NotContains(t, columns, column)
+		}
+		require.NotContains(t, tableNames(ctx, t, bundle.pool, bundle.schema), "weir_job_attempt")
+		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
+		var triggers int
+		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal",
+			pgx.Identifier{bundle.schema, "river_job"}.Sanitize()).Scan(&triggers))
+		require.Zero(t, triggers)
 
 		err = bundle.migrator.Verify(ctx)
 		require.ErrorIs(t, err, migrations.ErrSchemaBehind)
@@ -187,33 +182,14 @@ func TestMigrator(t *testing.T) {
 		require.Equal(t, migrations.LineFencing, behind.Lines[0].Line)
 		require.Equal(t, bundle.schema, behind.Schema)
 
+		// Up again: all of it comes back.
 		res, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
 		require.NoError(t, err)
-		require.Len(t, res.Versions, 2)
+		require.Len(t, res.Versions, 1)
+		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
+		require.Contains(t, functionDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"), "live lease")
 		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "new.lease_token IS NULL")
-		require.NoError(t, bundle.migrator.Verify(ctx))
-
-		// Fencing 002 only replaced trigger functions: down to 001 brings
-		// 001's statement trigger back and leaves the columns.
-		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: 1, Force: true})
-		require.NoError(t, err)
-		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
-		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_attempt_log"))
-		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
-		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
-		require.NoError(t, err)
-		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
-		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_attempt_log"))
-		require.NoError(t, bundle.migrator.Verify(ctx))
-
-		// Down the whole line, then up again: the columns go and come back.
-		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: -1, Force: true})
-		require.NoError(t, err)
-		require.NotContains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
-		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease"))
-		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
-		require.NoError(t, err)
-		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
+		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_update"), "weir_fencing_job_transition")
 		require.NoError(t, bundle.migrator.Verify(ctx))
 	})
 
@@ -367,8 +343,8 @@ func TestMigrator(t *testing.T) {
 		require.Error(t, err, "MaxSteps needs a Line")
 	})
 
-	// Fencing 002 runs while a worker's transaction has read river_job and
-	// then writes it: the step waits for that transaction, and neither
+	// Fencing's step runs while a worker's transaction has read river_job
+	// and then writes it: the step waits for that transaction, and neither
 	// deadlocks. (A weaker lock on river_job taken before the ACCESS
 	// EXCLUSIVE one would make the two wait for each other.)
 	t.Run("FencingWaitsForAnOpenTransaction", func(t *testing.T) {
@@ -376,8 +352,6 @@ func TestMigrator(t *testing.T) {
 		ctx := t.Context()
 		bundle := setup(ctx, t)
 		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
-		require.NoError(t, err)
-		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 1})
 		require.NoError(t, err)
 		table := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
 
@@ -389,7 +363,7 @@ func TestMigrator(t *testing.T) {
 
 		migrated := make(chan error, 1)
 		go func() {
-			_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 2})
+			_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 1})
 			migrated <- err
 		}()
 		// Until the step waits for a lock on river_job.

@@ -71,9 +71,7 @@
 // GET /readyz is readiness: 200 only when every migration line (River's,
 // fencing's, weir's) is at the version this build requires (see
 // migrations.Migrator.Verify), 503 naming the lines that are behind
-// otherwise. Fencing is active from its line's first version on; a later
-// version behind leaves only a faster path unused (fencing 003: claims' leases
-// are replaced by the trigger's) until the migration.
+// otherwise.
 // GET /metrics serves Prometheus metrics of requests, the pool and the
 // runs (weir_workflow_runs, by state unless Config.RunMetrics says
 // otherwise), counted at most once a Config.RunMetricsInterval.
