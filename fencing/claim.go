@@ -13,59 +13,28 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/weirhq/weir/internal/fencingclaim"
 )
 
-// ClaimParams describe a job to insert already claimed by its inserter.
-type ClaimParams struct {
-	// Args are the job's encoded args (JSON).
-	Args []byte
+// claimer is a Driver's claim API (fencingclaim.Driver), for weir's worker:
+// jobs inserted already running by the process that works them, fenced like
+// fetched attempts. Its documentation is fencingclaim.Driver's.
+type claimer struct{ *Driver }
 
-	// ID is a job ID the caller reserved for this job (ReserveJobIDs), or 0
-	// for the next of river_job's ID sequence. Claims with reserved IDs can
-	// be merged into one statement (MergeQueuedClaims), and a statement
-	// queued behind the claim can name its job by ID instead of reading the
-	// sequence's currval.
-	ID int64
-
-	// AttemptedBy names the claiming client (River's Client.ID), as River's
-	// attempted_by does for fetched jobs.
-	AttemptedBy string
-
-	// Kind, MaxAttempts, Metadata, Priority and Queue are the job's, as for
-	// an insert; Metadata and Priority may be left empty (none, priority 1).
-	Kind        string
-	MaxAttempts int
-	Metadata    []byte
-	Priority    int
-	Queue       string
-
-	// Schema is River's schema (River's Config.Schema); empty for the
-	// search_path's.
-	Schema string
+func init() {
+	fencingclaim.Register(func(driver riverdriver.Driver[pgx.Tx]) fencingclaim.Driver {
+		if d, ok := driver.(*Driver); ok && d != nil {
+			return claimer{d}
+		}
+		return nil
+	})
 }
 
-// Claim is a job its inserter claimed in the same transaction (InsertClaimedTx)
-// to work itself, without River fetching it: attempt 1, running, under a
-// lease of LeaseTTL. It is fenced like a fetched attempt: WorkClaimed renews
-// its lease and cancels it when the lease is lost, SetClaimedStateTx is its
-// only way to finalize, and if its process dies the reaper returns the job
-// to River once the lease expires.
-type Claim struct {
-	// Job is the inserted row as the claimer holds it.
-	Job *rivertype.JobRow
-
-	expiresAt time.Time
-	schema    string
-	token     string
-}
-
-// InsertClaimedTx inserts a River job in tx already running, claimed by the
-// caller, under a fresh lease token and a lease of LeaseTTL from the insert.
-// Work it with WorkClaimed once tx has committed.
-func (d *Driver) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *ClaimParams) (*Claim, error) {
+func (d claimer) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *fencingclaim.Params) (*fencingclaim.Claim, error) {
 	batch := &pgx.Batch{}
-	var claim *Claim
-	if err := d.QueueClaim(batch, params, func(c *Claim) { claim = c }); err != nil {
+	var claim *fencingclaim.Claim
+	if err := d.QueueClaim(batch, params, func(c *fencingclaim.Claim) { claim = c }); err != nil {
 		return nil, err
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
@@ -74,13 +43,7 @@ func (d *Driver) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *ClaimPa
 	return claim, nil
 }
 
-// QueueClaim queues in batch the insert of InsertClaimedTx, for a caller
-// that sends several statements in one round trip; done receives the claim
-// when the batch runs (in a transaction: work the claim only once it
-// commits). Without a reserved ID (ClaimParams.ID), the job's ID is also
-// the session's currval of river_job's ID sequence right after the insert,
-// for statements queued behind it.
-func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Claim)) error {
+func (d claimer) QueueClaim(batch *pgx.Batch, params *fencingclaim.Params, done func(*fencingclaim.Claim)) error {
 	if params.MaxAttempts < 1 {
 		return fmt.Errorf("fencing: claimed job %s: MaxAttempts must be at least 1", params.Kind)
 	}
@@ -118,38 +81,33 @@ func (d *Driver) QueueClaim(batch *pgx.Batch, params *ClaimParams, done func(*Cl
 		case token == "" || expiresAt == nil: // the statement's check says otherwise; fail closed all the same
 			return fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", id, params.Kind, ErrNoLease)
 		}
-		done(&Claim{
+		done(&fencingclaim.Claim{
 			Job: &rivertype.JobRow{
 				ID: id, Attempt: 1, AttemptedAt: &attemptedAt, AttemptedBy: []string{params.AttemptedBy}, CreatedAt: createdAt,
 				EncodedArgs: params.Args, Kind: params.Kind, MaxAttempts: params.MaxAttempts, Metadata: metadata,
 				Priority: priority, Queue: params.Queue, ScheduledAt: attemptedAt, State: rivertype.JobStateRunning,
 			},
-			expiresAt: *expiresAt,
-			schema:    params.Schema,
-			token:     token,
+			ExpiresAt: *expiresAt,
+			Schema:    params.Schema,
+			Token:     token,
 		})
 		return nil
 	})
 	return nil
 }
 
-// WorkClaimed runs fn as the claimed attempt, as the fencing plugin runs a
-// fetched one: LeaseFromContext and Heartbeat work in fn's context, the
-// lease is renewed while fn runs (until deadline, plus River's stuck
-// threshold, when deadline is set), and fn's context is cancelled with
-// cause ErrLeaseLost as soon as a renewal is refused.
-func (d *Driver) WorkClaimed(ctx context.Context, claim *Claim, deadline time.Time, fn func(ctx context.Context) error) error {
+func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, deadline time.Time, fn func(ctx context.Context) error) error {
 	st := &attemptState{
 		attempt:     claim.Job.Attempt,
 		attemptedAt: *claim.Job.AttemptedAt,
-		driver:      d,
-		expiresAt:   claim.expiresAt,
+		driver:      d.Driver,
+		expiresAt:   claim.ExpiresAt,
 		jobID:       claim.Job.ID,
 		localStart:  time.Now(),
 		observed:    true,
-		schema:      claim.schema,
+		schema:      claim.Schema,
 		stuckAfter:  jobStuckThresholdDefault,
-		token:       claim.token,
+		token:       claim.Token,
 	}
 	if !deadline.IsZero() {
 		st.renewUntil = st.renewalEnd(deadline)
@@ -157,15 +115,7 @@ func (d *Driver) WorkClaimed(ctx context.Context, claim *Claim, deadline time.Ti
 	return d.runAttempt(ctx, st, false, fn)
 }
 
-// SetClaimedStateTx is the state write of a claimed attempt whose work
-// context is ctx (WorkClaimed): completed, retryable, discarded, cancelled or
-// snoozed, built with riverdriver's JobSetState helpers. It goes through the
-// same fenced path as River's own writes, in tx: if the attempt no longer
-// holds its job, it returns a *LeaseLostError and aborts tx, so nothing the
-// caller wrote in tx commits. If the attempt completed its job already, it
-// returns an *AlreadyCompletedError (an *OutcomeConflictError for another
-// state) and aborts tx as well.
-func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error {
+func (d claimer) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error {
 	st := attemptFromContext(ctx)
 	if st == nil || st.jobID != params.ID {
 		return fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
@@ -222,19 +172,7 @@ func (d *Driver) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 	return nil
 }
 
-// QueueSetClaimedState queues in batch the completion of a claimed job, as
-// SetClaimedStateTx(ctx, tx, params) writes it, for a caller that sends it
-// in the same round trip as other statements of its transaction. Only a
-// completion (params from riverdriver.JobSetStateCompleted) is queued: it
-// queues nothing and returns false for any other state; use
-// SetClaimedStateTx then. When the batch runs, the
-// write reports its outcome as the batch's error: nil, or a
-// *LeaseLostError when the attempt no longer holds its job. As with
-// SetClaimedStateTx, a refused write aborts the transaction, so that its
-// commit fails even if the error is ignored. The driver's OnFinalized hook
-// is not called for a queued write; its caller settles the job's outcome
-// itself.
-func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error) {
+func (d claimer) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error) {
 	st := attemptFromContext(ctx)
 	if st == nil || st.jobID != params.ID {
 		return false, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
@@ -266,21 +204,7 @@ func (d *Driver) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, par
 	return true, nil
 }
 
-// MergeQueuedCompletions rewrites batch so that the claimed jobs'
-// completions queued in it by QueueSetClaimedState (for River's schema
-// schema; empty for the search_path's) are one statement, in the place of
-// the first, and reports how many it merged (none when fewer than two were
-// queued). Postgres does work per statement that a job's completion pays in
-// full when it is written alone: it starts an executor, and re-reads
-// river_job's CHECK constraints and the lease trigger's WHEN from their
-// stored text. The merged statement writes what each completion would have
-// written, and the transaction's fencing stays whole: it divides by zero
-// unless it completed every one of the jobs (each still held by its
-// attempt's token), which aborts the transaction. Which job was refused is
-// then not told (the batch fails with the statement's error, not a
-// *LeaseLostError): a caller that needs to know writes them again one at a
-// time. Call it once the batch holds everything it will, before sending it.
-func MergeQueuedCompletions(batch *pgx.Batch, schema string) int {
+func (claimer) MergeQueuedCompletions(batch *pgx.Batch, schema string) int {
 	single := completeClaimedSQL(schema)
 	var at []int
 	for i, qq := range batch.QueuedQueries {

@@ -1,7 +1,6 @@
 package fencing
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -12,26 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
-
-// ReserveJobIDs takes n IDs from river_job's ID sequence (in River's schema
-// schema; empty for the search_path's) through tx, for claims to name their
-// jobs by (ClaimParams.ID). A sequence is not transactional: the IDs stay
-// taken whatever becomes of tx, and those never used leave gaps in the IDs,
-// as a rolled-back insert does.
-func ReserveJobIDs(ctx context.Context, tx pgx.Tx, schema string, n int) ([]int64, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("fencing: reserving %d job IDs: at least one", n)
-	}
-	rows, err := tx.Query(ctx, "SELECT nextval(pg_get_serial_sequence($1, 'id')) FROM generate_series(1, $2)", tableName(schema, "river_job"), n)
-	if err != nil {
-		return nil, fmt.Errorf("fencing: reserving job IDs: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("fencing: reserving job IDs: %w", err)
-	}
-	return ids, nil
-}
 
 // claimSQL is QueueClaim's insert: $1 the lease's TTL, then the job's args,
 // claimer, kind, max attempts, metadata, priority and queue ($2-$8), and its
@@ -81,17 +60,7 @@ func claimManySQL(schema string) string {
 	})
 }
 
-// MergeQueuedClaims rewrites batch so that the claims queued in it by
-// QueueClaim with reserved IDs (ClaimParams.ID; for River's schema schema,
-// empty for the search_path's) are one statement, in the place of the
-// first, and reports how many it merged (none when fewer than two were
-// queued). Each claim's done still receives its Claim, and the statement
-// fails, aborting the transaction, if any job would be inserted without a
-// lease, as each claim's own does. Postgres does work per statement that
-// an insert into river_job pays in full when it is written alone (see
-// MergeQueuedCompletions). Call it once the batch holds everything it will,
-// before sending it.
-func MergeQueuedClaims(batch *pgx.Batch, schema string) int {
+func (claimer) MergeQueuedClaims(batch *pgx.Batch, schema string) int {
 	single := claimWithIDSQL(schema)
 	var at []int
 	for i, qq := range batch.QueuedQueries {

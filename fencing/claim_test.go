@@ -9,10 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/fencingclaim"
 )
 
 // TestClaimedJob: a job inserted already claimed (eager dispatch) is fenced
@@ -22,7 +24,7 @@ import (
 func TestClaimedJob(t *testing.T) {
 	t.Parallel()
 
-	setup := func(ctx context.Context, t *testing.T) (*fencing.Driver, string, func(context.Context, pgx.Tx) *fencing.Claim) {
+	setup := func(ctx context.Context, t *testing.T) (*fencing.Driver, string, func(context.Context, pgx.Tx) *fencingclaim.Claim) {
 		t.Helper()
 		pool := dbtest.Pool(ctx, t)
 		schema := dbtest.TestSchema(ctx, t)
@@ -33,8 +35,8 @@ func TestClaimedJob(t *testing.T) {
 		require.NoError(t, err)
 		driver := newDriver(t, pool, nil, nil)
 		startClient(ctx, t, pool, schema, &clientOpts{driver: driver, maxWorkers: 2})
-		claim := func(ctx context.Context, tx pgx.Tx) *fencing.Claim {
-			c, err := driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+		claim := func(ctx context.Context, tx pgx.Tx) *fencingclaim.Claim {
+			c, err := claimAPI(driver).InsertClaimedTx(ctx, tx, &fencingclaim.Params{
 				Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
 			})
 			require.NoError(t, err)
@@ -43,9 +45,9 @@ func TestClaimedJob(t *testing.T) {
 		return driver, schema, claim
 	}
 	// committed claims a job in a transaction of its own.
-	committed := func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, claim func(context.Context, pgx.Tx) *fencing.Claim) *fencing.Claim {
+	committed := func(ctx context.Context, t *testing.T, pool *pgxpool.Pool, claim func(context.Context, pgx.Tx) *fencingclaim.Claim) *fencingclaim.Claim {
 		t.Helper()
-		var c *fencing.Claim
+		var c *fencingclaim.Claim
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { c = claim(ctx, tx); return nil }))
 		return c
 	}
@@ -71,7 +73,7 @@ func TestClaimedJob(t *testing.T) {
 		driver, schema, claim := setup(ctx, t)
 		pool := dbtest.Pool(ctx, t)
 
-		var c *fencing.Claim
+		var c *fencingclaim.Claim
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			c = claim(ctx, tx)
 			var setting string
@@ -85,7 +87,7 @@ func TestClaimedJob(t *testing.T) {
 		require.True(t, row.LeaseToken.Valid)
 		require.True(t, row.LeaseExpiresAt.Valid)
 
-		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			lease, ok := fencing.LeaseFromContext(ctx)
 			require.True(t, ok)
 			require.Equal(t, c.Job.ID, lease.JobID)
@@ -94,7 +96,7 @@ func TestClaimedJob(t *testing.T) {
 				if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID); err != nil {
 					return err
 				}
-				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 			})
 		})
 		require.NoError(t, err)
@@ -113,19 +115,19 @@ func TestClaimedJob(t *testing.T) {
 		// holds its job, so its lease goes on being renewed (LeaseTTL 3s,
 		// heartbeats every 200ms), and it completes for real afterwards.
 		c := committed(ctx, t, pool, claim)
-		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			for _, queued := range []bool{false, true} {
 				tx, err := pool.Begin(ctx)
 				require.NoError(t, err)
 				params := riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil)
 				if queued {
 					batch := &pgx.Batch{}
-					ok, err := driver.QueueSetClaimedState(ctx, batch, params)
+					ok, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, params)
 					require.NoError(t, err)
 					require.True(t, ok)
 					require.NoError(t, tx.SendBatch(ctx, batch).Close())
 				} else {
-					require.NoError(t, driver.SetClaimedStateTx(ctx, tx, params))
+					require.NoError(t, claimAPI(driver).SetClaimedStateTx(ctx, tx, params))
 				}
 				require.NoError(t, tx.Rollback(ctx))
 			}
@@ -135,7 +137,7 @@ func TestClaimedJob(t *testing.T) {
 			}, 5*time.Second, 20*time.Millisecond, "the lease is no longer renewed")
 			require.NoError(t, ctx.Err(), "the attempt was not told it lost its lease")
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 			})
 		})
 		require.NoError(t, err)
@@ -152,7 +154,7 @@ func TestClaimedJob(t *testing.T) {
 		// The write below must be refused by its own check, not by the
 		// keeper having noticed the loss first (cancelling the attempt).
 		driver.StopHeartbeats()
-		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			// The job is taken away and a new attempt holds it now.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
 				" SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1", c.Job.ID)
@@ -162,7 +164,7 @@ func TestClaimedJob(t *testing.T) {
 			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 			_, err = tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
 			require.NoError(t, err)
-			err = driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			err = claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 			require.ErrorIs(t, err, fencing.ErrLeaseLost)
 			var lost *fencing.LeaseLostError
 			require.ErrorAs(t, err, &lost)
@@ -184,14 +186,14 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		c := committed(ctx, t, pool, claim)
-		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			// River's JobCancel on a running job only marks it; the attempt's
 			// failure then cancels it instead of making it retryable.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
 				` SET metadata = metadata || '{"cancel_attempted_at": "2026-11-30T00:00:00Z"}' WHERE id = $1`, c.Job.ID)
 			require.NoError(t, err)
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now().Add(time.Minute),
+				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now().Add(time.Minute),
 					[]byte(`{"at":"2026-11-30T00:00:00Z","attempt":1,"error":"cancelled","trace":""}`), []byte(`{"big":12345678901234567890}`)))
 			})
 		})
@@ -212,13 +214,13 @@ func TestClaimedJob(t *testing.T) {
 
 		c := committed(ctx, t, pool, claim)
 		first := getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time
-		err := driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			waitUntil(t, "the lease is renewed", func() bool {
 				return getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time.After(first)
 			})
 			require.NoError(t, fencing.Heartbeat(ctx, map[string]int{"done": 1}))
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 			})
 		})
 		require.NoError(t, err)
@@ -240,16 +242,16 @@ func TestClaimedJob(t *testing.T) {
 
 	// queued completes c with a write queued behind the caller's own in one
 	// batch (QueueSetClaimedState), after takeAway ran.
-	queued := func(ctx context.Context, t *testing.T, driver *fencing.Driver, schema string, claim func(context.Context, pgx.Tx) *fencing.Claim,
-		c *fencing.Claim, takeAway func(ctx context.Context),
+	queued := func(ctx context.Context, t *testing.T, driver *fencing.Driver, schema string, claim func(context.Context, pgx.Tx) *fencingclaim.Claim,
+		c *fencingclaim.Claim, takeAway func(ctx context.Context),
 	) error {
 		t.Helper()
 		pool := dbtest.Pool(ctx, t)
-		return driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		return claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			takeAway(ctx)
 			batch := &pgx.Batch{}
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
-			ok, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			ok, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 			require.NoError(t, err)
 			require.True(t, ok, "a completion is queued")
 			tx, err := pool.Begin(ctx)
@@ -321,7 +323,7 @@ func TestClaimedJob(t *testing.T) {
 			ctx := t.Context()
 			driver, schema, claim := setup(ctx, t)
 			pool := dbtest.Pool(ctx, t)
-			claims := []*fencing.Claim{committed(ctx, t, pool, claim), committed(ctx, t, pool, claim), committed(ctx, t, pool, claim)}
+			claims := []*fencingclaim.Claim{committed(ctx, t, pool, claim), committed(ctx, t, pool, claim), committed(ctx, t, pool, claim)}
 			batch := &pgx.Batch{}
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", claims[0].Job.ID)
 			// Each completion is queued inside its own attempt, the attempts
@@ -334,7 +336,7 @@ func TestClaimedJob(t *testing.T) {
 							" SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1", claims[1].Job.ID)
 						require.NoError(t, err)
 					}
-					require.Equal(t, len(claims), fencing.MergeQueuedCompletions(batch, schema))
+					require.Equal(t, len(claims), claimAPI(driver).MergeQueuedCompletions(batch, schema))
 					require.Equal(t, 2, batch.Len(), "the caller's write and one completion")
 					tx, err := pool.Begin(ctx)
 					require.NoError(t, err)
@@ -342,8 +344,8 @@ func TestClaimedJob(t *testing.T) {
 					batchErr := tx.SendBatch(ctx, batch).Close()
 					return errors.Join(batchErr, tx.Commit(ctx))
 				}
-				return driver.WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context) error {
-					ok, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(claims[i].Job.ID, time.Now(), nil))
+				return claimAPI(driver).WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context) error {
+					ok, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(claims[i].Job.ID, time.Now(), nil))
 					require.NoError(t, err)
 					require.True(t, ok)
 					return work(ctx, i+1)
@@ -384,24 +386,24 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		const n = 5
-		claims := make([]*fencing.Claim, n)
+		claims := make([]*fencingclaim.Claim, n)
 		var ids []int64
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			ids, err = fencing.ReserveJobIDs(ctx, tx, schema, n)
+			ids, err = fencingclaim.ReserveJobIDs(ctx, tx, schema, n)
 			require.NoError(t, err)
 			require.Len(t, ids, n)
 			batch := &pgx.Batch{}
 			for i := range n {
-				require.NoError(t, driver.QueueClaim(batch, &fencing.ClaimParams{
+				require.NoError(t, claimAPI(driver).QueueClaim(batch, &fencingclaim.Params{
 					Args: []byte(`{"i": ` + string(rune('0'+i)) + `}`), AttemptedBy: "test", ID: ids[i], Kind: noopArgs{}.Kind(),
 					MaxAttempts: 3, Queue: "default", Schema: schema,
-				}, func(c *fencing.Claim) { claims[i] = c }))
+				}, func(c *fencingclaim.Claim) { claims[i] = c }))
 				if i == 1 {
 					batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", ids[i])
 				}
 			}
-			require.Equal(t, n, fencing.MergeQueuedClaims(batch, schema))
+			require.Equal(t, n, claimAPI(driver).MergeQueuedClaims(batch, schema))
 			require.Equal(t, 2, batch.Len(), "one claim statement and the caller's write")
 			batch.Queue("SELECT coalesce(current_setting('weir.fencing_lease_ttl', true), '')").QueryRow(func(row pgx.Row) error {
 				var setting string
@@ -420,12 +422,12 @@ func TestClaimedJob(t *testing.T) {
 			require.True(t, row.LeaseToken.Valid)
 			require.True(t, row.LeaseExpiresAt.Valid)
 			tokens[row.LeaseToken.String] = true
-			require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 				lease, ok := fencing.LeaseFromContext(ctx)
 				require.True(t, ok)
 				require.Equal(t, row.LeaseToken.String, lease.Token)
 				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+					return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 				})
 			}))
 			require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
@@ -441,14 +443,14 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		c := committed(ctx, t, pool, claim)
-		require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			batch := &pgx.Batch{}
-			ok, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now(), []byte(`{}`), nil))
+			ok, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now(), []byte(`{}`), nil))
 			require.NoError(t, err)
 			require.False(t, ok)
 			require.Zero(t, batch.Len())
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 			})
 		}))
 	})
@@ -510,7 +512,7 @@ func TestClaimedJob(t *testing.T) {
 		_, err = tx.Exec(ctx, `CREATE TRIGGER zz_drop_lease BEFORE INSERT ON `+pgx.Identifier{schema, "river_job"}.Sanitize()+
 			` FOR EACH ROW EXECUTE FUNCTION `+fn+`()`)
 		require.NoError(t, err)
-		_, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+		_, err = claimAPI(driver).InsertClaimedTx(ctx, tx, &fencingclaim.Params{
 			Args: []byte(`{}`), AttemptedBy: "test", Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
 		})
 		require.ErrorIs(t, err, fencing.ErrNoLease)
@@ -524,7 +526,7 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 		c := committed(ctx, t, pool, claim)
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 		})
 		require.True(t, errors.Is(err, fencing.ErrNoLease), "%v", err)
 	})
@@ -536,7 +538,7 @@ func TestClaimedJob(t *testing.T) {
 // attempt it runs returns at once.)
 func requireClaimLease(ctx context.Context, t *testing.T, driver *fencing.Driver, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
-}, schema string, c *fencing.Claim) {
+}, schema string, c *fencingclaim.Claim) {
 	t.Helper()
 	var (
 		token   *string
@@ -546,11 +548,39 @@ func requireClaimLease(ctx context.Context, t *testing.T, driver *fencing.Driver
 		" WHERE id = $1", c.Job.ID).Scan(&token, &expires))
 	require.NotNil(t, token, "the claimed job has a token")
 	require.NotNil(t, expires, "the claimed job has a lease")
-	require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+	require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 		lease, ok := fencing.LeaseFromContext(ctx)
 		require.True(t, ok)
 		require.Equal(t, *token, lease.Token)
 		require.True(t, expires.Equal(lease.ExpiresAt), "%v, %v", *expires, lease.ExpiresAt)
 		return nil
 	}))
+}
+
+// claimAPI is driver's claim API, which weir's worker uses.
+func claimAPI(driver *fencing.Driver) fencingclaim.Driver { return fencingclaim.For(driver) }
+
+// TestClaimAPIOutsideAnAttempt: only a fencing driver has a claim API; a
+// claimed state write outside its claimed attempt is refused before it
+// reaches the database; a batch without two claims or completions to merge
+// is left as it is.
+func TestClaimAPIOutsideAnAttempt(t *testing.T) {
+	t.Parallel()
+	require.Nil(t, fencingclaim.For(riverpgxv5.New(nil)))
+	driver, err := fencing.NewDriver(nil, nil)
+	require.NoError(t, err)
+	claims := claimAPI(driver)
+	require.NotNil(t, claims)
+
+	err = claims.SetClaimedStateTx(t.Context(), nil, riverdriver.JobSetStateCompleted(1, time.Now(), nil))
+	require.ErrorIs(t, err, fencing.ErrNoLease)
+	queued, err := claims.QueueSetClaimedState(t.Context(), &pgx.Batch{}, riverdriver.JobSetStateCompleted(1, time.Now(), nil))
+	require.ErrorIs(t, err, fencing.ErrNoLease)
+	require.False(t, queued)
+
+	batch := &pgx.Batch{}
+	batch.Queue("SELECT 1")
+	require.Zero(t, claims.MergeQueuedCompletions(batch, ""))
+	require.Zero(t, claims.MergeQueuedClaims(batch, ""))
+	require.Equal(t, 1, batch.Len())
 }

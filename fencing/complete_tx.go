@@ -37,7 +37,7 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 		st.observeDeadline(ctx)
 	}
 	if client, err := river.ClientFromContextSafely[TTx](ctx); err == nil {
-		if _, fenced := client.Pilot().(*Pilot); !fenced {
+		if _, fenced := client.Pilot().(*pilot); !fenced {
 			// River's standard pilot returns a job this attempt completed
 			// already as if this call had: tell a repeat apart first.
 			if err := refuseRepeatedCompletion(ctx, client.Driver().UnwrapExecutor(tx), client.Schema(), job.JobRow); err != nil {

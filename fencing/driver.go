@@ -35,7 +35,7 @@ type Driver struct {
 	config    *Config
 	counters  *counters
 	keeper    *leaseKeeper
-	pilot     *Pilot
+	pilot     *pilot
 	plugin    *Plugin
 	pool      *pgxpool.Pool
 	timeouts  atomic.Pointer[cachedTimeouts]

@@ -20,7 +20,7 @@ var ErrNoLease = errors.New("fencing: no lease in context (not inside a job run 
 
 // ErrAlreadyCompleted means the attempt writing already completed the job
 // itself: its write is a repeat. Inside the attempt's own transaction
-// (river.JobCompleteTx, CompleteTx, Driver.SetClaimedStateTx) the repeat is
+// (river.JobCompleteTx, CompleteTx, a claimed job's state write) the repeat is
 // refused and the transaction aborted, so that its writes do not commit a
 // second time (a retry after an ambiguous COMMIT that did commit). A repeat
 // by River's completer is not an error: River keeps the completion.

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
 
@@ -146,94 +144,4 @@ func Example_upgrade() {
 	if err := client.Start(ctx); err != nil {
 		panic(err)
 	}
-}
-
-// A job its inserter claims and works itself (eager dispatch), fenced like a
-// fetched one. Outside its claimed attempt a state write is refused.
-func ExampleDriver_InsertClaimedTx() {
-	driver, _ := fencing.NewDriver(nil, nil)
-	work := func(ctx context.Context, pool *pgxpool.Pool) error {
-		var claim *fencing.Claim
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			var err error
-			claim, err = driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
-				Args: []byte(`{"order_id":7}`), AttemptedBy: "worker-1", Kind: "charge", MaxAttempts: 25, Queue: river.QueueDefault,
-			})
-			return err // the caller's own writes in tx commit with the claim
-		})
-		if err != nil {
-			return err
-		}
-		return driver.WorkClaimed(ctx, claim, time.Now().Add(time.Minute), func(ctx context.Context) error {
-			// ... the work, then its outcome in the same transaction as the
-			// completion: stale attempts cannot commit it.
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(claim.Job.ID, time.Now(), nil))
-			})
-		})
-	}
-	_ = work
-
-	err := driver.SetClaimedStateTx(context.Background(), nil, riverdriver.JobSetStateCompleted(1, time.Now(), nil))
-	fmt.Println(errors.Is(err, fencing.ErrNoLease))
-	// Output:
-	// true
-}
-
-// Completions of claimed jobs queued in one batch (each by its own attempt,
-// in its own work context) go as one statement: all of them complete, or
-// the statement fails and aborts the transaction. A batch with fewer than
-// two is left as it is.
-func ExampleMergeQueuedCompletions() {
-	driver, _ := fencing.NewDriver(nil, nil)
-	commitAll := func(ctx context.Context, pool *pgxpool.Pool, attempts []context.Context, jobIDs []int64) error {
-		batch := &pgx.Batch{}
-		for i, attemptCtx := range attempts { // each inside its WorkClaimed
-			if _, err := driver.QueueSetClaimedState(attemptCtx, batch, riverdriver.JobSetStateCompleted(jobIDs[i], time.Now(), nil)); err != nil {
-				return err
-			}
-		}
-		fencing.MergeQueuedCompletions(batch, "") // River's schema: the search_path's
-		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
-	}
-	_ = commitAll
-
-	batch := &pgx.Batch{}
-	batch.Queue("SELECT 1")
-	fmt.Println(fencing.MergeQueuedCompletions(batch, ""), batch.Len())
-	// Output:
-	// 0 1
-}
-
-// Claims of jobs whose IDs were reserved first go to Postgres as one
-// statement, and each claim still gets its own Claim (and lease).
-func ExampleMergeQueuedClaims() {
-	driver, _ := fencing.NewDriver(nil, nil)
-	claimAll := func(ctx context.Context, pool *pgxpool.Pool, args [][]byte) ([]*fencing.Claim, error) {
-		var claims []*fencing.Claim
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			ids, err := fencing.ReserveJobIDs(ctx, tx, "", len(args)) // River's schema: the search_path's
-			if err != nil {
-				return err
-			}
-			batch := &pgx.Batch{}
-			for i := range args {
-				if err := driver.QueueClaim(batch, &fencing.ClaimParams{
-					Args: args[i], AttemptedBy: "me", ID: ids[i], Kind: "email", MaxAttempts: 5, Queue: "default",
-				}, func(c *fencing.Claim) { claims = append(claims, c) }); err != nil {
-					return err
-				}
-			}
-			fencing.MergeQueuedClaims(batch, "")
-			return tx.SendBatch(ctx, batch).Close()
-		})
-		return claims, err // work each with WorkClaimed, now that they committed
-	}
-	_ = claimAll
-
-	batch := &pgx.Batch{}
-	batch.Queue("SELECT 1")
-	fmt.Println(fencing.MergeQueuedClaims(batch, ""), batch.Len())
-	// Output:
-	// 0 1
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivershared/riverpilot"
 )
 
 // Test-only access to internals, for the external test package.
@@ -28,6 +29,13 @@ func (d *Driver) driverKeeper() *leaseKeeper { return d.keeper }
 // write.
 func (d *Driver) PilotCalls() (fetch, setState int64) {
 	return d.pilot.calls.fetch.Load(), d.pilot.calls.setState.Load()
+}
+
+// IsOwnPilot reports whether p is this driver's pilot (River's
+// Client.Pilot() returns the pilot River uses).
+func (d *Driver) IsOwnPilot(p riverpilot.Pilot) bool {
+	own, ok := p.(*pilot)
+	return ok && own == d.pilot
 }
 
 // NoteSchema tells the pilot about a schema, as River's calls would.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/migrations"
 )
 
@@ -198,13 +199,13 @@ func zipWrites(river, pilot *riverdriver.JobSetStateIfRunningManyParams, singly 
 
 // queuedClaimer returns a func that claims a job with params in a
 // transaction of its own.
-func queuedClaimer(ctx context.Context, t *testing.T, pool *pgxpool.Pool, driver *fencing.Driver, params *fencing.ClaimParams) func() *fencing.Claim {
+func queuedClaimer(ctx context.Context, t *testing.T, pool *pgxpool.Pool, driver *fencing.Driver, params *fencingclaim.Params) func() *fencingclaim.Claim {
 	t.Helper()
-	claim := func() *fencing.Claim {
-		var c *fencing.Claim
+	claim := func() *fencingclaim.Claim {
+		var c *fencingclaim.Claim
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			c, err = driver.InsertClaimedTx(ctx, tx, params)
+			c, err = claimAPI(driver).InsertClaimedTx(ctx, tx, params)
 			return err
 		}))
 		return c
@@ -231,7 +232,7 @@ func TestClaimedCompletionMatchesRiver(t *testing.T) {
 	driver := newDriver(t, pool, nil, nil)
 	riverExec := riverpgxv5.New(pool).GetExecutor()
 
-	claim := queuedClaimer(ctx, t, pool, driver, &fencing.ClaimParams{
+	claim := queuedClaimer(ctx, t, pool, driver, &fencingclaim.Params{
 		Args: []byte(`{"n": 1}`), AttemptedBy: "claimer", Kind: "inline", MaxAttempts: 5, Metadata: []byte(`{"m": 1}`),
 		Priority: 2, Queue: "default", Schema: fenced,
 	})
@@ -256,12 +257,12 @@ FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING 
 		require.NoError(t, err)
 
 		var token string
-		require.NoError(t, driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			lease, ok := fencing.LeaseFromContext(ctx)
 			require.True(t, ok)
 			token = lease.Token
 			batch := &pgx.Batch{}
-			queued, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, at, updates))
+			queued, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, at, updates))
 			require.NoError(t, err)
 			require.True(t, queued)
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
@@ -535,12 +536,12 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 			require.NoError(t, err)
 			sink := newEventSink()
 			driver := newDriver(t, pool, sink, nil)
-			c := queuedClaimer(ctx, t, pool, driver, &fencing.ClaimParams{
+			c := queuedClaimer(ctx, t, pool, driver, &fencingclaim.Params{
 				Args: []byte(`{}`), AttemptedBy: "recheck", Kind: "recheck", MaxAttempts: 5, Queue: "default", Schema: schema,
 			})()
 			before := getJob(ctx, t, pool, schema, c.Job.ID)
 
-			err = driver.WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			err = claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 				other, err := pool.Begin(ctx)
 				require.NoError(t, err)
 				defer func() { _ = other.Rollback(context.WithoutCancel(ctx)) }()
@@ -556,7 +557,7 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 				go func() {
 					batch := &pgx.Batch{}
 					batch.Queue("INSERT INTO "+sideEffect+" VALUES ($1)", c.Job.ID)
-					queued, err := driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+					queued, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 					if err == nil && !queued {
 						err = errors.New("not queued")
 					}

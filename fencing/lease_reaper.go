@@ -30,7 +30,7 @@ type leaseReaper struct {
 
 	driver   *Driver
 	election reaperElection
-	pilot    *Pilot
+	pilot    *pilot
 	restart  restartWatch
 }
 
@@ -106,8 +106,8 @@ func restartGraceSQL(ttl, from, seen string) string {
 		"CASE WHEN " + serverEpochSQL + " <> " + seen + "::timestamptz THEN now() END) + " + ttl + "::interval"
 }
 
-func newLeaseReaper(driver *Driver, pilot *Pilot) *leaseReaper {
-	return &leaseReaper{driver: driver, pilot: pilot}
+func newLeaseReaper(driver *Driver, p *pilot) *leaseReaper {
+	return &leaseReaper{driver: driver, pilot: p}
 }
 
 func (r *leaseReaper) Start(ctx context.Context) error {

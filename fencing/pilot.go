@@ -22,16 +22,14 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// Pilot is the fencing layer's River Pilot: River routes every fetch and
+// pilot is the fencing layer's River Pilot: River routes every fetch and
 // every job state write (the async completer's complete, retry, discard,
 // snooze, cancel and interrupt, and JobCompleteTx) through it, and it checks
 // each write against the job's current attempt in the same transaction as
 // River's own write. It also implements riverpilot.PilotJobRescuer so that
-// River's rescuer never takes a job whose lease is alive.
-//
-// It is exported only so that a conformance test can assert River uses it;
-// get one from Driver.PluginPilot, never construct one.
-type Pilot struct {
+// River's rescuer never takes a job whose lease is alive. River gets it from
+// Driver.PluginPilot.
+type pilot struct {
 	riverpilot.StandardPilot
 
 	driver *Driver
@@ -53,7 +51,7 @@ type Pilot struct {
 	schemas   map[string]struct{} // schemas River has used with this pilot
 }
 
-var _ riverpilot.PilotJobRescuer = (*Pilot)(nil)
+var _ riverpilot.PilotJobRescuer = (*pilot)(nil)
 
 // fencedState is an answer to "is the fencing migration installed in this
 // schema?", and when it was asked.
@@ -76,8 +74,8 @@ func (r *fetchRecord) proof() *proof {
 	return &proof{Attempt: r.attempt, AttemptedAt: r.attemptedAt, Token: r.token}
 }
 
-func newPilot(driver *Driver) *Pilot {
-	p := &Pilot{
+func newPilot(driver *Driver) *pilot {
+	p := &pilot{
 		driver:  driver,
 		fenced:  make(map[string]fencedState),
 		fetched: newShardedMap[*fetchRecord](),
@@ -91,21 +89,21 @@ func newPilot(driver *Driver) *Pilot {
 // runs on every client that works jobs. The reaper elects among fenced
 // processes alone which one reaps (reaperElection), not through River's
 // leader, which may be a plain riverpgxv5 process.
-func (p *Pilot) PluginServices() []startstop.Service {
+func (p *pilot) PluginServices() []startstop.Service {
 	return []startstop.Service{p.driver.keeper, p.reaper}
 }
 
 // PluginMaintenanceServices returns nothing: the lease reaper does not
 // follow River's leader (PluginServices).
-func (p *Pilot) PluginMaintenanceServices() []startstop.Service { return nil }
+func (p *pilot) PluginMaintenanceServices() []startstop.Service { return nil }
 
-func (p *Pilot) noteSchema(schema string) {
+func (p *pilot) noteSchema(schema string) {
 	p.schemasMu.Lock()
 	defer p.schemasMu.Unlock()
 	p.schemas[schema] = struct{}{}
 }
 
-func (p *Pilot) knownSchemas() []string {
+func (p *pilot) knownSchemas() []string {
 	p.schemasMu.Lock()
 	defer p.schemasMu.Unlock()
 	out := make([]string, 0, len(p.schemas))
@@ -126,7 +124,7 @@ type queryRower interface {
 // own tables), the Pilot only strips proofs and delegates to River. A
 // negative answer is re-checked every HeartbeatInterval, so a running client
 // starts fencing shortly after the migration; a positive one is kept.
-func (p *Pilot) isFenced(ctx context.Context, exec queryRower, schema string) (bool, error) {
+func (p *pilot) isFenced(ctx context.Context, exec queryRower, schema string) (bool, error) {
 	p.fencedMu.Lock()
 	state, ok := p.fenced[schema]
 	p.fencedMu.Unlock()
@@ -160,7 +158,7 @@ type querier interface {
 // querier returns the pgx pool or transaction under one of this driver's
 // executors, or nil for an executor it does not know (the Pilot then takes
 // River's statements).
-func (p *Pilot) querier(exec riverdriver.Executor) querier {
+func (p *pilot) querier(exec riverdriver.Executor) querier {
 	switch e := exec.(type) {
 	case *executor:
 		if p.driver.pool != nil {
@@ -182,7 +180,7 @@ func (r poolRower) QueryRow(ctx context.Context, sql string, args ...any) riverd
 	return r.driver.pool.QueryRow(ctx, sql, args...)
 }
 
-func (p *Pilot) fencedPool(ctx context.Context, schema string) (bool, error) {
+func (p *pilot) fencedPool(ctx context.Context, schema string) (bool, error) {
 	if p.driver.pool == nil {
 		return false, errNoPool
 	}
@@ -202,7 +200,7 @@ func (d *Driver) Fenced(ctx context.Context, schema string) (bool, error) {
 // the tokens and sets the leases' expiry, in one statement (no transaction
 // around it, no second read). The tokens stay in memory (never in metadata)
 // and reach the attempts through the plugin.
-func (p *Pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, state riverpilot.ProducerState, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
+func (p *pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, state riverpilot.ProducerState, params *riverdriver.JobGetAvailableParams) (*riverdriver.JobGetAvailableResult, error) {
 	p.calls.fetch.Add(1)
 	p.noteSchema(params.Schema)
 	fenced, err := p.isFenced(ctx, exec, params.Schema)
@@ -252,7 +250,7 @@ func (p *Pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, 
 // River's StandardPilot puts on every fetch.
 const hotOperationTimeout = 10 * time.Second
 
-func (p *Pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases map[int64]*fetchRecord) {
+func (p *pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases map[int64]*fetchRecord) {
 	for _, job := range jobs {
 		rec := leases[job.ID]
 		if rec == nil {
@@ -268,7 +266,7 @@ func (p *Pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases ma
 }
 
 // fetchedRecord returns the record of an attempt this process fetched.
-func (p *Pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
+func (p *pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
 	rec, _ := p.fetched.load(jobID)
 	if rec == nil || rec.attempt != attempt {
 		return nil
@@ -279,7 +277,7 @@ func (p *Pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
 // fetchedProof returns the proof of the attempt of jobID this process
 // fetched last, for a write that carries no proof of its own (an attempt
 // that failed before the plugin ran).
-func (p *Pilot) fetchedProof(jobID int64) *proof {
+func (p *pilot) fetchedProof(jobID int64) *proof {
 	if rec, _ := p.fetched.load(jobID); rec != nil {
 		return rec.proof()
 	}
@@ -287,7 +285,7 @@ func (p *Pilot) fetchedProof(jobID int64) *proof {
 }
 
 // forgetFetched drops the records of the attempts whose writes are done.
-func (p *Pilot) forgetFetched(jobIDs []int64, proofs []*proof) {
+func (p *pilot) forgetFetched(jobIDs []int64, proofs []*proof) {
 	for i, pr := range proofs {
 		if pr == nil {
 			continue
@@ -363,7 +361,7 @@ const (
 // completes it (the lease trigger refuses anyone else while its lease is alive),
 // whereas a job that was rescued, reaped, discarded or cancelled by anyone
 // else must make that attempt's later writes stale.
-func (p *Pilot) judge(ctx context.Context, exec riverdriver.Executor, schema string, ids []int64, proofs []*proof) ([]string, error) {
+func (p *pilot) judge(ctx context.Context, exec riverdriver.Executor, schema string, ids []int64, proofs []*proof) ([]string, error) {
 	tokens := make([]*string, len(ids))
 	attempts := make([]*int32, len(ids))
 	attemptedAts := make([]*time.Time, len(ids))
@@ -438,7 +436,7 @@ func abortTx(ctx context.Context, exec riverdriver.Executor, why error) {
 // ambiguous COMMIT) it is refused and that transaction aborted, with an
 // *AlreadyCompletedError (an *OutcomeConflictError for another outcome), so
 // that the attempt's work does not commit twice (F2).
-func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
+func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	p.calls.setState.Add(1)
 	p.noteSchema(params.Schema)
 	n := len(params.ID)
@@ -587,13 +585,13 @@ func (p *Pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 // refuseRepeat returns the error refusing write i of params, judged a repeat
 // (its attempt completed the job), or nil when the repeat is harmless. Only
 // the attempt's own write in its own transaction (river.JobCompleteTx,
-// CompleteTx, Driver.SetClaimedStateTx: its context is the attempt's) is
+// CompleteTx, a claimed job's state write: its context is the attempt's) is
 // refused: that transaction holds the attempt's work, which committed with
 // the completion already (F2). A later write by River's completer for the
 // attempt (after JobCompleteTx, even for another state: the worker returned
 // an error after completing) changes nothing, and River keeps the
 // completion, as with River's own driver.
-func (p *Pilot) refuseRepeat(ctx context.Context, inCallerTx bool, params *riverdriver.JobSetStateIfRunningManyParams, i int, pr *proof) error {
+func (p *pilot) refuseRepeat(ctx context.Context, inCallerTx bool, params *riverdriver.JobSetStateIfRunningManyParams, i int, pr *proof) error {
 	st := attemptFromContext(ctx)
 	if !inCallerTx || st == nil || st.jobID != params.ID[i] {
 		return nil
@@ -612,7 +610,7 @@ func (p *Pilot) refuseRepeat(ctx context.Context, inCallerTx bool, params *river
 // rejectStale counts and logs write i of params, judged stale, and returns
 // the error telling its caller: a *NoLeaseError for a write without any
 // proof (made outside a fenced attempt), else a *LeaseLostError.
-func (p *Pilot) rejectStale(ctx context.Context, params *riverdriver.JobSetStateIfRunningManyParams, i int, pr *proof) error {
+func (p *pilot) rejectStale(ctx context.Context, params *riverdriver.JobSetStateIfRunningManyParams, i int, pr *proof) error {
 	op := "set_state_" + string(params.State[i])
 	var attempt int
 	if pr != nil {
@@ -634,7 +632,7 @@ func (p *Pilot) rejectStale(ctx context.Context, params *riverdriver.JobSetState
 // writes them: the lease trigger refuses River's statement on a job
 // whose lease is alive, since the statement itself proves no attempt. The
 // judge holds the rows locked, so the verdicts still hold.
-func (p *Pilot) endLeases(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams, verdicts []string) error {
+func (p *pilot) endLeases(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams, verdicts []string) error {
 	var ids []int64
 	for i, verdict := range verdicts {
 		if verdict == verdictOK && params.State[i] != rivertype.JobStateRunning {
@@ -675,7 +673,7 @@ func inlineWritable(params *riverdriver.JobSetStateIfRunningManyParams) bool {
 // of the attempts whose writes apply revoked and logged in it too. It
 // returns a verdict per write and the rows River's statement would have
 // returned for the writes judged ok, missing or repeat, ordered by ID.
-func (p *Pilot) setStateInline(ctx context.Context, q querier, params *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof) ([]string, []*rivertype.JobRow, error) {
+func (p *pilot) setStateInline(ctx context.Context, q querier, params *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof) ([]string, []*rivertype.JobRow, error) {
 	pgxRows, err := q.Query(ctx, setStateInlineSQL(params.Schema, len(params.ID) == 1), setStateInlineArgs(params, proofs)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("setting state of %d jobs: %w", len(params.ID), err)
@@ -750,7 +748,7 @@ func subsetParams(params *riverdriver.JobSetStateIfRunningManyParams, keep []int
 // river.ResumableSetStepTx), which bypasses the Pilot, when it is called from
 // inside an attempt of the job it updates. Calls from outside any attempt
 // (operators, admin tools) are not attempt writes and pass unchanged.
-func (p *Pilot) jobUpdate(ctx context.Context, exec riverdriver.Executor, inCallerTx bool, params *riverdriver.JobUpdateParams) (*rivertype.JobRow, error) {
+func (p *pilot) jobUpdate(ctx context.Context, exec riverdriver.Executor, inCallerTx bool, params *riverdriver.JobUpdateParams) (*rivertype.JobRow, error) {
 	st := attemptFromContext(ctx)
 	if st == nil || st.jobID != params.ID {
 		return exec.JobUpdate(ctx, params)
@@ -817,7 +815,7 @@ WHERE id = ANY($1::bigint[])
 // JobGetStuck is River's rescuer query, minus jobs whose lease is alive. It
 // reads further pages to fill the batch, because River's rescuer takes a
 // short batch to mean there is nothing left.
-func (p *Pilot) JobGetStuck(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobGetStuckParams) ([]*rivertype.JobRow, error) {
+func (p *pilot) JobGetStuck(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobGetStuckParams) ([]*rivertype.JobRow, error) {
 	p.noteSchema(params.Schema)
 	fenced, err := p.isFenced(ctx, exec, params.Schema)
 	if err != nil {
@@ -866,7 +864,7 @@ func (p *Pilot) JobGetStuck(ctx context.Context, exec riverdriver.Executor, para
 // JobRescueMany is River's rescue write, minus jobs whose lease is alive
 // (checked under a row lock in the same transaction, so a concurrent
 // heartbeat wins).
-func (p *Pilot) JobRescueMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobRescueManyParams) (*struct{}, error) {
+func (p *pilot) JobRescueMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobRescueManyParams) (*struct{}, error) {
 	p.noteSchema(params.Schema)
 	fenced, err := p.isFenced(ctx, exec, params.Schema)
 	if err != nil {
@@ -921,13 +919,13 @@ func (p *Pilot) JobRescueMany(ctx context.Context, exec riverdriver.Executor, pa
 }
 
 // ProducerInit notes the producer's schema (for the reaper) and delegates.
-func (p *Pilot) ProducerInit(ctx context.Context, exec riverdriver.Executor, params *riverpilot.ProducerInitParams) (int64, riverpilot.ProducerState, error) {
+func (p *pilot) ProducerInit(ctx context.Context, exec riverdriver.Executor, params *riverpilot.ProducerInitParams) (int64, riverpilot.ProducerState, error) {
 	p.noteSchema(params.Schema)
 	return p.StandardPilot.ProducerInit(ctx, exec, params)
 }
 
 // JobInsertMany notes the schema (for the reaper) and delegates.
-func (p *Pilot) JobInsertMany(ctx context.Context, execTx riverdriver.ExecutorTx, params *riverdriver.JobInsertFastManyParams) ([]*riverdriver.JobInsertFastResult, error) {
+func (p *pilot) JobInsertMany(ctx context.Context, execTx riverdriver.ExecutorTx, params *riverdriver.JobInsertFastManyParams) ([]*riverdriver.JobInsertFastResult, error) {
 	p.noteSchema(params.Schema)
 	return p.StandardPilot.JobInsertMany(ctx, execTx, params)
 }

@@ -57,12 +57,12 @@ func (d *Driver) reaperIdleTimeout() time.Duration {
 // eligible reports whether the client whose service context is ctx takes
 // part in the election (it does not with River's LeaderElectionDisabled),
 // and notes the client's schema for the reaper.
-func (e *reaperElection) eligible(ctx context.Context, pilot *Pilot) bool {
+func (e *reaperElection) eligible(ctx context.Context, p *pilot) bool {
 	client, _ := river.ClientFromContextSafely[pgx.Tx](ctx)
 	if client == nil {
 		return true
 	}
-	pilot.noteSchema(client.Schema())
+	p.noteSchema(client.Schema())
 	return !clientLeaderElectionDisabled(client)
 }
 

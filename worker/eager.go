@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
 )
 
@@ -36,11 +37,11 @@ const finalStateTimeout = 10 * time.Second
 // eagerRunner runs a claimed activity attempt to its end; it calls free
 // once the activity's code has returned (the attempt's slot is free then,
 // while its outcome is still being written).
-type eagerRunner func(ctx context.Context, claim *fencing.Claim, meta *activityMeta, free func())
+type eagerRunner func(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, free func())
 
 // eagerStart is an activity claimed in a transaction, to run once it commits.
 type eagerStart struct {
-	claim *fencing.Claim
+	claim *fencingclaim.Claim
 	meta  *activityMeta
 	run   eagerRunner
 }
@@ -231,13 +232,13 @@ func (w *Worker) launchEager(starts []eagerStart) {
 // handBack gives a claimed job that will not run here back to River, as
 // River's executor gives back a snoozed one: available at once, the attempt
 // not counted. Should that fail, the lease expires and River runs it then.
-func (w *Worker) handBack(claim *fencing.Claim) {
+func (w *Worker) handBack(claim *fencingclaim.Claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), finalStateTimeout)
 	defer cancel()
 	job := claim.Job
-	err := w.driver.WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context) error {
+	err := fencingclaim.For(w.driver).WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateSnoozedAvailable(job.ID, time.Now(), job.Attempt-1, nil))
+			return fencingclaim.For(w.driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateSnoozedAvailable(job.ID, time.Now(), job.Attempt-1, nil))
 		})
 	})
 	if err != nil {
@@ -276,10 +277,10 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 	if err != nil {
 		return 0, err
 	}
-	err = w.driver.QueueClaim(run.writes, &fencing.ClaimParams{
+	err = fencingclaim.For(w.driver).QueueClaim(run.writes, &fencingclaim.Params{
 		Args: attrs.Args, AttemptedBy: w.riverClient.ID(), ID: id, Kind: attrs.Kind, MaxAttempts: maxAttempts, Metadata: metadata,
 		Priority: attrs.Priority, Queue: cmp.Or(attrs.Queue, river.QueueDefault), Schema: w.config.Schema,
-	}, func(claim *fencing.Claim) {
+	}, func(claim *fencingclaim.Claim) {
 		run.eager = append(run.eager, eagerStart{claim: claim, meta: meta, run: runner})
 	})
 	if err != nil {
@@ -292,7 +293,7 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 // would run a fetched one: with the activity's timeout, cancellable by
 // River's job control, its panics recovered, then the attempt's outcome
 // written through the fenced path (a failure back to River, to be retried).
-func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Claim, meta *activityMeta, free func()) {
+func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, free func()) {
 	w := a.w
 	job := &river.Job[A]{JobRow: claim.Job}
 	decodeErr := json.Unmarshal(claim.Job.EncodedArgs, &job.Args)
@@ -304,7 +305,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencing.Cl
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	err := w.driver.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context) (err error) {
+	err := fencingclaim.For(w.driver).WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context) (err error) {
 		ctx, cancel := context.WithCancelCause(attemptCtx)
 		defer cancel(nil)
 		defer w.eager.track(job.ID, cancel)()
@@ -350,10 +351,10 @@ func (w *Worker) claimedJob(jobID int64, executed func()) *ownJob {
 		id:       jobID,
 		executed: executed,
 		complete: func(ctx context.Context, tx pgx.Tx) error {
-			return w.driver.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+			return fencingclaim.For(w.driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
 		},
 		queue: func(ctx context.Context, batch *pgx.Batch) (bool, error) {
-			return w.driver.QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+			return fencingclaim.For(w.driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
 		},
 	}
 }
@@ -386,7 +387,7 @@ func (w *Worker) failClaimed(ctx context.Context, job *rivertype.JobRow, workErr
 	writeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalStateTimeout)
 	defer cancel()
 	if err := pgx.BeginFunc(writeCtx, w.pool, func(tx pgx.Tx) error {
-		return w.driver.SetClaimedStateTx(writeCtx, tx, params)
+		return fencingclaim.For(w.driver).SetClaimedStateTx(writeCtx, tx, params)
 	}); err != nil {
 		return errors.Join(workErr, err)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/activity"
-	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/task"
 )
 
@@ -39,9 +39,9 @@ func TestHandBack(t *testing.T) {
 	require.NoError(t, w.Start(ctx))
 
 	require.True(t, w.eager.acquire())
-	var claim *fencing.Claim
+	var claim *fencingclaim.Claim
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-		claim, err = w.driver.InsertClaimedTx(ctx, tx, &fencing.ClaimParams{
+		claim, err = fencingclaim.For(w.driver).InsertClaimedTx(ctx, tx, &fencingclaim.Params{
 			Args: []byte(`{}`), AttemptedBy: w.riverClient.ID(), Kind: idleArgs{}.Kind(), MaxAttempts: 1, Queue: task.QueueDefault, Schema: schema,
 		})
 		return err

@@ -7,14 +7,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/lazytx"
 )
 
 // jobIDBlock is how many River job IDs a worker reserves at a time.
 const jobIDBlock = 128
 
-// jobIDs hands out River job IDs this worker reserved (fencing.ReserveJobIDs)
+// jobIDs hands out River job IDs this worker reserved (fencingclaim.ReserveJobIDs)
 // for the activities it claims: a claim that names its job's ID merges with
 // the others of its group into one statement, and the activity's row names
 // the job by that ID. A refill reads the sequence through the transaction
@@ -36,7 +36,7 @@ func (j *jobIDs) take(ctx context.Context, tx pgx.Tx) (int64, error) {
 		j.mu.Unlock()
 		var ids []int64
 		reserve := func(tx pgx.Tx) (err error) {
-			ids, err = fencing.ReserveJobIDs(ctx, tx, j.schema, jobIDBlock)
+			ids, err = fencingclaim.ReserveJobIDs(ctx, tx, j.schema, jobIDBlock)
 			return err
 		}
 		var err error

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/update"
 )
 
@@ -295,7 +295,7 @@ func (w *Worker) mergeGroupWrites(batch *pgx.Batch) bool {
 // transaction ends).
 func (w *Worker) mergeLastWrites(batch *pgx.Batch, plansSet bool) {
 	merged := w.mergeGroupWrites(batch)
-	if fencing.MergeQueuedCompletions(batch, w.config.Schema)+fencing.MergeQueuedClaims(batch, w.config.Schema) > 0 || merged {
+	if fencingclaim.For(w.driver).MergeQueuedCompletions(batch, w.config.Schema)+fencingclaim.For(w.driver).MergeQueuedClaims(batch, w.config.Schema) > 0 || merged {
 		if !plansSet {
 			preferGenericPlans(batch)
 		}

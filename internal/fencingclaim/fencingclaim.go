@@ -1,0 +1,175 @@
+// Package fencingclaim is the fencing driver's claim API, for weir's worker alone:
+// a River job inserted already running, claimed by its inserter to work
+// itself without River fetching it, and fenced like a fetched attempt.
+// River users have no use for it (package fencing does not export it); the
+// fencing driver provides it (For), and package fencing's tests cover it.
+package fencingclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Params describe a job to insert already claimed by its inserter.
+type Params struct {
+	// Args are the job's encoded args (JSON).
+	Args []byte
+
+	// ID is a job ID the caller reserved for this job (ReserveJobIDs), or 0
+	// for the next of river_job's ID sequence. Claims with reserved IDs can
+	// be merged into one statement (Driver.MergeQueuedClaims), and a
+	// statement queued behind the claim can name its job by ID instead of
+	// reading the sequence's currval.
+	ID int64
+
+	// AttemptedBy names the claiming client (River's Client.ID), as River's
+	// attempted_by does for fetched jobs.
+	AttemptedBy string
+
+	// Kind, MaxAttempts, Metadata, Priority and Queue are the job's, as for
+	// an insert; Metadata and Priority may be left empty (none, priority 1).
+	Kind        string
+	MaxAttempts int
+	Metadata    []byte
+	Priority    int
+	Queue       string
+
+	// Schema is River's schema (River's Config.Schema); empty for the
+	// search_path's.
+	Schema string
+}
+
+// Claim is a job its inserter claimed in the same transaction
+// (Driver.InsertClaimedTx) to work itself, without River fetching it:
+// attempt 1, running, under a lease of the driver's LeaseTTL. It is fenced
+// like a fetched attempt: Driver.WorkClaimed renews its lease and cancels it
+// when the lease is lost, Driver.SetClaimedStateTx is its only way to
+// finalize, and if its process dies the lease reaper returns the job to
+// River once the lease expires.
+type Claim struct {
+	// Job is the inserted row as the claimer holds it.
+	Job *rivertype.JobRow
+
+	// ExpiresAt, Schema and Token are the claimed attempt's lease, which
+	// only the driver that claimed the job reads.
+	ExpiresAt time.Time
+	Schema    string
+	Token     string
+}
+
+// Driver is the claim API of a fencing driver.
+type Driver interface {
+	// InsertClaimedTx inserts a River job in tx already running, claimed by
+	// the caller, under a fresh lease token and a lease of LeaseTTL from the
+	// insert. Work it with WorkClaimed once tx has committed.
+	InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *Params) (*Claim, error)
+
+	// QueueClaim queues in batch the insert of InsertClaimedTx, for a
+	// caller that sends several statements in one round trip; done receives
+	// the claim when the batch runs (in a transaction: work the claim only
+	// once it commits). Without a reserved ID (Params.ID), the job's ID is
+	// also the session's currval of river_job's ID sequence right after the
+	// insert, for statements queued behind it.
+	QueueClaim(batch *pgx.Batch, params *Params, done func(*Claim)) error
+
+	// WorkClaimed runs fn as the claimed attempt, as the fencing plugin runs
+	// a fetched one: fencing.LeaseFromContext and fencing.Heartbeat work in
+	// fn's context, the lease is renewed while fn runs (until deadline, plus
+	// River's stuck threshold, when deadline is set), and fn's context is
+	// cancelled with cause fencing.ErrLeaseLost as soon as a renewal is
+	// refused.
+	WorkClaimed(ctx context.Context, claim *Claim, deadline time.Time, fn func(ctx context.Context) error) error
+
+	// SetClaimedStateTx is the state write of a claimed attempt whose work
+	// context is ctx (WorkClaimed): completed, retryable, discarded,
+	// cancelled or snoozed, built with riverdriver's JobSetState helpers. It
+	// goes through the same fenced path as River's own writes, in tx: if the
+	// attempt no longer holds its job, it returns a *fencing.LeaseLostError
+	// and aborts tx, so nothing the caller wrote in tx commits. If the
+	// attempt completed its job already, it returns a
+	// *fencing.AlreadyCompletedError (a *fencing.OutcomeConflictError for
+	// another state) and aborts tx as well.
+	SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error
+
+	// QueueSetClaimedState queues in batch the completion of a claimed job,
+	// as SetClaimedStateTx(ctx, tx, params) writes it, for a caller that
+	// sends it in the same round trip as other statements of its
+	// transaction. Only a completion (params from
+	// riverdriver.JobSetStateCompleted) is queued: it queues nothing and
+	// returns false for any other state; use SetClaimedStateTx then. When
+	// the batch runs, the write reports its outcome as the batch's error:
+	// nil, or a *fencing.LeaseLostError when the attempt no longer holds its
+	// job. As with SetClaimedStateTx, a refused write aborts the
+	// transaction, so that its commit fails even if the error is ignored.
+	// The driver's OnFinalized hook is not called for a queued write; its
+	// caller settles the job's outcome itself.
+	QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error)
+
+	// MergeQueuedClaims rewrites batch so that the claims queued in it by
+	// QueueClaim with reserved IDs (Params.ID; for River's schema schema,
+	// empty for the search_path's) are one statement, in the place of the
+	// first, and reports how many it merged (none when fewer than two were
+	// queued). Each claim's done still receives its Claim, and the
+	// statement fails, aborting the transaction, if any job would be
+	// inserted without a lease, as each claim's own does. Call it once the
+	// batch holds everything it will, before sending it.
+	MergeQueuedClaims(batch *pgx.Batch, schema string) int
+
+	// MergeQueuedCompletions rewrites batch so that the completions queued
+	// in it by QueueSetClaimedState (for River's schema schema) are one
+	// statement, in the place of the first, and reports how many it merged
+	// (none when fewer than two were queued). The merged statement writes
+	// what each completion would have written, and the transaction's
+	// fencing stays whole: it fails, aborting the transaction, unless it
+	// completed every one of the jobs (each still held by its attempt's
+	// token). Which job was refused is then not told: a caller that needs to
+	// know writes them again one at a time. Call it once the batch holds
+	// everything it will, before sending it.
+	MergeQueuedCompletions(batch *pgx.Batch, schema string) int
+}
+
+// of returns the claim API of a fencing driver, nil for any other driver;
+// package fencing sets it (Register) when it is initialised.
+var of func(driver riverdriver.Driver[pgx.Tx]) Driver
+
+// Register makes For answer with of. Package fencing calls it once, from
+// its init; nothing else may.
+func Register(f func(driver riverdriver.Driver[pgx.Tx]) Driver) { of = f }
+
+// For returns the claim API of driver, a fencing driver (fencing.NewDriver),
+// or nil for any other driver.
+func For(driver riverdriver.Driver[pgx.Tx]) Driver {
+	if of == nil {
+		return nil
+	}
+	return of(driver)
+}
+
+// ReserveJobIDs takes n IDs from river_job's ID sequence (in River's schema
+// schema; empty for the search_path's) through tx, for claims to name their
+// jobs by (Params.ID). A sequence is not transactional: the IDs stay taken
+// whatever becomes of tx, and those never used leave gaps in the IDs, as a
+// rolled-back insert does.
+func ReserveJobIDs(ctx context.Context, tx pgx.Tx, schema string, n int) ([]int64, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("fencing: reserving %d job IDs: at least one", n)
+	}
+	table := pgx.Identifier{schema, "river_job"}
+	if schema == "" {
+		table = pgx.Identifier{"river_job"}
+	}
+	rows, err := tx.Query(ctx, "SELECT nextval(pg_get_serial_sequence($1, 'id')) FROM generate_series(1, $2)", table.Sanitize(), n)
+	if err != nil {
+		return nil, fmt.Errorf("fencing: reserving job IDs: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("fencing: reserving job IDs: %w", err)
+	}
+	return ids, nil
+}
