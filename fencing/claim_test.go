@@ -20,7 +20,7 @@ import (
 // TestClaimedJob: a job inserted already claimed (eager dispatch) is fenced
 // like a fetched one: its lease is renewed while it works, its completion
 // commits the caller's writes only while it holds the job, and an attempt
-// that never runs is handed back to River when its lease expires.
+// that never runs is recovered by the lease reaper when its lease expires.
 func TestClaimedJob(t *testing.T) {
 	t.Parallel()
 
@@ -287,7 +287,7 @@ func TestClaimedJob(t *testing.T) {
 	}{
 		// A new attempt holds the job now.
 		{"QueuedStaleCannotFinalize", "SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL", "running", 2},
-		// The lease expired and the reaper gave the job back to River; no
+		// The lease expired and the reaper recovered the job; no
 		// attempt holds it yet (its last token is still this one's).
 		{"QueuedAfterTheReaperCannotFinalize", "SET state = 'available', scheduled_at = now() + interval '1 hour', lease_expires_at = NULL", "available", 1},
 	} {

@@ -14,7 +14,7 @@ import (
 // jobStuckThresholdDefault is River's JobStuckThresholdDefault.
 const jobStuckThresholdDefault = river.JobStuckThresholdDefault
 
-// Plugin is the worker side of fencing: for each attempt it hands the lease to
+// Plugin is the worker side of fencing: for each attempt it puts the lease in
 // the work context (LeaseFromContext, Heartbeat), attaches the attempt's
 // proof to every write River makes on the attempt's behalf, has the lease
 // renewed while the attempt runs, and cancels the work context with cause

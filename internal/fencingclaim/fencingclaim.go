@@ -49,8 +49,8 @@ type Params struct {
 // attempt 1, running, under a lease of the driver's LeaseTTL. It is fenced
 // like a fetched attempt: Driver.WorkClaimed renews its lease and cancels it
 // when the lease is lost, Driver.SetClaimedStateTx is its only way to
-// finalize, and if its process dies the lease reaper returns the job to
-// River once the lease expires.
+// finalize, and if its process dies the lease reaper recovers the job
+// once the lease expires.
 type Claim struct {
 	// Job is the inserted row as the claimer holds it.
 	Job *rivertype.JobRow
