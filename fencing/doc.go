@@ -128,13 +128,14 @@
 // row triggers), idempotent, sets lock_timeout on every statement that locks
 // river_job and builds no index on river_job, so it can run on a large, live
 // table; it is River migration line "fencing" and can also be applied with
-// weir's migrations package. Jobs that were running before the migration, and
-// jobs fetched by clients still on plain riverpgxv5 (an old fleet during a
-// rolling deploy, the river CLI), get a token but no lease expiry: the reaper
-// never touches them and River's own rescue rules apply (F5).
+// weir's migrations package. Jobs that were running before the migration
+// have no lease, and jobs fetched by clients still on plain riverpgxv5 (an
+// old fleet during a rolling deploy, the river CLI) get a token but no lease
+// expiry: the reaper never touches either, and River's own rescue rules
+// apply (F5).
 //
-// In such a mixed fleet no plain process can take
-// a job from a fenced attempt whose lease is alive: the lease trigger leaves
+// In such a mixed fleet no plain process can take a job from a fenced
+// attempt whose lease is alive: the lease trigger leaves
 // the row unchanged when River's own statements (a plain client's completer
 // or JobCompleteTx, River's rescuer when a plain process leads) would move it
 // out of running without touching the lease columns, and the holder keeps
@@ -145,8 +146,8 @@
 // (CompleteTx[*riverpgxv5.Driver] refuses it and aborts). A statement that
 // sets lease_expires_at itself (an operator's) is not refused.
 //
-// The line has one version. With it, the Pilot's fetch and state writes are
-// one statement each that also mint, revoke and log, and the trigger only
+// Once the migration is installed, the Pilot's fetch and state writes are
+// one statement each that also mint, revoke and log; the lease trigger only
 // serves writers that bypass the Pilot.
 //
 // # Limits
