@@ -138,7 +138,7 @@ func TestCountingProxy(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
-	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), true)
+	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), true, 0)
 	require.NoError(t, err)
 	defer proxy.Close()
 
@@ -281,7 +281,7 @@ func TestCountingProxyBusy(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
-	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), false)
+	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), false, 0)
 	require.NoError(t, err)
 	defer proxy.Close()
 	config, err := pgx.ParseConfig(proxy.URL())

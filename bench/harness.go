@@ -42,9 +42,23 @@ type benchDB struct {
 	proxy *countingProxy
 }
 
-// openDatabase creates a fresh database for a measurement of contender;
-// with countRoundTrips its url and pool go through a counting proxy.
-func (h *harness) openDatabase(ctx context.Context, contender string, countRoundTrips bool) (*benchDB, error) {
+// harnessAppName is the application_name of the harness's own connections,
+// which the busy-backend sampler leaves out.
+const harnessAppName = "bench-harness"
+
+// dbOptions shape a measurement's database.
+type dbOptions struct {
+	// proxy sends the contender's connections through a counting proxy,
+	// which delays each direction by delay.
+	proxy bool
+	delay time.Duration
+
+	// noPool leaves pool nil: the contender runs in processes of its own.
+	noPool bool
+}
+
+// openDatabase creates a fresh database for a measurement of contender.
+func (h *harness) openDatabase(ctx context.Context, contender string, o dbOptions) (*benchDB, error) {
 	name := fmt.Sprintf("bench_%s_%d", strings.ReplaceAll(contender, "-", "_"), h.seq.Add(1))
 	if err := h.server.createDatabase(ctx, name); err != nil {
 		return nil, err
@@ -55,17 +69,21 @@ func (h *harness) openDatabase(ctx context.Context, contender string, countRound
 	if err != nil {
 		return nil, errors.Join(err, db.close())
 	}
-	adminConfig.MaxConns = 2
+	adminConfig.MaxConns = 3 // completion polling, the busy-backend sampler, settling
+	adminConfig.ConnConfig.RuntimeParams["application_name"] = harnessAppName
 	if db.admin, err = pgxpool.NewWithConfig(ctx, adminConfig); err != nil {
 		return nil, errors.Join(err, db.close())
 	}
-	if countRoundTrips {
-		if db.proxy, err = newCountingProxy(ctx, db.url, h.rtDetail); err != nil {
+	if o.proxy {
+		if db.proxy, err = newCountingProxy(ctx, db.url, h.rtDetail, o.delay); err != nil {
 			return nil, errors.Join(err, db.close())
 		}
 		db.url = db.proxy.URL()
 	}
-	if db.pool, err = newPool(ctx, db.url); err != nil {
+	if o.noPool {
+		return db, nil
+	}
+	if db.pool, err = newPool(ctx, db.url, PoolMaxConns); err != nil {
 		return nil, errors.Join(err, db.close())
 	}
 	return db, nil
