@@ -67,6 +67,7 @@ type scaleParams struct {
 	pool      int           // connections of each process's pool
 	workers   int           // worker processes (weir-normal, dbos-queue)
 	delay     time.Duration // the proxy's delay each way, or none
+	warmup    int           // warm-up workflows; 0 means warmupBurst
 }
 
 // scaleLayout is how a scale contender runs: the processes to start
@@ -165,16 +166,17 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	starter := procs[layout.starter]
 	completedSQL := completedSQLOf(p.contender)
 
-	if _, err := starter.do(procRequest{Op: "start", From: -warmupBurst, To: 0}); err != nil {
+	warmup := cmp.Or(p.warmup, warmupBurst)
+	if _, err := starter.do(procRequest{Op: "start", From: -warmup, To: 0}); err != nil {
 		return res, fmt.Errorf("warming up: %w", err)
 	}
-	if err := waitCompleted(ctx, db, completedSQL, "i < 0", warmupBurst, "warm-up workflows"); err != nil {
+	if err := waitCompleted(ctx, db, completedSQL, "i < 0", warmup, "warm-up workflows"); err != nil {
 		return res, err
 	}
-	if _, err := starter.do(procRequest{Op: "check", From: -warmupBurst, To: 0}); err != nil {
+	if _, err := starter.do(procRequest{Op: "check", From: -warmup, To: 0}); err != nil {
 		return res, fmt.Errorf("warming up: %w", err)
 	}
-	res.Warmup = warmupBurst
+	res.Warmup = warmup
 
 	win, err := db.beginWindow(ctx)
 	if err != nil {
@@ -245,16 +247,7 @@ func (h *harness) countDuplicates(res *Result, procs []*proc) error {
 			total[step] += n
 		}
 	}
-	duplicates := 0
-	var examples []string
-	for _, step := range slices.Sorted(maps.Keys(total)) {
-		if n := total[step]; n > 1 {
-			duplicates += n - 1
-			if len(examples) < 10 {
-				examples = append(examples, fmt.Sprintf("%s ran %d times", step, n))
-			}
-		}
-	}
+	duplicates, examples := repeatedSteps(total)
 	res.DuplicateExecutions = &duplicates
 	if want := 3 * (res.N + res.Warmup); len(total) != want {
 		return fmt.Errorf("%d distinct steps executed, want %d", len(total), want)
@@ -264,6 +257,20 @@ func (h *harness) countDuplicates(res *Result, procs []*proc) error {
 		res.Error = fmt.Sprintf("%d duplicate step executions: %s", duplicates, strings.Join(examples, "; "))
 	}
 	return nil
+}
+
+// repeatedSteps counts the executions in counts (by step) that repeated
+// a step, and describes the first ten repeated steps.
+func repeatedSteps(counts map[string]int) (repeats int, examples []string) {
+	for _, step := range slices.Sorted(maps.Keys(counts)) {
+		if n := counts[step]; n > 1 {
+			repeats += n - 1
+			if len(examples) < 10 {
+				examples = append(examples, fmt.Sprintf("%s ran %d times", step, n))
+			}
+		}
+	}
+	return repeats, examples
 }
 
 // procStatsOf sums the procStats of procs.

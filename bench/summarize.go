@@ -34,7 +34,8 @@ func readResults(r io.Reader) ([]*Result, error) {
 	return out, scanner.Err()
 }
 
-// group is the results of one workload, contender, config and N.
+// group is the results of one workload, contender, config, N and (scale
+// workloads) pool, worker processes and proxy delay.
 type group struct {
 	workload, contender, config string
 	n                           int
@@ -50,7 +51,7 @@ func summarize(results []*Result) string {
 	var groups []*group
 	index := map[string]*group{}
 	for _, r := range results {
-		key := fmt.Sprintf("%s\x00%s\x00%s\x00%d", r.Workload, r.Contender, r.Config, r.N)
+		key := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%d\x00%g", r.Workload, r.Contender, r.Config, r.N, r.Pool, r.Workers, r.ProxyDelayMs)
 		g := index[key]
 		if g == nil {
 			g = &group{workload: r.Workload, contender: r.Contender, config: r.Config, n: r.N}
