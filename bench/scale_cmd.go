@@ -26,7 +26,8 @@ type scaleOptions struct {
 	workerCounts     []int
 	burstN, bigN     int
 	workersN, hopN   int
-	hopPool, bigPool int
+	bigPool          int
+	hopPools         []int
 	delay            time.Duration
 }
 
@@ -46,10 +47,8 @@ contender's GC share and its duplicate step executions.
   workers  the normal start with 1, 2 and 4 worker processes (--workers)
   hop      Postgres behind a proxy delaying each direction (--delay)`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, part := range s.parts {
-				if !slices.Contains([]string{ScalePartBurst, ScalePartWorkers, ScalePartHop}, part) {
-					return fmt.Errorf("--parts: unknown part %q", part)
-				}
+			if err := s.validate(); err != nil {
+				return err
 			}
 			return withHarness(cmd.Context(), o, func(ctx context.Context, h *harness) error {
 				for run := 1; run <= o.runs; run++ {
@@ -72,7 +71,7 @@ contender's GC share and its duplicate step executions.
 	cmd.Flags().IntVar(&s.bigPool, "big-pool", ScalePool, "pool of the big burst")
 	cmd.Flags().IntVar(&s.workersN, "workers-n", ScaleWorkersN, "workflows of the workers part")
 	cmd.Flags().IntVar(&s.hopN, "hop-n", ScaleHopN, "workflows of the hop part")
-	cmd.Flags().IntVar(&s.hopPool, "hop-pool", ScalePool, "pool of the hop part")
+	cmd.Flags().IntSliceVar(&s.hopPools, "hop-pool", []int{ScalePool}, "pools of the hop part")
 	cmd.Flags().DurationVar(&s.delay, "delay", ScaleHopDelay, "the hop part's proxy delay, each direction")
 	cmd.Flags().IntVar(&o.runs, "runs", 1, "repetitions (contenders interleaved, their order rotated)")
 	cmd.Flags().StringVar(&o.out, "out", "", "directory to write results.jsonl and summary.md to (besides stdout)")
@@ -107,8 +106,10 @@ func (h *harness) scaleRound(ctx context.Context, s *scaleOptions, run, runs int
 				}
 			}
 		case ScalePartHop:
-			for _, contender := range rotate(s.hopContenders, run-1) {
-				plan = append(plan, measurement{WorkloadScaleHop, scaleParams{contender: contender, n: s.hopN, pool: s.hopPool, workers: 1, delay: s.delay}})
+			for _, pool := range s.hopPools {
+				for _, contender := range rotate(s.hopContenders, run-1) {
+					plan = append(plan, measurement{WorkloadScaleHop, scaleParams{contender: contender, n: s.hopN, pool: pool, workers: 1, delay: s.delay}})
+				}
 			}
 		}
 	}
@@ -118,6 +119,33 @@ func (h *harness) scaleRound(ctx context.Context, s *scaleOptions, run, runs int
 		res.Workload, res.Run, res.Runs = m.workload, run, runs
 		if err := h.record(ctx, res, err); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// validate refuses unknown parts and contenders before anything runs.
+func (s *scaleOptions) validate() error {
+	for _, part := range s.parts {
+		if !slices.Contains([]string{ScalePartBurst, ScalePartWorkers, ScalePartHop}, part) {
+			return fmt.Errorf("--parts: unknown part %q", part)
+		}
+	}
+	for flag, list := range map[string][]string{"--contender": s.contenders, "--hop-contender": s.hopContenders} {
+		for _, c := range list {
+			if !slices.Contains(ScaleContenders, c) {
+				return fmt.Errorf("%s: unknown contender %q (of %s)", flag, c, strings.Join(ScaleContenders, ", "))
+			}
+		}
+	}
+	for _, c := range s.workerContenders {
+		if c != ContenderWeirNormal && c != ContenderDBOSQueue {
+			return fmt.Errorf("--workers-contender: %q has no worker processes (weir-normal, dbos-queue)", c)
+		}
+	}
+	for _, k := range s.workerCounts {
+		if k < 1 {
+			return fmt.Errorf("--workers: %d worker processes", k)
 		}
 	}
 	return nil
