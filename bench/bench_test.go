@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbtest"
@@ -375,6 +376,8 @@ func TestRunScale(t *testing.T) {
 			require.InDelta(t, 2.0, res.ProxyDelayMs, 0)
 			require.Greater(t, res.P50Ms, 4.0, "a workflow makes more than one round trip, each delayed 2 ms each way")
 		}
+		require.GreaterOrEqual(t, res.PostgresCPUUsPerUnit, 0.0, "the server's processes only: another server stopping takes nothing away")
+		require.GreaterOrEqual(t, res.BenchCPUUsPerUnit, 0.0)
 		for name := range res.BusyBackendsBy {
 			require.NotEqual(t, harnessAppName, name, "the harness's own connections are left out")
 		}
@@ -434,4 +437,24 @@ func TestSummarizeScale(t *testing.T) {
 	require.Contains(t, got, "| weir-normal | normal | 2000 | 1 | 300.0 | 1.50 | – | – | 3.0 (weir-starter 1.0, weir-worker-1 2.0) | 300 (100 + 200) | 10 | 25.0 | 0 |", "divided by dbos-direct at the same pool")
 	require.Contains(t, got, "| weir-normal | k4 | 2000 | 1 (+1 failed) | 380.0 | 0.95 |")
 	require.Contains(t, got, "**2: FAILED** |")
+}
+
+// TestServerCPU finds the test server's postmaster (when it runs on this
+// machine) and sees its processes' CPU time grow with a query's work.
+func TestServerCPU(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	admin, err := pgxpool.New(ctx, dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	defer admin.Close()
+	postmaster := postmasterOf(ctx, admin)
+	if postmaster == 0 {
+		t.Skip("the test server does not run on this machine (or there is no /proc)")
+	}
+	before := serverCPU(postmaster)
+	require.Positive(t, before)
+	_, err = admin.Exec(ctx, "SELECT count(*) FROM generate_series(1, 3000000)")
+	require.NoError(t, err)
+	require.Greater(t, serverCPU(postmaster), before)
 }

@@ -40,6 +40,10 @@ type benchDB struct {
 	// checks, none of which are counted.
 	admin *pgxpool.Pool
 	proxy *countingProxy
+
+	// postmaster is the server's postmaster when only its processes' CPU
+	// counts (dbOptions.serverCPU), or 0.
+	postmaster int
 }
 
 // harnessAppName is the application_name of the harness's own connections,
@@ -55,6 +59,10 @@ type dbOptions struct {
 
 	// noPool leaves pool nil: the contender runs in processes of its own.
 	noPool bool
+
+	// serverCPU counts the CPU of the measured server's processes only
+	// (when it runs on this machine), not of every postgres process.
+	serverCPU bool
 }
 
 // openDatabase creates a fresh database for a measurement of contender.
@@ -73,6 +81,9 @@ func (h *harness) openDatabase(ctx context.Context, contender string, o dbOption
 	adminConfig.ConnConfig.RuntimeParams["application_name"] = harnessAppName
 	if db.admin, err = pgxpool.NewWithConfig(ctx, adminConfig); err != nil {
 		return nil, errors.Join(err, db.close())
+	}
+	if o.serverCPU {
+		db.postmaster = postmasterOf(ctx, db.admin)
 	}
 	if o.proxy {
 		if db.proxy, err = newCountingProxy(ctx, db.url, h.rtDetail, o.delay); err != nil {
@@ -122,7 +133,7 @@ type window struct {
 // position, the proxy's counts and the CPU time used so far.
 func (db *benchDB) beginWindow(ctx context.Context) (*window, error) {
 	db.settle(ctx)
-	w := &window{db: db, benchCPU: cputime.Process(), postgresCPU: cputime.Postgres()}
+	w := &window{db: db, benchCPU: cputime.Process(), postgresCPU: db.postgresCPU()}
 	var err error
 	if w.lsn, err = walLSN(ctx, db.admin); err != nil {
 		return nil, fmt.Errorf("reading WAL position: %w", err)
@@ -132,6 +143,15 @@ func (db *benchDB) beginWindow(ctx context.Context) (*window, error) {
 		w.detail = db.proxy.detailSnapshot()
 	}
 	return w, nil
+}
+
+// postgresCPU is the CPU time used so far by the server's processes
+// (dbOptions.serverCPU) or by every postgres process on this machine.
+func (db *benchDB) postgresCPU() time.Duration {
+	if db.postmaster > 0 {
+		return serverCPU(db.postmaster)
+	}
+	return cputime.Postgres()
 }
 
 // settleWait bounds how long settle waits for autovacuum.
@@ -180,7 +200,7 @@ func (w *window) end(ctx context.Context, res *Result, n int) error {
 	res.WALBytesPerUnit = float64(lsn-w.lsn) / float64(n)
 	perUnit := func(d time.Duration) float64 { return math.Round(float64(d.Microseconds())/float64(n)*10) / 10 }
 	res.BenchCPUUsPerUnit = perUnit(cputime.Process() - w.benchCPU)
-	res.PostgresCPUUsPerUnit = perUnit(cputime.Postgres() - w.postgresCPU)
+	res.PostgresCPUUsPerUnit = perUnit(w.db.postgresCPU() - w.postgresCPU)
 	if w.db.proxy != nil {
 		res.RoundTripsPerUnit = float64(c.RoundTrips) / float64(n)
 		res.StatementsPerUnit = float64(c.Statements) / float64(n)

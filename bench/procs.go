@@ -246,11 +246,12 @@ func serveProcRequest(ctx context.Context, engine workflowEngine, req procReques
 
 // proc is a contender's process as the harness sees it.
 type proc struct {
-	name  string // its role and number, as in application_name
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	dec   *json.Decoder
-	mu    sync.Mutex // one request at a time
+	name    string // its role and number, as in application_name
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	replies *os.File
+	dec     *json.Decoder
+	mu      sync.Mutex // one request at a time
 }
 
 // startProc runs this binary's proc command with f, its connections named
@@ -280,7 +281,7 @@ func startProc(ctx context.Context, f procFlags, name string) (*proc, error) {
 		return nil, errors.Join(err, replies.Close(), replyWriter.Close())
 	}
 	_ = replyWriter.Close() // the child holds it
-	p := &proc{name: name, cmd: cmd, stdin: stdin, dec: json.NewDecoder(replies)}
+	p := &proc{name: name, cmd: cmd, stdin: stdin, replies: replies, dec: json.NewDecoder(replies)}
 	var ready procReply
 	if err := p.dec.Decode(&ready); err != nil {
 		return nil, errors.Join(fmt.Errorf("process %s did not start: %w", name, err), p.stop())
@@ -316,6 +317,7 @@ func (p *proc) do(req procRequest) (procReply, error) {
 // it to exit.
 func (p *proc) stop() error {
 	_ = p.stdin.Close()
+	defer p.replies.Close()
 	if err := p.cmd.Wait(); err != nil {
 		return fmt.Errorf("process %s: %w", p.name, err)
 	}

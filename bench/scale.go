@@ -132,7 +132,7 @@ func completedSQLOf(contender string) string {
 // of the harness, the contender's GC share and its duplicate executions.
 func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) {
 	res := &Result{Contender: p.contender, N: p.n, Unit: "wf/s", Pool: p.pool, ProxyDelayMs: float64(p.delay) / float64(time.Millisecond)}
-	db, err := h.openDatabase(ctx, p.contender, dbOptions{proxy: p.delay > 0, delay: p.delay, noPool: true})
+	db, err := h.openDatabase(ctx, p.contender, dbOptions{proxy: p.delay > 0, delay: p.delay, noPool: true, serverCPU: true})
 	if err != nil {
 		return res, err
 	}
