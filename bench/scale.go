@@ -201,9 +201,17 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	}()
 	waitErr := waitCompleted(ctx, db, completedSQL, "i >= 0", p.n, "workflows")
 	busy := sampler.stop()
+	if waitErr != nil {
+		select { // the starter's error says more, if it failed
+		case s := <-startDone:
+			return res, errors.Join(s.err, waitErr)
+		default:
+			return res, waitErr
+		}
+	}
 	s := <-startDone
-	if err := errors.Join(s.err, waitErr); err != nil {
-		return res, err
+	if s.err != nil {
+		return res, s.err
 	}
 	after, err := procStatsOf(procs)
 	if err != nil {
