@@ -387,7 +387,9 @@ func TestRunScale(t *testing.T) {
 func TestRepeatedSteps(t *testing.T) {
 	t.Parallel()
 
-	repeats, examples := repeatedSteps(map[string]int{"wf-1#0": 1, "wf-1#1": 3, "wf-2#0": 2})
+	// wf-2#0 ran once in each of two processes: a duplicate too.
+	total := addCounts([]map[string]int{{"wf-1#0": 1, "wf-1#1": 3, "wf-2#0": 1}, {"wf-2#0": 1}, nil})
+	repeats, examples := repeatedSteps(total)
 	require.Equal(t, 3, repeats)
 	require.Equal(t, []string{"wf-1#1 ran 3 times", "wf-2#0 ran 2 times"}, examples)
 	repeats, examples = repeatedSteps(map[string]int{"wf-1#0": 1})

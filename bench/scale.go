@@ -245,16 +245,15 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 // countDuplicates merges the step executions of every process and records
 // how many ran more than once: any is a failure, reported loudly.
 func (h *harness) countDuplicates(res *Result, procs []*proc) error {
-	total := map[string]int{}
+	var counts []map[string]int
 	for _, pr := range procs {
 		reply, err := pr.do(procRequest{Op: "executions"})
 		if err != nil {
 			return err
 		}
-		for step, n := range reply.Executions {
-			total[step] += n
-		}
+		counts = append(counts, reply.Executions)
 	}
+	total := addCounts(counts)
 	duplicates, examples := repeatedSteps(total)
 	res.DuplicateExecutions = &duplicates
 	if want := 3 * (res.N + res.Warmup); len(total) != want {
@@ -265,6 +264,17 @@ func (h *harness) countDuplicates(res *Result, procs []*proc) error {
 		res.Error = fmt.Sprintf("%d duplicate step executions: %s", duplicates, strings.Join(examples, "; "))
 	}
 	return nil
+}
+
+// addCounts adds up the processes' executions by step.
+func addCounts(counts []map[string]int) map[string]int {
+	total := map[string]int{}
+	for _, c := range counts {
+		for step, n := range c {
+			total[step] += n
+		}
+	}
+	return total
 }
 
 // repeatedSteps counts the executions in counts (by step) that repeated
