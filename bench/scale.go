@@ -337,8 +337,8 @@ func latencyFigures(res *Result, starts, completed []time.Time) []float64 {
 	return ms
 }
 
-// busySampler counts, every busySampleInterval, the backends of a database
-// that run a statement (pg_stat_activity.state = 'active'), by
+// busySampler counts, every busySampleInterval, the client backends of a
+// database that run a statement (pg_stat_activity.state = 'active'), by
 // application_name, leaving out the harness's own.
 type busySampler struct {
 	stopped chan struct{}
@@ -349,10 +349,12 @@ type busySampler struct {
 	counts  map[string]int
 }
 
-// busySQL counts a database's active backends by application_name, the
-// sampler's own and the harness's left out.
+// busySQL counts a database's active client backends by application_name,
+// the sampler's own and the harness's left out (and autovacuum's, which are
+// no client's).
 const busySQL = `SELECT application_name, count(*) FROM pg_stat_activity
-	WHERE datname = $1 AND state = 'active' AND pid <> pg_backend_pid() AND application_name <> $2
+	WHERE datname = $1 AND backend_type = 'client backend' AND state = 'active'
+		AND pid <> pg_backend_pid() AND application_name <> $2
 	GROUP BY application_name`
 
 func sampleBusy(ctx context.Context, admin *pgxpool.Pool, database string) *busySampler {
