@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -198,9 +197,8 @@ func (w *window) end(ctx context.Context, res *Result, n int) error {
 		return fmt.Errorf("reading WAL position: %w", err)
 	}
 	res.WALBytesPerUnit = float64(lsn-w.lsn) / float64(n)
-	perUnit := func(d time.Duration) float64 { return math.Round(float64(d.Microseconds())/float64(n)*10) / 10 }
-	res.BenchCPUUsPerUnit = perUnit(cputime.Process() - w.benchCPU)
-	res.PostgresCPUUsPerUnit = perUnit(w.db.postgresCPU() - w.postgresCPU)
+	res.BenchCPUUsPerUnit = cpuUsPerUnit(cputime.Process()-w.benchCPU, n)
+	res.PostgresCPUUsPerUnit = cpuUsPerUnit(w.db.postgresCPU()-w.postgresCPU, n)
 	if w.db.proxy != nil {
 		res.RoundTripsPerUnit = float64(c.RoundTrips) / float64(n)
 		res.StatementsPerUnit = float64(c.Statements) / float64(n)

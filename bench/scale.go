@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -308,33 +307,6 @@ func procStatsOf(procs []*proc) (procStats, error) {
 		sum.IdleSec += reply.Stats.IdleSec
 	}
 	return sum, nil
-}
-
-// cpuUsPerUnit is d in microseconds per unit, to one decimal.
-func cpuUsPerUnit(d time.Duration, n int) float64 {
-	return math.Round(float64(d.Microseconds())/float64(n)*10) / 10
-}
-
-// latencyFigures fills res's latency percentiles and window from the start
-// and completion times of its workflows, and returns the latencies in
-// milliseconds.
-func latencyFigures(res *Result, starts, completed []time.Time) []float64 {
-	latencies := make([]time.Duration, len(starts))
-	first, last := starts[0], time.Time{}
-	for i := range starts {
-		latencies[i] = completed[i].Sub(starts[i])
-		if starts[i].Before(first) {
-			first = starts[i]
-		}
-		if completed[i].After(last) {
-			last = completed[i]
-		}
-	}
-	ms := durationsMs(latencies)
-	res.P50Ms = round3(percentile(ms, 50))
-	res.P99Ms = round3(percentile(ms, 99))
-	res.ElapsedSec = last.Sub(first).Seconds()
-	return ms
 }
 
 // busySampler counts, every busySampleInterval, the client backends of a

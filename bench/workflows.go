@@ -211,6 +211,33 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 	return res, nil
 }
 
+// cpuUsPerUnit is d in microseconds per unit, to one decimal.
+func cpuUsPerUnit(d time.Duration, n int) float64 {
+	return math.Round(float64(d.Microseconds())/float64(n)*10) / 10
+}
+
+// latencyFigures fills res's latency percentiles and window from the start
+// and completion times of its workflows, and returns the latencies in
+// milliseconds.
+func latencyFigures(res *Result, starts, completed []time.Time) []float64 {
+	latencies := make([]time.Duration, len(starts))
+	first, last := starts[0], time.Time{}
+	for i := range starts {
+		latencies[i] = completed[i].Sub(starts[i])
+		if starts[i].Before(first) {
+			first = starts[i]
+		}
+		if completed[i].After(last) {
+			last = completed[i]
+		}
+	}
+	ms := durationsMs(latencies)
+	res.P50Ms = round3(percentile(ms, 50))
+	res.P99Ms = round3(percentile(ms, 99))
+	res.ElapsedSec = last.Sub(first).Seconds()
+	return ms
+}
+
 // warmupWorkflows is how many workflows each measurement completes before
 // its window opens: warmupBurst at once before a burst, warmupRate at the
 // measured rate before an open loop.
