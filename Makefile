@@ -51,6 +51,16 @@ bench: ## Compare weir with River, go-workflows and DBOS (bench/ harness): bench
 	@if [ -z "$$DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
 	cd bench && $(GO) run . all --runs $(BENCH_RUNS) --out $(BENCH_OUT)
 
+# `make bench-scale` runs `bench scale` (BENCH_SCALE_RUNS repetitions; more
+# flags in BENCH_SCALE_FLAGS, e.g. --parts workers) into BENCH_OUT as well.
+BENCH_SCALE_RUNS ?= 1
+BENCH_SCALE_FLAGS ?=
+
+.PHONY: bench-scale
+bench-scale: ## Scale workloads (pool 64, 20,000 burst, normal start, K worker processes, network hop): bench/results/<time>/
+	@if [ -z "$$DATABASE_URL" ]; then ./scripts/ensure-postgres; fi
+	cd bench && $(GO) run . scale --runs $(BENCH_SCALE_RUNS) --out $(BENCH_OUT) $(BENCH_SCALE_FLAGS)
+
 .PHONY: bench-go
 bench-go: ## Run the Go micro-benchmarks against real Postgres
 	@if [ -z "$$TEST_DATABASE_URL" ]; then ./scripts/ensure-postgres; fi

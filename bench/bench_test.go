@@ -5,17 +5,25 @@ import (
 	"io"
 	"math"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbtest"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "proc" { // a contender's process of TestRunScale
+		main()
+		os.Exit(0)
+	}
+	dbtest.Main(m)
+}
 
 func TestPercentile(t *testing.T) {
 	t.Parallel()
@@ -138,7 +146,7 @@ func TestCountingProxy(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
-	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), true)
+	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), true, 0)
 	require.NoError(t, err)
 	defer proxy.Close()
 
@@ -281,7 +289,7 @@ func TestCountingProxyBusy(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
-	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), false)
+	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), false, 0)
 	require.NoError(t, err)
 	defer proxy.Close()
 	config, err := pgx.ParseConfig(proxy.URL())
@@ -333,4 +341,122 @@ func TestRunWorkflowsWarmsUp(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRunScale measures a few workflows of contenders in processes of
+// their own: weir's normal start and DBOS's queue with two worker processes
+// each, and weir eager behind a delaying proxy. Every step ran once and the
+// figures of the scale workloads are there.
+func TestRunScale(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	base, err := url.Parse(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	h := &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base, logf: t.Logf}}
+	for _, p := range []scaleParams{
+		{contender: ContenderWeirNormal, n: 20, pool: 4, workers: 2, warmup: 5},
+		{contender: ContenderDBOSQueue, n: 20, pool: 4, workers: 2, warmup: 5},
+		{contender: ContenderWeir, n: 20, pool: 4, delay: 2 * time.Millisecond, warmup: 5},
+	} {
+		res, err := h.runScale(ctx, p)
+		require.NoError(t, err, "%+v", p)
+		require.Empty(t, res.Error)
+		require.NotNil(t, res.DuplicateExecutions)
+		require.Zero(t, *res.DuplicateExecutions)
+		require.Equal(t, 5, res.Warmup)
+		require.Positive(t, res.PerSec)
+		require.GreaterOrEqual(t, res.P99Ms, res.P50Ms)
+		require.Equal(t, 4, res.Pool)
+		if p.workers > 0 {
+			require.Equal(t, p.workers, res.Workers)
+			require.Contains(t, res.Config, "2 worker processes")
+		}
+		if p.delay > 0 {
+			require.InDelta(t, 2.0, res.ProxyDelayMs, 0)
+			require.Greater(t, res.P50Ms, 4.0, "a workflow makes more than one round trip, each delayed 2 ms each way")
+		}
+		require.GreaterOrEqual(t, res.PostgresCPUUsPerUnit, 0.0, "the server's processes only: another server stopping takes nothing away")
+		require.GreaterOrEqual(t, res.BenchCPUUsPerUnit, 0.0)
+		for name := range res.BusyBackendsBy {
+			require.NotEqual(t, harnessAppName, name, "the harness's own connections are left out")
+		}
+	}
+}
+
+func TestRepeatedSteps(t *testing.T) {
+	t.Parallel()
+
+	// wf-2#0 ran once in each of two processes: a duplicate too.
+	total := addCounts([]map[string]int{{"wf-1#0": 1, "wf-1#1": 3, "wf-2#0": 1}, {"wf-2#0": 1}, nil})
+	repeats, examples := repeatedSteps(total)
+	require.Equal(t, 3, repeats)
+	require.Equal(t, []string{"wf-1#1 ran 3 times", "wf-2#0 ran 2 times"}, examples)
+	repeats, examples = repeatedSteps(map[string]int{"wf-1#0": 1})
+	require.Zero(t, repeats)
+	require.Empty(t, examples)
+}
+
+// TestCountingProxyDelay: with a delay, each round trip through the proxy
+// takes at least the delay each way, and the conversation stays intact.
+func TestCountingProxyDelay(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	const delay = 20 * time.Millisecond
+	proxy, err := newCountingProxy(ctx, dbtest.URL(ctx, t), false, delay)
+	require.NoError(t, err)
+	defer proxy.Close()
+	conn, err := pgx.Connect(ctx, proxy.URL())
+	require.NoError(t, err)
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	for i := range 3 {
+		begin := time.Now()
+		var got string
+		require.NoError(t, conn.QueryRow(ctx, "SELECT repeat('x', $1::int)", 100_000).Scan(&got))
+		require.Len(t, got, 100_000)
+		require.GreaterOrEqual(t, time.Since(begin), 2*delay, "round trip %d", i)
+	}
+}
+
+// TestSummarizeScale: the scale tables divide throughput by the peer's
+// and flag duplicate executions.
+func TestSummarizeScale(t *testing.T) {
+	t.Parallel()
+
+	lines := strings.Join([]string{
+		`{"workload":"scale-burst","contender":"weir-normal","config":"normal","n":2000,"run":1,"runs":1,"per_sec":300,"pool":64,"workers":1,"busy_backends":3,"busy_backends_by":{"weir-starter":1,"weir-worker-1":2},"gc_share":0.25,"bench_cpu_us_per_unit":100,"postgres_cpu_us_per_unit":200,"harness_cpu_us_per_unit":10,"duplicate_executions":0}`,
+		`{"workload":"scale-burst","contender":"dbos-direct","config":"direct","n":2000,"run":1,"runs":1,"per_sec":200,"pool":64,"busy_backends":20,"duplicate_executions":0}`,
+		`{"workload":"scale-burst","contender":"dbos-direct","config":"direct","n":2000,"run":1,"runs":1,"per_sec":100,"pool":20,"duplicate_executions":0}`,
+		`{"workload":"scale-workers","contender":"weir-normal","config":"k1","n":2000,"run":1,"runs":1,"per_sec":400,"pool":20,"workers":1,"duplicate_executions":0}`,
+		`{"workload":"scale-workers","contender":"weir-normal","config":"k4","n":2000,"run":1,"runs":1,"per_sec":360,"pool":20,"workers":4,"duplicate_executions":2,"error":"2 duplicate step executions"}`,
+		`{"workload":"scale-workers","contender":"weir-normal","config":"k4","n":2000,"run":2,"runs":2,"per_sec":380,"pool":20,"workers":4,"duplicate_executions":0}`,
+	}, "\n")
+	results, err := readResults(strings.NewReader(lines))
+	require.NoError(t, err)
+	got := summarize(results)
+	require.Contains(t, got, "| weir-normal | normal | 2000 | 1 | 300.0 | 1.50 | – | – | 3.0 (weir-starter 1.0, weir-worker-1 2.0) | 300 (100 + 200) | 10 | 25.0 | 0 |", "divided by dbos-direct at the same pool")
+	require.Contains(t, got, "| weir-normal | k4 | 2000 | 1 (+1 failed) | 380.0 | 0.95 |")
+	require.Contains(t, got, "**2: FAILED** |")
+}
+
+// TestServerCPU finds the test server's postmaster (when it runs on this
+// machine) and sees its processes' CPU time grow with a query's work.
+func TestServerCPU(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	admin, err := pgxpool.New(ctx, dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	defer admin.Close()
+	postmaster := postmasterOf(ctx, admin)
+	if postmaster == 0 {
+		t.Skip("the test server does not run on this machine (or there is no /proc)")
+	}
+	before := serverCPU(postmaster)
+	require.Positive(t, before)
+	_, err = admin.Exec(ctx, "SELECT count(*) FROM generate_series(1, 3000000)")
+	require.NoError(t, err)
+	require.Greater(t, serverCPU(postmaster), before)
 }

@@ -39,6 +39,9 @@ type options struct {
 	out        string
 	runs       int
 	rtDetail   bool
+
+	// maxConnections is the private server's max_connections (0: stock).
+	maxConnections int
 }
 
 func newRootCmd() *cobra.Command {
@@ -98,7 +101,7 @@ a temporary directory and stops it at the end.`,
 			stop()
 		}
 	}
-	root.AddCommand(newJobsCmd(), newWorkflowsCmd(), newCostsCmd(), newSplitCmd(), newAllCmd(), newSummarizeCmd())
+	root.AddCommand(newJobsCmd(), newWorkflowsCmd(), newCostsCmd(), newSplitCmd(), newAllCmd(), newScaleCmd(), newProcCmd(), newSummarizeCmd())
 	return root
 }
 
@@ -267,7 +270,7 @@ func withHarness(ctx context.Context, o *options, fn func(context.Context, *harn
 	defer stop()
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...) }
 
-	srv, err := startServer(ctx, logf)
+	srv, err := startServer(ctx, logf, cmp.Or(o.maxConnections, StockMaxConnections))
 	if err != nil {
 		return err
 	}

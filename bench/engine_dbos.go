@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"reflect"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -13,12 +15,18 @@ import (
 )
 
 // dbosThreeSteps is the DBOS contender's workflow: three steps run inline,
-// each checkpointed.
+// each checkpointed. Each step notes its execution when the process counts
+// them (the scale workloads).
 func dbosThreeSteps(ctx dbos.Context, input int) (int, error) {
 	v := input
-	for range 3 {
+	for k := range 3 {
 		var err error
-		if v, err = dbos.RunAsStep(ctx, func(context.Context) (int, error) { return v + 1, nil }); err != nil {
+		if v, err = dbos.RunAsStep(ctx, func(context.Context) (int, error) {
+			if executions != nil {
+				executions.record(workflowID(input) + "#" + strconv.Itoa(k))
+			}
+			return v + 1, nil
+		}); err != nil {
 			return 0, err
 		}
 	}
@@ -28,36 +36,61 @@ func dbosThreeSteps(ctx dbos.Context, input int) (int, error) {
 // dbosQueueName is the queue of the dbos-queue contender.
 const dbosQueueName = "bench"
 
+// dbosWorkflowName is the name DBOS registers dbosThreeSteps under, which a
+// client enqueues by.
+var dbosWorkflowName = runtime.FuncForPC(reflect.ValueOf(dbosThreeSteps).Pointer()).Name()
+
+// dbosAppName is the application name of every DBOS process and client of
+// the harness: a queue's workers only take workflows enqueued for theirs.
+const dbosAppName = "weir-bench"
+
 // dbosEngine is DBOS Transact Go v1.8.0 with its defaults: workflows run in
 // the starting process (direct) or go through a queue with the default
-// polling (queue).
+// polling (queue). In its role roleWorker it only runs the queue's
+// workflows; in roleStarter it is a dbos.Client that only enqueues them.
 type dbosEngine struct {
-	ctx   dbos.Context
-	queue dbos.Queue // nil when direct
+	ctx    dbos.Context // nil for roleStarter
+	client dbos.Client  // ctx, or the client of roleStarter
+	queue  dbos.Queue   // nil when direct or roleStarter
+	queued bool
+	role   string
+	pool   int
 
 	mu      sync.Mutex
 	handles map[int]dbos.WorkflowHandle[int]
 }
 
-func newDBOSEngine(ctx context.Context, db *benchDB, queued bool) (*dbosEngine, error) {
-	u, err := url.Parse(db.url)
+// newDBOSEngine starts DBOS in role on the database of databaseURL with a
+// pool of poolSize connections, direct or through a queue (queued; always
+// for roleWorker and roleStarter).
+func newDBOSEngine(ctx context.Context, databaseURL string, poolSize int, queued bool, role string) (*dbosEngine, error) {
+	u, err := url.Parse(databaseURL)
 	if err != nil {
 		return nil, err
 	}
 	q := u.Query()
-	q.Set("pool_max_conns", strconv.Itoa(PoolMaxConns))
+	q.Set("pool_max_conns", strconv.Itoa(poolSize))
 	u.RawQuery = q.Encode()
+	e := &dbosEngine{queued: queued || role != roleBoth, role: role, pool: poolSize, handles: map[int]dbos.WorkflowHandle[int]{}}
+	if role == roleStarter {
+		e.client, err = dbos.NewClient(context.WithoutCancel(ctx), dbos.ClientConfig{
+			AppName:     dbosAppName,
+			DatabaseURL: u.String(),
+			Logger:      slog.New(slog.DiscardHandler),
+		})
+		return e, err
+	}
 	dctx, err := dbos.NewContext(context.WithoutCancel(ctx), dbos.Config{
-		AppName:     "weir-bench",
+		AppName:     dbosAppName,
 		DatabaseURL: u.String(),
 		Logger:      slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return nil, err
 	}
+	e.ctx, e.client = dctx, dctx
 	dbos.RegisterWorkflow(dctx, dbosThreeSteps)
-	e := &dbosEngine{ctx: dctx, handles: map[int]dbos.WorkflowHandle[int]{}}
-	if queued {
+	if e.queued {
 		if e.queue, err = dbos.RegisterQueue(dctx, dbosQueueName); err != nil {
 			_ = dbos.Shutdown(dctx, 10*time.Second)
 			return nil, fmt.Errorf("registering queue: %w", err)
@@ -71,18 +104,32 @@ func newDBOSEngine(ctx context.Context, db *benchDB, queued bool) (*dbosEngine, 
 }
 
 func (e *dbosEngine) config() string {
-	if e.queue != nil {
-		return "v1.8.0 queue, default polling (1s base), pool 20"
+	switch {
+	case e.role == roleWorker:
+		return fmt.Sprintf("v1.8.0 queue worker, default polling (1s base), pool %d", e.pool)
+	case e.role == roleStarter:
+		return fmt.Sprintf("v1.8.0 dbos.Client Enqueue, pool %d", e.pool)
+	case e.queued:
+		return fmt.Sprintf("v1.8.0 queue, default polling (1s base), pool %d", e.pool)
 	}
-	return "v1.8.0 direct RunWorkflow (in-process), pool 20"
+	return fmt.Sprintf("v1.8.0 direct RunWorkflow (in-process), pool %d", e.pool)
 }
 
 func (e *dbosEngine) start(_ context.Context, i int) error {
-	opts := []dbos.WorkflowOption{dbos.WithWorkflowID(workflowID(i))}
-	if e.queue != nil {
-		opts = append(opts, dbos.WithQueue(e.queue))
+	var (
+		handle dbos.WorkflowHandle[int]
+		err    error
+	)
+	switch {
+	case e.role == roleWorker:
+		return errNotStarter
+	case e.role == roleStarter:
+		handle, err = dbos.Enqueue[int](e.client, dbosQueueName, dbosWorkflowName, i, dbos.WithEnqueueWorkflowID(workflowID(i)))
+	case e.queued:
+		handle, err = dbos.RunWorkflow(e.ctx, dbosThreeSteps, i, dbos.WithWorkflowID(workflowID(i)), dbos.WithQueue(e.queue))
+	default:
+		handle, err = dbos.RunWorkflow(e.ctx, dbosThreeSteps, i, dbos.WithWorkflowID(workflowID(i)))
 	}
-	handle, err := dbos.RunWorkflow(e.ctx, dbosThreeSteps, i, opts...)
 	if err != nil {
 		return err
 	}
@@ -107,4 +154,4 @@ func (*dbosEngine) completedSQL() string {
 		WHERE status = 'SUCCESS' AND completed_at IS NOT NULL`
 }
 
-func (e *dbosEngine) stop(context.Context) error { return dbos.Shutdown(e.ctx, 30*time.Second) }
+func (e *dbosEngine) stop(context.Context) error { return dbos.Shutdown(e.client, 30*time.Second) }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/client"
@@ -26,8 +29,13 @@ type weirStep struct {
 	activity.Defaults[weirStepArgs, int]
 }
 
-// Execute returns the value plus one.
-func (*weirStep) Execute(_ context.Context, args weirStepArgs) (int, error) {
+// Execute returns the value plus one, noting its execution when the
+// process counts them (the scale workloads).
+func (*weirStep) Execute(ctx context.Context, args weirStepArgs) (int, error) {
+	if executions != nil {
+		info, _ := activity.GetInfo(ctx)
+		executions.record(info.WorkflowID + "#" + strconv.FormatInt(info.ScheduledEventID, 10))
+	}
 	return args.Value + 1, nil
 }
 
@@ -57,48 +65,68 @@ func (*weirThreeSteps) Run(ctx workflow.Context, args weirThreeStepsArgs) (int, 
 	return v, nil
 }
 
-// weirEngine is weir with its defaults, its starts eager: one worker and one
-// client sharing the pool of PoolMaxConns connections.
+// weirEngine is weir with its defaults. In its role roleBoth (the workflows
+// workloads) one worker and one client share the pool and the starts are
+// eager; roleWorker only works, and roleStarter only starts, the normal way
+// (client.Start without EagerStart): the client of another process.
 type weirEngine struct {
-	client *client.Client
-	worker *worker.Worker
+	role   string
+	pool   int
+	client *client.Client // nil for roleWorker
+	worker *worker.Worker // nil for roleStarter
 
 	mu   sync.Mutex
 	runs map[int]*client.Run
 }
 
-func newWeirEngine(ctx context.Context, db *benchDB) (*weirEngine, error) {
-	migrator, err := migrations.New(db.pool, &migrations.Config{})
-	if err != nil {
-		return nil, err
+// newWeirEngine migrates the database (unless role is roleStarter) and
+// starts weir in role on pool, a pool of poolSize connections.
+func newWeirEngine(ctx context.Context, pool *pgxpool.Pool, poolSize int, role string) (*weirEngine, error) {
+	e := &weirEngine{role: role, pool: poolSize, runs: map[int]*client.Run{}}
+	if role != roleStarter {
+		migrator, err := migrations.New(pool, &migrations.Config{})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := migrator.Up(ctx, nil); err != nil {
+			return nil, fmt.Errorf("migrating: %w", err)
+		}
+		if e.worker, err = worker.New(pool, &worker.Config{}); err != nil {
+			return nil, err
+		}
+		worker.AddWorkflow(e.worker, &weirThreeSteps{})
+		worker.AddActivity(e.worker, &weirStep{})
+		if err := e.worker.Start(ctx); err != nil {
+			return nil, err
+		}
 	}
-	if _, err := migrator.Up(ctx, nil); err != nil {
-		return nil, fmt.Errorf("migrating: %w", err)
+	if role != roleWorker {
+		var err error
+		if e.client, err = client.New(pool, &client.Config{}); err != nil {
+			return nil, errors.Join(err, e.stop(ctx))
+		}
 	}
-	w, err := worker.New(db.pool, &worker.Config{})
-	if err != nil {
-		return nil, err
-	}
-	worker.AddWorkflow(w, &weirThreeSteps{})
-	worker.AddActivity(w, &weirStep{})
-	if err := w.Start(ctx); err != nil {
-		return nil, err
-	}
-	c, err := client.New(db.pool, &client.Config{})
-	if err != nil {
-		return nil, errors.Join(err, w.Stop(ctx))
-	}
-	return &weirEngine{client: c, worker: w, runs: map[int]*client.Run{}}, nil
+	return e, nil
 }
 
-func (*weirEngine) config() string {
-	return "weir defaults (worker.Config{}), StartOpts.EagerStart, pool 20"
+func (e *weirEngine) config() string {
+	switch e.role {
+	case roleWorker:
+		return fmt.Sprintf("weir defaults (worker.Config{}), worker only, pool %d", e.pool)
+	case roleStarter:
+		return fmt.Sprintf("weir client.Start (normal start), client only, pool %d", e.pool)
+	}
+	return fmt.Sprintf("weir defaults (worker.Config{}), StartOpts.EagerStart, pool %d", e.pool)
 }
 
 func (e *weirEngine) start(ctx context.Context, i int) error {
-	// The worker shares the process and the pool: the first task runs in
-	// the start (eager workflow start).
-	run, err := e.client.Start(ctx, weirThreeStepsArgs{Input: i}, &client.StartOpts{EagerStart: true, WorkflowID: workflowID(i)})
+	if e.client == nil {
+		return errNotStarter
+	}
+	// With roleBoth the worker shares the process and the pool: the first
+	// task runs in the start (eager workflow start).
+	opts := &client.StartOpts{EagerStart: e.role == roleBoth, WorkflowID: workflowID(i)}
+	run, err := e.client.Start(ctx, weirThreeStepsArgs{Input: i}, opts)
 	if err != nil {
 		return err
 	}
@@ -123,5 +151,12 @@ func (*weirEngine) completedSQL() string {
 }
 
 func (e *weirEngine) stop(ctx context.Context) error {
-	return errors.Join(e.client.Close(), e.worker.Stop(ctx))
+	var err error
+	if e.client != nil {
+		err = e.client.Close()
+	}
+	if e.worker != nil {
+		err = errors.Join(err, e.worker.Stop(ctx))
+	}
+	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -40,11 +39,33 @@ type benchDB struct {
 	// checks, none of which are counted.
 	admin *pgxpool.Pool
 	proxy *countingProxy
+
+	// postmaster is the server's postmaster when only its processes' CPU
+	// counts (dbOptions.serverCPU), or 0.
+	postmaster int
 }
 
-// openDatabase creates a fresh database for a measurement of contender;
-// with countRoundTrips its url and pool go through a counting proxy.
-func (h *harness) openDatabase(ctx context.Context, contender string, countRoundTrips bool) (*benchDB, error) {
+// harnessAppName is the application_name of the harness's own connections,
+// which the busy-backend sampler leaves out.
+const harnessAppName = "bench-harness"
+
+// dbOptions shape a measurement's database.
+type dbOptions struct {
+	// proxy sends the contender's connections through a counting proxy,
+	// which delays each direction by delay.
+	proxy bool
+	delay time.Duration
+
+	// noPool leaves pool nil: the contender runs in processes of its own.
+	noPool bool
+
+	// serverCPU counts the CPU of the measured server's processes only
+	// (when it runs on this machine), not of every postgres process.
+	serverCPU bool
+}
+
+// openDatabase creates a fresh database for a measurement of contender.
+func (h *harness) openDatabase(ctx context.Context, contender string, o dbOptions) (*benchDB, error) {
 	name := fmt.Sprintf("bench_%s_%d", strings.ReplaceAll(contender, "-", "_"), h.seq.Add(1))
 	if err := h.server.createDatabase(ctx, name); err != nil {
 		return nil, err
@@ -55,17 +76,24 @@ func (h *harness) openDatabase(ctx context.Context, contender string, countRound
 	if err != nil {
 		return nil, errors.Join(err, db.close())
 	}
-	adminConfig.MaxConns = 2
+	adminConfig.MaxConns = 3 // completion polling, the busy-backend sampler, settling
+	adminConfig.ConnConfig.RuntimeParams["application_name"] = harnessAppName
 	if db.admin, err = pgxpool.NewWithConfig(ctx, adminConfig); err != nil {
 		return nil, errors.Join(err, db.close())
 	}
-	if countRoundTrips {
-		if db.proxy, err = newCountingProxy(ctx, db.url, h.rtDetail); err != nil {
+	if o.serverCPU {
+		db.postmaster = postmasterOf(ctx, db.admin)
+	}
+	if o.proxy {
+		if db.proxy, err = newCountingProxy(ctx, db.url, h.rtDetail, o.delay); err != nil {
 			return nil, errors.Join(err, db.close())
 		}
 		db.url = db.proxy.URL()
 	}
-	if db.pool, err = newPool(ctx, db.url); err != nil {
+	if o.noPool {
+		return db, nil
+	}
+	if db.pool, err = newPool(ctx, db.url, PoolMaxConns); err != nil {
 		return nil, errors.Join(err, db.close())
 	}
 	return db, nil
@@ -104,7 +132,7 @@ type window struct {
 // position, the proxy's counts and the CPU time used so far.
 func (db *benchDB) beginWindow(ctx context.Context) (*window, error) {
 	db.settle(ctx)
-	w := &window{db: db, benchCPU: cputime.Process(), postgresCPU: cputime.Postgres()}
+	w := &window{db: db, benchCPU: cputime.Process(), postgresCPU: db.postgresCPU()}
 	var err error
 	if w.lsn, err = walLSN(ctx, db.admin); err != nil {
 		return nil, fmt.Errorf("reading WAL position: %w", err)
@@ -114,6 +142,15 @@ func (db *benchDB) beginWindow(ctx context.Context) (*window, error) {
 		w.detail = db.proxy.detailSnapshot()
 	}
 	return w, nil
+}
+
+// postgresCPU is the CPU time used so far by the server's processes
+// (dbOptions.serverCPU) or by every postgres process on this machine.
+func (db *benchDB) postgresCPU() time.Duration {
+	if db.postmaster > 0 {
+		return serverCPU(db.postmaster)
+	}
+	return cputime.Postgres()
 }
 
 // settleWait bounds how long settle waits for autovacuum.
@@ -160,9 +197,8 @@ func (w *window) end(ctx context.Context, res *Result, n int) error {
 		return fmt.Errorf("reading WAL position: %w", err)
 	}
 	res.WALBytesPerUnit = float64(lsn-w.lsn) / float64(n)
-	perUnit := func(d time.Duration) float64 { return math.Round(float64(d.Microseconds())/float64(n)*10) / 10 }
-	res.BenchCPUUsPerUnit = perUnit(cputime.Process() - w.benchCPU)
-	res.PostgresCPUUsPerUnit = perUnit(cputime.Postgres() - w.postgresCPU)
+	res.BenchCPUUsPerUnit = cpuUsPerUnit(cputime.Process()-w.benchCPU, n)
+	res.PostgresCPUUsPerUnit = cpuUsPerUnit(w.db.postgresCPU()-w.postgresCPU, n)
 	if w.db.proxy != nil {
 		res.RoundTripsPerUnit = float64(c.RoundTrips) / float64(n)
 		res.StatementsPerUnit = float64(c.Statements) / float64(n)

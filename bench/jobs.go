@@ -55,7 +55,7 @@ func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return ni
 // through a counting proxy.
 func (h *harness) runJobs(ctx context.Context, contender string, n int, countRoundTrips bool) (*Result, error) {
 	res := &Result{Contender: contender, Config: tunedConfig, N: n, Unit: "jobs/s"}
-	db, err := h.openDatabase(ctx, contender, countRoundTrips)
+	db, err := h.openDatabase(ctx, contender, dbOptions{proxy: countRoundTrips})
 	if err != nil {
 		return res, err
 	}

@@ -57,10 +57,13 @@ func (c counts) sub(o counts) counts {
 // countingProxy is a TCP proxy in front of Postgres that reads the
 // server's side of the wire protocol to count round trips, statements and
 // transactions. It does not support TLS: connect with sslmode=disable.
+// With a delay it also puts Postgres a network hop away: everything it
+// forwards after a connection's startup, either way, arrives delay later.
 type countingProxy struct {
 	listener net.Listener
 	target   string
 	url      string
+	delay    time.Duration
 
 	connections, roundTrips, statements, transactions atomic.Int64
 
@@ -81,8 +84,8 @@ type countingProxy struct {
 // newCountingProxy starts a proxy to the server of connString (a
 // postgres:// URL) on 127.0.0.1.
 // With detail it also counts round trips by the statement that opened them
-// (detailSnapshot).
-func newCountingProxy(ctx context.Context, connString string, detail bool) (*countingProxy, error) {
+// (detailSnapshot); with a delay it delays each direction by that much.
+func newCountingProxy(ctx context.Context, connString string, detail bool, delay time.Duration) (*countingProxy, error) {
 	u, err := url.Parse(connString)
 	if err != nil {
 		return nil, err
@@ -92,7 +95,7 @@ func newCountingProxy(ctx context.Context, connString string, detail bool) (*cou
 		return nil, err
 	}
 	p := &countingProxy{
-		listener: listener, target: u.Host, detail: detail,
+		listener: listener, target: u.Host, detail: detail, delay: delay,
 		conns: map[net.Conn]struct{}{}, detailCounts: map[string]int64{},
 	}
 	proxied := *u
@@ -172,14 +175,21 @@ func (p *countingProxy) serve(client net.Conn) {
 	if err := relayStartup(client, server, serverReader); err != nil {
 		return
 	}
+	var toClient, toServer io.Writer = client, server
+	if p.delay > 0 {
+		delayedClient, delayedServer := newDelayWriter(client, p.delay), newDelayWriter(server, p.delay)
+		defer delayedClient.Close()
+		defer delayedServer.Close()
+		toClient, toServer = delayedClient, delayedServer
+	}
 	done := make(chan struct{})
 	var outstanding atomic.Int64 // this connection's requests not yet answered
 	go func() {
 		defer close(done)
-		_ = p.relayClient(client, server, &outstanding)
+		_ = p.relayClient(client, toServer, &outstanding)
 		_ = server.Close()
 	}()
-	_ = p.relayServer(serverReader, client, &outstanding)
+	_ = p.relayServer(serverReader, toClient, &outstanding)
 	_ = client.Close()
 	<-done
 }
@@ -220,7 +230,7 @@ func relayStartup(client, server net.Conn, serverReader *bufio.Reader) error {
 
 // relayServer copies the server's messages to the client, counting; each
 // ReadyForQuery answers one of the connection's outstanding requests.
-func (p *countingProxy) relayServer(r *bufio.Reader, client net.Conn, outstanding *atomic.Int64) error {
+func (p *countingProxy) relayServer(r *bufio.Reader, client io.Writer, outstanding *atomic.Int64) error {
 	w := bufio.NewWriterSize(client, 64<<10)
 	c := messageCounter{}
 	var head [5]byte
@@ -297,7 +307,7 @@ func (p *countingProxy) detailSnapshot() map[string]int64 {
 // relayClient copies the client's messages (after the startup) to the
 // server. Each Sync or Query is a request the server answers with a
 // ReadyForQuery (outstanding); with detail it is attributed to a statement.
-func (p *countingProxy) relayClient(client, server net.Conn, outstanding *atomic.Int64) error {
+func (p *countingProxy) relayClient(client net.Conn, server io.Writer, outstanding *atomic.Int64) error {
 	r := bufio.NewReaderSize(client, 64<<10)
 	w := bufio.NewWriterSize(server, 64<<10)
 	prepared := map[string]string{} // statement name -> SQL, per connection
@@ -445,4 +455,62 @@ func (b *busyClock) within(from, to time.Time) (busy time.Duration, spans int) {
 		}
 	}
 	return busy, spans
+}
+
+// delayWriter writes what it is given to its destination delay later, in
+// order, without holding up the writer: a link with delay's latency and the
+// destination's bandwidth.
+type delayWriter struct {
+	dst    io.Writer
+	delay  time.Duration
+	chunks chan delayedChunk
+	done   chan struct{}
+	err    atomic.Pointer[error] // the destination's first write error
+}
+
+// delayedChunk is data due to be written at due.
+type delayedChunk struct {
+	due  time.Time
+	data []byte
+}
+
+// delayWriterQueue bounds the chunks in flight on one delayWriter; a writer
+// that gets that far ahead waits.
+const delayWriterQueue = 4096
+
+func newDelayWriter(dst io.Writer, delay time.Duration) *delayWriter {
+	d := &delayWriter{dst: dst, delay: delay, chunks: make(chan delayedChunk, delayWriterQueue), done: make(chan struct{})}
+	go d.run()
+	return d
+}
+
+// Write queues a copy of b; it fails once the destination failed.
+func (d *delayWriter) Write(b []byte) (int, error) {
+	if err := d.err.Load(); err != nil {
+		return 0, *err
+	}
+	d.chunks <- delayedChunk{due: time.Now().Add(d.delay), data: bytes.Clone(b)}
+	return len(b), nil
+}
+
+// Close writes what is queued (or drops it once the destination failed)
+// and stops; no Write may follow.
+func (d *delayWriter) Close() {
+	close(d.chunks)
+	<-d.done
+}
+
+func (d *delayWriter) run() {
+	defer close(d.done)
+	for c := range d.chunks {
+		if d.err.Load() != nil {
+			continue // drain, so that Write never blocks on a dead link
+		}
+		if wait := time.Until(c.due); wait > 0 {
+			time.Sleep(wait)
+		}
+		if _, err := d.dst.Write(c.data); err != nil {
+			d.err.Store(&err)
+		}
+	}
 }

@@ -94,6 +94,40 @@ type Result struct {
 	BenchCPUUsPerUnit    float64 `json:"bench_cpu_us_per_unit,omitempty"`
 	PostgresCPUUsPerUnit float64 `json:"postgres_cpu_us_per_unit,omitempty"`
 
+	// The scale workloads run each contender in processes of their own
+	// (BenchCPUUsPerUnit is then the CPU of those processes) and add:
+
+	// Pool is the connections of each of the contender's pools; Workers how
+	// many worker processes ran the workflows (a separate starter process
+	// started them); ProxyDelayMs the delay each way of the proxy between
+	// the contender and Postgres.
+	Pool         int     `json:"pool,omitempty"`
+	Workers      int     `json:"workers,omitempty"`
+	ProxyDelayMs float64 `json:"proxy_delay_ms,omitempty"`
+
+	// HarnessCPUUsPerUnit is the CPU time of the harness's process (which
+	// then runs no contender: completion polling, sampling, the proxy) per
+	// unit.
+	HarnessCPUUsPerUnit float64 `json:"harness_cpu_us_per_unit,omitempty"`
+
+	// GCShare is the share of the contender's processes' CPU time that went
+	// to garbage collection over the window, by the Go runtime's estimates
+	// (runtime/metrics: /cpu/classes/gc/total over /cpu/classes/total less
+	// /cpu/classes/idle, the time GOMAXPROCS allowed less what went unused).
+	GCShare float64 `json:"gc_share,omitempty"`
+
+	// BusyBackends is the average number of the contender's backends
+	// running a statement (pg_stat_activity.state = 'active'), sampled
+	// every 50 ms over the window; BusyBackendsBy splits it by the
+	// connections' application_name (a process of the contender).
+	BusyBackends   float64            `json:"busy_backends,omitempty"`
+	BusyBackendsBy map[string]float64 `json:"busy_backends_by,omitempty"`
+
+	// DuplicateExecutions is how many step executions repeated a step that
+	// had already run (warm-up included), counted by the processes that
+	// ran them: anything but 0 fails the measurement.
+	DuplicateExecutions *int `json:"duplicate_executions,omitempty"`
+
 	// ElapsedSec is the measured window in seconds.
 	ElapsedSec float64 `json:"elapsed_sec,omitempty"`
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -40,9 +41,13 @@ type server struct {
 	noCheckpoint atomic.Bool // the role may not run CHECKPOINT (settle)
 }
 
+// StockMaxConnections is the private server's max_connections unless a
+// workload needs more: Postgres's stock value.
+const StockMaxConnections = 100
+
 // startServer connects to DATABASE_URL's server when set, else starts a
-// private one.
-func startServer(ctx context.Context, logf func(string, ...any)) (*server, error) {
+// private one allowing maxConnections connections.
+func startServer(ctx context.Context, logf func(string, ...any), maxConnections int) (*server, error) {
 	if raw := os.Getenv("DATABASE_URL"); raw != "" {
 		u, err := url.Parse(raw)
 		if err != nil || !strings.HasPrefix(u.Scheme, "postgres") {
@@ -62,8 +67,9 @@ func startServer(ctx context.Context, logf func(string, ...any)) (*server, error
 	cluster, err := pgcluster.New(&pgcluster.Config{
 		Dir:     dir,
 		Durable: true, // fsync and full page writes on, as a stock server
-		// pgcluster raises max_connections for tests; keep the stock value.
-		Settings: map[string]string{"max_connections": "100"},
+		// pgcluster raises max_connections for tests; keep the stock value
+		// unless the workload needs more.
+		Settings: map[string]string{"max_connections": strconv.Itoa(maxConnections)},
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -130,13 +136,13 @@ func (s *server) dropDatabase(ctx context.Context, database string) error {
 	return err
 }
 
-// newPool opens a pool of at most PoolMaxConns connections to connString.
-func newPool(ctx context.Context, connString string) (*pgxpool.Pool, error) {
+// newPool opens a pool of at most size connections to connString.
+func newPool(ctx context.Context, connString string, size int) (*pgxpool.Pool, error) {
 	config, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, err
 	}
-	config.MaxConns = PoolMaxConns
+	config.MaxConns = int32(size)
 	return pgxpool.NewWithConfig(ctx, config)
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -33,12 +34,14 @@ func readResults(r io.Reader) ([]*Result, error) {
 	return out, scanner.Err()
 }
 
-// group is the results of one workload, contender, config and N.
+// group is the results of one workload, contender, config, N and (scale
+// workloads) pool, worker processes and proxy delay.
 type group struct {
 	workload, contender, config string
 	n                           int
 	ok                          []*Result
 	failed                      int
+	all                         []*Result // ok and failed
 }
 
 // summarize turns results into one markdown table per workload, a row per
@@ -48,13 +51,14 @@ func summarize(results []*Result) string {
 	var groups []*group
 	index := map[string]*group{}
 	for _, r := range results {
-		key := fmt.Sprintf("%s\x00%s\x00%s\x00%d", r.Workload, r.Contender, r.Config, r.N)
+		key := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d\x00%d\x00%g", r.Workload, r.Contender, r.Config, r.N, r.Pool, r.Workers, r.ProxyDelayMs)
 		g := index[key]
 		if g == nil {
 			g = &group{workload: r.Workload, contender: r.Contender, config: r.Config, n: r.N}
 			index[key] = g
 			groups = append(groups, g)
 		}
+		g.all = append(g.all, r)
 		if r.Error != "" {
 			g.failed++
 		} else {
@@ -129,6 +133,18 @@ func summarize(results []*Result) string {
 					median(g.ok, func(r *Result) float64 { return r.PostgresSpans }, 1),
 				}
 			},
+		},
+		{
+			WorkloadScaleBurst, "Scale, burst: N × 3-step workflows started at once, each contender in processes of its own",
+			scaleColumns("÷ dbos-direct"), scaleRow(func(g *group) *group { return peerGroup(groups, g, ContenderDBOSDirect) }),
+		},
+		{
+			WorkloadScaleWorkers, "Scale, worker processes: the normal start with K worker processes on one database",
+			scaleColumns("÷ 1 worker"), scaleRow(func(g *group) *group { return oneWorkerGroup(groups, g) }),
+		},
+		{
+			WorkloadScaleHop, "Scale, Postgres a network hop away: contenders behind a proxy delaying each direction",
+			scaleColumns("÷ dbos-direct"), scaleRow(func(g *group) *group { return peerGroup(groups, g, ContenderDBOSDirect) }),
 		},
 	} {
 		var rows []*group
@@ -282,4 +298,113 @@ func cpuPerUnit(rs []*Result) string {
 		return "–"
 	}
 	return fmt.Sprintf("%s (%s + %s)", median(rs, func(r *Result) float64 { return r.BenchCPUUsPerUnit + r.PostgresCPUUsPerUnit }, 0), bench, postgres)
+}
+
+// scaleColumns are the columns of the scale tables, ratio naming the
+// throughput ratio column.
+func scaleColumns(ratio string) []string {
+	return []string{"wf/s", ratio, "p50 ms", "p99 ms", "busy backends", "CPU µs/wf (procs + PG)", "harness CPU µs/wf", "GC % of procs' CPU", "duplicate executions"}
+}
+
+// scaleRow formats a scale table's row; base finds the group whose median
+// throughput the ratio column divides by (nil: none).
+func scaleRow(base func(*group) *group) func(*group) []string {
+	return func(g *group) []string {
+		ratio := "–"
+		if b := base(g); b != nil {
+			if num, den := medianPerSec(g), medianPerSec(b); num > 0 && den > 0 {
+				ratio = formatNumber(num/den, 2)
+			}
+		}
+		return []string{
+			stat(g.ok, func(r *Result) float64 { return r.PerSec }, 1),
+			ratio,
+			stat(g.ok, func(r *Result) float64 { return r.P50Ms }, 1),
+			stat(g.ok, func(r *Result) float64 { return r.P99Ms }, 1),
+			busyBackends(g.ok),
+			cpuPerUnit(g.ok),
+			median(g.ok, func(r *Result) float64 { return r.HarnessCPUUsPerUnit }, 0),
+			median(g.ok, func(r *Result) float64 { return r.GCShare * 100 }, 1),
+			duplicates(g.all),
+		}
+	}
+}
+
+// medianPerSec is the median throughput of g's successful runs, or 0.
+func medianPerSec(g *group) float64 {
+	values := nonZero(g.ok, func(r *Result) float64 { return r.PerSec })
+	if len(values) == 0 {
+		return 0
+	}
+	return medianOf(values)
+}
+
+// peerGroup finds the group of contender measured like g: same workload,
+// N, pool and proxy delay.
+func peerGroup(groups []*group, g *group, contender string) *group {
+	if len(g.all) == 0 {
+		return nil
+	}
+	for _, o := range groups {
+		if o.workload == g.workload && o.contender == contender && o.n == g.n && len(o.all) > 0 &&
+			o.all[0].Pool == g.all[0].Pool && o.all[0].ProxyDelayMs == g.all[0].ProxyDelayMs {
+			return o
+		}
+	}
+	return nil
+}
+
+// oneWorkerGroup finds the group of g's contender with one worker process,
+// otherwise measured like g.
+func oneWorkerGroup(groups []*group, g *group) *group {
+	if len(g.all) == 0 {
+		return nil
+	}
+	for _, o := range groups {
+		if o.workload == g.workload && o.contender == g.contender && o.n == g.n && len(o.all) > 0 &&
+			o.all[0].Pool == g.all[0].Pool && o.all[0].Workers == 1 {
+			return o
+		}
+	}
+	return nil
+}
+
+// busyBackends is the median average of busy backends, split by process
+// (application_name) when there are several: "3.1 (weir-starter 0.4,
+// weir-worker-1 2.7)".
+func busyBackends(rs []*Result) string {
+	total := median(rs, func(r *Result) float64 { return r.BusyBackends }, 1)
+	names := map[string]bool{}
+	for _, r := range rs {
+		for name := range r.BusyBackendsBy {
+			names[name] = true
+		}
+	}
+	if total == "–" || len(names) < 2 {
+		return total
+	}
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		parts = append(parts, name+" "+median(rs, func(r *Result) float64 { return r.BusyBackendsBy[name] }, 1))
+	}
+	return total + " (" + strings.Join(parts, ", ") + ")"
+}
+
+// duplicates sums the duplicate executions over rs, loudly when there are
+// any; "–" where none was counted.
+func duplicates(rs []*Result) string {
+	counted, sum := false, 0
+	for _, r := range rs {
+		if r.DuplicateExecutions != nil {
+			counted = true
+			sum += *r.DuplicateExecutions
+		}
+	}
+	switch {
+	case !counted:
+		return "–"
+	case sum > 0:
+		return fmt.Sprintf("**%d: FAILED**", sum)
+	}
+	return "0"
 }

@@ -65,15 +65,15 @@ type workflowEngine interface {
 func newEngine(ctx context.Context, contender string, db *benchDB) (workflowEngine, error) {
 	switch contender {
 	case ContenderWeir:
-		return newWeirEngine(ctx, db)
+		return newWeirEngine(ctx, db.pool, PoolMaxConns, roleBoth)
 	case ContenderRiverChain:
 		return newRiverChainEngine(ctx, db)
 	case ContenderGoWorkflows:
 		return newGoWorkflowsEngine(ctx, db)
 	case ContenderDBOSDirect:
-		return newDBOSEngine(ctx, db, false)
+		return newDBOSEngine(ctx, db.url, PoolMaxConns, false, roleBoth)
 	case ContenderDBOSQueue:
-		return newDBOSEngine(ctx, db, true)
+		return newDBOSEngine(ctx, db.url, PoolMaxConns, true, roleBoth)
 	}
 	return nil, fmt.Errorf("unknown workflow contender %q", contender)
 }
@@ -102,7 +102,7 @@ type workflowsParams struct {
 // engine's own API.
 func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result, error) {
 	res := &Result{Contender: p.contender, N: p.n, Unit: "wf/s"}
-	db, err := h.openDatabase(ctx, p.contender, p.countRoundTrips || p.split)
+	db, err := h.openDatabase(ctx, p.contender, dbOptions{proxy: p.countRoundTrips || p.split})
 	if err != nil {
 		return res, err
 	}
@@ -176,7 +176,7 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 		}
 	}()
 
-	if err := waitCompleted(ctx, db, engine, "i >= 0", p.n, "workflows"); err != nil {
+	if err := waitCompleted(ctx, db, engine.completedSQL(), "i >= 0", p.n, "workflows"); err != nil {
 		return res, errors.Join(startErrs(), err)
 	}
 	startWG.Wait()
@@ -191,18 +191,7 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 	if err != nil {
 		return res, err
 	}
-	latencies := make([]time.Duration, p.n)
-	first, last := starts[0], time.Time{}
-	for i := range p.n {
-		latencies[i] = completed[i].Sub(starts[i])
-		if starts[i].Before(first) {
-			first = starts[i]
-		}
-		if completed[i].After(last) {
-			last = completed[i]
-		}
-	}
-	ms := durationsMs(latencies)
+	ms := latencyFigures(res, starts, completed)
 	if p.split {
 		inPostgres, elsewhere, spans := make([]float64, p.n), make([]float64, p.n), make([]float64, p.n)
 		for i := range p.n {
@@ -211,9 +200,6 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 		}
 		res.InPostgresMs, res.ElsewhereMs, res.PostgresSpans = round3(percentile(inPostgres, 50)), round3(percentile(elsewhere, 50)), percentile(spans, 50)
 	}
-	res.P50Ms = round3(percentile(ms, 50))
-	res.P99Ms = round3(percentile(ms, 99))
-	res.ElapsedSec = last.Sub(first).Seconds()
 	if p.mode == ModeBurst {
 		res.PerSec = float64(p.n) / res.ElapsedSec
 	} else {
@@ -223,6 +209,33 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 		return res, err
 	}
 	return res, nil
+}
+
+// cpuUsPerUnit is d in microseconds per unit, to one decimal.
+func cpuUsPerUnit(d time.Duration, n int) float64 {
+	return math.Round(float64(d.Microseconds())/float64(n)*10) / 10
+}
+
+// latencyFigures fills res's latency percentiles and window from the start
+// and completion times of its workflows, and returns the latencies in
+// milliseconds.
+func latencyFigures(res *Result, starts, completed []time.Time) []float64 {
+	latencies := make([]time.Duration, len(starts))
+	first, last := starts[0], time.Time{}
+	for i := range starts {
+		latencies[i] = completed[i].Sub(starts[i])
+		if starts[i].Before(first) {
+			first = starts[i]
+		}
+		if completed[i].After(last) {
+			last = completed[i]
+		}
+	}
+	ms := durationsMs(latencies)
+	res.P50Ms = round3(percentile(ms, 50))
+	res.P99Ms = round3(percentile(ms, 99))
+	res.ElapsedSec = last.Sub(first).Seconds()
+	return ms
 }
 
 // warmupWorkflows is how many workflows each measurement completes before
@@ -267,7 +280,7 @@ func warmUp(ctx context.Context, db *benchDB, engine workflowEngine, p workflows
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	if err := waitCompleted(ctx, db, engine, "i < 0", n, "warm-up workflows"); err != nil {
+	if err := waitCompleted(ctx, db, engine.completedSQL(), "i < 0", n, "warm-up workflows"); err != nil {
 		return err
 	}
 	for k := 1; k <= n; k++ {
@@ -283,10 +296,10 @@ func warmUp(ctx context.Context, db *benchDB, engine workflowEngine, p workflows
 }
 
 // waitCompleted polls, every completionPollInterval on the harness's own
-// connection, until n of the engine's completed workflows numbered as where
-// says (a condition on i) are done.
-func waitCompleted(ctx context.Context, db *benchDB, engine workflowEngine, where string, n int, what string) error {
-	countSQL := "SELECT count(*) FROM (" + engine.completedSQL() + ") AS c(i, at) WHERE " + where
+// connection, until n of the completed workflows (completedSQL, an engine's)
+// numbered as where says (a condition on i) are done.
+func waitCompleted(ctx context.Context, db *benchDB, completedSQL, where string, n int, what string) error {
+	countSQL := "SELECT count(*) FROM (" + completedSQL + ") AS c(i, at) WHERE " + where
 	for {
 		var done int
 		if err := db.admin.QueryRow(ctx, countSQL).Scan(&done); err != nil {
@@ -337,12 +350,17 @@ func completions(ctx context.Context, db *benchDB, completedSQL string, n int) (
 	return out, nil
 }
 
-// checkResults asks the engine for every workflow's result and checks it is
-// its input plus three.
+// checkResults asks the engine for the result of workflows 0..n-1 and
+// checks each is its input plus three.
 func checkResults(ctx context.Context, engine workflowEngine, n int) error {
+	return checkRange(ctx, engine, 0, n)
+}
+
+// checkRange is checkResults for workflows from..to-1.
+func checkRange(ctx context.Context, engine workflowEngine, from, to int) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for i := range n {
+	for i := from; i < to; i++ {
 		g.Go(func() error {
 			got, err := engine.result(ctx, i)
 			if err != nil {
