@@ -46,7 +46,8 @@ type Defaults[A Args, R any] struct{}
 // start-to-close timeout.
 func (Defaults[A, R]) Timeout() time.Duration { return 0 }
 
-// Info describes the running activity attempt.
+// Info describes an activity attempt: the running one inside the activity
+// (GetInfo), and the one a worker's interceptors wrap.
 type Info struct {
 	// ActivityKind is the activity's kind (its args' Kind()).
 	ActivityKind string
@@ -56,6 +57,11 @@ type Info struct {
 
 	// Generation is the workflow run's generation.
 	Generation int64
+
+	// Headers are the run's, as its start's interceptors left them in
+	// client.StartInfo.Headers (a trace context, say), copied into the
+	// activity's job when it was scheduled; nil if none. Read-only.
+	Headers map[string]string
 
 	// JobID is the River job that carries the activity.
 	JobID int64
@@ -94,6 +100,7 @@ func GetInfo(ctx context.Context) (Info, bool) {
 		ActivityKind:     st.ActivityKind,
 		Attempt:          st.Attempt,
 		Generation:       st.Generation,
+		Headers:          st.Headers,
 		JobID:            st.JobID,
 		MaxAttempts:      st.MaxAttempts,
 		Namespace:        st.Namespace,

@@ -121,7 +121,7 @@ func (c *Config) validate() error {
 type Client struct {
 	config *Config
 	names  *dbschema.Names
-	events *eventstore.Store // weir_event, folded or not
+	events *eventstore.Store // the runs' histories
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 

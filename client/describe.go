@@ -82,7 +82,7 @@ type Description struct {
 
 	// TaskWorkers says whether live workers serve the run's workflow tasks
 	// (TaskWorkers.Problem says what is wrong if none does); nil once the
-	// run closed, or on a schema without the workers table.
+	// run closed.
 	TaskWorkers *TaskWorkers
 
 	// UpdatedAt is when the run last changed.

@@ -59,7 +59,7 @@ type StartInfo struct {
 	// tracing interceptor puts its trace context here). Whatever an
 	// interceptor leaves in it before calling next is stored with the run
 	// and handed to the worker's interceptors as TaskInfo.Headers and
-	// ActivityInfo.Headers. Empty by default.
+	// activity.Info.Headers. Empty by default.
 	Headers map[string]string
 
 	// Kind is the workflow's kind.

@@ -46,14 +46,10 @@ type WorkerInfo struct {
 
 // ListWorkers returns the live workers of the client's namespace, newest
 // first. Workers announce themselves every worker.Config.AnnounceInterval
-// and count as live for a few intervals after their last announcement. On a
-// schema without the workers table (weir migration 005) it returns none.
+// and count as live for a few intervals after their last announcement.
 func (c *Client) ListWorkers(ctx context.Context) ([]*WorkerInfo, error) {
 	var workers []*WorkerInfo
 	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if ok, err := c.hasWorkerTable(ctx, tx); err != nil || !ok {
-			return err
-		}
 		rows, err := tx.Query(ctx, "SELECT worker_id, namespace, identity, queues, workflow_kinds, activity_kinds,"+
 			" started_at, last_seen_at, expires_at FROM "+c.names.Worker+
 			" WHERE namespace = $1 AND expires_at > now() ORDER BY started_at DESC, worker_id", c.config.Namespace)
@@ -72,13 +68,6 @@ func (c *Client) ListWorkers(ctx context.Context) ([]*WorkerInfo, error) {
 		return nil, fmt.Errorf("weir: listing workers: %w", err)
 	}
 	return workers, nil
-}
-
-// hasWorkerTable reports whether the schema has weir_worker (weir 005).
-func (c *Client) hasWorkerTable(ctx context.Context, tx pgx.Tx) (bool, error) {
-	var exists bool
-	err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", c.names.Worker).Scan(&exists)
-	return exists, err
 }
 
 // TaskWorkers says whether live workers serve a running run's workflow
@@ -129,12 +118,8 @@ func (t *TaskWorkers) inNamespace() string {
 	return fmt.Sprintf(" in namespace %s", t.Namespace)
 }
 
-// taskWorkers counts the live workers serving a run's tasks; nil on a
-// schema without the workers table.
+// taskWorkers counts the live workers serving a run's tasks.
 func (c *Client) taskWorkers(ctx context.Context, tx pgx.Tx, namespace, queue, kind string) (*TaskWorkers, error) {
-	if ok, err := c.hasWorkerTable(ctx, tx); err != nil || !ok {
-		return nil, err
-	}
 	t := &TaskWorkers{Kind: kind, Namespace: namespace, Queue: queue}
 	err := tx.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE $3 = ANY (workflow_kinds)) FROM "+c.names.Worker+
 		" WHERE namespace = $1 AND $2 = ANY (queues) AND expires_at > now()", namespace, queue, kind).Scan(&t.OnQueue, &t.Serving)

@@ -52,7 +52,8 @@ func FS(line string) fs.FS {
 // creates and that hold rows (not schema metadata).
 var truncateTables = map[string]map[int][]string{
 	LineFencing: {1: {"weir_job_attempt"}},
-	LineWeir:    {1: {"weir_namespace"}, 2: {"weir_activity", "weir_event", "weir_inbox", "weir_query", "weir_run", "weir_schedule", "weir_update", "weir_workflow"}, 5: {"weir_worker"}, 6: {"weir_backfill"}},
+	LineWeir: {1: {"weir_activity", "weir_backfill", "weir_event", "weir_inbox", "weir_namespace", "weir_query", "weir_run",
+		"weir_schedule", "weir_update", "weir_worker", "weir_workflow"}},
 }
 
 // TruncateTables returns the tables holding rows at version of line (0 means

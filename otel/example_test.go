@@ -13,6 +13,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/migrations"
@@ -130,7 +131,7 @@ func ExampleRegisterPrometheus() {
 		log.Fatal(err)
 	}
 	// What a worker does for each activity attempt.
-	_ = config.Interceptors[0].InterceptActivity(context.Background(), &worker.ActivityInfo{Attempt: 1, JobID: 1, Kind: "charge"},
+	_ = config.Interceptors[0].InterceptActivity(context.Background(), &activity.Info{Attempt: 1, JobID: 1, ActivityKind: "charge"},
 		func(context.Context) error { return nil })
 
 	families, err := reg.Gather()

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/fencing"
 	weirotel "github.com/weirhq/weir/otel"
@@ -111,7 +112,7 @@ func TestClientInterceptor(t *testing.T) {
 
 // activityAttempt runs one activity attempt through w with next returning
 // err, and returns its span.
-func activityAttempt(t *testing.T, p *providersBundle, w *weirotel.WorkerInterceptor, info *worker.ActivityInfo, err error) sdktrace.ReadOnlySpan {
+func activityAttempt(t *testing.T, p *providersBundle, w *weirotel.WorkerInterceptor, info *activity.Info, err error) sdktrace.ReadOnlySpan {
 	t.Helper()
 	before := len(p.recorder.Ended())
 	got := w.InterceptActivity(t.Context(), info, func(context.Context) error { return err })
@@ -124,8 +125,8 @@ func activityAttempt(t *testing.T, p *providersBundle, w *weirotel.WorkerInterce
 func TestWorkerInterceptor(t *testing.T) {
 	t.Parallel()
 
-	info := func(attempt int) *worker.ActivityInfo {
-		return &worker.ActivityInfo{Attempt: attempt, JobID: 7, Kind: "charge", RunID: uuid.MustParse("6f1c2b9e-52c7-4a59-9d7c-2c1c9c1b5a10")}
+	info := func(attempt int) *activity.Info {
+		return &activity.Info{Attempt: attempt, JobID: 7, ActivityKind: "charge", RunID: uuid.MustParse("6f1c2b9e-52c7-4a59-9d7c-2c1c9c1b5a10")}
 	}
 
 	t.Run("IDGeneratorLinksAcrossProcesses", func(t *testing.T) {
@@ -251,7 +252,7 @@ func TestFencingObserver(t *testing.T) {
 		p := newProviders(t)
 		w, err := weirotel.NewWorkerInterceptor(p.tp, p.mp)
 		require.NoError(t, err)
-		i := &worker.ActivityInfo{Attempt: 1, JobID: 11, Kind: "charge", RunID: uuid.New()}
+		i := &activity.Info{Attempt: 1, JobID: 11, ActivityKind: "charge", RunID: uuid.New()}
 		attemptSpan := activityAttempt(t, p, w, i, errors.New("context canceled"))
 
 		// River's completer reports the attempt's outcome after Work returned.
@@ -273,7 +274,7 @@ func TestNoopProviders(t *testing.T) {
 	require.NoError(t, err)
 	called := 0
 	for attempt := 1; attempt <= 2; attempt++ {
-		require.NoError(t, w.InterceptActivity(t.Context(), &worker.ActivityInfo{Attempt: attempt, JobID: 1, Kind: "k", RunID: uuid.New()},
+		require.NoError(t, w.InterceptActivity(t.Context(), &activity.Info{Attempt: attempt, JobID: 1, ActivityKind: "k", RunID: uuid.New()},
 			func(context.Context) error { called++; return nil }))
 	}
 	require.NoError(t, w.InterceptTask(t.Context(), &worker.TaskInfo{Attempt: 1, JobID: 2, Kind: "k", RunID: uuid.New()},
@@ -294,7 +295,7 @@ func TestRegisterPrometheus(t *testing.T) {
 	o.FencingEvent(t.Context(), &fencing.Event{Attempt: 1, JobID: 1, Kind: fencing.EventStaleWriteRejected, Op: "complete"})
 	w, err := weirotel.NewWorkerInterceptor(nil, mp)
 	require.NoError(t, err)
-	require.NoError(t, w.InterceptActivity(t.Context(), &worker.ActivityInfo{Attempt: 1, JobID: 1, Kind: "k", RunID: uuid.New()},
+	require.NoError(t, w.InterceptActivity(t.Context(), &activity.Info{Attempt: 1, JobID: 1, ActivityKind: "k", RunID: uuid.New()},
 		func(context.Context) error { return nil }))
 
 	families, err := reg.Gather()
@@ -316,7 +317,7 @@ func TestPrometheusAndAnotherReader(t *testing.T) {
 		t.Helper()
 		w, err := weirotel.NewWorkerInterceptor(nil, mp)
 		require.NoError(t, err)
-		require.NoError(t, w.InterceptActivity(t.Context(), &worker.ActivityInfo{Attempt: 1, JobID: 1, Kind: "k", RunID: uuid.New()},
+		require.NoError(t, w.InterceptActivity(t.Context(), &activity.Info{Attempt: 1, JobID: 1, ActivityKind: "k", RunID: uuid.New()},
 			func(context.Context) error { return nil }))
 	}
 	gathered := func(t *testing.T, reg *prometheus.Registry) []string {

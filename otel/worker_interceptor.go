@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/worker"
 	"github.com/weirhq/weir/workflow"
@@ -184,10 +185,10 @@ func (w *WorkerInterceptor) InterceptTask(ctx context.Context, info *worker.Task
 }
 
 // InterceptActivity runs an activity attempt in a span.
-func (w *WorkerInterceptor) InterceptActivity(ctx context.Context, info *worker.ActivityInfo, next func(context.Context) error) error {
+func (w *WorkerInterceptor) InterceptActivity(ctx context.Context, info *activity.Info, next func(context.Context) error) error {
 	job := jobRow(ctx, info.JobID)
 	attrs := []attribute.KeyValue{
-		AttrActivityKind.String(info.Kind),
+		AttrActivityKind.String(info.ActivityKind),
 		AttrNamespace.String(info.Namespace),
 		AttrWorkflowID.String(info.WorkflowID),
 		AttrRunID.String(info.RunID.String()),
@@ -196,7 +197,7 @@ func (w *WorkerInterceptor) InterceptActivity(ctx context.Context, info *worker.
 		AttrJobID.Int64(info.JobID),
 		AttrScheduledEventID.Int64(info.ScheduledEventID),
 	}
-	metricAttrs := []attribute.KeyValue{AttrActivityKind.String(info.Kind), AttrNamespace.String(info.Namespace)}
+	metricAttrs := []attribute.KeyValue{AttrActivityKind.String(info.ActivityKind), AttrNamespace.String(info.Namespace)}
 	if job != nil {
 		attrs = append(attrs, AttrQueue.String(job.Queue))
 		metricAttrs = append(metricAttrs, AttrQueue.String(job.Queue))
@@ -205,7 +206,7 @@ func (w *WorkerInterceptor) InterceptActivity(ctx context.Context, info *worker.
 		}
 	}
 	key := attemptKey{attempt: info.Attempt, jobID: info.JobID}
-	ctx, live := w.startAttempt(ctx, "Activity:"+info.Kind, info.Headers, info.RunID, key, job, attrs)
+	ctx, live := w.startAttempt(ctx, "Activity:"+info.ActivityKind, info.Headers, info.RunID, key, job, attrs)
 	begin := time.Now()
 
 	err := next(ctx)

@@ -226,25 +226,26 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		}
 		return err
 	}
-	info := &ActivityInfo{
-		Attempt: job.Attempt, Generation: meta.Generation, Headers: meta.Headers, JobID: job.ID, Kind: job.Kind, Namespace: meta.Namespace,
-		RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, WorkflowID: meta.WorkflowID,
-	}
-	return intercept(ctx, a.w.config.Interceptors, info, Interceptor.InterceptActivity, func(ctx context.Context) error {
-		return a.work(ctx, job, meta, &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
-			_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
-			return err
-		}})
+	own := &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
+		_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
+		return err
+	}}
+	st := a.state(job, meta, own)
+	info, _ := activity.GetInfo(attempt.With(ctx, st))
+	return intercept(ctx, a.w.config.Interceptors, &info, Interceptor.InterceptActivity, func(ctx context.Context) error {
+		return a.work(ctx, job, meta, st, own)
 	})
 }
 
-func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta, own *ownJob) error {
+// state is what the attempt's code reads through package activity.
+func (a *activityWorker[A, R]) state(job *river.Job[A], meta *activityMeta, own *ownJob) *attempt.State {
 	st := &attempt.State{
 		ActivityKind:     job.Kind,
 		Attempt:          job.Attempt,
 		Decode:           a.w.config.Codec.Decode,
 		Encode:           a.w.config.Codec.Encode,
 		Generation:       meta.Generation,
+		Headers:          meta.Headers,
 		JobID:            job.ID,
 		MaxAttempts:      job.MaxAttempts,
 		Namespace:        meta.Namespace,
@@ -260,7 +261,10 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		st.Completed = true
 		return nil
 	}
+	return st
+}
 
+func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta, st *attempt.State, own *ownJob) error {
 	a.w.limitAttempt(ctx, a.timeout(meta), meta)
 	execCtx := attempt.With(ctx, st)
 	if meta.HeartbeatTimeout > 0 {

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -12,8 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // announcer keeps the worker's rows in weir_worker: one per namespace it
@@ -28,7 +25,6 @@ type announcer struct {
 	queues        []string
 	workflowKinds []string
 
-	noTable  bool // said that the table is missing (only the announcing goroutine touches it)
 	stopOnce sync.Once
 	stopped  chan struct{}
 	done     chan struct{}
@@ -73,9 +69,6 @@ func (a *announcer) loop() {
 }
 
 // announce upserts the worker's rows and deletes long-dead workers' rows.
-// On a schema older than weir 005 (no table yet: code is deployed before
-// its migration) it says so once and tries again at the next interval, so
-// the worker announces itself as soon as the migration ran.
 func (a *announcer) announce(ctx context.Context) {
 	names := a.w.names
 	interval := a.w.config.AnnounceInterval
@@ -86,14 +79,7 @@ func (a *announcer) announce(ctx context.Context) {
 		" ON CONFLICT (worker_id, namespace) DO UPDATE SET last_seen_at = now(), expires_at = excluded.expires_at",
 		a.id, a.w.config.Namespaces, a.w.config.Identity, a.queues, a.workflowKinds, a.activityKinds,
 		interval.Microseconds(), (AnnounceExpiry * interval).Microseconds(), announceForgetAfter.Microseconds())
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable:
-		if !a.noTable {
-			a.noTable = true
-			a.w.config.Logger.WarnContext(ctx, "weir: the schema has no worker table yet (weir migration 005); the worker announces itself once it has")
-		}
-	case err != nil:
+	if err != nil {
 		a.w.config.Logger.WarnContext(ctx, "weir: announcing the worker failed; it retries at the next interval", slog.String("error", err.Error()))
 	}
 }
@@ -107,10 +93,7 @@ func (a *announcer) stop(ctx context.Context) {
 	a.stopOnce.Do(func() { close(a.stopped) })
 	<-a.done
 	if _, err := a.w.pool.Exec(ctx, "DELETE FROM "+a.w.names.Worker+" WHERE worker_id = $1", a.id); err != nil {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != pgerrcode.UndefinedTable {
-			a.w.config.Logger.WarnContext(ctx, "weir: withdrawing the worker's announcement failed; it expires on its own", slog.String("error", err.Error()))
-		}
+		a.w.config.Logger.WarnContext(ctx, "weir: withdrawing the worker's announcement failed; it expires on its own", slog.String("error", err.Error()))
 	}
 }
 

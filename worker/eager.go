@@ -325,7 +325,8 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 				err = fmt.Errorf("decoding args of activity %s (job %d): %w", job.Kind, job.ID, decodeErr)
 				return
 			}
-			err = a.work(workCtx, job, meta, w.claimedJob(job.ID, free))
+			own := w.claimedJob(job.ID, free)
+			err = a.work(workCtx, job, meta, a.state(job, meta, own), own)
 		}()
 		if err == nil {
 			return nil

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/activity"
 )
 
 // Interceptor wraps the work a Worker does, for tracing, metrics or logging
@@ -14,7 +16,7 @@ import (
 // implement only some methods.
 type Interceptor interface {
 	// InterceptActivity wraps one activity attempt of a weir activity.
-	InterceptActivity(ctx context.Context, info *ActivityInfo, next func(ctx context.Context) error) error
+	InterceptActivity(ctx context.Context, info *activity.Info, next func(ctx context.Context) error) error
 
 	// InterceptTask wraps one workflow task: replay and commit.
 	InterceptTask(ctx context.Context, info *TaskInfo, next func(ctx context.Context) error) error
@@ -24,7 +26,7 @@ type Interceptor interface {
 type InterceptorDefaults struct{}
 
 // InterceptActivity calls next.
-func (InterceptorDefaults) InterceptActivity(ctx context.Context, _ *ActivityInfo, next func(ctx context.Context) error) error {
+func (InterceptorDefaults) InterceptActivity(ctx context.Context, _ *activity.Info, next func(ctx context.Context) error) error {
 	return next(ctx)
 }
 
@@ -77,33 +79,6 @@ type TaskInfo struct {
 	// client.SignalInfo.Headers of each signal the task delivered to the
 	// workflow that had any (a sender's trace context, to link to).
 	SignalHeaders []map[string]string
-}
-
-// ActivityInfo describes an activity attempt.
-type ActivityInfo struct {
-	// Attempt is the attempt (1 is the first).
-	Attempt int
-
-	// Generation, Namespace, RunID and WorkflowID identify the run the
-	// activity works for.
-	Generation int64
-	Namespace  string
-	RunID      uuid.UUID
-	WorkflowID string
-
-	// Headers are the run's, as its start's interceptors left them in
-	// client.StartInfo.Headers (a trace context, say), copied into the
-	// activity's job when it was scheduled; nil if none.
-	Headers map[string]string
-
-	// JobID is the activity's River job.
-	JobID int64
-
-	// Kind is the activity's kind.
-	Kind string
-
-	// ScheduledEventID is the event that scheduled the activity.
-	ScheduledEventID int64
 }
 
 // intercept runs next through every interceptor, the first outermost.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/worker"
 )
@@ -19,7 +20,7 @@ type recordingInterceptor struct {
 	name       string
 	log        *sharedLog
 	tasks      []*worker.TaskInfo
-	activities []*worker.ActivityInfo
+	activities []*activity.Info
 	starts     []*client.StartInfo
 	headers    map[string]string // set on starts, if not nil
 }
@@ -63,7 +64,7 @@ func (l *sharedLog) snapshot() []string {
 	return slices.Clone(l.entries)
 }
 
-func (r *recordingInterceptor) InterceptActivity(ctx context.Context, info *worker.ActivityInfo, next func(context.Context) error) error {
+func (r *recordingInterceptor) InterceptActivity(ctx context.Context, info *activity.Info, next func(context.Context) error) error {
 	r.mu.Lock()
 	r.activities = append(r.activities, info)
 	r.mu.Unlock()
@@ -129,7 +130,9 @@ func TestInterceptors(t *testing.T) {
 	require.Len(t, outer.activities, 2)
 	for _, a := range outer.activities {
 		require.Equal(t, run.RunID, a.RunID)
-		require.Equal(t, "charge", a.Kind)
+		require.Equal(t, "charge", a.ActivityKind)
+		require.Equal(t, "order", a.WorkflowKind)
+		require.Positive(t, a.MaxAttempts)
 		require.Equal(t, int64(1), a.Generation)
 		require.Positive(t, a.ScheduledEventID)
 		require.Equal(t, headers, a.Headers, "activities see the headers stored at start")

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
-	"github.com/weirhq/weir/migrations"
 	"github.com/weirhq/weir/worker"
 	"github.com/weirhq/weir/workflow"
 )
@@ -338,39 +337,6 @@ func TestTaskFailureAfterAnActivityInDescribe(t *testing.T) {
 		return d.TaskFailure != nil && d.TaskFailure.Attempt >= 2
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, int64(1), b.charge.calls.Load(), "the workflow's failure never runs the activity again")
-}
-
-// A worker deployed before weir 005's migration (code first, then migrate)
-// announces itself once the migration ran, without a restart.
-func TestWorkerAnnouncesItselfOnceMigrated(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	b := setup(ctx, t)
-	migrator, err := migrations.New(b.pool, &migrations.Config{Schema: b.schema})
-	require.NoError(t, err)
-	_, err = migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineWeir, TargetVersion: 4})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, err := migrator.Up(context.WithoutCancel(ctx), nil)
-		require.NoError(t, err)
-	})
-
-	w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, AnnounceInterval: 50 * time.Millisecond})
-	require.NoError(t, err)
-	worker.AddWorkflow(w, &SequentialWorkflow{})
-	require.NoError(t, worker.StartOnSchemaBehind(ctx, w))
-	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
-	workers, err := b.client.ListWorkers(ctx)
-	require.NoError(t, err)
-	require.Empty(t, workers, "no table, no workers")
-
-	_, err = migrator.Up(ctx, nil)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		workers, err := b.client.ListWorkers(ctx)
-		require.NoError(t, err)
-		return len(workers) == 1
-	}, 10*time.Second, 20*time.Millisecond)
 }
 
 type TwoTimersArgs struct{}

@@ -340,9 +340,7 @@ func (c *stepCommitter) run(members []*stepMember) (committed int) {
 		}
 		c.w.mergeLastWrites(last, plansSet)
 		lazytx.QueueCommit(tx, last)
-		sendErr := tx.SendBatch(ctx, last).Close()
-		c.w.events.Forget(sendErr) // weir 004 taken down: fold no more
-		return sendErr
+		return tx.SendBatch(ctx, last).Close()
 	})
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// As in outcomeTx: the outcomes are recorded; what the failed

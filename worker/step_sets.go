@@ -46,7 +46,7 @@ type stepSQL struct {
 	eventsMerged string // the same with an array of runs first
 	// eventsFolded and eventsFoldedMerged are events and eventsMerged with
 	// one more array: the boundary folded into each row (NULL for none;
-	// weir 004, history.Row).
+	// history.Row).
 	eventsFolded       string
 	eventsFoldedMerged string
 	// retireOne retires one activity of a run ($1, $2).
@@ -128,7 +128,7 @@ func casSQL(update string) string {
 // insertEventsSQL is the INSERT of events from arrays of event ID, type,
 // attributes, resolved event and time, after $1: the run (merged: an array
 // of runs, one per event); folded adds an array of boundaries (NULL for a
-// row without one; weir 004, history.Row).
+// row without one; history.Row).
 func insertEventsSQL(names *dbschema.Names, merged, folded bool) string {
 	columns, arrays := "", ""
 	if folded {

@@ -64,7 +64,7 @@ func TestMergeGroupWrites(t *testing.T) {
 	require.NotNil(t, q[6].Fn)
 	require.Equal(t, []any{[]uuid.UUID{c, d}, []byte(`{"m":1}`), "ch"}, q[7].Arguments)
 
-	// A member that folded a boundary (weir 004) and one that did not: one
+	// A member that folded a boundary and one that did not: one
 	// folded statement, the other's rows without a boundary.
 	boundary := `{"attempt":1}`
 	mixed := &pgx.Batch{}

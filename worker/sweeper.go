@@ -72,12 +72,6 @@ func (s *sweeper) stop() {
 
 // sweep runs one pass and returns how many repairs it made.
 func (s *sweeper) sweep(ctx context.Context) (int, error) {
-	// Whether tasks may fold boundaries (weir 004): found on the first pass
-	// after the migration, and lost on the first after it is taken down.
-	// A failed check leaves the flag as it was; the repairs go on.
-	if _, err := s.w.events.Check(ctx, s.w.pool); err != nil && ctx.Err() == nil {
-		s.w.config.Logger.WarnContext(ctx, "weir: checking weir_event for folded boundaries failed", slog.String("error", err.Error()))
-	}
 	activities, err := s.resolveEndedActivities(ctx)
 	if err != nil {
 		return activities, err

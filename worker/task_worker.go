@@ -922,9 +922,9 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 		}
 		*next++
 	}
-	// With weir 004 a task's boundary goes into the row of its first
-	// command (eventstore): a row less per task.
-	rows := history.Rows(events, w.events.Folding())
+	// A task's boundary goes into the row of its first command
+	// (history.Row): a row less per task.
+	rows := history.Rows(events)
 	var (
 		ids        = make([]int64, len(rows))
 		types      = make([]string, len(rows))
@@ -998,7 +998,6 @@ func (w *Worker) flushWrites(ctx context.Context, tx pgx.Tx, run *runRow) error 
 	}
 	err := tx.SendBatch(ctx, run.writes).Close()
 	run.writes = &pgx.Batch{}
-	w.events.Forget(err) // weir 004 taken down: fold no more
 	return err
 }
 

@@ -45,7 +45,7 @@ type Worker struct {
 	histories  *historyCache
 	jobIDs     *jobIDs // reserved for the activities it claims
 	names      *dbschema.Names
-	events     *eventstore.Store  // weir_event, folded or not
+	events     *eventstore.Store  // the runs' histories
 	sql        stepSQL            // statements a group of outcomes merges (step_sets.go)
 	notifier   *notifier.Notifier // sends what committed tasks announce
 	pool       *pgxpool.Pool

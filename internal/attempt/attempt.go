@@ -18,6 +18,7 @@ type State struct {
 	ActivityKind     string
 	Attempt          int
 	Generation       int64
+	Headers          map[string]string
 	JobID            int64
 	MaxAttempts      int
 	Namespace        string

@@ -18,11 +18,11 @@ type Names struct {
 	Schema string
 
 	Activity string
-	// Backfill holds durable schedule backfills (weir 006).
+	// Backfill holds durable schedule backfills.
 	Backfill string
 	Event    string
-	// History is the view of weir_event with folded boundaries unfolded
-	// (weir 004): one row per event, for SQL written by hand.
+	// History is the view of weir_event with folded boundaries unfolded:
+	// one row per event, for SQL written by hand.
 	History   string
 	Inbox     string
 	Namespace string

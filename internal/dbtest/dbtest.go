@@ -243,8 +243,9 @@ func FreshSchema(ctx context.Context, tb testing.TB) string {
 
 // SchemaAt returns a schema of this test alone (dropped when it ends) with
 // every migration line at its latest version except line, which stops at
-// version (0: the latest too), and the migrator that made it: for tests of
-// a migration's rollout, which then take line up or down themselves.
+// version (0: the latest too; -1: not installed), and the migrator that
+// made it: for tests of a migration's rollout, which then take line up or
+// down themselves.
 func SchemaAt(ctx context.Context, tb testing.TB, line string, version int) (string, *migrations.Migrator) {
 	tb.Helper()
 	schema := EmptySchema(ctx, tb)
@@ -252,6 +253,9 @@ func SchemaAt(ctx context.Context, tb testing.TB, line string, version int) (str
 	require.NoError(tb, err)
 	for _, l := range migrations.Lines() {
 		opts := &migrations.UpOpts{Line: l}
+		if l == line && version < 0 {
+			continue
+		}
 		if l == line {
 			opts.TargetVersion = version
 		}

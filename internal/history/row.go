@@ -3,8 +3,8 @@ package history
 import "encoding/json"
 
 // Row is one row of weir_event: an event and, when Boundary is set, the
-// WorkflowTaskStarted event just before it (ID-1), folded into the row
-// (weir migration 004). A boundary is folded only into the command that
+// WorkflowTaskStarted event just before it (ID-1), folded into the row. A
+// boundary is folded only into the command that
 // follows it in the same task, which has the same time, so the row holds
 // everything of both events: the boundary's attributes are Boundary, its
 // time the row's.
@@ -14,14 +14,13 @@ type Row struct {
 }
 
 // Rows returns the rows that store events (consecutive events of one
-// append). With fold, a WorkflowTaskStarted event followed by a command of
-// the same time goes into the command's row; every other event has a row
-// of its own.
-func Rows(events []Event, fold bool) []Row {
+// append): a WorkflowTaskStarted event followed by a command of the same
+// time goes into the command's row; every other event has a row of its own.
+func Rows(events []Event) []Row {
 	rows := make([]Row, 0, len(events))
 	for i := 0; i < len(events); i++ {
 		e := events[i]
-		if fold && e.Type == EventWorkflowTaskStarted && len(e.Attributes) > 0 && i+1 < len(events) {
+		if e.Type == EventWorkflowTaskStarted && len(e.Attributes) > 0 && i+1 < len(events) {
 			next := events[i+1]
 			if next.ID == e.ID+1 && next.Type.IsCommand() && next.Time.Equal(e.Time) {
 				rows = append(rows, Row{Event: next, Boundary: e.Attributes})

@@ -26,7 +26,7 @@ func TestRows(t *testing.T) {
 		event(11, EventTimerStarted, later),
 		event(12, EventWorkflowTaskStarted, later), // last: a row of its own
 	}
-	rows := Rows(events, true)
+	rows := Rows(events)
 
 	var ids []int64
 	for _, r := range rows {
@@ -46,11 +46,5 @@ func TestRows(t *testing.T) {
 	}
 	require.Equal(t, events, unfolded, "unfolding gives back every event as it was")
 
-	require.Empty(t, Rows(nil, true))
-
-	plain := Rows(events, false)
-	require.Len(t, plain, len(events), "without fold, a row per event")
-	for i, r := range plain {
-		require.Equal(t, Row{Event: events[i]}, r)
-	}
+	require.Empty(t, Rows(nil))
 }

@@ -1,4 +1,22 @@
--- weir 002: workflow runs, their history and their inbox.
+-- weir 001: the workflow engine's tables.
+--
+-- Everything weir keeps beside River's tables: namespaces, workflows and
+-- their runs, the runs' histories and inboxes, pending activities, queries,
+-- updates, schedules and their backfills, and the workers that announce
+-- themselves.
+
+-- A namespace isolates workflow IDs, queues and retention. Rows here are
+-- never deleted by retention; runs and events refer to a namespace by name.
+-- The namespace "default" needs no row: it exists implicitly.
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_namespace (
+    name text PRIMARY KEY,
+    description text NOT NULL DEFAULT '',
+    -- How long closed runs (and their history) are kept; NULL means the
+    -- workers' default.
+    retention interval,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT weir_namespace_name_length CHECK (char_length(name) > 0 AND char_length(name) <= 128)
+);
 
 -- One row per workflow ID ever started: the generation counter. Retention
 -- never deletes these rows, so generations stay monotonic after old runs go.
@@ -56,9 +74,17 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_run (
     CONSTRAINT weir_run_generation_positive CHECK (generation > 0),
     CONSTRAINT weir_run_request_id_length CHECK (char_length(request_id) BETWEEN 1 AND 255),
     FOREIGN KEY (namespace, workflow_id) REFERENCES /* TEMPLATE: schema */weir_workflow (namespace, workflow_id)
+) WITH (
+    -- A workflow task's write to its run (next_event_id, task_job_id,
+    -- updated_at) is a HOT update, staying on the row's page and adding no
+    -- index entry, as long as no indexed column changes and the page has
+    -- room: the fill factor leaves that room, and no index covers a column
+    -- such a write changes.
+    fillfactor = 80
 );
 
--- W1: one live run per workflow ID, whatever the application does.
+-- W1: one live run per workflow ID, whatever the application does. It is
+-- also the sweeper's scan of live runs.
 CREATE UNIQUE INDEX IF NOT EXISTS weir_run_live_idx
     ON /* TEMPLATE: schema */weir_run (namespace, workflow_id) WHERE state = 'running';
 CREATE UNIQUE INDEX IF NOT EXISTS weir_run_generation_idx
@@ -73,9 +99,6 @@ CREATE UNIQUE INDEX IF NOT EXISTS weir_run_previous_idx
 -- Retention: closed runs, oldest first.
 CREATE INDEX IF NOT EXISTS weir_run_closed_idx
     ON /* TEMPLATE: schema */weir_run (closed_at) WHERE state <> 'running';
--- The sweeper's scan: live runs only.
-CREATE INDEX IF NOT EXISTS weir_run_running_idx
-    ON /* TEMPLATE: schema */weir_run (updated_at) WHERE state = 'running';
 -- List: newest first within a namespace, optionally by kind, by state, or by
 -- workflow ID prefix (text_pattern_ops serves LIKE 'prefix%' in any locale).
 -- Each ends in (created_at, run_id), the keyset of List's cursor.
@@ -88,7 +111,15 @@ CREATE INDEX IF NOT EXISTS weir_run_list_state_idx
 CREATE INDEX IF NOT EXISTS weir_run_list_workflow_id_idx
     ON /* TEMPLATE: schema */weir_run (namespace, workflow_id text_pattern_ops, created_at DESC, run_id DESC);
 
--- The history: append-only, gap-free per run (W4).
+-- The history: append-only, gap-free per run (W4). Every workflow task
+-- appends a WorkflowTaskStarted event (its boundary: the time workflow code
+-- saw, the task's attempt) and then, usually, commands. A boundary followed
+-- by a command of the same append and time is stored in that command's row,
+-- in boundary (the boundary event's attributes): the event ID before the
+-- row's is the boundary's, and its time is the row's. Readers unfold such a
+-- row into both events (weir_history below does it for SQL), so the history
+-- is IDs 1, 2, 3… without gaps; a task with no command keeps a row of its
+-- own. It saves a row and an index entry per task.
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_event (
     run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
     event_id bigint NOT NULL,
@@ -97,6 +128,8 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_event (
     -- For an outcome (activity completed/failed/…): the event it resolves.
     resolves_event_id bigint,
     created_at timestamptz NOT NULL DEFAULT now(),
+    -- The boundary folded into this row, if any (NULL: none).
+    boundary jsonb,
     PRIMARY KEY (run_id, event_id),
     CONSTRAINT weir_event_id_positive CHECK (event_id > 0)
 );
@@ -105,6 +138,17 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_event (
 -- attempts, rescues or stale completions happen.
 CREATE UNIQUE INDEX IF NOT EXISTS weir_event_resolves_idx
     ON /* TEMPLATE: schema */weir_event (run_id, resolves_event_id) WHERE resolves_event_id IS NOT NULL;
+
+-- The histories as readers see them, one row per event: for SQL written by
+-- hand (operators, the UI, tests), which would otherwise have to unfold the
+-- boundaries itself.
+CREATE OR REPLACE VIEW /* TEMPLATE: schema */weir_history AS
+    SELECT run_id, event_id - 1 AS event_id, 'WorkflowTaskStarted'::text AS type, boundary AS attributes,
+           NULL::bigint AS resolves_event_id, created_at
+    FROM /* TEMPLATE: schema */weir_event WHERE boundary IS NOT NULL
+    UNION ALL
+    SELECT run_id, event_id, type, attributes, resolves_event_id, created_at
+    FROM /* TEMPLATE: schema */weir_event;
 
 -- Results waiting for the run's next workflow task.
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_inbox (
@@ -208,3 +252,53 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_schedule (
 );
 CREATE INDEX IF NOT EXISTS weir_schedule_due_idx
     ON /* TEMPLATE: schema */weir_schedule (next_run_at) WHERE NOT paused;
+
+-- Workers announce themselves. Each running worker keeps one row per
+-- namespace it serves, upserted every heartbeat: what it serves (queues,
+-- workflow and activity kinds) and who it is. A row is live until expires_at,
+-- a few heartbeats after its last one; a worker that stops deletes its rows,
+-- one that dies leaves them to expire (and to be deleted by the other workers
+-- a while later). Describe, the CLI and the UI read it to say when no live
+-- worker serves a run.
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_worker (
+    worker_id uuid NOT NULL,
+    namespace text NOT NULL,
+    -- Who runs it, for people: host and process by default.
+    identity text NOT NULL,
+    queues text[] NOT NULL,
+    workflow_kinds text[] NOT NULL,
+    activity_kinds text[] NOT NULL,
+    heartbeat_interval interval NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    last_seen_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (worker_id, namespace),
+    CONSTRAINT weir_worker_identity_length CHECK (char_length(identity) <= 1000)
+);
+CREATE INDEX IF NOT EXISTS weir_worker_namespace_idx
+    ON /* TEMPLATE: schema */weir_worker (namespace, expires_at);
+
+-- Durable schedule backfills. A backfill of a long range is a row here and a
+-- River job (kind weir.schedule_backfill) that starts the range's due times
+-- in batches, each batch in one transaction with its progress: the next due
+-- time to start and how many were started. A worker that stops mid-way leaves
+-- the row where its last batch committed, and the job's next attempt resumes
+-- there. A due time starts at most one run whatever happens (its start's
+-- request ID comes from the schedule and the due time). The unique range
+-- makes a repeated request return the backfill it created first.
+CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_backfill (
+    backfill_id uuid PRIMARY KEY,
+    namespace text NOT NULL,
+    schedule_id text NOT NULL,
+    range_start timestamptz NOT NULL,
+    range_end timestamptz NOT NULL,
+    state text NOT NULL DEFAULT 'running',
+    total bigint NOT NULL,
+    started bigint NOT NULL DEFAULT 0,
+    next_due_at timestamptz,
+    error text NOT NULL DEFAULT '',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT weir_backfill_range UNIQUE (namespace, schedule_id, range_start, range_end),
+    CONSTRAINT weir_backfill_state CHECK (state IN ('running', 'completed', 'failed'))
+);

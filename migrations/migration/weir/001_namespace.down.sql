@@ -1,1 +1,0 @@
-DROP TABLE IF EXISTS /* TEMPLATE: schema */weir_namespace;
