@@ -58,7 +58,7 @@ func convertedArgs(args []any) ([]any, bool) {
 // pgBatch returns b's statements with their arguments as pgArgs makes them,
 // in a batch of their own when any changed (b itself when none did): b and
 // its statements are left as they are (a caller may still read their
-// arguments, as a step's merge of statements does), and results go to their
+// arguments, as a group's merge of statements does), and results go to their
 // callbacks all the same.
 func pgBatch(b *pgx.Batch) *pgx.Batch {
 	if b == nil {
