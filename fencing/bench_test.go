@@ -35,9 +35,9 @@ import (
 // fencing migration installed), which splits the cost between the database
 // triggers and the driver.
 //
-// The machine's speed drifts by tens of percent from minute to minute (a
-// shared VM), so the benchmark pairs the two variants: each round runs both
-// back to back, which goes first alternates from round to round, and the
+// A machine's speed can drift from minute to minute (a shared VM), so the
+// benchmark pairs the two variants: each round runs both back to back,
+// which goes first alternates from round to round, and the
 // ratio reported as fenced/raw is the median of the rounds' ratios. The best
 // round of each variant and their ratio are printed beside it. Each round's
 // tables are dropped when it ends, so that autovacuum does not tax a later

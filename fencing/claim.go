@@ -295,7 +295,7 @@ updated AS (
     -- (j.state = 'running') IS TRUE, not j.state = 'running': Postgres cannot
     -- take rows through an index on that, so no plan reads every running job
     -- through river_job's fetching index (state first) and filters them by
-    -- ID, as a generic plan made while few jobs ran did for every group.
+    -- ID, as a generic plan made while few jobs ran would.
     WHERE j.id = ANY($1) AND j.id = v.id AND (j.state = 'running') IS TRUE AND j.lease_token = v.token::uuid AND j.attempt = v.attempt
     RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token
 ),

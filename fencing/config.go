@@ -35,7 +35,7 @@ type Config struct {
 	HeartbeatInterval time.Duration
 
 	// LeaseTTL is how long an attempt's lease lasts without renewal. Once it
-	// has expired the lease reaper hands the job to another attempt and any
+	// has expired the lease reaper makes the job available again and any
 	// later write by the old attempt is rejected. Defaults to LeaseTTLDefault
 	// (30 seconds).
 	LeaseTTL time.Duration

@@ -187,9 +187,8 @@
 //     fetch and each completion batch is one statement, as in River, but the fetch gives each job a token (minted by the fetching
 //     process), the completion judges every job and inserts one attempt-log
 //     row per attempt, the backstop trigger locks each row it sees, and each
-//     attempt carries its proof and a cancellable context. On no-op jobs
-//     that costs a few percent of plain River's rate; `make bench` measures
-//     it (see bench/README.md).
+//     attempt carries its proof and a cancellable context. `make bench`
+//     measures what that costs against plain River (see bench/README.md).
 //   - The lease reaper serves the schemas River has used through its client
 //     (the client's own, fetches, inserts).
 //   - Postgres 14 or later (CREATE OR REPLACE TRIGGER).

@@ -62,7 +62,7 @@ func NewDriver(pool *pgxpool.Pool, config *Config) (*Driver, error) {
 	return d, nil
 }
 
-// Plugin returns the worker plugin that hands each attempt its lease, renews
+// Plugin returns the worker plugin that gives each attempt its lease, renews
 // it and cancels the attempt when it is lost. Put it first in
 // river.Config.Plugins of the client using this Driver.
 func (d *Driver) Plugin() *Plugin { return d.plugin }

@@ -101,9 +101,9 @@ func verdictSQL(row, token, attempt, attemptedAt string) string {
 // per job it may lock: mintLeaseTokens), and its lease expiry ($7).
 //
 // The tokens come from the fetching process, not from gen_random_uuid():
-// Postgres draws that from OpenSSL's RAND_bytes, which was most of what a
-// fenced fetch added to River's (docs/decisions/0005-lease-tokens-from-process.md).
-// Numbering the locked rows costs a CTE scan, a fraction of that. A fetch
+// Postgres draws that from OpenSSL's RAND_bytes, the dearest part of a
+// fenced fetch beside River's (docs/decisions/0005-lease-tokens-from-process.md);
+// numbering the locked rows costs a CTE scan. A fetch
 // that locks more jobs than it brought tokens for (mintedTokensMax) has
 // Postgres mint the rest.
 func fetchInlineSQL(schema string) string {
@@ -229,12 +229,11 @@ func buildSetStateSingleSQL(schema string) string {
 // writes' ($1).
 //
 // Both joins of river_job with the writes also restrict the job by idsMatch,
-// which the join implies. Without it, a custom plan (Postgres plans this
-// statement for each call, seeing how many writes the arrays hold) hash-joins
-// a batch of a few thousand writes against a sequential scan of all of
-// river_job: 17 ms for 1,915 writes on a 30,000-job table, about 9 µs of
-// Postgres CPU per job, growing with the table. With it, the jobs are taken
-// by primary key whatever the plan, as River's statement takes them.
+// which the join implies, so that the jobs are taken by primary key whatever
+// the plan, as River's statement takes them: a custom plan (Postgres plans
+// this statement for each call, seeing how many writes the arrays hold) may
+// otherwise hash-join a large batch against a sequential scan of all of
+// river_job, whose cost grows with the table (docs/decisions/0004).
 func buildSetStateSQL(schema, idsMatch, jobInput string) string {
 	table := tableName(schema, "river_job")
 	stateType := tableName(schema, "river_job_state")

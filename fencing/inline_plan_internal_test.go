@@ -22,12 +22,10 @@ import (
 // river_job, and an estimate below Postgres's default jit_above_cost (a plan
 // estimated above it is JIT-compiled on every call).
 //
-// Joined to the writes on id alone, the state write hash-joined a batch of
-// 1,915 writes against a scan of a 30,000-job river_job (17 ms), about 9 µs
-// of Postgres CPU per job in a burn-down of 100,000 jobs, growing with the
-// table. A renewal that tested its leases with select-list EXISTS subqueries
-// over the batch's IDs was estimated at 1.9 million for 2,000 leases, and
-// JIT-compiled for 0.5 s per heartbeat.
+// Joined to the writes on id alone, the state write may hash-join its batch
+// against a scan of all of river_job; a renewal that tests its leases with
+// select-list EXISTS subqueries over the batch's IDs is costed past the JIT
+// thresholds (docs/decisions/0004).
 func TestBatchStatementsTakeJobsByKey(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -108,12 +106,10 @@ func TestBatchStatementsTakeJobsByKey(t *testing.T) {
 // the lease keeper's renewal, planned generically on a river_job whose
 // statistics were taken while few jobs ran, take their jobs by primary key.
 //
-// Their WHERE tested state = 'running', which river_job's fetching index
-// (state first) serves: with statistics saying almost no job runs, the
-// generic plan read every running job through that index and filtered them
-// by ID. In a burst of 3,000 workflows a group's completion of 16 jobs read
-// 1,916 index entries and 224 heap pages that way, and was the statement
-// Postgres spent the most time in.
+// A WHERE that tests state = 'running', which river_job's fetching index
+// (state first) serves, lets a generic plan made with statistics saying
+// almost no job runs read every running job through that index and filter
+// them by ID (docs/decisions/0004).
 func TestBatchStatementsPlannedYoung(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -716,8 +716,8 @@ renewed AS (
 -- attempt holding the lease can complete a job, recovery never does.
 -- A join, not EXISTS subqueries: Postgres costs a select-list EXISTS in
 -- its correlated form, which with the id restriction charges the whole
--- array per input row, and for a thousand leases that estimate passed the
--- JIT thresholds (0.6 s of compiling per renewal).
+-- array per input row, and for many leases that estimate passes the JIT
+-- thresholds, compiling on every renewal (docs/decisions/0004).
 SELECT x.ord, r.lease_expires_at,
     r.id IS NULL AND NOT coalesce(j3.state = 'running' AND j3.lease_token = x.token::uuid, false) AS lost,
     coalesce(j3.state = 'completed' AND j3.lease_last_token = x.token::uuid, false) AS finished

@@ -855,9 +855,9 @@ func TestLeaseKeeperConnectsSlowly(t *testing.T) {
 // TestLeaseKeptUntilTheOutcomeIsWritten: once an attempt's work returns, River's
 // completer writes its outcome; when that write fails for a while (Postgres
 // restarting, here a trigger refusing it), the completer retries it, and the
-// lease is renewed meanwhile. Before, renewals stopped when the work
-// returned, the reaper recovered the job one LeaseTTL later, its work ran
-// again and the retried outcome was refused as stale.
+// lease is renewed meanwhile. Were renewals to stop when the work
+// returned, the reaper would recover the job one LeaseTTL later, its work
+// would run again and the retried outcome be refused as stale.
 func TestLeaseKeptUntilTheOutcomeIsWritten(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

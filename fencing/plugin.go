@@ -36,9 +36,9 @@ func (p *Plugin) Work(ctx context.Context, job *rivertype.JobRow, doInner func(c
 // newAttempt sets up the attempt's state and attaches its proof to the
 // attempt's metadata updates. It is a function of its own so that Work's
 // frame, which stays on the job goroutine's stack while the job runs, is
-// small: a bigger one made River's job goroutines grow their stacks more
-// often (seen as runtime.newstack in CPU profiles). Never inlined, which a
-// profile-guided build could otherwise do at this hot call site.
+// small: a bigger one makes River's job goroutines grow their stacks
+// (runtime.newstack) more often. Never inlined, which a profile-guided
+// build could otherwise do at this hot call site.
 //
 //go:noinline
 func (p *Plugin) newAttempt(ctx context.Context, job *rivertype.JobRow) *attemptState {

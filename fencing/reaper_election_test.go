@@ -52,8 +52,8 @@ func startClientOnQueue(ctx context.Context, t *testing.T, pool *pgxpool.Pool, s
 // TestReaperRunsWhateverLeadsRiver: with a plain riverpgxv5 process as
 // River's leader, a fenced process that is not River's leader reaps the
 // expired lease of a fenced process that stopped renewing, within LeaseTTL
-// plus a reaper interval (plus slack for a loaded machine). Before, the
-// reaper ran only on River's leader: no fenced process reaped at all.
+// plus a reaper interval (plus slack for a loaded machine). A reaper that
+// ran only on River's leader would leave the lease unreaped here.
 func TestReaperRunsWhateverLeadsRiver(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -45,8 +45,8 @@ func TestLeaseNotLostByAttemptThatCompletedItsJob(t *testing.T) {
 	// Heartbeats every 20 ms, so that one lands in the window between an
 	// attempt's completion and its return from Work (the bug). The lease
 	// outlives any pause of the test process under -race on a loaded
-	// machine (a 300 ms TTL once expired with no fault injected): an
-	// expiry here means a lease lost its renewals, not a slow scheduler.
+	// machine (a TTL of a few hundred ms need not): an expiry here means a
+	// lease lost its renewals, not a slow scheduler.
 	w, err := worker.New(pool, &worker.Config{
 		Fencing: &fencing.Config{LeaseTTL: 3 * time.Second, HeartbeatInterval: 20 * time.Millisecond},
 		Schema:  schema,

@@ -437,7 +437,7 @@ func (h *harness) killOne(ctx context.Context, restartAfter time.Duration) bool 
 	return ctx.Err() == nil
 }
 
-// pauseOne SIGSTOPs a random worker past its lease, so the reaper hands its
+// pauseOne SIGSTOPs a random worker past its lease, so the reaper gives its
 // jobs to others, then SIGCONTs it: it wakes up holding stale attempts and
 // tries to finish them.
 func (h *harness) pauseOne(ctx context.Context) bool {

@@ -151,7 +151,7 @@ func TestChaosKill(t *testing.T) {
 }
 
 // TestChaosPause SIGSTOPs random workers past their lease, then SIGCONTs
-// them: the woken worker still runs attempts that were handed to others.
+// them: the woken worker still runs attempts that were given to others.
 func TestChaosPause(t *testing.T) {
 	r := runScenario(t, scenario{name: "pause", inject: func(ctx context.Context, h *harness) {
 		every(ctx, 400*time.Millisecond, h.pauseOne)
@@ -357,7 +357,7 @@ func judgeStorm(outcomes []startOutcome) string {
 		case o.err == nil && o.run.RunID != winner.run.RunID:
 			return fmt.Sprintf("caller %s got run %s, the winner created %s: %s", o.caller, o.run.RunID, winner.run.RunID, describeOutcomes(outcomes))
 		case o.err == nil && !o.run.Created && o.request != winner.request:
-			return fmt.Sprintf("caller %s (request %s) was handed run of request %s as a success: %s", o.caller, o.request, winner.request, describeOutcomes(outcomes))
+			return fmt.Sprintf("caller %s (request %s) got the run of request %s as a success: %s", o.caller, o.request, winner.request, describeOutcomes(outcomes))
 		case o.err != nil && o.refused == uuid.Nil:
 			return fmt.Sprintf("caller %s got an untyped error: %v", o.caller, o.err)
 		case o.err != nil && o.refused != winner.run.RunID:

@@ -410,7 +410,7 @@ func (env *Env) run(args []byte) (*replay.Outcome, error) {
 		for _, id := range out.CanceledTimers {
 			env.drop(fmt.Sprintf("timer:%d", id))
 		}
-		if err := env.advance(); err != nil {
+		if err := env.skipToInputs(); err != nil {
 			return nil, err
 		}
 		inputs = env.take()
@@ -430,9 +430,9 @@ func (env *Env) take() []history.Event {
 	return inputs
 }
 
-// advance runs what is due, skipping the clock ahead to the next item
+// skipToInputs runs what is due, skipping the clock ahead to the next item
 // whenever nothing is, until there are inputs for a workflow task.
-func (env *Env) advance() error {
+func (env *Env) skipToInputs() error {
 	for len(env.pending) == 0 {
 		it := env.next(farFuture)
 		if it == nil {

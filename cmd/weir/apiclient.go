@@ -133,7 +133,7 @@ func (c *apiClient) workflowPath(workflowID, suffix string) string {
 	return c.workflowsPath() + "/" + url.PathEscape(workflowID) + suffix
 }
 
-// listPages GETs a list endpoint a page at a time from cursor, handing each
+// listPages GETs a list endpoint a page at a time from cursor, passing each
 // page P to add, which returns its next cursor; with all it follows the
 // cursors to the end. It returns the cursor after the last page fetched
 // ("" at the end).

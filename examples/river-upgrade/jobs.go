@@ -48,7 +48,7 @@ func (GenerateInvoiceArgs) Kind() string { return "generate_invoice" }
 
 // GenerateInvoiceWorker writes an invoice row and completes its job in the
 // same transaction. With the fencing driver that transaction cannot commit
-// for a stale attempt (one whose job was rescued and handed to another
+// for a stale attempt (one whose job was rescued and given to another
 // worker), so each invoice is written exactly once.
 type GenerateInvoiceWorker struct {
 	river.WorkerDefaults[GenerateInvoiceArgs]

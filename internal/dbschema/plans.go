@@ -1,18 +1,15 @@
 package dbschema
 
 // GenericPlansSQL makes the rest of a transaction use generic plans for
-// its prepared statements. Postgres plans a prepared statement over arrays
-// again on every call while its custom plan, which sees the arrays, looks
-// cheaper than the generic one, and it always does: the merged statements
-// cost 0.2-0.6 ms of planning per call (pg_stat_statements, a burst), more
-// than some of them take to run. Their generic plans take every table by key
-// (TestMergedGroupWrites plans them generic), and are made once per
-// connection. A generic plan made while a table is young (a new install's
-// first burst, before autovacuum's first ANALYZE) costs a sequential scan
-// as cheap as an index's and keeps it for the connection's life, so
-// sequential scans are off too: a 3,000-workflow burst on a new database
-// scanned weir_run 1,065 times (1.4M rows) and weir_activity 249 times
-// without it, 14 times (2 rows) and never with it (TestGroupPlansMadeYoung).
+// its prepared statements, with sequential scans off. A statement over
+// arrays otherwise gets a custom plan on every call (a custom plan sees the
+// arrays, so it always looks cheaper than the generic one), which costs a
+// group's merged statements more than some of them take to run; their
+// generic plans take every table by key (TestMergedGroupWrites) and are made
+// once per connection. A generic plan made while a table is young (a new
+// install, before its first ANALYZE) would keep a sequential scan for the
+// connection's life, hence enable_seqscan off (TestGroupPlansMadeYoung).
+// The figures are in docs/decisions/0013 and 0004.
 // The groups of a worker's step committer send it ahead of their locking
 // read and of merged last writes, a client's group of starts ahead of its
 // lookup; it ends with the transaction.

@@ -365,7 +365,7 @@ func Server(ctx context.Context, tb testing.TB, opts *pgcluster.Config) *pgclust
 
 // TempDir makes a directory under the system temp dir that an unprivileged
 // postgres user can reach (t.TempDir's directories are private to the test's
-// user, which stops a root test from handing a cluster to postgres).
+// user, which stops a root test from giving a cluster to postgres).
 func TempDir(pattern string) (string, error) {
 	dir, err := os.MkdirTemp("", pattern)
 	if err != nil {

@@ -1,8 +1,8 @@
 // Package lazytx provides a pgx transaction on a pool whose BEGIN is sent
 // with its first statement, in one pipelined batch (pgx's Batch.BeginTx),
-// instead of in a round trip of its own as pgx's Pool.Begin does. Weir's
-// hot path runs one short transaction per workflow step, and that round
-// trip is a measurable share of a step.
+// instead of in a round trip of its own as pgx's Pool.Begin does: weir's
+// hot path runs short transactions, whose latency is mostly round trips
+// (docs/decisions/0015).
 //
 // From its first statement on, a Tx is pgx's own transaction (commit,
 // rollback, savepoints and all); before it, nothing has reached the server,

@@ -345,7 +345,7 @@ func (c *Cluster) prepareDirs() error {
 	if c.cred == nil {
 		return nil
 	}
-	// Running as root: hand the cluster's own directory to the unprivileged
+	// Running as root: give the cluster's own directory to the unprivileged
 	// user, and make sure that user can reach it.
 	for _, path := range []string{c.config.Dir, c.sockDir} {
 		if err := os.Chown(path, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
