@@ -15,6 +15,7 @@ import (
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
 
@@ -92,8 +93,10 @@ func (w *Worker) startedRun(r *handoff.Run) *runRow {
 // newRun is the run a start inserts, as its first task reads it.
 func newRun(r *handoff.Run) *runRow {
 	return &runRow{
-		Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
-		State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
+		Run: store.Run{
+			Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
+			State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
+		},
 		scanned: true, // all of the row the start inserted (a client's start has no parent)
 	}
 }
@@ -145,6 +148,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 
 	results := make([]*taskResult, len(runs))
 	var afters []func()
+	var writes lastWrites
 	// failed settles what the tasks that ran took (eager slots) when the
 	// group fails.
 	failed := func(err error) {
@@ -163,7 +167,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 			break
 		}
 		result := &taskResult{}
-		by, after, err := t.advanceDeferred(ctx, tx, w.startedRun(r), r.Now, budget, out.Last, result)
+		by, after, err := t.advanceDeferred(ctx, tx, w.startedRun(r), r.Now, budget, &writes, result)
 		if after != nil {
 			afters = append(afters, after)
 		}
@@ -184,7 +188,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 			out.Errs[i] = w.failedInStart(ctx, r.ID, err)
 		}
 	}
-	w.mergeLastWrites(out.Last, true) // a group of starts asked for generic plans with its lock
+	w.queueLastWrites(out.Last, &writes, true) // a group of starts asked for generic plans with its lock
 	out.Sent = func() {
 		for _, after := range afters {
 			after()
@@ -246,7 +250,8 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 	out := &handoff.FirstTasks{Done: make([]func(bool), 1), Errs: make([]error, 1), Last: &pgx.Batch{}}
 	var result taskResult
 	tx := lazytx.NoSend(errAheadSends)
-	_, after, err := t.advanceDeferred(ctx, tx, newRun(r), now, budget, out.Last, &result)
+	var writes lastWrites
+	_, after, err := t.advanceDeferred(ctx, tx, newRun(r), now, budget, &writes, &result)
 	declined := tx.Tried() || errors.Is(err, errRunsAlone)
 	if err == nil && (declined || after == nil) {
 		err, declined = errAheadSends, true // cannot happen: it would have failed, or its writes been sent
@@ -263,7 +268,7 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 		w.ahead.failed.Add(1)
 		return nil, &handoff.FailedAheadError{Err: w.failedInStart(ctx, r.ID, err)}
 	}
-	w.mergeLastWrites(out.Last, false)
+	w.queueLastWrites(out.Last, &writes, false)
 	settle := w.settleStart(&result)
 	out.Done[0] = func(committed bool) {
 		if committed {
@@ -290,13 +295,13 @@ func (t *firstTaskTaker) budget(ctx context.Context) (time.Duration, bool) {
 // the caller to send with its COMMIT); after is what to do once they ran
 // (nil when the task did not get that far).
 func (t *firstTaskTaker) advanceDeferred(ctx context.Context, tx pgx.Tx, run *runRow, now time.Time, budget time.Duration,
-	last *pgx.Batch, result *taskResult,
+	last *lastWrites, result *taskResult,
 ) (by *advanceBy, after func(), err error) {
 	replayCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	by = &advanceBy{attempt: 1, commit: true, inStart: true, replayCtx: replayCtx,
-		deferLast: func(writes *pgx.Batch, then func()) {
-			last.QueuedQueries = append(last.QueuedQueries, writes.QueuedQueries...)
+		deferLast: func(step *store.StepWrites, rest *pgx.Batch, then func()) {
+			last.add(step, rest)
 			after = then
 		}}
 	err = t.w.advance(ctx, tx, t.def, run, now, nil, by, result)
