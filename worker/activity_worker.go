@@ -21,9 +21,9 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/attempt"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
-	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -139,7 +139,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 		return fmt.Errorf("claiming job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
 	if claimedID != 0 {
-		run.step.Activities = append(run.step.Activities, store.Activity{ScheduledEventID: e.ID, JobID: claimedID, Kind: attrs.Kind, Deadline: deadline})
+		run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: claimedID, Kind: attrs.Kind, Deadline: deadline})
 		return nil
 	}
 	inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
@@ -152,7 +152,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 	if err != nil {
 		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
-	run.step.Activities = append(run.step.Activities, store.Activity{ScheduledEventID: e.ID, JobID: inserted.Job.ID, Kind: attrs.Kind, Deadline: deadline})
+	run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: inserted.Job.ID, Kind: attrs.Kind, Deadline: deadline})
 	return nil
 }
 

@@ -12,10 +12,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
-	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
 
@@ -68,7 +68,7 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 	defer cancel()
 
 	var result taskResult
-	by := &advanceBy{attempt: 1, commit: r.LastInTx, inStart: true, replayCtx: replayCtx}
+	by := &advanceBy{attempt: 1, apply: alone{commit: r.LastInTx}, inStart: true, replayCtx: replayCtx}
 	err := w.advance(ctx, tx, t.def, w.startedRun(r), r.Now, nil, by, &result)
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// The start committed with the task's last batch: the task is done.
@@ -93,7 +93,7 @@ func (w *Worker) startedRun(r *handoff.Run) *runRow {
 // newRun is the run a start inserts, as its first task reads it.
 func newRun(r *handoff.Run) *runRow {
 	return &runRow{
-		Run: store.Run{
+		Run: engine.Run{
 			Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
 			State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
 		},
@@ -299,11 +299,7 @@ func (t *firstTaskTaker) advanceDeferred(ctx context.Context, tx pgx.Tx, run *ru
 ) (by *advanceBy, after func(), err error) {
 	replayCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	by = &advanceBy{attempt: 1, commit: true, inStart: true, replayCtx: replayCtx,
-		deferLast: func(step *store.StepWrites, rest *pgx.Batch, then func()) {
-			last.add(step, rest)
-			after = then
-		}}
+	by = &advanceBy{attempt: 1, apply: startLast{last: last, after: &after}, inStart: true, replayCtx: replayCtx}
 	err = t.w.advance(ctx, tx, t.def, run, now, nil, by, result)
 	return by, after, err
 }

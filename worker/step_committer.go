@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/engine"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/lazytx"
@@ -144,7 +145,7 @@ type stepMember struct {
 
 	// The continuation's last writes, sent with the group's COMMIT, and
 	// what to do once they ran (deferLast).
-	step      *store.StepWrites
+	step      *engine.StepWrites
 	rest      *pgx.Batch
 	afterLast func()
 }
@@ -165,7 +166,7 @@ func (m *stepMember) takeLocked() (run *runRow, now time.Time, ok bool, err erro
 
 // deferLast takes a continuation's last writes (nothing is written after
 // them) to be sent with the group's COMMIT; after runs once they did.
-func (m *stepMember) deferLast(step *store.StepWrites, rest *pgx.Batch, after func()) {
+func (m *stepMember) deferLast(step *engine.StepWrites, rest *pgx.Batch, after func()) {
 	m.step, m.rest, m.afterLast = step, rest, after
 }
 
@@ -286,7 +287,7 @@ func (c *stepCommitter) run(members []*stepMember) (committed int) {
 		for _, m := range members {
 			m.cont.dropSession()
 			m.cont, m.step, m.rest, m.afterLast, m.guarded = taskResult{step: m}, nil, nil, nil, false
-			m.run, m.lockErr, m.locked = &runRow{Run: store.Run{ID: m.runID}}, nil, true
+			m.run, m.lockErr, m.locked = &runRow{Run: engine.Run{ID: m.runID}}, nil, true
 		}
 		plansSet := false // lockRuns asks for generic plans for the whole transaction
 		switch {
@@ -442,7 +443,7 @@ func (c *stepCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*step
 	// (dbschema.GenericPlansSQL), this statement over an array included.
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	c.w.store.QueueLockRuns(batch, ids, func(row store.Run, now time.Time) error {
+	c.w.store.QueueLockRuns(batch, ids, func(row engine.Run, now time.Time) error {
 		m := byID[row.ID]
 		if m == nil {
 			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", row.ID)

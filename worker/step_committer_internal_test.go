@@ -18,9 +18,9 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/limit"
-	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -680,7 +680,7 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 	t.Parallel()
 	c := newHistoryCache(MaxCachedRunsDefault)
 	run := uuid.New()
-	row := &runRow{Run: store.Run{ID: run}, scanned: true}
+	row := &runRow{Run: engine.Run{ID: run}, scanned: true}
 	long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}}
 	c.put(run, long, row, nil, nil)
 	c.put(run, long[:2], row, nil, nil)

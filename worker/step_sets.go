@@ -5,7 +5,7 @@ import (
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/engine"
 )
 
 // lastWrites are the last writes of the members of a group (of outcomes,
@@ -14,12 +14,12 @@ import (
 // renders one statement per kind (store.QueueSteps), and what else it
 // queued (claims, its job's completion, checks), which follow in turn.
 type lastWrites struct {
-	steps []*store.StepWrites
+	steps []*engine.StepWrites
 	rest  []*pgx.QueuedQuery
 }
 
 // add takes a member's last writes; step or rest may be nil.
-func (l *lastWrites) add(step *store.StepWrites, rest *pgx.Batch) {
+func (l *lastWrites) add(step *engine.StepWrites, rest *pgx.Batch) {
 	if step != nil {
 		l.steps = append(l.steps, step)
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,12 +16,12 @@ import (
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/runstate"
-	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 	"github.com/weirhq/weir/internal/update"
 	"github.com/weirhq/weir/workflow"
@@ -137,14 +136,14 @@ func (e *stackError) Unwrap() error { return e.err }
 
 // runRow is a run's row as a step read it, and what the step did so far.
 type runRow struct {
-	store.Run
+	engine.Run
 
-	scanned    bool              // what never changes of the row is the row's (read by scan, or the start that inserted it)
-	inboxed    bool              // the task wrote to the run's own inbox (a child that could not start)
-	eager      []eagerStart      // activities the task claimed, to start once it commits
-	eagerSlots int               // eager slots the task took (as many as eager once its writes ran)
-	step       *store.StepWrites // the step's typed writes to its run, not sent yet (flushWrites)
-	writes     *pgx.Batch        // other writes queued to go with step's (claims, completion, checks)
+	scanned    bool               // what never changes of the row is the row's (read by scan, or the start that inserted it)
+	inboxed    bool               // the task wrote to the run's own inbox (a child that could not start)
+	eager      []eagerStart       // activities the task claimed, to start once it commits
+	eagerSlots int                // eager slots the task took (as many as eager once its writes ran)
+	step       *engine.StepWrites // the step's typed writes to its run, not sent yet (flushWrites)
+	writes     *pgx.Batch         // other writes queued to go with step's (claims, completion, checks)
 }
 
 // taskResult is what a task tells interceptors, once its transaction
@@ -157,7 +156,7 @@ type taskResult struct {
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
 	session       *replay.Session     // the run's code as the task left it, for the cache with history
-	facts         *eventFacts         // what was read of the history's events, for the cache with history
+	facts         *engine.Facts       // what was read of the history's events, for the cache with history
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
 	startedTimer  bool                // it started a timer (the timer waker looks again)
@@ -200,7 +199,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		w.histories.forget(runID)
 		return own.finish(ctx, tx, false)
 	}
-	by := &advanceBy{attempt: job.Attempt, inbox: inbox, own: own, taskJobID: job.ID}
+	by := &advanceBy{attempt: job.Attempt, apply: alone{}, inbox: inbox, own: own, taskJobID: job.ID}
 	if err := w.advance(ctx, tx, def, run, now, nil, by, result); err != nil {
 		return err
 	}
@@ -223,7 +222,7 @@ func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runR
 // started (for the history cache): its identity, kind, queue, args, trace
 // and parent; the rest is left zero.
 func (run *runRow) immutable() *runRow {
-	return &runRow{Run: store.Run{
+	return &runRow{Run: engine.Run{
 		ID: run.ID, HasParent: run.HasParent, Args: run.Args, Generation: run.Generation, Kind: run.Kind, Namespace: run.Namespace,
 		Queue: run.Queue, TraceContext: run.TraceContext, WorkflowID: run.WorkflowID,
 	}, scanned: true}
@@ -232,17 +231,17 @@ func (run *runRow) immutable() *runRow {
 // lockRunTakingInbox is lockRun for a workflow task, which also takes the
 // run's inbox (if the run is running) in the same round trip: the inbox
 // statement runs after the lock is granted, with a snapshot of its own.
-func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, []store.InboxItem, error) {
-	run := &runRow{Run: store.Run{ID: runID}}
+func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, []engine.InboxItem, error) {
+	run := &runRow{Run: engine.Run{ID: runID}}
 	var now time.Time
-	var taken []store.InboxItem
+	var taken []engine.InboxItem
 	batch := &pgx.Batch{}
-	w.store.QueueLockRun(batch, runID, func(row store.Run, at time.Time, err error) error {
+	w.store.QueueLockRun(batch, runID, func(row engine.Run, at time.Time, err error) error {
 		run.Run, now, run.scanned = row, at, err == nil
 		w.clock.observe(now)
 		return err
 	})
-	w.store.QueueTakeInbox(batch, runID, func(items []store.InboxItem) { taken = items })
+	w.store.QueueTakeInbox(batch, runID, func(items []engine.InboxItem) { taken = items })
 	err := tx.SendBatch(ctx, batch).Close()
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -258,7 +257,7 @@ func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.U
 // (taskJobID 0; a run with no queued task has an empty inbox).
 type advanceBy struct {
 	attempt   int
-	inbox     []store.InboxItem
+	inbox     []engine.InboxItem
 	taskJobID int64
 
 	// own is the job of the task or attempt, whose completion rides with
@@ -267,16 +266,9 @@ type advanceBy struct {
 	own       *ownJob
 	completed bool
 
-	// commit, when set, lets the last batch also commit tx (a lazytx
-	// transaction) if the job's completion (when there is a job) rode in
-	// it and nothing is written after it: the caller writes nothing more
-	// and commits. The commit then costs no round trip of its own.
-	commit bool
-
-	// group, when set, is the outcome's place in a group of outcomes
-	// committed together (stepCommitter); its last batch goes through
-	// deferLast.
-	group *stepMember
+	// apply is how the step's writes are applied (alone, in a group, with
+	// its start), as the caller chose.
+	apply applier
 
 	// replayCtx, when set, bounds the workflow code (not the statements):
 	// a first task running inside a client's start.
@@ -285,12 +277,6 @@ type advanceBy struct {
 	// inStart says the task runs inside the start that inserted its run,
 	// which no one else can see yet (so no query waits for it).
 	inStart bool
-
-	// deferLast, when set (a member of a group of outcomes, or a first task
-	// in a group of starts), takes the last batch that commit allows to
-	// carry the COMMIT, and what to do once it ran: the group sends every
-	// member's with one COMMIT.
-	deferLast func(step *store.StepWrites, rest *pgx.Batch, after func())
 
 	// wrote is set once the task began writing (appending its events):
 	// an error after that leaves tx with partial writes.
@@ -317,7 +303,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 // outcome.
 type decided struct {
 	events   []history.Event
-	facts    *eventFacts
+	facts    *engine.Facts
 	inputs   []history.Event
 	toAppend []history.Event
 	outcome  *replay.Outcome
@@ -329,46 +315,48 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	by *advanceBy, result *taskResult,
 ) error {
 	defer func() { result.eager, result.eagerSlots = run.eager, run.eagerSlots }()
-	run.step, run.writes = &store.StepWrites{RunID: run.ID}, &pgx.Batch{}
+	run.step, run.writes = &engine.StepWrites{RunID: run.ID}, &pgx.Batch{}
 	d, err := w.decide(ctx, tx, def, run, now, direct, by, result)
 	if err != nil || d == nil {
 		return err
 	}
-	if err := w.leaveGroup(ctx, run, by, d, result); err != nil {
-		return err
-	}
-	by.wrote = true
-	nextEventID := run.NextEventID
-	if err := w.appendEvents(ctx, tx, run, run.ID, d.toAppend, &nextEventID); err != nil {
-		return err
-	}
-	result.startedTimer = slices.ContainsFunc(d.toAppend, func(e history.Event) bool { return e.Type == history.EventTimerStarted })
-	outcome := d.outcome
-	if len(outcome.CanceledActivities) > 0 || len(outcome.CanceledTimers) > 0 || len(outcome.RejectedUpdates) > 0 || hasUpdateCompleted(outcome.Events) {
-		if err := w.flushWrites(ctx, tx, run); err != nil {
-			return err
-		}
-		if err := w.cancelJobs(ctx, tx, run.ID, outcome.CanceledActivities, outcome.CanceledTimers); err != nil {
-			return err
-		}
-		if err := w.answerUpdates(ctx, tx, run.ID, outcome); err != nil {
-			return err
-		}
-	}
-	// W4: the append point moves only from where this task found it.
-	cas, err := runCAS(run, nextEventID, by.taskJobID, outcome)
+	st, err := engine.Decide(engine.StepParams{
+		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.toAppend, Outcome: d.outcome, TaskJobID: by.taskJobID,
+	})
 	if err != nil {
 		return err
 	}
-	if cas.Close != nil {
-		result.closed = cas.Close.State
-	}
-	pending := pendingWork(d.events, d.facts, d.toAppend)
-	if err := w.sendLast(ctx, tx, run, by, d, cas, pending, result); err != nil {
+	if err := by.apply.admit(ctx, st, by.own); err != nil {
+		if result.step != nil {
+			// Its rerun alone, just after the group, takes what it decided.
+			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, session: result.session})
+			result.session = nil
+		}
 		return err
 	}
-	stageHistory(result, run, d.events, d.toAppend, outcome.Completed)
-	return w.afterLast(ctx, tx, run, outcome, pending)
+	by.wrote = true
+	// The events go first; the CAS and the rest of st.Writes, last.
+	run.step.Events, run.step.Retired = st.Writes.Events, st.Writes.Retired
+	if err := w.scheduleEvents(ctx, tx, run, d.toAppend); err != nil {
+		return err
+	}
+	result.startedTimer, result.closed = st.StartsTimer, st.Closed
+	if st.CancelsOrAnswers {
+		if err := w.flushWrites(ctx, tx, run); err != nil {
+			return err
+		}
+		if err := w.cancelJobs(ctx, tx, run.ID, d.outcome.CanceledActivities, d.outcome.CanceledTimers); err != nil {
+			return err
+		}
+		if err := w.answerUpdates(ctx, tx, run.ID, d.outcome); err != nil {
+			return err
+		}
+	}
+	if err := w.sendLast(ctx, tx, run, by, st, result); err != nil {
+		return err
+	}
+	stageHistory(result, run, d.events, d.toAppend, d.outcome.Completed)
+	return w.afterLast(ctx, tx, run, d.outcome, st.Pending)
 }
 
 // decide reads the run's history, takes the step's inputs (the inbox it
@@ -401,14 +389,14 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 	// A run with no queued task has an empty inbox: every inbox writer
 	// queues a task unless one is queued (and the sweeper repairs a task
 	// job deleted by hand).
-	if d.inputs, err = newInputs(ctx, run.ID, events, facts, by.inbox, direct, w.config.Logger); err != nil {
+	if d.inputs, err = engine.NewInputs(ctx, run.ID, events, facts, by.inbox, direct, w.config.Logger); err != nil {
 		return nil, err
 	}
 	if len(w.config.Interceptors) > 0 {
 		result.signalHeaders = signalHeaders(d.inputs)
 	}
 	if len(d.inputs) == 0 && len(d.toAppend) == 0 {
-		if by.group != nil {
+		if result.step != nil {
 			return nil, errRunsAlone // the job completes on its own
 		}
 		if by.taskJobID != 0 {
@@ -421,7 +409,7 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 	if d.outcome, err = w.replayStep(ctx, def, run, now, by, d, result); err != nil {
 		return nil, err
 	}
-	if onlyBoundary(d.toAppend, d.outcome) {
+	if engine.OnlyBoundary(d.toAppend, d.outcome) {
 		// Nothing entered history (every input was rejected, deferred or
 		// dropped) and the code did nothing: the task records nothing,
 		// so rejected updates cannot grow a history. The session has
@@ -473,66 +461,10 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 	return outcome, err
 }
 
-// leaveGroup returns errRunsAlone when the step cannot write in its group
-// (or in the start's last batch), before anything of it is written: a
-// group must not wait for a child's start lock, nor write anything before
-// its last batch. The rerun alone of a group member, just after the
-// group, takes what it decided here.
-func (w *Worker) leaveGroup(ctx context.Context, run *runRow, by *advanceBy, d *decided, result *taskResult) error {
-	if by.deferLast != nil && slices.ContainsFunc(d.toAppend, func(e history.Event) bool { return e.Type == history.EventChildWorkflowScheduled }) ||
-		by.group != nil && !groupable(run, by, d.outcome, d.events, d.facts, d.toAppend) {
-		if by.group != nil {
-			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, session: result.session})
-			result.session = nil
-		}
-		return errRunsAlone
-	}
-	if by.group != nil {
-		// The job's completion must ride in the last batch: a member whose
-		// completion cannot be queued (the driver has not seen fencing 002
-		// installed yet, just after start-up) leaves the group now, before
-		// anything of it is written (an activity that cannot be claimed is
-		// inserted through River at once, below).
-		if queued, err := by.own.queueIn(ctx, &pgx.Batch{}); err != nil || !queued {
-			return errRunsAlone
-		}
-	}
-	return nil
-}
-
-// runCAS is the compare-and-swap of a step that found run at its append
-// point and moves it to next, closing it if outcome completed the run.
-func runCAS(run *runRow, next, taskJobID int64, outcome *replay.Outcome) (*store.RunCAS, error) {
-	cas := &store.RunCAS{Found: run.NextEventID, Next: next, ClearTask: taskJobID}
-	switch {
-	case !outcome.Completed:
-		return cas, nil
-	case outcome.ContinuedAsNew != nil:
-		cas.Close = &store.RunClose{State: "continued_as_new"}
-	case outcome.Failure == nil:
-		cas.Close = &store.RunClose{State: "completed", Result: []byte(outcome.Result)}
-	default:
-		failure, err := json.Marshal(outcome.Failure)
-		if err != nil {
-			return nil, fmt.Errorf("encoding failure: %w", err)
-		}
-		cas.Close = &store.RunClose{State: "failed", Failure: failure}
-		if outcome.Canceled {
-			cas.Close.State = "cancelled"
-		}
-	}
-	cas.ClearTask = 0 // a closing run drops its task
-	return cas, nil
-}
-
 // sendLast queues the step's last writes (the CAS, a closing run's
 // rejection of pending updates, the first task's look for waiting queries,
-// the job's completion) and sends them: as the caller applies them
-// (by.deferLast, with the group's or the start's COMMIT), with a COMMIT of
-// their own (by.commit, when nothing is written after them), or alone.
-func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advanceBy, d *decided, cas *store.RunCAS, pending pendingOf,
-	result *taskResult,
-) (err error) {
+// the job's completion) and applies them as the caller chose (by.apply).
+func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advanceBy, st *engine.Step, result *taskResult) (err error) {
 	names := w.names
 	// Notifications go once the transaction commits (settle), not in it: a
 	// run's first task lets queries that waited for its handlers go; a
@@ -549,14 +481,12 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 			}
 		})
 	}
-	outcome := d.outcome
-	if outcome.Completed {
+	if st.Closed != "" {
 		result.notify(dbschema.Channel(names.Schema, dbschema.RunClosedChannel), run.ID.String())
-		run.step.AbandonUpdates = true
 	}
 	// Checked in the database (a moved append point divides by zero), so
 	// that it fails the batch, and a COMMIT queued behind it, there.
-	run.step.CAS = cas
+	run.step.CAS, run.step.AbandonUpdates = st.Writes.CAS, st.Writes.AbandonUpdates
 	// The job's own completion, fenced, rides in the same round trip; a
 	// refusal (the attempt lost its job) fails the batch and so tx.
 	if by.completed, err = by.own.queueIn(ctx, run.writes); err != nil {
@@ -564,36 +494,15 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 	}
 	// What is written below, after this batch (a superset of it): nothing,
 	// and the batch may commit tx too.
-	after := outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 || run.inboxed ||
-		outcome.Completed && (run.HasParent || pending.children || pending.activities)
-	switch {
-	case by.commit && (by.own == nil || by.completed) && !after && by.deferLast != nil:
-		by.deferLast(run.step, run.writes, func() { result.eager = run.eager }) // its claims are read with the COMMIT
-		run.step, run.writes = &store.StepWrites{RunID: run.ID}, &pgx.Batch{}
-		return nil
-	case by.commit && (by.own == nil || by.completed) && !after:
-		batch := w.takeWrites(run)
-		lazytx.QueueCommit(tx, batch)
-		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return fmt.Errorf("advancing run: %w", err)
-		}
-		return nil
-	case by.group != nil:
-		// groupable said otherwise (the job's completion could not be
-		// queued after all): fail the group, which undoes what this wrote.
-		return fmt.Errorf("advancing run %s in a group: its last writes cannot go with the COMMIT", run.ID)
-	}
-	if err := w.flushWrites(ctx, tx, run); err != nil {
-		return fmt.Errorf("advancing run: %w", err)
-	}
-	return nil
+	final := (by.own == nil || by.completed) && !st.WritesAfter && !run.inboxed
+	return by.apply.applyLast(ctx, tx, w, run, result, final)
 }
 
 // afterLast writes what follows a step's last batch: the next run of a run
 // continued as new, the updates deferred back into the inbox with a task
 // for them, a closing run's parent and children told and its pending
 // activities cleared, a task for what the step put in its own inbox.
-func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome *replay.Outcome, pending pendingOf) error {
+func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome *replay.Outcome, pending engine.Pending) error {
 	names, runID := w.names, run.ID
 	self := &inbox.Run{ID: runID, Kind: run.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID}
 	if outcome.ContinuedAsNew != nil {
@@ -637,44 +546,23 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 
 // closedRun tells a closed run's parent and children, and clears its
 // pending activities.
-func (w *Worker) closedRun(ctx context.Context, tx pgx.Tx, run *runRow, pending pendingOf) error {
+func (w *Worker) closedRun(ctx context.Context, tx pgx.Tx, run *runRow, pending engine.Pending) error {
 	if run.HasParent {
 		if err := runstate.NotifyParent(ctx, tx, w.names, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
-	if pending.children {
+	if pending.Children {
 		if err := runstate.CloseChildren(ctx, tx, w.names, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
-	if pending.activities {
+	if pending.Activities {
 		if err := w.store.ClearActivities(ctx, tx, run.ID); err != nil {
 			return fmt.Errorf("clearing pending activities: %w", err)
 		}
 	}
 	return nil
-}
-
-// groupable reports whether a continuation can commit in a group of
-// outcomes (stepCommitter): all of its writes go in its last batch, on its
-// own run and jobs. Anything that writes before that batch or reaches other
-// runs (a timer, a child, a cancellation, an update's answer, continue-as-new,
-// a parent or children to tell on closing) runs alone: holding every run of
-// a group while locking another could deadlock with another group.
-func groupable(run *runRow, by *advanceBy, outcome *replay.Outcome, events []history.Event, facts *eventFacts, toAppend []history.Event) bool {
-	if by.own == nil || by.own.queue == nil || outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 ||
-		len(outcome.CanceledActivities) > 0 || len(outcome.CanceledTimers) > 0 || len(outcome.RejectedUpdates) > 0 {
-		return false
-	}
-	for _, e := range toAppend {
-		switch e.Type {
-		case history.EventTimerStarted, history.EventChildWorkflowScheduled, history.EventUpdateCompleted:
-			return false
-		}
-	}
-	pending := pendingWork(events, facts, toAppend)
-	return !outcome.Completed || !run.HasParent && !pending.children && !pending.activities
 }
 
 // startChild starts the run of a child workflow in the parent's task
@@ -810,114 +698,25 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 	})
 }
 
-// newInputs returns the inbox rows a task took (in arrival order) followed
-// by direct (outcomes handed over without the inbox) as the task's inputs,
-// without the outcomes history already has (W5: an activity's outcome
-// enters history once, however many times it was reported).
-func newInputs(ctx context.Context, runID uuid.UUID, events []history.Event, facts *eventFacts, inbox []store.InboxItem, direct []history.Event,
-	logger *slog.Logger,
-) ([]history.Event, error) {
-	taken := slices.Clone(inbox)
-	for _, e := range direct {
-		taken = append(taken, store.InboxItem{Event: e})
-	}
-
-	scheduled := map[int64]bool{}
-	resolved := map[int64]bool{}
-	signals := map[string]bool{} // request IDs of signals history has
-	for _, e := range events {
-		if e.Type == history.EventActivityScheduled || e.Type == history.EventTimerStarted || e.Type == history.EventChildWorkflowScheduled {
-			scheduled[e.ID] = true
-		}
-		if id, ok := facts.resolvedBy(e); ok {
-			resolved[id] = true
-		}
-		if id := facts.signalRequestID(e); id != "" {
-			signals[id] = true
-		}
-	}
-
-	inputs := make([]history.Event, 0, len(taken))
-	for _, r := range taken {
-		if resolvesEvent(r.Event.Type) {
-			id, ok := resolvedBy(r.Event)
-			if !ok {
-				return nil, fmt.Errorf("inbox row %d of run %s: undecodable %s", r.ID, runID, r.Event.Type)
-			}
-			if !scheduled[id] || resolved[id] {
-				logger.DebugContext(ctx, "weir: dropping an outcome history already has or never asked for",
-					slog.String("run_id", runID.String()), slog.Int64("resolves_event_id", id))
-				continue
-			}
-			resolved[id] = true
-		}
-		if id := signalRequestID(r.Event); id != "" {
-			if signals[id] {
-				logger.DebugContext(ctx, "weir: dropping a signal history already has",
-					slog.String("run_id", runID.String()), slog.String("request_id", id))
-				continue
-			}
-			signals[id] = true
-		}
-		inputs = append(inputs, r.Event)
-	}
-	return inputs, nil
-}
-
-// resolvesEvent reports whether t is an outcome: at most one per activity
-// or timer enters history (the unique index on resolves_event_id).
-func resolvesEvent(t history.EventType) bool {
-	switch t {
-	case history.EventActivityCompleted, history.EventActivityFailed, history.EventActivityTimedOut, history.EventActivityCanceled,
-		history.EventTimerFired, history.EventChildWorkflowCompleted, history.EventChildWorkflowFailed:
-		return true
-	}
-	return false
-}
-
-// appendEvents adds events (numbered from *next) to the step's writes,
-// their boundaries folded (history.Rows), and does what each asks: an
-// outcome retires the pending activity; an ActivityScheduled event inserts
-// the activity's River job; a timer or a child, which write at once, send
-// what the step queued first.
-func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, events []history.Event, next *int64) error {
-	if len(events) == 0 {
-		return nil
-	}
-	for _, e := range events {
-		if e.ID != *next {
-			return fmt.Errorf("engine numbered event %d where %d was expected", e.ID, *next)
-		}
-		*next++
-	}
-	for _, r := range history.Rows(events, true) {
-		row := store.EventRow{Row: r}
-		if resolvesEvent(r.Type) {
-			id, ok := resolvedBy(r.Event)
-			if !ok {
-				return fmt.Errorf("event %d: undecodable %s", r.ID, r.Type)
-			}
-			row.Resolves = &id
-			run.step.Retired = append(run.step.Retired, id)
-		}
-		run.step.Events = append(run.step.Events, row)
-	}
-	first, last := events[0].ID, events[len(events)-1].ID
+// scheduleEvents does what a step's events ask for: an ActivityScheduled
+// event inserts the activity's River job; a timer or a child, which write
+// at once, send what the step queued first.
+func (w *Worker) scheduleEvents(ctx context.Context, tx pgx.Tx, run *runRow, events []history.Event) error {
 	for _, e := range events {
 		switch e.Type {
 		case history.EventActivityScheduled:
-			if err := w.scheduleActivity(ctx, tx, run, runID, e); err != nil {
+			if err := w.scheduleActivity(ctx, tx, run, run.ID, e); err != nil {
 				return err
 			}
 		case history.EventTimerStarted, history.EventChildWorkflowScheduled:
 			if err := w.flushWrites(ctx, tx, run); err != nil {
-				return fmt.Errorf("appending events %d to %d: %w", first, last, err)
+				return fmt.Errorf("appending events %d to %d: %w", events[0].ID, events[len(events)-1].ID, err)
 			}
 			start := w.startTimer
 			if e.Type == history.EventChildWorkflowScheduled {
 				start = w.startChild
 			}
-			if err := start(ctx, tx, run, runID, e); err != nil {
+			if err := start(ctx, tx, run, run.ID, e); err != nil {
 				return err
 			}
 		}
@@ -941,45 +740,8 @@ func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 	batch := &pgx.Batch{}
 	w.store.QueueStep(batch, run.step)
 	batch.QueuedQueries = append(batch.QueuedQueries, run.writes.QueuedQueries...)
-	run.step, run.writes = &store.StepWrites{RunID: run.ID}, &pgx.Batch{}
+	run.step, run.writes = &engine.StepWrites{RunID: run.ID}, &pgx.Batch{}
 	return batch
-}
-
-// hasUpdateCompleted reports whether events complete an update.
-func hasUpdateCompleted(events []history.Event) bool {
-	return slices.ContainsFunc(events, func(e history.Event) bool { return e.Type == history.EventUpdateCompleted })
-}
-
-// pendingOf is what a closing run may leave behind.
-type pendingOf struct {
-	activities bool // activities scheduled and not resolved
-	children   bool // child workflows started
-}
-
-// pendingWork tells, from a run's history (events, then appended), whether
-// it started children and whether activities it scheduled are unresolved.
-func pendingWork(events []history.Event, facts *eventFacts, appended []history.Event) pendingOf {
-	var out pendingOf
-	open := map[int64]bool{}
-	for i, list := range [][]history.Event{events, appended} {
-		if i == 1 {
-			facts = nil // not committed: nothing to memoize
-		}
-		for _, e := range list {
-			switch e.Type {
-			case history.EventActivityScheduled:
-				open[e.ID] = true
-			case history.EventChildWorkflowScheduled:
-				out.children = true
-			default:
-				if id, ok := facts.resolvedBy(e); ok {
-					delete(open, id)
-				}
-			}
-		}
-	}
-	out.activities = len(open) > 0
-	return out
 }
 
 // signalHeaders returns the headers of the signals among inputs that have
@@ -996,11 +758,4 @@ func signalHeaders(inputs []history.Event) []map[string]string {
 		}
 	}
 	return out
-}
-
-// onlyBoundary reports whether a task's outcome records nothing but its
-// WorkflowTaskStarted boundary, on a run that already has a history.
-func onlyBoundary(toAppend []history.Event, outcome *replay.Outcome) bool {
-	return len(toAppend) == 0 && !outcome.Completed &&
-		len(outcome.Events) == 1 && outcome.Events[0].Type == history.EventWorkflowTaskStarted
 }

@@ -14,12 +14,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 )
 
 // A workflow step (a task, or an activity's outcome continuing its run)
 // reads its run under the run's lock and writes, in its last batch, the
-// kinds a StepWrites holds. Written one member at a time, each kind is a
+// kinds an engine.StepWrites holds. Written one member at a time, each kind is a
 // statement per step, and Postgres pays a statement's fixed costs each
 // time (the executor's start; for a table with CHECK constraints or a
 // trigger with a WHEN, parsing those expressions again from their stored
@@ -28,81 +29,6 @@ import (
 // members' statements checked (a merged CAS's count must be every
 // member's): a failure still fails the group, whose members then run again
 // alone.
-
-// Run is a run's row as a step reads it under the run's lock.
-type Run struct {
-	ID           uuid.UUID
-	HasParent    bool
-	Args         []byte
-	Generation   int64
-	Kind         string
-	Namespace    string
-	NextEventID  int64
-	Queue        string
-	State        string
-	TaskJobID    *int64
-	TraceContext []byte
-	WorkflowID   string
-}
-
-// InboxItem is an item a task took from its run's inbox.
-type InboxItem struct {
-	ID    int64
-	Event history.Event
-}
-
-// StepWrites is what one step writes to its run, typed: the events it
-// appends (rows as history.Rows folds them), the pending activities their
-// outcomes retire and those it schedules, the rejection of the run's
-// pending updates when it closes, and the run's compare-and-swap. A lone
-// step renders it as a statement per kind (QueueStep), a group as one
-// statement per kind for all its members (QueueSteps).
-type StepWrites struct {
-	RunID      uuid.UUID
-	Events     []EventRow
-	Retired    []int64 // scheduled event IDs of activities whose outcome is appended
-	Activities []Activity
-	// AbandonUpdates rejects the updates still pending on the run (it
-	// closes), with AbandonedFailure, notifying their callers.
-	AbandonUpdates bool
-	CAS            *RunCAS // nil: the run's row is not written (yet)
-}
-
-// AbandonedFailure is the failure (JSON) of an update still pending on a
-// run that closed.
-var AbandonedFailure = []byte(`{"message":"the workflow closed before the update completed","type":"WorkflowClosed"}`)
-
-// EventRow is a row of the event table: events as history.Rows folds
-// them, and the event the row's event resolves (an outcome's), if any.
-type EventRow struct {
-	history.Row
-	Resolves *int64
-}
-
-// Activity is the record of a pending activity.
-type Activity struct {
-	ScheduledEventID int64
-	JobID            int64
-	Kind             string
-	Deadline         *time.Time // schedule-to-close; nil for none
-}
-
-// RunCAS is a step's compare-and-swap of its run (W4): the run must be live
-// at append point Found; it moves to Next. ClearTask, when not 0, is the
-// task job whose reference the run drops. Close, when set, closes the run.
-type RunCAS struct {
-	Found, Next int64
-	ClearTask   int64
-	Close       *RunClose
-}
-
-// RunClose is how a step closes its run: State is completed (with Result),
-// failed or cancelled (with Failure, JSON), or continued_as_new.
-type RunClose struct {
-	State   string
-	Result  []byte
-	Failure []byte
-}
 
 // ErrRunMoved is the failure of a step's compare-and-swap (or guard): its
 // run's append point moved, or the run closed, since the step read it.
@@ -120,7 +46,7 @@ type runStmts struct {
 	clearActivities                                             string
 }
 
-// runColumns are what scanRun reads of a run, then the database's time.
+// runColumns are what runTargets reads of a run, then the database's time.
 const runColumns = "namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context," +
 	" parent_run_id IS NOT NULL, now()"
 
@@ -213,24 +139,24 @@ func mergedCASSQL(names *dbschema.Names, extra, set string) string {
 }
 
 // runTargets are the scan targets of runColumns.
-func runTargets(run *Run, now *time.Time) []any {
+func runTargets(run *engine.Run, now *time.Time) []any {
 	return []any{&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
 		&run.TaskJobID, &run.TraceContext, &run.HasParent, now}
 }
 
 // LockRun locks run runID's row and reads it, with the database's time.
 // pgx.ErrNoRows means there is no such run.
-func (s *Store) LockRun(ctx context.Context, db DBTX, runID uuid.UUID) (Run, time.Time, error) {
-	run := Run{ID: runID}
+func (s *Store) LockRun(ctx context.Context, db DBTX, runID uuid.UUID) (engine.Run, time.Time, error) {
+	run := engine.Run{ID: runID}
 	var now time.Time
 	err := db.QueryRow(ctx, s.runs.lock, runID).Scan(runTargets(&run, &now)...)
 	return run, now, err
 }
 
 // QueueLockRun queues LockRun's statement in batch; read gets its outcome.
-func (s *Store) QueueLockRun(batch *pgx.Batch, runID uuid.UUID, read func(run Run, now time.Time, err error) error) {
+func (s *Store) QueueLockRun(batch *pgx.Batch, runID uuid.UUID, read func(run engine.Run, now time.Time, err error) error) {
 	batch.Queue(s.runs.lock, runID).QueryRow(func(row pgx.Row) error {
-		run := Run{ID: runID}
+		run := engine.Run{ID: runID}
 		var now time.Time
 		err := row.Scan(runTargets(&run, &now)...)
 		return read(run, now, err)
@@ -240,11 +166,11 @@ func (s *Store) QueueLockRun(batch *pgx.Batch, runID uuid.UUID, read func(run Ru
 // QueueLockRuns queues the lock and read of the runs runIDs, in run ID order
 // (the rows are locked as they leave the sort, so that groups never wait for
 // each other in a cycle); read gets each run found.
-func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(run Run, now time.Time) error) {
+func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(run engine.Run, now time.Time) error) {
 	batch.Queue(s.runs.lockMany, runIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (
-				run Run
+				run engine.Run
 				now time.Time
 			)
 			if err := rows.Scan(append([]any{&run.ID}, runTargets(&run, &now)...)...); err != nil {
@@ -261,16 +187,16 @@ func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(ru
 // QueueTakeInbox queues the taking (deletion) of a live run's inbox; read
 // gets the items taken, in arrival order. Queued after QueueLockRun, it runs
 // once the lock is granted, with a snapshot of its own.
-func (s *Store) QueueTakeInbox(batch *pgx.Batch, runID uuid.UUID, read func([]InboxItem)) {
+func (s *Store) QueueTakeInbox(batch *pgx.Batch, runID uuid.UUID, read func([]engine.InboxItem)) {
 	batch.Queue(s.runs.takeInbox, runID).Query(func(rows pgx.Rows) error {
-		taken, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (InboxItem, error) {
-			var item InboxItem
+		taken, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.InboxItem, error) {
+			var item engine.InboxItem
 			var eventType string
 			err := row.Scan(&item.ID, &eventType, (*[]byte)(&item.Event.Attributes), &item.Event.Time) // as eventstore.Load: no second validation
 			item.Event.Type = history.EventType(eventType)
 			return item, err
 		})
-		slices.SortFunc(taken, func(a, b InboxItem) int { return int(a.ID - b.ID) })
+		slices.SortFunc(taken, func(a, b engine.InboxItem) int { return int(a.ID - b.ID) })
 		read(taken)
 		return err
 	})
@@ -331,35 +257,11 @@ func checked(q *pgx.QueuedQuery, what string) {
 	})
 }
 
-// eventArrays are the columns of events rows, as arrays.
-type eventArrays struct {
-	runs       []uuid.UUID
-	ids        []int64
-	types      []string
-	attributes []string
-	resolves   []*int64
-	times      []time.Time
-	boundaries []*string
-}
-
-func (a *eventArrays) add(runID uuid.UUID, rows []EventRow) {
-	for _, r := range rows {
-		var boundary *string
-		if r.Boundary != nil {
-			b := string(r.Boundary)
-			boundary = &b
-		}
-		a.runs = append(a.runs, runID)
-		a.ids, a.types, a.attributes = append(a.ids, r.ID), append(a.types, string(r.Type)), append(a.attributes, string(r.Attributes))
-		a.resolves, a.times, a.boundaries = append(a.resolves, r.Resolves), append(a.times, r.Time), append(a.boundaries, boundary)
-	}
-}
-
 // QueueStep queues what one step writes, a statement per kind (per record
 // of an activity), in this order: events, retirements, activity records,
 // the rejection of pending updates, the CAS (whose check fails the batch if
 // the run moved). The scalar forms let Postgres plan once per connection.
-func (s *Store) QueueStep(batch *pgx.Batch, w *StepWrites) {
+func (s *Store) QueueStep(batch *pgx.Batch, w *engine.StepWrites) {
 	if len(w.Events) > 0 {
 		var a eventArrays
 		a.add(w.RunID, w.Events)
@@ -379,153 +281,170 @@ func (s *Store) QueueStep(batch *pgx.Batch, w *StepWrites) {
 	if w.AbandonUpdates {
 		s.queueAbandon(batch, s.runs.abandon, w.RunID)
 	}
-	if w.CAS != nil {
-		s.queueCAS(batch, w.RunID, w.CAS)
+	if c := w.CAS; c != nil {
+		var q *pgx.QueuedQuery
+		switch {
+		case c.Close == nil:
+			q = batch.Queue(s.runs.advance, w.RunID, c.Found, c.Next, c.ClearTask)
+		case c.Close.State == "completed":
+			q = batch.Queue(s.runs.complete, w.RunID, c.Found, c.Next, c.Close.Result)
+		case c.Close.State == "continued_as_new":
+			q = batch.Queue(s.runs.closeAs[c.Close.State], w.RunID, c.Found, c.Next)
+		default:
+			q = batch.Queue(s.runs.closeAs[c.Close.State], w.RunID, c.Found, c.Next, c.Close.Failure)
+		}
+		checked(q, "advancing run "+w.RunID.String())
 	}
 }
 
 func (s *Store) queueAbandon(batch *pgx.Batch, sql string, runs any) {
-	batch.Queue(sql, runs, AbandonedFailure, dbschema.Channel(s.names.Schema, dbschema.UpdateDoneChannel))
-}
-
-func (s *Store) queueCAS(batch *pgx.Batch, runID uuid.UUID, c *RunCAS) {
-	what := "advancing run " + runID.String()
-	var q *pgx.QueuedQuery
-	switch {
-	case c.Close == nil:
-		q = batch.Queue(s.runs.advance, runID, c.Found, c.Next, c.ClearTask)
-	case c.Close.State == "completed":
-		q = batch.Queue(s.runs.complete, runID, c.Found, c.Next, c.Close.Result)
-	case c.Close.State == "continued_as_new":
-		q = batch.Queue(s.runs.closeAs[c.Close.State], runID, c.Found, c.Next)
-	default:
-		q = batch.Queue(s.runs.closeAs[c.Close.State], runID, c.Found, c.Next, c.Close.Failure)
-	}
-	checked(q, what)
+	batch.Queue(sql, runs, engine.AbandonedFailure, dbschema.Channel(s.names.Schema, dbschema.UpdateDoneChannel))
 }
 
 // QueueSteps queues what a group of steps writes (a member's StepWrites
-// may be nil): each kind that more than one member holds as one statement
-// over arrays, with every member's rows, in QueueStep's order; a kind one
-// member holds in its QueueStep form. A CAS that clears a task job or
-// closes the run otherwise than completing it is never merged. It reports
-// whether it merged anything (the caller then asks for generic plans:
-// Postgres plans a statement over arrays again on every call otherwise).
-func (s *Store) QueueSteps(batch *pgx.Batch, steps []*StepWrites) (merged bool) {
-	steps = slices.DeleteFunc(slices.Clone(steps), func(w *StepWrites) bool { return w == nil })
-	if len(steps) == 1 {
-		s.QueueStep(batch, steps[0])
-		return false
-	}
-	with := func(has func(w *StepWrites) bool) []*StepWrites {
-		return slices.DeleteFunc(slices.Clone(steps), func(w *StepWrites) bool { return !has(w) })
-	}
-	alone := func(w *StepWrites) *StepWrites { return &StepWrites{RunID: w.RunID} }
-
-	if ws := with(func(w *StepWrites) bool { return len(w.Events) > 0 }); len(ws) == 1 {
-		s.QueueStep(batch, &StepWrites{RunID: ws[0].RunID, Events: ws[0].Events})
-	} else if len(ws) > 1 {
-		var a eventArrays
-		for _, w := range ws {
-			a.add(w.RunID, w.Events)
+// may be nil), in QueueStep's order: each kind that its members would
+// write in more than one statement as one statement over arrays, with every
+// member's rows; any other as QueueStep writes it. A CAS that clears a task
+// job or closes the run otherwise than completing it is never merged. It
+// reports whether it merged anything (the caller then asks for generic
+// plans: Postgres plans a statement over arrays again on every call
+// otherwise).
+func (s *Store) QueueSteps(batch *pgx.Batch, steps []*engine.StepWrites) (merged bool) {
+	casOf := func(merge func(c *engine.RunCAS) bool) func(w *engine.StepWrites) *engine.StepWrites {
+		return func(w *engine.StepWrites) *engine.StepWrites {
+			if w.CAS == nil || !merge(w.CAS) {
+				return nil
+			}
+			return &engine.StepWrites{RunID: w.RunID, CAS: w.CAS}
 		}
-		batch.Queue(s.runs.eventsMerged, a.runs, a.ids, a.types, a.attributes, a.resolves, a.times, a.boundaries)
-		merged = true
 	}
-	if ws := with(func(w *StepWrites) bool { return len(w.Retired) > 0 }); len(ws) == 1 {
-		one := alone(ws[0])
-		one.Retired = ws[0].Retired
-		s.QueueStep(batch, one)
-	} else if len(ws) > 1 {
-		var runs []uuid.UUID
-		var scheduled []int64
-		for _, w := range ws {
-			for _, id := range w.Retired {
-				runs, scheduled = append(runs, w.RunID), append(scheduled, id)
+	kinds := []struct {
+		part  func(w *engine.StepWrites) *engine.StepWrites
+		merge func(batch *pgx.Batch, ws []*engine.StepWrites)
+	}{
+		{func(w *engine.StepWrites) *engine.StepWrites {
+			return &engine.StepWrites{RunID: w.RunID, Events: w.Events}
+		}, s.queueEventsMerged},
+		{func(w *engine.StepWrites) *engine.StepWrites {
+			return &engine.StepWrites{RunID: w.RunID, Retired: w.Retired}
+		}, s.queueRetireMerged},
+		{func(w *engine.StepWrites) *engine.StepWrites {
+			return &engine.StepWrites{RunID: w.RunID, Activities: w.Activities}
+		}, s.queueActivitiesMerged},
+		{func(w *engine.StepWrites) *engine.StepWrites {
+			return &engine.StepWrites{RunID: w.RunID, AbandonUpdates: w.AbandonUpdates}
+		}, s.queueAbandonMerged},
+		{casOf(func(c *engine.RunCAS) bool { return c.Close == nil && c.ClearTask == 0 }), s.queueCASMerged},
+		{casOf(func(c *engine.RunCAS) bool { return c.Close != nil && c.Close.State == "completed" }), s.queueCASMerged},
+		{casOf(func(c *engine.RunCAS) bool {
+			return c.Close == nil && c.ClearTask != 0 || c.Close != nil && c.Close.State != "completed"
+		}), nil},
+	}
+	for _, k := range kinds {
+		var parts []*engine.StepWrites
+		alone := &pgx.Batch{}
+		for _, w := range steps {
+			if w == nil {
+				continue
+			}
+			if part := k.part(w); part != nil {
+				parts = append(parts, part)
+				s.QueueStep(alone, part)
 			}
 		}
-		batch.Queue(s.runs.retireMerged, runs, scheduled)
-		merged = true
-	}
-	merged = s.queueActivities(batch, steps) || merged
-	if ws := with(func(w *StepWrites) bool { return w.AbandonUpdates }); len(ws) == 1 {
-		s.queueAbandon(batch, s.runs.abandon, ws[0].RunID)
-	} else if len(ws) > 1 {
-		runs := make([]uuid.UUID, len(ws))
-		for i, w := range ws {
-			runs[i] = w.RunID
+		if alone.Len() < 2 || k.merge == nil {
+			batch.QueuedQueries = append(batch.QueuedQueries, alone.QueuedQueries...)
+			continue
 		}
-		s.queueAbandon(batch, s.runs.abandonMerged, runs)
+		k.merge(batch, parts)
 		merged = true
 	}
-	return s.queueCASes(batch, steps) || merged
+	return merged
 }
 
-func (s *Store) queueActivities(batch *pgx.Batch, steps []*StepWrites) bool {
+// eventArrays are the columns of events rows, as arrays.
+type eventArrays struct {
+	runs       []uuid.UUID
+	ids        []int64
+	types      []string
+	attributes []string
+	resolves   []*int64
+	times      []time.Time
+	boundaries []*string
+}
+
+func (a *eventArrays) add(runID uuid.UUID, rows []engine.EventRow) {
+	for _, r := range rows {
+		var boundary *string
+		if r.Boundary != nil {
+			b := string(r.Boundary)
+			boundary = &b
+		}
+		a.runs = append(a.runs, runID)
+		a.ids, a.types, a.attributes = append(a.ids, r.ID), append(a.types, string(r.Type)), append(a.attributes, string(r.Attributes))
+		a.resolves, a.times, a.boundaries = append(a.resolves, r.Resolves), append(a.times, r.Time), append(a.boundaries, boundary)
+	}
+}
+
+func (s *Store) queueEventsMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	var a eventArrays
+	for _, w := range ws {
+		a.add(w.RunID, w.Events)
+	}
+	batch.Queue(s.runs.eventsMerged, a.runs, a.ids, a.types, a.attributes, a.resolves, a.times, a.boundaries)
+}
+
+func (s *Store) queueRetireMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	var runs []uuid.UUID
+	var scheduled []int64
+	for _, w := range ws {
+		for _, id := range w.Retired {
+			runs, scheduled = append(runs, w.RunID), append(scheduled, id)
+		}
+	}
+	batch.Queue(s.runs.retireMerged, runs, scheduled)
+}
+
+func (s *Store) queueActivitiesMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 	var (
-		runs      []uuid.UUID
-		scheduled []int64
-		jobs      []int64
-		kinds     []string
-		deadlines []*time.Time
+		runs            []uuid.UUID
+		scheduled, jobs []int64
+		kinds           []string
+		deadlines       []*time.Time
 	)
-	for _, w := range steps {
+	for _, w := range ws {
 		for _, a := range w.Activities {
 			runs, scheduled, jobs = append(runs, w.RunID), append(scheduled, a.ScheduledEventID), append(jobs, a.JobID)
 			kinds, deadlines = append(kinds, a.Kind), append(deadlines, a.Deadline)
 		}
 	}
-	if len(runs) < 2 {
-		for _, w := range steps {
-			s.QueueStep(batch, &StepWrites{RunID: w.RunID, Activities: w.Activities})
-		}
-		return false
-	}
 	batch.Queue(s.runs.activityMerged, runs, scheduled, jobs, kinds, deadlines)
-	return true
 }
 
-// queueCASes queues a group's CASes: those that continue a run with no
-// task to clear, and those that complete one, merged when more than one
-// does; any other alone.
-func (s *Store) queueCASes(batch *pgx.Batch, steps []*StepWrites) (merged bool) {
-	var advancing, completing, others []*StepWrites
-	for _, w := range steps {
-		switch {
-		case w.CAS == nil:
-		case w.CAS.Close == nil && w.CAS.ClearTask == 0:
-			advancing = append(advancing, w)
-		case w.CAS.Close != nil && w.CAS.Close.State == "completed":
-			completing = append(completing, w)
-		default:
-			others = append(others, w)
+func (s *Store) queueAbandonMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	runs := make([]uuid.UUID, 0, len(ws))
+	for _, w := range ws {
+		if w.AbandonUpdates {
+			runs = append(runs, w.RunID)
 		}
 	}
-	for _, set := range [][]*StepWrites{advancing, completing} {
-		if len(set) == 1 {
-			others = append(others, set[0])
-			continue
+	s.queueAbandon(batch, s.runs.abandonMerged, runs)
+}
+
+// queueCASMerged queues the CAS of runs that all continue with no task to
+// clear, or all complete.
+func (s *Store) queueCASMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	runs, found, next := make([]uuid.UUID, len(ws)), make([]int64, len(ws)), make([]int64, len(ws))
+	var results [][]byte
+	for i, w := range ws {
+		runs[i], found[i], next[i] = w.RunID, w.CAS.Found, w.CAS.Next
+		if w.CAS.Close != nil {
+			results = append(results, w.CAS.Close.Result)
 		}
-		if len(set) == 0 {
-			continue
-		}
-		runs, found, next := make([]uuid.UUID, len(set)), make([]int64, len(set)), make([]int64, len(set))
-		var results [][]byte
-		for i, w := range set {
-			runs[i], found[i], next[i] = w.RunID, w.CAS.Found, w.CAS.Next
-			if w.CAS.Close != nil {
-				results = append(results, w.CAS.Close.Result)
-			}
-		}
-		if results == nil {
-			checked(batch.Queue(s.runs.advanceMerged, runs, found, next, len(runs)), fmt.Sprintf("advancing %d runs in a group", len(runs)))
-		} else {
-			checked(batch.Queue(s.runs.completeMerged, runs, found, next, results, len(runs)), fmt.Sprintf("completing %d runs in a group", len(runs)))
-		}
-		merged = true
 	}
-	for _, w := range others {
-		s.queueCAS(batch, w.RunID, w.CAS)
+	if results == nil {
+		checked(batch.Queue(s.runs.advanceMerged, runs, found, next, len(runs)), fmt.Sprintf("advancing %d runs in a group", len(runs)))
+		return
 	}
-	return merged
+	checked(batch.Queue(s.runs.completeMerged, runs, found, next, results, len(runs)), fmt.Sprintf("completing %d runs in a group", len(runs)))
 }

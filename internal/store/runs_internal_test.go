@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 )
 
@@ -29,18 +30,18 @@ func TestQueueSteps(t *testing.T) {
 	now := time.Now()
 	one := int64(1)
 	deadline := now.Add(time.Hour)
-	row := func(id int64, typ string, resolves *int64) EventRow {
-		return EventRow{Row: history.Row{Event: history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}}, Resolves: resolves}
+	row := func(id int64, typ string, resolves *int64) engine.EventRow {
+		return engine.EventRow{Row: history.Row{Event: history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}}, Resolves: resolves}
 	}
-	steps := []*StepWrites{
-		{RunID: a, Events: []EventRow{row(4, "x", &one), row(5, "y", nil)}, Retired: []int64{1},
-			Activities: []Activity{{ScheduledEventID: 6, JobID: 100, Kind: "act", Deadline: &deadline}}, CAS: &RunCAS{Found: 4, Next: 6}},
-		{RunID: b, Events: []EventRow{row(9, "z", nil)}, Retired: []int64{7},
-			Activities: []Activity{{ScheduledEventID: 10, JobID: 101, Kind: "act"}}, CAS: &RunCAS{Found: 9, Next: 10}},
-		{RunID: e, CAS: &RunCAS{Found: 1, Next: 2, ClearTask: 33}}, // clears its task: left alone
+	steps := []*engine.StepWrites{
+		{RunID: a, Events: []engine.EventRow{row(4, "x", &one), row(5, "y", nil)}, Retired: []int64{1},
+			Activities: []engine.Activity{{ScheduledEventID: 6, JobID: 100, Kind: "act", Deadline: &deadline}}, CAS: &engine.RunCAS{Found: 4, Next: 6}},
+		{RunID: b, Events: []engine.EventRow{row(9, "z", nil)}, Retired: []int64{7},
+			Activities: []engine.Activity{{ScheduledEventID: 10, JobID: 101, Kind: "act"}}, CAS: &engine.RunCAS{Found: 9, Next: 10}},
+		{RunID: e, CAS: &engine.RunCAS{Found: 1, Next: 2, ClearTask: 33}}, // clears its task: left alone
 		nil,
-		{RunID: c, AbandonUpdates: true, CAS: &RunCAS{Found: 7, Next: 9, Close: &RunClose{State: "completed", Result: []byte("1")}}},
-		{RunID: d, AbandonUpdates: true, CAS: &RunCAS{Found: 8, Next: 10, Close: &RunClose{State: "completed"}}},
+		{RunID: c, AbandonUpdates: true, CAS: &engine.RunCAS{Found: 7, Next: 9, Close: &engine.RunClose{State: "completed", Result: []byte("1")}}},
+		{RunID: d, AbandonUpdates: true, CAS: &engine.RunCAS{Found: 8, Next: 10, Close: &engine.RunClose{State: "completed"}}},
 	}
 	batch := &pgx.Batch{}
 	require.True(t, s.QueueSteps(batch, steps))
@@ -55,7 +56,7 @@ func TestQueueSteps(t *testing.T) {
 		[]*int64{&one, nil, nil}, []time.Time{now, now, now}, []*string{nil, nil, nil}}, q[0].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{1, 7}}, q[1].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{6, 10}, []int64{100, 101}, []string{"act", "act"}, []*time.Time{&deadline, nil}}, q[2].Arguments)
-	require.Equal(t, []any{[]uuid.UUID{c, d}, AbandonedFailure, dbschema.Channel("s", dbschema.UpdateDoneChannel)}, q[3].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{c, d}, engine.AbandonedFailure, dbschema.Channel("s", dbschema.UpdateDoneChannel)}, q[3].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{4, 9}, []int64{6, 10}, 2}, q[4].Arguments)
 	require.NotNil(t, q[4].Fn, "the merged CAS reads its check")
 	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[5].Arguments)
@@ -68,8 +69,8 @@ func TestQueueSteps(t *testing.T) {
 	folded := row(9, "z", nil)
 	folded.Boundary = []byte(boundary)
 	mixed := &pgx.Batch{}
-	require.True(t, s.QueueSteps(mixed, []*StepWrites{{RunID: a, Events: []EventRow{row(4, "x", nil)}},
-		{RunID: b, Events: []EventRow{row(8, "y", &one), folded}}, {RunID: c, Events: []EventRow{row(2, "w", nil)}}}))
+	require.True(t, s.QueueSteps(mixed, []*engine.StepWrites{{RunID: a, Events: []engine.EventRow{row(4, "x", nil)}},
+		{RunID: b, Events: []engine.EventRow{row(8, "y", &one), folded}}, {RunID: c, Events: []engine.EventRow{row(2, "w", nil)}}}))
 	require.Len(t, mixed.QueuedQueries, 1)
 	require.Equal(t, s.runs.eventsMerged, mixed.QueuedQueries[0].SQL)
 	require.Equal(t, []any{[]uuid.UUID{a, b, b, c}, []int64{4, 8, 9, 2}, []string{"x", "y", "z", "w"}, []string{"{}", "{}", "{}", "{}"},
@@ -77,12 +78,12 @@ func TestQueueSteps(t *testing.T) {
 
 	// A kind one member holds: its lone form.
 	single := &pgx.Batch{}
-	require.False(t, s.QueueSteps(single, []*StepWrites{{RunID: a, Events: []EventRow{row(4, "x", nil)}, CAS: &RunCAS{Found: 4, Next: 5}}}))
+	require.False(t, s.QueueSteps(single, []*engine.StepWrites{{RunID: a, Events: []engine.EventRow{row(4, "x", nil)}, CAS: &engine.RunCAS{Found: 4, Next: 5}}}))
 	require.Equal(t, s.runs.events, single.QueuedQueries[0].SQL, "one member: as a lone step")
 	require.Equal(t, s.runs.advance, single.QueuedQueries[1].SQL)
 	require.Equal(t, []any{a, int64(4), int64(5), int64(0)}, single.QueuedQueries[1].Arguments)
 	retired := &pgx.Batch{}
-	require.False(t, s.QueueSteps(retired, []*StepWrites{{RunID: a, Retired: []int64{3, 4}}, {RunID: b, CAS: &RunCAS{Found: 4, Next: 5}}}))
+	require.False(t, s.QueueSteps(retired, []*engine.StepWrites{{RunID: a, Retired: []int64{3, 4}}, {RunID: b, CAS: &engine.RunCAS{Found: 4, Next: 5}}}))
 	require.Equal(t, []string{s.runs.retireMany, s.runs.advance}, []string{retired.QueuedQueries[0].SQL, retired.QueuedQueries[1].SQL})
 }
 
@@ -168,21 +169,21 @@ func TestMergedGroupWrites(t *testing.T) {
 	// A group's writes through QueueSteps; one member's append point moved:
 	// nothing of the group stays.
 	now := time.Now()
-	row := func(id int64, typ string) EventRow {
-		return EventRow{Row: history.Row{Event: history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}}}
+	row := func(id int64, typ string) engine.EventRow {
+		return engine.EventRow{Row: history.Row{Event: history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}}}
 	}
 	folded := row(6, "ActivityScheduled")
 	folded.Boundary = []byte(`{"attempt": 1}`)
 	_, err = pool.Exec(ctx, "INSERT INTO "+names.Update+" (run_id, update_id, kind) VALUES ($1, 'u1', 'k'), ($2, 'u2', 'k'), ($3, 'u3', 'k')",
 		runs[2], runs[3], runs[4])
 	require.NoError(t, err)
-	group := func(moved int64) []*StepWrites {
-		return []*StepWrites{
-			{RunID: runs[0], Events: []EventRow{row(4, "a"), row(5, "b")}, Retired: scheduled[:1], CAS: &RunCAS{Found: found[0], Next: 6}},
-			{RunID: runs[1], Events: []EventRow{row(4, "c")}, Retired: scheduled[:1], CAS: &RunCAS{Found: moved, Next: 5}},
-			{RunID: runs[2], AbandonUpdates: true, CAS: &RunCAS{Found: 4, Next: 7, Close: &RunClose{State: "completed", Result: []byte("42")}}},
-			{RunID: runs[3], AbandonUpdates: true, CAS: &RunCAS{Found: 4, Next: 7, Close: &RunClose{State: "completed"}}},
-			{RunID: runs[4], Events: []EventRow{row(4, "a"), folded}},
+	group := func(moved int64) []*engine.StepWrites {
+		return []*engine.StepWrites{
+			{RunID: runs[0], Events: []engine.EventRow{row(4, "a"), row(5, "b")}, Retired: scheduled[:1], CAS: &engine.RunCAS{Found: found[0], Next: 6}},
+			{RunID: runs[1], Events: []engine.EventRow{row(4, "c")}, Retired: scheduled[:1], CAS: &engine.RunCAS{Found: moved, Next: 5}},
+			{RunID: runs[2], AbandonUpdates: true, CAS: &engine.RunCAS{Found: 4, Next: 7, Close: &engine.RunClose{State: "completed", Result: []byte("42")}}},
+			{RunID: runs[3], AbandonUpdates: true, CAS: &engine.RunCAS{Found: 4, Next: 7, Close: &engine.RunClose{State: "completed"}}},
+			{RunID: runs[4], Events: []engine.EventRow{row(4, "a"), folded}},
 		}
 	}
 	batch := &pgx.Batch{}
