@@ -518,8 +518,8 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 				UpdateID string `json:"update_id"`
 			}
 			_ = json.Unmarshal(in.Attributes, &ref)
-			if _, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
-				" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, string(in.Type), []byte(in.Attributes), update.Key(ref.UpdateID)); err != nil {
+			item := &inbox.Item{Attributes: in.Attributes, DedupKey: update.Key(ref.UpdateID), Type: string(in.Type)}
+			if _, err := inbox.Add(ctx, tx, names, runID, item); err != nil {
 				return fmt.Errorf("deferring update %s: %w", ref.UpdateID, err)
 			}
 		}
@@ -594,8 +594,8 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
-			" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, string(history.EventChildWorkflowFailed), failed, runstate.ChildKey(e.ID)); err != nil {
+		item := &inbox.Item{Attributes: failed, DedupKey: runstate.ChildKey(e.ID), Type: string(history.EventChildWorkflowFailed)}
+		if _, err := inbox.Add(ctx, tx, names, runID, item); err != nil {
 			return fmt.Errorf("reporting child %s not started: %w", attrs.WorkflowID, err)
 		}
 		run.inboxed = true
@@ -683,8 +683,8 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)",
-			nextRunID, string(history.EventSignalReceived), attrs, fmt.Sprintf("carried:%d", i)); err != nil {
+		item := &inbox.Item{Attributes: attrs, DedupKey: fmt.Sprintf("carried:%d", i), Type: string(history.EventSignalReceived)}
+		if _, err := inbox.Add(ctx, tx, names, nextRunID, item); err != nil {
 			return fmt.Errorf("carrying signals to the next run of workflow %s: %w", run.WorkflowID, err)
 		}
 	}
