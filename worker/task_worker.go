@@ -185,7 +185,7 @@ func (r *taskResult) notify(channel, payload string) {
 // are told (meaningful only once tx commits).
 func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], own *ownJob, result *taskResult) error {
 	runID := job.Args.RunID
-	run, now, inbox, err := w.lockRunTakingInbox(ctx, tx, runID)
+	run, now, inbox, err := w.lockRunTaking(ctx, tx, runID, true)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		w.config.Logger.WarnContext(ctx, "weir: workflow task for a run that does not exist; completing it", slog.String("run_id", runID.String()))
@@ -210,12 +210,8 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 // the run) and reads it, with the database's time. pgx.ErrNoRows means the
 // run does not exist.
 func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, error) {
-	row, now, err := w.store.LockRun(ctx, tx, runID)
-	w.clock.observe(now)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, now, fmt.Errorf("locking run %s: %w", runID, err)
-	}
-	return &runRow{Run: row, scanned: err == nil}, now, err
+	run, now, _, err := w.lockRunTaking(ctx, tx, runID, false)
+	return run, now, err
 }
 
 // immutable returns what of the run's row never changes once the run
@@ -228,10 +224,11 @@ func (run *runRow) immutable() *runRow {
 	}, scanned: true}
 }
 
-// lockRunTakingInbox is lockRun for a workflow task, which also takes the
-// run's inbox (if the run is running) in the same round trip: the inbox
-// statement runs after the lock is granted, with a snapshot of its own.
-func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, []engine.InboxItem, error) {
+// lockRunTaking locks a run's row (as lockRun) and, with inbox (a
+// workflow task), takes the run's inbox (if the run is running) in the same
+// round trip: the inbox statement runs after the lock is granted, with a
+// snapshot of its own.
+func (w *Worker) lockRunTaking(ctx context.Context, tx pgx.Tx, runID uuid.UUID, inbox bool) (*runRow, time.Time, []engine.InboxItem, error) {
 	run := &runRow{Run: engine.Run{ID: runID}}
 	var now time.Time
 	var taken []engine.InboxItem
@@ -241,13 +238,15 @@ func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.U
 		w.clock.observe(now)
 		return err
 	})
-	w.store.QueueTakeInbox(batch, runID, func(items []engine.InboxItem) { taken = items })
+	if inbox {
+		w.store.QueueTakeInbox(batch, runID, func(items []engine.InboxItem) { taken = items })
+	}
 	err := tx.SendBatch(ctx, batch).Close()
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return run, now, nil, err
 	case err != nil:
-		return nil, now, nil, fmt.Errorf("locking run %s and taking its inbox: %w", runID, err)
+		return nil, now, nil, fmt.Errorf("locking run %s: %w", runID, err)
 	}
 	return run, now, taken, nil
 }

@@ -144,16 +144,8 @@ func runTargets(run *engine.Run, now *time.Time) []any {
 		&run.TaskJobID, &run.TraceContext, &run.HasParent, now}
 }
 
-// LockRun locks run runID's row and reads it, with the database's time.
-// pgx.ErrNoRows means there is no such run.
-func (s *Store) LockRun(ctx context.Context, db DBTX, runID uuid.UUID) (engine.Run, time.Time, error) {
-	run := engine.Run{ID: runID}
-	var now time.Time
-	err := db.QueryRow(ctx, s.runs.lock, runID).Scan(runTargets(&run, &now)...)
-	return run, now, err
-}
-
-// QueueLockRun queues LockRun's statement in batch; read gets its outcome.
+// QueueLockRun queues the lock and read of run runID's row, with the
+// database's time; read gets them, or the error (pgx.ErrNoRows: no such run).
 func (s *Store) QueueLockRun(batch *pgx.Batch, runID uuid.UUID, read func(run engine.Run, now time.Time, err error) error) {
 	batch.Queue(s.runs.lock, runID).QueryRow(func(row pgx.Row) error {
 		run := engine.Run{ID: runID}
