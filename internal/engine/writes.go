@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,7 +50,7 @@ type StepWrites struct {
 
 // AbandonedFailure is the failure (JSON) of an update still pending on a
 // run that closed.
-var AbandonedFailure = []byte(`{"message":"the workflow closed before the update completed","type":"WorkflowClosed"}`)
+var AbandonedFailure, _ = json.Marshal(&history.Failure{Message: "the workflow closed before the update completed", Type: "WorkflowClosed"})
 
 // EventRow is a row of the event table: events as history.Rows folds
 // them, and the event the row's event resolves (an outcome's), if any.
