@@ -68,7 +68,7 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 	defer cancel()
 
 	var result taskResult
-	by := &advanceBy{attempt: 1, apply: alone{commit: r.LastInTx}, inStart: true, replayCtx: replayCtx}
+	by := &advanceBy{attempt: 1, apply: alone{commit: r.LastInTx}, startCtx: replayCtx}
 	err := w.advance(ctx, tx, t.def, w.startedRun(r), r.Now, nil, by, &result)
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// The start committed with the task's last batch: the task is done.
@@ -299,7 +299,7 @@ func (t *firstTaskTaker) advanceDeferred(ctx context.Context, tx pgx.Tx, run *ru
 ) (by *advanceBy, after func(), err error) {
 	replayCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	by = &advanceBy{attempt: 1, apply: startLast{last: last, after: &after}, inStart: true, replayCtx: replayCtx}
+	by = &advanceBy{attempt: 1, apply: startLast{last: last, after: &after}, startCtx: replayCtx}
 	err = t.w.advance(ctx, tx, t.def, run, now, nil, by, result)
 	return by, after, err
 }

@@ -269,13 +269,10 @@ type advanceBy struct {
 	// its start), as the caller chose.
 	apply applier
 
-	// replayCtx, when set, bounds the workflow code (not the statements):
-	// a first task running inside a client's start.
-	replayCtx context.Context
-
-	// inStart says the task runs inside the start that inserted its run,
-	// which no one else can see yet (so no query waits for it).
-	inStart bool
+	// startCtx is set for a first task running inside the start that
+	// inserted its run, which no one else can see yet (so no query waits
+	// for it): it bounds the workflow code (not the statements).
+	startCtx context.Context
 
 	// wrote is set once the task began writing (appending its events):
 	// an error after that leaves tx with partial writes.
@@ -432,8 +429,8 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 	begin := time.Now()
 	defer func() { result.replayed = time.Since(begin) }()
 	replayCtx := ctx
-	if by.replayCtx != nil {
-		replayCtx = by.replayCtx
+	if by.startCtx != nil {
+		replayCtx = by.startCtx
 	}
 	params := &replay.ExecuteParams{
 		ActivityResultType: w.activityResultType,
@@ -473,7 +470,7 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 	// responder (each would scan for queries). A query that arrives between the look
 	// and the commit is parked by the responder that claims it (no handler
 	// yet) and answered on the responders' next poll.
-	if run.NextEventID == 1 && !by.inStart {
+	if run.NextEventID == 1 && by.startCtx == nil {
 		w.store.QueueQueriesWaiting(run.writes, run.ID, func(waiting bool) {
 			if waiting {
 				result.notify(dbschema.Channel(names.Schema, dbschema.QueryChannel), "")
