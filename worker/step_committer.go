@@ -52,7 +52,7 @@ import (
 // back and every outcome in it runs again alone, in a transaction of its
 // own, where only the faulty one fails.
 //
-// Only plain continuations commit in a group (groupable): a continuation
+// Only plain continuations commit in a group (engine.Step.Alone, stepMember.admit): a continuation
 // whose writes all go in its last batch and touch only its own run and jobs.
 // One that would write earlier or reach other runs (a timer, a child, a
 // cancellation, continue-as-new, a closing run's parent or children), an
@@ -90,7 +90,7 @@ const stepGroupTimeout = time.Minute
 
 // errRunsAlone is what an outcome's body returns, in a group, before it
 // wrote anything, when it cannot commit in the group (it is not a plain
-// continuation, see groupable): the group goes on without it, and it runs
+// continuation, see stepMember.admit): the group goes on without it, and it runs
 // alone once the group ended.
 var errRunsAlone = errors.New("worker: this outcome commits alone")
 
