@@ -100,8 +100,6 @@ func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *o
 	return nil
 }
 
-// runHeaders reads the headers stored with a run for the interceptors; nil if
-// there are none or they can't be read (the task itself will find out why).
 // readTaskInfo reads what interceptors are told of a task's run before it
 // runs: its headers (trace context), generation, namespace and start time.
 // A run that cannot be read leaves them unset; the task finds out why.
