@@ -21,6 +21,7 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/attempt"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/workflow"
@@ -138,7 +139,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 		return fmt.Errorf("claiming job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
 	if claimedID != 0 {
-		run.writes.Queue(w.sql.activity, runID, e.ID, claimedID, attrs.Kind, deadline)
+		run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: claimedID, Kind: attrs.Kind, Deadline: deadline})
 		return nil
 	}
 	inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
@@ -151,7 +152,7 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 	if err != nil {
 		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
-	run.writes.Queue(w.sql.activity, runID, e.ID, inserted.Job.ID, attrs.Kind, deadline)
+	run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: inserted.Job.ID, Kind: attrs.Kind, Deadline: deadline})
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
@@ -67,7 +68,7 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 	defer cancel()
 
 	var result taskResult
-	by := &advanceBy{attempt: 1, commit: r.LastInTx, inStart: true, replayCtx: replayCtx}
+	by := &advanceBy{attempt: 1, apply: alone{commit: r.LastInTx}, startCtx: replayCtx}
 	err := w.advance(ctx, tx, t.def, w.startedRun(r), r.Now, nil, by, &result)
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// The start committed with the task's last batch: the task is done.
@@ -92,8 +93,10 @@ func (w *Worker) startedRun(r *handoff.Run) *runRow {
 // newRun is the run a start inserts, as its first task reads it.
 func newRun(r *handoff.Run) *runRow {
 	return &runRow{
-		Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
-		State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
+		Run: engine.Run{
+			Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
+			State: "running", TraceContext: r.TraceContext, WorkflowID: r.WorkflowID,
+		},
 		scanned: true, // all of the row the start inserted (a client's start has no parent)
 	}
 }
@@ -145,6 +148,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 
 	results := make([]*taskResult, len(runs))
 	var afters []func()
+	var writes lastWrites
 	// failed settles what the tasks that ran took (eager slots) when the
 	// group fails.
 	failed := func(err error) {
@@ -163,7 +167,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 			break
 		}
 		result := &taskResult{}
-		by, after, err := t.advanceDeferred(ctx, tx, w.startedRun(r), r.Now, budget, out.Last, result)
+		by, after, err := t.advanceDeferred(ctx, tx, w.startedRun(r), r.Now, budget, &writes, result)
 		if after != nil {
 			afters = append(afters, after)
 		}
@@ -184,7 +188,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 			out.Errs[i] = w.failedInStart(ctx, r.ID, err)
 		}
 	}
-	w.mergeLastWrites(out.Last, true) // a group of starts asked for generic plans with its lock
+	w.queueLastWrites(out.Last, &writes, true) // a group of starts asked for generic plans with its lock
 	out.Sent = func() {
 		for _, after := range afters {
 			after()
@@ -246,7 +250,8 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 	out := &handoff.FirstTasks{Done: make([]func(bool), 1), Errs: make([]error, 1), Last: &pgx.Batch{}}
 	var result taskResult
 	tx := lazytx.NoSend(errAheadSends)
-	_, after, err := t.advanceDeferred(ctx, tx, newRun(r), now, budget, out.Last, &result)
+	var writes lastWrites
+	_, after, err := t.advanceDeferred(ctx, tx, newRun(r), now, budget, &writes, &result)
 	declined := tx.Tried() || errors.Is(err, errRunsAlone)
 	if err == nil && (declined || after == nil) {
 		err, declined = errAheadSends, true // cannot happen: it would have failed, or its writes been sent
@@ -263,7 +268,7 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 		w.ahead.failed.Add(1)
 		return nil, &handoff.FailedAheadError{Err: w.failedInStart(ctx, r.ID, err)}
 	}
-	w.mergeLastWrites(out.Last, false)
+	w.queueLastWrites(out.Last, &writes, false)
 	settle := w.settleStart(&result)
 	out.Done[0] = func(committed bool) {
 		if committed {
@@ -290,15 +295,11 @@ func (t *firstTaskTaker) budget(ctx context.Context) (time.Duration, bool) {
 // the caller to send with its COMMIT); after is what to do once they ran
 // (nil when the task did not get that far).
 func (t *firstTaskTaker) advanceDeferred(ctx context.Context, tx pgx.Tx, run *runRow, now time.Time, budget time.Duration,
-	last *pgx.Batch, result *taskResult,
+	last *lastWrites, result *taskResult,
 ) (by *advanceBy, after func(), err error) {
 	replayCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	by = &advanceBy{attempt: 1, commit: true, inStart: true, replayCtx: replayCtx,
-		deferLast: func(writes *pgx.Batch, then func()) {
-			last.QueuedQueries = append(last.QueuedQueries, writes.QueuedQueries...)
-			after = then
-		}}
+	by = &advanceBy{attempt: 1, apply: startLast{last: last, after: &after}, startCtx: replayCtx}
 	err = t.w.advance(ctx, tx, t.def, run, now, nil, by, result)
 	return by, after, err
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay"
 )
@@ -42,7 +43,7 @@ type historyEntry struct {
 	nextEventID int64
 	run         *runRow         // the run's row as last read under its lock (what never changes of it), if known
 	session     *replay.Session // the run's code, standing at nextEventID, unless a task took it
-	facts       *eventFacts     // what tasks read of the events' attributes
+	facts       *engine.Facts   // what tasks read of the events' attributes
 	decided     *decidedTask    // a task's decision at nextEventID, kept for its rerun alone
 	used        *list.Element   // its place in historyCache.order
 }
@@ -101,7 +102,7 @@ func (c *historyCache) remove(runID [16]byte) *historyEntry {
 
 // get returns a copy of the run's cached history, and the memo of its
 // events' facts, if its append point is nextEventID.
-func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, *eventFacts, bool) {
+func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, *engine.Facts, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lookup(runID)
@@ -196,7 +197,7 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 // standing at its end if any and the memo of its events' facts (a new one
 // if nil), unless the cache holds a longer history of the run. A session it
 // does not keep, or replaces, is closed.
-func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, session *replay.Session, facts *eventFacts) {
+func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, session *replay.Session, facts *engine.Facts) {
 	var closing []*replay.Session
 	defer func() { closeAll(closing) }()
 	c.mu.Lock()
@@ -233,7 +234,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		closing = append(closing, evicted.held()...)
 	}
 	if facts == nil {
-		facts = newEventFacts()
+		facts = engine.NewFacts()
 	}
 	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, session: session, facts: facts, used: c.order.PushFront(runID)}
 }
@@ -280,9 +281,9 @@ func (c *historyCache) closeSessions() {
 // history returns the run's history, with the memo of its events' facts:
 // from the cache when this worker committed its current append point, else
 // from the database (with a new memo).
-func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history.Event, *eventFacts, error) {
+func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history.Event, *engine.Facts, error) {
 	if run.NextEventID == 1 {
-		return nil, newEventFacts(), nil // a run's first task: no history yet
+		return nil, engine.NewFacts(), nil // a run's first task: no history yet
 	}
 	if events, facts, ok := w.histories.get(run.ID, run.NextEventID); ok {
 		return events, facts, nil
@@ -291,7 +292,7 @@ func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history
 	if err != nil {
 		err = fmt.Errorf("loading history: %w", err)
 	}
-	return events, newEventFacts(), err
+	return events, engine.NewFacts(), err
 }
 
 // stageHistory notes in result the history a task is committing, for the

@@ -12,16 +12,15 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/fencing"
-
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // Group commit of activity outcomes: under load, a worker's activity
@@ -52,7 +51,7 @@ import (
 // back and every outcome in it runs again alone, in a transaction of its
 // own, where only the faulty one fails.
 //
-// Only plain continuations commit in a group (groupable): a continuation
+// Only plain continuations commit in a group (engine.Step.Alone, stepMember.admit): a continuation
 // whose writes all go in its last batch and touch only its own run and jobs.
 // One that would write earlier or reach other runs (a timer, a child, a
 // cancellation, continue-as-new, a closing run's parent or children), an
@@ -90,7 +89,7 @@ const stepGroupTimeout = time.Minute
 
 // errRunsAlone is what an outcome's body returns, in a group, before it
 // wrote anything, when it cannot commit in the group (it is not a plain
-// continuation, see groupable): the group goes on without it, and it runs
+// continuation, see stepMember.admit): the group goes on without it, and it runs
 // alone once the group ended.
 var errRunsAlone = errors.New("worker: this outcome commits alone")
 
@@ -145,7 +144,8 @@ type stepMember struct {
 
 	// The continuation's last writes, sent with the group's COMMIT, and
 	// what to do once they ran (deferLast).
-	last      *pgx.Batch
+	step      *engine.StepWrites
+	rest      *pgx.Batch
 	afterLast func()
 }
 
@@ -165,8 +165,8 @@ func (m *stepMember) takeLocked() (run *runRow, now time.Time, ok bool, err erro
 
 // deferLast takes a continuation's last writes (nothing is written after
 // them) to be sent with the group's COMMIT; after runs once they did.
-func (m *stepMember) deferLast(writes *pgx.Batch, after func()) {
-	m.last, m.afterLast = writes, after
+func (m *stepMember) deferLast(step *engine.StepWrites, rest *pgx.Batch, after func()) {
+	m.step, m.rest, m.afterLast = step, rest, after
 }
 
 // commit records an outcome of run runID through fn (as outcomeTx does),
@@ -285,8 +285,8 @@ func (c *stepCommitter) run(members []*stepMember) (committed int) {
 		}()
 		for _, m := range members {
 			m.cont.dropSession()
-			m.cont, m.last, m.afterLast, m.guarded = taskResult{step: m}, nil, nil, false
-			m.run, m.lockErr, m.locked = &runRow{ID: m.runID}, nil, true
+			m.cont, m.step, m.rest, m.afterLast, m.guarded = taskResult{step: m}, nil, nil, nil, false
+			m.run, m.lockErr, m.locked = &runRow{Run: engine.Run{ID: m.runID}}, nil, true
 		}
 		plansSet := false // lockRuns asks for generic plans for the whole transaction
 		switch {
@@ -305,7 +305,8 @@ func (c *stepCommitter) run(members []*stepMember) (committed int) {
 			}
 			plansSet = true
 		}
-		last := &pgx.Batch{}
+		var writes lastWrites
+		last := &pgx.Batch{} // the guards, then the members' writes
 		for _, m := range members {
 			// An attempt that lost its lease is refused: alone, it fails as
 			// it would have, without failing the group. One whose deadline
@@ -328,17 +329,18 @@ func (c *stepCommitter) run(members []*stepMember) (committed int) {
 				return err
 			}
 			m.locked = false
-			if m.guarded && m.last != nil {
+			if m.step == nil && m.rest == nil {
+				continue
+			}
+			if m.guarded {
 				c.queueGuard(last, m)
 			}
-			if m.last != nil {
-				last.QueuedQueries = append(last.QueuedQueries, m.last.QueuedQueries...)
-			}
+			writes.add(m.step, m.rest)
 		}
-		if last.Len() == 0 {
+		if writes.empty() {
 			return nil
 		}
-		c.w.mergeLastWrites(last, plansSet)
+		c.w.queueLastWrites(last, &writes, plansSet)
 		lazytx.QueueCommit(tx, last)
 		return tx.SendBatch(ctx, last).Close()
 	})
@@ -410,13 +412,10 @@ func maxTime(a, b time.Time) time.Time {
 // queued. A run that moved fails the batch (and its COMMIT) by a division
 // by zero.
 func (c *stepCommitter) queueGuard(batch *pgx.Batch, m *stepMember) {
-	batch.Queue("WITH r AS (SELECT 1 FROM "+c.w.names.Run+
-		" WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL AND task_job_id IS NULL FOR UPDATE)"+
-		" SELECT 1 / count(*)::int FROM r", m.runID, m.run.NextEventID).QueryRow(func(row pgx.Row) error {
+	c.w.store.QueueGuard(batch, m.runID, m.run.NextEventID).QueryRow(func(row pgx.Row) error {
 		var one int
 		err := row.Scan(&one)
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
+		if store.IsMovedError(err) {
 			c.guardMisses.Add(1)
 			c.w.histories.forgetAt(m.runID, m.run.NextEventID) // moved elsewhere (or closed): what this worker kept of it is stale
 			return fmt.Errorf("run %s moved since this worker's last step of it: %w", m.runID, err)
@@ -443,25 +442,14 @@ func (c *stepCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*step
 	// (dbschema.GenericPlansSQL), this statement over an array included.
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	batch.Queue(c.w.lockRunsSQL(), ids).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var (
-				id  uuid.UUID
-				run runRow
-				now time.Time
-			)
-			if err := run.scanWithID(rows, &id, &now); err != nil {
-				return err
-			}
-			m := byID[id]
-			if m == nil {
-				return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", id)
-			}
-			run.ID = id
-			m.run, m.now, m.lockErr = &run, now, nil
-			c.w.clock.observe(now)
+	c.w.store.QueueLockRuns(batch, ids, func(row engine.Run, now time.Time) error {
+		m := byID[row.ID]
+		if m == nil {
+			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", row.ID)
 		}
-		return rows.Err()
+		m.run, m.now, m.lockErr = &runRow{Run: row, scanned: true}, now, nil
+		c.w.clock.observe(now)
+		return nil
 	})
 	return tx.SendBatch(ctx, batch).Close()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/workflow"
@@ -60,7 +61,7 @@ func (f *stepFixture) record(id string, last ...string) func(ctx context.Context
 			batch.Queue(sql)
 		}
 		if cont.step != nil {
-			cont.step.deferLast(batch, nil)
+			cont.step.deferLast(nil, batch, nil)
 			return nil
 		}
 		return tx.SendBatch(ctx, batch).Close()
@@ -679,7 +680,7 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 	t.Parallel()
 	c := newHistoryCache(MaxCachedRunsDefault)
 	run := uuid.New()
-	row := &runRow{ID: run, scanned: true}
+	row := &runRow{Run: engine.Run{ID: run}, scanned: true}
 	long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}}
 	c.put(run, long, row, nil, nil)
 	c.put(run, long[:2], row, nil, nil)

@@ -8,17 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/lazytx"
@@ -102,8 +100,6 @@ func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *o
 	return nil
 }
 
-// runHeaders reads the headers stored with a run for the interceptors; nil if
-// there are none or they can't be read (the task itself will find out why).
 // readTaskInfo reads what interceptors are told of a task's run before it
 // runs: its headers (trace context), generation, namespace and start time.
 // A run that cannot be read leaves them unset; the task finds out why.
@@ -136,25 +132,16 @@ type stackError struct {
 func (e *stackError) Error() string { return e.err.Error() + "\n" + e.stack }
 func (e *stackError) Unwrap() error { return e.err }
 
+// runRow is a run's row as a step read it, and what the step did so far.
 type runRow struct {
-	ID           uuid.UUID
-	HasParent    bool
-	Args         []byte
-	Generation   int64
-	Kind         string
-	Namespace    string
-	NextEventID  int64
-	Queue        string
-	State        string
-	TaskJobID    *int64
-	TraceContext []byte
-	WorkflowID   string
+	engine.Run
 
-	scanned    bool         // what never changes of the row is the row's (read by scan, or the start that inserted it)
-	inboxed    bool         // the task wrote to the run's own inbox (a child that could not start)
-	eager      []eagerStart // activities the task claimed, to start once it commits
-	eagerSlots int          // eager slots the task took (as many as eager once its writes ran)
-	writes     *pgx.Batch   // writes queued to go in one round trip (flushWrites)
+	scanned    bool               // what never changes of the row is the row's (read by scan, or the start that inserted it)
+	inboxed    bool               // the task wrote to the run's own inbox (a child that could not start)
+	eager      []eagerStart       // activities the task claimed, to start once it commits
+	eagerSlots int                // eager slots the task took (as many as eager once its writes ran)
+	step       *engine.StepWrites // the step's typed writes to its run, not sent yet (flushWrites)
+	writes     *pgx.Batch         // other writes queued to go with step's (claims, completion, checks)
 }
 
 // taskResult is what a task tells interceptors, once its transaction
@@ -167,7 +154,7 @@ type taskResult struct {
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
 	session       *replay.Session     // the run's code as the task left it, for the cache with history
-	facts         *eventFacts         // what was read of the history's events, for the cache with history
+	facts         *engine.Facts       // what was read of the history's events, for the cache with history
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
 	startedTimer  bool                // it started a timer (the timer waker looks again)
@@ -196,7 +183,7 @@ func (r *taskResult) notify(channel, payload string) {
 // are told (meaningful only once tx commits).
 func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], own *ownJob, result *taskResult) error {
 	runID := job.Args.RunID
-	run, now, inbox, err := w.lockRunTakingInbox(ctx, tx, runID)
+	run, now, inbox, err := w.lockRunTaking(ctx, tx, runID, true)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		w.config.Logger.WarnContext(ctx, "weir: workflow task for a run that does not exist; completing it", slog.String("run_id", runID.String()))
@@ -210,7 +197,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		w.histories.forget(runID)
 		return own.finish(ctx, tx, false)
 	}
-	by := &advanceBy{attempt: job.Attempt, inbox: inbox, own: own, taskJobID: job.ID}
+	by := &advanceBy{attempt: job.Attempt, apply: alone{}, inbox: inbox, own: own, taskJobID: job.ID}
 	if err := w.advance(ctx, tx, def, run, now, nil, by, result); err != nil {
 		return err
 	}
@@ -221,109 +208,44 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 // the run) and reads it, with the database's time. pgx.ErrNoRows means the
 // run does not exist.
 func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, error) {
-	run := &runRow{ID: runID}
-	var now time.Time
-	err := run.scan(tx.QueryRow(ctx, w.lockRunSQL(), runID), &now)
-	w.clock.observe(now)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, now, fmt.Errorf("locking run %s: %w", runID, err)
-	}
+	run, now, _, err := w.lockRunTaking(ctx, tx, runID, false)
 	return run, now, err
-}
-
-// runCASWhere is the condition of a task's write to its run ($1): the run
-// is live and its append point is still $2 (W4).
-//
-// closed_at IS NULL is state = 'running' (constraint weir_run_closed_at), in
-// a form that no partial index's predicate matches. Written as state =
-// 'running', the test let the planner, with the statistics of a young
-// weir_run, take the row through weir_run_live_idx, filtering every live run
-// by run_id (0.39 ms per write, median, with 2,000 runs live), instead of by
-// primary key.
-const runCASWhere = " WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL"
-
-// runRowColumns are what runRow.scan reads of a run, then the database's
-// time.
-const runRowColumns = "namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context," +
-	" parent_run_id IS NOT NULL, now()"
-
-// lockRunSQL locks and reads a run's row ($1) for runRow.scan.
-func (w *Worker) lockRunSQL() string {
-	return "SELECT " + runRowColumns + " FROM " + w.names.Run + " WHERE run_id = $1 FOR UPDATE"
-}
-
-// lockRunsSQL locks and reads the runs of an array of run IDs ($1), in run
-// ID order (the rows are locked as they leave the sort), for
-// runRow.scanWithID.
-func (w *Worker) lockRunsSQL() string {
-	return "SELECT run_id, " + runRowColumns + " FROM " + w.names.Run + " WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE"
-}
-
-// scanWithID reads a row of lockRunsSQL: its run's ID into id, the rest as
-// scan does.
-func (run *runRow) scanWithID(row pgx.Row, id *uuid.UUID, now *time.Time) error {
-	err := row.Scan(append([]any{id}, run.columns(now)...)...)
-	run.scanned = err == nil
-	return err
-}
-
-// scan reads the row of lockRunSQL into run, and the database's time into now.
-func (run *runRow) scan(row pgx.Row, now *time.Time) error {
-	err := row.Scan(run.columns(now)...)
-	run.scanned = err == nil
-	return err
-}
-
-// columns are the scan targets of runRowColumns.
-func (run *runRow) columns(now *time.Time) []any {
-	return []any{&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
-		&run.TaskJobID, &run.TraceContext, &run.HasParent, now}
 }
 
 // immutable returns what of the run's row never changes once the run
 // started (for the history cache): its identity, kind, queue, args, trace
 // and parent; the rest is left zero.
 func (run *runRow) immutable() *runRow {
-	return &runRow{
+	return &runRow{Run: engine.Run{
 		ID: run.ID, HasParent: run.HasParent, Args: run.Args, Generation: run.Generation, Kind: run.Kind, Namespace: run.Namespace,
-		Queue: run.Queue, TraceContext: run.TraceContext, WorkflowID: run.WorkflowID, scanned: true,
-	}
+		Queue: run.Queue, TraceContext: run.TraceContext, WorkflowID: run.WorkflowID,
+	}, scanned: true}
 }
 
-// lockRunTakingInbox is lockRun for a workflow task, which also takes the
-// run's inbox (if the run is running) in the same round trip: the inbox
-// statement runs after the lock is granted, with a snapshot of its own.
-func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, []inboxRow, error) {
-	run := &runRow{ID: runID}
+// lockRunTaking locks a run's row (as lockRun) and, with inbox (a
+// workflow task), takes the run's inbox (if the run is running) in the same
+// round trip: the inbox statement runs after the lock is granted, with a
+// snapshot of its own.
+func (w *Worker) lockRunTaking(ctx context.Context, tx pgx.Tx, runID uuid.UUID, inbox bool) (*runRow, time.Time, []engine.InboxItem, error) {
+	run := &runRow{Run: engine.Run{ID: runID}}
 	var now time.Time
-	var taken []inboxRow
+	var taken []engine.InboxItem
 	batch := &pgx.Batch{}
-	batch.Queue(w.lockRunSQL(), runID).QueryRow(func(row pgx.Row) error {
-		err := run.scan(row, &now)
+	w.store.QueueLockRun(batch, runID, func(row engine.Run, at time.Time, err error) error {
+		run.Run, now, run.scanned = row, at, err == nil
 		w.clock.observe(now)
 		return err
 	})
-	batch.Queue("DELETE FROM "+w.names.Inbox+" WHERE run_id = $1"+
-		" AND EXISTS (SELECT 1 FROM "+w.names.Run+" WHERE run_id = $1 AND closed_at IS NULL)"+ // by primary key, as in advance's CAS
-		" RETURNING id, type, attributes, created_at", runID).Query(func(rows pgx.Rows) error {
-		var err error
-		taken, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (inboxRow, error) {
-			var r inboxRow
-			var eventType string
-			err := row.Scan(&r.id, &eventType, (*[]byte)(&r.event.Attributes), &r.event.Time) // as eventstore.Load: no second validation
-			r.event.Type = history.EventType(eventType)
-			return r, err
-		})
-		return err
-	})
+	if inbox {
+		w.store.QueueTakeInbox(batch, runID, func(items []engine.InboxItem) { taken = items })
+	}
 	err := tx.SendBatch(ctx, batch).Close()
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return run, now, nil, err
 	case err != nil:
-		return nil, now, nil, fmt.Errorf("locking run %s and taking its inbox: %w", runID, err)
+		return nil, now, nil, fmt.Errorf("locking run %s: %w", runID, err)
 	}
-	slices.SortFunc(taken, func(a, b inboxRow) int { return int(a.id - b.id) })
 	return run, now, taken, nil
 }
 
@@ -332,7 +254,7 @@ func (w *Worker) lockRunTakingInbox(ctx context.Context, tx pgx.Tx, runID uuid.U
 // (taskJobID 0; a run with no queued task has an empty inbox).
 type advanceBy struct {
 	attempt   int
-	inbox     []inboxRow
+	inbox     []engine.InboxItem
 	taskJobID int64
 
 	// own is the job of the task or attempt, whose completion rides with
@@ -341,30 +263,14 @@ type advanceBy struct {
 	own       *ownJob
 	completed bool
 
-	// commit, when set, lets the last batch also commit tx (a lazytx
-	// transaction) if the job's completion (when there is a job) rode in
-	// it and nothing is written after it: the caller writes nothing more
-	// and commits. The commit then costs no round trip of its own.
-	commit bool
+	// apply is how the step's writes are applied (alone, in a group, with
+	// its start), as the caller chose.
+	apply applier
 
-	// group, when set, is the outcome's place in a group of outcomes
-	// committed together (stepCommitter); its last batch goes through
-	// deferLast.
-	group *stepMember
-
-	// replayCtx, when set, bounds the workflow code (not the statements):
-	// a first task running inside a client's start.
-	replayCtx context.Context
-
-	// inStart says the task runs inside the start that inserted its run,
-	// which no one else can see yet (so no query waits for it).
-	inStart bool
-
-	// deferLast, when set (a member of a group of outcomes, or a first task
-	// in a group of starts), takes the last batch that commit allows to
-	// carry the COMMIT, and what to do once it ran: the group sends every
-	// member's with one COMMIT.
-	deferLast func(writes *pgx.Batch, after func())
+	// startCtx is set for a first task running inside the start that
+	// inserted its run, which no one else can see yet (so no query waits
+	// for it): it bounds the workflow code (not the statements).
+	startCtx context.Context
 
 	// wrote is set once the task began writing (appending its events):
 	// an error after that leaves tx with partial writes.
@@ -386,177 +292,174 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	return err
 }
 
+// decided is what a step read of its run and decided: the run's history
+// as read, the step's inputs, the events it appends and the replay's
+// outcome.
+type decided struct {
+	events   []history.Event
+	facts    *engine.Facts
+	inputs   []history.Event
+	toAppend []history.Event
+	outcome  *replay.Outcome
+}
+
 // advanceRun is advance, but for closing the session of a task that
 // failed.
 func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
 	by *advanceBy, result *taskResult,
 ) error {
-	closed := &result.closed
-	names := w.names
-	runID := run.ID
 	defer func() { result.eager, result.eagerSlots = run.eager, run.eagerSlots }()
-	run.writes = &pgx.Batch{}
-
-	events, facts, err := w.history(ctx, tx, run)
+	run.step, run.writes = &engine.StepWrites{RunID: run.ID}, &pgx.Batch{}
+	d, err := w.decide(ctx, tx, def, run, now, direct, by, result)
+	if err != nil || d == nil {
+		return err
+	}
+	st, err := engine.Decide(engine.StepParams{
+		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.toAppend, Outcome: d.outcome, TaskJobID: by.taskJobID,
+	})
 	if err != nil {
 		return err
 	}
-	result.facts = facts
-	var toAppend []history.Event
-	if len(events) == 0 {
-		started, err := history.NewEvent(1, now, &history.WorkflowStartedAttributes{
-			Args: run.Args, Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), WorkflowID: run.WorkflowID,
-		})
-		if err != nil {
+	if err := by.apply.admit(ctx, st, by.own); err != nil {
+		if result.step != nil {
+			// Its rerun alone, just after the group, takes what it decided.
+			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, session: result.session})
+			result.session = nil
+		}
+		return err
+	}
+	by.wrote = true
+	// The events go first; the CAS and the rest of st.Writes, last.
+	run.step.Events, run.step.Retired = st.Writes.Events, st.Writes.Retired
+	if err := w.scheduleEvents(ctx, tx, run, d.toAppend); err != nil {
+		return err
+	}
+	result.startedTimer, result.closed = st.StartsTimer, st.Closed
+	if st.CancelsOrAnswers {
+		if err := w.flushWrites(ctx, tx, run); err != nil {
 			return err
 		}
-		events = append(events, started)
-		toAppend = append(toAppend, started)
+		if err := w.cancelJobs(ctx, tx, run.ID, d.outcome.CanceledActivities, d.outcome.CanceledTimers); err != nil {
+			return err
+		}
+		if err := w.answerUpdates(ctx, tx, run.ID, d.outcome); err != nil {
+			return err
+		}
 	}
-	if last := events[len(events)-1].ID; last != run.NextEventID-1 && len(toAppend) == 0 {
-		return fmt.Errorf("history of run %s ends at event %d but the run expects %d next", runID, last, run.NextEventID)
+	if err := w.sendLast(ctx, tx, run, by, st, result); err != nil {
+		return err
 	}
+	stageHistory(result, run, d.events, d.toAppend, d.outcome.Completed)
+	return w.afterLast(ctx, tx, run, d.outcome, st.Pending)
+}
 
+// decide reads the run's history, takes the step's inputs (the inbox it
+// took, and direct) and replays the workflow with them. It returns nil
+// when there is nothing new (a duplicate task, or only outcomes history
+// already has), having cleared the run's task.
+func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
+	by *advanceBy, result *taskResult,
+) (*decided, error) {
+	events, facts, err := w.history(ctx, tx, run)
+	if err != nil {
+		return nil, err
+	}
+	result.facts = facts
+	d := &decided{facts: facts}
+	if len(events) == 0 {
+		started, err := history.NewEvent(1, now, &history.WorkflowStartedAttributes{
+			Args: run.Args, Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), WorkflowID: run.WorkflowID,
+		})
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, started)
+		d.toAppend = append(d.toAppend, started)
+	}
+	d.events = events
+	if last := events[len(events)-1].ID; last != run.NextEventID-1 && len(d.toAppend) == 0 {
+		return nil, fmt.Errorf("history of run %s ends at event %d but the run expects %d next", run.ID, last, run.NextEventID)
+	}
 	// A run with no queued task has an empty inbox: every inbox writer
 	// queues a task unless one is queued (and the sweeper repairs a task
 	// job deleted by hand).
-	inputs, err := newInputs(ctx, runID, events, facts, by.inbox, direct, w.config.Logger)
-	if err != nil {
-		return err
+	if d.inputs, err = engine.NewInputs(ctx, run.ID, events, facts, by.inbox, direct, w.config.Logger); err != nil {
+		return nil, err
 	}
 	if len(w.config.Interceptors) > 0 {
-		result.signalHeaders = signalHeaders(inputs)
+		result.signalHeaders = signalHeaders(d.inputs)
 	}
-	if len(inputs) == 0 && len(toAppend) == 0 {
-		if by.group != nil {
-			return errRunsAlone // the job completes on its own
+	if len(d.inputs) == 0 && len(d.toAppend) == 0 {
+		if result.step != nil {
+			return nil, errRunsAlone // the job completes on its own
 		}
-		// Nothing new (a duplicate task, or only outcomes history already
-		// has): leave history as it is.
 		if by.taskJobID != 0 {
-			if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET task_job_id = NULL WHERE run_id = $1 AND task_job_id = $2", runID, by.taskJobID); err != nil {
-				return fmt.Errorf("clearing task: %w", err)
+			if err := w.store.ClearTask(ctx, tx, run.ID, by.taskJobID); err != nil {
+				return nil, fmt.Errorf("clearing task: %w", err)
 			}
 		}
-		return nil
+		return nil, nil
 	}
+	if d.outcome, err = w.replayStep(ctx, def, run, now, by, d, result); err != nil {
+		return nil, err
+	}
+	if engine.OnlyBoundary(d.toAppend, d.outcome) {
+		// Nothing entered history (every input was rejected, deferred or
+		// dropped) and the code did nothing: the task records nothing,
+		// so rejected updates cannot grow a history. The session has
+		// the boundary; it is not the run's history any more.
+		d.outcome.Events = nil
+		result.dropSession()
+	}
+	d.toAppend = append(d.toAppend, d.outcome.Events...)
+	return d, nil
+}
 
-	replayBegin := time.Now()
+// replayStep runs the workflow code on d's history and inputs. Sticky
+// execution: the code as this worker's last task of the run left it, if
+// that task's history is still the run's; else a replay of the history,
+// keeping the code for the run's next task. A rerun alone of an outcome
+// that left its group takes what it decided there, if nothing changed
+// since.
+func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *runRow, now time.Time, by *advanceBy, d *decided,
+	result *taskResult,
+) (outcome *replay.Outcome, err error) {
+	begin := time.Now()
+	defer func() { result.replayed = time.Since(begin) }()
 	replayCtx := ctx
-	if by.replayCtx != nil {
-		replayCtx = by.replayCtx
+	if by.startCtx != nil {
+		replayCtx = by.startCtx
 	}
 	params := &replay.ExecuteParams{
 		ActivityResultType: w.activityResultType,
 		Codec:              w.config.Codec,
 		DeadlockTimeout:    w.config.DeadlockTimeout,
 		Go:                 w.goroutines.Go,
-		History:            events,
+		History:            d.events,
 		Info: replay.Info{
-			Generation: run.Generation, Kind: run.Kind, RunID: runID.String(), TaskAttempt: by.attempt, WorkflowID: run.WorkflowID,
+			Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), TaskAttempt: by.attempt, WorkflowID: run.WorkflowID,
 		},
-		Inputs: inputs,
+		Inputs: d.inputs,
 		Now:    now,
 	}
-	// Sticky execution: the code as this worker's last task of the run
-	// left it, if that task's history is still the run's; else a replay of
-	// the history, keeping the code for the run's next task.
-	// A rerun alone of an outcome that left its group takes what it
-	// decided there, if nothing changed since.
-	var outcome *replay.Outcome
-	if d := w.histories.decision(runID, run.NextEventID, inputs); d != nil {
-		outcome, result.session = d.outcome, d.session
-	} else if session := w.histories.session(runID, run.NextEventID); session != nil {
+	if decision := w.histories.decision(run.ID, run.NextEventID, d.inputs); decision != nil {
+		result.session = decision.session
+		return decision.outcome, nil
+	}
+	if session := w.histories.session(run.ID, run.NextEventID); session != nil {
 		result.session = session
-		outcome, err = session.Continue(replayCtx, params)
-	} else {
-		params.Logger = w.config.Logger // the engine adds the run's kind and IDs
-		outcome, result.session, err = replay.Start(replayCtx, def, params)
+		return session.Continue(replayCtx, params)
 	}
-	result.replayed = time.Since(replayBegin)
-	if err != nil {
-		return err
-	}
-	if onlyBoundary(toAppend, outcome) {
-		// Nothing entered history (every input was rejected, deferred or
-		// dropped) and the code did nothing: the task records nothing,
-		// so rejected updates cannot grow a history. The session has
-		// the boundary; it is not the run's history any more.
-		outcome.Events = nil
-		result.dropSession()
-	}
-	toAppend = append(toAppend, outcome.Events...)
-	// A group must not wait for a child's start lock, nor write anything
-	// before its last batch: such a task runs alone, nothing written yet.
-	// The rerun alone of a group of outcomes' member, just after the group,
-	// takes this decision.
-	if by.deferLast != nil && slices.ContainsFunc(toAppend, func(e history.Event) bool { return e.Type == history.EventChildWorkflowScheduled }) ||
-		by.group != nil && !groupable(run, by, outcome, events, facts, toAppend) {
-		if by.group != nil {
-			w.histories.keepDecision(runID, run.NextEventID, &decidedTask{inputs: inputs, outcome: outcome, session: result.session})
-			result.session = nil
-		}
-		return errRunsAlone
-	}
-	if by.group != nil {
-		// The job's completion must ride in the last batch: a member whose
-		// completion cannot be queued (the driver has not seen fencing 002
-		// installed yet, just after start-up) leaves the group now, before
-		// anything of it is written (an activity that cannot be claimed is
-		// inserted through River at once, below).
-		if queued, err := by.own.queueIn(ctx, &pgx.Batch{}); err != nil || !queued {
-			return errRunsAlone
-		}
-	}
+	params.Logger = w.config.Logger // the engine adds the run's kind and IDs
+	outcome, result.session, err = replay.Start(replayCtx, def, params)
+	return outcome, err
+}
 
-	nextEventID := run.NextEventID
-	by.wrote = true
-	if err := w.appendEvents(ctx, tx, run, runID, toAppend, &nextEventID); err != nil {
-		return err
-	}
-	result.startedTimer = slices.ContainsFunc(toAppend, func(e history.Event) bool { return e.Type == history.EventTimerStarted })
-	if len(outcome.CanceledActivities) > 0 || len(outcome.CanceledTimers) > 0 || len(outcome.RejectedUpdates) > 0 || hasUpdateCompleted(outcome.Events) {
-		if err := w.flushWrites(ctx, tx, run); err != nil {
-			return err
-		}
-		if err := w.cancelJobs(ctx, tx, runID, outcome.CanceledActivities, outcome.CanceledTimers); err != nil {
-			return err
-		}
-		if err := w.answerUpdates(ctx, tx, runID, outcome); err != nil {
-			return err
-		}
-	}
-
-	// W4: the append point moves only from where this task found it.
-	query := w.sql.advance
-	args := []any{runID, run.NextEventID, nextEventID, by.taskJobID}
-	switch {
-	case outcome.Completed && outcome.ContinuedAsNew != nil:
-		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
-			"state = 'continued_as_new', closed_at = now(), task_job_id = NULL"
-		args = []any{runID, run.NextEventID, nextEventID}
-		*closed = "continued_as_new"
-	case outcome.Completed && outcome.Failure == nil:
-		query = w.sql.complete
-		args = []any{runID, run.NextEventID, nextEventID, []byte(outcome.Result)}
-		*closed = "completed"
-	case outcome.Completed:
-		failure, err := json.Marshal(outcome.Failure)
-		if err != nil {
-			return fmt.Errorf("encoding failure: %w", err)
-		}
-		state := "failed"
-		if outcome.Canceled {
-			state = "cancelled"
-		}
-		query = "UPDATE " + names.Run + " SET next_event_id = $3, updated_at = now(), " +
-			"state = '" + state + "', failure = $4, closed_at = now(), task_job_id = NULL"
-		args = []any{runID, run.NextEventID, nextEventID, failure}
-		*closed = state
-	}
-	if query != w.sql.advance && query != w.sql.complete {
-		query = casSQL(query)
-	}
+// sendLast queues the step's last writes (the CAS, a closing run's
+// rejection of pending updates, the first task's look for waiting queries,
+// the job's completion) and applies them as the caller chose (by.apply).
+func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advanceBy, st *engine.Step, result *taskResult) (err error) {
+	names := w.names
 	// Notifications go once the transaction commits (settle), not in it: a
 	// run's first task lets queries that waited for its handlers go; a
 	// closing task wakes the run's result awaiters. The first task looks for
@@ -565,38 +468,19 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	// responder (each would scan for queries). A query that arrives between the look
 	// and the commit is parked by the responder that claims it (no handler
 	// yet) and answered on the responders' next poll.
-	if run.NextEventID == 1 && !by.inStart {
-		run.writes.Queue("SELECT EXISTS (SELECT 1 FROM "+names.Query+" WHERE run_id = $1 AND answered_at IS NULL)", runID).
-			QueryRow(func(row pgx.Row) error {
-				var waiting bool
-				if err := row.Scan(&waiting); err != nil {
-					return err
-				}
-				if waiting {
-					result.notify(dbschema.Channel(names.Schema, dbschema.QueryChannel), "")
-				}
-				return nil
-			})
+	if run.NextEventID == 1 && by.startCtx == nil {
+		w.store.QueueQueriesWaiting(run.writes, run.ID, func(waiting bool) {
+			if waiting {
+				result.notify(dbschema.Channel(names.Schema, dbschema.QueryChannel), "")
+			}
+		})
 	}
-	if outcome.Completed {
-		result.notify(dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String())
-		if err := update.QueueAbandonPending(run.writes, names, runID, "the workflow closed before the update completed"); err != nil {
-			return err
-		}
+	if st.Closed != "" {
+		result.notify(dbschema.Channel(names.Schema, dbschema.RunClosedChannel), run.ID.String())
 	}
 	// Checked in the database (a moved append point divides by zero), so
 	// that it fails the batch, and a COMMIT queued behind it, there.
-	run.writes.Queue(query, args...).QueryRow(func(row pgx.Row) error {
-		var one int
-		if err := row.Scan(&one); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero {
-				return fmt.Errorf("advancing run %s: its append point moved under this task: %w", runID, err)
-			}
-			return err
-		}
-		return nil
-	})
+	run.step.CAS, run.step.AbandonUpdates = st.Writes.CAS, st.Writes.AbandonUpdates
 	// The job's own completion, fenced, rides in the same round trip; a
 	// refusal (the attempt lost its job) fails the batch and so tx.
 	if by.completed, err = by.own.queueIn(ctx, run.writes); err != nil {
@@ -604,25 +488,17 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	}
 	// What is written below, after this batch (a superset of it): nothing,
 	// and the batch may commit tx too.
-	pending := pendingWork(events, facts, toAppend)
-	after := outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 || run.inboxed ||
-		outcome.Completed && (run.HasParent || pending.children || pending.activities)
-	if by.commit && (by.own == nil || by.completed) && !after {
-		if by.deferLast != nil {
-			by.deferLast(run.writes, func() { result.eager = run.eager }) // its claims are read with the COMMIT
-			run.writes = &pgx.Batch{}
-		} else {
-			lazytx.QueueCommit(tx, run.writes)
-		}
-	} else if by.group != nil {
-		// groupable said otherwise (the job's completion could not be
-		// queued after all): fail the group, which undoes what this wrote.
-		return fmt.Errorf("advancing run %s in a group: its last writes cannot go with the COMMIT", runID)
-	}
-	if err := w.flushWrites(ctx, tx, run); err != nil {
-		return fmt.Errorf("advancing run: %w", err)
-	}
-	stageHistory(result, run, events, toAppend, outcome.Completed)
+	final := (by.own == nil || by.completed) && !st.WritesAfter && !run.inboxed
+	return by.apply.applyLast(ctx, tx, w, run, result, final)
+}
+
+// afterLast writes what follows a step's last batch: the next run of a run
+// continued as new, the updates deferred back into the inbox with a task
+// for them, a closing run's parent and children told and its pending
+// activities cleared, a task for what the step put in its own inbox.
+func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome *replay.Outcome, pending engine.Pending) error {
+	names, runID := w.names, run.ID
+	self := &inbox.Run{ID: runID, Kind: run.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID}
 	if outcome.ContinuedAsNew != nil {
 		if err := w.continueAsNew(ctx, tx, run, runID, outcome.ContinuedAsNew, outcome.CarriedSignals); err != nil {
 			return err
@@ -636,71 +512,51 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 				UpdateID string `json:"update_id"`
 			}
 			_ = json.Unmarshal(in.Attributes, &ref)
-			if _, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
-				" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, string(in.Type), []byte(in.Attributes), update.Key(ref.UpdateID)); err != nil {
+			item := &inbox.Item{Attributes: in.Attributes, DedupKey: update.Key(ref.UpdateID), Type: string(in.Type)}
+			if _, err := inbox.Add(ctx, tx, names, runID, item); err != nil {
 				return fmt.Errorf("deferring update %s: %w", ref.UpdateID, err)
 			}
 		}
-		if err := inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
-			ID: runID, Kind: run.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID,
-		}); err != nil {
-			return err
-		}
+		return inbox.QueueTask(ctx, tx, names, w.riverClient, self)
 	}
 	if outcome.Completed {
-		if run.HasParent {
-			if err := runstate.NotifyParent(ctx, tx, names, w.riverClient, runID); err != nil {
-				return err
-			}
-		}
-		if pending.children {
-			if err := runstate.CloseChildren(ctx, tx, names, w.riverClient, runID); err != nil {
-				return err
-			}
-		}
-		if pending.activities {
-			if _, err := tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1", runID); err != nil {
-				return fmt.Errorf("clearing pending activities: %w", err)
-			}
-		}
-	} else if len(outcome.DeferredInputs) == 0 && run.inboxed {
-		// Something this task itself put in the run's inbox (a child that
-		// could not start) needs a task of its own.
-		var waiting bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+names.Inbox+" WHERE run_id = $1)"+
-			" AND (SELECT task_job_id IS NULL FROM "+names.Run+" WHERE run_id = $1)", runID).Scan(&waiting); err != nil {
-			return fmt.Errorf("re-checking inbox: %w", err)
-		}
-		if waiting {
-			if err := inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
-				ID: runID, Kind: run.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID,
-			}); err != nil {
-				return err
-			}
-		}
+		return w.closedRun(ctx, tx, run, pending)
+	}
+	if !run.inboxed {
+		return nil
+	}
+	// Something this task itself put in the run's inbox (a child that
+	// could not start) needs a task of its own.
+	var waiting bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+names.Inbox+" WHERE run_id = $1)"+
+		" AND (SELECT task_job_id IS NULL FROM "+names.Run+" WHERE run_id = $1)", runID).Scan(&waiting); err != nil {
+		return fmt.Errorf("re-checking inbox: %w", err)
+	}
+	if waiting {
+		return inbox.QueueTask(ctx, tx, names, w.riverClient, self)
 	}
 	return nil
 }
 
-// groupable reports whether a continuation can commit in a group of
-// outcomes (stepCommitter): all of its writes go in its last batch, on its
-// own run and jobs. Anything that writes before that batch or reaches other
-// runs (a timer, a child, a cancellation, an update's answer, continue-as-new,
-// a parent or children to tell on closing) runs alone: holding every run of
-// a group while locking another could deadlock with another group.
-func groupable(run *runRow, by *advanceBy, outcome *replay.Outcome, events []history.Event, facts *eventFacts, toAppend []history.Event) bool {
-	if by.own == nil || by.own.queue == nil || outcome.ContinuedAsNew != nil || len(outcome.DeferredInputs) > 0 ||
-		len(outcome.CanceledActivities) > 0 || len(outcome.CanceledTimers) > 0 || len(outcome.RejectedUpdates) > 0 {
-		return false
-	}
-	for _, e := range toAppend {
-		switch e.Type {
-		case history.EventTimerStarted, history.EventChildWorkflowScheduled, history.EventUpdateCompleted:
-			return false
+// closedRun tells a closed run's parent and children, and clears its
+// pending activities.
+func (w *Worker) closedRun(ctx context.Context, tx pgx.Tx, run *runRow, pending engine.Pending) error {
+	if run.HasParent {
+		if err := runstate.NotifyParent(ctx, tx, w.names, w.riverClient, run.ID); err != nil {
+			return err
 		}
 	}
-	pending := pendingWork(events, facts, toAppend)
-	return !outcome.Completed || !run.HasParent && !pending.children && !pending.activities
+	if pending.Children {
+		if err := runstate.CloseChildren(ctx, tx, w.names, w.riverClient, run.ID); err != nil {
+			return err
+		}
+	}
+	if pending.Activities {
+		if err := w.store.ClearActivities(ctx, tx, run.ID); err != nil {
+			return fmt.Errorf("clearing pending activities: %w", err)
+		}
+	}
+	return nil
 }
 
 // startChild starts the run of a child workflow in the parent's task
@@ -732,8 +588,8 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
-			" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, string(history.EventChildWorkflowFailed), failed, runstate.ChildKey(e.ID)); err != nil {
+		item := &inbox.Item{Attributes: failed, DedupKey: runstate.ChildKey(e.ID), Type: string(history.EventChildWorkflowFailed)}
+		if _, err := inbox.Add(ctx, tx, names, runID, item); err != nil {
 			return fmt.Errorf("reporting child %s not started: %w", attrs.WorkflowID, err)
 		}
 		run.inboxed = true
@@ -821,8 +677,8 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)",
-			nextRunID, string(history.EventSignalReceived), attrs, fmt.Sprintf("carried:%d", i)); err != nil {
+		item := &inbox.Item{Attributes: attrs, DedupKey: fmt.Sprintf("carried:%d", i), Type: string(history.EventSignalReceived)}
+		if _, err := inbox.Add(ctx, tx, names, nextRunID, item); err != nil {
 			return fmt.Errorf("carrying signals to the next run of workflow %s: %w", run.WorkflowID, err)
 		}
 	}
@@ -836,154 +692,25 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 	})
 }
 
-// inboxRow is a row taken from a run's inbox.
-type inboxRow struct {
-	id    int64
-	event history.Event
-}
-
-// newInputs returns the inbox rows a task took (in arrival order) followed
-// by direct (outcomes handed over without the inbox) as the task's inputs,
-// without the outcomes history already has (W5: an activity's outcome
-// enters history once, however many times it was reported).
-func newInputs(ctx context.Context, runID uuid.UUID, events []history.Event, facts *eventFacts, inbox []inboxRow, direct []history.Event,
-	logger *slog.Logger,
-) ([]history.Event, error) {
-	taken := slices.Clone(inbox)
-	for _, e := range direct {
-		taken = append(taken, inboxRow{event: e})
-	}
-
-	scheduled := map[int64]bool{}
-	resolved := map[int64]bool{}
-	signals := map[string]bool{} // request IDs of signals history has
-	for _, e := range events {
-		if e.Type == history.EventActivityScheduled || e.Type == history.EventTimerStarted || e.Type == history.EventChildWorkflowScheduled {
-			scheduled[e.ID] = true
-		}
-		if id, ok := facts.resolvedBy(e); ok {
-			resolved[id] = true
-		}
-		if id := facts.signalRequestID(e); id != "" {
-			signals[id] = true
-		}
-	}
-
-	inputs := make([]history.Event, 0, len(taken))
-	for _, r := range taken {
-		if resolvesEvent(r.event.Type) {
-			id, ok := resolvedBy(r.event)
-			if !ok {
-				return nil, fmt.Errorf("inbox row %d of run %s: undecodable %s", r.id, runID, r.event.Type)
-			}
-			if !scheduled[id] || resolved[id] {
-				logger.DebugContext(ctx, "weir: dropping an outcome history already has or never asked for",
-					slog.String("run_id", runID.String()), slog.Int64("resolves_event_id", id))
-				continue
-			}
-			resolved[id] = true
-		}
-		if id := signalRequestID(r.event); id != "" {
-			if signals[id] {
-				logger.DebugContext(ctx, "weir: dropping a signal history already has",
-					slog.String("run_id", runID.String()), slog.String("request_id", id))
-				continue
-			}
-			signals[id] = true
-		}
-		inputs = append(inputs, r.event)
-	}
-	return inputs, nil
-}
-
-// resolvesEvent reports whether t is an outcome: at most one per activity
-// or timer enters history (the unique index on resolves_event_id).
-func resolvesEvent(t history.EventType) bool {
-	switch t {
-	case history.EventActivityCompleted, history.EventActivityFailed, history.EventActivityTimedOut, history.EventActivityCanceled,
-		history.EventTimerFired, history.EventChildWorkflowCompleted, history.EventChildWorkflowFailed:
-		return true
-	}
-	return false
-}
-
-// appendEvents inserts events (numbered from *next), all in one statement,
-// and does what each asks: an ActivityScheduled event inserts the
-// activity's River job; an outcome retires the pending activity.
-func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, events []history.Event, next *int64) error {
-	names := w.names
-	if len(events) == 0 {
-		return nil
-	}
-	var retired []int64
-	for _, e := range events {
-		if e.ID != *next {
-			return fmt.Errorf("engine numbered event %d where %d was expected", e.ID, *next)
-		}
-		*next++
-	}
-	// A task's boundary goes into the row of its first command
-	// (history.Row): a row less per task.
-	rows := history.Rows(events)
-	var (
-		ids        = make([]int64, len(rows))
-		types      = make([]string, len(rows))
-		attributes = make([]string, len(rows))
-		resolves   = make([]*int64, len(rows))
-		times      = make([]time.Time, len(rows))
-		boundaries []*string
-	)
-	for i, r := range rows {
-		if resolvesEvent(r.Type) {
-			id, ok := resolvedBy(r.Event)
-			if !ok {
-				return fmt.Errorf("event %d: undecodable %s", r.ID, r.Type)
-			}
-			resolves[i] = &id
-			retired = append(retired, id)
-		}
-		ids[i], types[i], attributes[i], times[i] = r.ID, string(r.Type), string(r.Attributes), r.Time
-		if r.Boundary != nil {
-			if boundaries == nil {
-				boundaries = make([]*string, len(rows))
-			}
-			b := string(r.Boundary)
-			boundaries[i] = &b
-		}
-	}
-	first, last := events[0].ID, events[len(events)-1].ID
-	if boundaries != nil {
-		run.writes.Queue(w.sql.eventsFolded, runID, ids, types, attributes, resolves, times, boundaries).Exec(func(pgconn.CommandTag) error { return nil })
-	} else {
-		run.writes.Queue(w.sql.events, runID, ids, types, attributes, resolves, times).Exec(func(pgconn.CommandTag) error { return nil })
-	}
-	switch len(retired) {
-	case 0:
-	case 1:
-		// The usual step: a scalar, for a plan made once per connection
-		// (Postgres plans a statement on an array again on every call).
-		run.writes.Queue(w.sql.retireOne, runID, retired[0])
-	default:
-		run.writes.Queue("DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = ANY($2)", runID, retired)
-	}
+// scheduleEvents does what a step's events ask for: an ActivityScheduled
+// event inserts the activity's River job; a timer or a child, which write
+// at once, send what the step queued first.
+func (w *Worker) scheduleEvents(ctx context.Context, tx pgx.Tx, run *runRow, events []history.Event) error {
 	for _, e := range events {
 		switch e.Type {
 		case history.EventActivityScheduled:
-			if err := w.scheduleActivity(ctx, tx, run, runID, e); err != nil {
+			if err := w.scheduleActivity(ctx, tx, run, run.ID, e); err != nil {
 				return err
 			}
-		case history.EventTimerStarted:
+		case history.EventTimerStarted, history.EventChildWorkflowScheduled:
 			if err := w.flushWrites(ctx, tx, run); err != nil {
-				return fmt.Errorf("appending events %d to %d: %w", first, last, err)
+				return fmt.Errorf("appending events %d to %d: %w", events[0].ID, events[len(events)-1].ID, err)
 			}
-			if err := w.startTimer(ctx, tx, run, runID, e); err != nil {
-				return err
+			start := w.startTimer
+			if e.Type == history.EventChildWorkflowScheduled {
+				start = w.startChild
 			}
-		case history.EventChildWorkflowScheduled:
-			if err := w.flushWrites(ctx, tx, run); err != nil {
-				return fmt.Errorf("appending events %d to %d: %w", first, last, err)
-			}
-			if err := w.startChild(ctx, tx, run, runID, e); err != nil {
+			if err := start(ctx, tx, run, run.ID, e); err != nil {
 				return err
 			}
 		}
@@ -991,51 +718,24 @@ func (w *Worker) appendEvents(ctx context.Context, tx pgx.Tx, run *runRow, runID
 	return nil
 }
 
-// flushWrites sends the writes queued in run.writes, in one round trip.
+// flushWrites sends the writes the step queued (run.step, then run.writes)
+// in one round trip.
 func (w *Worker) flushWrites(ctx context.Context, tx pgx.Tx, run *runRow) error {
-	if run.writes.Len() == 0 {
+	batch := w.takeWrites(run)
+	if batch.Len() == 0 {
 		return nil
 	}
-	err := tx.SendBatch(ctx, run.writes).Close()
-	run.writes = &pgx.Batch{}
-	return err
+	return tx.SendBatch(ctx, batch).Close()
 }
 
-// hasUpdateCompleted reports whether events complete an update.
-func hasUpdateCompleted(events []history.Event) bool {
-	return slices.ContainsFunc(events, func(e history.Event) bool { return e.Type == history.EventUpdateCompleted })
-}
-
-// pendingOf is what a closing run may leave behind.
-type pendingOf struct {
-	activities bool // activities scheduled and not resolved
-	children   bool // child workflows started
-}
-
-// pendingWork tells, from a run's history (events, then appended), whether
-// it started children and whether activities it scheduled are unresolved.
-func pendingWork(events []history.Event, facts *eventFacts, appended []history.Event) pendingOf {
-	var out pendingOf
-	open := map[int64]bool{}
-	for i, list := range [][]history.Event{events, appended} {
-		if i == 1 {
-			facts = nil // not committed: nothing to memoize
-		}
-		for _, e := range list {
-			switch e.Type {
-			case history.EventActivityScheduled:
-				open[e.ID] = true
-			case history.EventChildWorkflowScheduled:
-				out.children = true
-			default:
-				if id, ok := facts.resolvedBy(e); ok {
-					delete(open, id)
-				}
-			}
-		}
-	}
-	out.activities = len(open) > 0
-	return out
+// takeWrites renders what the step queued into a batch (run.step's writes,
+// then the others), leaving nothing queued.
+func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
+	batch := &pgx.Batch{}
+	w.store.QueueStep(batch, run.step)
+	batch.QueuedQueries = append(batch.QueuedQueries, run.writes.QueuedQueries...)
+	run.step, run.writes = &engine.StepWrites{RunID: run.ID}, &pgx.Batch{}
+	return batch
 }
 
 // signalHeaders returns the headers of the signals among inputs that have
@@ -1052,11 +752,4 @@ func signalHeaders(inputs []history.Event) []map[string]string {
 		}
 	}
 	return out
-}
-
-// onlyBoundary reports whether a task's outcome records nothing but its
-// WorkflowTaskStarted boundary, on a run that already has a history.
-func onlyBoundary(toAppend []history.Event, outcome *replay.Outcome) bool {
-	return len(toAppend) == 0 && !outcome.Completed &&
-		len(outcome.Events) == 1 && outcome.Events[0].Type == history.EventWorkflowTaskStarted
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 	"github.com/weirhq/weir/migrations"
 	"github.com/weirhq/weir/workflow"
@@ -46,7 +47,7 @@ type Worker struct {
 	jobIDs     *jobIDs // reserved for the activities it claims
 	names      *dbschema.Names
 	events     *eventstore.Store  // the runs' histories
-	sql        stepSQL            // statements a group of outcomes merges (step_sets.go)
+	store      *store.Store       // weir's statements
 	notifier   *notifier.Notifier // sends what committed tasks announce
 	pool       *pgxpool.Pool
 
@@ -113,7 +114,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		jobIDs:       &jobIDs{pool: pool, schema: config.Schema},
 		names:        names,
 		events:       eventstore.New(names),
-		sql:          newStepSQL(names),
+		store:        store.New(names),
 		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),

@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"fmt"
@@ -14,76 +14,77 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/engine"
+	"github.com/weirhq/weir/internal/history"
 )
 
-// TestMergeGroupWrites: the members' events, retirements, activity records
-// and plain CASes become one statement each, in the place of the first, with every
-// member's rows; anything else keeps its place and order, and a CAS that
-// clears a task job, or a kind that occurs once, is left alone.
-func TestMergeGroupWrites(t *testing.T) {
+// TestQueueSteps: a group's events, retirements, activity records,
+// rejections of pending updates and plain (or completing) CASes become one
+// statement each, with every member's rows, in a fixed order; a CAS that
+// clears a task job is left alone, and a group of one writes as a lone
+// step does.
+func TestQueueSteps(t *testing.T) {
 	t.Parallel()
-	w := &Worker{sql: newStepSQL(dbschema.New("s"))}
-	a, b := uuid.New(), uuid.New()
+	s := New(dbschema.New("s"))
+	a, b, c, d, e := uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	now := time.Now()
 	one := int64(1)
-	batch := &pgx.Batch{}
-	batch.Queue(w.sql.events, a, []int64{4, 5}, []string{"x", "y"}, []string{"{}", "{}"}, []*int64{&one, nil}, []time.Time{now, now})
-	batch.Queue(w.sql.retireOne, a, int64(1))
-	batch.Queue("SELECT 'claim of a'")
 	deadline := now.Add(time.Hour)
-	batch.Queue(w.sql.activity, a, int64(6), int64(100), "act", &deadline)
-	batch.Queue(w.sql.advance, a, int64(4), int64(6), int64(0))
-	batch.Queue(w.sql.events, b, []int64{9}, []string{"z"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
-	batch.Queue(w.sql.retireOne, b, int64(7))
-	batch.Queue(w.sql.activity, b, int64(10), int64(101), "act", (*time.Time)(nil))
-	batch.Queue(w.sql.advance, b, int64(9), int64(10), int64(0))
-	batch.Queue(w.sql.advance, uuid.New(), int64(1), int64(2), int64(33)) // clears its task: left alone
-	c, d := uuid.New(), uuid.New()
-	batch.Queue(w.sql.complete, c, int64(7), int64(9), []byte("1"))
-	batch.Queue(w.sql.complete, d, int64(8), int64(10), []byte(nil))
-	batch.Queue(w.sql.abandon, c, []byte(`{"m":1}`), "ch")
-	batch.Queue(w.sql.abandon, d, []byte(`{"m":1}`), "ch")
-	batch.Queue(w.sql.abandon, a, []byte(`{"m":2}`), "ch") // another failure: left alone
-	batch.Queue("SELECT 'last'")
-
-	w.mergeGroupWrites(batch)
+	row := func(id int64, typ string, resolves *int64) engine.EventRow {
+		return engine.EventRow{Row: history.Row{Event: history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}}, Resolves: resolves}
+	}
+	steps := []*engine.StepWrites{
+		{RunID: a, Events: []engine.EventRow{row(4, "x", &one), row(5, "y", nil)}, Retired: []int64{1},
+			Activities: []engine.Activity{{ScheduledEventID: 6, JobID: 100, Kind: "act", Deadline: &deadline}}, CAS: &engine.RunCAS{Found: 4, Next: 6}},
+		{RunID: b, Events: []engine.EventRow{row(9, "z", nil)}, Retired: []int64{7},
+			Activities: []engine.Activity{{ScheduledEventID: 10, JobID: 101, Kind: "act"}}, CAS: &engine.RunCAS{Found: 9, Next: 10}},
+		{RunID: e, CAS: &engine.RunCAS{Found: 1, Next: 2, ClearTask: 33}}, // clears its task: left alone
+		nil,
+		{RunID: c, AbandonUpdates: true, CAS: &engine.RunCAS{Found: 7, Next: 9, Close: &engine.RunClose{State: "completed", Result: []byte("1")}}},
+		{RunID: d, AbandonUpdates: true, CAS: &engine.RunCAS{Found: 8, Next: 10, Close: &engine.RunClose{State: "completed"}}},
+	}
+	batch := &pgx.Batch{}
+	require.True(t, s.QueueSteps(batch, steps))
 	var sqls []string
 	for _, qq := range batch.QueuedQueries {
 		sqls = append(sqls, qq.SQL)
 	}
-	require.Equal(t, []string{w.sql.eventsMerged, w.sql.retireOneMerged, "SELECT 'claim of a'", w.sql.activityMerged, w.sql.advanceMerged,
-		w.sql.advance, w.sql.completeMerged, w.sql.abandonMerged, w.sql.abandon, "SELECT 'last'"}, sqls)
+	require.Equal(t, []string{s.runs.eventsMerged, s.runs.retireMerged, s.runs.activityMerged, s.runs.abandonMerged, s.runs.advanceMerged,
+		s.runs.completeMerged, s.runs.advance}, sqls)
 	q := batch.QueuedQueries
 	require.Equal(t, []any{[]uuid.UUID{a, a, b}, []int64{4, 5, 9}, []string{"x", "y", "z"}, []string{"{}", "{}", "{}"},
-		[]*int64{&one, nil, nil}, []time.Time{now, now, now}}, q[0].Arguments)
+		[]*int64{&one, nil, nil}, []time.Time{now, now, now}, []*string{nil, nil, nil}}, q[0].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{1, 7}}, q[1].Arguments)
-	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{6, 10}, []int64{100, 101}, []string{"act", "act"}, []*time.Time{&deadline, nil}}, q[3].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{6, 10}, []int64{100, 101}, []string{"act", "act"}, []*time.Time{&deadline, nil}}, q[2].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{c, d}, engine.AbandonedFailure, dbschema.Channel("s", dbschema.UpdateDoneChannel)}, q[3].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{4, 9}, []int64{6, 10}, 2}, q[4].Arguments)
 	require.NotNil(t, q[4].Fn, "the merged CAS reads its check")
-	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[6].Arguments)
-	require.NotNil(t, q[6].Fn)
-	require.Equal(t, []any{[]uuid.UUID{c, d}, []byte(`{"m":1}`), "ch"}, q[7].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[5].Arguments)
+	require.NotNil(t, q[5].Fn)
+	require.Equal(t, []any{e, int64(1), int64(2), int64(33)}, q[6].Arguments)
 
-	// A member that folded a boundary and one that did not: one
-	// folded statement, the other's rows without a boundary.
+	// A member that folded a boundary and one that did not: one statement,
+	// the other's rows without a boundary.
 	boundary := `{"attempt":1}`
+	folded := row(9, "z", nil)
+	folded.Boundary = []byte(boundary)
 	mixed := &pgx.Batch{}
-	mixed.Queue(w.sql.events, a, []int64{4}, []string{"x"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
-	mixed.Queue(w.sql.eventsFolded, b, []int64{8, 9}, []string{"y", "z"}, []string{"{}", "{}"}, []*int64{&one, nil}, []time.Time{now, now},
-		[]*string{nil, &boundary})
-	mixed.Queue(w.sql.events, c, []int64{2}, []string{"w"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
-	w.mergeGroupWrites(mixed)
+	require.True(t, s.QueueSteps(mixed, []*engine.StepWrites{{RunID: a, Events: []engine.EventRow{row(4, "x", nil)}},
+		{RunID: b, Events: []engine.EventRow{row(8, "y", &one), folded}}, {RunID: c, Events: []engine.EventRow{row(2, "w", nil)}}}))
 	require.Len(t, mixed.QueuedQueries, 1)
-	require.Equal(t, w.sql.eventsFoldedMerged, mixed.QueuedQueries[0].SQL)
+	require.Equal(t, s.runs.eventsMerged, mixed.QueuedQueries[0].SQL)
 	require.Equal(t, []any{[]uuid.UUID{a, b, b, c}, []int64{4, 8, 9, 2}, []string{"x", "y", "z", "w"}, []string{"{}", "{}", "{}", "{}"},
 		[]*int64{nil, &one, nil, nil}, []time.Time{now, now, now, now}, []*string{nil, nil, &boundary, nil}}, mixed.QueuedQueries[0].Arguments)
 
+	// A kind one member holds: its lone form.
 	single := &pgx.Batch{}
-	single.Queue(w.sql.events, a, []int64{4}, []string{"x"}, []string{"{}"}, []*int64{nil}, []time.Time{now})
-	single.Queue(w.sql.advance, a, int64(4), int64(5), int64(0))
-	w.mergeGroupWrites(single)
-	require.Equal(t, w.sql.events, single.QueuedQueries[0].SQL, "one member: as it was")
-	require.Equal(t, w.sql.advance, single.QueuedQueries[1].SQL)
+	require.False(t, s.QueueSteps(single, []*engine.StepWrites{{RunID: a, Events: []engine.EventRow{row(4, "x", nil)}, CAS: &engine.RunCAS{Found: 4, Next: 5}}}))
+	require.Equal(t, s.runs.events, single.QueuedQueries[0].SQL, "one member: as a lone step")
+	require.Equal(t, s.runs.advance, single.QueuedQueries[1].SQL)
+	require.Equal(t, []any{a, int64(4), int64(5), int64(0)}, single.QueuedQueries[1].Arguments)
+	retired := &pgx.Batch{}
+	require.False(t, s.QueueSteps(retired, []*engine.StepWrites{{RunID: a, Retired: []int64{3, 4}}, {RunID: b, CAS: &engine.RunCAS{Found: 4, Next: 5}}}))
+	require.Equal(t, []string{s.runs.retireMany, s.runs.advance}, []string{retired.QueuedQueries[0].SQL, retired.QueuedQueries[1].SQL})
 }
 
 // TestMergedGroupWrites: on tables of tens of thousands of runs whose
@@ -98,7 +99,7 @@ func TestMergedGroupWrites(t *testing.T) {
 	pool := dbtest.Pool(ctx, t)
 	schema := dbtest.FreshSchema(ctx, t)
 	names := dbschema.New(schema)
-	sql := newStepSQL(names)
+	s := New(names)
 
 	_, err := pool.Exec(ctx, "INSERT INTO "+names.Namespace+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
 	require.NoError(t, err)
@@ -141,10 +142,10 @@ func TestMergedGroupWrites(t *testing.T) {
 			return dbtest.ExplainPrepared(ctx, t, pool, settings, query, literals)
 		}
 		for _, plan := range []string{
-			explain((&Worker{names: names}).lockRunsSQL(), uuids),
-			explain(sql.advanceMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', 5"),
-			explain(sql.completeMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', '{NULL,NULL,NULL,NULL,NULL}', 5"),
-			explain(sql.retireOneMerged, uuids+", '{3,3,3,3,3}'"),
+			explain(s.runs.lockMany, uuids),
+			explain(s.runs.advanceMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', 5"),
+			explain(s.runs.completeMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', '{NULL,NULL,NULL,NULL,NULL}', 5"),
+			explain(s.runs.retireMerged, uuids+", '{3,3,3,3,3}'"),
 		} {
 			require.NotContains(t, plan, "Seq Scan on weir_run", "generic %v:\n%s", generic, plan)
 			require.NotContains(t, plan, "Seq Scan on weir_activity", "generic %v:\n%s", generic, plan)
@@ -159,22 +160,37 @@ func TestMergedGroupWrites(t *testing.T) {
 	// A moved append point: nothing of the statement stays.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, sql.advanceMerged, runs, []int64{4, 4, 3, 4, 4}, next, len(runs))
+	_, err = tx.Exec(ctx, s.runs.advanceMerged, runs, []int64{4, 4, 3, 4, 4}, next, len(runs))
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, pgerrcode.DivisionByZero, pgErr.Code)
 	require.NoError(t, tx.Rollback(ctx))
 
+	// A group's writes through QueueSteps; one member's append point moved:
+	// nothing of the group stays.
 	now := time.Now()
+	row := func(id int64, typ string) engine.EventRow {
+		return engine.EventRow{Row: history.Row{Event: history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}}}
+	}
+	folded := row(6, "ActivityScheduled")
+	folded.Boundary = []byte(`{"attempt": 1}`)
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Update+" (run_id, update_id, kind) VALUES ($1, 'u1', 'k'), ($2, 'u2', 'k'), ($3, 'u3', 'k')",
+		runs[2], runs[3], runs[4])
+	require.NoError(t, err)
+	group := func(moved int64) []*engine.StepWrites {
+		return []*engine.StepWrites{
+			{RunID: runs[0], Events: []engine.EventRow{row(4, "a"), row(5, "b")}, Retired: scheduled[:1], CAS: &engine.RunCAS{Found: found[0], Next: 6}},
+			{RunID: runs[1], Events: []engine.EventRow{row(4, "c")}, Retired: scheduled[:1], CAS: &engine.RunCAS{Found: moved, Next: 5}},
+			{RunID: runs[2], AbandonUpdates: true, CAS: &engine.RunCAS{Found: 4, Next: 7, Close: &engine.RunClose{State: "completed", Result: []byte("42")}}},
+			{RunID: runs[3], AbandonUpdates: true, CAS: &engine.RunCAS{Found: 4, Next: 7, Close: &engine.RunClose{State: "completed"}}},
+			{RunID: runs[4], Events: []engine.EventRow{row(4, "a"), folded}},
+		}
+	}
 	batch := &pgx.Batch{}
-	batch.Queue(sql.eventsMerged, []uuid.UUID{runs[0], runs[0], runs[1]}, []int64{4, 5, 4}, []string{"a", "b", "c"},
-		[]string{"{}", "{}", "{}"}, []*int64{nil, nil, nil}, []time.Time{now, now, now})
-	boundary := `{"attempt": 1}`
-	batch.Queue(sql.eventsFoldedMerged, []uuid.UUID{runs[4], runs[4]}, []int64{4, 6}, []string{"a", "ActivityScheduled"},
-		[]string{"{}", "{}"}, []*int64{nil, nil}, []time.Time{now, now}, []*string{nil, &boundary})
-	batch.Queue(sql.retireOneMerged, runs[:2], scheduled[:2])
-	batch.Queue(sql.advanceMerged, runs[:2], found[:2], []int64{6, 5}, 2)
-	batch.Queue(sql.completeMerged, runs[2:4], found[2:4], []int64{7, 7}, [][]byte{[]byte("42"), nil}, 2)
+	require.True(t, s.QueueSteps(batch, group(3)))
+	require.ErrorIs(t, pool.SendBatch(ctx, batch).Close(), ErrRunMoved)
+	batch = &pgx.Batch{}
+	require.True(t, s.QueueSteps(batch, group(4)))
 	require.NoError(t, pool.SendBatch(ctx, batch).Close())
 	var completed int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE run_id = ANY($1) AND state = 'completed'"+
@@ -182,11 +198,6 @@ func TestMergedGroupWrites(t *testing.T) {
 		runs[2:4], runs[2]).Scan(&completed))
 	require.Equal(t, 2, completed)
 
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Update+" (run_id, update_id, kind) VALUES ($1, 'u1', 'k'), ($2, 'u2', 'k'), ($3, 'u3', 'k')",
-		runs[2], runs[3], runs[4])
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, sql.abandonMerged, runs[2:4], []byte(`{"message":"closed"}`), "ch")
-	require.NoError(t, err)
 	var rejected int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE state = 'rejected' AND run_id = ANY($1))"+
 		" + 10 * count(*) FILTER (WHERE state = 'requested') FROM "+names.Update, runs[2:4]).Scan(&rejected))
@@ -213,16 +224,16 @@ func TestGroupPlansMadeYoung(t *testing.T) {
 	pool := dbtest.Pool(ctx, t)
 	schema := dbtest.FreshSchema(ctx, t)
 	names := dbschema.New(schema)
-	sql := newStepSQL(names)
+	s := New(names)
 
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	statements := []struct{ query, literals string }{
-		{(&Worker{names: names}).lockRunsSQL(), "'{00000000-0000-4000-8000-000000000001}'"},
-		{sql.advanceMerged, "'{00000000-0000-4000-8000-000000000001}', '{4}', '{6}', 1"},
-		{sql.completeMerged, "'{00000000-0000-4000-8000-000000000001}', '{4}', '{6}', '{NULL}', 1"},
-		{sql.retireOneMerged, "'{00000000-0000-4000-8000-000000000001}', '{3}'"},
+		{s.runs.lockMany, "'{00000000-0000-4000-8000-000000000001}'"},
+		{s.runs.advanceMerged, "'{00000000-0000-4000-8000-000000000001}', '{4}', '{6}', 1"},
+		{s.runs.completeMerged, "'{00000000-0000-4000-8000-000000000001}', '{4}', '{6}', '{NULL}', 1"},
+		{s.runs.retireMerged, "'{00000000-0000-4000-8000-000000000001}', '{3}'"},
 	}
 	// explain explains the prepared statements, each planned (the first
 	// time) or taken from the connection's cache (after), in a transaction

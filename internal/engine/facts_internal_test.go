@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"context"
@@ -42,13 +42,13 @@ func TestEventFacts(t *testing.T) {
 	t.Parallel()
 
 	events := longHistory(t, 30)
-	facts := newEventFacts()
+	facts := NewFacts()
 	for _, e := range events {
-		id, ok := facts.resolvedBy(e)
-		wantID, wantOK := resolvedBy(e)
+		id, ok := facts.ResolvedBy(e)
+		wantID, wantOK := ResolvedBy(e)
 		require.Equal(t, wantOK, ok, "event %d", e.ID)
 		require.Equal(t, wantID, id, "event %d", e.ID)
-		require.Equal(t, signalRequestID(e), facts.signalRequestID(e), "event %d", e.ID)
+		require.Equal(t, SignalRequestID(e), facts.SignalRequestID(e), "event %d", e.ID)
 	}
 
 	// Committed events never change, so what was read stays: the memo
@@ -57,14 +57,14 @@ func TestEventFacts(t *testing.T) {
 	require.Equal(t, history.EventActivityCompleted, completed.Type)
 	changed := completed
 	changed.Attributes = []byte(`{"scheduled_event_id":99}`)
-	id, ok := facts.resolvedBy(changed)
+	id, ok := facts.ResolvedBy(changed)
 	require.True(t, ok)
 	require.Equal(t, int64(2), id, "read once")
 	signal := events[len(events)-1]
 	require.Equal(t, history.EventSignalReceived, signal.Type)
 	changed = signal
 	changed.Attributes = []byte(`{"request_id":"other"}`)
-	require.Equal(t, "req-29", facts.signalRequestID(changed), "read once")
+	require.Equal(t, "req-29", facts.SignalRequestID(changed), "read once")
 
 	// Inputs: an outcome history has, one it does not, a signal it has, and
 	// one it does not.
@@ -76,14 +76,14 @@ func TestEventFacts(t *testing.T) {
 	direct := []history.Event{dup, fresh, oldSignal, newSignal}
 	logger := slog.New(slog.DiscardHandler)
 	// Event 5 is completed in history too: only the new signal goes in.
-	for _, memo := range []*eventFacts{nil, newEventFacts(), facts} {
-		inputs, err := newInputs(context.Background(), uuid.New(), events, memo, nil, direct, logger)
+	for _, memo := range []*Facts{nil, NewFacts(), facts} {
+		inputs, err := NewInputs(context.Background(), uuid.New(), events, memo, nil, direct, logger)
 		require.NoError(t, err)
 		require.Equal(t, []history.Event{newSignal}, inputs)
 	}
 	open := history.Event{ID: int64(len(events)) + 1, Type: history.EventActivityScheduled, Attributes: []byte(`{}`)}
-	require.Equal(t, pendingOf{activities: true}, pendingWork(events, facts, []history.Event{open}))
-	require.Equal(t, pendingOf{}, pendingWork(events, facts, nil))
+	require.Equal(t, Pending{Activities: true}, PendingWork(events, facts, []history.Event{open}))
+	require.Equal(t, Pending{}, PendingWork(events, facts, nil))
 }
 
 // BenchmarkNewInputs measures reading a task's inputs against its run's
@@ -98,16 +98,16 @@ func BenchmarkNewInputs(b *testing.B) {
 		direct := []history.Event{{Type: history.EventActivityCompleted, Attributes: []byte(fmt.Sprintf(`{"scheduled_event_id":%d}`, last.ID))}}
 		for _, memo := range []bool{false, true} {
 			b.Run(fmt.Sprintf("Activities=%d/Memo=%t", n, memo), func(b *testing.B) {
-				var facts *eventFacts
+				var facts *Facts
 				if memo {
-					facts = newEventFacts()
+					facts = NewFacts()
 				}
 				runID := uuid.New()
 				b.ReportAllocs()
 				for b.Loop() {
-					_, err := newInputs(context.Background(), runID, events, facts, nil, direct, logger)
+					_, err := NewInputs(context.Background(), runID, events, facts, nil, direct, logger)
 					require.NoError(b, err)
-					pendingWork(events, facts, nil)
+					PendingWork(events, facts, nil)
 				}
 			})
 		}

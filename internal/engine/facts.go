@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"github.com/weirhq/weir/internal/history"
 )
 
-// eventFacts memoizes what a task reads out of its run's committed events'
+// Facts memoizes what a task reads out of its run's committed events'
 // attributes: the operation an outcome resolves and a signal's request ID.
 // Every task looks them up over the whole history (to drop outcomes and
 // signals history already has, and to find the activities still open), and
@@ -18,32 +18,32 @@ import (
 // committed yet are never looked up through it. It is safe for concurrent
 // use (two tasks of one run may read it at once, one of them bound to fail
 // its compare-and-swap). A nil memo decodes every time.
-type eventFacts struct {
+type Facts struct {
 	mu       sync.Mutex
 	resolves map[int64]resolution // by event ID: outcomes and timer cancellations
 	requests map[int64]string     // by event ID: SignalReceived's request ID
 }
 
-// resolution is what resolvedBy said of an event.
+// resolution is what ResolvedBy said of an event.
 type resolution struct {
 	id int64
 	ok bool
 }
 
-func newEventFacts() *eventFacts {
-	return &eventFacts{resolves: map[int64]resolution{}, requests: map[int64]string{}}
+func NewFacts() *Facts {
+	return &Facts{resolves: map[int64]resolution{}, requests: map[int64]string{}}
 }
 
-// resolvedBy is resolvedBy(e) for a committed event e of the run.
-func (f *eventFacts) resolvedBy(e history.Event) (int64, bool) {
-	if f == nil || !resolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
-		return resolvedBy(e)
+// ResolvedBy is ResolvedBy(e) for a committed event e of the run.
+func (f *Facts) ResolvedBy(e history.Event) (int64, bool) {
+	if f == nil || !ResolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
+		return ResolvedBy(e)
 	}
 	f.mu.Lock()
 	r, known := f.resolves[e.ID]
 	f.mu.Unlock()
 	if !known {
-		r.id, r.ok = resolvedBy(e)
+		r.id, r.ok = ResolvedBy(e)
 		f.mu.Lock()
 		f.resolves[e.ID] = r
 		f.mu.Unlock()
@@ -51,16 +51,16 @@ func (f *eventFacts) resolvedBy(e history.Event) (int64, bool) {
 	return r.id, r.ok
 }
 
-// signalRequestID is signalRequestID(e) for a committed event e of the run.
-func (f *eventFacts) signalRequestID(e history.Event) string {
+// SignalRequestID is SignalRequestID(e) for a committed event e of the run.
+func (f *Facts) SignalRequestID(e history.Event) string {
 	if f == nil || e.Type != history.EventSignalReceived {
-		return signalRequestID(e)
+		return SignalRequestID(e)
 	}
 	f.mu.Lock()
 	id, known := f.requests[e.ID]
 	f.mu.Unlock()
 	if !known {
-		id = signalRequestID(e)
+		id = SignalRequestID(e)
 		f.mu.Lock()
 		f.requests[e.ID] = id
 		f.mu.Unlock()
@@ -77,10 +77,10 @@ type outcomeRef struct {
 
 func (r outcomeRef) id() int64 { return max(r.ScheduledEventID, r.StartedEventID) }
 
-// resolvedBy returns the event e resolves, if e is an outcome or a
+// ResolvedBy returns the event e resolves, if e is an outcome or a
 // cancellation of a timer.
-func resolvedBy(e history.Event) (int64, bool) {
-	if !resolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
+func ResolvedBy(e history.Event) (int64, bool) {
+	if !ResolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
 		return 0, false
 	}
 	var ref outcomeRef
@@ -90,8 +90,8 @@ func resolvedBy(e history.Event) (int64, bool) {
 	return ref.id(), true
 }
 
-// signalRequestID is a SignalReceived event's request ID ("" for others).
-func signalRequestID(e history.Event) string {
+// SignalRequestID is a SignalReceived event's request ID ("" for others).
+func SignalRequestID(e history.Event) string {
 	if e.Type != history.EventSignalReceived {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package worker
+package engine
 
 import (
 	"encoding/json"
@@ -11,8 +11,8 @@ import (
 
 // FuzzResolvedBy: the task worker drops an inbox row whose outcome history
 // already has by reading the event it resolves straight from the persisted
-// attributes (resolvedBy), not through the typed decoder. For W5 the two must
-// agree: whenever history's decoder accepts an outcome, resolvedBy names the
+// attributes (ResolvedBy), not through the typed decoder. For W5 the two must
+// agree: whenever history's decoder accepts an outcome, ResolvedBy names the
 // same scheduled (activity) or started (timer) event. Attributes written by
 // weir carry only their own type's reference, so inputs with the other
 // type's key are skipped.
@@ -31,10 +31,10 @@ func FuzzResolvedBy(f *testing.F) {
 	f.Fuzz(func(t *testing.T, which uint8, attrs []byte) {
 		eventType := types[int(which)%len(types)]
 		e := history.Event{ID: 20, Type: eventType, Attributes: attrs}
-		id, ok := resolvedBy(e) // must not panic, whatever the bytes
-		facts := newEventFacts()
+		id, ok := ResolvedBy(e) // must not panic, whatever the bytes
+		facts := NewFacts()
 		for range 2 { // what the memo says, computed and then remembered, is the same
-			memoID, memoOK := facts.resolvedBy(e)
+			memoID, memoOK := facts.ResolvedBy(e)
 			require.Equal(t, ok, memoOK)
 			require.Equal(t, id, memoID)
 		}
@@ -68,7 +68,7 @@ func FuzzResolvedBy(f *testing.F) {
 		if other != nil {
 			return // the other type's reference too: never written by weir
 		}
-		require.True(t, ok, "history accepts %s %s but resolvedBy does not", eventType, attrs)
+		require.True(t, ok, "history accepts %s %s but ResolvedBy does not", eventType, attrs)
 		require.Equal(t, want, id, "%s %s resolves event %d for history, %d for the inbox dedup", eventType, attrs, want, id)
 	})
 }

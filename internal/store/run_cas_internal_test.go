@@ -1,4 +1,4 @@
-package worker
+package store
 
 import (
 	"context"

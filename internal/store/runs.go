@@ -1,0 +1,442 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
+	"github.com/weirhq/weir/internal/history"
+)
+
+// A workflow step (a task, or an activity's outcome continuing its run)
+// reads its run under the run's lock and writes, in its last batch, the
+// kinds an engine.StepWrites holds. Written one member at a time, each kind is a
+// statement per step, and Postgres pays a statement's fixed costs each
+// time (the executor's start; for a table with CHECK constraints or a
+// trigger with a WHEN, parsing those expressions again from their stored
+// text). So a group of steps (QueueSteps) writes each kind that more than
+// one member holds as one statement over arrays, which checks what the
+// members' statements checked (a merged CAS's count must be every
+// member's): a failure still fails the group, whose members then run again
+// alone.
+
+// ErrRunMoved is the failure of a step's compare-and-swap (or guard): its
+// run's append point moved, or the run closed, since the step read it.
+var ErrRunMoved = errors.New("the run's append point moved under its step")
+
+// runStmts are the run path's statements.
+type runStmts struct {
+	lock, lockMany, takeInbox, guard, clearTask, queriesWaiting string
+	events, eventsMerged                                        string
+	retire, retireMany, retireMerged                            string
+	activity, activityMerged                                    string
+	advance, advanceMerged, complete, completeMerged            string
+	closeAs                                                     map[string]string // failed, cancelled, continued_as_new
+	abandon, abandonMerged                                      string
+	clearActivities                                             string
+}
+
+// runColumns are what runTargets reads of a run, then the database's time.
+const runColumns = "namespace, workflow_id, generation, kind, queue, state, args, next_event_id, task_job_id, trace_context," +
+	" parent_run_id IS NOT NULL, now()"
+
+// runCASWhere is the condition of a step's write to its run ($1): the run
+// is live and its append point is still $2 (W4).
+//
+// closed_at IS NULL is state = 'running' (constraint weir_run_closed_at), in
+// a form that no partial index's predicate matches. Written as state =
+// 'running', the test let the planner, with the statistics of a young
+// weir_run, take the row through weir_run_live_idx, filtering every live run
+// by run_id, instead of by primary key.
+const runCASWhere = " WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL"
+
+func newRunStmts(n *dbschema.Names) runStmts {
+	const setNext = "next_event_id = $3, updated_at = now(), "
+	closed := func(set string) string {
+		return casSQL("UPDATE " + n.Run + " SET " + setNext + set + ", closed_at = now(), task_job_id = NULL")
+	}
+	abandon := func(runs string) string {
+		return "WITH done AS (UPDATE " + n.Update + " SET state = 'rejected', failure = $2, completed_at = now()" +
+			" WHERE " + runs + " AND state = 'requested' RETURNING run_id, update_id)" +
+			" SELECT count(pg_notify($3, done.run_id::text || '/' || done.update_id)) FROM done"
+	}
+	activityColumns := "INSERT INTO " + n.Activity + " (run_id, scheduled_event_id, job_id, kind, deadline)"
+	return runStmts{
+		lock:     "SELECT " + runColumns + " FROM " + n.Run + " WHERE run_id = $1 FOR UPDATE",
+		lockMany: "SELECT run_id, " + runColumns + " FROM " + n.Run + " WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE",
+		takeInbox: "DELETE FROM " + n.Inbox + " WHERE run_id = $1" +
+			" AND EXISTS (SELECT 1 FROM " + n.Run + " WHERE run_id = $1 AND closed_at IS NULL)" + // by primary key, as the CAS
+			" RETURNING id, type, attributes, created_at",
+		guard: "WITH r AS (SELECT 1 FROM " + n.Run +
+			" WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL AND task_job_id IS NULL FOR UPDATE)" +
+			" SELECT 1 / count(*)::int FROM r",
+		clearTask:      "UPDATE " + n.Run + " SET task_job_id = NULL WHERE run_id = $1 AND task_job_id = $2",
+		queriesWaiting: "SELECT EXISTS (SELECT 1 FROM " + n.Query + " WHERE run_id = $1 AND answered_at IS NULL)",
+		events: "INSERT INTO " + n.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at, boundary)" +
+			" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[], $7::text[]::jsonb[])",
+		eventsMerged: "INSERT INTO " + n.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at, boundary)" +
+			" SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[], $7::text[]::jsonb[])",
+		retire:     "DELETE FROM " + n.Activity + " WHERE run_id = $1 AND scheduled_event_id = $2",
+		retireMany: "DELETE FROM " + n.Activity + " WHERE run_id = $1 AND scheduled_event_id = ANY($2)",
+		// By key: the rows are restricted by run (run_id = ANY) before the
+		// join, so that no plan scans the table.
+		retireMerged: "DELETE FROM " + n.Activity + " a USING unnest($1::uuid[], $2::bigint[]) AS v(run_id, scheduled_event_id)" +
+			" WHERE a.run_id = ANY($1) AND a.run_id = v.run_id AND a.scheduled_event_id = v.scheduled_event_id",
+		activity:       activityColumns + " VALUES ($1, $2, $3, $4, $5)",
+		activityMerged: activityColumns + " SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::timestamptz[])",
+		advance: casSQL("UPDATE " + n.Run + " SET " + setNext +
+			"task_job_id = CASE WHEN task_job_id = $4 THEN NULL ELSE task_job_id END"),
+		// Merged only for steps with no task to clear.
+		advanceMerged: mergedCASSQL(n, "", "next_event_id = v.next, updated_at = now()"),
+		complete:      closed("state = 'completed', result = $4"),
+		completeMerged: mergedCASSQL(n, "result bytea",
+			"next_event_id = v.next, updated_at = now(), state = 'completed', result = v.result, closed_at = now(), task_job_id = NULL"),
+		closeAs: map[string]string{
+			"failed":           closed("state = 'failed', failure = $4"),
+			"cancelled":        closed("state = 'cancelled', failure = $4"),
+			"continued_as_new": closed("state = 'continued_as_new'"),
+		},
+		abandon:         abandon("run_id = $1"),
+		abandonMerged:   abandon("run_id = ANY($1)"),
+		clearActivities: "DELETE FROM " + n.Activity + " WHERE run_id = $1",
+	}
+}
+
+// casSQL makes a run's write (an UPDATE of the run, $1 and $2 as in
+// runCASWhere) its compare-and-swap: it divides by zero unless it wrote the
+// run, so that it fails its batch, and a COMMIT queued behind it, there.
+func casSQL(update string) string {
+	return "WITH u AS (" + update + runCASWhere + " RETURNING 1) SELECT 1 / count(*)::int FROM u"
+}
+
+// mergedCASSQL is the CAS of many runs over arrays: of runs ($1), the
+// append points found ($2) and the new ones ($3), then, when extra names a
+// column and its type, an array of it ($4), and last the number of runs,
+// every one of which the statement must write (set, v's columns at hand)
+// or divide by zero. The runs are taken by key (run_id = ANY) before the
+// join with the arrays, so that no plan scans the table; closed_at IS NULL,
+// not state = 'running', as runCASWhere says why.
+func mergedCASSQL(names *dbschema.Names, extra, set string) string {
+	types, columns, count := "", "", "$4"
+	if extra != "" {
+		column, typ, _ := strings.Cut(extra, " ")
+		types, columns, count = ", $4::"+typ+"[]", ", "+column, "$5"
+	}
+	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]" + types + ") AS v(run_id, found, next" + columns + "))," +
+		" u AS (UPDATE " + names.Run + " r SET " + set + " FROM v" +
+		"  WHERE r.run_id = ANY($1) AND r.run_id = v.run_id AND r.next_event_id = v.found AND r.closed_at IS NULL RETURNING 1)" +
+		" SELECT 1 / (count(*) = " + count + ")::int FROM u"
+}
+
+// runTargets are the scan targets of runColumns.
+func runTargets(run *engine.Run, now *time.Time) []any {
+	return []any{&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind, &run.Queue, &run.State, &run.Args, &run.NextEventID,
+		&run.TaskJobID, &run.TraceContext, &run.HasParent, now}
+}
+
+// QueueLockRun queues the lock and read of run runID's row, with the
+// database's time; read gets them, or the error (pgx.ErrNoRows: no such run).
+func (s *Store) QueueLockRun(batch *pgx.Batch, runID uuid.UUID, read func(run engine.Run, now time.Time, err error) error) {
+	batch.Queue(s.runs.lock, runID).QueryRow(func(row pgx.Row) error {
+		run := engine.Run{ID: runID}
+		var now time.Time
+		err := row.Scan(runTargets(&run, &now)...)
+		return read(run, now, err)
+	})
+}
+
+// QueueLockRuns queues the lock and read of the runs runIDs, in run ID order
+// (the rows are locked as they leave the sort, so that groups never wait for
+// each other in a cycle); read gets each run found.
+func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(run engine.Run, now time.Time) error) {
+	batch.Queue(s.runs.lockMany, runIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				run engine.Run
+				now time.Time
+			)
+			if err := rows.Scan(append([]any{&run.ID}, runTargets(&run, &now)...)...); err != nil {
+				return err
+			}
+			if err := read(run, now); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+}
+
+// QueueTakeInbox queues the taking (deletion) of a live run's inbox; read
+// gets the items taken, in arrival order. Queued after QueueLockRun, it runs
+// once the lock is granted, with a snapshot of its own.
+func (s *Store) QueueTakeInbox(batch *pgx.Batch, runID uuid.UUID, read func([]engine.InboxItem)) {
+	batch.Queue(s.runs.takeInbox, runID).Query(func(rows pgx.Rows) error {
+		taken, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.InboxItem, error) {
+			var item engine.InboxItem
+			var eventType string
+			err := row.Scan(&item.ID, &eventType, (*[]byte)(&item.Event.Attributes), &item.Event.Time) // as eventstore.Load: no second validation
+			item.Event.Type = history.EventType(eventType)
+			return item, err
+		})
+		slices.SortFunc(taken, func(a, b engine.InboxItem) int { return int(a.ID - b.ID) })
+		read(taken)
+		return err
+	})
+}
+
+// QueueGuard queues the lock of a run a step did not read under its lock
+// (it took it from a cache) and the check that it is live at append point
+// at with no task queued; a run that moved fails the batch (and its COMMIT)
+// by a division by zero. The caller reads the check (pgx.QueuedQuery.QueryRow).
+func (s *Store) QueueGuard(batch *pgx.Batch, runID uuid.UUID, at int64) *pgx.QueuedQuery {
+	return batch.Queue(s.runs.guard, runID, at)
+}
+
+// ClearTask drops a run's reference to task job taskJobID, if it has it.
+func (s *Store) ClearTask(ctx context.Context, db DBTX, runID uuid.UUID, taskJobID int64) error {
+	_, err := db.Exec(ctx, s.runs.clearTask, runID, taskJobID)
+	return err
+}
+
+// ClearActivities deletes the records of a run's pending activities.
+func (s *Store) ClearActivities(ctx context.Context, db DBTX, runID uuid.UUID) error {
+	_, err := db.Exec(ctx, s.runs.clearActivities, runID)
+	return err
+}
+
+// QueueQueriesWaiting queues the check whether queries of the run wait for
+// an answer; read gets it.
+func (s *Store) QueueQueriesWaiting(batch *pgx.Batch, runID uuid.UUID, read func(waiting bool)) {
+	batch.Queue(s.runs.queriesWaiting, runID).QueryRow(func(row pgx.Row) error {
+		var waiting bool
+		if err := row.Scan(&waiting); err != nil {
+			return err
+		}
+		read(waiting)
+		return nil
+	})
+}
+
+// IsMovedError reports whether err is a division by zero: a CAS or guard
+// found its run moved.
+func IsMovedError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero
+}
+
+// checked reads a CAS's check: a division by zero is ErrRunMoved, said of
+// what (a run, or a group's runs).
+func checked(q *pgx.QueuedQuery, what string) {
+	q.QueryRow(func(row pgx.Row) error {
+		var one int
+		if err := row.Scan(&one); err != nil {
+			if IsMovedError(err) {
+				return fmt.Errorf("%s: %w: %w", what, ErrRunMoved, err)
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// QueueStep queues what one step writes, a statement per kind (per record
+// of an activity), in this order: events, retirements, activity records,
+// the rejection of pending updates, the CAS (whose check fails the batch if
+// the run moved). The scalar forms let Postgres plan once per connection.
+func (s *Store) QueueStep(batch *pgx.Batch, w *engine.StepWrites) {
+	if len(w.Events) > 0 {
+		var a eventArrays
+		a.add(w.RunID, w.Events)
+		batch.Queue(s.runs.events, w.RunID, a.ids, a.types, a.attributes, a.resolves, a.times, a.boundaries).
+			Exec(func(pgconn.CommandTag) error { return nil })
+	}
+	switch len(w.Retired) {
+	case 0:
+	case 1:
+		batch.Queue(s.runs.retire, w.RunID, w.Retired[0])
+	default:
+		batch.Queue(s.runs.retireMany, w.RunID, w.Retired)
+	}
+	for _, a := range w.Activities {
+		batch.Queue(s.runs.activity, w.RunID, a.ScheduledEventID, a.JobID, a.Kind, a.Deadline)
+	}
+	if w.AbandonUpdates {
+		s.queueAbandon(batch, s.runs.abandon, w.RunID)
+	}
+	if c := w.CAS; c != nil {
+		var q *pgx.QueuedQuery
+		switch {
+		case c.Close == nil:
+			q = batch.Queue(s.runs.advance, w.RunID, c.Found, c.Next, c.ClearTask)
+		case c.Close.State == "completed":
+			q = batch.Queue(s.runs.complete, w.RunID, c.Found, c.Next, c.Close.Result)
+		case c.Close.State == "continued_as_new":
+			q = batch.Queue(s.runs.closeAs[c.Close.State], w.RunID, c.Found, c.Next)
+		default:
+			q = batch.Queue(s.runs.closeAs[c.Close.State], w.RunID, c.Found, c.Next, c.Close.Failure)
+		}
+		checked(q, "advancing run "+w.RunID.String())
+	}
+}
+
+func (s *Store) queueAbandon(batch *pgx.Batch, sql string, runs any) {
+	batch.Queue(sql, runs, engine.AbandonedFailure, dbschema.Channel(s.names.Schema, dbschema.UpdateDoneChannel))
+}
+
+// QueueSteps queues what a group of steps writes (a member's StepWrites
+// may be nil), in QueueStep's order: each kind that its members would
+// write in more than one statement as one statement over arrays, with every
+// member's rows; any other as QueueStep writes it. A CAS that clears a task
+// job or closes the run otherwise than completing it is never merged. It
+// reports whether it merged anything (the caller then asks for generic
+// plans: Postgres plans a statement over arrays again on every call
+// otherwise).
+func (s *Store) QueueSteps(batch *pgx.Batch, steps []*engine.StepWrites) (merged bool) {
+	casOf := func(merge func(c *engine.RunCAS) bool) func(w *engine.StepWrites) *engine.StepWrites {
+		return func(w *engine.StepWrites) *engine.StepWrites {
+			if w.CAS == nil || !merge(w.CAS) {
+				return nil
+			}
+			return &engine.StepWrites{RunID: w.RunID, CAS: w.CAS}
+		}
+	}
+	kinds := []struct {
+		part  func(w *engine.StepWrites) *engine.StepWrites
+		merge func(batch *pgx.Batch, ws []*engine.StepWrites)
+	}{
+		{func(w *engine.StepWrites) *engine.StepWrites {
+			return &engine.StepWrites{RunID: w.RunID, Events: w.Events}
+		}, s.queueEventsMerged},
+		{func(w *engine.StepWrites) *engine.StepWrites {
+			return &engine.StepWrites{RunID: w.RunID, Retired: w.Retired}
+		}, s.queueRetireMerged},
+		{func(w *engine.StepWrites) *engine.StepWrites {
+			return &engine.StepWrites{RunID: w.RunID, Activities: w.Activities}
+		}, s.queueActivitiesMerged},
+		{func(w *engine.StepWrites) *engine.StepWrites {
+			return &engine.StepWrites{RunID: w.RunID, AbandonUpdates: w.AbandonUpdates}
+		}, s.queueAbandonMerged},
+		{casOf(func(c *engine.RunCAS) bool { return c.Close == nil && c.ClearTask == 0 }), s.queueCASMerged},
+		{casOf(func(c *engine.RunCAS) bool { return c.Close != nil && c.Close.State == "completed" }), s.queueCASMerged},
+		{casOf(func(c *engine.RunCAS) bool {
+			return c.Close == nil && c.ClearTask != 0 || c.Close != nil && c.Close.State != "completed"
+		}), nil},
+	}
+	for _, k := range kinds {
+		var parts []*engine.StepWrites
+		alone := &pgx.Batch{}
+		for _, w := range steps {
+			if w == nil {
+				continue
+			}
+			if part := k.part(w); part != nil {
+				parts = append(parts, part)
+				s.QueueStep(alone, part)
+			}
+		}
+		if alone.Len() < 2 || k.merge == nil {
+			batch.QueuedQueries = append(batch.QueuedQueries, alone.QueuedQueries...)
+			continue
+		}
+		k.merge(batch, parts)
+		merged = true
+	}
+	return merged
+}
+
+// eventArrays are the columns of events rows, as arrays.
+type eventArrays struct {
+	runs       []uuid.UUID
+	ids        []int64
+	types      []string
+	attributes []string
+	resolves   []*int64
+	times      []time.Time
+	boundaries []*string
+}
+
+func (a *eventArrays) add(runID uuid.UUID, rows []engine.EventRow) {
+	for _, r := range rows {
+		var boundary *string
+		if r.Boundary != nil {
+			b := string(r.Boundary)
+			boundary = &b
+		}
+		a.runs = append(a.runs, runID)
+		a.ids, a.types, a.attributes = append(a.ids, r.ID), append(a.types, string(r.Type)), append(a.attributes, string(r.Attributes))
+		a.resolves, a.times, a.boundaries = append(a.resolves, r.Resolves), append(a.times, r.Time), append(a.boundaries, boundary)
+	}
+}
+
+func (s *Store) queueEventsMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	var a eventArrays
+	for _, w := range ws {
+		a.add(w.RunID, w.Events)
+	}
+	batch.Queue(s.runs.eventsMerged, a.runs, a.ids, a.types, a.attributes, a.resolves, a.times, a.boundaries)
+}
+
+func (s *Store) queueRetireMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	var runs []uuid.UUID
+	var scheduled []int64
+	for _, w := range ws {
+		for _, id := range w.Retired {
+			runs, scheduled = append(runs, w.RunID), append(scheduled, id)
+		}
+	}
+	batch.Queue(s.runs.retireMerged, runs, scheduled)
+}
+
+func (s *Store) queueActivitiesMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	var (
+		runs            []uuid.UUID
+		scheduled, jobs []int64
+		kinds           []string
+		deadlines       []*time.Time
+	)
+	for _, w := range ws {
+		for _, a := range w.Activities {
+			runs, scheduled, jobs = append(runs, w.RunID), append(scheduled, a.ScheduledEventID), append(jobs, a.JobID)
+			kinds, deadlines = append(kinds, a.Kind), append(deadlines, a.Deadline)
+		}
+	}
+	batch.Queue(s.runs.activityMerged, runs, scheduled, jobs, kinds, deadlines)
+}
+
+func (s *Store) queueAbandonMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	runs := make([]uuid.UUID, 0, len(ws))
+	for _, w := range ws {
+		if w.AbandonUpdates {
+			runs = append(runs, w.RunID)
+		}
+	}
+	s.queueAbandon(batch, s.runs.abandonMerged, runs)
+}
+
+// queueCASMerged queues the CAS of runs that all continue with no task to
+// clear, or all complete.
+func (s *Store) queueCASMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	runs, found, next := make([]uuid.UUID, len(ws)), make([]int64, len(ws)), make([]int64, len(ws))
+	var results [][]byte
+	for i, w := range ws {
+		runs[i], found[i], next[i] = w.RunID, w.CAS.Found, w.CAS.Next
+		if w.CAS.Close != nil {
+			results = append(results, w.CAS.Close.Result)
+		}
+	}
+	if results == nil {
+		checked(batch.Queue(s.runs.advanceMerged, runs, found, next, len(runs)), fmt.Sprintf("advancing %d runs in a group", len(runs)))
+		return
+	}
+	checked(batch.Queue(s.runs.completeMerged, runs, found, next, results, len(runs)), fmt.Sprintf("completing %d runs in a group", len(runs)))
+}
