@@ -24,6 +24,7 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/eventstore"
+	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/runstate"
@@ -125,11 +126,11 @@ type Client struct {
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 
-	startRunSQL        string       // startRunSQL(names)
-	startAheadGuardSQL string       // startAheadGuardSQL(names)
-	startRunManySQL    string       // startRunManySQL(names)
-	starts             *startGroups // concurrent eager starts, grouped
-	knownIDs           knownIDs     // workflow IDs seen taken (startAhead)
+	startRunSQL        string                                  // startRunSQL(names)
+	startAheadGuardSQL string                                  // startAheadGuardSQL(names)
+	startRunManySQL    string                                  // startRunManySQL(names)
+	starts             *group.Committer[string, *startRequest] // concurrent eager starts, grouped
+	knownIDs           knownIDs                                // workflow IDs seen taken (startAhead)
 
 	listenerOnce sync.Once
 	listener     *listener
@@ -163,7 +164,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		config: config, events: eventstore.New(names), names: names, pool: pool, river: riverClient,
 		startRunSQL: startRunSQL(names), startRunManySQL: startRunManySQL(names), startAheadGuardSQL: startAheadGuardSQL(names),
 	}
-	c.starts = &startGroups{c: c, limit: startGroupsFor(pool)}
+	c.starts = newStartGroups(c)
 	return c, nil
 }
 
@@ -309,8 +310,10 @@ type Run struct {
 // IDReusePolicy: see StartOpts.RequestID) and is a *RequestConflictError
 // otherwise.
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (run *Run, err error) {
-	if req, info := c.groupableStart(args, opts); req != nil {
-		run, err = c.starts.start(ctx, req)
+	if req, info := c.groupableStart(ctx, args, opts); req != nil {
+		if err = c.starts.Do(ctx, req); err == nil {
+			run, err = req.run, req.err
+		}
 	} else {
 		run, err = c.startAlone(ctx, args, opts, info)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
@@ -69,19 +68,22 @@ func startGroupsFor(pool *pgxpool.Pool) *limit.Limiter {
 	return limit.New(limit.Config{Initial: min(2, most), Max: most})
 }
 
-// startGroups queues the starts that can be grouped and runs their groups.
-type startGroups struct {
-	c     *Client
-	limit *limit.Limiter // groups and starts alone in flight
-
-	mu       sync.Mutex
-	queue    []*startRequest
-	inFlight int
+// newStartGroups returns the group committer of a client's eager starts.
+func newStartGroups(c *Client) *group.Committer[string, *startRequest] {
+	return group.New(group.Config[string, *startRequest]{
+		Limit: startGroupsFor(c.pool), Size: startGroupMembers,
+		Key:     func(r *startRequest) string { return r.lockKey },
+		Joins:   func(first, r *startRequest) bool { return r.taker == first.taker },
+		Commit:  c.commitStarts,
+		Alone:   c.startAloneAfterGroup,
+		HasRoom: func() bool { return limit.PoolHasRoom(c.pool) },
+	})
 }
 
-// startRequest is a start that a group may take; once queued (prepare),
-// with everything the start writes ready.
+// startRequest is a start that a group may take, and, once prepared, with
+// everything the start writes ready.
 type startRequest struct {
+	ctx     context.Context
 	args    WorkflowArgs
 	opts    *StartOpts
 	info    *StartInfo
@@ -94,13 +96,7 @@ type startRequest struct {
 	runID        uuid.UUID
 	taskArgs     task.Args
 
-	taken bool             // a group took it (guarded by startGroups.mu)
-	done  chan startResult // the group's verdict
-}
-
-// startResult is a group's verdict on one start: its run or error, or that
-// it runs alone.
-type startResult struct {
+	// The start's verdict: its run or error, or that it runs alone.
 	alone bool
 	run   *Run
 	err   error
@@ -112,7 +108,7 @@ type startResult struct {
 // with no worker of this process that takes groups of first tasks. The
 // start's info, when it drew it, comes back either way, so that a start
 // alone does not draw it again.
-func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) (*startRequest, *StartInfo) {
+func (c *Client) groupableStart(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*startRequest, *StartInfo) {
 	if !c.commitsWithFirstTask(opts) {
 		return nil, nil
 	}
@@ -125,13 +121,12 @@ func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) (*startReque
 		return nil, info
 	}
 	return &startRequest{
-		args: args, opts: opts, info: info, lockKey: dbschema.StartLockID(info.Namespace, info.WorkflowID), taker: taker,
-		done: make(chan startResult, 1),
+		ctx: ctx, args: args, opts: opts, info: info, lockKey: dbschema.StartLockID(info.Namespace, info.WorkflowID), taker: taker,
 	}, info
 }
 
 // prepare encodes what the start writes, for a group: only a start that
-// queues pays for it (one that goes alone encodes its own).
+// a group takes pays for it here (one alone encodes its own).
 func (r *startRequest) prepare(c *Client) error {
 	var err error
 	if r.payload, r.hash, r.traceContext, err = c.encodeStart(r.args, r.info, r.opts); err != nil {
@@ -142,110 +137,54 @@ func (r *startRequest) prepare(c *Client) error {
 	return nil
 }
 
-// start runs req alone if nothing waits and a group could start now, else
-// queues it for a group and waits for the group's verdict.
-func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error) {
-	g.mu.Lock()
-	if len(g.queue) == 0 && g.inFlight < g.limit.Limit() {
-		g.inFlight++
-		g.mu.Unlock()
-		started, runs := time.Now(), 0
-		defer func() { g.finished(time.Since(started), runs) }()
-		run, err := g.c.startAlone(ctx, req.args, req.opts, req.info)
-		if err == nil {
-			runs = 1
-		}
-		return run, err
-	}
-	g.mu.Unlock()
-	if err := req.prepare(g.c); err != nil {
-		return g.c.startAlone(ctx, req.args, req.opts, req.info) // which reports it
-	}
-	g.mu.Lock()
-	if err := ctx.Err(); err != nil {
-		g.mu.Unlock()
-		return nil, err
-	}
-	g.queue = append(g.queue, req)
-	g.launchLocked()
-	g.mu.Unlock()
-	var res startResult
-	select {
-	case res = <-req.done:
-	case <-ctx.Done():
-		// Still queued, it leaves; taken by a group, its verdict decides.
-		g.mu.Lock()
-		if !req.taken {
-			g.queue = slices.DeleteFunc(g.queue, func(r *startRequest) bool { return r == req })
-			g.mu.Unlock()
-			return nil, ctx.Err()
-		}
-		g.mu.Unlock()
-		res = <-req.done
-	}
-	if res.alone {
-		// The same workflow and request IDs as the group used (a random
-		// default is drawn once).
-		opts := *req.opts
-		opts.WorkflowID, opts.RequestID = req.info.WorkflowID, req.info.RequestID
-		return g.c.startAlone(ctx, req.args, &opts, req.info)
-	}
-	return res.run, res.err
+// startAloneAfterGroup runs a start that its group left undecided alone,
+// with the same workflow and request IDs as the group used (a random
+// default is drawn once).
+func (c *Client) startAloneAfterGroup(_ context.Context, r *startRequest) {
+	opts := *r.opts
+	opts.WorkflowID, opts.RequestID = r.info.WorkflowID, r.info.RequestID
+	r.run, r.err = c.startAlone(r.ctx, r.args, &opts, r.info)
 }
 
-// finished ends a start or group in flight that took latency and started
-// runs (created or not), and launches what waits.
-func (g *startGroups) finished(latency time.Duration, runs int) {
-	g.mu.Lock()
-	// Starts waiting for a group while this one ran, and an idle
-	// connection for another: the limit, not the demand or the pool (which
-	// a worker may share), bounded what was in flight.
-	g.limit.Observe(latency, runs, len(g.queue) > 0 && limit.PoolHasRoom(g.c.pool))
-	g.inFlight--
-	g.launchLocked()
-	g.mu.Unlock()
-}
-
-// launchLocked starts groups of the queued starts while fewer than the
-// limit are in flight. A group takes, in order, up to
-// startGroupMembers starts of the first one's taker, one per workflow ID.
-func (g *startGroups) launchLocked() {
-	for len(g.queue) > 0 && g.inFlight < g.limit.Limit() {
-		var (
-			members []*startRequest
-			rest    []*startRequest
-			keys    = map[string]bool{}
-		)
-		taker := g.queue[0].taker
-		for _, req := range g.queue {
-			if len(members) < startGroupMembers && req.taker == taker && !keys[req.lockKey] {
-				keys[req.lockKey] = true
-				req.taken = true
-				members = append(members, req)
-			} else {
-				rest = append(rest, req)
-			}
-		}
-		g.queue = rest
-		g.inFlight++
-		go func() {
-			started, decided := time.Now(), 0
-			defer func() { g.finished(time.Since(started), decided) }()
-			decided = g.run(members)
-		}()
-	}
-}
-
-// run runs one group, tells each member its verdict, and returns how many
-// starts it decided (not left to run alone).
-func (g *startGroups) run(members []*startRequest) (decided int) {
+// commitStarts runs a group of starts (one alone, in its slot), gives each
+// member its verdict, and returns how many starts it decided; a member
+// whose start could not be prepared runs alone, which reports why.
+func (c *Client) commitStarts(members []*startRequest) (decided int, alone []bool) {
+	alone = make([]bool, len(members))
 	if len(members) == 1 {
-		members[0].done <- startResult{alone: true}
+		r := members[0]
+		if r.run, r.err = c.startAlone(r.ctx, r.args, r.opts, r.info); r.err == nil {
+			decided = 1
+		}
+		return decided, alone
+	}
+	var prepared []*startRequest
+	for i, r := range members {
+		if r.alone = r.prepare(c) != nil; r.alone {
+			alone[i] = true
+		} else {
+			prepared = append(prepared, r)
+		}
+	}
+	decided = c.runStartGroup(prepared)
+	for i, r := range members {
+		alone[i] = r.alone
+	}
+	return decided, alone
+}
+
+// runStartGroup runs one group of prepared starts in a transaction, gives
+// each its verdict, and returns how many starts it decided (not left to run
+// alone).
+func (c *Client) runStartGroup(members []*startRequest) (decided int) {
+	if len(members) < 2 {
+		for _, m := range members {
+			m.alone = true
+		}
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startGroupTimeout)
 	defer cancel()
-	verdicts := make([]startResult, len(members))
 	var (
 		dones   []func(committed bool)
 		sending bool // the batch with the COMMIT went out
@@ -256,9 +195,9 @@ func (g *startGroups) run(members []*startRequest) (decided int) {
 				err = fmt.Errorf("weir: a group of starts panicked: %v", r)
 			}
 		}()
-		return lazytx.BeginFunc(ctx, g.c.pool, func(tx pgx.Tx) error {
+		return lazytx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 			var err error
-			dones, sending, err = g.c.startGroupTx(ctx, tx, members, verdicts)
+			dones, sending, err = c.startGroupTx(ctx, tx, members)
 			return err
 		})
 	}()
@@ -267,20 +206,19 @@ func (g *startGroups) run(members []*startRequest) (decided int) {
 	for _, done := range dones {
 		done(committed)
 	}
-	for i, m := range members {
+	for _, m := range members {
 		switch {
 		case committed:
 		case sending && !errors.As(err, &pgErr):
 			// The COMMIT may have run (the connection went, say): as a start
 			// alone, each start reports the error rather than start again.
-			verdicts[i] = startResult{err: fmt.Errorf("weir: starting workflow %s in a group of %d: %w", m.info.WorkflowID, len(members), err)}
+			m.alone, m.run, m.err = false, nil, fmt.Errorf("weir: starting workflow %s in a group of %d: %w", m.info.WorkflowID, len(members), err)
 		default: // rolled back: each runs alone
-			verdicts[i] = startResult{alone: true}
+			m.alone = true
 		}
-		if !verdicts[i].alone {
+		if !m.alone {
 			decided++
 		}
-		m.done <- verdicts[i]
 	}
 	return decided
 }
@@ -289,10 +227,10 @@ func (g *startGroups) run(members []*startRequest) (decided int) {
 // to run alone.
 var errNoLock = errors.New("the workflow ID's start lock is taken")
 
-// startGroupTx is a group's transaction: it fills verdicts, by member, and
-// returns what to tell the worker once the transaction ended, and whether
-// it sent its last batch (with the COMMIT).
-func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRequest, verdicts []startResult) (dones []func(bool), sending bool, err error) {
+// startGroupTx is a group's transaction: it gives its members their
+// verdicts, and returns what to tell the worker once the transaction ended,
+// and whether it sent its last batch (with the COMMIT).
+func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRequest) (dones []func(bool), sending bool, err error) {
 	// W1: each workflow ID's start lock, taken without waiting, so that a
 	// group never waits with locks held (and never deadlocks): a start whose
 	// lock is taken runs alone, after the group.
@@ -321,7 +259,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		if locked[i] {
 			in = append(in, i)
 		} else {
-			verdicts[i] = startResult{alone: true, err: errNoLock}
+			members[i].alone, members[i].err = true, errNoLock
 		}
 	}
 	if len(in) == 0 {
@@ -394,18 +332,18 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		case (replayed != nil || refused != nil) && inserted[k] != nil: // the SQL's conditions and these differ: fail closed
 			return nil, false, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", m.info.WorkflowID)
 		case refused != nil:
-			verdicts[i] = startResult{err: refused}
+			m.err = refused
 		case replayed != nil:
-			verdicts[i] = startResult{run: replayed}
+			m.run = replayed
 		case inserted[k] == nil:
 			// Only a writer bypassing the advisory lock gets here: the start
 			// runs alone, which reads the run in its way (answerCollision).
-			verdicts[i] = startResult{alone: true}
+			m.alone = true
 		default:
 			runs = append(runs, inserted[k])
 			started = append(started, i)
-			verdicts[i] = startResult{run: &Run{Created: true, Generation: inserted[k].Generation, Namespace: m.info.Namespace,
-				RunID: m.runID, WorkflowID: m.info.WorkflowID, client: c}}
+			m.run = &Run{Created: true, Generation: inserted[k].Generation, Namespace: m.info.Namespace,
+				RunID: m.runID, WorkflowID: m.info.WorkflowID, client: c}
 		}
 	}
 	if len(runs) == 0 {

@@ -1,16 +1,13 @@
 package client
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
-	"github.com/weirhq/weir/internal/limit"
 )
 
 // TestStartRunManyTakesRunsByKey: on a runs table of tens of thousands of
@@ -110,35 +107,4 @@ func requireByKey(t *testing.T, plan, what string) {
 	for _, scan := range dbtest.PlanScans(plan) {
 		require.NotEmpty(t, scan.Cond, "%s: %s reads without a key:\n%s", what, scan.Line, plan)
 	}
-}
-
-// TestStartGroupsQueuedStartLeavesOnCancel: a start queued for a group (none
-// can start: every slot is in flight) returns its context's error once that
-// ends, and leaves the queue, so no group starts it later.
-func TestStartGroupsQueuedStartLeavesOnCancel(t *testing.T) {
-	t.Parallel()
-	c := &Client{config: (&Config{}).withDefaults(), names: dbschema.New("")}
-	g := &startGroups{c: c, limit: limit.Fixed(2), inFlight: 2}
-	ctx, cancel := context.WithCancel(t.Context())
-	req := &startRequest{
-		args: RawArgs{JSON: []byte(`{}`), KindName: "k"}, opts: &StartOpts{EagerStart: true},
-		info:    &StartInfo{Kind: "k", Namespace: "default", Queue: QueueDefault, RequestID: "r", WorkflowID: "w"},
-		lockKey: "k", done: make(chan startResult, 1),
-	}
-	errs := make(chan error, 1)
-	go func() {
-		_, err := g.start(ctx, req)
-		errs <- err
-	}()
-	require.Eventually(t, func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return len(g.queue) == 1
-	}, 10*time.Second, time.Millisecond)
-	cancel()
-	require.ErrorIs(t, <-errs, context.Canceled)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	require.Empty(t, g.queue)
-	require.False(t, req.taken)
 }

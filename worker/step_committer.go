@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
+
 	"sync/atomic"
 	"time"
 
@@ -20,6 +20,7 @@ import (
 	"github.com/weirhq/weir/fencing"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
 )
@@ -94,25 +95,19 @@ const stepGroupTimeout = time.Minute
 // alone once the group ended.
 var errRunsAlone = errors.New("worker: this outcome commits alone")
 
-// errGroupRolledBack is what a member of a group learns when its group did
-// not commit: its outcome runs again alone.
+// errGroupRolledBack is why the results of an outcome's try in a group
+// are dropped when it runs again alone.
 var errGroupRolledBack = errors.New("worker: the group of outcomes did not commit")
 
-// stepCommitter commits activity outcomes in groups (see above).
+// stepCommitter commits activity outcomes in groups (see above), one per
+// run at a time: a run is held (group.Committer's keys) while an outcome of
+// it is in a group in flight, runs again alone, or while a transaction of
+// this worker's own on it runs outside any group (hold), so that a
+// one-round-trip step (fromCache) reads the cache only when no transaction
+// of this worker is writing its run.
 type stepCommitter struct {
-	w          *Worker
-	limit      *limit.Limiter // groups in flight at once
-	maxMembers int            // outcomes in one group
-
-	mu     sync.Mutex
-	queue  []*stepMember // waiting for a group, oldest first
-	groups int           // in flight
-	// Runs held: with an outcome in a group in flight, or a transaction of
-	// this worker's own on them in flight outside any group (hold): a
-	// group takes no outcome of a held run, so a one-round-trip step
-	// (fromCache) reads the cache only when no transaction of this worker
-	// is writing its run.
-	busy map[uuid.UUID]int
+	w     *Worker
+	group *group.Committer[uuid.UUID, *stepMember]
 
 	// Counts, for tests and metrics: groups that committed, outcomes that
 	// committed in a group with others, groups rolled back.
@@ -131,9 +126,9 @@ type stepMember struct {
 	ctx   context.Context
 	runID uuid.UUID
 	fn    func(ctx context.Context, tx pgx.Tx, cont *taskResult) error
-	done  chan error // the group's outcome: nil, or errGroupRolledBack
 	cont  taskResult
-	alone bool // left out of the group's writes: it runs alone
+	alone bool  // left out of the group's writes: it runs alone
+	err   error // its outcome's, once it ran alone
 
 	// The run's row, locked by the group (lockErr pgx.ErrNoRows when there
 	// is no such run), for deliverOutcome.
@@ -150,7 +145,16 @@ type stepMember struct {
 }
 
 func newStepCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *stepCommitter {
-	return &stepCommitter{w: w, limit: groups, maxMembers: max(maxMembers, 1), busy: make(map[uuid.UUID]int)}
+	c := &stepCommitter{w: w}
+	c.group = group.New(group.Config[uuid.UUID, *stepMember]{
+		Limit: groups, Size: maxMembers,
+		Key:     func(m *stepMember) uuid.UUID { return m.runID },
+		Commit:  c.run,
+		Alone:   c.alone,
+		HasRoom: func() bool { return limit.PoolHasRoom(w.pool) },
+		Go:      w.goroutines.Go,
+	})
+	return c
 }
 
 // takeLocked returns the run's row that the group locked for this member,
@@ -172,108 +176,34 @@ func (m *stepMember) deferLast(writes *pgx.Batch, after func()) {
 // commit records an outcome of run runID through fn (as outcomeTx does),
 // in a group with others that are ready, or alone if the group fails.
 func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
-	m := &stepMember{ctx: ctx, runID: runID, fn: fn, done: make(chan error, 1)}
-	c.mu.Lock()
-	c.queue = append(c.queue, m)
-	c.startLocked()
-	c.mu.Unlock()
-	if err := <-m.done; err != nil {
-		// The group held the run for this rerun (run): no group takes the
-		// run's next outcome until it is settled.
-		defer c.release(runID)
-		c.w.settle(err, &m.cont) // frees the eager slots it took
-		return c.w.outcomeTxOnce(ctx, fn)
+	m := &stepMember{ctx: ctx, runID: runID, fn: fn}
+	_ = c.group.Do(context.WithoutCancel(ctx), m) // an outcome waits for its group, whatever its attempt's ctx
+	if m.alone {
+		return m.err
 	}
 	c.w.settle(nil, &m.cont)
 	return nil
 }
 
-// startLocked starts groups for the queued outcomes while fewer than the
-// limit are in flight.
-func (c *stepCommitter) startLocked() {
-	for c.groups < c.limit.Limit() && len(c.queue) > 0 {
-		members := c.takeLocked()
-		if len(members) == 0 {
-			return // every queued outcome's run is in a group in flight
-		}
-		c.groups++
-		for _, m := range members {
-			c.busy[m.runID]++
-		}
-		c.w.goroutines.Go(func() {
-			started := time.Now()
-			committed := c.run(members)
-			c.mu.Lock()
-			// Outcomes waiting for a group while this one ran, and an idle
-			// connection for another: the limit, not the demand or the
-			// pool (which River's client shares), bounded the groups.
-			c.limit.Observe(time.Since(started), committed, len(c.queue) > 0 && limit.PoolHasRoom(c.w.pool))
-			c.groups--
-			for _, m := range members {
-				c.unholdLocked(m.runID)
-			}
-			c.startLocked()
-			c.mu.Unlock()
-		})
-	}
+// alone runs an outcome that its group did not commit again, in a
+// transaction of its own, its run still held.
+func (c *stepCommitter) alone(_ context.Context, m *stepMember) {
+	c.w.settle(errGroupRolledBack, &m.cont) // frees the eager slots it took
+	m.err = c.w.outcomeTxOnce(m.ctx, m.fn)
 }
 
-// hold marks runID held (busy) while a transaction of this worker's own on
-// it runs outside any group: no group takes an outcome of the run until
-// release. Holding never waits.
-func (c *stepCommitter) hold(runID uuid.UUID) {
-	c.mu.Lock()
-	c.busy[runID]++
-	c.mu.Unlock()
-}
+// hold marks runID held while a transaction of this worker's own on it runs
+// outside any group: no group takes an outcome of the run until release.
+// Holding never waits.
+func (c *stepCommitter) hold(runID uuid.UUID) { c.group.Hold(runID) }
 
 // release ends a hold, and starts a group for outcomes that waited for it.
-func (c *stepCommitter) release(runID uuid.UUID) {
-	c.mu.Lock()
-	c.unholdLocked(runID)
-	c.startLocked()
-	c.mu.Unlock()
-}
+func (c *stepCommitter) release(runID uuid.UUID) { c.group.Release(runID) }
 
-func (c *stepCommitter) unholdLocked(runID uuid.UUID) {
-	n, ok := c.busy[runID]
-	if !ok {
-		// A release without its hold would cancel another's hold.
-		panic(fmt.Sprintf("worker: run %s released by the step committer but not held", runID))
-	}
-	if n <= 1 {
-		delete(c.busy, runID)
-		return
-	}
-	c.busy[runID] = n - 1
-}
-
-// takeLocked takes the oldest queued outcomes for a group, at most
-// maxMembers and one per run, none of a run that is held (a group in
-// flight, or a transaction of this worker's own outside any group):
-// a second outcome of a run must see the first one's writes, and a group
-// that waited for another group's run would hold all of its own meanwhile.
-func (c *stepCommitter) takeLocked() []*stepMember {
-	var (
-		taken []*stepMember
-		kept  = c.queue[:0]
-	)
-	for _, m := range c.queue {
-		if len(taken) < c.maxMembers && c.busy[m.runID] == 0 && !slices.ContainsFunc(taken, func(t *stepMember) bool { return t.runID == m.runID }) {
-			taken = append(taken, m)
-			continue
-		}
-		kept = append(kept, m)
-	}
-	clear(c.queue[len(kept):])
-	c.queue = kept
-	return taken
-}
-
-// run commits one group, tells each member how it went, and returns how
-// many outcomes it committed.
-func (c *stepCommitter) run(members []*stepMember) (committed int) {
-	slices.SortFunc(members, func(a, b *stepMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
+// run commits one group (outcomes of distinct runs, none held by another),
+// and returns how many outcomes it committed and which ones run alone.
+func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
+	members := slices.SortedFunc(slices.Values(taken), func(a, b *stepMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
@@ -362,22 +292,21 @@ func (c *stepCommitter) run(members []*stepMember) (committed int) {
 			c.grouped.Add(int64(committed))
 		}
 	}
-	for _, m := range members {
+	alone = make([]bool, len(taken))
+	for i, m := range taken {
 		if err != nil || m.alone {
+			m.alone, alone[i] = true, true
 			m.cont.dropSession() // its rerun replays
-			c.hold(m.runID)      // released by commit once its rerun settled
-			m.done <- errGroupRolledBack
 			continue
 		}
 		if m.afterLast != nil {
 			m.afterLast()
 		}
-		// Before the run leaves the busy set: the run's next outcome may
-		// take the one-round-trip step from the cache (fromCache).
+		// Before the run is let go: the run's next outcome may take the
+		// one-round-trip step from the cache (fromCache).
 		c.w.commitHistory(&m.cont)
-		m.done <- nil
 	}
-	return committed
+	return committed, alone
 }
 
 // fromCache sets m up for a step of one round trip, if this worker holds

@@ -104,11 +104,7 @@ func (f *stepFixture) hold(t *testing.T, wg *sync.WaitGroup, release <-chan stru
 // queued waits until n outcomes wait for a group.
 func (f *stepFixture) queued(t *testing.T, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		f.c.mu.Lock()
-		defer f.c.mu.Unlock()
-		return len(f.c.queue) == n
-	}, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return f.c.group.Queued() == n }, 10*time.Second, time.Millisecond)
 }
 
 func assertNoError(t *testing.T, err error) {
@@ -291,7 +287,7 @@ func TestStepCommitterLeavesGroupBeforeWriting(t *testing.T) {
 func TestStepCommitterOneGroupPerRun(t *testing.T) {
 	t.Parallel()
 	f := newStepFixture(t)
-	f.c.limit = limit.Fixed(2)
+	f.c = newStepCommitter(f.c.w, limit.Fixed(2), stepGroupMembers)
 	var wg sync.WaitGroup
 	release := make(chan struct{})
 	run := uuid.New()
@@ -700,9 +696,5 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 // runs go just after it told its members.
 func requireNoHolds(t *testing.T, c *stepCommitter) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.busy) == 0
-	}, 10*time.Second, time.Millisecond, "every hold released")
+	require.Eventually(t, func() bool { return c.group.Held() == 0 }, 10*time.Second, time.Millisecond, "every hold released")
 }
