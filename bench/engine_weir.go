@@ -84,7 +84,7 @@ func newWeirEngine(ctx context.Context, db *benchDB) (*weirEngine, error) {
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
-	c, err := client.New(db.pool, &client.Config{})
+	c, err := client.New(db.pool, &client.Config{EagerStarter: w})
 	if err != nil {
 		return nil, errors.Join(err, w.Stop(ctx))
 	}
@@ -96,7 +96,7 @@ func (*weirEngine) config() string {
 }
 
 func (e *weirEngine) start(ctx context.Context, i int) error {
-	// The worker shares the process and the pool: the first task runs in
+	// The client is linked to the worker: the first task runs in
 	// the start (eager workflow start).
 	run, err := e.client.Start(ctx, weirThreeStepsArgs{Input: i}, &client.StartOpts{EagerStart: true, WorkflowID: workflowID(i)})
 	if err != nil {

@@ -90,6 +90,22 @@ type Config struct {
 	// Schema is the Postgres schema of River's and weir's tables; it must
 	// match the workers'. Defaults to empty: the search_path's first.
 	Schema string
+
+	// EagerStarter is the worker, in this process, to which Start hands the
+	// first workflow task of a run started with StartOpts.EagerStart: a
+	// *worker.Worker on the same database and schema. Without one, or while
+	// it is not started, EagerStart changes nothing. Defaults to none.
+	EagerStarter EagerStarter
+}
+
+// EagerStarter runs the first workflow task of a run inside the
+// transaction that starts it (StartOpts.EagerStart). *worker.Worker is the
+// one implementation; its method is weir's internal contract between a
+// client and a worker.
+type EagerStarter interface {
+	// FirstTaskTaker returns what takes the first tasks that key names, or
+	// nil when the worker takes none of them now.
+	FirstTaskTaker(key handoff.Key) handoff.Taker
 }
 
 func (c *Config) withDefaults() *Config {
@@ -210,7 +226,7 @@ func (p IDReusePolicy) String() string {
 // StartOpts are options of Start. A nil *StartOpts means defaults.
 type StartOpts struct {
 	// EagerStart asks Start (not StartTx) to hand the run's first workflow
-	// task to a worker of this process that shares the client's pool and
+	// task to the client's linked worker (Config.EagerStarter), if it
 	// serves the workflow in the run's queue (eager workflow start, as
 	// Temporal's EnableEagerStart). That worker runs the task inside the
 	// start's transaction, right after the run's row is inserted: the run's
@@ -470,11 +486,14 @@ func (c *Client) encodeStart(args WorkflowArgs, info *StartInfo, opts *StartOpts
 	return payload, hash, traceContext, nil
 }
 
-// eagerTaker returns the worker of this process that takes the first task
-// of the run info names (it shares the client's pool and serves the run's
-// queue and workflow), or nil.
+// eagerTaker returns what takes the first task of the run info names: the
+// linked worker's (Config.EagerStarter), if it serves the run's queue and
+// workflow, or nil.
 func (c *Client) eagerTaker(info *StartInfo) handoff.Taker {
-	return handoff.Newest(handoff.Key{Pool: c.pool, Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)})
+	if c.config.EagerStarter == nil {
+		return nil
+	}
+	return c.config.EagerStarter.FirstTaskTaker(handoff.Key{Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)})
 }
 
 // commitsWithFirstTask reports whether a start with opts commits right

@@ -372,7 +372,7 @@ func startStepWorker(t *testing.T, groups int, extra workflow.Workflow[stepFamil
 	AddActivity(w, &stepGroupAct{})
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
-	c, err := client.New(pool, &client.Config{Schema: schema})
+	c, err := client.New(pool, &client.Config{Schema: schema, EagerStarter: w})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return w, c, pool, schema
@@ -564,7 +564,7 @@ func TestStepOfOneRoundTrip(t *testing.T) {
 	AddActivity(w, gate)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
-	c, err := client.New(pool, &client.Config{Schema: schema})
+	c, err := client.New(pool, &client.Config{Schema: schema, EagerStarter: w})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 

@@ -10,27 +10,22 @@
 // rolls it back (to a savepoint) and queues the task's job through River as
 // usual.
 //
-// Workers register what they can take (Register); a client looks a taker up
-// by the pool it writes through, its schema, the run's queue and the task's
-// job kind (Lookup). Sharing the pool is how a client knows the worker
-// reaches the same database.
+// A client is linked to one worker explicitly (client.Config.EagerStarter),
+// and asks it for the taker of each run's first task by Key.
 package handoff
 
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Key is what a taker takes: first tasks of one job kind (task.Kind) in one
-// queue of one schema, written through one pool.
+// queue of one schema.
 type Key struct {
-	Pool   *pgxpool.Pool
 	Schema string
 	Queue  string
 	Kind   string
@@ -135,46 +130,4 @@ type FirstTasks struct {
 	Errs []error
 	Last *pgx.Batch
 	Sent func()
-}
-
-var (
-	mu     sync.Mutex
-	takers = map[Key][]Taker{}
-)
-
-// Register makes taker a taker of key until the returned func is called.
-func Register(key Key, taker Taker) (unregister func()) {
-	mu.Lock()
-	takers[key] = append(takers[key], taker)
-	mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			mu.Lock()
-			defer mu.Unlock()
-			list := takers[key]
-			for i, t := range list {
-				if t == taker {
-					list = append(list[:i:i], list[i+1:]...)
-					break
-				}
-			}
-			if len(list) == 0 {
-				delete(takers, key)
-			} else {
-				takers[key] = list
-			}
-		})
-	}
-}
-
-// Newest returns the taker of key registered last (nil when none): a start
-// hands its first task to it.
-func Newest(key Key) Taker {
-	mu.Lock()
-	defer mu.Unlock()
-	if list := takers[key]; len(list) > 0 {
-		return list[len(list)-1]
-	}
-	return nil
 }
