@@ -120,7 +120,7 @@ func (w *Worker) failedInStart(ctx context.Context, runID uuid.UUID, err error) 
 	return err
 }
 
-// RunFirstTasks implements handoff.GroupTaker: the first tasks of a group
+// RunFirstTasks implements handoff.Taker: the first tasks of a group
 // of starts, each as RunFirstTask runs one, in turn, with their last
 // writes merged into one batch (as a group of outcomes merges its members',
 // stepCommitter) for the caller to send with its COMMIT. A task that fails
@@ -221,7 +221,7 @@ type aheadCounts struct {
 // it would send a statement before its last batch.
 var errAheadSends = errors.New("the first task sends a statement before its last batch")
 
-// RunFirstTaskAhead implements handoff.AheadTaker.
+// RunFirstTaskAhead implements handoff.Taker.
 func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) (*handoff.FirstTasks, error) {
 	w := t.w
 	budget, ok := t.budget(ctx)
@@ -303,7 +303,7 @@ func (t *firstTaskTaker) advanceDeferred(ctx context.Context, tx pgx.Tx, run *ru
 	return by, after, err
 }
 
-// ObserveNow implements handoff.AheadTaker.
+// ObserveNow implements handoff.Taker.
 func (t *firstTaskTaker) ObserveNow(now time.Time) { t.w.clock.observe(now) }
 
 // FirstTaskTaker implements client.EagerStarter: it returns what runs the

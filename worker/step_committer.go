@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/fencing"
 
@@ -34,24 +33,19 @@ import (
 // trip, runs each outcome's continuation in turn, and sends every
 // continuation's last writes with the COMMIT in one more round trip.
 //
-// It never waits to fill a group: an outcome that arrives while fewer
-// groups than the limit (groups) are in flight starts one at once, alone if it must. A
-// lone step takes one round trip when this worker committed its run's last
-// step (fromCache: the run's row and history from the cache, its lock and
-// check in a guard ahead of its writes and the COMMIT), else two (its lock,
-// then its writes with the COMMIT). Outcomes that arrive while every group
-// is in flight, or while their run is held (hold: a transaction of this
-// worker's own on the run outside any group), queue; the next group to
-// start takes them (up to maxMembers).
+// Queueing, launching and the fallback alone are internal/group's, keyed
+// by run. A lone step takes one round trip when this worker committed its
+// run's last step (fromCache: the run's row and history from the cache,
+// its lock and check in a guard ahead of its writes and the COMMIT), else
+// two (its lock, then its writes with the COMMIT).
 //
 // What each outcome guarantees holds per run, as it did alone: every run is
 // locked before its continuation's writes, and checked to be as its
 // continuation read it (the guard, or the lock's read itself), and its
-// writes carry its CAS (W4) and its job's fenced completion (F1–F7). A group commits all of its
-// outcomes or none: if anything in it fails (a refused completion, a moved
-// append point, a deadlock, a continuation's own error or panic), it rolls
-// back and every outcome in it runs again alone, in a transaction of its
-// own, where only the faulty one fails.
+// writes carry its CAS (W4) and its job's fenced completion (F1–F7). A
+// group commits all of its outcomes or none: if anything in it fails (a
+// refused completion, a moved append point, a deadlock, a continuation's
+// own error or panic), every outcome in it runs again alone.
 //
 // Only plain continuations commit in a group (groupable): a continuation
 // whose writes all go in its last batch and touch only its own run and jobs.
@@ -71,17 +65,11 @@ import (
 // measurements behind the size are in docs/decisions/0014-group-sizes.md.
 const stepGroupMembers = 32
 
-// stepGroupsFor is how many groups a worker on pool may commit at once:
-// learned from each group's latency per outcome (internal/limit), starting
-// at 4 and bounded by half the pool's connections, which the worker's
-// River client needs too; it grows only while the pool has room for
-// another. Splitting the same outcomes into more, smaller groups costs
-// more per outcome (see stepGroupMembers), which the limit
-// sees as latency and backs off from.
-func stepGroupsFor(pool *pgxpool.Pool) *limit.Limiter {
-	most := max(1, int(pool.Config().MaxConns)/2)
-	return limit.New(limit.Config{Initial: min(4, most), Max: most})
-}
+// stepGroupsInitial is how many groups a worker may commit at once before
+// its limit learned from their latency per outcome (limit.ForPool). Splitting
+// the same outcomes into more, smaller groups costs more per outcome (see
+// stepGroupMembers), which the limit sees as latency and backs off from.
+const stepGroupsInitial = 4
 
 // stepGroupTimeout bounds a group's transaction: its statements run under
 // it, not under any one attempt's context, since one attempt's cancellation
@@ -288,9 +276,6 @@ func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
 			slog.Int("outcomes", len(members)), slog.String("error", err.Error()))
 	default:
 		c.committed.Add(1)
-		if committed = len(members) - countAlone(members); committed > 1 {
-			c.grouped.Add(int64(committed))
-		}
 	}
 	alone = make([]bool, len(taken))
 	for i, m := range taken {
@@ -299,12 +284,16 @@ func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
 			m.cont.dropSession() // its rerun replays
 			continue
 		}
+		committed++
 		if m.afterLast != nil {
 			m.afterLast()
 		}
 		// Before the run is let go: the run's next outcome may take the
 		// one-round-trip step from the cache (fromCache).
 		c.w.commitHistory(&m.cont)
+	}
+	if committed > 1 {
+		c.grouped.Add(int64(committed))
 	}
 	return committed, alone
 }
@@ -407,14 +396,4 @@ func (m *stepMember) call(ctx context.Context, tx pgx.Tx) (err error) {
 		}
 	}()
 	return m.fn(ctx, tx, &m.cont)
-}
-
-func countAlone(members []*stepMember) int {
-	n := 0
-	for _, m := range members {
-		if m.alone {
-			n++
-		}
-	}
-	return n
 }

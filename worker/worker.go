@@ -119,7 +119,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),
-		stepGroups:   stepGroupsFor(pool),
+		stepGroups:   limit.ForPool(pool, stepGroupsInitial),
 		workflows:    make(map[string]*replay.Definition),
 	}
 	w.handBacks = newHandBacks(w)

@@ -1,19 +1,16 @@
-// Package group commits work in groups: many members, each a unit of work
-// that could commit in a transaction of its own, in one transaction.
-// Postgres's costs are mostly per transaction and per statement, so under
-// load a group of members costs far less per member than each alone.
+// Package group commits members, each a unit of work that could commit in
+// a transaction of its own, in groups of one transaction: Postgres's costs
+// are mostly per transaction and per statement.
 //
 // A Committer never waits to fill a group. A member that arrives while
-// nothing waits and fewer groups than the limit are in flight commits at
-// once, on its caller's goroutine (a group of one). Members that arrive
-// while every slot is taken queue; the next group to start takes them, up
-// to the group size and at most one per key (a run, a workflow ID): a
-// member must see the writes of the one before it with its key, and no
-// group waits for another's key. How many groups may be in flight is
-// decided by an adaptive limit.Limiter, from each group's latency per
-// member. A member that its group did not decide (the group failed and
-// rolled back, or the member could not go in it) runs alone afterwards,
-// its key still held, so that only the faulty member fails.
+// nothing waits and a slot is free commits at once, on its caller's
+// goroutine (a group of one); others queue, and the next group takes them,
+// up to the group size and one per key (a run, a workflow ID): a member
+// sees the writes of the one before it with its key, and no group waits
+// for another's key. An adaptive limit.Limiter decides how many groups are
+// in flight. A member that its group did not decide (the group rolled
+// back, or it could not go in it) runs alone afterwards, its key still
+// held, so that only a faulty member fails.
 package group
 
 import (
@@ -27,29 +24,19 @@ import (
 
 // Config is what a Committer does with its members.
 type Config[K comparable, M any] struct {
-	// Limit bounds the groups in flight and learns from their latency.
-	Limit *limit.Limiter
-	// Size is the most members in one group; at least 1.
-	Size int
-	// Key is a member's key: a group takes at most one member per key, and
-	// none whose key is held.
-	Key func(M) K
-	// Joins, if set, tells whether m may join a group whose first member
-	// is first.
+	Limit *limit.Limiter // groups in flight, learned from their latency
+	Size  int            // the most members in one group
+	Key   func(M) K      // a group takes one member per key, none of a held key
+	// Joins, if set, tells whether m may join a group led by first.
 	Joins func(first, m M) bool
 	// Commit commits members (one or more) in one transaction, and returns
-	// how many it committed and, by member, whether it left that member
-	// undecided: those run alone (Alone) once the group ended.
-	Commit func(members []M) (committed int, alone []bool)
-	// Alone runs a member that its group left undecided, by itself, on the
-	// member's own goroutine; the member's key stays held until it returns.
-	Alone func(ctx context.Context, m M)
-	// HasRoom tells whether another group could have a connection now (an
-	// idle one, or room to open one): only then may the limit grow.
-	HasRoom func() bool
-	// Go runs a group on a goroutine of its own; defaults to the go
-	// statement.
-	Go func(func())
+	// how many it committed and, by member (nil: none), which ones it left
+	// undecided: those run alone (Alone) on their own goroutines, their
+	// keys held until it returns.
+	Commit  func(members []M) (committed int, alone []bool)
+	Alone   func(ctx context.Context, m M)
+	HasRoom func() bool  // another group could have a connection now: the limit may grow
+	Go      func(func()) // runs a group's goroutine; defaults to the go statement
 }
 
 // Committer queues members and commits them in groups (see the package
@@ -63,11 +50,12 @@ type Committer[K comparable, M any] struct {
 	held     map[K]int    // keys of members in flight or running alone, and holds
 }
 
-// waiter is a queued member.
+// waiter is a queued member, taken by a group or not (guarded by mu), and
+// its group's verdict: whether it runs alone.
 type waiter[M any] struct {
 	m     M
-	taken bool      // a group took it (guarded by Committer.mu)
-	alone chan bool // the group's verdict: whether it runs alone
+	taken bool
+	alone chan bool
 }
 
 // New returns a Committer configured by config.
@@ -79,9 +67,9 @@ func New[K comparable, M any](config Config[K, M]) *Committer[K, M] {
 	return &Committer[K, M]{config: config, held: make(map[K]int)}
 }
 
-// Do commits m, in a group or alone, and returns once it is decided. Only
-// while m waits in the queue does ctx end the wait: then m leaves the queue
-// and Do returns ctx's error. Once a group took m, its verdict decides.
+// Do commits m, in a group or alone, and returns once it is decided. While
+// m waits in the queue, ctx's end takes it out, and Do returns ctx's error;
+// once a group took m, the group decides.
 func (c *Committer[K, M]) Do(ctx context.Context, m M) error {
 	key := c.config.Key(m)
 	c.mu.Lock()
@@ -127,8 +115,8 @@ func (c *Committer[K, M]) alone(ctx context.Context, m M) {
 	c.config.Alone(ctx, m)
 }
 
-// Hold marks key held, by work outside any group: no group takes a member
-// of key until Release. Holding never waits.
+// Hold marks key held by work outside any group until Release: no group
+// takes a member of key meanwhile. Holding never waits.
 func (c *Committer[K, M]) Hold(key K) {
 	c.mu.Lock()
 	c.held[key]++
@@ -157,17 +145,15 @@ func (c *Committer[K, M]) unholdLocked(key K) {
 }
 
 // Queued is how many members wait for a group.
-func (c *Committer[K, M]) Queued() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.queue)
-}
+func (c *Committer[K, M]) Queued() int { return c.count(func() int { return len(c.queue) }) }
 
 // Held is how many keys are held.
-func (c *Committer[K, M]) Held() int {
+func (c *Committer[K, M]) Held() int { return c.count(func() int { return len(c.held) }) }
+
+func (c *Committer[K, M]) count(n func() int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.held)
+	return n()
 }
 
 // commit runs one group, in flight already with its keys held, and returns
@@ -180,8 +166,8 @@ func (c *Committer[K, M]) commit(members []M) (alone []bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Members waiting for a group while this one ran, and room for
-	// another: the limit, not the demand or the pool, bounded the groups.
+	// Members waited while this group ran, and there was room for another:
+	// the limit, not the demand or the pool, bounded the groups.
 	c.config.Limit.Observe(time.Since(started), committed, len(c.queue) > 0 && c.config.HasRoom())
 	c.inFlight--
 	for i, m := range members {

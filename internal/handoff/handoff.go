@@ -49,7 +49,10 @@ type Run struct {
 	LastInTx bool
 }
 
-// A Taker takes first tasks.
+// A Taker takes first tasks: of a start alone (RunFirstTask), of a group of
+// starts in one transaction (RunFirstTasks), and ahead of a start, so that
+// the start is one round trip: its lock, its run's insert, a guard and the
+// task's writes, with BEGIN and COMMIT, in one batch (RunFirstTaskAhead).
 type Taker interface {
 	// RunFirstTask runs run's first workflow task in tx, the start's
 	// transaction, in which run's row was just inserted. On success, once
@@ -60,16 +63,6 @@ type Taker interface {
 	// did not run the task (it is stopping, or ctx leaves too little time),
 	// any other error that the task failed.
 	RunFirstTask(ctx context.Context, tx pgx.Tx, run *Run) (done func(committed bool), err error)
-}
-
-// ErrDeclined is RunFirstTask's error when the taker did not run the task.
-var ErrDeclined = errors.New("handoff: the worker did not take the first task")
-
-// A GroupTaker also takes the first tasks of several runs in one
-// transaction: a client that starts many runs at once inserts them all in
-// one transaction and commits their first tasks' writes together.
-type GroupTaker interface {
-	Taker
 
 	// RunFirstTasks runs the first tasks of runs (distinct runs, each just
 	// inserted in tx), one after the other, with LastInTx's promise for all
@@ -83,13 +76,6 @@ type GroupTaker interface {
 	// tx has asked for generic plans already (dbschema.GenericPlansSQL, as
 	// a group of starts does with its lock), so FirstTasks.Last does not.
 	RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*Run) (*FirstTasks, error)
-}
-
-// An AheadTaker also runs a first task before its start sends anything,
-// so that the start is one round trip: its lock, its run's insert, a guard
-// and the task's writes, with BEGIN and COMMIT, in one batch.
-type AheadTaker interface {
-	Taker
 
 	// RunFirstTaskAhead runs the first task of run, a run that its start
 	// has yet to insert, with generation 1 (a workflow ID's first run) and
@@ -113,6 +99,9 @@ type AheadTaker interface {
 	// now, for the taker's estimate.
 	ObserveNow(now time.Time)
 }
+
+// ErrDeclined is a Taker's error when it did not run the task.
+var ErrDeclined = errors.New("handoff: the worker did not take the first task")
 
 // FailedAheadError is RunFirstTaskAhead's error when the task ran and
 // failed (its workflow code, or its budget).

@@ -23,12 +23,16 @@ type DBTX interface {
 
 // Store is weir's statements for one schema. It is safe for concurrent use.
 type Store struct {
-	names *dbschema.Names
+	names  *dbschema.Names
+	starts startStatements
 }
 
 // New builds the statements of the schema names qualifies.
 func New(names *dbschema.Names) *Store {
-	return &Store{names: names}
+	return &Store{
+		names:  names,
+		starts: newStartStatements(names),
+	}
 }
 
 // Names are the qualified table names the statements use.
