@@ -62,8 +62,11 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 	if err != nil {
 		return nil, err
 	}
-	if s.opts.EagerStart {
-		s.taker = c.eagerTaker(s.info)
+	if s.opts.EagerStart && c.config.EagerStarter != nil {
+		// The linked worker's taker, if it serves the run's queue and workflow.
+		s.taker = c.config.EagerStarter.FirstTaskTaker(handoff.Key{
+			Schema: c.names.Schema, Queue: s.info.Queue, Kind: task.Kind(s.info.Namespace, s.info.Kind),
+		})
 	}
 	run, err := c.startBy(ctx, s)
 	var (
@@ -81,7 +84,7 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 
 // startBy chooses how s goes: alone, unless the linked worker runs its
 // first task and the start commits right after it (commitsWithFirstTask);
-// then in a group, or by itself when no group is needed (startEager).
+// then in a group, or by itself when no group is needed (start_group.go).
 func (c *Client) startBy(ctx context.Context, s *start) (*Run, error) {
 	if s.taker == nil || !c.commitsWithFirstTask(s.opts) {
 		return c.startAlone(ctx, s)
@@ -89,7 +92,11 @@ func (c *Client) startBy(ctx context.Context, s *start) (*Run, error) {
 	if err := s.encode(c); err != nil {
 		return nil, err
 	}
-	return c.startInGroup(ctx, s)
+	s.ctx = ctx
+	if err := c.starts.Do(ctx, s); err != nil {
+		return nil, err
+	}
+	return s.run, s.err
 }
 
 // startEager starts s, which commits right after its first task, by
@@ -181,7 +188,7 @@ func (s *start) encode(c *Client) (err error) {
 	return nil
 }
 
-// runParams are s's lookup and insert (store.QueueStartRun), the insert
+// runParams are s's lookup and insert (store.QueueStartRuns), the insert
 // only if insert.
 func (s *start) runParams(insert bool) store.StartRunParams {
 	return store.StartRunParams{
@@ -191,11 +198,6 @@ func (s *start) runParams(insert bool) store.StartRunParams {
 		Insert: insert, RejectAny: s.opts.IDReusePolicy == IDReuseRejectDuplicate,
 		RejectCompleted: s.opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly,
 	}
-}
-
-// taskArgs are the args of s's first task.
-func (s *start) taskArgs() task.Args {
-	return task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID)
 }
 
 // handoffRun is s's run, just inserted, as its first task reads it.
@@ -229,16 +231,6 @@ func (s *start) refusal(c *Client, found *store.StartRunResult) (replayed *Run, 
 		}
 	}
 	return nil, nil
-}
-
-// eagerTaker returns what takes the first task of the run info names: the
-// linked worker's (Config.EagerStarter), if it serves the run's queue and
-// workflow, or nil.
-func (c *Client) eagerTaker(info *StartInfo) handoff.Taker {
-	if c.config.EagerStarter == nil {
-		return nil
-	}
-	return c.config.EagerStarter.FirstTaskTaker(handoff.Key{Schema: c.names.Schema, Queue: info.Queue, Kind: task.Kind(info.Namespace, info.Kind)})
 }
 
 // commitsWithFirstTask reports whether a start with opts commits right

@@ -62,14 +62,15 @@ func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, e
 	}
 
 	var (
-		found store.StartRunResult
+		runs  [1]store.StartRunResult
+		found = &runs[0]
 		dbNow time.Time
 	)
 	params := s.runParams(true)
 	params.CreatedAt = &r.Now
 	batch := &pgx.Batch{}
 	c.store.QueueStartLock(batch, info.Namespace, info.WorkflowID)
-	c.store.QueueStartRun(batch, params, &found)
+	c.store.QueueStartRuns(batch, []store.StartRunParams{params}, runs[:])
 	c.store.QueueStartAheadGuard(batch, s.runID, &dbNow)
 	batch.QueuedQueries = append(batch.QueuedQueries, tasks.Last.QueuedQueries...)
 	// Whatever happens (a panicking tracer included), the worker learns
@@ -104,7 +105,7 @@ func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, e
 	}
 	if found.Read {
 		// The lookup ran under the lock: what it found holds.
-		replayed, refused := s.refusal(c, &found)
+		replayed, refused := s.refusal(c, found)
 		switch {
 		case refused != nil:
 			return nil, true, refused

@@ -68,17 +68,18 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 	// round trip to the first task. Otherwise the first task is queued
 	// first, so the run's row is written once, naming it, together with its
 	// generation.
-	var found store.StartRunResult
+	var runs [1]store.StartRunResult
+	found := &runs[0]
 	batch := &pgx.Batch{}
 	c.store.QueueStartLock(batch, s.info.Namespace, workflowID)
-	c.store.QueueStartRun(batch, s.runParams(taker != nil), &found)
+	c.store.QueueStartRuns(batch, []store.StartRunParams{s.runParams(taker != nil)}, runs[:])
 	if taker != nil {
 		c.store.QueueFirstTaskSavepoint(batch)
 	}
 	if err := sendStartBatch(ctx, tx, batch, workflowID); err != nil {
 		return nil, c.answerCollision(ctx, err, s)
 	}
-	replayed, refused := s.refusal(c, &found)
+	replayed, refused := s.refusal(c, found)
 	switch {
 	case (replayed != nil || refused != nil) && found.Inserted: // the SQL's conditions and these differ: fail closed
 		return nil, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start: %w",
@@ -97,7 +98,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 		params := s.runParams(true)
 		params.TaskJobID = &jobID
 		batch = &pgx.Batch{}
-		c.store.QueueStartRun(batch, params, &found)
+		c.store.QueueStartRuns(batch, []store.StartRunParams{params}, runs[:])
 		if err := sendStartBatch(ctx, tx, batch, workflowID); err != nil {
 			return nil, c.answerCollision(ctx, err, s)
 		}
@@ -106,15 +107,17 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 		// Only a writer bypassing the advisory lock gets here.
 		return nil, c.answerCollision(ctx, fmt.Errorf("starting workflow %s: %w", workflowID, errStartCollided), s)
 	}
-	if err := c.runFirstTask(ctx, tx, s, taker, &found, handed); err != nil {
+	if err := c.runFirstTask(ctx, tx, s, taker, found, handed); err != nil {
 		return nil, err
 	}
 
 	// A deadline is enforced by a River job due then.
-	if s.opts.RunTimeout > 0 || s.opts.ExecutionTimeout > 0 {
-		due := earliest(found.RunDeadline, found.ExecutionDeadline)
+	if due := found.RunDeadline; due != nil || found.ExecutionDeadline != nil {
+		if due == nil || found.ExecutionDeadline != nil && found.ExecutionDeadline.Before(*due) {
+			due = found.ExecutionDeadline
+		}
 		if _, err := c.river.InsertTx(ctx, tx, runstate.TimeoutArgs{RunID: s.runID}, &river.InsertOpts{
-			MaxAttempts: 25, Queue: s.info.Queue, ScheduledAt: due,
+			MaxAttempts: 25, Queue: s.info.Queue, ScheduledAt: *due,
 		}); err != nil {
 			return nil, fmt.Errorf("scheduling the timeout of workflow %s: %w", workflowID, err)
 		}
@@ -140,7 +143,13 @@ func (c *Client) runFirstTask(ctx context.Context, tx pgx.Tx, s *start, taker ha
 			return nil
 		}
 	}
-	if err := c.requeueFirstTask(ctx, tx, s, taskErr); err != nil {
+	// Undone back to the savepoint taken after the run's insert, the task
+	// goes through River instead.
+	err := c.store.RollbackFirstTask(ctx, tx)
+	if err == nil {
+		err = c.queueFailedFirstTask(ctx, tx, s, taskErr)
+	}
+	if err != nil {
 		return fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", s.info.WorkflowID, taskErr, err)
 	}
 	return nil
@@ -176,13 +185,13 @@ func (c *Client) answerCollision(ctx context.Context, err error, s *start) error
 	if !errors.Is(err, errStartCollided) {
 		return err
 	}
-	var found store.StartRunResult
+	found := make([]store.StartRunResult, 1)
 	batch := &pgx.Batch{}
-	c.store.QueueStartRun(batch, s.runParams(false), &found)
+	c.store.QueueStartRuns(batch, []store.StartRunParams{s.runParams(false)}, found)
 	if readErr := c.pool.SendBatch(ctx, batch).Close(); readErr != nil {
 		return fmt.Errorf("%w; reading the run it met: %w", err, readErr)
 	}
-	replayed, refused := s.refusal(c, &found)
+	replayed, refused := s.refusal(c, &found[0])
 	switch {
 	case refused != nil:
 		return refused
@@ -211,21 +220,11 @@ func (e *startReplayedError) Unwrap() error {
 
 // queueFirstTask inserts the job of s's first task through River.
 func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, s *start) (int64, error) {
-	inserted, err := c.river.InsertTx(ctx, tx, s.taskArgs(), task.InsertOpts(s.info.Queue))
+	inserted, err := c.river.InsertTx(ctx, tx, task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID), task.InsertOpts(s.info.Queue))
 	if err != nil {
 		return 0, err
 	}
 	return inserted.Job.ID, nil
-}
-
-// requeueFirstTask undoes what a first task that failed inside the start
-// (or was declined) wrote, back to the savepoint taken after the run's
-// insert, and queues the task through River instead.
-func (c *Client) requeueFirstTask(ctx context.Context, tx pgx.Tx, s *start, taskErr error) error {
-	if err := c.store.RollbackFirstTask(ctx, tx); err != nil {
-		return err
-	}
-	return c.queueFailedFirstTask(ctx, tx, s, taskErr)
 }
 
 // queueFailedFirstTask queues through River the first task of s's run,
@@ -246,14 +245,4 @@ func (c *Client) queueFailedFirstTask(ctx context.Context, tx pgx.Tx, s *start, 
 	batch := &pgx.Batch{}
 	c.store.QueueQueuedFirstTask(batch, p)
 	return tx.SendBatch(ctx, batch).Close()
-}
-
-func earliest(times ...*time.Time) time.Time {
-	var out time.Time
-	for _, t := range times {
-		if t != nil && (out.IsZero() || t.Before(out)) {
-			out = *t
-		}
-	}
-	return out
 }

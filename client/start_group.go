@@ -21,7 +21,7 @@ import (
 // transaction (internal/group), as a worker groups the outcomes of its
 // activities: a start pays Postgres's costs per statement and per commit in
 // full. A group of starts locks its workflow IDs, looks up and inserts its
-// runs in one statement over arrays (store.StartRunMany), has the worker
+// runs in one statement over arrays (store.QueueStartRuns), has the worker
 // run every run's first task (handoff.Taker.RunFirstTasks), and sends
 // their last writes, merged, with one COMMIT. Each start then returns what
 // it would have returned alone.
@@ -67,16 +67,6 @@ func newStartGroups(c *Client) *group.Committer[string, *start] {
 		Alone:   func(_ context.Context, s *start) { s.run, s.err = c.startEager(s.ctx, s) },
 		HasRoom: func() bool { return limit.PoolHasRoom(c.pool) },
 	})
-}
-
-// startInGroup starts s, encoded, in a group with the other starts that
-// wait, or by itself.
-func (c *Client) startInGroup(ctx context.Context, s *start) (*Run, error) {
-	s.ctx = ctx
-	if err := c.starts.Do(ctx, s); err != nil {
-		return nil, err
-	}
-	return s.run, s.err
 }
 
 // commitStarts runs a group of starts (one by itself, in its slot), gives
@@ -178,8 +168,10 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 
 	// The lookups and inserts, one statement for all, taking its snapshot
 	// after every lock was granted.
-	found, err := c.store.StartRunMany(ctx, tx, params)
-	if err != nil {
+	found := make([]store.StartRunResult, len(in))
+	batch = &pgx.Batch{}
+	c.store.QueueStartRuns(batch, params, found)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
 	}
 	var (

@@ -312,9 +312,7 @@ func (t *firstTaskTaker) ObserveNow(now time.Time) { t.w.clock.observe(now) }
 // dispatch on, else nil.
 func (w *Worker) FirstTaskTaker(key handoff.Key) handoff.Taker {
 	if takers := w.takers.Load(); takers != nil {
-		if taker, ok := (*takers)[key]; ok {
-			return taker
-		}
+		return (*takers)[key]
 	}
 	return nil
 }

@@ -136,9 +136,12 @@ func newStepCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *stepCom
 	c := &stepCommitter{w: w}
 	c.group = group.New(group.Config[uuid.UUID, *stepMember]{
 		Limit: groups, Size: maxMembers,
-		Key:     func(m *stepMember) uuid.UUID { return m.runID },
-		Commit:  c.run,
-		Alone:   c.alone,
+		Key:    func(m *stepMember) uuid.UUID { return m.runID },
+		Commit: c.run,
+		Alone: func(_ context.Context, m *stepMember) { // again, in a transaction of its own, its run still held
+			c.w.settle(errGroupRolledBack, &m.cont) // frees the eager slots it took
+			m.err = c.w.outcomeTxOnce(m.ctx, m.fn)
+		},
 		HasRoom: func() bool { return limit.PoolHasRoom(w.pool) },
 		Go:      w.goroutines.Go,
 	})
@@ -173,16 +176,8 @@ func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx
 	return nil
 }
 
-// alone runs an outcome that its group did not commit again, in a
-// transaction of its own, its run still held.
-func (c *stepCommitter) alone(_ context.Context, m *stepMember) {
-	c.w.settle(errGroupRolledBack, &m.cont) // frees the eager slots it took
-	m.err = c.w.outcomeTxOnce(m.ctx, m.fn)
-}
-
-// hold marks runID held while a transaction of this worker's own on it runs
-// outside any group: no group takes an outcome of the run until release.
-// Holding never waits.
+// hold marks runID held by a transaction of this worker's own outside any
+// group, until release: no group takes an outcome of the run meanwhile.
 func (c *stepCommitter) hold(runID uuid.UUID) { c.group.Hold(runID) }
 
 // release ends a hold, and starts a group for outcomes that waited for it.

@@ -104,7 +104,10 @@ func (f *stepFixture) hold(t *testing.T, wg *sync.WaitGroup, release <-chan stru
 // queued waits until n outcomes wait for a group.
 func (f *stepFixture) queued(t *testing.T, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return f.c.group.Queued() == n }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		queued, _ := f.c.group.Stats()
+		return queued == n
+	}, 10*time.Second, time.Millisecond)
 }
 
 func assertNoError(t *testing.T, err error) {
@@ -696,5 +699,8 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 // runs go just after it told its members.
 func requireNoHolds(t *testing.T, c *stepCommitter) {
 	t.Helper()
-	require.Eventually(t, func() bool { return c.group.Held() == 0 }, 10*time.Second, time.Millisecond, "every hold released")
+	require.Eventually(t, func() bool {
+		_, held := c.group.Stats()
+		return held == 0
+	}, 10*time.Second, time.Millisecond, "every hold released")
 }

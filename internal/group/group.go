@@ -132,28 +132,21 @@ func (c *Committer[K, M]) Release(key K) {
 }
 
 func (c *Committer[K, M]) unholdLocked(key K) {
-	n, ok := c.held[key]
-	if !ok {
-		// A release without its hold would cancel another's hold.
+	switch n := c.held[key]; n {
+	case 0: // a release without its hold would cancel another's hold
 		panic("group: a key released but not held")
-	}
-	if n <= 1 {
+	case 1:
 		delete(c.held, key)
-		return
+	default:
+		c.held[key] = n - 1
 	}
-	c.held[key] = n - 1
 }
 
-// Queued is how many members wait for a group.
-func (c *Committer[K, M]) Queued() int { return c.count(func() int { return len(c.queue) }) }
-
-// Held is how many keys are held.
-func (c *Committer[K, M]) Held() int { return c.count(func() int { return len(c.held) }) }
-
-func (c *Committer[K, M]) count(n func() int) int {
+// Stats are how many members wait for a group and how many keys are held.
+func (c *Committer[K, M]) Stats() (queued, held int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return n()
+	return len(c.queue), len(c.held)
 }
 
 // commit runs one group, in flight already with its keys held, and returns

@@ -65,9 +65,19 @@ func newRecorder(n int) *recorder {
 }
 
 // waitQueued waits until n members wait for a group.
-func waitQueued(t *testing.T, c interface{ Queued() int }, n int) {
+func waitQueued(t *testing.T, r *recorder, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return c.Queued() == n }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return queued(r) == n }, 10*time.Second, time.Millisecond)
+}
+
+func queued(r *recorder) int {
+	n, _ := r.Stats()
+	return n
+}
+
+func held(r *recorder) int {
+	_, n := r.Stats()
+	return n
 }
 
 // TestQueuedMemberLeavesOnCancel: a member queued for a group (none can
@@ -79,7 +89,7 @@ func TestQueuedMemberLeavesOnCancel(t *testing.T) {
 	r.gate = make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { require.NoError(t, r.Do(t.Context(), &member{key: "busy"})) })
-	require.Eventually(t, func() bool { return r.Held() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return held(r) == 1 }, 10*time.Second, time.Millisecond)
 	ctx, cancel := context.WithCancel(t.Context())
 	errs := make(chan error, 1)
 	left := &member{key: "left"}
@@ -87,11 +97,11 @@ func TestQueuedMemberLeavesOnCancel(t *testing.T) {
 	waitQueued(t, r, 1)
 	cancel()
 	require.ErrorIs(t, <-errs, context.Canceled)
-	require.Zero(t, r.Queued())
+	require.Zero(t, queued(r))
 	close(r.gate)
 	wg.Wait()
 	require.Equal(t, [][]string{{"busy"}}, r.groups, "the member that left was never committed")
-	require.Zero(t, r.Held())
+	require.Zero(t, held(r))
 }
 
 // TestGroupTakesOneMemberPerKey: members queued behind a group in flight
@@ -103,7 +113,7 @@ func TestGroupTakesOneMemberPerKey(t *testing.T) {
 	r.gate = make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { require.NoError(t, r.Do(t.Context(), &member{key: "first"})) })
-	require.Eventually(t, func() bool { return r.Held() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return held(r) == 1 }, 10*time.Second, time.Millisecond)
 	members := []*member{{key: "a"}, {key: "a"}, {key: "b"}, {key: "c"}, {key: "d"}}
 	for i, m := range members {
 		wg.Go(func() { require.NoError(t, r.Do(t.Context(), m)) })
@@ -112,7 +122,7 @@ func TestGroupTakesOneMemberPerKey(t *testing.T) {
 	close(r.gate)
 	wg.Wait()
 	require.Equal(t, [][]string{{"first"}, {"a", "b", "c"}, {"a", "d"}}, r.groups)
-	require.Zero(t, r.Held())
+	require.Zero(t, held(r))
 }
 
 // TestFailedGroupRunsEachMemberAlone: a group that fails leaves every
@@ -124,7 +134,7 @@ func TestFailedGroupRunsEachMemberAlone(t *testing.T) {
 	r.gate = make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { require.NoError(t, r.Do(t.Context(), &member{key: "first"})) })
-	require.Eventually(t, func() bool { return r.Held() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return held(r) == 1 }, 10*time.Second, time.Millisecond)
 	members := []*member{{key: "a"}, {key: "b", fail: true}}
 	for i, m := range members {
 		wg.Go(func() { require.NoError(t, r.Do(t.Context(), m)) })
@@ -136,7 +146,7 @@ func TestFailedGroupRunsEachMemberAlone(t *testing.T) {
 		require.True(t, m.alone, "member %s ran alone", m.key)
 		require.Zero(t, m.grouped)
 	}
-	require.Zero(t, r.Held())
+	require.Zero(t, held(r))
 }
 
 // TestHeldKeyWaits: no group takes a member of a key held outside any
@@ -154,5 +164,5 @@ func TestHeldKeyWaits(t *testing.T) {
 	r.Release("held")
 	wg.Wait()
 	require.Equal(t, 1, waits.grouped)
-	require.Zero(t, r.Held())
+	require.Zero(t, held(r))
 }

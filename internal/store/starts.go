@@ -72,10 +72,10 @@ type StartRunResult struct {
 	RunDeadline, ExecutionDeadline *time.Time
 }
 
-// readStartRuns reads a start statement's rows (its start k from 1, then
-// which: 0 for the inserted run, 1–3 for what the lookup found: by
-// request, live, last) into the result byStart returns, nil for none.
-func readStartRuns(rows pgx.Rows, byStart func(k int) *StartRunResult) error {
+// readStartRuns reads startRunSQL's rows (its start k from 1, then which:
+// 0 for the inserted run, 1–3 for what the lookup found: by request, live,
+// last) into into, by start.
+func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
 	for rows.Next() {
 		var (
 			k, which                                  int
@@ -85,20 +85,26 @@ func readStartRuns(rows pgx.Rows, byStart func(k int) *StartRunResult) error {
 		if err := rows.Scan(&k, &which, &f.RunID, &f.Generation, &f.RequestHash, &f.State, &runDeadline, &executionDeadline, &createdAt); err != nil {
 			return err
 		}
-		r := byStart(k)
-		switch {
-		case r == nil || which < 0 || which > 3:
-			return fmt.Errorf("store: a start's lookup returned a row of kind %d for start %d", which, k)
-		case which > 0:
+		if k < 1 || k > len(into) || which < 0 || which > 3 {
+			return fmt.Errorf("store: a start's lookup returned a row of kind %d for start %d of %d", which, k, len(into))
+		}
+		r := &into[k-1]
+		if which > 0 {
 			*[]**FoundRun{nil, &r.ByRequest, &r.Live, &r.Last}[which] = &f
-		default:
-			r.Inserted, r.Generation, r.RunDeadline, r.ExecutionDeadline = true, f.Generation, runDeadline, executionDeadline
-			if createdAt != nil {
-				r.CreatedAt = *createdAt
-			}
+			continue
+		}
+		r.Inserted, r.Generation, r.RunDeadline, r.ExecutionDeadline = true, f.Generation, runDeadline, executionDeadline
+		if createdAt != nil {
+			r.CreatedAt = *createdAt
 		}
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i := range into {
+		into[i].Read = true
+	}
+	return nil
 }
 
 // QueueStartLock queues the lock that serializes the starts of a workflow
@@ -122,46 +128,16 @@ func (s *Store) QueueTryStartLocks(batch *pgx.Batch, ids []string, into *[]bool)
 	})
 }
 
-// QueueStartRun queues a start's lookup and, with p.Insert, the insert of
-// its run, and reads what they did into into.
-func (s *Store) QueueStartRun(batch *pgx.Batch, p StartRunParams, into *StartRunResult) {
-	*into = StartRunResult{}
-	batch.Queue(s.starts.run, startRunArgs([]StartRunParams{p})...).Query(func(rows pgx.Rows) error {
-		err := readStartRuns(rows, func(k int) *StartRunResult {
-			if k == 1 {
-				return into
-			}
-			return nil
-		})
-		into.Read = err == nil
-		return err
-	})
+// QueueStartRuns queues, in one statement, the lookups of starts and, with
+// Insert, the inserts of their runs, and reads what each did into into (as
+// long as starts).
+func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into []StartRunResult) {
+	clear(into)
+	batch.Queue(s.starts.run, startRunArgs(starts)...).Query(func(rows pgx.Rows) error { return readStartRuns(rows, into) })
 }
 
-// StartRunMany is QueueStartRun for a group of starts, in one statement,
-// run on db: it returns what it did by start.
-func (s *Store) StartRunMany(ctx context.Context, db DBTX, starts []StartRunParams) ([]StartRunResult, error) {
-	rows, err := db.Query(ctx, s.starts.run, startRunArgs(starts)...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make([]StartRunResult, len(starts))
-	if err := readStartRuns(rows, func(k int) *StartRunResult {
-		if k < 1 || k > len(out) {
-			return nil
-		}
-		return &out[k-1]
-	}); err != nil {
-		return nil, err
-	}
-	for i := range out {
-		out[i].Read = true
-	}
-	return out, nil
-}
-
-// startRunArgs are startRunSQL's arguments: starts, by column.
+// startRunArgs are startRunSQL's arguments: an array by column of starts,
+// its timeouts in microseconds (0: none).
 func startRunArgs(starts []StartRunParams) []any {
 	return []any{
 		column(starts, func(p *StartRunParams) string { return p.RunID.String() }),
@@ -238,21 +214,12 @@ func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) 
 
 // startRunSQL looks up, for each start (by position: 1, 2, …), the runs it
 // must know of (by request ID, the live one, the last one) and, when it
-// inserts and none of them refuses it, inserts its run with its
-// generation. Its arguments are arrays, by start, of the run's ID,
-// namespace, workflow ID, kind, queue, args, request ID, request hash and
-// trace context ($1–$9), its ID reuse policy ($10 refuses any last run, $11
-// a completed one), whether it inserts ($12), its first task's job ($13,
-// NULL when a worker takes the task), its run and execution timeouts in
-// microseconds ($14, $15; 0 for none), and its creation time ($16, now()
-// when NULL). Its rows are what readStartRuns reads. Every lookup reads the
-// snapshot from before the inserts.
-//
-// Each start looks its runs up by key on its own (LATERAL, LIMIT 1: W2 and
-// W1 allow one run per request ID and one live run per workflow ID), so
-// that no plan joins the group against every run or every live run: a
-// generic plan made while few runs were live hash-joined each group against
-// all of weir_run_live_idx, reading every live run of a burst for each group.
+// inserts and none of them refuses it, inserts its run with its generation.
+// Its arguments are startRunArgs; its rows, readStartRuns's. Every lookup
+// reads the snapshot from before the inserts. Each start looks its runs up
+// by key on its own (LATERAL, LIMIT 1: W2 and W1 allow one run per request
+// ID and one live run per workflow ID): a generic plan made while few runs
+// were live once hash-joined each group against all of weir_run_live_idx.
 func startRunSQL(names *dbschema.Names) string {
 	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]," +
 		"  $8::bytea[], $9::text[], $10::boolean[], $11::boolean[], $12::boolean[], $13::bigint[], $14::bigint[], $15::bigint[]," +
