@@ -16,14 +16,11 @@ import (
 	"github.com/weirhq/weir/internal/task"
 )
 
-// A start goes one of three ways, chosen by Start (startBy):
-//   - alone (start_alone.go): its own transaction of two round trips, its
-//     lock and lookup, then its insert; the linked worker, if any, runs the
-//     first task in it. StartTx is this way in the caller's transaction.
-//   - in one round trip (start_ahead.go): an eager start whose first task
-//     the worker runs before anything is sent.
-//   - in a group (start_group.go): eager starts made at once share one
-//     transaction; a group of one goes in one round trip, or alone.
+// A start goes one of three ways, chosen by Start (startBy): alone
+// (start_alone.go: its own transaction, StartTx's way, where the linked
+// worker may run the first task), in a group of eager starts made at once
+// (start_group.go), or, an eager start by itself, in one round trip
+// (start_ahead.go) when its first task can run before anything is sent.
 
 // start is one start of a run: what it asks for, checked, and once encoded
 // what it writes.

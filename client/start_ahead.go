@@ -18,16 +18,17 @@ import (
 // A start in one round trip. An eager start alone pays two round trips:
 // its lock and insert, which read the run's generation and the database's
 // time, then its first task's writes with the COMMIT. A worker that can run
-// the task ahead (handoff.Taker.RunFirstTaskAhead) runs it first, at generation 1 and at
-// its estimate of the database's time; the start then sends its lock, its
-// run's insert (created at that time), a guard (store.QueueStartAheadGuard)
-// and the task's writes, with BEGIN and COMMIT, in one batch. The lookup in the insert's statement
-// still runs under the lock (W1), and the insert still inserts nothing that
-// a refusal or a replay finds (W2); the guard divides by zero unless the
-// insert made the run at generation 1, which fails the batch, COMMIT
-// included, in the database. A start whose lookup found a replay or a
-// refusal returns it (it wrote nothing); any other failed batch, a later
-// generation of a workflow ID say, starts as before.
+// the task ahead (handoff.Taker.RunFirstTaskAhead) runs it first, at
+// generation 1 and at its estimate of the database's time; the start then
+// sends its lock, its run's insert (created at that time), a guard
+// (store.QueueStartAheadGuard) and the task's writes, with BEGIN and
+// COMMIT, in one batch. The lookup in the insert's statement still runs
+// under the lock (W1), and the insert still inserts nothing that a refusal
+// or a replay finds (W2); the guard divides by zero unless the insert made
+// the run at generation 1, which fails the batch, COMMIT included, in the
+// database. A start whose lookup found a replay or a refusal returns it (it
+// wrote nothing); any other failed batch, a later generation of a workflow
+// ID say, starts as before.
 
 // knownIDsMax bounds the workflow IDs a client remembers as taken
 // (Client.knownIDs): workflow IDs that its eager starts saw taken (Start
