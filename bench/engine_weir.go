@@ -102,7 +102,11 @@ func newWeirEngine(ctx context.Context, pool *pgxpool.Pool, poolSize int, role s
 	}
 	if role != roleWorker {
 		var err error
-		if e.client, err = client.New(pool, &client.Config{}); err != nil {
+		config := &client.Config{}
+		if e.worker != nil {
+			config.EagerStarter = e.worker // the first task runs in the start
+		}
+		if e.client, err = client.New(pool, config); err != nil {
 			return nil, errors.Join(err, e.stop(ctx))
 		}
 	}

@@ -4,50 +4,40 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
-	"github.com/weirhq/weir/internal/task"
+	"github.com/weirhq/weir/internal/store"
 )
 
-// Starts that many callers make at once (Start with EagerStart) are grouped
-// into one transaction, as a worker groups the outcomes of its activities:
-// a start pays Postgres's costs per statement and per commit in full, and
-// in a burst each start was a transaction of its own with about ten
-// statements. A group of starts locks its workflow IDs, looks up and
-// inserts its runs in one statement over arrays (startRunManySQL), has the
-// worker run every run's first task (handoff.GroupTaker), and sends their
-// last writes, merged, with one COMMIT. Each start then returns what it
-// would have returned alone.
+// Eager starts that many callers make at once are grouped into one
+// transaction (internal/group), as a worker groups the outcomes of its
+// activities: a start pays Postgres's costs per statement and per commit in
+// full. A group of starts locks its workflow IDs, looks up and inserts its
+// runs in one statement over arrays (store.QueueStartRuns), has the worker
+// run every run's first task (handoff.Taker.RunFirstTasks), and sends
+// their last writes, merged, with one COMMIT. Each start then returns what
+// it would have returned alone.
 //
-// A start goes alone, as ever, when no group is needed (fewer groups than
-// the limit are in flight and none waits), and whenever its
-// group cannot decide it: its workflow ID's lock is taken (the group takes
-// locks without waiting, so it never deadlocks with a transaction that
-// holds one), or the group failed (it rolled back; each of its starts then
-// runs alone, where only a faulty one fails). A start that the group found
-// refused or replayed returns that at once: it wrote nothing.
-//
-// A start waits in the queue for as long as its ctx allows; once a group
-// took it, it waits for the group, not for its ctx: the group's COMMIT
-// decides whether its run exists, and it runs under the group's own
-// deadline (startGroupTimeout). A group that may have committed (its
-// connection failed after the COMMIT went) reports the error to each of its
-// starts, as a start alone does, instead of running them again; one that
-// rolled back runs each alone with the workflow and request IDs it used, so
-// a retry is the same start. The worker declines, in a group, a first task
-// that starts a child (the child's start lock is taken waiting): it goes
-// through River.
+// A start goes by itself (startEager) when no group is needed, and alone
+// whenever its group cannot decide it: its workflow ID's lock is taken (the
+// group takes locks without waiting, so it never deadlocks with a
+// transaction that holds one), or the group rolled back. A start that the
+// group found refused or replayed returns that at once: it wrote nothing.
+// A group runs under its own deadline (startGroupTimeout), not its starts'
+// contexts; one that may have committed (its connection failed after the
+// COMMIT went) reports the error to each of its starts, as a start alone
+// does, instead of running them again. A start alone after its group uses
+// the workflow and request IDs the group used, so a retry is the same
+// start. The worker declines, in a group, a first task that starts a child
+// (the child's start lock is taken waiting): it goes through River.
 
 const (
 	// startGroupMembers bounds the starts in one group.
@@ -55,197 +45,53 @@ const (
 
 	// startGroupTimeout bounds a group's transaction.
 	startGroupTimeout = time.Minute
+
+	// startGroupsInitial is how many groups of starts (and starts by
+	// themselves) a client may have in flight, each holding a connection,
+	// before its limit learned from their latency per start
+	// (limit.ForPool). Fewer, fuller groups cost Postgres less than more,
+	// smaller ones (a group's statements are one per table over arrays,
+	// whatever its size), which the limit sees as latency and backs off
+	// from.
+	startGroupsInitial = 2
 )
 
-// startGroupsFor is how many groups of starts (and starts alone) a client
-// on pool may have in flight, each holding a connection: learned from each
-// one's latency per start (internal/limit), starting at 2 and bounded by
-// half the pool's connections; it grows only while the pool has room for
-// another. Fewer, fuller groups cost Postgres less than
-// more, smaller ones (a group's statements are one per table over arrays,
-// whatever its size), which the limit sees as latency and backs off from.
-func startGroupsFor(pool *pgxpool.Pool) *limit.Limiter {
-	most := max(1, int(pool.Config().MaxConns)/2)
-	return limit.New(limit.Config{Initial: min(2, most), Max: most})
+// newStartGroups returns the group committer of a client's eager starts,
+// one per workflow ID in a group.
+func newStartGroups(c *Client) *group.Committer[string, *start] {
+	return group.New(group.Config[string, *start]{
+		Limit: limit.ForPool(c.pool, startGroupsInitial), Size: startGroupMembers,
+		Key:     func(s *start) string { return s.key },
+		Joins:   func(first, s *start) bool { return s.taker == first.taker },
+		Commit:  c.commitStarts,
+		Alone:   func(_ context.Context, s *start) { s.run, s.err = c.startEager(s.ctx, s) },
+		HasRoom: func() bool { return limit.PoolHasRoom(c.pool) },
+	})
 }
 
-// startGroups queues the starts that can be grouped and runs their groups.
-type startGroups struct {
-	c     *Client
-	limit *limit.Limiter // groups and starts alone in flight
-
-	mu       sync.Mutex
-	queue    []*startRequest
-	inFlight int
-}
-
-// startRequest is a start that a group may take; once queued (prepare),
-// with everything the start writes ready.
-type startRequest struct {
-	args    WorkflowArgs
-	opts    *StartOpts
-	info    *StartInfo
-	lockKey string
-	taker   handoff.GroupTaker
-
-	payload      []byte
-	hash         []byte
-	traceContext []byte
-	runID        uuid.UUID
-	taskArgs     task.Args
-
-	taken bool             // a group took it (guarded by startGroups.mu)
-	done  chan startResult // the group's verdict
-}
-
-// startResult is a group's verdict on one start: its run or error, or that
-// it runs alone.
-type startResult struct {
-	alone bool
-	run   *Run
-	err   error
-}
-
-// groupableStart returns Start's request for a group, or nil when the start
-// must go alone: not eager, with interceptors (they wrap each start), with
-// a deadline (its River job), with invalid input (alone reports it), or
-// with no worker of this process that takes groups of first tasks. The
-// start's info, when it drew it, comes back either way, so that a start
-// alone does not draw it again.
-func (c *Client) groupableStart(args WorkflowArgs, opts *StartOpts) (*startRequest, *StartInfo) {
-	if !c.commitsWithFirstTask(opts) {
-		return nil, nil
-	}
-	info, err := c.startInfo(args, opts)
-	if err != nil {
-		return nil, nil
-	}
-	taker, ok := c.eagerTaker(info).(handoff.GroupTaker)
-	if !ok {
-		return nil, info
-	}
-	return &startRequest{
-		args: args, opts: opts, info: info, lockKey: dbschema.StartLockID(info.Namespace, info.WorkflowID), taker: taker,
-		done: make(chan startResult, 1),
-	}, info
-}
-
-// prepare encodes what the start writes, for a group: only a start that
-// queues pays for it (one that goes alone encodes its own).
-func (r *startRequest) prepare(c *Client) error {
-	var err error
-	if r.payload, r.hash, r.traceContext, err = c.encodeStart(r.args, r.info, r.opts); err != nil {
-		return err
-	}
-	r.runID = uuid.New()
-	r.taskArgs = task.NewArgs(r.info.Namespace, r.info.Kind, r.runID, r.info.WorkflowID)
-	return nil
-}
-
-// start runs req alone if nothing waits and a group could start now, else
-// queues it for a group and waits for the group's verdict.
-func (g *startGroups) start(ctx context.Context, req *startRequest) (*Run, error) {
-	g.mu.Lock()
-	if len(g.queue) == 0 && g.inFlight < g.limit.Limit() {
-		g.inFlight++
-		g.mu.Unlock()
-		started, runs := time.Now(), 0
-		defer func() { g.finished(time.Since(started), runs) }()
-		run, err := g.c.startAlone(ctx, req.args, req.opts, req.info)
-		if err == nil {
-			runs = 1
-		}
-		return run, err
-	}
-	g.mu.Unlock()
-	if err := req.prepare(g.c); err != nil {
-		return g.c.startAlone(ctx, req.args, req.opts, req.info) // which reports it
-	}
-	g.mu.Lock()
-	if err := ctx.Err(); err != nil {
-		g.mu.Unlock()
-		return nil, err
-	}
-	g.queue = append(g.queue, req)
-	g.launchLocked()
-	g.mu.Unlock()
-	var res startResult
-	select {
-	case res = <-req.done:
-	case <-ctx.Done():
-		// Still queued, it leaves; taken by a group, its verdict decides.
-		g.mu.Lock()
-		if !req.taken {
-			g.queue = slices.DeleteFunc(g.queue, func(r *startRequest) bool { return r == req })
-			g.mu.Unlock()
-			return nil, ctx.Err()
-		}
-		g.mu.Unlock()
-		res = <-req.done
-	}
-	if res.alone {
-		// The same workflow and request IDs as the group used (a random
-		// default is drawn once).
-		opts := *req.opts
-		opts.WorkflowID, opts.RequestID = req.info.WorkflowID, req.info.RequestID
-		return g.c.startAlone(ctx, req.args, &opts, req.info)
-	}
-	return res.run, res.err
-}
-
-// finished ends a start or group in flight that took latency and started
-// runs (created or not), and launches what waits.
-func (g *startGroups) finished(latency time.Duration, runs int) {
-	g.mu.Lock()
-	// Starts waiting for a group while this one ran, and an idle
-	// connection for another: the limit, not the demand or the pool (which
-	// a worker may share), bounded what was in flight.
-	g.limit.Observe(latency, runs, len(g.queue) > 0 && limit.PoolHasRoom(g.c.pool))
-	g.inFlight--
-	g.launchLocked()
-	g.mu.Unlock()
-}
-
-// launchLocked starts groups of the queued starts while fewer than the
-// limit are in flight. A group takes, in order, up to
-// startGroupMembers starts of the first one's taker, one per workflow ID.
-func (g *startGroups) launchLocked() {
-	for len(g.queue) > 0 && g.inFlight < g.limit.Limit() {
-		var (
-			members []*startRequest
-			rest    []*startRequest
-			keys    = map[string]bool{}
-		)
-		taker := g.queue[0].taker
-		for _, req := range g.queue {
-			if len(members) < startGroupMembers && req.taker == taker && !keys[req.lockKey] {
-				keys[req.lockKey] = true
-				req.taken = true
-				members = append(members, req)
-			} else {
-				rest = append(rest, req)
-			}
-		}
-		g.queue = rest
-		g.inFlight++
-		go func() {
-			started, decided := time.Now(), 0
-			defer func() { g.finished(time.Since(started), decided) }()
-			decided = g.run(members)
-		}()
-	}
-}
-
-// run runs one group, tells each member its verdict, and returns how many
-// starts it decided (not left to run alone).
-func (g *startGroups) run(members []*startRequest) (decided int) {
+// commitStarts runs a group of starts (one by itself, in its slot), gives
+// each its verdict, and returns how many it decided and which run alone.
+func (c *Client) commitStarts(members []*start) (decided int, alone []bool) {
 	if len(members) == 1 {
-		members[0].done <- startResult{alone: true}
-		return 0
+		s := members[0]
+		if s.run, s.err = c.startEager(s.ctx, s); s.err == nil {
+			decided = 1
+		}
+		return decided, nil
 	}
+	decided = c.runStartGroup(members)
+	alone = make([]bool, len(members))
+	for i, s := range members {
+		alone[i] = s.alone
+	}
+	return decided, alone
+}
+
+// runStartGroup runs one group of starts in a transaction, gives each its
+// verdict, and returns how many starts it decided (not left to run alone).
+func (c *Client) runStartGroup(members []*start) (decided int) {
 	ctx, cancel := context.WithTimeout(context.Background(), startGroupTimeout)
 	defer cancel()
-	verdicts := make([]startResult, len(members))
 	var (
 		dones   []func(committed bool)
 		sending bool // the batch with the COMMIT went out
@@ -256,9 +102,9 @@ func (g *startGroups) run(members []*startRequest) (decided int) {
 				err = fmt.Errorf("weir: a group of starts panicked: %v", r)
 			}
 		}()
-		return lazytx.BeginFunc(ctx, g.c.pool, func(tx pgx.Tx) error {
+		return lazytx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 			var err error
-			dones, sending, err = g.c.startGroupTx(ctx, tx, members, verdicts)
+			dones, sending, err = c.startGroupTx(ctx, tx, members)
 			return err
 		})
 	}()
@@ -267,61 +113,53 @@ func (g *startGroups) run(members []*startRequest) (decided int) {
 	for _, done := range dones {
 		done(committed)
 	}
-	for i, m := range members {
+	for _, s := range members {
 		switch {
 		case committed:
 		case sending && !errors.As(err, &pgErr):
 			// The COMMIT may have run (the connection went, say): as a start
 			// alone, each start reports the error rather than start again.
-			verdicts[i] = startResult{err: fmt.Errorf("weir: starting workflow %s in a group of %d: %w", m.info.WorkflowID, len(members), err)}
+			s.alone, s.run, s.err = false, nil, fmt.Errorf("weir: starting workflow %s in a group of %d: %w", s.info.WorkflowID, len(members), err)
 		default: // rolled back: each runs alone
-			verdicts[i] = startResult{alone: true}
+			s.alone = true
 		}
-		if !verdicts[i].alone {
+		if !s.alone {
 			decided++
 		}
-		m.done <- verdicts[i]
 	}
 	return decided
 }
 
-// errNoLock leaves a start whose workflow ID's lock a group could not take
-// to run alone.
-var errNoLock = errors.New("the workflow ID's start lock is taken")
-
-// startGroupTx is a group's transaction: it fills verdicts, by member, and
-// returns what to tell the worker once the transaction ended, and whether
-// it sent its last batch (with the COMMIT).
-func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRequest, verdicts []startResult) (dones []func(bool), sending bool, err error) {
+// startGroupTx is a group's transaction: it gives its members their
+// verdicts, and returns what to tell the worker once the transaction ended,
+// and whether it sent its last batch (with the COMMIT).
+func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) (dones []func(bool), sending bool, err error) {
 	// W1: each workflow ID's start lock, taken without waiting, so that a
 	// group never waits with locks held (and never deadlocks): a start whose
-	// lock is taken runs alone, after the group.
-	keys := make([]string, len(members))
-	for i, m := range members {
-		keys[i] = m.lockKey
+	// lock is taken runs alone, after the group. Its statements over arrays
+	// are planned once per connection, not on every call, and without
+	// sequential scans, so that a plan made while the tables are young still
+	// takes rows by key once they filled (as a group of outcomes asks:
+	// dbschema.GenericPlansSQL; TestStartRunManyTakesRunsByKey checks the
+	// generic plan).
+	ids := make([]string, len(members))
+	for i, s := range members {
+		ids[i] = s.key
 	}
-	// Its statements over arrays are planned once per connection, not on
-	// every call, and without sequential scans, so that a plan made while
-	// the tables are young still takes rows by key once they filled (as a
-	// group of outcomes asks: dbschema.GenericPlansSQL;
-	// TestStartRunManyTakesRunsByKey checks the generic plan).
 	var locked []bool
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	batch.Queue("SELECT coalesce(array_agg(pg_try_advisory_xact_lock("+dbschema.StartLockSQL("$2", "k")+") ORDER BY i), '{}')"+
-		" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)", keys, c.names.Schema).QueryRow(func(row pgx.Row) error { return row.Scan(&locked) })
+	c.store.QueueTryStartLocks(batch, ids, &locked)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, false, fmt.Errorf("locking %d workflow IDs: %w", len(keys), err)
+		return nil, false, fmt.Errorf("locking %d workflow IDs: %w", len(ids), err)
 	}
-	if len(locked) != len(members) {
-		return nil, false, fmt.Errorf("locking %d workflow IDs: %d answers", len(members), len(locked))
-	}
-	var in []int // members to look up and insert
-	for i := range members {
+	var in []*start // members to look up and insert
+	var params []store.StartRunParams
+	for i, s := range members {
+		s.alone, s.run, s.err = !locked[i], nil, nil
 		if locked[i] {
-			in = append(in, i)
-		} else {
-			verdicts[i] = startResult{alone: true, err: errNoLock}
+			in = append(in, s)
+			params = append(params, s.runParams(true))
 		}
 	}
 	if len(in) == 0 {
@@ -330,82 +168,33 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 
 	// The lookups and inserts, one statement for all, taking its snapshot
 	// after every lock was granted.
+	found := make([]store.StartRunResult, len(in))
+	batch = &pgx.Batch{}
+	c.store.QueueStartRuns(batch, params, found)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
+	}
 	var (
-		runIDs, queues, kinds, namespaces, workflowIDs, requestIDs, traces []string
-		payloads, hashes                                                   [][]byte
-		rejectAny, rejectCompleted                                         []bool
+		runs    []*handoff.Run
+		started []*start // members whose run was inserted, as runs
 	)
-	for _, i := range in {
-		m := members[i]
-		runIDs = append(runIDs, m.runID.String())
-		namespaces = append(namespaces, m.info.Namespace)
-		workflowIDs = append(workflowIDs, m.info.WorkflowID)
-		kinds = append(kinds, m.info.Kind)
-		queues = append(queues, m.info.Queue)
-		payloads = append(payloads, m.payload)
-		requestIDs = append(requestIDs, m.info.RequestID)
-		hashes = append(hashes, m.hash)
-		traces = append(traces, string(m.traceContext))
-		rejectAny = append(rejectAny, m.opts.IDReusePolicy == IDReuseRejectDuplicate)
-		rejectCompleted = append(rejectCompleted, m.opts.IDReusePolicy == IDReuseAllowDuplicateFailedOnly)
-	}
-	found := make([][4]*foundRun, len(in))
-	inserted := make([]*handoff.Run, len(in))
-	rows, err := tx.Query(ctx, c.startRunManySQL,
-		runIDs, namespaces, workflowIDs, kinds, queues, payloads, requestIDs, hashes, traces, rejectAny, rejectCompleted)
-	if err != nil {
-		return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
-	}
-	for rows.Next() {
-		var (
-			k, which  int
-			f         foundRun
-			createdAt *time.Time
-		)
-		if err := rows.Scan(&k, &which, &f.runID, &f.generation, &f.hash, &f.state, &createdAt); err != nil {
-			rows.Close()
-			return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
-		}
-		if k < 1 || k > len(in) || which < 0 || which > 3 {
-			rows.Close()
-			return nil, false, fmt.Errorf("starting %d workflows: row %d of kind %d", len(in), k, which)
-		}
-		if which > 0 {
-			found[k-1][which] = &f
-			continue
-		}
-		m := members[in[k-1]]
-		inserted[k-1] = &handoff.Run{
-			Args: m.payload, Generation: f.generation, ID: m.runID, Kind: m.info.Kind, Namespace: m.info.Namespace, Now: *createdAt,
-			Queue: m.info.Queue, TraceContext: m.traceContext, WorkflowID: m.info.WorkflowID, LastInTx: true,
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
-	}
-
-	var runs []*handoff.Run
-	var started []int // members whose run was inserted, as runs
-	for k, i := range in {
-		m := members[i]
-		replayed, refused := c.startRefusal(found[k], m.hash, m.info, m.args, m.opts.IDReusePolicy)
+	for k, s := range in {
+		replayed, refused := s.refusal(c, &found[k])
 		switch {
-		case (replayed != nil || refused != nil) && inserted[k] != nil: // the SQL's conditions and these differ: fail closed
-			return nil, false, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", m.info.WorkflowID)
+		case (replayed != nil || refused != nil) && found[k].Inserted: // the SQL's conditions and these differ: fail closed
+			return nil, false, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", s.info.WorkflowID)
 		case refused != nil:
-			verdicts[i] = startResult{err: refused}
+			s.err = refused
 		case replayed != nil:
-			verdicts[i] = startResult{run: replayed}
-		case inserted[k] == nil:
+			s.run = replayed
+		case !found[k].Inserted:
 			// Only a writer bypassing the advisory lock gets here: the start
 			// runs alone, which reads the run in its way (answerCollision).
-			verdicts[i] = startResult{alone: true}
+			s.alone = true
 		default:
-			runs = append(runs, inserted[k])
-			started = append(started, i)
-			verdicts[i] = startResult{run: &Run{Created: true, Generation: inserted[k].Generation, Namespace: m.info.Namespace,
-				RunID: m.runID, WorkflowID: m.info.WorkflowID, client: c}}
+			runs = append(runs, s.handoffRun(&found[k], true))
+			started = append(started, s)
+			s.run = s.created(c, found[k].Generation)
 		}
 	}
 	if len(runs) == 0 {
@@ -414,7 +203,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 
 	// The first tasks, their last writes merged; those that failed before
 	// writing go through River, as a start alone queues them.
-	tasks, err := members[started[0]].taker.RunFirstTasks(ctx, tx, runs)
+	tasks, err := started[0].taker.RunFirstTasks(ctx, tx, runs)
 	if err != nil {
 		return nil, false, err
 	}
@@ -423,11 +212,10 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 			dones = append(dones, done)
 		}
 	}
-	for k, i := range started {
+	for k, s := range started {
 		if taskErr := tasks.Errs[k]; taskErr != nil {
-			m := members[i]
-			if err := c.queueFailedFirstTask(ctx, tx, m.taskArgs, m.info.Queue, taskErr); err != nil {
-				return dones, false, fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", m.info.WorkflowID, taskErr, err)
+			if err := c.queueFailedFirstTask(ctx, tx, s, taskErr); err != nil {
+				return dones, false, fmt.Errorf("queueing the first task of workflow %s through River (%w): %w", s.info.WorkflowID, taskErr, err)
 			}
 		}
 	}
@@ -437,47 +225,4 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*startRe
 		tasks.Sent() // committed: what the batch read is recorded
 	}
 	return dones, true, err
-}
-
-// startRunManySQL is startRunSQL for a group of starts, over arrays of
-// their runs ($1), namespaces, workflow IDs, kinds, queues, args, request
-// IDs, request hashes, trace contexts ($2–$9) and reuse policies ($10 any
-// last run refuses, $11 a completed one does), in that order; starts of a
-// group have no deadlines and insert no task job. Each row names its start
-// by position (1, 2, …), then as startRunSQL's: 0 for the inserted run
-// (with its creation time), 1–3 for what was found.
-//
-// Each start looks its runs up by key on its own (LATERAL, LIMIT 1: W2 and
-// W1 allow one run per request ID and one live run per workflow ID), so
-// that no plan joins the group against every run or every live run: a
-// generic plan made while few runs were live hash-joined each group against
-// all of weir_run_live_idx, reading every live run of a burst for each group.
-func startRunManySQL(names *dbschema.Names) string {
-	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]," +
-		"  $8::bytea[], $9::text[], $10::boolean[], $11::boolean[]) WITH ORDINALITY" +
-		"  AS v(run_id, namespace, workflow_id, kind, queue, args, request_id, request_hash, trace_context, reject_any, reject_completed, k))," +
-		" found AS (" +
-		"  SELECT v.k, 1 AS which, l.run_id, l.generation, l.request_hash, l.state FROM v CROSS JOIN LATERAL" +
-		"   (SELECT run_id, generation, request_hash, state FROM " + names.Run + " r WHERE r.namespace = v.namespace" +
-		"    AND r.workflow_id = v.workflow_id AND r.request_id = v.request_id LIMIT 1) l" +
-		"  UNION ALL SELECT v.k, 2, l.run_id, l.generation, NULL, l.state FROM v CROSS JOIN LATERAL" +
-		"   (SELECT run_id, generation, state FROM " + names.Run + " r WHERE r.namespace = v.namespace AND r.workflow_id = v.workflow_id" +
-		"    AND r.state = 'running' LIMIT 1) l" +
-		"  UNION ALL SELECT v.k, 3, l.run_id, l.generation, NULL, l.state FROM v CROSS JOIN LATERAL" +
-		"   (SELECT run_id, generation, state FROM " + names.Run + " r WHERE r.namespace = v.namespace AND r.workflow_id = v.workflow_id" +
-		"    ORDER BY generation DESC LIMIT 1) l)," +
-		" ok AS (SELECT * FROM v WHERE NOT EXISTS (SELECT 1 FROM found f" +
-		"  WHERE f.k = v.k AND (f.which < 3 OR v.reject_any OR (v.reject_completed AND f.state = 'completed'))))," +
-		" g AS (INSERT INTO " + names.Workflow + " AS w (namespace, workflow_id, last_generation)" +
-		"  SELECT namespace, workflow_id, 1 FROM ok" +
-		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
-		"  RETURNING namespace, workflow_id, last_generation)," +
-		" inserted AS (INSERT INTO " + names.Run +
-		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, trace_context)" +
-		"  SELECT ok.run_id, ok.namespace, ok.workflow_id, g.last_generation, ok.kind, ok.queue, ok.args, ok.request_id," +
-		"   ok.request_hash, ok.trace_context::jsonb" +
-		"  FROM ok JOIN g ON g.namespace = ok.namespace AND g.workflow_id = ok.workflow_id" +
-		"  RETURNING run_id, generation, created_at)" +
-		" SELECT f.k, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz FROM found f" +
-		" UNION ALL SELECT ok.k, 0, i.run_id, i.generation, NULL, 'running', i.created_at FROM inserted i JOIN ok ON ok.run_id = i.run_id"
 }

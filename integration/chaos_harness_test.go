@@ -264,14 +264,11 @@ func newHarness(t *testing.T, opts harnessOpts) *harness {
 	_, err = pool.Exec(ctx, tables.CreateSQL())
 	require.NoError(t, err)
 
-	c, err := client.New(pool, &client.Config{PollInterval: 200 * time.Millisecond, Schema: chaosSchema})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-
 	h := &harness{
-		t: t, ctx: ctx, server: server, pool: pool, client: c, tables: tables,
+		t: t, ctx: ctx, server: server, pool: pool, tables: tables,
 		leaseTTL: leaseTTL, faults: make(map[string]int), eager: opts.eager, logDir: logDir,
 	}
+	var eagerStarter client.EagerStarter // the in-process worker, linked to the client
 	if opts.eager {
 		// Configured as the worker processes are; it survives every fault
 		// but Postgres's restarts.
@@ -291,7 +288,12 @@ func newHarness(t *testing.T, opts harnessOpts) *harness {
 			defer cancel()
 			_ = w.Stop(stopCtx)
 		})
+		eagerStarter = w
 	}
+	c, err := client.New(pool, &client.Config{PollInterval: 200 * time.Millisecond, Schema: chaosSchema, EagerStarter: eagerStarter})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	h.client = c
 	for slot := range opts.workers {
 		p := &workerProc{slot: slot, url: server.URL("postgres")}
 		if opts.viaProxy {

@@ -88,8 +88,8 @@ type Config struct {
 	// returns, so the outcome's transaction may claim the run's next one.
 	//
 	// Eager dispatch also runs the first workflow task of a run that a
-	// client.Client of this process starts with Start and
-	// StartOpts.EagerStart, on the same pool (eager workflow start): the
+	// client.Client linked to this worker (client.Config.EagerStarter)
+	// starts with Start and StartOpts.EagerStart (eager workflow start): the
 	// task runs inside the start's transaction, with no task job, for at
 	// most DeadlockTimeout in all, and the activities it schedules are
 	// claimed as above. A first task that fails there goes through River.

@@ -33,9 +33,10 @@
 // workflow task, unless a task is queued (a signal came), in which case the
 // outcome waits in the inbox for it. A failed attempt goes back to River as
 // retryable, and a worker that dies leaves leases that the reaper returns to
-// River. A run started with client.Client.Start and StartOpts.EagerStart in
-// the same process, on the same pool, has its first task run by this worker
-// inside the start's transaction (eager workflow start), so a run whose
+// River. A run started with client.Client.Start and StartOpts.EagerStart by
+// a client linked to this worker (client.Config.EagerStarter) has its
+// first task run by this worker inside the start's transaction (eager
+// workflow start), so a run whose
 // activities this worker serves needs no workflow-task job at all. Workers
 // with Interceptors keep one River job per task and attempt.
 //

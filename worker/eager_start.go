@@ -19,9 +19,9 @@ import (
 	"github.com/weirhq/weir/internal/task"
 )
 
-// Eager workflow start: a client in this process that starts a run of a
-// workflow this worker serves, through the same pool, hands the run's first
-// task to the worker (internal/handoff), which runs it inside the start's
+// Eager workflow start: a client linked to this worker
+// (client.Config.EagerStarter) that starts a run of a workflow the worker
+// serves hands the run's first task to the worker (internal/handoff), which runs it inside the start's
 // transaction, right after the run's row is inserted. The run's first
 // events, and the activities they schedule (claimed here, to start once the
 // start commits), commit with the run itself: no task job, no fetch, no
@@ -123,7 +123,7 @@ func (w *Worker) failedInStart(ctx context.Context, runID uuid.UUID, err error) 
 	return err
 }
 
-// RunFirstTasks implements handoff.GroupTaker: the first tasks of a group
+// RunFirstTasks implements handoff.Taker: the first tasks of a group
 // of starts, each as RunFirstTask runs one, in turn, with their last
 // writes merged into one batch (as a group of outcomes merges its members',
 // stepCommitter) for the caller to send with its COMMIT. A task that fails
@@ -225,7 +225,7 @@ type aheadCounts struct {
 // it would send a statement before its last batch.
 var errAheadSends = errors.New("the first task sends a statement before its last batch")
 
-// RunFirstTaskAhead implements handoff.AheadTaker.
+// RunFirstTaskAhead implements handoff.Taker.
 func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) (*handoff.FirstTasks, error) {
 	w := t.w
 	budget, ok := t.budget(ctx)
@@ -304,33 +304,37 @@ func (t *firstTaskTaker) advanceDeferred(ctx context.Context, tx pgx.Tx, run *ru
 	return by, after, err
 }
 
-// ObserveNow implements handoff.AheadTaker.
+// ObserveNow implements handoff.Taker.
 func (t *firstTaskTaker) ObserveNow(now time.Time) { t.w.clock.observe(now) }
 
-// registerTakers makes the worker take the first tasks of its workflows,
-// in every namespace and queue it serves, from clients of this process
-// that share its pool; the returned func stops it.
+// FirstTaskTaker implements client.EagerStarter: it returns what runs the
+// first tasks of key (a workflow this worker serves, in a namespace and
+// queue it serves, in its schema) while the worker is started with eager
+// dispatch on, else nil.
+func (w *Worker) FirstTaskTaker(key handoff.Key) handoff.Taker {
+	if takers := w.takers.Load(); takers != nil {
+		return (*takers)[key]
+	}
+	return nil
+}
+
+// firstTaskTakers are the worker's takers of first tasks, by what they take.
 //
 // A worker with the deadlock check off takes none: the first task runs in
 // the client's Start call, which workflow code that blocks must not hold
 // for longer than the check allows.
-func (w *Worker) registerTakers() (unregister func()) {
-	var unregisters []func()
+func (w *Worker) firstTaskTakers() map[handoff.Key]handoff.Taker {
+	takers := map[handoff.Key]handoff.Taker{}
 	if w.config.DeadlockTimeout < 0 {
-		return func() {}
+		return takers
 	}
 	for kind, def := range w.workflows {
 		taker := &firstTaskTaker{def: def, w: w}
 		for _, namespace := range w.config.Namespaces {
 			for queue := range w.config.Queues {
-				key := handoff.Key{Pool: w.pool, Schema: w.names.Schema, Queue: queue, Kind: task.Kind(namespace, kind)}
-				unregisters = append(unregisters, handoff.Register(key, taker))
+				takers[handoff.Key{Schema: w.names.Schema, Queue: queue, Kind: task.Kind(namespace, kind)}] = taker
 			}
 		}
 	}
-	return func() {
-		for _, unregister := range unregisters {
-			unregister()
-		}
-	}
+	return takers
 }

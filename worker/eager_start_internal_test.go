@@ -134,7 +134,7 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	AddActivity(w, &stepGroupAct{})
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
-	c, err := client.New(pool, &client.Config{Schema: schema})
+	c, err := client.New(pool, &client.Config{Schema: schema, EagerStarter: w})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	names := dbschema.New(schema)
@@ -151,7 +151,7 @@ func TestStartInOneRoundTrip(t *testing.T) {
 	}
 	// fresh is a client that has seen no workflow ID taken.
 	fresh := func() *client.Client {
-		c, err := client.New(pool, &client.Config{Schema: schema})
+		c, err := client.New(pool, &client.Config{Schema: schema, EagerStarter: w})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		return c

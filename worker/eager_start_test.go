@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
-	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/worker"
 	"github.com/weirhq/weir/workflow"
 )
@@ -98,11 +96,11 @@ func (FlakyStartWorkflow) Run(ctx workflow.Context, _ FlakyStartArgs) (int, erro
 	return attempt, nil
 }
 
-// TestEagerStart: a run that Start creates on the pool of a worker of this
-// process that serves its workflow has its first task run by that worker
+// TestEagerStart: a run that Start creates through a client linked to a
+// worker that serves its workflow has its first task run by that worker
 // inside the start's transaction, with no task job; the activities it
-// schedules are claimed and run once the start commits. StartTx, another
-// pool, a queue the worker does not serve, or eager dispatch off go through
+// schedules are claimed and run once the start commits. StartTx, a client
+// not linked, a queue the worker does not serve, or eager dispatch off go through
 // River's fetch. A first task that fails in the start is rolled back and
 // queued through River, which retries it.
 func TestEagerStart(t *testing.T) {
@@ -297,16 +295,15 @@ func TestEagerStart(t *testing.T) {
 		throughRiver(ctx, t, b, run)
 	})
 
-	t.Run("OtherPoolGoesThroughRiver", func(t *testing.T) {
+	t.Run("UnlinkedClientGoesThroughRiver", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
 		startWorker(ctx, t, b, nil)
 
-		pool, err := pgxpool.New(ctx, dbtest.URL(ctx, t))
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		other, err := client.New(pool, &client.Config{Schema: b.schema, PollInterval: 200 * time.Millisecond})
+		// A client of this process on the worker's own pool, but not
+		// linked to it (no Config.EagerStarter).
+		other, err := client.New(b.pool, &client.Config{Schema: b.schema, PollInterval: 200 * time.Millisecond})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, other.Close()) })
 
@@ -371,8 +368,8 @@ func TestEagerStart(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := setup(ctx, t)
-		startWorker(ctx, t, b, &worker.Config{MaxEagerActivities: 1})
-		failing, err := client.New(b.pool, &client.Config{Schema: b.schema, Interceptors: []client.Interceptor{failAfterStart{}}})
+		w := startWorker(ctx, t, b, &worker.Config{MaxEagerActivities: 1})
+		failing, err := client.New(b.pool, &client.Config{Schema: b.schema, Interceptors: []client.Interceptor{failAfterStart{}}, EagerStarter: w})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, failing.Close()) })
 

@@ -109,8 +109,9 @@ func Example() {
 	// Hello, Grace!
 }
 
-// Start a run eagerly: a worker in the same process, on the same pool, runs
-// its first workflow task inside Start's own transaction, so the run's first
+// Start a run eagerly: the worker that the client is linked to
+// (client.Config.EagerStarter) runs its first workflow task inside Start's
+// own transaction, so the run's first
 // activity is already scheduled (and claimed by that worker) when Start
 // returns, with no workflow-task job.
 func Example_eagerStart() {
@@ -142,7 +143,9 @@ func Example_eagerStart() {
 	}
 	defer w.Stop(ctx)
 
-	c, err := client.New(pool, &client.Config{Schema: schema})
+	// The client is linked to the worker: its eager starts hand their
+	// first tasks to it.
+	c, err := client.New(pool, &client.Config{Schema: schema, EagerStarter: w})
 	if err != nil {
 		log.Fatal(err)
 	}

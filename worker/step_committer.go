@@ -7,17 +7,17 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
+
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
+	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/store"
@@ -32,24 +32,19 @@ import (
 // trip, runs each outcome's continuation in turn, and sends every
 // continuation's last writes with the COMMIT in one more round trip.
 //
-// It never waits to fill a group: an outcome that arrives while fewer
-// groups than the limit (groups) are in flight starts one at once, alone if it must. A
-// lone step takes one round trip when this worker committed its run's last
-// step (fromCache: the run's row and history from the cache, its lock and
-// check in a guard ahead of its writes and the COMMIT), else two (its lock,
-// then its writes with the COMMIT). Outcomes that arrive while every group
-// is in flight, or while their run is held (hold: a transaction of this
-// worker's own on the run outside any group), queue; the next group to
-// start takes them (up to maxMembers).
+// Queueing, launching and the fallback alone are internal/group's, keyed
+// by run. A lone step takes one round trip when this worker committed its
+// run's last step (fromCache: the run's row and history from the cache,
+// its lock and check in a guard ahead of its writes and the COMMIT), else
+// two (its lock, then its writes with the COMMIT).
 //
 // What each outcome guarantees holds per run, as it did alone: every run is
 // locked before its continuation's writes, and checked to be as its
 // continuation read it (the guard, or the lock's read itself), and its
-// writes carry its CAS (W4) and its job's fenced completion (F1–F7). A group commits all of its
-// outcomes or none: if anything in it fails (a refused completion, a moved
-// append point, a deadlock, a continuation's own error or panic), it rolls
-// back and every outcome in it runs again alone, in a transaction of its
-// own, where only the faulty one fails.
+// writes carry its CAS (W4) and its job's fenced completion (F1–F7). A
+// group commits all of its outcomes or none: if anything in it fails (a
+// refused completion, a moved append point, a deadlock, a continuation's
+// own error or panic), every outcome in it runs again alone.
 //
 // Only plain continuations commit in a group (engine.Step.Alone, stepMember.admit): a continuation
 // whose writes all go in its last batch and touch only its own run and jobs.
@@ -69,17 +64,11 @@ import (
 // measurements behind the size are in docs/decisions/0014-group-sizes.md.
 const stepGroupMembers = 32
 
-// stepGroupsFor is how many groups a worker on pool may commit at once:
-// learned from each group's latency per outcome (internal/limit), starting
-// at 4 and bounded by half the pool's connections, which the worker's
-// River client needs too; it grows only while the pool has room for
-// another. Splitting the same outcomes into more, smaller groups costs
-// more per outcome (see stepGroupMembers), which the limit
-// sees as latency and backs off from.
-func stepGroupsFor(pool *pgxpool.Pool) *limit.Limiter {
-	most := max(1, int(pool.Config().MaxConns)/2)
-	return limit.New(limit.Config{Initial: min(4, most), Max: most})
-}
+// stepGroupsInitial is how many groups a worker may commit at once before
+// its limit learned from their latency per outcome (limit.ForPool). Splitting
+// the same outcomes into more, smaller groups costs more per outcome (see
+// stepGroupMembers), which the limit sees as latency and backs off from.
+const stepGroupsInitial = 4
 
 // stepGroupTimeout bounds a group's transaction: its statements run under
 // it, not under any one attempt's context, since one attempt's cancellation
@@ -93,25 +82,19 @@ const stepGroupTimeout = time.Minute
 // alone once the group ended.
 var errRunsAlone = errors.New("worker: this outcome commits alone")
 
-// errGroupRolledBack is what a member of a group learns when its group did
-// not commit: its outcome runs again alone.
+// errGroupRolledBack is why the results of an outcome's try in a group
+// are dropped when it runs again alone.
 var errGroupRolledBack = errors.New("worker: the group of outcomes did not commit")
 
-// stepCommitter commits activity outcomes in groups (see above).
+// stepCommitter commits activity outcomes in groups (see above), one per
+// run at a time: a run is held (group.Committer's keys) while an outcome of
+// it is in a group in flight, runs again alone, or while a transaction of
+// this worker's own on it runs outside any group (hold), so that a
+// one-round-trip step (fromCache) reads the cache only when no transaction
+// of this worker is writing its run.
 type stepCommitter struct {
-	w          *Worker
-	limit      *limit.Limiter // groups in flight at once
-	maxMembers int            // outcomes in one group
-
-	mu     sync.Mutex
-	queue  []*stepMember // waiting for a group, oldest first
-	groups int           // in flight
-	// Runs held: with an outcome in a group in flight, or a transaction of
-	// this worker's own on them in flight outside any group (hold): a
-	// group takes no outcome of a held run, so a one-round-trip step
-	// (fromCache) reads the cache only when no transaction of this worker
-	// is writing its run.
-	busy map[uuid.UUID]int
+	w     *Worker
+	group *group.Committer[uuid.UUID, *stepMember]
 
 	// Counts, for tests and metrics: groups that committed, outcomes that
 	// committed in a group with others, groups rolled back.
@@ -130,9 +113,9 @@ type stepMember struct {
 	ctx   context.Context
 	runID uuid.UUID
 	fn    func(ctx context.Context, tx pgx.Tx, cont *taskResult) error
-	done  chan error // the group's outcome: nil, or errGroupRolledBack
 	cont  taskResult
-	alone bool // left out of the group's writes: it runs alone
+	alone bool  // left out of the group's writes: it runs alone
+	err   error // its outcome's, once it ran alone
 
 	// The run's row, locked by the group (lockErr pgx.ErrNoRows when there
 	// is no such run), for deliverOutcome.
@@ -150,7 +133,19 @@ type stepMember struct {
 }
 
 func newStepCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *stepCommitter {
-	return &stepCommitter{w: w, limit: groups, maxMembers: max(maxMembers, 1), busy: make(map[uuid.UUID]int)}
+	c := &stepCommitter{w: w}
+	c.group = group.New(group.Config[uuid.UUID, *stepMember]{
+		Limit: groups, Size: maxMembers,
+		Key:    func(m *stepMember) uuid.UUID { return m.runID },
+		Commit: c.run,
+		Alone: func(_ context.Context, m *stepMember) { // again, in a transaction of its own, its run still held
+			c.w.settle(errGroupRolledBack, &m.cont) // frees the eager slots it took
+			m.err = c.w.outcomeTxOnce(m.ctx, m.fn)
+		},
+		HasRoom: func() bool { return limit.PoolHasRoom(w.pool) },
+		Go:      w.goroutines.Go,
+	})
+	return c
 }
 
 // takeLocked returns the run's row that the group locked for this member,
@@ -172,108 +167,26 @@ func (m *stepMember) deferLast(step *engine.StepWrites, rest *pgx.Batch, after f
 // commit records an outcome of run runID through fn (as outcomeTx does),
 // in a group with others that are ready, or alone if the group fails.
 func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
-	m := &stepMember{ctx: ctx, runID: runID, fn: fn, done: make(chan error, 1)}
-	c.mu.Lock()
-	c.queue = append(c.queue, m)
-	c.startLocked()
-	c.mu.Unlock()
-	if err := <-m.done; err != nil {
-		// The group held the run for this rerun (run): no group takes the
-		// run's next outcome until it is settled.
-		defer c.release(runID)
-		c.w.settle(err, &m.cont) // frees the eager slots it took
-		return c.w.outcomeTxOnce(ctx, fn)
+	m := &stepMember{ctx: ctx, runID: runID, fn: fn}
+	_ = c.group.Do(context.WithoutCancel(ctx), m) // an outcome waits for its group, whatever its attempt's ctx
+	if m.alone {
+		return m.err
 	}
 	c.w.settle(nil, &m.cont)
 	return nil
 }
 
-// startLocked starts groups for the queued outcomes while fewer than the
-// limit are in flight.
-func (c *stepCommitter) startLocked() {
-	for c.groups < c.limit.Limit() && len(c.queue) > 0 {
-		members := c.takeLocked()
-		if len(members) == 0 {
-			return // every queued outcome's run is in a group in flight
-		}
-		c.groups++
-		for _, m := range members {
-			c.busy[m.runID]++
-		}
-		c.w.goroutines.Go(func() {
-			started := time.Now()
-			committed := c.run(members)
-			c.mu.Lock()
-			// Outcomes waiting for a group while this one ran, and an idle
-			// connection for another: the limit, not the demand or the
-			// pool (which River's client shares), bounded the groups.
-			c.limit.Observe(time.Since(started), committed, len(c.queue) > 0 && limit.PoolHasRoom(c.w.pool))
-			c.groups--
-			for _, m := range members {
-				c.unholdLocked(m.runID)
-			}
-			c.startLocked()
-			c.mu.Unlock()
-		})
-	}
-}
-
-// hold marks runID held (busy) while a transaction of this worker's own on
-// it runs outside any group: no group takes an outcome of the run until
-// release. Holding never waits.
-func (c *stepCommitter) hold(runID uuid.UUID) {
-	c.mu.Lock()
-	c.busy[runID]++
-	c.mu.Unlock()
-}
+// hold marks runID held by a transaction of this worker's own outside any
+// group, until release: no group takes an outcome of the run meanwhile.
+func (c *stepCommitter) hold(runID uuid.UUID) { c.group.Hold(runID) }
 
 // release ends a hold, and starts a group for outcomes that waited for it.
-func (c *stepCommitter) release(runID uuid.UUID) {
-	c.mu.Lock()
-	c.unholdLocked(runID)
-	c.startLocked()
-	c.mu.Unlock()
-}
+func (c *stepCommitter) release(runID uuid.UUID) { c.group.Release(runID) }
 
-func (c *stepCommitter) unholdLocked(runID uuid.UUID) {
-	n, ok := c.busy[runID]
-	if !ok {
-		// A release without its hold would cancel another's hold.
-		panic(fmt.Sprintf("worker: run %s released by the step committer but not held", runID))
-	}
-	if n <= 1 {
-		delete(c.busy, runID)
-		return
-	}
-	c.busy[runID] = n - 1
-}
-
-// takeLocked takes the oldest queued outcomes for a group, at most
-// maxMembers and one per run, none of a run that is held (a group in
-// flight, or a transaction of this worker's own outside any group):
-// a second outcome of a run must see the first one's writes, and a group
-// that waited for another group's run would hold all of its own meanwhile.
-func (c *stepCommitter) takeLocked() []*stepMember {
-	var (
-		taken []*stepMember
-		kept  = c.queue[:0]
-	)
-	for _, m := range c.queue {
-		if len(taken) < c.maxMembers && c.busy[m.runID] == 0 && !slices.ContainsFunc(taken, func(t *stepMember) bool { return t.runID == m.runID }) {
-			taken = append(taken, m)
-			continue
-		}
-		kept = append(kept, m)
-	}
-	clear(c.queue[len(kept):])
-	c.queue = kept
-	return taken
-}
-
-// run commits one group, tells each member how it went, and returns how
-// many outcomes it committed.
-func (c *stepCommitter) run(members []*stepMember) (committed int) {
-	slices.SortFunc(members, func(a, b *stepMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
+// run commits one group (outcomes of distinct runs, none held by another),
+// and returns how many outcomes it committed and which ones run alone.
+func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
+	members := slices.SortedFunc(slices.Values(taken), func(a, b *stepMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
@@ -358,26 +271,26 @@ func (c *stepCommitter) run(members []*stepMember) (committed int) {
 			slog.Int("outcomes", len(members)), slog.String("error", err.Error()))
 	default:
 		c.committed.Add(1)
-		if committed = len(members) - countAlone(members); committed > 1 {
-			c.grouped.Add(int64(committed))
-		}
 	}
-	for _, m := range members {
+	alone = make([]bool, len(taken))
+	for i, m := range taken {
 		if err != nil || m.alone {
+			m.alone, alone[i] = true, true
 			m.cont.dropSession() // its rerun replays
-			c.hold(m.runID)      // released by commit once its rerun settled
-			m.done <- errGroupRolledBack
 			continue
 		}
+		committed++
 		if m.afterLast != nil {
 			m.afterLast()
 		}
-		// Before the run leaves the busy set: the run's next outcome may
-		// take the one-round-trip step from the cache (fromCache).
+		// Before the run is let go: the run's next outcome may take the
+		// one-round-trip step from the cache (fromCache).
 		c.w.commitHistory(&m.cont)
-		m.done <- nil
 	}
-	return committed
+	if committed > 1 {
+		c.grouped.Add(int64(committed))
+	}
+	return committed, alone
 }
 
 // fromCache sets m up for a step of one round trip, if this worker holds
@@ -464,14 +377,4 @@ func (m *stepMember) call(ctx context.Context, tx pgx.Tx) (err error) {
 		}
 	}()
 	return m.fn(ctx, tx, &m.cont)
-}
-
-func countAlone(members []*stepMember) int {
-	n := 0
-	for _, m := range members {
-		if m.alone {
-			n++
-		}
-	}
-	return n
 }

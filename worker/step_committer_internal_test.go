@@ -106,9 +106,8 @@ func (f *stepFixture) hold(t *testing.T, wg *sync.WaitGroup, release <-chan stru
 func (f *stepFixture) queued(t *testing.T, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		f.c.mu.Lock()
-		defer f.c.mu.Unlock()
-		return len(f.c.queue) == n
+		queued, _ := f.c.group.Stats()
+		return queued == n
 	}, 10*time.Second, time.Millisecond)
 }
 
@@ -292,7 +291,7 @@ func TestStepCommitterLeavesGroupBeforeWriting(t *testing.T) {
 func TestStepCommitterOneGroupPerRun(t *testing.T) {
 	t.Parallel()
 	f := newStepFixture(t)
-	f.c.limit = limit.Fixed(2)
+	f.c = newStepCommitter(f.c.w, limit.Fixed(2), stepGroupMembers)
 	var wg sync.WaitGroup
 	release := make(chan struct{})
 	run := uuid.New()
@@ -377,7 +376,7 @@ func startStepWorker(t *testing.T, groups int, extra workflow.Workflow[stepFamil
 	AddActivity(w, &stepGroupAct{})
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
-	c, err := client.New(pool, &client.Config{Schema: schema})
+	c, err := client.New(pool, &client.Config{Schema: schema, EagerStarter: w})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return w, c, pool, schema
@@ -569,7 +568,7 @@ func TestStepOfOneRoundTrip(t *testing.T) {
 	AddActivity(w, gate)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
-	c, err := client.New(pool, &client.Config{Schema: schema})
+	c, err := client.New(pool, &client.Config{Schema: schema, EagerStarter: w})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 
@@ -702,8 +701,7 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 func requireNoHolds(t *testing.T, c *stepCommitter) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.busy) == 0
+		_, held := c.group.Stats()
+		return held == 0
 	}, 10*time.Second, time.Millisecond, "every hold released")
 }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +22,7 @@ import (
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/gopool"
+	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
@@ -65,11 +67,11 @@ type Worker struct {
 	schedules    *scheduler
 	riverWorkers *river.Workers
 	started      bool
-	unregister   func()         // stops taking first tasks from clients (eager start)
-	steps        *stepCommitter // nil: each outcome commits alone
-	clock        dbClock        // the database's time, estimated
-	ahead        aheadCounts    // first tasks run ahead of their starts
-	stepGroups   *limit.Limiter // groups of outcomes the step committer commits at once
+	takers       atomic.Pointer[map[handoff.Key]handoff.Taker] // first tasks taken from linked clients (eager start), while started
+	steps        *stepCommitter                                // nil: each outcome commits alone
+	clock        dbClock                                       // the database's time, estimated
+	ahead        aheadCounts                                   // first tasks run ahead of their starts
+	stepGroups   *limit.Limiter                                // groups of outcomes the step committer commits at once
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition
@@ -118,7 +120,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),
-		stepGroups:   stepGroupsFor(pool),
+		stepGroups:   limit.ForPool(pool, stepGroupsInitial),
 		workflows:    make(map[string]*replay.Definition),
 	}
 	w.handBacks = newHandBacks(w)
@@ -354,7 +356,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.eager != nil {
 		// Last: a first task run for a client's start settles through all
 		// of the above.
-		w.unregister = w.registerTakers()
+		takers := w.firstTaskTakers()
+		w.takers.Store(&takers)
 	}
 	w.started = true
 	return nil
@@ -365,7 +368,7 @@ func (w *Worker) Start(ctx context.Context) error {
 // and stops the sweeper.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
-	riverClient, sweeper, queries, timers, schedules, eager, unregister := w.riverClient, w.sweeper, w.queries, w.timers, w.schedules, w.eager, w.unregister
+	riverClient, sweeper, queries, timers, schedules, eager := w.riverClient, w.sweeper, w.queries, w.timers, w.schedules, w.eager
 	announcer := w.announcer
 	w.mu.Unlock()
 	defer w.goroutines.Close()
@@ -374,9 +377,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	// Once every task has returned: no run's code outlives the worker.
 	defer w.histories.closeSessions()
-	if unregister != nil {
-		unregister() // new starts queue their first task through River
-	}
+	w.takers.Store(nil) // new starts queue their first task through River
 	// First: it serves nothing new from here on.
 	announcer.stop(context.WithoutCancel(ctx))
 	w.handBacks.stop()

@@ -184,7 +184,18 @@ func setup(ctx context.Context, t *testing.T) *testBundle {
 	}
 }
 
-// startWorker starts a worker serving every test workflow and activity.
+// link makes the bundle's client one linked to w (client.Config.EagerStarter),
+// so that its eager starts hand their first tasks to w.
+func (b *testBundle) link(t *testing.T, w *worker.Worker) {
+	t.Helper()
+	c, err := client.New(b.pool, &client.Config{Schema: b.schema, PollInterval: 200 * time.Millisecond, EagerStarter: w})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	b.client = c
+}
+
+// startWorker starts a worker serving every test workflow and activity, and
+// links the bundle's client to it (link).
 func startWorker(ctx context.Context, t *testing.T, b *testBundle, config *worker.Config) *worker.Worker {
 	t.Helper()
 	if config == nil {
@@ -207,6 +218,7 @@ func startWorker(ctx context.Context, t *testing.T, b *testBundle, config *worke
 		defer cancel()
 		require.NoError(t, w.Stop(stopCtx))
 	})
+	b.link(t, w)
 	return w
 }
 
@@ -223,6 +235,7 @@ func startWith(ctx context.Context, t *testing.T, b *testBundle, register func(w
 		defer cancel()
 		require.NoError(t, w.Stop(stopCtx))
 	})
+	b.link(t, w)
 	return w
 }
 
@@ -269,8 +282,8 @@ func TestWorker(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			b := setup(ctx, t)
-			startWorker(ctx, t, b, c.config)
-			awaiter, err := client.New(b.pool, &client.Config{Schema: b.schema, PollInterval: time.Hour})
+			w := startWorker(ctx, t, b, c.config)
+			awaiter, err := client.New(b.pool, &client.Config{Schema: b.schema, PollInterval: time.Hour, EagerStarter: w})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, awaiter.Close()) })
 

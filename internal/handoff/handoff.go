@@ -10,27 +10,22 @@
 // rolls it back (to a savepoint) and queues the task's job through River as
 // usual.
 //
-// Workers register what they can take (Register); a client looks a taker up
-// by the pool it writes through, its schema, the run's queue and the task's
-// job kind (Lookup). Sharing the pool is how a client knows the worker
-// reaches the same database.
+// A client is linked to one worker explicitly (client.Config.EagerStarter),
+// and asks it for the taker of each run's first task by Key.
 package handoff
 
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Key is what a taker takes: first tasks of one job kind (task.Kind) in one
-// queue of one schema, written through one pool.
+// queue of one schema.
 type Key struct {
-	Pool   *pgxpool.Pool
 	Schema string
 	Queue  string
 	Kind   string
@@ -54,7 +49,10 @@ type Run struct {
 	LastInTx bool
 }
 
-// A Taker takes first tasks.
+// A Taker takes first tasks: of a start alone (RunFirstTask), of a group of
+// starts in one transaction (RunFirstTasks), and ahead of a start, so that
+// the start is one round trip: its lock, its run's insert, a guard and the
+// task's writes, with BEGIN and COMMIT, in one batch (RunFirstTaskAhead).
 type Taker interface {
 	// RunFirstTask runs run's first workflow task in tx, the start's
 	// transaction, in which run's row was just inserted. On success, once
@@ -65,16 +63,6 @@ type Taker interface {
 	// did not run the task (it is stopping, or ctx leaves too little time),
 	// any other error that the task failed.
 	RunFirstTask(ctx context.Context, tx pgx.Tx, run *Run) (done func(committed bool), err error)
-}
-
-// ErrDeclined is RunFirstTask's error when the taker did not run the task.
-var ErrDeclined = errors.New("handoff: the worker did not take the first task")
-
-// A GroupTaker also takes the first tasks of several runs in one
-// transaction: a client that starts many runs at once inserts them all in
-// one transaction and commits their first tasks' writes together.
-type GroupTaker interface {
-	Taker
 
 	// RunFirstTasks runs the first tasks of runs (distinct runs, each just
 	// inserted in tx), one after the other, with LastInTx's promise for all
@@ -88,13 +76,6 @@ type GroupTaker interface {
 	// tx has asked for generic plans already (dbschema.GenericPlansSQL, as
 	// a group of starts does with its lock), so FirstTasks.Last does not.
 	RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*Run) (*FirstTasks, error)
-}
-
-// An AheadTaker also runs a first task before its start sends anything,
-// so that the start is one round trip: its lock, its run's insert, a guard
-// and the task's writes, with BEGIN and COMMIT, in one batch.
-type AheadTaker interface {
-	Taker
 
 	// RunFirstTaskAhead runs the first task of run, a run that its start
 	// has yet to insert, with generation 1 (a workflow ID's first run) and
@@ -119,6 +100,9 @@ type AheadTaker interface {
 	ObserveNow(now time.Time)
 }
 
+// ErrDeclined is a Taker's error when it did not run the task.
+var ErrDeclined = errors.New("handoff: the worker did not take the first task")
+
 // FailedAheadError is RunFirstTaskAhead's error when the task ran and
 // failed (its workflow code, or its budget).
 type FailedAheadError struct {
@@ -135,46 +119,4 @@ type FirstTasks struct {
 	Errs []error
 	Last *pgx.Batch
 	Sent func()
-}
-
-var (
-	mu     sync.Mutex
-	takers = map[Key][]Taker{}
-)
-
-// Register makes taker a taker of key until the returned func is called.
-func Register(key Key, taker Taker) (unregister func()) {
-	mu.Lock()
-	takers[key] = append(takers[key], taker)
-	mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			mu.Lock()
-			defer mu.Unlock()
-			list := takers[key]
-			for i, t := range list {
-				if t == taker {
-					list = append(list[:i:i], list[i+1:]...)
-					break
-				}
-			}
-			if len(list) == 0 {
-				delete(takers, key)
-			} else {
-				takers[key] = list
-			}
-		})
-	}
-}
-
-// Newest returns the taker of key registered last (nil when none): a start
-// hands its first task to it.
-func Newest(key Key) Taker {
-	mu.Lock()
-	defer mu.Unlock()
-	if list := takers[key]; len(list) > 0 {
-		return list[len(list)-1]
-	}
-	return nil
 }

@@ -182,6 +182,14 @@ func (l *Limiter) noLoadLocked(perUnit float64) float64 {
 	return l.noLoad
 }
 
+// ForPool returns the Limiter of groups that each hold a connection of
+// pool: it starts at initial and is bounded by half the pool's connections
+// (the rest are for others sharing the pool, a worker's River client say).
+func ForPool(pool *pgxpool.Pool, initial int) *Limiter {
+	most := max(1, int(pool.Config().MaxConns)/2)
+	return New(Config{Initial: min(initial, most), Max: most})
+}
+
 // PoolHasRoom tells whether pool could lend another connection now without
 // waiting: one is idle, or the pool may open one more.
 func PoolHasRoom(pool *pgxpool.Pool) bool {

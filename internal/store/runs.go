@@ -34,8 +34,8 @@ import (
 // run's append point moved, or the run closed, since the step read it.
 var ErrRunMoved = errors.New("the run's append point moved under its step")
 
-// runStmts are the run path's statements.
-type runStmts struct {
+// runStatements are the run path's statements.
+type runStatements struct {
 	lock, lockMany, takeInbox, guard, clearTask, queriesWaiting string
 	events, eventsMerged                                        string
 	retire, retireMany, retireMerged                            string
@@ -60,7 +60,7 @@ const runColumns = "namespace, workflow_id, generation, kind, queue, state, args
 // by run_id, instead of by primary key.
 const runCASWhere = " WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL"
 
-func newRunStmts(n *dbschema.Names) runStmts {
+func newRunStatements(n *dbschema.Names) runStatements {
 	const setNext = "next_event_id = $3, updated_at = now(), "
 	closed := func(set string) string {
 		return casSQL("UPDATE " + n.Run + " SET " + setNext + set + ", closed_at = now(), task_job_id = NULL")
@@ -71,7 +71,7 @@ func newRunStmts(n *dbschema.Names) runStmts {
 			" SELECT count(pg_notify($3, done.run_id::text || '/' || done.update_id)) FROM done"
 	}
 	activityColumns := "INSERT INTO " + n.Activity + " (run_id, scheduled_event_id, job_id, kind, deadline)"
-	return runStmts{
+	return runStatements{
 		lock:     "SELECT " + runColumns + " FROM " + n.Run + " WHERE run_id = $1 FOR UPDATE",
 		lockMany: "SELECT run_id, " + runColumns + " FROM " + n.Run + " WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE",
 		takeInbox: "DELETE FROM " + n.Inbox + " WHERE run_id = $1" +

@@ -23,13 +23,18 @@ type DBTX interface {
 
 // Store is weir's statements for one schema. It is safe for concurrent use.
 type Store struct {
-	names *dbschema.Names
-	runs  runStmts
+	names  *dbschema.Names
+	runs   runStatements
+	starts startStatements
 }
 
 // New builds the statements of the schema names qualifies.
 func New(names *dbschema.Names) *Store {
-	return &Store{names: names, runs: newRunStmts(names)}
+	return &Store{
+		names:  names,
+		runs:   newRunStatements(names),
+		starts: newStartStatements(names),
+	}
 }
 
 // Names are the qualified table names the statements use.

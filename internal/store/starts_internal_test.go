@@ -1,7 +1,6 @@
-package client
+package store
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -10,12 +9,11 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
-	"github.com/weirhq/weir/internal/limit"
 )
 
 // TestStartRunManyTakesRunsByKey: on a runs table of tens of thousands of
 // rows whose statistics were taken nearly empty, a group's lookup and insert
-// (startRunManySQL) reads runs by key only, in its custom plans and in its
+// (startRunSQL) reads runs by key only, in its custom plans and in its
 // generic one (a worker's group asks for generic plans).
 func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	t.Parallel()
@@ -30,10 +28,11 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	// off in dbschema.GenericPlansSQL, it scans weir_run).
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "PREPARE young_plan AS "+startRunManySQL(names))
+	_, err = conn.Exec(ctx, "PREPARE young_plan AS "+startRunSQL(names))
 	require.NoError(t, err)
 	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL, "young_plan",
-		"'{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}', '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}'")
+		"'{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}', '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}',"+
+			" '{t}', '{NULL}', '{0}', '{0}', '{NULL}'")
 	requireByKey(t, plan, "planned on the empty tables")
 	require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
 	_, err = conn.Exec(ctx, "DEALLOCATE young_plan")
@@ -61,13 +60,14 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 
 	literals := "'{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002,00000000-0000-0000-0000-000000000003}'," +
 		" '{default,default,default}', '{wf-5,wf-20,wf-new}', '{k,k,k}', '{default,default,default}', '{x,y,z}'," +
-		" '{r5,r99,r100}', '{h,h,h}', '{\"{}\",\"{}\",\"{}\"}', '{f,f,f}', '{f,t,f}'"
+		" '{r5,r99,r100}', '{h,h,h}', '{\"{}\",\"{}\",\"{}\"}', '{f,f,f}', '{f,t,f}'," +
+		" '{t,t,t}', '{NULL,NULL,NULL}', '{0,0,0}', '{0,0,0}', '{NULL,NULL,NULL}'"
 	for _, generic := range []bool{false, true} {
 		settings := ""
 		if generic {
 			settings = dbschema.GenericPlansSQL
 		}
-		plan := dbtest.ExplainPrepared(ctx, t, pool, settings, startRunManySQL(names), literals)
+		plan := dbtest.ExplainPrepared(ctx, t, pool, settings, startRunSQL(names), literals)
 		requireByKey(t, plan, fmt.Sprintf("generic %v", generic))
 		if generic {
 			require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
@@ -77,22 +77,23 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	// Executed: the live run (wf-20) and the completed one a policy refuses
 	// (wf-5, its request unknown) are found, and only the new workflow ID's
 	// run is inserted, with its generation.
-	rows, err := pool.Query(ctx, startRunManySQL(names),
+	rows, err := pool.Query(ctx, startRunSQL(names),
 		[]string{"00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002", "00000000-0000-0000-0000-000000000003"},
 		[]string{"default", "default", "default"}, []string{"wf-5", "wf-20", "wf-new"}, []string{"k", "k", "k"},
 		[]string{"default", "default", "default"}, [][]byte{[]byte("x"), []byte("y"), []byte("z")},
 		[]string{"rx", "ry", "rz"}, [][]byte{[]byte("h"), []byte("h"), []byte("h")}, []string{"{}", "{}", "{}"},
-		[]bool{true, false, false}, []bool{false, false, false})
+		[]bool{true, false, false}, []bool{false, false, false}, []bool{true, true, true}, []*int64{nil, nil, nil},
+		[]int64{0, 0, 0}, []int64{0, 0, 0}, []*time.Time{nil, nil, nil})
 	require.NoError(t, err)
 	type row struct{ k, which, generation int }
 	var got []row
 	for rows.Next() {
 		var (
 			r     row
-			f     foundRun
+			f     FoundRun
 			other any
 		)
-		require.NoError(t, rows.Scan(&r.k, &r.which, &f.runID, &r.generation, &f.hash, &f.state, &other))
+		require.NoError(t, rows.Scan(&r.k, &r.which, &f.RunID, &r.generation, &f.RequestHash, &f.State, &other, &other, &other))
 		got = append(got, r)
 	}
 	require.NoError(t, rows.Err())
@@ -110,35 +111,4 @@ func requireByKey(t *testing.T, plan, what string) {
 	for _, scan := range dbtest.PlanScans(plan) {
 		require.NotEmpty(t, scan.Cond, "%s: %s reads without a key:\n%s", what, scan.Line, plan)
 	}
-}
-
-// TestStartGroupsQueuedStartLeavesOnCancel: a start queued for a group (none
-// can start: every slot is in flight) returns its context's error once that
-// ends, and leaves the queue, so no group starts it later.
-func TestStartGroupsQueuedStartLeavesOnCancel(t *testing.T) {
-	t.Parallel()
-	c := &Client{config: (&Config{}).withDefaults(), names: dbschema.New("")}
-	g := &startGroups{c: c, limit: limit.Fixed(2), inFlight: 2}
-	ctx, cancel := context.WithCancel(t.Context())
-	req := &startRequest{
-		args: RawArgs{JSON: []byte(`{}`), KindName: "k"}, opts: &StartOpts{EagerStart: true},
-		info:    &StartInfo{Kind: "k", Namespace: "default", Queue: QueueDefault, RequestID: "r", WorkflowID: "w"},
-		lockKey: "k", done: make(chan startResult, 1),
-	}
-	errs := make(chan error, 1)
-	go func() {
-		_, err := g.start(ctx, req)
-		errs <- err
-	}()
-	require.Eventually(t, func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return len(g.queue) == 1
-	}, 10*time.Second, time.Millisecond)
-	cancel()
-	require.ErrorIs(t, <-errs, context.Canceled)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	require.Empty(t, g.queue)
-	require.False(t, req.taken)
 }

@@ -1,0 +1,255 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/dbschema"
+)
+
+// startStatements are the statements of a run's start: a client's start
+// alone, in one round trip, or in a group of starts.
+type startStatements struct {
+	lock, tryLocks, run, aheadGuard, failedAttempt, taskJob string
+}
+
+func newStartStatements(names *dbschema.Names) startStatements {
+	return startStatements{
+		lock: "SELECT pg_advisory_xact_lock(" + dbschema.StartLockSQL("$1", "$2") + ")",
+		tryLocks: "SELECT coalesce(array_agg(pg_try_advisory_xact_lock(" + dbschema.StartLockSQL("$2", "k") + ") ORDER BY i), '{}')" +
+			" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)",
+		run:           startRunSQL(names),
+		aheadGuard:    "SELECT now(), 1 / (SELECT count(*)::int FROM " + names.Run + " WHERE run_id = $1 AND generation = 1)",
+		failedAttempt: "UPDATE " + names.RiverJob + " SET attempt = 1, attempted_at = now(), errors = array_append(errors, $2::jsonb) WHERE id = $1",
+		taskJob:       "UPDATE " + names.Run + " SET task_job_id = $2 WHERE run_id = $1",
+	}
+}
+
+// StartRunParams is a start's run: what its lookup looks for and, with
+// Insert, what it inserts unless the lookup found a reason not to.
+type StartRunParams struct {
+	RunID                        uuid.UUID
+	Namespace, WorkflowID        string
+	Kind, Queue                  string
+	Args                         []byte
+	RequestID                    string
+	RequestHash                  []byte
+	RunTimeout, ExecutionTimeout time.Duration // 0: none
+	TraceContext                 []byte
+	TaskJobID                    *int64 // the first task's job; nil when a worker takes the task
+
+	Insert bool
+	// The ID reuse policy: RejectAny refuses the start if the workflow ID
+	// has any run, RejectCompleted if its last run completed.
+	RejectAny, RejectCompleted bool
+	// CreatedAt is the run's creation time; nil means the database's now().
+	CreatedAt *time.Time
+}
+
+// FoundRun is a run that a start's lookup found.
+type FoundRun struct {
+	RunID       uuid.UUID
+	Generation  int64
+	RequestHash []byte // only of ByRequest
+	State       string
+}
+
+// StartRunResult is what a start's lookup found and its insert made.
+type StartRunResult struct {
+	// Read is set once the statement's rows were all read.
+	Read bool
+	// The run of the same request ID, the live run, and the last run of the
+	// workflow ID, as the lookup found them (nil: none).
+	ByRequest, Live, Last *FoundRun
+
+	Inserted                       bool
+	Generation                     int64
+	CreatedAt                      time.Time
+	RunDeadline, ExecutionDeadline *time.Time
+}
+
+// readStartRuns reads startRunSQL's rows (its start k from 1, then which:
+// 0 for the inserted run, 1–3 for what the lookup found: by request, live,
+// last) into into, by start.
+func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
+	for rows.Next() {
+		var (
+			k, which                                  int
+			f                                         FoundRun
+			runDeadline, executionDeadline, createdAt *time.Time
+		)
+		if err := rows.Scan(&k, &which, &f.RunID, &f.Generation, &f.RequestHash, &f.State, &runDeadline, &executionDeadline, &createdAt); err != nil {
+			return err
+		}
+		if k < 1 || k > len(into) || which < 0 || which > 3 {
+			return fmt.Errorf("store: a start's lookup returned a row of kind %d for start %d of %d", which, k, len(into))
+		}
+		r := &into[k-1]
+		if which > 0 {
+			*[]**FoundRun{nil, &r.ByRequest, &r.Live, &r.Last}[which] = &f
+			continue
+		}
+		r.Inserted, r.Generation, r.RunDeadline, r.ExecutionDeadline = true, f.Generation, runDeadline, executionDeadline
+		if createdAt != nil {
+			r.CreatedAt = *createdAt
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i := range into {
+		into[i].Read = true
+	}
+	return nil
+}
+
+// QueueStartLock queues the lock that serializes the starts of a workflow
+// ID until the transaction ends (W1).
+func (s *Store) QueueStartLock(batch *pgx.Batch, namespace, workflowID string) {
+	batch.Queue(s.starts.lock, s.names.Schema, dbschema.StartLockID(namespace, workflowID))
+}
+
+// QueueTryStartLocks queues the start locks of ids (dbschema.StartLockID
+// values), taken in that order without waiting; into gets, by id, whether
+// its lock was granted.
+func (s *Store) QueueTryStartLocks(batch *pgx.Batch, ids []string, into *[]bool) {
+	batch.Queue(s.starts.tryLocks, ids, s.names.Schema).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(into); err != nil {
+			return err
+		}
+		if len(*into) != len(ids) {
+			return fmt.Errorf("store: locking %d workflow IDs: %d answers", len(ids), len(*into))
+		}
+		return nil
+	})
+}
+
+// QueueStartRuns queues, in one statement, the lookups of starts and, with
+// Insert, the inserts of their runs, and reads what each did into into (as
+// long as starts).
+func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into []StartRunResult) {
+	clear(into)
+	batch.Queue(s.starts.run, startRunArgs(starts)...).Query(func(rows pgx.Rows) error { return readStartRuns(rows, into) })
+}
+
+// startRunArgs are startRunSQL's arguments: an array by column of starts,
+// its timeouts in microseconds (0: none).
+func startRunArgs(starts []StartRunParams) []any {
+	return []any{
+		column(starts, func(p *StartRunParams) string { return p.RunID.String() }),
+		column(starts, func(p *StartRunParams) string { return p.Namespace }),
+		column(starts, func(p *StartRunParams) string { return p.WorkflowID }),
+		column(starts, func(p *StartRunParams) string { return p.Kind }),
+		column(starts, func(p *StartRunParams) string { return p.Queue }),
+		column(starts, func(p *StartRunParams) []byte { return p.Args }),
+		column(starts, func(p *StartRunParams) string { return p.RequestID }),
+		column(starts, func(p *StartRunParams) []byte { return p.RequestHash }),
+		column(starts, func(p *StartRunParams) string { return string(p.TraceContext) }),
+		column(starts, func(p *StartRunParams) bool { return p.RejectAny }),
+		column(starts, func(p *StartRunParams) bool { return p.RejectCompleted }),
+		column(starts, func(p *StartRunParams) bool { return p.Insert }),
+		column(starts, func(p *StartRunParams) *int64 { return p.TaskJobID }),
+		column(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() }),
+		column(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() }),
+		column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt }),
+	}
+}
+
+// column is f of each of ps, in order.
+func column[P, T any](ps []P, f func(*P) T) []T {
+	out := make([]T, len(ps))
+	for i := range ps {
+		out[i] = f(&ps[i])
+	}
+	return out
+}
+
+// QueueStartAheadGuard queues the guard of a start in one round trip,
+// right after its run's insert: it fails the batch (division by zero)
+// unless run runID exists at generation 1, as the insert makes it when
+// nothing refuses it, and reads the database's now() into now.
+func (s *Store) QueueStartAheadGuard(batch *pgx.Batch, runID uuid.UUID, now *time.Time) {
+	batch.Queue(s.starts.aheadGuard, runID).QueryRow(func(row pgx.Row) error {
+		var one int
+		return row.Scan(now, &one)
+	})
+}
+
+// QueueFirstTaskSavepoint queues the savepoint that a start takes right
+// after its run's insert, before a worker runs the first task in it.
+func (s *Store) QueueFirstTaskSavepoint(batch *pgx.Batch) {
+	batch.Queue("SAVEPOINT weir_first_task")
+}
+
+// RollbackFirstTask undoes what a first task wrote in its start, back to
+// the savepoint QueueFirstTaskSavepoint took.
+func (s *Store) RollbackFirstTask(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, "ROLLBACK TO SAVEPOINT weir_first_task")
+	return err
+}
+
+// QueuedFirstTaskParams is a first task that its start queued through
+// River after its worker declined it or it failed in the start.
+type QueuedFirstTaskParams struct {
+	RunID uuid.UUID
+	JobID int64
+	// AttemptError is the failed attempt's rivertype.AttemptError as JSON,
+	// recorded as the job's first attempt; nil when the task was declined.
+	AttemptError []byte
+}
+
+// QueueQueuedFirstTask queues the writes that record a first task queued
+// through River: the run names the task's job, and a task that failed has
+// its first attempt on the job, as if River had run it.
+func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) {
+	if p.AttemptError != nil {
+		batch.Queue(s.starts.failedAttempt, p.JobID, p.AttemptError)
+	}
+	batch.Queue(s.starts.taskJob, p.RunID, p.JobID)
+}
+
+// startRunSQL looks up, for each start (by position: 1, 2, …), the runs it
+// must know of (by request ID, the live one, the last one) and, when it
+// inserts and none of them refuses it, inserts its run with its generation.
+// Its arguments are startRunArgs; its rows, readStartRuns's. Every lookup
+// reads the snapshot from before the inserts. Each start looks its runs up
+// by key on its own (LATERAL, LIMIT 1: W2 and W1 allow one run per request
+// ID and one live run per workflow ID): a generic plan made while few runs
+// were live once hash-joined each group against all of weir_run_live_idx.
+func startRunSQL(names *dbschema.Names) string {
+	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]," +
+		"  $8::bytea[], $9::text[], $10::boolean[], $11::boolean[], $12::boolean[], $13::bigint[], $14::bigint[], $15::bigint[]," +
+		"  $16::timestamptz[]) WITH ORDINALITY AS v(run_id, namespace, workflow_id, kind, queue, args, request_id, request_hash," +
+		"  trace_context, reject_any, reject_completed, insert, task_job_id, run_timeout, execution_timeout, created_at, k))," +
+		" found AS (" +
+		"  SELECT v.k, 1 AS which, l.run_id, l.generation, l.request_hash, l.state FROM v CROSS JOIN LATERAL" +
+		"   (SELECT run_id, generation, request_hash, state FROM " + names.Run + " r WHERE r.namespace = v.namespace" +
+		"    AND r.workflow_id = v.workflow_id AND r.request_id = v.request_id LIMIT 1) l" +
+		"  UNION ALL SELECT v.k, 2, l.run_id, l.generation, NULL, l.state FROM v CROSS JOIN LATERAL" +
+		"   (SELECT run_id, generation, state FROM " + names.Run + " r WHERE r.namespace = v.namespace AND r.workflow_id = v.workflow_id" +
+		"    AND r.state = 'running' LIMIT 1) l" +
+		"  UNION ALL SELECT v.k, 3, l.run_id, l.generation, NULL, l.state FROM v CROSS JOIN LATERAL" +
+		"   (SELECT run_id, generation, state FROM " + names.Run + " r WHERE r.namespace = v.namespace AND r.workflow_id = v.workflow_id" +
+		"    ORDER BY generation DESC LIMIT 1) l)," +
+		" ok AS (SELECT * FROM v WHERE v.insert AND NOT EXISTS (SELECT 1 FROM found f" +
+		"  WHERE f.k = v.k AND (f.which < 3 OR v.reject_any OR (v.reject_completed AND f.state = 'completed'))))," +
+		" g AS (INSERT INTO " + names.Workflow + " AS w (namespace, workflow_id, last_generation)" +
+		"  SELECT namespace, workflow_id, 1 FROM ok" +
+		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
+		"  RETURNING namespace, workflow_id, last_generation)," +
+		" inserted AS (INSERT INTO " + names.Run +
+		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline," +
+		"   trace_context, task_job_id, created_at)" +
+		"  SELECT ok.run_id, ok.namespace, ok.workflow_id, g.last_generation, ok.kind, ok.queue, ok.args, ok.request_id, ok.request_hash," +
+		"   now() + nullif(ok.run_timeout, 0) * interval '1 microsecond', now() + nullif(ok.execution_timeout, 0) * interval '1 microsecond'," +
+		"   ok.trace_context::jsonb, ok.task_job_id, coalesce(ok.created_at, now())" +
+		"  FROM ok JOIN g ON g.namespace = ok.namespace AND g.workflow_id = ok.workflow_id" +
+		"  RETURNING run_id, generation, run_deadline, execution_deadline, created_at)" +
+		" SELECT f.k, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found f" +
+		" UNION ALL SELECT ok.k, 0, i.run_id, i.generation, NULL, 'running', i.run_deadline, i.execution_deadline, i.created_at" +
+		" FROM inserted i JOIN ok ON ok.run_id = i.run_id"
+}
