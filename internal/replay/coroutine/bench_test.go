@@ -3,6 +3,7 @@ package coroutine
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // BenchmarkLifetime measures a coroutine's whole life: spawned, run, parked
@@ -10,7 +11,7 @@ import (
 func BenchmarkLifetime(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		s := New(0, nil)
+		s := New(time.Second, nil)
 		n := 0
 		s.Spawn(func() {
 			for want := 1; want <= 3; want++ {

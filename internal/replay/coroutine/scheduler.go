@@ -92,6 +92,7 @@ type coroutine struct {
 // [Scheduler.Spawn] from either (from outside only between runs).
 type Scheduler struct {
 	deadlockTimeout time.Duration
+	deadline        *time.Timer     // of the coroutine holding the token; made on first use
 	start           func(fn func()) // starts a coroutine's goroutine
 
 	// mu guards closing, current and coroutines against a coroutine that
@@ -240,9 +241,13 @@ func (s *Scheduler) step(ctx context.Context, c *coroutine) (result, error) {
 	}
 	var timeout <-chan time.Time
 	if s.deadlockTimeout > 0 {
-		timer := time.NewTimer(s.deadlockTimeout)
-		defer timer.Stop()
-		timeout = timer.C
+		if s.deadline == nil {
+			s.deadline = time.NewTimer(s.deadlockTimeout)
+		} else {
+			s.deadline.Reset(s.deadlockTimeout)
+		}
+		defer s.deadline.Stop()
+		timeout = s.deadline.C
 	}
 	select {
 	case r := <-c.yield:
