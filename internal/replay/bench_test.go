@@ -137,6 +137,7 @@ func BenchmarkParkedSessions(b *testing.B) {
 		for _, s := range sessions {
 			s.Close()
 		}
+		clear(sessions)
 		sessions = sessions[:0]
 	}
 }

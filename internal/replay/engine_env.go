@@ -60,7 +60,7 @@ func (e *engine) GetVersion(changeID string, minSupported, maxSupported int) int
 		version = maxSupported
 		e.commandOrAbort(versionMarkerAttributes(changeID, version))
 	}
-	e.versions[changeID] = version
+	set(&e.versions, changeID, version)
 	if version < minSupported || version > maxSupported {
 		err := nondeterminism(eventID, fmt.Sprintf("version %d of change %q", version, changeID),
 			fmt.Sprintf("GetVersion supporting versions %d to %d", minSupported, maxSupported))
@@ -74,10 +74,19 @@ func versionMarkerAttributes(changeID string, version int) *history.MarkerRecord
 	data, _ := json.Marshal(history.VersionMarker{ChangeID: changeID, Version: version}) // can't fail
 	return &history.MarkerRecordedAttributes{Name: history.MarkerVersion, Data: data}
 }
-func (e *engine) Info() env.Info       { return e.info }
-func (e *engine) IsReplaying() bool    { return e.replaying }
-func (e *engine) Logger() *slog.Logger { return e.logger }
-func (e *engine) Now() time.Time       { return e.now }
+func (e *engine) Info() env.Info    { return e.info }
+func (e *engine) IsReplaying() bool { return e.replaying }
+
+// Logger makes the workflow's logger on first use: few workflows log.
+func (e *engine) Logger() *slog.Logger {
+	if e.logger == nil {
+		logger := cmp.Or(e.params.Logger, slog.New(slog.DiscardHandler))
+		e.logger = slog.New(&replayHandler{inner: logger.Handler(), replaying: func() bool { return e.replaying }}).
+			With("workflow_kind", e.info.Kind, "workflow_id", e.info.WorkflowID, "run_id", e.info.RunID)
+	}
+	return e.logger
+}
+func (e *engine) Now() time.Time { return e.now }
 
 func (e *engine) ActivityResultType(kind string) (reflect.Type, bool) {
 	if e.params.ActivityResultType == nil {
@@ -137,8 +146,8 @@ func (e *engine) StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttribu
 	e.sched.Guard()
 	rec := e.commandOrAbort(attrs)
 	op := &operation{child: true, promise: &env.Promise{EventID: rec.event.ID, Kind: attrs.Kind}}
-	e.pending[op.promise.EventID] = op
-	e.operations[op.promise.EventID] = op
+	e.pending = append(e.pending, op)
+	set(&e.operations, op.promise.EventID, op)
 	if !e.replaying {
 		e.children = append(e.children, ScheduledChild{Attributes: attrs, EventID: op.promise.EventID})
 	}
@@ -148,23 +157,23 @@ func (e *engine) StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttribu
 func (e *engine) startOperation(attrs history.Attributes, kind string, canceled func() bool, timer bool) *operation {
 	rec := e.commandOrAbort(attrs)
 	op := &operation{canceled: canceled, promise: &env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
-	e.pending[op.promise.EventID] = op
-	e.operations[op.promise.EventID] = op
+	e.pending = append(e.pending, op)
+	set(&e.operations, op.promise.EventID, op)
 	return op
 }
 
 func (e *engine) SetQueryHandler(kind string, handler func([]byte) ([]byte, error)) {
 	e.sched.Guard()
-	e.queryHandlers[kind] = handler
+	set(&e.queryHandlers, kind, handler)
 }
 
 func (e *engine) SetUpdateHandler(kind string, validate func([]byte) error, handle func([]byte) ([]byte, error)) {
 	e.sched.Guard()
-	e.updateHandlers[kind] = updateHandler{handle: handle, validate: validate}
+	set(&e.updateHandlers, kind, updateHandler{handle: handle, validate: validate})
 }
 
 func (e *engine) SignalQueue(kind string) *env.SignalQueue {
-	e.signalsOpened[kind] = true
+	set(&e.signalsOpened, kind, true)
 	return e.signalQueue(kind)
 }
 
@@ -173,7 +182,7 @@ func (e *engine) signalQueue(kind string) *env.SignalQueue {
 	q, ok := e.signals[kind]
 	if !ok {
 		q = &env.SignalQueue{}
-		e.signals[kind] = q
+		set(&e.signals, kind, q)
 	}
 	return q
 }

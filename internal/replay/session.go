@@ -77,8 +77,9 @@ func (s *Session) decided(out *Outcome) {
 	s.last.Attributes = nil
 	e := s.e
 	e.history = nil
-	e.params = &ExecuteParams{
-		ActivityResultType: e.params.ActivityResultType, Codec: e.params.Codec, MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now,
+	e.params = ExecuteParams{
+		ActivityResultType: e.params.ActivityResultType, Codec: e.params.Codec, Logger: e.params.Logger,
+		MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now,
 	}
 }
 
@@ -149,7 +150,9 @@ func (e *engine) continueTask(ctx context.Context, params *ExecuteParams) (*Outc
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	e.ctx, e.params, e.history = ctx, params, params.History
+	logger := e.params.Logger // the session's
+	e.ctx, e.params, e.history = ctx, *params, params.History
+	e.params.Logger = logger
 	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil
 	e.canceledActivities, e.canceledTimers = nil, nil
 	e.rejectedUpdates, e.deferredInputs = nil, nil
