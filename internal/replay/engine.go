@@ -87,7 +87,7 @@ type updateHandler struct {
 type operation struct {
 	canceled func() bool // whether its Context is cancelled; nil: never (children)
 	child    bool
-	promise  *env.Promise
+	promise  env.Promise // made with it: one allocation
 	timer    bool
 }
 

@@ -117,7 +117,7 @@ func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, ca
 	if !e.replaying {
 		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: op.promise.EventID})
 	}
-	return op.promise
+	return &op.promise
 }
 
 func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *env.Promise {
@@ -126,7 +126,7 @@ func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, canceled func
 	if !e.replaying {
 		e.timers = append(e.timers, StartedTimer{Attributes: attrs, EventID: rec.promise.EventID})
 	}
-	return rec.promise
+	return &rec.promise
 }
 
 func (e *engine) NextEventID() int64 {
@@ -145,18 +145,18 @@ func (e *engine) NextEventID() int64 {
 func (e *engine) StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttributes) *env.Promise {
 	e.sched.Guard()
 	rec := e.commandOrAbort(attrs)
-	op := &operation{child: true, promise: &env.Promise{EventID: rec.event.ID, Kind: attrs.Kind}}
+	op := &operation{child: true, promise: env.Promise{EventID: rec.event.ID, Kind: attrs.Kind}}
 	e.pending = append(e.pending, op)
 	set(&e.operations, op.promise.EventID, op)
 	if !e.replaying {
 		e.children = append(e.children, ScheduledChild{Attributes: attrs, EventID: op.promise.EventID})
 	}
-	return op.promise
+	return &op.promise
 }
 
 func (e *engine) startOperation(attrs history.Attributes, kind string, canceled func() bool, timer bool) *operation {
 	rec := e.commandOrAbort(attrs)
-	op := &operation{canceled: canceled, promise: &env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
+	op := &operation{canceled: canceled, promise: env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
 	e.pending = append(e.pending, op)
 	set(&e.operations, op.promise.EventID, op)
 	return op
