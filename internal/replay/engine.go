@@ -227,6 +227,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	e.replaying = false
 	e.nextID = int64(len(e.history)) + 1
 	e.now = e.params.Now
+	e.events = make([]history.Event, 0, len(tail)+len(e.params.Inputs)+2) // and the boundary, and usually a command
 	e.info.TaskAttempt = e.params.Info.TaskAttempt
 	for _, in := range tail {
 		if reason, err := e.deliver(in.event, in.attrs); err != nil {
@@ -559,7 +560,7 @@ func (e *engine) command(attrs history.Attributes) (recorded, error) {
 		return recorded{}, nondeterminism(e.boundaryID, "no more commands in the task started by this event", describe(attrs))
 	}
 	rec := e.expected[e.cursor]
-	if describe(rec.attrs) != describe(attrs) {
+	if keyOf(rec.attrs) != keyOf(attrs) {
 		return recorded{}, nondeterminism(rec.event.ID, describe(rec.attrs), describe(attrs))
 	}
 	e.cursor++
@@ -573,7 +574,7 @@ func (e *engine) skipVersionMarkers(next history.Attributes) {
 	for e.cursor < len(e.expected) {
 		rec := e.expected[e.cursor]
 		marker, ok := versionMarker(rec.attrs)
-		if !ok || (next != nil && describe(next) == describe(rec.attrs)) {
+		if !ok || (next != nil && keyOf(next) == keyOf(rec.attrs)) {
 			return
 		}
 		if _, seen := e.versions[marker.ChangeID]; !seen {
@@ -597,7 +598,39 @@ func nondeterminism(id int64, expected, got string) error {
 	return fmt.Errorf("replaying: %w", &workflow.NonDeterminismError{EventID: id, Expected: expected, Got: got})
 }
 
-// describe names a command the way replay compares it.
+// commandKey is what replay compares of a command: two commands are the
+// same when their keys are equal, that is when describe names them alike.
+type commandKey struct {
+	eventType history.EventType
+	name      string // an activity's or a child's kind, a marker's name, an update's ID
+	detail    string // a version marker's change ID, a child's workflow ID
+	ref       int64  // the event of the activity or timer cancelled
+	version   bool   // a version marker
+}
+
+func keyOf(attrs history.Attributes) commandKey {
+	k := commandKey{eventType: attrs.EventType()}
+	switch a := attrs.(type) {
+	case *history.ActivityScheduledAttributes:
+		k.name = a.Kind
+	case *history.MarkerRecordedAttributes:
+		k.name = a.Name
+		if marker, ok := versionMarker(a); ok {
+			k.detail, k.version = marker.ChangeID, true
+		}
+	case *history.ActivityCancelRequestedAttributes:
+		k.ref = a.ScheduledEventID
+	case *history.TimerCanceledAttributes:
+		k.ref = a.StartedEventID
+	case *history.ChildWorkflowScheduledAttributes:
+		k.name, k.detail = a.Kind, a.WorkflowID
+	case *history.UpdateCompletedAttributes:
+		k.name = a.UpdateID
+	}
+	return k
+}
+
+// describe names a command for people, as replay compares it (keyOf).
 func describe(attrs history.Attributes) string {
 	switch a := attrs.(type) {
 	case *history.ActivityScheduledAttributes:

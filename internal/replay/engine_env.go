@@ -51,7 +51,7 @@ func (e *engine) GetVersion(changeID string, minSupported, maxSupported int) int
 		version = workflow.DefaultVersion
 		want := versionMarkerAttributes(changeID, 0)
 		e.skipVersionMarkers(want)
-		if e.cursor < len(e.expected) && describe(e.expected[e.cursor].attrs) == describe(want) {
+		if e.cursor < len(e.expected) && keyOf(e.expected[e.cursor].attrs) == keyOf(want) {
 			marker, _ := versionMarker(e.expected[e.cursor].attrs)
 			version, eventID = marker.Version, e.expected[e.cursor].event.ID
 			e.cursor++
