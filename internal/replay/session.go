@@ -77,6 +77,9 @@ func (s *Session) decided(out *Outcome) {
 	s.last.Attributes = nil
 	e := s.e
 	e.history = nil
+	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil // the caller has them
+	e.canceledActivities, e.canceledTimers = nil, nil
+	e.rejectedUpdates, e.deferredInputs = nil, nil
 	e.params = ExecuteParams{
 		ActivityResultType: e.params.ActivityResultType, Codec: e.params.Codec, Logger: e.params.Logger,
 		MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now,
@@ -153,9 +156,6 @@ func (e *engine) continueTask(ctx context.Context, params *ExecuteParams) (*Outc
 	logger := e.params.Logger // the session's
 	e.ctx, e.params, e.history = ctx, *params, params.History
 	e.params.Logger = logger
-	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil
-	e.canceledActivities, e.canceledTimers = nil, nil
-	e.rejectedUpdates, e.deferredInputs = nil, nil
 	e.codeRan = true
 	return e.decide(nil)
 }
