@@ -94,17 +94,23 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (d *Duration) UnmarshalJSON(data []byte) error {
-	var s string
 	if n := len(data); n >= 2 && data[0] == '"' && data[n-1] == '"' && bytes.IndexByte(data, '\\') < 0 {
-		s = string(data[1 : n-1]) // a string without escapes is its text
-	} else if err := json.Unmarshal(data, &s); err != nil {
-		var n int64
-		if err := json.Unmarshal(data, &n); err != nil {
-			return fmt.Errorf("decoding duration %s: want a string like \"1m30s\" or nanoseconds", data)
-		}
-		*d = Duration(n)
-		return nil
+		return d.parse(string(data[1 : n-1])) // a string without escapes is its text
 	}
+	var s string
+	if err := json.Unmarshal(data, &s); err == nil {
+		return d.parse(s)
+	}
+	var n int64
+	if err := json.Unmarshal(data, &n); err != nil {
+		return fmt.Errorf("decoding duration %s: want a string like \"1m30s\" or nanoseconds", data)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// parse sets d from a Go duration string.
+func (d *Duration) parse(s string) error {
 	parsed, err := time.ParseDuration(s)
 	if err != nil {
 		return fmt.Errorf("decoding duration: %w", err)
