@@ -270,7 +270,7 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 	if err != nil {
 		return readyFuture[R](err)
 	}
-	return &activityFuture[R]{promise: e.ScheduleActivity(attrs, func() bool { return ctx.Err() != nil })}
+	return &activityFuture[R]{promise: e.ScheduleActivity(attrs, ctx)}
 }
 
 // activityFuture is the future of an activity's outcome.

@@ -85,10 +85,10 @@ type updateHandler struct {
 // operation is an activity, a timer or a child workflow started by workflow
 // code.
 type operation struct {
-	canceled func() bool // whether its Context is cancelled; nil: never (children)
-	child    bool
-	promise  env.Promise // made with it: one allocation
-	timer    bool
+	ctx     env.Context // its Context, whose cancelling cancels it; nil: never (children)
+	child   bool
+	promise env.Promise // made with it: one allocation
+	timer   bool
 }
 
 // recorded is a decoded history event.
@@ -400,10 +400,10 @@ func (e *engine) cancelOperations() (bool, error) {
 	for i := 0; i < len(e.pending); i++ {
 		op := e.pending[i]
 		id := op.promise.EventID
-		if op.canceled == nil {
+		if op.ctx == nil {
 			continue // a child workflow goes on; its parent-close policy applies
 		}
-		canceled, err := callSafely(op.canceled)
+		canceled, err := callSafely(func() bool { return op.ctx.Err() != nil })
 		if err != nil {
 			return false, fmt.Errorf("checking the Context of the operation of event %d: %w", id, err)
 		}

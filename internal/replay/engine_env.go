@@ -111,18 +111,18 @@ func (e *engine) nextSeq() int64 {
 	return e.seq
 }
 
-func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *env.Promise {
+func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, ctx env.Context) *env.Promise {
 	e.sched.Guard()
-	op := e.startOperation(attrs, attrs.Kind, canceled, false)
+	op := e.startOperation(attrs, attrs.Kind, ctx, false)
 	if !e.replaying {
 		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: op.promise.EventID})
 	}
 	return &op.promise
 }
 
-func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *env.Promise {
+func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, ctx env.Context) *env.Promise {
 	e.sched.Guard()
-	rec := e.startOperation(attrs, "", canceled, true)
+	rec := e.startOperation(attrs, "", ctx, true)
 	if !e.replaying {
 		e.timers = append(e.timers, StartedTimer{Attributes: attrs, EventID: rec.promise.EventID})
 	}
@@ -154,9 +154,9 @@ func (e *engine) StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttribu
 	return &op.promise
 }
 
-func (e *engine) startOperation(attrs history.Attributes, kind string, canceled func() bool, timer bool) *operation {
+func (e *engine) startOperation(attrs history.Attributes, kind string, ctx env.Context, timer bool) *operation {
 	rec := e.commandOrAbort(attrs)
-	op := &operation{canceled: canceled, promise: env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
+	op := &operation{ctx: ctx, promise: env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
 	e.pending = append(e.pending, op)
 	set(&e.operations, op.promise.EventID, op)
 	return op
