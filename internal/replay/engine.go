@@ -586,10 +586,13 @@ func (e *engine) skipVersionMarkers(next history.Attributes) {
 
 // versionMarker decodes the data of a version marker.
 func versionMarker(attrs history.Attributes) (history.VersionMarker, bool) {
-	var marker history.VersionMarker
 	m, ok := attrs.(*history.MarkerRecordedAttributes)
-	if !ok || m.Name != history.MarkerVersion || json.Unmarshal(m.Data, &marker) != nil {
-		return marker, false
+	if !ok || m.Name != history.MarkerVersion {
+		return history.VersionMarker{}, false
+	}
+	var marker history.VersionMarker // escapes: made only for a marker
+	if json.Unmarshal(m.Data, &marker) != nil {
+		return history.VersionMarker{}, false
 	}
 	return marker, true
 }
