@@ -77,7 +77,8 @@ type result struct {
 
 type coroutine struct {
 	fn       func()
-	goid     []byte // "goroutine N " prefix of its stack, once started; guarded by Scheduler.mu
+	goid     []byte   // "goroutine N " prefix of its stack, once started; guarded by Scheduler.mu
+	head     [64]byte // the start of its stack, which goid is a prefix of
 	resume   chan struct{}
 	yield    chan result
 	started  bool
@@ -292,8 +293,7 @@ func (s *Scheduler) abandon(c *coroutine) string {
 }
 
 func (s *Scheduler) main(c *coroutine) {
-	buf := make([]byte, 64)
-	buf = buf[:runtime.Stack(buf, false)]
+	buf := c.head[:runtime.Stack(c.head[:], false)]
 	if i := bytes.IndexByte(buf, '['); i > 0 {
 		s.mu.Lock()
 		c.goid = buf[:i] // "goroutine 42 "
