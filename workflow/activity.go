@@ -263,14 +263,14 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 	if err != nil {
 		return readyFuture[R](fmt.Errorf("encoding args of activity %q: %w", kind, err))
 	}
-	if err := checkPayload(e.MaxPayloadBytes(), fmt.Sprintf("args of activity %q", kind), encoded); err != nil {
+	if err := checkPayload(e.MaxPayloadBytes(), encoded, func() string { return fmt.Sprintf("args of activity %q", kind) }); err != nil {
 		return readyFuture[R](err)
 	}
 	attrs, err := scheduledAttributes(kind, encoded, withInsertOpts(args, mergeActivityOpts(activityOptsOf(ctx), opts)))
 	if err != nil {
 		return readyFuture[R](err)
 	}
-	return &activityFuture[R]{promise: e.ScheduleActivity(attrs, func() bool { return ctx.Err() != nil })}
+	return &activityFuture[R]{promise: e.ScheduleActivity(attrs, ctx)}
 }
 
 // activityFuture is the future of an activity's outcome.

@@ -84,7 +84,7 @@ func ExecuteChildWorkflow[R any](ctx Context, args Args, opts *ChildWorkflowOpts
 	if err != nil {
 		return readyFuture[R](fmt.Errorf("encoding args of child workflow %q: %w", kind, err))
 	}
-	if err := checkPayload(e.MaxPayloadBytes(), fmt.Sprintf("args of child workflow %q", kind), encoded); err != nil {
+	if err := checkPayload(e.MaxPayloadBytes(), encoded, func() string { return fmt.Sprintf("args of child workflow %q", kind) }); err != nil {
 		return readyFuture[R](err)
 	}
 	policy := opts.ParentClosePolicy

@@ -168,10 +168,11 @@ func (e *PayloadTooLargeError) Error() string {
 // Is matches [ErrPayloadTooLarge].
 func (e *PayloadTooLargeError) Is(target error) bool { return target == ErrPayloadTooLarge }
 
-// checkPayload returns a *PayloadTooLargeError if data is over limit.
-func checkPayload(limit int, what string, data []byte) error {
+// checkPayload returns a *PayloadTooLargeError if data is over limit; what
+// names the payload in it.
+func checkPayload(limit int, data []byte, what func() string) error {
 	if limit > 0 && len(data) > limit {
-		return &PayloadTooLargeError{Limit: limit, Size: len(data), What: what}
+		return &PayloadTooLargeError{Limit: limit, Size: len(data), What: what()}
 	}
 	return nil
 }

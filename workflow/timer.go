@@ -26,7 +26,7 @@ func NewTimer(ctx Context, d time.Duration) Future[time.Time] {
 		return f
 	}
 	attrs := &history.TimerStartedAttributes{Duration: history.Duration(d), FireAt: e.Now().Add(d)}
-	return &timerFuture{promise: e.StartTimer(attrs, func() bool { return ctx.Err() != nil }), fireAt: attrs.FireAt}
+	return &timerFuture{promise: e.StartTimer(attrs, ctx), fireAt: attrs.FireAt}
 }
 
 // Sleep blocks the calling coroutine for d of workflow time, durably (see

@@ -122,7 +122,7 @@ func ContinueAsNew[A Args](ctx Context, args A) error {
 	if err != nil {
 		return fmt.Errorf("encoding args to continue as new: %w", err)
 	}
-	if err := checkPayload(e.MaxPayloadBytes(), "args to continue as new", encoded); err != nil {
+	if err := checkPayload(e.MaxPayloadBytes(), encoded, func() string { return "args to continue as new" }); err != nil {
 		return err
 	}
 	return &ContinueAsNewError{Args: encoded, Kind: args.Kind()}
@@ -166,7 +166,7 @@ func SideEffect[T any](ctx Context, fn func() T) T {
 		if err != nil {
 			return nil, err
 		}
-		return data, checkPayload(e.MaxPayloadBytes(), "value of a side effect", data)
+		return data, checkPayload(e.MaxPayloadBytes(), data, func() string { return "value of a side effect" })
 	})
 	if err != nil {
 		panic(fmt.Errorf("workflow.SideEffect: %w", err))

@@ -23,17 +23,14 @@ const binaryKey = "$binary"
 // normalises whitespace and key order. Binary payloads come back exactly.
 type Payload []byte
 
-// MarshalJSON implements json.Marshaler.
+// MarshalJSON implements json.Marshaler. A JSON payload is returned as
+// is: encoding/json compacts what a Marshaler returns.
 func (p Payload) MarshalJSON() ([]byte, error) {
 	if p == nil {
 		return []byte("null"), nil
 	}
 	if json.Valid(p) && !looksBinary(p) {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, p); err != nil {
-			return nil, fmt.Errorf("compacting payload: %w", err)
-		}
-		return buf.Bytes(), nil
+		return p, nil
 	}
 	return json.Marshal(map[string]string{binaryKey: base64.StdEncoding.EncodeToString(p)})
 }
@@ -91,24 +88,33 @@ type Duration time.Duration
 
 // MarshalJSON implements json.Marshaler.
 func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
+	s := time.Duration(d).String() // digits, '.', '-' and units: nothing to escape
+	return append(append(append(make([]byte, 0, len(s)+2), '"'), s...), '"'), nil
 }
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (d *Duration) UnmarshalJSON(data []byte) error {
+	if n := len(data); n >= 2 && data[0] == '"' && data[n-1] == '"' && bytes.IndexByte(data, '\\') < 0 {
+		return d.parse(string(data[1 : n-1])) // a string without escapes is its text
+	}
 	var s string
 	if err := json.Unmarshal(data, &s); err == nil {
-		parsed, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("decoding duration: %w", err)
-		}
-		*d = Duration(parsed)
-		return nil
+		return d.parse(s)
 	}
 	var n int64
 	if err := json.Unmarshal(data, &n); err != nil {
 		return fmt.Errorf("decoding duration %s: want a string like \"1m30s\" or nanoseconds", data)
 	}
 	*d = Duration(n)
+	return nil
+}
+
+// parse sets d from a Go duration string.
+func (d *Duration) parse(s string) error {
+	parsed, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("decoding duration: %w", err)
+	}
+	*d = Duration(parsed)
 	return nil
 }

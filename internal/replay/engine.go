@@ -30,9 +30,10 @@ type engine struct {
 	def     *Definition
 	history []history.Event
 	info    env.Info
-	logger  *slog.Logger
-	params  *ExecuteParams
+	logger  *slog.Logger // made on first use, from params.Logger
+	params  ExecuteParams
 	sched   *coroutine.Scheduler
+	stopRun func() bool // stops the scheduler's Run once the code returned or must stop
 
 	now       time.Time
 	replaying bool
@@ -54,7 +55,7 @@ type engine struct {
 	timers             []StartedTimer
 
 	operations map[int64]*operation // every activity and timer, by event ID
-	pending    map[int64]*operation // those without an outcome
+	pending    []*operation         // those without an outcome, by event ID
 
 	cancelRequested bool
 	querying        bool // running a query handler: no commands, no blocking
@@ -84,10 +85,10 @@ type updateHandler struct {
 // operation is an activity, a timer or a child workflow started by workflow
 // code.
 type operation struct {
-	canceled func() bool // whether its Context is cancelled; nil: never (children)
-	child    bool
-	promise  *env.Promise
-	timer    bool
+	ctx     env.Context // its Context, whose cancelling cancels it; nil: never (children)
+	child   bool
+	promise env.Promise // made with it: one allocation
+	timer   bool
 }
 
 // recorded is a decoded history event.
@@ -102,20 +103,12 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	}
 	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
 	e := &engine{
-		ctx:            ctx,
-		codec:          params.Codec,
-		def:            def,
-		history:        params.History,
-		params:         params,
-		sched:          coroutine.New(deadlockTimeout, params.Go),
-		operations:     map[int64]*operation{},
-		pending:        map[int64]*operation{},
-		signals:        map[string]*env.SignalQueue{},
-		signalsOpened:  map[string]bool{},
-		queryHandlers:  map[string]func([]byte) ([]byte, error){},
-		updateHandlers: map[string]updateHandler{},
-		updatesSeen:    map[string]bool{},
-		versions:       map[string]int{},
+		ctx:     ctx,
+		codec:   params.Codec,
+		def:     def,
+		history: params.History,
+		params:  *params,
+		sched:   coroutine.New(deadlockTimeout, params.Go),
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -127,12 +120,17 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	if e.codec == nil {
 		e.codec = JSONCodec{}
 	}
-	logger := params.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	e.logger = slog.New(&replayHandler{inner: logger.Handler(), replaying: func() bool { return e.replaying }})
+	e.stopRun = func() bool { return e.done || e.abortErr != nil }
 	return e, nil
+}
+
+// set sets m[k] to v, making m on first use: most runs use few of the
+// engine's maps.
+func set[K comparable, V any](m *map[K]V, k K, v V) {
+	if *m == nil {
+		*m = map[K]V{}
+	}
+	(*m)[k] = v
 }
 
 func invalid(format string, args ...any) error {
@@ -163,12 +161,22 @@ func (e *engine) execute() (*Outcome, error) {
 }
 
 func closedOutcome(last history.Event, inputs []history.Event, reason string) (*Outcome, error) {
-	out := &Outcome{Completed: true}
 	attrs, err := history.DecodeAttributes(last)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
 	}
-	switch a := attrs.(type) {
+	out := &Outcome{Completed: true}
+	out.close(attrs)
+	for _, in := range inputs {
+		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
+	}
+	return out, nil
+}
+
+// close sets what the command that ended the run says of its end.
+func (out *Outcome) close(end history.Attributes) {
+	out.Completed = true
+	switch a := end.(type) {
 	case *history.WorkflowCompletedAttributes:
 		out.Result = a.Result
 	case *history.WorkflowFailedAttributes:
@@ -178,10 +186,6 @@ func closedOutcome(last history.Event, inputs []history.Event, reason string) (*
 	case *history.WorkflowContinuedAsNewAttributes:
 		out.ContinuedAsNew = a
 	}
-	for _, in := range inputs {
-		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
-	}
-	return out, nil
 }
 
 // replayTask replays one recorded task and checks its commands.
@@ -223,6 +227,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	e.replaying = false
 	e.nextID = int64(len(e.history)) + 1
 	e.now = e.params.Now
+	e.events = make([]history.Event, 0, len(tail)+len(e.params.Inputs)+2) // and the boundary, and usually a command
 	e.info.TaskAttempt = e.params.Info.TaskAttempt
 	for _, in := range tail {
 		if reason, err := e.deliver(in.event, in.attrs); err != nil {
@@ -287,13 +292,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	out.DeferredInputs, out.RejectedUpdates = e.deferredInputs, e.rejectedUpdates
 	out.Children = e.children
 	if e.done {
-		out.Completed = true
-		last := e.events[len(e.events)-1]
-		closed, err := closedOutcome(last, nil, "")
-		if err != nil {
-			return nil, err
-		}
-		out.Result, out.Failure, out.Canceled, out.ContinuedAsNew = closed.Result, closed.Failure, closed.Canceled, closed.ContinuedAsNew
+		out.close(e.end)
 		if out.ContinuedAsNew != nil {
 			out.CarriedSignals = e.pendingSignals()
 		}
@@ -335,7 +334,7 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 		if !ok {
 			return "", invalid("event %d: update %s of kind %q was accepted, but the code registers no handler for it now", ev.ID, a.UpdateID, a.Kind)
 		}
-		e.updatesSeen[a.UpdateID] = true
+		set(&e.updatesSeen, a.UpdateID, true)
 		id, args := a.UpdateID, a.Args
 		e.sched.Spawn(func() {
 			result, err := h.handle(args)
@@ -379,7 +378,7 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 	switch {
 	case !ok || op.timer != timer || op.child != child:
 		return fmt.Sprintf("no %s was started by event %d", what, id), nil
-	case e.pending[id] == nil:
+	case op.promise.Ready():
 		return fmt.Sprintf("the %s of event %d already has its outcome", what, id), nil
 	}
 	e.resolve(op, attrs)
@@ -387,7 +386,8 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 }
 
 func (e *engine) resolve(op *operation, outcome history.Attributes) {
-	delete(e.pending, op.promise.EventID)
+	i := slices.Index(e.pending, op)
+	e.pending = slices.Delete(e.pending, i, i+1)
 	op.promise.Resolve(outcome, e.nextSeq())
 }
 
@@ -397,12 +397,13 @@ func (e *engine) resolve(op *operation, outcome history.Attributes) {
 // cancelled. It reports whether it did anything.
 func (e *engine) cancelOperations() (bool, error) {
 	did := false
-	for _, id := range slices.Sorted(maps.Keys(e.pending)) {
-		op := e.pending[id]
-		if op.canceled == nil {
+	for i := 0; i < len(e.pending); i++ {
+		op := e.pending[i]
+		id := op.promise.EventID
+		if op.ctx == nil {
 			continue // a child workflow goes on; its parent-close policy applies
 		}
-		canceled, err := callSafely(op.canceled)
+		canceled, err := callSafely(func() bool { return op.ctx.Err() != nil })
 		if err != nil {
 			return false, fmt.Errorf("checking the Context of the operation of event %d: %w", id, err)
 		}
@@ -418,6 +419,7 @@ func (e *engine) cancelOperations() (bool, error) {
 			return false, err
 		}
 		e.resolve(op, outcome)
+		i-- // e.pending[i] was op
 		switch {
 		case e.replaying:
 		case op.timer:
@@ -461,7 +463,6 @@ func (e *engine) start(a *history.WorkflowStartedAttributes) error {
 	if e.info.Generation == 0 {
 		e.info.Generation = a.Generation
 	}
-	e.logger = e.logger.With("workflow_kind", e.info.Kind, "workflow_id", e.info.WorkflowID, "run_id", e.info.RunID)
 	args := a.Args
 	root := workflow.Context(rootContext{e: e})
 	e.sched.Spawn(func() {
@@ -501,7 +502,7 @@ func (e *engine) endOf(result []byte, err error) (history.Attributes, error) {
 // records the workflow's end.
 func (e *engine) run() error {
 	for {
-		err := e.sched.Run(e.ctx, func() bool { return e.done || e.abortErr != nil })
+		err := e.sched.Run(e.ctx, e.stopRun)
 		if e.abortErr != nil { // even if workflow code recovered the abort
 			return e.abortErr
 		}
@@ -559,7 +560,7 @@ func (e *engine) command(attrs history.Attributes) (recorded, error) {
 		return recorded{}, nondeterminism(e.boundaryID, "no more commands in the task started by this event", describe(attrs))
 	}
 	rec := e.expected[e.cursor]
-	if describe(rec.attrs) != describe(attrs) {
+	if keyOf(rec.attrs) != keyOf(attrs) {
 		return recorded{}, nondeterminism(rec.event.ID, describe(rec.attrs), describe(attrs))
 	}
 	e.cursor++
@@ -573,11 +574,11 @@ func (e *engine) skipVersionMarkers(next history.Attributes) {
 	for e.cursor < len(e.expected) {
 		rec := e.expected[e.cursor]
 		marker, ok := versionMarker(rec.attrs)
-		if !ok || (next != nil && describe(next) == describe(rec.attrs)) {
+		if !ok || (next != nil && keyOf(next) == keyOf(rec.attrs)) {
 			return
 		}
 		if _, seen := e.versions[marker.ChangeID]; !seen {
-			e.versions[marker.ChangeID] = marker.Version
+			set(&e.versions, marker.ChangeID, marker.Version)
 		}
 		e.cursor++
 	}
@@ -585,10 +586,13 @@ func (e *engine) skipVersionMarkers(next history.Attributes) {
 
 // versionMarker decodes the data of a version marker.
 func versionMarker(attrs history.Attributes) (history.VersionMarker, bool) {
-	var marker history.VersionMarker
 	m, ok := attrs.(*history.MarkerRecordedAttributes)
-	if !ok || m.Name != history.MarkerVersion || json.Unmarshal(m.Data, &marker) != nil {
-		return marker, false
+	if !ok || m.Name != history.MarkerVersion {
+		return history.VersionMarker{}, false
+	}
+	var marker history.VersionMarker // escapes: made only for a marker
+	if json.Unmarshal(m.Data, &marker) != nil {
+		return history.VersionMarker{}, false
 	}
 	return marker, true
 }
@@ -597,7 +601,39 @@ func nondeterminism(id int64, expected, got string) error {
 	return fmt.Errorf("replaying: %w", &workflow.NonDeterminismError{EventID: id, Expected: expected, Got: got})
 }
 
-// describe names a command the way replay compares it.
+// commandKey is what replay compares of a command: two commands are the
+// same when their keys are equal, that is when describe names them alike.
+type commandKey struct {
+	eventType history.EventType
+	name      string // an activity's or a child's kind, a marker's name, an update's ID
+	detail    string // a version marker's change ID, a child's workflow ID
+	ref       int64  // the event of the activity or timer cancelled
+	version   bool   // a version marker
+}
+
+func keyOf(attrs history.Attributes) commandKey {
+	k := commandKey{eventType: attrs.EventType()}
+	switch a := attrs.(type) {
+	case *history.ActivityScheduledAttributes:
+		k.name = a.Kind
+	case *history.MarkerRecordedAttributes:
+		k.name = a.Name
+		if marker, ok := versionMarker(a); ok {
+			k.detail, k.version = marker.ChangeID, true
+		}
+	case *history.ActivityCancelRequestedAttributes:
+		k.ref = a.ScheduledEventID
+	case *history.TimerCanceledAttributes:
+		k.ref = a.StartedEventID
+	case *history.ChildWorkflowScheduledAttributes:
+		k.name, k.detail = a.Kind, a.WorkflowID
+	case *history.UpdateCompletedAttributes:
+		k.name = a.UpdateID
+	}
+	return k
+}
+
+// describe names a command for people, as replay compares it (keyOf).
 func describe(attrs history.Attributes) string {
 	switch a := attrs.(type) {
 	case *history.ActivityScheduledAttributes:

@@ -51,7 +51,7 @@ func (e *engine) GetVersion(changeID string, minSupported, maxSupported int) int
 		version = workflow.DefaultVersion
 		want := versionMarkerAttributes(changeID, 0)
 		e.skipVersionMarkers(want)
-		if e.cursor < len(e.expected) && describe(e.expected[e.cursor].attrs) == describe(want) {
+		if e.cursor < len(e.expected) && keyOf(e.expected[e.cursor].attrs) == keyOf(want) {
 			marker, _ := versionMarker(e.expected[e.cursor].attrs)
 			version, eventID = marker.Version, e.expected[e.cursor].event.ID
 			e.cursor++
@@ -60,7 +60,7 @@ func (e *engine) GetVersion(changeID string, minSupported, maxSupported int) int
 		version = maxSupported
 		e.commandOrAbort(versionMarkerAttributes(changeID, version))
 	}
-	e.versions[changeID] = version
+	set(&e.versions, changeID, version)
 	if version < minSupported || version > maxSupported {
 		err := nondeterminism(eventID, fmt.Sprintf("version %d of change %q", version, changeID),
 			fmt.Sprintf("GetVersion supporting versions %d to %d", minSupported, maxSupported))
@@ -74,10 +74,19 @@ func versionMarkerAttributes(changeID string, version int) *history.MarkerRecord
 	data, _ := json.Marshal(history.VersionMarker{ChangeID: changeID, Version: version}) // can't fail
 	return &history.MarkerRecordedAttributes{Name: history.MarkerVersion, Data: data}
 }
-func (e *engine) Info() env.Info       { return e.info }
-func (e *engine) IsReplaying() bool    { return e.replaying }
-func (e *engine) Logger() *slog.Logger { return e.logger }
-func (e *engine) Now() time.Time       { return e.now }
+func (e *engine) Info() env.Info    { return e.info }
+func (e *engine) IsReplaying() bool { return e.replaying }
+
+// Logger makes the workflow's logger on first use: few workflows log.
+func (e *engine) Logger() *slog.Logger {
+	if e.logger == nil {
+		logger := cmp.Or(e.params.Logger, slog.New(slog.DiscardHandler))
+		e.logger = slog.New(&replayHandler{inner: logger.Handler(), replaying: func() bool { return e.replaying }}).
+			With("workflow_kind", e.info.Kind, "workflow_id", e.info.WorkflowID, "run_id", e.info.RunID)
+	}
+	return e.logger
+}
+func (e *engine) Now() time.Time { return e.now }
 
 func (e *engine) ActivityResultType(kind string) (reflect.Type, bool) {
 	if e.params.ActivityResultType == nil {
@@ -102,22 +111,22 @@ func (e *engine) nextSeq() int64 {
 	return e.seq
 }
 
-func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *env.Promise {
+func (e *engine) ScheduleActivity(attrs *history.ActivityScheduledAttributes, ctx env.Context) *env.Promise {
 	e.sched.Guard()
-	op := e.startOperation(attrs, attrs.Kind, canceled, false)
+	op := e.startOperation(attrs, attrs.Kind, ctx, false)
 	if !e.replaying {
 		e.activities = append(e.activities, ScheduledActivity{Attributes: attrs, EventID: op.promise.EventID})
 	}
-	return op.promise
+	return &op.promise
 }
 
-func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *env.Promise {
+func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, ctx env.Context) *env.Promise {
 	e.sched.Guard()
-	rec := e.startOperation(attrs, "", canceled, true)
+	rec := e.startOperation(attrs, "", ctx, true)
 	if !e.replaying {
 		e.timers = append(e.timers, StartedTimer{Attributes: attrs, EventID: rec.promise.EventID})
 	}
-	return rec.promise
+	return &rec.promise
 }
 
 func (e *engine) NextEventID() int64 {
@@ -136,35 +145,35 @@ func (e *engine) NextEventID() int64 {
 func (e *engine) StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttributes) *env.Promise {
 	e.sched.Guard()
 	rec := e.commandOrAbort(attrs)
-	op := &operation{child: true, promise: &env.Promise{EventID: rec.event.ID, Kind: attrs.Kind}}
-	e.pending[op.promise.EventID] = op
-	e.operations[op.promise.EventID] = op
+	op := &operation{child: true, promise: env.Promise{EventID: rec.event.ID, Kind: attrs.Kind}}
+	e.pending = append(e.pending, op)
+	set(&e.operations, op.promise.EventID, op)
 	if !e.replaying {
 		e.children = append(e.children, ScheduledChild{Attributes: attrs, EventID: op.promise.EventID})
 	}
-	return op.promise
+	return &op.promise
 }
 
-func (e *engine) startOperation(attrs history.Attributes, kind string, canceled func() bool, timer bool) *operation {
+func (e *engine) startOperation(attrs history.Attributes, kind string, ctx env.Context, timer bool) *operation {
 	rec := e.commandOrAbort(attrs)
-	op := &operation{canceled: canceled, promise: &env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
-	e.pending[op.promise.EventID] = op
-	e.operations[op.promise.EventID] = op
+	op := &operation{ctx: ctx, promise: env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
+	e.pending = append(e.pending, op)
+	set(&e.operations, op.promise.EventID, op)
 	return op
 }
 
 func (e *engine) SetQueryHandler(kind string, handler func([]byte) ([]byte, error)) {
 	e.sched.Guard()
-	e.queryHandlers[kind] = handler
+	set(&e.queryHandlers, kind, handler)
 }
 
 func (e *engine) SetUpdateHandler(kind string, validate func([]byte) error, handle func([]byte) ([]byte, error)) {
 	e.sched.Guard()
-	e.updateHandlers[kind] = updateHandler{handle: handle, validate: validate}
+	set(&e.updateHandlers, kind, updateHandler{handle: handle, validate: validate})
 }
 
 func (e *engine) SignalQueue(kind string) *env.SignalQueue {
-	e.signalsOpened[kind] = true
+	set(&e.signalsOpened, kind, true)
 	return e.signalQueue(kind)
 }
 
@@ -173,7 +182,7 @@ func (e *engine) signalQueue(kind string) *env.SignalQueue {
 	q, ok := e.signals[kind]
 	if !ok {
 		q = &env.SignalQueue{}
-		e.signals[kind] = q
+		set(&e.signals, kind, q)
 	}
 	return q
 }

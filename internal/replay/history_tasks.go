@@ -21,6 +21,8 @@ func splitHistory(events []history.Event) (tasks []task, tail []recorded, err er
 	var cur task
 	inCommands := false
 	closed := false
+	recs := make([]recorded, len(events)) // a task's inputs, and its commands, are runs of it
+	first := 0                            // of the run being collected
 	for i, ev := range events {
 		if ev.ID != int64(i+1) {
 			return nil, nil, invalid("event %d has ID %d: IDs must be 1, 2, 3… without gaps", i+1, ev.ID)
@@ -35,14 +37,17 @@ func splitHistory(events []history.Event) (tasks []task, tail []recorded, err er
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
 		}
-		rec := recorded{event: ev, attrs: attrs}
+		recs[i] = recorded{event: ev, attrs: attrs}
 		switch {
 		case ev.Type.IsInput():
 			if inCommands {
 				tasks = append(tasks, cur)
 				cur, inCommands = task{}, false
 			}
-			cur.inputs = append(cur.inputs, rec)
+			if cur.inputs == nil {
+				first = i
+			}
+			cur.inputs = recs[first : i+1 : i+1]
 		case ev.Type == history.EventWorkflowTaskStarted:
 			if inCommands {
 				tasks = append(tasks, cur)
@@ -50,11 +55,12 @@ func splitHistory(events []history.Event) (tasks []task, tail []recorded, err er
 			}
 			boundary, _ := attrs.(*history.WorkflowTaskStartedAttributes)
 			cur.boundary, cur.id, inCommands = boundary, ev.ID, true
+			first = i + 1
 		default: // a command
 			if !inCommands {
 				return nil, nil, invalid("command event %d (%s) has no %s before it", ev.ID, ev.Type, history.EventWorkflowTaskStarted)
 			}
-			cur.commands = append(cur.commands, rec)
+			cur.commands = recs[first : i+1 : i+1]
 			closed = ev.Type.IsTerminal()
 		}
 	}

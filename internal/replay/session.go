@@ -77,8 +77,12 @@ func (s *Session) decided(out *Outcome) {
 	s.last.Attributes = nil
 	e := s.e
 	e.history = nil
-	e.params = &ExecuteParams{
-		ActivityResultType: e.params.ActivityResultType, Codec: e.params.Codec, MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now,
+	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil // the caller has them
+	e.canceledActivities, e.canceledTimers = nil, nil
+	e.rejectedUpdates, e.deferredInputs = nil, nil
+	e.params = ExecuteParams{
+		ActivityResultType: e.params.ActivityResultType, Codec: e.params.Codec, Logger: e.params.Logger,
+		MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now,
 	}
 }
 
@@ -149,10 +153,9 @@ func (e *engine) continueTask(ctx context.Context, params *ExecuteParams) (*Outc
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	e.ctx, e.params, e.history = ctx, params, params.History
-	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil
-	e.canceledActivities, e.canceledTimers = nil, nil
-	e.rejectedUpdates, e.deferredInputs = nil, nil
+	logger := e.params.Logger // the session's
+	e.ctx, e.params, e.history = ctx, *params, params.History
+	e.params.Logger = logger
 	e.codeRan = true
 	return e.decide(nil)
 }

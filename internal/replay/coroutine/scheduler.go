@@ -77,9 +77,9 @@ type result struct {
 
 type coroutine struct {
 	fn       func()
-	goid     []byte // "goroutine N " prefix of its stack, once started; guarded by Scheduler.mu
-	resume   chan struct{}
-	yield    chan result
+	goid     []byte      // "goroutine N " prefix of its stack, once started; guarded by Scheduler.mu
+	head     [64]byte    // the start of its stack, which goid is a prefix of
+	token    chan result // carries the token both ways, in turn: a zero result resumes it
 	started  bool
 	done     bool
 	progress bool   // ran code since it was last resumed
@@ -92,6 +92,7 @@ type coroutine struct {
 // [Scheduler.Spawn] from either (from outside only between runs).
 type Scheduler struct {
 	deadlockTimeout time.Duration
+	deadline        *time.Timer     // of the coroutine holding the token; made on first use
 	start           func(fn func()) // starts a coroutine's goroutine
 
 	// mu guards closing, current and coroutines against a coroutine that
@@ -156,7 +157,7 @@ func (s *Scheduler) Spawn(fn func()) {
 		runtime.Goexit() // a deferred call during Close, or an abandoned coroutine
 	}
 	s.coroutines = append(s.coroutines, &coroutine{
-		fn: fn, resume: make(chan struct{}), yield: make(chan result), progress: true,
+		fn: fn, token: make(chan result), progress: true,
 	})
 	s.mu.Unlock()
 }
@@ -178,8 +179,8 @@ func (s *Scheduler) Await(cond func() bool) {
 		if s.recordStacks {
 			c.stack = ownStack()
 		}
-		c.yield <- result{kind: resultBlocked, progress: c.progress}
-		<-c.resume
+		c.token <- result{kind: resultBlocked, progress: c.progress}
+		<-c.token
 		s.Guard()
 		c.progress = false
 	}
@@ -233,19 +234,23 @@ func (s *Scheduler) step(ctx context.Context, c *coroutine) (result, error) {
 	s.current = c
 	s.mu.Unlock()
 	if c.started {
-		c.resume <- struct{}{}
+		c.token <- result{}
 	} else {
 		c.started = true
 		s.start(func() { s.main(c) })
 	}
 	var timeout <-chan time.Time
 	if s.deadlockTimeout > 0 {
-		timer := time.NewTimer(s.deadlockTimeout)
-		defer timer.Stop()
-		timeout = timer.C
+		if s.deadline == nil {
+			s.deadline = time.NewTimer(s.deadlockTimeout)
+		} else {
+			s.deadline.Reset(s.deadlockTimeout)
+		}
+		defer s.deadline.Stop()
+		timeout = s.deadline.C
 	}
 	select {
-	case r := <-c.yield:
+	case r := <-c.token:
 		s.mu.Lock()
 		s.current = nil
 		s.mu.Unlock()
@@ -276,19 +281,18 @@ func (s *Scheduler) abandon(c *coroutine) string {
 	// are reused).
 	stack := stackOf(goid)
 	go func() { // receive what c hands back from now on, and unwind it
-		for r := range c.yield {
+		for r := range c.token {
 			if r.kind != resultBlocked {
 				return
 			}
-			c.resume <- struct{}{}
+			c.token <- result{}
 		}
 	}()
 	return stack
 }
 
 func (s *Scheduler) main(c *coroutine) {
-	buf := make([]byte, 64)
-	buf = buf[:runtime.Stack(buf, false)]
+	buf := c.head[:runtime.Stack(c.head[:], false)]
 	if i := bytes.IndexByte(buf, '['); i > 0 {
 		s.mu.Lock()
 		c.goid = buf[:i] // "goroutine 42 "
@@ -297,7 +301,7 @@ func (s *Scheduler) main(c *coroutine) {
 	normal := false
 	defer func() {
 		if normal {
-			c.yield <- result{kind: resultExited}
+			c.token <- result{kind: resultExited}
 			return
 		}
 		r := recover()
@@ -305,10 +309,10 @@ func (s *Scheduler) main(c *coroutine) {
 		closing := s.closing
 		s.mu.Unlock()
 		if r == nil || closing { // runtime.Goexit, or a panic while unwinding
-			c.yield <- result{kind: resultExited}
+			c.token <- result{kind: resultExited}
 			return
 		}
-		c.yield <- result{kind: resultPanicked, panicErr: &PanicError{Value: r, Stack: string(debug.Stack())}}
+		c.token <- result{kind: resultPanicked, panicErr: &PanicError{Value: r, Stack: string(debug.Stack())}}
 	}()
 	c.fn()
 	normal = true
@@ -375,8 +379,8 @@ func (s *Scheduler) Close() {
 		s.mu.Lock()
 		s.current = c
 		s.mu.Unlock()
-		c.resume <- struct{}{}
-		<-c.yield
+		c.token <- result{}
+		<-c.token
 	}
 	s.mu.Lock()
 	s.current = nil

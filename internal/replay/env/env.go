@@ -14,6 +14,12 @@ import (
 	"github.com/weirhq/weir/internal/history"
 )
 
+// Context is what the engine asks of a workflow.Context: whether it is
+// cancelled.
+type Context interface {
+	Err() error
+}
+
 // Key is the workflow.Context value key under which the engine stores its
 // [Env]. User code can't name it, so it can't fake or replace the Env.
 type Key struct{}
@@ -161,14 +167,15 @@ type Env interface {
 	Now() time.Time
 	// ScheduleActivity records the command to schedule an activity (or, when
 	// replaying, matches it against history) and returns its promise.
-	// Whenever every coroutine is blocked, the engine checks canceled for each
-	// pending activity; once it returns true, the engine records an
-	// ActivityCancelRequested command and resolves the promise as cancelled.
-	ScheduleActivity(attrs *history.ActivityScheduledAttributes, canceled func() bool) *Promise
+	// Whenever every coroutine is blocked, the engine checks ctx.Err for
+	// each pending activity (ctx is the activity's workflow.Context); once
+	// it is not nil, the engine records an ActivityCancelRequested command
+	// and resolves the promise as cancelled.
+	ScheduleActivity(attrs *history.ActivityScheduledAttributes, ctx Context) *Promise
 	// StartTimer records the command to start a timer (or, when replaying,
-	// matches it against history) and returns its promise. canceled works as
-	// for ScheduleActivity (the command is then TimerCanceled).
-	StartTimer(attrs *history.TimerStartedAttributes, canceled func() bool) *Promise
+	// matches it against history) and returns its promise. ctx works as for
+	// ScheduleActivity (the command is then TimerCanceled).
+	StartTimer(attrs *history.TimerStartedAttributes, ctx Context) *Promise
 	// NextEventID is the ID the next command would get (deterministic: the
 	// same on every replay of the same code).
 	NextEventID() int64
