@@ -119,7 +119,8 @@ func (d claimer) queueClaim(batch *pgx.Batch, c fencingclaim.Request) {
 	values = append(values, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts, claimMetadata(p), max(p.Priority, 1), p.Queue, mintLeaseToken())
 	batch.Queue(sql, values...).QueryRow(func(r pgx.Row) error {
 		var row claimRow
-		return claimed(c, row, r.Scan(row.targets()...))
+		err := r.Scan(row.targets()...)
+		return claimed(c, row, err)
 	})
 }
 
