@@ -119,7 +119,7 @@ type otherWrites struct {
 // queue queues o in batch: the claims, the completions, then the checks,
 // claims and completions one statement per kind (fencingclaim's
 // QueueClaims and QueueCompletions: a claim names its job by an ID the
-// worker reserved, jobIDs). It reports whether a statement is over
+// worker reserved, jobIDs). It reports whether a statement may be over
 // arrays, which Postgres plans again on every call unless asked for a
 // generic plan.
 func (o *otherWrites) queue(batch *pgx.Batch, claims fencingclaim.Driver) (merged bool) {
