@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,66 +35,149 @@ func init() {
 func (d claimer) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *fencingclaim.Params) (*fencingclaim.Claim, error) {
 	batch := &pgx.Batch{}
 	var claim *fencingclaim.Claim
-	if err := d.QueueClaim(batch, params, func(c *fencingclaim.Claim) { claim = c }); err != nil {
-		return nil, err
-	}
+	d.QueueClaims(batch, []fencingclaim.Request{{Params: params, Done: func(c *fencingclaim.Claim) { claim = c }}})
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
 	return claim, nil
 }
 
-func (d claimer) QueueClaim(batch *pgx.Batch, params *fencingclaim.Params, done func(*fencingclaim.Claim)) error {
-	if params.MaxAttempts < 1 {
-		return fmt.Errorf("fencing: claimed job %s: MaxAttempts must be at least 1", params.Kind)
-	}
-	metadata := params.Metadata
-	if len(metadata) == 0 {
-		metadata = []byte("{}")
-	}
-	priority := max(params.Priority, 1)
-	ttl := d.leaseTTLSetting()
-	// The insert gives the row its lease (token minted here, expiry of the
-	// TTL). As a backstop, a row left without a lease all the same (by a
-	// trigger of someone else's) divides by zero: the statement fails in
-	// the database, so the transaction cannot commit an unleased running job
-	// even when the caller ignores the error or its COMMIT rides in the
-	// same batch. Without the fencing migration the lease columns are
-	// missing and the insert fails outright.
-	token := mintLeaseToken()
-	var q *pgx.QueuedQuery
-	if params.ID != 0 {
-		q = batch.Queue(claimWithIDSQL(params.Schema),
-			ttl, params.ID, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue, token)
-	} else {
-		q = batch.Queue(claimSQL(params.Schema),
-			ttl, params.Args, params.AttemptedBy, params.Kind, params.MaxAttempts, metadata, priority, params.Queue, token)
-	}
-	q.QueryRow(func(row pgx.Row) error {
-		var c claimRowValues
-		err := row.Scan(c.targets()...)
-		id, attemptedAt, createdAt, token, expiresAt := c.id, c.attemptedAt, c.createdAt, c.token, c.expiresAt
-		switch {
-		case refusedInStatement(err):
-			return fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", params.Kind, ErrNoLease, err)
-		case err != nil:
-			return fmt.Errorf("fencing: inserting claimed job %s: %w", params.Kind, err)
-		case token == "" || expiresAt == nil: // the statement's check says otherwise; fail closed all the same
-			return fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", id, params.Kind, ErrNoLease)
+// QueueClaims queues one statement for claims with reserved IDs in one
+// schema, else one per claim. Each insert gives its row the lease (a token
+// minted here, an expiry of the TTL). As a backstop, a row left without a
+// lease all the same (by a trigger of someone else's) divides by zero: the
+// statement fails in the database, so the transaction cannot commit an
+// unleased running job even when the caller ignores the error or its
+// COMMIT rides in the same batch. Without the fencing migration the lease
+// columns are missing and the insert fails outright.
+func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
+	if len(claims) < 2 || slices.ContainsFunc(claims, func(c fencingclaim.Request) bool {
+		return c.Params.ID == 0 || c.Params.Schema != claims[0].Params.Schema
+	}) {
+		for _, c := range claims {
+			d.queueClaim(batch, c)
 		}
-		done(&fencingclaim.Claim{
-			Job: &rivertype.JobRow{
-				ID: id, Attempt: 1, AttemptedAt: &attemptedAt, AttemptedBy: []string{params.AttemptedBy}, CreatedAt: createdAt,
-				EncodedArgs: params.Args, Kind: params.Kind, MaxAttempts: params.MaxAttempts, Metadata: metadata,
-				Priority: priority, Queue: params.Queue, ScheduledAt: attemptedAt, State: rivertype.JobStateRunning,
-			},
-			ExpiresAt: *expiresAt,
-			Schema:    params.Schema,
-			Token:     token,
-		})
-		return nil
+		return
+	}
+	n := len(claims)
+	var (
+		ids         = make([]int64, n)
+		args        = make([]string, n)
+		attemptedBy = make([]string, n)
+		kinds       = make([]string, n)
+		maxAttempts = make([]int, n)
+		metadata    = make([]string, n)
+		priorities  = make([]int, n)
+		queues      = make([]string, n)
+		tokens      = mintLeaseTokens(n)
+	)
+	for i, c := range claims {
+		p := c.Params
+		ids[i], args[i], attemptedBy[i], kinds[i], maxAttempts[i] = p.ID, string(p.Args), p.AttemptedBy, p.Kind, p.MaxAttempts
+		metadata[i], priorities[i], queues[i] = string(claimMetadata(p)), max(p.Priority, 1), p.Queue
+	}
+	batch.Queue(claimManySQL(claims[0].Params.Schema), d.leaseTTLSetting(),
+		ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues, tokens).Query(func(rows pgx.Rows) error {
+		byID := make(map[int64]claimRow, n)
+		for rows.Next() {
+			var row claimRow
+			if rows.Scan(row.targets()...) != nil {
+				break // in rows.Err
+			}
+			byID[row.id] = row
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			// The first claim words the error (its kind, a missing lease).
+			_, err = claimOf(claims[0].Params, claimRow{}, err)
+			return fmt.Errorf("fencing: inserting %d claimed jobs in one statement: %w", n, err)
+		}
+		// Every claim reads its row, even after one failed: each that
+		// succeeds is recorded, as it would have been alone.
+		var first error
+		for _, c := range claims {
+			row, ok := byID[c.Params.ID]
+			var err error
+			if !ok {
+				err = pgx.ErrNoRows
+			}
+			if err = claimed(c, row, err); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
 	})
+}
+
+// queueClaim queues the statement of one claim.
+func (d claimer) queueClaim(batch *pgx.Batch, c fencingclaim.Request) {
+	p := c.Params
+	sql, values := claimSQL(p.Schema), []any{d.leaseTTLSetting()}
+	if p.ID != 0 {
+		sql, values = claimWithIDSQL(p.Schema), append(values, p.ID)
+	}
+	values = append(values, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts, claimMetadata(p), max(p.Priority, 1), p.Queue, mintLeaseToken())
+	batch.Queue(sql, values...).QueryRow(func(r pgx.Row) error {
+		var row claimRow
+		err := r.Scan(row.targets()...)
+		return claimed(c, row, err)
+	})
+}
+
+// claimMetadata is the metadata a claim inserts: the job's, or none.
+func claimMetadata(p *fencingclaim.Params) []byte {
+	if len(p.Metadata) == 0 {
+		return []byte("{}")
+	}
+	return p.Metadata
+}
+
+// claimed hands c's Done the Claim its statement's row (or err) makes.
+func claimed(c fencingclaim.Request, row claimRow, err error) error {
+	claim, err := claimOf(c.Params, row, err)
+	if err != nil {
+		return err
+	}
+	c.Done(claim)
 	return nil
+}
+
+// claimOf is the Claim of the job p describes that a claim statement's row
+// (or err) tells.
+func claimOf(p *fencingclaim.Params, row claimRow, err error) (*fencingclaim.Claim, error) {
+	switch {
+	case refusedInStatement(err):
+		return nil, fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", p.Kind, ErrNoLease, err)
+	case err != nil:
+		return nil, fmt.Errorf("fencing: inserting claimed job %s: %w", p.Kind, err)
+	case row.token == "" || row.expiresAt == nil: // the statement's check says otherwise; fail closed all the same
+		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", row.id, p.Kind, ErrNoLease)
+	}
+	return &fencingclaim.Claim{
+		Job: &rivertype.JobRow{
+			ID: row.id, Attempt: 1, AttemptedAt: &row.attemptedAt, AttemptedBy: []string{p.AttemptedBy}, CreatedAt: row.createdAt,
+			EncodedArgs: p.Args, Kind: p.Kind, MaxAttempts: p.MaxAttempts, Metadata: claimMetadata(p),
+			Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: row.attemptedAt, State: rivertype.JobStateRunning,
+		},
+		ExpiresAt: *row.expiresAt,
+		Schema:    p.Schema,
+		Token:     row.token,
+	}, nil
+}
+
+// claimRow is a claim statement's row.
+type claimRow struct {
+	id          int64
+	attemptedAt time.Time
+	createdAt   time.Time
+	token       string
+	expiresAt   *time.Time
+	leased      int
+}
+
+// targets are the scan targets of the row's columns, in order.
+func (c *claimRow) targets() []any {
+	return []any{&c.id, &c.attemptedAt, &c.createdAt, &c.token, &c.expiresAt, &c.leased}
 }
 
 func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, deadline time.Time, fn func(ctx context.Context) error) error {
@@ -172,96 +256,78 @@ func (d claimer) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 	return nil
 }
 
-func (d claimer) QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error) {
+func (d claimer) Completion(ctx context.Context, params *riverdriver.JobSetStateIfRunningParams) (*fencingclaim.Completion, error) {
 	st := attemptFromContext(ctx)
 	if st == nil || st.jobID != params.ID {
-		return false, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
+		return nil, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
 	}
 	if params.State != rivertype.JobStateCompleted {
-		return false, nil
+		return nil, nil
 	}
 	if params.FinalizedAt == nil {
-		return false, fmt.Errorf("fencing: completing job %d: no finalized_at (build params with riverdriver.JobSetStateCompleted)", params.ID)
+		return nil, fmt.Errorf("fencing: completing job %d: no finalized_at (build params with riverdriver.JobSetStateCompleted)", params.ID)
 	}
 	var metadata []byte // NULL: nothing to merge
 	if len(params.MetadataUpdates) > 0 {
 		metadata = params.MetadataUpdates
 	}
 	op := "set_state_" + string(params.State)
-	batch.Queue(completeClaimedSQL(st.schema), params.ID, st.token, st.attempt, *params.FinalizedAt, metadata).QueryRow(func(row pgx.Row) error {
-		var one int
-		err := row.Scan(&one)
-		switch {
-		case refusedInStatement(err):
-			// The write was refused, and the transaction is aborted.
+	return &fencingclaim.Completion{
+		JobID: params.ID, FinalizedAt: *params.FinalizedAt, Metadata: metadata, Attempt: st.attempt, Schema: st.schema, Token: st.token,
+		Refused: func() error {
 			d.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: params.ID, Kind: EventStaleWriteRejected, Op: op})
 			return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: op}
-		case err != nil:
-			return fmt.Errorf("fencing: setting state of job %d: %w", params.ID, err)
-		}
-		return nil // not finished yet: see SetClaimedStateTx
-	})
-	return true, nil
+		},
+	}, nil
 }
 
-func (claimer) MergeQueuedCompletions(batch *pgx.Batch, schema string) int {
-	single := completeClaimedSQL(schema)
-	var at []int
-	for i, qq := range batch.QueuedQueries {
-		if qq.SQL == single && len(qq.Arguments) == 5 {
-			at = append(at, i)
+// QueueCompletions queues one statement for completions in one schema,
+// else one each. A completion is not finished on its attempt once written:
+// see SetClaimedStateTx.
+func (d claimer) QueueCompletions(batch *pgx.Batch, completions []*fencingclaim.Completion) {
+	if len(completions) < 2 || slices.ContainsFunc(completions, func(c *fencingclaim.Completion) bool {
+		return c.Schema != completions[0].Schema
+	}) {
+		for _, c := range completions {
+			batch.Queue(completeClaimedSQL(c.Schema), c.JobID, c.Token, c.Attempt, c.FinalizedAt, c.Metadata).QueryRow(func(row pgx.Row) error {
+				var one int
+				err := row.Scan(&one)
+				switch {
+				case refusedInStatement(err):
+					return c.Refused() // and the transaction is aborted
+				case err != nil:
+					return fmt.Errorf("fencing: setting state of job %d: %w", c.JobID, err)
+				}
+				return nil
+			})
 		}
+		return
 	}
-	if len(at) < 2 {
-		return 0
-	}
+	n := len(completions)
 	var (
-		ids       = make([]int64, len(at))
-		tokens    = make([]string, len(at))
-		attempts  = make([]int, len(at))
-		finalized = make([]time.Time, len(at))
-		metadata  = make([]*string, len(at))
+		ids       = make([]int64, n)
+		tokens    = make([]string, n)
+		attempts  = make([]int, n)
+		finalized = make([]time.Time, n)
+		metadata  = make([]*string, n)
 	)
-	for k, i := range at {
-		a := batch.QueuedQueries[i].Arguments
-		ids[k], tokens[k], attempts[k], finalized[k] = a[0].(int64), a[1].(string), a[2].(int), a[3].(time.Time)
-		if m, _ := a[4].([]byte); m != nil {
-			text := string(m)
-			metadata[k] = &text
+	for i, c := range completions {
+		ids[i], tokens[i], attempts[i], finalized[i] = c.JobID, c.Token, c.Attempt, c.FinalizedAt
+		if c.Metadata != nil {
+			text := string(c.Metadata)
+			metadata[i] = &text
 		}
 	}
-	merged := &pgx.QueuedQuery{SQL: completeClaimedManySQL(schema), Arguments: []any{ids, tokens, attempts, finalized, metadata, len(at)}}
-	merged.QueryRow(func(row pgx.Row) error {
+	batch.Queue(completeClaimedManySQL(completions[0].Schema), ids, tokens, attempts, finalized, metadata, n).QueryRow(func(row pgx.Row) error {
 		var one int
 		if err := row.Scan(&one); err != nil {
 			if refusedInStatement(err) {
-				return fmt.Errorf("fencing: completing %d claimed jobs: one no longer holds its job (the transaction is aborted): %w", len(ids), err)
+				return fmt.Errorf("fencing: completing %d claimed jobs: one no longer holds its job (the transaction is aborted): %w", n, err)
 			}
-			return fmt.Errorf("fencing: completing %d claimed jobs: %w", len(ids), err)
+			return fmt.Errorf("fencing: completing %d claimed jobs: %w", n, err)
 		}
 		return nil
 	})
-	replaceQueued(batch, at, merged)
-	return len(at)
-}
-
-// replaceQueued puts merged in batch in the place of the queries at at
-// (ascending indexes), the first one's place.
-func replaceQueued(batch *pgx.Batch, at []int, merged *pgx.QueuedQuery) {
-	out := make([]*pgx.QueuedQuery, 0, len(batch.QueuedQueries)-len(at)+1)
-	next := 0
-	for i, qq := range batch.QueuedQueries {
-		switch {
-		case next < len(at) && i == at[next]:
-			if next == 0 {
-				out = append(out, merged)
-			}
-			next++
-		default:
-			out = append(out, qq)
-		}
-	}
-	batch.QueuedQueries = out
 }
 
 // completeClaimedManySQL is completeClaimedSQL for many jobs: arrays of
@@ -301,6 +367,54 @@ updated AS (
 ),
 ` + loggedCompletionSQL(schema) + `
 SELECT 1 / (count(*) = $6)::int FROM updated`
+}
+
+// claimSQL is a claim's insert (QueueClaims): $1 the lease's TTL, then the job's args,
+// claimer, kind, max attempts, metadata, priority and queue ($2-$8), and its
+// lease token ($9). claimWithIDSQL is the same for a job whose ID the caller
+// reserved: the ID is $2, and the rest follow it ($3-$10).
+func claimSQL(schema string) string {
+	return cachedSQL(&claimCache, schema, func(schema string) string { return buildClaimSQL(schema, false) })
+}
+
+func claimWithIDSQL(schema string) string {
+	return cachedSQL(&claimWithIDCache, schema, func(schema string) string { return buildClaimSQL(schema, true) })
+}
+
+var claimCache, claimWithIDCache, claimManyCache sync.Map
+
+// buildClaimSQL builds claimSQL, or claimWithIDSQL when withID. The insert
+// gives the job its lease itself: the token the claimer minted and an
+// expiry of the TTL from now; the insert trigger leaves such a row alone.
+func buildClaimSQL(schema string, withID bool) string {
+	columns, values := "", "$2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, $9::uuid"
+	if withID {
+		columns, values = "id, ", "$2, $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9, $10::uuid"
+	}
+	return "WITH claimed AS (INSERT INTO " + tableName(schema, "river_job") +
+		"  (" + columns + "args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token," +
+		"   lease_expires_at, scheduled_at, state, tags)" +
+		"  VALUES (" + values + ", now() + $1::interval, now(), 'running', '{}')" +
+		"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
+		" SELECT id, attempted_at, created_at, token, lease_expires_at," +
+		"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
+}
+
+// claimManySQL is claimWithIDSQL for many jobs, over arrays. Its rows are
+// claimWithIDSQL's, one per job.
+func claimManySQL(schema string) string {
+	return cachedSQL(&claimManyCache, schema, func(schema string) string {
+		return "WITH claimed AS (INSERT INTO " + tableName(schema, "river_job") +
+			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token, lease_expires_at," +
+			"   scheduled_at, state, tags)" +
+			"  SELECT v.id, v.args, 1, now(), ARRAY[v.attempted_by], v.kind, v.max_attempts, v.metadata, v.priority, v.queue, v.token," +
+			"   now() + $1::interval, now(), 'running', '{}'" +
+			"  FROM unnest($2::bigint[], $3::text[]::jsonb[], $4::text[], $5::text[], $6::int[], $7::text[]::jsonb[], $8::int[], $9::text[], $10::uuid[])" +
+			"   AS v(id, args, attempted_by, kind, max_attempts, metadata, priority, queue, token)" +
+			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
+			" SELECT id, attempted_at, created_at, token, lease_expires_at," +
+			"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
+	})
 }
 
 // cancelledInstead reports whether River's state write, asked to make the job

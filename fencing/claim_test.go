@@ -122,7 +122,7 @@ func TestClaimedJob(t *testing.T) {
 				params := riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil)
 				if queued {
 					batch := &pgx.Batch{}
-					ok, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, params)
+					ok, err := queueCompletion(ctx, driver, batch, params)
 					require.NoError(t, err)
 					require.True(t, ok)
 					require.NoError(t, tx.SendBatch(ctx, batch).Close())
@@ -241,7 +241,7 @@ func TestClaimedJob(t *testing.T) {
 	})
 
 	// queued completes c with a write queued behind the caller's own in one
-	// batch (QueueSetClaimedState), after takeAway ran.
+	// batch (Completion, QueueCompletions), after takeAway ran.
 	queued := func(ctx context.Context, t *testing.T, driver *fencing.Driver, schema string, claim func(context.Context, pgx.Tx) *fencingclaim.Claim,
 		c *fencingclaim.Claim, takeAway func(ctx context.Context),
 	) error {
@@ -251,7 +251,7 @@ func TestClaimedJob(t *testing.T) {
 			takeAway(ctx)
 			batch := &pgx.Batch{}
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
-			ok, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			ok, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 			require.NoError(t, err)
 			require.True(t, ok, "a completion is queued")
 			tx, err := pool.Begin(ctx)
@@ -313,30 +313,39 @@ func TestClaimedJob(t *testing.T) {
 		})
 	}
 
-	// Completions queued in one batch merged into one statement
-	// (MergeQueuedCompletions): all of them apply, each logged; when one
-	// job was taken away, none does, and the caller's commit fails even if
-	// it ignored the batch's error.
-	for _, stale := range []bool{false, true} {
-		t.Run(map[bool]string{false: "MergedCompletions", true: "MergedCompletionsOneStale"}[stale], func(t *testing.T) {
+	// Completions queued together are one statement (QueueCompletions):
+	// all of them apply, each logged; when one job was taken away (a new
+	// attempt holds it, or its token is not the attempt's), none does, and
+	// the caller's commit fails even if it ignored the batch's error.
+	for _, tt := range []struct {
+		name, stale string
+		attempt     int // the stale job's attempt then
+	}{
+		{"MergedCompletions", "", 1},
+		{"MergedCompletionsOneStale", "SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL", 2},
+		{"MergedCompletionsOneStaleToken", "SET lease_token = gen_random_uuid()", 1},
+	} {
+		stale := tt.stale
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			driver, schema, claim := setup(ctx, t)
 			pool := dbtest.Pool(ctx, t)
 			claims := []*fencingclaim.Claim{committed(ctx, t, pool, claim), committed(ctx, t, pool, claim), committed(ctx, t, pool, claim)}
+			before := getJob(ctx, t, pool, schema, claims[1].Job.ID)
 			batch := &pgx.Batch{}
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", claims[0].Job.ID)
-			// Each completion is queued inside its own attempt, the attempts
+			// Each completion is made inside its own attempt, the attempts
 			// nested so that all are still running when the batch goes.
+			var completions []*fencingclaim.Completion
 			var work func(ctx context.Context, i int) error
 			work = func(ctx context.Context, i int) error {
 				if i == len(claims) {
-					if stale {
-						_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-							" SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1", claims[1].Job.ID)
+					if stale != "" {
+						_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" "+stale+" WHERE id = $1", claims[1].Job.ID)
 						require.NoError(t, err)
 					}
-					require.Equal(t, len(claims), claimAPI(driver).MergeQueuedCompletions(batch, schema))
+					claimAPI(driver).QueueCompletions(batch, completions)
 					require.Equal(t, 2, batch.Len(), "the caller's write and one completion")
 					tx, err := pool.Begin(ctx)
 					require.NoError(t, err)
@@ -345,9 +354,10 @@ func TestClaimedJob(t *testing.T) {
 					return errors.Join(batchErr, tx.Commit(ctx))
 				}
 				return claimAPI(driver).WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context) error {
-					ok, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(claims[i].Job.ID, time.Now(), nil))
+					c, err := claimAPI(driver).Completion(ctx, riverdriver.JobSetStateCompleted(claims[i].Job.ID, time.Now(), nil))
 					require.NoError(t, err)
-					require.True(t, ok)
+					require.NotNil(t, c)
+					completions = append(completions, c)
 					return work(ctx, i+1)
 				})
 			}
@@ -356,7 +366,7 @@ func TestClaimedJob(t *testing.T) {
 			ids := []int64{claims[0].Job.ID, claims[1].Job.ID, claims[2].Job.ID}
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "weir_job_attempt"}.Sanitize()+
 				" WHERE job_id = ANY($1) AND outcome = 'completed'", ids).Scan(&logged))
-			if !stale {
+			if stale == "" {
 				require.NoError(t, err)
 				for _, c := range claims {
 					row := getJob(ctx, t, pool, schema, c.Job.ID)
@@ -369,14 +379,17 @@ func TestClaimedJob(t *testing.T) {
 			}
 			require.Error(t, err)
 			require.Equal(t, "running", getJob(ctx, t, pool, schema, claims[0].Job.ID).State, "nothing applied")
-			require.Equal(t, 2, getJob(ctx, t, pool, schema, claims[1].Job.ID).Attempt)
+			row := getJob(ctx, t, pool, schema, claims[1].Job.ID)
+			require.Equal(t, "running", row.State)
+			require.Equal(t, tt.attempt, row.Attempt)
+			require.NotEqual(t, before.LeaseToken, row.LeaseToken, "the stale one holds another token")
 			require.Zero(t, logged)
 			require.Zero(t, sideEffects(ctx, t, schema, claims[0].Job.ID), "the caller's commit failed though it ignored the error")
 		})
 	}
 
-	// Claims with reserved IDs queued in one batch merged into one statement
-	// (MergeQueuedClaims): each gets its own Claim, with its reserved ID and
+	// Claims with reserved IDs queued together are one statement
+	// (QueueClaims): each gets its own Claim, with its reserved ID and
 	// a lease of its own, the setting is cleared only after the last insert
 	// (every row has a lease), and each claimed attempt completes.
 	t.Run("MergedClaims", func(t *testing.T) {
@@ -393,17 +406,16 @@ func TestClaimedJob(t *testing.T) {
 			ids, err = fencingclaim.ReserveJobIDs(ctx, tx, schema, n)
 			require.NoError(t, err)
 			require.Len(t, ids, n)
-			batch := &pgx.Batch{}
+			requests := make([]fencingclaim.Request, n)
 			for i := range n {
-				require.NoError(t, claimAPI(driver).QueueClaim(batch, &fencingclaim.Params{
+				requests[i] = fencingclaim.Request{Params: &fencingclaim.Params{
 					Args: []byte(`{"i": ` + string(rune('0'+i)) + `}`), AttemptedBy: "test", ID: ids[i], Kind: noopArgs{}.Kind(),
 					MaxAttempts: 3, Queue: "default", Schema: schema,
-				}, func(c *fencingclaim.Claim) { claims[i] = c }))
-				if i == 1 {
-					batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", ids[i])
-				}
+				}, Done: func(c *fencingclaim.Claim) { claims[i] = c }}
 			}
-			require.Equal(t, n, claimAPI(driver).MergeQueuedClaims(batch, schema))
+			batch := &pgx.Batch{}
+			claimAPI(driver).QueueClaims(batch, requests)
+			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", ids[1])
 			require.Equal(t, 2, batch.Len(), "one claim statement and the caller's write")
 			batch.Queue("SELECT coalesce(current_setting('weir.fencing_lease_ttl', true), '')").QueryRow(func(row pgx.Row) error {
 				var setting string
@@ -445,7 +457,7 @@ func TestClaimedJob(t *testing.T) {
 		c := committed(ctx, t, pool, claim)
 		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
 			batch := &pgx.Batch{}
-			ok, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now(), []byte(`{}`), nil))
+			ok, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now(), []byte(`{}`), nil))
 			require.NoError(t, err)
 			require.False(t, ok)
 			require.Zero(t, batch.Len())
@@ -562,8 +574,7 @@ func claimAPI(driver *fencing.Driver) fencingclaim.Driver { return fencingclaim.
 
 // TestClaimAPIOutsideAnAttempt: only a fencing driver has a claim API; a
 // claimed state write outside its claimed attempt is refused before it
-// reaches the database; a batch without two claims or completions to merge
-// is left as it is.
+// reaches the database; no claims and no completions queue nothing.
 func TestClaimAPIOutsideAnAttempt(t *testing.T) {
 	t.Parallel()
 	require.Nil(t, fencingclaim.For(riverpgxv5.New(nil)))
@@ -574,13 +585,24 @@ func TestClaimAPIOutsideAnAttempt(t *testing.T) {
 
 	err = claims.SetClaimedStateTx(t.Context(), nil, riverdriver.JobSetStateCompleted(1, time.Now(), nil))
 	require.ErrorIs(t, err, fencing.ErrNoLease)
-	queued, err := claims.QueueSetClaimedState(t.Context(), &pgx.Batch{}, riverdriver.JobSetStateCompleted(1, time.Now(), nil))
+	completion, err := claims.Completion(t.Context(), riverdriver.JobSetStateCompleted(1, time.Now(), nil))
 	require.ErrorIs(t, err, fencing.ErrNoLease)
-	require.False(t, queued)
+	require.Nil(t, completion)
 
 	batch := &pgx.Batch{}
-	batch.Queue("SELECT 1")
-	require.Zero(t, claims.MergeQueuedCompletions(batch, ""))
-	require.Zero(t, claims.MergeQueuedClaims(batch, ""))
-	require.Equal(t, 1, batch.Len())
+	claims.QueueClaims(batch, nil)
+	claims.QueueCompletions(batch, nil)
+	require.Zero(t, batch.Len())
+}
+
+// queueCompletion queues in batch the completion params asks for, in its
+// claimed attempt's context ctx (Completion, QueueCompletions); it reports
+// whether params asked for a completion.
+func queueCompletion(ctx context.Context, driver *fencing.Driver, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error) {
+	c, err := claimAPI(driver).Completion(ctx, params)
+	if err != nil || c == nil {
+		return false, err
+	}
+	claimAPI(driver).QueueCompletions(batch, []*fencingclaim.Completion{c})
+	return true, nil
 }

@@ -77,7 +77,7 @@ func TestBatchStatementsTakeJobsByKey(t *testing.T) {
 	}{
 		{"Renew", renewSQL(schema), []any{ids, tokens, until, 30 * time.Second, until}},
 		{"SetState", setStateInlineSQL(schema, false), setStateInlineArgs(params, proofs)},
-		// MergeQueuedCompletions's statement, at a group's size.
+		// QueueCompletions's statement for many, at a group's size.
 		{"CompleteClaimedMany", completeClaimedManySQL(schema), []any{ids[:16], tokens[:16], make([]int, 16), make([]time.Time, 16), make([]*string, 16), 16}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

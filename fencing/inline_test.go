@@ -214,7 +214,7 @@ func queuedClaimer(ctx context.Context, t *testing.T, pool *pgxpool.Pool, driver
 }
 
 // TestClaimedCompletionMatchesRiver (F7): a claimed job's completion queued
-// in its caller's batch (QueueSetClaimedState) has a statement of its own,
+// alone in its caller's batch (QueueCompletions) has a statement of its own,
 // for one job. It must leave the job exactly as River's completion leaves
 // the same running job, apart from the lease columns, and do the lease work:
 // the lease revoked, its token kept as the last one, the attempt logged once.
@@ -262,7 +262,7 @@ FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING 
 			require.True(t, ok)
 			token = lease.Token
 			batch := &pgx.Batch{}
-			queued, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, at, updates))
+			queued, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateCompleted(c.Job.ID, at, updates))
 			require.NoError(t, err)
 			require.True(t, queued)
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
@@ -557,7 +557,7 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 				go func() {
 					batch := &pgx.Batch{}
 					batch.Queue("INSERT INTO "+sideEffect+" VALUES ($1)", c.Job.ID)
-					queued, err := claimAPI(driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+					queued, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
 					if err == nil && !queued {
 						err = errors.New("not queued")
 					}

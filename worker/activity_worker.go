@@ -22,6 +22,7 @@ import (
 	"github.com/weirhq/weir/internal/attempt"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/workflow"
@@ -353,18 +354,23 @@ type ownJob struct {
 	// executed, if set, is called once the activity's code has returned,
 	// before its outcome is written (an eager attempt frees its slot).
 	executed func()
-	// queue queues the completion in batch, reporting whether it did; nil
-	// when it never can.
-	queue func(ctx context.Context, batch *pgx.Batch) (bool, error)
+	// completion is the completion to queue, nil if there is none; the
+	// func is nil when there never is.
+	completion func(ctx context.Context) (*fencingclaim.Completion, error)
 }
 
-// queueIn queues the completion in batch if it can; it reports whether it
-// did. A nil ownJob queues nothing.
-func (j *ownJob) queueIn(ctx context.Context, batch *pgx.Batch) (bool, error) {
-	if j == nil || j.queue == nil {
+// queueIn adds the completion to others if it can; it reports whether it
+// did. A nil ownJob adds nothing.
+func (j *ownJob) queueIn(ctx context.Context, others *otherWrites) (bool, error) {
+	if j == nil || j.completion == nil {
 		return false, nil
 	}
-	return j.queue(ctx, batch)
+	c, err := j.completion(ctx)
+	if err != nil || c == nil {
+		return false, err
+	}
+	others.completions = append(others.completions, c)
+	return true, nil
 }
 
 // finish completes the job in tx, unless completed says a queued completion

@@ -55,10 +55,10 @@ func (a alone) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *runRow,
 // job's completion: a member whose completion cannot be queued leaves the
 // group now, before anything of it is written.
 func (m *stepMember) admit(ctx context.Context, st *engine.Step, own *ownJob) error {
-	if st.Alone || own == nil || own.queue == nil {
+	if st.Alone || own == nil || own.completion == nil {
 		return errRunsAlone
 	}
-	if queued, err := own.queueIn(ctx, &pgx.Batch{}); err != nil || !queued {
+	if queued, err := own.queueIn(ctx, &otherWrites{}); err != nil || !queued {
 		return errRunsAlone
 	}
 	return nil
@@ -72,8 +72,8 @@ func (m *stepMember) applyLast(_ context.Context, _ pgx.Tx, _ *Worker, run *runR
 		// after all): fail the group, which undoes what this wrote.
 		return fmt.Errorf("advancing run %s in a group: its last writes cannot go with the COMMIT", run.ID)
 	}
-	m.deferLast(run.step, run.writes, func() { result.eager = run.eager }) // its claims are read with the COMMIT
-	run.step, run.writes = &engine.StepWrites{RunID: run.ID}, &pgx.Batch{}
+	m.deferLast(run.step, run.others, func() { result.eager = run.eager }) // its claims are read with the COMMIT
+	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
 	return nil
 }
 
@@ -99,47 +99,74 @@ func (s startLast) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *run
 	if !final {
 		return alone{}.applyLast(ctx, tx, w, run, result, final)
 	}
-	s.last.add(run.step, run.writes)
+	s.last.add(run.step, run.others)
 	*s.after = func() { result.eager = run.eager } // its claims are read with the COMMIT
-	run.step, run.writes = &engine.StepWrites{RunID: run.ID}, &pgx.Batch{}
+	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
 	return nil
+}
+
+// otherWrites are what a step queues to go with its writes to its run
+// (engine.StepWrites): the claims of the activities it schedules to run
+// here (claimActivity) and its claimed job's fenced completion (ownJob),
+// typed so that a group queues one statement per kind for all of its
+// members, and checks read with them.
+type otherWrites struct {
+	claims      []fencingclaim.Request
+	completions []*fencingclaim.Completion
+	checks      pgx.Batch
+}
+
+// queue queues o in batch: the claims, the completions, then the checks,
+// claims and completions one statement per kind (fencingclaim's
+// QueueClaims and QueueCompletions: a claim names its job by an ID the
+// worker reserved, jobIDs). It reports whether a statement may be over
+// arrays, which Postgres plans again on every call unless asked for a
+// generic plan.
+func (o *otherWrites) queue(batch *pgx.Batch, claims fencingclaim.Driver) (merged bool) {
+	if len(o.claims) > 0 {
+		claims.QueueClaims(batch, o.claims)
+	}
+	if len(o.completions) > 0 {
+		claims.QueueCompletions(batch, o.completions)
+	}
+	batch.QueuedQueries = append(batch.QueuedQueries, o.checks.QueuedQueries...)
+	return len(o.claims) > 1 || len(o.completions) > 1
 }
 
 // lastWrites are the last writes of the members of a group (of outcomes,
 // stepCommitter, or of first tasks in a group of starts), gathered to go
 // with one COMMIT: each member's typed writes to its run, which the group
-// renders one statement per kind (store.QueueSteps), and what else it
-// queued (claims, its job's completion, checks), which follow in turn.
+// renders one statement per kind (store.QueueSteps), and its other writes,
+// which follow (otherWrites.queue).
 type lastWrites struct {
 	steps []*engine.StepWrites
-	rest  []*pgx.QueuedQuery
+	otherWrites
 }
 
-// add takes a member's last writes; step or rest may be nil.
-func (l *lastWrites) add(step *engine.StepWrites, rest *pgx.Batch) {
+// add takes a member's last writes; step or others may be nil.
+func (l *lastWrites) add(step *engine.StepWrites, others *otherWrites) {
 	if step != nil {
 		l.steps = append(l.steps, step)
 	}
-	if rest != nil {
-		l.rest = append(l.rest, rest.QueuedQueries...)
+	if others != nil {
+		l.claims, l.completions = append(l.claims, others.claims...), append(l.completions, others.completions...)
+		l.checks.QueuedQueries = append(l.checks.QueuedQueries, others.checks.QueuedQueries...)
 	}
 }
 
-func (l *lastWrites) empty() bool { return len(l.steps) == 0 && len(l.rest) == 0 }
+func (l *lastWrites) empty() bool {
+	return len(l.steps) == 0 && len(l.claims) == 0 && len(l.completions) == 0 && l.checks.Len() == 0
+}
 
 // queueLastWrites queues l in batch: the members' writes to their runs as
-// the group's statements, then the rest, with the claimed jobs'
-// completions and the claims of the activities scheduled merged by fencing
-// (fencingclaim's MergeQueuedCompletions, MergeQueuedClaims: a claim names its job by an
-// ID the worker reserved, jobIDs). When anything merged, the batch asks
-// for generic plans first, unless plansSet says its transaction asked
-// already (dbschema.GenericPlansSQL lasts until the transaction ends).
+// the group's statements, then their other writes. When a statement is
+// over arrays, the batch asks for generic plans first, unless plansSet
+// says its transaction asked already (dbschema.GenericPlansSQL lasts until
+// the transaction ends).
 func (w *Worker) queueLastWrites(batch *pgx.Batch, l *lastWrites, plansSet bool) {
 	head := len(batch.QueuedQueries)
 	merged := w.store.QueueSteps(batch, l.steps)
-	batch.QueuedQueries = append(batch.QueuedQueries, l.rest...)
-	claims := fencingclaim.For(w.driver)
-	if claims.MergeQueuedCompletions(batch, w.config.Schema)+claims.MergeQueuedClaims(batch, w.config.Schema) > 0 || merged {
+	if l.queue(batch, fencingclaim.For(w.driver)) || merged {
 		if !plansSet {
 			batch.QueuedQueries = append(batch.QueuedQueries[:head:head],
 				append([]*pgx.QueuedQuery{{SQL: dbschema.GenericPlansSQL}}, batch.QueuedQueries[head:]...)...)

@@ -263,7 +263,7 @@ func (w *Worker) afterTx(err error, starts []eagerStart, slots int) {
 	w.launchEager(starts)
 }
 
-// claimActivity queues in run.writes the insert of an activity's job
+// claimActivity queues in run.others the insert of an activity's job
 // already claimed by this worker, noted in run for launch after commit, if
 // the activity can run here now; it returns the job's ID (reserved by this
 // worker) if it did, 0 if not (the job must go through River).
@@ -277,15 +277,12 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 	if err != nil {
 		return 0, err
 	}
-	err = fencingclaim.For(w.driver).QueueClaim(run.writes, &fencingclaim.Params{
+	run.others.claims = append(run.others.claims, fencingclaim.Request{Params: &fencingclaim.Params{
 		Args: attrs.Args, AttemptedBy: w.riverClient.ID(), ID: id, Kind: attrs.Kind, MaxAttempts: maxAttempts, Metadata: metadata,
 		Priority: attrs.Priority, Queue: cmp.Or(attrs.Queue, river.QueueDefault), Schema: w.config.Schema,
-	}, func(claim *fencingclaim.Claim) {
+	}, Done: func(claim *fencingclaim.Claim) {
 		run.eager = append(run.eager, eagerStart{claim: claim, meta: meta, run: runner})
-	})
-	if err != nil {
-		return 0, err
-	}
+	}})
 	return id, nil
 }
 
@@ -354,8 +351,8 @@ func (w *Worker) claimedJob(jobID int64, executed func()) *ownJob {
 		complete: func(ctx context.Context, tx pgx.Tx) error {
 			return fencingclaim.For(w.driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
 		},
-		queue: func(ctx context.Context, batch *pgx.Batch) (bool, error) {
-			return fencingclaim.For(w.driver).QueueSetClaimedState(ctx, batch, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+		completion: func(ctx context.Context) (*fencingclaim.Completion, error) {
+			return fencingclaim.For(w.driver).Completion(ctx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
 		},
 	}
 }

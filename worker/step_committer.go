@@ -128,7 +128,7 @@ type stepMember struct {
 	// The continuation's last writes, sent with the group's COMMIT, and
 	// what to do once they ran (deferLast).
 	step      *engine.StepWrites
-	rest      *pgx.Batch
+	rest      *otherWrites
 	afterLast func()
 }
 
@@ -160,7 +160,7 @@ func (m *stepMember) takeLocked() (run *runRow, now time.Time, ok bool, err erro
 
 // deferLast takes a continuation's last writes (nothing is written after
 // them) to be sent with the group's COMMIT; after runs once they did.
-func (m *stepMember) deferLast(step *engine.StepWrites, rest *pgx.Batch, after func()) {
+func (m *stepMember) deferLast(step *engine.StepWrites, rest *otherWrites, after func()) {
 	m.step, m.rest, m.afterLast = step, rest, after
 }
 

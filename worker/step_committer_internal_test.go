@@ -55,13 +55,14 @@ func (f *stepFixture) record(id string, last ...string) func(ctx context.Context
 		if _, err := tx.Exec(ctx, "INSERT INTO "+f.table+" VALUES ($1, txid_current())", id); err != nil {
 			return err
 		}
-		batch := &pgx.Batch{}
+		others := &otherWrites{}
+		batch := &others.checks
 		batch.Queue("INSERT INTO "+f.table+" VALUES ($1, txid_current())", id+"/last")
 		for _, sql := range last {
 			batch.Queue(sql)
 		}
 		if cont.step != nil {
-			cont.step.deferLast(nil, batch, nil)
+			cont.step.deferLast(nil, others, nil)
 			return nil
 		}
 		return tx.SendBatch(ctx, batch).Close()

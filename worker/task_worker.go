@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/lazytx"
@@ -141,7 +142,7 @@ type runRow struct {
 	eager      []eagerStart       // activities the task claimed, to start once it commits
 	eagerSlots int                // eager slots the task took (as many as eager once its writes ran)
 	step       *engine.StepWrites // the step's typed writes to its run, not sent yet (flushWrites)
-	writes     *pgx.Batch         // other writes queued to go with step's (claims, completion, checks)
+	others     *otherWrites       // what else the step queued to go with step's (claims, completion, checks)
 }
 
 // taskResult is what a task tells interceptors, once its transaction
@@ -309,7 +310,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	by *advanceBy, result *taskResult,
 ) error {
 	defer func() { result.eager, result.eagerSlots = run.eager, run.eagerSlots }()
-	run.step, run.writes = &engine.StepWrites{RunID: run.ID}, &pgx.Batch{}
+	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
 	d, err := w.decide(ctx, tx, def, run, now, direct, by, result)
 	if err != nil || d == nil {
 		return err
@@ -469,7 +470,7 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 	// and the commit is parked by the responder that claims it (no handler
 	// yet) and answered on the responders' next poll.
 	if run.NextEventID == 1 && by.startCtx == nil {
-		w.store.QueueQueriesWaiting(run.writes, run.ID, func(waiting bool) {
+		w.store.QueueQueriesWaiting(&run.others.checks, run.ID, func(waiting bool) {
 			if waiting {
 				result.notify(dbschema.Channel(names.Schema, dbschema.QueryChannel), "")
 			}
@@ -483,7 +484,7 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 	run.step.CAS, run.step.AbandonUpdates = st.Writes.CAS, st.Writes.AbandonUpdates
 	// The job's own completion, fenced, rides in the same round trip; a
 	// refusal (the attempt lost its job) fails the batch and so tx.
-	if by.completed, err = by.own.queueIn(ctx, run.writes); err != nil {
+	if by.completed, err = by.own.queueIn(ctx, run.others); err != nil {
 		return err
 	}
 	// What is written below, after this batch (a superset of it): nothing,
@@ -718,7 +719,7 @@ func (w *Worker) scheduleEvents(ctx context.Context, tx pgx.Tx, run *runRow, eve
 	return nil
 }
 
-// flushWrites sends the writes the step queued (run.step, then run.writes)
+// flushWrites sends the writes the step queued (run.step, then run.others)
 // in one round trip.
 func (w *Worker) flushWrites(ctx context.Context, tx pgx.Tx, run *runRow) error {
 	batch := w.takeWrites(run)
@@ -729,12 +730,12 @@ func (w *Worker) flushWrites(ctx context.Context, tx pgx.Tx, run *runRow) error 
 }
 
 // takeWrites renders what the step queued into a batch (run.step's writes,
-// then the others), leaving nothing queued.
+// then the others, each a statement of its own), leaving nothing queued.
 func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 	batch := &pgx.Batch{}
 	w.store.QueueStep(batch, run.step)
-	batch.QueuedQueries = append(batch.QueuedQueries, run.writes.QueuedQueries...)
-	run.step, run.writes = &engine.StepWrites{RunID: run.ID}, &pgx.Batch{}
+	run.others.queue(batch, fencingclaim.For(w.driver))
+	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
 	return batch
 }
 

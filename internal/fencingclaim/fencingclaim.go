@@ -21,8 +21,8 @@ type Params struct {
 	Args []byte
 
 	// ID is a job ID the caller reserved for this job (ReserveJobIDs), or 0
-	// for the next of river_job's ID sequence. Claims with reserved IDs can
-	// be merged into one statement (Driver.MergeQueuedClaims), and a
+	// for the next of river_job's ID sequence. Claims with reserved IDs
+	// queued together are one statement (Driver.QueueClaims), and a
 	// statement queued behind the claim can name its job by ID instead of
 	// reading the sequence's currval.
 	ID int64
@@ -62,6 +62,31 @@ type Claim struct {
 	Token     string
 }
 
+// Request is a claim to queue (Driver.QueueClaims): the job to insert,
+// and Done, which receives its Claim when the batch runs.
+type Request struct {
+	Params *Params
+	Done   func(*Claim)
+}
+
+// Completion is a claimed attempt's completion of its job
+// (Driver.Completion), to queue with others (Driver.QueueCompletions).
+type Completion struct {
+	JobID       int64
+	FinalizedAt time.Time
+	Metadata    []byte // merged into the job's metadata; nil for none
+
+	// Attempt, Schema and Token are the claimed attempt's lease, which the
+	// statement proves.
+	Attempt int
+	Schema  string
+	Token   string
+
+	// Refused is the error of the completion refused in a statement of its
+	// own; the driver's observer learns of it in the attempt's context.
+	Refused func() error
+}
+
 // Driver is the claim API of a fencing driver.
 type Driver interface {
 	// InsertClaimedTx inserts a River job in tx already running, claimed by
@@ -69,13 +94,17 @@ type Driver interface {
 	// insert. Work it with WorkClaimed once tx has committed.
 	InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *Params) (*Claim, error)
 
-	// QueueClaim queues in batch the insert of InsertClaimedTx, for a
-	// caller that sends several statements in one round trip; done receives
-	// the claim when the batch runs (in a transaction: work the claim only
-	// once it commits). Without a reserved ID (Params.ID), the job's ID is
-	// also the session's currval of river_job's ID sequence right after the
-	// insert, for statements queued behind it.
-	QueueClaim(batch *pgx.Batch, params *Params, done func(*Claim)) error
+	// QueueClaims queues in batch the inserts of InsertClaimedTx, for a
+	// caller that sends several statements in one round trip: one
+	// statement for all of claims when each has a reserved ID (Params.ID)
+	// in one schema, else one per claim. Each claim's Done receives its
+	// Claim when the batch runs (in a transaction: work the claim only once
+	// it commits). A claim without a reserved ID queued alone names its job
+	// also as the session's currval of river_job's ID sequence right after
+	// the insert, for statements queued behind it. If any job would be
+	// inserted without a lease, or River's schema refuses one (MaxAttempts
+	// below 1), its statement fails, aborting the transaction.
+	QueueClaims(batch *pgx.Batch, claims []Request)
 
 	// WorkClaimed runs fn as the claimed attempt, as the fencing plugin runs
 	// a fetched one: fencing.LeaseFromContext and fencing.Heartbeat work in
@@ -96,41 +125,26 @@ type Driver interface {
 	// another state) and aborts tx as well.
 	SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error
 
-	// QueueSetClaimedState queues in batch the completion of a claimed job,
-	// as SetClaimedStateTx(ctx, tx, params) writes it, for a caller that
-	// sends it in the same round trip as other statements of its
-	// transaction. Only a completion (params from
-	// riverdriver.JobSetStateCompleted) is queued: it queues nothing and
-	// returns false for any other state; use SetClaimedStateTx then. When
-	// the batch runs, the write reports its outcome as the batch's error:
-	// nil, or a *fencing.LeaseLostError when the attempt no longer holds its
-	// job. As with SetClaimedStateTx, a refused write aborts the
+	// Completion is the completion of a claimed job whose work context is
+	// ctx (WorkClaimed), as SetClaimedStateTx(ctx, tx, params) writes it,
+	// for QueueCompletions. Only a completion (params from
+	// riverdriver.JobSetStateCompleted) is one: it returns nil for any other
+	// state; use SetClaimedStateTx then.
+	Completion(ctx context.Context, params *riverdriver.JobSetStateIfRunningParams) (*Completion, error)
+
+	// QueueCompletions queues in batch completions of claimed jobs, for a
+	// caller that sends them in the same round trip as other statements of
+	// its transaction: one statement for all of them when they are in one
+	// schema, else one each. A statement fails unless it completed every
+	// one of its jobs, each still held by its attempt (the lease token
+	// compared in the database), and a failed statement aborts the
 	// transaction, so that its commit fails even if the error is ignored.
-	// The driver's OnFinalized hook is not called for a queued write; its
+	// A completion refused in a statement of its own fails the batch with
+	// a *fencing.LeaseLostError; which of several was refused is not told:
+	// a caller that needs to know writes them again one at a time. The
+	// driver's OnFinalized hook is not called for a queued completion; its
 	// caller settles the job's outcome itself.
-	QueueSetClaimedState(ctx context.Context, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error)
-
-	// MergeQueuedClaims rewrites batch so that the claims queued in it by
-	// QueueClaim with reserved IDs (Params.ID; for River's schema schema,
-	// empty for the search_path's) are one statement, in the place of the
-	// first, and reports how many it merged (none when fewer than two were
-	// queued). Each claim's done still receives its Claim, and the
-	// statement fails, aborting the transaction, if any job would be
-	// inserted without a lease, as each claim's own does. Call it once the
-	// batch holds everything it will, before sending it.
-	MergeQueuedClaims(batch *pgx.Batch, schema string) int
-
-	// MergeQueuedCompletions rewrites batch so that the completions queued
-	// in it by QueueSetClaimedState (for River's schema schema) are one
-	// statement, in the place of the first, and reports how many it merged
-	// (none when fewer than two were queued). The merged statement writes
-	// what each completion would have written, and the transaction's
-	// fencing stays whole: it fails, aborting the transaction, unless it
-	// completed every one of the jobs (each still held by its attempt's
-	// token). Which job was refused is then not told: a caller that needs to
-	// know writes them again one at a time. Call it once the batch holds
-	// everything it will, before sending it.
-	MergeQueuedCompletions(batch *pgx.Batch, schema string) int
+	QueueCompletions(batch *pgx.Batch, completions []*Completion)
 }
 
 // of returns the claim API of a fencing driver, nil for any other driver;

@@ -1,0 +1,62 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/fencingclaim"
+	"github.com/weirhq/weir/internal/store"
+)
+
+// TestLastWritesOneStatementPerKind: a group's claims and claimed jobs'
+// completions are typed values the group queues one statement per kind,
+// after its runs' writes and behind one ask for generic plans; a lone
+// step's are statements of their own, with no such ask.
+func TestLastWritesOneStatementPerKind(t *testing.T) {
+	t.Parallel()
+	driver, err := fencing.NewDriver(nil, nil)
+	require.NoError(t, err)
+	w := &Worker{driver: driver, store: store.New(dbschema.New("s"))}
+	member := func(id int64) *otherWrites {
+		o := &otherWrites{
+			claims: []fencingclaim.Request{{Params: &fencingclaim.Params{ID: id, Kind: "k", MaxAttempts: 1, Schema: "s"}, Done: func(*fencingclaim.Claim) {}}},
+			completions: []*fencingclaim.Completion{{
+				JobID: id + 100, FinalizedAt: time.Now(), Attempt: 1, Schema: "s", Token: "00000000-0000-4000-8000-000000000001",
+			}},
+		}
+		o.checks.Queue("SELECT 1")
+		return o
+	}
+	sqls := func(batch *pgx.Batch) []string {
+		var out []string
+		for _, q := range batch.QueuedQueries {
+			out = append(out, q.SQL)
+		}
+		return out
+	}
+
+	var group lastWrites
+	for id := range int64(3) {
+		group.add(nil, member(id+1))
+	}
+	batch := &pgx.Batch{}
+	w.queueLastWrites(batch, &group, false)
+	got := sqls(batch)
+	require.Len(t, got, 6, "plans, one claim statement, one completion statement, each member's check")
+	require.Equal(t, dbschema.GenericPlansSQL, got[0])
+	require.Contains(t, got[1], "unnest(")
+	require.Contains(t, got[2], "unnest(")
+	require.Equal(t, []string{"SELECT 1", "SELECT 1", "SELECT 1"}, got[3:])
+
+	lone := &pgx.Batch{}
+	require.False(t, member(1).queue(lone, fencingclaim.For(driver)))
+	got = sqls(lone)
+	require.Len(t, got, 3)
+	require.NotContains(t, got[0], "unnest(")
+	require.NotContains(t, got[1], "unnest(")
+}
