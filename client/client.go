@@ -27,6 +27,7 @@ import (
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/runstate"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
 
@@ -124,6 +125,7 @@ type Client struct {
 	events *eventstore.Store // weir_event, folded or not
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
+	store  *store.Store
 
 	startRunSQL        string       // startRunSQL(names)
 	startAheadGuardSQL string       // startAheadGuardSQL(names)
@@ -163,6 +165,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		config: config, events: eventstore.New(names), names: names, pool: pool, river: riverClient,
 		startRunSQL: startRunSQL(names), startRunManySQL: startRunManySQL(names), startAheadGuardSQL: startAheadGuardSQL(names),
 	}
+	c.store = store.New(names)
 	c.starts = &startGroups{c: c, limit: startGroupsFor(pool)}
 	return c, nil
 }

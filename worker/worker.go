@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 	"github.com/weirhq/weir/migrations"
 	"github.com/weirhq/weir/workflow"
@@ -49,6 +50,7 @@ type Worker struct {
 	sql        stepSQL            // statements a group of outcomes merges (step_sets.go)
 	notifier   *notifier.Notifier // sends what committed tasks announce
 	pool       *pgxpool.Pool
+	store      *store.Store
 
 	// backfillSlice is how long one attempt of a backfill job starts
 	// batches before it yields.
@@ -116,6 +118,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		sql:          newStepSQL(names),
 		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,
+		store:        store.New(names),
 		riverWorkers: river.NewWorkers(),
 		stepGroups:   stepGroupsFor(pool),
 		workflows:    make(map[string]*replay.Definition),

@@ -7,6 +7,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,13 +24,24 @@ type DBTX interface {
 
 // Store is weir's statements for one schema. It is safe for concurrent use.
 type Store struct {
-	names *dbschema.Names
+	names     *dbschema.Names
+	backfills backfillSQL
+	schedules scheduleSQL
 }
 
 // New builds the statements of the schema names qualifies.
 func New(names *dbschema.Names) *Store {
-	return &Store{names: names}
+	return &Store{
+		names:     names,
+		backfills: newBackfillSQL(names),
+		schedules: newScheduleSQL(names),
+	}
 }
 
 // Names are the qualified table names the statements use.
 func (s *Store) Names() *dbschema.Names { return s.names }
+
+// Now reads the database's clock (the transaction's start, in one).
+func (s *Store) Now(ctx context.Context, db DBTX) (now time.Time, err error) {
+	return now, db.QueryRow(ctx, "SELECT now()").Scan(&now)
+}
