@@ -86,9 +86,12 @@ func TestScheduleMutationsTx(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrScheduleNotFound)
 
 	for name, call := range map[string]func(tx pgx.Tx) error{
-		"Trigger":  func(tx pgx.Tx) error { _, err := c.TriggerScheduleTx(ctx, tx, "nosuch"); return err },
-		"Backfill": func(tx pgx.Tx) error { _, err := c.BackfillScheduleTx(ctx, tx, "nosuch", from, from.Add(time.Hour)); return err },
-		"Delete":   func(tx pgx.Tx) error { return c.DeleteScheduleTx(ctx, tx, "nosuch") },
+		"Trigger": func(tx pgx.Tx) error { _, err := c.TriggerScheduleTx(ctx, tx, "nosuch"); return err },
+		"Backfill": func(tx pgx.Tx) error {
+			_, err := c.BackfillScheduleTx(ctx, tx, "nosuch", from, from.Add(time.Hour))
+			return err
+		},
+		"Delete": func(tx pgx.Tx) error { return c.DeleteScheduleTx(ctx, tx, "nosuch") },
 	} {
 		require.ErrorIs(t, pgx.BeginFunc(ctx, b.pool, call), client.ErrScheduleNotFound, name)
 	}
