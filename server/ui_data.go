@@ -17,6 +17,7 @@ import (
 
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
 
@@ -95,61 +96,38 @@ type runPayloads struct {
 
 // runPayloads reads a run's args and result as stored (codec output).
 func (s *Server) runPayloads(ctx context.Context, runID uuid.UUID) (*runPayloads, error) {
-	names := dbschema.New(s.config.Schema)
-	var args, result []byte
-	err := s.pool.QueryRow(ctx, "SELECT args, result FROM "+names.Run+" WHERE run_id = $1", runID).Scan(&args, &result)
+	p, err := s.store.GetRunPayloads(ctx, s.pool, runID)
 	if err != nil {
 		return nil, fmt.Errorf("reading the payloads of run %s: %w", runID, err)
 	}
-	return &runPayloads{args: newUIPayload(args), result: newUIPayload(result)}, nil
+	return &runPayloads{args: newUIPayload(p.Args), result: newUIPayload(p.Result)}, nil
 }
 
 // runPayload reads a run's args or result (which) as stored, checking that
 // the run is the workflow's in namespace; nil when the run has none.
 func (s *Server) runPayload(ctx context.Context, namespace, workflowID string, runID uuid.UUID, which string) ([]byte, error) {
-	names := dbschema.New(s.config.Schema)
-	column := map[string]string{"args": "args", "result": "result"}[which]
-	if column == "" {
+	if which != "args" && which != "result" {
 		return nil, newError(http.StatusNotFound, CodeNotFound, "no such payload: "+which, nil)
 	}
-	var data []byte
-	err := s.pool.QueryRow(ctx, "SELECT "+column+" FROM "+names.Run+" WHERE run_id = $1 AND namespace = $2 AND workflow_id = $3",
-		runID, namespace, workflowID).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
+	p, err := s.store.GetRunPayloads(ctx, s.pool, runID)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (p.Namespace != namespace || p.WorkflowID != workflowID)) {
 		return nil, &client.RunNotFoundError{RunID: runID, WorkflowID: workflowID}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the %s of run %s: %w", which, runID, err)
 	}
-	return data, nil
-}
-
-// uiGeneration is one run of a workflow ID.
-type uiGeneration struct {
-	ClosedAt   *time.Time
-	CreatedAt  time.Time
-	Generation int64
-	RunID      uuid.UUID
-	State      string
+	if which == "args" {
+		return p.Args, nil
+	}
+	return p.Result, nil
 }
 
 // uiGenerationsMax bounds the generations a run's page lists.
 const uiGenerationsMax = 100
 
 // generations lists the newest runs of a workflow ID, newest first.
-func (s *Server) generations(ctx context.Context, namespace, workflowID string) ([]*uiGeneration, error) {
-	names := dbschema.New(s.config.Schema)
-	rows, err := s.pool.Query(ctx,
-		"SELECT generation, run_id, state, created_at, closed_at FROM "+names.Run+
-			" WHERE namespace = $1 AND workflow_id = $2 ORDER BY generation DESC LIMIT $3",
-		namespace, workflowID, uiGenerationsMax)
-	if err != nil {
-		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*uiGeneration, error) {
-		g := &uiGeneration{}
-		return g, row.Scan(&g.Generation, &g.RunID, &g.State, &g.CreatedAt, &g.ClosedAt)
-	})
+func (s *Server) generations(ctx context.Context, namespace, workflowID string) ([]*store.Generation, error) {
+	out, err := s.store.Generations(ctx, s.pool, store.GenerationsParams{Namespace: namespace, WorkflowID: workflowID, Limit: uiGenerationsMax})
 	if err != nil {
 		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
 	}

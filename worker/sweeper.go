@@ -94,7 +94,7 @@ func (s *sweeper) sweep(ctx context.Context) (int, error) {
 		return activities + timedOut + tasks, err
 	}
 	// Queries whose asker gave up (and did not delete them) expire.
-	if _, err := s.w.pool.Exec(ctx, "DELETE FROM "+s.w.names.Query+" WHERE expires_at < now() - interval '1 minute'"); err != nil {
+	if err := s.w.store.DeleteExpiredQueries(ctx, s.w.pool); err != nil {
 		return activities + timedOut + tasks, fmt.Errorf("deleting expired queries: %w", err)
 	}
 	return activities + timedOut + tasks, nil

@@ -26,6 +26,8 @@ type DBTX interface {
 type Store struct {
 	names     *dbschema.Names
 	backfills backfillSQL
+	lookups   lookupSQL
+	queries   querySQL
 	schedules scheduleSQL
 }
 
@@ -34,6 +36,8 @@ func New(names *dbschema.Names) *Store {
 	return &Store{
 		names:     names,
 		backfills: newBackfillSQL(names),
+		lookups:   newLookupSQL(names),
+		queries:   newQuerySQL(names),
 		schedules: newScheduleSQL(names),
 	}
 }
