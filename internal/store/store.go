@@ -29,6 +29,7 @@ type Store struct {
 	lookups   lookupSQL
 	queries   querySQL
 	schedules scheduleSQL
+	workers   workerSQL
 }
 
 // New builds the statements of the schema names qualifies.
@@ -39,6 +40,7 @@ func New(names *dbschema.Names) *Store {
 		lookups:   newLookupSQL(names),
 		queries:   newQuerySQL(names),
 		schedules: newScheduleSQL(names),
+		workers:   newWorkerSQL(names),
 	}
 }
 
