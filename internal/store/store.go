@@ -26,9 +26,11 @@ type DBTX interface {
 type Store struct {
 	names     *dbschema.Names
 	backfills backfillSQL
+	listing   listingSQL
 	lookups   lookupSQL
 	queries   querySQL
 	schedules scheduleSQL
+	updates   updateSQL
 	workers   workerSQL
 }
 
@@ -37,9 +39,11 @@ func New(names *dbschema.Names) *Store {
 	return &Store{
 		names:     names,
 		backfills: newBackfillSQL(names),
+		listing:   newListingSQL(names),
 		lookups:   newLookupSQL(names),
 		queries:   newQuerySQL(names),
 		schedules: newScheduleSQL(names),
+		updates:   newUpdateSQL(names),
 		workers:   newWorkerSQL(names),
 	}
 }
