@@ -169,7 +169,7 @@ func newBackfill(r *store.Backfill) *Backfill {
 }
 
 func (c *Client) describeBackfill(ctx context.Context, db store.DBTX, id uuid.UUID) (*Backfill, error) {
-	b, err := c.store.GetBackfill(ctx, db, store.GetBackfillParams{ID: id, Namespace: c.config.Namespace})
+	b, err := c.store.GetBackfill(ctx, db, c.config.Namespace, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &BackfillNotFoundError{ID: id, Namespace: c.config.Namespace}
 	}
@@ -191,9 +191,9 @@ func (c *Client) ListBackfills(ctx context.Context, scheduleID string) ([]*Backf
 	if err != nil {
 		return nil, fmt.Errorf("listing backfills: %w", err)
 	}
-	out := []*Backfill{}
-	for _, r := range rows {
-		out = append(out, newBackfill(r))
+	out := make([]*Backfill, len(rows))
+	for i, r := range rows {
+		out[i] = newBackfill(r)
 	}
 	return out, nil
 }

@@ -90,8 +90,6 @@ type Schedule struct {
 	Queue         string
 	TimeZone      string
 	WorkflowKind  string
-
-	workflowArgs []byte
 }
 
 // ErrScheduleNotFound is matched (errors.Is) by a *ScheduleNotFoundError.
@@ -168,7 +166,7 @@ func (c *Client) CreateScheduleTx(ctx context.Context, tx pgx.Tx, p *SchedulePar
 		return nil, err
 	}
 	created, err := c.store.InsertSchedule(ctx, tx, &store.Schedule{
-		Namespace: c.config.Namespace, ID: p.ID, Cron: p.Cron, Every: p.Every, Jitter: p.Jitter, TimeZone: spec.TimeZoneOrUTC(),
+		ScheduleKey: c.scheduleKey(p.ID), Cron: p.Cron, Every: p.Every, Jitter: p.Jitter, TimeZone: spec.TimeZoneOrUTC(),
 		Anchor: now, WorkflowKind: kind, WorkflowArgs: args, Queue: cmp.Or(p.Queue, QueueDefault), OverlapPolicy: string(policy),
 		Paused: p.Paused, Note: p.Note, NextRunAt: &next,
 	})
@@ -178,37 +176,41 @@ func (c *Client) CreateScheduleTx(ctx context.Context, tx pgx.Tx, p *SchedulePar
 	if !created {
 		return nil, fmt.Errorf("%w: %s", ErrScheduleExists, p.ID)
 	}
-	return c.getSchedule(ctx, tx, p.ID, store.NoLock)
+	return newSchedule(c.getSchedule(ctx, tx, p.ID, store.NoLock))
 }
 
 // getSchedule reads a schedule of the client's namespace.
-func (c *Client) getSchedule(ctx context.Context, db store.DBTX, id string, lock store.RowLock) (*Schedule, error) {
-	row, err := c.store.GetSchedule(ctx, db, store.GetScheduleParams{ScheduleKey: c.scheduleKey(id), Lock: lock})
+func (c *Client) getSchedule(ctx context.Context, db store.DBTX, id string, lock store.RowLock) (*store.Schedule, error) {
+	row, err := c.store.GetSchedule(ctx, db, c.scheduleKey(id), lock)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &ScheduleNotFoundError{ID: id, Namespace: c.config.Namespace}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading schedule %s: %w", id, err)
 	}
-	return newSchedule(row), nil
+	return row, nil
 }
 
 func (c *Client) scheduleKey(id string) store.ScheduleKey {
 	return store.ScheduleKey{Namespace: c.config.Namespace, ID: id}
 }
 
-func newSchedule(r *store.Schedule) *Schedule {
+// newSchedule is the schedule of a row read with err.
+func newSchedule(r *store.Schedule, err error) (*Schedule, error) {
+	if err != nil {
+		return nil, err
+	}
 	return &Schedule{
 		Anchor: r.Anchor, Cron: r.Cron, CreatedAt: r.CreatedAt, Every: r.Every, ID: r.ID, Jitter: r.Jitter,
 		LastDueAt: r.LastDueAt, LastRunID: r.LastRunID, LastWorkflowID: r.LastWorkflowID, Namespace: r.Namespace,
 		NextRunAt: r.NextRunAt, Note: r.Note, OverlapPolicy: OverlapPolicy(r.OverlapPolicy), Paused: r.Paused,
-		Queue: r.Queue, TimeZone: r.TimeZone, WorkflowKind: r.WorkflowKind, workflowArgs: r.WorkflowArgs,
-	}
+		Queue: r.Queue, TimeZone: r.TimeZone, WorkflowKind: r.WorkflowKind,
+	}, nil
 }
 
 // DescribeSchedule returns a schedule.
 func (c *Client) DescribeSchedule(ctx context.Context, id string) (*Schedule, error) {
-	return c.getSchedule(ctx, c.pool, id, store.NoLock)
+	return newSchedule(c.getSchedule(ctx, c.pool, id, store.NoLock))
 }
 
 // ListSchedules returns the namespace's schedules, by ID.
@@ -219,7 +221,8 @@ func (c *Client) ListSchedules(ctx context.Context) ([]*Schedule, error) {
 	}
 	var out []*Schedule
 	for _, r := range rows {
-		out = append(out, newSchedule(r))
+		s, _ := newSchedule(r, nil)
+		out = append(out, s)
 	}
 	return out, nil
 }
@@ -259,39 +262,32 @@ func (c *Client) UpdateSchedule(ctx context.Context, id string, u *ScheduleUpdat
 // UpdateScheduleTx changes a schedule in tx and returns it as changed. A
 // nil u changes nothing.
 func (c *Client) UpdateScheduleTx(ctx context.Context, tx pgx.Tx, id string, u *ScheduleUpdate) (*Schedule, error) {
-	current, err := c.getSchedule(ctx, tx, id, store.ForUpdate)
+	row, err := c.getSchedule(ctx, tx, id, store.ForUpdate)
 	if err != nil || u == nil {
-		return current, err
+		return newSchedule(row, err)
 	}
 	if u.Note != nil {
-		current.Note = *u.Note
+		row.Note = *u.Note
 	}
 	if u.OverlapPolicy != nil {
-		current.OverlapPolicy = *u.OverlapPolicy
+		row.OverlapPolicy = string(*u.OverlapPolicy)
 	}
 	if u.Paused != nil {
-		if current.Paused && !*u.Paused {
+		if row.Paused && !*u.Paused {
 			// Resuming: the next due time from now on.
-			now, err := c.store.Now(ctx, tx)
-			if err != nil {
-				return nil, fmt.Errorf("reading the time: %w", err)
-			}
-			spec := &schedule.Spec{Cron: current.Cron, Every: current.Every, Jitter: current.Jitter, TimeZone: current.TimeZone}
-			next, err := spec.Next(current.Anchor, now)
+			spec := &schedule.Spec{Cron: row.Cron, Every: row.Every, Jitter: row.Jitter, TimeZone: row.TimeZone}
+			next, err := spec.Next(row.Anchor, row.Now)
 			if err != nil {
 				return nil, err
 			}
-			current.NextRunAt = &next
+			row.NextRunAt = &next
 		}
-		current.Paused = *u.Paused
+		row.Paused = *u.Paused
 	}
-	if err := c.store.UpdateSchedule(ctx, tx, store.UpdateScheduleParams{
-		ScheduleKey: c.scheduleKey(id), Note: current.Note, OverlapPolicy: string(current.OverlapPolicy),
-		Paused: current.Paused, NextRunAt: current.NextRunAt,
-	}); err != nil {
+	if err := c.store.SaveSchedule(ctx, tx, row); err != nil {
 		return nil, fmt.Errorf("updating schedule %s: %w", id, err)
 	}
-	return current, nil
+	return newSchedule(row, nil)
 }
 
 // PauseSchedule is PauseScheduleTx in a transaction of its own.
@@ -322,11 +318,11 @@ func (c *Client) ResumeScheduleTx(ctx context.Context, tx pgx.Tx, id string) (*S
 // TriggerSchedule starts the schedule's workflow now, outside its due times
 // and whatever its overlap policy.
 func (c *Client) TriggerSchedule(ctx context.Context, id string) (*Run, error) {
-	s, err := c.DescribeSchedule(ctx, id)
+	s, err := c.getSchedule(ctx, c.pool, id, store.NoLock)
 	if err != nil {
 		return nil, err
 	}
-	return c.Start(ctx, s.workflow(), &StartOpts{Queue: s.Queue, WorkflowID: id + "/manual-" + uuid.NewString()})
+	return c.Start(ctx, scheduledArgs(s), &StartOpts{Queue: s.Queue, WorkflowID: id + "/manual-" + uuid.NewString()})
 }
 
 // TriggerScheduleTx is TriggerSchedule in tx: the run starts if tx commits.
@@ -335,11 +331,11 @@ func (c *Client) TriggerScheduleTx(ctx context.Context, tx pgx.Tx, id string) (*
 	if err != nil {
 		return nil, err
 	}
-	return c.StartTx(ctx, tx, s.workflow(), &StartOpts{Queue: s.Queue, WorkflowID: id + "/manual-" + uuid.NewString()})
+	return c.StartTx(ctx, tx, scheduledArgs(s), &StartOpts{Queue: s.Queue, WorkflowID: id + "/manual-" + uuid.NewString()})
 }
 
-// workflow are the args of the runs the schedule starts.
-func (s *Schedule) workflow() RawArgs { return RawArgs{JSON: s.workflowArgs, KindName: s.WorkflowKind} }
+// scheduledArgs are the args of the runs a schedule starts.
+func scheduledArgs(s *store.Schedule) RawArgs { return RawArgs{JSON: s.WorkflowArgs, KindName: s.WorkflowKind} }
 
 // BackfillSchedule starts the runs of the due times in [from, to), as if the
 // schedule had run then (overlapping), and returns them. Each due time starts
@@ -372,7 +368,7 @@ func (c *Client) backfillSchedule(ctx context.Context, db store.DBTX, id string,
 		if len(runs) >= 10000 {
 			return runs, errors.New("weir: backfill covers more than 10000 due times; split the range")
 		}
-		run, err := start(ctx, s.workflow(), &StartOpts{
+		run, err := start(ctx, scheduledArgs(s), &StartOpts{
 			Queue: s.Queue, RequestID: ScheduleRequestID(id, due), WorkflowID: ScheduleWorkflowID(id, due),
 		})
 		if err != nil {

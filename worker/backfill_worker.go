@@ -70,7 +70,7 @@ func (b *backfillWorker) Work(ctx context.Context, job *river.Job[client.Backfil
 func (b *backfillWorker) batch(ctx context.Context, job *river.Job[client.BackfillArgs]) (done bool, err error) {
 	db := b.w.store
 	err = pgx.BeginFunc(ctx, b.w.pool, func(tx pgx.Tx) error {
-		bf, err := db.GetBackfill(ctx, tx, store.GetBackfillParams{ID: job.Args.BackfillID, ForUpdate: true})
+		bf, err := db.GetBackfill(ctx, tx, "", job.Args.BackfillID)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (bf.State != string(client.BackfillRunning) || bf.NextDueAt == nil)) {
 			done = true
 			_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
@@ -79,7 +79,7 @@ func (b *backfillWorker) batch(ctx context.Context, job *river.Job[client.Backfi
 		if err != nil {
 			return err
 		}
-		sc, err := db.GetSchedule(ctx, tx, store.GetScheduleParams{ScheduleKey: store.ScheduleKey{Namespace: bf.Namespace, ID: bf.ScheduleID}})
+		sc, err := db.GetSchedule(ctx, tx, store.ScheduleKey{Namespace: bf.Namespace, ID: bf.ScheduleID}, store.NoLock)
 		if errors.Is(err, pgx.ErrNoRows) {
 			done = true
 			return b.finish(ctx, tx, job, bf, client.BackfillFailed, "the schedule was deleted")
@@ -110,8 +110,8 @@ func (b *backfillWorker) batch(ctx context.Context, job *river.Job[client.Backfi
 			}
 			due = next
 		}
-		bf.NextDueAt = &due
-		return db.BackfillProgress(ctx, tx, bf)
+		bf.NextDueAt, bf.Error = &due, ""
+		return db.SaveBackfill(ctx, tx, bf)
 	})
 	return done, err
 }
@@ -121,7 +121,7 @@ func (b *backfillWorker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[c
 	state client.BackfillState, reason string,
 ) error {
 	bf.State, bf.NextDueAt, bf.Error = string(state), nil, reason
-	if err := b.w.store.FinishBackfill(ctx, tx, bf); err != nil {
+	if err := b.w.store.SaveBackfill(ctx, tx, bf); err != nil {
 		return err
 	}
 	_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
@@ -134,7 +134,7 @@ func (b *backfillWorker) recordError(ctx context.Context, job *river.Job[client.
 	if ctx.Err() != nil {
 		return
 	}
-	if err := b.w.store.BackfillError(ctx, b.w.pool, &store.Backfill{ID: job.Args.BackfillID, Error: batchErr.Error()}); err != nil {
+	if err := b.w.store.BackfillError(ctx, b.w.pool, job.Args.BackfillID, batchErr.Error()); err != nil {
 		b.w.config.Logger.WarnContext(ctx, "weir: recording a backfill's error failed",
 			slog.String("backfill_id", job.Args.BackfillID.String()), slog.String("error", err.Error()))
 	}

@@ -111,80 +111,77 @@ func (s *scheduler) tick(ctx context.Context) (time.Duration, error) {
 // fire handles one schedule under its row lock: a due start (subject to the
 // overlap policy and jitter), or a start buffered until the last run closed.
 func (s *scheduler) fire(ctx context.Context, d store.ScheduleKey) error {
-	db := s.w.store
 	return pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-		sc, err := db.GetSchedule(ctx, tx, store.GetScheduleParams{ScheduleKey: d, Lock: store.SkipLocked})
+		sc, err := s.w.store.GetSchedule(ctx, tx, d, store.SkipLocked)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && sc.Paused) {
 			return nil // another worker has it, or it was deleted or paused
 		}
 		if err != nil {
 			return err
 		}
-		spec := &schedule.Spec{Cron: sc.Cron, Every: sc.Every, Jitter: sc.Jitter, TimeZone: sc.TimeZone}
-
-		lastRunning := false
-		if sc.LastRunID != nil {
-			p := store.WorkflowRunningParams{Namespace: d.Namespace, RunID: *sc.LastRunID}
-			if lastRunning, err = db.WorkflowRunning(ctx, tx, p); err != nil {
-				return err
-			}
-		}
-		c, err := s.client(d.Namespace)
-		if err != nil {
+		if err := s.advance(ctx, tx, sc); err != nil {
 			return err
 		}
-		start := func(due time.Time) error {
-			run, err := c.StartTx(ctx, tx, client.RawArgs{JSON: sc.WorkflowArgs, KindName: sc.WorkflowKind}, &client.StartOpts{
-				Queue: sc.Queue, RequestID: client.ScheduleRequestID(d.ID, due), WorkflowID: client.ScheduleWorkflowID(d.ID, due),
-			})
-			if err != nil {
-				return err
-			}
-			return db.ScheduleStarted(ctx, tx, store.ScheduleStartedParams{ScheduleKey: d, Due: due, RunID: run.RunID, WorkflowID: run.WorkflowID})
-		}
-
-		// A start buffered behind a running run goes once that run closed.
-		if sc.BufferedDueAt != nil && !lastRunning {
-			if err := start(*sc.BufferedDueAt); err != nil {
-				return err
-			}
-			lastRunning = true
-			if err := db.UnbufferSchedule(ctx, tx, d); err != nil {
-				return err
-			}
-		}
-
-		now := sc.Now
-		if sc.NextRunAt == nil || sc.NextRunAt.After(now) {
-			return nil
-		}
-		due := *sc.NextRunAt
-		if now.Before(due.Add(spec.JitterFor(d.ID, due))) {
-			return nil // due, but its jitter has not passed yet
-		}
-		switch policy := client.OverlapPolicy(sc.OverlapPolicy); {
-		case !lastRunning || policy == client.OverlapAllowAll:
-			if err := start(due); err != nil {
-				return err
-			}
-		case policy == client.OverlapBufferOne:
-			if err := db.BufferSchedule(ctx, tx, store.ScheduleAtParams{ScheduleKey: d, At: due}); err != nil {
-				return err
-			}
-		default: // skip
-		}
-
-		// The next due time after this one; due times missed while no worker
-		// ran are skipped (BackfillSchedule starts them on demand).
-		next, err := spec.Next(sc.Anchor, due)
-		if err != nil {
-			return err
-		}
-		if next.Before(now) {
-			if next, err = spec.Next(sc.Anchor, now); err != nil {
-				return err
-			}
-		}
-		return db.SetScheduleNext(ctx, tx, store.ScheduleAtParams{ScheduleKey: d, At: next})
+		return s.w.store.SaveSchedule(ctx, tx, sc)
 	})
+}
+
+// advance starts what is due of sc in tx and moves sc on past it.
+func (s *scheduler) advance(ctx context.Context, tx pgx.Tx, sc *store.Schedule) error {
+	lastRunning := false
+	if sc.LastRunID != nil {
+		var err error // running: the last run, or a run it continued as
+		if lastRunning, err = s.w.store.WorkflowRunning(ctx, tx, sc.Namespace, *sc.LastRunID); err != nil {
+			return err
+		}
+	}
+	c, err := s.client(sc.Namespace)
+	if err != nil {
+		return err
+	}
+	start := func(due time.Time) error {
+		run, err := c.StartTx(ctx, tx, client.RawArgs{JSON: sc.WorkflowArgs, KindName: sc.WorkflowKind}, &client.StartOpts{
+			Queue: sc.Queue, RequestID: client.ScheduleRequestID(sc.ID, due), WorkflowID: client.ScheduleWorkflowID(sc.ID, due),
+		})
+		if err == nil {
+			sc.LastDueAt, sc.LastRunID, sc.LastWorkflowID = &due, &run.RunID, run.WorkflowID
+		}
+		return err
+	}
+
+	// A start buffered behind a running run goes once that run closed.
+	if sc.BufferedDueAt != nil && !lastRunning {
+		if err := start(*sc.BufferedDueAt); err != nil {
+			return err
+		}
+		lastRunning, sc.BufferedDueAt = true, nil
+	}
+
+	now := sc.Now
+	if sc.NextRunAt == nil || sc.NextRunAt.After(now) {
+		return nil
+	}
+	due := *sc.NextRunAt
+	spec := &schedule.Spec{Cron: sc.Cron, Every: sc.Every, Jitter: sc.Jitter, TimeZone: sc.TimeZone}
+	if now.Before(due.Add(spec.JitterFor(sc.ID, due))) {
+		return nil // due, but its jitter has not passed yet
+	}
+	switch policy := client.OverlapPolicy(sc.OverlapPolicy); {
+	case !lastRunning || policy == client.OverlapAllowAll:
+		if err := start(due); err != nil {
+			return err
+		}
+	case policy == client.OverlapBufferOne && sc.BufferedDueAt == nil:
+		sc.BufferedDueAt = &due
+	default: // skip, or one start is buffered already
+	}
+
+	// The next due time after this one; due times missed while no worker
+	// ran are skipped (BackfillSchedule starts them on demand).
+	next, err := spec.Next(sc.Anchor, due)
+	if err == nil && next.Before(now) {
+		next, err = spec.Next(sc.Anchor, now)
+	}
+	sc.NextRunAt = &next
+	return err
 }

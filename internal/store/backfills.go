@@ -11,8 +11,7 @@ import (
 )
 
 type backfillSQL struct {
-	insert, get, getForUpdate, byRange, list string
-	progress, finish, fail                   string
+	insert, get, getForUpdate, byRange, list, save, fail string
 }
 
 const backfillColumns = "backfill_id, namespace, schedule_id, range_start, range_end, state, total, started, next_due_at, error, created_at, updated_at"
@@ -28,8 +27,7 @@ func newBackfillSQL(n *dbschema.Names) backfillSQL {
 			" WHERE namespace = $1 AND schedule_id = $2 AND range_start = $3 AND range_end = $4",
 		list: "SELECT " + backfillColumns + " FROM " + n.Backfill +
 			" WHERE namespace = $1 AND schedule_id = $2 ORDER BY created_at DESC, backfill_id",
-		progress: "UPDATE " + n.Backfill + " SET next_due_at = $2, started = $3, error = '', updated_at = now() WHERE backfill_id = $1",
-		finish: "UPDATE " + n.Backfill + " SET state = $2, next_due_at = $3, started = $4, error = $5, updated_at = now()" +
+		save: "UPDATE " + n.Backfill + " SET state = $2, next_due_at = $3, started = $4, error = $5, updated_at = now()" +
 			" WHERE backfill_id = $1",
 		fail: "UPDATE " + n.Backfill + " SET error = $2, updated_at = now() WHERE backfill_id = $1 AND state = 'running'",
 	}
@@ -47,7 +45,7 @@ type Backfill struct {
 	CreatedAt, UpdatedAt  time.Time
 }
 
-func scanBackfill(row pgx.Row) (*Backfill, error) {
+func scanBackfill(row pgx.CollectableRow) (*Backfill, error) {
 	var b Backfill
 	return &b, row.Scan(&b.ID, &b.Namespace, &b.ScheduleID, &b.Start, &b.End, &b.State, &b.Total, &b.Started,
 		&b.NextDueAt, &b.Error, &b.CreatedAt, &b.UpdatedAt)
@@ -61,51 +59,34 @@ func (s *Store) InsertBackfill(ctx context.Context, db DBTX, p *Backfill) (bool,
 	return tag.RowsAffected() == 1, err
 }
 
-// GetBackfillParams name a backfill; with ForUpdate, in any namespace.
-type GetBackfillParams struct {
-	ID        uuid.UUID
-	Namespace string
-	ForUpdate bool
-}
-
-// GetBackfill reads a backfill; pgx.ErrNoRows when there is none.
-func (s *Store) GetBackfill(ctx context.Context, db DBTX, p GetBackfillParams) (*Backfill, error) {
-	if p.ForUpdate {
-		return scanBackfill(db.QueryRow(ctx, s.backfills.getForUpdate, p.ID))
+// GetBackfill reads a backfill of namespace, or, with an empty namespace,
+// locks one of any; pgx.ErrNoRows when there is none.
+func (s *Store) GetBackfill(ctx context.Context, db DBTX, namespace string, id uuid.UUID) (*Backfill, error) {
+	if namespace == "" {
+		return firstRow(collectRows(ctx, db, scanBackfill, s.backfills.getForUpdate, id))
 	}
-	return scanBackfill(db.QueryRow(ctx, s.backfills.get, p.ID, p.Namespace))
+	return firstRow(collectRows(ctx, db, scanBackfill, s.backfills.get, id, namespace))
 }
 
 // BackfillByRange reads the backfill of p's schedule and range.
 func (s *Store) BackfillByRange(ctx context.Context, db DBTX, p *Backfill) (*Backfill, error) {
-	return scanBackfill(db.QueryRow(ctx, s.backfills.byRange, p.Namespace, p.ScheduleID, p.Start, p.End))
+	return firstRow(collectRows(ctx, db, scanBackfill, s.backfills.byRange, p.Namespace, p.ScheduleID, p.Start, p.End))
 }
 
 // ListBackfills reads the backfills of a schedule, newest first.
 func (s *Store) ListBackfills(ctx context.Context, db DBTX, p ScheduleKey) ([]*Backfill, error) {
-	rows, err := db.Query(ctx, s.backfills.list, p.Namespace, p.ID)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Backfill, error) { return scanBackfill(row) })
+	return collectRows(ctx, db, scanBackfill, s.backfills.list, p.Namespace, p.ID)
 }
 
-// BackfillProgress records a running backfill's next due time and count
-// of started runs, and clears its error.
-func (s *Store) BackfillProgress(ctx context.Context, db DBTX, p *Backfill) error {
-	_, err := db.Exec(ctx, s.backfills.progress, p.ID, p.NextDueAt, p.Started)
-	return err
-}
-
-// FinishBackfill records a backfill's end: its State, NextDueAt, Started
-// and Error.
-func (s *Store) FinishBackfill(ctx context.Context, db DBTX, p *Backfill) error {
-	_, err := db.Exec(ctx, s.backfills.finish, p.ID, p.State, p.NextDueAt, p.Started, p.Error)
+// SaveBackfill writes a backfill's State, NextDueAt, Started and Error; the
+// caller read p locked in the same transaction.
+func (s *Store) SaveBackfill(ctx context.Context, db DBTX, p *Backfill) error {
+	_, err := db.Exec(ctx, s.backfills.save, p.ID, p.State, p.NextDueAt, p.Started, p.Error)
 	return err
 }
 
 // BackfillError records the error of a running backfill's failed batch.
-func (s *Store) BackfillError(ctx context.Context, db DBTX, p *Backfill) error {
-	_, err := db.Exec(ctx, s.backfills.fail, p.ID, p.Error)
+func (s *Store) BackfillError(ctx context.Context, db DBTX, id uuid.UUID, message string) error {
+	_, err := db.Exec(ctx, s.backfills.fail, id, message)
 	return err
 }

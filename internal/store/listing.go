@@ -64,12 +64,8 @@ func (s *Store) ListRuns(ctx context.Context, db DBTX, p ListRunsParams) ([]*Run
 	if p.After != nil {
 		afterAt, afterRun = &p.After.CreatedAt, &p.After.RunID
 	}
-	rows, err := db.Query(ctx, s.listing.runs, p.Namespace, orNull(p.Kind), orNull(p.State), orNull(p.WorkflowIDLike),
-		orNull(p.CreatedAfter), orNull(p.CreatedBefore), afterAt, afterRun, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowToAddrOfStructByPos[RunSummary])
+	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[RunSummary], s.listing.runs, p.Namespace, orNull(p.Kind),
+		orNull(p.State), orNull(p.WorkflowIDLike), orNull(p.CreatedAfter), orNull(p.CreatedBefore), afterAt, afterRun, p.Limit)
 }
 
 // orNull is nil for v's zero value, else v.
@@ -92,4 +88,25 @@ type NamespaceParams struct {
 func (s *Store) UpsertNamespace(ctx context.Context, db DBTX, p NamespaceParams) error {
 	_, err := db.Exec(ctx, s.listing.namespace, p.Name, p.Description, p.Retention.Microseconds())
 	return err
+}
+
+// collectRows runs a query and scans its rows.
+func collectRows[T any](ctx context.Context, db DBTX, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scan)
+}
+
+// firstRow is the first of rows; pgx.ErrNoRows when there is none.
+func firstRow[T any](rows []T, err error) (T, error) {
+	if err == nil && len(rows) == 0 {
+		err = pgx.ErrNoRows
+	}
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return rows[0], nil
 }

@@ -98,11 +98,7 @@ type GenerationsParams struct {
 
 // Generations reads the newest runs of a workflow, newest first.
 func (s *Store) Generations(ctx context.Context, db DBTX, p GenerationsParams) ([]*Generation, error) {
-	rows, err := db.Query(ctx, s.lookups.generations, p.Namespace, p.WorkflowID, p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowToAddrOfStructByPos[Generation])
+	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[Generation], s.lookups.generations, p.Namespace, p.WorkflowID, p.Limit)
 }
 
 // RunCount counts the runs of a state (with CountRuns' ByKind, of a
@@ -118,9 +114,5 @@ func (s *Store) CountRuns(ctx context.Context, db DBTX, byKind bool) ([]RunCount
 	if byKind {
 		query = s.lookups.countByKind
 	}
-	rows, err := db.Query(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[RunCount])
+	return collectRows(ctx, db, pgx.RowToStructByPos[RunCount], query)
 }

@@ -93,11 +93,8 @@ type ClaimedQuery struct {
 
 // ClaimQueries claims up to Limit open queries, oldest first.
 func (s *Store) ClaimQueries(ctx context.Context, db DBTX, p ClaimQueriesParams) ([]ClaimedQuery, error) {
-	rows, err := db.Query(ctx, s.queries.claim, p.Namespaces, p.WorkflowKinds, p.ReclaimAfter.Microseconds(), p.Limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[ClaimedQuery])
+	return collectRows(ctx, db, pgx.RowToStructByPos[ClaimedQuery], s.queries.claim,
+		p.Namespaces, p.WorkflowKinds, p.ReclaimAfter.Microseconds(), p.Limit)
 }
 
 // UnclaimQuery gives a claimed query back, to be claimed again.

@@ -53,11 +53,7 @@ type Worker struct {
 
 // ListWorkers reads the live workers of a namespace, newest first.
 func (s *Store) ListWorkers(ctx context.Context, db DBTX, namespace string) ([]*Worker, error) {
-	rows, err := db.Query(ctx, s.workers.list, namespace)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowToAddrOfStructByPos[Worker])
+	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[Worker], s.workers.list, namespace)
 }
 
 // CountTaskWorkersParams name a run's namespace, task queue and workflow
