@@ -335,7 +335,9 @@ func (c *Client) TriggerScheduleTx(ctx context.Context, tx pgx.Tx, id string) (*
 }
 
 // scheduledArgs are the args of the runs a schedule starts.
-func scheduledArgs(s *store.Schedule) RawArgs { return RawArgs{JSON: s.WorkflowArgs, KindName: s.WorkflowKind} }
+func scheduledArgs(s *store.Schedule) RawArgs {
+	return RawArgs{JSON: s.WorkflowArgs, KindName: s.WorkflowKind}
+}
 
 // BackfillSchedule starts the runs of the due times in [from, to), as if the
 // schedule had run then (overlapping), and returns them. Each due time starts

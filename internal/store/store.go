@@ -30,6 +30,7 @@ type Store struct {
 	lookups   lookupSQL
 	queries   querySQL
 	schedules scheduleSQL
+	sweeps    sweepSQL
 	updates   updateSQL
 	workers   workerSQL
 }
@@ -43,6 +44,7 @@ func New(names *dbschema.Names) *Store {
 		lookups:   newLookupSQL(names),
 		queries:   newQuerySQL(names),
 		schedules: newScheduleSQL(names),
+		sweeps:    newSweepSQL(names),
 		updates:   newUpdateSQL(names),
 		workers:   newWorkerSQL(names),
 	}
