@@ -308,7 +308,7 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 			}
 			s.w.config.Logger.WarnContext(ctx, "weir: queueing a task for a run that had none", slog.String("run_id", runID.String()))
 			repaired++
-			return inbox.QueueTask(ctx, tx, names, s.w.riverClient, (*inbox.Run)(run))
+			return inbox.QueueTask(ctx, tx, names, s.w.riverClient, run)
 		})
 		if err != nil {
 			return repaired, fmt.Errorf("queueing a task of run %s: %w", runID, err)

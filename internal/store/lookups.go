@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -115,4 +116,17 @@ func (s *Store) CountRuns(ctx context.Context, db DBTX, byKind bool) ([]RunCount
 		query = s.lookups.countByKind
 	}
 	return collectRows(ctx, db, pgx.RowToStructByPos[RunCount], query)
+}
+
+// stores are the Stores For built, by schema.
+var stores sync.Map
+
+// For returns the Store of the schema names qualifies, built on first use:
+// for code handed names, not a Store.
+func For(names *dbschema.Names) *Store {
+	if s, ok := stores.Load(names.Schema); ok {
+		return s.(*Store)
+	}
+	s, _ := stores.LoadOrStore(names.Schema, New(names))
+	return s.(*Store)
 }

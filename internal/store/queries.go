@@ -114,3 +114,10 @@ func (s *Store) AnswerQuery(ctx context.Context, db DBTX, p AnswerQueryParams) e
 	_, err := db.Exec(ctx, s.queries.answer, p.ID, p.Result, p.Failure, s.queries.answered)
 	return err
 }
+
+// Notify sends notifications on channels with payloads (pairwise) in one
+// statement; it needs no schema.
+func Notify(ctx context.Context, db DBTX, channels, payloads []string) error {
+	_, err := db.Exec(ctx, "SELECT count(pg_notify(c, p)) FROM unnest($1::text[], $2::text[]) AS n(c, p)", channels, payloads)
+	return err
+}

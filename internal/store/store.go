@@ -26,6 +26,8 @@ type DBTX interface {
 type Store struct {
 	names     *dbschema.Names
 	backfills backfillSQL
+	inbox     inboxSQL
+	inspect   inspectSQL
 	listing   listingSQL
 	lookups   lookupSQL
 	queries   querySQL
@@ -40,6 +42,8 @@ func New(names *dbschema.Names) *Store {
 	return &Store{
 		names:     names,
 		backfills: newBackfillSQL(names),
+		inbox:     newInboxSQL(names),
+		inspect:   newInspectSQL(names),
 		listing:   newListingSQL(names),
 		lookups:   newLookupSQL(names),
 		queries:   newQuerySQL(names),

@@ -136,8 +136,8 @@ func (s *Store) StrandedRuns(ctx context.Context, db DBTX, limit int) ([]uuid.UU
 	return collectRows(ctx, db, pgx.RowTo[uuid.UUID], s.sweeps.strandedScan, limit)
 }
 
-// TaskRun is what queueing a run's workflow task needs to know of it, its
-// fields in the order of inbox.Run (which converts from it).
+// TaskRun is what queueing a run's workflow task needs to know of it
+// (inbox.Run).
 type TaskRun struct {
 	ID                                 uuid.UUID
 	Kind, Namespace, Queue, WorkflowID string
