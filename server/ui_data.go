@@ -126,7 +126,7 @@ const uiGenerationsMax = 100
 
 // generations lists the newest runs of a workflow ID, newest first.
 func (s *Server) generations(ctx context.Context, namespace, workflowID string) ([]*store.Generation, error) {
-	out, err := s.store.Generations(ctx, s.pool, store.GenerationsParams{Namespace: namespace, WorkflowID: workflowID, Limit: uiGenerationsMax})
+	out, err := s.store.Generations(ctx, s.pool, store.RunKey{Namespace: namespace, WorkflowID: workflowID}, uiGenerationsMax)
 	if err != nil {
 		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
 	}

@@ -91,15 +91,10 @@ type Generation struct {
 	ClosedAt   *time.Time
 }
 
-// GenerationsParams name a workflow and how many of its runs to read.
-type GenerationsParams struct {
-	Namespace, WorkflowID string
-	Limit                 int
-}
-
-// Generations reads the newest runs of a workflow, newest first.
-func (s *Store) Generations(ctx context.Context, db DBTX, p GenerationsParams) ([]*Generation, error) {
-	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[Generation], s.lookups.generations, p.Namespace, p.WorkflowID, p.Limit)
+// Generations reads up to limit of the newest runs of p's workflow, newest
+// first.
+func (s *Store) Generations(ctx context.Context, db DBTX, p RunKey, limit int) ([]*Generation, error) {
+	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[Generation], s.lookups.generations, p.Namespace, p.WorkflowID, limit)
 }
 
 // RunCount counts the runs of a state (with CountRuns' ByKind, of a

@@ -88,9 +88,7 @@ type TimedOutActivity struct {
 // TimedOutActivities reads up to limit pending activities past their
 // deadline whose outcome is not in the inbox.
 func (s *Store) TimedOutActivities(ctx context.Context, db DBTX, limit int) ([]TimedOutActivity, error) {
-	return collectRows(ctx, db, func(row pgx.CollectableRow) (a TimedOutActivity, err error) {
-		return a, row.Scan(&a.RunID, &a.ScheduledEventID, &a.JobID, &a.Attempt, &a.Deadline)
-	}, s.sweeps.timedOut, limit)
+	return collectRows(ctx, db, pgx.RowToStructByPos[TimedOutActivity], s.sweeps.timedOut, limit)
 }
 
 // EndedActivity is a pending activity whose job ended (or is gone: nil
@@ -110,9 +108,7 @@ func (s *Store) EndedActivities(ctx context.Context, db DBTX, jobIDs []int64, li
 	if jobIDs != nil {
 		sql, arg = s.sweeps.endedJobs, jobIDs
 	}
-	return collectRows(ctx, db, func(row pgx.CollectableRow) (a EndedActivity, err error) {
-		return a, row.Scan(&a.RunID, &a.ScheduledEventID, &a.JobID, &a.State, &a.Attempt, &a.Errors, &a.CancelRequested)
-	}, sql, arg)
+	return collectRows(ctx, db, pgx.RowToStructByPos[EndedActivity], sql, arg)
 }
 
 // LockRunActivityPending locks the run in tx and then, in a snapshot taken
