@@ -229,8 +229,7 @@ func (c *Client) ListSchedules(ctx context.Context) ([]*Schedule, error) {
 
 // DeleteSchedule is DeleteScheduleTx in a transaction of its own.
 func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
-	_, err := inTx(ctx, c, func(tx pgx.Tx) (struct{}, error) { return struct{}{}, c.DeleteScheduleTx(ctx, tx, id) })
-	return err
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.DeleteScheduleTx(ctx, tx, id) })
 }
 
 // DeleteScheduleTx deletes a schedule in tx; runs it started go on.
