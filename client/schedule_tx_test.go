@@ -32,8 +32,8 @@ func TestScheduleMutationsTx(t *testing.T) {
 	rolledBack := func(f func(tx pgx.Tx)) {
 		tx, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }() // also when f fails the test
 		f(tx)
-		require.NoError(t, tx.Rollback(ctx))
 	}
 
 	rolledBack(func(tx pgx.Tx) {
