@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/schedule"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // BackfillMax is the most due times one backfill covers. A longer range is
@@ -104,12 +105,7 @@ func (BackfillArgs) Kind() string { return BackfillKind }
 
 // CreateBackfill is CreateBackfillTx in a transaction of its own.
 func (c *Client) CreateBackfill(ctx context.Context, scheduleID string, from, to time.Time) (*Backfill, error) {
-	var b *Backfill
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
-		b, err = c.CreateBackfillTx(ctx, tx, scheduleID, from, to)
-		return err
-	})
-	return b, err
+	return inTx(ctx, c, func(tx pgx.Tx) (*Backfill, error) { return c.CreateBackfillTx(ctx, tx, scheduleID, from, to) })
 }
 
 // CreateBackfillTx stores, in tx, a durable backfill of the schedule's due
@@ -124,98 +120,63 @@ func (c *Client) CreateBackfillTx(ctx context.Context, tx pgx.Tx, scheduleID str
 	if !from.Before(to) {
 		return nil, fmt.Errorf("weir: backfill of schedule %s needs a start before its end", scheduleID)
 	}
-	var (
-		cron, timeZone string
-		every          int64
-		anchor         time.Time
-	)
-	err := tx.QueryRow(ctx, "SELECT coalesce(cron, ''), coalesce(extract(epoch FROM every) * 1000000, 0)::bigint, time_zone, anchor FROM "+
-		c.names.Schedule+" WHERE namespace = $1 AND schedule_id = $2", c.config.Namespace, scheduleID).Scan(&cron, &every, &timeZone, &anchor)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &ScheduleNotFoundError{ID: scheduleID, Namespace: c.config.Namespace}
-	}
+	s, err := c.getSchedule(ctx, tx, scheduleID, store.NoLock)
 	if err != nil {
-		return nil, fmt.Errorf("reading schedule %s: %w", scheduleID, err)
+		return nil, err
 	}
-	spec := &schedule.Spec{Cron: cron, Every: time.Duration(every) * time.Microsecond, TimeZone: timeZone}
-	total, err := spec.Count(anchor, from, to, BackfillMax)
+	spec := &schedule.Spec{Cron: s.Cron, Every: s.Every, TimeZone: s.TimeZone}
+	total, err := spec.Count(s.Anchor, from, to, BackfillMax)
 	if err != nil {
 		return nil, err
 	}
 	if total > BackfillMax {
 		return nil, &BackfillTooLargeError{End: to, Max: BackfillMax, ScheduleID: scheduleID, Start: from}
 	}
-	var next *time.Time
+	row := &store.Backfill{
+		ID: uuid.New(), Namespace: c.config.Namespace, ScheduleID: scheduleID, Start: from, End: to,
+		State: string(BackfillCompleted), Total: total,
+	}
 	if total > 0 {
-		due, err := spec.NextBefore(anchor, from.Add(-time.Nanosecond), to)
+		due, err := spec.NextBefore(s.Anchor, from.Add(-time.Nanosecond), to)
 		if err != nil {
 			return nil, err
 		}
-		next = &due
+		row.NextDueAt, row.State = &due, string(BackfillRunning)
 	}
-	state := BackfillRunning
-	if total == 0 {
-		state = BackfillCompleted
-	}
-	id := uuid.New()
-	var inserted bool
-	err = tx.QueryRow(ctx, "INSERT INTO "+c.names.Backfill+" (backfill_id, namespace, schedule_id, range_start, range_end, state, total, next_due_at)"+
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (namespace, schedule_id, range_start, range_end) DO NOTHING RETURNING true",
-		id, c.config.Namespace, scheduleID, from, to, string(state), total, next).Scan(&inserted)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return c.backfillByRange(ctx, tx, scheduleID, from, to) // created before
-	}
+	inserted, err := c.store.InsertBackfill(ctx, tx, row)
 	if err != nil {
 		return nil, fmt.Errorf("creating a backfill of schedule %s: %w", scheduleID, err)
 	}
-	if state == BackfillRunning {
-		var queue string
-		if err := tx.QueryRow(ctx, "SELECT queue FROM "+c.names.Schedule+" WHERE namespace = $1 AND schedule_id = $2",
-			c.config.Namespace, scheduleID).Scan(&queue); err != nil {
-			return nil, fmt.Errorf("reading schedule %s: %w", scheduleID, err)
+	if !inserted { // created before
+		if row, err = c.store.BackfillByRange(ctx, tx, row); err != nil {
+			return nil, fmt.Errorf("reading the backfill of schedule %s: %w", scheduleID, err)
 		}
-		if _, err := c.river.InsertTx(ctx, tx, BackfillArgs{BackfillID: id}, &river.InsertOpts{Queue: queue}); err != nil {
+		return newBackfill(row), nil
+	}
+	if row.State == string(BackfillRunning) {
+		if _, err := c.river.InsertTx(ctx, tx, BackfillArgs{BackfillID: row.ID}, &river.InsertOpts{Queue: s.Queue}); err != nil {
 			return nil, fmt.Errorf("queuing the backfill of schedule %s: %w", scheduleID, err)
 		}
 	}
-	return c.describeBackfill(ctx, tx, id)
+	return c.describeBackfill(ctx, tx, row.ID)
 }
 
-const backfillColumns = "backfill_id, namespace, schedule_id, range_start, range_end, state, total, started, next_due_at, error, created_at, updated_at"
-
-func scanBackfill(row pgx.Row) (*Backfill, error) {
-	var (
-		b     Backfill
-		state string
-	)
-	err := row.Scan(&b.ID, &b.Namespace, &b.ScheduleID, &b.Start, &b.End, &state, &b.Total, &b.Started, &b.NextDueAt, &b.Error, &b.CreatedAt, &b.UpdatedAt)
-	b.State = BackfillState(state)
-	return &b, err
-}
-
-func (c *Client) backfillByRange(ctx context.Context, q pgx.Tx, scheduleID string, from, to time.Time) (*Backfill, error) {
-	b, err := scanBackfill(q.QueryRow(ctx, "SELECT "+backfillColumns+" FROM "+c.names.Backfill+
-		" WHERE namespace = $1 AND schedule_id = $2 AND range_start = $3 AND range_end = $4", c.config.Namespace, scheduleID, from, to))
-	if err != nil {
-		return nil, fmt.Errorf("reading the backfill of schedule %s: %w", scheduleID, err)
+func newBackfill(r *store.Backfill) *Backfill {
+	return &Backfill{
+		CreatedAt: r.CreatedAt, End: r.End, Error: r.Error, ID: r.ID, Namespace: r.Namespace, NextDueAt: r.NextDueAt,
+		ScheduleID: r.ScheduleID, Start: r.Start, Started: r.Started, State: BackfillState(r.State), Total: r.Total, UpdatedAt: r.UpdatedAt,
 	}
-	return b, nil
 }
 
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func (c *Client) describeBackfill(ctx context.Context, q querier, id uuid.UUID) (*Backfill, error) {
-	b, err := scanBackfill(q.QueryRow(ctx, "SELECT "+backfillColumns+" FROM "+c.names.Backfill+
-		" WHERE namespace = $1 AND backfill_id = $2", c.config.Namespace, id))
+func (c *Client) describeBackfill(ctx context.Context, db store.DBTX, id uuid.UUID) (*Backfill, error) {
+	b, err := c.store.GetBackfill(ctx, db, c.config.Namespace, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &BackfillNotFoundError{ID: id, Namespace: c.config.Namespace}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading backfill %s: %w", id, err)
 	}
-	return b, nil
+	return newBackfill(b), nil
 }
 
 // DescribeBackfill returns a durable backfill as its progress stands.
@@ -226,19 +187,13 @@ func (c *Client) DescribeBackfill(ctx context.Context, id uuid.UUID) (*Backfill,
 // ListBackfills returns the durable backfills of a schedule, newest first
 // (none for a schedule that has none or does not exist).
 func (c *Client) ListBackfills(ctx context.Context, scheduleID string) ([]*Backfill, error) {
-	rows, err := c.pool.Query(ctx, "SELECT "+backfillColumns+" FROM "+c.names.Backfill+
-		" WHERE namespace = $1 AND schedule_id = $2 ORDER BY created_at DESC, backfill_id", c.config.Namespace, scheduleID)
+	rows, err := c.store.ListBackfills(ctx, c.pool, c.scheduleKey(scheduleID))
 	if err != nil {
 		return nil, fmt.Errorf("listing backfills: %w", err)
 	}
-	defer rows.Close()
-	out := []*Backfill{}
-	for rows.Next() {
-		b, err := scanBackfill(rows)
-		if err != nil {
-			return nil, fmt.Errorf("listing backfills: %w", err)
-		}
-		out = append(out, b)
+	out := make([]*Backfill, len(rows))
+	for i, r := range rows {
+		out[i] = newBackfill(r)
 	}
-	return out, rows.Err()
+	return out, nil
 }

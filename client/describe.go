@@ -167,26 +167,22 @@ func (c *Client) Describe(ctx context.Context, workflowID string, runID uuid.UUI
 }
 
 func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Description, error) {
-	d := &Description{RunID: runID}
-	var failure []byte
-	var parentRunID *uuid.UUID
-	var parentWorkflowID *string
-	err := tx.QueryRow(ctx, "SELECT r.namespace, r.workflow_id, r.generation, r.kind, r.queue, r.state, r.args, r.result, r.failure, r.next_event_id - 1,"+
-		" r.task_job_id, r.run_deadline, r.execution_deadline, r.created_at, r.updated_at, r.closed_at, r.parent_run_id, p.workflow_id"+
-		" FROM "+c.names.Run+" r LEFT JOIN "+c.names.Run+" p ON p.run_id = r.parent_run_id WHERE r.run_id = $1", runID).Scan(
-		&d.Namespace, &d.WorkflowID, &d.Generation, &d.Kind, &d.Queue, &d.State, &d.Args, &d.Result, &failure, &d.HistoryLength,
-		&d.TaskJobID, &d.RunDeadline, &d.ExecutionDeadline, &d.CreatedAt, &d.UpdatedAt, &d.ClosedAt, &parentRunID, &parentWorkflowID)
+	r, err := c.store.DescribeRun(ctx, tx, runID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &RunNotFoundError{RunID: runID}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("describing run %s: %w", runID, err)
 	}
-	d.Failure = decodeFailure(failure)
-	if parentRunID != nil {
-		d.Parent = &RunRef{RunID: *parentRunID}
-		if parentWorkflowID != nil {
-			d.Parent.WorkflowID = *parentWorkflowID
+	d := &Description{
+		Args: r.Args, ClosedAt: r.ClosedAt, CreatedAt: r.CreatedAt, ExecutionDeadline: r.ExecutionDeadline, Failure: decodeFailure(r.Failure),
+		Generation: r.Generation, HistoryLength: r.HistoryLength, Kind: r.Kind, Namespace: r.Namespace, Queue: r.Queue, Result: r.Result,
+		RunDeadline: r.RunDeadline, RunID: runID, State: r.State, TaskJobID: r.TaskJobID, UpdatedAt: r.UpdatedAt, WorkflowID: r.WorkflowID,
+	}
+	if r.ParentRunID != nil {
+		d.Parent = &RunRef{RunID: *r.ParentRunID}
+		if r.ParentWorkflowID != nil {
+			d.Parent.WorkflowID = *r.ParentWorkflowID
 		}
 	}
 	if d.State == "running" {
@@ -199,62 +195,29 @@ func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Des
 			}
 		}
 	}
-
-	rows, err := tx.Query(ctx, "SELECT a.scheduled_event_id, a.kind, a.job_id, coalesce(j.state::text, ''), coalesce(j.attempt, 0),"+
-		" coalesce(j.max_attempts, 0), j.attempted_at, j.scheduled_at, j.lease_expires_at,"+
-		" coalesce(j.errors[array_length(j.errors, 1)]->>'error', '')"+
-		" FROM "+c.names.Activity+" a LEFT JOIN "+c.names.RiverJob+" j ON j.id = a.job_id"+
-		" WHERE a.run_id = $1 ORDER BY a.scheduled_event_id", runID)
+	activities, err := c.store.PendingActivities(ctx, tx, runID)
 	if err != nil {
 		return nil, fmt.Errorf("describing activities of run %s: %w", runID, err)
 	}
-	d.PendingActivities, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*PendingActivity, error) {
-		var a PendingActivity
-		err := row.Scan(&a.ScheduledEventID, &a.Kind, &a.JobID, &a.JobState, &a.Attempt, &a.MaxAttempts,
-			&a.AttemptedAt, &a.ScheduledAt, &a.LeaseExpiresAt, &a.LastError)
-		return &a, err
-	})
+	d.PendingActivities = make([]*PendingActivity, len(activities))
+	for i, a := range activities {
+		d.PendingActivities[i] = (*PendingActivity)(a)
+	}
+	timers, err := c.store.PendingTimers(ctx, tx, runID)
 	if err != nil {
-		return nil, fmt.Errorf("describing activities of run %s: %w", runID, err)
+		return nil, fmt.Errorf("describing timers of run %s: %w", runID, err)
 	}
-
-	if d.PendingTimers, err = c.pendingTimers(ctx, tx, runID); err != nil {
-		return nil, err
+	d.PendingTimers = make([]*PendingTimer, len(timers))
+	for i, t := range timers {
+		d.PendingTimers[i] = (*PendingTimer)(t)
 	}
-
-	rows, err = tx.Query(ctx, "SELECT type, dedup_key, created_at FROM "+c.names.Inbox+" WHERE run_id = $1 ORDER BY id", runID)
+	inbox, err := c.store.PendingInbox(ctx, tx, runID)
 	if err != nil {
 		return nil, fmt.Errorf("describing inbox of run %s: %w", runID, err)
 	}
-	d.PendingInbox, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*PendingInboxItem, error) {
-		var item PendingInboxItem
-		err := row.Scan(&item.Type, &item.DedupKey, &item.CreatedAt)
-		return &item, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("describing inbox of run %s: %w", runID, err)
+	d.PendingInbox = make([]*PendingInboxItem, len(inbox))
+	for i, item := range inbox {
+		d.PendingInbox[i] = (*PendingInboxItem)(item)
 	}
 	return d, nil
-}
-
-// pendingTimers reads the run's timers that history started and neither
-// fired nor cancelled.
-func (c *Client) pendingTimers(ctx context.Context, tx pgx.Tx, runID uuid.UUID) ([]*PendingTimer, error) {
-	rows, err := tx.Query(ctx, "SELECT s.event_id, (s.attributes->>'fire_at')::timestamptz FROM "+c.names.Event+" s"+
-		" WHERE s.run_id = $1 AND s.type = 'TimerStarted' AND NOT EXISTS (SELECT 1 FROM "+c.names.Event+" r"+
-		" WHERE r.run_id = $1 AND (r.resolves_event_id = s.event_id"+
-		" OR (r.type = 'TimerCanceled' AND (r.attributes->>'started_event_id')::bigint = s.event_id)))"+
-		" ORDER BY s.event_id", runID)
-	if err != nil {
-		return nil, fmt.Errorf("describing timers of run %s: %w", runID, err)
-	}
-	timers, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*PendingTimer, error) {
-		var t PendingTimer
-		err := row.Scan(&t.StartedEventID, &t.FireAt)
-		return &t, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("describing timers of run %s: %w", runID, err)
-	}
-	return timers, nil
 }

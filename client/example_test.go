@@ -7,6 +7,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/client"
@@ -222,4 +223,59 @@ func ExampleClient_CreateBackfill() {
 	// same backfill: true
 	// next due one minute after the anchor: 1m0s
 	// ten years of minutes: true
+}
+
+// Create a schedule and start its first runs in the transaction that records
+// the order they belong to: all of it commits, or none.
+func ExampleClient_CreateScheduleTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dbtest.ExampleURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	const schema = "weir_example_client_schedule_tx"
+	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	migrator, err := migrations.New(pool, &migrations.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Up(ctx, nil); err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.New(pool, &client.Config{Schema: schema})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// The caller's own writes go in tx here too.
+		if _, err := c.CreateScheduleTx(ctx, tx, &client.ScheduleParams{ID: "hourly-refunds", Cron: "@hourly", Workflow: RefundArgs{}}); err != nil {
+			return err
+		}
+		runs, err := c.BackfillScheduleTx(ctx, tx, "hourly-refunds", from, from.Add(2*time.Hour))
+		if err != nil {
+			return err
+		}
+		for _, run := range runs {
+			fmt.Println("started:", run.WorkflowID)
+		}
+		if _, err := c.PauseScheduleTx(ctx, tx, "hourly-refunds"); err != nil {
+			return err
+		}
+		return c.DeleteScheduleTx(ctx, tx, "hourly-refunds")
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = c.DescribeSchedule(ctx, "hourly-refunds")
+	fmt.Println("deleted:", errors.Is(err, client.ErrScheduleNotFound))
+
+	// Output:
+	// started: hourly-refunds/2026-01-01T00:00:00Z
+	// started: hourly-refunds/2026-01-01T01:00:00Z
+	// deleted: true
 }

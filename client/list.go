@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/store"
 )
 
 const (
@@ -122,57 +123,27 @@ func (c *Client) List(ctx context.Context, opts *ListOpts) (*ListResult, error) 
 		namespace = c.config.Namespace
 	}
 
-	var (
-		cursorAt  *time.Time
-		cursorRun *uuid.UUID
-	)
+	p := store.ListRunsParams{
+		Namespace: namespace, Kind: opts.Kind, State: opts.State, CreatedAfter: opts.CreatedAfter,
+		CreatedBefore: opts.CreatedBefore, Limit: limit + 1,
+	}
 	if opts.Cursor != "" {
 		cursor, err := decodeCursor(opts.Cursor)
 		if err != nil {
 			return nil, err
 		}
-		cursorAt, cursorRun = &cursor.CreatedAt, &cursor.RunID
+		p.After = &store.RunSummary{CreatedAt: cursor.CreatedAt, RunID: cursor.RunID}
 	}
-	optional := func(s string) *string {
-		if s == "" {
-			return nil
-		}
-		return &s
-	}
-	optionalTime := func(t time.Time) *time.Time {
-		if t.IsZero() {
-			return nil
-		}
-		return &t
-	}
-	var prefixPattern *string
 	if opts.WorkflowIDPrefix != "" {
-		pattern := likeEscaper.Replace(opts.WorkflowIDPrefix) + "%"
-		prefixPattern = &pattern
+		p.WorkflowIDLike = likeEscaper.Replace(opts.WorkflowIDPrefix) + "%"
 	}
-
-	rows, err := c.pool.Query(ctx, "SELECT namespace, workflow_id, run_id, generation, kind, queue, state, created_at, closed_at"+
-		" FROM "+c.names.Run+
-		" WHERE namespace = $1"+
-		" AND ($2::text IS NULL OR kind = $2)"+
-		" AND ($3::text IS NULL OR state = $3)"+
-		" AND ($4::text IS NULL OR workflow_id LIKE $4)"+
-		" AND ($5::timestamptz IS NULL OR created_at > $5)"+
-		" AND ($6::timestamptz IS NULL OR created_at < $6)"+
-		" AND ($7::timestamptz IS NULL OR (created_at, run_id) < ($7, $8::uuid))"+
-		" ORDER BY created_at DESC, run_id DESC LIMIT $9",
-		namespace, optional(opts.Kind), optional(opts.State), prefixPattern,
-		optionalTime(opts.CreatedAfter), optionalTime(opts.CreatedBefore), cursorAt, cursorRun, limit+1)
+	rows, err := c.store.ListRuns(ctx, c.pool, p)
 	if err != nil {
 		return nil, fmt.Errorf("listing runs: %w", err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*RunSummary, error) {
-		var r RunSummary
-		err := row.Scan(&r.Namespace, &r.WorkflowID, &r.RunID, &r.Generation, &r.Kind, &r.Queue, &r.State, &r.CreatedAt, &r.ClosedAt)
-		return &r, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing runs: %w", err)
+	runs := make([]*RunSummary, len(rows))
+	for i, r := range rows {
+		runs[i] = (*RunSummary)(r)
 	}
 	result := &ListResult{Runs: runs}
 	if len(runs) > limit {

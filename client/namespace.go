@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/weirhq/weir/internal/store"
 )
 
 // NamespaceOpts describe a namespace for RegisterNamespace.
@@ -31,14 +33,7 @@ func (c *Client) RegisterNamespace(ctx context.Context, name string, opts *Names
 	if opts.Retention < 0 {
 		return errors.New("weir: namespace retention must not be negative")
 	}
-	var retention *string
-	if opts.Retention > 0 {
-		r := fmt.Sprintf("%d microseconds", opts.Retention.Microseconds())
-		retention = &r
-	}
-	_, err := c.pool.Exec(ctx, "INSERT INTO "+c.names.Namespace+" (name, description, retention) VALUES ($1, $2, $3::interval)"+
-		" ON CONFLICT (name) DO UPDATE SET description = excluded.description, retention = excluded.retention",
-		name, opts.Description, retention)
+	err := c.store.UpsertNamespace(ctx, c.pool, store.NamespaceParams{Name: name, Description: opts.Description, Retention: opts.Retention})
 	if err != nil {
 		return fmt.Errorf("registering namespace %s: %w", name, err)
 	}

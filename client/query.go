@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // QueryTimeoutDefault is how long Query waits for a worker's answer.
@@ -107,22 +107,11 @@ func (c *Client) Query(ctx context.Context, workflowID string, runID uuid.UUID, 
 	// Listen for the answer before asking, so it can't slip by.
 	l := c.sharedListener()
 	answered := dbschema.Channel(c.config.Schema, dbschema.QueryAnsweredChannel)
-	var id int64
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, "INSERT INTO "+c.names.Query+" (run_id, namespace, workflow_kind, kind, args, expires_at)"+
-			" SELECT run_id, namespace, kind, $2, $3, now() + $4::bigint * interval '1 microsecond' FROM "+c.names.Run+" WHERE run_id = $1"+
-			" RETURNING id", resolved, args.Kind(), payload, timeout.Microseconds()).Scan(&id); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(c.config.Schema, dbschema.QueryChannel), strconv.FormatInt(id, 10))
-		return err
-	})
+	id, err := c.store.AskQuery(ctx, c.pool, store.AskQueryParams{RunID: resolved, Kind: args.Kind(), Args: payload, Timeout: timeout})
 	if err != nil {
 		return fmt.Errorf("asking query %s of workflow %s: %w", args.Kind(), workflowID, err)
 	}
-	defer func() {
-		_, _ = c.pool.Exec(context.WithoutCancel(ctx), "DELETE FROM "+c.names.Query+" WHERE id = $1", id)
-	}()
+	defer func() { _ = c.store.DeleteQuery(context.WithoutCancel(ctx), c.pool, id) }()
 
 	var wake <-chan struct{}
 	if l != nil {
@@ -136,23 +125,18 @@ func (c *Client) Query(ctx context.Context, workflowID string, runID uuid.UUID, 
 	poll := time.NewTicker(min(c.config.PollInterval, 250*time.Millisecond))
 	defer poll.Stop()
 	for {
-		var (
-			result      []byte
-			failure     []byte
-			answeredNow bool
-		)
-		if err := c.pool.QueryRow(ctx, "SELECT result, failure, answered_at IS NOT NULL FROM "+c.names.Query+" WHERE id = $1", id).
-			Scan(&result, &failure, &answeredNow); err != nil {
+		answer, err := c.store.GetQueryAnswer(ctx, c.pool, id)
+		if err != nil {
 			return fmt.Errorf("reading answer of query %s: %w", args.Kind(), err)
 		}
-		if answeredNow {
-			if len(failure) > 0 {
-				return &QueryFailedError{Failure: decodeFailure(failure), Query: args.Kind(), RunID: resolved, WorkflowID: workflowID}
+		if answer.Answered {
+			if len(answer.Failure) > 0 {
+				return &QueryFailedError{Failure: decodeFailure(answer.Failure), Query: args.Kind(), RunID: resolved, WorkflowID: workflowID}
 			}
 			if out == nil {
 				return nil
 			}
-			if err := c.config.Codec.Decode(result, out); err != nil {
+			if err := c.config.Codec.Decode(answer.Result, out); err != nil {
 				return fmt.Errorf("decoding answer of query %s: %w", args.Kind(), err)
 			}
 			return nil

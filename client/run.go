@@ -105,16 +105,10 @@ func (c *Client) awaitOne(ctx context.Context, run *Run, runID uuid.UUID, out an
 // readResult reads the run once: done is true when it has closed, and next
 // is the run that continued it, if it continued as new.
 func (c *Client) readResult(ctx context.Context, run *Run, runID uuid.UUID, out any) (bool, uuid.UUID, error) {
-	var (
-		generation int64
-		state      string
-		result     []byte
-		failure    []byte
-		next       *uuid.UUID
-	)
-	err := c.pool.QueryRow(ctx, "SELECT r.generation, r.state, r.result, r.failure,"+
-		" (SELECT n.run_id FROM "+c.names.Run+" n WHERE n.previous_run_id = r.run_id)"+
-		" FROM "+c.names.Run+" r WHERE r.run_id = $1 AND r.workflow_id = $2", runID, run.WorkflowID).Scan(&generation, &state, &result, &failure, &next)
+	r, err := c.store.GetRun(ctx, c.pool, runID)
+	if err == nil && r.WorkflowID != run.WorkflowID {
+		err = pgx.ErrNoRows
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, uuid.Nil, &RunNotFoundError{RunID: runID, WorkflowID: run.WorkflowID}
@@ -122,25 +116,25 @@ func (c *Client) readResult(ctx context.Context, run *Run, runID uuid.UUID, out 
 		return false, uuid.Nil, fmt.Errorf("reading run %s of workflow %s: %w", runID, run.WorkflowID, err)
 	}
 
-	switch state {
+	switch r.State {
 	case "running":
 		return false, uuid.Nil, nil
 	case "continued_as_new":
-		if next == nil {
+		if r.Next == nil {
 			return false, uuid.Nil, fmt.Errorf("run %s of workflow %s continued as new, but no run follows it", runID, run.WorkflowID)
 		}
-		return true, *next, nil
+		return true, *r.Next, nil
 	case "completed":
 		if out == nil {
 			return true, uuid.Nil, nil
 		}
-		if err := c.config.Codec.Decode(result, out); err != nil {
+		if err := c.config.Codec.Decode(r.Result, out); err != nil {
 			return true, uuid.Nil, fmt.Errorf("decoding result of workflow %s run %s: %w", run.WorkflowID, runID, err)
 		}
 		return true, uuid.Nil, nil
 	default:
 		return true, uuid.Nil, &WorkflowFailedError{
-			Failure: decodeFailure(failure), Generation: generation, RunID: runID, State: state, WorkflowID: run.WorkflowID,
+			Failure: decodeFailure(r.Failure), Generation: r.Generation, RunID: runID, State: r.State, WorkflowID: run.WorkflowID,
 		}
 	}
 }

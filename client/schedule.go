@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +10,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/internal/schedule"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // OverlapPolicy says what a schedule does when a start is due while the run
@@ -116,9 +117,24 @@ func ScheduleWorkflowID(scheduleID string, due time.Time) string {
 	return scheduleID + "/" + due.UTC().Format(time.RFC3339Nano)
 }
 
-// CreateSchedule stores a schedule; workers start its runs when they are
-// due.
+// CreateSchedule is CreateScheduleTx in a transaction of its own.
 func (c *Client) CreateSchedule(ctx context.Context, p *ScheduleParams) (*Schedule, error) {
+	return inTx(ctx, c, func(tx pgx.Tx) (*Schedule, error) { return c.CreateScheduleTx(ctx, tx, p) })
+}
+
+// inTx runs f in a transaction of its own, committed when f succeeds.
+func inTx[T any](ctx context.Context, c *Client, f func(tx pgx.Tx) (T, error)) (out T, err error) {
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+		out, err = f(tx)
+		return err
+	})
+	return out, err
+}
+
+// CreateScheduleTx stores a schedule in tx; once tx commits, workers start
+// its runs when they are due. An ID taken in the namespace is
+// ErrScheduleExists, and leaves tx usable.
+func (c *Client) CreateScheduleTx(ctx context.Context, tx pgx.Tx, p *ScheduleParams) (*Schedule, error) {
 	if p == nil || p.ID == "" || len(p.ID) > 255 {
 		return nil, errors.New("weir: CreateSchedule needs an ID of 1 to 255 bytes")
 	}
@@ -133,10 +149,7 @@ func (c *Client) CreateSchedule(ctx context.Context, p *ScheduleParams) (*Schedu
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	policy := p.OverlapPolicy
-	if policy == "" {
-		policy = OverlapSkip
-	}
+	policy := cmp.Or(p.OverlapPolicy, OverlapSkip)
 	if policy != OverlapSkip && policy != OverlapBufferOne && policy != OverlapAllowAll {
 		return nil, fmt.Errorf("weir: unknown overlap policy %q", policy)
 	}
@@ -144,96 +157,88 @@ func (c *Client) CreateSchedule(ctx context.Context, p *ScheduleParams) (*Schedu
 	if err != nil {
 		return nil, &PayloadError{Err: err, Op: "encoding"}
 	}
-	queue := p.Queue
-	if queue == "" {
-		queue = QueueDefault
-	}
-	var now time.Time
-	if err := c.pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+	now, err := c.store.Now(ctx, tx)
+	if err != nil {
 		return nil, fmt.Errorf("reading the time: %w", err)
 	}
 	next, err := spec.Next(now, now)
 	if err != nil {
 		return nil, err
 	}
-	var every *string
-	if p.Every > 0 {
-		e := fmt.Sprintf("%d microseconds", p.Every.Microseconds())
-		every = &e
-	}
-	var cron *string
-	if p.Cron != "" {
-		cron = &p.Cron
-	}
-	_, err = c.pool.Exec(ctx, "INSERT INTO "+c.names.Schedule+
-		" (namespace, schedule_id, cron, every, jitter, time_zone, anchor, workflow_kind, workflow_args, queue, overlap_policy, paused, note, next_run_at)"+
-		" VALUES ($1, $2, $3, $4::interval, $5::bigint * interval '1 microsecond', $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-		c.config.Namespace, p.ID, cron, every, p.Jitter.Microseconds(), spec.TimeZoneOrUTC(), now, kind, args, queue, string(policy), p.Paused, p.Note, next)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return nil, fmt.Errorf("%w: %s", ErrScheduleExists, p.ID)
-	}
+	created, err := c.store.InsertSchedule(ctx, tx, &store.Schedule{
+		ScheduleKey: c.scheduleKey(p.ID), Cron: p.Cron, Every: p.Every, Jitter: p.Jitter, TimeZone: spec.TimeZoneOrUTC(),
+		Anchor: now, WorkflowKind: kind, WorkflowArgs: args, Queue: cmp.Or(p.Queue, QueueDefault), OverlapPolicy: string(policy),
+		Paused: p.Paused, Note: p.Note, NextRunAt: &next,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("creating schedule %s: %w", p.ID, err)
 	}
-	return c.DescribeSchedule(ctx, p.ID)
+	if !created {
+		return nil, fmt.Errorf("%w: %s", ErrScheduleExists, p.ID)
+	}
+	return newSchedule(c.getSchedule(ctx, tx, p.ID, store.NoLock))
 }
 
-const scheduleColumns = "schedule_id, namespace, coalesce(cron, ''), coalesce(extract(epoch FROM every) * 1000000, 0)::bigint," +
-	" (extract(epoch FROM jitter) * 1000000)::bigint, time_zone, workflow_kind, queue, overlap_policy, paused, note," +
-	" next_run_at, last_due_at, last_run_id, coalesce(last_workflow_id, ''), created_at, anchor"
-
-func scanSchedule(row pgx.Row) (*Schedule, error) {
-	var (
-		s             Schedule
-		every, jitter int64
-		policy        string
-	)
-	err := row.Scan(&s.ID, &s.Namespace, &s.Cron, &every, &jitter, &s.TimeZone, &s.WorkflowKind, &s.Queue, &policy,
-		&s.Paused, &s.Note, &s.NextRunAt, &s.LastDueAt, &s.LastRunID, &s.LastWorkflowID, &s.CreatedAt, &s.Anchor)
-	s.Every, s.Jitter, s.OverlapPolicy = time.Duration(every)*time.Microsecond, time.Duration(jitter)*time.Microsecond, OverlapPolicy(policy)
-	return &s, err
-}
-
-// DescribeSchedule returns a schedule.
-func (c *Client) DescribeSchedule(ctx context.Context, id string) (*Schedule, error) {
-	s, err := scanSchedule(c.pool.QueryRow(ctx, "SELECT "+scheduleColumns+" FROM "+c.names.Schedule+
-		" WHERE namespace = $1 AND schedule_id = $2", c.config.Namespace, id))
+// getSchedule reads a schedule of the client's namespace.
+func (c *Client) getSchedule(ctx context.Context, db store.DBTX, id string, lock store.RowLock) (*store.Schedule, error) {
+	row, err := c.store.GetSchedule(ctx, db, c.scheduleKey(id), lock)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &ScheduleNotFoundError{ID: id, Namespace: c.config.Namespace}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading schedule %s: %w", id, err)
 	}
-	return s, nil
+	return row, nil
+}
+
+func (c *Client) scheduleKey(id string) store.ScheduleKey {
+	return store.ScheduleKey{Namespace: c.config.Namespace, ID: id}
+}
+
+// newSchedule is the schedule of a row read with err.
+func newSchedule(r *store.Schedule, err error) (*Schedule, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &Schedule{
+		Anchor: r.Anchor, Cron: r.Cron, CreatedAt: r.CreatedAt, Every: r.Every, ID: r.ID, Jitter: r.Jitter,
+		LastDueAt: r.LastDueAt, LastRunID: r.LastRunID, LastWorkflowID: r.LastWorkflowID, Namespace: r.Namespace,
+		NextRunAt: r.NextRunAt, Note: r.Note, OverlapPolicy: OverlapPolicy(r.OverlapPolicy), Paused: r.Paused,
+		Queue: r.Queue, TimeZone: r.TimeZone, WorkflowKind: r.WorkflowKind,
+	}, nil
+}
+
+// DescribeSchedule returns a schedule.
+func (c *Client) DescribeSchedule(ctx context.Context, id string) (*Schedule, error) {
+	return newSchedule(c.getSchedule(ctx, c.pool, id, store.NoLock))
 }
 
 // ListSchedules returns the namespace's schedules, by ID.
 func (c *Client) ListSchedules(ctx context.Context) ([]*Schedule, error) {
-	rows, err := c.pool.Query(ctx, "SELECT "+scheduleColumns+" FROM "+c.names.Schedule+
-		" WHERE namespace = $1 ORDER BY schedule_id", c.config.Namespace)
+	rows, err := c.store.ListSchedules(ctx, c.pool, c.config.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("listing schedules: %w", err)
 	}
-	defer rows.Close()
 	var out []*Schedule
-	for rows.Next() {
-		s, err := scanSchedule(rows)
-		if err != nil {
-			return nil, fmt.Errorf("listing schedules: %w", err)
-		}
+	for _, r := range rows {
+		s, _ := newSchedule(r, nil)
 		out = append(out, s)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
-// DeleteSchedule deletes a schedule; runs it started go on.
+// DeleteSchedule is DeleteScheduleTx in a transaction of its own.
 func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
-	tag, err := c.pool.Exec(ctx, "DELETE FROM "+c.names.Schedule+" WHERE namespace = $1 AND schedule_id = $2", c.config.Namespace, id)
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.DeleteScheduleTx(ctx, tx, id) })
+}
+
+// DeleteScheduleTx deletes a schedule in tx; runs it started go on.
+func (c *Client) DeleteScheduleTx(ctx context.Context, tx pgx.Tx, id string) error {
+	deleted, err := c.store.DeleteSchedule(ctx, tx, c.scheduleKey(id))
 	if err != nil {
 		return fmt.Errorf("deleting schedule %s: %w", id, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !deleted {
 		return &ScheduleNotFoundError{ID: id, Namespace: c.config.Namespace}
 	}
 	return nil
@@ -250,55 +255,38 @@ type ScheduleUpdate struct {
 
 // UpdateSchedule is UpdateScheduleTx in a transaction of its own.
 func (c *Client) UpdateSchedule(ctx context.Context, id string, u *ScheduleUpdate) (*Schedule, error) {
-	var s *Schedule
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
-		s, err = c.UpdateScheduleTx(ctx, tx, id, u)
-		return err
-	})
-	return s, err
+	return inTx(ctx, c, func(tx pgx.Tx) (*Schedule, error) { return c.UpdateScheduleTx(ctx, tx, id, u) })
 }
 
 // UpdateScheduleTx changes a schedule in tx and returns it as changed. A
 // nil u changes nothing.
 func (c *Client) UpdateScheduleTx(ctx context.Context, tx pgx.Tx, id string, u *ScheduleUpdate) (*Schedule, error) {
-	current, err := scanSchedule(tx.QueryRow(ctx, "SELECT "+scheduleColumns+" FROM "+c.names.Schedule+
-		" WHERE namespace = $1 AND schedule_id = $2 FOR UPDATE", c.config.Namespace, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &ScheduleNotFoundError{ID: id, Namespace: c.config.Namespace}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading schedule %s: %w", id, err)
-	}
-	if u == nil {
-		return current, nil
+	row, err := c.getSchedule(ctx, tx, id, store.ForUpdate)
+	if err != nil || u == nil {
+		return newSchedule(row, err)
 	}
 	if u.Note != nil {
-		current.Note = *u.Note
+		row.Note = *u.Note
 	}
 	if u.OverlapPolicy != nil {
-		current.OverlapPolicy = *u.OverlapPolicy
+		row.OverlapPolicy = string(*u.OverlapPolicy)
 	}
 	if u.Paused != nil {
-		if current.Paused && !*u.Paused {
+		if row.Paused && !*u.Paused {
 			// Resuming: the next due time from now on.
-			var now time.Time
-			if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-				return nil, fmt.Errorf("reading the time: %w", err)
-			}
-			spec := &schedule.Spec{Cron: current.Cron, Every: current.Every, Jitter: current.Jitter, TimeZone: current.TimeZone}
-			next, err := spec.Next(current.Anchor, now)
+			spec := &schedule.Spec{Cron: row.Cron, Every: row.Every, Jitter: row.Jitter, TimeZone: row.TimeZone}
+			next, err := spec.Next(row.Anchor, row.Now)
 			if err != nil {
 				return nil, err
 			}
-			current.NextRunAt = &next
+			row.NextRunAt = &next
 		}
-		current.Paused = *u.Paused
+		row.Paused = *u.Paused
 	}
-	if _, err := tx.Exec(ctx, "UPDATE "+c.names.Schedule+" SET note = $3, overlap_policy = $4, paused = $5, next_run_at = $6, updated_at = now()"+
-		" WHERE namespace = $1 AND schedule_id = $2", c.config.Namespace, id, current.Note, string(current.OverlapPolicy), current.Paused, current.NextRunAt); err != nil {
+	if err := c.store.SaveSchedule(ctx, tx, row); err != nil {
 		return nil, fmt.Errorf("updating schedule %s: %w", id, err)
 	}
-	return current, nil
+	return newSchedule(row, nil)
 }
 
 // PauseSchedule is PauseScheduleTx in a transaction of its own.
@@ -329,18 +317,25 @@ func (c *Client) ResumeScheduleTx(ctx context.Context, tx pgx.Tx, id string) (*S
 // TriggerSchedule starts the schedule's workflow now, outside its due times
 // and whatever its overlap policy.
 func (c *Client) TriggerSchedule(ctx context.Context, id string) (*Run, error) {
-	s, err := c.DescribeSchedule(ctx, id)
+	s, err := c.getSchedule(ctx, c.pool, id, store.NoLock)
 	if err != nil {
 		return nil, err
 	}
-	var args json.RawMessage
-	if err := c.pool.QueryRow(ctx, "SELECT workflow_args FROM "+c.names.Schedule+" WHERE namespace = $1 AND schedule_id = $2",
-		c.config.Namespace, id).Scan(&args); err != nil {
-		return nil, fmt.Errorf("reading schedule %s: %w", id, err)
+	return c.Start(ctx, scheduledArgs(s), &StartOpts{Queue: s.Queue, WorkflowID: id + "/manual-" + uuid.NewString()})
+}
+
+// TriggerScheduleTx is TriggerSchedule in tx: the run starts if tx commits.
+func (c *Client) TriggerScheduleTx(ctx context.Context, tx pgx.Tx, id string) (*Run, error) {
+	s, err := c.getSchedule(ctx, tx, id, store.NoLock)
+	if err != nil {
+		return nil, err
 	}
-	return c.Start(ctx, RawArgs{JSON: args, KindName: s.WorkflowKind}, &StartOpts{
-		Queue: s.Queue, WorkflowID: id + "/manual-" + uuid.NewString(),
-	})
+	return c.StartTx(ctx, tx, scheduledArgs(s), &StartOpts{Queue: s.Queue, WorkflowID: id + "/manual-" + uuid.NewString()})
+}
+
+// scheduledArgs are the args of the runs a schedule starts.
+func scheduledArgs(s *store.Schedule) RawArgs {
+	return RawArgs{JSON: s.WorkflowArgs, KindName: s.WorkflowKind}
 }
 
 // BackfillSchedule starts the runs of the due times in [from, to), as if the
@@ -349,26 +344,32 @@ func (c *Client) TriggerSchedule(ctx context.Context, id string) (*Run, error) {
 // it returns, up to 10000; for a longer range, or one that should not depend
 // on the caller staying up, CreateBackfill hands the range to the workers.
 func (c *Client) BackfillSchedule(ctx context.Context, id string, from, to time.Time) ([]*Run, error) {
-	s, err := c.DescribeSchedule(ctx, id)
+	return c.backfillSchedule(ctx, c.pool, id, from, to, c.Start)
+}
+
+// BackfillScheduleTx is BackfillSchedule in tx: the runs start if tx
+// commits, all of them or none.
+func (c *Client) BackfillScheduleTx(ctx context.Context, tx pgx.Tx, id string, from, to time.Time) ([]*Run, error) {
+	return c.backfillSchedule(ctx, tx, id, from, to, func(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
+		return c.StartTx(ctx, tx, args, opts)
+	})
+}
+
+func (c *Client) backfillSchedule(ctx context.Context, db store.DBTX, id string, from, to time.Time,
+	start func(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error),
+) ([]*Run, error) {
+	s, err := c.getSchedule(ctx, db, id, store.NoLock)
 	if err != nil {
 		return nil, err
 	}
-	var (
-		args   json.RawMessage
-		anchor time.Time
-	)
-	if err := c.pool.QueryRow(ctx, "SELECT workflow_args, anchor FROM "+c.names.Schedule+" WHERE namespace = $1 AND schedule_id = $2",
-		c.config.Namespace, id).Scan(&args, &anchor); err != nil {
-		return nil, fmt.Errorf("reading schedule %s: %w", id, err)
-	}
 	spec := &schedule.Spec{Cron: s.Cron, Every: s.Every, TimeZone: s.TimeZone}
 	var runs []*Run
-	due, err := spec.Next(anchor, from.Add(-time.Nanosecond))
-	for ; err == nil && due.Before(to); due, err = spec.Next(anchor, due) {
+	due, err := spec.Next(s.Anchor, from.Add(-time.Nanosecond))
+	for ; err == nil && due.Before(to); due, err = spec.Next(s.Anchor, due) {
 		if len(runs) >= 10000 {
 			return runs, errors.New("weir: backfill covers more than 10000 due times; split the range")
 		}
-		run, err := c.Start(ctx, RawArgs{JSON: args, KindName: s.WorkflowKind}, &StartOpts{
+		run, err := start(ctx, scheduledArgs(s), &StartOpts{
 			Queue: s.Queue, RequestID: ScheduleRequestID(id, due), WorkflowID: ScheduleWorkflowID(id, due),
 		})
 		if err != nil {

@@ -103,23 +103,22 @@ func (c *Client) deliver(ctx context.Context, tx pgx.Tx, workflowID string, runI
 	for hops := 0; errors.Is(err, inbox.ErrRunClosed) && runID == uuid.Nil && hops < 10; hops++ {
 		// Addressed to the workflow, not a run: if the run continued as
 		// new meanwhile, the workflow goes on in the next run.
-		var next uuid.UUID
-		if qerr := tx.QueryRow(ctx, "SELECT run_id FROM "+c.names.Run+" WHERE previous_run_id = $1", resolved).Scan(&next); qerr != nil {
+		next, qerr := c.store.NextRun(ctx, tx, resolved)
+		if qerr != nil {
 			break
 		}
 		resolved = next
 		_, err = inbox.Deliver(ctx, tx, c.names, c.river, resolved, item)
 	}
 	if errors.Is(err, inbox.ErrRunClosed) {
-		var state string
-		var generation int64
-		if err := tx.QueryRow(ctx, "SELECT state, generation FROM "+c.names.Run+" WHERE run_id = $1", resolved).Scan(&state, &generation); err != nil {
+		run, err := c.store.GetRun(ctx, tx, resolved)
+		if err != nil {
 			return fmt.Errorf("reading run %s: %w", resolved, err)
 		}
-		if state == okState {
+		if run.State == okState {
 			return nil
 		}
-		return &RunClosedError{Generation: generation, RunID: resolved, State: state, WorkflowID: workflowID}
+		return &RunClosedError{Generation: run.Generation, RunID: resolved, State: run.State, WorkflowID: workflowID}
 	}
 	if err != nil {
 		return fmt.Errorf("delivering %s to workflow %s run %s: %w", item.Type, workflowID, resolved, err)

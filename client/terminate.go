@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/internal/runstate"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // ErrRunClosed is matched (errors.Is) by a *RunClosedError.
@@ -67,21 +68,9 @@ func (c *Client) TerminateTx(ctx context.Context, tx pgx.Tx, workflowID string, 
 }
 
 // resolveRun returns runID, checked to belong to workflowID in the client's
-// namespace; a zero runID resolves to the workflow's live run, else its
-// latest.
-func (c *Client) resolveRun(ctx context.Context, q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, workflowID string, runID uuid.UUID,
-) (uuid.UUID, error) {
-	var resolved uuid.UUID
-	var err error
-	if runID == uuid.Nil {
-		err = q.QueryRow(ctx, "SELECT run_id FROM "+c.names.Run+" WHERE namespace = $1 AND workflow_id = $2"+
-			" ORDER BY generation DESC LIMIT 1", c.config.Namespace, workflowID).Scan(&resolved)
-	} else {
-		err = q.QueryRow(ctx, "SELECT run_id FROM "+c.names.Run+" WHERE namespace = $1 AND workflow_id = $2 AND run_id = $3",
-			c.config.Namespace, workflowID, runID).Scan(&resolved)
-	}
+// namespace; a zero runID resolves to the workflow's latest run.
+func (c *Client) resolveRun(ctx context.Context, db store.DBTX, workflowID string, runID uuid.UUID) (uuid.UUID, error) {
+	resolved, err := c.store.ResolveRun(ctx, db, store.RunKey{Namespace: c.config.Namespace, WorkflowID: workflowID, RunID: runID})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return uuid.Nil, &RunNotFoundError{RunID: runID, WorkflowID: workflowID}

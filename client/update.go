@@ -13,6 +13,7 @@ import (
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/update"
 )
 
@@ -124,14 +125,10 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 		l.waitReady(ctx, listenerReadyWait)
 	}
 
+	key := store.UpdateKey{RunID: resolved, UpdateID: updateID}
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, "INSERT INTO "+c.names.Update+" (run_id, update_id, kind) VALUES ($1, $2, $3)"+
-			" ON CONFLICT (run_id, update_id) DO NOTHING", resolved, updateID, args.Kind())
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return nil // sent before: just wait for its answer
+		if requested, err := c.store.RequestUpdate(ctx, tx, key, args.Kind()); err != nil || !requested {
+			return err // or sent before: just wait for its answer
 		}
 		return c.deliver(ctx, tx, workflowID, resolved, &inbox.Item{
 			Attributes: attrs, DedupKey: update.Key(updateID), Type: string(history.EventUpdateAccepted),
@@ -150,25 +147,20 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 	poll := time.NewTicker(c.config.PollInterval)
 	defer poll.Stop()
 	for {
-		var (
-			state   string
-			result  []byte
-			failure []byte
-		)
-		if err := c.pool.QueryRow(ctx, "SELECT state, result, failure FROM "+c.names.Update+" WHERE run_id = $1 AND update_id = $2",
-			resolved, updateID).Scan(&state, &result, &failure); err != nil {
+		u, err := c.store.GetUpdate(ctx, c.pool, key)
+		if err != nil {
 			return fmt.Errorf("reading update %s of workflow %s: %w", updateID, workflowID, err)
 		}
 		switch {
-		case state == "rejected":
-			return &UpdateRejectedError{Failure: decodeFailure(failure), RunID: resolved, UpdateID: updateID, WorkflowID: workflowID}
-		case state == "completed" && len(failure) > 0:
-			return &UpdateFailedError{Failure: decodeFailure(failure), RunID: resolved, UpdateID: updateID, WorkflowID: workflowID}
-		case state == "completed":
+		case u.State == "rejected":
+			return &UpdateRejectedError{Failure: decodeFailure(u.Failure), RunID: resolved, UpdateID: updateID, WorkflowID: workflowID}
+		case u.State == "completed" && len(u.Failure) > 0:
+			return &UpdateFailedError{Failure: decodeFailure(u.Failure), RunID: resolved, UpdateID: updateID, WorkflowID: workflowID}
+		case u.State == "completed":
 			if out == nil {
 				return nil
 			}
-			if err := c.config.Codec.Decode(result, out); err != nil {
+			if err := c.config.Codec.Decode(u.Result, out); err != nil {
 				return fmt.Errorf("decoding result of update %s: %w", updateID, err)
 			}
 			return nil

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/store"
 )
 
 // WorkerInfo is a live worker as it last announced itself (weir_worker):
@@ -50,18 +52,10 @@ type WorkerInfo struct {
 func (c *Client) ListWorkers(ctx context.Context) ([]*WorkerInfo, error) {
 	var workers []*WorkerInfo
 	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, "SELECT worker_id, namespace, identity, queues, workflow_kinds, activity_kinds,"+
-			" started_at, last_seen_at, expires_at FROM "+c.names.Worker+
-			" WHERE namespace = $1 AND expires_at > now() ORDER BY started_at DESC, worker_id", c.config.Namespace)
-		if err != nil {
-			return err
+		rows, err := c.store.ListWorkers(ctx, tx, c.config.Namespace)
+		for _, w := range rows {
+			workers = append(workers, (*WorkerInfo)(w))
 		}
-		workers, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*WorkerInfo, error) {
-			var w WorkerInfo
-			err := row.Scan(&w.ID, &w.Namespace, &w.Identity, &w.Queues, &w.WorkflowKinds, &w.ActivityKinds,
-				&w.StartedAt, &w.LastSeenAt, &w.ExpiresAt)
-			return &w, err
-		})
 		return err
 	})
 	if err != nil {
@@ -121,8 +115,8 @@ func (t *TaskWorkers) inNamespace() string {
 // taskWorkers counts the live workers serving a run's tasks.
 func (c *Client) taskWorkers(ctx context.Context, tx pgx.Tx, namespace, queue, kind string) (*TaskWorkers, error) {
 	t := &TaskWorkers{Kind: kind, Namespace: namespace, Queue: queue}
-	err := tx.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE $3 = ANY (workflow_kinds)) FROM "+c.names.Worker+
-		" WHERE namespace = $1 AND $2 = ANY (queues) AND expires_at > now()", namespace, queue, kind).Scan(&t.OnQueue, &t.Serving)
+	var err error
+	t.OnQueue, t.Serving, err = c.store.CountTaskWorkers(ctx, tx, store.CountTaskWorkersParams{Namespace: namespace, Queue: queue, Kind: kind})
 	if err != nil {
 		return nil, fmt.Errorf("counting the workers of queue %s: %w", queue, err)
 	}
@@ -157,25 +151,20 @@ type TaskFailure struct {
 // taskFailure reads the last error of a running run's task job, if the job
 // has one; nil otherwise.
 func (c *Client) taskFailure(ctx context.Context, tx pgx.Tx, jobID int64) (*TaskFailure, error) {
-	f := &TaskFailure{JobID: jobID}
-	var text, trace string
-	var state string
-	var scheduledAt time.Time
-	err := tx.QueryRow(ctx, "SELECT state::text, scheduled_at, (e->>'attempt')::int, (e->>'at')::timestamptz, e->>'error', coalesce(e->>'trace', '')"+
-		" FROM "+c.names.RiverJob+", LATERAL (SELECT errors[array_length(errors, 1)] AS e) last"+
-		" WHERE id = $1 AND e IS NOT NULL", jobID).Scan(&state, &scheduledAt, &f.Attempt, &f.At, &text, &trace)
+	last, err := c.store.LastJobFailure(ctx, tx, jobID)
 	switch {
 	case err == pgx.ErrNoRows: //nolint:errorlint // pgx returns the sentinel itself
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading the failure of task job %d: %w", jobID, err)
 	}
-	f.Message, f.Stack, _ = strings.Cut(text, "\n")
+	f := &TaskFailure{At: last.At, Attempt: last.Attempt, JobID: jobID}
+	f.Message, f.Stack, _ = strings.Cut(last.Error, "\n")
 	if f.Stack == "" {
-		f.Stack = trace
+		f.Stack = last.Trace
 	}
-	if state == "retryable" || state == "scheduled" || state == "available" {
-		f.NextAttemptAt = &scheduledAt
+	if last.State == "retryable" || last.State == "scheduled" || last.State == "available" {
+		f.NextAttemptAt = &last.ScheduledAt
 	}
 	return f, nil
 }

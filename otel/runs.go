@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // runsQueryTimeout bounds the query behind one observation of the runs gauge.
@@ -37,24 +37,16 @@ func ObserveRuns(mp metric.MeterProvider, pool *pgxpool.Pool, schema string) (me
 	if err != nil {
 		return nil, fmt.Errorf("otel: creating runs gauge: %w", err)
 	}
-	query := "SELECT namespace, kind, state, count(*) FROM " + dbschema.New(schema).Run + " GROUP BY namespace, kind, state"
+	st := store.New(dbschema.New(schema))
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, runsQueryTimeout)
 		defer cancel()
-		rows, err := pool.Query(ctx, query)
-		if err != nil {
-			return fmt.Errorf("otel: counting runs: %w", err)
-		}
-		type count struct {
-			Namespace, Kind, State string
-			Count                  int64
-		}
-		counts, err := pgx.CollectRows(rows, pgx.RowToStructByPos[count])
+		counts, err := st.CountRuns(ctx, pool, true)
 		if err != nil {
 			return fmt.Errorf("otel: counting runs: %w", err)
 		}
 		for _, c := range counts {
-			o.ObserveInt64(gauge, c.Count, metric.WithAttributes(
+			o.ObserveInt64(gauge, c.N, metric.WithAttributes(
 				AttrNamespace.String(c.Namespace), AttrWorkflowKind.String(c.Kind), AttrState.String(c.State)))
 		}
 		return nil

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/weirhq/weir/internal/store"
 )
 
 // metrics are the server's Prometheus metrics, in a registry of its own.
@@ -22,7 +24,7 @@ type metrics struct {
 	requests *prometheus.CounterVec
 }
 
-func newMetrics(pool *pgxpool.Pool, config *Config) *metrics {
+func newMetrics(pool *pgxpool.Pool, st *store.Store, config *Config) *metrics {
 	m := &metrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "weir_http_request_duration_seconds",
@@ -52,7 +54,7 @@ func newMetrics(pool *pgxpool.Pool, config *Config) *metrics {
 		poolGauge("weir_db_pool_total_connections", "Postgres connections open.", (*pgxpool.Stat).TotalConns),
 	)
 	if config.RunMetrics != RunMetricsOff {
-		m.registry.MustRegister(newRunsCollector(pool, config))
+		m.registry.MustRegister(newRunsCollector(pool, st, config))
 	}
 	return m
 }

@@ -6,11 +6,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // RunMetrics picks how /metrics counts workflow runs (the gauge
@@ -44,33 +43,25 @@ const runCountTimeout = 5 * time.Second
 // weir_run at most once an interval, however many scrape; scrapes in
 // between (and while a count fails) get the last counts.
 type runsCollector struct {
+	byKind   bool // by namespace, kind and state; else by state
 	desc     *prometheus.Desc
 	interval time.Duration
-	labels   int // how many of namespace, kind, state the query groups by (1 or 3)
 	logger   *slog.Logger
 	pool     *pgxpool.Pool
-	query    string
+	store    *store.Store
 
 	mu      sync.Mutex // held while counting: concurrent scrapes share one count
 	counted time.Time
-	counts  []runCount
+	counts  []store.RunCount
 }
 
-type runCount struct {
-	labels []string
-	n      int64
-}
-
-func newRunsCollector(pool *pgxpool.Pool, config *Config) *runsCollector {
-	run := dbschema.New(config.Schema).Run
-	c := &runsCollector{interval: config.RunMetricsInterval, logger: config.Logger, pool: pool}
+func newRunsCollector(pool *pgxpool.Pool, st *store.Store, config *Config) *runsCollector {
+	c := &runsCollector{interval: config.RunMetricsInterval, logger: config.Logger, pool: pool, store: st}
 	const help = "Workflow runs in the database, counted at most once per interval."
-	if config.RunMetrics == RunMetricsByNamespace {
+	if c.byKind = config.RunMetrics == RunMetricsByNamespace; c.byKind {
 		c.desc = prometheus.NewDesc("weir_workflow_runs", help+" By namespace, workflow kind and state.", []string{"namespace", "kind", "state"}, nil)
-		c.labels, c.query = 3, "SELECT namespace, kind, state, count(*) FROM "+run+" GROUP BY namespace, kind, state"
 	} else {
 		c.desc = prometheus.NewDesc("weir_workflow_runs", help+" By state.", []string{"state"}, nil)
-		c.labels, c.query = 1, "SELECT state, count(*) FROM "+run+" GROUP BY state"
 	}
 	return c
 }
@@ -81,39 +72,28 @@ func (c *runsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 // Collect implements prometheus.Collector.
 func (c *runsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, count := range c.current() {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(count.n), count.labels...)
+		labels := []string{count.State}
+		if c.byKind {
+			labels = []string{count.Namespace, count.Kind, count.State}
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(count.N), labels...)
 	}
 }
 
-func (c *runsCollector) current() []runCount {
+func (c *runsCollector) current() []store.RunCount {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.counted.IsZero() && time.Since(c.counted) < c.interval {
 		return c.counts
 	}
 	c.counted = time.Now() // a failed count, too, waits an interval
-	counts, err := c.count()
+	ctx, cancel := context.WithTimeout(context.Background(), runCountTimeout)
+	defer cancel()
+	counts, err := c.store.CountRuns(ctx, c.pool, c.byKind)
 	if err != nil {
 		c.logger.Warn("counting runs for /metrics", slog.String("error", err.Error()))
 		return c.counts
 	}
 	c.counts = counts
 	return counts
-}
-
-func (c *runsCollector) count() ([]runCount, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), runCountTimeout)
-	defer cancel()
-	rows, err := c.pool.Query(ctx, c.query)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (runCount, error) {
-		count := runCount{labels: make([]string, c.labels)}
-		dst := make([]any, 0, c.labels+1)
-		for i := range count.labels {
-			dst = append(dst, &count.labels[i])
-		}
-		return count, row.Scan(append(dst, &count.n)...)
-	})
 }

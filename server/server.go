@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/migrations"
 )
 
@@ -33,6 +35,7 @@ type Server struct {
 	mux       *http.ServeMux
 	pool      *pgxpool.Pool
 	routes    []*route
+	store     *store.Store
 	stopCtx   context.Context // cancelled when shutdown begins: long polls end
 	stop      context.CancelFunc
 	ui        *uiState       // the web UI (ui.go)
@@ -62,13 +65,15 @@ func New(pool *pgxpool.Pool, config *Config) (*Server, error) {
 		return nil, err
 	}
 
+	st := store.New(dbschema.New(config.Schema))
 	s := &Server{
 		clients:  make(map[string]*client.Client),
 		config:   config,
-		metrics:  newMetrics(pool, config),
+		metrics:  newMetrics(pool, st, config),
 		migrator: migrator,
 		mux:      http.NewServeMux(),
 		pool:     pool,
+		store:    st,
 		waiter:   waiter,
 	}
 	for _, token := range config.Tokens {

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/client"
-	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
 
@@ -95,61 +95,38 @@ type runPayloads struct {
 
 // runPayloads reads a run's args and result as stored (codec output).
 func (s *Server) runPayloads(ctx context.Context, runID uuid.UUID) (*runPayloads, error) {
-	names := dbschema.New(s.config.Schema)
-	var args, result []byte
-	err := s.pool.QueryRow(ctx, "SELECT args, result FROM "+names.Run+" WHERE run_id = $1", runID).Scan(&args, &result)
+	p, err := s.store.GetRunPayloads(ctx, s.pool, runID)
 	if err != nil {
 		return nil, fmt.Errorf("reading the payloads of run %s: %w", runID, err)
 	}
-	return &runPayloads{args: newUIPayload(args), result: newUIPayload(result)}, nil
+	return &runPayloads{args: newUIPayload(p.Args), result: newUIPayload(p.Result)}, nil
 }
 
 // runPayload reads a run's args or result (which) as stored, checking that
 // the run is the workflow's in namespace; nil when the run has none.
 func (s *Server) runPayload(ctx context.Context, namespace, workflowID string, runID uuid.UUID, which string) ([]byte, error) {
-	names := dbschema.New(s.config.Schema)
-	column := map[string]string{"args": "args", "result": "result"}[which]
-	if column == "" {
+	if which != "args" && which != "result" {
 		return nil, newError(http.StatusNotFound, CodeNotFound, "no such payload: "+which, nil)
 	}
-	var data []byte
-	err := s.pool.QueryRow(ctx, "SELECT "+column+" FROM "+names.Run+" WHERE run_id = $1 AND namespace = $2 AND workflow_id = $3",
-		runID, namespace, workflowID).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
+	p, err := s.store.GetRunPayloads(ctx, s.pool, runID)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (p.Namespace != namespace || p.WorkflowID != workflowID)) {
 		return nil, &client.RunNotFoundError{RunID: runID, WorkflowID: workflowID}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the %s of run %s: %w", which, runID, err)
 	}
-	return data, nil
-}
-
-// uiGeneration is one run of a workflow ID.
-type uiGeneration struct {
-	ClosedAt   *time.Time
-	CreatedAt  time.Time
-	Generation int64
-	RunID      uuid.UUID
-	State      string
+	if which == "args" {
+		return p.Args, nil
+	}
+	return p.Result, nil
 }
 
 // uiGenerationsMax bounds the generations a run's page lists.
 const uiGenerationsMax = 100
 
 // generations lists the newest runs of a workflow ID, newest first.
-func (s *Server) generations(ctx context.Context, namespace, workflowID string) ([]*uiGeneration, error) {
-	names := dbschema.New(s.config.Schema)
-	rows, err := s.pool.Query(ctx,
-		"SELECT generation, run_id, state, created_at, closed_at FROM "+names.Run+
-			" WHERE namespace = $1 AND workflow_id = $2 ORDER BY generation DESC LIMIT $3",
-		namespace, workflowID, uiGenerationsMax)
-	if err != nil {
-		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*uiGeneration, error) {
-		g := &uiGeneration{}
-		return g, row.Scan(&g.Generation, &g.RunID, &g.State, &g.CreatedAt, &g.ClosedAt)
-	})
+func (s *Server) generations(ctx context.Context, namespace, workflowID string) ([]*store.Generation, error) {
+	out, err := s.store.Generations(ctx, s.pool, store.RunKey{Namespace: namespace, WorkflowID: workflowID}, uiGenerationsMax)
 	if err != nil {
 		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
 	}
@@ -158,19 +135,7 @@ func (s *Server) generations(ctx context.Context, namespace, workflowID string) 
 
 // uiAttempt is one attempt of one of a run's River jobs: a finished one from
 // the fencing attempt log, or the one running now.
-type uiAttempt struct {
-	Activity       bool // an activity's job; otherwise a workflow task's
-	Attempt        int
-	Error          string // the attempt's error, from the job's errors
-	FinishedAt     *time.Time
-	JobID          int64
-	Kind           string
-	LeaseExpiresAt *time.Time
-	LeaseToken     string
-	Outcome        string // "running" for the current attempt
-	StartedAt      *time.Time
-	Worker         string
-}
+type uiAttempt store.JobAttempt
 
 // Fenced reports whether a newer attempt replaced this one while it ran: a
 // stale attempt whose writes the fencing driver refuses.
@@ -219,8 +184,6 @@ var errNoFencing = errors.New("the fencing migration line is not installed, so t
 // {"weir": {"run_id": …}}), found through River's GIN indexes on args and
 // metadata.
 func (s *Server) attempts(ctx context.Context, runID uuid.UUID) ([]*uiAttempt, error) {
-	names := dbschema.New(s.config.Schema)
-	attemptLog := dbschema.Qualify(s.config.Schema, "weir_job_attempt")
 	metadata, err := json.Marshal(map[string]map[string]string{"weir": {"run_id": runID.String()}})
 	if err != nil {
 		return nil, err
@@ -229,46 +192,18 @@ func (s *Server) attempts(ctx context.Context, runID uuid.UUID) ([]*uiAttempt, e
 	if err != nil {
 		return nil, err
 	}
-	query := "WITH jobs AS (" +
-		" SELECT id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at, errors FROM " + names.RiverJob +
-		" WHERE metadata @> $1::jsonb" +
-		" UNION ALL SELECT id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at, errors FROM " + names.RiverJob +
-		" WHERE args @> $2::jsonb AND starts_with(kind, $3))" +
-		" SELECT * FROM (" +
-		"  SELECT j.id, j.kind, a.attempt::int, a.lease_token::text, a.attempted_by, a.started_at, a.finished_at, a.outcome, NULL::timestamptz," +
-		"   CASE WHEN a.outcome <> 'superseded' THEN" + // a stale attempt's error was never written
-		"    (SELECT e->>'error' FROM unnest(j.errors) e WHERE (e->>'attempt')::int = a.attempt LIMIT 1) END" +
-		"  FROM jobs j JOIN " + attemptLog + " a ON a.job_id = j.id" +
-		"  UNION ALL" +
-		"  SELECT j.id, j.kind, j.attempt::int, j.lease_token::text, j.attempted_by[array_upper(j.attempted_by, 1)], j.attempted_at, NULL, 'running', j.lease_expires_at, NULL" +
-		"  FROM jobs j WHERE j.state = 'running'" +
-		" ) x ORDER BY 6 NULLS LAST, 1, 3 LIMIT $4"
-	rows, err := s.pool.Query(ctx, query, metadata, args, task.KindPrefix, uiAttemptsMax)
+	rows, err := s.store.JobAttempts(ctx, s.pool, store.JobAttemptsParams{
+		Metadata: metadata, Args: args, TaskKindPrefix: task.KindPrefix, Limit: uiAttemptsMax,
+	})
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
+		return nil, errNoFencing // undefined table or column
+	}
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") { // undefined table or column
-			return nil, errNoFencing
-		}
 		return nil, fmt.Errorf("reading the attempt log of run %s: %w", runID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*uiAttempt, error) {
-		a := &uiAttempt{}
-		var token, worker, errText *string
-		err := row.Scan(&a.JobID, &a.Kind, &a.Attempt, &token, &worker, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.LeaseExpiresAt, &errText)
-		if token != nil {
-			a.LeaseToken = *token
-		}
-		if worker != nil {
-			a.Worker = *worker
-		}
-		if errText != nil {
-			a.Error = *errText
-		}
-		a.Activity = !strings.HasPrefix(a.Kind, task.KindPrefix)
-		return a, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading the attempt log of run %s: %w", runID, err)
+	out := make([]*uiAttempt, len(rows))
+	for i, a := range rows {
+		out[i] = (*uiAttempt)(a)
 	}
 	return out, nil
 }
@@ -280,13 +215,8 @@ func (s *Server) knownNamespaces(r *http.Request, sess *uiSession, current strin
 	var out []string
 	if sess.allNamespaces() {
 		out = append(out, "default")
-		names := dbschema.Qualify(s.config.Schema, "weir_namespace")
-		rows, err := s.pool.Query(r.Context(), "SELECT name FROM "+names+" ORDER BY name LIMIT 200")
-		if err == nil {
-			more, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err == nil {
-				out = append(out, more...)
-			}
+		if more, err := s.store.NamespaceNames(r.Context(), s.pool, 200); err == nil {
+			out = append(out, more...)
 		}
 	} else {
 		out = append(out, sess.token.Namespaces...)

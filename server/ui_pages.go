@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // listURL is the list page of namespace with query q.
@@ -288,7 +289,7 @@ type uiRunPage struct {
 	FirstEventsURL string
 	Flash          string
 	FormError      string
-	Generations    []*uiGeneration
+	Generations    []*store.Generation
 	HistoryLength  int64
 	// LiveLength is the history length of the run as Describe read it,
 	// with its state and pending activities and inbox: the page's live

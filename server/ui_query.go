@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/weirhq/weir/client"
-	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -102,21 +101,9 @@ func query(ctx context.Context, c *client.Client, workflowID string, runID uuid.
 // name: workflows declare no signal names, so these are what the page can
 // offer.
 func (s *Server) signalKinds(ctx context.Context, runID uuid.UUID) ([]string, error) {
-	names := dbschema.New(s.config.Schema)
-	rows, err := s.pool.Query(ctx, "SELECT DISTINCT attributes->>'kind' FROM "+names.History+
-		" WHERE run_id = $1 AND type = $2 AND attributes->>'kind' IS NOT NULL ORDER BY 1 LIMIT $3",
-		runID, string(client.EventSignalReceived), uiSignalKindsMax)
+	kinds, err := s.store.SignalKinds(ctx, s.pool, runID, uiSignalKindsMax)
 	if err != nil {
 		return nil, fmt.Errorf("reading the signals of run %s: %w", runID, err)
 	}
-	defer rows.Close()
-	var kinds []string
-	for rows.Next() {
-		var kind string
-		if err := rows.Scan(&kind); err != nil {
-			return nil, err
-		}
-		kinds = append(kinds, kind)
-	}
-	return kinds, rows.Err()
+	return kinds, nil
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/weirhq/weir/internal/store"
 )
 
 // announcer keeps the worker's rows in weir_worker: one per namespace it
@@ -70,15 +72,12 @@ func (a *announcer) loop() {
 
 // announce upserts the worker's rows and deletes long-dead workers' rows.
 func (a *announcer) announce(ctx context.Context) {
-	names := a.w.names
 	interval := a.w.config.AnnounceInterval
-	_, err := a.w.pool.Exec(ctx, "WITH gone AS (DELETE FROM "+names.Worker+" WHERE expires_at < now() - $9::bigint * interval '1 microsecond' AND worker_id <> $1)"+
-		" INSERT INTO "+names.Worker+" (worker_id, namespace, identity, queues, workflow_kinds, activity_kinds, heartbeat_interval, expires_at)"+
-		" SELECT $1, ns, $3, $4, $5, $6, $7::bigint * interval '1 microsecond', now() + $8::bigint * interval '1 microsecond'"+
-		" FROM unnest($2::text[]) ns"+
-		" ON CONFLICT (worker_id, namespace) DO UPDATE SET last_seen_at = now(), expires_at = excluded.expires_at",
-		a.id, a.w.config.Namespaces, a.w.config.Identity, a.queues, a.workflowKinds, a.activityKinds,
-		interval.Microseconds(), (AnnounceExpiry * interval).Microseconds(), announceForgetAfter.Microseconds())
+	err := a.w.store.Announce(ctx, a.w.pool, store.AnnounceParams{
+		ID: a.id, Namespaces: a.w.config.Namespaces, Identity: a.w.config.Identity, Queues: a.queues,
+		WorkflowKinds: a.workflowKinds, ActivityKinds: a.activityKinds,
+		Interval: interval, Expiry: AnnounceExpiry * interval, ForgetAfter: announceForgetAfter,
+	})
 	if err != nil {
 		a.w.config.Logger.WarnContext(ctx, "weir: announcing the worker failed; it retries at the next interval", slog.String("error", err.Error()))
 	}
@@ -92,7 +91,7 @@ func (a *announcer) stop(ctx context.Context) {
 	}
 	a.stopOnce.Do(func() { close(a.stopped) })
 	<-a.done
-	if _, err := a.w.pool.Exec(ctx, "DELETE FROM "+a.w.names.Worker+" WHERE worker_id = $1", a.id); err != nil {
+	if err := a.w.store.WithdrawWorker(ctx, a.w.pool, a.id); err != nil {
 		a.w.config.Logger.WarnContext(ctx, "weir: withdrawing the worker's announcement failed; it expires on its own", slog.String("error", err.Error()))
 	}
 }

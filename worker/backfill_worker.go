@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/schedule"
+	"github.com/weirhq/weir/internal/store"
 )
 
 const (
@@ -68,17 +68,10 @@ func (b *backfillWorker) Work(ctx context.Context, job *river.Job[client.Backfil
 // transaction, under the backfill's row lock; the last one completes the job
 // too. It reports whether the backfill is over.
 func (b *backfillWorker) batch(ctx context.Context, job *river.Job[client.BackfillArgs]) (done bool, err error) {
-	names := b.w.names
+	db := b.w.store
 	err = pgx.BeginFunc(ctx, b.w.pool, func(tx pgx.Tx) error {
-		var (
-			namespace, scheduleID, state string
-			rangeEnd                     time.Time
-			nextDueAt                    *time.Time
-			started                      int64
-		)
-		err := tx.QueryRow(ctx, "SELECT namespace, schedule_id, state, range_end, next_due_at, started FROM "+names.Backfill+
-			" WHERE backfill_id = $1 FOR UPDATE", job.Args.BackfillID).Scan(&namespace, &scheduleID, &state, &rangeEnd, &nextDueAt, &started)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (state != string(client.BackfillRunning) || nextDueAt == nil)) {
+		bf, err := db.GetBackfill(ctx, tx, "", job.Args.BackfillID)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (bf.State != string(client.BackfillRunning) || bf.NextDueAt == nil)) {
 			done = true
 			_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
 			return err
@@ -86,58 +79,49 @@ func (b *backfillWorker) batch(ctx context.Context, job *river.Job[client.Backfi
 		if err != nil {
 			return err
 		}
-		var (
-			cron, kind, queue, timeZone string
-			every                       int64
-			anchor                      time.Time
-			args                        json.RawMessage
-		)
-		err = tx.QueryRow(ctx, "SELECT coalesce(cron, ''), coalesce(extract(epoch FROM every) * 1000000, 0)::bigint, time_zone, anchor,"+
-			" workflow_kind, workflow_args, queue FROM "+names.Schedule+" WHERE namespace = $1 AND schedule_id = $2",
-			namespace, scheduleID).Scan(&cron, &every, &timeZone, &anchor, &kind, &args, &queue)
+		sc, err := db.GetSchedule(ctx, tx, store.ScheduleKey{Namespace: bf.Namespace, ID: bf.ScheduleID}, store.NoLock)
 		if errors.Is(err, pgx.ErrNoRows) {
 			done = true
-			return b.finish(ctx, tx, job, client.BackfillFailed, nil, started, "the schedule was deleted")
+			return b.finish(ctx, tx, job, bf, client.BackfillFailed, "the schedule was deleted")
 		}
 		if err != nil {
 			return err
 		}
-		c, err := b.w.schedules.client(namespace)
+		c, err := b.w.schedules.client(bf.Namespace)
 		if err != nil {
 			return err
 		}
-		spec := &schedule.Spec{Cron: cron, Every: time.Duration(every) * time.Microsecond, TimeZone: timeZone}
-		due := *nextDueAt
+		spec := &schedule.Spec{Cron: sc.Cron, Every: sc.Every, TimeZone: sc.TimeZone}
+		due := *bf.NextDueAt
 		for range backfillBatch {
-			if _, err := c.StartTx(ctx, tx, client.RawArgs{JSON: args, KindName: kind}, &client.StartOpts{
-				Queue: queue, RequestID: client.ScheduleRequestID(scheduleID, due), WorkflowID: client.ScheduleWorkflowID(scheduleID, due),
+			if _, err := c.StartTx(ctx, tx, client.RawArgs{JSON: sc.WorkflowArgs, KindName: sc.WorkflowKind}, &client.StartOpts{
+				Queue: sc.Queue, RequestID: client.ScheduleRequestID(sc.ID, due), WorkflowID: client.ScheduleWorkflowID(sc.ID, due),
 			}); err != nil {
 				return fmt.Errorf("starting the run due at %s: %w", due.UTC().Format(time.RFC3339Nano), err)
 			}
-			started++
-			next, err := spec.NextBefore(anchor, due, rangeEnd)
+			bf.Started++
+			next, err := spec.NextBefore(sc.Anchor, due, bf.End)
 			if errors.Is(err, schedule.ErrNeverDue) {
 				done = true
-				return b.finish(ctx, tx, job, client.BackfillCompleted, nil, started, "")
+				return b.finish(ctx, tx, job, bf, client.BackfillCompleted, "")
 			}
 			if err != nil {
 				return err
 			}
 			due = next
 		}
-		_, err = tx.Exec(ctx, "UPDATE "+names.Backfill+" SET next_due_at = $2, started = $3, error = '', updated_at = now() WHERE backfill_id = $1",
-			job.Args.BackfillID, due, started)
-		return err
+		bf.NextDueAt, bf.Error = &due, ""
+		return db.SaveBackfill(ctx, tx, bf)
 	})
 	return done, err
 }
 
 // finish records a backfill's end and completes its job in tx.
-func (b *backfillWorker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[client.BackfillArgs], state client.BackfillState,
-	next *time.Time, started int64, reason string,
+func (b *backfillWorker) finish(ctx context.Context, tx pgx.Tx, job *river.Job[client.BackfillArgs], bf *store.Backfill,
+	state client.BackfillState, reason string,
 ) error {
-	if _, err := tx.Exec(ctx, "UPDATE "+b.w.names.Backfill+" SET state = $2, next_due_at = $3, started = $4, error = $5, updated_at = now()"+
-		" WHERE backfill_id = $1", job.Args.BackfillID, string(state), next, started, reason); err != nil {
+	bf.State, bf.NextDueAt, bf.Error = string(state), nil, reason
+	if err := b.w.store.SaveBackfill(ctx, tx, bf); err != nil {
 		return err
 	}
 	_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
@@ -150,8 +134,7 @@ func (b *backfillWorker) recordError(ctx context.Context, job *river.Job[client.
 	if ctx.Err() != nil {
 		return
 	}
-	if _, err := b.w.pool.Exec(ctx, "UPDATE "+b.w.names.Backfill+" SET error = $2, updated_at = now() WHERE backfill_id = $1 AND state = 'running'",
-		job.Args.BackfillID, batchErr.Error()); err != nil {
+	if err := b.w.store.BackfillError(ctx, b.w.pool, job.Args.BackfillID, batchErr.Error()); err != nil {
 		b.w.config.Logger.WarnContext(ctx, "weir: recording a backfill's error failed",
 			slog.String("backfill_id", job.Args.BackfillID.String()), slog.String("error", err.Error()))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // FuzzActivityMeta decodes River job metadata as the activity worker does for
@@ -58,9 +59,11 @@ func FuzzOutcomeOfEndedJob(f *testing.F) {
 		f.Add(state, 25, []byte(`not json`), false)
 	}
 	f.Fuzz(func(t *testing.T, state string, attempt int, rawErr []byte, cancelRequested bool) {
-		a := &endedActivity{attempt: attempt, cancelRequested: cancelRequested, jobID: 42, runID: uuid.New(), scheduledEventID: 3}
+		a := &endedActivity{EndedActivity: store.EndedActivity{
+			ActivityRef: store.ActivityRef{JobID: 42, RunID: uuid.New(), ScheduledEventID: 3}, Attempt: attempt, CancelRequested: cancelRequested,
+		}}
 		if state != "" {
-			a.state = &state
+			a.State = &state
 		}
 		var attemptErr rivertype.AttemptError
 		if json.Unmarshal(rawErr, &attemptErr) == nil {

@@ -8,17 +8,16 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/internal/store"
 )
 
 const (
@@ -98,33 +97,13 @@ func (r *queryResponder) listen(ctx context.Context, wake chan<- struct{}) {
 		})
 }
 
-type claimedQuery struct {
-	args  []byte
-	id    int64
-	kind  string
-	runID uuid.UUID
-}
-
 func (r *queryResponder) claimAndAnswer(ctx context.Context) error {
-	names := r.w.names
-	kinds := slices.Sorted(maps.Keys(r.w.workflows))
+	p := store.ClaimQueriesParams{
+		Namespaces: r.w.config.Namespaces, WorkflowKinds: slices.Sorted(maps.Keys(r.w.workflows)),
+		ReclaimAfter: queryReclaimAfter, Limit: queryClaimBatch,
+	}
 	for {
-		rows, err := r.w.pool.Query(ctx, "UPDATE "+names.Query+" q SET claimed_at = now()"+
-			" WHERE id IN (SELECT id FROM "+names.Query+
-			"  WHERE answered_at IS NULL AND expires_at > now()"+
-			"  AND (claimed_at IS NULL OR claimed_at < now() - $3::bigint * interval '1 microsecond')"+
-			"  AND namespace = ANY($1) AND workflow_kind = ANY($2)"+
-			"  ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED)"+
-			" RETURNING id, run_id, kind, args",
-			r.w.config.Namespaces, kinds, queryReclaimAfter.Microseconds(), queryClaimBatch)
-		if err != nil {
-			return fmt.Errorf("claiming queries: %w", err)
-		}
-		claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedQuery, error) {
-			var q claimedQuery
-			err := row.Scan(&q.id, &q.runID, &q.kind, &q.args)
-			return q, err
-		})
+		claimed, err := r.w.store.ClaimQueries(ctx, r.w.pool, p)
 		if err != nil {
 			return fmt.Errorf("claiming queries: %w", err)
 		}
@@ -138,7 +117,7 @@ func (r *queryResponder) claimAndAnswer(ctx context.Context) error {
 				defer func() { <-r.slots }()
 				if err := r.answer(ctx, q); err != nil && ctx.Err() == nil {
 					r.w.config.Logger.WarnContext(ctx, "weir: answering a query failed",
-						slog.Int64("query_id", q.id), slog.String("error", err.Error()))
+						slog.Int64("query_id", q.ID), slog.String("error", err.Error()))
 				}
 			})
 		}
@@ -149,24 +128,22 @@ func (r *queryResponder) claimAndAnswer(ctx context.Context) error {
 }
 
 // answer replays the run and records the handler's answer (or failure).
-func (r *queryResponder) answer(ctx context.Context, q claimedQuery) error {
-	names := r.w.names
+func (r *queryResponder) answer(ctx context.Context, q store.ClaimedQuery) error {
 	var (
 		result     []byte
 		failure    *history.Failure
 		notStarted bool
 	)
 	err := pgx.BeginTxFunc(ctx, r.w.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		var run runRow
-		if err := tx.QueryRow(ctx, "SELECT namespace, workflow_id, generation, kind FROM "+names.Run+" WHERE run_id = $1", q.runID).
-			Scan(&run.Namespace, &run.WorkflowID, &run.Generation, &run.Kind); err != nil {
+		run, err := r.w.store.GetRun(ctx, tx, q.RunID)
+		if err != nil {
 			return err
 		}
 		def := r.w.workflows[run.Kind]
 		if def == nil {
 			return fmt.Errorf("workflow %s is not registered here", run.Kind)
 		}
-		events, err := r.w.events.LoadAll(ctx, tx, q.runID)
+		events, err := r.w.events.LoadAll(ctx, tx, q.RunID)
 		if err != nil {
 			return err
 		}
@@ -177,17 +154,17 @@ func (r *queryResponder) answer(ctx context.Context, q claimedQuery) error {
 			return nil
 		}
 		answer, queryErr := replay.Query(ctx, def, &replay.QueryParams{
-			Args: q.args,
+			Args: q.Args,
 			ExecuteParams: replay.ExecuteParams{
 				ActivityResultType: r.w.activityResultType,
 				Codec:              r.w.config.Codec,
 				DeadlockTimeout:    r.w.config.DeadlockTimeout,
 				History:            events,
-				Info:               replay.Info{Generation: run.Generation, Kind: run.Kind, RunID: q.runID.String(), WorkflowID: run.WorkflowID},
+				Info:               replay.Info{Generation: run.Generation, Kind: run.Kind, RunID: q.RunID.String(), WorkflowID: run.WorkflowID},
 				Logger:             r.w.config.Logger,
 				Now:                time.Now(),
 			},
-			Kind: q.kind,
+			Kind: q.Kind,
 		})
 		switch {
 		case errors.Is(queryErr, replay.ErrUnknownQuery):
@@ -200,8 +177,7 @@ func (r *queryResponder) answer(ctx context.Context, q claimedQuery) error {
 		return nil
 	})
 	if notStarted {
-		_, err := r.w.pool.Exec(ctx, "UPDATE "+names.Query+" SET claimed_at = NULL WHERE id = $1", q.id)
-		return err
+		return r.w.store.UnclaimQuery(ctx, r.w.pool, q.ID)
 	}
 	if err != nil {
 		failure = &history.Failure{Message: err.Error(), Type: "QueryError"}
@@ -212,12 +188,5 @@ func (r *queryResponder) answer(ctx context.Context, q claimedQuery) error {
 			return err
 		}
 	}
-	return pgx.BeginFunc(ctx, r.w.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "UPDATE "+names.Query+" SET result = $2, failure = $3, answered_at = now() WHERE id = $1",
-			q.id, result, failureJSON); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(names.Schema, dbschema.QueryAnsweredChannel), strconv.FormatInt(q.id, 10))
-		return err
-	})
+	return r.w.store.AnswerQuery(ctx, r.w.pool, store.AnswerQueryParams{ID: q.ID, Result: result, Failure: failureJSON})
 }

@@ -2,18 +2,17 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/schedule"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // schedulerMaxSleep bounds the scheduler's sleep, so schedules created or
@@ -88,34 +87,19 @@ func (s *scheduler) client(namespace string) (*client.Client, error) {
 	return c, nil
 }
 
-type dueSchedule struct {
-	namespace, id string
-}
-
 // tick starts what is due and returns how long to sleep.
 func (s *scheduler) tick(ctx context.Context) (time.Duration, error) {
-	names := s.w.names
-	rows, err := s.w.pool.Query(ctx, "SELECT namespace, schedule_id FROM "+names.Schedule+
-		" WHERE NOT paused AND (next_run_at <= now() OR buffered_due_at IS NOT NULL) ORDER BY next_run_at LIMIT 100")
-	if err != nil {
-		return 0, fmt.Errorf("finding due schedules: %w", err)
-	}
-	due, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dueSchedule, error) {
-		var d dueSchedule
-		err := row.Scan(&d.namespace, &d.id)
-		return d, err
-	})
+	due, err := s.w.store.DueSchedules(ctx, s.w.pool)
 	if err != nil {
 		return 0, fmt.Errorf("finding due schedules: %w", err)
 	}
 	for _, d := range due {
 		if err := s.fire(ctx, d); err != nil {
-			return 0, fmt.Errorf("schedule %s: %w", d.id, err)
+			return 0, fmt.Errorf("schedule %s: %w", d.ID, err)
 		}
 	}
-	var next *time.Time
-	var now time.Time
-	if err := s.w.pool.QueryRow(ctx, "SELECT min(next_run_at), now() FROM "+names.Schedule+" WHERE NOT paused").Scan(&next, &now); err != nil {
+	next, now, err := s.w.store.NextDueSchedule(ctx, s.w.pool)
+	if err != nil {
 		return 0, fmt.Errorf("finding the next due schedule: %w", err)
 	}
 	if next == nil {
@@ -126,101 +110,78 @@ func (s *scheduler) tick(ctx context.Context) (time.Duration, error) {
 
 // fire handles one schedule under its row lock: a due start (subject to the
 // overlap policy and jitter), or a start buffered until the last run closed.
-func (s *scheduler) fire(ctx context.Context, d dueSchedule) error {
-	names := s.w.names
+func (s *scheduler) fire(ctx context.Context, d store.ScheduleKey) error {
 	return pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-		var (
-			cron, kind, queue, policy, timeZone string
-			every, jitter                       int64
-			anchor, now                         time.Time
-			nextRunAt, bufferedDueAt            *time.Time
-			args                                json.RawMessage
-			lastRunID                           *uuid.UUID
-			paused                              bool
-		)
-		err := tx.QueryRow(ctx, "SELECT coalesce(cron, ''), coalesce(extract(epoch FROM every) * 1000000, 0)::bigint,"+
-			" (extract(epoch FROM jitter) * 1000000)::bigint, time_zone, anchor, workflow_kind, workflow_args, queue, overlap_policy,"+
-			" paused, next_run_at, buffered_due_at, last_run_id, now() FROM "+names.Schedule+
-			" WHERE namespace = $1 AND schedule_id = $2 FOR UPDATE SKIP LOCKED", d.namespace, d.id).Scan(
-			&cron, &every, &jitter, &timeZone, &anchor, &kind, &args, &queue, &policy, &paused, &nextRunAt, &bufferedDueAt, &lastRunID, &now)
-		if errors.Is(err, pgx.ErrNoRows) || paused {
+		sc, err := s.w.store.GetSchedule(ctx, tx, d, store.SkipLocked)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && sc.Paused) {
 			return nil // another worker has it, or it was deleted or paused
 		}
 		if err != nil {
 			return err
 		}
-		spec := &schedule.Spec{Cron: cron, Every: time.Duration(every) * time.Microsecond, Jitter: time.Duration(jitter) * time.Microsecond, TimeZone: timeZone}
-
-		lastRunning := false
-		if lastRunID != nil {
-			// Running: the last run, or a run it continued as.
-			if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+names.Run+" WHERE namespace = $2 AND state = 'running'"+
-				" AND workflow_id = (SELECT workflow_id FROM "+names.Run+" WHERE run_id = $1))",
-				*lastRunID, d.namespace).Scan(&lastRunning); err != nil {
-				return err
-			}
-		}
-		c, err := s.client(d.namespace)
-		if err != nil {
+		if err := s.advance(ctx, tx, sc); err != nil {
 			return err
 		}
-		start := func(due time.Time) error {
-			run, err := c.StartTx(ctx, tx, client.RawArgs{JSON: args, KindName: kind}, &client.StartOpts{
-				Queue: queue, RequestID: client.ScheduleRequestID(d.id, due), WorkflowID: client.ScheduleWorkflowID(d.id, due),
-			})
-			if err != nil {
-				return err
-			}
-			_, err = tx.Exec(ctx, "UPDATE "+names.Schedule+" SET last_due_at = $3, last_run_id = $4, last_workflow_id = $5, updated_at = now()"+
-				" WHERE namespace = $1 AND schedule_id = $2", d.namespace, d.id, due, run.RunID, run.WorkflowID)
-			return err
-		}
-
-		// A start buffered behind a running run goes once that run closed.
-		if bufferedDueAt != nil && !lastRunning {
-			if err := start(*bufferedDueAt); err != nil {
-				return err
-			}
-			lastRunning = true
-			if _, err := tx.Exec(ctx, "UPDATE "+names.Schedule+" SET buffered_due_at = NULL WHERE namespace = $1 AND schedule_id = $2",
-				d.namespace, d.id); err != nil {
-				return err
-			}
-		}
-
-		if nextRunAt == nil || nextRunAt.After(now) {
-			return nil
-		}
-		due := *nextRunAt
-		if now.Before(due.Add(spec.JitterFor(d.id, due))) {
-			return nil // due, but its jitter has not passed yet
-		}
-		switch {
-		case !lastRunning || client.OverlapPolicy(policy) == client.OverlapAllowAll:
-			if err := start(due); err != nil {
-				return err
-			}
-		case client.OverlapPolicy(policy) == client.OverlapBufferOne:
-			if _, err := tx.Exec(ctx, "UPDATE "+names.Schedule+" SET buffered_due_at = coalesce(buffered_due_at, $3)"+
-				" WHERE namespace = $1 AND schedule_id = $2", d.namespace, d.id, due); err != nil {
-				return err
-			}
-		default: // skip
-		}
-
-		// The next due time after this one; due times missed while no worker
-		// ran are skipped (BackfillSchedule starts them on demand).
-		next, err := spec.Next(anchor, due)
-		if err != nil {
-			return err
-		}
-		if next.Before(now) {
-			if next, err = spec.Next(anchor, now); err != nil {
-				return err
-			}
-		}
-		_, err = tx.Exec(ctx, "UPDATE "+names.Schedule+" SET next_run_at = $3, updated_at = now() WHERE namespace = $1 AND schedule_id = $2",
-			d.namespace, d.id, next)
-		return err
+		return s.w.store.SaveSchedule(ctx, tx, sc)
 	})
+}
+
+// advance starts what is due of sc in tx and moves sc on past it.
+func (s *scheduler) advance(ctx context.Context, tx pgx.Tx, sc *store.Schedule) error {
+	lastRunning := false
+	if sc.LastRunID != nil {
+		var err error // running: the last run, or a run it continued as
+		if lastRunning, err = s.w.store.WorkflowRunning(ctx, tx, sc.Namespace, *sc.LastRunID); err != nil {
+			return err
+		}
+	}
+	c, err := s.client(sc.Namespace)
+	if err != nil {
+		return err
+	}
+	start := func(due time.Time) error {
+		run, err := c.StartTx(ctx, tx, client.RawArgs{JSON: sc.WorkflowArgs, KindName: sc.WorkflowKind}, &client.StartOpts{
+			Queue: sc.Queue, RequestID: client.ScheduleRequestID(sc.ID, due), WorkflowID: client.ScheduleWorkflowID(sc.ID, due),
+		})
+		if err == nil {
+			sc.LastDueAt, sc.LastRunID, sc.LastWorkflowID = &due, &run.RunID, run.WorkflowID
+		}
+		return err
+	}
+
+	// A start buffered behind a running run goes once that run closed.
+	if sc.BufferedDueAt != nil && !lastRunning {
+		if err := start(*sc.BufferedDueAt); err != nil {
+			return err
+		}
+		lastRunning, sc.BufferedDueAt = true, nil
+	}
+
+	now := sc.Now
+	if sc.NextRunAt == nil || sc.NextRunAt.After(now) {
+		return nil
+	}
+	due := *sc.NextRunAt
+	spec := &schedule.Spec{Cron: sc.Cron, Every: sc.Every, Jitter: sc.Jitter, TimeZone: sc.TimeZone}
+	if now.Before(due.Add(spec.JitterFor(sc.ID, due))) {
+		return nil // due, but its jitter has not passed yet
+	}
+	switch policy := client.OverlapPolicy(sc.OverlapPolicy); {
+	case !lastRunning || policy == client.OverlapAllowAll:
+		if err := start(due); err != nil {
+			return err
+		}
+	case policy == client.OverlapBufferOne && sc.BufferedDueAt == nil:
+		sc.BufferedDueAt = &due
+	default: // skip, or one start is buffered already
+	}
+
+	// The next due time after this one; due times missed while no worker
+	// ran are skipped (BackfillSchedule starts them on demand).
+	next, err := spec.Next(sc.Anchor, due)
+	if err == nil && next.Before(now) {
+		next, err = spec.Next(sc.Anchor, now)
+	}
+	sc.NextRunAt = &next
+	return err
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // staleActivity is why an activity's job must not run its code: its run is
@@ -30,16 +30,8 @@ func (e *staleActivity) Error() string {
 // pending in a running run. Eager attempts skip it: they were claimed in the
 // transaction that scheduled their activity.
 func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int64, kind string) error {
-	var (
-		state   string
-		pending bool
-	)
 	// Pending: recorded as such, and no outcome waiting in the inbox.
-	err := w.pool.QueryRow(ctx, "SELECT r.state,"+
-		" EXISTS (SELECT 1 FROM "+w.names.Activity+" a WHERE a.run_id = r.run_id AND a.scheduled_event_id = $2 AND a.job_id = $3)"+
-		" AND NOT EXISTS (SELECT 1 FROM "+w.names.Inbox+" i WHERE i.run_id = r.run_id AND i.dedup_key = $4)"+
-		" FROM "+w.names.Run+" r WHERE r.run_id = $1",
-		meta.RunID, meta.ScheduledEventID, jobID, inbox.ActivityKey(meta.ScheduledEventID)).Scan(&state, &pending)
+	state, pending, err := w.store.ActivityPending(ctx, w.pool, store.ActivityRef{RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, JobID: jobID})
 	var reason string
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

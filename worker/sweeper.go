@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // sweepBatch bounds the rows one sweep handles per kind of repair.
@@ -88,7 +88,7 @@ func (s *sweeper) sweep(ctx context.Context) (int, error) {
 		return activities + timedOut + tasks, err
 	}
 	// Queries whose asker gave up (and did not delete them) expire.
-	if _, err := s.w.pool.Exec(ctx, "DELETE FROM "+s.w.names.Query+" WHERE expires_at < now() - interval '1 minute'"); err != nil {
+	if err := s.w.store.DeleteExpiredQueries(ctx, s.w.pool); err != nil {
 		return activities + timedOut + tasks, fmt.Errorf("deleting expired queries: %w", err)
 	}
 	return activities + timedOut + tasks, nil
@@ -101,18 +101,11 @@ func (s *sweeper) deleteExpiredRuns(ctx context.Context) (int64, error) {
 	if s.w.config.Retention < 0 {
 		return 0, nil
 	}
-	names := s.w.names
-	tag, err := s.w.pool.Exec(ctx, "WITH expired AS ("+
-		" SELECT r.run_id FROM "+names.Run+" r LEFT JOIN "+names.Namespace+" n ON n.name = r.namespace"+
-		" WHERE r.state <> 'running'"+
-		" AND r.closed_at < now() - coalesce(n.retention, $1::bigint * interval '1 microsecond')"+
-		" ORDER BY r.closed_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED)"+
-		" DELETE FROM "+names.Run+" WHERE run_id IN (SELECT run_id FROM expired)",
-		s.w.config.Retention.Microseconds(), sweepBatch)
+	n, err := s.w.store.ExpireRuns(ctx, s.w.pool, s.w.config.Retention, sweepBatch)
 	if err != nil {
 		return 0, fmt.Errorf("deleting runs past retention: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // timeOutActivities ends activities past their schedule-to-close deadline:
@@ -120,40 +113,21 @@ func (s *sweeper) deleteExpiredRuns(ctx context.Context) (int64, error) {
 // attempt sees its context cancelled; whatever it reports later is dropped).
 func (s *sweeper) timeOutActivities(ctx context.Context) (int, error) {
 	names := s.w.names
-	rows, err := s.w.pool.Query(ctx, "SELECT a.run_id, a.scheduled_event_id, a.job_id, coalesce(j.attempt, 0), a.deadline"+
-		" FROM "+names.Activity+" a LEFT JOIN "+names.RiverJob+" j ON j.id = a.job_id"+
-		" WHERE a.deadline < now()"+
-		" AND NOT EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = a.run_id AND i.dedup_key = 'activity:' || a.scheduled_event_id)"+
-		" LIMIT $1", sweepBatch)
-	if err != nil {
-		return 0, fmt.Errorf("finding timed-out activities: %w", err)
-	}
-	type timedOut struct {
-		runID            uuid.UUID
-		scheduledEventID int64
-		jobID            int64
-		attempt          int
-		deadline         time.Time
-	}
-	due, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (timedOut, error) {
-		var a timedOut
-		err := row.Scan(&a.runID, &a.scheduledEventID, &a.jobID, &a.attempt, &a.deadline)
-		return a, err
-	})
+	due, err := s.w.store.TimedOutActivities(ctx, s.w.pool, sweepBatch)
 	if err != nil {
 		return 0, fmt.Errorf("finding timed-out activities: %w", err)
 	}
 	repaired := 0
 	for _, a := range due {
 		attrs, err := json.Marshal(&history.ActivityTimedOutAttributes{
-			Attempt: a.attempt, ScheduledEventID: a.scheduledEventID, TimeoutType: history.TimeoutScheduleToClose,
+			Attempt: a.Attempt, ScheduledEventID: a.ScheduledEventID, TimeoutType: history.TimeoutScheduleToClose,
 		})
 		if err != nil {
 			return repaired, err
 		}
 		err = pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			added, err := inbox.Deliver(ctx, tx, names, s.w.riverClient, a.runID, &inbox.Item{
-				Attributes: attrs, DedupKey: inbox.ActivityKey(a.scheduledEventID), Type: string(history.EventActivityTimedOut),
+			added, err := inbox.Deliver(ctx, tx, names, s.w.riverClient, a.RunID, &inbox.Item{
+				Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(history.EventActivityTimedOut),
 			})
 			if errors.Is(err, inbox.ErrRunClosed) {
 				return nil
@@ -163,40 +137,27 @@ func (s *sweeper) timeOutActivities(ctx context.Context) (int, error) {
 			}
 			if added {
 				repaired++
-				if _, err := s.w.riverClient.JobCancelTx(ctx, tx, a.jobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-					return fmt.Errorf("cancelling job %d: %w", a.jobID, err)
+				if _, err := s.w.riverClient.JobCancelTx(ctx, tx, a.JobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+					return fmt.Errorf("cancelling job %d: %w", a.JobID, err)
 				}
 			}
 			return nil
 		})
 		if err != nil {
-			return repaired, fmt.Errorf("timing out activity %d of run %s: %w", a.scheduledEventID, a.runID, err)
+			return repaired, fmt.Errorf("timing out activity %d of run %s: %w", a.ScheduledEventID, a.RunID, err)
 		}
 	}
 	return repaired, nil
 }
 
 type endedActivity struct {
-	attempt          int
-	cancelRequested  bool
-	errors           []rivertype.AttemptError
-	jobID            int64
-	runID            uuid.UUID
-	scheduledEventID int64
-	state            *string // nil: the job is gone
+	store.EndedActivity
+	errors []rivertype.AttemptError
 }
 
 func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 	names := s.w.names
-	rows, err := s.w.pool.Query(ctx, "SELECT a.run_id, a.scheduled_event_id, a.job_id, j.state::text, coalesce(j.attempt, 0), coalesce(j.errors, '{}'),"+
-		" coalesce(j.metadata ? 'cancel_attempted_at', false)"+
-		" FROM "+names.Activity+" a LEFT JOIN "+names.RiverJob+" j ON j.id = a.job_id"+
-		" WHERE j.id IS NULL OR j.state IN ('completed', 'discarded', 'cancelled')"+
-		" LIMIT $1", sweepBatch)
-	if err != nil {
-		return 0, fmt.Errorf("finding ended activities: %w", err)
-	}
-	ended, err := pgx.CollectRows(rows, scanEndedActivity)
+	ended, err := s.w.endedActivities(ctx, s.w.pool, nil)
 	if err != nil {
 		return 0, fmt.Errorf("finding ended activities: %w", err)
 	}
@@ -211,27 +172,18 @@ func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 			// go back into the inbox, for a task with nothing to do.
 			// Two statements: the check needs a snapshot taken after the
 			// lock is granted.
-			var pending bool
-			batch := &pgx.Batch{}
-			batch.Queue("SELECT 1 FROM "+names.Run+" WHERE run_id = $1 FOR UPDATE", a.runID)
-			batch.Queue("SELECT EXISTS (SELECT 1 FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = $2)",
-				a.runID, a.scheduledEventID).QueryRow(func(row pgx.Row) error { return row.Scan(&pending) })
-			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			if pending, err := s.w.store.LockRunActivityPending(ctx, tx, a.ActivityRef); err != nil || !pending {
 				return err
-			}
-			if !pending {
-				return nil
 			}
 			eventType, attrs, err := outcomeOfEndedJob(&a)
 			if err != nil {
 				return err
 			}
-			added, err := inbox.Deliver(ctx, tx, names, s.w.riverClient, a.runID, &inbox.Item{
-				Attributes: attrs, DedupKey: inbox.ActivityKey(a.scheduledEventID), Type: string(eventType),
+			added, err := inbox.Deliver(ctx, tx, names, s.w.riverClient, a.RunID, &inbox.Item{
+				Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(eventType),
 			})
 			if errors.Is(err, inbox.ErrRunClosed) {
-				_, err = tx.Exec(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1 AND scheduled_event_id = $2", a.runID, a.scheduledEventID)
-				return err
+				return s.w.store.DeleteActivity(ctx, tx, a.ActivityRef)
 			}
 			if added {
 				repaired++
@@ -239,7 +191,7 @@ func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 			return err
 		})
 		if err != nil {
-			return repaired, fmt.Errorf("resolving activity %d of run %s: %w", a.scheduledEventID, a.runID, err)
+			return repaired, fmt.Errorf("resolving activity %d of run %s: %w", a.ScheduledEventID, a.RunID, err)
 		}
 	}
 	return repaired, nil
@@ -257,13 +209,7 @@ func (w *Worker) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobI
 		return nil // its own worker settled it: a task, or an activity that delivered its outcome
 	}
 	names := w.names
-	rows, err := tx.Query(ctx, "SELECT a.run_id, a.scheduled_event_id, a.job_id, j.state::text, j.attempt, coalesce(j.errors, '{}'),"+
-		" coalesce(j.metadata ? 'cancel_attempted_at', false)"+
-		" FROM "+names.Activity+" a JOIN "+names.RiverJob+" j ON j.id = a.job_id WHERE a.job_id = ANY($1)", jobIDs)
-	if err != nil {
-		return fmt.Errorf("finding activities of finalized jobs: %w", err)
-	}
-	ended, err := pgx.CollectRows(rows, scanEndedActivity)
+	ended, err := w.endedActivities(ctx, tx, jobIDs)
 	if err != nil {
 		return fmt.Errorf("finding activities of finalized jobs: %w", err)
 	}
@@ -272,8 +218,8 @@ func (w *Worker) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobI
 		if err != nil {
 			return err
 		}
-		_, err = inbox.Deliver(ctx, tx, names, w.riverClient, a.runID, &inbox.Item{
-			Attributes: attrs, DedupKey: inbox.ActivityKey(a.scheduledEventID), Type: string(eventType),
+		_, err = inbox.Deliver(ctx, tx, names, w.riverClient, a.RunID, &inbox.Item{
+			Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(eventType),
 		})
 		if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 			return err
@@ -282,19 +228,21 @@ func (w *Worker) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobI
 	return nil
 }
 
-func scanEndedActivity(row pgx.CollectableRow) (endedActivity, error) {
-	var a endedActivity
-	var errs [][]byte
-	if err := row.Scan(&a.runID, &a.scheduledEventID, &a.jobID, &a.state, &a.attempt, &errs, &a.cancelRequested); err != nil {
-		return a, err
-	}
-	for _, raw := range errs {
-		var attemptErr rivertype.AttemptError
-		if json.Unmarshal(raw, &attemptErr) == nil {
-			a.errors = append(a.errors, attemptErr)
+// endedActivities reads the pending activities of jobIDs, or, with none, a
+// batch of those whose job ended or is gone, with their jobs' errors.
+func (w *Worker) endedActivities(ctx context.Context, db store.DBTX, jobIDs []int64) ([]endedActivity, error) {
+	rows, err := w.store.EndedActivities(ctx, db, jobIDs, sweepBatch)
+	ended := make([]endedActivity, len(rows))
+	for i, row := range rows {
+		ended[i].EndedActivity = row
+		for _, raw := range row.Errors {
+			var attemptErr rivertype.AttemptError
+			if json.Unmarshal(raw, &attemptErr) == nil {
+				ended[i].errors = append(ended[i].errors, attemptErr)
+			}
 		}
 	}
-	return a, nil
+	return ended, err
 }
 
 // outcomeOfEndedJob is the outcome of an activity whose job ended on its own.
@@ -308,23 +256,23 @@ func outcomeOfEndedJob(a *endedActivity) (history.EventType, []byte, error) {
 		attrs     any
 	)
 	switch {
-	case a.state == nil:
+	case a.State == nil:
 		eventType = history.EventActivityFailed
-		attrs = &history.ActivityFailedAttributes{Attempt: a.attempt, ScheduledEventID: a.scheduledEventID,
-			Failure: history.Failure{Message: fmt.Sprintf("the activity's job %d was deleted", a.jobID), NonRetryable: true, Type: "JobDeleted"}}
-	case *a.state == "completed":
+		attrs = &history.ActivityFailedAttributes{Attempt: a.Attempt, ScheduledEventID: a.ScheduledEventID,
+			Failure: history.Failure{Message: fmt.Sprintf("the activity's job %d was deleted", a.JobID), NonRetryable: true, Type: "JobDeleted"}}
+	case *a.State == "completed":
 		// A plain River worker: it returns no result.
 		eventType = history.EventActivityCompleted
-		attrs = &history.ActivityCompletedAttributes{Attempt: a.attempt, Result: []byte("null"), ScheduledEventID: a.scheduledEventID}
-	case *a.state == "cancelled" && (lastErr == nil || a.cancelRequested):
+		attrs = &history.ActivityCompletedAttributes{Attempt: a.Attempt, Result: []byte("null"), ScheduledEventID: a.ScheduledEventID}
+	case *a.State == "cancelled" && (lastErr == nil || a.CancelRequested):
 		// Cancelled on request (by the workflow, or by hand in River UI).
 		eventType = history.EventActivityCanceled
-		attrs = &history.ActivityCanceledAttributes{Attempt: a.attempt, ScheduledEventID: a.scheduledEventID}
+		attrs = &history.ActivityCanceledAttributes{Attempt: a.Attempt, ScheduledEventID: a.ScheduledEventID}
 	default: // discarded, or cancelled by the worker with an error
 		eventType = history.EventActivityFailed
-		failure := failureFromJobError(lastErr, fmt.Sprintf("the activity's job %d ended %s", a.jobID, *a.state))
+		failure := failureFromJobError(lastErr, fmt.Sprintf("the activity's job %d ended %s", a.JobID, *a.State))
 		failure.NonRetryable = true
-		attrs = &history.ActivityFailedAttributes{Attempt: a.attempt, Failure: *failure, ScheduledEventID: a.scheduledEventID}
+		attrs = &history.ActivityFailedAttributes{Attempt: a.Attempt, Failure: *failure, ScheduledEventID: a.ScheduledEventID}
 	}
 	data, err := json.Marshal(attrs)
 	return eventType, data, err
@@ -336,19 +284,7 @@ func outcomeOfEndedJob(a *endedActivity) (history.EventType, []byte, error) {
 // even one discarded after exhausting its attempts is followed by a new one.
 func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 	names := s.w.names
-	rows, err := s.w.pool.Query(ctx, "SELECT r.run_id FROM "+names.Run+" r"+
-		" LEFT JOIN "+names.RiverJob+" j ON j.id = r.task_job_id"+
-		" WHERE r.state = 'running' AND ("+
-		// No task queued though there is work for one.
-		"  (r.task_job_id IS NULL AND (r.next_event_id = 1 OR EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = r.run_id)))"+
-		// The queued task is gone or ended without committing (deleted,
-		// cancelled by hand, or discarded after exhausting its attempts).
-		"  OR (r.task_job_id IS NOT NULL AND (j.id IS NULL OR j.state IN ('completed', 'discarded', 'cancelled'))))"+
-		" LIMIT $1", sweepBatch)
-	if err != nil {
-		return 0, fmt.Errorf("finding stranded runs: %w", err)
-	}
-	runIDs, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	runIDs, err := s.w.store.StrandedRuns(ctx, s.w.pool, sweepBatch)
 	if err != nil {
 		return 0, fmt.Errorf("finding stranded runs: %w", err)
 	}
@@ -356,17 +292,8 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 	repaired := 0
 	for _, runID := range runIDs {
 		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			var (
-				run      = inbox.Run{ID: runID}
-				stranded bool
-			)
 			// The same condition as the scan, now under the run's lock.
-			err := tx.QueryRow(ctx, "SELECT r.namespace, r.kind, r.queue, r.workflow_id,"+
-				" CASE WHEN r.task_job_id IS NULL"+
-				"  THEN r.next_event_id = 1 OR EXISTS (SELECT 1 FROM "+names.Inbox+" i WHERE i.run_id = r.run_id)"+
-				"  ELSE NOT EXISTS (SELECT 1 FROM "+names.RiverJob+" j WHERE j.id = r.task_job_id"+
-				"   AND j.state NOT IN ('completed', 'discarded', 'cancelled')) END"+
-				" FROM "+names.Run+" r WHERE r.run_id = $1 AND r.closed_at IS NULL FOR UPDATE", runID).Scan(&run.Namespace, &run.Kind, &run.Queue, &run.WorkflowID, &stranded)
+			run, stranded, err := s.w.store.LockStrandedRun(ctx, tx, runID)
 			if errors.Is(err, pgx.ErrNoRows) || (err == nil && !stranded) {
 				return nil
 			}
@@ -375,7 +302,7 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 			}
 			s.w.config.Logger.WarnContext(ctx, "weir: queueing a task for a run that had none", slog.String("run_id", runID.String()))
 			repaired++
-			return inbox.QueueTask(ctx, tx, names, s.w.riverClient, &run)
+			return inbox.QueueTask(ctx, tx, names, s.w.riverClient, run)
 		})
 		if err != nil {
 			return repaired, fmt.Errorf("queueing a task of run %s: %w", runID, err)

@@ -24,14 +24,8 @@ type timeoutWorker struct {
 func (t *timeoutWorker) Work(ctx context.Context, job *river.Job[runstate.TimeoutArgs]) error {
 	var snooze time.Duration
 	err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
-		var (
-			state                          string
-			runDeadline, executionDeadline *time.Time
-			now                            time.Time
-		)
-		err := tx.QueryRow(ctx, "SELECT state, run_deadline, execution_deadline, now() FROM "+t.w.names.Run+
-			" WHERE run_id = $1 FOR UPDATE", job.Args.RunID).Scan(&state, &runDeadline, &executionDeadline, &now)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && state != "running") {
+		run, err := t.w.store.LockRunDeadlines(ctx, tx, job.Args.RunID)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && run.State != "running") {
 			_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
 			return err
 		}
@@ -39,9 +33,9 @@ func (t *timeoutWorker) Work(ctx context.Context, job *river.Job[runstate.Timeou
 			return err
 		}
 
-		which, deadline := "run", runDeadline
-		if executionDeadline != nil && (deadline == nil || executionDeadline.Before(*deadline)) {
-			which, deadline = "execution", executionDeadline
+		which, deadline, now := "run", run.RunDeadline, run.Now
+		if run.ExecutionDeadline != nil && (deadline == nil || run.ExecutionDeadline.Before(*deadline)) {
+			which, deadline = "execution", run.ExecutionDeadline
 		}
 		if deadline == nil {
 			_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)

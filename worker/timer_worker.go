@@ -36,7 +36,7 @@ func (w *Worker) startTimer(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 	// Available at once, due later: River fetches it as soon as it is due
 	// and a fetch happens, which the timer waker triggers right then, instead
 	// of waiting for River's scheduler (every 5 seconds) to promote it.
-	if _, err := tx.Exec(ctx, "UPDATE "+w.names.RiverJob+" SET state = 'available' WHERE id = $1 AND state = 'scheduled'", inserted.Job.ID); err != nil {
+	if err := w.store.MakeJobAvailable(ctx, tx, inserted.Job.ID); err != nil {
 		return fmt.Errorf("making timer of event %d fetchable: %w", e.ID, err)
 	}
 	return nil
@@ -76,14 +76,7 @@ func (t *timerWaker) start() {
 		defer close(t.done)
 		lastWake := time.Now().Add(-timerWakerMaxSleep)
 		for ctx.Err() == nil {
-			var (
-				queue string
-				due   time.Time
-				now   time.Time
-			)
-			err := t.w.pool.QueryRow(ctx, "SELECT queue, scheduled_at, now() FROM "+t.w.names.RiverJob+
-				" WHERE kind = $1 AND state = 'available' AND scheduled_at > $2 ORDER BY scheduled_at LIMIT 1",
-				timer.Kind, lastWake).Scan(&queue, &due, &now)
+			queue, due, now, err := t.w.store.NextAvailableJob(ctx, t.w.pool, timer.Kind, lastWake)
 			sleep := timerWakerMaxSleep
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
@@ -126,9 +119,7 @@ func (w *Worker) notifyQueue(ctx context.Context, queue string) error {
 	if err != nil {
 		return err
 	}
-	_, err = w.pool.Exec(ctx, "SELECT pg_notify(coalesce(nullif($1::text, ''), current_schema()) || '.river_insert', $2)",
-		w.names.Schema, string(payload))
-	return err
+	return w.store.NotifyQueue(ctx, w.pool, payload)
 }
 
 // cancelJobs cancels the River jobs of activities and timers a task
@@ -136,9 +127,7 @@ func (w *Worker) notifyQueue(ctx context.Context, queue string) error {
 // any still comes, is dropped.
 func (w *Worker) cancelJobs(ctx context.Context, tx pgx.Tx, runID uuid.UUID, activities, timers []int64) error {
 	for _, scheduledEventID := range activities {
-		var jobID int64
-		err := tx.QueryRow(ctx, "SELECT job_id FROM "+w.names.Activity+" WHERE run_id = $1 AND scheduled_event_id = $2",
-			runID, scheduledEventID).Scan(&jobID)
+		jobID, err := w.store.ActivityJob(ctx, tx, runID, scheduledEventID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
@@ -154,12 +143,7 @@ func (w *Worker) cancelJobs(ctx context.Context, tx pgx.Tx, runID uuid.UUID, act
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, "SELECT id FROM "+w.names.RiverJob+" WHERE kind = $1 AND args @> $2::jsonb"+
-			" AND state IN ('available', 'scheduled', 'retryable')", timer.Kind, match)
-		if err != nil {
-			return fmt.Errorf("finding job of timer %d: %w", startedEventID, err)
-		}
-		jobIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		jobIDs, err := w.store.UnfinishedJobs(ctx, tx, timer.Kind, match)
 		if err != nil {
 			return fmt.Errorf("finding job of timer %d: %w", startedEventID, err)
 		}

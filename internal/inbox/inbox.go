@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
 
@@ -48,13 +49,7 @@ type Item struct {
 // not running, and a *RunNotFoundError-like error when it does not exist.
 // It reports whether the item was new (false: a duplicate of its DedupKey).
 func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Inserter, runID uuid.UUID, item *Item) (bool, error) {
-	var (
-		run       = Run{ID: runID}
-		state     string
-		taskJobID *int64
-	)
-	err := tx.QueryRow(ctx, "SELECT namespace, kind, queue, state, workflow_id, task_job_id FROM "+names.Run+
-		" WHERE run_id = $1 FOR UPDATE", runID).Scan(&run.Namespace, &run.Kind, &run.Queue, &state, &run.WorkflowID, &taskJobID)
+	run, state, taskJobID, err := store.For(names).LockRunForTask(ctx, tx, runID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, fmt.Errorf("delivering %s to run %s: %w", item.Type, runID, ErrRunClosed)
@@ -69,7 +64,7 @@ func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Ins
 		return false, err
 	}
 	if taskJobID == nil {
-		if err := QueueTask(ctx, tx, names, inserter, &run); err != nil {
+		if err := QueueTask(ctx, tx, names, inserter, run); err != nil {
 			return false, err
 		}
 	}
@@ -80,22 +75,17 @@ func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Ins
 // lock and knows a task of the run is queued (else use Deliver). It reports
 // whether the item was new (false: a duplicate of its DedupKey).
 func Add(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID, item *Item) (bool, error) {
-	tag, err := tx.Exec(ctx, "INSERT INTO "+names.Inbox+" (run_id, type, attributes, dedup_key) VALUES ($1, $2, $3, $4)"+
-		" ON CONFLICT (run_id, dedup_key) DO NOTHING", runID, item.Type, item.Attributes, item.DedupKey)
+	added, err := store.For(names).AddInbox(ctx, tx, store.AddInboxParams{
+		RunID: runID, Type: item.Type, Attributes: item.Attributes, DedupKey: item.DedupKey,
+	})
 	if err != nil {
 		return false, fmt.Errorf("writing %s to inbox of run %s: %w", item.Type, runID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return added, nil
 }
 
 // Run is what QueueTask needs to know of a run.
-type Run struct {
-	ID         uuid.UUID
-	Kind       string
-	Namespace  string
-	Queue      string
-	WorkflowID string
-}
+type Run = store.TaskRun
 
 // QueueTask inserts a workflow task for run and records it as the task that
 // will next read the inbox. The caller holds the run row's lock.
@@ -104,7 +94,7 @@ func QueueTask(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter I
 	if err != nil {
 		return fmt.Errorf("queueing a task of run %s: %w", run.ID, err)
 	}
-	if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET task_job_id = $2, updated_at = now() WHERE run_id = $1", run.ID, inserted.Job.ID); err != nil {
+	if err := store.For(names).SetTaskJob(ctx, tx, run.ID, inserted.Job.ID); err != nil {
 		return fmt.Errorf("recording the task of run %s: %w", run.ID, err)
 	}
 	return nil

@@ -22,14 +22,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/weirhq/weir/internal/store"
 )
 
 // sendTimeout bounds one send: a notification that cannot go in this long
 // is dropped (its waiters poll).
 const sendTimeout = 5 * time.Second
-
-// notifySQL sends a batch of notifications in one autocommit statement.
-const notifySQL = "SELECT count(pg_notify(c, p)) FROM unnest($1::text[], $2::text[]) AS n(c, p)"
 
 // Notifier sends notifications on a pool, after their transactions commit.
 // Notify never blocks: the first notification goes out at once, and those
@@ -91,7 +90,7 @@ func (n *Notifier) send() {
 		n.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-		_, err := n.pool.Exec(ctx, notifySQL, channels, payloads)
+		err := store.Notify(ctx, n.pool, channels, payloads)
 		cancel()
 		if err != nil {
 			n.logger.Warn("weir: sending notifications failed; their waiters poll",

@@ -7,6 +7,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,19 +24,44 @@ type DBTX interface {
 
 // Store is weir's statements for one schema. It is safe for concurrent use.
 type Store struct {
-	names  *dbschema.Names
-	runs   runStatements
-	starts startStatements
+	names     *dbschema.Names
+	backfills backfillSQL
+	inbox     inboxSQL
+	inspect   inspectSQL
+	listing   listingSQL
+	lookups   lookupSQL
+	queries   querySQL
+	runs      runStatements
+	schedules scheduleSQL
+	starts    startStatements
+	sweeps    sweepSQL
+	updates   updateSQL
+	workers   workerSQL
 }
 
 // New builds the statements of the schema names qualifies.
 func New(names *dbschema.Names) *Store {
 	return &Store{
-		names:  names,
-		runs:   newRunStatements(names),
-		starts: newStartStatements(names),
+		names:     names,
+		backfills: newBackfillSQL(names),
+		inbox:     newInboxSQL(names),
+		inspect:   newInspectSQL(names),
+		listing:   newListingSQL(names),
+		lookups:   newLookupSQL(names),
+		queries:   newQuerySQL(names),
+		runs:      newRunStatements(names),
+		schedules: newScheduleSQL(names),
+		starts:    newStartStatements(names),
+		sweeps:    newSweepSQL(names),
+		updates:   newUpdateSQL(names),
+		workers:   newWorkerSQL(names),
 	}
 }
 
 // Names are the qualified table names the statements use.
 func (s *Store) Names() *dbschema.Names { return s.names }
+
+// Now reads the database's clock (the transaction's start, in one).
+func (s *Store) Now(ctx context.Context, db DBTX) (now time.Time, err error) {
+	return now, db.QueryRow(ctx, "SELECT now()").Scan(&now)
+}

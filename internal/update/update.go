@@ -13,6 +13,7 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // Answer records that update updateID of run runID ended in state
@@ -26,11 +27,9 @@ func Answer(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UU
 			return fmt.Errorf("encoding failure of update %s: %w", updateID, err)
 		}
 	}
-	_, err := tx.Exec(ctx, "WITH done AS (UPDATE "+names.Update+
-		" SET state = $3, result = $4, failure = $5, completed_at = now()"+
-		" WHERE run_id = $1 AND update_id = $2 AND state = 'requested' RETURNING run_id, update_id)"+
-		" SELECT count(pg_notify($6, done.run_id::text || '/' || done.update_id)) FROM done",
-		runID, updateID, state, result, failureJSON, dbschema.Channel(names.Schema, dbschema.UpdateDoneChannel))
+	err := store.For(names).AnswerUpdate(ctx, tx, store.AnswerUpdateParams{
+		UpdateKey: store.UpdateKey{RunID: runID, UpdateID: updateID}, State: state, Result: result, Failure: failureJSON,
+	})
 	if err != nil {
 		return fmt.Errorf("answering update %s of run %s: %w", updateID, runID, err)
 	}
@@ -50,14 +49,15 @@ func AbandonPending(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID
 	return nil
 }
 
-// QueueAbandonPending queues AbandonPending's statement in batch, for a
-// caller that sends its writes in one round trip.
+// QueueAbandonPending queues, in batch, the rejection of every update of run
+// runID still waiting for an answer, because the run closed (reason says
+// how), and their callers' notification.
 func QueueAbandonPending(batch *pgx.Batch, names *dbschema.Names, runID uuid.UUID, reason string) error {
 	failure, err := json.Marshal(&history.Failure{Message: reason, Type: "WorkflowClosed"})
 	if err != nil {
 		return err
 	}
-	batch.Queue(AbandonPendingSQL(names, false), runID, failure, dbschema.Channel(names.Schema, dbschema.UpdateDoneChannel))
+	store.For(names).QueueAbandonUpdates(batch, runID, failure)
 	return nil
 }
 
@@ -65,14 +65,7 @@ func QueueAbandonPending(batch *pgx.Batch, names *dbschema.Names, runID uuid.UUI
 // many, an array of runs: the same statement for each of them), $2 the
 // failure, $3 the channel to notify.
 func AbandonPendingSQL(names *dbschema.Names, many bool) string {
-	runs := "run_id = $1"
-	if many {
-		runs = "run_id = ANY($1)"
-	}
-	return "WITH done AS (UPDATE " + names.Update +
-		" SET state = 'rejected', failure = $2, completed_at = now()" +
-		" WHERE " + runs + " AND state = 'requested' RETURNING run_id, update_id)" +
-		" SELECT count(pg_notify($3, done.run_id::text || '/' || done.update_id)) FROM done"
+	return store.For(names).AbandonUpdatesSQL(many)
 }
 
 // Key is the inbox dedup key of update updateID.
