@@ -43,7 +43,7 @@ type Notifier struct {
 	channels []string
 	payloads []string
 	pending  map[[2]string]bool // channels and payloads, once each
-	sending  bool // a goroutine is sending (and will take what is pending)
+	sending  bool               // a goroutine is sending (and will take what is pending)
 	closed   bool
 	done     sync.WaitGroup
 }
