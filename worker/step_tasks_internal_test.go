@@ -15,8 +15,9 @@ import (
 )
 
 type firstTaskArgs struct {
-	N    int  `json:"n"`
-	Wait bool `json:"wait"`
+	N     int  `json:"n"`
+	Wait  bool `json:"wait"`
+	Panic bool `json:"panic"` // in its task's first attempt
 }
 
 func (firstTaskArgs) Kind() string { return "first_task_wf" }
@@ -28,12 +29,16 @@ type firstTaskSignal struct {
 func (firstTaskSignal) Kind() string { return "first_task_add" }
 
 // firstTaskWorkflow returns its N in its first task, plus, when it waits,
-// what the signal it takes adds.
+// what the signal it takes adds; one that panics does so in its task's
+// first attempt.
 type firstTaskWorkflow struct {
 	workflow.Defaults[firstTaskArgs, int]
 }
 
 func (*firstTaskWorkflow) Run(ctx workflow.Context, args firstTaskArgs) (int, error) {
+	if args.Panic && workflow.GetInfo(ctx).TaskAttempt == 1 {
+		panic("first attempt")
+	}
 	if !args.Wait {
 		return args.N, nil
 	}
@@ -45,8 +50,9 @@ func (*firstTaskWorkflow) Run(ctx workflow.Context, args firstTaskArgs) (int, er
 // the normal way (through River, no eager start), fetched together, commit
 // in groups (one group at a time here, so that groups fill), as activity
 // outcomes do; those whose run's inbox had a signal waiting take it, once,
-// in the group. Every run completes with its result, its task job
-// completed and nothing left in its inbox.
+// in the group; one whose code panics fails its task (recorded on its job,
+// retried) without failing its group. Every run completes with its result,
+// its task job completed and nothing left in its inbox.
 func TestStepGroupsRunFirstTasks(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -59,7 +65,7 @@ func TestStepGroupsRunFirstTasks(t *testing.T) {
 	const n = 40
 	runs := make([]*client.Run, n)
 	for i := range runs {
-		runs[i], err = c.Start(ctx, firstTaskArgs{N: i, Wait: i%2 == 1}, nil)
+		runs[i], err = c.Start(ctx, firstTaskArgs{N: i, Wait: i%2 == 1, Panic: i == n/2}, nil)
 		require.NoError(t, err)
 		if i%2 == 1 {
 			require.NoError(t, c.Signal(ctx, runs[i].WorkflowID, runs[i].RunID, firstTaskSignal{Add: 1000}, nil))
@@ -97,6 +103,10 @@ func TestStepGroupsRunFirstTasks(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.RiverJob+" WHERE state <> 'completed'").Scan(&running))
 		return running == 0
 	}, time.Minute, 10*time.Millisecond, "task jobs not completed")
+	var errs int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT coalesce(array_length(errors, 1), 0) FROM "+names.RiverJob+" WHERE args->>'run_id' = $1",
+		runs[n/2].RunID.String()).Scan(&errs))
+	require.Equal(t, 1, errs, "the panic is recorded on the task's job")
 	require.Positive(t, w.steps.grouped.Load(), "no first tasks committed in groups")
 	require.Zero(t, w.steps.rolledBack.Load(), "groups rolled back")
 	t.Logf("groups committed %d, tasks in groups %d", w.steps.committed.Load(), w.steps.grouped.Load())
