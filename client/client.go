@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/handoff"
+	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
@@ -138,6 +140,14 @@ type Client struct {
 	events *eventstore.Store // the runs' histories
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
+	// quiet inserts the task jobs of Start's own transactions without
+	// River's insert notification, which a NOTIFY in the transaction would
+	// send: Start announces their queue once it committed (announce).
+	quiet    *river.Client[pgx.Tx]
+	notifier *notifier.Notifier
+
+	insertChannelMu sync.Mutex
+	insertChannel   string // River's, once known (announce)
 
 	store    *store.Store
 	starts   *group.Committer[string, *start] // concurrent eager starts, grouped
@@ -164,16 +174,19 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	// notifications (one per queue per cooldown): at River's 100 ms, a start
 	// that follows another within 100 ms would wake no worker and wait for
 	// the next notification or poll; at the minimum every start wakes them.
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		FetchCooldown: river.FetchCooldownMin, Logger: config.Logger, Schema: config.Schema,
-	})
+	riverConfig := &river.Config{FetchCooldown: river.FetchCooldownMin, Logger: config.Logger, Schema: config.Schema}
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), riverConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating River client: %w", err)
+	}
+	quiet, err := river.NewClient(quietDriver{riverpgxv5.New(pool)}, riverConfig)
 	if err != nil {
 		return nil, fmt.Errorf("creating River client: %w", err)
 	}
 	names := dbschema.New(config.Schema)
 	c := &Client{
-		config: config, events: eventstore.New(names), names: names, pool: pool, river: riverClient,
-		store: store.New(names),
+		config: config, events: eventstore.New(names), names: names, pool: pool, river: riverClient, quiet: quiet,
+		notifier: notifier.New(pool, config.Logger), store: store.New(names),
 	}
 	if c.knownIDs, err = lru.New[string, struct{}](knownIDsMax); err != nil {
 		return nil, err
@@ -189,7 +202,34 @@ func (c *Client) Close() error {
 	if c.listener != nil {
 		c.listener.close()
 	}
-	return nil
+	return c.notifier.Close(context.Background()) // its sends are bounded
+}
+
+// quietDriver is River's driver for a client whose inserts send no
+// notification: River then sends none in the inserting transaction.
+type quietDriver struct{ *riverpgxv5.Driver }
+
+func (quietDriver) SupportsListenNotify() bool { return false }
+
+// announce wakes the workers of queue, where a task job committed that the
+// quiet River client inserted, as River's insert notification would have:
+// after the commit, sent with others that come meanwhile (notifier), so
+// that no start's commit waits for another's (a NOTIFY in a transaction
+// serializes commits). A lost announcement costs the workers' poll.
+func (c *Client) announce(ctx context.Context, queue string) {
+	c.insertChannelMu.Lock()
+	if c.insertChannel == "" {
+		channel, err := c.store.RiverInsertChannel(ctx, c.pool)
+		if err != nil {
+			c.insertChannelMu.Unlock()
+			c.config.Logger.WarnContext(ctx, "weir: announcing a started run's task failed; workers poll", slog.String("error", err.Error()))
+			return
+		}
+		c.insertChannel = channel
+	}
+	channel := c.insertChannel
+	c.insertChannelMu.Unlock()
+	c.notifier.Notify(channel, fmt.Sprintf("{\"queue\": %q}", queue)) // River's payload
 }
 
 // IDReusePolicy says whether a workflow ID whose last run has closed may

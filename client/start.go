@@ -37,6 +37,9 @@ type start struct {
 	// failedAhead is the failure of the first task, run ahead of the start
 	// (start_ahead.go): the start queues the task through River with it.
 	failedAhead error
+	// own: the transaction is Start's own, which queues the task's job
+	// quietly (Client.quiet), and queued that it did: Start announces it.
+	own, queued bool
 
 	// In a group (start_group.go): the caller's ctx, and the start's
 	// verdict, its run or error, or that it runs alone.
@@ -65,7 +68,11 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 			Schema: c.names.Schema, Queue: s.info.Queue, Kind: task.Kind(s.info.Namespace, s.info.Kind),
 		})
 	}
+	s.own = true
 	run, err := c.startBy(ctx, s)
+	if err == nil && s.queued {
+		c.announce(context.WithoutCancel(ctx), s.info.Queue)
+	}
 	var (
 		started *WorkflowAlreadyStartedError
 		reuse   *WorkflowIDReuseError

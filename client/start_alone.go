@@ -218,9 +218,14 @@ func (e *startReplayedError) Unwrap() error {
 	return &WorkflowAlreadyStartedError{Generation: e.run.Generation, Namespace: e.run.Namespace, RunID: e.run.RunID, WorkflowID: e.run.WorkflowID}
 }
 
-// queueFirstTask inserts the job of s's first task through River.
+// queueFirstTask inserts the job of s's first task through River, quietly
+// in Start's own transaction (Client.announce).
 func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, s *start) (int64, error) {
-	inserted, err := c.river.InsertTx(ctx, tx, task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID), task.InsertOpts(s.info.Queue))
+	inserter := c.river
+	if s.own {
+		inserter, s.queued = c.quiet, true
+	}
+	inserted, err := inserter.InsertTx(ctx, tx, task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID), task.InsertOpts(s.info.Queue))
 	if err != nil {
 		return 0, err
 	}

@@ -73,6 +73,7 @@ func (m *stepMember) applyLast(_ context.Context, _ pgx.Tx, _ *Worker, run *runR
 		return fmt.Errorf("advancing run %s in a group: its last writes cannot go with the COMMIT", run.ID)
 	}
 	m.deferLast(run.step, run.others, func() { result.eager = run.eager }) // its claims are read with the COMMIT
+	m.firstTask = run.NextEventID == 1
 	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
 	return nil
 }

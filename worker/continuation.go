@@ -46,7 +46,7 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 		_, err := inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, item)
 		return false, err
 	}
-	run, now, locked, err := cont.step.takeLocked() // locked by its group
+	run, now, _, locked, err := cont.step.takeLocked() // locked by its group
 	if !locked {
 		run, now, err = w.lockRun(ctx, tx, meta.RunID)
 	}
@@ -111,6 +111,16 @@ func (w *Worker) recordOutcome(ctx context.Context, runID uuid.UUID, alone bool,
 func (w *Worker) outcomeTx(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
 	if w.steps != nil {
 		return w.steps.commit(ctx, runID, fn)
+	}
+	return w.outcomeTxOnce(ctx, fn)
+}
+
+// taskTx runs fn, the transaction of a workflow task of run runID
+// (runTask): in a group with other runs' outcomes and tasks when the worker
+// runs (stepCommitter), else alone.
+func (w *Worker) taskTx(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
+	if w.steps != nil {
+		return w.steps.do(&stepMember{ctx: ctx, runID: runID, task: true, fn: fn})
 	}
 	return w.outcomeTxOnce(ctx, fn)
 }

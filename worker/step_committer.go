@@ -46,6 +46,13 @@ import (
 // refused completion, a moved append point, a deadlock, a continuation's
 // own error or panic), every outcome in it runs again alone.
 //
+// Workflow tasks that River fetched commit in the same groups (taskTx): a
+// task's run is locked with the others, its inbox read in the same round
+// trip (not taken: a task that leaves the group leaves it as it was) and
+// deleted with its writes, and its job's fenced completion rides in them.
+// A task whose workflow code fails, before it wrote anything, fails as it
+// would alone (stepFailed), without failing the group.
+//
 // Only plain continuations commit in a group (engine.Step.Alone, stepMember.admit): a continuation
 // whose writes all go in its last batch and touch only its own run and jobs.
 // One that would write earlier or reach other runs (a timer, a child, a
@@ -82,6 +89,15 @@ const stepGroupTimeout = time.Minute
 // alone once the group ended.
 var errRunsAlone = errors.New("worker: this outcome commits alone")
 
+// stepFailed is what a task's body returns, in a group, when its step
+// failed before it wrote anything (its workflow code panicked, say): the
+// group goes on without it, and the task fails with err, as it would have
+// alone, once the group ended.
+type stepFailed struct{ err error }
+
+func (e *stepFailed) Error() string { return e.err.Error() }
+func (e *stepFailed) Unwrap() error { return e.err }
+
 // errGroupRolledBack is why the results of an outcome's try in a group
 // are dropped when it runs again alone.
 var errGroupRolledBack = errors.New("worker: the group of outcomes did not commit")
@@ -112,17 +128,26 @@ type stepCommitter struct {
 type stepMember struct {
 	ctx   context.Context
 	runID uuid.UUID
+	task  bool // a workflow task's job (runTask), which takes the run's inbox
 	fn    func(ctx context.Context, tx pgx.Tx, cont *taskResult) error
 	cont  taskResult
-	alone bool  // left out of the group's writes: it runs alone
-	err   error // its outcome's, once it ran alone
+	alone bool // left out of the group's writes: it runs alone
+	// failed is the step's own failure, which left it out of the group's
+	// writes (stepFailed).
+	failed error
+	// firstTask: its writes are its run's first task's, whose waiting
+	// queries the group looks for (Worker.sendLast).
+	firstTask bool
+	err       error // its outcome's, once it ran alone
 
 	// The run's row, locked by the group (lockErr pgx.ErrNoRows when there
-	// is no such run), for deliverOutcome.
+	// is no such run), and a task's inbox, read under the lock, for
+	// deliverOutcome or runTask.
 	run     *runRow
 	now     time.Time
+	inbox   []engine.InboxItem
 	lockErr error
-	locked  bool // run is still to be taken by deliverOutcome
+	locked  bool // run is still to be taken by deliverOutcome or runTask
 	guarded bool // run is the cached one, not locked yet: its writes start with a guard
 
 	// The continuation's last writes, sent with the group's COMMIT, and
@@ -149,13 +174,14 @@ func newStepCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *stepCom
 }
 
 // takeLocked returns the run's row that the group locked for this member,
-// once: a continuation that reads its run again must lock it itself.
-func (m *stepMember) takeLocked() (run *runRow, now time.Time, ok bool, err error) {
+// and a task's inbox, once: a step that reads its run again must lock it
+// itself.
+func (m *stepMember) takeLocked() (run *runRow, now time.Time, inbox []engine.InboxItem, ok bool, err error) {
 	if m == nil || !m.locked {
-		return nil, time.Time{}, false, nil
+		return nil, time.Time{}, nil, false, nil
 	}
 	m.locked = false
-	return m.run, m.now, true, m.lockErr
+	return m.run, m.now, m.inbox, true, m.lockErr
 }
 
 // deferLast takes a continuation's last writes (nothing is written after
@@ -167,13 +193,17 @@ func (m *stepMember) deferLast(step *engine.StepWrites, rest *otherWrites, after
 // commit records an outcome of run runID through fn (as outcomeTx does),
 // in a group with others that are ready, or alone if the group fails.
 func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
-	m := &stepMember{ctx: ctx, runID: runID, fn: fn}
-	_ = c.group.Do(context.WithoutCancel(ctx), m) // an outcome waits for its group, whatever its attempt's ctx
+	return c.do(&stepMember{ctx: ctx, runID: runID, fn: fn})
+}
+
+// do commits m, an outcome or a task, as commit does.
+func (c *stepCommitter) do(m *stepMember) error {
+	_ = c.group.Do(context.WithoutCancel(m.ctx), m) // a member waits for its group, whatever its attempt's ctx
 	if m.alone {
 		return m.err
 	}
-	c.w.settle(nil, &m.cont)
-	return nil
+	c.w.settle(m.failed, &m.cont)
+	return m.failed
 }
 
 // hold marks runID held by a transaction of this worker's own outside any
@@ -198,14 +228,14 @@ func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
 		}()
 		for _, m := range members {
 			m.cont.dropSession()
-			m.cont, m.step, m.rest, m.afterLast, m.guarded = taskResult{step: m}, nil, nil, nil, false
-			m.run, m.lockErr, m.locked = &runRow{Run: engine.Run{ID: m.runID}}, nil, true
+			m.cont, m.step, m.rest, m.afterLast, m.guarded, m.firstTask, m.failed = taskResult{step: m}, nil, nil, nil, false, false, nil
+			m.run, m.inbox, m.lockErr, m.locked = &runRow{Run: engine.Run{ID: m.runID}}, nil, nil, true
 		}
 		plansSet := false // lockRuns asks for generic plans for the whole transaction
 		switch {
 		case len(members) == 1 && c.fromCache(members[0]):
 			// One round trip: its lock goes with its writes (queueGuard).
-		case len(members) == 1:
+		case len(members) == 1 && !members[0].task:
 			m := members[0]
 			run, now, err := c.w.lockRun(ctx, tx, m.runID)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -218,7 +248,11 @@ func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
 			}
 			plansSet = true
 		}
-		var writes lastWrites
+		var (
+			writes lastWrites
+			firsts []uuid.UUID // runs of the first tasks written
+			noter  *taskResult // one of them, to notify the query responders
+		)
 		last := &pgx.Batch{} // the guards, then the members' writes
 		for _, m := range members {
 			// An attempt that lost its lease is refused: alone, it fails as
@@ -234,9 +268,13 @@ func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
 			memberCtx, cancel := context.WithDeadline(context.WithoutCancel(m.ctx), deadline)
 			err := m.call(memberCtx, tx)
 			cancel()
+			var failed *stepFailed
 			switch {
 			case errors.Is(err, errRunsAlone):
 				m.alone = true
+				continue
+			case errors.As(err, &failed):
+				m.failed = failed.err
 				continue
 			case err != nil:
 				return err
@@ -249,11 +287,17 @@ func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
 				c.queueGuard(last, m)
 			}
 			writes.add(m.step, m.rest)
+			if m.firstTask {
+				firsts, noter = append(firsts, m.runID), &m.cont
+			}
 		}
 		if writes.empty() {
 			return nil
 		}
 		c.w.queueLastWrites(last, &writes, plansSet)
+		if len(firsts) > 0 {
+			c.w.queueQueriesWaiting(last, firsts, noter)
+		}
 		lazytx.QueueCommit(tx, last)
 		return tx.SendBatch(ctx, last).Close()
 	})
@@ -279,6 +323,9 @@ func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
 			m.cont.dropSession() // its rerun replays
 			continue
 		}
+		if m.failed != nil {
+			continue
+		}
 		committed++
 		if m.afterLast != nil {
 			m.afterLast()
@@ -301,6 +348,9 @@ func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
 // (queueGuard); if it is not, the step runs again alone, reading the run
 // under its lock first, as any step did.
 func (c *stepCommitter) fromCache(m *stepMember) bool {
+	if m.task {
+		return false // its run has a task queued, and an inbox to take
+	}
 	events, next, cached, ok := c.w.histories.latest(m.runID)
 	now, known := c.w.clock.now()
 	if !ok || !known || len(events) == 0 {
@@ -343,13 +393,20 @@ func (c *stepCommitter) queueGuard(batch *pgx.Batch, m *stepMember) {
 // lockRuns locks and reads the runs of a group's members (sorted by run
 // ID) in one statement, in run ID order, as every group does, so that
 // groups never wait for each other in a cycle; a member whose run is gone
-// gets pgx.ErrNoRows, as a lone lock would.
+// gets pgx.ErrNoRows, as a lone lock would. The tasks' inboxes are read in
+// one more statement of the same round trip: read, not taken, since a
+// member that leaves the group must leave its inbox as it was (a task that
+// stays deletes what it took with its writes, engine.StepWrites.Taken).
 func (c *stepCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*stepMember) error {
 	ids := make([]uuid.UUID, len(members))
+	var tasks []uuid.UUID
 	byID := make(map[uuid.UUID]*stepMember, len(members))
 	for i, m := range members {
 		ids[i], byID[m.runID] = m.runID, m
 		m.lockErr = pgx.ErrNoRows // until its row is read
+		if m.task {
+			tasks = append(tasks, m.runID)
+		}
 	}
 	// The group's whole transaction plans as its last writes do
 	// (dbschema.GenericPlansSQL), this statement over an array included.
@@ -364,6 +421,11 @@ func (c *stepCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*step
 		c.w.clock.observe(now)
 		return nil
 	})
+	if len(tasks) > 0 {
+		c.w.store.QueueReadInboxes(batch, tasks, func(runID uuid.UUID, item engine.InboxItem) {
+			byID[runID].inbox = append(byID[runID].inbox, item)
+		})
+	}
 	return tx.SendBatch(ctx, batch).Close()
 }
 

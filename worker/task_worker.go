@@ -20,7 +20,6 @@ import (
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
-	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/task"
@@ -59,34 +58,36 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 // ask for, and completes its own job, fenced. A stale task (its lease was lost
 // to a newer attempt) changes nothing: its completion aborts the transaction
 // and nothing the task wrote commits.
+//
+// Tasks fetched together commit in groups, as activity outcomes do
+// (stepCommitter): a task whose job holds a lease token completes it with
+// the run's last writes, by the same fenced statement as a claimed job's.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
-	return t.work(ctx, job, &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
+	own := &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
 		_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
 		return err
-	}})
+	}}
+	if lease, ok := fencing.LeaseFromContext(ctx); ok && lease.Token != "" {
+		own.completion = t.w.claimedJob(job.ID, nil).completion
+	}
+	return t.work(ctx, job, own)
 }
 
 // work runs one workflow task (Work) whose job own completes in the task's
-// transaction, fenced: a fetched job through River's JobCompleteTx, a
-// claimed one (eager start) through the driver's claimed path.
+// transaction, fenced: a fetched job through River's JobCompleteTx or with
+// the run's last writes, a claimed one (eager start) through the driver's
+// claimed path.
 func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *ownJob) error {
 	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
 	if len(t.w.config.Interceptors) > 0 {
 		t.w.readTaskInfo(ctx, info)
 	}
 	err := intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
-		if t.w.steps != nil {
-			// No outcome of the run commits in a group meanwhile, and none
-			// takes the one-round-trip step on a history this task moves.
-			t.w.steps.hold(job.Args.RunID)
-			defer t.w.steps.release(job.Args.RunID)
-		}
-		var result taskResult
-		err := lazytx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
-			result = taskResult{}
-			return t.w.runTask(ctx, tx, t.def, job, own, &result)
+		var result *taskResult // the try that committed, if one did
+		err := t.w.taskTx(ctx, job.Args.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+			result = cont
+			return t.w.runTask(ctx, tx, t.def, job, own, cont)
 		})
-		t.w.settle(err, &result)
 		if err == nil {
 			info.Closed, info.ReplayDuration, info.SignalHeaders = result.closed, result.replayed, result.signalHeaders
 		}
@@ -181,10 +182,18 @@ func (r *taskResult) notify(channel, payload string) {
 }
 
 // runTask runs one workflow task in tx, noting in result what interceptors
-// are told (meaningful only once tx commits).
+// are told (meaningful only once tx commits). In a group (result.step),
+// its run is locked and its inbox read by the group; a task that does not
+// continue a running run leaves the group.
 func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition, job *river.Job[task.Args], own *ownJob, result *taskResult) error {
 	runID := job.Args.RunID
-	run, now, inbox, err := w.lockRunTaking(ctx, tx, runID, true)
+	run, now, inbox, locked, err := result.step.takeLocked()
+	switch {
+	case locked && (err != nil || run.State != "running"):
+		return errRunsAlone
+	case !locked:
+		run, now, inbox, err = w.lockRunTaking(ctx, tx, runID, true)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		w.config.Logger.WarnContext(ctx, "weir: workflow task for a run that does not exist; completing it", slog.String("run_id", runID.String()))
@@ -198,8 +207,14 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		w.histories.forget(runID)
 		return own.finish(ctx, tx, false)
 	}
-	by := &advanceBy{attempt: job.Attempt, apply: alone{}, inbox: inbox, own: own, taskJobID: job.ID}
+	by := &advanceBy{attempt: job.Attempt, apply: alone{}, inbox: inbox, inboxRead: locked, own: own, taskJobID: job.ID}
+	if locked {
+		by.apply = result.step // its last writes go with the group's COMMIT
+	}
 	if err := w.advance(ctx, tx, def, run, now, nil, by, result); err != nil {
+		if locked && !by.wrote && !errors.Is(err, errRunsAlone) {
+			return &stepFailed{err: err} // it fails, as alone, and the group goes on
+		}
 		return err
 	}
 	return own.finish(ctx, tx, by.completed)
@@ -256,6 +271,7 @@ func (w *Worker) lockRunTaking(ctx context.Context, tx pgx.Tx, runID uuid.UUID, 
 type advanceBy struct {
 	attempt   int
 	inbox     []engine.InboxItem
+	inboxRead bool // inbox was read, not taken: the step's writes delete it
 	taskJobID int64
 
 	// own is the job of the task or attempt, whose completion rides with
@@ -332,6 +348,11 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 	by.wrote = true
 	// The events go first; the CAS and the rest of st.Writes, last.
 	run.step.Events, run.step.Retired = st.Writes.Events, st.Writes.Retired
+	if by.inboxRead {
+		for _, item := range by.inbox {
+			run.step.Taken = append(run.step.Taken, item.ID)
+		}
+	}
 	if err := w.scheduleEvents(ctx, tx, run, d.toAppend); err != nil {
 		return err
 	}
@@ -468,13 +489,10 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 	// the run, before anyone could ask), so a run nobody queried wakes no
 	// responder (each would scan for queries). A query that arrives between the look
 	// and the commit is parked by the responder that claims it (no handler
-	// yet) and answered on the responders' next poll.
-	if run.NextEventID == 1 && by.startCtx == nil {
-		w.store.QueueQueriesWaiting(&run.others.checks, run.ID, func(waiting bool) {
-			if waiting {
-				result.notify(dbschema.Channel(names.Schema, dbschema.QueryChannel), "")
-			}
-		})
+	// yet) and answered on the responders' next poll. A group looks once
+	// for all of its first tasks (stepMember.applyLast).
+	if run.NextEventID == 1 && by.startCtx == nil && result.step == nil {
+		w.queueQueriesWaiting(&run.others.checks, []uuid.UUID{run.ID}, result)
 	}
 	if st.Closed != "" {
 		result.notify(dbschema.Channel(names.Schema, dbschema.RunClosedChannel), run.ID.String())
@@ -491,6 +509,16 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 	// and the batch may commit tx too.
 	final := (by.own == nil || by.completed) && !st.WritesAfter && !run.inboxed
 	return by.apply.applyLast(ctx, tx, w, run, result, final)
+}
+
+// queueQueriesWaiting queues the look for queries waiting for the first
+// tasks of runs, which result notifies the responders of once it commits.
+func (w *Worker) queueQueriesWaiting(batch *pgx.Batch, runs []uuid.UUID, result *taskResult) {
+	w.store.QueueQueriesWaiting(batch, runs, func(waiting bool) {
+		if waiting {
+			result.notify(dbschema.Channel(w.names.Schema, dbschema.QueryChannel), "")
+		}
+	})
 }
 
 // afterLast writes what follows a step's last batch: the next run of a run

@@ -42,6 +42,9 @@ type StepWrites struct {
 	Events     []EventRow
 	Retired    []int64 // scheduled event IDs of activities whose outcome is appended
 	Activities []Activity
+	// Taken are the inbox items the step took, read under its run's lock
+	// (in a group, which must not delete them before the step decided).
+	Taken []int64
 	// AbandonUpdates rejects the updates still pending on the run (it
 	// closes), with AbandonedFailure, notifying their callers.
 	AbandonUpdates bool

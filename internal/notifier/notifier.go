@@ -41,7 +41,8 @@ type Notifier struct {
 	mu       sync.Mutex
 	channels []string
 	payloads []string
-	sending  bool // a goroutine is sending (and will take what is pending)
+	pending  map[[2]string]bool // channels and payloads, once each
+	sending  bool               // a goroutine is sending (and will take what is pending)
 	closed   bool
 	done     sync.WaitGroup
 }
@@ -56,14 +57,18 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) *Notifier {
 }
 
 // Notify sends payload on channel soon, without waiting. Call it once the
-// transaction whose work the notification announces has committed. After
-// Close it does nothing.
+// transaction whose work the notification announces has committed. One
+// that is pending already is not sent twice. After Close it does nothing.
 func (n *Notifier) Notify(channel, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed {
+	if n.closed || n.pending[[2]string{channel, payload}] {
 		return
 	}
+	if n.pending == nil {
+		n.pending = map[[2]string]bool{}
+	}
+	n.pending[[2]string{channel, payload}] = true
 	n.channels = append(n.channels, channel)
 	n.payloads = append(n.payloads, payload)
 	if n.sending {
@@ -82,6 +87,7 @@ func (n *Notifier) send() {
 		n.mu.Lock()
 		channels, payloads := n.channels, n.payloads
 		n.channels, n.payloads = nil, nil
+		clear(n.pending)
 		if len(channels) == 0 {
 			n.sending = false
 			n.mu.Unlock()

@@ -15,7 +15,6 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
-	"github.com/weirhq/weir/internal/history"
 )
 
 // A workflow step (a task, or an activity's outcome continuing its run)
@@ -37,6 +36,7 @@ var ErrRunMoved = errors.New("the run's append point moved under its step")
 // runStatements are the run path's statements.
 type runStatements struct {
 	lock, lockMany, takeInbox, guard, clearTask, queriesWaiting string
+	readInboxes, deleteInbox                                    string
 	events, eventsMerged                                        string
 	retire, retireMany, retireMerged                            string
 	activity, activityMerged                                    string
@@ -77,11 +77,13 @@ func newRunStatements(n *dbschema.Names) runStatements {
 		takeInbox: "DELETE FROM " + n.Inbox + " WHERE run_id = $1" +
 			" AND EXISTS (SELECT 1 FROM " + n.Run + " WHERE run_id = $1 AND closed_at IS NULL)" + // by primary key, as the CAS
 			" RETURNING id, type, attributes, created_at",
+		readInboxes: "SELECT run_id, id, type, attributes, created_at FROM " + n.Inbox + " WHERE run_id = ANY($1) ORDER BY id",
+		deleteInbox: "DELETE FROM " + n.Inbox + " WHERE id = ANY($1)",
 		guard: "WITH r AS (SELECT 1 FROM " + n.Run +
 			" WHERE run_id = $1 AND next_event_id = $2 AND closed_at IS NULL AND task_job_id IS NULL FOR UPDATE)" +
 			" SELECT 1 / count(*)::int FROM r",
 		clearTask:      "UPDATE " + n.Run + " SET task_job_id = NULL WHERE run_id = $1 AND task_job_id = $2",
-		queriesWaiting: "SELECT EXISTS (SELECT 1 FROM " + n.Query + " WHERE run_id = $1 AND answered_at IS NULL)",
+		queriesWaiting: "SELECT EXISTS (SELECT 1 FROM " + n.Query + " WHERE run_id = ANY($1) AND answered_at IS NULL)",
 		events: "INSERT INTO " + n.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at, boundary)" +
 			" SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[]::jsonb[], $5::bigint[], $6::timestamptz[], $7::text[]::jsonb[])",
 		eventsMerged: "INSERT INTO " + n.Event + " (run_id, event_id, type, attributes, resolves_event_id, created_at, boundary)" +
@@ -96,9 +98,9 @@ func newRunStatements(n *dbschema.Names) runStatements {
 		activityMerged: activityColumns + " SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::text[], $5::timestamptz[])",
 		advance: casSQL("UPDATE " + n.Run + " SET " + setNext +
 			"task_job_id = CASE WHEN task_job_id = $4 THEN NULL ELSE task_job_id END"),
-		// Merged only for steps with no task to clear.
-		advanceMerged: mergedCASSQL(n, "", "next_event_id = v.next, updated_at = now()"),
-		complete:      closed("state = 'completed', result = $4"),
+		advanceMerged: mergedCASSQL(n, "clear bigint",
+			"next_event_id = v.next, updated_at = now(), task_job_id = CASE WHEN r.task_job_id = v.clear THEN NULL ELSE r.task_job_id END"),
+		complete: closed("state = 'completed', result = $4"),
 		completeMerged: mergedCASSQL(n, "result bytea",
 			"next_event_id = v.next, updated_at = now(), state = 'completed', result = v.result, closed_at = now(), task_job_id = NULL"),
 		closeAs: map[string]string{
@@ -183,15 +185,38 @@ func (s *Store) QueueTakeInbox(batch *pgx.Batch, runID uuid.UUID, read func([]en
 	batch.Queue(s.runs.takeInbox, runID).Query(func(rows pgx.Rows) error {
 		taken, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.InboxItem, error) {
 			var item engine.InboxItem
-			var eventType string
-			err := row.Scan(&item.ID, &eventType, (*[]byte)(&item.Event.Attributes), &item.Event.Time) // as eventstore.Load: no second validation
-			item.Event.Type = history.EventType(eventType)
-			return item, err
+			return item, row.Scan(inboxTargets(&item)...)
 		})
 		slices.SortFunc(taken, func(a, b engine.InboxItem) int { return int(a.ID - b.ID) })
 		read(taken)
 		return err
 	})
+}
+
+// QueueReadInboxes queues the read of the inboxes of runs runIDs, locked
+// before it in the batch (no item arrives while a run is locked); read
+// gets each item, with its run, in arrival order. The step that takes the
+// items deletes them with its writes (engine.StepWrites.Taken).
+func (s *Store) QueueReadInboxes(batch *pgx.Batch, runIDs []uuid.UUID, read func(runID uuid.UUID, item engine.InboxItem)) {
+	batch.Queue(s.runs.readInboxes, runIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				runID uuid.UUID
+				item  engine.InboxItem
+			)
+			if err := rows.Scan(append([]any{&runID}, inboxTargets(&item)...)...); err != nil {
+				return err
+			}
+			read(runID, item)
+		}
+		return rows.Err()
+	})
+}
+
+// inboxTargets are the scan targets of an inbox item's id, type, attributes
+// and time, as eventstore.Load reads events: no second validation.
+func inboxTargets(item *engine.InboxItem) []any {
+	return []any{&item.ID, (*string)(&item.Event.Type), (*[]byte)(&item.Event.Attributes), &item.Event.Time}
 }
 
 // QueueGuard queues the lock of a run a step did not read under its lock
@@ -214,10 +239,10 @@ func (s *Store) ClearActivities(ctx context.Context, db DBTX, runID uuid.UUID) e
 	return err
 }
 
-// QueueQueriesWaiting queues the check whether queries of the run wait for
-// an answer; read gets it.
-func (s *Store) QueueQueriesWaiting(batch *pgx.Batch, runID uuid.UUID, read func(waiting bool)) {
-	batch.Queue(s.runs.queriesWaiting, runID).QueryRow(func(row pgx.Row) error {
+// QueueQueriesWaiting queues the check whether queries of any of the runs
+// wait for an answer; read gets it.
+func (s *Store) QueueQueriesWaiting(batch *pgx.Batch, runIDs []uuid.UUID, read func(waiting bool)) {
+	batch.Queue(s.runs.queriesWaiting, runIDs).QueryRow(func(row pgx.Row) error {
 		var waiting bool
 		if err := row.Scan(&waiting); err != nil {
 			return err
@@ -269,6 +294,9 @@ func (s *Store) QueueStep(batch *pgx.Batch, w *engine.StepWrites) {
 	}
 	for _, a := range w.Activities {
 		batch.Queue(s.runs.activity, w.RunID, a.ScheduledEventID, a.JobID, a.Kind, a.Deadline)
+	}
+	if len(w.Taken) > 0 {
+		batch.Queue(s.runs.deleteInbox, w.Taken)
 	}
 	if w.AbandonUpdates {
 		s.queueAbandon(batch, s.runs.abandon, w.RunID)
@@ -324,13 +352,14 @@ func (s *Store) QueueSteps(batch *pgx.Batch, steps []*engine.StepWrites) (merged
 			return &engine.StepWrites{RunID: w.RunID, Activities: w.Activities}
 		}, s.queueActivitiesMerged},
 		{func(w *engine.StepWrites) *engine.StepWrites {
+			return &engine.StepWrites{RunID: w.RunID, Taken: w.Taken}
+		}, s.queueTakenMerged},
+		{func(w *engine.StepWrites) *engine.StepWrites {
 			return &engine.StepWrites{RunID: w.RunID, AbandonUpdates: w.AbandonUpdates}
 		}, s.queueAbandonMerged},
-		{casOf(func(c *engine.RunCAS) bool { return c.Close == nil && c.ClearTask == 0 }), s.queueCASMerged},
+		{casOf(func(c *engine.RunCAS) bool { return c.Close == nil }), s.queueCASMerged},
 		{casOf(func(c *engine.RunCAS) bool { return c.Close != nil && c.Close.State == "completed" }), s.queueCASMerged},
-		{casOf(func(c *engine.RunCAS) bool {
-			return c.Close == nil && c.ClearTask != 0 || c.Close != nil && c.Close.State != "completed"
-		}), nil},
+		{casOf(func(c *engine.RunCAS) bool { return c.Close != nil && c.Close.State != "completed" }), nil},
 	}
 	for _, k := range kinds {
 		var parts []*engine.StepWrites
@@ -413,6 +442,14 @@ func (s *Store) queueActivitiesMerged(batch *pgx.Batch, ws []*engine.StepWrites)
 	batch.Queue(s.runs.activityMerged, runs, scheduled, jobs, kinds, deadlines)
 }
 
+func (s *Store) queueTakenMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+	var ids []int64
+	for _, w := range ws {
+		ids = append(ids, w.Taken...)
+	}
+	batch.Queue(s.runs.deleteInbox, ids)
+}
+
 func (s *Store) queueAbandonMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 	runs := make([]uuid.UUID, 0, len(ws))
 	for _, w := range ws {
@@ -423,19 +460,19 @@ func (s *Store) queueAbandonMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 	s.queueAbandon(batch, s.runs.abandonMerged, runs)
 }
 
-// queueCASMerged queues the CAS of runs that all continue with no task to
-// clear, or all complete.
+// queueCASMerged queues the CAS of runs that all continue (each clearing
+// its task job, if it names one), or all complete.
 func (s *Store) queueCASMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
-	runs, found, next := make([]uuid.UUID, len(ws)), make([]int64, len(ws)), make([]int64, len(ws))
+	runs, found, next, clear := make([]uuid.UUID, len(ws)), make([]int64, len(ws)), make([]int64, len(ws)), make([]int64, len(ws))
 	var results [][]byte
 	for i, w := range ws {
-		runs[i], found[i], next[i] = w.RunID, w.CAS.Found, w.CAS.Next
+		runs[i], found[i], next[i], clear[i] = w.RunID, w.CAS.Found, w.CAS.Next, w.CAS.ClearTask
 		if w.CAS.Close != nil {
 			results = append(results, w.CAS.Close.Result)
 		}
 	}
 	if results == nil {
-		checked(batch.Queue(s.runs.advanceMerged, runs, found, next, len(runs)), fmt.Sprintf("advancing %d runs in a group", len(runs)))
+		checked(batch.Queue(s.runs.advanceMerged, runs, found, next, clear, len(runs)), fmt.Sprintf("advancing %d runs in a group", len(runs)))
 		return
 	}
 	checked(batch.Queue(s.runs.completeMerged, runs, found, next, results, len(runs)), fmt.Sprintf("completing %d runs in a group", len(runs)))

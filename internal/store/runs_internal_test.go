@@ -18,11 +18,11 @@ import (
 	"github.com/weirhq/weir/internal/history"
 )
 
-// TestQueueSteps: a group's events, retirements, activity records,
-// rejections of pending updates and plain (or completing) CASes become one
-// statement each, with every member's rows, in a fixed order; a CAS that
-// clears a task job is left alone, and a group of one writes as a lone
-// step does.
+// TestQueueSteps: a group's events, retirements, activity records, inbox
+// items taken, rejections of pending updates and continuing (clearing
+// their task job or not) or completing CASes become one statement each,
+// with every member's rows, in a fixed order; a group of one writes as a
+// lone step does.
 func TestQueueSteps(t *testing.T) {
 	t.Parallel()
 	s := New(dbschema.New("s"))
@@ -38,7 +38,7 @@ func TestQueueSteps(t *testing.T) {
 			Activities: []engine.Activity{{ScheduledEventID: 6, JobID: 100, Kind: "act", Deadline: &deadline}}, CAS: &engine.RunCAS{Found: 4, Next: 6}},
 		{RunID: b, Events: []engine.EventRow{row(9, "z", nil)}, Retired: []int64{7},
 			Activities: []engine.Activity{{ScheduledEventID: 10, JobID: 101, Kind: "act"}}, CAS: &engine.RunCAS{Found: 9, Next: 10}},
-		{RunID: e, CAS: &engine.RunCAS{Found: 1, Next: 2, ClearTask: 33}}, // clears its task: left alone
+		{RunID: e, Taken: []int64{55, 56}, CAS: &engine.RunCAS{Found: 1, Next: 2, ClearTask: 33}}, // a task's
 		nil,
 		{RunID: c, AbandonUpdates: true, CAS: &engine.RunCAS{Found: 7, Next: 9, Close: &engine.RunClose{State: "completed", Result: []byte("1")}}},
 		{RunID: d, AbandonUpdates: true, CAS: &engine.RunCAS{Found: 8, Next: 10, Close: &engine.RunClose{State: "completed"}}},
@@ -49,19 +49,19 @@ func TestQueueSteps(t *testing.T) {
 	for _, qq := range batch.QueuedQueries {
 		sqls = append(sqls, qq.SQL)
 	}
-	require.Equal(t, []string{s.runs.eventsMerged, s.runs.retireMerged, s.runs.activityMerged, s.runs.abandonMerged, s.runs.advanceMerged,
-		s.runs.completeMerged, s.runs.advance}, sqls)
+	require.Equal(t, []string{s.runs.eventsMerged, s.runs.retireMerged, s.runs.activityMerged, s.runs.deleteInbox, s.runs.abandonMerged,
+		s.runs.advanceMerged, s.runs.completeMerged}, sqls)
 	q := batch.QueuedQueries
 	require.Equal(t, []any{[]uuid.UUID{a, a, b}, []int64{4, 5, 9}, []string{"x", "y", "z"}, []string{"{}", "{}", "{}"},
 		[]*int64{&one, nil, nil}, []time.Time{now, now, now}, []*string{nil, nil, nil}}, q[0].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{1, 7}}, q[1].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{6, 10}, []int64{100, 101}, []string{"act", "act"}, []*time.Time{&deadline, nil}}, q[2].Arguments)
-	require.Equal(t, []any{[]uuid.UUID{c, d}, engine.AbandonedFailure, dbschema.Channel("s", dbschema.UpdateDoneChannel)}, q[3].Arguments)
-	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{4, 9}, []int64{6, 10}, 2}, q[4].Arguments)
-	require.NotNil(t, q[4].Fn, "the merged CAS reads its check")
-	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[5].Arguments)
-	require.NotNil(t, q[5].Fn)
-	require.Equal(t, []any{e, int64(1), int64(2), int64(33)}, q[6].Arguments)
+	require.Equal(t, []any{[]int64{55, 56}}, q[3].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{c, d}, engine.AbandonedFailure, dbschema.Channel("s", dbschema.UpdateDoneChannel)}, q[4].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{a, b, e}, []int64{4, 9, 1}, []int64{6, 10, 2}, []int64{0, 0, 33}, 3}, q[5].Arguments)
+	require.NotNil(t, q[5].Fn, "the merged CAS reads its check")
+	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[6].Arguments)
+	require.NotNil(t, q[6].Fn)
 
 	// A member that folded a boundary and one that did not: one statement,
 	// the other's rows without a boundary.
@@ -143,7 +143,7 @@ func TestMergedGroupWrites(t *testing.T) {
 		}
 		for _, plan := range []string{
 			explain(s.runs.lockMany, uuids),
-			explain(s.runs.advanceMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', 5"),
+			explain(s.runs.advanceMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', '{0,0,0,0,0}', 5"),
 			explain(s.runs.completeMerged, uuids+", '{4,4,4,4,4}', '{6,6,6,6,6}', '{NULL,NULL,NULL,NULL,NULL}', 5"),
 			explain(s.runs.retireMerged, uuids+", '{3,3,3,3,3}'"),
 		} {
@@ -160,7 +160,7 @@ func TestMergedGroupWrites(t *testing.T) {
 	// A moved append point: nothing of the statement stays.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, s.runs.advanceMerged, runs, []int64{4, 4, 3, 4, 4}, next, len(runs))
+	_, err = tx.Exec(ctx, s.runs.advanceMerged, runs, []int64{4, 4, 3, 4, 4}, next, make([]int64, len(runs)), len(runs))
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, pgerrcode.DivisionByZero, pgErr.Code)
@@ -231,7 +231,7 @@ func TestGroupPlansMadeYoung(t *testing.T) {
 	defer conn.Release()
 	statements := []struct{ query, literals string }{
 		{s.runs.lockMany, "'{00000000-0000-4000-8000-000000000001}'"},
-		{s.runs.advanceMerged, "'{00000000-0000-4000-8000-000000000001}', '{4}', '{6}', 1"},
+		{s.runs.advanceMerged, "'{00000000-0000-4000-8000-000000000001}', '{4}', '{6}', '{0}', 1"},
 		{s.runs.completeMerged, "'{00000000-0000-4000-8000-000000000001}', '{4}', '{6}', '{NULL}', 1"},
 		{s.runs.retireMerged, "'{00000000-0000-4000-8000-000000000001}', '{3}'"},
 	}
