@@ -120,8 +120,9 @@ type Config struct {
 	// every replayed task). Beyond the limit the run used least recently
 	// leaves the cache. While runs leave it before their next task (a burst
 	// of more runs than it holds), it keeps only their histories, and the
-	// code of runs whose tasks found it. Negative caches nothing: every task reads its run's history
-	// and replays the code from its start. Defaults to MaxCachedRunsDefault.
+	// code of runs whose tasks found it. Negative caches nothing: every
+	// task reads its run's history and replays the code from its start.
+	// Defaults to MaxCachedRunsDefault.
 	MaxCachedRuns int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

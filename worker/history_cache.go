@@ -55,7 +55,7 @@ const reuseSpan = 64
 type cacheStats struct {
 	Hits          int64 // tasks that found their run's history at its append point
 	SessionHits   int64 // of those, tasks that took their run's kept session
-	Misses        int64 // tasks of a run's second or later step that found nothing
+	Misses        int64 // tasks past a run's first that did not find its history at their append point
 	Parked        int64 // sessions kept
 	EvictedUnused int64 // kept sessions evicted without being taken
 }
