@@ -48,7 +48,10 @@ func TestHistoryCacheUnderBurst(t *testing.T) {
 	burst := worker.CacheStats(w)
 	t.Logf("burst of %d runs, %d cached: %+v", runs, cached, burst)
 	require.Positive(t, burst.Misses, "the burst overflows the cache")
-	require.LessOrEqual(t, burst.EvictedUnused, int64(2*cached),
+	// A session left untaken was kept while the cache filled, or for a task
+	// that found its run (the run's own next session, and one other the
+	// find allowed): at most the cache's size and two per find.
+	require.LessOrEqual(t, burst.EvictedUnused, int64(cached)+2*burst.Hits,
 		"sessions kept for runs that left the cache before their next task")
 
 	// A normal load after the burst: the run's code is kept between its
