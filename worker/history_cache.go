@@ -71,6 +71,14 @@ type historyEntry struct {
 	found       bool            // a task found the entry at its append point
 }
 
+// shared returns the entry's events, for a task to read and not to change
+// (a committed event never changes): the slice has no room, so that
+// appending to it copies it, and the entry's events stay as they are
+// whatever a task appends.
+func (e *historyEntry) shared() []history.Event {
+	return e.events[:len(e.events):len(e.events)]
+}
+
 // held are the sessions the entry holds (nil ones included), to close
 // when it goes.
 func (e *historyEntry) held() []*replay.Session {
@@ -123,7 +131,7 @@ func (c *historyCache) remove(runID [16]byte) *historyEntry {
 	return e
 }
 
-// get returns a copy of the run's cached history, and the memo of its
+// get returns the run's cached history (shared), and the memo of its
 // events' facts, if its append point is nextEventID.
 func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, *engine.Facts, bool) {
 	c.mu.Lock()
@@ -138,7 +146,7 @@ func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, 
 		e.found = true
 		c.reuse = min(c.reuse+1, reuseSpan)
 	}
-	return slices.Clone(e.events), e.facts, true
+	return e.shared(), e.facts, true
 }
 
 // session takes the run's session out of the cache if it stands at
@@ -211,7 +219,7 @@ func closeAll(sessions []*replay.Session) {
 	}
 }
 
-// latest returns a copy of the run's cached history, its append point and
+// latest returns the run's cached history (shared), its append point and
 // the run's row as last read, if the cache holds both.
 func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, bool) {
 	c.mu.Lock()
@@ -220,7 +228,7 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 	if !ok || e.run == nil {
 		return nil, 0, nil, false
 	}
-	return slices.Clone(e.events), e.nextEventID, e.run, true
+	return e.shared(), e.nextEventID, e.run, true
 }
 
 // put stores a committed history, the row of its run if known, the session

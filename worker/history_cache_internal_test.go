@@ -291,3 +291,44 @@ func TestHistoryCacheSessions(t *testing.T) {
 		require.False(t, ok)
 	})
 }
+
+// TestHistoryCacheSharesHistory: what a task appends to the history the
+// cache handed it is not the cache's.
+func TestHistoryCacheSharesHistory(t *testing.T) {
+	t.Parallel()
+	c := newHistoryCache(MaxCachedRunsDefault)
+	run := uuid.New()
+	events := make([]history.Event, 3, 10) // room to append in place
+	for i := range events {
+		events[i].ID = int64(i) + 1
+	}
+	c.put(run, events, &runRow{}, nil, nil)
+	got, _, ok := c.get(run, 4)
+	require.True(t, ok)
+	_ = append(got, history.Event{ID: 4})
+	latest, _, _, ok := c.latest(run)
+	require.True(t, ok)
+	_ = append(latest, history.Event{ID: 4})
+	require.Equal(t, history.Event{}, events[:4][3], "the cache's events are as put")
+	got, _, ok = c.get(run, 4)
+	require.True(t, ok)
+	require.Len(t, got, 3)
+}
+
+// BenchmarkHistoryCacheGet measures a task's read of its run's cached
+// history of 1,000 events.
+func BenchmarkHistoryCacheGet(b *testing.B) {
+	c := newHistoryCache(MaxCachedRunsDefault)
+	run := uuid.New()
+	events := make([]history.Event, 1000)
+	for i := range events {
+		events[i].ID = int64(i) + 1
+	}
+	c.put(run, events, nil, nil, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		got, _, ok := c.get(run, int64(len(events))+1)
+		require.True(b, ok)
+		require.Len(b, got, len(events))
+	}
+}
