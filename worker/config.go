@@ -118,8 +118,11 @@ type Config struct {
 	// Each cached run holds its coroutines' goroutines (and the deferred
 	// calls of its code run when it leaves the cache, as they do after
 	// every replayed task). Beyond the limit the run used least recently
-	// leaves the cache. Negative caches nothing: every task reads its run's history
-	// and replays the code from its start. Defaults to MaxCachedRunsDefault.
+	// leaves the cache. While runs leave it before their next task (a burst
+	// of more runs than it holds), it keeps only their histories, and the
+	// code of runs whose tasks found it. Negative caches nothing: every
+	// task reads its run's history and replays the code from its start.
+	// Defaults to MaxCachedRunsDefault.
 	MaxCachedRuns int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

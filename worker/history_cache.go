@@ -30,12 +30,34 @@ import (
 // never replaced by a shorter history of the run. Beyond its size, the
 // cache lets go of the run used least recently (a run waiting on a long
 // timer before one whose activities are running).
+//
+// A session is kept only where it is likely to be taken: a run whose last
+// task found its entry keeps its session (it is reused), and any other run
+// only while entries are not leaving the cache unfound more often than they
+// are found (reuse). In a burst of more runs than the cache holds, runs
+// leave it before their next task: their histories are kept, their code is
+// unwound at once, so no goroutine waits for a task that will not find it.
 type historyCache struct {
 	mu      sync.Mutex
 	entries map[[16]byte]*historyEntry
 	order   *list.List // of run IDs, the most recently used first
 	size    int        // most entries kept; 0 keeps none
 	stopped bool       // the worker stopped: sessions are closed, not kept
+	reuse   int        // entries found, less entries evicted unfound, within ±reuseSpan
+	stats   cacheStats
+}
+
+// reuseSpan bounds historyCache.reuse, so that it follows a change of load
+// within this many entries.
+const reuseSpan = 64
+
+// cacheStats are a history cache's running totals.
+type cacheStats struct {
+	Hits          int64 // tasks that found their run's history at its append point
+	SessionHits   int64 // of those, tasks that took their run's kept session
+	Misses        int64 // tasks past a run's first that did not find its history at their append point
+	Parked        int64 // sessions kept
+	EvictedUnused int64 // kept sessions evicted without being taken
 }
 
 type historyEntry struct {
@@ -46,6 +68,15 @@ type historyEntry struct {
 	facts       *engine.Facts   // what tasks read of the events' attributes
 	decided     *decidedTask    // a task's decision at nextEventID, kept for its rerun alone
 	used        *list.Element   // its place in historyCache.order
+	found       bool            // a task found the entry at its append point
+}
+
+// shared returns the entry's events, for a task to read and not to change
+// (a committed event never changes): the slice has no room, so that
+// appending to it copies it, and the entry's events stay as they are
+// whatever a task appends.
+func (e *historyEntry) shared() []history.Event {
+	return e.events[:len(e.events):len(e.events)]
 }
 
 // held are the sessions the entry holds (nil ones included), to close
@@ -100,16 +131,22 @@ func (c *historyCache) remove(runID [16]byte) *historyEntry {
 	return e
 }
 
-// get returns a copy of the run's cached history, and the memo of its
+// get returns the run's cached history (shared), and the memo of its
 // events' facts, if its append point is nextEventID.
 func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, *engine.Facts, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lookup(runID)
 	if !ok || e.nextEventID != nextEventID {
+		c.stats.Misses++
 		return nil, nil, false
 	}
-	return slices.Clone(e.events), e.facts, true
+	c.stats.Hits++
+	if !e.found {
+		e.found = true
+		c.reuse = min(c.reuse+1, reuseSpan)
+	}
+	return e.shared(), e.facts, true
 }
 
 // session takes the run's session out of the cache if it stands at
@@ -124,6 +161,7 @@ func (c *historyCache) session(runID [16]byte, nextEventID int64) *replay.Sessio
 	}
 	s := e.session
 	e.session = nil
+	c.stats.SessionHits++
 	return s
 }
 
@@ -181,7 +219,7 @@ func closeAll(sessions []*replay.Session) {
 	}
 }
 
-// latest returns a copy of the run's cached history, its append point and
+// latest returns the run's cached history (shared), its append point and
 // the run's row as last read, if the cache holds both.
 func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, bool) {
 	c.mu.Lock()
@@ -190,7 +228,7 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 	if !ok || e.run == nil {
 		return nil, 0, nil, false
 	}
-	return slices.Clone(e.events), e.nextEventID, e.run, true
+	return e.shared(), e.nextEventID, e.run, true
 }
 
 // put stores a committed history, the row of its run if known, the session
@@ -229,14 +267,33 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		closing = append(closing, session)
 		return
 	case len(c.entries) >= c.size:
-		// Evict the run used least recently.
-		evicted := c.remove(c.order.Back().Value.([16]byte))
-		closing = append(closing, evicted.held()...)
+		closing = append(closing, c.evict()...)
+	}
+	if session != nil && !(ok && old.found) && c.reuse < 0 {
+		// Entries leave unfound: this run's would too, its session unused.
+		closing = append(closing, session)
+		session = nil
+	}
+	if session != nil {
+		c.stats.Parked++
 	}
 	if facts == nil {
 		facts = engine.NewFacts()
 	}
 	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, session: session, facts: facts, used: c.order.PushFront(runID)}
+}
+
+// evict drops the run used least recently, and returns the sessions to
+// close.
+func (c *historyCache) evict() []*replay.Session {
+	e := c.remove(c.order.Back().Value.([16]byte))
+	if !e.found {
+		c.reuse = max(c.reuse-1, -reuseSpan)
+	}
+	if e.session != nil {
+		c.stats.EvictedUnused++
+	}
+	return e.held()
 }
 
 // forget drops a run's history and session (it closed).
@@ -335,4 +392,11 @@ func (w *Worker) commitHistory(result *taskResult) {
 		result.session = nil
 	}
 	result.dropSession()
+}
+
+// statsNow returns the cache's running totals.
+func (c *historyCache) statsNow() cacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
 }

@@ -134,7 +134,10 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(1)
 		first, events, firstUnwound := newTestSession(t)
-		c.put(uuid.New(), events, nil, first, nil)
+		firstRun := uuid.New()
+		c.put(firstRun, events, nil, first, nil)
+		_, _, ok := c.get(firstRun, int64(len(events))+1) // the cache is used: it keeps sessions
+		require.True(t, ok)
 		second, events, secondUnwound := newTestSession(t)
 		c.put(uuid.New(), events, nil, second, nil)
 		requireUnwound(t, firstUnwound)
@@ -148,9 +151,47 @@ func TestHistoryCacheSessions(t *testing.T) {
 		run := uuid.New()
 		c.put(run, events, nil, late, nil)
 		requireUnwound(t, lateUnwound)
-		_, _, ok := c.get(run, int64(len(events))+1)
+		_, _, ok = c.get(run, int64(len(events))+1)
 		require.True(t, ok, "its history is kept")
 		require.Nil(t, c.session(run, int64(len(events))+1))
+	})
+
+	// While runs leave the cache before a task finds them, it keeps no new
+	// run's session (no task would take it), but a reused run's; once runs
+	// are found again, it keeps sessions again.
+	t.Run("NotKeptWhileRunsLeaveUnfound", func(t *testing.T) {
+		t.Parallel()
+		c := newHistoryCache(1)
+		put := func(run [16]byte) (*replay.Session, int64, chan struct{}) {
+			session, events, unwound := newTestSession(t)
+			c.put(run, events, nil, session, nil)
+			return session, int64(len(events)) + 1, unwound
+		}
+		a, b := uuid.New(), uuid.New()
+		_, _, unwoundA := put(a)
+		_, next, unwoundB := put(b) // a leaves, never found
+		requireUnwound(t, unwoundA)
+		requireUnwound(t, unwoundB)
+		_, _, ok := c.get(b, next)
+		require.True(t, ok, "the history is kept")
+		_, _, unwoundB = put(b) // b was found: its next session is kept
+		requireLive(t, unwoundB)
+		for range reuseSpan {
+			put(uuid.New()) // found by none
+		}
+		requireUnwound(t, unwoundB)
+		for range reuseSpan + 1 {
+			run := uuid.New()
+			_, next, _ := put(run)
+			_, _, ok := c.get(run, next)
+			require.True(t, ok)
+			c.session(run, next) // taken, if kept
+		}
+		_, _, unwound := put(uuid.New())
+		requireLive(t, unwound)
+		stats := c.statsNow()
+		require.Equal(t, int64(2), stats.EvictedUnused, "a's session, and b's kept one")
+		require.Zero(t, stats.Misses)
 	})
 
 	t.Run("LeastRecentlyUsedLeavesFirst", func(t *testing.T) {
@@ -249,4 +290,45 @@ func TestHistoryCacheSessions(t *testing.T) {
 		_, _, ok := c.get(run, int64(len(events))+1)
 		require.False(t, ok)
 	})
+}
+
+// TestHistoryCacheSharesHistory: what a task appends to the history the
+// cache handed it is not the cache's.
+func TestHistoryCacheSharesHistory(t *testing.T) {
+	t.Parallel()
+	c := newHistoryCache(MaxCachedRunsDefault)
+	run := uuid.New()
+	events := make([]history.Event, 3, 10) // room to append in place
+	for i := range events {
+		events[i].ID = int64(i) + 1
+	}
+	c.put(run, events, &runRow{}, nil, nil)
+	got, _, ok := c.get(run, 4)
+	require.True(t, ok)
+	_ = append(got, history.Event{ID: 4})
+	latest, _, _, ok := c.latest(run)
+	require.True(t, ok)
+	_ = append(latest, history.Event{ID: 4})
+	require.Equal(t, history.Event{}, events[:4][3], "the cache's events are as put")
+	got, _, ok = c.get(run, 4)
+	require.True(t, ok)
+	require.Len(t, got, 3)
+}
+
+// BenchmarkHistoryCacheGet measures a task's read of its run's cached
+// history of 1,000 events.
+func BenchmarkHistoryCacheGet(b *testing.B) {
+	c := newHistoryCache(MaxCachedRunsDefault)
+	run := uuid.New()
+	events := make([]history.Event, 1000)
+	for i := range events {
+		events[i].ID = int64(i) + 1
+	}
+	c.put(run, events, nil, nil, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		got, _, ok := c.get(run, int64(len(events))+1)
+		require.True(b, ok)
+		require.Len(b, got, len(events))
+	}
 }

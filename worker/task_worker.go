@@ -456,6 +456,7 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 		ActivityResultType: w.activityResultType,
 		Codec:              w.config.Codec,
 		DeadlockTimeout:    w.config.DeadlockTimeout,
+		Decode:             d.facts.Decode,
 		Go:                 w.goroutines.Go,
 		History:            d.events,
 		Info: replay.Info{

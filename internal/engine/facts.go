@@ -8,7 +8,8 @@ import (
 )
 
 // Facts memoizes what a task reads out of its run's committed events'
-// attributes: the operation an outcome resolves and a signal's request ID.
+// attributes: the operation an outcome resolves, a signal's request ID and
+// the decoded attributes a replay reads.
 // Every task looks them up over the whole history (to drop outcomes and
 // signals history already has, and to find the activities still open), and
 // decoding the attributes each time made a task's cost grow with its
@@ -22,6 +23,7 @@ type Facts struct {
 	mu       sync.Mutex
 	resolves map[int64]resolution // by event ID: outcomes and timer cancellations
 	requests map[int64]string     // by event ID: SignalReceived's request ID
+	decoded  map[int64]history.Attributes
 }
 
 // resolution is what ResolvedBy said of an event.
@@ -31,7 +33,28 @@ type resolution struct {
 }
 
 func NewFacts() *Facts {
-	return &Facts{resolves: map[int64]resolution{}, requests: map[int64]string{}}
+	return &Facts{resolves: map[int64]resolution{}, requests: map[int64]string{}, decoded: map[int64]history.Attributes{}}
+}
+
+// Decode is history.DecodeAttributes(e) for a committed event e of the run
+// (replay.ExecuteParams.Decode); the attributes are shared, to be read only.
+func (f *Facts) Decode(e history.Event) (history.Attributes, error) {
+	if f == nil {
+		return history.DecodeAttributes(e)
+	}
+	f.mu.Lock()
+	attrs, known := f.decoded[e.ID]
+	f.mu.Unlock()
+	if known {
+		return attrs, nil
+	}
+	attrs, err := history.DecodeAttributes(e)
+	if err == nil {
+		f.mu.Lock()
+		f.decoded[e.ID] = attrs
+		f.mu.Unlock()
+	}
+	return attrs, err
 }
 
 // ResolvedBy is ResolvedBy(e) for a committed event e of the run.

@@ -66,6 +66,26 @@ func TestEventFacts(t *testing.T) {
 	changed.Attributes = []byte(`{"request_id":"other"}`)
 	require.Equal(t, "req-29", facts.SignalRequestID(changed), "read once")
 
+	// Decoded attributes: as history.DecodeAttributes decodes them, decoded
+	// once; a decoding error is not kept.
+	for _, e := range events {
+		want, wantErr := history.DecodeAttributes(e)
+		got, err := facts.Decode(e)
+		require.Equal(t, wantErr, err, "event %d", e.ID)
+		require.Equal(t, want, got, "event %d", e.ID)
+	}
+	changed = completed
+	changed.Attributes = []byte(`{"scheduled_event_id":99}`)
+	attrs, err := facts.Decode(changed)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), attrs.(*history.ActivityCompletedAttributes).ScheduledEventID, "decoded once")
+	bad := history.Event{ID: int64(len(events)) + 1, Type: history.EventActivityCompleted, Attributes: []byte(`{`)}
+	_, err = facts.Decode(bad)
+	require.ErrorIs(t, err, history.ErrInvalidEvent)
+	bad.Attributes = []byte(`{"scheduled_event_id":2}`)
+	_, err = facts.Decode(bad)
+	require.NoError(t, err, "the error was not kept")
+
 	// Inputs: an outcome history has, one it does not, a signal it has, and
 	// one it does not.
 	dup := history.Event{Type: history.EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":2}`)}

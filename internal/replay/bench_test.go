@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/gopool"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay"
@@ -33,11 +34,17 @@ func BenchmarkExecute(b *testing.B) {
 				Inputs:  []history.Event{completed(b, out.Activities[0].EventID, 1)},
 				Now:     taskTime(n + 1),
 			}
-			b.ReportAllocs()
-			for b.Loop() {
-				out, err := replay.Execute(context.Background(), def, params)
-				require.NoError(b, err)
-				require.True(b, out.Completed)
+			kept := engine.NewFacts() // the history's attributes, decoded by an earlier task (a worker's cached run)
+			for _, decode := range []func(history.Event) (history.Attributes, error){nil, kept.Decode} {
+				b.Run(fmt.Sprintf("KeptAttributes=%t", decode != nil), func(b *testing.B) {
+					params.Decode = decode
+					b.ReportAllocs()
+					for b.Loop() {
+						out, err := replay.Execute(context.Background(), def, params)
+						require.NoError(b, err)
+						require.True(b, out.Completed)
+					}
+				})
 			}
 		})
 	}

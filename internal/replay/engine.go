@@ -138,7 +138,7 @@ func invalid(format string, args ...any) error {
 }
 
 func (e *engine) execute() (*Outcome, error) {
-	tasks, tail, err := splitHistory(e.history)
+	tasks, tail, err := splitHistory(e.history, e.params.Decode)
 	if err != nil {
 		return nil, err
 	}

@@ -76,6 +76,12 @@ type ExecuteParams struct {
 	// WorkflowStarted event (IDs 0).
 	History []history.Event
 
+	// Decode returns the attributes of one of History's events: what
+	// history.DecodeAttributes returns, possibly kept from an earlier task
+	// of the run. Attributes it returns are only read. Nil means
+	// history.DecodeAttributes.
+	Decode func(history.Event) (history.Attributes, error)
+
 	// Info describes the run and the task. Empty identity fields are taken
 	// from the WorkflowStarted event.
 	Info Info
@@ -240,7 +246,7 @@ func Replay(ctx context.Context, def *Definition, params *ExecuteParams) error {
 		return err
 	}
 	defer e.sched.Close()
-	tasks, _, err := splitHistory(e.history)
+	tasks, _, err := splitHistory(e.history, e.params.Decode)
 	if err != nil {
 		return err
 	}

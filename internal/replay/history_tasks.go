@@ -16,8 +16,12 @@ type task struct {
 }
 
 // splitHistory validates events and splits them into complete tasks and the
-// trailing inputs that no task has seen yet.
-func splitHistory(events []history.Event) (tasks []task, tail []recorded, err error) {
+// trailing inputs that no task has seen yet, decoding each event's
+// attributes with decode (nil: history.DecodeAttributes).
+func splitHistory(events []history.Event, decode func(history.Event) (history.Attributes, error)) (tasks []task, tail []recorded, err error) {
+	if decode == nil {
+		decode = history.DecodeAttributes
+	}
 	var cur task
 	inCommands := false
 	closed := false
@@ -33,7 +37,7 @@ func splitHistory(events []history.Event) (tasks []task, tail []recorded, err er
 		if (ev.Type == history.EventWorkflowStarted) != (i == 0) {
 			return nil, nil, invalid("event %d is %s: history must start with one %s", ev.ID, ev.Type, history.EventWorkflowStarted)
 		}
-		attrs, err := history.DecodeAttributes(ev)
+		attrs, err := decode(ev)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
 		}
