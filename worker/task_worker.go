@@ -23,8 +23,8 @@ import (
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/runstate"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
-	"github.com/weirhq/weir/internal/update"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -513,7 +513,7 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 				UpdateID string `json:"update_id"`
 			}
 			_ = json.Unmarshal(in.Attributes, &ref)
-			item := &inbox.Item{Attributes: in.Attributes, DedupKey: update.Key(ref.UpdateID), Type: string(in.Type)}
+			item := &inbox.Item{Attributes: in.Attributes, DedupKey: inbox.UpdateKey(ref.UpdateID), Type: string(in.Type)}
 			if _, err := inbox.Add(ctx, tx, names, runID, item); err != nil {
 				return fmt.Errorf("deferring update %s: %w", ref.UpdateID, err)
 			}
@@ -633,7 +633,9 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 // completed.
 func (w *Worker) answerUpdates(ctx context.Context, tx pgx.Tx, runID uuid.UUID, outcome *replay.Outcome) error {
 	for _, rejected := range outcome.RejectedUpdates {
-		if err := update.Answer(ctx, tx, w.names, runID, rejected.UpdateID, "rejected", nil, rejected.Failure); err != nil {
+		if err := w.store.AnswerUpdate(ctx, tx, store.AnswerUpdateParams{
+			UpdateKey: store.UpdateKey{RunID: runID, UpdateID: rejected.UpdateID}, State: "rejected", Failure: rejected.Failure,
+		}); err != nil {
 			return err
 		}
 	}
@@ -645,7 +647,9 @@ func (w *Worker) answerUpdates(ctx context.Context, tx pgx.Tx, runID uuid.UUID, 
 		if err != nil {
 			return err
 		}
-		if err := update.Answer(ctx, tx, w.names, runID, attrs.UpdateID, "completed", attrs.Result, attrs.Failure); err != nil {
+		if err := w.store.AnswerUpdate(ctx, tx, store.AnswerUpdateParams{
+			UpdateKey: store.UpdateKey{RunID: runID, UpdateID: attrs.UpdateID}, State: "completed", Result: attrs.Result, Failure: attrs.Failure,
+		}); err != nil {
 			return err
 		}
 	}

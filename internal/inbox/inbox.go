@@ -100,6 +100,9 @@ func QueueTask(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter I
 	return nil
 }
 
+// UpdateKey is the dedup key of update updateID.
+func UpdateKey(updateID string) string { return "update:" + updateID }
+
 // ActivityKey is the dedup key of the outcome of the activity scheduled by
 // event scheduledEventID.
 func ActivityKey(scheduledEventID int64) string {

@@ -16,7 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/update"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // Canceller cancels River jobs in a transaction; *river.Client[pgx.Tx] is one.
@@ -105,7 +105,7 @@ func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverCli
 	if _, err := tx.Exec(ctx, "DELETE FROM "+names.Inbox+" WHERE run_id = $1", runID); err != nil {
 		return nil, fmt.Errorf("clearing inbox of run %s: %w", runID, err)
 	}
-	if err := update.AbandonPending(ctx, tx, names, runID, "the run was "+state+" before the update completed"); err != nil {
+	if err := store.For(names).AbandonUpdates(ctx, tx, runID, "the run was "+state+" before the update completed"); err != nil {
 		return nil, err
 	}
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String()); err != nil {
