@@ -21,7 +21,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/store"
@@ -135,7 +134,6 @@ func (c *Config) validate() error {
 type Client struct {
 	config *Config
 	names  *dbschema.Names
-	events *eventstore.Store // the runs' histories
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 
@@ -172,7 +170,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	}
 	names := dbschema.New(config.Schema)
 	c := &Client{
-		config: config, events: eventstore.New(names), names: names, pool: pool, river: riverClient,
+		config: config, names: names, pool: pool, river: riverClient,
 		store: store.New(names),
 	}
 	if c.knownIDs, err = lru.New[string, struct{}](knownIDsMax); err != nil {

@@ -514,11 +514,11 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 			}
 			_ = json.Unmarshal(in.Attributes, &ref)
 			item := &inbox.Item{Attributes: in.Attributes, DedupKey: inbox.UpdateKey(ref.UpdateID), Type: string(in.Type)}
-			if _, err := inbox.Add(ctx, tx, names, runID, item); err != nil {
+			if _, err := inbox.Add(ctx, tx, w.store, runID, item); err != nil {
 				return fmt.Errorf("deferring update %s: %w", ref.UpdateID, err)
 			}
 		}
-		return inbox.QueueTask(ctx, tx, names, w.riverClient, self)
+		return inbox.QueueTask(ctx, tx, w.store, w.riverClient, self)
 	}
 	if outcome.Completed {
 		return w.closedRun(ctx, tx, run, pending)
@@ -534,7 +534,7 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 		return fmt.Errorf("re-checking inbox: %w", err)
 	}
 	if waiting {
-		return inbox.QueueTask(ctx, tx, names, w.riverClient, self)
+		return inbox.QueueTask(ctx, tx, w.store, w.riverClient, self)
 	}
 	return nil
 }
@@ -543,12 +543,12 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 // pending activities.
 func (w *Worker) closedRun(ctx context.Context, tx pgx.Tx, run *runRow, pending engine.Pending) error {
 	if run.HasParent {
-		if err := runstate.NotifyParent(ctx, tx, w.names, w.riverClient, run.ID); err != nil {
+		if err := runstate.NotifyParent(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
 	if pending.Children {
-		if err := runstate.CloseChildren(ctx, tx, w.names, w.riverClient, run.ID); err != nil {
+		if err := runstate.CloseChildren(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
@@ -590,7 +590,7 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 			return err
 		}
 		item := &inbox.Item{Attributes: failed, DedupKey: runstate.ChildKey(e.ID), Type: string(history.EventChildWorkflowFailed)}
-		if _, err := inbox.Add(ctx, tx, names, runID, item); err != nil {
+		if _, err := inbox.Add(ctx, tx, w.store, runID, item); err != nil {
 			return fmt.Errorf("reporting child %s not started: %w", attrs.WorkflowID, err)
 		}
 		run.inboxed = true
@@ -624,7 +624,7 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 			return fmt.Errorf("scheduling the timeout of child workflow %s: %w", attrs.WorkflowID, err)
 		}
 	}
-	return inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
+	return inbox.QueueTask(ctx, tx, w.store, w.riverClient, &inbox.Run{
 		ID: childRunID, Kind: attrs.Kind, Namespace: run.Namespace, Queue: queue, WorkflowID: attrs.WorkflowID,
 	})
 }
@@ -683,7 +683,7 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 			return err
 		}
 		item := &inbox.Item{Attributes: attrs, DedupKey: fmt.Sprintf("carried:%d", i), Type: string(history.EventSignalReceived)}
-		if _, err := inbox.Add(ctx, tx, names, nextRunID, item); err != nil {
+		if _, err := inbox.Add(ctx, tx, w.store, nextRunID, item); err != nil {
 			return fmt.Errorf("carrying signals to the next run of workflow %s: %w", run.WorkflowID, err)
 		}
 	}
@@ -692,7 +692,7 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 		runID, nextRunID, string(history.EventSignalReceived)); err != nil {
 		return fmt.Errorf("moving waiting signals to the next run of workflow %s: %w", run.WorkflowID, err)
 	}
-	return inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
+	return inbox.QueueTask(ctx, tx, w.store, w.riverClient, &inbox.Run{
 		ID: nextRunID, Kind: next.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID,
 	})
 }
