@@ -12,8 +12,8 @@ import (
 )
 
 type updateSQL struct {
-	request, get, answer, abandon string
-	done                          string // channel
+	request, get, answer string
+	done                 string // channel
 }
 
 func newUpdateSQL(n *dbschema.Names) updateSQL {
@@ -27,8 +27,6 @@ func newUpdateSQL(n *dbschema.Names) updateSQL {
 		get:     "SELECT state, result, failure FROM " + n.Update + " WHERE run_id = $1 AND update_id = $2",
 		answer: "WITH done AS (UPDATE " + n.Update + " SET state = $3, result = $4, failure = $5, completed_at = now()" +
 			" WHERE run_id = $1 AND update_id = $2 AND state = 'requested' RETURNING run_id, update_id)" + done("6"),
-		abandon: "WITH done AS (UPDATE " + n.Update + " SET state = 'rejected', failure = $2, completed_at = now()" +
-			" WHERE run_id = $1 AND state = 'requested' RETURNING run_id, update_id)" + done("3"),
 		done: dbschema.Channel(n.Schema, dbschema.UpdateDoneChannel),
 	}
 }
@@ -89,7 +87,7 @@ func (s *Store) AnswerUpdate(ctx context.Context, db DBTX, p AnswerUpdateParams)
 func (s *Store) AbandonUpdates(ctx context.Context, db DBTX, runID uuid.UUID, reason string) error {
 	failure, err := json.Marshal(&history.Failure{Message: reason, Type: "WorkflowClosed"})
 	if err == nil {
-		_, err = db.Exec(ctx, s.updates.abandon, runID, failure, s.updates.done)
+		_, err = db.Exec(ctx, s.runs.abandon, runID, failure, s.updates.done)
 	}
 	if err != nil {
 		return fmt.Errorf("abandoning updates of run %s: %w", runID, err)
