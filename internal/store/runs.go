@@ -184,7 +184,7 @@ func (s *Store) QueueTakeInbox(batch *pgx.Batch, runID uuid.UUID, read func([]en
 		taken, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (engine.InboxItem, error) {
 			var item engine.InboxItem
 			var eventType string
-			err := row.Scan(&item.ID, &eventType, (*[]byte)(&item.Event.Attributes), &item.Event.Time) // as eventstore.Load: no second validation
+			err := row.Scan(&item.ID, &eventType, (*[]byte)(&item.Event.Attributes), &item.Event.Time) // as Events: no second validation
 			item.Event.Type = history.EventType(eventType)
 			return item, err
 		})
