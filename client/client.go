@@ -22,7 +22,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/notifier"
@@ -137,7 +136,6 @@ func (c *Config) validate() error {
 type Client struct {
 	config *Config
 	names  *dbschema.Names
-	events *eventstore.Store // the runs' histories
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
 	// quiet inserts the task jobs of Start's own transactions without
@@ -185,7 +183,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	}
 	names := dbschema.New(config.Schema)
 	c := &Client{
-		config: config, events: eventstore.New(names), names: names, pool: pool, river: riverClient, quiet: quiet,
+		config: config, names: names, pool: pool, river: riverClient, quiet: quiet,
 		notifier: notifier.New(pool, config.Logger), store: store.New(names),
 	}
 	if c.knownIDs, err = lru.New[string, struct{}](knownIDsMax); err != nil {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/store"
 )
 
 // Description is a run's state as an operator needs it.
@@ -195,29 +197,14 @@ func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Des
 			}
 		}
 	}
-	activities, err := c.store.PendingActivities(ctx, tx, runID)
-	if err != nil {
+	if d.PendingActivities, err = store.PendingActivities[PendingActivity](ctx, c.store, tx, runID); err != nil {
 		return nil, fmt.Errorf("describing activities of run %s: %w", runID, err)
 	}
-	d.PendingActivities = make([]*PendingActivity, len(activities))
-	for i, a := range activities {
-		d.PendingActivities[i] = (*PendingActivity)(a)
-	}
-	timers, err := c.store.PendingTimers(ctx, tx, runID)
-	if err != nil {
+	if d.PendingTimers, err = store.PendingTimers[PendingTimer](ctx, c.store, tx, runID); err != nil {
 		return nil, fmt.Errorf("describing timers of run %s: %w", runID, err)
 	}
-	d.PendingTimers = make([]*PendingTimer, len(timers))
-	for i, t := range timers {
-		d.PendingTimers[i] = (*PendingTimer)(t)
-	}
-	inbox, err := c.store.PendingInbox(ctx, tx, runID)
-	if err != nil {
+	if d.PendingInbox, err = store.PendingInbox[PendingInboxItem](ctx, c.store, tx, runID); err != nil {
 		return nil, fmt.Errorf("describing inbox of run %s: %w", runID, err)
-	}
-	d.PendingInbox = make([]*PendingInboxItem, len(inbox))
-	for i, item := range inbox {
-		d.PendingInbox[i] = (*PendingInboxItem)(item)
 	}
 	return d, nil
 }

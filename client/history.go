@@ -116,7 +116,7 @@ func (c *Client) History(ctx context.Context, workflowID string, runID uuid.UUID
 	if err != nil {
 		return nil, err
 	}
-	stored, err := c.events.Load(ctx, c.pool, resolved, opts.AfterEventID, limit+1)
+	stored, err := c.store.Events(ctx, c.pool, resolved, opts.AfterEventID, limit+1)
 	if err != nil {
 		return nil, fmt.Errorf("reading history of workflow %s run %s: %w", workflowID, resolved, err)
 	}

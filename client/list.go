@@ -132,18 +132,14 @@ func (c *Client) List(ctx context.Context, opts *ListOpts) (*ListResult, error) 
 		if err != nil {
 			return nil, err
 		}
-		p.After = &store.RunSummary{CreatedAt: cursor.CreatedAt, RunID: cursor.RunID}
+		p.AfterCreatedAt, p.AfterRunID = cursor.CreatedAt, cursor.RunID
 	}
 	if opts.WorkflowIDPrefix != "" {
 		p.WorkflowIDLike = likeEscaper.Replace(opts.WorkflowIDPrefix) + "%"
 	}
-	rows, err := c.store.ListRuns(ctx, c.pool, p)
+	runs, err := store.ListRuns[RunSummary](ctx, c.store, c.pool, p)
 	if err != nil {
 		return nil, fmt.Errorf("listing runs: %w", err)
-	}
-	runs := make([]*RunSummary, len(rows))
-	for i, r := range rows {
-		runs[i] = (*RunSummary)(r)
 	}
 	result := &ListResult{Runs: runs}
 	if len(runs) > limit {

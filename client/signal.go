@@ -99,7 +99,7 @@ func (c *Client) deliver(ctx context.Context, tx pgx.Tx, workflowID string, runI
 	if err != nil {
 		return err
 	}
-	_, err = inbox.Deliver(ctx, tx, c.names, c.river, resolved, item)
+	_, err = inbox.Deliver(ctx, tx, c.store, c.river, resolved, item)
 	for hops := 0; errors.Is(err, inbox.ErrRunClosed) && runID == uuid.Nil && hops < 10; hops++ {
 		// Addressed to the workflow, not a run: if the run continued as
 		// new meanwhile, the workflow goes on in the next run.
@@ -108,7 +108,7 @@ func (c *Client) deliver(ctx context.Context, tx pgx.Tx, workflowID string, runI
 			break
 		}
 		resolved = next
-		_, err = inbox.Deliver(ctx, tx, c.names, c.river, resolved, item)
+		_, err = inbox.Deliver(ctx, tx, c.store, c.river, resolved, item)
 	}
 	if errors.Is(err, inbox.ErrRunClosed) {
 		run, err := c.store.GetRun(ctx, tx, resolved)

@@ -52,7 +52,7 @@ func (c *Client) TerminateTx(ctx context.Context, tx pgx.Tx, workflowID string, 
 		return err
 	}
 	failure := &runstate.Failure{Message: reason, Type: runstate.FailureTypeTerminated}
-	closed, err := runstate.Close(ctx, tx, c.names, c.river, runID, "terminated", failure)
+	closed, err := runstate.Close(ctx, tx, c.store, c.river, runID, "terminated", failure)
 	switch {
 	case errors.Is(err, runstate.ErrNotRunning):
 		if closed.State == "terminated" && closed.Failure != nil && closed.Failure.Message == reason {

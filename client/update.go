@@ -14,7 +14,6 @@ import (
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/store"
-	"github.com/weirhq/weir/internal/update"
 )
 
 // UpdateArgs are an update's arguments; Kind names the update type, which
@@ -131,7 +130,7 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 			return err // or sent before: just wait for its answer
 		}
 		return c.deliver(ctx, tx, workflowID, resolved, &inbox.Item{
-			Attributes: attrs, DedupKey: update.Key(updateID), Type: string(history.EventUpdateAccepted),
+			Attributes: attrs, DedupKey: inbox.UpdateKey(updateID), Type: string(history.EventUpdateAccepted),
 		}, "")
 	})
 	if closed := (*RunClosedError)(nil); errors.As(err, &closed) {

@@ -52,10 +52,8 @@ type WorkerInfo struct {
 func (c *Client) ListWorkers(ctx context.Context) ([]*WorkerInfo, error) {
 	var workers []*WorkerInfo
 	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := c.store.ListWorkers(ctx, tx, c.config.Namespace)
-		for _, w := range rows {
-			workers = append(workers, (*WorkerInfo)(w))
-		}
+		var err error
+		workers, err = store.ListWorkers[WorkerInfo](ctx, c.store, tx, c.config.Namespace)
 		return err
 	})
 	if err != nil {

@@ -192,12 +192,8 @@ func ack(workflowID string, runID uuid.UUID) *AckResponse {
 }
 
 func (s *Server) handleSignal(r *http.Request) (int, any, error) {
-	c, workflowID, runID, err := s.target(r)
+	c, workflowID, runID, req, err := targetBody[SignalRequest](s, r, false)
 	if err != nil {
-		return 0, nil, err
-	}
-	var req SignalRequest
-	if err := decodeBody(r, &req, false); err != nil {
 		return 0, nil, err
 	}
 	if err := checkCall("", "signal", req.Kind, "request_id", req.RequestID, req.Args); err != nil {
@@ -212,30 +208,20 @@ func (s *Server) handleSignal(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleCancel(r *http.Request) (int, any, error) {
-	c, workflowID, runID, err := s.target(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	var req ReasonRequest
-	if err := decodeBody(r, &req, true); err != nil {
-		return 0, nil, err
-	}
-	if err := c.Cancel(r.Context(), workflowID, runID, req.Reason); err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, ack(workflowID, runID), nil
+	return s.closeRun(r, (*client.Client).Cancel)
 }
 
 func (s *Server) handleTerminate(r *http.Request) (int, any, error) {
-	c, workflowID, runID, err := s.target(r)
+	return s.closeRun(r, (*client.Client).Terminate)
+}
+
+// closeRun serves cancel and terminate: end is the client's method.
+func (s *Server) closeRun(r *http.Request, end func(*client.Client, context.Context, string, uuid.UUID, string) error) (int, any, error) {
+	c, workflowID, runID, req, err := targetBody[ReasonRequest](s, r, true)
 	if err != nil {
 		return 0, nil, err
 	}
-	var req ReasonRequest
-	if err := decodeBody(r, &req, true); err != nil {
-		return 0, nil, err
-	}
-	if err := c.Terminate(r.Context(), workflowID, runID, req.Reason); err != nil {
+	if err := end(c, r.Context(), workflowID, runID, req.Reason); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, ack(workflowID, runID), nil
@@ -511,6 +497,20 @@ func (s *Server) target(r *http.Request) (*client.Client, string, uuid.UUID, err
 		return nil, "", uuid.Nil, err
 	}
 	return c, workflowID, runID, nil
+}
+
+// targetBody is target, then the request's body decoded into a T
+// (allowEmpty as decodeBody's).
+func targetBody[T any](s *Server, r *http.Request, allowEmpty bool) (*client.Client, string, uuid.UUID, *T, error) {
+	c, workflowID, runID, err := s.target(r)
+	if err != nil {
+		return nil, "", uuid.Nil, nil, err
+	}
+	req := new(T)
+	if err := decodeBody(r, req, allowEmpty); err != nil {
+		return nil, "", uuid.Nil, nil, err
+	}
+	return c, workflowID, runID, req, nil
 }
 
 // decodeBody reads one JSON object into v, rejecting unknown fields and

@@ -51,12 +51,8 @@ type SignalWithStartRequest struct {
 }
 
 func (s *Server) handleQuery(r *http.Request) (int, any, error) {
-	c, workflowID, runID, err := s.target(r)
+	c, workflowID, runID, req, err := targetBody[QueryRequest](s, r, false)
 	if err != nil {
-		return 0, nil, err
-	}
-	var req QueryRequest
-	if err := decodeBody(r, &req, false); err != nil {
 		return 0, nil, err
 	}
 	if err := checkCall("", "query", req.Kind, "", "", req.Args); err != nil {
@@ -74,12 +70,8 @@ func (s *Server) handleQuery(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
-	c, workflowID, runID, err := s.target(r)
+	c, workflowID, runID, req, err := targetBody[UpdateRequest](s, r, false)
 	if err != nil {
-		return 0, nil, err
-	}
-	var req UpdateRequest
-	if err := decodeBody(r, &req, false); err != nil {
 		return 0, nil, err
 	}
 	if err := checkCall("", "update", req.Kind, "update_id", req.UpdateID, req.Args); err != nil {
@@ -95,12 +87,8 @@ func (s *Server) handleUpdate(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleSignalWithStart(r *http.Request) (int, any, error) {
-	c, workflowID, _, err := s.target(r)
+	c, workflowID, _, req, err := targetBody[SignalWithStartRequest](s, r, false)
 	if err != nil {
-		return 0, nil, err
-	}
-	var req SignalWithStartRequest
-	if err := decodeBody(r, &req, false); err != nil {
 		return 0, nil, err
 	}
 	if req.Start.WorkflowID != "" && req.Start.WorkflowID != workflowID {

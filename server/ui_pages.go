@@ -331,17 +331,12 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request) {
 	if sess == nil {
 		return
 	}
-	s.renderRun(w, r, sess, http.StatusOK, "")
+	s.renderRunPage(w, r, sess, http.StatusOK, "", nil)
 }
 
-// renderRun renders a run's page; formError, if set, is shown above the
-// actions (a rejected action re-renders the page with status).
-func (s *Server) renderRun(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, formError string) {
-	s.renderRunPage(w, r, sess, status, formError, nil)
-}
-
-// renderRunPage is renderRun showing a query sent from the page and its
-// answer, when query is not nil.
+// renderRunPage renders a run's page; formError, if set, is shown above the
+// actions (a rejected action re-renders the page with status), and a query
+// sent from the page with its answer when query is not nil.
 func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, formError string, query *uiQuery) {
 	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
@@ -559,13 +554,7 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, sess, namespace, newError(http.StatusNotFound, CodeNotFound, "no such action: "+action, nil))
 		return
 	}
-	if !s.checkPost(r, sess) {
-		s.renderError(w, r, sess, namespace, newError(http.StatusForbidden, CodePermissionDenied,
-			"the form's CSRF token is missing or stale, or it came from another site: reload the page and try again", nil))
-		return
-	}
-	if err := checkValuesText(r.PostForm); err != nil {
-		s.renderError(w, r, sess, namespace, err)
+	if !s.checkForm(w, r, sess, namespace) {
 		return
 	}
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleWrite)
@@ -602,7 +591,7 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 			s.renderError(w, r, sess, namespace, apiErr)
 			return
 		}
-		s.renderRun(w, r, sess, apiErr.Status, apiErr.Message)
+		s.renderRunPage(w, r, sess, apiErr.Status, apiErr.Message, nil)
 		return
 	}
 	http.Redirect(w, r, runURL(namespace, workflowID, runID)+"&flash="+action, http.StatusSeeOther)

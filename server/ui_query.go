@@ -49,13 +49,7 @@ func (s *Server) uiQueryRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
-	if !s.checkPost(r, sess) {
-		s.renderError(w, r, sess, namespace, newError(http.StatusForbidden, CodePermissionDenied,
-			"the form's CSRF token is missing or stale, or it came from another site: reload the page and try again", nil))
-		return
-	}
-	if err := checkValuesText(r.PostForm); err != nil {
-		s.renderError(w, r, sess, namespace, err)
+	if !s.checkForm(w, r, sess, namespace) {
 		return
 	}
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
@@ -106,4 +100,20 @@ func (s *Server) signalKinds(ctx context.Context, runID uuid.UUID) ([]string, er
 		return nil, fmt.Errorf("reading the signals of run %s: %w", runID, err)
 	}
 	return kinds, nil
+}
+
+// checkForm checks a posted form's CSRF token and text, rendering the
+// error page when either fails; it reports whether the form may be used.
+func (s *Server) checkForm(w http.ResponseWriter, r *http.Request, sess *uiSession, namespace string) bool {
+	var err error
+	if !s.checkPost(r, sess) { // parses the form
+		err = newError(http.StatusForbidden, CodePermissionDenied,
+			"the form's CSRF token is missing or stale, or it came from another site: reload the page and try again", nil)
+	} else {
+		err = checkValuesText(r.PostForm)
+	}
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+	}
+	return err == nil
 }

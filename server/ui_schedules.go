@@ -183,13 +183,7 @@ func (s *Server) uiScheduleAction(w http.ResponseWriter, r *http.Request) {
 		s.renderError(w, r, sess, namespace, newError(http.StatusNotFound, CodeNotFound, "no such action: "+action, nil))
 		return
 	}
-	if !s.checkPost(r, sess) {
-		s.renderError(w, r, sess, namespace, newError(http.StatusForbidden, CodePermissionDenied,
-			"the form's CSRF token is missing or stale, or it came from another site: reload the page and try again", nil))
-		return
-	}
-	if err := checkValuesText(r.PostForm); err != nil {
-		s.renderError(w, r, sess, namespace, err)
+	if !s.checkForm(w, r, sess, namespace) {
 		return
 	}
 	c, err := s.uiScheduleTarget(sess, namespace, id, RoleAdmin)

@@ -43,7 +43,7 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	}
 	if cont == nil || def == nil || len(w.config.Interceptors) > 0 {
 		// Interceptors see every workflow task as a River job of its own.
-		_, err := inbox.Deliver(ctx, tx, w.names, w.riverClient, meta.RunID, item)
+		_, err := inbox.Deliver(ctx, tx, w.store, w.riverClient, meta.RunID, item)
 		return false, err
 	}
 	run, now, _, locked, err := cont.step.takeLocked() // locked by its group
@@ -64,7 +64,7 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 		return false, fmt.Errorf("delivering %s to run %s (%s): %w", item.Type, meta.RunID, run.State, inbox.ErrRunClosed)
 	case run.TaskJobID != nil:
 		// A task is queued (a signal came, say): the outcome waits for it.
-		_, err := inbox.Add(ctx, tx, w.names, meta.RunID, item)
+		_, err := inbox.Add(ctx, tx, w.store, meta.RunID, item)
 		return false, err
 	}
 	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}

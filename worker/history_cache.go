@@ -345,7 +345,7 @@ func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history
 	if events, facts, ok := w.histories.get(run.ID, run.NextEventID); ok {
 		return events, facts, nil
 	}
-	events, err := w.events.LoadAll(ctx, tx, run.ID)
+	events, err := w.store.History(ctx, tx, run.ID)
 	if err != nil {
 		err = fmt.Errorf("loading history: %w", err)
 	}

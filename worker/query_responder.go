@@ -143,7 +143,7 @@ func (r *queryResponder) answer(ctx context.Context, q store.ClaimedQuery) error
 		if def == nil {
 			return fmt.Errorf("workflow %s is not registered here", run.Kind)
 		}
-		events, err := r.w.events.LoadAll(ctx, tx, q.RunID)
+		events, err := r.w.store.History(ctx, tx, q.RunID)
 		if err != nil {
 			return err
 		}

@@ -20,9 +20,9 @@ import (
 
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -92,8 +92,7 @@ func (c *ReplayerConfig) validate() error {
 // once its workflows are registered.
 type Replayer struct {
 	config *ReplayerConfig
-	events *eventstore.Store // the runs' histories, for ReplayRun and LoadHistory
-	names  *dbschema.Names
+	store  *store.Store // the runs' histories, for ReplayRun and LoadHistory
 
 	mu          sync.Mutex
 	resultTypes map[string]reflect.Type // of the activities of AddWorkflowsOf's workers
@@ -110,9 +109,8 @@ func NewReplayer(config *ReplayerConfig) (*Replayer, error) {
 	if err := config.validate(); err != nil {
 		return nil, err
 	}
-	names := dbschema.New(config.Schema)
 	return &Replayer{
-		config: config, events: eventstore.New(names), names: names,
+		config: config, store: store.New(dbschema.New(config.Schema)),
 		resultTypes: map[string]reflect.Type{}, workflows: map[string]*replay.Definition{},
 	}, nil
 }
@@ -238,22 +236,14 @@ func (r *Replayer) LoadHistory(ctx context.Context, workflowID string, runID uui
 	if pool == nil {
 		return nil, ErrReplayNoPool
 	}
-	var resolved uuid.UUID
-	var err error
-	if runID == uuid.Nil {
-		err = pool.QueryRow(ctx, "SELECT run_id FROM "+r.names.Run+" WHERE namespace = $1 AND workflow_id = $2"+
-			" ORDER BY generation DESC LIMIT 1", r.config.Namespace, workflowID).Scan(&resolved)
-	} else {
-		err = pool.QueryRow(ctx, "SELECT run_id FROM "+r.names.Run+" WHERE namespace = $1 AND workflow_id = $2 AND run_id = $3",
-			r.config.Namespace, workflowID, runID).Scan(&resolved)
-	}
+	resolved, err := r.store.ResolveRun(ctx, pool, store.RunKey{Namespace: r.config.Namespace, WorkflowID: workflowID, RunID: runID})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, &client.RunNotFoundError{RunID: runID, WorkflowID: workflowID}
 	case err != nil:
 		return nil, fmt.Errorf("looking up workflow %s run %s: %w", workflowID, runID, err)
 	}
-	stored, err := r.events.Load(ctx, pool, resolved, 0, 0)
+	stored, err := r.store.Events(ctx, pool, resolved, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("loading history of workflow %s run %s: %w", workflowID, resolved, err)
 	}

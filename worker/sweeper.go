@@ -112,7 +112,6 @@ func (s *sweeper) deleteExpiredRuns(ctx context.Context) (int64, error) {
 // the workflow gets ActivityTimedOut and the job is cancelled (a running
 // attempt sees its context cancelled; whatever it reports later is dropped).
 func (s *sweeper) timeOutActivities(ctx context.Context) (int, error) {
-	names := s.w.names
 	due, err := s.w.store.TimedOutActivities(ctx, s.w.pool, sweepBatch)
 	if err != nil {
 		return 0, fmt.Errorf("finding timed-out activities: %w", err)
@@ -126,7 +125,7 @@ func (s *sweeper) timeOutActivities(ctx context.Context) (int, error) {
 			return repaired, err
 		}
 		err = pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			added, err := inbox.Deliver(ctx, tx, names, s.w.riverClient, a.RunID, &inbox.Item{
+			added, err := inbox.Deliver(ctx, tx, s.w.store, s.w.riverClient, a.RunID, &inbox.Item{
 				Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(history.EventActivityTimedOut),
 			})
 			if errors.Is(err, inbox.ErrRunClosed) {
@@ -156,7 +155,6 @@ type endedActivity struct {
 }
 
 func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
-	names := s.w.names
 	ended, err := s.w.endedActivities(ctx, s.w.pool, nil)
 	if err != nil {
 		return 0, fmt.Errorf("finding ended activities: %w", err)
@@ -179,7 +177,7 @@ func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
-			added, err := inbox.Deliver(ctx, tx, names, s.w.riverClient, a.RunID, &inbox.Item{
+			added, err := inbox.Deliver(ctx, tx, s.w.store, s.w.riverClient, a.RunID, &inbox.Item{
 				Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(eventType),
 			})
 			if errors.Is(err, inbox.ErrRunClosed) {
@@ -208,7 +206,6 @@ func (w *Worker) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobI
 	if len(jobIDs) == 1 && jobIDs[0] == settledJob(ctx) {
 		return nil // its own worker settled it: a task, or an activity that delivered its outcome
 	}
-	names := w.names
 	ended, err := w.endedActivities(ctx, tx, jobIDs)
 	if err != nil {
 		return fmt.Errorf("finding activities of finalized jobs: %w", err)
@@ -218,7 +215,7 @@ func (w *Worker) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobI
 		if err != nil {
 			return err
 		}
-		_, err = inbox.Deliver(ctx, tx, names, w.riverClient, a.RunID, &inbox.Item{
+		_, err = inbox.Deliver(ctx, tx, w.store, w.riverClient, a.RunID, &inbox.Item{
 			Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(eventType),
 		})
 		if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
@@ -283,7 +280,6 @@ func outcomeOfEndedJob(a *endedActivity) (history.EventType, []byte, error) {
 // gone or ended without committing. So a workflow task never ends for good:
 // even one discarded after exhausting its attempts is followed by a new one.
 func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
-	names := s.w.names
 	runIDs, err := s.w.store.StrandedRuns(ctx, s.w.pool, sweepBatch)
 	if err != nil {
 		return 0, fmt.Errorf("finding stranded runs: %w", err)
@@ -302,7 +298,7 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 			}
 			s.w.config.Logger.WarnContext(ctx, "weir: queueing a task for a run that had none", slog.String("run_id", runID.String()))
 			repaired++
-			return inbox.QueueTask(ctx, tx, names, s.w.riverClient, run)
+			return inbox.QueueTask(ctx, tx, s.w.store, s.w.riverClient, run)
 		})
 		if err != nil {
 			return repaired, fmt.Errorf("queueing a task of run %s: %w", runID, err)

@@ -22,8 +22,8 @@ import (
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/runstate"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
-	"github.com/weirhq/weir/internal/update"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -542,12 +542,12 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 				UpdateID string `json:"update_id"`
 			}
 			_ = json.Unmarshal(in.Attributes, &ref)
-			item := &inbox.Item{Attributes: in.Attributes, DedupKey: update.Key(ref.UpdateID), Type: string(in.Type)}
-			if _, err := inbox.Add(ctx, tx, names, runID, item); err != nil {
+			item := &inbox.Item{Attributes: in.Attributes, DedupKey: inbox.UpdateKey(ref.UpdateID), Type: string(in.Type)}
+			if _, err := inbox.Add(ctx, tx, w.store, runID, item); err != nil {
 				return fmt.Errorf("deferring update %s: %w", ref.UpdateID, err)
 			}
 		}
-		return inbox.QueueTask(ctx, tx, names, w.riverClient, self)
+		return inbox.QueueTask(ctx, tx, w.store, w.riverClient, self)
 	}
 	if outcome.Completed {
 		return w.closedRun(ctx, tx, run, pending)
@@ -563,7 +563,7 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 		return fmt.Errorf("re-checking inbox: %w", err)
 	}
 	if waiting {
-		return inbox.QueueTask(ctx, tx, names, w.riverClient, self)
+		return inbox.QueueTask(ctx, tx, w.store, w.riverClient, self)
 	}
 	return nil
 }
@@ -572,12 +572,12 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 // pending activities.
 func (w *Worker) closedRun(ctx context.Context, tx pgx.Tx, run *runRow, pending engine.Pending) error {
 	if run.HasParent {
-		if err := runstate.NotifyParent(ctx, tx, w.names, w.riverClient, run.ID); err != nil {
+		if err := runstate.NotifyParent(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
 	if pending.Children {
-		if err := runstate.CloseChildren(ctx, tx, w.names, w.riverClient, run.ID); err != nil {
+		if err := runstate.CloseChildren(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
@@ -619,7 +619,7 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 			return err
 		}
 		item := &inbox.Item{Attributes: failed, DedupKey: runstate.ChildKey(e.ID), Type: string(history.EventChildWorkflowFailed)}
-		if _, err := inbox.Add(ctx, tx, names, runID, item); err != nil {
+		if _, err := inbox.Add(ctx, tx, w.store, runID, item); err != nil {
 			return fmt.Errorf("reporting child %s not started: %w", attrs.WorkflowID, err)
 		}
 		run.inboxed = true
@@ -653,7 +653,7 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 			return fmt.Errorf("scheduling the timeout of child workflow %s: %w", attrs.WorkflowID, err)
 		}
 	}
-	return inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
+	return inbox.QueueTask(ctx, tx, w.store, w.riverClient, &inbox.Run{
 		ID: childRunID, Kind: attrs.Kind, Namespace: run.Namespace, Queue: queue, WorkflowID: attrs.WorkflowID,
 	})
 }
@@ -662,7 +662,9 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 // completed.
 func (w *Worker) answerUpdates(ctx context.Context, tx pgx.Tx, runID uuid.UUID, outcome *replay.Outcome) error {
 	for _, rejected := range outcome.RejectedUpdates {
-		if err := update.Answer(ctx, tx, w.names, runID, rejected.UpdateID, "rejected", nil, rejected.Failure); err != nil {
+		if err := w.store.AnswerUpdate(ctx, tx, store.AnswerUpdateParams{
+			UpdateKey: store.UpdateKey{RunID: runID, UpdateID: rejected.UpdateID}, State: "rejected", Failure: rejected.Failure,
+		}); err != nil {
 			return err
 		}
 	}
@@ -674,7 +676,9 @@ func (w *Worker) answerUpdates(ctx context.Context, tx pgx.Tx, runID uuid.UUID, 
 		if err != nil {
 			return err
 		}
-		if err := update.Answer(ctx, tx, w.names, runID, attrs.UpdateID, "completed", attrs.Result, attrs.Failure); err != nil {
+		if err := w.store.AnswerUpdate(ctx, tx, store.AnswerUpdateParams{
+			UpdateKey: store.UpdateKey{RunID: runID, UpdateID: attrs.UpdateID}, State: "completed", Result: attrs.Result, Failure: attrs.Failure,
+		}); err != nil {
 			return err
 		}
 	}
@@ -708,7 +712,7 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 			return err
 		}
 		item := &inbox.Item{Attributes: attrs, DedupKey: fmt.Sprintf("carried:%d", i), Type: string(history.EventSignalReceived)}
-		if _, err := inbox.Add(ctx, tx, names, nextRunID, item); err != nil {
+		if _, err := inbox.Add(ctx, tx, w.store, nextRunID, item); err != nil {
 			return fmt.Errorf("carrying signals to the next run of workflow %s: %w", run.WorkflowID, err)
 		}
 	}
@@ -717,7 +721,7 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 		runID, nextRunID, string(history.EventSignalReceived)); err != nil {
 		return fmt.Errorf("moving waiting signals to the next run of workflow %s: %w", run.WorkflowID, err)
 	}
-	return inbox.QueueTask(ctx, tx, names, w.riverClient, &inbox.Run{
+	return inbox.QueueTask(ctx, tx, w.store, w.riverClient, &inbox.Run{
 		ID: nextRunID, Kind: next.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID,
 	})
 }

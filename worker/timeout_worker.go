@@ -45,7 +45,7 @@ func (t *timeoutWorker) Work(ctx context.Context, job *river.Job[runstate.Timeou
 			snooze = deadline.Sub(now)
 			return nil
 		}
-		if _, err := runstate.Close(ctx, tx, t.w.names, t.w.riverClient, job.Args.RunID, "timed_out", runstate.TimeoutFailure(*deadline, which)); err != nil &&
+		if _, err := runstate.Close(ctx, tx, t.w.store, t.w.riverClient, job.Args.RunID, "timed_out", runstate.TimeoutFailure(*deadline, which)); err != nil &&
 			!errors.Is(err, runstate.ErrNotRunning) {
 			return err
 		}

@@ -177,7 +177,7 @@ func (t *timerWorker) Work(ctx context.Context, job *river.Job[timer.Args]) erro
 		return err
 	}
 	return lazytx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
-		_, err := inbox.Deliver(ctx, tx, t.w.names, t.w.riverClient, job.Args.RunID, &inbox.Item{
+		_, err := inbox.Deliver(ctx, tx, t.w.store, t.w.riverClient, job.Args.RunID, &inbox.Item{
 			Attributes: attrs,
 			DedupKey:   fmt.Sprintf("timer:%d", job.Args.StartedEventID),
 			Type:       string(history.EventTimerFired),

@@ -20,7 +20,6 @@ import (
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/gopool"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/limit"
@@ -48,7 +47,6 @@ type Worker struct {
 	histories  *historyCache
 	jobIDs     *jobIDs // reserved for the activities it claims
 	names      *dbschema.Names
-	events     *eventstore.Store  // the runs' histories
 	store      *store.Store       // weir's statements
 	notifier   *notifier.Notifier // sends what committed tasks announce
 	pool       *pgxpool.Pool
@@ -115,7 +113,6 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		histories:    newHistoryCache(config.MaxCachedRuns),
 		jobIDs:       &jobIDs{pool: pool, schema: config.Schema},
 		names:        names,
-		events:       eventstore.New(names),
 		store:        store.New(names),
 		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,

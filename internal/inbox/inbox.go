@@ -17,7 +17,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
@@ -48,8 +47,8 @@ type Item struct {
 // will read it. It returns ErrRunClosed, writing nothing, when the run is
 // not running, and a *RunNotFoundError-like error when it does not exist.
 // It reports whether the item was new (false: a duplicate of its DedupKey).
-func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Inserter, runID uuid.UUID, item *Item) (bool, error) {
-	run, state, taskJobID, err := store.For(names).LockRunForTask(ctx, tx, runID)
+func Deliver(ctx context.Context, tx pgx.Tx, st *store.Store, inserter Inserter, runID uuid.UUID, item *Item) (bool, error) {
+	run, state, taskJobID, err := st.LockRunForTask(ctx, tx, runID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, fmt.Errorf("delivering %s to run %s: %w", item.Type, runID, ErrRunClosed)
@@ -59,12 +58,12 @@ func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Ins
 		return false, fmt.Errorf("delivering %s to run %s (%s): %w", item.Type, runID, state, ErrRunClosed)
 	}
 
-	added, err := Add(ctx, tx, names, runID, item)
+	added, err := Add(ctx, tx, st, runID, item)
 	if err != nil {
 		return false, err
 	}
 	if taskJobID == nil {
-		if err := QueueTask(ctx, tx, names, inserter, run); err != nil {
+		if err := QueueTask(ctx, tx, st, inserter, run); err != nil {
 			return false, err
 		}
 	}
@@ -74,8 +73,8 @@ func Deliver(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Ins
 // Add writes item to run's inbox in tx, for a caller that holds the run's
 // lock and knows a task of the run is queued (else use Deliver). It reports
 // whether the item was new (false: a duplicate of its DedupKey).
-func Add(ctx context.Context, tx pgx.Tx, names *dbschema.Names, runID uuid.UUID, item *Item) (bool, error) {
-	added, err := store.For(names).AddInbox(ctx, tx, store.AddInboxParams{
+func Add(ctx context.Context, tx pgx.Tx, st *store.Store, runID uuid.UUID, item *Item) (bool, error) {
+	added, err := st.AddInbox(ctx, tx, store.AddInboxParams{
 		RunID: runID, Type: item.Type, Attributes: item.Attributes, DedupKey: item.DedupKey,
 	})
 	if err != nil {
@@ -89,16 +88,19 @@ type Run = store.TaskRun
 
 // QueueTask inserts a workflow task for run and records it as the task that
 // will next read the inbox. The caller holds the run row's lock.
-func QueueTask(ctx context.Context, tx pgx.Tx, names *dbschema.Names, inserter Inserter, run *Run) error {
+func QueueTask(ctx context.Context, tx pgx.Tx, st *store.Store, inserter Inserter, run *Run) error {
 	inserted, err := inserter.InsertTx(ctx, tx, task.NewArgs(run.Namespace, run.Kind, run.ID, run.WorkflowID), task.InsertOpts(run.Queue))
 	if err != nil {
 		return fmt.Errorf("queueing a task of run %s: %w", run.ID, err)
 	}
-	if err := store.For(names).SetTaskJob(ctx, tx, run.ID, inserted.Job.ID); err != nil {
+	if err := st.SetTaskJob(ctx, tx, run.ID, inserted.Job.ID); err != nil {
 		return fmt.Errorf("recording the task of run %s: %w", run.ID, err)
 	}
 	return nil
 }
+
+// UpdateKey is the dedup key of update updateID.
+func UpdateKey(updateID string) string { return "update:" + updateID }
 
 // ActivityKey is the dedup key of the outcome of the activity scheduled by
 // event scheduledEventID.

@@ -16,7 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/update"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // Canceller cancels River jobs in a transaction; *river.Client[pgx.Tx] is one.
@@ -51,13 +51,13 @@ type Closed struct {
 // Close ends the running run runID in tx with state and failure. When the run
 // is not running it returns the run's closed state and ErrNotRunning; when it
 // does not exist, pgx.ErrNoRows.
-func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverClient, runID uuid.UUID, state string, failure *Failure) (*Closed, error) {
+func Close(ctx context.Context, tx pgx.Tx, st *store.Store, river RiverClient, runID uuid.UUID, state string, failure *Failure) (*Closed, error) {
 	var (
 		current    Closed
 		failureRaw []byte
 		taskJobID  *int64
 	)
-	err := tx.QueryRow(ctx, "SELECT state, failure, generation, workflow_id, task_job_id FROM "+names.Run+" WHERE run_id = $1 FOR UPDATE", runID).
+	err := tx.QueryRow(ctx, "SELECT state, failure, generation, workflow_id, task_job_id FROM "+st.Names().Run+" WHERE run_id = $1 FOR UPDATE", runID).
 		Scan(&current.State, &failureRaw, &current.Generation, &current.WorkflowID, &taskJobID)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverCli
 	if err != nil {
 		return nil, fmt.Errorf("encoding failure: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "UPDATE "+names.Run+" SET state = $2, failure = $3, closed_at = now(), updated_at = now(), task_job_id = NULL"+
+	if _, err := tx.Exec(ctx, "UPDATE "+st.Names().Run+" SET state = $2, failure = $3, closed_at = now(), updated_at = now(), task_job_id = NULL"+
 		" WHERE run_id = $1", runID, state, encoded); err != nil {
 		return nil, fmt.Errorf("closing run %s: %w", runID, err)
 	}
@@ -89,7 +89,7 @@ func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverCli
 
 	// Pending activities stop: River cancels queued jobs at once and asks
 	// running ones to stop (their context is cancelled).
-	rows, err := tx.Query(ctx, "DELETE FROM "+names.Activity+" WHERE run_id = $1 RETURNING job_id", runID)
+	rows, err := tx.Query(ctx, "DELETE FROM "+st.Names().Activity+" WHERE run_id = $1 RETURNING job_id", runID)
 	if err != nil {
 		return nil, fmt.Errorf("retiring activities of run %s: %w", runID, err)
 	}
@@ -102,19 +102,19 @@ func Close(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverCli
 			return nil, fmt.Errorf("cancelling activity job %d of run %s: %w", jobID, runID, err)
 		}
 	}
-	if _, err := tx.Exec(ctx, "DELETE FROM "+names.Inbox+" WHERE run_id = $1", runID); err != nil {
+	if _, err := tx.Exec(ctx, "DELETE FROM "+st.Names().Inbox+" WHERE run_id = $1", runID); err != nil {
 		return nil, fmt.Errorf("clearing inbox of run %s: %w", runID, err)
 	}
-	if err := update.AbandonPending(ctx, tx, names, runID, "the run was "+state+" before the update completed"); err != nil {
+	if err := st.AbandonUpdates(ctx, tx, runID, "the run was "+state+" before the update completed"); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(names.Schema, dbschema.RunClosedChannel), runID.String()); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(st.Names().Schema, dbschema.RunClosedChannel), runID.String()); err != nil {
 		return nil, fmt.Errorf("notifying run closed: %w", err)
 	}
-	if err := NotifyParent(ctx, tx, names, river, runID); err != nil {
+	if err := NotifyParent(ctx, tx, st, river, runID); err != nil {
 		return nil, err
 	}
-	if err := CloseChildren(ctx, tx, names, river, runID); err != nil {
+	if err := CloseChildren(ctx, tx, st, river, runID); err != nil {
 		return nil, err
 	}
 	current.State = state

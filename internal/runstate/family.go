@@ -9,9 +9,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // RiverClient inserts and cancels River jobs in a transaction;
@@ -28,7 +28,7 @@ func ChildKey(scheduledEventID int64) string { return fmt.Sprintf("child:%d", sc
 // NotifyParent delivers the outcome of run runID, which just closed in tx, to
 // its parent's inbox, if it is a child workflow (and did not continue as new:
 // the chain's last run does).
-func NotifyParent(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverClient, runID uuid.UUID) error {
+func NotifyParent(ctx context.Context, tx pgx.Tx, st *store.Store, river RiverClient, runID uuid.UUID) error {
 	var (
 		parentRunID   *uuid.UUID
 		parentEventID *int64
@@ -36,7 +36,7 @@ func NotifyParent(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river R
 		result        []byte
 		failureRaw    []byte
 	)
-	err := tx.QueryRow(ctx, "SELECT parent_run_id, parent_event_id, state, result, failure FROM "+names.Run+" WHERE run_id = $1", runID).
+	err := tx.QueryRow(ctx, "SELECT parent_run_id, parent_event_id, state, result, failure FROM "+st.Names().Run+" WHERE run_id = $1", runID).
 		Scan(&parentRunID, &parentEventID, &state, &result, &failureRaw)
 	if err != nil {
 		return fmt.Errorf("reading parent of run %s: %w", runID, err)
@@ -66,7 +66,7 @@ func NotifyParent(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river R
 	if err != nil {
 		return err
 	}
-	_, err = inbox.Deliver(ctx, tx, names, river, *parentRunID, &inbox.Item{
+	_, err = inbox.Deliver(ctx, tx, st, river, *parentRunID, &inbox.Item{
 		Attributes: data, DedupKey: ChildKey(*parentEventID), Type: string(eventType),
 	})
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
@@ -77,8 +77,8 @@ func NotifyParent(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river R
 
 // CloseChildren applies the parent-close policy of every running child of
 // run runID, which just closed in tx: terminate, request cancel, or abandon.
-func CloseChildren(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river RiverClient, runID uuid.UUID) error {
-	rows, err := tx.Query(ctx, "SELECT run_id, coalesce(parent_close_policy, $2) FROM "+names.Run+
+func CloseChildren(ctx context.Context, tx pgx.Tx, st *store.Store, river RiverClient, runID uuid.UUID) error {
+	rows, err := tx.Query(ctx, "SELECT run_id, coalesce(parent_close_policy, $2) FROM "+st.Names().Run+
 		" WHERE parent_run_id = $1 AND state = 'running'", runID, history.ParentCloseTerminate)
 	if err != nil {
 		return fmt.Errorf("finding children of run %s: %w", runID, err)
@@ -100,14 +100,14 @@ func CloseChildren(ctx context.Context, tx pgx.Tx, names *dbschema.Names, river 
 		case history.ParentCloseAbandon:
 		case history.ParentCloseRequestCancel:
 			attrs, _ := json.Marshal(&history.CancelRequestedAttributes{Reason: "the parent run " + runID.String() + " closed"})
-			if _, err := inbox.Deliver(ctx, tx, names, river, c.id, &inbox.Item{
+			if _, err := inbox.Deliver(ctx, tx, st, river, c.id, &inbox.Item{
 				Attributes: attrs, DedupKey: "cancel", Type: string(history.EventCancelRequested),
 			}); err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 				return fmt.Errorf("cancelling child %s: %w", c.id, err)
 			}
 		default:
 			failure := &Failure{Message: "the parent run " + runID.String() + " closed", Type: FailureTypeTerminated}
-			if _, err := Close(ctx, tx, names, river, c.id, "terminated", failure); err != nil && !errors.Is(err, ErrNotRunning) {
+			if _, err := Close(ctx, tx, st, river, c.id, "terminated", failure); err != nil && !errors.Is(err, ErrNotRunning) {
 				return fmt.Errorf("terminating child %s: %w", c.id, err)
 			}
 		}

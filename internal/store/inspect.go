@@ -72,50 +72,25 @@ func (s *Store) DescribeRun(ctx context.Context, db DBTX, runID uuid.UUID) (*Run
 		&d.UpdatedAt, &d.ClosedAt, &d.ParentRunID, &d.ParentWorkflowID)
 }
 
-// PendingActivity is a pending activity and its job, its fields in the order
-// of client.PendingActivity (which converts from it).
-type PendingActivity struct {
-	Attempt          int
-	AttemptedAt      *time.Time
-	JobID            int64
-	JobState         string
-	Kind             string
-	LastError        string
-	LeaseExpiresAt   *time.Time
-	MaxAttempts      int
-	ScheduledAt      *time.Time
-	ScheduledEventID int64
+// PendingActivities reads a run's pending activities, in schedule order,
+// into T: a struct of attempt, attempted_at, job_id, job state, kind, last
+// error, lease_expires_at, max_attempts, scheduled_at, scheduled_event_id in
+// that order (client.PendingActivity).
+func PendingActivities[T any](ctx context.Context, s *Store, db DBTX, runID uuid.UUID) ([]*T, error) {
+	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[T], s.inspect.activities, runID)
 }
 
-// PendingActivities reads a run's pending activities, in schedule order.
-func (s *Store) PendingActivities(ctx context.Context, db DBTX, runID uuid.UUID) ([]*PendingActivity, error) {
-	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[PendingActivity], s.inspect.activities, runID)
-}
-
-// InboxItem is an inbox row, its fields in the order of
-// client.PendingInboxItem.
-type InboxItem struct {
-	CreatedAt time.Time
-	DedupKey  string
-	Type      string
-}
-
-// PendingInbox reads a run's inbox, oldest first.
-func (s *Store) PendingInbox(ctx context.Context, db DBTX, runID uuid.UUID) ([]*InboxItem, error) {
-	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[InboxItem], s.inspect.inbox, runID)
-}
-
-// PendingTimer is a started timer, its fields in the order of
-// client.PendingTimer.
-type PendingTimer struct {
-	FireAt         time.Time
-	StartedEventID int64
+// PendingInbox reads a run's inbox, oldest first, into T: a struct of
+// created_at, dedup_key, type in that order (client.PendingInboxItem).
+func PendingInbox[T any](ctx context.Context, s *Store, db DBTX, runID uuid.UUID) ([]*T, error) {
+	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[T], s.inspect.inbox, runID)
 }
 
 // PendingTimers reads the run's timers that history started and neither
-// fired nor cancelled, oldest first.
-func (s *Store) PendingTimers(ctx context.Context, db DBTX, runID uuid.UUID) ([]*PendingTimer, error) {
-	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[PendingTimer], s.inspect.timers, runID)
+// fired nor cancelled, oldest first, into T: a struct of fire_at,
+// started_event_id in that order (client.PendingTimer).
+func PendingTimers[T any](ctx context.Context, s *Store, db DBTX, runID uuid.UUID) ([]*T, error) {
+	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[T], s.inspect.timers, runID)
 }
 
 // JobAttempt is one attempt of a run's River job: a finished one from the

@@ -37,35 +37,19 @@ type ListRunsParams struct {
 	// WorkflowIDLike is a LIKE pattern for the workflow ID.
 	WorkflowIDLike              string
 	CreatedAfter, CreatedBefore time.Time
-	// After is the keyset position (created_at, run_id) the page starts
-	// after; nil for the first page.
-	After *RunSummary
-	Limit int
+	// AfterCreatedAt and AfterRunID are the keyset position the page
+	// starts after; zero for the first page.
+	AfterCreatedAt time.Time
+	AfterRunID     uuid.UUID
+	Limit          int
 }
 
-// RunSummary is a listed run, its fields in the order of client.RunSummary
-// (which converts from it).
-type RunSummary struct {
-	ClosedAt   *time.Time
-	CreatedAt  time.Time
-	Generation int64
-	Kind       string
-	Namespace  string
-	Queue      string
-	RunID      uuid.UUID
-	State      string
-	WorkflowID string
-}
-
-// ListRuns reads up to Limit runs, newest first.
-func (s *Store) ListRuns(ctx context.Context, db DBTX, p ListRunsParams) ([]*RunSummary, error) {
-	var afterAt *time.Time
-	var afterRun *uuid.UUID
-	if p.After != nil {
-		afterAt, afterRun = &p.After.CreatedAt, &p.After.RunID
-	}
-	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[RunSummary], s.listing.runs, p.Namespace, orNull(p.Kind),
-		orNull(p.State), orNull(p.WorkflowIDLike), orNull(p.CreatedAfter), orNull(p.CreatedBefore), afterAt, afterRun, p.Limit)
+// ListRuns reads up to Limit runs, newest first, into T: a struct of the
+// columns closed_at, created_at, generation, kind, namespace, queue, run_id,
+// state, workflow_id in that order (client.RunSummary).
+func ListRuns[T any](ctx context.Context, s *Store, db DBTX, p ListRunsParams) ([]*T, error) {
+	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[T], s.listing.runs, p.Namespace, orNull(p.Kind), orNull(p.State),
+		orNull(p.WorkflowIDLike), orNull(p.CreatedAfter), orNull(p.CreatedBefore), orNull(p.AfterCreatedAt), orNull(p.AfterRunID), p.Limit)
 }
 
 // orNull is nil for v's zero value, else v.

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,7 +12,7 @@ import (
 
 type lookupSQL struct {
 	latest, owned, next, get, payloads, generations string
-	countByKind, countByState                       string
+	countByKind, countByState, events               string
 }
 
 func newLookupSQL(n *dbschema.Names) lookupSQL {
@@ -28,6 +27,8 @@ func newLookupSQL(n *dbschema.Names) lookupSQL {
 			" WHERE namespace = $1 AND workflow_id = $2 ORDER BY generation DESC LIMIT $3",
 		countByKind:  "SELECT namespace, kind, state, count(*) FROM " + n.Run + " GROUP BY namespace, kind, state",
 		countByState: "SELECT '', '', state, count(*) FROM " + n.Run + " GROUP BY state",
+		events: "SELECT event_id, type, attributes, created_at, boundary FROM " + n.Event +
+			" WHERE run_id = $1 AND event_id > $2 ORDER BY event_id LIMIT $3",
 	}
 }
 
@@ -111,17 +112,4 @@ func (s *Store) CountRuns(ctx context.Context, db DBTX, byKind bool) ([]RunCount
 		query = s.lookups.countByKind
 	}
 	return collectRows(ctx, db, pgx.RowToStructByPos[RunCount], query)
-}
-
-// stores are the Stores For built, by schema.
-var stores sync.Map
-
-// For returns the Store of the schema names qualifies, built on first use:
-// for code handed names, not a Store.
-func For(names *dbschema.Names) *Store {
-	if s, ok := stores.Load(names.Schema); ok {
-		return s.(*Store)
-	}
-	s, _ := stores.LoadOrStore(names.Schema, New(names))
-	return s.(*Store)
 }

@@ -2,16 +2,18 @@ package store
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/history"
 )
 
 type updateSQL struct {
-	request, get, answer, abandon, abandonMany string
-	done                                       string // channel
+	request, get, answer string
+	done                 string // channel
 }
 
 func newUpdateSQL(n *dbschema.Names) updateSQL {
@@ -20,18 +22,12 @@ func newUpdateSQL(n *dbschema.Names) updateSQL {
 	done := func(channel string) string {
 		return " SELECT count(pg_notify($" + channel + ", done.run_id::text || '/' || done.update_id)) FROM done"
 	}
-	abandon := func(runs string) string {
-		return "WITH done AS (UPDATE " + n.Update + " SET state = 'rejected', failure = $2, completed_at = now()" +
-			" WHERE run_id " + runs + " AND state = 'requested' RETURNING run_id, update_id)" + done("3")
-	}
 	return updateSQL{
 		request: "INSERT INTO " + n.Update + " (run_id, update_id, kind) VALUES ($1, $2, $3) ON CONFLICT (run_id, update_id) DO NOTHING",
 		get:     "SELECT state, result, failure FROM " + n.Update + " WHERE run_id = $1 AND update_id = $2",
 		answer: "WITH done AS (UPDATE " + n.Update + " SET state = $3, result = $4, failure = $5, completed_at = now()" +
 			" WHERE run_id = $1 AND update_id = $2 AND state = 'requested' RETURNING run_id, update_id)" + done("6"),
-		abandon:     abandon("= $1"),
-		abandonMany: abandon("= ANY($1)"),
-		done:        dbschema.Channel(n.Schema, dbschema.UpdateDoneChannel),
+		done: dbschema.Channel(n.Schema, dbschema.UpdateDoneChannel),
 	}
 }
 
@@ -61,32 +57,40 @@ func (s *Store) GetUpdate(ctx context.Context, db DBTX, p UpdateKey) (*Update, e
 	return &u, db.QueryRow(ctx, s.updates.get, p.RunID, p.UpdateID).Scan(&u.State, &u.Result, &u.Failure)
 }
 
-// AnswerUpdateParams answer an update: State is completed or rejected, with
-// Result or Failure (JSON).
+// AnswerUpdateParams answer an update: State is completed (with Result) or
+// rejected (with Failure).
 type AnswerUpdateParams struct {
 	UpdateKey
-	State           string
-	Result, Failure []byte
+	State   string
+	Result  []byte
+	Failure *history.Failure
 }
 
 // AnswerUpdate records an update's answer, unless it was answered already,
 // and notifies its caller.
 func (s *Store) AnswerUpdate(ctx context.Context, db DBTX, p AnswerUpdateParams) error {
-	_, err := db.Exec(ctx, s.updates.answer, p.RunID, p.UpdateID, p.State, p.Result, p.Failure, s.updates.done)
-	return err
-}
-
-// AbandonUpdatesSQL rejects the waiting updates of a run ($1; with many,
-// of an array of runs) with failure $2 and notifies their callers ($3,
-// UpdateDoneChannel).
-func (s *Store) AbandonUpdatesSQL(many bool) string {
-	if many {
-		return s.updates.abandonMany
+	var failure []byte
+	if p.Failure != nil {
+		var err error
+		if failure, err = json.Marshal(p.Failure); err != nil {
+			return fmt.Errorf("encoding failure of update %s: %w", p.UpdateID, err)
+		}
 	}
-	return s.updates.abandon
+	if _, err := db.Exec(ctx, s.updates.answer, p.RunID, p.UpdateID, p.State, p.Result, failure, s.updates.done); err != nil {
+		return fmt.Errorf("answering update %s of run %s: %w", p.UpdateID, p.RunID, err)
+	}
+	return nil
 }
 
-// QueueAbandonUpdates queues AbandonUpdatesSQL for one run in batch.
-func (s *Store) QueueAbandonUpdates(batch *pgx.Batch, runID uuid.UUID, failure []byte) {
-	batch.Queue(s.updates.abandon, runID, failure, s.updates.done)
+// AbandonUpdates rejects every update of a run still waiting for an answer,
+// because the run closed (reason says how), and notifies their callers.
+func (s *Store) AbandonUpdates(ctx context.Context, db DBTX, runID uuid.UUID, reason string) error {
+	failure, err := json.Marshal(&history.Failure{Message: reason, Type: "WorkflowClosed"})
+	if err == nil {
+		_, err = db.Exec(ctx, s.runs.abandon, runID, failure, s.updates.done)
+	}
+	if err != nil {
+		return fmt.Errorf("abandoning updates of run %s: %w", runID, err)
+	}
+	return nil
 }

@@ -31,23 +31,12 @@ func newWorkerSQL(n *dbschema.Names) workerSQL {
 	}
 }
 
-// Worker is a weir_worker row, its fields in the order of client.WorkerInfo
-// (which converts from it).
-type Worker struct {
-	ActivityKinds []string
-	ExpiresAt     time.Time
-	ID            uuid.UUID
-	Identity      string
-	LastSeenAt    time.Time
-	Namespace     string
-	Queues        []string
-	StartedAt     time.Time
-	WorkflowKinds []string
-}
-
-// ListWorkers reads the live workers of a namespace, newest first.
-func (s *Store) ListWorkers(ctx context.Context, db DBTX, namespace string) ([]*Worker, error) {
-	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[Worker], s.workers.list, namespace)
+// ListWorkers reads the live workers of a namespace, newest first, into T:
+// a struct of the columns activity_kinds, expires_at, worker_id, identity,
+// last_seen_at, namespace, queues, started_at, workflow_kinds in that order
+// (client.WorkerInfo).
+func ListWorkers[T any](ctx context.Context, s *Store, db DBTX, namespace string) ([]*T, error) {
+	return collectRows(ctx, db, pgx.RowToAddrOfStructByPos[T], s.workers.list, namespace)
 }
 
 // CountTaskWorkersParams name a run's namespace, task queue and workflow

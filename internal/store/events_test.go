@@ -1,4 +1,4 @@
-package eventstore_test
+package store_test
 
 import (
 	"encoding/json"
@@ -12,8 +12,8 @@ import (
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
-	"github.com/weirhq/weir/internal/eventstore"
 	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/store"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -72,10 +72,10 @@ func TestStoreUnfolds(t *testing.T) {
 		insertRows(t, names, runID, history.Rows(events))
 		at = at.Add(time.Second)
 	}
-	store := eventstore.New(names)
+	st := store.New(names)
 	requireHistory := func() {
 		t.Helper()
-		got, err := store.LoadAll(ctx, pool, runID)
+		got, err := st.History(ctx, pool, runID)
 		require.NoError(t, err)
 		require.Len(t, got, len(all))
 		for i := range all {
@@ -115,7 +115,7 @@ func TestStoreUnfolds(t *testing.T) {
 	// ends on it goes on with the command.
 	page := func(after int64, limit int) (ids []int64) {
 		t.Helper()
-		events, err := store.Load(ctx, pool, runID, after, limit)
+		events, err := st.Events(ctx, pool, runID, after, limit)
 		require.NoError(t, err)
 		for _, e := range events {
 			ids = append(ids, e.ID)
@@ -132,7 +132,7 @@ func TestStoreUnfolds(t *testing.T) {
 	// A history with a gap is refused.
 	_, err := pool.Exec(ctx, "UPDATE "+names.Event+" SET boundary = NULL WHERE run_id = $1 AND event_id = 11", runID)
 	require.NoError(t, err)
-	_, err = store.LoadAll(ctx, pool, runID)
+	_, err = st.History(ctx, pool, runID)
 	require.ErrorContains(t, err, "has a gap: event 11 at position 10")
 	_, err = pool.Exec(ctx, "UPDATE "+names.Event+" SET boundary = $2 WHERE run_id = $1 AND event_id = 11", runID, boundary(1))
 	require.NoError(t, err)
@@ -151,7 +151,7 @@ func TestLoadPages(t *testing.T) {
 	pool := dbtest.Pool(ctx, t)
 	schema := dbtest.TestSchema(ctx, t)
 	names := dbschema.New(schema)
-	store := eventstore.New(names)
+	st := store.New(names)
 	rng := rand.New(rand.NewPCG(33, 4))
 	_, err := pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ('default', 'wf', 0)")
 	require.NoError(t, err)
@@ -190,7 +190,7 @@ func TestLoadPages(t *testing.T) {
 		}
 		insertRows(t, names, runID, append(history.Rows(all[:1]), rows...))
 
-		whole, err := store.LoadAll(ctx, pool, runID)
+		whole, err := st.History(ctx, pool, runID)
 		require.NoError(t, err)
 		require.Len(t, whole, len(all))
 		for i := range all {
@@ -201,7 +201,7 @@ func TestLoadPages(t *testing.T) {
 		}
 		for after := 0; after <= len(all); after++ {
 			for limit := 0; limit <= len(all)-after+1; limit++ {
-				page, err := store.Load(ctx, pool, runID, int64(after), limit)
+				page, err := st.Events(ctx, pool, runID, int64(after), limit)
 				require.NoError(t, err)
 				want := whole[after:]
 				if limit > 0 && len(want) > limit {
