@@ -77,6 +77,36 @@ func TestStartGroupsQueueTasks(t *testing.T) {
 		}
 	})
 
+	// A start that River refuses (its queue's name) fails its group, whose
+	// starts then run alone: it fails there, writing nothing, and the others
+	// start as ever.
+	t.Run("FailedGroupStartsAlone", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t, nil)
+
+		const n = 30
+		runs, errs := burst(n, func(i int) (*client.Run, error) {
+			opts := &client.StartOpts{WorkflowID: fmt.Sprint("failed-", i)}
+			if i%10 == 0 {
+				opts.Queue = "not a queue!"
+			}
+			return b.client.Start(ctx, orderArgs{ID: fmt.Sprint(i)}, opts)
+		})
+		for i := range n {
+			var count int
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Run+" WHERE workflow_id = $1", fmt.Sprint("failed-", i)).Scan(&count))
+			if i%10 == 0 {
+				require.Error(t, errs[i])
+				require.Zero(t, count, "the refused start wrote nothing")
+				continue
+			}
+			require.NoError(t, errs[i])
+			require.True(t, runs[i].Created)
+			require.Equal(t, 1, count)
+		}
+	})
+
 	// Callers racing on ten workflow IDs, three each, two of them with one
 	// request ID: one run per ID, the same request replays it, the other is
 	// refused, and no refused start took a generation. Then, the runs
