@@ -56,10 +56,10 @@ type WorkflowArgs interface {
 
 // Config configures a Client. The zero value works.
 //
-// No setting bounds how many eager starts (StartOpts.EagerStart) commit at
-// once: the client groups them, and how many groups it keeps in flight
-// follows their latency, from 2 up to half the pool's MaxConns while
-// latency holds, down to 1 while it rises. Size the pool instead.
+// No setting bounds how many starts (Start) commit at once: the client
+// groups them, and how many groups it keeps in flight follows their
+// latency, from 2 up to half the pool's MaxConns while latency holds, down
+// to 1 while it rises. Size the pool instead.
 type Config struct {
 	// Codec encodes args and results. Workers must use a matching codec.
 	// Defaults to JSONCodec.

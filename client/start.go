@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/handoff"
@@ -18,7 +19,7 @@ import (
 
 // A start goes one of three ways, chosen by Start (startBy): alone
 // (start_alone.go: its own transaction, StartTx's way, where the linked
-// worker may run the first task), in a group of eager starts made at once
+// worker may run the first task), in a group of starts made at once
 // (start_group.go), or, an eager start by itself, in one round trip
 // (start_ahead.go) when its first task can run before anything is sent.
 
@@ -57,6 +58,11 @@ type start struct {
 // workflow kind, the args as canonical JSON, Queue, RunTimeout,
 // ExecutionTimeout and IDReusePolicy: see StartOpts.RequestID) and is a
 // *RequestConflictError otherwise.
+//
+// Many starts made at once (without RunTimeout, ExecutionTimeout or client
+// interceptors) share transactions of up to 32 starts; each still returns
+// what it would alone, and once its group took it, waits for the group's
+// commit, not for ctx. A start made while no other waits goes alone.
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
 	s, err := c.newStart(args, opts)
 	if err != nil {
@@ -86,11 +92,11 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 	return run, err
 }
 
-// startBy chooses how s goes: alone, unless the linked worker runs its
-// first task and the start commits right after it (commitsWithFirstTask);
-// then in a group, or by itself when no group is needed (start_group.go).
+// startBy chooses how s goes: alone, unless it commits right after its
+// run's insert and first task (groupable); then in a group, or by itself
+// when no group is needed (start_group.go).
 func (c *Client) startBy(ctx context.Context, s *start) (*Run, error) {
-	if s.taker == nil || !c.commitsWithFirstTask(s.opts) {
+	if !c.groupable(s.opts) {
 		return c.startAlone(ctx, s)
 	}
 	if err := s.encode(c); err != nil {
@@ -103,11 +109,13 @@ func (c *Client) startBy(ctx context.Context, s *start) (*Run, error) {
 	return s.run, s.err
 }
 
-// startEager starts s, which commits right after its first task, by
-// itself: in one round trip if it can, else alone.
-func (c *Client) startEager(ctx context.Context, s *start) (*Run, error) {
-	if run, ok, err := c.startAhead(ctx, s); ok {
-		return run, err
+// startOne starts s, which groupable would let in a group, by itself: an
+// eager one in one round trip if it can, else alone.
+func (c *Client) startOne(ctx context.Context, s *start) (*Run, error) {
+	if s.taker != nil {
+		if run, ok, err := c.startAhead(ctx, s); ok {
+			return run, err
+		}
 	}
 	return c.startAlone(ctx, s)
 }
@@ -237,10 +245,24 @@ func (s *start) refusal(c *Client, found *store.StartRunResult) (replayed *Run, 
 	return nil, nil
 }
 
+// firstTask is the River job of the first task of s's run.
+func (s *start) firstTask() river.InsertManyParams {
+	return river.InsertManyParams{
+		Args: task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID), InsertOpts: task.InsertOpts(s.info.Queue),
+	}
+}
+
 // commitsWithFirstTask reports whether a start with opts commits right
-// after its first task's writes (EagerStart, and no interceptor code or
-// deadline job after them): the starts a group of starts or a start in one
-// round trip can take.
+// after its first task's writes (EagerStart, and groupable): those writes
+// are its transaction's last.
 func (c *Client) commitsWithFirstTask(opts *StartOpts) bool {
-	return opts.EagerStart && len(c.config.Interceptors) == 0 && opts.RunTimeout == 0 && opts.ExecutionTimeout == 0
+	return opts.EagerStart && c.groupable(opts)
+}
+
+// groupable reports whether a start with opts commits right after its
+// run's insert and, when its linked worker runs it, its first task's
+// writes (no interceptor code or deadline job after them): the starts a
+// group of starts can take.
+func (c *Client) groupable(opts *StartOpts) bool {
+	return len(c.config.Interceptors) == 0 && opts.RunTimeout == 0 && opts.ExecutionTimeout == 0
 }

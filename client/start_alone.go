@@ -17,7 +17,6 @@ import (
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/store"
-	"github.com/weirhq/weir/internal/task"
 )
 
 // startAlone is Start in a transaction of its own (StartTx's, with the
@@ -225,7 +224,8 @@ func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, s *start) (int64
 	if s.own {
 		inserter, s.queued = c.quiet, true
 	}
-	inserted, err := inserter.InsertTx(ctx, tx, task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID), task.InsertOpts(s.info.Queue))
+	job := s.firstTask()
+	inserted, err := inserter.InsertTx(ctx, tx, job.Args, job.InsertOpts)
 	if err != nil {
 		return 0, err
 	}

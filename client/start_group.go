@@ -1,13 +1,16 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/group"
@@ -17,16 +20,20 @@ import (
 	"github.com/weirhq/weir/internal/store"
 )
 
-// Eager starts that many callers make at once are grouped into one
-// transaction (internal/group), as a worker groups the outcomes of its
-// activities: a start pays Postgres's costs per statement and per commit in
-// full. A group of starts locks its workflow IDs, looks up and inserts its
-// runs in one statement over arrays (store.QueueStartRuns), has the worker
-// run every run's first task (handoff.Taker.RunFirstTasks), and sends
-// their last writes, merged, with one COMMIT. Each start then returns what
-// it would have returned alone.
+// Starts that many callers make at once are grouped into one transaction
+// (internal/group), as a worker groups the outcomes of its activities: a
+// start pays Postgres's costs per statement and per commit in full. A
+// group of starts locks its workflow IDs and looks up and inserts its runs
+// in one statement over arrays (store.QueueStartRuns). A group of eager
+// starts has the worker run every run's first task
+// (handoff.Taker.RunFirstTasks) and sends their last writes, merged, with
+// one COMMIT. A group of other starts looks its runs up with its locks,
+// queues the first tasks of those it may insert in one River insert (on
+// the quiet River client), inserts their runs naming those jobs, and
+// commits; it then announces each queue once. Each start then returns
+// what it would have returned alone.
 //
-// A start goes by itself (startEager) when no group is needed, and alone
+// A start goes by itself (startOne) when no group is needed, and alone
 // whenever its group cannot decide it: its workflow ID's lock is taken (the
 // group takes locks without waiting, so it never deadlocks with a
 // transaction that holds one), or the group rolled back. A start that the
@@ -56,15 +63,15 @@ const (
 	startGroupsInitial = 2
 )
 
-// newStartGroups returns the group committer of a client's eager starts,
-// one per workflow ID in a group.
+// newStartGroups returns the group committer of a client's starts, one per
+// workflow ID in a group, eager starts (for one taker) and others apart.
 func newStartGroups(c *Client) *group.Committer[string, *start] {
 	return group.New(group.Config[string, *start]{
 		Limit: limit.ForPool(c.pool, startGroupsInitial), Size: startGroupMembers,
 		Key:     func(s *start) string { return s.key },
 		Joins:   func(first, s *start) bool { return s.taker == first.taker },
 		Commit:  c.commitStarts,
-		Alone:   func(_ context.Context, s *start) { s.run, s.err = c.startEager(s.ctx, s) },
+		Alone:   func(_ context.Context, s *start) { s.run, s.err = c.startOne(s.ctx, s) },
 		HasRoom: func() bool { return limit.PoolHasRoom(c.pool) },
 	})
 }
@@ -74,7 +81,7 @@ func newStartGroups(c *Client) *group.Committer[string, *start] {
 func (c *Client) commitStarts(members []*start) (decided int, alone []bool) {
 	if len(members) == 1 {
 		s := members[0]
-		if s.run, s.err = c.startEager(s.ctx, s); s.err == nil {
+		if s.run, s.err = c.startOne(s.ctx, s); s.err == nil {
 			decided = 1
 		}
 		return decided, nil
@@ -134,42 +141,23 @@ func (c *Client) runStartGroup(members []*start) (decided int) {
 // verdicts, and returns what to tell the worker once the transaction ended,
 // and whether it sent its last batch (with the COMMIT).
 func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) (dones []func(bool), sending bool, err error) {
-	// W1: each workflow ID's start lock, taken without waiting, so that a
-	// group never waits with locks held (and never deadlocks): a start whose
-	// lock is taken runs alone, after the group. Its statements over arrays
-	// are planned once per connection, not on every call, and without
-	// sequential scans, so that a plan made while the tables are young still
-	// takes rows by key once they filled (as a group of outcomes asks:
-	// dbschema.GenericPlansSQL; TestStartRunManyTakesRunsByKey checks the
-	// generic plan).
-	ids := make([]string, len(members))
-	for i, s := range members {
-		ids[i] = s.key
+	if members[0].taker == nil {
+		sending, err = c.queueGroupTx(ctx, tx, members)
+		return nil, sending, err
 	}
-	var locked []bool
-	batch := &pgx.Batch{}
-	batch.Queue(dbschema.GenericPlansSQL)
-	c.store.QueueTryStartLocks(batch, ids, &locked)
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, false, fmt.Errorf("locking %d workflow IDs: %w", len(ids), err)
+	in, err := c.lockStarts(ctx, tx, members, nil)
+	if err != nil || len(in) == 0 {
+		return nil, false, err
 	}
-	var in []*start // members to look up and insert
-	var params []store.StartRunParams
-	for i, s := range members {
-		s.alone, s.run, s.err = !locked[i], nil, nil
-		if locked[i] {
-			in = append(in, s)
-			params = append(params, s.runParams(true))
-		}
-	}
-	if len(in) == 0 {
-		return nil, false, nil
+	params := make([]store.StartRunParams, len(in))
+	for k, s := range in {
+		params[k] = s.runParams(true)
 	}
 
 	// The lookups and inserts, one statement for all, taking its snapshot
 	// after every lock was granted.
 	found := make([]store.StartRunResult, len(in))
-	batch = &pgx.Batch{}
+	batch := &pgx.Batch{}
 	c.store.QueueStartRuns(batch, params, found)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
@@ -179,14 +167,10 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 		started []*start // members whose run was inserted, as runs
 	)
 	for k, s := range in {
-		replayed, refused := s.refusal(c, &found[k])
-		switch {
-		case (replayed != nil || refused != nil) && found[k].Inserted: // the SQL's conditions and these differ: fail closed
-			return nil, false, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", s.info.WorkflowID)
-		case refused != nil:
-			s.err = refused
-		case replayed != nil:
-			s.run = replayed
+		switch decided, err := s.judge(c, &found[k]); {
+		case err != nil:
+			return nil, false, err
+		case decided:
 		case !found[k].Inserted:
 			// Only a writer bypassing the advisory lock gets here: the start
 			// runs alone, which reads the run in its way (answerCollision).
@@ -225,4 +209,131 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 		tasks.Sent() // committed: what the batch read is recorded
 	}
 	return dones, true, err
+}
+
+// lockStarts takes each of members' workflow ID's start lock without
+// waiting (W1), so that a group never waits with locks held (and never
+// deadlocks): a start whose lock is taken runs alone, after the group. It
+// returns the members it locked. With found set (as long as members), the
+// same round trip looks up every member's runs into it, taking its
+// snapshot after every lock was granted (a lookup writes nothing: one of a
+// start that runs alone is not read). The group's statements over arrays
+// are planned once per connection, not on every call, and without
+// sequential scans, so that a plan made while the tables are young still
+// takes rows by key once they filled (as a group of outcomes asks:
+// dbschema.GenericPlansSQL; TestStartRunManyTakesRunsByKey checks the
+// generic plan).
+func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, found []store.StartRunResult) ([]*start, error) {
+	ids := make([]string, len(members))
+	for i, s := range members {
+		ids[i] = s.key
+	}
+	var locked []bool
+	batch := &pgx.Batch{}
+	batch.Queue(dbschema.GenericPlansSQL)
+	c.store.QueueTryStartLocks(batch, ids, &locked)
+	if found != nil {
+		params := make([]store.StartRunParams, len(members))
+		for i, s := range members {
+			params[i] = s.runParams(false)
+		}
+		c.store.QueueStartRuns(batch, params, found)
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, fmt.Errorf("locking %d workflow IDs: %w", len(ids), err)
+	}
+	var in []*start
+	for i, s := range members {
+		s.alone, s.run, s.err = !locked[i], nil, nil
+		if locked[i] {
+			in = append(in, s)
+		}
+	}
+	return in, nil
+}
+
+// queueGroupTx is the transaction of a group of starts that queue their
+// first tasks through River: it gives its members their verdicts, and
+// returns whether it sent its last batch (with the COMMIT). The first tasks
+// are queued before the runs' insert, as a start alone queues its own, so
+// that each run's row is written once, naming its task's job; a guard in
+// the last batch fails it, COMMIT included, unless every run was inserted.
+func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) (sending bool, err error) {
+	found := make([]store.StartRunResult, len(members))
+	if _, err := c.lockStarts(ctx, tx, members, found); err != nil {
+		return false, err
+	}
+	var in []*start // members that insert their runs
+	for i, s := range members {
+		if s.alone {
+			continue
+		}
+		switch decided, err := s.judge(c, &found[i]); {
+		case err != nil:
+			return false, err
+		case !decided:
+			in = append(in, s)
+		}
+	}
+	if len(in) == 0 {
+		return false, nil
+	}
+	jobs := make([]river.InsertManyParams, len(in))
+	for k, s := range in {
+		jobs[k] = s.firstTask()
+	}
+	queued, err := c.quiet.InsertManyTx(ctx, tx, jobs)
+	if err != nil {
+		return false, fmt.Errorf("queueing the first tasks of %d workflows: %w", len(in), err)
+	}
+	params := make([]store.StartRunParams, len(in))
+	runIDs := make([]uuid.UUID, len(in))
+	for k, s := range in {
+		if !bytes.Contains(queued[k].Job.EncodedArgs, []byte(s.runID.String())) {
+			return false, fmt.Errorf("weir: River's insert of %d first tasks returned job %d out of order", len(in), queued[k].Job.ID)
+		}
+		params[k] = s.runParams(true)
+		params[k].TaskJobID = &queued[k].Job.ID
+		runIDs[k] = s.runID
+	}
+	runs := make([]store.StartRunResult, len(in))
+	batch := &pgx.Batch{}
+	c.store.QueueStartRuns(batch, params, runs)
+	c.store.QueueStartedGuard(batch, runIDs)
+	lazytx.QueueCommit(tx, batch)
+	err = tx.SendBatch(ctx, batch).Close()
+	if !lazytx.Committed(tx) {
+		return true, err
+	}
+	announced := make(map[string]bool)
+	for k, s := range in {
+		if s.run = s.created(c, runs[k].Generation); !runs[k].Inserted {
+			// The guard passed, so the run is in; its generation is unknown.
+			s.run, s.err = nil, fmt.Errorf("weir: workflow %s started (run %s), but reading its generation failed: %w", s.info.WorkflowID, s.runID, err)
+		}
+		if !announced[s.info.Queue] {
+			announced[s.info.Queue] = true
+			c.announce(ctx, s.info.Queue)
+		}
+	}
+	return true, err
+}
+
+// judge gives s the verdict of what its lookup found: a refusal, or the
+// run of its request (W2), and then reports it decided. It fails when the
+// lookup's statement inserted s's run although the verdict forbids it (the
+// SQL's conditions and these differ: fail closed).
+func (s *start) judge(c *Client, found *store.StartRunResult) (decided bool, err error) {
+	replayed, refused := s.refusal(c, found)
+	switch {
+	case (replayed != nil || refused != nil) && found.Inserted:
+		return false, fmt.Errorf("weir: start of workflow %s inserted its run although it is refused or replays a start", s.info.WorkflowID)
+	case refused != nil:
+		s.err = refused
+	case replayed != nil:
+		s.run = replayed
+	default:
+		return false, nil
+	}
+	return true, nil
 }

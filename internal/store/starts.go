@@ -14,7 +14,7 @@ import (
 // startStatements are the statements of a run's start: a client's start
 // alone, in one round trip, or in a group of starts.
 type startStatements struct {
-	lock, tryLocks, run, aheadGuard, failedAttempt, taskJob string
+	lock, tryLocks, run, aheadGuard, startedGuard, failedAttempt, taskJob string
 }
 
 func newStartStatements(names *dbschema.Names) startStatements {
@@ -24,6 +24,7 @@ func newStartStatements(names *dbschema.Names) startStatements {
 			" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)",
 		run:           startRunSQL(names),
 		aheadGuard:    "SELECT now(), 1 / (SELECT count(*)::int FROM " + names.Run + " WHERE run_id = $1 AND generation = 1)",
+		startedGuard:  "SELECT 1 / (count(*) = cardinality($1::uuid[]))::int FROM " + names.Run + " WHERE run_id = ANY($1::uuid[])",
 		failedAttempt: "UPDATE " + names.RiverJob + " SET attempt = 1, attempted_at = now(), errors = array_append(errors, $2::jsonb) WHERE id = $1",
 		taskJob:       "UPDATE " + names.Run + " SET task_job_id = $2 WHERE run_id = $1",
 	}
@@ -177,6 +178,13 @@ func (s *Store) QueueStartAheadGuard(batch *pgx.Batch, runID uuid.UUID, now *tim
 		var one int
 		return row.Scan(now, &one)
 	})
+}
+
+// QueueStartedGuard queues the guard of a group of starts, right after
+// their runs' insert: it fails the batch (division by zero) unless every
+// run of runIDs exists, as the insert makes them when nothing refuses them.
+func (s *Store) QueueStartedGuard(batch *pgx.Batch, runIDs []uuid.UUID) {
+	batch.Queue(s.starts.startedGuard, runIDs)
 }
 
 // QueueFirstTaskSavepoint queues the savepoint that a start takes right
