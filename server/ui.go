@@ -27,19 +27,19 @@ import (
 // OpenAPI document does not list them.
 //
 // Auth uses the API's tokens: the login form (rate limited per address)
-// starts a server-side session (ui_session.go) whose random ID an HttpOnly,
+// starts a server-side login (ui_login.go) whose random ID an HttpOnly,
 // SameSite=Strict cookie holds, and every action is a POST carrying a CSRF
 // token derived from the session ID (an HMAC under a per-process key) and
 // checked along with the Origin header. With Config.AllowUnauthenticated the
 // UI is open with the admin role, like the API.
 const (
-	uiPrefix        = "/ui"
-	uiCookie        = "weir_session"
-	uiLegacyCookie  = "weir_token" // held a token's secret in older versions: cleared when seen
-	uiCSRFField     = "csrf"
-	uiListLimit     = 50
-	uiHistoryLimit  = 1000
-	uiSessionMaxAge = 12 * time.Hour
+	uiPrefix       = "/ui"
+	uiCookie       = "weir_session"
+	uiLegacyCookie = "weir_token" // held a token's secret in older versions: cleared when seen
+	uiCSRFField    = "csrf"
+	uiListLimit    = 50
+	uiHistoryLimit = 1000
+	uiLoginMaxAge  = 12 * time.Hour
 )
 
 // uiState is what the UI keeps for the server's lifetime.
@@ -47,13 +47,13 @@ type uiState struct {
 	csrfKey   []byte
 	pages     map[string]*template.Template
 	riverUI   *riverUIMount
-	sessions  *uiSessions
+	sessions  *uiLogins
 	staticFS  fs.FS
 	staticTag string // busts caches of static assets across builds
 }
 
-// uiSession is the caller of a UI request.
-type uiSession struct {
+// uiLogin is the caller of a UI request.
+type uiLogin struct {
 	csrf  string
 	id    string // the server-side session's ID; empty when open
 	open  bool   // Config.AllowUnauthenticated: no token, admin everywhere
@@ -61,7 +61,7 @@ type uiSession struct {
 }
 
 // may reports whether the session may act in namespace with role need.
-func (s *uiSession) may(namespace string, need Role) bool {
+func (s *uiLogin) may(namespace string, need Role) bool {
 	if s.open {
 		return true
 	}
@@ -70,7 +70,7 @@ func (s *uiSession) may(namespace string, need Role) bool {
 
 // allNamespaces reports whether the session spans every namespace (River UI
 // shows every namespace's jobs, so it needs that).
-func (s *uiSession) allNamespaces() bool {
+func (s *uiLogin) allNamespaces() bool {
 	if s.open {
 		return true
 	}
@@ -83,7 +83,7 @@ func (s *uiSession) allNamespaces() bool {
 }
 
 // Name is what the header shows for the session.
-func (s *uiSession) Name() string {
+func (s *uiLogin) Name() string {
 	if s.open {
 		return "open (dev)"
 	}
@@ -91,7 +91,7 @@ func (s *uiSession) Name() string {
 }
 
 // Role is the session's role.
-func (s *uiSession) Role() Role {
+func (s *uiLogin) Role() Role {
 	if s.open {
 		return RoleAdmin
 	}
@@ -99,7 +99,7 @@ func (s *uiSession) Role() Role {
 }
 
 // Open reports whether the UI runs without tokens.
-func (s *uiSession) Open() bool { return s.open }
+func (s *uiLogin) Open() bool { return s.open }
 
 func newUIState() (*uiState, error) {
 	key := make([]byte, 32)
@@ -163,7 +163,7 @@ func (s *Server) mountUI() error {
 	})
 	handle("GET "+uiPrefix+"/{$}", s.uiHome)
 	handle(uiPrefix+"/", func(w http.ResponseWriter, r *http.Request) {
-		s.renderError(w, r, s.uiSessionOf(r), "", newError(http.StatusNotFound, CodeNotFound, "There is no page at "+r.URL.Path+".", nil))
+		s.renderError(w, r, s.loginOf(r), "", newError(http.StatusNotFound, CodeNotFound, "There is no page at "+r.URL.Path+".", nil))
 	})
 	handle("GET "+uiPrefix+"/static/", s.uiStatic)
 	handle("GET "+uiPrefix+"/switch", func(w http.ResponseWriter, r *http.Request) {
@@ -195,7 +195,7 @@ func (s *Server) uiStatic(w http.ResponseWriter, r *http.Request) {
 	// Files only: a directory (/ui/static/ itself) is not listed.
 	name := strings.TrimPrefix(r.URL.Path, uiPrefix+"/static/")
 	if info, err := fs.Stat(s.ui.staticFS, name); name == "" || err != nil || info.IsDir() {
-		s.renderError(w, r, s.uiSessionOf(r), "", newError(http.StatusNotFound, CodeNotFound, "There is no file at "+r.URL.Path+".", nil))
+		s.renderError(w, r, s.loginOf(r), "", newError(http.StatusNotFound, CodeNotFound, "There is no file at "+r.URL.Path+".", nil))
 		return
 	}
 	w.Header().Set("Cache-Control", "public, max-age=86400")
@@ -203,11 +203,11 @@ func (s *Server) uiStatic(w http.ResponseWriter, r *http.Request) {
 	http.StripPrefix(uiPrefix+"/static/", http.FileServerFS(s.ui.staticFS)).ServeHTTP(w, r)
 }
 
-// uiSessionOf returns the request's session, or nil when it has none (or
+// loginOf returns the request's session, or nil when it has none (or
 // its cookie names no configured token).
-func (s *Server) uiSessionOf(r *http.Request) *uiSession {
+func (s *Server) loginOf(r *http.Request) *uiLogin {
 	if s.config.AllowUnauthenticated {
-		return &uiSession{csrf: s.csrfFor("open"), open: true}
+		return &uiLogin{csrf: s.csrfFor("open"), open: true}
 	}
 	cookie, err := r.Cookie(uiCookie)
 	if err != nil || cookie.Value == "" {
@@ -217,7 +217,7 @@ func (s *Server) uiSessionOf(r *http.Request) *uiSession {
 	if token == nil {
 		return nil
 	}
-	return &uiSession{csrf: s.csrfFor(cookie.Value), id: cookie.Value, token: token}
+	return &uiLogin{csrf: s.csrfFor(cookie.Value), id: cookie.Value, token: token}
 }
 
 // tokenBySecret finds the token with secret in constant time (every token is
@@ -256,7 +256,7 @@ func sameOrigin(r *http.Request) bool {
 }
 
 // checkPost checks a UI form POST: same origin and the session's CSRF token.
-func (s *Server) checkPost(r *http.Request, sess *uiSession) bool {
+func (s *Server) checkPost(r *http.Request, sess *uiLogin) bool {
 	if !sameOrigin(r) {
 		return false
 	}
@@ -266,8 +266,8 @@ func (s *Server) checkPost(r *http.Request, sess *uiSession) bool {
 
 // requireSession returns the session of a page request, or sends the caller
 // to the login page and returns nil.
-func (s *Server) requireSession(w http.ResponseWriter, r *http.Request) *uiSession {
-	sess := s.uiSessionOf(r)
+func (s *Server) requireSession(w http.ResponseWriter, r *http.Request) *uiLogin {
+	sess := s.loginOf(r)
 	if sess == nil {
 		http.Redirect(w, r, uiPrefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 	}
@@ -292,11 +292,11 @@ type uiBase struct {
 	Namespace  string
 	Namespaces []string
 	RiverUI    bool
-	Session    *uiSession
+	Session    *uiLogin
 	Title      string
 }
 
-func (s *Server) base(r *http.Request, sess *uiSession, namespace, title string) uiBase {
+func (s *Server) base(r *http.Request, sess *uiLogin, namespace, title string) uiBase {
 	b := uiBase{Namespace: namespace, Session: sess, Title: title}
 	if sess != nil {
 		b.CSRF = sess.csrf
@@ -335,7 +335,7 @@ type uiErrorPage struct {
 	Status  int
 }
 
-func (s *Server) renderError(w http.ResponseWriter, r *http.Request, sess *uiSession, namespace string, err error) {
+func (s *Server) renderError(w http.ResponseWriter, r *http.Request, sess *uiLogin, namespace string, err error) {
 	apiErr := s.apiError(r, err)
 	title := http.StatusText(apiErr.Status)
 	s.render(w, r, apiErr.Status, "error", &uiErrorPage{
@@ -352,7 +352,7 @@ type uiLoginPageData struct {
 
 func (s *Server) uiLoginPage(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.URL.Query().Get("next"))
-	if s.uiSessionOf(r) != nil {
+	if s.loginOf(r) != nil {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
@@ -392,7 +392,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		HttpOnly: true,
-		MaxAge:   int(uiSessionMaxAge / time.Second),
+		MaxAge:   int(uiLoginMaxAge / time.Second),
 		Name:     uiCookie,
 		Path:     "/",
 		SameSite: http.SameSiteStrictMode,
@@ -404,7 +404,7 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	sess := s.uiSessionOf(r)
+	sess := s.loginOf(r)
 	if sess == nil || !s.checkPost(r, sess) {
 		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
 		return
@@ -430,7 +430,7 @@ func safeNext(next string) string {
 	return u.RequestURI()
 }
 
-func (s *Server) forbidden(sess *uiSession, namespace string, need Role) error {
+func (s *Server) forbidden(sess *uiLogin, namespace string, need Role) error {
 	if sess.open {
 		return nil
 	}

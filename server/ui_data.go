@@ -211,7 +211,7 @@ func (s *Server) attempts(ctx context.Context, runID uuid.UUID) ([]*uiAttempt, e
 // knownNamespaces are the namespaces the header offers: the token's own, or
 // (for a token of every namespace) default and those registered in
 // weir_namespace, plus current.
-func (s *Server) knownNamespaces(r *http.Request, sess *uiSession, current string) []string {
+func (s *Server) knownNamespaces(r *http.Request, sess *uiLogin, current string) []string {
 	var out []string
 	if sess.allNamespaces() {
 		out = append(out, "default")

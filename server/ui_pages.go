@@ -337,7 +337,7 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request) {
 // renderRunPage renders a run's page; formError, if set, is shown above the
 // actions (a rejected action re-renders the page with status), and a query
 // sent from the page with its answer when query is not nil.
-func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, formError string, query *uiQuery) {
+func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiLogin, status int, formError string, query *uiQuery) {
 	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
 	if err != nil {
@@ -448,7 +448,7 @@ func uiNamespaceList[T any](s *Server, w http.ResponseWriter, r *http.Request, t
 
 // uiNamespace checks the session's access to namespace with role need, and
 // the namespace's name.
-func (s *Server) uiNamespace(sess *uiSession, namespace string, need Role) error {
+func (s *Server) uiNamespace(sess *uiLogin, namespace string, need Role) error {
 	if err := s.forbidden(sess, namespace, need); err != nil {
 		return err
 	}
@@ -460,7 +460,7 @@ func (s *Server) uiNamespace(sess *uiSession, namespace string, need Role) error
 
 // uiTarget checks the session's access to namespace and reads the run_id
 // query or form parameter.
-func (s *Server) uiTarget(r *http.Request, sess *uiSession, namespace, workflowID string, need Role) (*client.Client, uuid.UUID, error) {
+func (s *Server) uiTarget(r *http.Request, sess *uiLogin, namespace, workflowID string, need Role) (*client.Client, uuid.UUID, error) {
 	if err := s.uiNamespace(sess, namespace, need); err != nil {
 		return nil, uuid.Nil, err
 	}
@@ -490,7 +490,7 @@ type UIStatus struct {
 }
 
 func (s *Server) uiStatus(w http.ResponseWriter, r *http.Request) {
-	sess := s.uiSessionOf(r)
+	sess := s.loginOf(r)
 	if sess == nil {
 		s.writeError(w, r, newError(http.StatusUnauthorized, CodeUnauthenticated, "sign in first", nil))
 		return
@@ -544,7 +544,7 @@ func (p *uiRunPage) PayloadURL(which string) string {
 
 func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
-	sess := s.uiSessionOf(r)
+	sess := s.loginOf(r)
 	if sess == nil {
 		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
 		return

@@ -43,7 +43,7 @@ type uiQuery struct {
 // a worker replay the run.
 func (s *Server) uiQueryRun(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
-	sess := s.uiSessionOf(r)
+	sess := s.loginOf(r)
 	if sess == nil {
 		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
 		return
@@ -104,7 +104,7 @@ func (s *Server) signalKinds(ctx context.Context, runID uuid.UUID) ([]string, er
 
 // checkForm checks a posted form's CSRF token and text, rendering the
 // error page when either fails; it reports whether the form may be used.
-func (s *Server) checkForm(w http.ResponseWriter, r *http.Request, sess *uiSession, namespace string) bool {
+func (s *Server) checkForm(w http.ResponseWriter, r *http.Request, sess *uiLogin, namespace string) bool {
 	var err error
 	if !s.checkPost(r, sess) { // parses the form
 		err = newError(http.StatusForbidden, CodePermissionDenied,

@@ -52,12 +52,12 @@ func (m *riverUIMount) serve(s *Server) http.HandlerFunc {
 			return
 		}
 		api := strings.HasPrefix(r.URL.Path, riverUIPrefix+"/api/")
-		sess := s.uiSessionOf(r)
+		sess := s.loginOf(r)
 		if sess == nil {
 			// River UI's own API calls may carry the bearer token instead.
 			if scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
 				if token := s.tokenBySecret(strings.TrimSpace(secret)); token != nil {
-					sess = &uiSession{token: token}
+					sess = &uiLogin{token: token}
 				}
 			}
 		}

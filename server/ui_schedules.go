@@ -68,7 +68,7 @@ var uiScheduleFlashes = map[string]string{
 
 // uiScheduleTarget checks the session's access to namespace with role need
 // and the schedule ID, and returns the namespace's client.
-func (s *Server) uiScheduleTarget(sess *uiSession, namespace, id string, need Role) (*client.Client, error) {
+func (s *Server) uiScheduleTarget(sess *uiLogin, namespace, id string, need Role) (*client.Client, error) {
 	if err := s.uiNamespace(sess, namespace, need); err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (s *Server) uiSchedule(w http.ResponseWriter, r *http.Request) {
 
 // renderSchedule renders a schedule's page; formError, if set, is shown
 // above the actions.
-func (s *Server) renderSchedule(w http.ResponseWriter, r *http.Request, sess *uiSession, status int, formError string) {
+func (s *Server) renderSchedule(w http.ResponseWriter, r *http.Request, sess *uiLogin, status int, formError string) {
 	namespace, id := r.PathValue("namespace"), r.PathValue("schedule_id")
 	c, err := s.uiScheduleTarget(sess, namespace, id, RoleRead)
 	if err != nil {
@@ -173,7 +173,7 @@ func runSchedule(r *http.Request, c *client.Client, workflowID string) (*client.
 
 func (s *Server) uiScheduleAction(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
-	sess := s.uiSessionOf(r)
+	sess := s.loginOf(r)
 	if sess == nil {
 		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
 		return

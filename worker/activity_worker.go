@@ -219,7 +219,7 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		// Another namespace's activity (its kind registered here too, in a
 		// queue this worker serves): hand it back untouched for one of that
 		// namespace's workers, so no namespace's data reaches another's.
-		return a.w.handBacks.handBack(job.Queue)
+		return a.w.returns.returnToQueue(job.Queue)
 	}
 	if err := a.w.checkPending(ctx, meta, job.ID, job.Kind); err != nil {
 		var stale *staleActivity

@@ -15,7 +15,7 @@ import (
 // An applier is how a step's writes are applied, chosen by the caller that
 // runs the step: alone (a task's job, completed by the caller after them),
 // alone with the COMMIT in the last batch (an outcome continuing its run),
-// in a group of outcomes (stepMember), or with the start that inserted the
+// in a group of outcomes (groupMember), or with the start that inserted the
 // run (startLast).
 type applier interface {
 	// admit is asked, once the step decided and before anything of it is
@@ -54,7 +54,7 @@ func (a alone) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *runRow,
 // its last batch, on its own run and jobs (engine.Step.Alone), with its
 // job's completion: a member whose completion cannot be queued leaves the
 // group now, before anything of it is written.
-func (m *stepMember) admit(ctx context.Context, st *engine.Step, own *ownJob) error {
+func (m *groupMember) admit(ctx context.Context, st *engine.Step, own *ownJob) error {
 	if st.Alone || own == nil || own.completion == nil {
 		return errRunsAlone
 	}
@@ -66,7 +66,7 @@ func (m *stepMember) admit(ctx context.Context, st *engine.Step, own *ownJob) er
 
 // applyLast hands the member's last writes to its group, which sends them
 // with every member's and one COMMIT.
-func (m *stepMember) applyLast(_ context.Context, _ pgx.Tx, _ *Worker, run *runRow, result *taskResult, final bool) error {
+func (m *groupMember) applyLast(_ context.Context, _ pgx.Tx, _ *Worker, run *runRow, result *taskResult, final bool) error {
 	if !final {
 		// admit said otherwise (the job's completion could not be queued
 		// after all): fail the group, which undoes what this wrote.
@@ -135,7 +135,7 @@ func (o *otherWrites) queue(batch *pgx.Batch, claims fencingclaim.Driver) (merge
 }
 
 // lastWrites are the last writes of the members of a group (of outcomes,
-// stepCommitter, or of first tasks in a group of starts), gathered to go
+// groupCommitter, or of first tasks in a group of starts), gathered to go
 // with one COMMIT: each member's typed writes to its run, which the group
 // renders one statement per kind (store.QueueSteps), and its other writes,
 // which follow (otherWrites.queue).

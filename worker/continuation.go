@@ -107,7 +107,7 @@ func (w *Worker) recordOutcome(ctx context.Context, runID uuid.UUID, alone bool,
 
 // outcomeTx runs fn, the transaction that records an activity attempt's
 // outcome and may continue its run (runID, deliverOutcome): in a group with
-// other runs' outcomes when the worker runs (stepCommitter), else alone.
+// other runs' outcomes when the worker runs (groupCommitter), else alone.
 func (w *Worker) outcomeTx(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
 	if w.steps != nil {
 		return w.steps.commit(ctx, runID, fn)
@@ -117,10 +117,10 @@ func (w *Worker) outcomeTx(ctx context.Context, runID uuid.UUID, fn func(ctx con
 
 // taskTx runs fn, the transaction of a workflow task of run runID
 // (runTask): in a group with other runs' outcomes and tasks when the worker
-// runs (stepCommitter), else alone.
+// runs (groupCommitter), else alone.
 func (w *Worker) taskTx(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
 	if w.steps != nil {
-		return w.steps.do(&stepMember{ctx: ctx, runID: runID, task: true, fn: fn})
+		return w.steps.do(&groupMember{ctx: ctx, runID: runID, task: true, fn: fn})
 	}
 	return w.outcomeTxOnce(ctx, fn)
 }
@@ -164,7 +164,7 @@ func (w *Worker) outcomeTxOnce(ctx context.Context, fn func(ctx context.Context,
 func (w *Worker) settle(err error, result *taskResult) {
 	if err == nil {
 		// Before the claimed activities start: their outcomes may read it
-		// (stepCommitter.fromCache).
+		// (groupCommitter.fromCache).
 		w.commitHistory(result)
 	} else {
 		result.dropSession()

@@ -12,7 +12,7 @@ const dbClockWindow = 10 * time.Second
 // dbClock estimates the database's time from this process's clock: the
 // offset between the two, as seen when transactions read the database's
 // now() (a run's lock, a start). A continuation that skips that read
-// (stepCommitter's one-round-trip step) dates its events with the estimate.
+// (groupCommitter's one-round-trip step) dates its events with the estimate.
 //
 // now() is the reading transaction's start, so a reading is late by however
 // long the transaction ran before the read: a lock wait, say, makes it late

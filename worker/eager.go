@@ -34,20 +34,20 @@ import (
 // once its work is over, even if the worker is stopping.
 const finalStateTimeout = 10 * time.Second
 
-// eagerRunner runs a claimed activity attempt to its end; it calls free
+// claimedRunner runs a claimed activity attempt to its end; it calls free
 // once the activity's code has returned (the attempt's slot is free then,
 // while its outcome is still being written).
-type eagerRunner func(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, free func())
+type claimedRunner func(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, free func())
 
-// eagerStart is an activity claimed in a transaction, to run once it commits.
-type eagerStart struct {
+// claimedAttempt is an activity claimed in a transaction, to run once it commits.
+type claimedAttempt struct {
 	claim *fencingclaim.Claim
 	meta  *activityMeta
-	run   eagerRunner
+	run   claimedRunner
 }
 
-// eagerPool bounds and tracks the attempts a worker runs eagerly.
-type eagerPool struct {
+// claimedPool bounds and tracks the attempts a worker runs eagerly.
+type claimedPool struct {
 	cancel   context.CancelFunc
 	ctx      context.Context
 	slots    chan struct{}
@@ -61,9 +61,9 @@ type eagerPool struct {
 	running map[int64]context.CancelCauseFunc // by job ID
 }
 
-func newEagerPool(w *Worker, size int) *eagerPool {
+func newEagerPool(w *Worker, size int) *claimedPool {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &eagerPool{cancel: cancel, ctx: ctx, running: make(map[int64]context.CancelCauseFunc), slots: make(chan struct{}, size)}
+	p := &claimedPool{cancel: cancel, ctx: ctx, running: make(map[int64]context.CancelCauseFunc), slots: make(chan struct{}, size)}
 	p.wg.Add(1)
 	go p.listen(w)
 	return p
@@ -72,7 +72,7 @@ func newEagerPool(w *Worker, size int) *eagerPool {
 // track makes a running attempt cancellable by River's job control (a
 // cancel of its job, e.g. the workflow cancelled the activity); the
 // returned func untracks it.
-func (p *eagerPool) track(jobID int64, cancel context.CancelCauseFunc) func() {
+func (p *claimedPool) track(jobID int64, cancel context.CancelCauseFunc) func() {
 	p.mu.Lock()
 	p.running[jobID] = cancel
 	p.mu.Unlock()
@@ -85,7 +85,7 @@ func (p *eagerPool) track(jobID int64, cancel context.CancelCauseFunc) func() {
 
 // cancelJob cancels the attempt of jobID, if it runs here, as River's
 // producer cancels a fetched one.
-func (p *eagerPool) cancelJob(jobID int64) {
+func (p *claimedPool) cancelJob(jobID int64) {
 	p.mu.Lock()
 	cancel := p.running[jobID]
 	p.mu.Unlock()
@@ -97,7 +97,7 @@ func (p *eagerPool) cancelJob(jobID int64) {
 // listen delivers River's job cancellations (Client.JobCancel, which weir
 // uses to cancel activities) to the attempts running here: it LISTENs on
 // River's control channel, as River's producers do for fetched jobs.
-func (p *eagerPool) listen(w *Worker) {
+func (p *claimedPool) listen(w *Worker) {
 	defer p.wg.Done()
 	w.listen(p.ctx, "eager activities' cancel listener lost its connection; reconnecting",
 		func(ctx context.Context, conn *pgx.Conn) (string, error) {
@@ -125,7 +125,7 @@ func (p *eagerPool) listen(w *Worker) {
 const riverControlTopic = "river_control"
 
 // acquire takes a slot if one is free and the pool is not stopping.
-func (p *eagerPool) acquire() bool {
+func (p *claimedPool) acquire() bool {
 	if p == nil || p.stopping.Load() {
 		return false
 	}
@@ -137,7 +137,7 @@ func (p *eagerPool) acquire() bool {
 	}
 }
 
-func (p *eagerPool) release(n int) {
+func (p *claimedPool) release(n int) {
 	for range n {
 		<-p.slots
 	}
@@ -145,7 +145,7 @@ func (p *eagerPool) release(n int) {
 
 // stop lets running attempts finish until ctx ends, then cancels them and
 // waits for them to write their state; then it stops the cancel listener.
-func (p *eagerPool) stop(ctx context.Context) error {
+func (p *claimedPool) stop(ctx context.Context) error {
 	if p == nil {
 		return nil
 	}
@@ -173,7 +173,7 @@ func (p *eagerPool) stop(ctx context.Context) error {
 // eagerRunnerFor returns how to run an activity of kind in queue eagerly,
 // or nil when this worker does not (not its activity, not its queue, eager
 // dispatch off or stopping).
-func (w *Worker) eagerRunnerFor(kind, queue string) eagerRunner {
+func (w *Worker) eagerRunnerFor(kind, queue string) claimedRunner {
 	if w.eager == nil {
 		return nil
 	}
@@ -186,7 +186,7 @@ func (w *Worker) eagerRunnerFor(kind, queue string) eagerRunner {
 // begin tracks work the pool's stop must wait for (a first task running in
 // a client's start), unless the pool is stopping or off; the caller ends it
 // with attempts.Done.
-func (p *eagerPool) begin() bool {
+func (p *claimedPool) begin() bool {
 	if p == nil {
 		return false
 	}
@@ -202,7 +202,7 @@ func (p *eagerPool) begin() bool {
 // launchEager starts the attempts a committed transaction claimed. Once the
 // pool is stopping and waits for its attempts, it hands them back to River
 // instead.
-func (w *Worker) launchEager(starts []eagerStart) {
+func (w *Worker) launchEager(starts []claimedAttempt) {
 	p := w.eager
 	p.launchMu.RLock()
 	closed := p.closed
@@ -249,7 +249,7 @@ func (w *Worker) handBack(claim *fencingclaim.Claim) {
 
 // afterTx launches the attempts that a transaction claimed if it committed
 // (err nil), and frees the slots it took if it did not.
-func (w *Worker) afterTx(err error, starts []eagerStart, slots int) {
+func (w *Worker) afterTx(err error, starts []claimedAttempt, slots int) {
 	if slots == 0 {
 		return
 	}
@@ -281,7 +281,7 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 		Args: attrs.Args, AttemptedBy: w.riverClient.ID(), ID: id, Kind: attrs.Kind, MaxAttempts: maxAttempts, Metadata: metadata,
 		Priority: attrs.Priority, Queue: cmp.Or(attrs.Queue, river.QueueDefault), Schema: w.config.Schema,
 	}, Done: func(claim *fencingclaim.Claim) {
-		run.eager = append(run.eager, eagerStart{claim: claim, meta: meta, run: runner})
+		run.eager = append(run.eager, claimedAttempt{claim: claim, meta: meta, run: runner})
 	}})
 	return id, nil
 }
@@ -390,7 +390,7 @@ func (w *Worker) failClaimed(ctx context.Context, job *rivertype.JobRow, workErr
 		return errors.Join(workErr, err)
 	}
 	if params.State == rivertype.JobStateAvailable {
-		w.handBacks.announce(job.Queue, *params.ScheduledAt)
+		w.returns.announce(job.Queue, *params.ScheduledAt)
 	}
 	return nil
 }

@@ -126,7 +126,7 @@ func (w *Worker) failedInStart(ctx context.Context, runID uuid.UUID, err error) 
 // RunFirstTasks implements handoff.Taker: the first tasks of a group
 // of starts, each as RunFirstTask runs one, in turn, with their last
 // writes merged into one batch (as a group of outcomes merges its members',
-// stepCommitter) for the caller to send with its COMMIT. A task that fails
+// groupCommitter) for the caller to send with its COMMIT. A task that fails
 // before it wrote anything (its workflow code failed, or ran out of its
 // budget) is the caller's to queue through River; one that fails after,
 // fails the group. A task that starts a child is declined (it goes through

@@ -33,13 +33,13 @@ func TestHandBacksCoalesce(t *testing.T) {
 	const jobs = 40
 	for range jobs {
 		var snooze *river.JobSnoozeError
-		require.ErrorAs(t, w.handBacks.handBack("hb_queue"), &snooze)
+		require.ErrorAs(t, w.returns.returnToQueue("hb_queue"), &snooze)
 		require.GreaterOrEqual(t, snooze.Duration, time.Second)
 		require.Less(t, snooze.Duration, 2*time.Second)
 	}
-	w.handBacks.mu.Lock()
-	pending := len(w.handBacks.pending)
-	w.handBacks.mu.Unlock()
+	w.returns.mu.Lock()
+	pending := len(w.returns.pending)
+	w.returns.mu.Unlock()
 	require.LessOrEqual(t, pending, 5, "one notification per slot of the one-to-two-second spread")
 
 	got := 0
@@ -56,9 +56,9 @@ func TestHandBacksCoalesce(t *testing.T) {
 	}
 	require.Equal(t, pending, got, "every slot announced once")
 
-	require.Error(t, w.handBacks.handBack("hb_queue"))
-	w.handBacks.stop()
-	w.handBacks.mu.Lock()
-	defer w.handBacks.mu.Unlock()
-	require.Empty(t, w.handBacks.pending, "stop drops what is pending")
+	require.Error(t, w.returns.returnToQueue("hb_queue"))
+	w.returns.stop()
+	w.returns.mu.Lock()
+	defer w.returns.mu.Unlock()
+	require.Empty(t, w.returns.pending, "stop drops what is pending")
 }

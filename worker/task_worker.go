@@ -60,7 +60,7 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 // and nothing the task wrote commits.
 //
 // Tasks fetched together commit in groups, as activity outcomes do
-// (stepCommitter): a task whose job holds a lease token completes it with
+// (groupCommitter): a task whose job holds a lease token completes it with
 // the run's last writes, by the same fenced statement as a claimed job's.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
 	own := &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
@@ -140,7 +140,7 @@ type runRow struct {
 
 	scanned    bool               // what never changes of the row is the row's (read by scan, or the start that inserted it)
 	inboxed    bool               // the task wrote to the run's own inbox (a child that could not start)
-	eager      []eagerStart       // activities the task claimed, to start once it commits
+	eager      []claimedAttempt   // activities the task claimed, to start once it commits
 	eagerSlots int                // eager slots the task took (as many as eager once its writes ran)
 	step       *engine.StepWrites // the step's typed writes to its run, not sent yet (flushWrites)
 	others     *otherWrites       // what else the step queued to go with step's (claims, completion, checks)
@@ -149,10 +149,10 @@ type runRow struct {
 // taskResult is what a task tells interceptors, once its transaction
 // commits.
 type taskResult struct {
-	step          *stepMember         // the outcome's place in a group (stepCommitter), if it has one
+	step          *groupMember        // the outcome's place in a group (groupCommitter), if it has one
 	run           *runRow             // the run's row as read (immutable), for the cache with history
 	cached        bool                // commitHistory applied the history already
-	eager         []eagerStart        // activities claimed, to start once the transaction commits
+	eager         []claimedAttempt    // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
 	session       *replay.Session     // the run's code as the task left it, for the cache with history
@@ -491,7 +491,7 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 	// responder (each would scan for queries). A query that arrives between the look
 	// and the commit is parked by the responder that claims it (no handler
 	// yet) and answered on the responders' next poll. A group looks once
-	// for all of its first tasks (stepMember.applyLast).
+	// for all of its first tasks (groupMember.applyLast).
 	if run.NextEventID == 1 && by.startCtx == nil && result.step == nil {
 		w.queueQueriesWaiting(&run.others.checks, []uuid.UUID{run.ID}, result)
 	}

@@ -41,9 +41,9 @@ const goroutineIdle = 10 * time.Second
 type Worker struct {
 	config     *Config
 	driver     *fencing.Driver
-	eager      *eagerPool   // nil: eager dispatch off
-	goroutines *gopool.Pool // groups of outcomes and workflow code run on these, kept with their stacks
-	handBacks  *handBacks   // foreign namespaces' activities, handed back
+	eager      *claimedPool  // nil: eager dispatch off
+	goroutines *gopool.Pool  // groups of outcomes and workflow code run on these, kept with their stacks
+	returns    *queueReturns // foreign namespaces' activities, returned to their queue
 	histories  *historyCache
 	jobIDs     *jobIDs // reserved for the activities it claims
 	names      *dbschema.Names
@@ -59,14 +59,14 @@ type Worker struct {
 	activities   map[string]struct{}
 	resultTypes  map[string]reflect.Type // of AddActivity's activities, by kind
 	announcer    *announcer
-	eagerRunners map[string]eagerRunner
+	eagerRunners map[string]claimedRunner
 	riverClient  *river.Client[pgx.Tx]
 	queries      *queryResponder
 	schedules    *scheduler
 	riverWorkers *river.Workers
 	started      bool
 	takers       atomic.Pointer[map[handoff.Key]handoff.Taker] // first tasks taken from linked clients (eager start), while started
-	steps        *stepCommitter                                // nil: each outcome commits alone
+	steps        *groupCommitter                               // nil: each outcome commits alone
 	clock        dbClock                                       // the database's time, estimated
 	ahead        aheadCounts                                   // first tasks run ahead of their starts
 	stepGroups   *limit.Limiter                                // groups of outcomes the step committer commits at once
@@ -106,7 +106,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	names := dbschema.New(config.Schema)
 	w := &Worker{
 		activities:   make(map[string]struct{}),
-		eagerRunners: make(map[string]eagerRunner),
+		eagerRunners: make(map[string]claimedRunner),
 		resultTypes:  make(map[string]reflect.Type),
 		config:       config,
 		goroutines:   gopool.New(goroutineIdle),
@@ -120,7 +120,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		stepGroups:   limit.ForPool(pool, stepGroupsInitial),
 		workflows:    make(map[string]*replay.Definition),
 	}
-	w.handBacks = newHandBacks(w)
+	w.returns = newQueueReturns(w)
 	w.backfillSlice = backfillSlice
 	// Every activity job that ends through the fencing layer turns into the
 	// activity's outcome in the same transaction (for plain River workers,
@@ -330,8 +330,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: creating River client: %w", err)
 	}
-	w.steps = newStepCommitter(w, w.stepGroups, stepGroupMembers) // before River's workers can run
-	w.schedules = newScheduler(w)                                 // its clients start backfills' runs
+	w.steps = newGroupCommitter(w, w.stepGroups, stepGroupMembers) // before River's workers can run
+	w.schedules = newScheduler(w)                                  // its clients start backfills' runs
 	if err := riverClient.Start(ctx); err != nil {
 		return fmt.Errorf("worker: starting River client: %w", err)
 	}
@@ -377,7 +377,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.takers.Store(nil) // new starts queue their first task through River
 	// First: it serves nothing new from here on.
 	announcer.stop(context.WithoutCancel(ctx))
-	w.handBacks.stop()
+	w.returns.stop()
 	// Eager attempts first, while River (and its lease keeper) still runs;
 	// from here on new activities go through River.
 	eagerErr := eager.stop(ctx)

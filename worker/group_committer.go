@@ -53,7 +53,7 @@ import (
 // A task whose workflow code fails, before it wrote anything, fails as it
 // would alone (stepFailed), without failing the group.
 //
-// Only plain continuations commit in a group (engine.Step.Alone, stepMember.admit): a continuation
+// Only plain continuations commit in a group (engine.Step.Alone, groupMember.admit): a continuation
 // whose writes all go in its last batch and touch only its own run and jobs.
 // One that would write earlier or reach other runs (a timer, a child, a
 // cancellation, continue-as-new, a closing run's parent or children), an
@@ -85,7 +85,7 @@ const stepGroupTimeout = time.Minute
 
 // errRunsAlone is what an outcome's body returns, in a group, before it
 // wrote anything, when it cannot commit in the group (it is not a plain
-// continuation, see stepMember.admit): the group goes on without it, and it runs
+// continuation, see groupMember.admit): the group goes on without it, and it runs
 // alone once the group ended.
 var errRunsAlone = errors.New("worker: this outcome commits alone")
 
@@ -102,15 +102,15 @@ func (e *stepFailed) Unwrap() error { return e.err }
 // are dropped when it runs again alone.
 var errGroupRolledBack = errors.New("worker: the group of outcomes did not commit")
 
-// stepCommitter commits activity outcomes in groups (see above), one per
+// groupCommitter commits activity outcomes in groups (see above), one per
 // run at a time: a run is held (group.Committer's keys) while an outcome of
 // it is in a group in flight, runs again alone, or while a transaction of
 // this worker's own on it runs outside any group (hold), so that a
 // one-round-trip step (fromCache) reads the cache only when no transaction
 // of this worker is writing its run.
-type stepCommitter struct {
+type groupCommitter struct {
 	w     *Worker
-	group *group.Committer[uuid.UUID, *stepMember]
+	group *group.Committer[uuid.UUID, *groupMember]
 
 	// Counts, for tests and metrics: groups that committed, outcomes that
 	// committed in a group with others, groups rolled back.
@@ -122,10 +122,10 @@ type stepCommitter struct {
 	guardMisses atomic.Int64
 }
 
-// stepMember is one outcome in a group: the run it continues, the
+// groupMember is one outcome in a group: the run it continues, the
 // transaction body that records it (as for outcomeTx), and what the group
 // learned for it.
-type stepMember struct {
+type groupMember struct {
 	ctx   context.Context
 	runID uuid.UUID
 	task  bool // a workflow task's job (runTask), which takes the run's inbox
@@ -157,13 +157,13 @@ type stepMember struct {
 	afterLast func()
 }
 
-func newStepCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *stepCommitter {
-	c := &stepCommitter{w: w}
-	c.group = group.New(group.Config[uuid.UUID, *stepMember]{
+func newGroupCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *groupCommitter {
+	c := &groupCommitter{w: w}
+	c.group = group.New(group.Config[uuid.UUID, *groupMember]{
 		Limit: groups, Size: maxMembers,
-		Key:    func(m *stepMember) uuid.UUID { return m.runID },
+		Key:    func(m *groupMember) uuid.UUID { return m.runID },
 		Commit: c.run,
-		Alone: func(_ context.Context, m *stepMember) { // again, in a transaction of its own, its run still held
+		Alone: func(_ context.Context, m *groupMember) { // again, in a transaction of its own, its run still held
 			c.w.settle(errGroupRolledBack, &m.cont) // frees the eager slots it took
 			m.err = c.w.outcomeTxOnce(m.ctx, m.fn)
 		},
@@ -176,7 +176,7 @@ func newStepCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *stepCom
 // takeLocked returns the run's row that the group locked for this member,
 // and a task's inbox, once: a step that reads its run again must lock it
 // itself.
-func (m *stepMember) takeLocked() (run *runRow, now time.Time, inbox []engine.InboxItem, ok bool, err error) {
+func (m *groupMember) takeLocked() (run *runRow, now time.Time, inbox []engine.InboxItem, ok bool, err error) {
 	if m == nil || !m.locked {
 		return nil, time.Time{}, nil, false, nil
 	}
@@ -186,18 +186,18 @@ func (m *stepMember) takeLocked() (run *runRow, now time.Time, inbox []engine.In
 
 // deferLast takes a continuation's last writes (nothing is written after
 // them) to be sent with the group's COMMIT; after runs once they did.
-func (m *stepMember) deferLast(step *engine.StepWrites, rest *otherWrites, after func()) {
+func (m *groupMember) deferLast(step *engine.StepWrites, rest *otherWrites, after func()) {
 	m.step, m.rest, m.afterLast = step, rest, after
 }
 
 // commit records an outcome of run runID through fn (as outcomeTx does),
 // in a group with others that are ready, or alone if the group fails.
-func (c *stepCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
-	return c.do(&stepMember{ctx: ctx, runID: runID, fn: fn})
+func (c *groupCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
+	return c.do(&groupMember{ctx: ctx, runID: runID, fn: fn})
 }
 
 // do commits m, an outcome or a task, as commit does.
-func (c *stepCommitter) do(m *stepMember) error {
+func (c *groupCommitter) do(m *groupMember) error {
 	_ = c.group.Do(context.WithoutCancel(m.ctx), m) // a member waits for its group, whatever its attempt's ctx
 	if m.alone {
 		return m.err
@@ -208,15 +208,15 @@ func (c *stepCommitter) do(m *stepMember) error {
 
 // hold marks runID held by a transaction of this worker's own outside any
 // group, until release: no group takes an outcome of the run meanwhile.
-func (c *stepCommitter) hold(runID uuid.UUID) { c.group.Hold(runID) }
+func (c *groupCommitter) hold(runID uuid.UUID) { c.group.Hold(runID) }
 
 // release ends a hold, and starts a group for outcomes that waited for it.
-func (c *stepCommitter) release(runID uuid.UUID) { c.group.Release(runID) }
+func (c *groupCommitter) release(runID uuid.UUID) { c.group.Release(runID) }
 
 // run commits one group (outcomes of distinct runs, none held by another),
 // and returns how many outcomes it committed and which ones run alone.
-func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
-	members := slices.SortedFunc(slices.Values(taken), func(a, b *stepMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
+func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool) {
+	members := slices.SortedFunc(slices.Values(taken), func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
@@ -347,7 +347,7 @@ func (c *stepCommitter) run(taken []*stepMember) (committed int, alone []bool) {
 // the run and fails the transaction unless the run is still so
 // (queueGuard); if it is not, the step runs again alone, reading the run
 // under its lock first, as any step did.
-func (c *stepCommitter) fromCache(m *stepMember) bool {
+func (c *groupCommitter) fromCache(m *groupMember) bool {
 	if m.task {
 		return false // its run has a task queued, and an inbox to take
 	}
@@ -374,7 +374,7 @@ func maxTime(a, b time.Time) time.Time {
 // that it is as fromCache assumed: live, at the same append point, no task
 // queued. A run that moved fails the batch (and its COMMIT) by a division
 // by zero.
-func (c *stepCommitter) queueGuard(batch *pgx.Batch, m *stepMember) {
+func (c *groupCommitter) queueGuard(batch *pgx.Batch, m *groupMember) {
 	c.w.store.QueueGuard(batch, m.runID, m.run.NextEventID).QueryRow(func(row pgx.Row) error {
 		var one int
 		err := row.Scan(&one)
@@ -397,10 +397,10 @@ func (c *stepCommitter) queueGuard(batch *pgx.Batch, m *stepMember) {
 // one more statement of the same round trip: read, not taken, since a
 // member that leaves the group must leave its inbox as it was (a task that
 // stays deletes what it took with its writes, engine.StepWrites.Taken).
-func (c *stepCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*stepMember) error {
+func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*groupMember) error {
 	ids := make([]uuid.UUID, len(members))
 	var tasks []uuid.UUID
-	byID := make(map[uuid.UUID]*stepMember, len(members))
+	byID := make(map[uuid.UUID]*groupMember, len(members))
 	for i, m := range members {
 		ids[i], byID[m.runID] = m.runID, m
 		m.lockErr = pgx.ErrNoRows // until its row is read
@@ -432,7 +432,7 @@ func (c *stepCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*step
 // call runs the member's body in the group's transaction. A panic fails
 // the group: alone, the body panics again on its attempt's goroutine, where
 // River (or the eager runner) recovers it as it always did.
-func (m *stepMember) call(ctx context.Context, tx pgx.Tx) (err error) {
+func (m *groupMember) call(ctx context.Context, tx pgx.Tx) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("worker: outcome of run %s panicked in its group: %v", m.runID, r)

@@ -50,7 +50,7 @@ func TestHandBack(t *testing.T) {
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	require.NoError(t, w.Stop(stopCtx))
-	w.launchEager([]eagerStart{{claim: claim, run: w.eagerRunners[idleArgs{}.Kind()]}})
+	w.launchEager([]claimedAttempt{{claim: claim, run: w.eagerRunners[idleArgs{}.Kind()]}})
 
 	var (
 		state    string

@@ -12,13 +12,13 @@ import (
 
 // UI sessions live in the server: the cookie holds a random session ID,
 // never a token's secret, so signing out revokes the session and a session
-// ends by itself after uiSessionMaxAge. Sessions are per process: a
+// ends by itself after uiLoginMaxAge. Sessions are per process: a
 // restart signs everyone out, and several replicas behind one address need
 // sticky sessions.
 
 const (
-	// uiSessionsMax bounds the live sessions; past it the oldest goes.
-	uiSessionsMax = 10000
+	// uiLoginsMax bounds the live sessions; past it the oldest goes.
+	uiLoginsMax = 10000
 
 	// uiLoginFailuresMax failed sign-ins from one address within
 	// uiLoginWindow lock that address out until the window ends.
@@ -29,16 +29,16 @@ const (
 	uiLoginAddressesMax = 10000
 )
 
-type uiSessionEntry struct {
+type uiLoginEntry struct {
 	expires time.Time
 	token   *Token
 }
 
-// uiSessions are the live sessions, by the hash of their ID, and the
+// uiLogins are the live sessions, by the hash of their ID, and the
 // recent failed sign-ins by address.
-type uiSessions struct {
+type uiLogins struct {
 	mu       sync.Mutex
-	byHash   map[[sha256.Size]byte]*uiSessionEntry
+	byHash   map[[sha256.Size]byte]*uiLoginEntry
 	failures map[string]*uiLoginFailures
 	now      func() time.Time
 }
@@ -48,16 +48,16 @@ type uiLoginFailures struct {
 	since time.Time
 }
 
-func newUISessions() *uiSessions {
-	return &uiSessions{
-		byHash:   map[[sha256.Size]byte]*uiSessionEntry{},
+func newUISessions() *uiLogins {
+	return &uiLogins{
+		byHash:   map[[sha256.Size]byte]*uiLoginEntry{},
 		failures: map[string]*uiLoginFailures{},
 		now:      time.Now,
 	}
 }
 
 // create starts a session of token and returns its ID.
-func (u *uiSessions) create(token *Token) (string, error) {
+func (u *uiLogins) create(token *Token) (string, error) {
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return "", err
@@ -66,15 +66,15 @@ func (u *uiSessions) create(token *Token) (string, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	now := u.now()
-	if len(u.byHash) >= uiSessionsMax {
+	if len(u.byHash) >= uiLoginsMax {
 		u.evictLocked(now)
 	}
-	u.byHash[sha256.Sum256([]byte(id))] = &uiSessionEntry{expires: now.Add(uiSessionMaxAge), token: token}
+	u.byHash[sha256.Sum256([]byte(id))] = &uiLoginEntry{expires: now.Add(uiLoginMaxAge), token: token}
 	return id, nil
 }
 
 // evictLocked drops the expired sessions, and the oldest if none expired.
-func (u *uiSessions) evictLocked(now time.Time) {
+func (u *uiLogins) evictLocked(now time.Time) {
 	var oldest [sha256.Size]byte
 	var oldestExpiry time.Time
 	for hash, entry := range u.byHash {
@@ -86,13 +86,13 @@ func (u *uiSessions) evictLocked(now time.Time) {
 			oldest, oldestExpiry = hash, entry.expires
 		}
 	}
-	if len(u.byHash) >= uiSessionsMax {
+	if len(u.byHash) >= uiLoginsMax {
 		delete(u.byHash, oldest)
 	}
 }
 
 // token returns the token of a live session; nil when id names none.
-func (u *uiSessions) token(id string) *Token {
+func (u *uiLogins) token(id string) *Token {
 	hash := sha256.Sum256([]byte(id))
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -108,7 +108,7 @@ func (u *uiSessions) token(id string) *Token {
 }
 
 // revoke ends a session.
-func (u *uiSessions) revoke(id string) {
+func (u *uiLogins) revoke(id string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	delete(u.byHash, sha256.Sum256([]byte(id)))
@@ -116,7 +116,7 @@ func (u *uiSessions) revoke(id string) {
 
 // loginAllowed reports whether address may try to sign in, and if not,
 // how long until it may.
-func (u *uiSessions) loginAllowed(address string) (bool, time.Duration) {
+func (u *uiLogins) loginAllowed(address string) (bool, time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	f, ok := u.failures[address]
@@ -132,7 +132,7 @@ func (u *uiSessions) loginAllowed(address string) (bool, time.Duration) {
 }
 
 // loginFailed records a failed sign-in from address.
-func (u *uiSessions) loginFailed(address string) {
+func (u *uiLogins) loginFailed(address string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	now := u.now()
