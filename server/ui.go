@@ -264,9 +264,9 @@ func (s *Server) checkPost(r *http.Request, sess *uiLogin) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(sess.csrf)) == 1
 }
 
-// requireSession returns the session of a page request, or sends the caller
+// requireLogin returns the session of a page request, or sends the caller
 // to the login page and returns nil.
-func (s *Server) requireSession(w http.ResponseWriter, r *http.Request) *uiLogin {
+func (s *Server) requireLogin(w http.ResponseWriter, r *http.Request) *uiLogin {
 	sess := s.loginOf(r)
 	if sess == nil {
 		http.Redirect(w, r, uiPrefix+"/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
@@ -275,7 +275,7 @@ func (s *Server) requireSession(w http.ResponseWriter, r *http.Request) *uiLogin
 }
 
 func (s *Server) uiHome(w http.ResponseWriter, r *http.Request) {
-	sess := s.requireSession(w, r)
+	sess := s.requireLogin(w, r)
 	if sess == nil {
 		return
 	}

@@ -194,7 +194,7 @@ func parseUITime(field, v string) (time.Time, error) {
 }
 
 func (s *Server) uiList(w http.ResponseWriter, r *http.Request) {
-	sess := s.requireSession(w, r)
+	sess := s.requireLogin(w, r)
 	if sess == nil {
 		return
 	}
@@ -327,7 +327,7 @@ var uiFlashes = map[string]string{
 }
 
 func (s *Server) uiRun(w http.ResponseWriter, r *http.Request) {
-	sess := s.requireSession(w, r)
+	sess := s.requireLogin(w, r)
 	if sess == nil {
 		return
 	}
@@ -424,7 +424,7 @@ func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiL
 // page wraps it with the page's base, titled title.
 func uiNamespaceList[T any](s *Server, w http.ResponseWriter, r *http.Request, tmpl, title string,
 	list func(*client.Client, context.Context) (T, error), page func(uiBase, T) any) {
-	sess := s.requireSession(w, r)
+	sess := s.requireLogin(w, r)
 	if sess == nil {
 		return
 	}
@@ -511,7 +511,7 @@ func (s *Server) uiStatus(w http.ResponseWriter, r *http.Request) {
 // uiPayloadDownload serves a run's args or result whole, as stored, for
 // the pages that show only their start.
 func (s *Server) uiPayloadDownload(w http.ResponseWriter, r *http.Request) {
-	sess := s.requireSession(w, r)
+	sess := s.requireLogin(w, r)
 	if sess == nil {
 		return
 	}

@@ -79,7 +79,7 @@ func (s *Server) uiScheduleTarget(sess *uiLogin, namespace, id string, need Role
 }
 
 func (s *Server) uiSchedule(w http.ResponseWriter, r *http.Request) {
-	sess := s.requireSession(w, r)
+	sess := s.requireLogin(w, r)
 	if sess == nil {
 		return
 	}

@@ -167,7 +167,7 @@ func (l *lastWrites) empty() bool {
 func (w *Worker) queueLastWrites(batch *pgx.Batch, l *lastWrites, plansSet bool) {
 	head := len(batch.QueuedQueries)
 	merged := w.store.QueueSteps(batch, l.steps)
-	if l.queue(batch, fencingclaim.For(w.driver)) || merged {
+	if l.queue(batch, w.claims) || merged {
 		if !plansSet {
 			batch.QueuedQueries = append(batch.QueuedQueries[:head:head],
 				append([]*pgx.QueuedQuery{{SQL: dbschema.GenericPlansSQL}}, batch.QueuedQueries[head:]...)...)

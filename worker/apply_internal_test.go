@@ -21,7 +21,7 @@ func TestLastWritesOneStatementPerKind(t *testing.T) {
 	t.Parallel()
 	driver, err := fencing.NewDriver(nil, nil)
 	require.NoError(t, err)
-	w := &Worker{driver: driver, store: store.New(dbschema.New("s"))}
+	w := &Worker{driver: driver, claims: fencingclaim.For(driver), store: store.New(dbschema.New("s"))}
 	member := func(id int64) *otherWrites {
 		o := &otherWrites{
 			claims: []fencingclaim.Request{{Params: &fencingclaim.Params{ID: id, Kind: "k", MaxAttempts: 1, Schema: "s"}, Done: func(*fencingclaim.Claim) {}}},

@@ -236,9 +236,9 @@ func (w *Worker) handBack(claim *fencingclaim.Claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), finalStateTimeout)
 	defer cancel()
 	job := claim.Job
-	err := fencingclaim.For(w.driver).WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context) error {
+	err := w.claims.WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			return fencingclaim.For(w.driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateSnoozedAvailable(job.ID, time.Now(), job.Attempt-1, nil))
+			return w.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateSnoozedAvailable(job.ID, time.Now(), job.Attempt-1, nil))
 		})
 	})
 	if err != nil {
@@ -302,7 +302,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	err := fencingclaim.For(w.driver).WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context) (err error) {
+	err := w.claims.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context) (err error) {
 		ctx, cancel := context.WithCancelCause(attemptCtx)
 		defer cancel(nil)
 		defer w.eager.track(job.ID, cancel)()
@@ -349,10 +349,10 @@ func (w *Worker) claimedJob(jobID int64, executed func()) *ownJob {
 		id:       jobID,
 		executed: executed,
 		complete: func(ctx context.Context, tx pgx.Tx) error {
-			return fencingclaim.For(w.driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+			return w.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
 		},
 		completion: func(ctx context.Context) (*fencingclaim.Completion, error) {
-			return fencingclaim.For(w.driver).Completion(ctx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+			return w.claims.Completion(ctx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
 		},
 	}
 }
@@ -385,7 +385,7 @@ func (w *Worker) failClaimed(ctx context.Context, job *rivertype.JobRow, workErr
 	writeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalStateTimeout)
 	defer cancel()
 	if err := pgx.BeginFunc(writeCtx, w.pool, func(tx pgx.Tx) error {
-		return fencingclaim.For(w.driver).SetClaimedStateTx(writeCtx, tx, params)
+		return w.claims.SetClaimedStateTx(writeCtx, tx, params)
 	}); err != nil {
 		return errors.Join(workErr, err)
 	}

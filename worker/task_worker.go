@@ -17,7 +17,6 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
-	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/replay"
@@ -767,7 +766,7 @@ func (w *Worker) flushWrites(ctx context.Context, tx pgx.Tx, run *runRow) error 
 func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 	batch := &pgx.Batch{}
 	w.store.QueueStep(batch, run.step)
-	run.others.queue(batch, fencingclaim.For(w.driver))
+	run.others.queue(batch, w.claims)
 	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
 	return batch
 }

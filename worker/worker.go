@@ -20,6 +20,7 @@ import (
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/gopool"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/limit"
@@ -41,9 +42,10 @@ const goroutineIdle = 10 * time.Second
 type Worker struct {
 	config     *Config
 	driver     *fencing.Driver
-	eager      *claimedPool  // nil: eager dispatch off
-	goroutines *gopool.Pool  // groups of outcomes and workflow code run on these, kept with their stacks
-	returns    *queueReturns // foreign namespaces' activities, returned to their queue
+	claims     fencingclaim.Driver // driver's claim API
+	eager      *claimedPool        // nil: eager dispatch off
+	goroutines *gopool.Pool        // groups of outcomes and workflow code run on these, kept with their stacks
+	returns    *queueReturns       // foreign namespaces' activities, returned to their queue
 	histories  *historyCache
 	jobIDs     *jobIDs // reserved for the activities it claims
 	names      *dbschema.Names
@@ -143,7 +145,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.driver = driver
+	w.driver, w.claims = driver, fencingclaim.For(driver)
 	river.AddWorker(w.riverWorkers, &timeoutWorker{w: w})
 	river.AddWorker(w.riverWorkers, &timerWorker{w: w})
 	river.AddWorker(w.riverWorkers, &backfillWorker{w: w})
