@@ -439,38 +439,10 @@ func abortTx(ctx context.Context, exec riverdriver.Executor, why error) {
 func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	p.calls.setState.Add(1)
 	p.noteSchema(params.Schema)
-	n := len(params.ID)
-	// Only the metadata updates change (the proofs come out); River's
-	// completer retries a failed batch with the same params, so they are
-	// copied.
-	stripped := &riverdriver.JobSetStateIfRunningManyParams{
-		ID:              params.ID,
-		Attempt:         params.Attempt,
-		ErrData:         params.ErrData,
-		FinalizedAt:     params.FinalizedAt,
-		MetadataDoMerge: slices.Clone(params.MetadataDoMerge),
-		MetadataUpdates: slices.Clone(params.MetadataUpdates),
-		Now:             params.Now,
-		ScheduledAt:     params.ScheduledAt,
-		Schema:          params.Schema,
-		State:           params.State,
+	stripped, proofs, err := p.stripProofs(params)
+	if err != nil {
+		return nil, err
 	}
-	proofs := make([]*proof, n)
-	for i := range n {
-		pr, updates, doMerge, err := extractProof(params.MetadataUpdates[i], params.MetadataDoMerge[i])
-		if err != nil {
-			return nil, fmt.Errorf("setting state of job %d: %w", params.ID[i], err)
-		}
-		stripped.MetadataUpdates[i], stripped.MetadataDoMerge[i] = updates, doMerge
-		if pr == nil {
-			pr = p.fetchedProof(params.ID[i])
-		}
-		proofs[i] = pr
-	}
-	// Records of the attempts are dropped once their write is done; River's
-	// completer retries a failed batch with the same params.
-	forget := func() { p.forgetFetched(params.ID, proofs) }
-
 	fenced, err := p.isFenced(ctx, exec, params.Schema)
 	if err != nil {
 		return nil, err
@@ -478,8 +450,7 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	if !fenced {
 		rows, err := p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, stripped)
 		if err == nil {
-			forget()
-			p.driver.keeper.outcomeWritten(params.ID, proofs)
+			p.writeDone(params.ID, proofs)
 		}
 		return rows, err
 	}
@@ -509,38 +480,13 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	} else if verdicts, err = p.judge(ctx, txExec, params.Schema, params.ID, proofs); err != nil {
 		return nil, err
 	}
-	keep := make([]int, 0, n)
-	var refused error // the first write refused, for a caller's transaction
-	for i, verdict := range verdicts {
-		switch verdict {
-		case verdictOK, verdictMissing:
-			keep = append(keep, i)
-		case verdictRepeat:
-			if why := p.refuseRepeat(ctx, inCallerTx, params, i, proofs[i]); why != nil {
-				if refused == nil {
-					refused = why
-				}
-				continue
-			}
-			// Nothing to apply: River's query leaves a row that is no longer
-			// running alone and returns it, so the completer still reports
-			// the attempt's outcome (the completion).
-			stripped.MetadataDoMerge[i], stripped.MetadataUpdates[i] = false, nil
-			keep = append(keep, i)
-		default:
-			why := p.rejectStale(ctx, params, i, proofs[i])
-			if refused == nil {
-				refused = why
-			}
-		}
-	}
+	keep, refused := p.sortVerdicts(ctx, inCallerTx, params, stripped, proofs, verdicts)
 	if refused != nil && inCallerTx {
 		// On the one-statement path the writes that held their jobs are
 		// applied already; aborting the caller's transaction undoes them.
 		abortTx(ctx, exec, refused)
 		return nil, refused
 	}
-
 	if !inline && len(keep) > 0 {
 		if err := p.endLeases(ctx, txExec, stripped, verdicts); err != nil {
 			return nil, err
@@ -549,27 +495,9 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 			return nil, err
 		}
 	}
-	if hook := p.driver.config.OnFinalized; hook != nil && len(rows) > 0 {
-		var finalized []int64
-		for _, i := range keep {
-			if verdicts[i] == verdictRepeat || !isFinalState(params.State[i]) {
-				continue
-			}
-			for _, row := range rows {
-				if row.ID == params.ID[i] && row.State == params.State[i] {
-					finalized = append(finalized, row.ID)
-					break
-				}
-			}
-		}
-		if len(finalized) > 0 {
-			execTx, ok := txExec.(riverdriver.ExecutorTx)
-			if !ok {
-				return nil, fmt.Errorf("fencing: finalizing jobs %v outside a transaction", finalized)
-			}
-			if err := hook(ctx, p.driver.UnwrapTx(execTx), params.Schema, finalized); err != nil {
-				return nil, fmt.Errorf("fencing: OnFinalized for jobs %v: %w", finalized, err)
-			}
+	if p.driver.config.OnFinalized != nil {
+		if err := p.finalized(ctx, txExec, params, finalizedByWrites(params, verdicts, keep, rows)); err != nil {
+			return nil, err
 		}
 	}
 	if ownTx != nil {
@@ -577,9 +505,109 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 			return nil, err
 		}
 	}
-	forget()
-	p.driver.keeper.outcomeWritten(params.ID, proofs)
+	p.writeDone(params.ID, proofs)
 	return rows, nil
+}
+
+// stripProofs takes each write's proof out of its metadata updates (or,
+// for a write without one, takes the proof of the attempt this process
+// fetched last) and returns params without them. Only the metadata updates
+// change; River's completer retries a failed batch with the same params, so
+// they are copied.
+func (p *pilot) stripProofs(params *riverdriver.JobSetStateIfRunningManyParams) (*riverdriver.JobSetStateIfRunningManyParams, []*proof, error) {
+	stripped := *params
+	stripped.MetadataDoMerge = slices.Clone(params.MetadataDoMerge)
+	stripped.MetadataUpdates = slices.Clone(params.MetadataUpdates)
+	proofs := make([]*proof, len(params.ID))
+	for i, id := range params.ID {
+		pr, updates, doMerge, err := extractProof(params.MetadataUpdates[i], params.MetadataDoMerge[i])
+		if err != nil {
+			return nil, nil, fmt.Errorf("setting state of job %d: %w", id, err)
+		}
+		stripped.MetadataUpdates[i], stripped.MetadataDoMerge[i] = updates, doMerge
+		if pr == nil {
+			pr = p.fetchedProof(id)
+		}
+		proofs[i] = pr
+	}
+	return &stripped, proofs, nil
+}
+
+// writeDone drops the records of the attempts whose writes are done (not
+// before: River's completer retries a failed batch with the same params)
+// and tells the lease keeper their outcomes are written.
+func (p *pilot) writeDone(jobIDs []int64, proofs []*proof) {
+	p.forgetFetched(jobIDs, proofs)
+	p.driver.keeper.outcomeWritten(jobIDs, proofs)
+}
+
+// sortVerdicts returns the indexes of the writes of params to apply, and the
+// first write refused (for a caller's transaction). A harmless repeat is
+// kept with nothing to merge (stripped's updates cleared): River's query
+// leaves a row that is no longer running alone and returns it, so the
+// completer still reports the attempt's outcome (the completion).
+func (p *pilot) sortVerdicts(ctx context.Context, inCallerTx bool, params, stripped *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof, verdicts []string) (keep []int, refused error) {
+	keep = make([]int, 0, len(verdicts))
+	for i, verdict := range verdicts {
+		var why error
+		switch verdict {
+		case verdictOK, verdictMissing:
+			keep = append(keep, i)
+		case verdictRepeat:
+			if why = p.refuseRepeat(ctx, inCallerTx, params, i, proofs[i]); why == nil {
+				stripped.MetadataDoMerge[i], stripped.MetadataUpdates[i] = false, nil
+				keep = append(keep, i)
+			}
+		default:
+			why = p.rejectStale(ctx, params, i, proofs[i])
+		}
+		if refused == nil {
+			refused = why
+		}
+	}
+	return keep, refused
+}
+
+// finalizedByWrites returns the jobs that the kept writes of params moved to
+// a final state, as rows (River's returned rows) show; a repeat finalizes
+// nothing.
+func finalizedByWrites(params *riverdriver.JobSetStateIfRunningManyParams, verdicts []string, keep []int, rows []*rivertype.JobRow) []int64 {
+	var finalized []int64
+	for _, i := range keep {
+		if verdicts[i] == verdictRepeat || !isFinalState(params.State[i]) {
+			continue
+		}
+		if slices.ContainsFunc(rows, func(row *rivertype.JobRow) bool { return row.ID == params.ID[i] && row.State == params.State[i] }) {
+			finalized = append(finalized, params.ID[i])
+		}
+	}
+	return finalized
+}
+
+// finalized calls Config.OnFinalized for the jobs the writes of params
+// finalized, in the writes' transaction.
+func (p *pilot) finalized(ctx context.Context, txExec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams, jobIDs []int64) error {
+	if len(jobIDs) == 0 {
+		return nil
+	}
+	execTx, ok := txExec.(riverdriver.ExecutorTx)
+	if !ok {
+		return fmt.Errorf("fencing: finalizing jobs %v outside a transaction", jobIDs)
+	}
+	return p.driver.onFinalized(ctx, p.driver.UnwrapTx(execTx), params.Schema, jobIDs, "jobs")
+}
+
+// onFinalized calls Config.OnFinalized, if set, for the jobs (what names
+// them in its error) that just finalized in tx.
+func (d *Driver) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobIDs []int64, what string) error {
+	hook := d.config.OnFinalized
+	if hook == nil || len(jobIDs) == 0 {
+		return nil
+	}
+	if err := hook(ctx, tx, schema, jobIDs); err != nil {
+		return fmt.Errorf("fencing: OnFinalized for %s %v: %w", what, jobIDs, err)
+	}
+	return nil
 }
 
 // refuseRepeat returns the error refusing write i of params, judged a repeat
