@@ -35,22 +35,9 @@ type leaseReaper struct {
 }
 
 // restartWatch tells from when the leases of a restarted Postgres server get
-// their grace period. Workers cannot renew while the server is down nor
-// while it recovers, so after a restart every lease lasts at least LeaseTTL
-// past the grace's start. A restart is a change of the server's epoch
-// (serverEpochSQL): a new postmaster, or a crash reset under the same one.
-// The epoch itself is a poor start: crash recovery runs after it, and when
-// recovery takes most of a LeaseTTL the workers have no time left to renew
-// before the first reap takes back every running attempt. So when the
-// reaper sees the epoch change between two of its passes, the grace starts
-// at the first pass that saw the new one (database time), which is after
-// the server accepted connections again. The watch lives as long as the
-// driver, across terms of leadership: a process that led before the restart
-// and leads again later grants the grace from its first pass then (at most
-// one LeaseTTL late, once per restart). A process whose reaper never saw
-// the server before knows no better than the epoch. River's rescuer,
-// through the Pilot, counts an epoch the watch has not seen yet (a restart
-// since the reaper's last pass) as in its grace until the reaper sees it.
+// their grace period: the first pass of this driver's reaper that saw the
+// server's new epoch (serverEpochSQL), or the epoch itself for a server the
+// reaper never saw before (decision 0007). It lives as long as the driver.
 type restartWatch struct {
 	mu        sync.Mutex
 	started   time.Time // the server's epoch at the latest pass
@@ -78,21 +65,9 @@ func (w *restartWatch) args() (from, seen pgtype.Timestamptz) {
 }
 
 // serverEpochSQL is when the server last began from fresh shared memory:
-// its postmaster's start, or the crash reset since then. After a server
-// process dies (an out-of-memory kill, a segfault) the postmaster ends
-// every session and recovers from the crash without restarting
-// (restart_after_crash, on by default), so pg_postmaster_start_time() does
-// not change. On Postgres 15 and later, the recovery discards the
-// cumulative statistics and stamps their reset time (when recovery
-// begins), which is how a crash reset shows; a clean restart keeps the old
-// reset time. An administrator's reset of those statistics
-// (pg_stat_reset_shared('bgwriter'), or with no argument on Postgres 17)
-// looks the same and costs one grace period. Postgres 14's statistics
-// collector reports a reset time of now when it has no statistics file (it
-// is disabled, or has not written one yet), which would restart the grace
-// at every pass, so on Postgres 14 the epoch is the postmaster's start
-// alone and a crash reset gets no grace. Each occurrence is a scalar
-// subquery, evaluated once per statement.
+// its postmaster's start or, on Postgres 15 and later, the crash reset since
+// then, which shows as the reset time of the cumulative statistics (decision
+// 0007). Each occurrence is a scalar subquery, evaluated once per statement.
 const serverEpochSQL = "(SELECT greatest(pg_postmaster_start_time(), " +
 	"CASE WHEN current_setting('server_version_num')::int >= 150000 THEN pg_stat_get_bgwriter_stat_reset_time() END))"
 
@@ -144,54 +119,29 @@ func (r *leaseReaper) Start(ctx context.Context) error {
 // the lock: a process whose session ended (and with it its hold) reaps no
 // more.
 func (r *leaseReaper) pass(ctx context.Context) (int, error) {
-	total, watched := 0, false
-	for _, schema := range r.pilot.knownSchemas() {
-		fenced, err := r.pilot.fencedPool(ctx, schema)
-		if err != nil {
-			return total, err
-		}
-		if !fenced {
-			continue
-		}
+	watched := false
+	return r.eachFencedSchema(ctx, func(schema string) (int, error) {
 		if !watched {
-			if err := r.watchRestarts(ctx); err != nil {
-				return total, err
+			if err := r.watchRestarts(ctx, r.driver.pool); err != nil {
+				return 0, err
 			}
 			watched = true
 		}
 		conn, err := r.election.hold(ctx, r.driver, schema)
-		if err != nil {
-			return total, err
-		}
-		if conn == nil {
-			continue // another process reaps schema
+		if err != nil || conn == nil { // nil: another process reaps schema
+			return 0, err
 		}
 		n, err := r.reapSchema(ctx, conn, schema)
-		total += n
 		if err != nil {
 			r.election.lost(ctx, r.driver, err)
-			return total, err
 		}
-	}
-	return total, nil
+		return n, err
+	})
 }
 
-// watchRestarts reads the server's epoch for the restart watch, in every
-// fenced process, reaping or not: River's rescuer may run in a process that
-// does not reap (River's leader is elected apart), and it takes its grace
-// after a restart from this process's watch (Pilot.JobGetStuck).
-func (r *leaseReaper) watchRestarts(ctx context.Context) error {
-	var started, now time.Time
-	if err := r.driver.pool.QueryRow(ctx, "SELECT "+serverEpochSQL+", now()").Scan(&started, &now); err != nil {
-		return fmt.Errorf("reading the server's epoch: %w", err)
-	}
-	r.restart.observe(started, now)
-	return nil
-}
-
-// reapAll reaps every fenced schema River has used with this client through
-// the pool, whoever holds the reaper locks (tests).
-func (r *leaseReaper) reapAll(ctx context.Context) (int, error) {
+// eachFencedSchema calls reap for every fenced schema River has used with
+// this client, until one fails, and returns the jobs they reaped.
+func (r *leaseReaper) eachFencedSchema(ctx context.Context, reap func(schema string) (int, error)) (int, error) {
 	total := 0
 	for _, schema := range r.pilot.knownSchemas() {
 		fenced, err := r.pilot.fencedPool(ctx, schema)
@@ -201,13 +151,34 @@ func (r *leaseReaper) reapAll(ctx context.Context) (int, error) {
 		if !fenced {
 			continue
 		}
-		n, err := r.reapSchema(ctx, r.driver.pool, schema)
+		n, err := reap(schema)
 		total += n
 		if err != nil {
 			return total, err
 		}
 	}
 	return total, nil
+}
+
+// watchRestarts reads the server's epoch for the restart watch, through q,
+// in every fenced process, reaping or not: River's rescuer may run in a
+// process that does not reap (River's leader is elected apart), and it takes
+// its grace after a restart from this process's watch (Pilot.JobGetStuck).
+func (r *leaseReaper) watchRestarts(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) error {
+	var started, now time.Time
+	if err := q.QueryRow(ctx, "SELECT "+serverEpochSQL+", now()").Scan(&started, &now); err != nil {
+		return fmt.Errorf("reading the server's epoch: %w", err)
+	}
+	r.restart.observe(started, now)
+	return nil
+}
+
+// reapAll reaps every fenced schema River has used with this client through
+// the pool, whoever holds the reaper locks (tests).
+func (r *leaseReaper) reapAll(ctx context.Context) (int, error) {
+	return r.eachFencedSchema(ctx, func(schema string) (int, error) { return r.reapSchema(ctx, r.driver.pool, schema) })
 }
 
 // txBeginner is what pgx pools and connections offer for transactions.
@@ -235,71 +206,20 @@ type reapedJob struct {
 }
 
 func (r *leaseReaper) reap(ctx context.Context, db txBeginner, schema string) (int, error) {
-	table := tableName(schema, "river_job")
-	stateType := tableName(schema, "river_job_state")
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	// On the connection that reaps: a pool in front of several servers
-	// could answer a statement of its own from another one.
-	var started, now time.Time
-	if err := tx.QueryRow(ctx, "SELECT "+serverEpochSQL+", now()").Scan(&started, &now); err != nil {
-		return 0, fmt.Errorf("reaping expired leases in schema %q: reading the server's epoch: %w", schema, err)
-	}
-	r.restart.observe(started, now)
-	from, seen := r.restart.args()
-	rows, err := tx.Query(ctx, `
-WITH expired AS (
-    SELECT id FROM `+table+`
-    WHERE state = 'running'
-        AND lease_expires_at IS NOT NULL
-        AND greatest(lease_expires_at, `+restartGraceSQL("$1", "$3", "$4")+`) < now()
-    ORDER BY id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-),
-decided AS (
-    SELECT j.id,
-        CASE WHEN j.metadata ? 'cancel_attempted_at' THEN 'cancelled'
-             WHEN j.attempt >= j.max_attempts THEN 'discarded'
-             ELSE 'available' END AS new_state
-    FROM `+table+` j JOIN expired e ON e.id = j.id
-)
-UPDATE `+table+` j
-SET state = d.new_state::`+stateType+`,
-    finalized_at = CASE WHEN d.new_state = 'available' THEN NULL ELSE now() END,
-    scheduled_at = CASE WHEN d.new_state = 'available' THEN now() ELSE j.scheduled_at END,
-    errors = array_append(j.errors, jsonb_build_object(
-        'at', now(),
-        'attempt', j.attempt,
-        'error', format('fencing: lease of attempt %s expired at %s without renewal; the job was recovered', j.attempt, j.lease_expires_at),
-        'trace', ''))
-FROM decided d
-WHERE j.id = d.id
-RETURNING j.attempt, j.id, j.queue, j.state::text`, r.driver.config.LeaseTTL, reapBatchMax, from, seen)
-	if err != nil {
-		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
-	}
-	reaped, err := pgx.CollectRows(rows, pgx.RowToStructByPos[reapedJob])
-	if err != nil {
-		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
-	}
-	if hook := r.driver.config.OnFinalized; hook != nil {
-		var finalized []int64
-		for _, job := range reaped {
-			if job.State != "available" {
-				finalized = append(finalized, job.ID)
-			}
+	reaped, err := r.driver.recoverJobs(ctx, db, schema, "reaped jobs", func(tx pgx.Tx) (pgx.Rows, error) {
+		// On the connection that reaps: a pool in front of several servers
+		// could answer a statement of its own from another one.
+		if err := r.watchRestarts(ctx, tx); err != nil {
+			return nil, err
 		}
-		if len(finalized) > 0 {
-			if err := hook(ctx, tx, schema, finalized); err != nil {
-				return 0, fmt.Errorf("fencing: OnFinalized for reaped jobs %v: %w", finalized, err)
-			}
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
+		from, seen := r.restart.args()
+		return tx.Query(ctx, recoverJobsSQL(schema, `j.state = 'running'
+        AND j.lease_expires_at IS NOT NULL
+        AND greatest(j.lease_expires_at, `+restartGraceSQL("$1", "$3", "$4")+`) < now()`,
+			"format('fencing: lease of attempt %s expired at %s without renewal; the job was recovered', j.attempt, j.lease_expires_at)"),
+			r.driver.config.LeaseTTL, reapBatchMax, from, seen)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("reaping expired leases in schema %q: %w", schema, err)
 	}
 	for _, job := range reaped {
@@ -308,6 +228,69 @@ RETURNING j.attempt, j.id, j.queue, j.state::text`, r.driver.config.LeaseTTL, re
 			slog.Int64("job_id", job.ID), slog.Int("attempt", job.Attempt), slog.String("state", job.State))
 	}
 	return len(reaped), r.driver.notifyRecovered(ctx, schema, reaped)
+}
+
+// recoverJobsSQL takes running jobs of river_job j in schema that match
+// where (at most $2, skipping locked ones) out of running, as the lease
+// reaper recovers them: to available at once, discarded past their max
+// attempts, cancelled if a cancel was requested, each with an error entry
+// (errorMessage, an expression over j).
+func recoverJobsSQL(schema, where, errorMessage string) string {
+	table := tableName(schema, "river_job")
+	return `
+WITH recovered AS (
+    SELECT j.id, ` + recoveredStateSQL + ` AS new_state
+    FROM ` + table + ` j
+    WHERE ` + where + `
+    ORDER BY j.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + table + ` j
+SET state = r.new_state::` + tableName(schema, "river_job_state") + `,
+    finalized_at = CASE WHEN r.new_state = 'available' THEN NULL ELSE now() END,
+    scheduled_at = CASE WHEN r.new_state = 'available' THEN now() ELSE j.scheduled_at END,
+    errors = array_append(j.errors, jsonb_build_object('at', now(), 'attempt', j.attempt, 'error', ` + errorMessage + `, 'trace', ''))
+FROM recovered r
+WHERE j.id = r.id
+RETURNING j.attempt, j.id, j.queue, j.state::text`
+}
+
+// recoveredStateSQL is the state a recovered job of river_job j takes.
+const recoveredStateSQL = `CASE WHEN j.metadata ? 'cancel_attempted_at' THEN 'cancelled'
+             WHEN j.attempt >= j.max_attempts THEN 'discarded'
+             ELSE 'available' END`
+
+// recoverJobs runs a recoverJobsSQL statement (query) in a transaction of
+// db, with OnFinalized (naming the jobs what) for the jobs it ends, and
+// returns the jobs it recovered.
+func (d *Driver) recoverJobs(ctx context.Context, db txBeginner, schema, what string, query func(pgx.Tx) (pgx.Rows, error)) ([]reapedJob, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := query(tx)
+	if err != nil {
+		return nil, err
+	}
+	recovered, err := pgx.CollectRows(rows, pgx.RowToStructByPos[reapedJob])
+	if err != nil {
+		return nil, err
+	}
+	var finalized []int64
+	for _, job := range recovered {
+		if job.State != "available" {
+			finalized = append(finalized, job.ID)
+		}
+	}
+	if err := d.onFinalized(ctx, tx, schema, finalized, what); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return recovered, nil
 }
 
 // notifyRecovered wakes the fetchers of the queues where recovered jobs

@@ -171,62 +171,14 @@ WHERE j.state = 'running' AND j.lease_expires_at IS NULL
 const unleasedWhereSQL = `j.state = 'running' AND j.lease_expires_at IS NULL
     AND coalesce(j.attempted_at, j.scheduled_at) < now() - $1::interval`
 
-// recoveredStateSQL is the state a recovered job of river_job j takes, as
-// the lease reaper decides it.
-const recoveredStateSQL = `CASE WHEN j.metadata ? 'cancel_attempted_at' THEN 'cancelled'
-             WHEN j.attempt >= j.max_attempts THEN 'discarded'
-             ELSE 'available' END`
-
 // recoverUnleasedBatch recovers up to reapBatchMax jobs in one transaction.
 func (d *Driver) recoverUnleasedBatch(ctx context.Context, opts *RecoverUnleasedOpts) ([]reapedJob, error) {
-	table := tableName(opts.Schema, "river_job")
-	tx, err := d.pool.Begin(ctx)
+	recovered, err := d.recoverJobs(ctx, d.pool, opts.Schema, "recovered jobs", func(tx pgx.Tx) (pgx.Rows, error) {
+		return tx.Query(ctx, recoverJobsSQL(opts.Schema, unleasedWhereSQL,
+			"format('fencing: attempt %s, started at %s by a process without fencing, was recovered by an operator (RecoverUnleased)', j.attempt, j.attempted_at)"),
+			opts.OlderThan, reapBatchMax)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("recovering unleased jobs in schema %q: %w", opts.Schema, err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := tx.Query(ctx, `
-WITH unleased AS (
-    SELECT j.id, `+recoveredStateSQL+` AS new_state
-    FROM `+table+` j
-    WHERE `+unleasedWhereSQL+`
-    ORDER BY j.id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE `+table+` j
-SET state = u.new_state::`+tableName(opts.Schema, "river_job_state")+`,
-    finalized_at = CASE WHEN u.new_state = 'available' THEN NULL ELSE now() END,
-    scheduled_at = CASE WHEN u.new_state = 'available' THEN now() ELSE j.scheduled_at END,
-    errors = array_append(j.errors, jsonb_build_object(
-        'at', now(),
-        'attempt', j.attempt,
-        'error', format('fencing: attempt %s, started at %s by a process without fencing, was recovered by an operator (RecoverUnleased)', j.attempt, j.attempted_at),
-        'trace', ''))
-FROM unleased u
-WHERE j.id = u.id
-RETURNING j.attempt, j.id, j.queue, j.state::text`, opts.OlderThan, reapBatchMax)
-	if err != nil {
-		return nil, fmt.Errorf("recovering unleased jobs in schema %q: %w", opts.Schema, err)
-	}
-	recovered, err := pgx.CollectRows(rows, pgx.RowToStructByPos[reapedJob])
-	if err != nil {
-		return nil, fmt.Errorf("recovering unleased jobs in schema %q: %w", opts.Schema, err)
-	}
-	if hook := d.config.OnFinalized; hook != nil {
-		var finalized []int64
-		for _, job := range recovered {
-			if job.State != "available" {
-				finalized = append(finalized, job.ID)
-			}
-		}
-		if len(finalized) > 0 {
-			if err := hook(ctx, tx, opts.Schema, finalized); err != nil {
-				return nil, fmt.Errorf("fencing: OnFinalized for recovered jobs %v: %w", finalized, err)
-			}
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("recovering unleased jobs in schema %q: %w", opts.Schema, err)
 	}
 	for _, job := range recovered {
