@@ -47,44 +47,24 @@
 // *NoLeaseError (ErrNoLease).
 //
 // Leases use database time only. Each process renews the leases of its
-// attempts in one batched statement per HeartbeatInterval (SKIP LOCKED, CAS on
-// the token), on a connection of its own so that renewals never wait behind
-// attempts that hold the pool's connections. It is opened from the pool's
-// connection config with its BeforeConnect, AfterConnect and BeforeClose
-// hooks (not PrepareConn), replaced when it breaks or outlives the pool's
-// MaxConnLifetime, and while none can be opened renewals go through the pool.
-// An attempt's lease is renewed until River's completer has written its
-// outcome, not only while its work runs: a write that fails (Postgres
-// restarting) is retried by the completer, and the job is not recovered from
-// under it meanwhile (for at most max(1 min, 2 × LeaseTTL) after the work
-// returned).
-// Each Driver whose River client runs uses one connection more than its
-// pool's. When a renewal is refused the attempt's context is cancelled with
-// cause ErrLeaseLost. A lease reaper returns jobs whose lease expired to
-// available at once (discarded past max attempts), with an error entry
-// saying so, and wakes fetchers. It runs in one fenced process per schema,
-// whichever process leads River (a plain riverpgxv5 process may, during a
-// rollout): the fenced processes hold an election of their own, a
-// session-level advisory lock per schema that a process keeps on a
-// connection it takes out of its pool (one connection more in that
-// process), and lose when their session ends (the process dies, or the
-// session stays idle for three ReaperIntervals, 10 s at least; clients with
-// River's LeaderElectionDisabled take no part). A job whose worker died or was
-// partitioned runs again within LeaseTTL + ReaperInterval + the fetch poll
-// interval (+ the reaper's failover if its process died), while a job that keeps
-// heartbeating within its River deadline is never recovered, however long it
-// runs (F4). River's own rescuer is made lease-aware (the Pilot implements
-// River's PilotJobRescuer): it never takes a job whose lease is alive. After
-// a Postgres restart every lease lasts at least LeaseTTL past the restart:
-// past the reaper's first pass on the restarted server when this driver's
-// reaper saw the server before it (crash recovery runs after the server's
-// start time, and workers cannot renew until it is over), else past the
-// server's start time; River's rescuer takes no fenced job on a restart the
-// reaper has not seen yet. On Postgres 15 and later, a crash reset that
-// keeps the postmaster (a server process killed, with restart_after_crash
-// on) counts as a restart: it shows as the reset time of the server's
-// cumulative statistics, so an administrator's reset of those statistics
-// also gives leases one grace period. On Postgres 14 it gets no grace.
+// attempts in one batched statement per HeartbeatInterval, on a connection
+// of its own outside the pool (so each running Driver uses one connection
+// more than its pool's), until River's completer has written the attempt's
+// outcome (for at most max(1 min, 2 × LeaseTTL) after the work returned).
+// When a renewal is refused the attempt's context is cancelled with cause
+// ErrLeaseLost. A lease reaper returns jobs whose lease expired to available
+// at once (discarded past max attempts), with an error entry saying so, and
+// wakes fetchers. It runs in one fenced process per schema, elected among
+// the fenced processes by a session advisory lock (one connection more in
+// the process that holds it; clients with River's LeaderElectionDisabled
+// take no part). A job whose worker died or was partitioned runs again
+// within LeaseTTL + ReaperInterval + the fetch poll interval (+ the reaper's
+// failover if its process died), while a job that keeps heartbeating within
+// its River deadline is never recovered, however long it runs (F4). River's
+// own rescuer never takes a job whose lease is alive. After a Postgres
+// restart, or on Postgres 15 and later a crash reset, every lease lasts at
+// least LeaseTTL past it. docs/ARCHITECTURE.md and docs/operations.md give
+// the details.
 //
 // # Upgrading a River client
 //

@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"slices"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,7 +37,6 @@ type Driver struct {
 	pilot     *pilot
 	plugin    *Plugin
 	pool      *pgxpool.Pool
-	timeouts  atomic.Pointer[cachedTimeouts]
 }
 
 // NewDriver returns a fencing driver over pool. A nil config means defaults.

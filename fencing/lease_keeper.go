@@ -42,12 +42,9 @@ type leaseKeeper struct {
 	// RenewNow in tests).
 	connMu sync.Mutex
 
-	// conn is the keeper's own connection while the keeper runs: opened
-	// like one of the pool's (its config and connect hooks) but outside
-	// it, so renewals never wait behind work for the pool's connections.
-	// A pool taken up by attempts that hold their connections (a slow
-	// transaction each, say) otherwise starved the renewals and every
-	// lease expired under work that was still running. Nil until first
+	// conn is the keeper's own connection while the keeper runs, opened
+	// like the pool's but outside it, so that renewals never wait behind
+	// work for the pool's connections (decision 0006). Nil until first
 	// needed, and again after it broke.
 	conn *pgx.Conn
 
@@ -193,14 +190,9 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return
 			}
-			// A failed renewal (the server restarting, the network) is
-			// tried again after an eighth of the interval, so that renewals
-			// resume soon after the server does (the grace after a restart
-			// is one LeaseTTL); further failures in a row back off (a
-			// quarter, a half, then the interval), so a lasting failure
-			// costs no more statements than renewals do. The first failure
-			// of a run of them is logged, then one per interval, and the
-			// first renewal after them.
+			// A failed renewal is tried again soon, backing off to the
+			// interval; a run of failures is logged once per interval
+			// (decision 0007).
 			next := interval
 			if err != nil {
 				failures++
@@ -362,22 +354,10 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 }
 
 // withConn runs fn on the keeper's own connection, or on the pool while it
-// has none. A connection that broke (a Postgres restart, a network cut) or
-// answered with an error that says it should not be used again is dropped,
-// and fn tried once more, so that a restart costs no interval of renewals;
-// a renewal run twice only renews twice. A connection is also replaced once
-// it is older than the pool's MaxConnLifetime.
-//
-// Connecting happens apart from renewals (keeperDial): without a connection
-// fn waits for the one being opened until a quarter of LeaseTTL after it
-// began, then runs on the pool, as it would without one, while the connection is opened
-// for the next renewal. Right after a Postgres restart every process of the
-// fleet reconnects at once and a connection can take longer than a renewal
-// may wait, and a renewal that spent its budget connecting had none left
-// for the pool (all the leases it carried expired). When connecting fails
-// (the server's max_connections reached, a failing BeforeConnect), the next
-// try waits keeperReconnectPause, or a HeartbeatInterval when that is
-// shorter. The caller holds connMu.
+// has none (decision 0006). A connection that broke or answered with an
+// error about the session (connUnfit) is dropped and fn tried once more; a
+// renewal run twice only renews twice. A connection older than the pool's
+// MaxConnLifetime is replaced. The caller holds connMu.
 func (k *leaseKeeper) withConn(ctx context.Context, fn func(querier) error) error {
 	if !k.running.Load() {
 		return fn(k.driver.pool)

@@ -1,7 +1,6 @@
 package fencing
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -174,17 +173,11 @@ func (p *pilot) querier(exec riverdriver.Executor) querier {
 	return nil
 }
 
-type poolRower struct{ driver *Driver }
-
-func (r poolRower) QueryRow(ctx context.Context, sql string, args ...any) riverdriver.Row {
-	return r.driver.pool.QueryRow(ctx, sql, args...)
-}
-
 func (p *pilot) fencedPool(ctx context.Context, schema string) (bool, error) {
 	if p.driver.pool == nil {
 		return false, errNoPool
 	}
-	return p.isFenced(ctx, poolRower{p.driver}, schema)
+	return p.isFenced(ctx, p.driver.Driver.GetExecutor(), schema)
 }
 
 // Fenced reports whether fencing is active for schema ("" for the
@@ -298,24 +291,10 @@ func (p *pilot) forgetFetched(jobIDs []int64, proofs []*proof) {
 	}
 }
 
-// proofOnlyPrefix is how River encodes metadata updates that hold only a
-// proof (encoding/json sorts keys; the proof string needs no escaping).
-const proofOnlyPrefix = `{"` + proofKey + `":"`
-
 // extractProof takes the attempt's proof out of its metadata updates.
 func extractProof(updates []byte, doMerge bool) (*proof, []byte, bool, error) {
 	if !doMerge || len(updates) == 0 {
 		return nil, updates, doMerge, nil
-	}
-	// Fast path: the proof is the only update (a no-op job's case).
-	if rest, ok := bytes.CutPrefix(updates, []byte(proofOnlyPrefix)); ok {
-		if encoded, ok := bytes.CutSuffix(rest, []byte(`"}`)); ok && !bytes.ContainsAny(encoded, `"\`) {
-			pr, err := decodeProof(string(encoded))
-			if err != nil {
-				return nil, nil, false, err
-			}
-			return pr, nil, false, nil
-		}
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(updates, &m); err != nil {
@@ -927,18 +906,14 @@ func (p *pilot) JobRescueMany(ctx context.Context, exec riverdriver.Executor, pa
 			return nil, err
 		}
 	}
-	if hook := p.driver.config.OnFinalized; hook != nil {
-		var finalized []int64
-		for i, id := range filtered.ID {
-			if isFinalState(rivertype.JobState(filtered.State[i])) {
-				finalized = append(finalized, id)
-			}
+	var finalized []int64
+	for i, id := range filtered.ID {
+		if isFinalState(rivertype.JobState(filtered.State[i])) {
+			finalized = append(finalized, id)
 		}
-		if len(finalized) > 0 {
-			if err := hook(ctx, p.driver.UnwrapTx(tx), params.Schema, finalized); err != nil {
-				return nil, fmt.Errorf("fencing: OnFinalized for rescued jobs %v: %w", finalized, err)
-			}
-		}
+	}
+	if err := p.driver.onFinalized(ctx, p.driver.UnwrapTx(tx), params.Schema, finalized, "rescued jobs"); err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err

@@ -65,7 +65,7 @@ func (p *Plugin) newAttempt(ctx context.Context, job *rivertype.JobRow) *attempt
 	// Until the work context shows the real deadline (LeaseFromContext,
 	// Heartbeat), assume the client's JobTimeout as River's executor does
 	// for a worker that does not override Timeout.
-	if timeout, stuck, ok := d.clientTimeoutsCached(client); ok {
+	if timeout, stuck, ok := clientTimeouts(client); ok {
 		st.stuckAfter = stuck
 		if timeout > 0 {
 			until := st.attemptedAt.Add(timeout + stuck)
@@ -106,21 +106,4 @@ func clientTimeouts(client *river.Client[pgx.Tx]) (timeout, stuck time.Duration,
 		stuck = river.JobStuckThresholdDefault
 	}
 	return timeout, stuck, true
-}
-
-// clientTimeoutsCached is clientTimeouts, computed once per client.
-func (d *Driver) clientTimeoutsCached(client *river.Client[pgx.Tx]) (time.Duration, time.Duration, bool) {
-	if cached := d.timeouts.Load(); cached != nil && cached.client == client {
-		return cached.timeout, cached.stuck, cached.ok
-	}
-	timeout, stuck, ok := clientTimeouts(client)
-	d.timeouts.Store(&cachedTimeouts{client: client, ok: ok, stuck: stuck, timeout: timeout})
-	return timeout, stuck, ok
-}
-
-type cachedTimeouts struct {
-	client  *river.Client[pgx.Tx]
-	ok      bool
-	stuck   time.Duration
-	timeout time.Duration
 }
