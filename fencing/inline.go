@@ -182,46 +182,41 @@ func setStateInlineSQL(schema string, single bool) string {
 var setStateSingleCache sync.Map
 
 func buildSetStateInlineSQL(schema string) string {
-	return buildSetStateSQL(schema, "= ANY($1::bigint[])", `
-    -- As River's: unnest in the select list, which is cheaper than in FROM.
-    -- A write without a proof has an empty token and attempt 0 (no attempt
-    -- is 0 while running): NULLs, which prove nothing.
-    SELECT
-        unnest($1::bigint[]) AS id,
-        unnest($2::boolean[]) AS attempt_do_update,
-        unnest($3::int[]) AS new_attempt,
-        unnest($4::boolean[]) AS errors_do_update,
-        unnest($5::jsonb[]) AS new_error,
-        unnest($6::boolean[]) AS finalized_at_do_update,
-        unnest($7::timestamptz[]) AS new_finalized_at,
-        unnest($8::boolean[]) AS metadata_do_merge,
-        unnest($9::jsonb[]) AS metadata_updates,
-        unnest($10::boolean[]) AS scheduled_at_do_update,
-        unnest($11::timestamptz[]) AS new_scheduled_at,
-        unnest($12::text[]) AS new_state,
-        nullif(unnest($14::text[]), '')::uuid AS proof_token,
-        nullif(unnest($15::int[]), 0) AS proof_attempt,
-        unnest($16::timestamptz[]) AS proof_attempted_at`)
+	return buildSetStateSQL(schema, "= ANY($1::bigint[])", setStateInput(true))
 }
 
 func buildSetStateSingleSQL(schema string) string {
-	return buildSetStateSQL(schema, "= $1::bigint", `
-    SELECT
-        $1::bigint AS id,
-        $2::boolean AS attempt_do_update,
-        $3::int AS new_attempt,
-        $4::boolean AS errors_do_update,
-        $5::jsonb AS new_error,
-        $6::boolean AS finalized_at_do_update,
-        $7::timestamptz AS new_finalized_at,
-        $8::boolean AS metadata_do_merge,
-        $9::jsonb AS metadata_updates,
-        $10::boolean AS scheduled_at_do_update,
-        $11::timestamptz AS new_scheduled_at,
-        $12::text AS new_state,
-        nullif($14::text, '')::uuid AS proof_token,
-        nullif($15::int, 0) AS proof_attempt,
-        $16::timestamptz AS proof_attempted_at`)
+	return buildSetStateSQL(schema, "= $1::bigint", setStateInput(false))
+}
+
+// setStateColumns are the columns of setStateInlineSQL's writes from its
+// parameters $1 to $12, with their types.
+var setStateColumns = [...]struct{ name, typ string }{
+	{"id", "bigint"}, {"attempt_do_update", "boolean"}, {"new_attempt", "int"}, {"errors_do_update", "boolean"},
+	{"new_error", "jsonb"}, {"finalized_at_do_update", "boolean"}, {"new_finalized_at", "timestamptz"},
+	{"metadata_do_merge", "boolean"}, {"metadata_updates", "jsonb"}, {"scheduled_at_do_update", "boolean"},
+	{"new_scheduled_at", "timestamptz"}, {"new_state", "text"},
+}
+
+// setStateInput is the select of setStateInlineSQL's writes, one row per
+// write: from arrays, unnested in the select list as River's statement does
+// (cheaper than in FROM), or from scalars. A write without a proof has an
+// empty token and attempt 0 (no attempt is 0 while running): NULLs, which
+// prove nothing.
+func setStateInput(arrays bool) string {
+	param := func(n int, typ string) string {
+		if arrays {
+			return fmt.Sprintf("unnest($%d::%s[])", n, typ)
+		}
+		return fmt.Sprintf("$%d::%s", n, typ)
+	}
+	columns := make([]string, 0, len(setStateColumns)+3)
+	for i, c := range setStateColumns {
+		columns = append(columns, param(i+1, c.typ)+" AS "+c.name)
+	}
+	columns = append(columns, "nullif("+param(14, "text")+", '')::uuid AS proof_token",
+		"nullif("+param(15, "int")+", 0) AS proof_attempt", param(16, "timestamptz")+" AS proof_attempted_at")
+	return "\n    SELECT\n        " + strings.Join(columns, ",\n        ")
 }
 
 // buildSetStateSQL is setStateInlineSQL with jobInput, the select of the
