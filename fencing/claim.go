@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 
@@ -43,13 +43,9 @@ func (d claimer) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *fencing
 }
 
 // QueueClaims queues one statement for claims with reserved IDs in one
-// schema, else one per claim. Each insert gives its row the lease (a token
-// minted here, an expiry of the TTL). As a backstop, a row left without a
-// lease all the same (by a trigger of someone else's) divides by zero: the
-// statement fails in the database, so the transaction cannot commit an
-// unleased running job even when the caller ignores the error or its
-// COMMIT rides in the same batch. Without the fencing migration the lease
-// columns are missing and the insert fails outright.
+// schema, else one per claim. A row left without a lease all the same (by a
+// trigger of someone else's) divides by zero, so that the transaction cannot
+// commit an unleased running job whatever the caller does with the error.
 func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 	if len(claims) < 2 || slices.ContainsFunc(claims, func(c fencingclaim.Request) bool {
 		return c.Params.ID == 0 || c.Params.Schema != claims[0].Params.Schema
@@ -112,12 +108,8 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 // queueClaim queues the statement of one claim.
 func (d claimer) queueClaim(batch *pgx.Batch, c fencingclaim.Request) {
 	p := c.Params
-	sql, values := claimSQL(p.Schema), []any{d.leaseTTLSetting()}
-	if p.ID != 0 {
-		sql, values = claimWithIDSQL(p.Schema), append(values, p.ID)
-	}
-	values = append(values, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts, claimMetadata(p), max(p.Priority, 1), p.Queue, mintLeaseToken())
-	batch.Queue(sql, values...).QueryRow(func(r pgx.Row) error {
+	batch.Queue(claimSQL(p.Schema), d.leaseTTLSetting(), p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts, claimMetadata(p),
+		max(p.Priority, 1), p.Queue, mintLeaseTokens(1)[0]).QueryRow(func(r pgx.Row) error {
 		var row claimRow
 		err := r.Scan(row.targets()...)
 		return claimed(c, row, err)
@@ -333,9 +325,7 @@ func (d claimer) QueueCompletions(batch *pgx.Batch, completions []*fencingclaim.
 // completeClaimedManySQL is completeClaimedSQL for many jobs: arrays of
 // job ($1), token ($2), attempt ($3), finalized_at ($4) and metadata to
 // merge ($5, NULL for none), and their count ($6), which the statement
-// must complete or divide by zero. The jobs are taken by key (id = ANY)
-// before the join with the arrays, so that no plan scans river_job, and the
-// state test is one no index serves, so that none reads the running jobs.
+// must complete or divide by zero.
 func completeClaimedManySQL(schema string) string {
 	return cachedSQL(&completeClaimedManyCache, schema, buildCompleteClaimedManySQL)
 }
@@ -358,10 +348,7 @@ updated AS (
         lease_token = NULL,
         lease_expires_at = NULL
     FROM v
-    -- (j.state = 'running') IS TRUE, not j.state = 'running': Postgres cannot
-    -- take rows through an index on that, so no plan reads every running job
-    -- through river_job's fetching index (state first) and filters them by
-    -- ID, as a generic plan made while few jobs ran would.
+    -- IS TRUE: no index serves it (decision 0004).
     WHERE j.id = ANY($1) AND j.id = v.id AND (j.state = 'running') IS TRUE AND j.lease_token = v.token::uuid AND j.attempt = v.attempt
     RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token
 ),
@@ -369,39 +356,30 @@ updated AS (
 SELECT 1 / (count(*) = $6)::int FROM updated`
 }
 
-// claimSQL is a claim's insert (QueueClaims): $1 the lease's TTL, then the job's args,
-// claimer, kind, max attempts, metadata, priority and queue ($2-$8), and its
-// lease token ($9). claimWithIDSQL is the same for a job whose ID the caller
-// reserved: the ID is $2, and the rest follow it ($3-$10).
+// claimSQL is a claim's insert (QueueClaims): $1 the lease's TTL, $2 the
+// job's ID (0: the next of river_job's ID sequence, which also sets the
+// session's currval), then the job's args, claimer, kind, max attempts,
+// metadata, priority and queue ($3-$9), and its lease token ($10). The
+// insert gives the job its lease itself; the insert trigger leaves such a
+// row alone.
 func claimSQL(schema string) string {
-	return cachedSQL(&claimCache, schema, func(schema string) string { return buildClaimSQL(schema, false) })
+	return cachedSQL(&claimCache, schema, func(schema string) string {
+		table := tableName(schema, "river_job")
+		return "WITH claimed AS (INSERT INTO " + table +
+			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token," +
+			"   lease_expires_at, scheduled_at, state, tags)" +
+			"  VALUES (coalesce(nullif($2::bigint, 0), nextval(pg_get_serial_sequence('" + strings.ReplaceAll(table, "'", "''") + "', 'id')))," +
+			"   $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9, $10::uuid, now() + $1::interval, now(), 'running', '{}')" +
+			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
+			" SELECT id, attempted_at, created_at, token, lease_expires_at," +
+			"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
+	})
 }
 
-func claimWithIDSQL(schema string) string {
-	return cachedSQL(&claimWithIDCache, schema, func(schema string) string { return buildClaimSQL(schema, true) })
-}
+var claimCache, claimManyCache sync.Map
 
-var claimCache, claimWithIDCache, claimManyCache sync.Map
-
-// buildClaimSQL builds claimSQL, or claimWithIDSQL when withID. The insert
-// gives the job its lease itself: the token the claimer minted and an
-// expiry of the TTL from now; the insert trigger leaves such a row alone.
-func buildClaimSQL(schema string, withID bool) string {
-	columns, values := "", "$2, 1, now(), ARRAY[$3::text], $4, $5, $6, $7, $8, $9::uuid"
-	if withID {
-		columns, values = "id, ", "$2, $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9, $10::uuid"
-	}
-	return "WITH claimed AS (INSERT INTO " + tableName(schema, "river_job") +
-		"  (" + columns + "args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token," +
-		"   lease_expires_at, scheduled_at, state, tags)" +
-		"  VALUES (" + values + ", now() + $1::interval, now(), 'running', '{}')" +
-		"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
-		" SELECT id, attempted_at, created_at, token, lease_expires_at," +
-		"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
-}
-
-// claimManySQL is claimWithIDSQL for many jobs, over arrays. Its rows are
-// claimWithIDSQL's, one per job.
+// claimManySQL is claimSQL for many jobs with reserved IDs, over arrays. Its
+// rows are claimSQL's, one per job.
 func claimManySQL(schema string) string {
 	return cachedSQL(&claimManyCache, schema, func(schema string) string {
 		return "WITH claimed AS (INSERT INTO " + tableName(schema, "river_job") +
@@ -431,16 +409,9 @@ func cancelledInstead(wanted rivertype.JobState, row *rivertype.JobRow) bool {
 
 // completeClaimedSQL completes one claimed job ($1) whose running attempt
 // holds the lease token $2 with attempt $3: River's completion (finalized_at
-// $4, metadata merged with $5 unless NULL, state completed), the lease
-// revoked and the attempt logged, as setStateInlineSQL does for a write with
-// a token, and the lease trigger then skips (its WHEN). It is the
-// single-job shape of that statement: Postgres plans it once per connection
-// (a generic plan), where the many-job statement, built on unnest, is
-// planned again on every call. The proof is checked in the UPDATE's WHERE,
-// which Postgres re-checks on the row's latest version when a concurrent
-// writer held it. A refused write divides by zero, which aborts the
-// transaction (the count is of the statement's own rows, so no plan can fold
-// it into a constant).
+// $4, metadata merged with $5 unless NULL), the lease revoked and the
+// attempt logged, as setStateInlineSQL does for a write with a token. A
+// refused write divides by zero, which aborts the transaction.
 func completeClaimedSQL(schema string) string {
 	return cachedSQL(&completeClaimedCache, schema, buildCompleteClaimedSQL)
 }
@@ -482,6 +453,5 @@ func loggedCompletionSQL(schema string) string {
 // fails, so that the database aborts the transaction whatever the caller
 // does with the error.
 func refusedInStatement(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero
+	return sqlState(err) == pgerrcode.DivisionByZero
 }

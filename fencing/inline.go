@@ -14,19 +14,10 @@ import (
 )
 
 // With the fencing migration installed, the Pilot's fetch and its state
-// writes each take one statement that does the lease work inline, instead of
-// River's statement plus extra statements in a transaction around it:
-//
-//   - the fetch mints each job's token and sets its lease expiry in the
-//     UPDATE that moves it to running, and returns them with the row;
-//   - a state write applies River's update to the writes whose proof holds
-//     their job (checked in the UPDATE's WHERE), revokes their leases and
-//     logs their attempts, all in one statement.
-//
-// The lease trigger sees that the statement did its work (its WHEN clause) and does not run. The SQL is River v0.51.2's (riverpgxv5's
-// JobGetAvailable and JobSetStateIfRunningMany, whose results River's
-// completer and producer rely on), with the lease columns added; the
-// conformance tests run it against River's own statements.
+// writes each take one statement that also does the lease work (decision
+// 0002). The SQL is River v0.51.2's (riverpgxv5's JobGetAvailable and
+// JobSetStateIfRunningMany) with the lease columns added; the conformance
+// tests run it against River's own statements.
 
 // jobColumnNames are the river_job columns River's driver reads into a
 // JobRow, in its order (scannedJob.dest scans them in this order).
@@ -60,18 +51,11 @@ func cachedSQL(cache *sync.Map, schema string, build func(string) string) string
 // an attempt without a token, attempt and attemptedAt) is the running
 // attempt's, proofRepeatsSQL when the attempt that completed the job writes
 // again, whatever state it asks for. A proof whose token and attempt
-// disagree holds nothing (fail closed). A write without any proof (no
-// token, no attempt: made outside a fenced attempt, as under
-// rivertest.WorkContext) holds a running job that no fenced attempt leases
-// (no lease expiry), as River's write would, and nothing else. Both
-// state-write paths judge with these (judge through verdictSQL,
-// setStateInlineSQL in its UPDATE's WHERE, where Postgres re-checks them on
-// the row's latest version), so they cannot judge differently.
-//
-// Each is one CASE, which the planner cannot take apart: a state test of its
-// own would let it scan every running job (river_job_prioritized_fetching_index)
-// for a batch of a few, where River's statement takes each job by its
-// primary key.
+// disagree holds nothing (fail closed). A write without any proof holds a
+// running job that no fenced attempt leases, as River's write would, and
+// nothing else. Both state-write paths judge with these, so they cannot
+// judge differently. Each is one CASE, which the planner cannot take apart
+// into a state test that scans every running job (decision 0004).
 func proofHoldsSQL(row, token, attempt, attemptedAt string) string {
 	return `CASE WHEN ` + row + `.state <> 'running' THEN false
             WHEN ` + token + ` IS NOT NULL THEN ` + row + `.lease_token = ` + token + ` AND ` + row + `.attempt = ` + attempt + `
@@ -98,14 +82,9 @@ func verdictSQL(row, token, attempt, attemptedAt string) string {
 
 // fetchInlineSQL is River's JobGetAvailable that also gives every job it
 // moves to running a lease token, the next of the fresh tokens in $8 (one
-// per job it may lock: mintLeaseTokens), and its lease expiry ($7).
-//
-// The tokens come from the fetching process, not from gen_random_uuid():
-// Postgres draws that from OpenSSL's RAND_bytes, the dearest part of a
-// fenced fetch beside River's (docs/decisions/0005-lease-tokens-from-process.md);
-// numbering the locked rows costs a CTE scan. A fetch
-// that locks more jobs than it brought tokens for (mintedTokensMax) has
-// Postgres mint the rest.
+// per job it may lock: mintLeaseTokens, decision 0005), and its lease expiry
+// ($7). A fetch that locks more jobs than it brought tokens for
+// (mintedTokensMax) has Postgres mint the rest.
 func fetchInlineSQL(schema string) string {
 	return cachedSQL(&fetchInlineCache, schema, buildFetchInlineSQL)
 }
@@ -154,24 +133,15 @@ RETURNING ` + qualifiedColumns("river_job") + `, river_job.lease_token::text, ri
 }
 
 // setStateInlineSQL is the Pilot's judge and River's JobSetStateIfRunningMany
-// in one statement: River's UPDATE, applied only where the write's proof
-// holds its job (proofHoldsSQL in the WHERE: when a concurrent writer got
-// there first, Postgres re-checks it on the row's latest version, so the
-// check and the write see the same row, and the updated row stays locked to
-// the end of the transaction), that also revokes those attempts' leases and
-// logs them in the attempt log (an attempt without a token is left to the
-// trigger, which does both). It returns, for each write whose job exists,
-// its verdict and the job: as River's statement returns it for an applied
-// write or a repeat, as it is for a stale one. A write without a row is for
-// a job that does not exist. A write that was not applied is a repeat or
-// stale, never ok, whatever the row looked like when the statement began.
-//
-// A single write (one ID: a JobCompleteTx, a claimed job's write, a batch of
-// one) has a statement of its own, the same but for scalar arguments instead
-// of arrays. Postgres plans an unnest statement again on every call (its
-// custom plan, which sees the arrays' lengths, always looks cheaper than the
-// generic one), which for a write of one job costs more than running it;
-// the scalar statement gets a generic plan, made once per connection.
+// in one statement (decision 0002): River's UPDATE, applied only where the
+// write's proof holds its job (proofHoldsSQL, re-checked by Postgres on the
+// row's latest version), that also revokes those attempts' leases and logs
+// them (an attempt without a token is left to the trigger). It returns, for
+// each write whose job exists, its verdict and the job: as River's statement
+// returns it for an applied write or a repeat, as it is for a stale one. A
+// write that was not applied is a repeat or stale, never ok. A single write
+// has a statement of its own over scalars, which Postgres plans once per
+// connection (an unnest statement is planned again on every call).
 func setStateInlineSQL(schema string, single bool) string {
 	if single {
 		return cachedSQL(&setStateSingleCache, schema, buildSetStateSingleSQL)
@@ -221,14 +191,9 @@ func setStateInput(arrays bool) string {
 
 // buildSetStateSQL is setStateInlineSQL with jobInput, the select of the
 // writes (one row per write), and idsMatch, the test of a job ID against the
-// writes' ($1).
-//
-// Both joins of river_job with the writes also restrict the job by idsMatch,
-// which the join implies, so that the jobs are taken by primary key whatever
-// the plan, as River's statement takes them: a custom plan (Postgres plans
-// this statement for each call, seeing how many writes the arrays hold) may
-// otherwise hash-join a large batch against a sequential scan of all of
-// river_job, whose cost grows with the table (docs/decisions/0004).
+// writes' ($1). Both joins of river_job with the writes also restrict the
+// job by idsMatch, which the join implies, so that the jobs are taken by
+// primary key whatever the plan (decision 0004).
 func buildSetStateSQL(schema, idsMatch, jobInput string) string {
 	table := tableName(schema, "river_job")
 	stateType := tableName(schema, "river_job_state")
@@ -289,11 +254,8 @@ updated AS (
     WHERE river_job.id = v.id
         AND river_job.id ` + idsMatch + `
         AND ` + proofHoldsSQL("river_job", "v.proof_token", "v.proof_attempt", "v.proof_attempted_at") + `
-    -- The proof's attempt is the row's (the WHERE says so), attempted_at
-    -- and attempted_by are River's untouched, and lease_last_token is the
-    -- ended attempt's token (NULL for an attempt without one: the trigger
-    -- logged it). A write without a proof has no ended_attempt: the
-    -- trigger logged it too.
+    -- The ended attempt: the proof's, with its token (NULL when the
+    -- trigger logged the attempt).
     RETURNING ` + qualifiedColumns("river_job") + `,
         river_job.lease_last_token AS ended_token, v.proof_attempt AS ended_attempt, v.new_state
 ),
@@ -304,12 +266,8 @@ logged AS (
     FROM updated
     WHERE ended_token IS NOT NULL AND ended_attempt IS NOT NULL AND new_state <> 'running'
 ),
--- The writes not applied, on their jobs as they are once locked (FOR SHARE
--- waits for a writer holding a job and reads the version it committed): a
--- repeat is judged on the latest row, as judge does, and stays
--- locked against other writers until the caller commits. Filtered on the
--- input side, and restricted by idsMatch like the UPDATE, so the jobs are
--- taken by primary key whatever the batch's size.
+-- The writes not applied, judged on their jobs' latest rows (FOR SHARE),
+-- which stay locked until the caller commits.
 unapplied AS (
     SELECT ` + qualifiedColumns("j") + `, j.lease_last_token,
         v.proof_token, v.proof_attempt, v.proof_attempted_at, v.new_state

@@ -248,14 +248,9 @@ func (s *attemptState) renewalEnd(deadline time.Time) *time.Time {
 // runAttempt runs fn as attempt st: its context carries st (LeaseFromContext,
 // Heartbeat) and is cancelled with cause ErrLeaseLost when a renewal is
 // refused, and the lease keeper renews st's lease while fn runs, if it has
-// one. With awaitOutcome (River's executor runs fn, and River's completer
-// writes the outcome after it returns) the lease is renewed on until that
-// write is done (Pilot.JobSetStateIfRunningMany), or for outcomeWait at most
-// (River writes nothing when it cannot encode the attempt's metadata
-// updates; the job is then recovered outcomeWait plus LeaseTTL later):
-// a write that fails (Postgres restarting) is retried by River's completer,
-// and the job must not be recovered from under it meanwhile, which would
-// run the work again and refuse the outcome as stale.
+// one. With awaitOutcome (River's completer writes the outcome after fn
+// returns) the lease is renewed on until that write is done, or for
+// outcomeWait at most (decision 0007).
 func (d *Driver) runAttempt(ctx context.Context, st *attemptState, awaitOutcome bool, fn func(context.Context) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -352,7 +347,7 @@ func tableName(schema, table string) string {
 // thousands when few are available.
 const mintedTokensMax = 256
 
-// mintLeaseTokens returns fresh lease tokens for a fetch of up to n jobs
+// mintLeaseTokens returns fresh lease tokens for a fetch or claims of up to n jobs
 // (mintedTokensMax at most): random (version 4) UUIDs, from one read of
 // crypto/rand.
 func mintLeaseTokens(n int) pgtype.FlatArray[pgtype.UUID] {
@@ -361,21 +356,10 @@ func mintLeaseTokens(n int) pgtype.FlatArray[pgtype.UUID] {
 	_, _ = rand.Read(random) // never fails (crypto/rand crashes the program instead)
 	tokens := make(pgtype.FlatArray[pgtype.UUID], n)
 	for i := range tokens {
-		tokens[i] = leaseToken([16]byte(random[16*i:]))
+		token := [16]byte(random[16*i:])
+		token[6] = token[6]&0x0f | 0x40 // version 4
+		token[8] = token[8]&0x3f | 0x80 // RFC 9562 variant
+		tokens[i] = pgtype.UUID{Bytes: token, Valid: true}
 	}
 	return tokens
-}
-
-// mintLeaseToken returns one fresh lease token, for a claim.
-func mintLeaseToken() pgtype.UUID {
-	var random [16]byte
-	_, _ = rand.Read(random[:]) // never fails (crypto/rand crashes the program instead)
-	return leaseToken(random)
-}
-
-// leaseToken makes 16 random bytes a version 4 UUID.
-func leaseToken(random [16]byte) pgtype.UUID {
-	random[6] = random[6]&0x0f | 0x40 // version 4
-	random[8] = random[8]&0x3f | 0x80 // RFC 9562 variant
-	return pgtype.UUID{Bytes: random, Valid: true}
 }

@@ -474,12 +474,11 @@ const (
 // that concerns the session (connection exceptions, an administrator's
 // shutdown, a read-only server after a failover).
 func connUnfit(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	code := sqlState(err)
+	if code == "" {
 		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 	}
-	return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P") ||
-		pgErr.Code == pgerrcode.ReadOnlySQLTransaction
+	return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "57P") || code == pgerrcode.ReadOnlySQLTransaction
 }
 
 // connect opens a connection as the pool opens its own: a copy of its
@@ -580,7 +579,7 @@ func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details [
 		err = k.driver.pool.QueryRow(ctx, heartbeatSQL(st.schema),
 			st.jobID, token, st.attempt, st.attemptedAt, until, k.driver.config.LeaseTTL, detailsArg, end,
 		).Scan(&expires, &stored)
-		if !lockNotAvailable(err) {
+		if sqlState(err) != pgerrcode.LockNotAvailable {
 			break
 		}
 		if hook := k.onHeartbeatLocked; hook != nil {
@@ -644,11 +643,13 @@ WHERE j.id = l.id
 RETURNING j.lease_expires_at, j.lease_details::text`
 }
 
-// lockNotAvailable reports whether err is Postgres refusing to wait for a
-// row lock (NOWAIT).
-func lockNotAvailable(err error) bool {
+// sqlState returns the SQLSTATE of err, a Postgres server's error, or "".
+func sqlState(err error) string {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // renewSQL renews the leases of a batch of attempts ($1 job IDs, $2 tokens,
@@ -673,11 +674,7 @@ renewed AS (
             (x.renew_until IS NULL OR now() < x.renew_until) AND (x.lease_end IS NULL OR now() < x.lease_end) AS renew
         FROM ` + table + ` j2
         JOIN input x ON x.id = j2.id
-        -- Implied by the join; it keeps a plan for many leases from
-        -- hash-joining them against a scan of all of river_job. The state
-        -- test is one no index serves (IS TRUE), so that no plan reads all
-        -- running jobs through the fetching index instead (statistics taken
-        -- while few jobs ran make that look cheap).
+        -- By key, and a state test no index serves (decision 0004).
         WHERE j2.id = ANY($1::bigint[])
             AND (j2.state = 'running') IS TRUE
             AND j2.lease_token = x.token::uuid
@@ -694,10 +691,7 @@ renewed AS (
 -- finished: completed with this attempt's token as the last one, i.e. the
 -- attempt itself finished the job (JobCompleteTx inside Work); only the
 -- attempt holding the lease can complete a job, recovery never does.
--- A join, not EXISTS subqueries: Postgres costs a select-list EXISTS in
--- its correlated form, which with the id restriction charges the whole
--- array per input row, and for many leases that estimate passes the JIT
--- thresholds, compiling on every renewal (docs/decisions/0004).
+-- A join, not EXISTS subqueries (decision 0004).
 SELECT x.ord, r.lease_expires_at,
     r.id IS NULL AND NOT coalesce(j3.state = 'running' AND j3.lease_token = x.token::uuid, false) AS lost,
     coalesce(j3.state = 'completed' AND j3.lease_last_token = x.token::uuid, false) AS finished

@@ -332,14 +332,9 @@ const (
 )
 
 // judge locks the jobs (FOR UPDATE, in id order) and says, per write, whether
-// its proof shows it comes from the job's current attempt. It must run in the
-// transaction of the write that follows, so the answer holds for it.
-//
-// A write is a repeat when the job is completed by the same attempt,
-// whatever state the write asks for: only the attempt that holds a job
-// completes it (the lease trigger refuses anyone else while its lease is alive),
-// whereas a job that was rescued, reaped, discarded or cancelled by anyone
-// else must make that attempt's later writes stale.
+// its proof shows it comes from the job's current attempt (verdictSQL). It
+// must run in the transaction of the write that follows, so the answer holds
+// for it.
 func (p *pilot) judge(ctx context.Context, exec riverdriver.Executor, schema string, ids []int64, proofs []*proof) ([]string, error) {
 	tokens := make([]*string, len(ids))
 	attempts := make([]*int32, len(ids))
@@ -397,24 +392,15 @@ func abortTx(ctx context.Context, exec riverdriver.Executor, why error) {
 }
 
 // JobSetStateIfRunningMany is River's state write for completions, retries,
-// discards, snoozes, cancellations and interruptions, fenced. Each write must
-// prove it comes from the job's current attempt (by token, or by (attempt,
-// attempted_at) for an attempt without one); the check and River's own
-// UPDATE run in one transaction under a row lock. Writes that fail the check
-// change nothing: on the async completer path they are dropped (no row, no
-// event) and counted; inside a caller's transaction (JobCompleteTx) the
-// transaction is aborted and a *LeaseLostError returned (a *NoLeaseError for
-// a write made outside any fenced attempt). A write without any proof
-// applies, as River's does, to a running job no fenced attempt leases.
-//
-// A later write by the attempt that completed the job is a repeat, whatever
-// state it asks for. Made by River's completer (River's executor reports the
-// attempt's result after JobCompleteTx) it is a harmless no-op: River gets
-// the completed row back and emits the completion. Made by the attempt
-// itself in its transaction (JobCompleteTx or CompleteTx again, after an
-// ambiguous COMMIT) it is refused and that transaction aborted, with an
-// *AlreadyCompletedError (an *OutcomeConflictError for another outcome), so
-// that the attempt's work does not commit twice (F2).
+// discards, snoozes, cancellations and interruptions, fenced: each write
+// must prove it comes from the job's current attempt, checked in the same
+// transaction as River's own UPDATE under a row lock. Writes that fail the
+// check change nothing: on the async completer path they are dropped and
+// counted; inside a caller's transaction (JobCompleteTx) the transaction is
+// aborted and the error returned (rejectStale). A repeat by the attempt that
+// completed the job is harmless from River's completer and refused in the
+// attempt's own transaction (refuseRepeat). The package doc states the
+// contract.
 func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	p.calls.setState.Add(1)
 	p.noteSchema(params.Schema)
@@ -591,13 +577,9 @@ func (d *Driver) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobI
 
 // refuseRepeat returns the error refusing write i of params, judged a repeat
 // (its attempt completed the job), or nil when the repeat is harmless. Only
-// the attempt's own write in its own transaction (river.JobCompleteTx,
-// CompleteTx, a claimed job's state write: its context is the attempt's) is
-// refused: that transaction holds the attempt's work, which committed with
-// the completion already (F2). A later write by River's completer for the
-// attempt (after JobCompleteTx, even for another state: the worker returned
-// an error after completing) changes nothing, and River keeps the
-// completion, as with River's own driver.
+// the attempt's own write in its own transaction (its context is the
+// attempt's) is refused: that transaction holds the attempt's work, which
+// committed with the completion already (F2).
 func (p *pilot) refuseRepeat(ctx context.Context, inCallerTx bool, params *riverdriver.JobSetStateIfRunningManyParams, i int, pr *proof) error {
 	st := attemptFromContext(ctx)
 	if !inCallerTx || st == nil || st.jobID != params.ID[i] {

@@ -14,23 +14,15 @@ import (
 
 // reaperElection chooses, among the fenced processes of a schema, the one
 // that runs its lease reaper: the holder of a session-level advisory lock
-// keyed on the schema (reaperLockSQL). River's own leader cannot be relied
-// on for it: during a rollout it may be a plain riverpgxv5 process, which
-// has no reaper, and then no lease would ever be reaped.
+// keyed on the schema (reaperLockSQL). River's own leader may be a plain
+// riverpgxv5 process during a rollout, which has no reaper.
 //
-// A process without the lock tries to take it once per ReaperInterval on a
-// connection of its pool; when it wins, it takes that connection out of the
-// pool (pgxpool's Hijack) and keeps it as the session holding its locks, and
-// it reaps on that connection, so it never reaps after its session ended.
-// The server ends the holder's session, and so releases the lock, when the
-// process dies (its socket closes), and also when the session stays idle
-// for reaperIdleTimeout (idle_session_timeout): a process that hangs or is
-// cut off from the server loses the lock within that time, and another
-// fenced process takes it at its next try. The holding session is replaced
-// once it outlives the pool's MaxConnLifetime, as the pool's connections
-// are, and closed when the reaper stops. A client with River's
-// LeaderElectionDisabled takes no part, as it takes no part in River's
-// maintenance.
+// The winner takes the connection it won on out of the pool (pgxpool's
+// Hijack) and reaps on it, so it never reaps after its session ended. The
+// server ends that session, releasing the lock, when the process dies or the
+// session stays idle for reaperIdleTimeout (docs/operations.md). The session
+// is replaced once it outlives the pool's MaxConnLifetime, and closed when
+// the reaper stops.
 type reaperElection struct {
 	mu     sync.Mutex
 	conn   *pgx.Conn       // the session holding this process's reaper locks; nil: none
