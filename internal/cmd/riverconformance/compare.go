@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -60,20 +61,13 @@ type report struct {
 // compare finds the leaf tests that pass on the reference run but not on the
 // fencing run.
 func compare(reference, fencing *runResult, known map[testID]string) *report {
-	all := map[testID]string{}
-	for id := range reference.outcomes {
-		all[id] = ""
-	}
-	for id := range fencing.outcomes {
-		all[id] = ""
-	}
 	rep := &report{
 		runs:     []*runResult{reference, fencing},
 		counts:   map[string]map[string]map[string]int{},
 		outcomes: map[testID][2]string{},
 		known:    known,
 	}
-	for _, id := range leaves(all) {
+	for _, id := range leaves(maps.Keys(reference.outcomes), maps.Keys(fencing.outcomes)) {
 		outcomes := [2]string{outcomeOf(reference, id), outcomeOf(fencing, id)}
 		rep.outcomes[id] = outcomes
 		if !slices.Contains(rep.pkgs, id.pkg) {

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,7 +70,7 @@ func runTests(ctx context.Context, river *riverCopy, driver, adminURL string, op
 	for progress := true; progress; {
 		progress = false
 		pending := unfinished(result, expected)
-		for _, pkg := range sortedKeys(pending) {
+		for _, pkg := range slices.Sorted(maps.Keys(pending)) {
 			for _, siblings := range bySubtestParent(pending[pkg]) {
 				rerun, err := goTest(ctx, river, driver, databaseURL, []string{packageArg(pkg)}, runPattern(siblings), opts.timeout, logs)
 				if err != nil {
@@ -108,7 +110,7 @@ func confirm(ctx context.Context, river *riverCopy, adminURL string, opts *optio
 	for _, id := range ids {
 		byPkg[id.pkg] = append(byPkg[id.pkg], id)
 	}
-	for _, pkg := range sortedKeys(byPkg) {
+	for _, pkg := range slices.Sorted(maps.Keys(byPkg)) {
 		for _, siblings := range bySubtestParent(byPkg[pkg]) {
 			rerun, err := goTest(ctx, river, driverFencing, databaseURL, []string{packageArg(pkg)}, runPattern(siblings), opts.timeout, logs)
 			if err != nil {
@@ -184,15 +186,8 @@ func (l *runLogs) close() {
 // unfinished returns, by package, the leaf tests of result and expected that
 // result has no outcome for.
 func unfinished(result *runResult, expected []testID) map[string][]testID {
-	all := map[testID]string{}
-	for id := range result.outcomes {
-		all[id] = ""
-	}
-	for _, id := range expected {
-		all[id] = ""
-	}
 	byPkg := map[string][]testID{}
-	for _, id := range leaves(all) {
+	for _, id := range leaves(maps.Keys(result.outcomes), slices.Values(expected)) {
 		if outcome, ok := result.outcomes[id]; !ok || outcome == outcomeNotRun {
 			byPkg[id.pkg] = append(byPkg[id.pkg], id)
 		}
@@ -205,11 +200,11 @@ func unfinished(result *runResult, expected []testID) map[string][]testID {
 func bySubtestParent(ids []testID) [][]testID {
 	groups := map[string][]testID{}
 	for _, id := range ids {
-		parent, _, _ := cutLast(id.name, "/")
+		parent, _ := cutLast(id.name)
 		groups[parent] = append(groups[parent], id)
 	}
 	sorted := make([][]testID, 0, len(groups))
-	for _, parent := range sortedKeys(groups) {
+	for _, parent := range slices.Sorted(maps.Keys(groups)) {
 		sorted = append(sorted, groups[parent])
 	}
 	return sorted
@@ -223,7 +218,7 @@ func runPattern(siblings []testID) string {
 	parent := ""
 	for _, id := range siblings {
 		var name string
-		parent, name, _ = cutLast(id.name, "/")
+		parent, name = cutLast(id.name)
 		names = append(names, regexp.QuoteMeta(name))
 	}
 	slices.Sort(names)
@@ -236,13 +231,10 @@ func runPattern(siblings []testID) string {
 	return strings.Join(append(levels, "^("+strings.Join(names, "|")+")$"), "/")
 }
 
-// cutLast splits name around the last sep: ("", name) when it has none.
-func cutLast(name, sep string) (before, after string, found bool) {
-	i := strings.LastIndex(name, sep)
-	if i < 0 {
-		return "", name, false
-	}
-	return name[:i], name[i+len(sep):], true
+// cutLast splits name around its last slash: ("", name) when it has none.
+func cutLast(name string) (before, after string) {
+	i := strings.LastIndexByte(name, '/')
+	return name[:max(i, 0)], name[i+1:]
 }
 
 func packageArg(pkg string) string {
@@ -250,15 +242,6 @@ func packageArg(pkg string) string {
 		return "."
 	}
 	return "./" + pkg
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for key := range m {
-		keys = append(keys, key)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // testEvent is the part of a `go test -json` event read here.
@@ -324,28 +307,19 @@ func shortPackage(importPath, modulePath string) string {
 	return strings.TrimPrefix(importPath, modulePath+"/")
 }
 
-// leaves returns the tests of outcomes that have no subtests.
-func leaves(outcomes map[testID]string) []testID {
-	parents := map[testID]bool{}
-	for id := range outcomes {
-		name := id.name
-		for {
-			i := strings.LastIndexByte(name, '/')
-			if i < 0 {
-				break
+// leaves returns the tests of sets that have no subtests, each once.
+func leaves(sets ...iter.Seq[testID]) []testID {
+	all, parents := map[testID]bool{}, map[testID]bool{}
+	for _, set := range sets {
+		for id := range set {
+			all[id] = true
+			for name, _ := cutLast(id.name); name != ""; name, _ = cutLast(name) {
+				parents[testID{id.pkg, name}] = true
 			}
-			name = name[:i]
-			parents[testID{id.pkg, name}] = true
 		}
 	}
-	var ids []testID
-	for id := range outcomes {
-		if !parents[id] {
-			ids = append(ids, id)
-		}
-	}
-	slices.SortFunc(ids, func(a, b testID) int {
-		return strings.Compare(a.String(), b.String())
-	})
+	ids := slices.Collect(maps.Keys(all))
+	ids = slices.DeleteFunc(ids, func(id testID) bool { return parents[id] })
+	slices.SortFunc(ids, func(a, b testID) int { return strings.Compare(a.String(), b.String()) })
 	return ids
 }
