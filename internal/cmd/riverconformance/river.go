@@ -43,7 +43,7 @@ func prepareRiver(ctx context.Context, weirRoot, dir string) (*riverCopy, error)
 		return nil, fmt.Errorf("go mod download %s: %w", riverModule, err)
 	}
 
-	if err := copyTree(module.Dir, dir); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(module.Dir)); err != nil {
 		return nil, err
 	}
 	// River's go.work names modules that its module zip leaves out.
@@ -54,7 +54,7 @@ func prepareRiver(ctx context.Context, weirRoot, dir string) (*riverCopy, error)
 	if err := applyPatch(ctx, dir, filepath.Join(testdata, "river.patch")); err != nil {
 		return nil, err
 	}
-	if err := copyTree(filepath.Join(testdata, "hook"), dir); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(filepath.Join(testdata, "hook"))); err != nil {
 		return nil, err
 	}
 	if err := renameDriverTypeParameter(filepath.Join(dir, "rivertest")); err != nil {
@@ -130,31 +130,6 @@ func requireWeir(ctx context.Context, dir, weirModule, weirRoot string) error {
 		return err
 	}
 	return sums.Close()
-}
-
-// copyTree copies the regular files under src into dst, writable.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, entry fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		if entry.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		if !entry.Type().IsRegular() {
-			return nil
-		}
-		content, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, content, 0o644)
-	})
 }
 
 // goEnv is the environment of go commands run in the copy: no workspace, and
