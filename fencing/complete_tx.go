@@ -36,7 +36,8 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 	if st := attemptFromContext(ctx); st != nil {
 		st.observeDeadline(ctx)
 	}
-	if client, err := river.ClientFromContextSafely[TTx](ctx); err == nil {
+	client, clientErr := river.ClientFromContextSafely[TTx](ctx)
+	if clientErr == nil {
 		if _, fenced := client.Pilot().(*pilot); !fenced {
 			// River's standard pilot returns a job this attempt completed
 			// already as if this call had: tell a repeat apart first.
@@ -51,7 +52,6 @@ func CompleteTx[TDriver riverdriver.Driver[TTx], TTx any, TArgs river.JobArgs](c
 	}
 	if !completedBy(updated.JobRow, job.JobRow) {
 		lost := &LeaseLostError{Attempt: job.Attempt, JobID: job.ID, Op: "complete"}
-		client, clientErr := river.ClientFromContextSafely[TTx](ctx)
 		if clientErr == nil {
 			abortTx(ctx, client.Driver().UnwrapExecutor(tx), lost)
 		}

@@ -115,20 +115,13 @@
 // apply (F5).
 //
 // In such a mixed fleet no plain process can take a job from a fenced
-// attempt whose lease is alive: the lease trigger leaves
-// the row unchanged when River's own statements (a plain client's completer
-// or JobCompleteTx, River's rescuer when a plain process leads) would move it
-// out of running without touching the lease columns, and the holder keeps
-// its token. The refusal raises no error, so River's completer and rescuer
-// neither retry nor stall on it: River gets the row back still running and
-// emits no event. A plain worker's river.JobCompleteTx then returns the job
-// still running, with no error, and its transaction is not aborted
-// (CompleteTx[*riverpgxv5.Driver] refuses it and aborts). A statement that
-// sets lease_expires_at itself (an operator's) is not refused.
-//
-// Once the migration is installed, the Pilot's fetch and state writes are
-// one statement each that also mint, revoke and log; the lease trigger only
-// serves writers that bypass the Pilot.
+// attempt whose lease is alive: the lease trigger leaves the row unchanged,
+// with no error, when River's own statements would move it out of running
+// without touching the lease columns (River gets the row back still
+// running). A plain worker's river.JobCompleteTx then returns the job still
+// running, with no error (CompleteTx[*riverpgxv5.Driver] refuses it and
+// aborts). A statement that sets lease_expires_at itself (an operator's) is
+// not refused. docs/upgrading-from-river.md tells more.
 //
 // # Limits
 //
@@ -163,12 +156,10 @@
 //     again or CompleteTx) is a repeat like any other: the second call
 //     returns an *AlreadyCompletedError and aborts the transaction, where
 //     River returns the completed job.
-//   - Fencing costs throughput on trivial jobs (see BenchmarkThroughput). Each
-//     fetch and each completion batch is one statement, as in River, but the fetch gives each job a token (minted by the fetching
-//     process), the completion judges every job and inserts one attempt-log
-//     row per attempt, the backstop trigger locks each row it sees, and each
-//     attempt carries its proof and a cancellable context. `make bench`
-//     measures what that costs against plain River (see bench/README.md).
+//   - Fencing costs throughput on trivial jobs: each fetch and completion
+//     batch is one statement, as in River, but with tokens, an attempt log
+//     and a backstop trigger. `make bench` measures it against plain River
+//     (see bench/README.md).
 //   - The lease reaper serves the schemas River has used through its client
 //     (the client's own, fetches, inserts).
 //   - Postgres 14 or later (CREATE OR REPLACE TRIGGER).

@@ -17,11 +17,7 @@ type executor struct {
 }
 
 func (e *executor) Begin(ctx context.Context) (riverdriver.ExecutorTx, error) {
-	tx, err := e.Executor.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &executorTx{ExecutorTx: tx, driver: e.driver}, nil
+	return e.driver.wrapTx(e.Executor.Begin(ctx))
 }
 
 func (e *executor) JobUpdate(ctx context.Context, params *riverdriver.JobUpdateParams) (*rivertype.JobRow, error) {
@@ -35,11 +31,15 @@ type executorTx struct {
 }
 
 func (e *executorTx) Begin(ctx context.Context) (riverdriver.ExecutorTx, error) {
-	tx, err := e.ExecutorTx.Begin(ctx)
+	return e.driver.wrapTx(e.ExecutorTx.Begin(ctx))
+}
+
+// wrapTx fences the JobUpdate of tx, River's transaction (or err).
+func (d *Driver) wrapTx(tx riverdriver.ExecutorTx, err error) (riverdriver.ExecutorTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &executorTx{ExecutorTx: tx, driver: e.driver}, nil
+	return &executorTx{ExecutorTx: tx, driver: d}, nil
 }
 
 func (e *executorTx) JobUpdate(ctx context.Context, params *riverdriver.JobUpdateParams) (*rivertype.JobRow, error) {

@@ -50,20 +50,17 @@ type leaseKeeper struct {
 
 	// onPool is set while renewals go through the pool because the keeper
 	// could not connect; connectFailed is when it last failed, connOpened
-	// when conn was opened (all guarded by connMu).
+	// when conn was opened; dialing is the connection being opened, if any
+	// (all guarded by connMu). loopCtx is the keeper's loop's context, which
+	// ends the opening when the keeper stops.
 	onPool        bool
 	connectFailed time.Time
 	connOpened    time.Time
+	dialing       *keeperDial
+	loopCtx       context.Context
 
-	// dialing is the connection being opened for the keeper, if any
-	// (guarded by connMu); loopCtx is the keeper's loop's context, which
-	// ends the opening when the keeper stops.
-	dialing *keeperDial
-	loopCtx context.Context
-
-	// poolConfig is the pool's configuration (fixed once the pool exists),
-	// read once: the keeper's connection is opened and closed as the
-	// pool's are.
+	// poolConfig is the pool's configuration: the keeper's connection is
+	// opened and closed as the pool's are.
 	poolConfig *pgxpool.Config
 
 	// connects counts the connections the keeper opened (tests).
@@ -225,14 +222,10 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 const keeperRetryMin = 10 * time.Millisecond
 
 // renewAll renews every live lease of this process in one statement per
-// schema. Rows locked by another transaction are skipped (SKIP LOCKED) and
-// retried next interval, so one open transaction cannot stall the batch.
-// Attempts whose job has moved on are cancelled with cause ErrLeaseLost.
-//
-// The observer hears of the renewal's events once it is over and connMu is
-// free: every attempt it found lost is cancelled before any observer call,
-// and a slow observer does not hold up a renewal waiting for the
-// connection (a heartbeat's, RenewNow's).
+// schema, skipping rows another transaction holds locked (SKIP LOCKED) until
+// the next interval. Attempts whose job has moved on are cancelled with
+// cause ErrLeaseLost, all before the observer hears of the renewal's events
+// (once connMu is free, so that a slow observer holds up no renewal).
 func (k *leaseKeeper) renewAll(ctx context.Context) (renewed bool, err error) {
 	var events []*Event
 	defer func() {
@@ -517,9 +510,7 @@ func (k *leaseKeeper) dropConn() {
 	if beforeClose := k.poolConfig.BeforeClose; beforeClose != nil {
 		beforeClose(k.conn)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = k.conn.Close(ctx)
+	closeSession(k.conn)
 	k.conn = nil
 }
 
@@ -545,21 +536,18 @@ func (k *leaseKeeper) closeConn() {
 // is returned.
 func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details []byte) error {
 	st.mu.Lock()
-	lost := st.lost
+	lost, until, end := st.lost, st.renewUntil, st.leaseEnd()
 	st.mu.Unlock()
 	if lost {
 		return &LeaseLostError{Attempt: st.attempt, JobID: st.jobID, Op: "heartbeat"}
 	}
-	fenced, err := k.driver.pilot.fencedPool(ctx, st.schema)
+	fenced, err := k.driver.Fenced(ctx, st.schema)
 	if err != nil {
 		return err
 	}
 	if !fenced {
 		return nil
 	}
-	st.mu.Lock()
-	until, end := st.renewUntil, st.leaseEnd()
-	st.mu.Unlock()
 	var token *string
 	if st.token != "" {
 		token = &st.token

@@ -144,7 +144,7 @@ func (r *leaseReaper) pass(ctx context.Context) (int, error) {
 func (r *leaseReaper) eachFencedSchema(ctx context.Context, reap func(schema string) (int, error)) (int, error) {
 	total := 0
 	for _, schema := range r.pilot.knownSchemas() {
-		fenced, err := r.pilot.fencedPool(ctx, schema)
+		fenced, err := r.driver.Fenced(ctx, schema)
 		if err != nil {
 			return total, err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -69,10 +70,6 @@ type fetchRecord struct {
 	token       string
 }
 
-func (r *fetchRecord) proof() *proof {
-	return &proof{Attempt: r.attempt, AttemptedAt: r.attemptedAt, Token: r.token}
-}
-
 func newPilot(driver *Driver) *pilot {
 	p := &pilot{
 		driver:  driver,
@@ -105,12 +102,7 @@ func (p *pilot) noteSchema(schema string) {
 func (p *pilot) knownSchemas() []string {
 	p.schemasMu.Lock()
 	defer p.schemasMu.Unlock()
-	out := make([]string, 0, len(p.schemas))
-	for s := range p.schemas {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(p.schemas))
 }
 
 // queryRower is what both River executors and pgx pools offer.
@@ -173,19 +165,15 @@ func (p *pilot) querier(exec riverdriver.Executor) querier {
 	return nil
 }
 
-func (p *pilot) fencedPool(ctx context.Context, schema string) (bool, error) {
-	if p.driver.pool == nil {
-		return false, errNoPool
-	}
-	return p.isFenced(ctx, p.driver.Driver.GetExecutor(), schema)
-}
-
 // Fenced reports whether fencing is active for schema ("" for the
 // search_path's first): the fencing migration is installed there. Before it
 // is, a fenced client works like a plain River client. Use it in readiness
 // checks.
 func (d *Driver) Fenced(ctx context.Context, schema string) (bool, error) {
-	return d.pilot.fencedPool(ctx, schema)
+	if d.pool == nil {
+		return false, errNoPool
+	}
+	return d.pilot.isFenced(ctx, d.Driver.GetExecutor(), schema)
 }
 
 // JobGetAvailable fetches jobs with River's own query. When fencing is active
@@ -272,7 +260,7 @@ func (p *pilot) fetchedRecord(jobID int64, attempt int) *fetchRecord {
 // that failed before the plugin ran).
 func (p *pilot) fetchedProof(jobID int64) *proof {
 	if rec, _ := p.fetched.load(jobID); rec != nil {
-		return rec.proof()
+		return &proof{Attempt: rec.attempt, AttemptedAt: rec.attemptedAt, Token: rec.token}
 	}
 	return nil
 }

@@ -34,11 +34,9 @@ func (p *Plugin) Work(ctx context.Context, job *rivertype.JobRow, doInner func(c
 }
 
 // newAttempt sets up the attempt's state and attaches its proof to the
-// attempt's metadata updates. It is a function of its own so that Work's
-// frame, which stays on the job goroutine's stack while the job runs, is
-// small: a bigger one makes River's job goroutines grow their stacks
-// (runtime.newstack) more often. Never inlined, which a profile-guided
-// build could otherwise do at this hot call site.
+// attempt's metadata updates. It is apart from Work, and never inlined, so
+// that Work's frame, on the job goroutine's stack while the job runs, stays
+// small (fewer stack growths).
 //
 //go:noinline
 func (p *Plugin) newAttempt(ctx context.Context, job *rivertype.JobRow) *attemptState {

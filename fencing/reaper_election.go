@@ -14,15 +14,11 @@ import (
 
 // reaperElection chooses, among the fenced processes of a schema, the one
 // that runs its lease reaper: the holder of a session-level advisory lock
-// keyed on the schema (reaperLockSQL). River's own leader may be a plain
-// riverpgxv5 process during a rollout, which has no reaper.
-//
-// The winner takes the connection it won on out of the pool (pgxpool's
-// Hijack) and reaps on it, so it never reaps after its session ended. The
-// server ends that session, releasing the lock, when the process dies or the
-// session stays idle for reaperIdleTimeout (docs/operations.md). The session
-// is replaced once it outlives the pool's MaxConnLifetime, and closed when
-// the reaper stops.
+// keyed on the schema (reaperLockSQL), not River's leader, which may be a
+// plain riverpgxv5 process during a rollout. The winner reaps on the session
+// it won on, taken out of the pool, so it never reaps after its session
+// ended (docs/operations.md); the session is replaced once it outlives the
+// pool's MaxConnLifetime, and closed when the reaper stops.
 type reaperElection struct {
 	mu     sync.Mutex
 	conn   *pgx.Conn       // the session holding this process's reaper locks; nil: none

@@ -92,7 +92,7 @@ func (d *Driver) RecoverUnleased(ctx context.Context, opts *RecoverUnleasedOpts)
 		return nil, &RecoverRefusedError{Schema: opts.Schema, Reason: fmt.Sprintf(
 			"OlderThan (%s) must be positive: longer than any attempt of the processes without fencing could still run", opts.OlderThan)}
 	}
-	fenced, err := d.pilot.fencedPool(ctx, opts.Schema)
+	fenced, err := d.Fenced(ctx, opts.Schema)
 	if err != nil {
 		return nil, err
 	}

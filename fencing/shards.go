@@ -10,11 +10,11 @@ import "sync"
 const shardCount = 64
 
 // shardedMap is a map by job ID split over shardCount locks.
-type shardedMap[V any] struct {
-	shards [shardCount]struct {
-		mu sync.Mutex
-		m  map[int64]V
-	}
+type shardedMap[V any] struct{ shards [shardCount]shard[V] }
+
+type shard[V any] struct {
+	mu sync.Mutex
+	m  map[int64]V
 }
 
 func newShardedMap[V any]() *shardedMap[V] {
@@ -25,10 +25,7 @@ func newShardedMap[V any]() *shardedMap[V] {
 	return s
 }
 
-func (s *shardedMap[V]) shard(id int64) *struct {
-	mu sync.Mutex
-	m  map[int64]V
-} {
+func (s *shardedMap[V]) shard(id int64) *shard[V] {
 	return &s.shards[uint64(id)%shardCount] //nolint:gosec // any spread will do
 }
 

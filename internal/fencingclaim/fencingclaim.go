@@ -99,11 +99,10 @@ type Driver interface {
 	// statement for all of claims when each has a reserved ID (Params.ID)
 	// in one schema, else one per claim. Each claim's Done receives its
 	// Claim when the batch runs (in a transaction: work the claim only once
-	// it commits). A claim without a reserved ID queued alone names its job
-	// also as the session's currval of river_job's ID sequence right after
-	// the insert, for statements queued behind it. If any job would be
-	// inserted without a lease, or River's schema refuses one (MaxAttempts
-	// below 1), its statement fails, aborting the transaction.
+	// it commits). A claim without a reserved ID names its job also as the
+	// session's currval of river_job's ID sequence. If any job would be
+	// inserted without a lease, or River's schema refuses one, its
+	// statement fails, aborting the transaction.
 	QueueClaims(batch *pgx.Batch, claims []Request)
 
 	// WorkClaimed runs fn as the claimed attempt, as the fencing plugin runs
@@ -135,15 +134,12 @@ type Driver interface {
 	// QueueCompletions queues in batch completions of claimed jobs, for a
 	// caller that sends them in the same round trip as other statements of
 	// its transaction: one statement for all of them when they are in one
-	// schema, else one each. A statement fails unless it completed every
-	// one of its jobs, each still held by its attempt (the lease token
-	// compared in the database), and a failed statement aborts the
-	// transaction, so that its commit fails even if the error is ignored.
-	// A completion refused in a statement of its own fails the batch with
-	// a *fencing.LeaseLostError; which of several was refused is not told:
-	// a caller that needs to know writes them again one at a time. The
-	// driver's OnFinalized hook is not called for a queued completion; its
-	// caller settles the job's outcome itself.
+	// schema, else one each. A statement fails, aborting the transaction,
+	// unless it completed every one of its jobs, each still held by its
+	// attempt. A completion refused in a statement of its own fails the
+	// batch with a *fencing.LeaseLostError; which of several was refused is
+	// not told. The driver's OnFinalized hook is not called for a queued
+	// completion; its caller settles the job's outcome itself.
 	QueueCompletions(batch *pgx.Batch, completions []*Completion)
 }
 
