@@ -224,13 +224,8 @@ func (d claimer) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 		Schema:          st.schema,
 		State:           []rivertype.JobState{params.State},
 	})
-	var (
-		lost     *LeaseLostError
-		repeat   *AlreadyCompletedError
-		conflict *OutcomeConflictError
-	)
 	switch {
-	case errors.As(err, &lost), errors.As(err, &repeat), errors.As(err, &conflict):
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrAlreadyCompleted): // an OutcomeConflictError too
 		return err
 	case err != nil:
 		return fmt.Errorf("fencing: setting state of job %d: %w", params.ID, err)

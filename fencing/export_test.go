@@ -14,8 +14,12 @@ import (
 // partitioned from Postgres: its attempts keep running but stop renewing.
 func (d *Driver) StopHeartbeats() { d.keeper.Stop() }
 
-// ReapNow runs the lease reaper once, as the leader would.
-func (d *Driver) ReapNow(ctx context.Context) (int, error) { return d.pilot.reaper.reapAll(ctx) }
+// ReapNow reaps every fenced schema River has used with this client through
+// the pool, whoever holds the reaper locks.
+func (d *Driver) ReapNow(ctx context.Context) (int, error) {
+	r := d.pilot.reaper
+	return r.eachFencedSchema(ctx, func(schema string) (int, error) { return r.reapSchema(ctx, d.pool, schema) })
+}
 
 // RenewNow renews this process's leases once, as the keeper would.
 func (d *Driver) RenewNow(ctx context.Context) error {
@@ -46,7 +50,12 @@ var ClientLeaderElectionDisabled = clientLeaderElectionDisabled
 
 // ReaperHolds reports whether this driver's reaper holds the reaper lock of
 // schema.
-func (d *Driver) ReaperHolds(schema string) bool { return d.pilot.reaper.election.holds(schema) }
+func (d *Driver) ReaperHolds(schema string) bool {
+	e := &d.pilot.reaper.election
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.conn != nil && e.held[schema]
+}
 
 // RestartWatchSeen returns the server epoch this driver's restart watch saw
 // last (zero: none).

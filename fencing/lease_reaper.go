@@ -175,12 +175,6 @@ func (r *leaseReaper) watchRestarts(ctx context.Context, q interface {
 	return nil
 }
 
-// reapAll reaps every fenced schema River has used with this client through
-// the pool, whoever holds the reaper locks (tests).
-func (r *leaseReaper) reapAll(ctx context.Context) (int, error) {
-	return r.eachFencedSchema(ctx, func(schema string) (int, error) { return r.reapSchema(ctx, r.driver.pool, schema) })
-}
-
 // txBeginner is what pgx pools and connections offer for transactions.
 type txBeginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
@@ -307,10 +301,7 @@ func (d *Driver) notifyRecovered(ctx context.Context, schema string, recovered [
 	}
 	payloads := make([]string, len(queues))
 	for i, queue := range queues {
-		payload, err := json.Marshal(map[string]string{"queue": queue})
-		if err != nil {
-			return err
-		}
+		payload, _ := json.Marshal(map[string]string{"queue": queue}) // a map of strings always encodes
 		payloads[i] = string(payload)
 	}
 	// River's insert topic: producers of these queues fetch at once.

@@ -147,13 +147,6 @@ func (e *reaperElection) resign() {
 	e.closeConn()
 }
 
-// holds reports whether this process holds schema's reaper lock.
-func (e *reaperElection) holds(schema string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.conn != nil && e.held[schema]
-}
-
 // closeConn closes the session holding the reaper locks, which releases
 // them. The caller holds e.mu.
 func (e *reaperElection) closeConn() {
