@@ -68,13 +68,6 @@ func LimitAttempt(ctx context.Context, limits AttemptLimits) error {
 	return st.driver.keeper.heartbeat(ctx, st, nil)
 }
 
-// beat records a Heartbeat of the attempt.
-func (s *attemptState) beat() {
-	s.mu.Lock()
-	s.lastBeat = time.Now()
-	s.mu.Unlock()
-}
-
 // leaseEnd is the database time past which the attempt's lease must not
 // last under its limits: the earliest of its limits plus
 // AttemptLimitGrace; nil if it has none. Local times are carried over to

@@ -86,7 +86,9 @@ func Heartbeat(ctx context.Context, details any) error {
 		return ErrNoLease
 	}
 	st.observeDeadline(ctx)
-	st.beat()
+	st.mu.Lock()
+	st.lastBeat = time.Now()
+	st.mu.Unlock()
 	var detailsJSON []byte
 	if details != nil {
 		var err error
@@ -265,7 +267,9 @@ func (d *Driver) runAttempt(ctx context.Context, st *attemptState, awaitOutcome 
 		// A work that did not return (a panic, runtime.Goexit) leaves the
 		// keeper at once, as before: River may write no outcome for it.
 		if awaitOutcome && returned {
-			st.endWork()
+			st.mu.Lock()
+			st.workEnded = time.Now() // its outcome is on its way through River's completer
+			st.mu.Unlock()
 		} else {
 			d.keeper.remove(st)
 		}
@@ -273,14 +277,6 @@ func (d *Driver) runAttempt(ctx context.Context, st *attemptState, awaitOutcome 
 	err := fn(ctx)
 	returned = true
 	return err
-}
-
-// endWork records that the attempt's work returned; its outcome is on its
-// way through River's completer.
-func (s *attemptState) endWork() {
-	s.mu.Lock()
-	s.workEnded = time.Now()
-	s.mu.Unlock()
 }
 
 // ended returns when the attempt's work returned, zero while it runs (or
@@ -297,29 +293,10 @@ func (d *Driver) leaseTTLSetting() string {
 	return strconv.FormatInt(d.config.LeaseTTL.Microseconds(), 10) + " microseconds"
 }
 
-// finish records that the attempt's job ended with its token, committed (a
-// renewal found it so): there is nothing left to renew, and nothing was
-// lost, so its context is not cancelled (the attempt may still be reading
-// its COMMIT's reply). Later heartbeats report the lease as no longer held.
-func (s *attemptState) finish() {
-	s.mu.Lock()
-	s.lost = true
-	s.mu.Unlock()
-}
-
-// leaseLost marks the attempt's lease lost, cancels its context with the
-// returned error as cause, and tells the observer (once per attempt).
-func (s *attemptState) leaseLost(ctx context.Context, op string) *LeaseLostError {
-	err, event := s.lose(op)
-	if event != nil {
-		s.driver.counters.notify(ctx, event)
-	}
-	return err
-}
-
-// lose is leaseLost but for telling the observer: it returns the event to
-// tell it of (counted already), nil when the lease was lost before. The
-// context is cancelled first, so that no observer delays it.
+// lose marks the attempt's lease lost and cancels its context with the
+// returned error as cause. It returns the event to tell the observer of
+// (counted already), nil when the lease was lost before: the context is
+// cancelled first, so that no observer delays it.
 func (s *attemptState) lose(op string) (*LeaseLostError, *Event) {
 	err := &LeaseLostError{Attempt: s.attempt, JobID: s.jobID, Op: op}
 	s.mu.Lock()

@@ -329,7 +329,13 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 			// cancel, nothing lost by running work.
 			k.remove(st)
 		case r.lost && r.finished:
-			st.finish() // not lost: renewals stop, the attempt's context lives on
+			// Its job ended with its token, committed: nothing to renew, and
+			// nothing lost, so its context lives on (the attempt may still be
+			// reading its COMMIT's reply); later heartbeats report the lease
+			// as no longer held.
+			st.mu.Lock()
+			st.lost = true
+			st.mu.Unlock()
 		case r.lost:
 			if _, event := st.lose("renew"); event != nil {
 				*events = append(*events, event)
@@ -588,7 +594,11 @@ func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details [
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return st.leaseLost(ctx, "heartbeat")
+		lost, event := st.lose("heartbeat")
+		if event != nil {
+			k.driver.counters.notify(ctx, event)
+		}
+		return lost
 	case err != nil:
 		return fmt.Errorf("heartbeating job %d attempt %d: %w", st.jobID, st.attempt, err)
 	}
