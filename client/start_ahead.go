@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/store"
@@ -22,13 +23,13 @@ import (
 // generation 1 and at its estimate of the database's time; the start then
 // sends its lock, its run's insert (created at that time), a guard
 // (store.QueueStartAheadGuard) and the task's writes, with BEGIN and
-// COMMIT, in one batch. The lookup in the insert's statement still runs
-// under the lock (W1), and the insert still inserts nothing that a refusal
-// or a replay finds (W2); the guard divides by zero unless the insert made
-// the run at generation 1, which fails the batch, COMMIT included, in the
-// database. A start whose lookup found a replay or a refusal returns it (it
-// wrote nothing); any other failed batch, a later generation of a workflow
-// ID say, starts as before.
+// COMMIT, in one batch, on generic plans (dbschema.GenericPlansSQL). The
+// lookup in the insert's statement still runs under the lock (W1), and the
+// insert inserts nothing that a refusal or a replay finds (W2); the guard
+// divides by zero unless the insert made the run at generation 1, which
+// fails the batch, COMMIT included, in the database. A start whose lookup
+// found a replay or a refusal returns it (it wrote nothing); any other
+// failed batch, a later generation of a workflow ID say, starts as before.
 
 // knownIDsMax bounds the workflow IDs a client remembers as taken
 // (Client.knownIDs): workflow IDs that its eager starts saw taken (Start
@@ -70,6 +71,7 @@ func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, e
 	params := s.runParams(true)
 	params.CreatedAt = &r.Now
 	batch := &pgx.Batch{}
+	batch.Queue(dbschema.GenericPlansSQL)
 	c.store.QueueStartLock(batch, info.Namespace, info.WorkflowID)
 	c.store.QueueStartRuns(batch, []store.StartRunParams{params}, runs[:])
 	c.store.QueueStartAheadGuard(batch, s.runID, &dbNow)

@@ -268,7 +268,7 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 		w.ahead.failed.Add(1)
 		return nil, &handoff.FailedAheadError{Err: w.failedInStart(ctx, r.ID, err)}
 	}
-	w.queueLastWrites(out.Last, &writes, false)
+	w.queueLastWrites(out.Last, &writes, true) // the start asked for generic plans
 	settle := w.settleStart(&result)
 	out.Done[0] = func(committed bool) {
 		if committed {

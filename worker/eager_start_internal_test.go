@@ -370,3 +370,45 @@ func TestStartInOneRoundTrip(t *testing.T) {
 		" HAVING max(event_id) <> count(*) OR count(*) FILTER (WHERE type = 'WorkflowStarted') <> 1) x").Scan(&bad))
 	require.Zero(t, bad, "runs whose history has a gap or not one start")
 }
+
+// TestStartInOneRoundTripPlansOnce: the run's insert in a start of one
+// round trip (a statement over arrays) runs on its generic plan, made once
+// per connection, not on a custom plan made again on every start.
+func TestStartInOneRoundTripPlansOnce(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	schema := dbtest.TestSchema(ctx, t)
+	w, err := New(dbtest.Pool(ctx, t), &Config{Schema: schema})
+	require.NoError(t, err)
+	AddWorkflow(w, &stepGroupWorkflow{})
+	AddActivity(w, &stepGroupAct{})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
+	// The client's starts all go on one connection, whose plans are read.
+	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	config.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	c, err := client.New(pool, &client.Config{Schema: schema, EagerStarter: w})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	const n = 12 // Postgres tries a generic plan after five custom ones
+	for i := range n + 1 {
+		run, err := c.Start(ctx, stepGroupArgs{N: i}, &client.StartOpts{EagerStart: true})
+		require.NoError(t, err)
+		waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err = client.GetResult[int](waitCtx, run)
+		cancel()
+		require.NoError(t, err)
+	}
+	require.GreaterOrEqual(t, w.ahead.committed.Load(), int64(n), "the starts went in one round trip")
+
+	var custom, generic int64
+	require.NoError(t, pool.QueryRow(ctx, "SELECT coalesce(sum(custom_plans), 0), coalesce(sum(generic_plans), 0) FROM pg_prepared_statements"+
+		" WHERE statement LIKE '%INSERT INTO '||$1||' %'", dbschema.New(schema).Run).Scan(&custom, &generic))
+	require.GreaterOrEqual(t, generic, int64(n), "the runs' inserts ran on generic plans")
+	require.LessOrEqual(t, custom, int64(1), "the first start, which read the database's clock, may plan its own")
+}

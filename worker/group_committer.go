@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-
 	"sync/atomic"
 	"time"
 
@@ -358,16 +357,11 @@ func (c *groupCommitter) fromCache(m *groupMember) bool {
 	}
 	run := *cached
 	run.State, run.NextEventID, run.TaskJobID = "running", next, nil
-	m.run, m.guarded = &run, true
-	m.now = maxTime(now, events[len(events)-1].Time) // history's times never go back
-	return true
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+	m.run, m.guarded, m.now = &run, true, now
+	if last := events[len(events)-1].Time; last.After(now) {
+		m.now = last // history's times never go back
 	}
-	return b
+	return true
 }
 
 // queueGuard queues, ahead of m's writes, the lock of m's run and the check

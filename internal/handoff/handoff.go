@@ -92,7 +92,7 @@ type Taker interface {
 	// *FailedAheadError means that the task itself failed: the caller
 	// starts the run with run.ID and queues the task through River with
 	// that error as its first attempt's, as after RunFirstTask's error,
-	// without running it again.
+	// without running it again. The start asks for generic plans first.
 	RunFirstTaskAhead(ctx context.Context, run *Run) (*FirstTasks, error)
 
 	// ObserveNow notes the database's time now(), read by a start just
