@@ -347,7 +347,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 // ownJob is how an attempt completes its own job, fenced, in the
 // transaction that records its outcome: River's executor's attempts with
 // fencing.CompleteTx, claimed (eager) ones through the driver's claimed
-// path, queued with the run's last writes when it can be (advanceBy.own).
+// path, queued with the run's last writes when it can be (setting.own).
 type ownJob struct {
 	id       int64
 	complete func(ctx context.Context, tx pgx.Tx) error

@@ -71,12 +71,12 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	// outcomeTx writes nothing after this and commits: the last batch may.
 	// The continuation is the first attempt of a workflow task of its own,
 	// whatever attempt of the activity brought the outcome.
-	by := &advanceBy{attempt: 1, apply: alone{commit: true}, own: own}
+	in := &setting{attempt: 1, apply: alone{commit: true}, own: own}
 	if cont.step != nil {
-		by.apply = cont.step // its last writes go with the group's COMMIT
+		in.apply = cont.step // its last writes go with the group's COMMIT
 	}
-	err = w.advance(ctx, tx, def, run, now, []history.Event{direct}, by, cont)
-	return by.completed, err
+	err = w.advance(ctx, tx, def, run, now, []history.Event{direct}, in, cont)
+	return in.completed, err
 }
 
 // recordOutcome runs record, the transaction that records an activity

@@ -15,12 +15,12 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/closing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/replay"
-	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 	"github.com/weirhq/weir/workflow"
@@ -206,17 +206,17 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		w.histories.forget(runID)
 		return own.finish(ctx, tx, false)
 	}
-	by := &advanceBy{attempt: job.Attempt, apply: alone{}, inbox: inbox, inboxRead: locked, own: own, taskJobID: job.ID}
+	in := &setting{attempt: job.Attempt, apply: alone{}, inbox: inbox, inboxRead: locked, own: own, taskJobID: job.ID}
 	if locked {
-		by.apply = result.step // its last writes go with the group's COMMIT
+		in.apply = result.step // its last writes go with the group's COMMIT
 	}
-	if err := w.advance(ctx, tx, def, run, now, nil, by, result); err != nil {
-		if locked && !by.wrote && !errors.Is(err, errRunsAlone) {
+	if err := w.advance(ctx, tx, def, run, now, nil, in, result); err != nil {
+		if locked && !in.wrote && !errors.Is(err, errRunsAlone) {
 			return &stepFailed{err: err} // it fails, as alone, and the group goes on
 		}
 		return err
 	}
-	return own.finish(ctx, tx, by.completed)
+	return own.finish(ctx, tx, in.completed)
 }
 
 // lockRun locks a run's row for a workflow task (or an outcome continuing
@@ -264,10 +264,11 @@ func (w *Worker) lockRunTaking(ctx context.Context, tx pgx.Tx, runID uuid.UUID, 
 	return run, now, taken, nil
 }
 
-// advanceBy is who advances a run: a workflow task's job, with the inbox it
-// took, or an activity attempt that continues the run with its own outcome
-// (taskJobID 0; a run with no queued task has an empty inbox).
-type advanceBy struct {
+// setting is where a task runs and its writes are applied: alone from its
+// job (with the inbox it took), in a group, in the start that inserted its
+// run, or as a continuation of an activity's outcome (taskJobID 0; a run
+// with no queued task has an empty inbox).
+type setting struct {
 	attempt   int
 	inbox     []engine.InboxItem
 	inboxRead bool // inbox was read, not taken: the step's writes delete it
@@ -299,9 +300,9 @@ type advanceBy struct {
 // compare-and-swap on the run's append point and schedules what they ask
 // for. The caller completes its own job in tx, fenced, after it.
 func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
-	by *advanceBy, result *taskResult,
+	in *setting, result *taskResult,
 ) error {
-	err := w.advanceRun(ctx, tx, def, run, now, direct, by, result)
+	err := w.advanceRun(ctx, tx, def, run, now, direct, in, result)
 	if err != nil {
 		result.dropSession() // whatever it decided is not committed
 	}
@@ -322,21 +323,21 @@ type decided struct {
 // advanceRun is advance, but for closing the session of a task that
 // failed.
 func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
-	by *advanceBy, result *taskResult,
+	in *setting, result *taskResult,
 ) error {
 	defer func() { result.eager, result.eagerSlots = run.eager, run.eagerSlots }()
 	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
-	d, err := w.decide(ctx, tx, def, run, now, direct, by, result)
+	d, err := w.decide(ctx, tx, def, run, now, direct, in, result)
 	if err != nil || d == nil {
 		return err
 	}
 	st, err := engine.Decide(engine.StepParams{
-		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.toAppend, Outcome: d.outcome, TaskJobID: by.taskJobID,
+		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.toAppend, Outcome: d.outcome, TaskJobID: in.taskJobID,
 	})
 	if err != nil {
 		return err
 	}
-	if err := by.apply.admit(ctx, st, by.own); err != nil {
+	if err := in.apply.admit(ctx, st, in.own); err != nil {
 		if result.step != nil {
 			// Its rerun alone, just after the group, takes what it decided.
 			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, session: result.session})
@@ -344,11 +345,11 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 		}
 		return err
 	}
-	by.wrote = true
+	in.wrote = true
 	// The events go first; the CAS and the rest of st.Writes, last.
 	run.step.Events, run.step.Retired = st.Writes.Events, st.Writes.Retired
-	if by.inboxRead {
-		for _, item := range by.inbox {
+	if in.inboxRead {
+		for _, item := range in.inbox {
 			run.step.Taken = append(run.step.Taken, item.ID)
 		}
 	}
@@ -367,7 +368,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 			return err
 		}
 	}
-	if err := w.sendLast(ctx, tx, run, by, st, result); err != nil {
+	if err := w.sendLast(ctx, tx, run, in, st, result); err != nil {
 		return err
 	}
 	stageHistory(result, run, d.events, d.toAppend, d.outcome.Completed)
@@ -379,7 +380,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 // when there is nothing new (a duplicate task, or only outcomes history
 // already has), having cleared the run's task.
 func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
-	by *advanceBy, result *taskResult,
+	in *setting, result *taskResult,
 ) (*decided, error) {
 	events, facts, err := w.history(ctx, tx, run)
 	if err != nil {
@@ -404,7 +405,7 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 	// A run with no queued task has an empty inbox: every inbox writer
 	// queues a task unless one is queued (and the sweeper repairs a task
 	// job deleted by hand).
-	if d.inputs, err = engine.NewInputs(ctx, run.ID, events, facts, by.inbox, direct, w.config.Logger); err != nil {
+	if d.inputs, err = engine.NewInputs(ctx, run.ID, events, facts, in.inbox, direct, w.config.Logger); err != nil {
 		return nil, err
 	}
 	if len(w.config.Interceptors) > 0 {
@@ -414,14 +415,14 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 		if result.step != nil {
 			return nil, errRunsAlone // the job completes on its own
 		}
-		if by.taskJobID != 0 {
-			if err := w.store.ClearTask(ctx, tx, run.ID, by.taskJobID); err != nil {
+		if in.taskJobID != 0 {
+			if err := w.store.ClearTask(ctx, tx, run.ID, in.taskJobID); err != nil {
 				return nil, fmt.Errorf("clearing task: %w", err)
 			}
 		}
 		return nil, nil
 	}
-	if d.outcome, err = w.replayStep(ctx, def, run, now, by, d, result); err != nil {
+	if d.outcome, err = w.replayStep(ctx, def, run, now, in, d, result); err != nil {
 		return nil, err
 	}
 	if engine.OnlyBoundary(d.toAppend, d.outcome) {
@@ -442,14 +443,14 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 // keeping the code for the run's next task. A rerun alone of an outcome
 // that left its group takes what it decided there, if nothing changed
 // since.
-func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *runRow, now time.Time, by *advanceBy, d *decided,
+func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *runRow, now time.Time, in *setting, d *decided,
 	result *taskResult,
 ) (outcome *replay.Outcome, err error) {
 	begin := time.Now()
 	defer func() { result.replayed = time.Since(begin) }()
 	replayCtx := ctx
-	if by.startCtx != nil {
-		replayCtx = by.startCtx
+	if in.startCtx != nil {
+		replayCtx = in.startCtx
 	}
 	params := &replay.ExecuteParams{
 		ActivityResultType: w.activityResultType,
@@ -459,7 +460,7 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 		Go:                 w.goroutines.Go,
 		History:            d.events,
 		Info: replay.Info{
-			Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), TaskAttempt: by.attempt, WorkflowID: run.WorkflowID,
+			Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), TaskAttempt: in.attempt, WorkflowID: run.WorkflowID,
 		},
 		Inputs: d.inputs,
 		Now:    now,
@@ -479,8 +480,8 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 
 // sendLast queues the step's last writes (the CAS, a closing run's
 // rejection of pending updates, the first task's look for waiting queries,
-// the job's completion) and applies them as the caller chose (by.apply).
-func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advanceBy, st *engine.Step, result *taskResult) (err error) {
+// the job's completion) and applies them as the caller chose (in.apply).
+func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, in *setting, st *engine.Step, result *taskResult) (err error) {
 	names := w.names
 	// Notifications go once the transaction commits (settle), not in it: a
 	// run's first task lets queries that waited for its handlers go; a
@@ -491,7 +492,7 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 	// and the commit is parked by the responder that claims it (no handler
 	// yet) and answered on the responders' next poll. A group looks once
 	// for all of its first tasks (groupMember.applyLast).
-	if run.NextEventID == 1 && by.startCtx == nil && result.step == nil {
+	if run.NextEventID == 1 && in.startCtx == nil && result.step == nil {
 		w.queueQueriesWaiting(&run.others.checks, []uuid.UUID{run.ID}, result)
 	}
 	if st.Closed != "" {
@@ -502,13 +503,13 @@ func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advan
 	run.step.CAS, run.step.AbandonUpdates = st.Writes.CAS, st.Writes.AbandonUpdates
 	// The job's own completion, fenced, rides in the same round trip; a
 	// refusal (the attempt lost its job) fails the batch and so tx.
-	if by.completed, err = by.own.queueIn(ctx, run.others); err != nil {
+	if in.completed, err = in.own.queueIn(ctx, run.others); err != nil {
 		return err
 	}
 	// What is written below, after this batch (a superset of it): nothing,
 	// and the batch may commit tx too.
-	final := (by.own == nil || by.completed) && !st.WritesAfter && !run.inboxed
-	return by.apply.applyLast(ctx, tx, w, run, result, final)
+	final := (in.own == nil || in.completed) && !st.WritesAfter && !run.inboxed
+	return in.apply.applyLast(ctx, tx, w, run, result, final)
 }
 
 // queueQueriesWaiting queues the look for queries waiting for the first
@@ -571,12 +572,12 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 // pending activities.
 func (w *Worker) closedRun(ctx context.Context, tx pgx.Tx, run *runRow, pending engine.Pending) error {
 	if run.HasParent {
-		if err := runstate.NotifyParent(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
+		if err := closing.NotifyParent(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
 	if pending.Children {
-		if err := runstate.CloseChildren(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
+		if err := closing.CloseChildren(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
@@ -617,7 +618,7 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 		if err != nil {
 			return err
 		}
-		item := &inbox.Item{Attributes: failed, DedupKey: runstate.ChildKey(e.ID), Type: string(history.EventChildWorkflowFailed)}
+		item := &inbox.Item{Attributes: failed, DedupKey: closing.ChildKey(e.ID), Type: string(history.EventChildWorkflowFailed)}
 		if _, err := inbox.Add(ctx, tx, w.store, runID, item); err != nil {
 			return fmt.Errorf("reporting child %s not started: %w", attrs.WorkflowID, err)
 		}
@@ -646,7 +647,7 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 		return fmt.Errorf("starting child workflow %s: %w", attrs.WorkflowID, err)
 	}
 	if attrs.RunTimeout > 0 {
-		if _, err := w.riverClient.InsertTx(ctx, tx, runstate.TimeoutArgs{RunID: childRunID}, &river.InsertOpts{
+		if _, err := w.riverClient.InsertTx(ctx, tx, closing.TimeoutArgs{RunID: childRunID}, &river.InsertOpts{
 			MaxAttempts: 25, Queue: queue, ScheduledAt: e.Time.Add(time.Duration(attrs.RunTimeout)),
 		}); err != nil {
 			return fmt.Errorf("scheduling the timeout of child workflow %s: %w", attrs.WorkflowID, err)

@@ -10,18 +10,18 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/fencing"
-	"github.com/weirhq/weir/internal/runstate"
+	"github.com/weirhq/weir/internal/closing"
 )
 
 // timeoutWorker ends a run that is still running at its deadline. Every
 // worker serves it.
 type timeoutWorker struct {
-	river.WorkerDefaults[runstate.TimeoutArgs]
+	river.WorkerDefaults[closing.TimeoutArgs]
 
 	w *Worker
 }
 
-func (t *timeoutWorker) Work(ctx context.Context, job *river.Job[runstate.TimeoutArgs]) error {
+func (t *timeoutWorker) Work(ctx context.Context, job *river.Job[closing.TimeoutArgs]) error {
 	var snooze time.Duration
 	err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
 		run, err := t.w.store.LockRunDeadlines(ctx, tx, job.Args.RunID)
@@ -45,8 +45,8 @@ func (t *timeoutWorker) Work(ctx context.Context, job *river.Job[runstate.Timeou
 			snooze = deadline.Sub(now)
 			return nil
 		}
-		if _, err := runstate.Close(ctx, tx, t.w.store, t.w.riverClient, job.Args.RunID, "timed_out", runstate.TimeoutFailure(*deadline, which)); err != nil &&
-			!errors.Is(err, runstate.ErrNotRunning) {
+		if _, err := closing.Close(ctx, tx, t.w.store, t.w.riverClient, job.Args.RunID, "timed_out", closing.TimeoutFailure(*deadline, which)); err != nil &&
+			!errors.Is(err, closing.ErrNotRunning) {
 			return err
 		}
 		_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)

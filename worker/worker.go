@@ -20,9 +20,9 @@ import (
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/gopool"
-	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
@@ -67,11 +67,11 @@ type Worker struct {
 	schedules    *scheduler
 	riverWorkers *river.Workers
 	started      bool
-	takers       atomic.Pointer[map[handoff.Key]handoff.Taker] // first tasks taken from linked clients (eager start), while started
-	steps        *groupCommitter                               // nil: each outcome commits alone
-	clock        dbClock                                       // the database's time, estimated
-	ahead        aheadCounts                                   // first tasks run ahead of their starts
-	stepGroups   *limit.Limiter                                // groups of outcomes the step committer commits at once
+	takers       atomic.Pointer[map[eagerstart.Key]eagerstart.Taker] // first tasks taken from linked clients (eager start), while started
+	steps        *groupCommitter                                     // nil: each outcome commits alone
+	clock        dbClock                                             // the database's time, estimated
+	ahead        aheadCounts                                         // first tasks run ahead of their starts
+	stepGroups   *limit.Limiter                                      // groups of outcomes the step committer commits at once
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition

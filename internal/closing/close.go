@@ -1,8 +1,8 @@
-// Package runstate ends runs from outside their workflow code: terminate and
+// Package closing ends runs from outside their workflow code: terminate and
 // timeouts. A run closed here stops at once: its pending activities' jobs are
 // cancelled, its inbox is cleared and waiters are notified. Workflow code
 // closing its own run goes through the workflow task instead.
-package runstate
+package closing
 
 import (
 	"context"
@@ -38,7 +38,7 @@ const (
 
 // ErrNotRunning is returned by Close when the run had already closed; Closed
 // tells how.
-var ErrNotRunning = errors.New("runstate: run is not running")
+var ErrNotRunning = errors.New("closing: run is not running")
 
 // Closed describes a run that was already closed.
 type Closed struct {

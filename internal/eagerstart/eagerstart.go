@@ -1,5 +1,5 @@
-// Package handoff lets a client hand the first workflow task of a run it
-// starts to a worker running in the same process (eager workflow start).
+// Package eagerstart lets a client give the first workflow task of a run it
+// starts to a worker running in the same process (eager start).
 //
 // Without it, a start inserts the task's River job and notifies, and a
 // worker fetches the job and runs the task in a transaction of its own.
@@ -12,7 +12,7 @@
 //
 // A client is linked to one worker explicitly (client.Config.EagerStarter),
 // and asks it for the taker of each run's first task by Key.
-package handoff
+package eagerstart
 
 import (
 	"context"
@@ -101,7 +101,7 @@ type Taker interface {
 }
 
 // ErrDeclined is a Taker's error when it did not run the task.
-var ErrDeclined = errors.New("handoff: the worker did not take the first task")
+var ErrDeclined = errors.New("eagerstart: the worker did not take the first task")
 
 // FailedAheadError is RunFirstTaskAhead's error when the task ran and
 // failed (its workflow code, or its budget).
