@@ -20,11 +20,11 @@ import (
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/attempt"
-	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -284,7 +284,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		// connection, a Postgres restart, a rollback). Only the job's row
 		// tells: if this attempt still holds its lease, nothing committed
 		// and the attempt must not count as done.
-		held, checkErr := leaseHeld(ctx, a.w, job.ID)
+		held, checkErr := a.w.leaseHeld(ctx, nil, job.ID)
 		switch {
 		case checkErr != nil:
 			return errors.Join(err, checkErr) // River retries; a committed completion fences the retry out
@@ -308,7 +308,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		if !final {
 			return err
 		}
-		// A failure goes alone: it locks its job before its run (leaseHeldTx),
+		// A failure goes alone: it locks its job before its run (leaseHeld),
 		// the other way round from a group.
 		if recordErr := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
@@ -449,8 +449,10 @@ func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Work
 func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta *activityMeta, attemptNum int, cause error, failure *history.Failure,
 	cont *taskResult,
 ) error {
-	if err := leaseHeldTx(ctx, tx, w.names, jobID); err != nil {
+	if held, err := w.leaseHeld(ctx, tx, jobID); err != nil {
 		return err
+	} else if !held {
+		return &fencing.LeaseLostError{Attempt: attemptNum, JobID: jobID, Op: "fail"}
 	}
 	var outcome any = &history.ActivityFailedAttributes{Attempt: attemptNum, Failure: *failure, ScheduledEventID: meta.ScheduledEventID}
 	eventType := history.EventActivityFailed
@@ -474,41 +476,20 @@ func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta
 	return nil
 }
 
-// leaseHeldWhere matches job $1 while the attempt ($2 its number, $3 its
-// lease token, or $4 its attempted_at for an attempt without a token)
-// still holds it.
-const leaseHeldWhere = " WHERE id = $1 AND state = 'running' AND attempt = $2" +
-	" AND (lease_token::text = $3::text OR ($3::text = '' AND attempted_at = $4))"
-
-// leaseHeldTx checks, locking the job's row until tx ends, that the attempt
-// whose context is ctx still holds job jobID.
-func leaseHeldTx(ctx context.Context, tx pgx.Tx, names *dbschema.Names, jobID int64) error {
-	lease, ok := fencing.LeaseFromContext(ctx)
-	if !ok {
-		return fencing.ErrNoLease
-	}
-	var one int
-	err := tx.QueryRow(ctx, "SELECT 1 FROM "+names.RiverJob+leaseHeldWhere+" FOR UPDATE",
-		jobID, lease.Attempt, lease.Token, lease.AttemptedAt).Scan(&one)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return &fencing.LeaseLostError{Attempt: lease.Attempt, JobID: jobID, Op: "fail"}
-	case err != nil:
-		return fmt.Errorf("checking lease of job %d: %w", jobID, err)
-	}
-	return nil
-}
-
-// leaseHeld reports whether the attempt whose context is ctx still holds job
-// jobID (read outside any transaction, without locking).
-func leaseHeld(ctx context.Context, w *Worker, jobID int64) (bool, error) {
+// leaseHeld reports whether the attempt whose context is ctx still holds
+// job jobID; with tx, it locks the job's row until tx ends, so that no
+// recovery can slip in between the check and what tx writes after it.
+func (w *Worker) leaseHeld(ctx context.Context, tx pgx.Tx, jobID int64) (bool, error) {
 	lease, ok := fencing.LeaseFromContext(ctx)
 	if !ok {
 		return false, fencing.ErrNoLease
 	}
-	var held bool
-	err := w.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+w.names.RiverJob+leaseHeldWhere+")",
-		jobID, lease.Attempt, lease.Token, lease.AttemptedAt).Scan(&held)
+	ref := store.LeaseRef{JobID: jobID, Attempt: lease.Attempt, Token: lease.Token, AttemptedAt: lease.AttemptedAt}
+	var db store.DBTX = w.pool
+	if tx != nil {
+		db = tx
+	}
+	held, err := w.store.LeaseHeld(ctx, db, ref, tx != nil)
 	if err != nil {
 		return false, fmt.Errorf("checking lease of job %d: %w", jobID, err)
 	}

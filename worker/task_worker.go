@@ -3,7 +3,6 @@ package worker
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,12 +104,11 @@ func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *o
 // runs: its headers (trace context), generation, namespace and start time.
 // A run that cannot be read leaves them unset; the task finds out why.
 func (w *Worker) readTaskInfo(ctx context.Context, info *TaskInfo) {
-	var data []byte
-	if err := w.pool.QueryRow(ctx, "SELECT trace_context, generation, namespace, created_at FROM "+w.names.Run+" WHERE run_id = $1", info.RunID).
-		Scan(&data, &info.Generation, &info.Namespace, &info.CreatedAt); err != nil {
+	run, err := w.store.GetTaskRunInfo(ctx, w.pool, info.RunID)
+	if err != nil {
 		return
 	}
-	info.Headers = decodeHeaders(data)
+	info.Generation, info.Namespace, info.CreatedAt, info.Headers = run.Generation, run.Namespace, run.CreatedAt, decodeHeaders(run.TraceContext)
 }
 
 // withStack puts the stack of a panic in workflow code in err's text:
@@ -527,7 +525,7 @@ func (w *Worker) queueQueriesWaiting(batch *pgx.Batch, runs []uuid.UUID, result 
 // for them, a closing run's parent and children told and its pending
 // activities cleared, a task for what the step put in its own inbox.
 func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome *replay.Outcome, pending engine.Pending) error {
-	names, runID := w.names, run.ID
+	runID := run.ID
 	self := &inbox.Run{ID: runID, Kind: run.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID}
 	if outcome.ContinuedAsNew != nil {
 		if err := w.continueAsNew(ctx, tx, run, runID, outcome.ContinuedAsNew, outcome.CarriedSignals); err != nil {
@@ -557,9 +555,8 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 	}
 	// Something this task itself put in the run's inbox (a child that
 	// could not start) needs a task of its own.
-	var waiting bool
-	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+names.Inbox+" WHERE run_id = $1)"+
-		" AND (SELECT task_job_id IS NULL FROM "+names.Run+" WHERE run_id = $1)", runID).Scan(&waiting); err != nil {
+	waiting, err := w.store.NeedsTask(ctx, tx, runID)
+	if err != nil {
 		return fmt.Errorf("re-checking inbox: %w", err)
 	}
 	if waiting {
@@ -594,19 +591,12 @@ func (w *Worker) closedRun(ctx context.Context, tx pgx.Tx, run *runRow, pending 
 // (a live one means the child doesn't start, and the parent learns it), a
 // new generation of the child's workflow ID.
 func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, e history.Event) error {
-	names := w.names
 	attrs, err := history.Decode[*history.ChildWorkflowScheduledAttributes](e)
 	if err != nil {
 		return err
 	}
 	queue := cmp.Or(attrs.Queue, run.Queue)
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock("+dbschema.StartLockSQL("$1", "$2")+")",
-		names.Schema, dbschema.StartLockID(run.Namespace, attrs.WorkflowID)); err != nil {
-		return fmt.Errorf("locking child workflow %s: %w", attrs.WorkflowID, err)
-	}
-	var liveRunID uuid.UUID
-	err = tx.QueryRow(ctx, "SELECT run_id FROM "+names.Run+" WHERE namespace = $1 AND workflow_id = $2 AND state = 'running'",
-		run.Namespace, attrs.WorkflowID).Scan(&liveRunID)
+	liveRunID, err := w.store.LockLiveRun(ctx, tx, run.Namespace, attrs.WorkflowID)
 	switch {
 	case err == nil:
 		failed, err := json.Marshal(&history.ChildWorkflowFailedAttributes{
@@ -628,22 +618,11 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 		return fmt.Errorf("looking up child workflow %s: %w", attrs.WorkflowID, err)
 	}
 
-	var generation int64
-	if err := tx.QueryRow(ctx, "INSERT INTO "+names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($1, $2, 1)"+
-		" ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1"+
-		" RETURNING last_generation", run.Namespace, attrs.WorkflowID).Scan(&generation); err != nil {
-		return fmt.Errorf("allocating a generation of child workflow %s: %w", attrs.WorkflowID, err)
-	}
 	childRunID := uuid.New()
-	hash := sha256.Sum256(append([]byte(attrs.Kind+"\x00"), attrs.Args...))
-	if _, err := tx.Exec(ctx, "INSERT INTO "+names.Run+
-		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline,"+
-		"  parent_run_id, parent_event_id, parent_close_policy, trace_context)"+
-		" SELECT $1, namespace, $2, $3, $4, $5, $6, $7, $8, now() + nullif($9::bigint, 0) * interval '1 microsecond', run_id, $10, $11, trace_context"+
-		" FROM "+names.Run+" WHERE run_id = $12",
-		childRunID, attrs.WorkflowID, generation, attrs.Kind, queue, []byte(attrs.Args),
-		fmt.Sprintf("child:%s:%d", runID, e.ID), hash[:], time.Duration(attrs.RunTimeout).Microseconds(),
-		e.ID, attrs.ParentClosePolicy, runID); err != nil {
+	if err := w.store.StartChildRun(ctx, tx, store.ChildRunParams{
+		RunID: childRunID, Parent: runID, EventID: e.ID, Namespace: run.Namespace, WorkflowID: attrs.WorkflowID, Kind: attrs.Kind,
+		Queue: queue, ParentClosePolicy: attrs.ParentClosePolicy, Args: attrs.Args, RunTimeout: time.Duration(attrs.RunTimeout),
+	}); err != nil {
 		return fmt.Errorf("starting child workflow %s: %w", attrs.WorkflowID, err)
 	}
 	if attrs.RunTimeout > 0 {
@@ -691,18 +670,8 @@ func (w *Worker) answerUpdates(ctx context.Context, tx pgx.Tx, runID uuid.UUID, 
 func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, next *history.WorkflowContinuedAsNewAttributes,
 	carried []*history.SignalReceivedAttributes,
 ) error {
-	names := w.names
-	var generation int64
-	if err := tx.QueryRow(ctx, "UPDATE "+names.Workflow+" SET last_generation = last_generation + 1"+
-		" WHERE namespace = $1 AND workflow_id = $2 RETURNING last_generation", run.Namespace, run.WorkflowID).Scan(&generation); err != nil {
-		return fmt.Errorf("allocating the next generation of workflow %s: %w", run.WorkflowID, err)
-	}
 	nextRunID := uuid.New()
-	hash := sha256.Sum256(append([]byte(next.Kind+"\x00"), next.Args...))
-	if _, err := tx.Exec(ctx, "INSERT INTO "+names.Run+
-		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, execution_deadline, previous_run_id, trace_context)"+
-		" SELECT $1, namespace, workflow_id, $2, $3, queue, $4, $5, $6, execution_deadline, run_id, trace_context FROM "+names.Run+" WHERE run_id = $7",
-		nextRunID, generation, next.Kind, []byte(next.Args), "continue-as-new:"+runID.String(), hash[:], runID); err != nil {
+	if err := w.store.StartNextRun(ctx, tx, runID, nextRunID, next.Kind, next.Args); err != nil {
 		return fmt.Errorf("starting the next run of workflow %s: %w", run.WorkflowID, err)
 	}
 	// Signals the run received and never took go on to the next run.
@@ -717,8 +686,7 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 		}
 	}
 	// Signals still waiting in this run's inbox follow too.
-	if _, err := tx.Exec(ctx, "UPDATE "+names.Inbox+" SET run_id = $2 WHERE run_id = $1 AND type = $3",
-		runID, nextRunID, string(history.EventSignalReceived)); err != nil {
+	if err := w.store.MoveSignals(ctx, tx, runID, nextRunID); err != nil {
 		return fmt.Errorf("moving waiting signals to the next run of workflow %s: %w", run.WorkflowID, err)
 	}
 	return inbox.QueueTask(ctx, tx, w.store, w.riverClient, &inbox.Run{
