@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/client"
@@ -502,12 +501,4 @@ func nonRetryable(failure *history.Failure, policy *history.RetryPolicy) bool {
 		return true
 	}
 	return policy != nil && slices.Contains(policy.NonRetryableErrorTypes, failure.Type)
-}
-
-// failureFromJobError turns River's record of a failed attempt into a Failure.
-func failureFromJobError(attemptErr *rivertype.AttemptError, fallback string) *history.Failure {
-	if attemptErr == nil {
-		return &history.Failure{Message: fallback, Type: "JobFailed"}
-	}
-	return &history.Failure{Message: attemptErr.Error, Stack: attemptErr.Trace, Type: "JobFailed"}
 }

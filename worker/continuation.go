@@ -68,7 +68,7 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 		return false, err
 	}
 	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
-	// outcomeTx writes nothing after this and commits: the last batch may.
+	// recordOutcome writes nothing after this and commits: the last batch may.
 	// The continuation is the first attempt of a workflow task of its own,
 	// whatever attempt of the activity brought the outcome.
 	in := &setting{attempt: 1, apply: alone{commit: true}, own: own}
@@ -80,8 +80,9 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 }
 
 // recordOutcome runs record, the transaction that records an activity
-// attempt's outcome and may continue its run (alone: outcomeTxAlone, else
-// outcomeTx). Should that fail, it records the outcome once more without
+// attempt's outcome and may continue its run: in a group with other runs'
+// outcomes when the worker runs and alone is false (groupCommitter), else
+// alone (outcomeTxAlone). Should that fail, it records the outcome once more without
 // continuing the run (cont nil: the outcome goes to the run's inbox and a
 // workflow task of its own runs the code): the continuation runs workflow
 // code, whose panic, non-determinism or deadlock must fail a workflow task
@@ -90,9 +91,9 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 func (w *Worker) recordOutcome(ctx context.Context, runID uuid.UUID, alone bool,
 	record func(ctx context.Context, tx pgx.Tx, cont *taskResult) error,
 ) error {
-	run := w.outcomeTx
-	if alone {
-		run = w.outcomeTxAlone
+	run := w.outcomeTxAlone
+	if !alone && w.steps != nil {
+		run = w.steps.commit
 	}
 	err := run(ctx, runID, record)
 	if err == nil || ctx.Err() != nil {
@@ -103,16 +104,6 @@ func (w *Worker) recordOutcome(ctx context.Context, runID uuid.UUID, alone bool,
 	return w.outcomeTxAlone(ctx, runID, func(ctx context.Context, tx pgx.Tx, _ *taskResult) error {
 		return record(ctx, tx, nil)
 	})
-}
-
-// outcomeTx runs fn, the transaction that records an activity attempt's
-// outcome and may continue its run (runID, deliverOutcome): in a group with
-// other runs' outcomes when the worker runs (groupCommitter), else alone.
-func (w *Worker) outcomeTx(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
-	if w.steps != nil {
-		return w.steps.commit(ctx, runID, fn)
-	}
-	return w.outcomeTxOnce(ctx, fn)
 }
 
 // taskTx runs fn, the transaction of a workflow task of run runID

@@ -68,14 +68,6 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 	if lease, ok := fencing.LeaseFromContext(ctx); ok && lease.Token != "" {
 		own.completion = t.w.claimedJob(job.ID, nil).completion
 	}
-	return t.work(ctx, job, own)
-}
-
-// work runs one workflow task (Work) whose job own completes in the task's
-// transaction, fenced: a fetched job through River's JobCompleteTx or with
-// the run's last writes, a claimed one (eager start) through the driver's
-// claimed path.
-func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *ownJob) error {
 	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
 	if len(t.w.config.Interceptors) > 0 {
 		t.w.readTaskInfo(ctx, info)
@@ -292,21 +284,6 @@ type setting struct {
 	wrote bool
 }
 
-// advance is the body of a workflow task, on a run locked in tx that is
-// running: it moves the inbox (and direct, outcomes handed over by the
-// caller) into history, replays the workflow, appends the new events with a
-// compare-and-swap on the run's append point and schedules what they ask
-// for. The caller completes its own job in tx, fenced, after it.
-func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
-	in *setting, result *taskResult,
-) error {
-	err := w.advanceRun(ctx, tx, def, run, now, direct, in, result)
-	if err != nil {
-		result.dropSession() // whatever it decided is not committed
-	}
-	return err
-}
-
 // decided is what a step read of its run and decided: the run's history
 // as read, the step's inputs, the events it appends and the replay's
 // outcome.
@@ -318,12 +295,20 @@ type decided struct {
 	outcome  *replay.Outcome
 }
 
-// advanceRun is advance, but for closing the session of a task that
-// failed.
-func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
+// advance is the body of a workflow task, on a run locked in tx that is
+// running: it moves the inbox (and direct, outcomes handed over by the
+// caller) into history, replays the workflow, appends the new events with a
+// compare-and-swap on the run's append point and schedules what they ask
+// for. The caller completes its own job in tx, fenced, after it.
+func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
 	in *setting, result *taskResult,
-) error {
-	defer func() { result.eager, result.eagerSlots = run.eager, run.eagerSlots }()
+) (err error) {
+	defer func() {
+		result.eager, result.eagerSlots = run.eager, run.eagerSlots
+		if err != nil {
+			result.dropSession() // whatever it decided is not committed
+		}
+	}()
 	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
 	d, err := w.decide(ctx, tx, def, run, now, direct, in, result)
 	if err != nil || d == nil {

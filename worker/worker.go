@@ -342,13 +342,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.eager = newEagerPool(w, w.config.MaxEagerActivities)
 	}
 	w.sweeper = newSweeper(w)
-	w.sweeper.start()
+	w.sweeper.run(w.sweeper.loop)
 	w.timers = newTimerWaker(w)
-	w.timers.start()
-	w.schedules.start()
+	w.timers.run(w.timers.loop)
+	w.schedules.run(w.schedules.loop)
 	if len(w.workflows) > 0 {
 		w.queries = newQueryResponder(w)
-		w.queries.start()
+		w.queries.run(w.queries.loop)
 	}
 	w.announcer = newAnnouncer(w)
 	w.announcer.start(ctx)
