@@ -22,7 +22,7 @@ import (
 	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
-	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/workflow"
 )
@@ -134,25 +134,20 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 		d := e.Time.Add(time.Duration(attrs.ScheduleToCloseTimeout))
 		deadline = &d
 	}
-	claimedID, err := w.claimActivity(ctx, tx, run, attrs, maxAttempts, metadata, meta)
+	jobID, err := w.claimActivity(ctx, tx, run, attrs, maxAttempts, metadata, meta)
 	if err != nil {
 		return fmt.Errorf("claiming job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
-	if claimedID != 0 {
-		run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: claimedID, Kind: attrs.Kind, Deadline: deadline})
-		return nil
+	if jobID == 0 { // not claimed: River fetches it
+		inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
+			MaxAttempts: maxAttempts, Metadata: metadata, Priority: attrs.Priority, Queue: attrs.Queue, Tags: attrs.Tags,
+		})
+		if err != nil {
+			return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
+		}
+		jobID = inserted.Job.ID
 	}
-	inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
-		MaxAttempts: maxAttempts,
-		Metadata:    metadata,
-		Priority:    attrs.Priority,
-		Queue:       attrs.Queue,
-		Tags:        attrs.Tags,
-	})
-	if err != nil {
-		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
-	}
-	run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: inserted.Job.ID, Kind: attrs.Kind, Deadline: deadline})
+	run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: jobID, Kind: attrs.Kind, Deadline: deadline})
 	return nil
 }
 
@@ -302,7 +297,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		err = &workflow.TimeoutError{LastFailure: err, TimeoutType: history.TimeoutStartToClose}
 	}
 	if err != nil {
-		failure := failureFromError(err)
+		failure := replay.FailureFromError(err)
 		final := job.Attempt >= job.MaxAttempts || nonRetryable(failure, meta.RetryPolicy)
 		if !final {
 			return err
@@ -332,7 +327,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			Type:         "PayloadTooLarge",
 		}
 		if err := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
-			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge), cont)
+			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, replay.FailureFromError(tooLarge), cont)
 		}); err != nil {
 			return err
 		}
@@ -428,14 +423,9 @@ func (a *activityWorker[A, R]) execute(ctx context.Context, args A) (result R, e
 func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Worker, job *river.Job[A], meta *activityMeta, result []byte,
 	own *ownJob, cont *taskResult,
 ) error {
-	attrs, err := json.Marshal(&history.ActivityCompletedAttributes{Attempt: job.Attempt, Result: result, ScheduledEventID: meta.ScheduledEventID})
+	completed, err := w.deliverOutcome(ctx, tx, meta, history.EventActivityCompleted,
+		&history.ActivityCompletedAttributes{Attempt: job.Attempt, Result: result, ScheduledEventID: meta.ScheduledEventID}, cont, own)
 	if err != nil {
-		return fmt.Errorf("encoding outcome of activity %s: %w", job.Kind, err)
-	}
-	completed, err := w.deliverOutcome(ctx, tx, meta, &inbox.Item{
-		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(history.EventActivityCompleted),
-	}, cont, own)
-	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 		return err
 	}
 	return own.finish(ctx, tx, completed)
@@ -459,20 +449,11 @@ func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta
 	if errors.As(cause, &timeout) {
 		eventType = history.EventActivityTimedOut
 		outcome = &history.ActivityTimedOutAttributes{
-			Attempt: attemptNum, LastFailure: failureFromError(timeout.LastFailure), ScheduledEventID: meta.ScheduledEventID, TimeoutType: timeout.TimeoutType,
+			Attempt: attemptNum, LastFailure: replay.FailureFromError(timeout.LastFailure), ScheduledEventID: meta.ScheduledEventID, TimeoutType: timeout.TimeoutType,
 		}
 	}
-	attrs, err := json.Marshal(outcome)
-	if err != nil {
-		return fmt.Errorf("encoding failure of activity job %d: %w", jobID, err)
-	}
-	_, err = w.deliverOutcome(ctx, tx, meta, &inbox.Item{
-		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType),
-	}, cont, nil)
-	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
-		return err
-	}
-	return nil
+	_, err := w.deliverOutcome(ctx, tx, meta, eventType, outcome, cont, nil)
+	return err
 }
 
 // leaseHeld reports whether the attempt whose context is ctx still holds

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,8 +15,9 @@ import (
 	"github.com/weirhq/weir/internal/lazytx"
 )
 
-// deliverOutcome hands an activity's outcome to its run in tx, the
-// transaction that also completes (or fails) the activity's job, fenced.
+// deliverOutcome gives an activity's outcome (an event of eventType with
+// attrs) to its run in tx, the transaction that also completes (or fails)
+// the activity's job, fenced; a run that closed or is gone takes nothing.
 //
 // With cont set, and when this worker runs the run's workflow and no task
 // of the run is queued, the outcome continues the run at once: the run's
@@ -34,9 +36,14 @@ import (
 // With own set, the job's completion rides with the continuation's last
 // writes when it can (a claimed job); completed reports whether it did, and
 // the caller completes the job otherwise.
-func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, item *inbox.Item, cont *taskResult,
-	own *ownJob,
+func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, eventType history.EventType, attrs any,
+	cont *taskResult, own *ownJob,
 ) (completed bool, err error) {
+	data, err := json.Marshal(attrs)
+	if err != nil {
+		return false, fmt.Errorf("encoding %s of activity %d: %w", eventType, meta.ScheduledEventID, err)
+	}
+	item := &inbox.Item{Attributes: data, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType)}
 	def := w.workflows[meta.WorkflowKind]
 	if cont != nil && cont.step != nil && (def == nil || len(w.config.Interceptors) > 0) {
 		return false, errRunsAlone
@@ -44,6 +51,9 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	if cont == nil || def == nil || len(w.config.Interceptors) > 0 {
 		// Interceptors see every workflow task as a River job of its own.
 		_, err := inbox.Deliver(ctx, tx, w.store, w.riverClient, meta.RunID, item)
+		if errors.Is(err, inbox.ErrRunClosed) {
+			err = nil
+		}
 		return false, err
 	}
 	run, now, _, locked, err := cont.step.takeLocked() // locked by its group
@@ -57,17 +67,17 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, fmt.Errorf("delivering %s to run %s: %w", item.Type, meta.RunID, inbox.ErrRunClosed)
+		return false, nil
 	case err != nil:
 		return false, err
 	case run.State != "running":
-		return false, fmt.Errorf("delivering %s to run %s (%s): %w", item.Type, meta.RunID, run.State, inbox.ErrRunClosed)
+		return false, nil
 	case run.TaskJobID != nil:
 		// A task is queued (a signal came, say): the outcome waits for it.
 		_, err := inbox.Add(ctx, tx, w.store, meta.RunID, item)
 		return false, err
 	}
-	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
+	direct := history.Event{Type: eventType, Attributes: data, Time: now}
 	// recordOutcome writes nothing after this and commits: the last batch may.
 	// The continuation is the first attempt of a workflow task of its own,
 	// whatever attempt of the activity brought the outcome.

@@ -159,7 +159,7 @@ func (r *queryResponder) answer(ctx context.Context, q store.ClaimedQuery) error
 		case errors.Is(queryErr, replay.ErrUnknownQuery):
 			failure = &history.Failure{Message: queryErr.Error(), Type: "UnknownQuery"}
 		case queryErr != nil:
-			failure = failureFromError(queryErr)
+			failure = replay.FailureFromError(queryErr)
 		default:
 			result = answer
 		}

@@ -18,13 +18,11 @@ import (
 // chance as this one.
 //
 // A snoozed job comes back available with no notification of River's, so
-// without ours only fetch polls would find it (every second, River's
-// FetchPollInterval, plus up to 10% jitter), and pollers in phase (workers
-// started together) take it in the order of their phases: the hander, a few
-// milliseconds ahead, took it back round after round (seen: 47 returns in
-// 50 s, and 14 in a row after the snooze was randomized). The notification
-// is a wake-up only: if it is lost (this process stops), polls still find
-// the job.
+// without ours only fetch polls would find it, and pollers in phase
+// (workers started together) would take it in the order of their phases:
+// the worker that returned it, a few milliseconds ahead, round after
+// round. The notification is a wake-up only: if it is lost, polls still
+// find the job.
 //
 // Notifications are coalesced per queue into slots of returnSlot: however
 // many jobs a worker returns, a queue gets at most one notification per

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 
@@ -94,37 +95,27 @@ func (s *sweeper) timeOutActivities(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("finding timed-out activities: %w", err)
 	}
-	repaired := 0
-	for _, a := range due {
+	what := func(a store.TimedOutActivity) string {
+		return fmt.Sprintf("timing out activity %d of run %s", a.ScheduledEventID, a.RunID)
+	}
+	return eachInTx(ctx, s, due, what, func(ctx context.Context, tx pgx.Tx, a store.TimedOutActivity) (bool, error) {
 		attrs, err := json.Marshal(&history.ActivityTimedOutAttributes{
 			Attempt: a.Attempt, ScheduledEventID: a.ScheduledEventID, TimeoutType: history.TimeoutScheduleToClose,
 		})
 		if err != nil {
-			return repaired, err
+			return false, err
 		}
-		err = pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			added, err := inbox.Deliver(ctx, tx, s.w.store, s.w.riverClient, a.RunID, &inbox.Item{
-				Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(history.EventActivityTimedOut),
-			})
-			if errors.Is(err, inbox.ErrRunClosed) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if added {
-				repaired++
-				if _, err := s.w.riverClient.JobCancelTx(ctx, tx, a.JobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-					return fmt.Errorf("cancelling job %d: %w", a.JobID, err)
-				}
-			}
-			return nil
+		added, err := inbox.Deliver(ctx, tx, s.w.store, s.w.riverClient, a.RunID, &inbox.Item{
+			Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(history.EventActivityTimedOut),
 		})
-		if err != nil {
-			return repaired, fmt.Errorf("timing out activity %d of run %s: %w", a.ScheduledEventID, a.RunID, err)
+		if !added || err != nil {
+			return false, ignoreClosed(err)
 		}
-	}
-	return repaired, nil
+		if _, err := s.w.riverClient.JobCancelTx(ctx, tx, a.JobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			return false, fmt.Errorf("cancelling job %d: %w", a.JobID, err)
+		}
+		return true, nil
+	})
 }
 
 func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
@@ -132,34 +123,54 @@ func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("finding ended activities: %w", err)
 	}
+	what := func(a store.EndedActivity) string {
+		return fmt.Sprintf("resolving activity %d of run %s", a.ScheduledEventID, a.RunID)
+	}
+	return eachInTx(ctx, s, ended, what, func(ctx context.Context, tx pgx.Tx, a store.EndedActivity) (bool, error) {
+		// Re-check under the run lock (taken here, before the check;
+		// Deliver takes it again): a task may have retired the activity
+		// since the scan, and one still running holds the lock until it
+		// has. Two statements: the check needs a snapshot taken after the
+		// lock is granted.
+		if pending, err := s.w.store.LockRunActivityPending(ctx, tx, a.ActivityRef); err != nil || !pending {
+			return false, err
+		}
+		added, err := s.w.deliverEnded(ctx, tx, &a)
+		if errors.Is(err, inbox.ErrRunClosed) {
+			return false, s.w.store.DeleteActivity(ctx, tx, a.ActivityRef)
+		}
+		return added, err
+	})
+}
 
+// eachInTx runs repair on each of items, each in a transaction of its own,
+// and counts the repairs made; what names an item in an error.
+func eachInTx[T any](ctx context.Context, s *sweeper, items []T, what func(T) string,
+	repair func(ctx context.Context, tx pgx.Tx, item T) (bool, error),
+) (int, error) {
 	repaired := 0
-	for _, a := range ended {
-		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			// Re-check under the run lock (taken here, before the check;
-			// Deliver takes it again): a task may have retired the activity
-			// since the scan, and one still running holds the lock until it
-			// has. Checking first let an outcome the task had just consumed
-			// go back into the inbox, for a task with nothing to do.
-			// Two statements: the check needs a snapshot taken after the
-			// lock is granted.
-			if pending, err := s.w.store.LockRunActivityPending(ctx, tx, a.ActivityRef); err != nil || !pending {
-				return err
-			}
-			added, err := s.w.deliverEnded(ctx, tx, &a)
-			if errors.Is(err, inbox.ErrRunClosed) {
-				return s.w.store.DeleteActivity(ctx, tx, a.ActivityRef)
-			}
-			if added {
-				repaired++
-			}
+	for _, item := range items {
+		var did bool
+		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) (err error) {
+			did, err = repair(ctx, tx, item)
 			return err
 		})
 		if err != nil {
-			return repaired, fmt.Errorf("resolving activity %d of run %s: %w", a.ScheduledEventID, a.RunID, err)
+			return repaired, fmt.Errorf("%s: %w", what(item), err)
+		}
+		if did {
+			repaired++
 		}
 	}
 	return repaired, nil
+}
+
+// ignoreClosed is err, unless it says that the run closed.
+func ignoreClosed(err error) error {
+	if errors.Is(err, inbox.ErrRunClosed) {
+		return nil
+	}
+	return err
 }
 
 // onFinalized turns activity jobs that just ended (in tx, River's own state
@@ -178,7 +189,7 @@ func (w *Worker) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobI
 		return fmt.Errorf("finding activities of finalized jobs: %w", err)
 	}
 	for _, a := range ended {
-		if _, err := w.deliverEnded(ctx, tx, &a); err != nil && !errors.Is(err, inbox.ErrRunClosed) {
+		if _, err := w.deliverEnded(ctx, tx, &a); ignoreClosed(err) != nil {
 			return err
 		}
 	}
@@ -243,27 +254,19 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("finding stranded runs: %w", err)
 	}
-
-	repaired := 0
-	for _, runID := range runIDs {
-		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			// The same condition as the scan, now under the run's lock.
-			run, stranded, err := s.w.store.LockStrandedRun(ctx, tx, runID)
-			if errors.Is(err, pgx.ErrNoRows) || (err == nil && !stranded) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			s.w.config.Logger.WarnContext(ctx, "weir: queueing a task for a run that had none", slog.String("run_id", runID.String()))
-			repaired++
-			return inbox.QueueTask(ctx, tx, s.w.store, s.w.riverClient, run)
-		})
-		if err != nil {
-			return repaired, fmt.Errorf("queueing a task of run %s: %w", runID, err)
+	what := func(runID uuid.UUID) string { return "queueing a task of run " + runID.String() }
+	return eachInTx(ctx, s, runIDs, what, func(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (bool, error) {
+		// The same condition as the scan, now under the run's lock.
+		run, stranded, err := s.w.store.LockStrandedRun(ctx, tx, runID)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !stranded) {
+			return false, nil
 		}
-	}
-	return repaired, nil
+		if err != nil {
+			return false, err
+		}
+		s.w.config.Logger.WarnContext(ctx, "weir: queueing a task for a run that had none", slog.String("run_id", runID.String()))
+		return true, inbox.QueueTask(ctx, tx, s.w.store, s.w.riverClient, run)
+	})
 }
 
 type settledKey struct{}

@@ -173,7 +173,7 @@ func AddWorkflowSafely[A workflow.Args, R any](w *Worker, wf workflow.Workflow[A
 	if _, ok := w.workflows[kind]; ok {
 		return fmt.Errorf("worker: workflow %s is already registered", kind)
 	}
-	def := bindWorkflow(wf)
+	def := replay.Bind(wf)
 	for _, namespace := range w.config.Namespaces {
 		if err := addTaskWorker(w.riverWorkers, namespace, kind, &taskWorker{def: def, w: w}); err != nil {
 			return fmt.Errorf("worker: registering workflow %s in namespace %s: %w", kind, namespace, err)

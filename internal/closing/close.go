@@ -16,12 +16,15 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/store"
 )
 
-// Canceller cancels River jobs in a transaction; *river.Client[pgx.Tx] is one.
-type Canceller interface {
+// RiverClient inserts and cancels River jobs in a transaction;
+// *river.Client[pgx.Tx] is one.
+type RiverClient interface {
 	JobCancelTx(ctx context.Context, tx pgx.Tx, jobID int64) (*rivertype.JobRow, error)
+	inbox.Inserter
 }
 
 // Failure is how a closed run's failure is stored (the same JSON as history's).

@@ -14,13 +14,6 @@ import (
 	"github.com/weirhq/weir/internal/store"
 )
 
-// RiverClient inserts and cancels River jobs in a transaction;
-// *river.Client[pgx.Tx] is one.
-type RiverClient interface {
-	Canceller
-	inbox.Inserter
-}
-
 // ChildKey is the inbox dedup key of the outcome of the child workflow
 // started by event scheduledEventID.
 func ChildKey(scheduledEventID int64) string { return fmt.Sprintf("child:%d", scheduledEventID) }
