@@ -20,18 +20,12 @@ import (
 // the activity's job, fenced; a run that closed or is gone takes nothing.
 //
 // With cont set, and when this worker runs the run's workflow and no task
-// of the run is queued, the outcome continues the run at once: the run's
-// next workflow task runs right here, under the run's lock (or, for the
-// one-round-trip step, on the cached run, its lock and check in a guard
-// ahead of the writes), with the
-// outcome as its input, so it spares a task job, its fetch and a second
-// transaction. The activity's lease fences it like a task's lease fences a
-// task: if the attempt lost its job, the completion aborts tx and nothing
-// the continuation wrote commits. cont receives what interceptors are told
-// and the history for the cache, once tx commits.
-//
-// Otherwise the outcome goes to the run's inbox and a task is queued for it
-// unless one is (inbox.Deliver).
+// of the run is queued, the outcome continues the run: the run's next
+// workflow task runs right here, under the run's lock, with the outcome as
+// its input, fenced by the activity's lease (decision 0010). cont receives
+// what interceptors are told and the history for the cache. Otherwise the
+// outcome goes to the run's inbox and a task is queued for it unless one
+// is (inbox.Deliver).
 //
 // With own set, the job's completion rides with the continuation's last
 // writes when it can (a claimed job); completed reports whether it did, and
@@ -51,14 +45,11 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	if cont == nil || def == nil || len(w.config.Interceptors) > 0 {
 		// Interceptors see every workflow task as a River job of its own.
 		_, err := inbox.Deliver(ctx, tx, w.store, w.riverClient, meta.RunID, item)
-		if errors.Is(err, inbox.ErrRunClosed) {
-			err = nil
-		}
-		return false, err
+		return false, ignoreClosed(err)
 	}
 	run, now, _, locked, err := cont.step.takeLocked() // locked by its group
 	if !locked {
-		run, now, err = w.lockRun(ctx, tx, meta.RunID)
+		run, now, _, err = w.lockRun(ctx, tx, meta.RunID, false)
 	}
 	if locked && (err != nil || run.State != "running" || run.TaskJobID != nil) {
 		// Not a continuation: what it writes instead (the inbox, the job's

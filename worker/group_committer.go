@@ -237,7 +237,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			// One round trip: its lock goes with its writes (queueGuard).
 		case len(members) == 1 && !members[0].task:
 			m := members[0]
-			run, now, err := c.w.lockRun(ctx, tx, m.runID)
+			run, now, _, err := c.w.lockRun(ctx, tx, m.runID, false)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}

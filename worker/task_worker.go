@@ -181,7 +181,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	case locked && (err != nil || run.State != "running"):
 		return errRunsAlone
 	case !locked:
-		run, now, inbox, err = w.lockRunTaking(ctx, tx, runID, true)
+		run, now, inbox, err = w.lockRun(ctx, tx, runID, true)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -209,14 +209,6 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	return own.finish(ctx, tx, in.completed)
 }
 
-// lockRun locks a run's row for a workflow task (or an outcome continuing
-// the run) and reads it, with the database's time. pgx.ErrNoRows means the
-// run does not exist.
-func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, error) {
-	run, now, _, err := w.lockRunTaking(ctx, tx, runID, false)
-	return run, now, err
-}
-
 // immutable returns what of the run's row never changes once the run
 // started (for the history cache): its identity, kind, queue, args, trace
 // and parent; the rest is left zero.
@@ -227,11 +219,12 @@ func (run *runRow) immutable() *runRow {
 	}, scanned: true}
 }
 
-// lockRunTaking locks a run's row (as lockRun) and, with inbox (a
-// workflow task), takes the run's inbox (if the run is running) in the same
-// round trip: the inbox statement runs after the lock is granted, with a
-// snapshot of its own.
-func (w *Worker) lockRunTaking(ctx context.Context, tx pgx.Tx, runID uuid.UUID, inbox bool) (*runRow, time.Time, []engine.InboxItem, error) {
+// lockRun locks a run's row for a workflow task (or an outcome continuing
+// the run) and reads it, with the database's time; pgx.ErrNoRows means the
+// run does not exist. With inbox (a workflow task), it takes the run's
+// inbox (if the run is running) in the same round trip: the inbox
+// statement runs after the lock is granted, with a snapshot of its own.
+func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID, inbox bool) (*runRow, time.Time, []engine.InboxItem, error) {
 	run := &runRow{Run: engine.Run{ID: runID}}
 	var now time.Time
 	var taken []engine.InboxItem
@@ -465,21 +458,16 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 // rejection of pending updates, the first task's look for waiting queries,
 // the job's completion) and applies them as the caller chose (in.apply).
 func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, in *setting, st *engine.Step, result *taskResult) (err error) {
-	names := w.names
-	// Notifications go once the transaction commits (settle), not in it: a
-	// run's first task lets queries that waited for its handlers go; a
-	// closing task wakes the run's result awaiters. The first task looks for
-	// such queries in its batch (unless it runs in the start that inserted
-	// the run, before anyone could ask), so a run nobody queried wakes no
-	// responder (each would scan for queries). A query that arrives between the look
-	// and the commit is parked by the responder that claims it (no handler
-	// yet) and answered on the responders' next poll. A group looks once
-	// for all of its first tasks (groupMember.applyLast).
+	// A run's first task looks for queries waiting for its handlers (unless
+	// it runs in its start, before anyone could ask; a group looks once for
+	// all of its first tasks), so that a run nobody queried wakes no
+	// responder; a query that comes after the look is answered on the
+	// responders' next poll. Notifications go once tx commits (settle).
 	if run.NextEventID == 1 && in.startCtx == nil && result.step == nil {
 		w.queueQueriesWaiting(&run.others.checks, []uuid.UUID{run.ID}, result)
 	}
 	if st.Closed != "" {
-		result.notify(dbschema.Channel(names.Schema, dbschema.RunClosedChannel), run.ID.String())
+		result.notify(dbschema.Channel(w.names.Schema, dbschema.RunClosedChannel), run.ID.String())
 	}
 	// Checked in the database (a moved append point divides by zero), so
 	// that it fails the batch, and a COMMIT queued behind it, there.

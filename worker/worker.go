@@ -76,20 +76,7 @@ type Worker struct {
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition
 
-	schemaBehindOK bool // Start skips verifySchema (tests of a migration's rollout)
-}
-
-// verifySchema returns a *migrations.SchemaBehindError when a migration
-// line of the worker's schema is behind this build.
-func (w *Worker) verifySchema(ctx context.Context) error {
-	migrator, err := migrations.New(w.pool, &migrations.Config{Schema: w.config.Schema})
-	if err != nil {
-		return fmt.Errorf("worker: checking the schema: %w", err)
-	}
-	if err := migrator.Verify(ctx); err != nil {
-		return fmt.Errorf("worker: checking the schema: %w", err)
-	}
-	return nil
+	schemaBehindOK bool // Start skips the schema check (tests of a migration's rollout)
 }
 
 // New returns a Worker over pool. Register workflows and activities, then
@@ -314,8 +301,12 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("worker: nothing registered; add workflows or activities before Start")
 	}
 	if !w.schemaBehindOK {
-		if err := w.verifySchema(ctx); err != nil {
-			return err
+		migrator, err := migrations.New(w.pool, &migrations.Config{Schema: w.config.Schema})
+		if err == nil {
+			err = migrator.Verify(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("worker: checking the schema: %w", err)
 		}
 	}
 
@@ -390,22 +381,15 @@ func (w *Worker) Stop(ctx context.Context) error {
 		queries.stop()
 	}
 	err := riverClient.Stop(ctx)
-	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-		if stopErr := riverClient.StopAndCancel(context.WithoutCancel(ctx)); stopErr != nil {
-			// The notifier's sends are bounded (a few seconds each).
-			return errors.Join(eagerErr, err, stopErr, w.notifier.Close(context.WithoutCancel(ctx)))
-		}
-		// ctx is over: the notifier gets the sends it has in flight.
-		return errors.Join(eagerErr, err, w.notifier.Close(context.WithoutCancel(ctx)))
-	}
-	if err == nil {
-		err = eagerErr
+	notifyCtx := ctx
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// ctx is over: the notifier gets the sends it has in flight (each
+		// bounded to a few seconds).
+		notifyCtx = context.WithoutCancel(ctx)
+		err = errors.Join(err, riverClient.StopAndCancel(notifyCtx))
 	}
 	// Last: every task has settled, and sent or queued its notifications.
-	if notifyErr := w.notifier.Close(ctx); err == nil {
-		err = notifyErr
-	}
-	return err
+	return errors.Join(eagerErr, err, w.notifier.Close(notifyCtx))
 }
 
 // FencingStats are the running totals of the worker's lease events: renewals,
