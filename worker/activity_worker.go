@@ -216,10 +216,6 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		return a.w.returns.returnToQueue(job.Queue)
 	}
 	if err := a.w.checkPending(ctx, meta, job.ID, job.Kind); err != nil {
-		var stale *staleActivity
-		if errors.As(err, &stale) {
-			return river.JobCancel(stale) // recorded as the attempt's error
-		}
 		return err
 	}
 	own := &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
