@@ -53,9 +53,11 @@ func newQueueReturns(w *Worker) *queueReturns {
 	return &queueReturns{w: w, pending: make(map[returnSlotKey]*time.Timer)}
 }
 
-// returnToQueue is what the attempt of a foreign namespace's activity returns.
+// returnToQueue is what the attempt of a foreign namespace's activity
+// returns: a snooze of one to two seconds, drawn anew each time, so that
+// returned jobs do not come back in step.
 func (h *queueReturns) returnToQueue(queue string) error {
-	snooze := foreignNamespaceSnooze()
+	snooze := time.Second + rand.N(time.Second)
 	h.announce(queue, time.Now().Add(snooze))
 	return river.JobSnooze(snooze)
 }
@@ -98,12 +100,4 @@ func (h *queueReturns) stop() {
 		timer.Stop()
 		delete(h.pending, key)
 	}
-}
-
-// foreignNamespaceSnooze is how long an activity of a namespace a worker
-// does not serve waits before it is offered again: one to two seconds,
-// drawn anew each time, so returns of several jobs do not come back in
-// step.
-func foreignNamespaceSnooze() time.Duration {
-	return time.Second + rand.N(time.Second)
 }
