@@ -22,8 +22,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/group"
-	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
@@ -103,7 +103,7 @@ type Config struct {
 type EagerStarter interface {
 	// FirstTaskTaker returns what takes the first tasks that key names, or
 	// nil when the worker takes none of them now.
-	FirstTaskTaker(key handoff.Key) handoff.Taker
+	FirstTaskTaker(key eagerstart.Key) eagerstart.Taker
 }
 
 func (c *Config) withDefaults() *Config {

@@ -12,7 +12,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/handoff"
+	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
@@ -31,7 +31,7 @@ type start struct {
 	info  *StartInfo
 	key   string // of its workflow ID: dbschema.StartLockID
 	runID uuid.UUID
-	taker handoff.Taker // the linked worker's, for an eager Start
+	taker eagerstart.Taker // the linked worker's, for an eager Start
 
 	encoded                     bool
 	payload, hash, traceContext []byte
@@ -70,7 +70,7 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 	}
 	if s.opts.EagerStart && c.config.EagerStarter != nil {
 		// The linked worker's taker, if it serves the run's queue and workflow.
-		s.taker = c.config.EagerStarter.FirstTaskTaker(handoff.Key{
+		s.taker = c.config.EagerStarter.FirstTaskTaker(eagerstart.Key{
 			Schema: c.names.Schema, Queue: s.info.Queue, Kind: task.Kind(s.info.Namespace, s.info.Kind),
 		})
 	}
@@ -212,9 +212,9 @@ func (s *start) runParams(insert bool) store.StartRunParams {
 	}
 }
 
-// handoffRun is s's run, just inserted, as its first task reads it.
-func (s *start) handoffRun(found *store.StartRunResult, lastInTx bool) *handoff.Run {
-	return &handoff.Run{
+// eagerRun is s's run, just inserted, as its first task reads it.
+func (s *start) eagerRun(found *store.StartRunResult, lastInTx bool) *eagerstart.Run {
+	return &eagerstart.Run{
 		Args: s.payload, Generation: found.Generation, ID: s.runID, Kind: s.info.Kind, Namespace: s.info.Namespace,
 		Now: found.CreatedAt, Queue: s.info.Queue, TraceContext: s.traceContext, WorkflowID: s.info.WorkflowID, LastInTx: lastInTx,
 	}

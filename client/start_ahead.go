@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/handoff"
+	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/store"
 )
@@ -19,7 +19,7 @@ import (
 // A start in one round trip. An eager start alone pays two round trips:
 // its lock and insert, which read the run's generation and the database's
 // time, then its first task's writes with the COMMIT. A worker that can run
-// the task ahead (handoff.Taker.RunFirstTaskAhead) runs it first, at
+// the task ahead (eagerstart.Taker.RunFirstTaskAhead) runs it first, at
 // generation 1 and at its estimate of the database's time; the start then
 // sends its lock, its run's insert (created at that time), a guard
 // (store.QueueStartAheadGuard) and the task's writes, with BEGIN and
@@ -49,12 +49,12 @@ func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, e
 	if s.opts.WorkflowID != "" && c.knownIDs.Contains(s.key) {
 		return nil, false, nil
 	}
-	r := &handoff.Run{
+	r := &eagerstart.Run{
 		Args: s.payload, ID: s.runID, Kind: info.Kind, Namespace: info.Namespace, Queue: info.Queue,
 		TraceContext: s.traceContext, WorkflowID: info.WorkflowID,
 	}
 	tasks, err := s.taker.RunFirstTaskAhead(ctx, r)
-	var taskFailed *handoff.FailedAheadError
+	var taskFailed *eagerstart.FailedAheadError
 	switch {
 	case errors.As(err, &taskFailed):
 		s.failedAhead = taskFailed.Err

@@ -13,9 +13,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/weirhq/weir/internal/handoff"
+	"github.com/weirhq/weir/internal/closing"
+	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/lazytx"
-	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/store"
 )
 
@@ -53,7 +53,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 		return nil, err
 	}
 	workflowID := s.info.WorkflowID
-	var taker handoff.Taker
+	var taker eagerstart.Taker
 	if handed != nil {
 		taker = s.taker
 	}
@@ -115,7 +115,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 		if due == nil || found.ExecutionDeadline != nil && found.ExecutionDeadline.Before(*due) {
 			due = found.ExecutionDeadline
 		}
-		if _, err := c.river.InsertTx(ctx, tx, runstate.TimeoutArgs{RunID: s.runID}, &river.InsertOpts{
+		if _, err := c.river.InsertTx(ctx, tx, closing.TimeoutArgs{RunID: s.runID}, &river.InsertOpts{
 			MaxAttempts: 25, Queue: s.info.Queue, ScheduledAt: *due,
 		}); err != nil {
 			return nil, fmt.Errorf("scheduling the timeout of workflow %s: %w", workflowID, err)
@@ -127,7 +127,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 // runFirstTask has taker (if not nil) run the first task of s's run, just
 // inserted in tx, or queues the task through River when it fails there or
 // already failed ahead of the start at this generation.
-func (c *Client) runFirstTask(ctx context.Context, tx pgx.Tx, s *start, taker handoff.Taker, found *store.StartRunResult, handed *[]func(committed bool)) error {
+func (c *Client) runFirstTask(ctx context.Context, tx pgx.Tx, s *start, taker eagerstart.Taker, found *store.StartRunResult, handed *[]func(committed bool)) error {
 	if taker == nil {
 		return nil
 	}
@@ -137,7 +137,7 @@ func (c *Client) runFirstTask(ctx context.Context, tx pgx.Tx, s *start, taker ha
 		// still to be inserted or an interceptor's code runs in the
 		// transaction after it (and may fail the start).
 		var done func(committed bool)
-		if done, taskErr = taker.RunFirstTask(ctx, tx, s.handoffRun(found, c.commitsWithFirstTask(s.opts))); taskErr == nil {
+		if done, taskErr = taker.RunFirstTask(ctx, tx, s.eagerRun(found, c.commitsWithFirstTask(s.opts))); taskErr == nil {
 			*handed = append(*handed, done)
 			return nil
 		}
@@ -242,7 +242,7 @@ func (c *Client) queueFailedFirstTask(ctx context.Context, tx pgx.Tx, s *start, 
 		return err
 	}
 	p := store.QueuedFirstTaskParams{RunID: s.runID, JobID: jobID}
-	if !errors.Is(taskErr, handoff.ErrDeclined) {
+	if !errors.Is(taskErr, eagerstart.ErrDeclined) {
 		if p.AttemptError, err = json.Marshal(&rivertype.AttemptError{At: time.Now().UTC(), Attempt: 1, Error: taskErr.Error()}); err != nil {
 			return err
 		}

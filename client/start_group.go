@@ -13,8 +13,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/group"
-	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/store"
@@ -26,7 +26,7 @@ import (
 // group of starts locks its workflow IDs and looks up and inserts its runs
 // in one statement over arrays (store.QueueStartRuns). A group of eager
 // starts has the worker run every run's first task
-// (handoff.Taker.RunFirstTasks) and sends their last writes, merged, with
+// (eagerstart.Taker.RunFirstTasks) and sends their last writes, merged, with
 // one COMMIT. A group of other starts looks its runs up with its locks,
 // queues the first tasks of those it may insert in one River insert (on
 // the quiet River client), inserts their runs naming those jobs, and
@@ -163,7 +163,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 		return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
 	}
 	var (
-		runs    []*handoff.Run
+		runs    []*eagerstart.Run
 		started []*start // members whose run was inserted, as runs
 	)
 	for k, s := range in {
@@ -176,7 +176,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 			// runs alone, which reads the run in its way (answerCollision).
 			s.alone = true
 		default:
-			runs = append(runs, s.handoffRun(&found[k], true))
+			runs = append(runs, s.eagerRun(&found[k], true))
 			started = append(started, s)
 			s.run = s.created(c, found[k].Generation)
 		}

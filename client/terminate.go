@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/weirhq/weir/internal/runstate"
+	"github.com/weirhq/weir/internal/closing"
 	"github.com/weirhq/weir/internal/store"
 )
 
@@ -51,10 +51,10 @@ func (c *Client) TerminateTx(ctx context.Context, tx pgx.Tx, workflowID string, 
 	if err != nil {
 		return err
 	}
-	failure := &runstate.Failure{Message: reason, Type: runstate.FailureTypeTerminated}
-	closed, err := runstate.Close(ctx, tx, c.store, c.river, runID, "terminated", failure)
+	failure := &closing.Failure{Message: reason, Type: closing.FailureTypeTerminated}
+	closed, err := closing.Close(ctx, tx, c.store, c.river, runID, "terminated", failure)
 	switch {
-	case errors.Is(err, runstate.ErrNotRunning):
+	case errors.Is(err, closing.ErrNotRunning):
 		if closed.State == "terminated" && closed.Failure != nil && closed.Failure.Message == reason {
 			return nil
 		}

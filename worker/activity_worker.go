@@ -14,17 +14,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/attempt"
-	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
-	"github.com/weirhq/weir/internal/inbox"
+	"github.com/weirhq/weir/internal/replay"
+	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -135,25 +134,20 @@ func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, r
 		d := e.Time.Add(time.Duration(attrs.ScheduleToCloseTimeout))
 		deadline = &d
 	}
-	claimedID, err := w.claimActivity(ctx, tx, run, attrs, maxAttempts, metadata, meta)
+	jobID, err := w.claimActivity(ctx, tx, run, attrs, maxAttempts, metadata, meta)
 	if err != nil {
 		return fmt.Errorf("claiming job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
 	}
-	if claimedID != 0 {
-		run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: claimedID, Kind: attrs.Kind, Deadline: deadline})
-		return nil
+	if jobID == 0 { // not claimed: River fetches it
+		inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
+			MaxAttempts: maxAttempts, Metadata: metadata, Priority: attrs.Priority, Queue: attrs.Queue, Tags: attrs.Tags,
+		})
+		if err != nil {
+			return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
+		}
+		jobID = inserted.Job.ID
 	}
-	inserted, err := w.riverClient.InsertTx(ctx, tx, rawArgs{data: attrs.Args, kind: attrs.Kind}, &river.InsertOpts{
-		MaxAttempts: maxAttempts,
-		Metadata:    metadata,
-		Priority:    attrs.Priority,
-		Queue:       attrs.Queue,
-		Tags:        attrs.Tags,
-	})
-	if err != nil {
-		return fmt.Errorf("inserting job of activity %s (event %d): %w", attrs.Kind, e.ID, err)
-	}
-	run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: inserted.Job.ID, Kind: attrs.Kind, Deadline: deadline})
+	run.step.Activities = append(run.step.Activities, engine.Activity{ScheduledEventID: e.ID, JobID: jobID, Kind: attrs.Kind, Deadline: deadline})
 	return nil
 }
 
@@ -222,10 +216,6 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		return a.w.returns.returnToQueue(job.Queue)
 	}
 	if err := a.w.checkPending(ctx, meta, job.ID, job.Kind); err != nil {
-		var stale *staleActivity
-		if errors.As(err, &stale) {
-			return river.JobCancel(stale) // recorded as the attempt's error
-		}
 		return err
 	}
 	own := &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
@@ -284,7 +274,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		// connection, a Postgres restart, a rollback). Only the job's row
 		// tells: if this attempt still holds its lease, nothing committed
 		// and the attempt must not count as done.
-		held, checkErr := leaseHeld(ctx, a.w, job.ID)
+		held, checkErr := a.w.leaseHeld(ctx, nil, job.ID)
 		switch {
 		case checkErr != nil:
 			return errors.Join(err, checkErr) // River retries; a committed completion fences the retry out
@@ -303,12 +293,12 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		err = &workflow.TimeoutError{LastFailure: err, TimeoutType: history.TimeoutStartToClose}
 	}
 	if err != nil {
-		failure := failureFromError(err)
+		failure := replay.FailureFromError(err)
 		final := job.Attempt >= job.MaxAttempts || nonRetryable(failure, meta.RetryPolicy)
 		if !final {
 			return err
 		}
-		// A failure goes alone: it locks its job before its run (leaseHeldTx),
+		// A failure goes alone: it locks its job before its run (leaseHeld),
 		// the other way round from a group.
 		if recordErr := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
@@ -333,7 +323,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			Type:         "PayloadTooLarge",
 		}
 		if err := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
-			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, failureFromError(tooLarge), cont)
+			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, replay.FailureFromError(tooLarge), cont)
 		}); err != nil {
 			return err
 		}
@@ -347,7 +337,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 // ownJob is how an attempt completes its own job, fenced, in the
 // transaction that records its outcome: River's executor's attempts with
 // fencing.CompleteTx, claimed (eager) ones through the driver's claimed
-// path, queued with the run's last writes when it can be (advanceBy.own).
+// path, queued with the run's last writes when it can be (setting.own).
 type ownJob struct {
 	id       int64
 	complete func(ctx context.Context, tx pgx.Tx) error
@@ -429,14 +419,9 @@ func (a *activityWorker[A, R]) execute(ctx context.Context, args A) (result R, e
 func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Worker, job *river.Job[A], meta *activityMeta, result []byte,
 	own *ownJob, cont *taskResult,
 ) error {
-	attrs, err := json.Marshal(&history.ActivityCompletedAttributes{Attempt: job.Attempt, Result: result, ScheduledEventID: meta.ScheduledEventID})
+	completed, err := w.deliverOutcome(ctx, tx, meta, history.EventActivityCompleted,
+		&history.ActivityCompletedAttributes{Attempt: job.Attempt, Result: result, ScheduledEventID: meta.ScheduledEventID}, cont, own)
 	if err != nil {
-		return fmt.Errorf("encoding outcome of activity %s: %w", job.Kind, err)
-	}
-	completed, err := w.deliverOutcome(ctx, tx, meta, &inbox.Item{
-		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(history.EventActivityCompleted),
-	}, cont, own)
-	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 		return err
 	}
 	return own.finish(ctx, tx, completed)
@@ -449,8 +434,10 @@ func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Work
 func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta *activityMeta, attemptNum int, cause error, failure *history.Failure,
 	cont *taskResult,
 ) error {
-	if err := leaseHeldTx(ctx, tx, w.names, jobID); err != nil {
+	if held, err := w.leaseHeld(ctx, tx, jobID); err != nil {
 		return err
+	} else if !held {
+		return &fencing.LeaseLostError{Attempt: attemptNum, JobID: jobID, Op: "fail"}
 	}
 	var outcome any = &history.ActivityFailedAttributes{Attempt: attemptNum, Failure: *failure, ScheduledEventID: meta.ScheduledEventID}
 	eventType := history.EventActivityFailed
@@ -458,57 +445,27 @@ func failActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, jobID int64, meta
 	if errors.As(cause, &timeout) {
 		eventType = history.EventActivityTimedOut
 		outcome = &history.ActivityTimedOutAttributes{
-			Attempt: attemptNum, LastFailure: failureFromError(timeout.LastFailure), ScheduledEventID: meta.ScheduledEventID, TimeoutType: timeout.TimeoutType,
+			Attempt: attemptNum, LastFailure: replay.FailureFromError(timeout.LastFailure), ScheduledEventID: meta.ScheduledEventID, TimeoutType: timeout.TimeoutType,
 		}
 	}
-	attrs, err := json.Marshal(outcome)
-	if err != nil {
-		return fmt.Errorf("encoding failure of activity job %d: %w", jobID, err)
-	}
-	_, err = w.deliverOutcome(ctx, tx, meta, &inbox.Item{
-		Attributes: attrs, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType),
-	}, cont, nil)
-	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
-		return err
-	}
-	return nil
+	_, err := w.deliverOutcome(ctx, tx, meta, eventType, outcome, cont, nil)
+	return err
 }
 
-// leaseHeldWhere matches job $1 while the attempt ($2 its number, $3 its
-// lease token, or $4 its attempted_at for an attempt without a token)
-// still holds it.
-const leaseHeldWhere = " WHERE id = $1 AND state = 'running' AND attempt = $2" +
-	" AND (lease_token::text = $3::text OR ($3::text = '' AND attempted_at = $4))"
-
-// leaseHeldTx checks, locking the job's row until tx ends, that the attempt
-// whose context is ctx still holds job jobID.
-func leaseHeldTx(ctx context.Context, tx pgx.Tx, names *dbschema.Names, jobID int64) error {
-	lease, ok := fencing.LeaseFromContext(ctx)
-	if !ok {
-		return fencing.ErrNoLease
-	}
-	var one int
-	err := tx.QueryRow(ctx, "SELECT 1 FROM "+names.RiverJob+leaseHeldWhere+" FOR UPDATE",
-		jobID, lease.Attempt, lease.Token, lease.AttemptedAt).Scan(&one)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return &fencing.LeaseLostError{Attempt: lease.Attempt, JobID: jobID, Op: "fail"}
-	case err != nil:
-		return fmt.Errorf("checking lease of job %d: %w", jobID, err)
-	}
-	return nil
-}
-
-// leaseHeld reports whether the attempt whose context is ctx still holds job
-// jobID (read outside any transaction, without locking).
-func leaseHeld(ctx context.Context, w *Worker, jobID int64) (bool, error) {
+// leaseHeld reports whether the attempt whose context is ctx still holds
+// job jobID; with tx, it locks the job's row until tx ends, so that no
+// recovery can slip in between the check and what tx writes after it.
+func (w *Worker) leaseHeld(ctx context.Context, tx pgx.Tx, jobID int64) (bool, error) {
 	lease, ok := fencing.LeaseFromContext(ctx)
 	if !ok {
 		return false, fencing.ErrNoLease
 	}
-	var held bool
-	err := w.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+w.names.RiverJob+leaseHeldWhere+")",
-		jobID, lease.Attempt, lease.Token, lease.AttemptedAt).Scan(&held)
+	ref := store.LeaseRef{JobID: jobID, Attempt: lease.Attempt, Token: lease.Token, AttemptedAt: lease.AttemptedAt}
+	var db store.DBTX = w.pool
+	if tx != nil {
+		db = tx
+	}
+	held, err := w.store.LeaseHeld(ctx, db, ref, tx != nil)
 	if err != nil {
 		return false, fmt.Errorf("checking lease of job %d: %w", jobID, err)
 	}
@@ -521,12 +478,4 @@ func nonRetryable(failure *history.Failure, policy *history.RetryPolicy) bool {
 		return true
 	}
 	return policy != nil && slices.Contains(policy.NonRetryableErrorTypes, failure.Type)
-}
-
-// failureFromJobError turns River's record of a failed attempt into a Failure.
-func failureFromJobError(attemptErr *rivertype.AttemptError, fallback string) *history.Failure {
-	if attemptErr == nil {
-		return &history.Failure{Message: fallback, Type: "JobFailed"}
-	}
-	return &history.Failure{Message: attemptErr.Error, Stack: attemptErr.Trace, Type: "JobFailed"}
 }

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,16 +19,13 @@ import (
 // live until AnnounceExpiry intervals after the last upsert. Readers (describe,
 // the CLI, the UI) count the live rows that serve a run's queue and kind.
 type announcer struct {
+	background
 	w  *Worker
 	id uuid.UUID
 
 	activityKinds []string
 	queues        []string
 	workflowKinds []string
-
-	stopOnce sync.Once
-	stopped  chan struct{}
-	done     chan struct{}
 }
 
 // announceForgetAfter is how long after it expired a dead worker's row is
@@ -43,27 +39,24 @@ func newAnnouncer(w *Worker) *announcer {
 		activityKinds: append([]string{}, slices.Sorted(maps.Keys(w.activities))...), // never NULL
 		queues:        append([]string{}, slices.Sorted(maps.Keys(w.config.Queues))...),
 		workflowKinds: append([]string{}, slices.Sorted(maps.Keys(w.workflows))...),
-		stopped:       make(chan struct{}),
-		done:          make(chan struct{}),
 	}
 }
 
 // start announces the worker once, then keeps announcing it until stop.
 func (a *announcer) start(ctx context.Context) {
 	a.announce(ctx)
-	go a.loop()
+	a.run(a.loop)
 }
 
-func (a *announcer) loop() {
-	defer close(a.done)
+func (a *announcer) loop(ctx context.Context) {
 	ticker := time.NewTicker(a.w.config.AnnounceInterval)
 	defer ticker.Stop()
 	for {
 		select {
-		case <-a.stopped:
+		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			ctx, cancel := context.WithTimeout(context.Background(), a.w.config.AnnounceInterval)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.w.config.AnnounceInterval)
 			a.announce(ctx)
 			cancel()
 		}
@@ -89,8 +82,7 @@ func (a *announcer) stop(ctx context.Context) {
 	if a == nil {
 		return
 	}
-	a.stopOnce.Do(func() { close(a.stopped) })
-	<-a.done
+	a.background.stop()
 	if err := a.w.store.WithdrawWorker(ctx, a.w.pool, a.id); err != nil {
 		a.w.config.Logger.WarnContext(ctx, "weir: withdrawing the worker's announcement failed; it expires on its own", slog.String("error", err.Error()))
 	}

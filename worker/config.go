@@ -21,11 +21,7 @@ const (
 	FetchCooldownDefault = 5 * time.Millisecond
 
 	// MaxEagerActivitiesDefault is Config.MaxEagerActivities's default: as
-	// many as a Temporal worker runs at once by default
-	// (MaxConcurrentActivityExecutionSize). A claimed activity holds its
-	// slot from its claim until its code returns (not while its outcome
-	// waits to commit), so with a small pool under a burst a lower limit
-	// sends most activities through River's slower path.
+	// many as a Temporal worker runs at once by default.
 	MaxEagerActivitiesDefault = 1000
 
 	// MaxCachedRunsDefault is Config.MaxCachedRuns's default.
@@ -78,51 +74,37 @@ type Config struct {
 	// replay.DeadlockTimeoutDefault (1 second).
 	DeadlockTimeout time.Duration
 
-	// MaxEagerActivities is how many activities this worker runs eagerly at
+	// MaxEagerActivities bounds the activities this worker runs claimed at
 	// once: an activity that a workflow task here schedules, of a kind and
 	// queue this worker serves, is inserted already claimed by this worker
-	// (a fenced lease, like a fetched job's) and started as soon as the task
-	// commits, without waiting for River to fetch it. Its outcome then
-	// continues the run in the same transaction that completes the job. An
-	// activity counts against the limit from its claim until its code
-	// returns, so the outcome's transaction may claim the run's next one.
+	// (under a lease, like a fetched job) and started once the task
+	// commits, without a fetch; its outcome then continues the run in the
+	// transaction that completes its job. It counts from its claim until its
+	// code returns.
 	//
-	// Eager dispatch also runs the first workflow task of a run that a
-	// client.Client linked to this worker (client.Config.EagerStarter)
-	// starts with Start and StartOpts.EagerStart (eager workflow start): the
-	// task runs inside the start's transaction, with no task job, for at
-	// most DeadlockTimeout in all, and the activities it schedules are
-	// claimed as above. A first task that fails there goes through River.
-	// Workers with the deadlock check off (DeadlockTimeout negative) leave
-	// first tasks to River: workflow code runs in the caller's Start.
+	// The same switch runs the first workflow task of a run that a linked
+	// client (client.Config.EagerStarter) starts with StartOpts.EagerStart
+	// inside the start's transaction, for at most DeadlockTimeout; a first
+	// task that fails there, or on a worker with the deadlock check off,
+	// goes through River.
 	//
-	// Beyond the limit, and on workers with Interceptors (which see each
-	// task and attempt as a River job of its own), activities and first
-	// tasks go through River's fetch. Eager activities do not count against
-	// River's MaxWorkers (Queues): a worker may run MaxEagerActivities of
-	// them besides those River fetched, so lower it to cap a worker's
-	// activity concurrency. Negative disables eager dispatch and eager
-	// start. Defaults to MaxEagerActivitiesDefault.
+	// Beyond the limit, and on workers with Interceptors, activities and
+	// first tasks go through River's fetch. Claimed activities do not count
+	// against River's MaxWorkers (Queues). Negative disables claiming and
+	// eager start. Defaults to MaxEagerActivitiesDefault.
 	MaxEagerActivities int
 
-	// MaxCachedRuns is how many runs this worker keeps in memory between
-	// their workflow tasks (Temporal's sticky cache): the history its last
-	// task of the run committed, and the run's workflow code, blocked where
-	// that task left it. The run's next task on this worker then reads no
-	// history and replays nothing: it delivers its inputs to the waiting
-	// code, so a task costs what its own events cost, not what the whole
-	// history does. A cached run is used only while this worker's last
-	// task is still the run's last (its append point unchanged); otherwise
-	// the task reads the history and replays, as on any other worker.
+	// MaxCachedRuns is how many cached runs this worker keeps between their
+	// workflow tasks (Temporal's sticky cache): the history its last task
+	// of the run committed, and the run's workflow code, blocked where that
+	// task left it. The run's next task here then reads no history and
+	// replays nothing, as long as this worker's last task is still the
+	// run's last; otherwise it replays, as on any other worker.
 	//
-	// Each cached run holds its coroutines' goroutines (and the deferred
-	// calls of its code run when it leaves the cache, as they do after
-	// every replayed task). Beyond the limit the run used least recently
-	// leaves the cache. While runs leave it before their next task (a burst
-	// of more runs than it holds), it keeps only their histories, and the
-	// code of runs whose tasks found it. Negative caches nothing: every
-	// task reads its run's history and replays the code from its start.
-	// Defaults to MaxCachedRunsDefault.
+	// Each cached run holds its code's goroutines (its deferred calls run
+	// when it leaves the cache). Beyond the limit the run used least
+	// recently leaves. Negative caches nothing. Defaults to
+	// MaxCachedRunsDefault.
 	MaxCachedRuns int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

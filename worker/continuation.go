@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,29 +15,29 @@ import (
 	"github.com/weirhq/weir/internal/lazytx"
 )
 
-// deliverOutcome hands an activity's outcome to its run in tx, the
-// transaction that also completes (or fails) the activity's job, fenced.
+// deliverOutcome gives an activity's outcome (an event of eventType with
+// attrs) to its run in tx, the transaction that also completes (or fails)
+// the activity's job, fenced; a run that closed or is gone takes nothing.
 //
 // With cont set, and when this worker runs the run's workflow and no task
-// of the run is queued, the outcome continues the run at once: the run's
-// next workflow task runs right here, under the run's lock (or, for the
-// one-round-trip step, on the cached run, its lock and check in a guard
-// ahead of the writes), with the
-// outcome as its input, so it spares a task job, its fetch and a second
-// transaction. The activity's lease fences it like a task's lease fences a
-// task: if the attempt lost its job, the completion aborts tx and nothing
-// the continuation wrote commits. cont receives what interceptors are told
-// and the history for the cache, once tx commits.
-//
-// Otherwise the outcome goes to the run's inbox and a task is queued for it
-// unless one is (inbox.Deliver).
+// of the run is queued, the outcome continues the run: the run's next
+// workflow task runs right here, under the run's lock, with the outcome as
+// its input, fenced by the activity's lease (decision 0010). cont receives
+// what interceptors are told and the history for the cache. Otherwise the
+// outcome goes to the run's inbox and a task is queued for it unless one
+// is (inbox.Deliver).
 //
 // With own set, the job's completion rides with the continuation's last
 // writes when it can (a claimed job); completed reports whether it did, and
 // the caller completes the job otherwise.
-func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, item *inbox.Item, cont *taskResult,
-	own *ownJob,
+func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMeta, eventType history.EventType, attrs any,
+	cont *taskResult, own *ownJob,
 ) (completed bool, err error) {
+	data, err := json.Marshal(attrs)
+	if err != nil {
+		return false, fmt.Errorf("encoding %s of activity %d: %w", eventType, meta.ScheduledEventID, err)
+	}
+	item := &inbox.Item{Attributes: data, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType)}
 	def := w.workflows[meta.WorkflowKind]
 	if cont != nil && cont.step != nil && (def == nil || len(w.config.Interceptors) > 0) {
 		return false, errRunsAlone
@@ -44,11 +45,11 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	if cont == nil || def == nil || len(w.config.Interceptors) > 0 {
 		// Interceptors see every workflow task as a River job of its own.
 		_, err := inbox.Deliver(ctx, tx, w.store, w.riverClient, meta.RunID, item)
-		return false, err
+		return false, ignoreClosed(err)
 	}
 	run, now, _, locked, err := cont.step.takeLocked() // locked by its group
 	if !locked {
-		run, now, err = w.lockRun(ctx, tx, meta.RunID)
+		run, now, _, err = w.lockRun(ctx, tx, meta.RunID, false)
 	}
 	if locked && (err != nil || run.State != "running" || run.TaskJobID != nil) {
 		// Not a continuation: what it writes instead (the inbox, the job's
@@ -57,31 +58,32 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, fmt.Errorf("delivering %s to run %s: %w", item.Type, meta.RunID, inbox.ErrRunClosed)
+		return false, nil
 	case err != nil:
 		return false, err
 	case run.State != "running":
-		return false, fmt.Errorf("delivering %s to run %s (%s): %w", item.Type, meta.RunID, run.State, inbox.ErrRunClosed)
+		return false, nil
 	case run.TaskJobID != nil:
 		// A task is queued (a signal came, say): the outcome waits for it.
 		_, err := inbox.Add(ctx, tx, w.store, meta.RunID, item)
 		return false, err
 	}
-	direct := history.Event{Type: history.EventType(item.Type), Attributes: item.Attributes, Time: now}
-	// outcomeTx writes nothing after this and commits: the last batch may.
+	direct := history.Event{Type: eventType, Attributes: data, Time: now}
+	// recordOutcome writes nothing after this and commits: the last batch may.
 	// The continuation is the first attempt of a workflow task of its own,
 	// whatever attempt of the activity brought the outcome.
-	by := &advanceBy{attempt: 1, apply: alone{commit: true}, own: own}
+	in := &setting{attempt: 1, apply: alone{commit: true}, own: own}
 	if cont.step != nil {
-		by.apply = cont.step // its last writes go with the group's COMMIT
+		in.apply = cont.step // its last writes go with the group's COMMIT
 	}
-	err = w.advance(ctx, tx, def, run, now, []history.Event{direct}, by, cont)
-	return by.completed, err
+	err = w.advance(ctx, tx, def, run, now, []history.Event{direct}, in, cont)
+	return in.completed, err
 }
 
 // recordOutcome runs record, the transaction that records an activity
-// attempt's outcome and may continue its run (alone: outcomeTxAlone, else
-// outcomeTx). Should that fail, it records the outcome once more without
+// attempt's outcome and may continue its run: in a group with other runs'
+// outcomes when the worker runs and alone is false (groupCommitter), else
+// alone (outcomeTxAlone). Should that fail, it records the outcome once more without
 // continuing the run (cont nil: the outcome goes to the run's inbox and a
 // workflow task of its own runs the code): the continuation runs workflow
 // code, whose panic, non-determinism or deadlock must fail a workflow task
@@ -90,9 +92,9 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 func (w *Worker) recordOutcome(ctx context.Context, runID uuid.UUID, alone bool,
 	record func(ctx context.Context, tx pgx.Tx, cont *taskResult) error,
 ) error {
-	run := w.outcomeTx
-	if alone {
-		run = w.outcomeTxAlone
+	run := w.outcomeTxAlone
+	if !alone && w.steps != nil {
+		run = w.steps.commit
 	}
 	err := run(ctx, runID, record)
 	if err == nil || ctx.Err() != nil {
@@ -103,16 +105,6 @@ func (w *Worker) recordOutcome(ctx context.Context, runID uuid.UUID, alone bool,
 	return w.outcomeTxAlone(ctx, runID, func(ctx context.Context, tx pgx.Tx, _ *taskResult) error {
 		return record(ctx, tx, nil)
 	})
-}
-
-// outcomeTx runs fn, the transaction that records an activity attempt's
-// outcome and may continue its run (runID, deliverOutcome): in a group with
-// other runs' outcomes when the worker runs (groupCommitter), else alone.
-func (w *Worker) outcomeTx(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
-	if w.steps != nil {
-		return w.steps.commit(ctx, runID, fn)
-	}
-	return w.outcomeTxOnce(ctx, fn)
 }
 
 // taskTx runs fn, the transaction of a workflow task of run runID

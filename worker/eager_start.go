@@ -12,8 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/engine"
-	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/task"
@@ -21,7 +21,7 @@ import (
 
 // Eager workflow start: a client linked to this worker
 // (client.Config.EagerStarter) that starts a run of a workflow the worker
-// serves hands the run's first task to the worker (internal/handoff), which runs it inside the start's
+// serves hands the run's first task to the worker (internal/eagerstart), which runs it inside the start's
 // transaction, right after the run's row is inserted. The run's first
 // events, and the activities they schedule (claimed here, to start once the
 // start commits), commit with the run itself: no task job, no fetch, no
@@ -48,28 +48,28 @@ const aheadSkipsAfterDecline = 16
 // start's transaction did not commit.
 var errStartRolledBack = errors.New("the start did not commit")
 
-// RunFirstTask implements handoff.Taker: the task of a run with no history
+// RunFirstTask implements eagerstart.Taker: the task of a run with no history
 // and an empty inbox (nobody else can see the run yet), on the run's row the
 // start inserted in tx. Its workflow code gets at most the deadlock check's
 // timeout in all (the caller's Start waits for it); the task is declined
 // when ctx leaves less than twice that, or when the worker is stopping.
-func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff.Run) (func(committed bool), error) {
+func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *eagerstart.Run) (func(committed bool), error) {
 	w := t.w
 	budget, ok := t.budget(ctx)
 	if !ok {
-		return nil, handoff.ErrDeclined
+		return nil, eagerstart.ErrDeclined
 	}
 	// Tracked like an eager attempt, so that Stop waits for it.
 	if !w.eager.begin() {
-		return nil, handoff.ErrDeclined
+		return nil, eagerstart.ErrDeclined
 	}
 	defer w.eager.attempts.Done()
 	replayCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 
 	var result taskResult
-	by := &advanceBy{attempt: 1, apply: alone{commit: r.LastInTx}, startCtx: replayCtx}
-	err := w.advance(ctx, tx, t.def, w.startedRun(r), r.Now, nil, by, &result)
+	in := &setting{attempt: 1, apply: alone{commit: r.LastInTx}, startCtx: replayCtx}
+	err := w.advance(ctx, tx, t.def, w.startedRun(r), r.Now, nil, in, &result)
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// The start committed with the task's last batch: the task is done.
 		w.config.Logger.WarnContext(ctx, "weir: first workflow task committed, but reading one of its results failed",
@@ -85,13 +85,13 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *handoff
 
 // startedRun is the run a start just inserted, as its first task reads it;
 // the start's time is a reading of the database's clock.
-func (w *Worker) startedRun(r *handoff.Run) *runRow {
+func (w *Worker) startedRun(r *eagerstart.Run) *runRow {
 	w.clock.observe(r.Now)
 	return newRun(r)
 }
 
 // newRun is the run a start inserts, as its first task reads it.
-func newRun(r *handoff.Run) *runRow {
+func newRun(r *eagerstart.Run) *runRow {
 	return &runRow{
 		Run: engine.Run{
 			Args: r.Args, Generation: r.Generation, ID: r.ID, Kind: r.Kind, Namespace: r.Namespace, NextEventID: 1, Queue: r.Queue,
@@ -123,7 +123,7 @@ func (w *Worker) failedInStart(ctx context.Context, runID uuid.UUID, err error) 
 	return err
 }
 
-// RunFirstTasks implements handoff.Taker: the first tasks of a group
+// RunFirstTasks implements eagerstart.Taker: the first tasks of a group
 // of starts, each as RunFirstTask runs one, in turn, with their last
 // writes merged into one batch (as a group of outcomes merges its members',
 // groupCommitter) for the caller to send with its COMMIT. A task that fails
@@ -133,13 +133,13 @@ func (w *Worker) failedInStart(ctx context.Context, runID uuid.UUID, err error) 
 // River): the child's start lock is taken waiting, and a group must never
 // wait for a lock while it holds its starts' locks. So are the tasks left
 // when the group's time runs short.
-func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*handoff.Run) (*handoff.FirstTasks, error) {
+func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*eagerstart.Run) (*eagerstart.FirstTasks, error) {
 	w := t.w
-	out := &handoff.FirstTasks{Done: make([]func(bool), len(runs)), Errs: make([]error, len(runs)), Last: &pgx.Batch{}}
+	out := &eagerstart.FirstTasks{Done: make([]func(bool), len(runs)), Errs: make([]error, len(runs)), Last: &pgx.Batch{}}
 	budget, ok := t.budget(ctx)
 	if !ok || !w.eager.begin() { // tracked like an eager attempt, so that Stop waits for it
 		for i := range runs {
-			out.Errs[i] = handoff.ErrDeclined
+			out.Errs[i] = eagerstart.ErrDeclined
 		}
 		out.Sent = func() {}
 		return out, nil
@@ -162,12 +162,12 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 		if _, ok := t.budget(ctx); !ok {
 			// The group's time runs short: the rest go through River.
 			for j := i; j < len(runs); j++ {
-				out.Errs[j] = handoff.ErrDeclined
+				out.Errs[j] = eagerstart.ErrDeclined
 			}
 			break
 		}
 		result := &taskResult{}
-		by, after, err := t.advanceDeferred(ctx, tx, w.startedRun(r), r.Now, budget, &writes, result)
+		in, after, err := t.advanceDeferred(ctx, tx, w.startedRun(r), r.Now, budget, &writes, result)
 		if after != nil {
 			afters = append(afters, after)
 		}
@@ -175,14 +175,14 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*h
 		case err == nil:
 			results[i] = result
 			out.Done[i] = w.settleStart(result)
-		case by.wrote:
+		case in.wrote:
 			err = fmt.Errorf("workflow task of run %s (in a group of starts): %w", r.ID, err)
 			w.settle(err, result)
 			failed(err)
 			return nil, err
 		case errors.Is(err, errRunsAlone):
 			w.settle(err, result)
-			out.Errs[i] = handoff.ErrDeclined
+			out.Errs[i] = eagerstart.ErrDeclined
 		default:
 			w.settle(err, result)
 			out.Errs[i] = w.failedInStart(ctx, r.ID, err)
@@ -225,29 +225,29 @@ type aheadCounts struct {
 // it would send a statement before its last batch.
 var errAheadSends = errors.New("the first task sends a statement before its last batch")
 
-// RunFirstTaskAhead implements handoff.Taker.
-func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) (*handoff.FirstTasks, error) {
+// RunFirstTaskAhead implements eagerstart.Taker.
+func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *eagerstart.Run) (*eagerstart.FirstTasks, error) {
 	w := t.w
 	budget, ok := t.budget(ctx)
 	if !ok {
-		return nil, handoff.ErrDeclined
+		return nil, eagerstart.ErrDeclined
 	}
 	for n := t.aheadSkips.Load(); n > 0; n = t.aheadSkips.Load() {
 		if t.aheadSkips.CompareAndSwap(n, n-1) {
-			return nil, handoff.ErrDeclined
+			return nil, eagerstart.ErrDeclined
 		}
 	}
 	now, ok := w.clock.now()
 	if !ok {
-		return nil, handoff.ErrDeclined // the start reads it (ObserveNow)
+		return nil, eagerstart.ErrDeclined // the start reads it (ObserveNow)
 	}
 	if !w.eager.begin() { // tracked like an eager attempt, so that Stop waits for it
-		return nil, handoff.ErrDeclined
+		return nil, eagerstart.ErrDeclined
 	}
 	defer w.eager.attempts.Done()
 	r.Now, r.Generation, r.LastInTx = now, 1, true
 
-	out := &handoff.FirstTasks{Done: make([]func(bool), 1), Errs: make([]error, 1), Last: &pgx.Batch{}}
+	out := &eagerstart.FirstTasks{Done: make([]func(bool), 1), Errs: make([]error, 1), Last: &pgx.Batch{}}
 	var result taskResult
 	tx := lazytx.NoSend(errAheadSends)
 	var writes lastWrites
@@ -263,10 +263,10 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *handoff.Run) 
 			// the task again.
 			w.ahead.declined.Add(1)
 			t.aheadSkips.Store(aheadSkipsAfterDecline)
-			return nil, handoff.ErrDeclined
+			return nil, eagerstart.ErrDeclined
 		}
 		w.ahead.failed.Add(1)
-		return nil, &handoff.FailedAheadError{Err: w.failedInStart(ctx, r.ID, err)}
+		return nil, &eagerstart.FailedAheadError{Err: w.failedInStart(ctx, r.ID, err)}
 	}
 	w.queueLastWrites(out.Last, &writes, true) // the start asked for generic plans
 	settle := w.settleStart(&result)
@@ -296,22 +296,22 @@ func (t *firstTaskTaker) budget(ctx context.Context) (time.Duration, bool) {
 // (nil when the task did not get that far).
 func (t *firstTaskTaker) advanceDeferred(ctx context.Context, tx pgx.Tx, run *runRow, now time.Time, budget time.Duration,
 	last *lastWrites, result *taskResult,
-) (by *advanceBy, after func(), err error) {
+) (in *setting, after func(), err error) {
 	replayCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	by = &advanceBy{attempt: 1, apply: startLast{last: last, after: &after}, startCtx: replayCtx}
-	err = t.w.advance(ctx, tx, t.def, run, now, nil, by, result)
-	return by, after, err
+	in = &setting{attempt: 1, apply: startLast{last: last, after: &after}, startCtx: replayCtx}
+	err = t.w.advance(ctx, tx, t.def, run, now, nil, in, result)
+	return in, after, err
 }
 
-// ObserveNow implements handoff.Taker.
+// ObserveNow implements eagerstart.Taker.
 func (t *firstTaskTaker) ObserveNow(now time.Time) { t.w.clock.observe(now) }
 
 // FirstTaskTaker implements client.EagerStarter: it returns what runs the
 // first tasks of key (a workflow this worker serves, in a namespace and
 // queue it serves, in its schema) while the worker is started with eager
 // dispatch on, else nil.
-func (w *Worker) FirstTaskTaker(key handoff.Key) handoff.Taker {
+func (w *Worker) FirstTaskTaker(key eagerstart.Key) eagerstart.Taker {
 	if takers := w.takers.Load(); takers != nil {
 		return (*takers)[key]
 	}
@@ -323,8 +323,8 @@ func (w *Worker) FirstTaskTaker(key handoff.Key) handoff.Taker {
 // A worker with the deadlock check off takes none: the first task runs in
 // the client's Start call, which workflow code that blocks must not hold
 // for longer than the check allows.
-func (w *Worker) firstTaskTakers() map[handoff.Key]handoff.Taker {
-	takers := map[handoff.Key]handoff.Taker{}
+func (w *Worker) firstTaskTakers() map[eagerstart.Key]eagerstart.Taker {
+	takers := map[eagerstart.Key]eagerstart.Taker{}
 	if w.config.DeadlockTimeout < 0 {
 		return takers
 	}
@@ -332,7 +332,7 @@ func (w *Worker) firstTaskTakers() map[handoff.Key]handoff.Taker {
 		taker := &firstTaskTaker{def: def, w: w}
 		for _, namespace := range w.config.Namespaces {
 			for queue := range w.config.Queues {
-				takers[handoff.Key{Schema: w.names.Schema, Queue: queue, Kind: task.Kind(namespace, kind)}] = taker
+				takers[eagerstart.Key{Schema: w.names.Schema, Queue: queue, Kind: task.Kind(namespace, kind)}] = taker
 			}
 		}
 	}

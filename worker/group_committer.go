@@ -122,7 +122,7 @@ type groupCommitter struct {
 }
 
 // groupMember is one outcome in a group: the run it continues, the
-// transaction body that records it (as for outcomeTx), and what the group
+// transaction body that records it (as for recordOutcome), and what the group
 // learned for it.
 type groupMember struct {
 	ctx   context.Context
@@ -189,7 +189,7 @@ func (m *groupMember) deferLast(step *engine.StepWrites, rest *otherWrites, afte
 	m.step, m.rest, m.afterLast = step, rest, after
 }
 
-// commit records an outcome of run runID through fn (as outcomeTx does),
+// commit records an outcome of run runID through fn (as recordOutcome does),
 // in a group with others that are ready, or alone if the group fails.
 func (c *groupCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
 	return c.do(&groupMember{ctx: ctx, runID: runID, fn: fn})
@@ -236,7 +236,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			// One round trip: its lock goes with its writes (queueGuard).
 		case len(members) == 1 && !members[0].task:
 			m := members[0]
-			run, now, err := c.w.lockRun(ctx, tx, m.runID)
+			run, now, _, err := c.w.lockRun(ctx, tx, m.runID, false)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
@@ -301,7 +301,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 		return tx.SendBatch(ctx, last).Close()
 	})
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
-		// As in outcomeTx: the outcomes are recorded; what the failed
+		// As in outcomeTxOnce: the outcomes are recorded; what the failed
 		// callback should have noted is left to recovery.
 		c.w.config.Logger.WarnContext(ctx, "weir: a group of activity outcomes committed, but reading one of its results failed",
 			slog.String("error", err.Error()))

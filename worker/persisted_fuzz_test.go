@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/history"
@@ -59,15 +58,12 @@ func FuzzOutcomeOfEndedJob(f *testing.F) {
 		f.Add(state, 25, []byte(`not json`), false)
 	}
 	f.Fuzz(func(t *testing.T, state string, attempt int, rawErr []byte, cancelRequested bool) {
-		a := &endedActivity{EndedActivity: store.EndedActivity{
+		a := &store.EndedActivity{
 			ActivityRef: store.ActivityRef{JobID: 42, RunID: uuid.New(), ScheduledEventID: 3}, Attempt: attempt, CancelRequested: cancelRequested,
-		}}
+			Errors: [][]byte{rawErr},
+		}
 		if state != "" {
 			a.State = &state
-		}
-		var attemptErr rivertype.AttemptError
-		if json.Unmarshal(rawErr, &attemptErr) == nil {
-			a.errors = append(a.errors, attemptErr)
 		}
 		eventType, data, err := outcomeOfEndedJob(a)
 		require.NoError(t, err)

@@ -40,47 +40,36 @@ const (
 // worker serves: it LISTENs for new queries, claims them (SKIP LOCKED, so
 // workers share the load), replays each run and writes the answer.
 type queryResponder struct {
-	w *Worker
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	wg     sync.WaitGroup
-	slots  chan struct{}
+	background
+	w     *Worker
+	wg    sync.WaitGroup
+	slots chan struct{}
 }
 
 func newQueryResponder(w *Worker) *queryResponder {
 	return &queryResponder{slots: make(chan struct{}, queryConcurrency), w: w}
 }
 
-func (r *queryResponder) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel, r.done = cancel, make(chan struct{})
+func (r *queryResponder) loop(ctx context.Context) {
 	wake := make(chan struct{}, 1)
 	r.wg.Go(func() { r.listen(ctx, wake) })
-	go func() {
-		defer close(r.done)
-		ticker := time.NewTicker(queryPollInterval)
-		defer ticker.Stop()
-		for {
-			if err := r.claimAndAnswer(ctx); err != nil && ctx.Err() == nil {
-				r.w.config.Logger.WarnContext(ctx, "weir: answering queries failed", slog.String("error", err.Error()))
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-wake:
-			case <-ticker.C:
-			}
+	ticker := time.NewTicker(queryPollInterval)
+	defer ticker.Stop()
+	for {
+		if err := r.claimAndAnswer(ctx); err != nil && ctx.Err() == nil {
+			r.w.config.Logger.WarnContext(ctx, "weir: answering queries failed", slog.String("error", err.Error()))
 		}
-	}()
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-ticker.C:
+		}
+	}
 }
 
 func (r *queryResponder) stop() {
-	if r.cancel == nil {
-		return
-	}
-	r.cancel()
-	<-r.done
+	r.background.stop()
 	r.wg.Wait()
 }
 
@@ -170,7 +159,7 @@ func (r *queryResponder) answer(ctx context.Context, q store.ClaimedQuery) error
 		case errors.Is(queryErr, replay.ErrUnknownQuery):
 			failure = &history.Failure{Message: queryErr.Error(), Type: "UnknownQuery"}
 		case queryErr != nil:
-			failure = failureFromError(queryErr)
+			failure = replay.FailureFromError(queryErr)
 		default:
 			result = answer
 		}

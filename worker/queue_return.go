@@ -18,13 +18,11 @@ import (
 // chance as this one.
 //
 // A snoozed job comes back available with no notification of River's, so
-// without ours only fetch polls would find it (every second, River's
-// FetchPollInterval, plus up to 10% jitter), and pollers in phase (workers
-// started together) take it in the order of their phases: the hander, a few
-// milliseconds ahead, took it back round after round (seen: 47 returns in
-// 50 s, and 14 in a row after the snooze was randomized). The notification
-// is a wake-up only: if it is lost (this process stops), polls still find
-// the job.
+// without ours only fetch polls would find it, and pollers in phase
+// (workers started together) would take it in the order of their phases:
+// the worker that returned it, a few milliseconds ahead, round after
+// round. The notification is a wake-up only: if it is lost, polls still
+// find the job.
 //
 // Notifications are coalesced per queue into slots of returnSlot: however
 // many jobs a worker returns, a queue gets at most one notification per
@@ -55,9 +53,11 @@ func newQueueReturns(w *Worker) *queueReturns {
 	return &queueReturns{w: w, pending: make(map[returnSlotKey]*time.Timer)}
 }
 
-// returnToQueue is what the attempt of a foreign namespace's activity returns.
+// returnToQueue is what the attempt of a foreign namespace's activity
+// returns: a snooze of one to two seconds, drawn anew each time, so that
+// returned jobs do not come back in step.
 func (h *queueReturns) returnToQueue(queue string) error {
-	snooze := foreignNamespaceSnooze()
+	snooze := time.Second + rand.N(time.Second)
 	h.announce(queue, time.Now().Add(snooze))
 	return river.JobSnooze(snooze)
 }
@@ -100,12 +100,4 @@ func (h *queueReturns) stop() {
 		timer.Stop()
 		delete(h.pending, key)
 	}
-}
-
-// foreignNamespaceSnooze is how long an activity of a namespace a worker
-// does not serve waits before it is offered again: one to two seconds,
-// drawn anew each time, so returns of several jobs do not come back in
-// step.
-func foreignNamespaceSnooze() time.Duration {
-	return time.Second + rand.N(time.Second)
 }

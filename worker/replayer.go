@@ -127,7 +127,7 @@ func AddReplayerWorkflow[A workflow.Args, R any](r *Replayer, wf workflow.Workfl
 // AddReplayerWorkflowSafely is AddReplayerWorkflow returning an error
 // instead of panicking.
 func AddReplayerWorkflowSafely[A workflow.Args, R any](r *Replayer, wf workflow.Workflow[A, R]) error {
-	return r.add(bindWorkflow(wf))
+	return r.add(replay.Bind(wf))
 }
 
 // AddWorkflowsOf registers every workflow registered on w, so the code that

@@ -24,10 +24,8 @@ const schedulerMaxSleep = time.Second
 // the start's request ID comes from the due time, so a due time starts at
 // most one run however many workers compete.
 type scheduler struct {
+	background
 	w *Worker
-
-	cancel context.CancelFunc
-	done   chan struct{}
 
 	mu      sync.Mutex
 	clients map[string]*client.Client // by namespace
@@ -37,33 +35,24 @@ func newScheduler(w *Worker) *scheduler {
 	return &scheduler{clients: map[string]*client.Client{}, w: w}
 }
 
-func (s *scheduler) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
-	go func() {
-		defer close(s.done)
-		for ctx.Err() == nil {
-			sleep, err := s.tick(ctx)
-			if err != nil && ctx.Err() == nil {
-				s.w.config.Logger.WarnContext(ctx, "weir: starting scheduled runs failed", slog.String("error", err.Error()))
-				sleep = schedulerMaxSleep
-			}
-			timer := time.NewTimer(max(min(sleep, schedulerMaxSleep), time.Millisecond))
-			select {
-			case <-ctx.Done():
-			case <-timer.C:
-			}
-			timer.Stop()
+func (s *scheduler) loop(ctx context.Context) {
+	for ctx.Err() == nil {
+		sleep, err := s.tick(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.w.config.Logger.WarnContext(ctx, "weir: starting scheduled runs failed", slog.String("error", err.Error()))
+			sleep = schedulerMaxSleep
 		}
-	}()
+		timer := time.NewTimer(max(min(sleep, schedulerMaxSleep), time.Millisecond))
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
 }
 
 func (s *scheduler) stop() {
-	if s.cancel == nil {
-		return
-	}
-	s.cancel()
-	<-s.done
+	s.background.stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.clients {

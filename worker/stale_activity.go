@@ -26,8 +26,8 @@ func (e *staleActivity) Error() string {
 	return fmt.Sprintf("weir: activity %s (job %d) not run again: %s", e.kind, e.jobID, e.reason)
 }
 
-// checkPending returns a *staleActivity unless the activity of job jobID is
-// pending in a running run. Eager attempts skip it: they were claimed in the
+// checkPending returns a *staleActivity, as river.JobCancel's error, unless
+// the activity of job jobID is pending in a running run. Eager attempts skip it: they were claimed in the
 // transaction that scheduled their activity.
 func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int64, kind string) error {
 	// Pending: recorded as such, and no outcome waiting in the inbox.
@@ -48,7 +48,7 @@ func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int
 	stale := &staleActivity{jobID: jobID, kind: kind, reason: reason}
 	w.config.Logger.WarnContext(ctx, "weir: activity job retried after its activity ended; cancelling it without running it",
 		slog.Int64("job_id", jobID), slog.String("kind", kind), slog.String("run_id", meta.RunID.String()), slog.String("reason", reason))
-	return stale
+	return river.JobCancel(stale) // recorded as the attempt's error
 }
 
 // pendingRiverWorker runs a plain River worker added as an activity only
@@ -62,10 +62,6 @@ type pendingRiverWorker[T river.JobArgs] struct {
 func (p *pendingRiverWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
 	if meta := activityMetaOf(job.Metadata); meta != nil {
 		if err := p.w.checkPending(ctx, meta, job.ID, job.Kind); err != nil {
-			var stale *staleActivity
-			if errors.As(err, &stale) {
-				return river.JobCancel(stale)
-			}
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 
@@ -25,87 +26,65 @@ const sweepBatch = 500
 // by a rescuer or reaper, a job deleted by hand). Every repair takes the run
 // row's lock, like any inbox writer, so it cannot race a task.
 type sweeper struct {
+	background
 	w *Worker
 
-	cancel context.CancelFunc
-	done   chan struct{}
 	// swept receives the number of repairs after every sweep, when set.
 	swept chan int
 }
 
 func newSweeper(w *Worker) *sweeper { return &sweeper{w: w} }
 
-func (s *sweeper) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
-	go func() {
-		defer close(s.done)
-		ticker := time.NewTicker(s.w.config.SweepInterval)
-		defer ticker.Stop()
-		for {
-			n, err := s.sweep(ctx)
-			if err != nil && ctx.Err() == nil {
-				s.w.config.Logger.WarnContext(ctx, "weir: sweep failed", slog.String("error", err.Error()))
-			}
-			if s.swept != nil {
-				select {
-				case s.swept <- n:
-				default:
-				}
-			}
+func (s *sweeper) loop(ctx context.Context) {
+	ticker := time.NewTicker(s.w.config.SweepInterval)
+	defer ticker.Stop()
+	for {
+		n, err := s.sweep(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.w.config.Logger.WarnContext(ctx, "weir: sweep failed", slog.String("error", err.Error()))
+		}
+		if s.swept != nil {
 			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
+			case s.swept <- n:
+			default:
 			}
 		}
-	}()
-}
-
-func (s *sweeper) stop() {
-	if s.cancel == nil {
-		return
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
 	}
-	s.cancel()
-	<-s.done
 }
 
 // sweep runs one pass and returns how many repairs it made.
 func (s *sweeper) sweep(ctx context.Context) (int, error) {
-	activities, err := s.resolveEndedActivities(ctx)
-	if err != nil {
-		return activities, err
+	repaired := 0
+	for _, repair := range []func(context.Context) (int, error){
+		s.resolveEndedActivities, s.timeOutActivities, s.requeueStrandedRuns, s.deleteExpired,
+	} {
+		n, err := repair(ctx)
+		if repaired += n; err != nil {
+			return repaired, err
+		}
 	}
-	timedOut, err := s.timeOutActivities(ctx)
-	if err != nil {
-		return activities + timedOut, err
-	}
-	tasks, err := s.requeueStrandedRuns(ctx)
-	if err != nil {
-		return activities + timedOut + tasks, err
-	}
-	if _, err := s.deleteExpiredRuns(ctx); err != nil {
-		return activities + timedOut + tasks, err
-	}
-	// Queries whose asker gave up (and did not delete them) expire.
-	if err := s.w.store.DeleteExpiredQueries(ctx, s.w.pool); err != nil {
-		return activities + timedOut + tasks, fmt.Errorf("deleting expired queries: %w", err)
-	}
-	return activities + timedOut + tasks, nil
+	return repaired, nil
 }
 
-// deleteExpiredRuns deletes closed runs past their namespace's retention,
-// with their history (ON DELETE CASCADE), a batch at a time; SKIP LOCKED lets
-// every worker's sweeper share the work.
-func (s *sweeper) deleteExpiredRuns(ctx context.Context) (int64, error) {
-	if s.w.config.Retention < 0 {
-		return 0, nil
+// deleteExpired deletes closed runs past their namespace's retention, with
+// their history (ON DELETE CASCADE), a batch at a time (SKIP LOCKED lets
+// every worker's sweeper share the work), and queries whose asker gave up
+// and did not delete them. They are not repairs: it returns 0.
+func (s *sweeper) deleteExpired(ctx context.Context) (int, error) {
+	if s.w.config.Retention >= 0 {
+		if _, err := s.w.store.ExpireRuns(ctx, s.w.pool, s.w.config.Retention, sweepBatch); err != nil {
+			return 0, fmt.Errorf("deleting runs past retention: %w", err)
+		}
 	}
-	n, err := s.w.store.ExpireRuns(ctx, s.w.pool, s.w.config.Retention, sweepBatch)
-	if err != nil {
-		return 0, fmt.Errorf("deleting runs past retention: %w", err)
+	if err := s.w.store.DeleteExpiredQueries(ctx, s.w.pool); err != nil {
+		return 0, fmt.Errorf("deleting expired queries: %w", err)
 	}
-	return n, nil
+	return 0, nil
 }
 
 // timeOutActivities ends activities past their schedule-to-close deadline:
@@ -116,83 +95,82 @@ func (s *sweeper) timeOutActivities(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("finding timed-out activities: %w", err)
 	}
-	repaired := 0
-	for _, a := range due {
+	what := func(a store.TimedOutActivity) string {
+		return fmt.Sprintf("timing out activity %d of run %s", a.ScheduledEventID, a.RunID)
+	}
+	return eachInTx(ctx, s, due, what, func(ctx context.Context, tx pgx.Tx, a store.TimedOutActivity) (bool, error) {
 		attrs, err := json.Marshal(&history.ActivityTimedOutAttributes{
 			Attempt: a.Attempt, ScheduledEventID: a.ScheduledEventID, TimeoutType: history.TimeoutScheduleToClose,
 		})
 		if err != nil {
-			return repaired, err
+			return false, err
 		}
-		err = pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			added, err := inbox.Deliver(ctx, tx, s.w.store, s.w.riverClient, a.RunID, &inbox.Item{
-				Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(history.EventActivityTimedOut),
-			})
-			if errors.Is(err, inbox.ErrRunClosed) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if added {
-				repaired++
-				if _, err := s.w.riverClient.JobCancelTx(ctx, tx, a.JobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-					return fmt.Errorf("cancelling job %d: %w", a.JobID, err)
-				}
-			}
-			return nil
+		added, err := inbox.Deliver(ctx, tx, s.w.store, s.w.riverClient, a.RunID, &inbox.Item{
+			Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(history.EventActivityTimedOut),
 		})
-		if err != nil {
-			return repaired, fmt.Errorf("timing out activity %d of run %s: %w", a.ScheduledEventID, a.RunID, err)
+		if !added || err != nil {
+			return false, ignoreClosed(err)
 		}
-	}
-	return repaired, nil
-}
-
-type endedActivity struct {
-	store.EndedActivity
-	errors []rivertype.AttemptError
+		if _, err := s.w.riverClient.JobCancelTx(ctx, tx, a.JobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			return false, fmt.Errorf("cancelling job %d: %w", a.JobID, err)
+		}
+		return true, nil
+	})
 }
 
 func (s *sweeper) resolveEndedActivities(ctx context.Context) (int, error) {
-	ended, err := s.w.endedActivities(ctx, s.w.pool, nil)
+	ended, err := s.w.store.EndedActivities(ctx, s.w.pool, nil, sweepBatch)
 	if err != nil {
 		return 0, fmt.Errorf("finding ended activities: %w", err)
 	}
+	what := func(a store.EndedActivity) string {
+		return fmt.Sprintf("resolving activity %d of run %s", a.ScheduledEventID, a.RunID)
+	}
+	return eachInTx(ctx, s, ended, what, func(ctx context.Context, tx pgx.Tx, a store.EndedActivity) (bool, error) {
+		// Re-check under the run lock (taken here, before the check;
+		// Deliver takes it again): a task may have retired the activity
+		// since the scan, and one still running holds the lock until it
+		// has. Two statements: the check needs a snapshot taken after the
+		// lock is granted.
+		if pending, err := s.w.store.LockRunActivityPending(ctx, tx, a.ActivityRef); err != nil || !pending {
+			return false, err
+		}
+		added, err := s.w.deliverEnded(ctx, tx, &a)
+		if errors.Is(err, inbox.ErrRunClosed) {
+			return false, s.w.store.DeleteActivity(ctx, tx, a.ActivityRef)
+		}
+		return added, err
+	})
+}
 
+// eachInTx runs repair on each of items, each in a transaction of its own,
+// and counts the repairs made; what names an item in an error.
+func eachInTx[T any](ctx context.Context, s *sweeper, items []T, what func(T) string,
+	repair func(ctx context.Context, tx pgx.Tx, item T) (bool, error),
+) (int, error) {
 	repaired := 0
-	for _, a := range ended {
-		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			// Re-check under the run lock (taken here, before the check;
-			// Deliver takes it again): a task may have retired the activity
-			// since the scan, and one still running holds the lock until it
-			// has. Checking first let an outcome the task had just consumed
-			// go back into the inbox, for a task with nothing to do.
-			// Two statements: the check needs a snapshot taken after the
-			// lock is granted.
-			if pending, err := s.w.store.LockRunActivityPending(ctx, tx, a.ActivityRef); err != nil || !pending {
-				return err
-			}
-			eventType, attrs, err := outcomeOfEndedJob(&a)
-			if err != nil {
-				return err
-			}
-			added, err := inbox.Deliver(ctx, tx, s.w.store, s.w.riverClient, a.RunID, &inbox.Item{
-				Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(eventType),
-			})
-			if errors.Is(err, inbox.ErrRunClosed) {
-				return s.w.store.DeleteActivity(ctx, tx, a.ActivityRef)
-			}
-			if added {
-				repaired++
-			}
+	for _, item := range items {
+		var did bool
+		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) (err error) {
+			did, err = repair(ctx, tx, item)
 			return err
 		})
 		if err != nil {
-			return repaired, fmt.Errorf("resolving activity %d of run %s: %w", a.ScheduledEventID, a.RunID, err)
+			return repaired, fmt.Errorf("%s: %w", what(item), err)
+		}
+		if did {
+			repaired++
 		}
 	}
 	return repaired, nil
+}
+
+// ignoreClosed is err, unless it says that the run closed.
+func ignoreClosed(err error) error {
+	if errors.Is(err, inbox.ErrRunClosed) {
+		return nil
+	}
+	return err
 }
 
 // onFinalized turns activity jobs that just ended (in tx, River's own state
@@ -206,47 +184,37 @@ func (w *Worker) onFinalized(ctx context.Context, tx pgx.Tx, schema string, jobI
 	if len(jobIDs) == 1 && jobIDs[0] == settledJob(ctx) {
 		return nil // its own worker settled it: a task, or an activity that delivered its outcome
 	}
-	ended, err := w.endedActivities(ctx, tx, jobIDs)
+	ended, err := w.store.EndedActivities(ctx, tx, jobIDs, sweepBatch)
 	if err != nil {
 		return fmt.Errorf("finding activities of finalized jobs: %w", err)
 	}
 	for _, a := range ended {
-		eventType, attrs, err := outcomeOfEndedJob(&a)
-		if err != nil {
-			return err
-		}
-		_, err = inbox.Deliver(ctx, tx, w.store, w.riverClient, a.RunID, &inbox.Item{
-			Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(eventType),
-		})
-		if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
+		if _, err := w.deliverEnded(ctx, tx, &a); ignoreClosed(err) != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// endedActivities reads the pending activities of jobIDs, or, with none, a
-// batch of those whose job ended or is gone, with their jobs' errors.
-func (w *Worker) endedActivities(ctx context.Context, db store.DBTX, jobIDs []int64) ([]endedActivity, error) {
-	rows, err := w.store.EndedActivities(ctx, db, jobIDs, sweepBatch)
-	ended := make([]endedActivity, len(rows))
-	for i, row := range rows {
-		ended[i].EndedActivity = row
-		for _, raw := range row.Errors {
-			var attemptErr rivertype.AttemptError
-			if json.Unmarshal(raw, &attemptErr) == nil {
-				ended[i].errors = append(ended[i].errors, attemptErr)
-			}
-		}
+// deliverEnded delivers the outcome of an activity whose job ended on its
+// own to its run (inbox.Deliver).
+func (w *Worker) deliverEnded(ctx context.Context, tx pgx.Tx, a *store.EndedActivity) (added bool, err error) {
+	eventType, attrs, err := outcomeOfEndedJob(a)
+	if err != nil {
+		return false, err
 	}
-	return ended, err
+	return inbox.Deliver(ctx, tx, w.store, w.riverClient, a.RunID, &inbox.Item{
+		Attributes: attrs, DedupKey: inbox.ActivityKey(a.ScheduledEventID), Type: string(eventType),
+	})
 }
 
 // outcomeOfEndedJob is the outcome of an activity whose job ended on its own.
-func outcomeOfEndedJob(a *endedActivity) (history.EventType, []byte, error) {
-	var lastErr *rivertype.AttemptError
-	if len(a.errors) > 0 {
-		lastErr = &a.errors[len(a.errors)-1]
+func outcomeOfEndedJob(a *store.EndedActivity) (history.EventType, []byte, error) {
+	var lastErr *rivertype.AttemptError // River's record of the last attempt's error that decodes
+	for i := len(a.Errors) - 1; i >= 0 && lastErr == nil; i-- {
+		if err := json.Unmarshal(a.Errors[i], &lastErr); err != nil {
+			lastErr = nil
+		}
 	}
 	var (
 		eventType history.EventType
@@ -267,9 +235,11 @@ func outcomeOfEndedJob(a *endedActivity) (history.EventType, []byte, error) {
 		attrs = &history.ActivityCanceledAttributes{Attempt: a.Attempt, ScheduledEventID: a.ScheduledEventID}
 	default: // discarded, or cancelled by the worker with an error
 		eventType = history.EventActivityFailed
-		failure := failureFromJobError(lastErr, fmt.Sprintf("the activity's job %d ended %s", a.JobID, *a.State))
-		failure.NonRetryable = true
-		attrs = &history.ActivityFailedAttributes{Attempt: a.Attempt, Failure: *failure, ScheduledEventID: a.ScheduledEventID}
+		failure := history.Failure{Message: fmt.Sprintf("the activity's job %d ended %s", a.JobID, *a.State), NonRetryable: true, Type: "JobFailed"}
+		if lastErr != nil {
+			failure.Message, failure.Stack = lastErr.Error, lastErr.Trace
+		}
+		attrs = &history.ActivityFailedAttributes{Attempt: a.Attempt, Failure: failure, ScheduledEventID: a.ScheduledEventID}
 	}
 	data, err := json.Marshal(attrs)
 	return eventType, data, err
@@ -284,27 +254,19 @@ func (s *sweeper) requeueStrandedRuns(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("finding stranded runs: %w", err)
 	}
-
-	repaired := 0
-	for _, runID := range runIDs {
-		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
-			// The same condition as the scan, now under the run's lock.
-			run, stranded, err := s.w.store.LockStrandedRun(ctx, tx, runID)
-			if errors.Is(err, pgx.ErrNoRows) || (err == nil && !stranded) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			s.w.config.Logger.WarnContext(ctx, "weir: queueing a task for a run that had none", slog.String("run_id", runID.String()))
-			repaired++
-			return inbox.QueueTask(ctx, tx, s.w.store, s.w.riverClient, run)
-		})
-		if err != nil {
-			return repaired, fmt.Errorf("queueing a task of run %s: %w", runID, err)
+	what := func(runID uuid.UUID) string { return "queueing a task of run " + runID.String() }
+	return eachInTx(ctx, s, runIDs, what, func(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (bool, error) {
+		// The same condition as the scan, now under the run's lock.
+		run, stranded, err := s.w.store.LockStrandedRun(ctx, tx, runID)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !stranded) {
+			return false, nil
 		}
-	}
-	return repaired, nil
+		if err != nil {
+			return false, err
+		}
+		s.w.config.Logger.WarnContext(ctx, "weir: queueing a task for a run that had none", slog.String("run_id", runID.String()))
+		return true, inbox.QueueTask(ctx, tx, s.w.store, s.w.riverClient, run)
+	})
 }
 
 type settledKey struct{}

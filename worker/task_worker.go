@@ -3,7 +3,6 @@ package worker
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,12 +14,12 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/closing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/replay"
-	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 	"github.com/weirhq/weir/workflow"
@@ -69,14 +68,6 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 	if lease, ok := fencing.LeaseFromContext(ctx); ok && lease.Token != "" {
 		own.completion = t.w.claimedJob(job.ID, nil).completion
 	}
-	return t.work(ctx, job, own)
-}
-
-// work runs one workflow task (Work) whose job own completes in the task's
-// transaction, fenced: a fetched job through River's JobCompleteTx or with
-// the run's last writes, a claimed one (eager start) through the driver's
-// claimed path.
-func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *ownJob) error {
 	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
 	if len(t.w.config.Interceptors) > 0 {
 		t.w.readTaskInfo(ctx, info)
@@ -105,12 +96,11 @@ func (t *taskWorker) work(ctx context.Context, job *river.Job[task.Args], own *o
 // runs: its headers (trace context), generation, namespace and start time.
 // A run that cannot be read leaves them unset; the task finds out why.
 func (w *Worker) readTaskInfo(ctx context.Context, info *TaskInfo) {
-	var data []byte
-	if err := w.pool.QueryRow(ctx, "SELECT trace_context, generation, namespace, created_at FROM "+w.names.Run+" WHERE run_id = $1", info.RunID).
-		Scan(&data, &info.Generation, &info.Namespace, &info.CreatedAt); err != nil {
+	run, err := w.store.GetTaskRunInfo(ctx, w.pool, info.RunID)
+	if err != nil {
 		return
 	}
-	info.Headers = decodeHeaders(data)
+	info.Generation, info.Namespace, info.CreatedAt, info.Headers = run.Generation, run.Namespace, run.CreatedAt, decodeHeaders(run.TraceContext)
 }
 
 // withStack puts the stack of a panic in workflow code in err's text:
@@ -191,7 +181,7 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	case locked && (err != nil || run.State != "running"):
 		return errRunsAlone
 	case !locked:
-		run, now, inbox, err = w.lockRunTaking(ctx, tx, runID, true)
+		run, now, inbox, err = w.lockRun(ctx, tx, runID, true)
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -206,25 +196,17 @@ func (w *Worker) runTask(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		w.histories.forget(runID)
 		return own.finish(ctx, tx, false)
 	}
-	by := &advanceBy{attempt: job.Attempt, apply: alone{}, inbox: inbox, inboxRead: locked, own: own, taskJobID: job.ID}
+	in := &setting{attempt: job.Attempt, apply: alone{}, inbox: inbox, inboxRead: locked, own: own, taskJobID: job.ID}
 	if locked {
-		by.apply = result.step // its last writes go with the group's COMMIT
+		in.apply = result.step // its last writes go with the group's COMMIT
 	}
-	if err := w.advance(ctx, tx, def, run, now, nil, by, result); err != nil {
-		if locked && !by.wrote && !errors.Is(err, errRunsAlone) {
+	if err := w.advance(ctx, tx, def, run, now, nil, in, result); err != nil {
+		if locked && !in.wrote && !errors.Is(err, errRunsAlone) {
 			return &stepFailed{err: err} // it fails, as alone, and the group goes on
 		}
 		return err
 	}
-	return own.finish(ctx, tx, by.completed)
-}
-
-// lockRun locks a run's row for a workflow task (or an outcome continuing
-// the run) and reads it, with the database's time. pgx.ErrNoRows means the
-// run does not exist.
-func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*runRow, time.Time, error) {
-	run, now, _, err := w.lockRunTaking(ctx, tx, runID, false)
-	return run, now, err
+	return own.finish(ctx, tx, in.completed)
 }
 
 // immutable returns what of the run's row never changes once the run
@@ -237,11 +219,12 @@ func (run *runRow) immutable() *runRow {
 	}, scanned: true}
 }
 
-// lockRunTaking locks a run's row (as lockRun) and, with inbox (a
-// workflow task), takes the run's inbox (if the run is running) in the same
-// round trip: the inbox statement runs after the lock is granted, with a
-// snapshot of its own.
-func (w *Worker) lockRunTaking(ctx context.Context, tx pgx.Tx, runID uuid.UUID, inbox bool) (*runRow, time.Time, []engine.InboxItem, error) {
+// lockRun locks a run's row for a workflow task (or an outcome continuing
+// the run) and reads it, with the database's time; pgx.ErrNoRows means the
+// run does not exist. With inbox (a workflow task), it takes the run's
+// inbox (if the run is running) in the same round trip: the inbox
+// statement runs after the lock is granted, with a snapshot of its own.
+func (w *Worker) lockRun(ctx context.Context, tx pgx.Tx, runID uuid.UUID, inbox bool) (*runRow, time.Time, []engine.InboxItem, error) {
 	run := &runRow{Run: engine.Run{ID: runID}}
 	var now time.Time
 	var taken []engine.InboxItem
@@ -264,10 +247,11 @@ func (w *Worker) lockRunTaking(ctx context.Context, tx pgx.Tx, runID uuid.UUID, 
 	return run, now, taken, nil
 }
 
-// advanceBy is who advances a run: a workflow task's job, with the inbox it
-// took, or an activity attempt that continues the run with its own outcome
-// (taskJobID 0; a run with no queued task has an empty inbox).
-type advanceBy struct {
+// setting is where a task runs and its writes are applied: alone from its
+// job (with the inbox it took), in a group, in the start that inserted its
+// run, or as a continuation of an activity's outcome (taskJobID 0; a run
+// with no queued task has an empty inbox).
+type setting struct {
 	attempt   int
 	inbox     []engine.InboxItem
 	inboxRead bool // inbox was read, not taken: the step's writes delete it
@@ -293,21 +277,6 @@ type advanceBy struct {
 	wrote bool
 }
 
-// advance is the body of a workflow task, on a run locked in tx that is
-// running: it moves the inbox (and direct, outcomes handed over by the
-// caller) into history, replays the workflow, appends the new events with a
-// compare-and-swap on the run's append point and schedules what they ask
-// for. The caller completes its own job in tx, fenced, after it.
-func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
-	by *advanceBy, result *taskResult,
-) error {
-	err := w.advanceRun(ctx, tx, def, run, now, direct, by, result)
-	if err != nil {
-		result.dropSession() // whatever it decided is not committed
-	}
-	return err
-}
-
 // decided is what a step read of its run and decided: the run's history
 // as read, the step's inputs, the events it appends and the replay's
 // outcome.
@@ -319,24 +288,32 @@ type decided struct {
 	outcome  *replay.Outcome
 }
 
-// advanceRun is advance, but for closing the session of a task that
-// failed.
-func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
-	by *advanceBy, result *taskResult,
-) error {
-	defer func() { result.eager, result.eagerSlots = run.eager, run.eagerSlots }()
+// advance is the body of a workflow task, on a run locked in tx that is
+// running: it moves the inbox (and direct, outcomes handed over by the
+// caller) into history, replays the workflow, appends the new events with a
+// compare-and-swap on the run's append point and schedules what they ask
+// for. The caller completes its own job in tx, fenced, after it.
+func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
+	in *setting, result *taskResult,
+) (err error) {
+	defer func() {
+		result.eager, result.eagerSlots = run.eager, run.eagerSlots
+		if err != nil {
+			result.dropSession() // whatever it decided is not committed
+		}
+	}()
 	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
-	d, err := w.decide(ctx, tx, def, run, now, direct, by, result)
+	d, err := w.decide(ctx, tx, def, run, now, direct, in, result)
 	if err != nil || d == nil {
 		return err
 	}
 	st, err := engine.Decide(engine.StepParams{
-		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.toAppend, Outcome: d.outcome, TaskJobID: by.taskJobID,
+		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.toAppend, Outcome: d.outcome, TaskJobID: in.taskJobID,
 	})
 	if err != nil {
 		return err
 	}
-	if err := by.apply.admit(ctx, st, by.own); err != nil {
+	if err := in.apply.admit(ctx, st, in.own); err != nil {
 		if result.step != nil {
 			// Its rerun alone, just after the group, takes what it decided.
 			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, session: result.session})
@@ -344,11 +321,11 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 		}
 		return err
 	}
-	by.wrote = true
+	in.wrote = true
 	// The events go first; the CAS and the rest of st.Writes, last.
 	run.step.Events, run.step.Retired = st.Writes.Events, st.Writes.Retired
-	if by.inboxRead {
-		for _, item := range by.inbox {
+	if in.inboxRead {
+		for _, item := range in.inbox {
 			run.step.Taken = append(run.step.Taken, item.ID)
 		}
 	}
@@ -367,7 +344,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 			return err
 		}
 	}
-	if err := w.sendLast(ctx, tx, run, by, st, result); err != nil {
+	if err := w.sendLast(ctx, tx, run, in, st, result); err != nil {
 		return err
 	}
 	stageHistory(result, run, d.events, d.toAppend, d.outcome.Completed)
@@ -379,7 +356,7 @@ func (w *Worker) advanceRun(ctx context.Context, tx pgx.Tx, def *replay.Definiti
 // when there is nothing new (a duplicate task, or only outcomes history
 // already has), having cleared the run's task.
 func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
-	by *advanceBy, result *taskResult,
+	in *setting, result *taskResult,
 ) (*decided, error) {
 	events, facts, err := w.history(ctx, tx, run)
 	if err != nil {
@@ -404,7 +381,7 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 	// A run with no queued task has an empty inbox: every inbox writer
 	// queues a task unless one is queued (and the sweeper repairs a task
 	// job deleted by hand).
-	if d.inputs, err = engine.NewInputs(ctx, run.ID, events, facts, by.inbox, direct, w.config.Logger); err != nil {
+	if d.inputs, err = engine.NewInputs(ctx, run.ID, events, facts, in.inbox, direct, w.config.Logger); err != nil {
 		return nil, err
 	}
 	if len(w.config.Interceptors) > 0 {
@@ -414,14 +391,14 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 		if result.step != nil {
 			return nil, errRunsAlone // the job completes on its own
 		}
-		if by.taskJobID != 0 {
-			if err := w.store.ClearTask(ctx, tx, run.ID, by.taskJobID); err != nil {
+		if in.taskJobID != 0 {
+			if err := w.store.ClearTask(ctx, tx, run.ID, in.taskJobID); err != nil {
 				return nil, fmt.Errorf("clearing task: %w", err)
 			}
 		}
 		return nil, nil
 	}
-	if d.outcome, err = w.replayStep(ctx, def, run, now, by, d, result); err != nil {
+	if d.outcome, err = w.replayStep(ctx, def, run, now, in, d, result); err != nil {
 		return nil, err
 	}
 	if engine.OnlyBoundary(d.toAppend, d.outcome) {
@@ -442,14 +419,14 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 // keeping the code for the run's next task. A rerun alone of an outcome
 // that left its group takes what it decided there, if nothing changed
 // since.
-func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *runRow, now time.Time, by *advanceBy, d *decided,
+func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *runRow, now time.Time, in *setting, d *decided,
 	result *taskResult,
 ) (outcome *replay.Outcome, err error) {
 	begin := time.Now()
 	defer func() { result.replayed = time.Since(begin) }()
 	replayCtx := ctx
-	if by.startCtx != nil {
-		replayCtx = by.startCtx
+	if in.startCtx != nil {
+		replayCtx = in.startCtx
 	}
 	params := &replay.ExecuteParams{
 		ActivityResultType: w.activityResultType,
@@ -459,7 +436,7 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 		Go:                 w.goroutines.Go,
 		History:            d.events,
 		Info: replay.Info{
-			Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), TaskAttempt: by.attempt, WorkflowID: run.WorkflowID,
+			Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), TaskAttempt: in.attempt, WorkflowID: run.WorkflowID,
 		},
 		Inputs: d.inputs,
 		Now:    now,
@@ -479,36 +456,31 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 
 // sendLast queues the step's last writes (the CAS, a closing run's
 // rejection of pending updates, the first task's look for waiting queries,
-// the job's completion) and applies them as the caller chose (by.apply).
-func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, by *advanceBy, st *engine.Step, result *taskResult) (err error) {
-	names := w.names
-	// Notifications go once the transaction commits (settle), not in it: a
-	// run's first task lets queries that waited for its handlers go; a
-	// closing task wakes the run's result awaiters. The first task looks for
-	// such queries in its batch (unless it runs in the start that inserted
-	// the run, before anyone could ask), so a run nobody queried wakes no
-	// responder (each would scan for queries). A query that arrives between the look
-	// and the commit is parked by the responder that claims it (no handler
-	// yet) and answered on the responders' next poll. A group looks once
-	// for all of its first tasks (groupMember.applyLast).
-	if run.NextEventID == 1 && by.startCtx == nil && result.step == nil {
+// the job's completion) and applies them as the caller chose (in.apply).
+func (w *Worker) sendLast(ctx context.Context, tx pgx.Tx, run *runRow, in *setting, st *engine.Step, result *taskResult) (err error) {
+	// A run's first task looks for queries waiting for its handlers (unless
+	// it runs in its start, before anyone could ask; a group looks once for
+	// all of its first tasks), so that a run nobody queried wakes no
+	// responder; a query that comes after the look is answered on the
+	// responders' next poll. Notifications go once tx commits (settle).
+	if run.NextEventID == 1 && in.startCtx == nil && result.step == nil {
 		w.queueQueriesWaiting(&run.others.checks, []uuid.UUID{run.ID}, result)
 	}
 	if st.Closed != "" {
-		result.notify(dbschema.Channel(names.Schema, dbschema.RunClosedChannel), run.ID.String())
+		result.notify(dbschema.Channel(w.names.Schema, dbschema.RunClosedChannel), run.ID.String())
 	}
 	// Checked in the database (a moved append point divides by zero), so
 	// that it fails the batch, and a COMMIT queued behind it, there.
 	run.step.CAS, run.step.AbandonUpdates = st.Writes.CAS, st.Writes.AbandonUpdates
 	// The job's own completion, fenced, rides in the same round trip; a
 	// refusal (the attempt lost its job) fails the batch and so tx.
-	if by.completed, err = by.own.queueIn(ctx, run.others); err != nil {
+	if in.completed, err = in.own.queueIn(ctx, run.others); err != nil {
 		return err
 	}
 	// What is written below, after this batch (a superset of it): nothing,
 	// and the batch may commit tx too.
-	final := (by.own == nil || by.completed) && !st.WritesAfter && !run.inboxed
-	return by.apply.applyLast(ctx, tx, w, run, result, final)
+	final := (in.own == nil || in.completed) && !st.WritesAfter && !run.inboxed
+	return in.apply.applyLast(ctx, tx, w, run, result, final)
 }
 
 // queueQueriesWaiting queues the look for queries waiting for the first
@@ -526,7 +498,7 @@ func (w *Worker) queueQueriesWaiting(batch *pgx.Batch, runs []uuid.UUID, result 
 // for them, a closing run's parent and children told and its pending
 // activities cleared, a task for what the step put in its own inbox.
 func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome *replay.Outcome, pending engine.Pending) error {
-	names, runID := w.names, run.ID
+	runID := run.ID
 	self := &inbox.Run{ID: runID, Kind: run.Kind, Namespace: run.Namespace, Queue: run.Queue, WorkflowID: run.WorkflowID}
 	if outcome.ContinuedAsNew != nil {
 		if err := w.continueAsNew(ctx, tx, run, runID, outcome.ContinuedAsNew, outcome.CarriedSignals); err != nil {
@@ -556,9 +528,8 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 	}
 	// Something this task itself put in the run's inbox (a child that
 	// could not start) needs a task of its own.
-	var waiting bool
-	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+names.Inbox+" WHERE run_id = $1)"+
-		" AND (SELECT task_job_id IS NULL FROM "+names.Run+" WHERE run_id = $1)", runID).Scan(&waiting); err != nil {
+	waiting, err := w.store.NeedsTask(ctx, tx, runID)
+	if err != nil {
 		return fmt.Errorf("re-checking inbox: %w", err)
 	}
 	if waiting {
@@ -571,12 +542,12 @@ func (w *Worker) afterLast(ctx context.Context, tx pgx.Tx, run *runRow, outcome 
 // pending activities.
 func (w *Worker) closedRun(ctx context.Context, tx pgx.Tx, run *runRow, pending engine.Pending) error {
 	if run.HasParent {
-		if err := runstate.NotifyParent(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
+		if err := closing.NotifyParent(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
 	if pending.Children {
-		if err := runstate.CloseChildren(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
+		if err := closing.CloseChildren(ctx, tx, w.store, w.riverClient, run.ID); err != nil {
 			return err
 		}
 	}
@@ -593,19 +564,12 @@ func (w *Worker) closedRun(ctx context.Context, tx pgx.Tx, run *runRow, pending 
 // (a live one means the child doesn't start, and the parent learns it), a
 // new generation of the child's workflow ID.
 func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, e history.Event) error {
-	names := w.names
 	attrs, err := history.Decode[*history.ChildWorkflowScheduledAttributes](e)
 	if err != nil {
 		return err
 	}
 	queue := cmp.Or(attrs.Queue, run.Queue)
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock("+dbschema.StartLockSQL("$1", "$2")+")",
-		names.Schema, dbschema.StartLockID(run.Namespace, attrs.WorkflowID)); err != nil {
-		return fmt.Errorf("locking child workflow %s: %w", attrs.WorkflowID, err)
-	}
-	var liveRunID uuid.UUID
-	err = tx.QueryRow(ctx, "SELECT run_id FROM "+names.Run+" WHERE namespace = $1 AND workflow_id = $2 AND state = 'running'",
-		run.Namespace, attrs.WorkflowID).Scan(&liveRunID)
+	liveRunID, err := w.store.LockLiveRun(ctx, tx, run.Namespace, attrs.WorkflowID)
 	switch {
 	case err == nil:
 		failed, err := json.Marshal(&history.ChildWorkflowFailedAttributes{
@@ -617,7 +581,7 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 		if err != nil {
 			return err
 		}
-		item := &inbox.Item{Attributes: failed, DedupKey: runstate.ChildKey(e.ID), Type: string(history.EventChildWorkflowFailed)}
+		item := &inbox.Item{Attributes: failed, DedupKey: closing.ChildKey(e.ID), Type: string(history.EventChildWorkflowFailed)}
 		if _, err := inbox.Add(ctx, tx, w.store, runID, item); err != nil {
 			return fmt.Errorf("reporting child %s not started: %w", attrs.WorkflowID, err)
 		}
@@ -627,26 +591,15 @@ func (w *Worker) startChild(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 		return fmt.Errorf("looking up child workflow %s: %w", attrs.WorkflowID, err)
 	}
 
-	var generation int64
-	if err := tx.QueryRow(ctx, "INSERT INTO "+names.Workflow+" AS w (namespace, workflow_id, last_generation) VALUES ($1, $2, 1)"+
-		" ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1"+
-		" RETURNING last_generation", run.Namespace, attrs.WorkflowID).Scan(&generation); err != nil {
-		return fmt.Errorf("allocating a generation of child workflow %s: %w", attrs.WorkflowID, err)
-	}
 	childRunID := uuid.New()
-	hash := sha256.Sum256(append([]byte(attrs.Kind+"\x00"), attrs.Args...))
-	if _, err := tx.Exec(ctx, "INSERT INTO "+names.Run+
-		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline,"+
-		"  parent_run_id, parent_event_id, parent_close_policy, trace_context)"+
-		" SELECT $1, namespace, $2, $3, $4, $5, $6, $7, $8, now() + nullif($9::bigint, 0) * interval '1 microsecond', run_id, $10, $11, trace_context"+
-		" FROM "+names.Run+" WHERE run_id = $12",
-		childRunID, attrs.WorkflowID, generation, attrs.Kind, queue, []byte(attrs.Args),
-		fmt.Sprintf("child:%s:%d", runID, e.ID), hash[:], time.Duration(attrs.RunTimeout).Microseconds(),
-		e.ID, attrs.ParentClosePolicy, runID); err != nil {
+	if err := w.store.StartChildRun(ctx, tx, store.ChildRunParams{
+		RunID: childRunID, Parent: runID, EventID: e.ID, Namespace: run.Namespace, WorkflowID: attrs.WorkflowID, Kind: attrs.Kind,
+		Queue: queue, ParentClosePolicy: attrs.ParentClosePolicy, Args: attrs.Args, RunTimeout: time.Duration(attrs.RunTimeout),
+	}); err != nil {
 		return fmt.Errorf("starting child workflow %s: %w", attrs.WorkflowID, err)
 	}
 	if attrs.RunTimeout > 0 {
-		if _, err := w.riverClient.InsertTx(ctx, tx, runstate.TimeoutArgs{RunID: childRunID}, &river.InsertOpts{
+		if _, err := w.riverClient.InsertTx(ctx, tx, closing.TimeoutArgs{RunID: childRunID}, &river.InsertOpts{
 			MaxAttempts: 25, Queue: queue, ScheduledAt: e.Time.Add(time.Duration(attrs.RunTimeout)),
 		}); err != nil {
 			return fmt.Errorf("scheduling the timeout of child workflow %s: %w", attrs.WorkflowID, err)
@@ -690,18 +643,8 @@ func (w *Worker) answerUpdates(ctx context.Context, tx pgx.Tx, runID uuid.UUID, 
 func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, next *history.WorkflowContinuedAsNewAttributes,
 	carried []*history.SignalReceivedAttributes,
 ) error {
-	names := w.names
-	var generation int64
-	if err := tx.QueryRow(ctx, "UPDATE "+names.Workflow+" SET last_generation = last_generation + 1"+
-		" WHERE namespace = $1 AND workflow_id = $2 RETURNING last_generation", run.Namespace, run.WorkflowID).Scan(&generation); err != nil {
-		return fmt.Errorf("allocating the next generation of workflow %s: %w", run.WorkflowID, err)
-	}
 	nextRunID := uuid.New()
-	hash := sha256.Sum256(append([]byte(next.Kind+"\x00"), next.Args...))
-	if _, err := tx.Exec(ctx, "INSERT INTO "+names.Run+
-		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, execution_deadline, previous_run_id, trace_context)"+
-		" SELECT $1, namespace, workflow_id, $2, $3, queue, $4, $5, $6, execution_deadline, run_id, trace_context FROM "+names.Run+" WHERE run_id = $7",
-		nextRunID, generation, next.Kind, []byte(next.Args), "continue-as-new:"+runID.String(), hash[:], runID); err != nil {
+	if err := w.store.StartNextRun(ctx, tx, runID, nextRunID, next.Kind, next.Args); err != nil {
 		return fmt.Errorf("starting the next run of workflow %s: %w", run.WorkflowID, err)
 	}
 	// Signals the run received and never took go on to the next run.
@@ -716,8 +659,7 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 		}
 	}
 	// Signals still waiting in this run's inbox follow too.
-	if _, err := tx.Exec(ctx, "UPDATE "+names.Inbox+" SET run_id = $2 WHERE run_id = $1 AND type = $3",
-		runID, nextRunID, string(history.EventSignalReceived)); err != nil {
+	if err := w.store.MoveSignals(ctx, tx, runID, nextRunID); err != nil {
 		return fmt.Errorf("moving waiting signals to the next run of workflow %s: %w", run.WorkflowID, err)
 	}
 	return inbox.QueueTask(ctx, tx, w.store, w.riverClient, &inbox.Run{

@@ -10,44 +10,42 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/fencing"
-	"github.com/weirhq/weir/internal/runstate"
+	"github.com/weirhq/weir/internal/closing"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // timeoutWorker ends a run that is still running at its deadline. Every
 // worker serves it.
 type timeoutWorker struct {
-	river.WorkerDefaults[runstate.TimeoutArgs]
+	river.WorkerDefaults[closing.TimeoutArgs]
 
 	w *Worker
 }
 
-func (t *timeoutWorker) Work(ctx context.Context, job *river.Job[runstate.TimeoutArgs]) error {
+func (t *timeoutWorker) Work(ctx context.Context, job *river.Job[closing.TimeoutArgs]) error {
 	var snooze time.Duration
 	err := pgx.BeginFunc(ctx, t.w.pool, func(tx pgx.Tx) error {
 		run, err := t.w.store.LockRunDeadlines(ctx, tx, job.Args.RunID)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && run.State != "running") {
-			_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
-			return err
+		if errors.Is(err, pgx.ErrNoRows) {
+			run, err = &store.RunDeadlines{}, nil // gone: nothing to time out
 		}
 		if err != nil {
 			return err
 		}
-
-		which, deadline, now := "run", run.RunDeadline, run.Now
+		which, deadline := "run", run.RunDeadline
 		if run.ExecutionDeadline != nil && (deadline == nil || run.ExecutionDeadline.Before(*deadline)) {
 			which, deadline = "execution", run.ExecutionDeadline
 		}
-		if deadline == nil {
-			_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
-			return err
-		}
-		if now.Before(*deadline) {
-			snooze = deadline.Sub(now)
+		switch {
+		case run.State != "running" || deadline == nil:
+		case run.Now.Before(*deadline):
+			snooze = deadline.Sub(run.Now)
 			return nil
-		}
-		if _, err := runstate.Close(ctx, tx, t.w.store, t.w.riverClient, job.Args.RunID, "timed_out", runstate.TimeoutFailure(*deadline, which)); err != nil &&
-			!errors.Is(err, runstate.ErrNotRunning) {
-			return err
+		default:
+			_, err := closing.Close(ctx, tx, t.w.store, t.w.riverClient, job.Args.RunID, "timed_out", closing.TimeoutFailure(*deadline, which))
+			if err != nil && !errors.Is(err, closing.ErrNotRunning) {
+				return err
+			}
 		}
 		_, err = fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
 		return err

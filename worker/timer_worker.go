@@ -46,11 +46,9 @@ func (w *Worker) startTimer(ctx context.Context, tx pgx.Tx, run *runRow, runID u
 // sleeps until the next due timer and then sends River's own insert
 // notification for the timer's queue, which wakes the queue's producers.
 type timerWaker struct {
-	w *Worker
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	kick   chan struct{}
+	background
+	w    *Worker
+	kick chan struct{}
 }
 
 // timerWakerMaxSleep bounds the waker's sleep, so timers other processes
@@ -69,47 +67,34 @@ func (t *timerWaker) poke() {
 	}
 }
 
-func (t *timerWaker) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.cancel, t.done = cancel, make(chan struct{})
-	go func() {
-		defer close(t.done)
-		lastWake := time.Now().Add(-timerWakerMaxSleep)
-		for ctx.Err() == nil {
-			queue, due, now, err := t.w.store.NextAvailableJob(ctx, t.w.pool, timer.Kind, lastWake)
-			sleep := timerWakerMaxSleep
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-			case err != nil:
-				if ctx.Err() == nil {
-					t.w.config.Logger.WarnContext(ctx, "weir: timer waker failed", slog.String("error", err.Error()))
-				}
-			case !due.After(now):
-				if err := t.w.notifyQueue(ctx, queue); err != nil && ctx.Err() == nil {
-					t.w.config.Logger.WarnContext(ctx, "weir: timer waker failed to notify", slog.String("error", err.Error()))
-				}
-				lastWake = due
-				continue
-			default:
-				sleep = min(due.Sub(now), timerWakerMaxSleep)
+func (t *timerWaker) loop(ctx context.Context) {
+	lastWake := time.Now().Add(-timerWakerMaxSleep)
+	for ctx.Err() == nil {
+		queue, due, now, err := t.w.store.NextAvailableJob(ctx, t.w.pool, timer.Kind, lastWake)
+		sleep := timerWakerMaxSleep
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			if ctx.Err() == nil {
+				t.w.config.Logger.WarnContext(ctx, "weir: timer waker failed", slog.String("error", err.Error()))
 			}
-			timer := time.NewTimer(sleep)
-			select {
-			case <-ctx.Done():
-			case <-t.kick:
-			case <-timer.C:
+		case !due.After(now):
+			if err := t.w.notifyQueue(ctx, queue); err != nil && ctx.Err() == nil {
+				t.w.config.Logger.WarnContext(ctx, "weir: timer waker failed to notify", slog.String("error", err.Error()))
 			}
-			timer.Stop()
+			lastWake = due
+			continue
+		default:
+			sleep = min(due.Sub(now), timerWakerMaxSleep)
 		}
-	}()
-}
-
-func (t *timerWaker) stop() {
-	if t.cancel == nil {
-		return
+		timer := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+		case <-t.kick:
+		case <-timer.C:
+		}
+		timer.Stop()
 	}
-	t.cancel()
-	<-t.done
 }
 
 // notifyQueue sends River's insert notification for queue, as River's own

@@ -20,9 +20,9 @@ import (
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/gopool"
-	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/notifier"
 	"github.com/weirhq/weir/internal/replay"
@@ -67,29 +67,16 @@ type Worker struct {
 	schedules    *scheduler
 	riverWorkers *river.Workers
 	started      bool
-	takers       atomic.Pointer[map[handoff.Key]handoff.Taker] // first tasks taken from linked clients (eager start), while started
-	steps        *groupCommitter                               // nil: each outcome commits alone
-	clock        dbClock                                       // the database's time, estimated
-	ahead        aheadCounts                                   // first tasks run ahead of their starts
-	stepGroups   *limit.Limiter                                // groups of outcomes the step committer commits at once
+	takers       atomic.Pointer[map[eagerstart.Key]eagerstart.Taker] // first tasks taken from linked clients (eager start), while started
+	steps        *groupCommitter                                     // nil: each outcome commits alone
+	clock        dbClock                                             // the database's time, estimated
+	ahead        aheadCounts                                         // first tasks run ahead of their starts
+	stepGroups   *limit.Limiter                                      // groups of outcomes the step committer commits at once
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition
 
-	schemaBehindOK bool // Start skips verifySchema (tests of a migration's rollout)
-}
-
-// verifySchema returns a *migrations.SchemaBehindError when a migration
-// line of the worker's schema is behind this build.
-func (w *Worker) verifySchema(ctx context.Context) error {
-	migrator, err := migrations.New(w.pool, &migrations.Config{Schema: w.config.Schema})
-	if err != nil {
-		return fmt.Errorf("worker: checking the schema: %w", err)
-	}
-	if err := migrator.Verify(ctx); err != nil {
-		return fmt.Errorf("worker: checking the schema: %w", err)
-	}
-	return nil
+	schemaBehindOK bool // Start skips the schema check (tests of a migration's rollout)
 }
 
 // New returns a Worker over pool. Register workflows and activities, then
@@ -173,7 +160,7 @@ func AddWorkflowSafely[A workflow.Args, R any](w *Worker, wf workflow.Workflow[A
 	if _, ok := w.workflows[kind]; ok {
 		return fmt.Errorf("worker: workflow %s is already registered", kind)
 	}
-	def := bindWorkflow(wf)
+	def := replay.Bind(wf)
 	for _, namespace := range w.config.Namespaces {
 		if err := addTaskWorker(w.riverWorkers, namespace, kind, &taskWorker{def: def, w: w}); err != nil {
 			return fmt.Errorf("worker: registering workflow %s in namespace %s: %w", kind, namespace, err)
@@ -314,8 +301,12 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("worker: nothing registered; add workflows or activities before Start")
 	}
 	if !w.schemaBehindOK {
-		if err := w.verifySchema(ctx); err != nil {
-			return err
+		migrator, err := migrations.New(w.pool, &migrations.Config{Schema: w.config.Schema})
+		if err == nil {
+			err = migrator.Verify(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("worker: checking the schema: %w", err)
 		}
 	}
 
@@ -342,13 +333,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.eager = newEagerPool(w, w.config.MaxEagerActivities)
 	}
 	w.sweeper = newSweeper(w)
-	w.sweeper.start()
+	w.sweeper.run(w.sweeper.loop)
 	w.timers = newTimerWaker(w)
-	w.timers.start()
-	w.schedules.start()
+	w.timers.run(w.timers.loop)
+	w.schedules.run(w.schedules.loop)
 	if len(w.workflows) > 0 {
 		w.queries = newQueryResponder(w)
-		w.queries.start()
+		w.queries.run(w.queries.loop)
 	}
 	w.announcer = newAnnouncer(w)
 	w.announcer.start(ctx)
@@ -390,22 +381,15 @@ func (w *Worker) Stop(ctx context.Context) error {
 		queries.stop()
 	}
 	err := riverClient.Stop(ctx)
-	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-		if stopErr := riverClient.StopAndCancel(context.WithoutCancel(ctx)); stopErr != nil {
-			// The notifier's sends are bounded (a few seconds each).
-			return errors.Join(eagerErr, err, stopErr, w.notifier.Close(context.WithoutCancel(ctx)))
-		}
-		// ctx is over: the notifier gets the sends it has in flight.
-		return errors.Join(eagerErr, err, w.notifier.Close(context.WithoutCancel(ctx)))
-	}
-	if err == nil {
-		err = eagerErr
+	notifyCtx := ctx
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// ctx is over: the notifier gets the sends it has in flight (each
+		// bounded to a few seconds).
+		notifyCtx = context.WithoutCancel(ctx)
+		err = errors.Join(err, riverClient.StopAndCancel(notifyCtx))
 	}
 	// Last: every task has settled, and sent or queued its notifications.
-	if notifyErr := w.notifier.Close(ctx); err == nil {
-		err = notifyErr
-	}
-	return err
+	return errors.Join(eagerErr, err, w.notifier.Close(notifyCtx))
 }
 
 // FencingStats are the running totals of the worker's lease events: renewals,

@@ -9,16 +9,11 @@ import (
 
 // Facts memoizes what a task reads out of its run's committed events'
 // attributes: the operation an outcome resolves, a signal's request ID and
-// the decoded attributes a replay reads.
-// Every task looks them up over the whole history (to drop outcomes and
-// signals history already has, and to find the activities still open), and
-// decoding the attributes each time made a task's cost grow with its
-// history even when its code was not replayed (sticky execution). A
-// committed event never changes, so its facts stay true for as long as the
-// run's history is cached, and the memo goes with it; facts of events not
-// committed yet are never looked up through it. It is safe for concurrent
-// use (two tasks of one run may read it at once, one of them bound to fail
-// its compare-and-swap). A nil memo decodes every time.
+// the decoded attributes a replay reads, so that a task on a cached run
+// does not decode its whole history again. A committed event never
+// changes, so its facts stay true while the run's history is cached; facts
+// of events not committed yet are never looked up through it. It is safe
+// for concurrent use. A nil memo decodes every time.
 type Facts struct {
 	mu       sync.Mutex
 	resolves map[int64]resolution // by event ID: outcomes and timer cancellations
@@ -36,25 +31,31 @@ func NewFacts() *Facts {
 	return &Facts{resolves: map[int64]resolution{}, requests: map[int64]string{}, decoded: map[int64]history.Attributes{}}
 }
 
+// memo returns m's fact of event id, computing it the first time and
+// keeping it unless computing it failed.
+func memo[T any](f *Facts, m map[int64]T, id int64, compute func() (T, error)) (T, error) {
+	f.mu.Lock()
+	fact, known := m[id]
+	f.mu.Unlock()
+	if known {
+		return fact, nil
+	}
+	fact, err := compute()
+	if err == nil {
+		f.mu.Lock()
+		m[id] = fact
+		f.mu.Unlock()
+	}
+	return fact, err
+}
+
 // Decode is history.DecodeAttributes(e) for a committed event e of the run
 // (replay.ExecuteParams.Decode); the attributes are shared, to be read only.
 func (f *Facts) Decode(e history.Event) (history.Attributes, error) {
 	if f == nil {
 		return history.DecodeAttributes(e)
 	}
-	f.mu.Lock()
-	attrs, known := f.decoded[e.ID]
-	f.mu.Unlock()
-	if known {
-		return attrs, nil
-	}
-	attrs, err := history.DecodeAttributes(e)
-	if err == nil {
-		f.mu.Lock()
-		f.decoded[e.ID] = attrs
-		f.mu.Unlock()
-	}
-	return attrs, err
+	return memo(f, f.decoded, e.ID, func() (history.Attributes, error) { return history.DecodeAttributes(e) })
 }
 
 // ResolvedBy is ResolvedBy(e) for a committed event e of the run.
@@ -62,15 +63,10 @@ func (f *Facts) ResolvedBy(e history.Event) (int64, bool) {
 	if f == nil || !ResolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
 		return ResolvedBy(e)
 	}
-	f.mu.Lock()
-	r, known := f.resolves[e.ID]
-	f.mu.Unlock()
-	if !known {
+	r, _ := memo(f, f.resolves, e.ID, func() (r resolution, _ error) {
 		r.id, r.ok = ResolvedBy(e)
-		f.mu.Lock()
-		f.resolves[e.ID] = r
-		f.mu.Unlock()
-	}
+		return r, nil
+	})
 	return r.id, r.ok
 }
 
@@ -79,15 +75,7 @@ func (f *Facts) SignalRequestID(e history.Event) string {
 	if f == nil || e.Type != history.EventSignalReceived {
 		return SignalRequestID(e)
 	}
-	f.mu.Lock()
-	id, known := f.requests[e.ID]
-	f.mu.Unlock()
-	if !known {
-		id = SignalRequestID(e)
-		f.mu.Lock()
-		f.requests[e.ID] = id
-		f.mu.Unlock()
-	}
+	id, _ := memo(f, f.requests, e.ID, func() (string, error) { return SignalRequestID(e), nil })
 	return id
 }
 

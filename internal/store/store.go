@@ -29,6 +29,7 @@ type Store struct {
 	inbox     inboxSQL
 	inspect   inspectSQL
 	listing   listingSQL
+	lifecycle lifecycleSQL
 	lookups   lookupSQL
 	queries   querySQL
 	runs      runStatements
@@ -47,6 +48,7 @@ func New(names *dbschema.Names) *Store {
 		inbox:     newInboxSQL(names),
 		inspect:   newInspectSQL(names),
 		listing:   newListingSQL(names),
+		lifecycle: newLifecycleSQL(names),
 		lookups:   newLookupSQL(names),
 		queries:   newQuerySQL(names),
 		runs:      newRunStatements(names),

@@ -1,18 +1,11 @@
-// Package handoff lets a client hand the first workflow task of a run it
-// starts to a worker running in the same process (eager workflow start).
-//
-// Without it, a start inserts the task's River job and notifies, and a
-// worker fetches the job and runs the task in a transaction of its own.
-// With it (client.StartOpts.EagerStart), the worker runs the first task
-// inside the start's transaction, right after the run's row is inserted:
-// the run's first events and the work they schedule commit together with
-// the run, and the task needs no job at all. If the task fails, the start
-// rolls it back (to a savepoint) and queues the task's job through River as
-// usual.
-//
-// A client is linked to one worker explicitly (client.Config.EagerStarter),
-// and asks it for the taker of each run's first task by Key.
-package handoff
+// Package eagerstart lets a client give the first workflow task of a run it
+// starts (client.StartOpts.EagerStart) to a worker in the same process,
+// linked to it by client.Config.EagerStarter, which runs the task inside the
+// start's transaction: the run's first events commit with the run, with no
+// task job. A task that fails there is rolled back to a savepoint and
+// queued through River as usual. The client asks the worker for the taker
+// of each run's first task by Key.
+package eagerstart
 
 import (
 	"context"
@@ -101,7 +94,7 @@ type Taker interface {
 }
 
 // ErrDeclined is a Taker's error when it did not run the task.
-var ErrDeclined = errors.New("handoff: the worker did not take the first task")
+var ErrDeclined = errors.New("eagerstart: the worker did not take the first task")
 
 // FailedAheadError is RunFirstTaskAhead's error when the task ran and
 // failed (its workflow code, or its budget).

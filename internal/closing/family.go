@@ -1,4 +1,4 @@
-package runstate
+package closing
 
 import (
 	"context"
@@ -14,13 +14,6 @@ import (
 	"github.com/weirhq/weir/internal/store"
 )
 
-// RiverClient inserts and cancels River jobs in a transaction;
-// *river.Client[pgx.Tx] is one.
-type RiverClient interface {
-	Canceller
-	inbox.Inserter
-}
-
 // ChildKey is the inbox dedup key of the outcome of the child workflow
 // started by event scheduledEventID.
 func ChildKey(scheduledEventID int64) string { return fmt.Sprintf("child:%d", scheduledEventID) }
@@ -29,45 +22,38 @@ func ChildKey(scheduledEventID int64) string { return fmt.Sprintf("child:%d", sc
 // its parent's inbox, if it is a child workflow (and did not continue as new:
 // the chain's last run does).
 func NotifyParent(ctx context.Context, tx pgx.Tx, st *store.Store, river RiverClient, runID uuid.UUID) error {
-	var (
-		parentRunID   *uuid.UUID
-		parentEventID *int64
-		state         string
-		result        []byte
-		failureRaw    []byte
-	)
-	err := tx.QueryRow(ctx, "SELECT parent_run_id, parent_event_id, state, result, failure FROM "+st.Names().Run+" WHERE run_id = $1", runID).
-		Scan(&parentRunID, &parentEventID, &state, &result, &failureRaw)
+	p, err := st.GetRunParent(ctx, tx, runID)
 	if err != nil {
 		return fmt.Errorf("reading parent of run %s: %w", runID, err)
 	}
-	if parentRunID == nil || parentEventID == nil || state == "running" || state == "continued_as_new" {
+	if p.ParentRunID == nil || p.ParentEventID == nil || p.State == "running" || p.State == "continued_as_new" {
 		return nil
 	}
+	parentEventID, state := *p.ParentEventID, p.State
 	var (
 		eventType history.EventType
 		attrs     any
 	)
 	if state == "completed" {
 		eventType = history.EventChildWorkflowCompleted
-		attrs = &history.ChildWorkflowCompletedAttributes{Result: result, RunID: runID.String(), ScheduledEventID: *parentEventID}
+		attrs = &history.ChildWorkflowCompletedAttributes{Result: p.Result, RunID: runID.String(), ScheduledEventID: parentEventID}
 	} else {
 		var failure history.Failure
-		if len(failureRaw) > 0 {
-			_ = json.Unmarshal(failureRaw, &failure)
+		if len(p.Failure) > 0 {
+			_ = json.Unmarshal(p.Failure, &failure)
 		}
 		if failure.Message == "" {
 			failure.Message = "the child workflow ended " + state
 		}
 		eventType = history.EventChildWorkflowFailed
-		attrs = &history.ChildWorkflowFailedAttributes{Failure: failure, RunID: runID.String(), ScheduledEventID: *parentEventID, State: state}
+		attrs = &history.ChildWorkflowFailedAttributes{Failure: failure, RunID: runID.String(), ScheduledEventID: parentEventID, State: state}
 	}
 	data, err := json.Marshal(attrs)
 	if err != nil {
 		return err
 	}
-	_, err = inbox.Deliver(ctx, tx, st, river, *parentRunID, &inbox.Item{
-		Attributes: data, DedupKey: ChildKey(*parentEventID), Type: string(eventType),
+	_, err = inbox.Deliver(ctx, tx, st, river, *p.ParentRunID, &inbox.Item{
+		Attributes: data, DedupKey: ChildKey(parentEventID), Type: string(eventType),
 	})
 	if err != nil && !errors.Is(err, inbox.ErrRunClosed) {
 		return fmt.Errorf("telling the parent of run %s: %w", runID, err)
@@ -78,37 +64,24 @@ func NotifyParent(ctx context.Context, tx pgx.Tx, st *store.Store, river RiverCl
 // CloseChildren applies the parent-close policy of every running child of
 // run runID, which just closed in tx: terminate, request cancel, or abandon.
 func CloseChildren(ctx context.Context, tx pgx.Tx, st *store.Store, river RiverClient, runID uuid.UUID) error {
-	rows, err := tx.Query(ctx, "SELECT run_id, coalesce(parent_close_policy, $2) FROM "+st.Names().Run+
-		" WHERE parent_run_id = $1 AND state = 'running'", runID, history.ParentCloseTerminate)
-	if err != nil {
-		return fmt.Errorf("finding children of run %s: %w", runID, err)
-	}
-	type child struct {
-		id     uuid.UUID
-		policy string
-	}
-	children, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (child, error) {
-		var c child
-		err := row.Scan(&c.id, &c.policy)
-		return c, err
-	})
+	children, err := st.RunningChildren(ctx, tx, runID, history.ParentCloseTerminate)
 	if err != nil {
 		return fmt.Errorf("finding children of run %s: %w", runID, err)
 	}
 	for _, c := range children {
-		switch c.policy {
+		switch c.Policy {
 		case history.ParentCloseAbandon:
 		case history.ParentCloseRequestCancel:
 			attrs, _ := json.Marshal(&history.CancelRequestedAttributes{Reason: "the parent run " + runID.String() + " closed"})
-			if _, err := inbox.Deliver(ctx, tx, st, river, c.id, &inbox.Item{
+			if _, err := inbox.Deliver(ctx, tx, st, river, c.RunID, &inbox.Item{
 				Attributes: attrs, DedupKey: "cancel", Type: string(history.EventCancelRequested),
 			}); err != nil && !errors.Is(err, inbox.ErrRunClosed) {
-				return fmt.Errorf("cancelling child %s: %w", c.id, err)
+				return fmt.Errorf("cancelling child %s: %w", c.RunID, err)
 			}
 		default:
 			failure := &Failure{Message: "the parent run " + runID.String() + " closed", Type: FailureTypeTerminated}
-			if _, err := Close(ctx, tx, st, river, c.id, "terminated", failure); err != nil && !errors.Is(err, ErrNotRunning) {
-				return fmt.Errorf("terminating child %s: %w", c.id, err)
+			if _, err := Close(ctx, tx, st, river, c.RunID, "terminated", failure); err != nil && !errors.Is(err, ErrNotRunning) {
+				return fmt.Errorf("terminating child %s: %w", c.RunID, err)
 			}
 		}
 	}

@@ -1,8 +1,8 @@
-// Package runstate ends runs from outside their workflow code: terminate and
+// Package closing ends runs from outside their workflow code: terminate and
 // timeouts. A run closed here stops at once: its pending activities' jobs are
 // cancelled, its inbox is cleared and waiters are notified. Workflow code
 // closing its own run goes through the workflow task instead.
-package runstate
+package closing
 
 import (
 	"context"
@@ -16,12 +16,15 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/store"
 )
 
-// Canceller cancels River jobs in a transaction; *river.Client[pgx.Tx] is one.
-type Canceller interface {
+// RiverClient inserts and cancels River jobs in a transaction;
+// *river.Client[pgx.Tx] is one.
+type RiverClient interface {
 	JobCancelTx(ctx context.Context, tx pgx.Tx, jobID int64) (*rivertype.JobRow, error)
+	inbox.Inserter
 }
 
 // Failure is how a closed run's failure is stored (the same JSON as history's).
@@ -38,7 +41,7 @@ const (
 
 // ErrNotRunning is returned by Close when the run had already closed; Closed
 // tells how.
-var ErrNotRunning = errors.New("runstate: run is not running")
+var ErrNotRunning = errors.New("closing: run is not running")
 
 // Closed describes a run that was already closed.
 type Closed struct {
@@ -52,63 +55,43 @@ type Closed struct {
 // is not running it returns the run's closed state and ErrNotRunning; when it
 // does not exist, pgx.ErrNoRows.
 func Close(ctx context.Context, tx pgx.Tx, st *store.Store, river RiverClient, runID uuid.UUID, state string, failure *Failure) (*Closed, error) {
-	var (
-		current    Closed
-		failureRaw []byte
-		taskJobID  *int64
-	)
-	err := tx.QueryRow(ctx, "SELECT state, failure, generation, workflow_id, task_job_id FROM "+st.Names().Run+" WHERE run_id = $1 FOR UPDATE", runID).
-		Scan(&current.State, &failureRaw, &current.Generation, &current.WorkflowID, &taskJobID)
+	row, err := st.LockClosingRun(ctx, tx, runID)
 	if err != nil {
 		return nil, err
 	}
+	current := &Closed{Generation: row.Generation, State: row.State, WorkflowID: row.WorkflowID}
 	if current.State != "running" {
-		if len(failureRaw) > 0 {
+		if len(row.Failure) > 0 {
 			current.Failure = &Failure{}
-			_ = json.Unmarshal(failureRaw, current.Failure)
+			_ = json.Unmarshal(row.Failure, current.Failure)
 		}
-		return &current, ErrNotRunning
+		return current, ErrNotRunning
 	}
-
 	encoded, err := json.Marshal(failure)
 	if err != nil {
 		return nil, fmt.Errorf("encoding failure: %w", err)
 	}
-	if _, err := tx.Exec(ctx, "UPDATE "+st.Names().Run+" SET state = $2, failure = $3, closed_at = now(), updated_at = now(), task_job_id = NULL"+
-		" WHERE run_id = $1", runID, state, encoded); err != nil {
+	activityJobs, err := st.CloseRun(ctx, tx, runID, state, encoded)
+	if err != nil {
 		return nil, fmt.Errorf("closing run %s: %w", runID, err)
 	}
-
 	// The queued workflow task has nothing left to do: cancelled, it is not
-	// left available (for a worker that may never come) in River UI.
-	if taskJobID != nil {
-		if _, err := river.JobCancelTx(ctx, tx, *taskJobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-			return nil, fmt.Errorf("cancelling task job %d of run %s: %w", *taskJobID, runID, err)
-		}
+	// left available (for a worker that may never come) in River UI. Pending
+	// activities stop: River cancels queued jobs at once and asks running
+	// ones to stop (their context is cancelled).
+	if row.TaskJobID != nil {
+		activityJobs = append(activityJobs, *row.TaskJobID)
 	}
-
-	// Pending activities stop: River cancels queued jobs at once and asks
-	// running ones to stop (their context is cancelled).
-	rows, err := tx.Query(ctx, "DELETE FROM "+st.Names().Activity+" WHERE run_id = $1 RETURNING job_id", runID)
-	if err != nil {
-		return nil, fmt.Errorf("retiring activities of run %s: %w", runID, err)
-	}
-	jobIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("retiring activities of run %s: %w", runID, err)
-	}
-	for _, jobID := range jobIDs {
+	for _, jobID := range activityJobs {
 		if _, err := river.JobCancelTx(ctx, tx, jobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-			return nil, fmt.Errorf("cancelling activity job %d of run %s: %w", jobID, runID, err)
+			return nil, fmt.Errorf("cancelling job %d of run %s: %w", jobID, runID, err)
 		}
-	}
-	if _, err := tx.Exec(ctx, "DELETE FROM "+st.Names().Inbox+" WHERE run_id = $1", runID); err != nil {
-		return nil, fmt.Errorf("clearing inbox of run %s: %w", runID, err)
 	}
 	if err := st.AbandonUpdates(ctx, tx, runID, "the run was "+state+" before the update completed"); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", dbschema.Channel(st.Names().Schema, dbschema.RunClosedChannel), runID.String()); err != nil {
+	err = store.Notify(ctx, tx, []string{dbschema.Channel(st.Names().Schema, dbschema.RunClosedChannel)}, []string{runID.String()})
+	if err != nil {
 		return nil, fmt.Errorf("notifying run closed: %w", err)
 	}
 	if err := NotifyParent(ctx, tx, st, river, runID); err != nil {
@@ -118,7 +101,7 @@ func Close(ctx context.Context, tx pgx.Tx, st *store.Store, river RiverClient, r
 		return nil, err
 	}
 	current.State = state
-	return &current, nil
+	return current, nil
 }
 
 // TimeoutArgs are the args of the River job that times out a run at its
