@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -66,9 +65,8 @@ func (s *Server) handleMetrics() http.HandlerFunc {
 	want := sha256.Sum256([]byte(s.config.MetricsToken))
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.config.MetricsToken != "" {
-			scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-			got := sha256.Sum256([]byte(strings.TrimSpace(secret)))
-			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			got := sha256.Sum256([]byte(bearerSecret(r)))
+			if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 				s.writeError(w, r, newError(http.StatusUnauthorized, CodeUnauthenticated,
 					"/metrics needs the metrics token (Authorization: Bearer <token>)", nil))
 				return

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"net/http"
 	"regexp"
 	"strings"
@@ -110,32 +108,40 @@ func (s *Server) authorize(r *http.Request, namespace string, need Role) error {
 	if s.config.AllowUnauthenticated {
 		return nil
 	}
-	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	secret = strings.TrimSpace(secret)
-	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
+	secret := bearerSecret(r)
+	if secret == "" {
 		return newError(http.StatusUnauthorized, CodeUnauthenticated, "missing bearer token (Authorization: Bearer <token>)", nil)
 	}
-	sum := sha256.Sum256([]byte(secret))
-	var token *Token
-	for i, hash := range s.hashes {
-		if subtle.ConstantTimeCompare(sum[:], hash[:]) == 1 {
-			token = s.config.Tokens[i]
-		}
-	}
+	token := s.tokenBySecret(secret)
 	if token == nil {
 		return newError(http.StatusUnauthorized, CodeUnauthenticated, "unknown bearer token", nil)
 	}
-	if !token.allows(namespace) {
+	return token.permit(namespace, need)
+}
+
+// permit checks that t may act in namespace with role need.
+func (t *Token) permit(namespace string, need Role) error {
+	if !t.allows(namespace) {
 		return newError(http.StatusForbidden, CodePermissionDenied,
-			"token "+token.Name+" may not act in namespace "+namespace,
-			map[string]any{"namespace": namespace, "token": token.Name})
+			"token "+t.Name+" may not act in namespace "+namespace,
+			map[string]any{"namespace": namespace, "token": t.Name})
 	}
-	if !token.Role.includes(need) {
+	if !t.Role.includes(need) {
 		return newError(http.StatusForbidden, CodePermissionDenied,
-			"token "+token.Name+" has role "+string(token.Role)+"; this needs "+string(need),
-			map[string]any{"namespace": namespace, "required_role": string(need), "role": string(token.Role), "token": token.Name})
+			"token "+t.Name+" has role "+string(t.Role)+"; this needs "+string(need),
+			map[string]any{"namespace": namespace, "required_role": string(need), "role": string(t.Role), "token": t.Name})
 	}
 	return nil
+}
+
+// bearerSecret is the secret of the request's "Authorization: Bearer"
+// header; "" when it has none.
+func bearerSecret(r *http.Request) string {
+	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(secret)
 }
 
 // nameRE is the client's rule for kinds and namespaces, checked here so a

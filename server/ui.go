@@ -60,12 +60,12 @@ type uiLogin struct {
 	token *Token // nil when open
 }
 
-// may reports whether the session may act in namespace with role need.
-func (s *uiLogin) may(namespace string, need Role) bool {
+// permit checks that the session may act in namespace with role need.
+func (s *uiLogin) permit(namespace string, need Role) error {
 	if s.open {
-		return true
+		return nil
 	}
-	return s.token.allows(namespace) && s.token.Role.includes(need)
+	return s.token.permit(namespace, need)
 }
 
 // allNamespaces reports whether the session spans every namespace (River UI
@@ -362,27 +362,24 @@ func (s *Server) uiLoginPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	next := safeNext(r.PostFormValue("next"))
+	refuse := func(status int, message string) {
+		s.render(w, r, status, "login", &uiLoginPageData{uiBase: uiBase{Title: "Sign in"}, Error: message, Next: next})
+	}
 	if !sameOrigin(r) {
-		s.render(w, r, http.StatusForbidden, "login", &uiLoginPageData{
-			uiBase: uiBase{Title: "Sign in"}, Error: "This form must be sent from this server's own page.", Next: next,
-		})
+		refuse(http.StatusForbidden, "This form must be sent from this server's own page.")
 		return
 	}
 	address := clientAddress(r)
 	if ok, wait := s.ui.sessions.loginAllowed(address); !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-		s.render(w, r, http.StatusTooManyRequests, "login", &uiLoginPageData{
-			uiBase: uiBase{Title: "Sign in"}, Error: "Too many failed sign-ins from your address: try again in a few minutes.", Next: next,
-		})
+		refuse(http.StatusTooManyRequests, "Too many failed sign-ins from your address: try again in a few minutes.")
 		return
 	}
 	secret := strings.TrimSpace(r.PostFormValue("token"))
 	token := s.tokenBySecret(secret)
 	if secret == "" || token == nil {
 		s.ui.sessions.loginFailed(address)
-		s.render(w, r, http.StatusUnauthorized, "login", &uiLoginPageData{
-			uiBase: uiBase{Title: "Sign in"}, Error: "That token is not one this server accepts.", Next: next,
-		})
+		refuse(http.StatusUnauthorized, "That token is not one this server accepts.")
 		return
 	}
 	id, err := s.ui.sessions.create(token)
@@ -428,19 +425,4 @@ func safeNext(next string) string {
 		return uiPrefix + "/"
 	}
 	return u.RequestURI()
-}
-
-func (s *Server) forbidden(sess *uiLogin, namespace string, need Role) error {
-	if sess.open {
-		return nil
-	}
-	if !sess.token.allows(namespace) {
-		return newError(http.StatusForbidden, CodePermissionDenied,
-			"token "+sess.token.Name+" may not act in namespace "+namespace, nil)
-	}
-	if !sess.token.Role.includes(need) {
-		return newError(http.StatusForbidden, CodePermissionDenied,
-			"token "+sess.token.Name+" has role "+string(sess.token.Role)+"; this needs "+string(need), nil)
-	}
-	return nil
 }

@@ -42,16 +42,11 @@ type uiQuery struct {
 // the read role; it is a POST with the CSRF token all the same, as it makes
 // a worker replay the run.
 func (s *Server) uiQueryRun(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
-	sess := s.loginOf(r)
+	sess := s.formLogin(w, r, true)
 	if sess == nil {
-		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
 		return
 	}
 	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
-	if !s.checkForm(w, r, sess, namespace) {
-		return
-	}
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
 	if err != nil {
 		s.renderError(w, r, sess, namespace, err)

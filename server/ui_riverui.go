@@ -55,10 +55,8 @@ func (m *riverUIMount) serve(s *Server) http.HandlerFunc {
 		sess := s.loginOf(r)
 		if sess == nil {
 			// River UI's own API calls may carry the bearer token instead.
-			if scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
-				if token := s.tokenBySecret(strings.TrimSpace(secret)); token != nil {
-					sess = &uiLogin{token: token}
-				}
+			if token := s.tokenBySecret(bearerSecret(r)); token != nil {
+				sess = &uiLogin{token: token}
 			}
 		}
 		if sess == nil {
