@@ -144,6 +144,14 @@ func hideDatabaseFlags(cmd *cobra.Command) {
 	})
 }
 
+// env is the environment variable name, or fallback when it is unset.
+func (g *globals) env(name, fallback string) string {
+	if v := g.getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
 func (g *globals) logger() *slog.Logger {
 	level := slog.LevelWarn
 	if g.verbose {
@@ -160,7 +168,12 @@ func (g *globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	if g.databaseURL == "" {
 		return nil, errNoDatabaseURL
 	}
-	pool, err := pgxpool.New(ctx, g.databaseURL)
+	return openPool(ctx, g.databaseURL)
+}
+
+// openPool opens a pool on databaseURL and checks that it connects.
+func openPool(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parsing database URL: %w", err)
 	}
