@@ -144,13 +144,16 @@ func (s *Server) handleStart(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	status := http.StatusOK
+	return started(run)
+}
+
+// started answers a start: 201 when it created the run, 200 when it
+// replayed an earlier start with the same request ID.
+func started(run *client.Run) (int, any, error) {
 	if run.Created {
-		status = http.StatusCreated
+		return http.StatusCreated, runResponse(run), nil
 	}
-	return status, &RunResponse{
-		Created: run.Created, Generation: run.Generation, Namespace: run.Namespace, RunID: run.RunID, WorkflowID: run.WorkflowID,
-	}, nil
+	return http.StatusOK, runResponse(run), nil
 }
 
 // SignalRequest is the body of POST …/workflows/{workflow_id}/signal.
@@ -263,6 +266,7 @@ type DescribeResponse struct {
 }
 
 // PendingActivityJSON is a client.PendingActivity in a DescribeResponse.
+// It and the other JSON twins of client types have their fields, in order.
 type PendingActivityJSON struct {
 	Attempt          int        `json:"attempt"`
 	AttemptedAt      *time.Time `json:"attempted_at,omitempty"`
@@ -301,14 +305,10 @@ func (s *Server) handleDescribe(r *http.Request) (int, any, error) {
 	}
 	describeExtras(resp, d)
 	for _, a := range d.PendingActivities {
-		resp.PendingActivities = append(resp.PendingActivities, &PendingActivityJSON{
-			Attempt: a.Attempt, AttemptedAt: a.AttemptedAt, JobID: a.JobID, JobState: a.JobState, Kind: a.Kind,
-			LastError: a.LastError, LeaseExpiresAt: a.LeaseExpiresAt, MaxAttempts: a.MaxAttempts,
-			ScheduledAt: a.ScheduledAt, ScheduledEventID: a.ScheduledEventID,
-		})
+		resp.PendingActivities = append(resp.PendingActivities, (*PendingActivityJSON)(a))
 	}
 	for _, item := range d.PendingInbox {
-		resp.PendingInbox = append(resp.PendingInbox, &PendingInboxJSON{CreatedAt: item.CreatedAt, DedupKey: item.DedupKey, Type: item.Type})
+		resp.PendingInbox = append(resp.PendingInbox, (*PendingInboxJSON)(item))
 	}
 	return http.StatusOK, resp, nil
 }
@@ -370,10 +370,7 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 	}
 	resp := &ListResponse{NextCursor: res.NextCursor, Runs: []*RunSummaryJSON{}}
 	for _, run := range res.Runs {
-		resp.Runs = append(resp.Runs, &RunSummaryJSON{
-			ClosedAt: run.ClosedAt, CreatedAt: run.CreatedAt, Generation: run.Generation, Kind: run.Kind,
-			Namespace: run.Namespace, Queue: run.Queue, RunID: run.RunID, State: run.State, WorkflowID: run.WorkflowID,
-		})
+		resp.Runs = append(resp.Runs, (*RunSummaryJSON)(run))
 	}
 	return http.StatusOK, resp, nil
 }
@@ -482,21 +479,25 @@ func (s *Server) handleResult(r *http.Request) (int, any, error) {
 // run_id of a per-workflow route.
 func (s *Server) target(r *http.Request) (*client.Client, string, uuid.UUID, error) {
 	workflowID := r.PathValue("workflow_id")
+	c, runID, err := s.runTarget(r.PathValue("namespace"), workflowID, r.URL.Query().Get("run_id"))
+	return c, workflowID, runID, err
+}
+
+// runTarget checks a workflow ID and a run ID ("" for the workflow's latest
+// run) and returns the namespace's client and the run ID.
+func (s *Server) runTarget(namespace, workflowID, runID string) (*client.Client, uuid.UUID, error) {
 	if workflowID == "" || len(workflowID) > 1000 {
-		return nil, "", uuid.Nil, invalidArgument("workflow_id", "workflow_id must be 1 to 1000 bytes")
+		return nil, uuid.Nil, invalidArgument("workflow_id", "workflow_id must be 1 to 1000 bytes")
 	}
-	var runID uuid.UUID
-	if v := r.URL.Query().Get("run_id"); v != "" {
+	var id uuid.UUID
+	if runID != "" {
 		var err error
-		if runID, err = uuid.Parse(v); err != nil {
-			return nil, "", uuid.Nil, invalidArgument("run_id", "run_id is not a UUID: %q", v)
+		if id, err = uuid.Parse(runID); err != nil {
+			return nil, uuid.Nil, invalidArgument("run_id", "run_id is not a UUID: %q", runID)
 		}
 	}
-	c, err := s.client(r.PathValue("namespace"))
-	if err != nil {
-		return nil, "", uuid.Nil, err
-	}
-	return c, workflowID, runID, nil
+	c, err := s.client(namespace)
+	return c, id, err
 }
 
 // targetBody is target, then the request's body decoded into a T

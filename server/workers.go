@@ -41,10 +41,7 @@ func (s *Server) handleListWorkers(r *http.Request) (int, any, error) {
 	}
 	resp := &WorkerListResponse{Workers: []*WorkerJSON{}}
 	for _, w := range workers {
-		resp.Workers = append(resp.Workers, &WorkerJSON{
-			ActivityKinds: w.ActivityKinds, ExpiresAt: w.ExpiresAt, ID: w.ID, Identity: w.Identity, LastSeenAt: w.LastSeenAt,
-			Namespace: w.Namespace, Queues: w.Queues, StartedAt: w.StartedAt, WorkflowKinds: w.WorkflowKinds,
-		})
+		resp.Workers = append(resp.Workers, (*WorkerJSON)(w))
 	}
 	return http.StatusOK, resp, nil
 }
@@ -87,12 +84,10 @@ type PendingTimerJSON struct {
 // its payloads (when JSON), pending timers, who serves it and how its task
 // fails.
 func describeExtras(resp *DescribeResponse, d *client.Description) {
-	if p := d.Parent; p != nil {
-		resp.Parent = &RunRefJSON{RunID: p.RunID, WorkflowID: p.WorkflowID}
-	}
+	resp.Parent = (*RunRefJSON)(d.Parent)
 	resp.PendingTimers = []*PendingTimerJSON{}
 	for _, t := range d.PendingTimers {
-		resp.PendingTimers = append(resp.PendingTimers, &PendingTimerJSON{FireAt: t.FireAt, StartedEventID: t.StartedEventID})
+		resp.PendingTimers = append(resp.PendingTimers, (*PendingTimerJSON)(t))
 	}
 	if json.Valid(d.Args) {
 		resp.Args = d.Args
@@ -103,7 +98,5 @@ func describeExtras(resp *DescribeResponse, d *client.Description) {
 	if t := d.TaskWorkers; t != nil {
 		resp.TaskWorkers = &TaskWorkersJSON{OnQueue: t.OnQueue, Problem: t.Problem(), Serving: t.Serving}
 	}
-	if f := d.TaskFailure; f != nil {
-		resp.TaskFailure = &TaskFailureJSON{At: f.At, Attempt: f.Attempt, JobID: f.JobID, Message: f.Message, NextAttemptAt: f.NextAttemptAt, Stack: f.Stack}
-	}
+	resp.TaskFailure = (*TaskFailureJSON)(d.TaskFailure)
 }
