@@ -14,7 +14,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -290,8 +289,7 @@ func (w *WorkerInterceptor) endAttempt(key attemptKey, live *liveSpan, outcome s
 	span := live.span
 	span.SetAttributes(AttrOutcome.String(outcome))
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		failSpan(span, err)
 	}
 	w.attempts.end(key, live)
 	span.End()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -290,11 +289,7 @@ again returns the same backfill; "weir schedule backfills" lists them.`,
 				resp.Backfill = bf
 			}
 			if api.json {
-				raw, err := json.Marshal(&resp)
-				if err != nil {
-					return err
-				}
-				if err := printJSON(g.stdout, raw); err != nil {
+				if err := printValue(g, &resp); err != nil {
 					return err
 				}
 			} else if resp.Backfill != nil {

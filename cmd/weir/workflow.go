@@ -288,36 +288,31 @@ func newWorkflowDescribeCommand(g *globals, api *apiOpts) *cobra.Command {
 			if f := d.TaskFailure; f != nil && f.Stack != "" {
 				fmt.Fprintf(g.stdout, "\nWorkflow task stack (attempt %d):\n%s\n", f.Attempt, strings.TrimRight(f.Stack, "\n"))
 			}
-			if len(d.PendingTimers) > 0 {
-				fmt.Fprintln(g.stdout, "\nPending timers:")
-				rows := [][]string{{"EVENT", "FIRES AT"}}
-				for _, timer := range d.PendingTimers {
-					rows = append(rows, []string{strconv.FormatInt(timer.StartedEventID, 10), formatTime(&timer.FireAt)})
-				}
-				if err := printTable(g, rows); err != nil {
-					return err
-				}
+			timers := [][]string{{"EVENT", "FIRES AT"}}
+			for _, timer := range d.PendingTimers {
+				timers = append(timers, []string{strconv.FormatInt(timer.StartedEventID, 10), formatTime(&timer.FireAt)})
 			}
-			if len(d.PendingActivities) > 0 {
-				fmt.Fprintln(g.stdout, "\nPending activities:")
-				rows := [][]string{{"EVENT", "KIND", "JOB", "STATE", "ATTEMPT", "LAST ERROR"}}
-				for _, a := range d.PendingActivities {
-					rows = append(rows, []string{
-						strconv.FormatInt(a.ScheduledEventID, 10), a.Kind, strconv.FormatInt(a.JobID, 10), a.JobState,
-						fmt.Sprintf("%d/%d", a.Attempt, a.MaxAttempts), a.LastError,
-					})
-				}
-				if err := printTable(g, rows); err != nil {
-					return err
-				}
+			activities := [][]string{{"EVENT", "KIND", "JOB", "STATE", "ATTEMPT", "LAST ERROR"}}
+			for _, a := range d.PendingActivities {
+				activities = append(activities, []string{
+					strconv.FormatInt(a.ScheduledEventID, 10), a.Kind, strconv.FormatInt(a.JobID, 10), a.JobState,
+					fmt.Sprintf("%d/%d", a.Attempt, a.MaxAttempts), a.LastError,
+				})
 			}
-			if len(d.PendingInbox) > 0 {
-				fmt.Fprintln(g.stdout, "\nPending inbox:")
-				rows := [][]string{{"TYPE", "DEDUP KEY", "ARRIVED"}}
-				for _, item := range d.PendingInbox {
-					rows = append(rows, []string{item.Type, item.DedupKey, formatTime(&item.CreatedAt)})
+			inbox := [][]string{{"TYPE", "DEDUP KEY", "ARRIVED"}}
+			for _, item := range d.PendingInbox {
+				inbox = append(inbox, []string{item.Type, item.DedupKey, formatTime(&item.CreatedAt)})
+			}
+			for _, section := range []struct {
+				title string
+				rows  [][]string
+			}{{"Pending timers", timers}, {"Pending activities", activities}, {"Pending inbox", inbox}} {
+				if len(section.rows) > 1 {
+					fmt.Fprintf(g.stdout, "\n%s:\n", section.title)
+					if err := printTable(g, section.rows); err != nil {
+						return err
+					}
 				}
-				return printTable(g, rows)
 			}
 			return nil
 		},
