@@ -98,13 +98,12 @@ func InstallWorker(config *worker.Config, tp trace.TracerProvider, mp metric.Met
 		return err
 	}
 	config.Interceptors = append([]worker.Interceptor{w}, config.Interceptors...)
-	fencingConfig := &fencing.Config{}
+	var fencingConfig fencing.Config
 	if config.Fencing != nil {
-		copied := *config.Fencing
-		fencingConfig = &copied
+		fencingConfig = *config.Fencing
 	}
 	fencingConfig.Observer = chainObservers(fencingConfig.Observer, w.FencingObserver())
-	config.Fencing = fencingConfig
+	config.Fencing = &fencingConfig
 	return nil
 }
 

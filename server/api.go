@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -81,10 +82,7 @@ func checkCall(prefix, what, kind, idField, id string, args json.RawMessage) err
 	if idField != "" && len(id) > 255 {
 		return invalidArgument(prefix+idField, "%s is %d bytes; at most 255", idField, len(id))
 	}
-	if len(args) > 0 && !json.Valid(args) {
-		return invalidArgument(prefix+"args", "args are not valid JSON")
-	}
-	return nil
+	return checkJSONText(prefix+"args", args)
 }
 
 // checkQueue checks a River queue name, if one is given.
@@ -299,11 +297,23 @@ func (s *Server) handleDescribe(r *http.Request) (int, any, error) {
 	resp := &DescribeResponse{
 		ClosedAt: d.ClosedAt, CreatedAt: d.CreatedAt, ExecutionDeadline: d.ExecutionDeadline, Failure: d.Failure,
 		Generation: d.Generation, HistoryLength: d.HistoryLength, Kind: d.Kind, Namespace: d.Namespace,
-		PendingActivities: []*PendingActivityJSON{}, PendingInbox: []*PendingInboxJSON{}, Queue: d.Queue,
-		RunDeadline: d.RunDeadline, RunID: d.RunID, State: d.State, TaskJobID: d.TaskJobID, UpdatedAt: d.UpdatedAt,
-		WorkflowID: d.WorkflowID,
+		Parent: (*RunRefJSON)(d.Parent), PendingActivities: []*PendingActivityJSON{}, PendingInbox: []*PendingInboxJSON{},
+		PendingTimers: []*PendingTimerJSON{}, Queue: d.Queue, RunDeadline: d.RunDeadline, RunID: d.RunID, State: d.State,
+		TaskFailure: (*TaskFailureJSON)(d.TaskFailure), TaskJobID: d.TaskJobID, UpdatedAt: d.UpdatedAt, WorkflowID: d.WorkflowID,
 	}
-	describeExtras(resp, d)
+	// Payloads show when their codec wrote JSON.
+	if json.Valid(d.Args) {
+		resp.Args = d.Args
+	}
+	if json.Valid(d.Result) {
+		resp.Result = d.Result
+	}
+	if t := d.TaskWorkers; t != nil {
+		resp.TaskWorkers = &TaskWorkersJSON{OnQueue: t.OnQueue, Problem: t.Problem(), Serving: t.Serving}
+	}
+	for _, t := range d.PendingTimers {
+		resp.PendingTimers = append(resp.PendingTimers, (*PendingTimerJSON)(t))
+	}
 	for _, a := range d.PendingActivities {
 		resp.PendingActivities = append(resp.PendingActivities, (*PendingActivityJSON)(a))
 	}
@@ -346,7 +356,7 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 		Cursor: q.Get("cursor"), Kind: q.Get("kind"), Namespace: namespace, State: q.Get("state"),
 		WorkflowIDPrefix: q.Get("workflow_id_prefix"),
 	}
-	if opts.State != "" && !contains(States, opts.State) {
+	if opts.State != "" && !slices.Contains(States, opts.State) {
 		return 0, nil, invalidArgument("state", "unknown state %q", opts.State)
 	}
 	var err error
@@ -591,13 +601,4 @@ func parseInt(q map[string][]string, name string, lo, hi int) (int, error) {
 		return 0, invalidArgument(name, "%s must be an integer from %d to %d: %q", name, lo, hi, values[0])
 	}
 	return n, nil
-}
-
-func contains(list []string, v string) bool {
-	for _, item := range list {
-		if item == v {
-			return true
-		}
-	}
-	return false
 }

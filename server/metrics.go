@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,31 +76,11 @@ func (s *Server) handleMetrics() http.HandlerFunc {
 
 // instrument counts and times a route's requests.
 func (m *metrics) instrument(route string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.inFlight.Inc()
-		defer m.inFlight.Dec()
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(rec, r)
-		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
-		m.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
-	})
+	labels := prometheus.Labels{"route": route}
+	return promhttp.InstrumentHandlerInFlight(m.inFlight,
+		promhttp.InstrumentHandlerDuration(m.duration.MustCurryWith(labels),
+			promhttp.InstrumentHandlerCounter(m.requests.MustCurryWith(labels), next)))
 }
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status      int
-	wroteHeader bool
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if !r.wroteHeader {
-		r.status, r.wroteHeader = code, true
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // MetricsRegisterer is the registry /metrics serves: register more collectors
 // there (the otel package's RegisterPrometheus, say) to expose them.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"regexp"
@@ -75,16 +76,9 @@ func (s *Server) wrap(rt *route) http.Handler {
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		namespace := r.PathValue("namespace")
-		if err := s.authorize(r, namespace, rt.role); err != nil {
+		// The first failing check answers.
+		if err := cmp.Or(s.authorize(r, namespace, rt.role), checkRequestText(r), checkNamespace(namespace)); err != nil {
 			s.writeError(w, r, err)
-			return
-		}
-		if err := checkRequestText(r); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if !validName(namespace) {
-			s.writeError(w, r, invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule))
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
@@ -152,6 +146,13 @@ const nameRule = "1–128 characters of letters, digits and _-[]<>/.·:+, starti
 
 func validName(name string) bool {
 	return len(name) > 0 && len(name) <= 128 && nameRE.MatchString(name)
+}
+
+func checkNamespace(namespace string) error {
+	if !validName(namespace) {
+		return invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule)
+	}
+	return nil
 }
 
 // queueRE is River's rule for queue names.

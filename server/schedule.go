@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -207,10 +208,7 @@ func scheduleParams(req *ScheduleRequest) (*client.ScheduleParams, error) {
 	if err := checkQueue(req.Queue); err != nil {
 		return nil, err
 	}
-	if len(req.Args) > 0 && !json.Valid(req.Args) {
-		return nil, invalidArgument("args", "args are not valid JSON")
-	}
-	if req.OverlapPolicy != "" && !contains(OverlapPolicies, req.OverlapPolicy) {
+	if req.OverlapPolicy != "" && !slices.Contains(OverlapPolicies, req.OverlapPolicy) {
 		return nil, invalidArgument("overlap_policy", "unknown overlap_policy %q: skip, buffer_one or allow_all", req.OverlapPolicy)
 	}
 	p := &client.ScheduleParams{
@@ -380,7 +378,7 @@ func (s *Server) handleUpdateSchedule(r *http.Request) (int, any, error) {
 	}
 	u := &client.ScheduleUpdate{Note: req.Note, Paused: req.Paused}
 	if req.OverlapPolicy != nil {
-		if !contains(OverlapPolicies, *req.OverlapPolicy) {
+		if !slices.Contains(OverlapPolicies, *req.OverlapPolicy) {
 			return 0, nil, invalidArgument("overlap_policy", "unknown overlap_policy %q: skip, buffer_one or allow_all", *req.OverlapPolicy)
 		}
 		u.OverlapPolicy = new(client.OverlapPolicy(*req.OverlapPolicy))

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,20 +23,14 @@ import (
 )
 
 // The web UI lives under /ui/ (pages, their actions and a small JSON status
-// endpoint for live refresh) and /ui/static/ (embedded CSS and JavaScript).
-// Its routes are not API routes: they are mounted beside routeTable, so the
-// OpenAPI document does not list them.
-//
-// Auth uses the API's tokens: the login form (rate limited per address)
-// starts a server-side login (ui_login.go) whose random ID an HttpOnly,
-// SameSite=Strict cookie holds, and every action is a POST carrying a CSRF
-// token derived from the session ID (an HMAC under a per-process key) and
-// checked along with the Origin header. With Config.AllowUnauthenticated the
-// UI is open with the admin role, like the API.
+// endpoint for live refresh) and /ui/static/ (embedded CSS and JavaScript),
+// beside routeTable, so the OpenAPI document does not list it. It signs in
+// with the API's tokens into a server-side login (ui_login.go); every action
+// is a POST carrying the login's CSRF token and checked along with the
+// Origin header.
 const (
 	uiPrefix       = "/ui"
 	uiCookie       = "weir_session"
-	uiLegacyCookie = "weir_token" // held a token's secret in older versions: cleared when seen
 	uiCSRFField    = "csrf"
 	uiListLimit    = 50
 	uiHistoryLimit = 1000
@@ -71,15 +66,7 @@ func (s *uiLogin) permit(namespace string, need Role) error {
 // allNamespaces reports whether the session spans every namespace (River UI
 // shows every namespace's jobs, so it needs that).
 func (s *uiLogin) allNamespaces() bool {
-	if s.open {
-		return true
-	}
-	for _, ns := range s.token.Namespaces {
-		if ns == NamespaceAll {
-			return true
-		}
-	}
-	return false
+	return s.open || slices.Contains(s.token.Namespaces, NamespaceAll)
 }
 
 // Name is what the header shows for the session.
@@ -149,9 +136,6 @@ func (s *Server) mountUI() error {
 			if err := checkRequestText(r); err != nil {
 				s.renderError(w, r, nil, "", err)
 				return
-			}
-			if _, err := r.Cookie(uiLegacyCookie); err == nil {
-				http.SetCookie(w, &http.Cookie{HttpOnly: true, MaxAge: -1, Name: uiLegacyCookie, Path: "/", SameSite: http.SameSiteStrictMode})
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), s.config.RequestTimeout)
 			defer cancel()
@@ -406,9 +390,7 @@ func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
 		return
 	}
-	if sess.id != "" {
-		s.ui.sessions.revoke(sess.id)
-	}
+	s.ui.sessions.revoke(sess.id) // nothing to revoke when open
 	http.SetCookie(w, &http.Cookie{
 		HttpOnly: true, MaxAge: -1, Name: uiCookie, Path: "/", SameSite: http.SameSiteStrictMode, Value: "",
 	})

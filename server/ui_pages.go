@@ -2,12 +2,14 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -222,15 +224,13 @@ func (s *Server) uiList(w http.ResponseWriter, r *http.Request) {
 	if opts.Cursor != "" {
 		page.FirstURL = listURL(namespace, page.Filter.values())
 	}
-	for _, run := range page.Runs {
-		page.Running = page.Running || run.State == "running"
-	}
+	page.Running = slices.ContainsFunc(page.Runs, func(run *client.RunSummary) bool { return run.State == "running" })
 	s.render(w, r, http.StatusOK, "list", page)
 }
 
 func (f *uiListFilter) listOpts(namespace string) (*client.ListOpts, error) {
 	opts := &client.ListOpts{Kind: f.Kind, Namespace: namespace, State: f.State, WorkflowIDPrefix: f.Prefix}
-	if opts.State != "" && !contains(States, opts.State) {
+	if opts.State != "" && !slices.Contains(States, opts.State) {
 		return nil, invalidArgument("state", "unknown state %q", opts.State)
 	}
 	if opts.Kind != "" && !validName(opts.Kind) {
@@ -357,19 +357,20 @@ func (s *Server) runPage(r *http.Request, sess *uiLogin, formError string, query
 	for f := d.Failure; f != nil; f = f.Cause {
 		page.Failures = append(page.Failures, f)
 	}
-	payloads, err := s.runPayloads(ctx, d.RunID)
+	payloads, err := s.store.GetRunPayloads(ctx, s.pool, d.RunID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the payloads of run %s: %w", d.RunID, err)
 	}
-	page.Args, page.Result = payloads.args, payloads.result
-	if page.SignalKinds, err = s.signalKinds(ctx, d.RunID); err != nil {
-		return nil, err
+	page.Args, page.Result = newUIPayload(payloads.Args), newUIPayload(payloads.Result)
+	if page.SignalKinds, err = s.store.SignalKinds(ctx, s.pool, d.RunID, uiSignalKindsMax); err != nil {
+		return nil, fmt.Errorf("reading the signals of run %s: %w", d.RunID, err)
 	}
 	if page.Schedule, err = scheduleLink(r, c, namespace, workflowID); err != nil {
 		return nil, err
 	}
-	if page.Generations, err = s.generations(ctx, namespace, workflowID); err != nil {
-		return nil, err
+	key := store.RunKey{Namespace: namespace, WorkflowID: workflowID}
+	if page.Generations, err = s.store.Generations(ctx, s.pool, key, uiGenerationsMax); err != nil {
+		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
 	}
 	after, err := parseInt(r.URL.Query(), "after", 0, 1<<62)
 	if err != nil {
@@ -445,13 +446,7 @@ func (s *Server) namespacePage(w http.ResponseWriter, r *http.Request) (*uiLogin
 // uiNamespace checks the session's access to namespace with role need, and
 // the namespace's name.
 func (s *Server) uiNamespace(sess *uiLogin, namespace string, need Role) error {
-	if err := sess.permit(namespace, need); err != nil {
-		return err
-	}
-	if !validName(namespace) {
-		return invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule)
-	}
-	return nil
+	return cmp.Or(sess.permit(namespace, need), checkNamespace(namespace))
 }
 
 // uiTarget checks the session's access to namespace and reads the run_id
@@ -460,21 +455,7 @@ func (s *Server) uiTarget(r *http.Request, sess *uiLogin, namespace, workflowID 
 	if err := s.uiNamespace(sess, namespace, need); err != nil {
 		return nil, uuid.Nil, err
 	}
-	if workflowID == "" || len(workflowID) > 1000 {
-		return nil, uuid.Nil, invalidArgument("workflow_id", "workflow_id must be 1 to 1000 bytes")
-	}
-	var runID uuid.UUID
-	if v := r.FormValue("run_id"); v != "" {
-		var err error
-		if runID, err = uuid.Parse(v); err != nil {
-			return nil, uuid.Nil, invalidArgument("run_id", "run_id is not a UUID: %q", v)
-		}
-	}
-	c, err := s.client(namespace)
-	if err != nil {
-		return nil, uuid.Nil, err
-	}
-	return c, runID, nil
+	return s.runTarget(namespace, workflowID, r.FormValue("run_id"))
 }
 
 // UIStatus is the body of the UI's status endpoint, which a run's page polls
@@ -562,9 +543,6 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 		args := bytes.TrimSpace([]byte(r.PostFormValue("args")))
 		requestID := strings.TrimSpace(r.PostFormValue("request_id"))
 		if err = checkCall("", "signal", kind, "request_id", requestID, args); err == nil {
-			err = checkJSONText("args", args)
-		}
-		if err == nil {
 			err = c.Signal(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind},
 				&client.SignalOpts{RequestID: requestID})
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -72,9 +71,6 @@ func query(ctx context.Context, c *client.Client, workflowID string, runID uuid.
 	if err := checkCall("", "query", kind, "", "", args); err != nil {
 		return nil, err
 	}
-	if err := checkJSONText("args", args); err != nil {
-		return nil, err
-	}
 	// Within the request's time limit, so a slow worker is a query
 	// timeout the card shows, not a request cut short.
 	timeout := uiQueryTimeout
@@ -84,17 +80,6 @@ func query(ctx context.Context, c *client.Client, workflowID string, runID uuid.
 	var answer json.RawMessage
 	err := c.Query(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind}, &answer, &client.QueryOpts{Timeout: timeout})
 	return answer, err
-}
-
-// signalKinds returns the kinds of the signals a run has received, by
-// name: workflows declare no signal names, so these are what the page can
-// offer.
-func (s *Server) signalKinds(ctx context.Context, runID uuid.UUID) ([]string, error) {
-	kinds, err := s.store.SignalKinds(ctx, s.pool, runID, uiSignalKindsMax)
-	if err != nil {
-		return nil, fmt.Errorf("reading the signals of run %s: %w", runID, err)
-	}
-	return kinds, nil
 }
 
 // checkForm checks a posted form's CSRF token and text, rendering the

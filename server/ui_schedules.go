@@ -72,8 +72,8 @@ func (s *Server) uiScheduleTarget(sess *uiLogin, namespace, id string, need Role
 	if err := s.uiNamespace(sess, namespace, need); err != nil {
 		return nil, err
 	}
-	if id == "" || len(id) > 255 {
-		return nil, invalidArgument("schedule_id", "schedule_id must be 1 to 255 bytes")
+	if err := checkScheduleID(id); err != nil {
+		return nil, err
 	}
 	return s.client(namespace)
 }
@@ -160,20 +160,6 @@ func scheduleOf(workflowID string) string {
 	return workflowID[:i]
 }
 
-// runSchedule returns the schedule that started the run of workflowID, or
-// nil when none did (or it was deleted since).
-func runSchedule(r *http.Request, c *client.Client, workflowID string) (*client.Schedule, error) {
-	id := scheduleOf(workflowID)
-	if id == "" || len(id) > 255 {
-		return nil, nil
-	}
-	sched, err := c.DescribeSchedule(r.Context(), id)
-	if errors.Is(err, client.ErrScheduleNotFound) {
-		return nil, nil
-	}
-	return sched, err
-}
-
 func (s *Server) uiScheduleAction(w http.ResponseWriter, r *http.Request) {
 	namespace, id, action := r.PathValue("namespace"), r.PathValue("schedule_id"), r.PathValue("action")
 	_, known := uiScheduleFlashes[action]
@@ -229,11 +215,19 @@ type uiRunSchedule struct {
 	URL string
 }
 
-// scheduleLink returns the link to the schedule that started a run, or nil.
+// scheduleLink returns the link to the schedule that started the run of
+// workflowID, or nil when none did (or it was deleted since).
 func scheduleLink(r *http.Request, c *client.Client, namespace, workflowID string) (*uiRunSchedule, error) {
-	sched, err := runSchedule(r, c, workflowID)
-	if sched == nil || err != nil {
+	id := scheduleOf(workflowID)
+	if id == "" || len(id) > 255 {
+		return nil, nil
+	}
+	_, err := c.DescribeSchedule(r.Context(), id)
+	switch {
+	case errors.Is(err, client.ErrScheduleNotFound):
+		return nil, nil
+	case err != nil:
 		return nil, err
 	}
-	return &uiRunSchedule{ID: sched.ID, URL: scheduleURL(namespace, sched.ID)}, nil
+	return &uiRunSchedule{ID: id, URL: scheduleURL(namespace, id)}, nil
 }

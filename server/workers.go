@@ -1,13 +1,10 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/weirhq/weir/client"
 )
 
 // WorkerListResponse is the body of GET
@@ -78,25 +75,4 @@ type RunRefJSON struct {
 type PendingTimerJSON struct {
 	FireAt         time.Time `json:"fire_at"`
 	StartedEventID int64     `json:"started_event_id"`
-}
-
-// describeExtras fills what a DescribeResponse tells beyond the run's row:
-// its payloads (when JSON), pending timers, who serves it and how its task
-// fails.
-func describeExtras(resp *DescribeResponse, d *client.Description) {
-	resp.Parent = (*RunRefJSON)(d.Parent)
-	resp.PendingTimers = []*PendingTimerJSON{}
-	for _, t := range d.PendingTimers {
-		resp.PendingTimers = append(resp.PendingTimers, (*PendingTimerJSON)(t))
-	}
-	if json.Valid(d.Args) {
-		resp.Args = d.Args
-	}
-	if json.Valid(d.Result) {
-		resp.Result = d.Result
-	}
-	if t := d.TaskWorkers; t != nil {
-		resp.TaskWorkers = &TaskWorkersJSON{OnQueue: t.OnQueue, Problem: t.Problem(), Serving: t.Serving}
-	}
-	resp.TaskFailure = (*TaskFailureJSON)(d.TaskFailure)
 }

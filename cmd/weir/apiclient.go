@@ -37,7 +37,6 @@ running (result); 8 not implemented by the server yet.`
 // apiError is an error response of the server.
 type apiError struct {
 	apiErr *server.Error
-	status int
 }
 
 // Error is the server's message: a sentence for people. The code and the
@@ -127,7 +126,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		if c.jsonOut != nil {
 			fmt.Fprintln(c.jsonOut, string(bytes.TrimSpace(data)))
 		}
-		apiErr := &apiError{apiErr: errResp.Error, status: resp.StatusCode}
+		apiErr := &apiError{apiErr: errResp.Error}
 		return nil, &exitError{code: apiErr.exitCode(), err: apiErr}
 	}
 	if out != nil {

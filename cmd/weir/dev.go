@@ -224,16 +224,13 @@ or point weir at a server you have:
 	}
 
 	start := time.Now()
-	if err := cluster.Start(ctx); err != nil && port != 0 {
+	if err = cluster.Start(ctx); err != nil && port != 0 {
 		// The remembered port may be taken now: take any free one.
-		cluster, err = pgcluster.New(&pgcluster.Config{Dir: dir, Durable: true})
-		if err == nil {
+		if cluster, err = pgcluster.New(&pgcluster.Config{Dir: dir, Durable: true}); err == nil {
 			err = cluster.Start(ctx)
 		}
-		if err != nil {
-			return nil, "", fmt.Errorf("starting Postgres in %s: %w", dir, err)
-		}
-	} else if err != nil {
+	}
+	if err != nil {
 		return nil, "", fmt.Errorf("starting Postgres in %s: %w", dir, err)
 	}
 	_ = os.WriteFile(portPath, []byte(strconv.Itoa(cluster.Port())+"\n"), 0o644)

@@ -32,23 +32,19 @@ type serverOpts struct {
 // addServerFlags registers the server's flags, each defaulting to its
 // environment variable.
 func addServerFlags(cmd *cobra.Command, g *globals, opts *serverOpts, addrDefault string) {
-	envDuration := func(name string, fallback time.Duration) time.Duration {
-		return envValue(g, opts, name, fallback, time.ParseDuration)
-	}
 	envInt := func(name string, fallback int64) int64 {
 		return envValue(g, opts, name, fallback, func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) })
 	}
-	envBool := func(name string) bool { return envValue(g, opts, name, false, strconv.ParseBool) }
 
 	flags := cmd.Flags()
 	flags.StringVar(&opts.addr, "addr", g.env("WEIR_ADDR", addrDefault), "HTTP listen address (env WEIR_ADDR)")
 	flags.Int64Var(&opts.maxBodyBytes, "max-body-bytes", envInt("WEIR_MAX_BODY_BYTES", server.MaxBodyBytesDefault),
 		"largest request body accepted; larger is 413 payload_too_large (env WEIR_MAX_BODY_BYTES)")
-	flags.DurationVar(&opts.maxWait, "max-wait", envDuration("WEIR_MAX_WAIT", server.MaxWaitDefault),
+	flags.DurationVar(&opts.maxWait, "max-wait", envValue(g, opts, "WEIR_MAX_WAIT", server.MaxWaitDefault, time.ParseDuration),
 		"cap on the wait of a result long poll (env WEIR_MAX_WAIT)")
-	flags.BoolVar(&opts.migrate, "migrate", envBool("WEIR_MIGRATE"),
+	flags.BoolVar(&opts.migrate, "migrate", envValue(g, opts, "WEIR_MIGRATE", false, strconv.ParseBool),
 		"apply pending migrations before serving (env WEIR_MIGRATE); otherwise /readyz reports them")
-	flags.DurationVar(&opts.requestTimeout, "request-timeout", envDuration("WEIR_REQUEST_TIMEOUT", server.RequestTimeoutDefault),
+	flags.DurationVar(&opts.requestTimeout, "request-timeout", envValue(g, opts, "WEIR_REQUEST_TIMEOUT", server.RequestTimeoutDefault, time.ParseDuration),
 		"time limit of each API request, long polls getting their wait on top (env WEIR_REQUEST_TIMEOUT)")
 	flags.StringVar(&opts.runMetrics, "run-metrics", g.env("WEIR_RUN_METRICS", string(server.RunMetricsByState)),
 		"how /metrics counts runs: state (all namespaces together), namespace (by namespace, kind and state;\n"+
