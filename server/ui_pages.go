@@ -57,14 +57,12 @@ func uiFuncs(staticTag string) template.FuncMap {
 		"schedulesURL": schedulesURL,
 		"scheduleURL":  scheduleURL,
 		"deref":        func(id *uuid.UUID) uuid.UUID { return *id },
-		"jobURL": func(id any) string {
-			switch id := id.(type) {
-			case int64:
-				return riverUIPrefix + "/jobs/" + strconv.FormatInt(id, 10)
-			case *int64:
-				if id != nil {
-					return riverUIPrefix + "/jobs/" + strconv.FormatInt(*id, 10)
-				}
+		"jobURL": func(id any) string { // of an int64 or a non-nil *int64; else River UI's home
+			if p, ok := id.(*int64); ok && p != nil {
+				id = *p
+			}
+			if n, ok := id.(int64); ok {
+				return riverUIPrefix + "/jobs/" + strconv.FormatInt(n, 10)
 			}
 			return riverUIPrefix + "/"
 		},
@@ -90,13 +88,11 @@ func uiFuncs(staticTag string) template.FuncMap {
 // formatUITime formats a time.Time or a non-nil *time.Time in UTC; "" for
 // anything else.
 func formatUITime(t any, layout string) string {
-	switch t := t.(type) {
-	case time.Time:
+	if p, ok := t.(*time.Time); ok && p != nil {
+		t = *p
+	}
+	if t, ok := t.(time.Time); ok {
 		return t.UTC().Format(layout)
-	case *time.Time:
-		if t != nil {
-			return t.UTC().Format(layout)
-		}
 	}
 	return ""
 }

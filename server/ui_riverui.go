@@ -51,7 +51,6 @@ func (m *riverUIMount) serve(s *Server) http.HandlerFunc {
 			s.writeError(w, r, err)
 			return
 		}
-		api := strings.HasPrefix(r.URL.Path, riverUIPrefix+"/api/")
 		sess := s.loginOf(r)
 		if sess == nil {
 			// River UI's own API calls may carry the bearer token instead.
@@ -60,7 +59,7 @@ func (m *riverUIMount) serve(s *Server) http.HandlerFunc {
 			}
 		}
 		if sess == nil {
-			if api || r.Method != http.MethodGet {
+			if strings.HasPrefix(r.URL.Path, riverUIPrefix+"/api/") || r.Method != http.MethodGet {
 				s.writeError(w, r, newError(http.StatusUnauthorized, CodeUnauthenticated, "sign in first (or send a bearer token)", nil))
 				return
 			}

@@ -35,16 +35,14 @@ closed without completing (result); 7 the wait ended with the run still
 running (result); 8 not implemented by the server yet.`
 
 // apiError is an error response of the server.
-type apiError struct {
-	apiErr *server.Error
-}
+type apiError server.Error
 
 // Error is the server's message: a sentence for people. The code and the
 // data (IDs, fields) are in the body, which --json prints.
-func (e *apiError) Error() string { return strings.TrimPrefix(e.apiErr.Message, "weir: ") }
+func (e *apiError) Error() string { return strings.TrimPrefix(e.Message, "weir: ") }
 
 func (e *apiError) exitCode() int {
-	switch e.apiErr.Code {
+	switch e.Code {
 	case server.CodeInvalidArgument, server.CodePayloadTooLarge:
 		return exitUsage
 	case server.CodeNotFound:
@@ -126,7 +124,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		if c.jsonOut != nil {
 			fmt.Fprintln(c.jsonOut, string(bytes.TrimSpace(data)))
 		}
-		apiErr := &apiError{apiErr: errResp.Error}
+		apiErr := (*apiError)(errResp.Error)
 		return nil, &exitError{code: apiErr.exitCode(), err: apiErr}
 	}
 	if out != nil {

@@ -97,15 +97,14 @@ func addArgsFlags(cmd *cobra.Command, opts *argsOpts) {
 
 func (o *argsOpts) read(cmd *cobra.Command) (json.RawMessage, error) {
 	data := []byte(o.args)
+	var err error
 	switch o.argsFile {
 	case "":
 	case "-":
-		var err error
 		if data, err = io.ReadAll(cmd.InOrStdin()); err != nil {
 			return nil, fmt.Errorf("reading args from stdin: %w", err)
 		}
 	default:
-		var err error
 		if data, err = os.ReadFile(o.argsFile); err != nil {
 			return nil, usageError(fmt.Errorf("reading --args-file: %w", err))
 		}
