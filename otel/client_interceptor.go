@@ -68,18 +68,11 @@ func (c *ClientInterceptor) InterceptStart(ctx context.Context, info *client.Sta
 		AttrRequestID.String(info.RequestID),
 	))
 	defer span.End()
-
-	headers := maps.Clone(info.Headers) // another interceptor's map is its own
-	if headers == nil {
-		headers = make(map[string]string)
-	}
-	propagator.Inject(ctx, propagation.MapCarrier(headers))
-	info.Headers = headers
+	info.Headers = withTraceContext(ctx, info.Headers)
 
 	run, err := next(ctx)
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		failSpan(span, err)
 		return nil, err
 	}
 	span.SetAttributes(AttrRunID.String(run.RunID.String()), AttrGeneration.Int64(run.Generation), AttrCreated.Bool(run.Created))
@@ -104,20 +97,30 @@ func (c *ClientInterceptor) InterceptSignal(ctx context.Context, info *client.Si
 	}
 	ctx, span := c.tracer.Start(ctx, "SignalWorkflow:"+info.Kind, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	defer span.End()
+	info.Headers = withTraceContext(ctx, info.Headers)
 
-	headers := maps.Clone(info.Headers)
+	err := next(ctx)
+	if err != nil {
+		failSpan(span, err)
+	}
+	return err
+}
+
+// withTraceContext returns a copy of headers (another interceptor's map is
+// its own) with ctx's trace context added.
+func withTraceContext(ctx context.Context, headers map[string]string) map[string]string {
+	headers = maps.Clone(headers)
 	if headers == nil {
 		headers = make(map[string]string)
 	}
 	propagator.Inject(ctx, propagation.MapCarrier(headers))
-	info.Headers = headers
+	return headers
+}
 
-	if err := next(ctx); err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		return err
-	}
-	return nil
+// failSpan records err on span and marks it failed.
+func failSpan(span trace.Span, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
 }
 
 var _ client.Interceptor = (*ClientInterceptor)(nil)

@@ -90,10 +90,6 @@
 // from the database by ObserveRuns. No workflow cache exists, so there are
 // no cache metrics.
 //
-// The worker interceptor reads each attempt's River job once, by primary
-// key, for its queue and timings; the worker reads the run's trace context
-// once per workflow task when interceptors are configured.
-//
 // # rivercontrib/otelriver
 //
 // otelriver is River middleware: a river.work/<kind> span for each job a River

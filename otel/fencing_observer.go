@@ -100,14 +100,10 @@ func (o *FencingObserver) FencingEvent(ctx context.Context, event *fencing.Event
 	}
 }
 
-// chainObservers returns an observer telling first, then second; either may
-// be nil.
+// chainObservers returns an observer telling first (if any), then second.
 func chainObservers(first, second fencing.Observer) fencing.Observer {
-	switch {
-	case first == nil:
+	if first == nil {
 		return second
-	case second == nil:
-		return first
 	}
 	return observers{first, second}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -99,13 +98,12 @@ func InstallWorker(config *worker.Config, tp trace.TracerProvider, mp metric.Met
 		return err
 	}
 	config.Interceptors = append([]worker.Interceptor{w}, config.Interceptors...)
-	fencingConfig := &fencing.Config{}
+	var fencingConfig fencing.Config
 	if config.Fencing != nil {
-		copied := *config.Fencing
-		fencingConfig = &copied
+		fencingConfig = *config.Fencing
 	}
 	fencingConfig.Observer = chainObservers(fencingConfig.Observer, w.FencingObserver())
-	config.Fencing = fencingConfig
+	config.Fencing = &fencingConfig
 	return nil
 }
 
@@ -290,8 +288,7 @@ func (w *WorkerInterceptor) endAttempt(key attemptKey, live *liveSpan, outcome s
 	span := live.span
 	span.SetAttributes(AttrOutcome.String(outcome))
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		failSpan(span, err)
 	}
 	w.attempts.end(key, live)
 	span.End()

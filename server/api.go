@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -81,10 +82,7 @@ func checkCall(prefix, what, kind, idField, id string, args json.RawMessage) err
 	if idField != "" && len(id) > 255 {
 		return invalidArgument(prefix+idField, "%s is %d bytes; at most 255", idField, len(id))
 	}
-	if len(args) > 0 && !json.Valid(args) {
-		return invalidArgument(prefix+"args", "args are not valid JSON")
-	}
-	return nil
+	return checkJSONText(prefix+"args", args)
 }
 
 // checkQueue checks a River queue name, if one is given.
@@ -144,13 +142,16 @@ func (s *Server) handleStart(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	status := http.StatusOK
+	return started(run)
+}
+
+// started answers a start: 201 when it created the run, 200 when it
+// replayed an earlier start with the same request ID.
+func started(run *client.Run) (int, any, error) {
 	if run.Created {
-		status = http.StatusCreated
+		return http.StatusCreated, runResponse(run), nil
 	}
-	return status, &RunResponse{
-		Created: run.Created, Generation: run.Generation, Namespace: run.Namespace, RunID: run.RunID, WorkflowID: run.WorkflowID,
-	}, nil
+	return http.StatusOK, runResponse(run), nil
 }
 
 // SignalRequest is the body of POST …/workflows/{workflow_id}/signal.
@@ -263,6 +264,7 @@ type DescribeResponse struct {
 }
 
 // PendingActivityJSON is a client.PendingActivity in a DescribeResponse.
+// It and the other JSON twins of client types have their fields, in order.
 type PendingActivityJSON struct {
 	Attempt          int        `json:"attempt"`
 	AttemptedAt      *time.Time `json:"attempted_at,omitempty"`
@@ -295,20 +297,28 @@ func (s *Server) handleDescribe(r *http.Request) (int, any, error) {
 	resp := &DescribeResponse{
 		ClosedAt: d.ClosedAt, CreatedAt: d.CreatedAt, ExecutionDeadline: d.ExecutionDeadline, Failure: d.Failure,
 		Generation: d.Generation, HistoryLength: d.HistoryLength, Kind: d.Kind, Namespace: d.Namespace,
-		PendingActivities: []*PendingActivityJSON{}, PendingInbox: []*PendingInboxJSON{}, Queue: d.Queue,
-		RunDeadline: d.RunDeadline, RunID: d.RunID, State: d.State, TaskJobID: d.TaskJobID, UpdatedAt: d.UpdatedAt,
-		WorkflowID: d.WorkflowID,
+		Parent: (*RunRefJSON)(d.Parent), PendingActivities: []*PendingActivityJSON{}, PendingInbox: []*PendingInboxJSON{},
+		PendingTimers: []*PendingTimerJSON{}, Queue: d.Queue, RunDeadline: d.RunDeadline, RunID: d.RunID, State: d.State,
+		TaskFailure: (*TaskFailureJSON)(d.TaskFailure), TaskJobID: d.TaskJobID, UpdatedAt: d.UpdatedAt, WorkflowID: d.WorkflowID,
 	}
-	describeExtras(resp, d)
+	// Payloads show when their codec wrote JSON.
+	if json.Valid(d.Args) {
+		resp.Args = d.Args
+	}
+	if json.Valid(d.Result) {
+		resp.Result = d.Result
+	}
+	if t := d.TaskWorkers; t != nil {
+		resp.TaskWorkers = &TaskWorkersJSON{OnQueue: t.OnQueue, Problem: t.Problem(), Serving: t.Serving}
+	}
+	for _, t := range d.PendingTimers {
+		resp.PendingTimers = append(resp.PendingTimers, (*PendingTimerJSON)(t))
+	}
 	for _, a := range d.PendingActivities {
-		resp.PendingActivities = append(resp.PendingActivities, &PendingActivityJSON{
-			Attempt: a.Attempt, AttemptedAt: a.AttemptedAt, JobID: a.JobID, JobState: a.JobState, Kind: a.Kind,
-			LastError: a.LastError, LeaseExpiresAt: a.LeaseExpiresAt, MaxAttempts: a.MaxAttempts,
-			ScheduledAt: a.ScheduledAt, ScheduledEventID: a.ScheduledEventID,
-		})
+		resp.PendingActivities = append(resp.PendingActivities, (*PendingActivityJSON)(a))
 	}
 	for _, item := range d.PendingInbox {
-		resp.PendingInbox = append(resp.PendingInbox, &PendingInboxJSON{CreatedAt: item.CreatedAt, DedupKey: item.DedupKey, Type: item.Type})
+		resp.PendingInbox = append(resp.PendingInbox, (*PendingInboxJSON)(item))
 	}
 	return http.StatusOK, resp, nil
 }
@@ -346,7 +356,7 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 		Cursor: q.Get("cursor"), Kind: q.Get("kind"), Namespace: namespace, State: q.Get("state"),
 		WorkflowIDPrefix: q.Get("workflow_id_prefix"),
 	}
-	if opts.State != "" && !contains(States, opts.State) {
+	if opts.State != "" && !slices.Contains(States, opts.State) {
 		return 0, nil, invalidArgument("state", "unknown state %q", opts.State)
 	}
 	var err error
@@ -370,10 +380,7 @@ func (s *Server) handleList(r *http.Request) (int, any, error) {
 	}
 	resp := &ListResponse{NextCursor: res.NextCursor, Runs: []*RunSummaryJSON{}}
 	for _, run := range res.Runs {
-		resp.Runs = append(resp.Runs, &RunSummaryJSON{
-			ClosedAt: run.ClosedAt, CreatedAt: run.CreatedAt, Generation: run.Generation, Kind: run.Kind,
-			Namespace: run.Namespace, Queue: run.Queue, RunID: run.RunID, State: run.State, WorkflowID: run.WorkflowID,
-		})
+		resp.Runs = append(resp.Runs, (*RunSummaryJSON)(run))
 	}
 	return http.StatusOK, resp, nil
 }
@@ -482,21 +489,25 @@ func (s *Server) handleResult(r *http.Request) (int, any, error) {
 // run_id of a per-workflow route.
 func (s *Server) target(r *http.Request) (*client.Client, string, uuid.UUID, error) {
 	workflowID := r.PathValue("workflow_id")
+	c, runID, err := s.runTarget(r.PathValue("namespace"), workflowID, r.URL.Query().Get("run_id"))
+	return c, workflowID, runID, err
+}
+
+// runTarget checks a workflow ID and a run ID ("" for the workflow's latest
+// run) and returns the namespace's client and the run ID.
+func (s *Server) runTarget(namespace, workflowID, runID string) (*client.Client, uuid.UUID, error) {
 	if workflowID == "" || len(workflowID) > 1000 {
-		return nil, "", uuid.Nil, invalidArgument("workflow_id", "workflow_id must be 1 to 1000 bytes")
+		return nil, uuid.Nil, invalidArgument("workflow_id", "workflow_id must be 1 to 1000 bytes")
 	}
-	var runID uuid.UUID
-	if v := r.URL.Query().Get("run_id"); v != "" {
+	var id uuid.UUID
+	if runID != "" {
 		var err error
-		if runID, err = uuid.Parse(v); err != nil {
-			return nil, "", uuid.Nil, invalidArgument("run_id", "run_id is not a UUID: %q", v)
+		if id, err = uuid.Parse(runID); err != nil {
+			return nil, uuid.Nil, invalidArgument("run_id", "run_id is not a UUID: %q", runID)
 		}
 	}
-	c, err := s.client(r.PathValue("namespace"))
-	if err != nil {
-		return nil, "", uuid.Nil, err
-	}
-	return c, workflowID, runID, nil
+	c, err := s.client(namespace)
+	return c, id, err
 }
 
 // targetBody is target, then the request's body decoded into a T
@@ -590,13 +601,4 @@ func parseInt(q map[string][]string, name string, lo, hi int) (int, error) {
 		return 0, invalidArgument(name, "%s must be an integer from %d to %d: %q", name, lo, hi, values[0])
 	}
 	return n, nil
-}
-
-func contains(list []string, v string) bool {
-	for _, item := range list {
-		if item == v {
-			return true
-		}
-	}
-	return false
 }

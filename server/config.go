@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -171,18 +172,11 @@ const (
 	RoleAdmin Role = "admin"
 )
 
-func (r Role) rank() int {
-	switch r {
-	case RoleRead:
-		return 1
-	case RoleWrite:
-		return 2
-	case RoleAdmin:
-		return 3
-	default:
-		return 0
-	}
-}
+// roles are the roles, each including the ones before it.
+var roles = []Role{RoleRead, RoleWrite, RoleAdmin}
+
+// rank is r's place in roles, from 1; 0 for no role.
+func (r Role) rank() int { return slices.Index(roles, r) + 1 }
 
 // includes reports whether r may do what need allows.
 func (r Role) includes(need Role) bool { return r.rank() >= need.rank() && need.rank() > 0 }
@@ -246,12 +240,7 @@ func checkSecret(secret string) error {
 }
 
 func (t *Token) allows(namespace string) bool {
-	for _, ns := range t.Namespaces {
-		if ns == NamespaceAll || ns == namespace {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(t.Namespaces, NamespaceAll) || slices.Contains(t.Namespaces, namespace)
 }
 
 // ParseTokens reads tokens written as NAME:ROLE:NAMESPACES:SECRET, where

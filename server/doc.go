@@ -12,23 +12,13 @@
 //
 // # API
 //
-// Workflow routes live under /api/v1/namespaces/{namespace}/workflows: start
-// (POST, idempotent by request_id), list (GET, filters and a cursor), and per
-// workflow ID describe, signal, cancel, terminate, history and result (a long
-// poll with a wait parameter). A run_id query parameter picks a run; without
-// it the workflow's latest run is meant; query, update and
-// signal-with-start complete the set.
-//
-// Schedule routes live under /api/v1/namespaces/{namespace}/schedules:
-// create (POST: cron or every, time zone, jitter, overlap policy, the
-// workflow's kind and args as JSON), list (GET, by ID with a cursor), and per
-// schedule ID describe (GET), update (PATCH: note, overlap policy, paused),
-// delete (DELETE), and POST pause, resume, trigger (start a run now) and
-// backfill (start the runs of the due times in a range: up to 1000 in the
-// request, a longer range, up to client.BackfillMax, as a durable backfill
-// run by the workers, 202, followed under GET …/backfills/{backfill_id}).
-// Reading schedules needs the read role, everything else admin. A taken ID
-// is 409 schedule_already_exists, an unknown one 404 not_found.
+// The OpenAPI document has every route, field and response (docs/server.md
+// summarises them): workflows under /api/v1/namespaces/{namespace}/workflows
+// (start, list, and per workflow ID describe, signal, signal-with-start,
+// query, update, cancel, terminate, history and a result long poll; a run_id
+// query parameter picks a run, else the latest is meant), schedules under
+// /api/v1/namespaces/{namespace}/schedules. Reading schedules needs the read
+// role, changing them admin.
 //
 // Every error is {"error": {"code", "message", "data"}} with a stable code
 // (the Code constants) and the IDs involved in data, e.g.

@@ -157,8 +157,6 @@ func (s *Server) apiError(r *http.Request, err error) *Error {
 		return newError(http.StatusBadRequest, CodeInvalidArgument, err.Error(), map[string]any{"field": "cursor"})
 	case errors.Is(err, context.DeadlineExceeded):
 		return newError(http.StatusGatewayTimeout, CodeDeadlineExceeded, "the request took longer than the server allows", nil)
-	case errors.Is(err, errShuttingDown):
-		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the server is shutting down", nil)
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The caller went away (gave up a long poll, say): nothing failed
 		// here, and no one reads the answer.
@@ -171,8 +169,6 @@ func (s *Server) apiError(r *http.Request, err error) *Error {
 		return newError(http.StatusInternalServerError, CodeInternal, "internal error (logged by the server)", nil)
 	}
 }
-
-var errShuttingDown = errors.New("server: shutting down")
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	apiErr := s.apiError(r, err)

@@ -107,11 +107,5 @@ func (s *Server) handleSignalWithStart(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	status := http.StatusOK
-	if run.Created {
-		status = http.StatusCreated
-	}
-	return status, &RunResponse{
-		Created: run.Created, Generation: run.Generation, Namespace: run.Namespace, RunID: run.RunID, WorkflowID: run.WorkflowID,
-	}, nil
+	return started(run)
 }

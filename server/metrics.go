@@ -4,9 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,9 +63,8 @@ func (s *Server) handleMetrics() http.HandlerFunc {
 	want := sha256.Sum256([]byte(s.config.MetricsToken))
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.config.MetricsToken != "" {
-			scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-			got := sha256.Sum256([]byte(strings.TrimSpace(secret)))
-			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			got := sha256.Sum256([]byte(bearerSecret(r)))
+			if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
 				s.writeError(w, r, newError(http.StatusUnauthorized, CodeUnauthenticated,
 					"/metrics needs the metrics token (Authorization: Bearer <token>)", nil))
 				return
@@ -80,31 +76,11 @@ func (s *Server) handleMetrics() http.HandlerFunc {
 
 // instrument counts and times a route's requests.
 func (m *metrics) instrument(route string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.inFlight.Inc()
-		defer m.inFlight.Dec()
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(rec, r)
-		m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
-		m.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
-	})
+	labels := prometheus.Labels{"route": route}
+	return promhttp.InstrumentHandlerInFlight(m.inFlight,
+		promhttp.InstrumentHandlerDuration(m.duration.MustCurryWith(labels),
+			promhttp.InstrumentHandlerCounter(m.requests.MustCurryWith(labels), next)))
 }
-
-type statusRecorder struct {
-	http.ResponseWriter
-	status      int
-	wroteHeader bool
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if !r.wroteHeader {
-		r.status, r.wroteHeader = code, true
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // MetricsRegisterer is the registry /metrics serves: register more collectors
 // there (the otel package's RegisterPrometheus, say) to expose them.

@@ -1,9 +1,8 @@
 package server
 
 import (
+	"cmp"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"net/http"
 	"regexp"
 	"strings"
@@ -77,16 +76,9 @@ func (s *Server) wrap(rt *route) http.Handler {
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		namespace := r.PathValue("namespace")
-		if err := s.authorize(r, namespace, rt.role); err != nil {
+		// The first failing check answers.
+		if err := cmp.Or(s.authorize(r, namespace, rt.role), checkRequestText(r), checkNamespace(namespace)); err != nil {
 			s.writeError(w, r, err)
-			return
-		}
-		if err := checkRequestText(r); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		if !validName(namespace) {
-			s.writeError(w, r, invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule))
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
@@ -110,32 +102,40 @@ func (s *Server) authorize(r *http.Request, namespace string, need Role) error {
 	if s.config.AllowUnauthenticated {
 		return nil
 	}
-	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	secret = strings.TrimSpace(secret)
-	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
+	secret := bearerSecret(r)
+	if secret == "" {
 		return newError(http.StatusUnauthorized, CodeUnauthenticated, "missing bearer token (Authorization: Bearer <token>)", nil)
 	}
-	sum := sha256.Sum256([]byte(secret))
-	var token *Token
-	for i, hash := range s.hashes {
-		if subtle.ConstantTimeCompare(sum[:], hash[:]) == 1 {
-			token = s.config.Tokens[i]
-		}
-	}
+	token := s.tokenBySecret(secret)
 	if token == nil {
 		return newError(http.StatusUnauthorized, CodeUnauthenticated, "unknown bearer token", nil)
 	}
-	if !token.allows(namespace) {
+	return token.permit(namespace, need)
+}
+
+// permit checks that t may act in namespace with role need.
+func (t *Token) permit(namespace string, need Role) error {
+	if !t.allows(namespace) {
 		return newError(http.StatusForbidden, CodePermissionDenied,
-			"token "+token.Name+" may not act in namespace "+namespace,
-			map[string]any{"namespace": namespace, "token": token.Name})
+			"token "+t.Name+" may not act in namespace "+namespace,
+			map[string]any{"namespace": namespace, "token": t.Name})
 	}
-	if !token.Role.includes(need) {
+	if !t.Role.includes(need) {
 		return newError(http.StatusForbidden, CodePermissionDenied,
-			"token "+token.Name+" has role "+string(token.Role)+"; this needs "+string(need),
-			map[string]any{"namespace": namespace, "required_role": string(need), "role": string(token.Role), "token": token.Name})
+			"token "+t.Name+" has role "+string(t.Role)+"; this needs "+string(need),
+			map[string]any{"namespace": namespace, "required_role": string(need), "role": string(t.Role), "token": t.Name})
 	}
 	return nil
+}
+
+// bearerSecret is the secret of the request's "Authorization: Bearer"
+// header; "" when it has none.
+func bearerSecret(r *http.Request) string {
+	scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(secret)
 }
 
 // nameRE is the client's rule for kinds and namespaces, checked here so a
@@ -146,6 +146,13 @@ const nameRule = "1–128 characters of letters, digits and _-[]<>/.·:+, starti
 
 func validName(name string) bool {
 	return len(name) > 0 && len(name) <= 128 && nameRE.MatchString(name)
+}
+
+func checkNamespace(namespace string) error {
+	if !validName(namespace) {
+		return invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule)
+	}
+	return nil
 }
 
 // queueRE is River's rule for queue names.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -198,8 +199,8 @@ func runResponse(run *client.Run) *RunResponse {
 
 // scheduleParams checks a create request and turns it into ScheduleParams.
 func scheduleParams(req *ScheduleRequest) (*client.ScheduleParams, error) {
-	if req.ScheduleID == "" || len(req.ScheduleID) > 255 {
-		return nil, invalidArgument("schedule_id", "schedule_id must be 1 to 255 bytes")
+	if err := checkScheduleID(req.ScheduleID); err != nil {
+		return nil, err
 	}
 	if !validName(req.Kind) {
 		return nil, invalidArgument("kind", "invalid workflow kind %q: %s", req.Kind, nameRule)
@@ -207,10 +208,7 @@ func scheduleParams(req *ScheduleRequest) (*client.ScheduleParams, error) {
 	if err := checkQueue(req.Queue); err != nil {
 		return nil, err
 	}
-	if len(req.Args) > 0 && !json.Valid(req.Args) {
-		return nil, invalidArgument("args", "args are not valid JSON")
-	}
-	if req.OverlapPolicy != "" && !contains(OverlapPolicies, req.OverlapPolicy) {
+	if req.OverlapPolicy != "" && !slices.Contains(OverlapPolicies, req.OverlapPolicy) {
 		return nil, invalidArgument("overlap_policy", "unknown overlap_policy %q: skip, buffer_one or allow_all", req.OverlapPolicy)
 	}
 	p := &client.ScheduleParams{
@@ -341,38 +339,36 @@ func (s *Server) handleListSchedules(r *http.Request) (int, any, error) {
 // per-schedule route.
 func (s *Server) scheduleTarget(r *http.Request) (*client.Client, string, error) {
 	id := r.PathValue("schedule_id")
-	if id == "" || len(id) > 255 {
-		return nil, "", invalidArgument("schedule_id", "schedule_id must be 1 to 255 bytes")
-	}
-	c, err := s.client(r.PathValue("namespace"))
-	if err != nil {
+	if err := checkScheduleID(id); err != nil {
 		return nil, "", err
 	}
-	return c, id, nil
+	c, err := s.client(r.PathValue("namespace"))
+	return c, id, err
+}
+
+func checkScheduleID(id string) error {
+	if id == "" || len(id) > 255 {
+		return invalidArgument("schedule_id", "schedule_id must be 1 to 255 bytes")
+	}
+	return nil
+}
+
+// onSchedule serves a per-schedule route: call's result, as out makes it,
+// with status.
+func onSchedule[T, U any](s *Server, r *http.Request, status int, call func(*client.Client, context.Context, string) (T, error), out func(T) U) (int, any, error) {
+	c, id, err := s.scheduleTarget(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	v, err := call(c, r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return status, out(v), nil
 }
 
 func (s *Server) handleDescribeSchedule(r *http.Request) (int, any, error) {
-	c, id, err := s.scheduleTarget(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	sched, err := c.DescribeSchedule(r.Context(), id)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, scheduleJSON(sched), nil
-}
-
-func (s *Server) updateSchedule(r *http.Request, u *client.ScheduleUpdate) (int, any, error) {
-	c, id, err := s.scheduleTarget(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	sched, err := c.UpdateSchedule(r.Context(), id, u)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, scheduleJSON(sched), nil
+	return onSchedule(s, r, http.StatusOK, (*client.Client).DescribeSchedule, scheduleJSON)
 }
 
 func (s *Server) handleUpdateSchedule(r *http.Request) (int, any, error) {
@@ -382,35 +378,27 @@ func (s *Server) handleUpdateSchedule(r *http.Request) (int, any, error) {
 	}
 	u := &client.ScheduleUpdate{Note: req.Note, Paused: req.Paused}
 	if req.OverlapPolicy != nil {
-		if !contains(OverlapPolicies, *req.OverlapPolicy) {
+		if !slices.Contains(OverlapPolicies, *req.OverlapPolicy) {
 			return 0, nil, invalidArgument("overlap_policy", "unknown overlap_policy %q: skip, buffer_one or allow_all", *req.OverlapPolicy)
 		}
-		policy := client.OverlapPolicy(*req.OverlapPolicy)
-		u.OverlapPolicy = &policy
+		u.OverlapPolicy = new(client.OverlapPolicy(*req.OverlapPolicy))
 	}
-	return s.updateSchedule(r, u)
+	update := func(c *client.Client, ctx context.Context, id string) (*client.Schedule, error) {
+		return c.UpdateSchedule(ctx, id, u)
+	}
+	return onSchedule(s, r, http.StatusOK, update, scheduleJSON)
 }
 
 func (s *Server) handlePauseSchedule(r *http.Request) (int, any, error) {
-	paused := true
-	return s.updateSchedule(r, &client.ScheduleUpdate{Paused: &paused})
+	return onSchedule(s, r, http.StatusOK, (*client.Client).PauseSchedule, scheduleJSON)
 }
 
 func (s *Server) handleResumeSchedule(r *http.Request) (int, any, error) {
-	paused := false
-	return s.updateSchedule(r, &client.ScheduleUpdate{Paused: &paused})
+	return onSchedule(s, r, http.StatusOK, (*client.Client).ResumeSchedule, scheduleJSON)
 }
 
 func (s *Server) handleTriggerSchedule(r *http.Request) (int, any, error) {
-	c, id, err := s.scheduleTarget(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	run, err := c.TriggerSchedule(r.Context(), id)
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusCreated, runResponse(run), nil
+	return onSchedule(s, r, http.StatusCreated, (*client.Client).TriggerSchedule, runResponse)
 }
 
 // backfillInlineMax is the most due times a backfill request starts
@@ -495,19 +483,13 @@ func fitsInline(sched *client.Schedule, start, end time.Time) (bool, error) {
 }
 
 func (s *Server) handleListBackfills(r *http.Request) (int, any, error) {
-	c, id, err := s.scheduleTarget(r)
-	if err != nil {
-		return 0, nil, err
-	}
-	list, err := c.ListBackfills(r.Context(), id)
-	if err != nil {
-		return 0, nil, err
-	}
-	resp := &BackfillListResponse{Backfills: []*BackfillJSON{}}
-	for _, b := range list {
-		resp.Backfills = append(resp.Backfills, backfillJSON(b))
-	}
-	return http.StatusOK, resp, nil
+	return onSchedule(s, r, http.StatusOK, (*client.Client).ListBackfills, func(list []*client.Backfill) *BackfillListResponse {
+		resp := &BackfillListResponse{Backfills: []*BackfillJSON{}}
+		for _, b := range list {
+			resp.Backfills = append(resp.Backfills, backfillJSON(b))
+		}
+		return resp
+	})
 }
 
 func (s *Server) handleDescribeBackfill(r *http.Request) (int, any, error) {
@@ -530,12 +512,10 @@ func (s *Server) handleDescribeBackfill(r *http.Request) (int, any, error) {
 }
 
 func (s *Server) handleDeleteSchedule(r *http.Request) (int, any, error) {
-	c, id, err := s.scheduleTarget(r)
-	if err != nil {
-		return 0, nil, err
+	del := func(c *client.Client, ctx context.Context, id string) (string, error) {
+		return id, c.DeleteSchedule(ctx, id)
 	}
-	if err := c.DeleteSchedule(r.Context(), id); err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, &ScheduleDeletedResponse{Namespace: r.PathValue("namespace"), ScheduleID: id}, nil
+	return onSchedule(s, r, http.StatusOK, del, func(id string) *ScheduleDeletedResponse {
+		return &ScheduleDeletedResponse{Namespace: r.PathValue("namespace"), ScheduleID: id}
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,20 +23,14 @@ import (
 )
 
 // The web UI lives under /ui/ (pages, their actions and a small JSON status
-// endpoint for live refresh) and /ui/static/ (embedded CSS and JavaScript).
-// Its routes are not API routes: they are mounted beside routeTable, so the
-// OpenAPI document does not list them.
-//
-// Auth uses the API's tokens: the login form (rate limited per address)
-// starts a server-side login (ui_login.go) whose random ID an HttpOnly,
-// SameSite=Strict cookie holds, and every action is a POST carrying a CSRF
-// token derived from the session ID (an HMAC under a per-process key) and
-// checked along with the Origin header. With Config.AllowUnauthenticated the
-// UI is open with the admin role, like the API.
+// endpoint for live refresh) and /ui/static/ (embedded CSS and JavaScript),
+// beside routeTable, so the OpenAPI document does not list it. It signs in
+// with the API's tokens into a server-side login (ui_login.go); every action
+// is a POST carrying the login's CSRF token and checked along with the
+// Origin header.
 const (
 	uiPrefix       = "/ui"
 	uiCookie       = "weir_session"
-	uiLegacyCookie = "weir_token" // held a token's secret in older versions: cleared when seen
 	uiCSRFField    = "csrf"
 	uiListLimit    = 50
 	uiHistoryLimit = 1000
@@ -60,26 +55,18 @@ type uiLogin struct {
 	token *Token // nil when open
 }
 
-// may reports whether the session may act in namespace with role need.
-func (s *uiLogin) may(namespace string, need Role) bool {
+// permit checks that the session may act in namespace with role need.
+func (s *uiLogin) permit(namespace string, need Role) error {
 	if s.open {
-		return true
+		return nil
 	}
-	return s.token.allows(namespace) && s.token.Role.includes(need)
+	return s.token.permit(namespace, need)
 }
 
 // allNamespaces reports whether the session spans every namespace (River UI
 // shows every namespace's jobs, so it needs that).
 func (s *uiLogin) allNamespaces() bool {
-	if s.open {
-		return true
-	}
-	for _, ns := range s.token.Namespaces {
-		if ns == NamespaceAll {
-			return true
-		}
-	}
-	return false
+	return s.open || slices.Contains(s.token.Namespaces, NamespaceAll)
 }
 
 // Name is what the header shows for the session.
@@ -149,9 +136,6 @@ func (s *Server) mountUI() error {
 			if err := checkRequestText(r); err != nil {
 				s.renderError(w, r, nil, "", err)
 				return
-			}
-			if _, err := r.Cookie(uiLegacyCookie); err == nil {
-				http.SetCookie(w, &http.Cookie{HttpOnly: true, MaxAge: -1, Name: uiLegacyCookie, Path: "/", SameSite: http.SameSiteStrictMode})
 			}
 			ctx, cancel := context.WithTimeout(r.Context(), s.config.RequestTimeout)
 			defer cancel()
@@ -362,27 +346,24 @@ func (s *Server) uiLoginPage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	next := safeNext(r.PostFormValue("next"))
+	refuse := func(status int, message string) {
+		s.render(w, r, status, "login", &uiLoginPageData{uiBase: uiBase{Title: "Sign in"}, Error: message, Next: next})
+	}
 	if !sameOrigin(r) {
-		s.render(w, r, http.StatusForbidden, "login", &uiLoginPageData{
-			uiBase: uiBase{Title: "Sign in"}, Error: "This form must be sent from this server's own page.", Next: next,
-		})
+		refuse(http.StatusForbidden, "This form must be sent from this server's own page.")
 		return
 	}
 	address := clientAddress(r)
 	if ok, wait := s.ui.sessions.loginAllowed(address); !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-		s.render(w, r, http.StatusTooManyRequests, "login", &uiLoginPageData{
-			uiBase: uiBase{Title: "Sign in"}, Error: "Too many failed sign-ins from your address: try again in a few minutes.", Next: next,
-		})
+		refuse(http.StatusTooManyRequests, "Too many failed sign-ins from your address: try again in a few minutes.")
 		return
 	}
 	secret := strings.TrimSpace(r.PostFormValue("token"))
 	token := s.tokenBySecret(secret)
 	if secret == "" || token == nil {
 		s.ui.sessions.loginFailed(address)
-		s.render(w, r, http.StatusUnauthorized, "login", &uiLoginPageData{
-			uiBase: uiBase{Title: "Sign in"}, Error: "That token is not one this server accepts.", Next: next,
-		})
+		refuse(http.StatusUnauthorized, "That token is not one this server accepts.")
 		return
 	}
 	id, err := s.ui.sessions.create(token)
@@ -409,9 +390,7 @@ func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
 		return
 	}
-	if sess.id != "" {
-		s.ui.sessions.revoke(sess.id)
-	}
+	s.ui.sessions.revoke(sess.id) // nothing to revoke when open
 	http.SetCookie(w, &http.Cookie{
 		HttpOnly: true, MaxAge: -1, Name: uiCookie, Path: "/", SameSite: http.SameSiteStrictMode, Value: "",
 	})
@@ -428,19 +407,4 @@ func safeNext(next string) string {
 		return uiPrefix + "/"
 	}
 	return u.RequestURI()
-}
-
-func (s *Server) forbidden(sess *uiLogin, namespace string, need Role) error {
-	if sess.open {
-		return nil
-	}
-	if !sess.token.allows(namespace) {
-		return newError(http.StatusForbidden, CodePermissionDenied,
-			"token "+sess.token.Name+" may not act in namespace "+namespace, nil)
-	}
-	if !sess.token.Role.includes(need) {
-		return newError(http.StatusForbidden, CodePermissionDenied,
-			"token "+sess.token.Name+" has role "+string(sess.token.Role)+"; this needs "+string(need), nil)
-	}
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,19 +90,6 @@ func jsonDepth(data []byte) int {
 	return deepest
 }
 
-type runPayloads struct {
-	args, result *uiPayload
-}
-
-// runPayloads reads a run's args and result as stored (codec output).
-func (s *Server) runPayloads(ctx context.Context, runID uuid.UUID) (*runPayloads, error) {
-	p, err := s.store.GetRunPayloads(ctx, s.pool, runID)
-	if err != nil {
-		return nil, fmt.Errorf("reading the payloads of run %s: %w", runID, err)
-	}
-	return &runPayloads{args: newUIPayload(p.Args), result: newUIPayload(p.Result)}, nil
-}
-
 // runPayload reads a run's args or result (which) as stored, checking that
 // the run is the workflow's in namespace; nil when the run has none.
 func (s *Server) runPayload(ctx context.Context, namespace, workflowID string, runID uuid.UUID, which string) ([]byte, error) {
@@ -123,15 +111,6 @@ func (s *Server) runPayload(ctx context.Context, namespace, workflowID string, r
 
 // uiGenerationsMax bounds the generations a run's page lists.
 const uiGenerationsMax = 100
-
-// generations lists the newest runs of a workflow ID, newest first.
-func (s *Server) generations(ctx context.Context, namespace, workflowID string) ([]*store.Generation, error) {
-	out, err := s.store.Generations(ctx, s.pool, store.RunKey{Namespace: namespace, WorkflowID: workflowID}, uiGenerationsMax)
-	if err != nil {
-		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
-	}
-	return out, nil
-}
 
 // uiAttempt is one attempt of one of a run's River jobs: a finished one from
 // the fencing attempt log, or the one running now.
@@ -184,16 +163,9 @@ var errNoFencing = errors.New("the fencing migration line is not installed, so t
 // {"weir": {"run_id": …}}), found through River's GIN indexes on args and
 // metadata.
 func (s *Server) attempts(ctx context.Context, runID uuid.UUID) ([]*uiAttempt, error) {
-	metadata, err := json.Marshal(map[string]map[string]string{"weir": {"run_id": runID.String()}})
-	if err != nil {
-		return nil, err
-	}
-	args, err := json.Marshal(map[string]string{"run_id": runID.String()})
-	if err != nil {
-		return nil, err
-	}
+	args := fmt.Sprintf(`{"run_id": %q}`, runID)
 	rows, err := s.store.JobAttempts(ctx, s.pool, store.JobAttemptsParams{
-		Metadata: metadata, Args: args, TaskKindPrefix: task.KindPrefix, Limit: uiAttemptsMax,
+		Metadata: []byte(`{"weir": ` + args + `}`), Args: []byte(args), TaskKindPrefix: task.KindPrefix, Limit: uiAttemptsMax,
 	})
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
 		return nil, errNoFencing // undefined table or column
@@ -265,41 +237,29 @@ func describeEvents(events []*client.Event, start time.Time) []*uiEvent {
 		}
 		_ = json.Unmarshal(e.Attributes, &attrs) // best effort: the raw attributes are shown too
 		typ := string(e.Type)
-		var parts []string
-		add := func(format string, args ...any) { parts = append(parts, fmt.Sprintf(format, args...)) }
-		if attrs.Kind != "" {
-			add("%s", attrs.Kind)
-		}
-		if attrs.Queue != "" {
-			add("queue %s", attrs.Queue)
-		}
-		if attrs.ScheduledEventID > 0 {
-			add("for #%d", attrs.ScheduledEventID)
-		}
-		if attrs.StartedEventID > 0 {
-			add("timer #%d", attrs.StartedEventID)
-		}
-		if attrs.Attempt > 1 || (attrs.Attempt == 1 && strings.HasPrefix(typ, "Activity")) {
-			add("attempt %d", attrs.Attempt)
-		}
-		if attrs.TimeoutType != "" {
-			add("%s timeout", attrs.TimeoutType)
-		}
-		if len(attrs.Duration) > 0 {
-			add("%s", strings.Trim(string(attrs.Duration), `"`))
-		}
-		if attrs.Name != "" {
-			add("%s", attrs.Name)
-		}
-		if attrs.UpdateID != "" {
-			add("update %s", attrs.UpdateID)
-		}
-		if attrs.Reason != "" {
-			add("%q", attrs.Reason)
-		}
+		failure := ""
 		if attrs.Failure != nil {
-			if text := attrs.Failure.Error(); text != "" {
-				add("%s", text) // with its causes: a wrapping error's message is its own words alone
+			failure = attrs.Failure.Error() // with its causes: a wrapping error's message is its own words alone
+		}
+		var parts []string
+		for _, part := range []struct {
+			ok   bool
+			text string
+		}{
+			{attrs.Kind != "", attrs.Kind},
+			{attrs.Queue != "", "queue " + attrs.Queue},
+			{attrs.ScheduledEventID > 0, fmt.Sprintf("for #%d", attrs.ScheduledEventID)},
+			{attrs.StartedEventID > 0, fmt.Sprintf("timer #%d", attrs.StartedEventID)},
+			{attrs.Attempt > 1 || (attrs.Attempt == 1 && strings.HasPrefix(typ, "Activity")), fmt.Sprintf("attempt %d", attrs.Attempt)},
+			{attrs.TimeoutType != "", attrs.TimeoutType + " timeout"},
+			{len(attrs.Duration) > 0, strings.Trim(string(attrs.Duration), `"`)},
+			{attrs.Name != "", attrs.Name},
+			{attrs.UpdateID != "", "update " + attrs.UpdateID},
+			{attrs.Reason != "", strconv.Quote(attrs.Reason)},
+			{failure != "", failure},
+		} {
+			if part.ok {
+				parts = append(parts, part.text)
 			}
 		}
 		ue.Summary = strings.Join(parts, " · ")

@@ -10,11 +10,8 @@ import (
 	"time"
 )
 
-// UI sessions live in the server: the cookie holds a random session ID,
-// never a token's secret, so signing out revokes the session and a session
-// ends by itself after uiLoginMaxAge. Sessions are per process: a
-// restart signs everyone out, and several replicas behind one address need
-// sticky sessions.
+// UI logins live in the server process (see docs/operations.md): the
+// cookie holds a random login ID, never a token's secret.
 
 const (
 	// uiLoginsMax bounds the live sessions; past it the oldest goes.

@@ -2,12 +2,14 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,40 +57,17 @@ func uiFuncs(staticTag string) template.FuncMap {
 		"schedulesURL": schedulesURL,
 		"scheduleURL":  scheduleURL,
 		"deref":        func(id *uuid.UUID) uuid.UUID { return *id },
-		"jobURL": func(id any) string {
-			switch id := id.(type) {
-			case int64:
-				return riverUIPrefix + "/jobs/" + strconv.FormatInt(id, 10)
-			case *int64:
-				if id != nil {
-					return riverUIPrefix + "/jobs/" + strconv.FormatInt(*id, 10)
-				}
+		"jobURL": func(id any) string { // of an int64 or a non-nil *int64; else River UI's home
+			if p, ok := id.(*int64); ok && p != nil {
+				id = *p
+			}
+			if n, ok := id.(int64); ok {
+				return riverUIPrefix + "/jobs/" + strconv.FormatInt(n, 10)
 			}
 			return riverUIPrefix + "/"
 		},
-		"ts": func(t any) string {
-			switch t := t.(type) {
-			case time.Time:
-				return t.UTC().Format("2006-01-02 15:04:05.000")
-			case *time.Time:
-				if t == nil {
-					return ""
-				}
-				return t.UTC().Format("2006-01-02 15:04:05.000")
-			}
-			return ""
-		},
-		"iso": func(t any) string {
-			switch t := t.(type) {
-			case time.Time:
-				return t.UTC().Format(time.RFC3339Nano)
-			case *time.Time:
-				if t != nil {
-					return t.UTC().Format(time.RFC3339Nano)
-				}
-			}
-			return ""
-		},
+		"ts":       func(t any) string { return formatUITime(t, "2006-01-02 15:04:05.000") },
+		"iso":      func(t any) string { return formatUITime(t, time.RFC3339Nano) },
 		"ago":      func(t time.Time) string { return humanDuration(time.Since(t)) + " ago" },
 		"until":    untilText,
 		"duration": runDuration,
@@ -104,6 +83,18 @@ func uiFuncs(staticTag string) template.FuncMap {
 			return s
 		},
 	}
+}
+
+// formatUITime formats a time.Time or a non-nil *time.Time in UTC; "" for
+// anything else.
+func formatUITime(t any, layout string) string {
+	if p, ok := t.(*time.Time); ok && p != nil {
+		t = *p
+	}
+	if t, ok := t.(time.Time); ok {
+		return t.UTC().Format(layout)
+	}
+	return ""
 }
 
 // humanDuration prints d to about two significant units.
@@ -194,16 +185,11 @@ func parseUITime(field, v string) (time.Time, error) {
 }
 
 func (s *Server) uiList(w http.ResponseWriter, r *http.Request) {
-	sess := s.requireLogin(w, r)
+	sess, c := s.namespacePage(w, r)
 	if sess == nil {
 		return
 	}
-	namespace := r.PathValue("namespace")
-	if err := s.uiNamespace(sess, namespace, RoleRead); err != nil {
-		s.renderError(w, r, sess, "", err)
-		return
-	}
-	q := r.URL.Query()
+	namespace, q := r.PathValue("namespace"), r.URL.Query()
 	page := &uiListPage{
 		uiBase:    s.base(r, sess, namespace, "Workflows · "+namespace),
 		Durations: uiDurations,
@@ -220,34 +206,27 @@ func (s *Server) uiList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	opts.Cursor, opts.Limit = q.Get("cursor"), uiListLimit
-	c, err := s.client(namespace)
-	if err == nil {
-		var res *client.ListResult
-		if res, err = c.List(r.Context(), opts); err == nil {
-			page.Runs = res.Runs
-			if res.NextCursor != "" {
-				next := page.Filter.values()
-				next.Set("cursor", res.NextCursor)
-				page.NextURL = listURL(namespace, next)
-			}
-		}
-	}
+	res, err := c.List(r.Context(), opts)
 	if err != nil {
 		s.renderError(w, r, sess, namespace, err)
 		return
 	}
+	page.Runs = res.Runs
+	if res.NextCursor != "" {
+		next := page.Filter.values()
+		next.Set("cursor", res.NextCursor)
+		page.NextURL = listURL(namespace, next)
+	}
 	if opts.Cursor != "" {
 		page.FirstURL = listURL(namespace, page.Filter.values())
 	}
-	for _, run := range page.Runs {
-		page.Running = page.Running || run.State == "running"
-	}
+	page.Running = slices.ContainsFunc(page.Runs, func(run *client.RunSummary) bool { return run.State == "running" })
 	s.render(w, r, http.StatusOK, "list", page)
 }
 
 func (f *uiListFilter) listOpts(namespace string) (*client.ListOpts, error) {
 	opts := &client.ListOpts{Kind: f.Kind, Namespace: namespace, State: f.State, WorkflowIDPrefix: f.Prefix}
-	if opts.State != "" && !contains(States, opts.State) {
+	if opts.State != "" && !slices.Contains(States, opts.State) {
 		return nil, invalidArgument("state", "unknown state %q", opts.State)
 	}
 	if opts.Kind != "" && !validName(opts.Kind) {
@@ -338,24 +317,31 @@ func (s *Server) uiRun(w http.ResponseWriter, r *http.Request) {
 // actions (a rejected action re-renders the page with status), and a query
 // sent from the page with its answer when query is not nil.
 func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiLogin, status int, formError string, query *uiQuery) {
+	page, err := s.runPage(r, sess, formError, query)
+	if err != nil {
+		s.renderError(w, r, sess, r.PathValue("namespace"), err)
+		return
+	}
+	s.render(w, r, status, "run", page)
+}
+
+func (s *Server) runPage(r *http.Request, sess *uiLogin, formError string, query *uiQuery) (*uiRunPage, error) {
 	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
 	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, err
 	}
 	ctx := r.Context()
 	d, err := c.Describe(ctx, workflowID, runID)
 	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, err
 	}
 	if s.afterDescribe != nil {
 		s.afterDescribe()
 	}
 	page := &uiRunPage{
 		uiBase:      s.base(r, sess, namespace, workflowID+" · "+d.Kind),
-		CanWrite:    sess.may(namespace, RoleWrite),
+		CanWrite:    sess.permit(namespace, RoleWrite) == nil,
 		Description: d,
 		Flash:       uiFlashes[r.URL.Query().Get("flash")],
 		FormError:   formError,
@@ -367,33 +353,28 @@ func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiL
 	for f := d.Failure; f != nil; f = f.Cause {
 		page.Failures = append(page.Failures, f)
 	}
-	payloads, err := s.runPayloads(ctx, d.RunID)
+	payloads, err := s.store.GetRunPayloads(ctx, s.pool, d.RunID)
 	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, fmt.Errorf("reading the payloads of run %s: %w", d.RunID, err)
 	}
-	page.Args, page.Result = payloads.args, payloads.result
-	if page.SignalKinds, err = s.signalKinds(ctx, d.RunID); err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+	page.Args, page.Result = newUIPayload(payloads.Args), newUIPayload(payloads.Result)
+	if page.SignalKinds, err = s.store.SignalKinds(ctx, s.pool, d.RunID, uiSignalKindsMax); err != nil {
+		return nil, fmt.Errorf("reading the signals of run %s: %w", d.RunID, err)
 	}
 	if page.Schedule, err = scheduleLink(r, c, namespace, workflowID); err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, err
 	}
-	if page.Generations, err = s.generations(ctx, namespace, workflowID); err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+	key := store.RunKey{Namespace: namespace, WorkflowID: workflowID}
+	if page.Generations, err = s.store.Generations(ctx, s.pool, key, uiGenerationsMax); err != nil {
+		return nil, fmt.Errorf("listing generations of %s: %w", workflowID, err)
 	}
 	after, err := parseInt(r.URL.Query(), "after", 0, 1<<62)
 	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, err
 	}
 	history, err := c.History(ctx, workflowID, d.RunID, &client.HistoryOpts{AfterEventID: int64(after), Limit: uiHistoryLimit})
 	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, err
 	}
 	page.Events = describeEvents(history.Events, d.CreatedAt)
 	page.Children = childrenOf(history.Events)
@@ -416,7 +397,7 @@ func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiL
 	if page.Attempts, err = s.attempts(ctx, d.RunID); err != nil {
 		page.AttemptsError = err.Error()
 	}
-	s.render(w, r, status, "run", page)
+	return page, nil
 }
 
 // uiNamespaceList renders the page tmpl of a list of the namespace in the
@@ -424,20 +405,11 @@ func (s *Server) renderRunPage(w http.ResponseWriter, r *http.Request, sess *uiL
 // page wraps it with the page's base, titled title.
 func uiNamespaceList[T any](s *Server, w http.ResponseWriter, r *http.Request, tmpl, title string,
 	list func(*client.Client, context.Context) (T, error), page func(uiBase, T) any) {
-	sess := s.requireLogin(w, r)
+	sess, c := s.namespacePage(w, r)
 	if sess == nil {
 		return
 	}
 	namespace := r.PathValue("namespace")
-	if err := s.uiNamespace(sess, namespace, RoleRead); err != nil {
-		s.renderError(w, r, sess, "", err)
-		return
-	}
-	c, err := s.client(namespace)
-	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
-	}
 	items, err := list(c, r.Context())
 	if err != nil {
 		s.renderError(w, r, sess, namespace, err)
@@ -446,16 +418,31 @@ func uiNamespaceList[T any](s *Server, w http.ResponseWriter, r *http.Request, t
 	s.render(w, r, http.StatusOK, tmpl, page(s.base(r, sess, namespace, title+" · "+namespace), items))
 }
 
+// namespacePage returns the session of a page of the namespace in the path
+// (read role) and the namespace's client; nil after it sent the caller to
+// log in or to the error page.
+func (s *Server) namespacePage(w http.ResponseWriter, r *http.Request) (*uiLogin, *client.Client) {
+	sess := s.requireLogin(w, r)
+	if sess == nil {
+		return nil, nil
+	}
+	namespace := r.PathValue("namespace")
+	if err := s.uiNamespace(sess, namespace, RoleRead); err != nil {
+		s.renderError(w, r, sess, "", err)
+		return nil, nil
+	}
+	c, err := s.client(namespace)
+	if err != nil {
+		s.renderError(w, r, sess, namespace, err)
+		return nil, nil
+	}
+	return sess, c
+}
+
 // uiNamespace checks the session's access to namespace with role need, and
 // the namespace's name.
 func (s *Server) uiNamespace(sess *uiLogin, namespace string, need Role) error {
-	if err := s.forbidden(sess, namespace, need); err != nil {
-		return err
-	}
-	if !validName(namespace) {
-		return invalidArgument("namespace", "invalid namespace %q: %s", namespace, nameRule)
-	}
-	return nil
+	return cmp.Or(sess.permit(namespace, need), checkNamespace(namespace))
 }
 
 // uiTarget checks the session's access to namespace and reads the run_id
@@ -464,21 +451,7 @@ func (s *Server) uiTarget(r *http.Request, sess *uiLogin, namespace, workflowID 
 	if err := s.uiNamespace(sess, namespace, need); err != nil {
 		return nil, uuid.Nil, err
 	}
-	if workflowID == "" || len(workflowID) > 1000 {
-		return nil, uuid.Nil, invalidArgument("workflow_id", "workflow_id must be 1 to 1000 bytes")
-	}
-	var runID uuid.UUID
-	if v := r.FormValue("run_id"); v != "" {
-		var err error
-		if runID, err = uuid.Parse(v); err != nil {
-			return nil, uuid.Nil, invalidArgument("run_id", "run_id is not a UUID: %q", v)
-		}
-	}
-	c, err := s.client(namespace)
-	if err != nil {
-		return nil, uuid.Nil, err
-	}
-	return c, runID, nil
+	return s.runTarget(namespace, workflowID, r.FormValue("run_id"))
 }
 
 // UIStatus is the body of the UI's status endpoint, which a run's page polls
@@ -543,18 +516,10 @@ func (p *uiRunPage) PayloadURL(which string) string {
 }
 
 func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
-	sess := s.loginOf(r)
-	if sess == nil {
-		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
-		return
-	}
 	namespace, workflowID, action := r.PathValue("namespace"), r.PathValue("workflow_id"), r.PathValue("action")
-	if _, ok := uiFlashes[action]; !ok {
-		s.renderError(w, r, sess, namespace, newError(http.StatusNotFound, CodeNotFound, "no such action: "+action, nil))
-		return
-	}
-	if !s.checkForm(w, r, sess, namespace) {
+	_, known := uiFlashes[action]
+	sess := s.formLogin(w, r, known)
+	if sess == nil {
 		return
 	}
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleWrite)
@@ -574,9 +539,6 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 		args := bytes.TrimSpace([]byte(r.PostFormValue("args")))
 		requestID := strings.TrimSpace(r.PostFormValue("request_id"))
 		if err = checkCall("", "signal", kind, "request_id", requestID, args); err == nil {
-			err = checkJSONText("args", args)
-		}
-		if err == nil {
 			err = c.Signal(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind},
 				&client.SignalOpts{RequestID: requestID})
 		}
@@ -585,16 +547,43 @@ func (s *Server) uiAction(w http.ResponseWriter, r *http.Request) {
 	case "terminate":
 		err = c.Terminate(ctx, workflowID, runID, reason)
 	}
-	if err != nil {
-		apiErr := s.apiError(r, err)
-		if apiErr.Status == http.StatusNotFound || apiErr.Status >= 500 {
-			s.renderError(w, r, sess, namespace, apiErr)
-			return
-		}
-		s.renderRunPage(w, r, sess, apiErr.Status, apiErr.Message, nil)
+	s.actionDone(w, r, sess, err, runURL(namespace, workflowID, runID)+"&flash="+action, func(status int, formError string) {
+		s.renderRunPage(w, r, sess, status, formError, nil)
+	})
+}
+
+// formLogin returns the session of a form POST to a known action, its form
+// parsed and checked (checkForm); else it sends the caller to log in or an
+// error page and returns nil.
+func (s *Server) formLogin(w http.ResponseWriter, r *http.Request, known bool) *uiLogin {
+	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
+	sess := s.loginOf(r)
+	namespace := r.PathValue("namespace")
+	switch {
+	case sess == nil:
+		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
+	case !known:
+		s.renderError(w, r, sess, namespace, newError(http.StatusNotFound, CodeNotFound, "no such action: "+r.PathValue("action"), nil))
+	case s.checkForm(w, r, sess, namespace):
+		return sess
+	}
+	return nil
+}
+
+// actionDone answers a form action that ended with err: on success a
+// redirect to done; a refused action shows its page again with the error
+// (rerender), a missing target or a server failure the error page.
+func (s *Server) actionDone(w http.ResponseWriter, r *http.Request, sess *uiLogin, err error, done string, rerender func(status int, formError string)) {
+	if err == nil {
+		http.Redirect(w, r, done, http.StatusSeeOther)
 		return
 	}
-	http.Redirect(w, r, runURL(namespace, workflowID, runID)+"&flash="+action, http.StatusSeeOther)
+	apiErr := s.apiError(r, err)
+	if apiErr.Status == http.StatusNotFound || apiErr.Status >= 500 {
+		s.renderError(w, r, sess, r.PathValue("namespace"), apiErr)
+		return
+	}
+	rerender(apiErr.Status, apiErr.Message)
 }
 
 // uiChild is a child workflow a run started.

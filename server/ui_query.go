@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -42,16 +41,11 @@ type uiQuery struct {
 // the read role; it is a POST with the CSRF token all the same, as it makes
 // a worker replay the run.
 func (s *Server) uiQueryRun(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
-	sess := s.loginOf(r)
+	sess := s.formLogin(w, r, true)
 	if sess == nil {
-		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
 		return
 	}
 	namespace, workflowID := r.PathValue("namespace"), r.PathValue("workflow_id")
-	if !s.checkForm(w, r, sess, namespace) {
-		return
-	}
 	c, runID, err := s.uiTarget(r, sess, namespace, workflowID, RoleRead)
 	if err != nil {
 		s.renderError(w, r, sess, namespace, err)
@@ -77,9 +71,6 @@ func query(ctx context.Context, c *client.Client, workflowID string, runID uuid.
 	if err := checkCall("", "query", kind, "", "", args); err != nil {
 		return nil, err
 	}
-	if err := checkJSONText("args", args); err != nil {
-		return nil, err
-	}
 	// Within the request's time limit, so a slow worker is a query
 	// timeout the card shows, not a request cut short.
 	timeout := uiQueryTimeout
@@ -89,17 +80,6 @@ func query(ctx context.Context, c *client.Client, workflowID string, runID uuid.
 	var answer json.RawMessage
 	err := c.Query(ctx, workflowID, runID, client.RawArgs{JSON: args, KindName: kind}, &answer, &client.QueryOpts{Timeout: timeout})
 	return answer, err
-}
-
-// signalKinds returns the kinds of the signals a run has received, by
-// name: workflows declare no signal names, so these are what the page can
-// offer.
-func (s *Server) signalKinds(ctx context.Context, runID uuid.UUID) ([]string, error) {
-	kinds, err := s.store.SignalKinds(ctx, s.pool, runID, uiSignalKindsMax)
-	if err != nil {
-		return nil, fmt.Errorf("reading the signals of run %s: %w", runID, err)
-	}
-	return kinds, nil
 }
 
 // checkForm checks a posted form's CSRF token and text, rendering the

@@ -90,11 +90,12 @@ func TestUIQueryAndSignalKinds(t *testing.T) {
 		}
 		writer := b.browser(t)
 		writer.login(writerSecret)
-		// The page offers them once the run's task has recorded them.
+		// The page offers them once the run's task has recorded them (the
+		// timeline, read after the kinds, may show them first).
 		var page string
 		require.Eventually(t, func() bool {
 			page = pageOf(t, writer, runPath)
-			return strings.Contains(page, `id="received-signals"`) && strings.Contains(page, "nudge")
+			return strings.Contains(page, `id="received-signals"`) && strings.Contains(page, `<option value="nudge">`)
 		}, 30*time.Second, 50*time.Millisecond)
 		require.Contains(t, page, `list="signal-kinds"`)
 		require.Contains(t, page, `<datalist id="signal-kinds"><option value="nudge"><option value="poke&lt;i&gt;"></datalist>`)

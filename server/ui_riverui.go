@@ -51,18 +51,15 @@ func (m *riverUIMount) serve(s *Server) http.HandlerFunc {
 			s.writeError(w, r, err)
 			return
 		}
-		api := strings.HasPrefix(r.URL.Path, riverUIPrefix+"/api/")
 		sess := s.loginOf(r)
 		if sess == nil {
 			// River UI's own API calls may carry the bearer token instead.
-			if scheme, secret, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
-				if token := s.tokenBySecret(strings.TrimSpace(secret)); token != nil {
-					sess = &uiLogin{token: token}
-				}
+			if token := s.tokenBySecret(bearerSecret(r)); token != nil {
+				sess = &uiLogin{token: token}
 			}
 		}
 		if sess == nil {
-			if api || r.Method != http.MethodGet {
+			if strings.HasPrefix(r.URL.Path, riverUIPrefix+"/api/") || r.Method != http.MethodGet {
 				s.writeError(w, r, newError(http.StatusUnauthorized, CodeUnauthenticated, "sign in first (or send a bearer token)", nil))
 				return
 			}

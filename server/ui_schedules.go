@@ -72,8 +72,8 @@ func (s *Server) uiScheduleTarget(sess *uiLogin, namespace, id string, need Role
 	if err := s.uiNamespace(sess, namespace, need); err != nil {
 		return nil, err
 	}
-	if id == "" || len(id) > 255 {
-		return nil, invalidArgument("schedule_id", "schedule_id must be 1 to 255 bytes")
+	if err := checkScheduleID(id); err != nil {
+		return nil, err
 	}
 	return s.client(namespace)
 }
@@ -89,40 +89,43 @@ func (s *Server) uiSchedule(w http.ResponseWriter, r *http.Request) {
 // renderSchedule renders a schedule's page; formError, if set, is shown
 // above the actions.
 func (s *Server) renderSchedule(w http.ResponseWriter, r *http.Request, sess *uiLogin, status int, formError string) {
+	page, err := s.schedulePage(r, sess, formError)
+	if err != nil {
+		s.renderError(w, r, sess, r.PathValue("namespace"), err)
+		return
+	}
+	s.render(w, r, status, "schedule", page)
+}
+
+func (s *Server) schedulePage(r *http.Request, sess *uiLogin, formError string) (*uiSchedulePage, error) {
 	namespace, id := r.PathValue("namespace"), r.PathValue("schedule_id")
 	c, err := s.uiScheduleTarget(sess, namespace, id, RoleRead)
 	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, err
 	}
 	sched, err := c.DescribeSchedule(r.Context(), id)
 	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, err
 	}
 	runs, err := scheduleRuns(r, c, id)
 	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, err
 	}
 	backfills, err := c.ListBackfills(r.Context(), id)
 	if err != nil {
-		s.renderError(w, r, sess, namespace, err)
-		return
+		return nil, err
 	}
-	more := len(backfills) > uiBackfillsLimit
-	backfills = backfills[:min(len(backfills), uiBackfillsLimit)]
-	s.render(w, r, status, "schedule", &uiSchedulePage{
+	return &uiSchedulePage{
 		uiBase:        s.base(r, sess, namespace, id+" · schedule"),
-		Backfills:     backfills,
-		MoreBackfills: more,
-		CanAct:        sess.may(namespace, RoleAdmin),
+		Backfills:     backfills[:min(len(backfills), uiBackfillsLimit)],
+		MoreBackfills: len(backfills) > uiBackfillsLimit,
+		CanAct:        sess.permit(namespace, RoleAdmin) == nil,
 		Flash:         uiScheduleFlashes[r.URL.Query().Get("flash")],
 		FormError:     formError,
 		Runs:          runs,
 		Schedule:      sched,
 		URL:           scheduleURL(namespace, id),
-	})
+	}, nil
 }
 
 // scheduleRuns returns the schedule's recent runs, newest first: those
@@ -157,33 +160,11 @@ func scheduleOf(workflowID string) string {
 	return workflowID[:i]
 }
 
-// runSchedule returns the schedule that started the run of workflowID, or
-// nil when none did (or it was deleted since).
-func runSchedule(r *http.Request, c *client.Client, workflowID string) (*client.Schedule, error) {
-	id := scheduleOf(workflowID)
-	if id == "" || len(id) > 255 {
-		return nil, nil
-	}
-	sched, err := c.DescribeSchedule(r.Context(), id)
-	if errors.Is(err, client.ErrScheduleNotFound) {
-		return nil, nil
-	}
-	return sched, err
-}
-
 func (s *Server) uiScheduleAction(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, s.config.MaxBodyBytes)
-	sess := s.loginOf(r)
-	if sess == nil {
-		http.Redirect(w, r, uiPrefix+"/login", http.StatusSeeOther)
-		return
-	}
 	namespace, id, action := r.PathValue("namespace"), r.PathValue("schedule_id"), r.PathValue("action")
-	if _, ok := uiScheduleFlashes[action]; !ok || action == "durable" {
-		s.renderError(w, r, sess, namespace, newError(http.StatusNotFound, CodeNotFound, "no such action: "+action, nil))
-		return
-	}
-	if !s.checkForm(w, r, sess, namespace) {
+	_, known := uiScheduleFlashes[action]
+	sess := s.formLogin(w, r, known && action != "durable")
+	if sess == nil {
 		return
 	}
 	c, err := s.uiScheduleTarget(sess, namespace, id, RoleAdmin)
@@ -192,16 +173,9 @@ func (s *Server) uiScheduleAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	flash, err := scheduleAction(r, c, id, action)
-	if err != nil {
-		apiErr := s.apiError(r, err)
-		if apiErr.Status == http.StatusNotFound || apiErr.Status >= 500 {
-			s.renderError(w, r, sess, namespace, apiErr)
-			return
-		}
-		s.renderSchedule(w, r, sess, apiErr.Status, apiErr.Message)
-		return
-	}
-	http.Redirect(w, r, scheduleURL(namespace, id)+"?flash="+flash, http.StatusSeeOther)
+	s.actionDone(w, r, sess, err, scheduleURL(namespace, id)+"?flash="+flash, func(status int, formError string) {
+		s.renderSchedule(w, r, sess, status, formError)
+	})
 }
 
 // scheduleAction runs a schedule action of the UI and returns the flash to
@@ -241,11 +215,19 @@ type uiRunSchedule struct {
 	URL string
 }
 
-// scheduleLink returns the link to the schedule that started a run, or nil.
+// scheduleLink returns the link to the schedule that started the run of
+// workflowID, or nil when none did (or it was deleted since).
 func scheduleLink(r *http.Request, c *client.Client, namespace, workflowID string) (*uiRunSchedule, error) {
-	sched, err := runSchedule(r, c, workflowID)
-	if sched == nil || err != nil {
+	id := scheduleOf(workflowID)
+	if id == "" || len(id) > 255 {
+		return nil, nil
+	}
+	_, err := c.DescribeSchedule(r.Context(), id)
+	switch {
+	case errors.Is(err, client.ErrScheduleNotFound):
+		return nil, nil
+	case err != nil:
 		return nil, err
 	}
-	return &uiRunSchedule{ID: sched.ID, URL: scheduleURL(namespace, sched.ID)}, nil
+	return &uiRunSchedule{ID: id, URL: scheduleURL(namespace, id)}, nil
 }

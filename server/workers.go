@@ -1,13 +1,10 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/weirhq/weir/client"
 )
 
 // WorkerListResponse is the body of GET
@@ -41,10 +38,7 @@ func (s *Server) handleListWorkers(r *http.Request) (int, any, error) {
 	}
 	resp := &WorkerListResponse{Workers: []*WorkerJSON{}}
 	for _, w := range workers {
-		resp.Workers = append(resp.Workers, &WorkerJSON{
-			ActivityKinds: w.ActivityKinds, ExpiresAt: w.ExpiresAt, ID: w.ID, Identity: w.Identity, LastSeenAt: w.LastSeenAt,
-			Namespace: w.Namespace, Queues: w.Queues, StartedAt: w.StartedAt, WorkflowKinds: w.WorkflowKinds,
-		})
+		resp.Workers = append(resp.Workers, (*WorkerJSON)(w))
 	}
 	return http.StatusOK, resp, nil
 }
@@ -81,29 +75,4 @@ type RunRefJSON struct {
 type PendingTimerJSON struct {
 	FireAt         time.Time `json:"fire_at"`
 	StartedEventID int64     `json:"started_event_id"`
-}
-
-// describeExtras fills what a DescribeResponse tells beyond the run's row:
-// its payloads (when JSON), pending timers, who serves it and how its task
-// fails.
-func describeExtras(resp *DescribeResponse, d *client.Description) {
-	if p := d.Parent; p != nil {
-		resp.Parent = &RunRefJSON{RunID: p.RunID, WorkflowID: p.WorkflowID}
-	}
-	resp.PendingTimers = []*PendingTimerJSON{}
-	for _, t := range d.PendingTimers {
-		resp.PendingTimers = append(resp.PendingTimers, &PendingTimerJSON{FireAt: t.FireAt, StartedEventID: t.StartedEventID})
-	}
-	if json.Valid(d.Args) {
-		resp.Args = d.Args
-	}
-	if json.Valid(d.Result) {
-		resp.Result = d.Result
-	}
-	if t := d.TaskWorkers; t != nil {
-		resp.TaskWorkers = &TaskWorkersJSON{OnQueue: t.OnQueue, Problem: t.Problem(), Serving: t.Serving}
-	}
-	if f := d.TaskFailure; f != nil {
-		resp.TaskFailure = &TaskFailureJSON{At: f.At, Attempt: f.Attempt, JobID: f.JobID, Message: f.Message, NextAttemptAt: f.NextAttemptAt, Stack: f.Stack}
-	}
 }

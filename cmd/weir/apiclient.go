@@ -8,7 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/weirhq/weir/server"
 )
@@ -32,17 +35,14 @@ closed without completing (result); 7 the wait ended with the run still
 running (result); 8 not implemented by the server yet.`
 
 // apiError is an error response of the server.
-type apiError struct {
-	apiErr *server.Error
-	status int
-}
+type apiError server.Error
 
 // Error is the server's message: a sentence for people. The code and the
 // data (IDs, fields) are in the body, which --json prints.
-func (e *apiError) Error() string { return strings.TrimPrefix(e.apiErr.Message, "weir: ") }
+func (e *apiError) Error() string { return strings.TrimPrefix(e.Message, "weir: ") }
 
 func (e *apiError) exitCode() int {
-	switch e.apiErr.Code {
+	switch e.Code {
 	case server.CodeInvalidArgument, server.CodePayloadTooLarge:
 		return exitUsage
 	case server.CodeNotFound:
@@ -66,9 +66,19 @@ type apiClient struct {
 	namespace string
 	token     string
 
-	// errorBody, when set (--json), receives the body of an error response
-	// as the server sent it.
-	errorBody io.Writer
+	// jsonOut, when set (--json), receives the body of every response as
+	// the server sent it.
+	jsonOut io.Writer
+}
+
+// call is do, then with --json the response printed: printed reports that
+// the command has nothing left to print.
+func (c *apiClient) call(ctx context.Context, method, path string, query url.Values, body, out any) (printed bool, err error) {
+	raw, err := c.do(ctx, method, path, query, body, out)
+	if err != nil || c.jsonOut == nil {
+		return false, err
+	}
+	return true, printJSON(c.jsonOut, raw)
 }
 
 // do sends a request and decodes a 2xx body into out (when not nil); it
@@ -111,10 +121,10 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		if json.Unmarshal(data, &errResp) != nil || errResp.Error == nil {
 			return nil, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
 		}
-		if c.errorBody != nil {
-			fmt.Fprintln(c.errorBody, string(bytes.TrimSpace(data)))
+		if c.jsonOut != nil {
+			fmt.Fprintln(c.jsonOut, string(bytes.TrimSpace(data)))
 		}
-		apiErr := &apiError{apiErr: errResp.Error, status: resp.StatusCode}
+		apiErr := (*apiError)(errResp.Error)
 		return nil, &exitError{code: apiErr.exitCode(), err: apiErr}
 	}
 	if out != nil {
@@ -133,11 +143,29 @@ func (c *apiClient) workflowPath(workflowID, suffix string) string {
 	return c.workflowsPath() + "/" + url.PathEscape(workflowID) + suffix
 }
 
-// listPages GETs a list endpoint a page at a time from cursor, passing each
-// page P to add, which returns its next cursor; with all it follows the
-// cursors to the end. It returns the cursor after the last page fetched
+// pageOpts are the paging flags of a list command.
+type pageOpts struct {
+	all    bool
+	cursor string
+	limit  int
+}
+
+func (o *pageOpts) addFlags(cmd *cobra.Command) {
+	flags := cmd.Flags()
+	flags.BoolVar(&o.all, "all", false, "follow the cursor through every page")
+	flags.StringVar(&o.cursor, "cursor", "", "continue from a previous page")
+	flags.IntVar(&o.limit, "limit", 0, "page size (default 100, at most 1000)")
+}
+
+// listPages GETs a list endpoint a page at a time from --cursor, passing
+// each page P to add, which returns its next cursor; with --all it follows
+// the cursors to the end. It returns the cursor after the last page fetched
 // ("" at the end).
-func listPages[P any](ctx context.Context, c *apiClient, path string, q url.Values, cursor string, all bool, add func(page *P) string) (string, error) {
+func listPages[P any](ctx context.Context, c *apiClient, path string, q url.Values, o *pageOpts, add func(page *P) string) (string, error) {
+	if o.limit > 0 {
+		q.Set("limit", strconv.Itoa(o.limit))
+	}
+	cursor := o.cursor
 	for {
 		if cursor != "" {
 			q.Set("cursor", cursor)
@@ -147,8 +175,20 @@ func listPages[P any](ctx context.Context, c *apiClient, path string, q url.Valu
 			return "", err
 		}
 		cursor = add(&page)
-		if !all || cursor == "" {
+		if !o.all || cursor == "" {
 			return cursor, nil
 		}
 	}
+}
+
+// printPage prints a list's rows as a table, and on stderr the cursor of
+// the next page, if any.
+func printPage(g *globals, rows [][]string, next string) error {
+	if err := printTable(g, rows); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(g.stderr, "more: --cursor %s\n", next)
+	}
+	return nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/devexamples"
 	"github.com/weirhq/weir/internal/pgcluster"
-	"github.com/weirhq/weir/migrations"
 	"github.com/weirhq/weir/server"
 	"github.com/weirhq/weir/worker"
 )
@@ -98,24 +97,14 @@ func runDev(ctx context.Context, g *globals, opts *devOpts) (err error) {
 		fmt.Fprintln(g.stdout, "weir dev: using DATABASE_URL")
 	}
 
-	pool, err := pgxpool.New(ctx, databaseURL)
-	if err != nil {
-		return fmt.Errorf("parsing database URL: %w", err)
-	}
-	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("connecting to Postgres: %w", err)
-	}
-
-	migrator, err := migrations.New(pool, &migrations.Config{Logger: g.logger(), Schema: g.schema})
+	pool, err := openPool(ctx, databaseURL)
 	if err != nil {
 		return err
 	}
-	res, err := migrator.Up(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrating: %w", err)
+	defer pool.Close()
+	if err := migrateUp(ctx, g, pool, "weir dev"); err != nil {
+		return err
 	}
-	fmt.Fprintf(g.stdout, "weir dev: schema current (%d versions applied now)\n", len(res.Versions))
 
 	config, err := opts.server.config(g)
 	if err != nil {
@@ -235,16 +224,13 @@ or point weir at a server you have:
 	}
 
 	start := time.Now()
-	if err := cluster.Start(ctx); err != nil && port != 0 {
+	if err = cluster.Start(ctx); err != nil && port != 0 {
 		// The remembered port may be taken now: take any free one.
-		cluster, err = pgcluster.New(&pgcluster.Config{Dir: dir, Durable: true})
-		if err == nil {
+		if cluster, err = pgcluster.New(&pgcluster.Config{Dir: dir, Durable: true}); err == nil {
 			err = cluster.Start(ctx)
 		}
-		if err != nil {
-			return nil, "", fmt.Errorf("starting Postgres in %s: %w", dir, err)
-		}
-	} else if err != nil {
+	}
+	if err != nil {
 		return nil, "", fmt.Errorf("starting Postgres in %s: %w", dir, err)
 	}
 	_ = os.WriteFile(portPath, []byte(strconv.Itoa(cluster.Port())+"\n"), 0o644)

@@ -24,7 +24,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runEnv(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
 // exitError carries a specific exit code out of a command.
@@ -49,12 +49,8 @@ func exactArgs(n int) cobra.PositionalArgs {
 	}
 }
 
-// run executes the CLI and returns the process exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runEnv(ctx, args, stdout, stderr, os.Getenv)
-}
-
-// runEnv is run with the environment read through getenv.
+// runEnv executes the CLI, reading the environment through getenv, and
+// returns the process exit code.
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	root := newRootCommand(stdout, stderr, getenv)
 	root.SetArgs(args)
@@ -97,14 +93,11 @@ func newRootCommand(stdout, stderr io.Writer, getenv func(string) string) *cobra
 		"Postgres schema for River's and weir's tables (env WEIR_SCHEMA; default: the search_path's first)")
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log more")
 
-	root.AddCommand(newDevCommand(g), newMigrateCommand(g), newServerCommand(g), newWorkflowCommand(g), newScheduleCommand(g))
-	root.AddCommand(newFencingCommand(g))
+	workflow, schedule := newWorkflowCommand(g), newScheduleCommand(g)
+	root.AddCommand(newDevCommand(g), newMigrateCommand(g), newServerCommand(g), workflow, schedule, newFencingCommand(g))
 	refuseUnknownSubcommands(root)
-	for _, cmd := range root.Commands() {
-		if cmd.Name() == "workflow" || cmd.Name() == "schedule" {
-			hideDatabaseFlags(cmd)
-		}
-	}
+	hideDatabaseFlags(workflow)
+	hideDatabaseFlags(schedule)
 	return root
 }
 
@@ -144,6 +137,14 @@ func hideDatabaseFlags(cmd *cobra.Command) {
 	})
 }
 
+// env is the environment variable name, or fallback when it is unset.
+func (g *globals) env(name, fallback string) string {
+	if v := g.getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
 func (g *globals) logger() *slog.Logger {
 	level := slog.LevelWarn
 	if g.verbose {
@@ -160,7 +161,12 @@ func (g *globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	if g.databaseURL == "" {
 		return nil, errNoDatabaseURL
 	}
-	pool, err := pgxpool.New(ctx, g.databaseURL)
+	return openPool(ctx, g.databaseURL)
+}
+
+// openPool opens a pool on databaseURL and checks that it connects.
+func openPool(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parsing database URL: %w", err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -52,15 +51,17 @@ func (c *apiClient) schedulePath(id, suffix string) string {
 	return c.schedulesPath() + "/" + url.PathEscape(id) + suffix
 }
 
-// printSchedule prints a schedule: the server's JSON with --json, else its
-// fields.
-func printSchedule(g *globals, api *apiOpts, raw []byte, s *server.ScheduleJSON) error {
-	if api.json {
-		return printJSON(g, raw)
+// callSchedule sends a request whose answer is a schedule and prints the
+// schedule: the server's JSON with --json, else its fields.
+func callSchedule(cmd *cobra.Command, g *globals, api *apiOpts, method, id string, body any) error {
+	c := api.client(g)
+	path := c.schedulesPath()
+	if id != "" {
+		path = c.schedulePath(id, "")
 	}
-	spec := s.Cron
-	if spec == "" {
-		spec = "every " + s.Every
+	var s server.ScheduleJSON
+	if printed, err := c.call(cmd.Context(), method, path, nil, body, &s); printed || err != nil {
+		return err
 	}
 	lastRun := "-"
 	if s.LastRunID != nil {
@@ -71,11 +72,19 @@ func printSchedule(g *globals, api *apiOpts, raw []byte, s *server.ScheduleJSON)
 		jitter = "-"
 	}
 	return printFields(g, [][2]string{
-		{"Schedule ID", s.ScheduleID}, {"Namespace", s.Namespace}, {"Spec", spec}, {"Time zone", s.TimeZone},
+		{"Schedule ID", s.ScheduleID}, {"Namespace", s.Namespace}, {"Spec", scheduleSpec(&s)}, {"Time zone", s.TimeZone},
 		{"Jitter", jitter}, {"Workflow kind", s.WorkflowKind}, {"Queue", s.Queue}, {"Overlap policy", s.OverlapPolicy},
 		{"Paused", strconv.FormatBool(s.Paused)}, {"Next run", formatTime(s.NextRunAt)}, {"Last due", formatTime(s.LastDueAt)},
 		{"Last run", lastRun}, {"Created", formatTime(&s.CreatedAt)}, {"Note", s.Note},
 	})
+}
+
+// scheduleSpec says when a schedule is due: its cron, or its interval.
+func scheduleSpec(s *server.ScheduleJSON) string {
+	if s.Cron != "" {
+		return s.Cron
+	}
+	return "every " + s.Every
 }
 
 func newScheduleCreateCommand(g *globals, api *apiOpts) *cobra.Command {
@@ -97,13 +106,7 @@ expression (--cron, read in --time-zone) or at a fixed interval (--every).`,
 			if req.Args, err = args.read(cmd); err != nil {
 				return err
 			}
-			c := api.client(g)
-			var s server.ScheduleJSON
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.schedulesPath(), nil, &req, &s)
-			if err != nil {
-				return err
-			}
-			return printSchedule(g, api, raw, &s)
+			return callSchedule(cmd, g, api, http.MethodPost, "", &req)
 		},
 	}
 	addArgsFlags(cmd, &args)
@@ -126,23 +129,13 @@ func newScheduleDescribeCommand(g *globals, api *apiOpts) *cobra.Command {
 		Short: "Show a schedule: its spec, policy, next and last runs",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, positional []string) error {
-			c := api.client(g)
-			var s server.ScheduleJSON
-			raw, err := c.do(cmd.Context(), http.MethodGet, c.schedulePath(positional[0], ""), nil, nil, &s)
-			if err != nil {
-				return err
-			}
-			return printSchedule(g, api, raw, &s)
+			return callSchedule(cmd, g, api, http.MethodGet, positional[0], nil)
 		},
 	}
 }
 
 func newScheduleListCommand(g *globals, api *apiOpts) *cobra.Command {
-	var (
-		all    bool
-		cursor string
-		limit  int
-	)
+	var pages pageOpts
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List schedules by ID",
@@ -151,13 +144,9 @@ printed on stderr. --all follows the cursor to the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c := api.client(g)
-			q := url.Values{}
-			if limit > 0 {
-				q.Set("limit", strconv.Itoa(limit))
-			}
 			merged := &server.ScheduleListResponse{Schedules: []*server.ScheduleJSON{}}
 			var err error
-			merged.NextCursor, err = listPages(cmd.Context(), c, c.schedulesPath(), q, cursor, all, func(page *server.ScheduleListResponse) string {
+			merged.NextCursor, err = listPages(cmd.Context(), c, c.schedulesPath(), url.Values{}, &pages, func(page *server.ScheduleListResponse) string {
 				merged.Schedules = append(merged.Schedules, page.Schedules...)
 				return page.NextCursor
 			})
@@ -169,29 +158,16 @@ printed on stderr. --all follows the cursor to the end.`,
 			}
 			rows := [][]string{{"SCHEDULE ID", "SPEC", "KIND", "PAUSED", "NEXT RUN", "LAST RUN"}}
 			for _, s := range merged.Schedules {
-				spec := s.Cron
-				if spec == "" {
-					spec = "every " + s.Every
-				}
 				last := s.LastWorkflowID
 				if last == "" {
 					last = "-"
 				}
-				rows = append(rows, []string{s.ScheduleID, spec, s.WorkflowKind, strconv.FormatBool(s.Paused), formatTime(s.NextRunAt), last})
+				rows = append(rows, []string{s.ScheduleID, scheduleSpec(s), s.WorkflowKind, strconv.FormatBool(s.Paused), formatTime(s.NextRunAt), last})
 			}
-			if err := printTable(g, rows); err != nil {
-				return err
-			}
-			if merged.NextCursor != "" {
-				fmt.Fprintf(g.stderr, "more: --cursor %s\n", merged.NextCursor)
-			}
-			return nil
+			return printPage(g, rows, merged.NextCursor)
 		},
 	}
-	flags := cmd.Flags()
-	flags.BoolVar(&all, "all", false, "follow the cursor through every page")
-	flags.StringVar(&cursor, "cursor", "", "continue from a previous page")
-	flags.IntVar(&limit, "limit", 0, "page size (default 100, at most 1000)")
+	pages.addFlags(cmd)
 	return cmd
 }
 
@@ -222,13 +198,7 @@ stays as it is.`,
 			if req.Note == nil && req.OverlapPolicy == nil && req.Paused == nil {
 				return usageError(errors.New("nothing to change: give --note, --overlap-policy or --paused"))
 			}
-			c := api.client(g)
-			var s server.ScheduleJSON
-			raw, err := c.do(cmd.Context(), http.MethodPatch, c.schedulePath(positional[0], ""), nil, req, &s)
-			if err != nil {
-				return err
-			}
-			return printSchedule(g, api, raw, &s)
+			return callSchedule(cmd, g, api, http.MethodPatch, positional[0], req)
 		},
 	}
 	flags := cmd.Flags()
@@ -247,12 +217,8 @@ func newSchedulePauseCommand(g *globals, api *apiOpts, verb, short string) *cobr
 		RunE: func(cmd *cobra.Command, positional []string) error {
 			c := api.client(g)
 			var s server.ScheduleJSON
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.schedulePath(positional[0], "/"+verb), nil, nil, &s)
-			if err != nil {
+			if printed, err := c.call(cmd.Context(), http.MethodPost, c.schedulePath(positional[0], "/"+verb), nil, nil, &s); printed || err != nil {
 				return err
-			}
-			if api.json {
-				return printJSON(g, raw)
 			}
 			fmt.Fprintf(g.stdout, "schedule %s %sd; next run %s\n", s.ScheduleID, verb, formatTime(s.NextRunAt))
 			return nil
@@ -270,22 +236,10 @@ func newScheduleTriggerCommand(g *globals, api *apiOpts) *cobra.Command {
 		Short: "Start the schedule's workflow now, whatever its due times and overlap policy",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, positional []string) error {
-			c := api.client(g)
-			var run server.RunResponse
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.schedulePath(positional[0], "/trigger"), nil, nil, &run)
-			if err != nil {
-				return err
-			}
-			if !wait {
-				if api.json {
-					return printJSON(g, raw)
-				}
-				return printFields(g, [][2]string{
-					{"Workflow ID", run.WorkflowID}, {"Run ID", run.RunID.String()}, {"Namespace", run.Namespace},
-				})
-			}
-			result.runID = run.RunID.String()
-			return awaitAndPrint(cmd.Context(), g, api, run.WorkflowID, &result)
+			path := api.client(g).schedulePath(positional[0], "/trigger")
+			return startRun(cmd, g, api, path, nil, wait, &result, func(run *server.RunResponse) [][2]string {
+				return [][2]string{{"Workflow ID", run.WorkflowID}, {"Run ID", run.RunID.String()}, {"Namespace", run.Namespace}}
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run's result and print it (exit codes as for workflow result)")
@@ -317,11 +271,6 @@ again returns the same backfill; "weir schedule backfills" lists them.`,
 			if req.Start == "" || req.End == "" {
 				return usageError(errors.New("backfill needs --start and --end"))
 			}
-			for name, v := range map[string]string{"--start": req.Start, "--end": req.End} {
-				if _, err := time.Parse(time.RFC3339Nano, v); err != nil {
-					return usageError(fmt.Errorf("%s is not an RFC 3339 time: %w", name, err))
-				}
-			}
 			c := api.client(g)
 			var resp server.BackfillResponse
 			if _, err := c.do(cmd.Context(), http.MethodPost, c.schedulePath(positional[0], "/backfill"), nil, &req, &resp); err != nil {
@@ -335,11 +284,7 @@ again returns the same backfill; "weir schedule backfills" lists them.`,
 				resp.Backfill = bf
 			}
 			if api.json {
-				raw, err := json.Marshal(&resp)
-				if err != nil {
-					return err
-				}
-				if err := printJSON(g, raw); err != nil {
+				if err := printValue(g, &resp); err != nil {
 					return err
 				}
 			} else if resp.Backfill != nil {
@@ -419,12 +364,8 @@ func newScheduleBackfillsCommand(g *globals, api *apiOpts) *cobra.Command {
 		RunE: func(cmd *cobra.Command, positional []string) error {
 			c := api.client(g)
 			var resp server.BackfillListResponse
-			raw, err := c.do(cmd.Context(), http.MethodGet, c.schedulePath(positional[0], "/backfills"), nil, nil, &resp)
-			if err != nil {
+			if printed, err := c.call(cmd.Context(), http.MethodGet, c.schedulePath(positional[0], "/backfills"), nil, nil, &resp); printed || err != nil {
 				return err
-			}
-			if api.json {
-				return printJSON(g, raw)
 			}
 			return printBackfills(g, resp.Backfills)
 		},
@@ -438,12 +379,8 @@ func newScheduleDeleteCommand(g *globals, api *apiOpts) *cobra.Command {
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, positional []string) error {
 			c := api.client(g)
-			raw, err := c.do(cmd.Context(), http.MethodDelete, c.schedulePath(positional[0], ""), nil, nil, nil)
-			if err != nil {
+			if printed, err := c.call(cmd.Context(), http.MethodDelete, c.schedulePath(positional[0], ""), nil, nil, nil); printed || err != nil {
 				return err
-			}
-			if api.json {
-				return printJSON(g, raw)
 			}
 			fmt.Fprintf(g.stdout, "schedule %s deleted\n", positional[0])
 			return nil

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/weirhq/weir/migrations"
@@ -31,62 +32,40 @@ type serverOpts struct {
 // addServerFlags registers the server's flags, each defaulting to its
 // environment variable.
 func addServerFlags(cmd *cobra.Command, g *globals, opts *serverOpts, addrDefault string) {
-	env := func(name, fallback string) string {
-		if v := g.getenv(name); v != "" {
-			return v
-		}
-		return fallback
-	}
-	envDuration := func(name string, fallback time.Duration) time.Duration {
-		v := g.getenv(name)
-		if v == "" {
-			return fallback
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			opts.envErrs = append(opts.envErrs, fmt.Errorf("%s: %w", name, err))
-		}
-		return d
-	}
 	envInt := func(name string, fallback int64) int64 {
-		v := g.getenv(name)
-		if v == "" {
-			return fallback
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			opts.envErrs = append(opts.envErrs, fmt.Errorf("%s: %w", name, err))
-		}
-		return n
-	}
-	envBool := func(name string) bool {
-		v := g.getenv(name)
-		if v == "" {
-			return false
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			opts.envErrs = append(opts.envErrs, fmt.Errorf("%s: %w", name, err))
-		}
-		return b
+		return envValue(g, opts, name, fallback, func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) })
 	}
 
 	flags := cmd.Flags()
-	flags.StringVar(&opts.addr, "addr", env("WEIR_ADDR", addrDefault), "HTTP listen address (env WEIR_ADDR)")
+	flags.StringVar(&opts.addr, "addr", g.env("WEIR_ADDR", addrDefault), "HTTP listen address (env WEIR_ADDR)")
 	flags.Int64Var(&opts.maxBodyBytes, "max-body-bytes", envInt("WEIR_MAX_BODY_BYTES", server.MaxBodyBytesDefault),
 		"largest request body accepted; larger is 413 payload_too_large (env WEIR_MAX_BODY_BYTES)")
-	flags.DurationVar(&opts.maxWait, "max-wait", envDuration("WEIR_MAX_WAIT", server.MaxWaitDefault),
+	flags.DurationVar(&opts.maxWait, "max-wait", envValue(g, opts, "WEIR_MAX_WAIT", server.MaxWaitDefault, time.ParseDuration),
 		"cap on the wait of a result long poll (env WEIR_MAX_WAIT)")
-	flags.BoolVar(&opts.migrate, "migrate", envBool("WEIR_MIGRATE"),
+	flags.BoolVar(&opts.migrate, "migrate", envValue(g, opts, "WEIR_MIGRATE", false, strconv.ParseBool),
 		"apply pending migrations before serving (env WEIR_MIGRATE); otherwise /readyz reports them")
-	flags.DurationVar(&opts.requestTimeout, "request-timeout", envDuration("WEIR_REQUEST_TIMEOUT", server.RequestTimeoutDefault),
+	flags.DurationVar(&opts.requestTimeout, "request-timeout", envValue(g, opts, "WEIR_REQUEST_TIMEOUT", server.RequestTimeoutDefault, time.ParseDuration),
 		"time limit of each API request, long polls getting their wait on top (env WEIR_REQUEST_TIMEOUT)")
-	flags.StringVar(&opts.runMetrics, "run-metrics", env("WEIR_RUN_METRICS", string(server.RunMetricsByState)),
+	flags.StringVar(&opts.runMetrics, "run-metrics", g.env("WEIR_RUN_METRICS", string(server.RunMetricsByState)),
 		"how /metrics counts runs: state (all namespaces together), namespace (by namespace, kind and state;\n"+
 			"needs WEIR_METRICS_TOKEN) or off (env WEIR_RUN_METRICS)")
 	flags.StringArrayVar(&opts.tokens, "token", nil,
 		"API token NAME:ROLE:NAMESPACES:SECRET, repeatable; ROLE is read, write or admin, NAMESPACES a comma list or *\n"+
 			"(env WEIR_TOKENS, entries separated by ; or newlines; prefer it: flags show in ps)")
+}
+
+// envValue is the value of the environment variable name, parsed, or
+// fallback when it is unset; a parse error is kept in opts.envErrs.
+func envValue[T any](g *globals, opts *serverOpts, name string, fallback T, parse func(string) (T, error)) T {
+	v := g.getenv(name)
+	if v == "" {
+		return fallback
+	}
+	t, err := parse(v)
+	if err != nil {
+		opts.envErrs = append(opts.envErrs, fmt.Errorf("%s: %w", name, err))
+	}
+	return t
 }
 
 // config builds the server config from the flags and WEIR_TOKENS.
@@ -149,6 +128,20 @@ in-flight requests finish.`,
 	return cmd
 }
 
+// migrateUp applies every pending migration and says so as who.
+func migrateUp(ctx context.Context, g *globals, pool *pgxpool.Pool, who string) error {
+	migrator, err := migrations.New(pool, &migrations.Config{Logger: g.logger(), Schema: g.schema})
+	if err != nil {
+		return err
+	}
+	res, err := migrator.Up(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrating: %w", err)
+	}
+	fmt.Fprintf(g.stdout, "%s: schema current (%d versions applied now)\n", who, len(res.Versions))
+	return nil
+}
+
 func runServer(ctx context.Context, g *globals, opts *serverOpts) error {
 	config, err := opts.config(g)
 	if err != nil {
@@ -163,15 +156,9 @@ func runServer(ctx context.Context, g *globals, opts *serverOpts) error {
 	}
 	defer pool.Close()
 	if opts.migrate {
-		migrator, err := migrations.New(pool, &migrations.Config{Logger: g.logger(), Schema: g.schema})
-		if err != nil {
+		if err := migrateUp(ctx, g, pool, "weir server"); err != nil {
 			return err
 		}
-		res, err := migrator.Up(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("migrating: %w", err)
-		}
-		fmt.Fprintf(g.stdout, "weir server: schema current (%d versions applied now)\n", len(res.Versions))
 	}
 	srv, err := server.New(pool, config)
 	if err != nil {

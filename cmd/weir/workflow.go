@@ -36,16 +36,10 @@ type apiOpts struct {
 }
 
 func addAPIFlags(cmd *cobra.Command, g *globals, opts *apiOpts) {
-	env := func(name, fallback string) string {
-		if v := g.getenv(name); v != "" {
-			return v
-		}
-		return fallback
-	}
 	flags := cmd.PersistentFlags()
-	flags.StringVar(&opts.address, "address", env("WEIR_ADDRESS", addressDefault), "the weir server's URL (env WEIR_ADDRESS)")
+	flags.StringVar(&opts.address, "address", g.env("WEIR_ADDRESS", addressDefault), "the weir server's URL (env WEIR_ADDRESS)")
 	flags.BoolVar(&opts.json, "json", false, "print the server's JSON instead of a table (for an error, its body)")
-	flags.StringVarP(&opts.namespace, "namespace", "n", env("WEIR_NAMESPACE", namespaceDefault), "namespace (env WEIR_NAMESPACE)")
+	flags.StringVarP(&opts.namespace, "namespace", "n", g.env("WEIR_NAMESPACE", namespaceDefault), "namespace (env WEIR_NAMESPACE)")
 	flags.StringVar(&opts.tokenEnv, "token-env", tokenEnvDefault, "environment variable holding the bearer token")
 }
 
@@ -56,7 +50,7 @@ func (o *apiOpts) client(g *globals) *apiClient {
 	}
 	c := &apiClient{address: address, http: &http.Client{}, namespace: o.namespace, token: g.getenv(o.tokenEnv)}
 	if o.json {
-		c.errorBody = g.stdout // --json: an error's body too
+		c.jsonOut = g.stdout
 	}
 	return c
 }
@@ -103,15 +97,14 @@ func addArgsFlags(cmd *cobra.Command, opts *argsOpts) {
 
 func (o *argsOpts) read(cmd *cobra.Command) (json.RawMessage, error) {
 	data := []byte(o.args)
+	var err error
 	switch o.argsFile {
 	case "":
 	case "-":
-		var err error
 		if data, err = io.ReadAll(cmd.InOrStdin()); err != nil {
 			return nil, fmt.Errorf("reading args from stdin: %w", err)
 		}
 	default:
-		var err error
 		if data, err = os.ReadFile(o.argsFile); err != nil {
 			return nil, usageError(fmt.Errorf("reading --args-file: %w", err))
 		}
@@ -146,23 +139,12 @@ func newWorkflowStartCommand(g *globals, api *apiOpts) *cobra.Command {
 			if req.Args, err = args.read(cmd); err != nil {
 				return err
 			}
-			c := api.client(g)
-			var run server.RunResponse
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowsPath(), nil, &req, &run)
-			if err != nil {
-				return err
-			}
-			if !wait {
-				if api.json {
-					return printJSON(g, raw)
-				}
-				return printFields(g, [][2]string{
+			return startRun(cmd, g, api, api.client(g).workflowsPath(), &req, wait, &result, func(run *server.RunResponse) [][2]string {
+				return [][2]string{
 					{"Workflow ID", run.WorkflowID}, {"Run ID", run.RunID.String()}, {"Namespace", run.Namespace},
 					{"Generation", strconv.FormatInt(run.Generation, 10)}, {"Created", strconv.FormatBool(run.Created)},
-				})
-			}
-			result.runID = run.RunID.String()
-			return awaitAndPrint(cmd.Context(), g, api, run.WorkflowID, &result)
+				}
+			})
 		},
 	}
 	addArgsFlags(cmd, &args)
@@ -179,65 +161,91 @@ func newWorkflowStartCommand(g *globals, api *apiOpts) *cobra.Command {
 	return cmd
 }
 
-func newWorkflowSignalCommand(g *globals, api *apiOpts) *cobra.Command {
+// startRun POSTs body to path, which starts a run, and prints the run's
+// fields; with wait it awaits the run's result instead, as workflow result
+// does.
+func startRun(cmd *cobra.Command, g *globals, api *apiOpts, path string, body any, wait bool, result *resultOpts,
+	fields func(*server.RunResponse) [][2]string,
+) error {
+	c := api.client(g)
+	var run server.RunResponse
+	if !wait {
+		if printed, err := c.call(cmd.Context(), http.MethodPost, path, nil, body, &run); printed || err != nil {
+			return err
+		}
+		return printFields(g, fields(&run))
+	}
+	if _, err := c.do(cmd.Context(), http.MethodPost, path, nil, body, &run); err != nil {
+		return err
+	}
+	result.runID = run.RunID.String()
+	return awaitAndPrint(cmd.Context(), g, api, run.WorkflowID, result)
+}
+
+// runCommand completes cmd, a command on WORKFLOW_ID's run (--run-id, by
+// default the latest), to POST body to the run's /<name>. With kind, it
+// takes KIND too, into *kind, and --args or --args-file into *args. done
+// prints the response unless --json did.
+func runCommand(g *globals, api *apiOpts, cmd *cobra.Command, body any, kind *string, args *json.RawMessage,
+	done func(raw []byte, workflowID string) error,
+) *cobra.Command {
 	var (
-		args  argsOpts
-		req   server.SignalRequest
-		runID string
+		argsFlags argsOpts
+		runID     string
 	)
-	cmd := &cobra.Command{
+	cmd.Args = exactArgs(1)
+	if kind != nil {
+		cmd.Args = exactArgs(2)
+		addArgsFlags(cmd, &argsFlags)
+	}
+	cmd.RunE = func(cmd *cobra.Command, positional []string) error {
+		if kind != nil {
+			var err error
+			*kind = positional[1]
+			if *args, err = argsFlags.read(cmd); err != nil {
+				return err
+			}
+		}
+		c := api.client(g)
+		path := c.workflowPath(positional[0], "/"+cmd.Name())
+		raw, err := c.do(cmd.Context(), http.MethodPost, path, runQuery(runID), body, nil)
+		if err != nil {
+			return err
+		}
+		if api.json {
+			return printJSON(g.stdout, raw)
+		}
+		return done(raw, positional[0])
+	}
+	addRunIDFlag(cmd, &runID)
+	return cmd
+}
+
+func addRunIDFlag(cmd *cobra.Command, runID *string) {
+	cmd.Flags().StringVar(runID, "run-id", "", "the run (default: the workflow's latest)")
+}
+
+func newWorkflowSignalCommand(g *globals, api *apiOpts) *cobra.Command {
+	var req server.SignalRequest
+	cmd := runCommand(g, api, &cobra.Command{
 		Use:     "signal WORKFLOW_ID KIND",
 		Short:   "Send a signal of KIND to a running run",
 		Example: `  weir workflow signal order-42 approve --args '{"by":"ada"}' --request-id approve-42`,
-		Args:    exactArgs(2),
-		RunE: func(cmd *cobra.Command, positional []string) error {
-			var err error
-			req.Kind = positional[1]
-			if req.Args, err = args.read(cmd); err != nil {
-				return err
-			}
-			c := api.client(g)
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/signal"), runQuery(runID), &req, nil)
-			if err != nil {
-				return err
-			}
-			if api.json {
-				return printJSON(g, raw)
-			}
-			fmt.Fprintf(g.stdout, "signal %s sent to %s\n", req.Kind, positional[0])
-			return nil
-		},
-	}
-	addArgsFlags(cmd, &args)
+	}, &req, &req.Kind, &req.Args, func(_ []byte, workflowID string) error {
+		fmt.Fprintf(g.stdout, "signal %s sent to %s\n", req.Kind, workflowID)
+		return nil
+	})
 	cmd.Flags().StringVar(&req.RequestID, "request-id", "", "makes the signal idempotent")
-	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
 	return cmd
 }
 
 func newWorkflowReasonCommand(g *globals, api *apiOpts, verb, short string) *cobra.Command {
-	var (
-		req   server.ReasonRequest
-		runID string
-	)
-	cmd := &cobra.Command{
-		Use:   verb + " WORKFLOW_ID",
-		Short: short,
-		Args:  exactArgs(1),
-		RunE: func(cmd *cobra.Command, positional []string) error {
-			c := api.client(g)
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/"+verb), runQuery(runID), &req, nil)
-			if err != nil {
-				return err
-			}
-			if api.json {
-				return printJSON(g, raw)
-			}
-			fmt.Fprintf(g.stdout, "%s requested for %s\n", verb, positional[0])
-			return nil
-		},
-	}
+	var req server.ReasonRequest
+	cmd := runCommand(g, api, &cobra.Command{Use: verb + " WORKFLOW_ID", Short: short}, &req, nil, nil, func(_ []byte, workflowID string) error {
+		fmt.Fprintf(g.stdout, "%s requested for %s\n", verb, workflowID)
+		return nil
+	})
 	cmd.Flags().StringVar(&req.Reason, "reason", "", "recorded with the "+verb)
-	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
 	return cmd
 }
 
@@ -250,12 +258,8 @@ func newWorkflowDescribeCommand(g *globals, api *apiOpts) *cobra.Command {
 		RunE: func(cmd *cobra.Command, positional []string) error {
 			c := api.client(g)
 			var d server.DescribeResponse
-			raw, err := c.do(cmd.Context(), http.MethodGet, c.workflowPath(positional[0], ""), runQuery(runID), nil, &d)
-			if err != nil {
+			if printed, err := c.call(cmd.Context(), http.MethodGet, c.workflowPath(positional[0], ""), runQuery(runID), nil, &d); printed || err != nil {
 				return err
-			}
-			if api.json {
-				return printJSON(g, raw)
 			}
 			fields := [][2]string{
 				{"Workflow ID", d.WorkflowID}, {"Run ID", d.RunID.String()}, {"Namespace", d.Namespace},
@@ -283,50 +287,44 @@ func newWorkflowDescribeCommand(g *globals, api *apiOpts) *cobra.Command {
 			if f := d.TaskFailure; f != nil && f.Stack != "" {
 				fmt.Fprintf(g.stdout, "\nWorkflow task stack (attempt %d):\n%s\n", f.Attempt, strings.TrimRight(f.Stack, "\n"))
 			}
-			if len(d.PendingTimers) > 0 {
-				fmt.Fprintln(g.stdout, "\nPending timers:")
-				rows := [][]string{{"EVENT", "FIRES AT"}}
-				for _, timer := range d.PendingTimers {
-					rows = append(rows, []string{strconv.FormatInt(timer.StartedEventID, 10), formatTime(&timer.FireAt)})
-				}
-				if err := printTable(g, rows); err != nil {
-					return err
-				}
+			timers := [][]string{{"EVENT", "FIRES AT"}}
+			for _, timer := range d.PendingTimers {
+				timers = append(timers, []string{strconv.FormatInt(timer.StartedEventID, 10), formatTime(&timer.FireAt)})
 			}
-			if len(d.PendingActivities) > 0 {
-				fmt.Fprintln(g.stdout, "\nPending activities:")
-				rows := [][]string{{"EVENT", "KIND", "JOB", "STATE", "ATTEMPT", "LAST ERROR"}}
-				for _, a := range d.PendingActivities {
-					rows = append(rows, []string{
-						strconv.FormatInt(a.ScheduledEventID, 10), a.Kind, strconv.FormatInt(a.JobID, 10), a.JobState,
-						fmt.Sprintf("%d/%d", a.Attempt, a.MaxAttempts), a.LastError,
-					})
-				}
-				if err := printTable(g, rows); err != nil {
-					return err
-				}
+			activities := [][]string{{"EVENT", "KIND", "JOB", "STATE", "ATTEMPT", "LAST ERROR"}}
+			for _, a := range d.PendingActivities {
+				activities = append(activities, []string{
+					strconv.FormatInt(a.ScheduledEventID, 10), a.Kind, strconv.FormatInt(a.JobID, 10), a.JobState,
+					fmt.Sprintf("%d/%d", a.Attempt, a.MaxAttempts), a.LastError,
+				})
 			}
-			if len(d.PendingInbox) > 0 {
-				fmt.Fprintln(g.stdout, "\nPending inbox:")
-				rows := [][]string{{"TYPE", "DEDUP KEY", "ARRIVED"}}
-				for _, item := range d.PendingInbox {
-					rows = append(rows, []string{item.Type, item.DedupKey, formatTime(&item.CreatedAt)})
+			inbox := [][]string{{"TYPE", "DEDUP KEY", "ARRIVED"}}
+			for _, item := range d.PendingInbox {
+				inbox = append(inbox, []string{item.Type, item.DedupKey, formatTime(&item.CreatedAt)})
+			}
+			for _, section := range []struct {
+				title string
+				rows  [][]string
+			}{{"Pending timers", timers}, {"Pending activities", activities}, {"Pending inbox", inbox}} {
+				if len(section.rows) > 1 {
+					fmt.Fprintf(g.stdout, "\n%s:\n", section.title)
+					if err := printTable(g, section.rows); err != nil {
+						return err
+					}
 				}
-				return printTable(g, rows)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
+	addRunIDFlag(cmd, &runID)
 	return cmd
 }
 
 func newWorkflowListCommand(g *globals, api *apiOpts) *cobra.Command {
 	var (
-		all                         bool
 		createdAfter, createdBefore string
-		cursor, kind, prefix, state string
-		limit                       int
+		kind, prefix, state         string
+		pages                       pageOpts
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -344,12 +342,9 @@ func newWorkflowListCommand(g *globals, api *apiOpts) *cobra.Command {
 					q.Set(name, v)
 				}
 			}
-			if limit > 0 {
-				q.Set("limit", strconv.Itoa(limit))
-			}
 			merged := &server.ListResponse{Runs: []*server.RunSummaryJSON{}}
 			var err error
-			merged.NextCursor, err = listPages(cmd.Context(), c, c.workflowsPath(), q, cursor, all, func(page *server.ListResponse) string {
+			merged.NextCursor, err = listPages(cmd.Context(), c, c.workflowsPath(), q, &pages, func(page *server.ListResponse) string {
 				merged.Runs = append(merged.Runs, page.Runs...)
 				return page.NextCursor
 			})
@@ -366,22 +361,14 @@ func newWorkflowListCommand(g *globals, api *apiOpts) *cobra.Command {
 					formatTime(&run.CreatedAt), formatTime(run.ClosedAt),
 				})
 			}
-			if err := printTable(g, rows); err != nil {
-				return err
-			}
-			if merged.NextCursor != "" {
-				fmt.Fprintf(g.stderr, "more: --cursor %s\n", merged.NextCursor)
-			}
-			return nil
+			return printPage(g, rows, merged.NextCursor)
 		},
 	}
+	pages.addFlags(cmd)
 	flags := cmd.Flags()
-	flags.BoolVar(&all, "all", false, "follow the cursor through every page")
 	flags.StringVar(&createdAfter, "created-after", "", "only runs started after this RFC 3339 time")
 	flags.StringVar(&createdBefore, "created-before", "", "only runs started before this RFC 3339 time")
-	flags.StringVar(&cursor, "cursor", "", "continue from a previous page")
 	flags.StringVar(&kind, "kind", "", "only runs of this workflow kind")
-	flags.IntVar(&limit, "limit", 0, "page size (default 100, at most 1000)")
 	flags.StringVar(&prefix, "prefix", "", "only runs whose workflow ID starts with this")
 	flags.StringVar(&state, "state", "", "only runs in this state")
 	_ = cmd.RegisterFlagCompletionFunc("state", fixedCompletion(server.States...))
@@ -413,7 +400,7 @@ func newWorkflowHistoryCommand(g *globals, api *apiOpts) *cobra.Command {
 			return printTable(g, rows)
 		},
 	}
-	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
+	addRunIDFlag(cmd, &runID)
 	return cmd
 }
 
@@ -435,7 +422,7 @@ run still running when the wait ends exits 7.`,
 			return awaitAndPrint(cmd.Context(), g, api, positional[0], opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.runID, "run-id", "", "the run (default: the workflow's latest)")
+	addRunIDFlag(cmd, &opts.runID)
 	cmd.Flags().DurationVar(&opts.wait, "wait", 0, "give up after this long (default: wait until the run closes)")
 	return cmd
 }
@@ -467,7 +454,7 @@ func awaitAndPrint(ctx context.Context, g *globals, api *apiOpts, workflowID str
 			continue
 		}
 		if api.json {
-			if err := printJSON(g, raw); err != nil {
+			if err := printJSON(g.stdout, raw); err != nil {
 				return err
 			}
 		}
@@ -483,84 +470,40 @@ func awaitAndPrint(ctx context.Context, g *globals, api *apiOpts, workflowID str
 		case api.json:
 			return nil
 		default:
-			return printJSON(g, res.Result)
+			return printJSON(g.stdout, res.Result)
 		}
 	}
 }
 
 func newWorkflowQueryCommand(g *globals, api *apiOpts) *cobra.Command {
-	var (
-		args  argsOpts
-		req   server.QueryRequest
-		runID string
-	)
-	cmd := &cobra.Command{
+	var req server.QueryRequest
+	cmd := runCommand(g, api, &cobra.Command{
 		Use:     "query WORKFLOW_ID KIND",
 		Short:   "Ask a run a query of KIND and print the answer (JSON)",
 		Example: `  weir workflow query order-42 status`,
-		Args:    exactArgs(2),
-		RunE: func(cmd *cobra.Command, positional []string) error {
-			var err error
-			req.Kind = positional[1]
-			if req.Args, err = args.read(cmd); err != nil {
-				return err
-			}
-			c := api.client(g)
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/query"), runQuery(runID), &req, nil)
-			if err != nil {
-				return err
-			}
-			return printAnswer(g, api, raw)
-		},
-	}
-	addArgsFlags(cmd, &args)
+	}, &req, &req.Kind, &req.Args, func(raw []byte, _ string) error { return printAnswer(g, raw) })
 	cmd.Flags().StringVar(&req.Timeout, "timeout", "", "how long to wait for a worker's answer (e.g. 10s)")
-	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
 	return cmd
 }
 
 func newWorkflowUpdateCommand(g *globals, api *apiOpts) *cobra.Command {
-	var (
-		args  argsOpts
-		req   server.UpdateRequest
-		runID string
-	)
-	cmd := &cobra.Command{
+	var req server.UpdateRequest
+	cmd := runCommand(g, api, &cobra.Command{
 		Use:     "update WORKFLOW_ID KIND",
 		Short:   "Send an update of KIND to a run and print its result (JSON)",
 		Example: `  weir workflow update cart-7 add_item --args '{"sku":"A-1"}' --update-id add-a1`,
-		Args:    exactArgs(2),
-		RunE: func(cmd *cobra.Command, positional []string) error {
-			var err error
-			req.Kind = positional[1]
-			if req.Args, err = args.read(cmd); err != nil {
-				return err
-			}
-			c := api.client(g)
-			raw, err := c.do(cmd.Context(), http.MethodPost, c.workflowPath(positional[0], "/update"), runQuery(runID), &req, nil)
-			if err != nil {
-				return err
-			}
-			return printAnswer(g, api, raw)
-		},
-	}
-	addArgsFlags(cmd, &args)
+	}, &req, &req.Kind, &req.Args, func(raw []byte, _ string) error { return printAnswer(g, raw) })
 	cmd.Flags().StringVar(&req.UpdateID, "update-id", "", "makes the update idempotent: the same ID returns the first answer")
-	cmd.Flags().StringVar(&runID, "run-id", "", "the run (default: the workflow's latest)")
 	return cmd
 }
 
-// printAnswer prints a query's or update's answer: the whole response with
-// --json, else the result alone.
-func printAnswer(g *globals, api *apiOpts, raw []byte) error {
-	if api.json {
-		return printJSON(g, raw)
-	}
+// printAnswer prints the result of a query's or update's answer.
+func printAnswer(g *globals, raw []byte) error {
 	var value server.ValueResponse
 	if err := json.Unmarshal(raw, &value); err != nil {
 		return fmt.Errorf("reading the answer: %w", err)
 	}
-	return printJSON(g, value.Result)
+	return printJSON(g.stdout, value.Result)
 }
 
 func runQuery(runID string) url.Values {
@@ -596,7 +539,7 @@ func runProblem(d *server.DescribeResponse) string {
 func warnIfStuck(ctx context.Context, g *globals, c *apiClient, workflowID, runID, last string) string {
 	var d server.DescribeResponse
 	quiet := *c
-	quiet.errorBody = nil
+	quiet.jsonOut = nil
 	if _, err := quiet.do(ctx, http.MethodGet, c.workflowPath(workflowID, ""), runQuery(runID), nil, &d); err != nil {
 		return last
 	}
@@ -639,15 +582,15 @@ func printTable(g *globals, rows [][]string) error {
 	return tw.Flush()
 }
 
-// printJSON pretty-prints raw JSON.
-func printJSON(g *globals, raw []byte) error {
+// printJSON pretty-prints raw JSON to w.
+func printJSON(w io.Writer, raw []byte) error {
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, bytes.TrimSpace(raw), "", "  "); err != nil {
-		_, err := g.stdout.Write(raw)
+		_, err := w.Write(raw)
 		return err
 	}
 	buf.WriteByte('\n')
-	_, err := g.stdout.Write(buf.Bytes())
+	_, err := w.Write(buf.Bytes())
 	return err
 }
 
