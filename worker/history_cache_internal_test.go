@@ -25,7 +25,7 @@ func (cacheTestActivity) Kind() string { return "cache_test_activity" }
 // newTestSession starts a run of a workflow that waits for activities one
 // after another and closes unwound when its code is unwound; it returns the
 // session and the history it stands at.
-func newTestSession(t *testing.T) (*replay.Session, []history.Event, chan struct{}) {
+func newTestSession(t *testing.T) (*replay.CachedRun, []history.Event, chan struct{}) {
 	t.Helper()
 	unwound := make(chan struct{})
 	def := &replay.Definition{Kind: cacheTestArgs{}.Kind(), Run: func(ctx workflow.Context, _ []byte) ([]byte, error) {
@@ -79,15 +79,15 @@ func TestHistoryCacheSessions(t *testing.T) {
 		session, events, unwound := newTestSession(t)
 		next := int64(len(events)) + 1
 		c.put(run, events, nil, session, nil)
-		require.Nil(t, c.session(run, next-1), "a task at another append point")
-		require.Nil(t, c.session(uuid.New(), next), "another run")
-		require.Same(t, session, c.session(run, next))
-		require.Nil(t, c.session(run, next), "taken already")
+		require.Nil(t, c.cachedRun(run, next-1), "a task at another append point")
+		require.Nil(t, c.cachedRun(uuid.New(), next), "another run")
+		require.Same(t, session, c.cachedRun(run, next))
+		require.Nil(t, c.cachedRun(run, next), "taken already")
 		_, _, ok := c.get(run, next)
 		require.True(t, ok, "the history stays while the session is out")
 		requireLive(t, unwound)
 		c.put(run, events, nil, session, nil) // its task did not move the run (say)
-		require.Same(t, session, c.session(run, next))
+		require.Same(t, session, c.cachedRun(run, next))
 	})
 
 	t.Run("ClosedWhenNotKept", func(t *testing.T) {
@@ -99,7 +99,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		session, events, unwound := newTestSession(t)
 		c.put(run, events[:len(events)-1], nil, session, nil)
 		requireUnwound(t, unwound)
-		require.Nil(t, c.session(run, int64(len(events))))
+		require.Nil(t, c.cachedRun(run, int64(len(events))))
 
 		// With a history shorter than the one held.
 		long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}, {ID: 7}, {ID: 8}}
@@ -142,7 +142,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		c.put(uuid.New(), events, nil, second, nil)
 		requireUnwound(t, firstUnwound)
 		requireLive(t, secondUnwound)
-		c.closeSessions()
+		c.closeCachedRuns()
 		requireUnwound(t, secondUnwound)
 
 		// A task that settles after the worker stopped (a first task in a
@@ -153,7 +153,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		requireUnwound(t, lateUnwound)
 		_, _, ok = c.get(run, int64(len(events))+1)
 		require.True(t, ok, "its history is kept")
-		require.Nil(t, c.session(run, int64(len(events))+1))
+		require.Nil(t, c.cachedRun(run, int64(len(events))+1))
 	})
 
 	// While runs leave the cache before a task finds them, it keeps no new
@@ -162,7 +162,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 	t.Run("NotKeptWhileRunsLeaveUnfound", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(1)
-		put := func(run [16]byte) (*replay.Session, int64, chan struct{}) {
+		put := func(run [16]byte) (*replay.CachedRun, int64, chan struct{}) {
 			session, events, unwound := newTestSession(t)
 			c.put(run, events, nil, session, nil)
 			return session, int64(len(events)) + 1, unwound
@@ -185,7 +185,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 			_, next, _ := put(run)
 			_, _, ok := c.get(run, next)
 			require.True(t, ok)
-			c.session(run, next) // taken, if kept
+			c.cachedRun(run, next) // taken, if kept
 		}
 		_, _, unwound := put(uuid.New())
 		requireLive(t, unwound)
@@ -208,7 +208,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		c.put(uuid.New(), eventsC, nil, nil, nil)
 		requireUnwound(t, unwoundB)
 		requireLive(t, unwoundA)
-		require.Same(t, sessionA, c.session(a, int64(len(eventsA))+1))
+		require.Same(t, sessionA, c.cachedRun(a, int64(len(eventsA))+1))
 		_, _, ok = c.get(b, int64(len(eventsB))+1)
 		require.False(t, ok, "b left the cache")
 	})
@@ -228,7 +228,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		c.put(run, events, nil, nil, nil)
 		keep := func(at int64) (*decidedTask, chan struct{}) {
 			session, _, unwound := newTestSession(t)
-			d := &decidedTask{inputs: inputs, outcome: &replay.Outcome{}, session: session}
+			d := &decidedTask{inputs: inputs, outcome: &replay.Outcome{}, cached: session}
 			c.keepDecision(run, at, d)
 			return d, unwound
 		}
@@ -260,7 +260,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 
 		c.put(run, events, nil, nil, nil)
 		_, unwound = keep(next)
-		c.closeSessions()
+		c.closeCachedRuns()
 		requireUnwound(t, unwound)
 		_, late := keep(next)
 		requireUnwound(t, late)

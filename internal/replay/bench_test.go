@@ -125,7 +125,7 @@ func BenchmarkParkedSessions(b *testing.B) {
 	def := define(threeSteps)
 	tasks := threeStepTasks(b, def)
 	const n = 1000
-	sessions := make([]*replay.Session, 0, n)
+	sessions := make([]*replay.CachedRun, 0, n)
 	var before, after runtime.MemStats
 	for b.Loop() {
 		runtime.GC()
