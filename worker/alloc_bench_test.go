@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
-	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -23,9 +22,11 @@ import (
 // workflows of three no-op activities are started with client.Start while
 // no worker runs, then a worker is started and runs them all. Only the
 // worker's run is measured; it reports allocations and bytes allocated per
-// workflow (steady whatever the machine's load, unlike the time), the heap
-// the garbage collector found live at most during the run, and the share of the process's CPU the
-// garbage collector took (indicative: it follows the load).
+// workflow (steady whatever the machine's load, unlike the time), the most
+// heap the garbage collector found live during the run, and the garbage
+// collector's CPU, per workflow and as a share of the process's CPU
+// (indicative: both follow the load). WEIR_BENCH_CACHE sets
+// Config.MaxCachedRuns.
 //
 //	go test -run '^$' -bench NormalStartAllocs -benchtime 3x ./worker/
 func BenchmarkNormalStartAllocs(b *testing.B) {
@@ -60,7 +61,6 @@ func BenchmarkNormalStartAllocs(b *testing.B) {
 		worker.AddActivity(w, &StepActivity{})
 		runtime.GC()
 		before, gcBefore := readAllocs()
-		io0, _ := os.ReadFile("/proc/self/io")
 		b.StartTimer()
 
 		require.NoError(b, w.Start(ctx))
@@ -73,45 +73,12 @@ func BenchmarkNormalStartAllocs(b *testing.B) {
 			}
 			require.True(b, time.Now().Before(deadline), "%d runs still open", open)
 			live = max(live, liveHeap())
-			if os.Getenv("WEIR_BENCH_GCDEBUG") != "" {
-				ss := []metrics.Sample{{Name: "/sched/goroutines:goroutines"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/heap:bytes"}, {Name: "/gc/heap/goal:bytes"}}
-				metrics.Read(ss)
-				if open < n*3/4 && os.Getenv("WEIR_BENCH_GDUMP") != "" {
-					f, _ := os.Create(os.Getenv("WEIR_BENCH_GDUMP"))
-					_ = pprof.Lookup("goroutine").WriteTo(f, 1)
-					f.Close()
-					os.Setenv("WEIR_BENCH_GDUMP", "")
-				}
-				b.Logf("open %d g %d stack %d heap %d goal %d", open, ss[0].Value.Uint64(), ss[1].Value.Uint64(), ss[2].Value.Uint64(), ss[3].Value.Uint64())
-			}
 			time.Sleep(50 * time.Millisecond)
 		}
 
 		b.StopTimer()
 		after, gcAfter := readAllocs()
-		io1, _ := os.ReadFile("/proc/self/io")
-		if os.Getenv("WEIR_BENCH_GCDEBUG") != "" {
-			b.Logf("io before %s after %s", io0, io1)
-		}
 		require.NoError(b, w.Stop(ctx))
-		if os.Getenv("WEIR_BENCH_GCDEBUG") != "" {
-			for _, q := range []string{"SELECT type || ' ' || count(*) || ' ' || avg(octet_length(attributes::text))::int FROM " + names.Event + " GROUP BY type",
-				"SELECT kind || ' ' || count(*) || ' args ' || avg(octet_length(args::text))::int || ' meta ' || avg(octet_length(metadata::text))::int || ' ' || max(metadata::text) FROM " + names.RiverJob + " GROUP BY kind",
-				"SELECT 'run ' || avg(octet_length(r::text))::int || ' ' || max(r::text) FROM " + names.Run + " r"} {
-				rows, err := pool.Query(ctx, q)
-				require.NoError(b, err)
-				for rows.Next() {
-					var line string
-					require.NoError(b, rows.Scan(&line))
-					b.Log(line)
-				}
-			}
-			ss := []metrics.Sample{{Name: "/cpu/classes/gc/mark/assist:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/dedicated:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/idle:cpu-seconds"}, {Name: "/cpu/classes/gc/pause:cpu-seconds"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/sched/goroutines:goroutines"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/heap:bytes"}}
-			metrics.Read(ss)
-			for _, s := range ss {
-				b.Logf("%s %v", s.Name, s.Value)
-			}
-		}
 		allocs += float64(after.Mallocs-before.Mallocs) / float64(n)
 		bytes += float64(after.TotalAlloc-before.TotalAlloc) / float64(n)
 		gcSec += gcAfter[0] - gcBefore[0]
