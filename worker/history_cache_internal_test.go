@@ -13,7 +13,7 @@ import (
 	"github.com/weirhq/weir/workflow"
 )
 
-// cacheTestArgs are the args of the workflow of TestHistoryCacheSessions.
+// cacheTestArgs are the args of the workflow of TestHistoryCacheCachedRuns.
 type cacheTestArgs struct{}
 
 func (cacheTestArgs) Kind() string { return "cache_test" }
@@ -22,10 +22,10 @@ type cacheTestActivity struct{}
 
 func (cacheTestActivity) Kind() string { return "cache_test_activity" }
 
-// newTestSession starts a run of a workflow that waits for activities one
+// newTestCachedRun starts a run of a workflow that waits for activities one
 // after another and closes unwound when its code is unwound; it returns the
 // session and the history it stands at.
-func newTestSession(t *testing.T) (*replay.CachedRun, []history.Event, chan struct{}) {
+func newTestCachedRun(t *testing.T) (*replay.CachedRun, []history.Event, chan struct{}) {
 	t.Helper()
 	unwound := make(chan struct{})
 	def := &replay.Definition{Kind: cacheTestArgs{}.Kind(), Run: func(ctx workflow.Context, _ []byte) ([]byte, error) {
@@ -64,19 +64,19 @@ func requireLive(t *testing.T, unwound chan struct{}) {
 	}
 }
 
-// TestHistoryCacheSessions: the cache hands a run's session only to a task
-// at the append point the session stands at, and never to two tasks; a
-// session it does not keep (standing elsewhere, shorter than what it
+// TestHistoryCacheCachedRuns: the cache hands a run's cached run only to a task
+// at the append point the cached run stands at, and never to two tasks; a
+// cached run it does not keep (standing elsewhere, shorter than what it
 // holds, replaced, evicted, forgotten, or the worker stops) is closed, so
 // its goroutines go.
-func TestHistoryCacheSessions(t *testing.T) {
+func TestHistoryCacheCachedRuns(t *testing.T) {
 	t.Parallel()
 
 	t.Run("TakenOnceAtItsAppendPoint", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(MaxCachedRunsDefault)
 		run := uuid.New()
-		session, events, unwound := newTestSession(t)
+		session, events, unwound := newTestCachedRun(t)
 		next := int64(len(events)) + 1
 		c.put(run, events, nil, session, nil)
 		require.Nil(t, c.cachedRun(run, next-1), "a task at another append point")
@@ -96,7 +96,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		run := uuid.New()
 
 		// Standing elsewhere than the history it comes with.
-		session, events, unwound := newTestSession(t)
+		session, events, unwound := newTestCachedRun(t)
 		c.put(run, events[:len(events)-1], nil, session, nil)
 		requireUnwound(t, unwound)
 		require.Nil(t, c.cachedRun(run, int64(len(events))))
@@ -104,15 +104,15 @@ func TestHistoryCacheSessions(t *testing.T) {
 		// With a history shorter than the one held.
 		long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}, {ID: 7}, {ID: 8}}
 		c.put(run, long, nil, nil, nil)
-		session, events, unwound = newTestSession(t)
+		session, events, unwound = newTestCachedRun(t)
 		c.put(run, events, nil, session, nil)
 		requireUnwound(t, unwound)
 
 		// Replaced, then forgotten.
 		c.forget(run)
-		session, events, unwound = newTestSession(t)
+		session, events, unwound = newTestCachedRun(t)
 		c.put(run, events, nil, session, nil)
-		other, _, otherUnwound := newTestSession(t)
+		other, _, otherUnwound := newTestCachedRun(t)
 		c.put(run, events, nil, other, nil)
 		requireUnwound(t, unwound)
 		requireLive(t, otherUnwound)
@@ -120,7 +120,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		requireUnwound(t, otherUnwound)
 
 		// Forgotten at an append point: only if the entry is still there.
-		session, events, unwound = newTestSession(t)
+		session, events, unwound = newTestCachedRun(t)
 		c.put(run, events, nil, session, nil)
 		c.forgetAt(run, int64(len(events))) // an older one: the entry is newer
 		requireLive(t, unwound)
@@ -133,12 +133,12 @@ func TestHistoryCacheSessions(t *testing.T) {
 	t.Run("EvictedAndStopped", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(1)
-		first, events, firstUnwound := newTestSession(t)
+		first, events, firstUnwound := newTestCachedRun(t)
 		firstRun := uuid.New()
 		c.put(firstRun, events, nil, first, nil)
 		_, _, ok := c.get(firstRun, int64(len(events))+1) // the cache is used: it keeps sessions
 		require.True(t, ok)
-		second, events, secondUnwound := newTestSession(t)
+		second, events, secondUnwound := newTestCachedRun(t)
 		c.put(uuid.New(), events, nil, second, nil)
 		requireUnwound(t, firstUnwound)
 		requireLive(t, secondUnwound)
@@ -147,7 +147,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 
 		// A task that settles after the worker stopped (a first task in a
 		// start that committed late) keeps no code alive.
-		late, events, lateUnwound := newTestSession(t)
+		late, events, lateUnwound := newTestCachedRun(t)
 		run := uuid.New()
 		c.put(run, events, nil, late, nil)
 		requireUnwound(t, lateUnwound)
@@ -163,7 +163,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(1)
 		put := func(run [16]byte) (*replay.CachedRun, int64, chan struct{}) {
-			session, events, unwound := newTestSession(t)
+			session, events, unwound := newTestCachedRun(t)
 			c.put(run, events, nil, session, nil)
 			return session, int64(len(events)) + 1, unwound
 		}
@@ -198,13 +198,13 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(2)
 		a, b := uuid.New(), uuid.New()
-		sessionA, eventsA, unwoundA := newTestSession(t)
+		sessionA, eventsA, unwoundA := newTestCachedRun(t)
 		c.put(a, eventsA, nil, sessionA, nil)
-		sessionB, eventsB, unwoundB := newTestSession(t)
+		sessionB, eventsB, unwoundB := newTestCachedRun(t)
 		c.put(b, eventsB, nil, sessionB, nil)
 		_, _, ok := c.get(a, int64(len(eventsA))+1) // a task of a: a is used after b
 		require.True(t, ok)
-		_, eventsC, _ := newTestSession(t)
+		_, eventsC, _ := newTestCachedRun(t)
 		c.put(uuid.New(), eventsC, nil, nil, nil)
 		requireUnwound(t, unwoundB)
 		requireLive(t, unwoundA)
@@ -223,11 +223,11 @@ func TestHistoryCacheSessions(t *testing.T) {
 		other := []history.Event{{Type: history.EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":3,"result":1}`)}}
 		c := newHistoryCache(MaxCachedRunsDefault)
 		run := uuid.New()
-		_, events, _ := newTestSession(t)
+		_, events, _ := newTestCachedRun(t)
 		next := int64(len(events)) + 1
 		c.put(run, events, nil, nil, nil)
 		keep := func(at int64) (*decidedTask, chan struct{}) {
-			session, _, unwound := newTestSession(t)
+			session, _, unwound := newTestCachedRun(t)
 			d := &decidedTask{inputs: inputs, outcome: &replay.Outcome{}, cached: session}
 			c.keepDecision(run, at, d)
 			return d, unwound
@@ -271,7 +271,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(2)
 		run := uuid.New()
-		other, events, otherUnwound := newTestSession(t)
+		other, events, otherUnwound := newTestCachedRun(t)
 		c.put(run, events, nil, nil, nil)
 		c.put(uuid.New(), events, nil, other, nil)
 		for range 10 {
@@ -284,7 +284,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(-1)
 		run := uuid.New()
-		session, events, unwound := newTestSession(t)
+		session, events, unwound := newTestCachedRun(t)
 		c.put(run, events, nil, session, nil)
 		requireUnwound(t, unwound)
 		_, _, ok := c.get(run, int64(len(events))+1)

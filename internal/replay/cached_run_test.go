@@ -51,7 +51,7 @@ func startSession(t *testing.T, def *replay.Definition, info replay.Info) (*run,
 	return r, out, session
 }
 
-func TestSession(t *testing.T) {
+func TestCachedRun(t *testing.T) {
 	t.Parallel()
 
 	t.Run("RunsTheCodeOnceAcrossTasks", func(t *testing.T) {
