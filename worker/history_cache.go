@@ -18,21 +18,21 @@ import (
 
 // historyCache keeps the runs this worker last advanced: the history it
 // committed, so the next task of the run need not read it back, and the
-// run's workflow code as that task left it (a replay.Session, sticky
+// run's workflow code as that task left it (a replay.CachedRun, sticky
 // execution), so the next task need not replay it either. An entry is used
 // only when the run's append point (next_event_id) is still the one this
-// worker committed: read under the run's lock (get, session), or checked by
+// worker committed: read under the run's lock (get, cachedRun), or checked by
 // a guard that locks the run ahead of the step's writes (latest, for the
 // one-round-trip step). History is append-only and only the holder of the
 // run's lock at that append point can move it, so equal append points mean
-// equal histories, and a session standing there stands at the run's
+// equal histories, and a cached run standing there stands at the run's
 // history. Entries are stored only once their transaction committed, and
 // never replaced by a shorter history of the run. Beyond its size, the
 // cache lets go of the run used least recently (a run waiting on a long
 // timer before one whose activities are running).
 //
-// A session is kept only where it is likely to be taken: a run whose last
-// task found its entry keeps its session (it is reused), and any other run
+// A cached run is kept only where it is likely to be taken: a run whose last
+// task found its entry keeps its cached run (it is reused), and any other run
 // only while entries are not leaving the cache unfound more often than they
 // are found (reuse). In a burst of more runs than the cache holds, runs
 // leave it before their next task: their histories are kept, their code is
@@ -42,7 +42,7 @@ type historyCache struct {
 	entries map[[16]byte]*historyEntry
 	order   *list.List // of run IDs, the most recently used first
 	size    int        // most entries kept; 0 keeps none
-	stopped bool       // the worker stopped: sessions are closed, not kept
+	stopped bool       // the worker stopped: cached runs are closed, not kept
 	reuse   int        // entries found, less entries evicted unfound, within ±reuseSpan
 	stats   cacheStats
 }
@@ -54,21 +54,21 @@ const reuseSpan = 64
 // cacheStats are a history cache's running totals.
 type cacheStats struct {
 	Hits          int64 // tasks that found their run's history at its append point
-	SessionHits   int64 // of those, tasks that took their run's kept session
+	CachedRunHits int64 // of those, tasks that took their run's kept cached run
 	Misses        int64 // tasks past a run's first that did not find its history at their append point
-	Parked        int64 // sessions kept
-	EvictedUnused int64 // kept sessions evicted without being taken
+	Parked        int64 // cached runs kept
+	EvictedUnused int64 // kept cached runs evicted without being taken
 }
 
 type historyEntry struct {
 	events      []history.Event
 	nextEventID int64
-	run         *runRow         // the run's row as last read under its lock (what never changes of it), if known
-	session     *replay.Session // the run's code, standing at nextEventID, unless a task took it
-	facts       *engine.Facts   // what tasks read of the events' attributes
-	decided     *decidedTask    // a task's decision at nextEventID, kept for its rerun alone
-	used        *list.Element   // its place in historyCache.order
-	found       bool            // a task found the entry at its append point
+	run         *runRow           // the run's row as last read under its lock (what never changes of it), if known
+	cached      *replay.CachedRun // the run's code, standing at nextEventID, unless a task took it
+	facts       *engine.Facts     // what tasks read of the events' attributes
+	decided     *decidedTask      // a task's decision at nextEventID, kept for its rerun alone
+	used        *list.Element     // its place in historyCache.order
+	found       bool              // a task found the entry at its append point
 }
 
 // shared returns the entry's events, for a task to read and not to change
@@ -79,23 +79,23 @@ func (e *historyEntry) shared() []history.Event {
 	return e.events[:len(e.events):len(e.events)]
 }
 
-// held are the sessions the entry holds (nil ones included), to close
+// held are the cached runs the entry holds (nil ones included), to close
 // when it goes.
-func (e *historyEntry) held() []*replay.Session {
+func (e *historyEntry) held() []*replay.CachedRun {
 	if e.decided == nil {
-		return []*replay.Session{e.session}
+		return []*replay.CachedRun{e.cached}
 	}
-	return []*replay.Session{e.session, e.decided.session}
+	return []*replay.CachedRun{e.cached, e.decided.cached}
 }
 
 // decidedTask is what an outcome's task decided in a group of outcomes
 // before it found it must commit alone (a timer, a child, a cancellation:
-// errRunsAlone, nothing written), with the run's session standing after it.
+// errRunsAlone, nothing written), with the run's cached run standing after it.
 // It is kept in the run's entry (keepDecision) for the rerun alone, right
 // after the group, which locks the run and in the usual case reads the
 // same inputs at the same append point: the decision is then the same, and
 // the rerun takes it (decision) instead of replaying the run's code from
-// its start, which it would have to, the session having run ahead of
+// its start, which it would have to, the cached run having run ahead of
 // history. A rerun that finds other inputs decides anew. One never taken
 // goes with its entry (the run's next commit, eviction, Stop). The decision
 // keeps its time: its events, workflow.Now and timers are dated when the
@@ -103,7 +103,7 @@ func (e *historyEntry) held() []*replay.Session {
 type decidedTask struct {
 	inputs  []history.Event
 	outcome *replay.Outcome
-	session *replay.Session // standing after the outcome's events (nil: none)
+	cached  *replay.CachedRun // standing after the outcome's events (nil: none)
 }
 
 // newHistoryCache returns a cache of at most size runs (none when size is
@@ -149,35 +149,35 @@ func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, 
 	return e.shared(), e.facts, true
 }
 
-// session takes the run's session out of the cache if it stands at
+// cachedRun takes the run's cachedRun out of the cache if it stands at
 // nextEventID: the caller owns it from here on, and hands it back with the
 // history its task commits (put), or closes it.
-func (c *historyCache) session(runID [16]byte, nextEventID int64) *replay.Session {
+func (c *historyCache) cachedRun(runID [16]byte, nextEventID int64) *replay.CachedRun {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lookup(runID)
-	if !ok || e.nextEventID != nextEventID || e.session.NextEventID() != nextEventID {
+	if !ok || e.nextEventID != nextEventID || e.cached.NextEventID() != nextEventID {
 		return nil
 	}
-	s := e.session
-	e.session = nil
-	c.stats.SessionHits++
+	s := e.cached
+	e.cached = nil
+	c.stats.CachedRunHits++
 	return s
 }
 
 // keepDecision keeps d in the run's entry for the task's rerun, if the
 // entry stands at next, the append point d was decided at; else it closes
-// d's session.
+// d's cached run.
 func (c *historyCache) keepDecision(runID [16]byte, next int64, d *decidedTask) {
 	c.mu.Lock()
 	e, ok := c.entries[runID]
-	var closing []*replay.Session
+	var closing []*replay.CachedRun
 	switch {
 	case !ok || e.nextEventID != next || c.stopped:
-		closing = append(closing, d.session)
+		closing = append(closing, d.cached)
 	default:
 		if e.decided != nil {
-			closing = append(closing, e.decided.session)
+			closing = append(closing, e.decided.cached)
 		}
 		e.decided = d
 	}
@@ -198,7 +198,7 @@ func (c *historyCache) decision(runID [16]byte, next int64, inputs []history.Eve
 	e.decided = nil
 	c.mu.Unlock()
 	if e.nextEventID != next || !sameInputs(d.inputs, inputs) {
-		d.session.Close()
+		d.cached.Close()
 		return nil
 	}
 	return d
@@ -211,10 +211,10 @@ func sameInputs(a, b []history.Event) bool {
 	})
 }
 
-// closeAll closes sessions (nil ones included); not under the cache's
+// closeAll closes cached runs (nil ones included); not under the cache's
 // lock, as closing unwinds workflow code (its deferred calls run).
-func closeAll(sessions []*replay.Session) {
-	for _, s := range sessions {
+func closeAll(runs []*replay.CachedRun) {
+	for _, s := range runs {
 		s.Close()
 	}
 }
@@ -231,72 +231,72 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 	return e.shared(), e.nextEventID, e.run, true
 }
 
-// put stores a committed history, the row of its run if known, the session
+// put stores a committed history, the row of its run if known, the cached run
 // standing at its end if any and the memo of its events' facts (a new one
-// if nil), unless the cache holds a longer history of the run. A session it
+// if nil), unless the cache holds a longer history of the run. A cached run it
 // does not keep, or replaces, is closed.
-func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, session *replay.Session, facts *engine.Facts) {
-	var closing []*replay.Session
+func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts) {
+	var closing []*replay.CachedRun
 	defer func() { closeAll(closing) }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	next := int64(len(events)) + 1
-	if session.NextEventID() != next || c.stopped {
+	if cached.NextEventID() != next || c.stopped {
 		// A first task in a start that committed after the worker stopped
-		// settles here after closeSessions: its code must not outlive the
+		// settles here after closeCachedRuns: its code must not outlive the
 		// worker.
-		closing = append(closing, session)
-		session = nil
+		closing = append(closing, cached)
+		cached = nil
 	}
 	old, ok := c.entries[runID]
 	switch {
 	case ok && old.nextEventID > next:
 		// A transaction that committed earlier settled later: history only
 		// grows, so the entry with the later append point stays.
-		closing = append(closing, session)
+		closing = append(closing, cached)
 		return
 	case ok:
-		if old.session != session {
-			closing = append(closing, old.session)
+		if old.cached != cached {
+			closing = append(closing, old.cached)
 		}
 		if old.decided != nil {
-			closing = append(closing, old.decided.session)
+			closing = append(closing, old.decided.cached)
 		}
 		c.remove(runID)
 	case c.size == 0:
-		closing = append(closing, session)
+		closing = append(closing, cached)
 		return
 	case len(c.entries) >= c.size:
 		closing = append(closing, c.evict()...)
 	}
-	if session != nil && !(ok && old.found) && c.reuse < 0 {
-		// Entries leave unfound: this run's would too, its session unused.
-		closing = append(closing, session)
-		session = nil
+	if cached != nil && !(ok && old.found) && c.reuse < 0 {
+		// Entries leave unfound: this run's would too, its cached run unused.
+		closing = append(closing, cached)
+		cached = nil
 	}
-	if session != nil {
+	if cached != nil {
 		c.stats.Parked++
 	}
 	if facts == nil {
 		facts = engine.NewFacts()
 	}
-	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, session: session, facts: facts, used: c.order.PushFront(runID)}
+	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: c.order.PushFront(runID)}
 }
 
-// evict drops the run used least recently, and returns the sessions to
+// evict drops the run used least recently, and returns the cached runs to
 // close.
-func (c *historyCache) evict() []*replay.Session {
+func (c *historyCache) evict() []*replay.CachedRun {
 	e := c.remove(c.order.Back().Value.([16]byte))
 	if !e.found {
 		c.reuse = max(c.reuse-1, -reuseSpan)
 	}
-	if e.session != nil {
+	if e.cached != nil {
 		c.stats.EvictedUnused++
 	}
 	return e.held()
 }
 
-// forget drops a run's history and session (it closed).
+// forget drops a run's history and cached run (it closed).
 func (c *historyCache) forget(runID [16]byte) {
 	c.mu.Lock()
 	e := c.remove(runID)
@@ -320,16 +320,16 @@ func (c *historyCache) forgetAt(runID [16]byte, next int64) {
 	closeAll(e.held())
 }
 
-// closeSessions closes every session the cache holds, and any put later
+// closeCachedRuns closes every cached run the cache holds, and any put later
 // (the worker stops: their goroutines must not outlive it); the histories
 // stay.
-func (c *historyCache) closeSessions() {
+func (c *historyCache) closeCachedRuns() {
 	c.mu.Lock()
 	c.stopped = true
-	var closing []*replay.Session
+	var closing []*replay.CachedRun
 	for _, e := range c.entries {
 		closing = append(closing, e.held()...)
-		e.session, e.decided = nil, nil
+		e.cached, e.decided = nil, nil
 	}
 	c.mu.Unlock()
 	closeAll(closing)

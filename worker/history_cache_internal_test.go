@@ -13,7 +13,7 @@ import (
 	"github.com/weirhq/weir/workflow"
 )
 
-// cacheTestArgs are the args of the workflow of TestHistoryCacheSessions.
+// cacheTestArgs are the args of the workflow of TestHistoryCacheCachedRuns.
 type cacheTestArgs struct{}
 
 func (cacheTestArgs) Kind() string { return "cache_test" }
@@ -22,10 +22,10 @@ type cacheTestActivity struct{}
 
 func (cacheTestActivity) Kind() string { return "cache_test_activity" }
 
-// newTestSession starts a run of a workflow that waits for activities one
+// newTestCachedRun starts a run of a workflow that waits for activities one
 // after another and closes unwound when its code is unwound; it returns the
 // session and the history it stands at.
-func newTestSession(t *testing.T) (*replay.Session, []history.Event, chan struct{}) {
+func newTestCachedRun(t *testing.T) (*replay.CachedRun, []history.Event, chan struct{}) {
 	t.Helper()
 	unwound := make(chan struct{})
 	def := &replay.Definition{Kind: cacheTestArgs{}.Kind(), Run: func(ctx workflow.Context, _ []byte) ([]byte, error) {
@@ -64,30 +64,30 @@ func requireLive(t *testing.T, unwound chan struct{}) {
 	}
 }
 
-// TestHistoryCacheSessions: the cache hands a run's session only to a task
-// at the append point the session stands at, and never to two tasks; a
-// session it does not keep (standing elsewhere, shorter than what it
+// TestHistoryCacheCachedRuns: the cache hands a run's cached run only to a task
+// at the append point the cached run stands at, and never to two tasks; a
+// cached run it does not keep (standing elsewhere, shorter than what it
 // holds, replaced, evicted, forgotten, or the worker stops) is closed, so
 // its goroutines go.
-func TestHistoryCacheSessions(t *testing.T) {
+func TestHistoryCacheCachedRuns(t *testing.T) {
 	t.Parallel()
 
 	t.Run("TakenOnceAtItsAppendPoint", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(MaxCachedRunsDefault)
 		run := uuid.New()
-		session, events, unwound := newTestSession(t)
+		session, events, unwound := newTestCachedRun(t)
 		next := int64(len(events)) + 1
 		c.put(run, events, nil, session, nil)
-		require.Nil(t, c.session(run, next-1), "a task at another append point")
-		require.Nil(t, c.session(uuid.New(), next), "another run")
-		require.Same(t, session, c.session(run, next))
-		require.Nil(t, c.session(run, next), "taken already")
+		require.Nil(t, c.cachedRun(run, next-1), "a task at another append point")
+		require.Nil(t, c.cachedRun(uuid.New(), next), "another run")
+		require.Same(t, session, c.cachedRun(run, next))
+		require.Nil(t, c.cachedRun(run, next), "taken already")
 		_, _, ok := c.get(run, next)
 		require.True(t, ok, "the history stays while the session is out")
 		requireLive(t, unwound)
 		c.put(run, events, nil, session, nil) // its task did not move the run (say)
-		require.Same(t, session, c.session(run, next))
+		require.Same(t, session, c.cachedRun(run, next))
 	})
 
 	t.Run("ClosedWhenNotKept", func(t *testing.T) {
@@ -96,23 +96,23 @@ func TestHistoryCacheSessions(t *testing.T) {
 		run := uuid.New()
 
 		// Standing elsewhere than the history it comes with.
-		session, events, unwound := newTestSession(t)
+		session, events, unwound := newTestCachedRun(t)
 		c.put(run, events[:len(events)-1], nil, session, nil)
 		requireUnwound(t, unwound)
-		require.Nil(t, c.session(run, int64(len(events))))
+		require.Nil(t, c.cachedRun(run, int64(len(events))))
 
 		// With a history shorter than the one held.
 		long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}, {ID: 7}, {ID: 8}}
 		c.put(run, long, nil, nil, nil)
-		session, events, unwound = newTestSession(t)
+		session, events, unwound = newTestCachedRun(t)
 		c.put(run, events, nil, session, nil)
 		requireUnwound(t, unwound)
 
 		// Replaced, then forgotten.
 		c.forget(run)
-		session, events, unwound = newTestSession(t)
+		session, events, unwound = newTestCachedRun(t)
 		c.put(run, events, nil, session, nil)
-		other, _, otherUnwound := newTestSession(t)
+		other, _, otherUnwound := newTestCachedRun(t)
 		c.put(run, events, nil, other, nil)
 		requireUnwound(t, unwound)
 		requireLive(t, otherUnwound)
@@ -120,7 +120,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		requireUnwound(t, otherUnwound)
 
 		// Forgotten at an append point: only if the entry is still there.
-		session, events, unwound = newTestSession(t)
+		session, events, unwound = newTestCachedRun(t)
 		c.put(run, events, nil, session, nil)
 		c.forgetAt(run, int64(len(events))) // an older one: the entry is newer
 		requireLive(t, unwound)
@@ -133,27 +133,27 @@ func TestHistoryCacheSessions(t *testing.T) {
 	t.Run("EvictedAndStopped", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(1)
-		first, events, firstUnwound := newTestSession(t)
+		first, events, firstUnwound := newTestCachedRun(t)
 		firstRun := uuid.New()
 		c.put(firstRun, events, nil, first, nil)
 		_, _, ok := c.get(firstRun, int64(len(events))+1) // the cache is used: it keeps sessions
 		require.True(t, ok)
-		second, events, secondUnwound := newTestSession(t)
+		second, events, secondUnwound := newTestCachedRun(t)
 		c.put(uuid.New(), events, nil, second, nil)
 		requireUnwound(t, firstUnwound)
 		requireLive(t, secondUnwound)
-		c.closeSessions()
+		c.closeCachedRuns()
 		requireUnwound(t, secondUnwound)
 
 		// A task that settles after the worker stopped (a first task in a
 		// start that committed late) keeps no code alive.
-		late, events, lateUnwound := newTestSession(t)
+		late, events, lateUnwound := newTestCachedRun(t)
 		run := uuid.New()
 		c.put(run, events, nil, late, nil)
 		requireUnwound(t, lateUnwound)
 		_, _, ok = c.get(run, int64(len(events))+1)
 		require.True(t, ok, "its history is kept")
-		require.Nil(t, c.session(run, int64(len(events))+1))
+		require.Nil(t, c.cachedRun(run, int64(len(events))+1))
 	})
 
 	// While runs leave the cache before a task finds them, it keeps no new
@@ -162,8 +162,8 @@ func TestHistoryCacheSessions(t *testing.T) {
 	t.Run("NotKeptWhileRunsLeaveUnfound", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(1)
-		put := func(run [16]byte) (*replay.Session, int64, chan struct{}) {
-			session, events, unwound := newTestSession(t)
+		put := func(run [16]byte) (*replay.CachedRun, int64, chan struct{}) {
+			session, events, unwound := newTestCachedRun(t)
 			c.put(run, events, nil, session, nil)
 			return session, int64(len(events)) + 1, unwound
 		}
@@ -185,7 +185,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 			_, next, _ := put(run)
 			_, _, ok := c.get(run, next)
 			require.True(t, ok)
-			c.session(run, next) // taken, if kept
+			c.cachedRun(run, next) // taken, if kept
 		}
 		_, _, unwound := put(uuid.New())
 		requireLive(t, unwound)
@@ -198,17 +198,17 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(2)
 		a, b := uuid.New(), uuid.New()
-		sessionA, eventsA, unwoundA := newTestSession(t)
+		sessionA, eventsA, unwoundA := newTestCachedRun(t)
 		c.put(a, eventsA, nil, sessionA, nil)
-		sessionB, eventsB, unwoundB := newTestSession(t)
+		sessionB, eventsB, unwoundB := newTestCachedRun(t)
 		c.put(b, eventsB, nil, sessionB, nil)
 		_, _, ok := c.get(a, int64(len(eventsA))+1) // a task of a: a is used after b
 		require.True(t, ok)
-		_, eventsC, _ := newTestSession(t)
+		_, eventsC, _ := newTestCachedRun(t)
 		c.put(uuid.New(), eventsC, nil, nil, nil)
 		requireUnwound(t, unwoundB)
 		requireLive(t, unwoundA)
-		require.Same(t, sessionA, c.session(a, int64(len(eventsA))+1))
+		require.Same(t, sessionA, c.cachedRun(a, int64(len(eventsA))+1))
 		_, _, ok = c.get(b, int64(len(eventsB))+1)
 		require.False(t, ok, "b left the cache")
 	})
@@ -223,12 +223,12 @@ func TestHistoryCacheSessions(t *testing.T) {
 		other := []history.Event{{Type: history.EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":3,"result":1}`)}}
 		c := newHistoryCache(MaxCachedRunsDefault)
 		run := uuid.New()
-		_, events, _ := newTestSession(t)
+		_, events, _ := newTestCachedRun(t)
 		next := int64(len(events)) + 1
 		c.put(run, events, nil, nil, nil)
 		keep := func(at int64) (*decidedTask, chan struct{}) {
-			session, _, unwound := newTestSession(t)
-			d := &decidedTask{inputs: inputs, outcome: &replay.Outcome{}, session: session}
+			session, _, unwound := newTestCachedRun(t)
+			d := &decidedTask{inputs: inputs, outcome: &replay.Outcome{}, cached: session}
 			c.keepDecision(run, at, d)
 			return d, unwound
 		}
@@ -260,7 +260,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 
 		c.put(run, events, nil, nil, nil)
 		_, unwound = keep(next)
-		c.closeSessions()
+		c.closeCachedRuns()
 		requireUnwound(t, unwound)
 		_, late := keep(next)
 		requireUnwound(t, late)
@@ -271,7 +271,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(2)
 		run := uuid.New()
-		other, events, otherUnwound := newTestSession(t)
+		other, events, otherUnwound := newTestCachedRun(t)
 		c.put(run, events, nil, nil, nil)
 		c.put(uuid.New(), events, nil, other, nil)
 		for range 10 {
@@ -284,7 +284,7 @@ func TestHistoryCacheSessions(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(-1)
 		run := uuid.New()
-		session, events, unwound := newTestSession(t)
+		session, events, unwound := newTestCachedRun(t)
 		c.put(run, events, nil, session, nil)
 		requireUnwound(t, unwound)
 		_, _, ok := c.get(run, int64(len(events))+1)

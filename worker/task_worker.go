@@ -144,7 +144,7 @@ type taskResult struct {
 	eager         []claimedAttempt    // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
-	session       *replay.Session     // the run's code as the task left it, for the cache with history
+	session       *replay.CachedRun   // the run's code as the task left it, for the cache with history
 	facts         *engine.Facts       // what was read of the history's events, for the cache with history
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
@@ -316,7 +316,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if err := in.apply.admit(ctx, st, in.own); err != nil {
 		if result.step != nil {
 			// Its rerun alone, just after the group, takes what it decided.
-			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, session: result.session})
+			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, cached: result.session})
 			result.session = nil
 		}
 		return err
@@ -442,10 +442,10 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 		Now:    now,
 	}
 	if decision := w.histories.decision(run.ID, run.NextEventID, d.inputs); decision != nil {
-		result.session = decision.session
+		result.session = decision.cached
 		return decision.outcome, nil
 	}
-	if session := w.histories.session(run.ID, run.NextEventID); session != nil {
+	if session := w.histories.cachedRun(run.ID, run.NextEventID); session != nil {
 		result.session = session
 		return session.Continue(replayCtx, params)
 	}

@@ -366,7 +366,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	}
 	// Once every task has returned: no run's code outlives the worker.
-	defer w.histories.closeSessions()
+	defer w.histories.closeCachedRuns()
 	w.takers.Store(nil) // new starts queue their first task through River
 	// First: it serves nothing new from here on.
 	announcer.stop(context.WithoutCancel(ctx))

@@ -118,14 +118,14 @@ func BenchmarkThreeSteps(b *testing.B) {
 	})
 }
 
-// BenchmarkParkedSessions reports what a run's parked code holds between
+// BenchmarkCachedRuns reports what a run's parked code holds between
 // its tasks (a worker's cached run): its goroutines' stacks, which the
 // garbage collector scans, and its heap.
-func BenchmarkParkedSessions(b *testing.B) {
+func BenchmarkCachedRuns(b *testing.B) {
 	def := define(threeSteps)
 	tasks := threeStepTasks(b, def)
 	const n = 1000
-	sessions := make([]*replay.Session, 0, n)
+	sessions := make([]*replay.CachedRun, 0, n)
 	var before, after runtime.MemStats
 	for b.Loop() {
 		runtime.GC()

@@ -228,8 +228,8 @@ type DroppedInput struct {
 // A returned error fails the task, never the workflow; Execute never
 // returns a nil Outcome without an error.
 func Execute(ctx context.Context, def *Definition, params *ExecuteParams) (*Outcome, error) {
-	out, session, err := Start(ctx, def, params)
-	session.Close()
+	out, run, err := Start(ctx, def, params)
+	run.Close()
 	return out, err
 }
 

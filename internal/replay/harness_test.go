@@ -31,7 +31,7 @@ type run struct {
 	// The run's sticky session: every task is run on it too (or, when it
 	// does not stand at the end of history, on a new one), and must decide
 	// exactly what Execute decided from the whole history.
-	session    *replay.Session
+	session    *replay.CachedRun
 	sessionDef *replay.Definition // the code the session runs
 	// replayOnly turns the sticky check off, for a test whose workflow
 	// records what its code does (running every task twice doubles it) or

@@ -388,22 +388,17 @@ type eventArrays struct {
 	runs       []uuid.UUID
 	ids        []int64
 	types      []string
-	attributes []string
+	attributes [][]byte // text, as the JSON is: no copy to a string
 	resolves   []*int64
 	times      []time.Time
-	boundaries []*string
+	boundaries [][]byte // nil: NULL
 }
 
 func (a *eventArrays) add(runID uuid.UUID, rows []engine.EventRow) {
 	for _, r := range rows {
-		var boundary *string
-		if r.Boundary != nil {
-			b := string(r.Boundary)
-			boundary = &b
-		}
 		a.runs = append(a.runs, runID)
-		a.ids, a.types, a.attributes = append(a.ids, r.ID), append(a.types, string(r.Type)), append(a.attributes, string(r.Attributes))
-		a.resolves, a.times, a.boundaries = append(a.resolves, r.Resolves), append(a.times, r.Time), append(a.boundaries, boundary)
+		a.ids, a.types, a.attributes = append(a.ids, r.ID), append(a.types, string(r.Type)), append(a.attributes, r.Attributes)
+		a.resolves, a.times, a.boundaries = append(a.resolves, r.Resolves), append(a.times, r.Time), append(a.boundaries, r.Boundary)
 	}
 }
 

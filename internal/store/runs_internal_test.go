@@ -52,8 +52,8 @@ func TestQueueSteps(t *testing.T) {
 	require.Equal(t, []string{s.runs.eventsMerged, s.runs.retireMerged, s.runs.activityMerged, s.runs.deleteInbox, s.runs.abandonMerged,
 		s.runs.advanceMerged, s.runs.completeMerged}, sqls)
 	q := batch.QueuedQueries
-	require.Equal(t, []any{[]uuid.UUID{a, a, b}, []int64{4, 5, 9}, []string{"x", "y", "z"}, []string{"{}", "{}", "{}"},
-		[]*int64{&one, nil, nil}, []time.Time{now, now, now}, []*string{nil, nil, nil}}, q[0].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{a, a, b}, []int64{4, 5, 9}, []string{"x", "y", "z"}, [][]byte{[]byte("{}"), []byte("{}"), []byte("{}")},
+		[]*int64{&one, nil, nil}, []time.Time{now, now, now}, [][]byte{nil, nil, nil}}, q[0].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{1, 7}}, q[1].Arguments)
 	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{6, 10}, []int64{100, 101}, []string{"act", "act"}, []*time.Time{&deadline, nil}}, q[2].Arguments)
 	require.Equal(t, []any{[]int64{55, 56}}, q[3].Arguments)
@@ -73,8 +73,8 @@ func TestQueueSteps(t *testing.T) {
 		{RunID: b, Events: []engine.EventRow{row(8, "y", &one), folded}}, {RunID: c, Events: []engine.EventRow{row(2, "w", nil)}}}))
 	require.Len(t, mixed.QueuedQueries, 1)
 	require.Equal(t, s.runs.eventsMerged, mixed.QueuedQueries[0].SQL)
-	require.Equal(t, []any{[]uuid.UUID{a, b, b, c}, []int64{4, 8, 9, 2}, []string{"x", "y", "z", "w"}, []string{"{}", "{}", "{}", "{}"},
-		[]*int64{nil, &one, nil, nil}, []time.Time{now, now, now, now}, []*string{nil, nil, &boundary, nil}}, mixed.QueuedQueries[0].Arguments)
+	require.Equal(t, []any{[]uuid.UUID{a, b, b, c}, []int64{4, 8, 9, 2}, []string{"x", "y", "z", "w"}, [][]byte{[]byte("{}"), []byte("{}"), []byte("{}"), []byte("{}")},
+		[]*int64{nil, &one, nil, nil}, []time.Time{now, now, now, now}, [][]byte{nil, nil, []byte(boundary), nil}}, mixed.QueuedQueries[0].Arguments)
 
 	// A kind one member holds: its lone form.
 	single := &pgx.Batch{}

@@ -40,7 +40,7 @@ func sequentialDefinition(n int, starts *int, unwound chan struct{}) *replay.Def
 // startSession runs the first task of a run of def on a new session
 // (closed when the test ends), for a test that drives the session itself:
 // the run's history is still its WorkflowStarted event alone.
-func startSession(t *testing.T, def *replay.Definition, info replay.Info) (*run, *replay.Outcome, *replay.Session) {
+func startSession(t *testing.T, def *replay.Definition, info replay.Info) (*run, *replay.Outcome, *replay.CachedRun) {
 	t.Helper()
 	r := newRun(t, def, OrderArgs{ID: "o-1"})
 	r.replayOnly = true
@@ -51,7 +51,7 @@ func startSession(t *testing.T, def *replay.Definition, info replay.Info) (*run,
 	return r, out, session
 }
 
-func TestSession(t *testing.T) {
+func TestCachedRun(t *testing.T) {
 	t.Parallel()
 
 	t.Run("RunsTheCodeOnceAcrossTasks", func(t *testing.T) {
@@ -107,7 +107,7 @@ func TestSession(t *testing.T) {
 		_, err := session.Continue(context.Background(), &replay.ExecuteParams{
 			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 1)}, Now: taskTime(2),
 		})
-		require.ErrorIs(t, err, replay.ErrSessionMismatch)
+		require.ErrorIs(t, err, replay.ErrCachedRunMismatch)
 		require.ErrorContains(t, err, "it stands at event 3, the history has 1 events")
 		require.Zero(t, session.NextEventID())
 		<-unwound // closed: the code's coroutine was unwound
@@ -121,7 +121,7 @@ func TestSession(t *testing.T) {
 		_, err = session.Continue(context.Background(), &replay.ExecuteParams{
 			History: other, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 1)}, Now: taskTime(2),
 		})
-		require.ErrorIs(t, err, replay.ErrSessionMismatch)
+		require.ErrorIs(t, err, replay.ErrCachedRunMismatch)
 		require.ErrorContains(t, err, "its event 3 is ActivityScheduled, the history's TimerStarted")
 		<-unwound
 	})
@@ -278,7 +278,7 @@ func BenchmarkRun(b *testing.B) {
 					events := []history.Event{started}
 					var (
 						out     *replay.Outcome
-						session *replay.Session
+						session *replay.CachedRun
 						err     error
 					)
 					for task := 1; out == nil || !out.Completed; task++ {

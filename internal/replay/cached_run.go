@@ -10,31 +10,31 @@ import (
 	"github.com/weirhq/weir/internal/replay/coroutine"
 )
 
-// ErrSessionMismatch is matched by the error of [Session.Continue] when the
-// history it is given is not the one the session's code stands at: events
-// were appended that the session did not decide, or some are missing.
-var ErrSessionMismatch = errors.New("replay: the session does not stand at the end of this history")
+// ErrCachedRunMismatch is matched by the error of [CachedRun.Continue] when
+// the history it is given is not the one the cached run's code stands at:
+// events were appended that it did not decide, or some are missing.
+var ErrCachedRunMismatch = errors.New("replay: the cached run does not stand at the end of this history")
 
-// Session is a run's workflow code kept alive between its tasks (what
+// CachedRun is a run's workflow code kept alive between its tasks (what
 // Temporal calls sticky execution). [Start] runs a task as [Execute] does
 // and keeps the code's coroutines where the task left them, blocked;
-// [Session.Continue] runs the run's next task from there, without
+// [CachedRun.Continue] runs the run's next task from there, without
 // replaying the history: a task costs what its own inputs and commands
 // cost, not what the whole history does.
 //
-// The session stands at the history its tasks decided, ending at event
+// A cached run stands at the history its tasks decided, ending at event
 // NextEventID-1. Its caller must give it only that history (the events it
 // decided, committed) and the next task's inputs; a task whose events were
-// not committed leaves the session ahead of the history, so the caller
-// closes it and replays ([Execute] or [Start]) instead. Continue checks
-// the history's length and its last event's type against what the session
-// decided, as a second guard.
+// not committed leaves it ahead of the history, so the caller closes it
+// and replays ([Execute] or [Start]) instead. Continue checks the
+// history's length and its last event's type against what it decided, as
+// a second guard.
 //
-// A Session is not safe for concurrent use. Close it when done with it: its
-// coroutines are goroutines, and closing unwinds them (running the
+// A CachedRun is not safe for concurrent use. Close it when done with it:
+// its coroutines are goroutines, and closing unwinds them (running the
 // workflow code's deferred calls, as [Execute] does after every task). One
 // left unreachable is closed once the garbage collector finds it.
-type Session struct {
+type CachedRun struct {
 	cleanup runtime.Cleanup
 	closed  bool
 	e       *engine
@@ -43,9 +43,9 @@ type Session struct {
 }
 
 // Start runs one workflow task, as [Execute] does, and returns with its
-// outcome the session that continues the run from it. The session is nil
+// outcome the cached run that continues the run from it. It is nil
 // when the task ended the run (Outcome.Completed) or failed.
-func Start(ctx context.Context, def *Definition, params *ExecuteParams) (out *Outcome, s *Session, err error) {
+func Start(ctx context.Context, def *Definition, params *ExecuteParams) (out *Outcome, s *CachedRun, err error) {
 	if params.Now.IsZero() {
 		return nil, nil, errors.New("replay: ExecuteParams.Now is required")
 	}
@@ -62,17 +62,16 @@ func Start(ctx context.Context, def *Definition, params *ExecuteParams) (out *Ou
 	if err != nil || out.Completed {
 		return out, nil, err
 	}
-	session := &Session{e: e, next: int64(len(e.history)+len(out.Events)) + 1}
-	session.decided(out)
-	s = session
+	s = &CachedRun{e: e, next: int64(len(e.history)+len(out.Events)) + 1}
+	s.decided(out)
 	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, e.sched)
 	return out, s, nil
 }
 
 // decided notes the task that just ran, and lets go of what the engine
-// kept of its inputs: between tasks the session holds only the code's
+// kept of its inputs: between tasks the cached run holds only the code's
 // state (the caller has the history).
-func (s *Session) decided(out *Outcome) {
+func (s *CachedRun) decided(out *Outcome) {
 	s.last = out.Events[len(out.Events)-1]
 	s.last.Attributes = nil
 	e := s.e
@@ -86,39 +85,39 @@ func (s *Session) decided(out *Outcome) {
 	}
 }
 
-// NextEventID is the ID of the event the session's next task appends
-// first: its history holds the events before it. It is 0 once the session
-// is closed.
-func (s *Session) NextEventID() int64 {
+// NextEventID is the ID of the event the cached run's next task appends
+// first: its history holds the events before it. It is 0 once it is
+// closed.
+func (s *CachedRun) NextEventID() int64 {
 	if s == nil || s.closed {
 		return 0
 	}
 	return s.next
 }
 
-// Continue runs the run's next workflow task on the session, as [Execute]
+// Continue runs the run's next workflow task from where it stands, as [Execute]
 // would on params.History: it delivers params.Inputs, runs the code until
 // every coroutine is blocked or it returns, and returns the events to
-// append. params.History must be the session's history (NextEventID-1
-// events, ending with those of the session's last task); its length and
+// append. params.History must be the cached run's history (NextEventID-1
+// events, ending with those of its last task); its length and
 // its last event's type are checked, and a mismatch is an error matching
-// [ErrSessionMismatch].
+// [ErrCachedRunMismatch].
 // params.Codec, Logger, DeadlockTimeout and the identity in Info are the
-// session's, from Start; Info.TaskAttempt, Inputs, Now and MaxPayloadBytes
+// cached run's, from Start; Info.TaskAttempt, Inputs, Now and MaxPayloadBytes
 // are the task's. When Continue fails, or the task ends the run, the
-// session closes.
-func (s *Session) Continue(ctx context.Context, params *ExecuteParams) (*Outcome, error) {
+// cached run closes.
+func (s *CachedRun) Continue(ctx context.Context, params *ExecuteParams) (*Outcome, error) {
 	switch {
 	case s == nil || s.closed:
-		return nil, errors.New("replay: Continue on a closed Session")
+		return nil, errors.New("replay: Continue on a closed CachedRun")
 	case params.Now.IsZero():
 		return nil, errors.New("replay: ExecuteParams.Now is required")
 	case int64(len(params.History))+1 != s.next:
 		s.Close()
-		return nil, fmt.Errorf("%w: it stands at event %d, the history has %d events", ErrSessionMismatch, s.next-1, len(params.History))
+		return nil, fmt.Errorf("%w: it stands at event %d, the history has %d events", ErrCachedRunMismatch, s.next-1, len(params.History))
 	case params.History[len(params.History)-1].Type != s.last.Type:
 		s.Close()
-		return nil, fmt.Errorf("%w: its event %d is %s, the history's %s", ErrSessionMismatch, s.last.ID, s.last.Type, params.History[len(params.History)-1].Type)
+		return nil, fmt.Errorf("%w: its event %d is %s, the history's %s", ErrCachedRunMismatch, s.last.ID, s.last.Type, params.History[len(params.History)-1].Type)
 	}
 	done := false
 	defer func() {
@@ -136,9 +135,9 @@ func (s *Session) Continue(ctx context.Context, params *ExecuteParams) (*Outcome
 	return out, nil
 }
 
-// Close unwinds the session's coroutines. It is safe to call more than once,
-// and on a nil Session.
-func (s *Session) Close() {
+// Close unwinds the cached run's coroutines. It is safe to call more than once,
+// and on a nil CachedRun.
+func (s *CachedRun) Close() {
 	if s == nil || s.closed {
 		return
 	}
@@ -153,7 +152,7 @@ func (e *engine) continueTask(ctx context.Context, params *ExecuteParams) (*Outc
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	logger := e.params.Logger // the session's
+	logger := e.params.Logger // the cached run's
 	e.ctx, e.params, e.history = ctx, *params, params.History
 	e.params.Logger = logger
 	e.codeRan = true
