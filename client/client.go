@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,11 +21,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/handoff"
 	"github.com/weirhq/weir/internal/notifier"
+	"github.com/weirhq/weir/internal/runstate"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
@@ -138,9 +141,9 @@ type Client struct {
 	names  *dbschema.Names
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
-	// quiet inserts the task jobs of Start's own transactions without
-	// River's insert notification, which a NOTIFY in the transaction would
-	// send: Start announces their queue once it committed (announce).
+	// quiet inserts the jobs of the client's own transactions without
+	// River's insert notification, a NOTIFY in the transaction: the client
+	// announces their queues once it committed (announce).
 	quiet    *river.Client[pgx.Tx]
 	notifier *notifier.Notifier
 
@@ -209,25 +212,84 @@ type quietDriver struct{ *riverpgxv5.Driver }
 
 func (quietDriver) SupportsListenNotify() bool { return false }
 
-// announce wakes the workers of queue, where a task job committed that the
+// quietJobs inserts the jobs of a transaction the client began itself
+// through its quiet River client, and keeps their queues for announce.
+type quietJobs struct {
+	*river.Client[pgx.Tx]
+	queues []string
+}
+
+func (j *quietJobs) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
+	inserted, err := j.Client.InsertTx(ctx, tx, args, opts)
+	if err == nil {
+		j.queues = append(j.queues, inserted.Job.Queue)
+	}
+	return inserted, err
+}
+
+// ownTx is a transaction the client began itself (inTx): its jobs go
+// quietly (jobsOn), announced once it committed.
+type ownTx struct {
+	pgx.Tx
+	jobs *quietJobs
+}
+
+// jobsOn is what inserts and cancels River jobs on tx: quietly in a
+// transaction of the client's own (ownTx), else the River client, whose
+// notification in tx reaches the workers once the caller commits.
+func (c *Client) jobsOn(tx pgx.Tx) runstate.RiverClient {
+	if own, ok := tx.(*ownTx); ok {
+		return own.jobs
+	}
+	return c.river
+}
+
+// inTx runs f in a transaction of its own, committed when f succeeds, and
+// then announces the queues of the jobs it inserted.
+func inTx[T any](ctx context.Context, c *Client, f func(tx pgx.Tx) (T, error)) (out T, err error) {
+	jobs := &quietJobs{Client: c.quiet}
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+		out, err = f(&ownTx{Tx: tx, jobs: jobs})
+		return err
+	})
+	if err == nil {
+		c.announce(context.WithoutCancel(ctx), jobs.queues)
+	}
+	return out, err
+}
+
+// inTxErr is inTx for an f that returns only an error.
+func (c *Client) inTxErr(ctx context.Context, f func(tx pgx.Tx) error) error {
+	_, err := inTx(ctx, c, func(tx pgx.Tx) (struct{}, error) { return struct{}{}, f(tx) })
+	return err
+}
+
+// announce wakes the workers of queues, where jobs committed that the
 // quiet River client inserted, as River's insert notification would have:
 // after the commit, sent with others that come meanwhile (notifier), so
-// that no start's commit waits for another's (a NOTIFY in a transaction
-// serializes commits). A lost announcement costs the workers' poll.
-func (c *Client) announce(ctx context.Context, queue string) {
+// that no commit waits for another's (a NOTIFY in a transaction serializes
+// commits). A lost announcement costs the workers' poll.
+func (c *Client) announce(ctx context.Context, queues []string) {
+	if len(queues) == 0 {
+		return
+	}
 	c.insertChannelMu.Lock()
 	if c.insertChannel == "" {
 		channel, err := c.store.RiverInsertChannel(ctx, c.pool)
 		if err != nil {
 			c.insertChannelMu.Unlock()
-			c.config.Logger.WarnContext(ctx, "weir: announcing a started run's task failed; workers poll", slog.String("error", err.Error()))
+			c.config.Logger.WarnContext(ctx, "weir: announcing queued jobs failed; workers poll", slog.String("error", err.Error()))
 			return
 		}
 		c.insertChannel = channel
 	}
 	channel := c.insertChannel
 	c.insertChannelMu.Unlock()
-	c.notifier.Notify(channel, fmt.Sprintf("{\"queue\": %q}", queue)) // River's payload
+	for i, queue := range queues {
+		if !slices.Contains(queues[:i], queue) {
+			c.notifier.Notify(channel, fmt.Sprintf("{\"queue\": %q}", queue)) // River's payload
+		}
+	}
 }
 
 // IDReusePolicy says whether a workflow ID whose last run has closed may
@@ -276,7 +338,7 @@ type StartOpts struct {
 	// usual.
 	//
 	// Many eager starts made at once (no RunTimeout, ExecutionTimeout or
-	// client interceptors) share transactions of up to 32 starts, with their
+	// client interceptors) share transactions, with their
 	// first tasks' writes merged: each still returns what it would alone. A
 	// start in such a group waits for the group's commit, not for ctx. One
 	// made alone is one round trip once the worker knows the database's

@@ -38,9 +38,8 @@ type start struct {
 	// failedAhead is the failure of the first task, run ahead of the start
 	// (start_ahead.go): the start queues the task through River with it.
 	failedAhead error
-	// own: the transaction is Start's own, which queues the task's job
-	// quietly (Client.quiet), and queued that it did: Start announces it.
-	own, queued bool
+	// jobs inserts the jobs of Start's own transactions (Client.jobsOn).
+	jobs *quietJobs
 
 	// In a group (start_group.go): the caller's ctx, and the start's
 	// verdict, its run or error, or that it runs alone.
@@ -60,7 +59,7 @@ type start struct {
 // *RequestConflictError otherwise.
 //
 // Many starts made at once (without RunTimeout, ExecutionTimeout or client
-// interceptors) share transactions of up to 32 starts; each still returns
+// interceptors) share transactions; each still returns
 // what it would alone, and once its group took it, waits for the group's
 // commit, not for ctx. A start made while no other waits goes alone.
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
@@ -74,10 +73,10 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 			Schema: c.names.Schema, Queue: s.info.Queue, Kind: task.Kind(s.info.Namespace, s.info.Kind),
 		})
 	}
-	s.own = true
+	s.jobs = &quietJobs{Client: c.quiet}
 	run, err := c.startBy(ctx, s)
-	if err == nil && s.queued {
-		c.announce(context.WithoutCancel(ctx), s.info.Queue)
+	if err == nil {
+		c.announce(context.WithoutCancel(ctx), s.jobs.queues)
 	}
 	var (
 		started *WorkflowAlreadyStartedError

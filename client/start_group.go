@@ -47,9 +47,6 @@ import (
 // (the child's start lock is taken waiting): it goes through River.
 
 const (
-	// startGroupMembers bounds the starts in one group.
-	startGroupMembers = 32
-
 	// startGroupTimeout bounds a group's transaction.
 	startGroupTimeout = time.Minute
 
@@ -67,7 +64,7 @@ const (
 // workflow ID in a group, eager starts (for one taker) and others apart.
 func newStartGroups(c *Client) *group.Committer[string, *start] {
 	return group.New(group.Config[string, *start]{
-		Limit: limit.ForPool(c.pool, startGroupsInitial), Size: startGroupMembers,
+		Limit:   limit.ForPool(c.pool, startGroupsInitial),
 		Key:     func(s *start) string { return s.key },
 		Joins:   func(first, s *start) bool { return s.taker == first.taker },
 		Commit:  c.commitStarts,
@@ -305,17 +302,15 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 	if !lazytx.Committed(tx) {
 		return true, err
 	}
-	announced := make(map[string]bool)
+	queues := make([]string, len(in))
 	for k, s := range in {
 		if s.run = s.created(c, runs[k].Generation); !runs[k].Inserted {
 			// The guard passed, so the run is in; its generation is unknown.
 			s.run, s.err = nil, fmt.Errorf("weir: workflow %s started (run %s), but reading its generation failed: %w", s.info.WorkflowID, s.runID, err)
 		}
-		if !announced[s.info.Queue] {
-			announced[s.info.Queue] = true
-			c.announce(ctx, s.info.Queue)
-		}
+		queues[k] = s.info.Queue
 	}
+	c.announce(ctx, queues)
 	return true, err
 }
 

@@ -125,7 +125,7 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 	}
 
 	key := store.UpdateKey{RunID: resolved, UpdateID: updateID}
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err = c.inTxErr(ctx, func(tx pgx.Tx) error {
 		if requested, err := c.store.RequestUpdate(ctx, tx, key, args.Kind()); err != nil || !requested {
 			return err // or sent before: just wait for its answer
 		}
