@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -285,10 +284,8 @@ func (c *Client) announce(ctx context.Context, queues []string) {
 	}
 	channel := c.insertChannel
 	c.insertChannelMu.Unlock()
-	for i, queue := range queues {
-		if !slices.Contains(queues[:i], queue) {
-			c.notifier.Notify(channel, fmt.Sprintf("{\"queue\": %q}", queue)) // River's payload
-		}
+	for _, queue := range queues { // each once: the notifier drops repeats
+		c.notifier.Notify(channel, fmt.Sprintf("{\"queue\": %q}", queue)) // River's payload
 	}
 }
 
@@ -327,30 +324,16 @@ type StartOpts struct {
 	// task to the client's linked worker (Config.EagerStarter), if it
 	// serves the workflow in the run's queue (eager workflow start, as
 	// Temporal's EnableEagerStart). That worker runs the task inside the
-	// start's transaction, right after the run's row is inserted: the run's
-	// first events, and the activities they schedule (claimed by the
-	// worker, started once the start commits), commit with the run, with no
-	// task job, fetch or second transaction. Start then also runs the first
-	// task's workflow code, for at most the worker's DeadlockTimeout; a task
-	// that fails or runs out of that time is rolled back and queued through
-	// River, which retries it (the start itself succeeds). Without such a
-	// worker, or with too little time left on ctx, Start queues the task as
-	// usual.
-	//
-	// Many eager starts made at once (no RunTimeout, ExecutionTimeout or
-	// client interceptors) share transactions, with their
-	// first tasks' writes merged: each still returns what it would alone. A
-	// start in such a group waits for the group's commit, not for ctx. One
-	// made alone is one round trip once the worker knows the database's
-	// time: the worker runs the first task before anything is sent, dated
-	// by its estimate of that time (the run's creation time), and the run's
-	// insert, the task's writes and the COMMIT go in one batch. A start
-	// that finds the workflow ID taken (a replay, a refusal, a later
-	// generation) then costs a rolled-back batch more, and one whose first
-	// task must write first (a timer, a child, an activity this worker
-	// does not run) runs the task twice; the client and worker remember
-	// such IDs and workflow kinds and start them as before, in two round
-	// trips.
+	// start's transaction: the run's first events, and the activities they
+	// schedule (claimed by the worker, started once the start commits),
+	// commit with the run, with no task job or fetch. Start then also runs
+	// the task's workflow code, for at most the worker's DeadlockTimeout; a
+	// task that fails or runs out of that time is rolled back and queued
+	// through River, which retries it (the start itself succeeds). Without
+	// such a worker, or with too little time left on ctx, Start queues the
+	// task as usual. Many eager starts made at once share transactions, as
+	// Start says. See docs/decisions/0011-eager-workflow-start.md for the
+	// round trips a start costs.
 	// Defaults to false.
 	EagerStart bool
 
@@ -436,9 +419,7 @@ func validateName(what, name string) error {
 	return nil
 }
 
-// requestHashVersion leads the request hashes this build writes; a hash
-// without it (sha256.Size bytes) was written by an earlier build
-// (legacyRequestHash).
+// requestHashVersion leads the request hashes this build writes.
 const requestHashVersion = 1
 
 // requestHash identifies what a start asked for, independently of the codec
@@ -479,30 +460,4 @@ func canonicalJSON(v any) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(tree) // encoding/json sorts map keys
-}
-
-// legacyRequestHash is the request hash of earlier builds (kind, queue and
-// args as encoded), so that a request retried across an upgrade still
-// replays its start.
-func legacyRequestHash(kind, queue string, args WorkflowArgs) ([]byte, error) {
-	encoded, err := json.Marshal(args)
-	if err != nil {
-		return nil, &PayloadError{Err: err, Op: "encoding"}
-	}
-	h := sha256.New()
-	for _, part := range [][]byte{[]byte(kind), []byte(queue), encoded} {
-		h.Write(part)
-		h.Write([]byte{0})
-	}
-	return h.Sum(nil), nil
-}
-
-// sameRequest reports whether stored, the hash of the start that used a
-// request ID, is that of this start (hash, over args as info names them).
-func sameRequest(stored, hash []byte, info *StartInfo, args WorkflowArgs) bool {
-	if len(stored) != sha256.Size {
-		return bytes.Equal(stored, hash)
-	}
-	legacy, err := legacyRequestHash(info.Kind, info.Queue, args)
-	return err == nil && bytes.Equal(stored, legacy)
 }

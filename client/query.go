@@ -95,13 +95,9 @@ func (c *Client) Query(ctx context.Context, workflowID string, runID uuid.UUID, 
 	if err != nil {
 		return err
 	}
-	payload, err := c.config.Codec.Encode(args)
+	payload, err := c.encodePayload("query "+args.Kind(), args)
 	if err != nil {
 		return err
-	}
-	if len(payload) > c.config.MaxPayloadBytes {
-		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: query %s is %d bytes, the limit is %d",
-			ErrPayloadTooLarge, args.Kind(), len(payload), c.config.MaxPayloadBytes)}
 	}
 
 	// Listen for the answer before asking, so it can't slip by.

@@ -43,13 +43,9 @@ func (c *Client) SignalTx(ctx context.Context, tx pgx.Tx, workflowID string, run
 	if opts == nil {
 		opts = &SignalOpts{}
 	}
-	payload, err := c.config.Codec.Encode(args)
+	payload, err := c.encodePayload("signal "+args.Kind()+" to workflow "+workflowID, args)
 	if err != nil {
 		return err
-	}
-	if len(payload) > c.config.MaxPayloadBytes {
-		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: signal %s to workflow %s is %d bytes, the limit is %d",
-			ErrPayloadTooLarge, args.Kind(), workflowID, len(payload), c.config.MaxPayloadBytes)}
 	}
 	requestID := opts.RequestID
 	if requestID == "" {

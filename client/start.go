@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -179,12 +180,8 @@ func (s *start) encode(c *Client) (err error) {
 	if s.encoded {
 		return nil
 	}
-	if s.payload, err = c.config.Codec.Encode(s.args); err != nil {
+	if s.payload, err = c.encodePayload("args of workflow "+s.info.WorkflowID, s.args); err != nil {
 		return err
-	}
-	if len(s.payload) > c.config.MaxPayloadBytes {
-		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: args of workflow %s are %d bytes, the limit is %d",
-			ErrPayloadTooLarge, s.info.WorkflowID, len(s.payload), c.config.MaxPayloadBytes)}
 	}
 	if s.hash, err = requestHash(s.info, s.opts, s.args); err != nil {
 		return err
@@ -230,7 +227,7 @@ func (s *start) created(c *Client, generation int64) *Run {
 func (s *start) refusal(c *Client, found *store.StartRunResult) (replayed *Run, refused error) {
 	info, policy := s.info, s.opts.IDReusePolicy
 	switch byRequest, live, last := found.ByRequest, found.Live, found.Last; {
-	case byRequest != nil && !sameRequest(byRequest.RequestHash, s.hash, info, s.args):
+	case byRequest != nil && !bytes.Equal(byRequest.RequestHash, s.hash):
 		return nil, &RequestConflictError{Generation: byRequest.Generation, RequestID: info.RequestID, RunID: byRequest.RunID, WorkflowID: info.WorkflowID}
 	case byRequest != nil:
 		return &Run{Generation: byRequest.Generation, Namespace: info.Namespace, RunID: byRequest.RunID, WorkflowID: info.WorkflowID, client: c}, nil

@@ -101,13 +101,9 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 	if err != nil {
 		return err
 	}
-	payload, err := c.config.Codec.Encode(args)
+	payload, err := c.encodePayload("update "+args.Kind(), args)
 	if err != nil {
 		return err
-	}
-	if len(payload) > c.config.MaxPayloadBytes {
-		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: update %s is %d bytes, the limit is %d",
-			ErrPayloadTooLarge, args.Kind(), len(payload), c.config.MaxPayloadBytes)}
 	}
 	attrs, err := json.Marshal(&history.UpdateAcceptedAttributes{Args: payload, Kind: args.Kind(), UpdateID: updateID})
 	if err != nil {

@@ -229,14 +229,12 @@ func (s *Store) QueueGuard(batch *pgx.Batch, runID uuid.UUID, at int64) *pgx.Que
 
 // ClearTask drops a run's reference to task job taskJobID, if it has it.
 func (s *Store) ClearTask(ctx context.Context, db DBTX, runID uuid.UUID, taskJobID int64) error {
-	_, err := db.Exec(ctx, s.runs.clearTask, runID, taskJobID)
-	return err
+	return exec(ctx, db, s.runs.clearTask, runID, taskJobID)
 }
 
 // ClearActivities deletes the records of a run's pending activities.
 func (s *Store) ClearActivities(ctx context.Context, db DBTX, runID uuid.UUID) error {
-	_, err := db.Exec(ctx, s.runs.clearActivities, runID)
-	return err
+	return exec(ctx, db, s.runs.clearActivities, runID)
 }
 
 // QueueQueriesWaiting queues the check whether queries of any of the runs
