@@ -59,9 +59,10 @@ type WorkflowArgs interface {
 // Config configures a Client. The zero value works.
 //
 // No setting bounds how many starts (Start) commit at once: the client
-// groups them, and how many groups it keeps in flight follows their
-// latency, from 2 up to half the pool's MaxConns while latency holds, down
-// to 1 while it rises. Size the pool instead.
+// groups them, how many groups it keeps in flight follows their latency
+// (from 2 up to half the pool's MaxConns while latency holds, down to 1
+// while it rises), and a group's size follows the starts waiting. Size the
+// pool instead.
 type Config struct {
 	// Codec encodes args and results. Workers must use a matching codec.
 	// Defaults to JSONCodec.
@@ -162,9 +163,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("client: pool is required")
 	}
-	if config == nil {
-		config = &Config{}
-	}
+	config = cmp.Or(config, &Config{})
 	config = config.withDefaults()
 	if err := config.validate(); err != nil {
 		return nil, err

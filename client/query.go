@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,13 +82,8 @@ func (c *Client) Query(ctx context.Context, workflowID string, runID uuid.UUID, 
 	if args == nil {
 		return errors.New("weir: Query needs query args")
 	}
-	if opts == nil {
-		opts = &QueryOpts{}
-	}
-	timeout := opts.Timeout
-	if timeout == 0 {
-		timeout = QueryTimeoutDefault
-	}
+	opts = cmp.Or(opts, &QueryOpts{})
+	timeout := cmp.Or(opts.Timeout, QueryTimeoutDefault)
 	if timeout < 0 {
 		return errors.New("weir: query timeout must not be negative")
 	}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,17 +41,12 @@ func (c *Client) SignalTx(ctx context.Context, tx pgx.Tx, workflowID string, run
 	if args == nil {
 		return errors.New("weir: Signal needs signal args")
 	}
-	if opts == nil {
-		opts = &SignalOpts{}
-	}
+	opts = cmp.Or(opts, &SignalOpts{})
 	payload, err := c.encodePayload("signal "+args.Kind()+" to workflow "+workflowID, args)
 	if err != nil {
 		return err
 	}
-	requestID := opts.RequestID
-	if requestID == "" {
-		requestID = uuid.NewString()
-	}
+	requestID := cmp.Or(opts.RequestID, uuid.NewString())
 	info := &SignalInfo{Kind: args.Kind(), RequestID: requestID, RunID: runID, WorkflowID: workflowID}
 	return c.interceptSignal(ctx, info, func(ctx context.Context) error {
 		attrs, err := json.Marshal(&history.SignalReceivedAttributes{Args: payload, Headers: info.Headers, Kind: args.Kind(), RequestID: requestID})

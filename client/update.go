@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -87,13 +88,8 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 	if args == nil {
 		return errors.New("weir: Update needs update args")
 	}
-	if opts == nil {
-		opts = &UpdateOpts{}
-	}
-	updateID := opts.UpdateID
-	if updateID == "" {
-		updateID = uuid.NewString()
-	}
+	opts = cmp.Or(opts, &UpdateOpts{})
+	updateID := cmp.Or(opts.UpdateID, uuid.NewString())
 	if len(updateID) > 255 {
 		return fmt.Errorf("weir: update ID is %d bytes; at most 255", len(updateID))
 	}
