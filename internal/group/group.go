@@ -188,8 +188,8 @@ func (c *Committer[K, M]) commit(members []M) (alone []bool) {
 // launchLocked starts groups of the queued members while fewer than the
 // limit are in flight.
 func (c *Committer[K, M]) launchLocked() {
-	for limit := c.config.Limit.Limit(); c.inFlight < limit && len(c.queue) > 0; {
-		taken := c.takeLocked(c.sizeLocked(limit))
+	for allowed := c.config.Limit.Limit(); c.inFlight < allowed && len(c.queue) > 0; {
+		taken := c.takeLocked(c.sizeLocked(allowed))
 		if len(taken) == 0 {
 			return // every queued member's key is held
 		}
@@ -206,11 +206,11 @@ func (c *Committer[K, M]) launchLocked() {
 	}
 }
 
-// sizeLocked is the size of the next group while limit groups may be in
-// flight: the queue shared out over the groups the limit still allows,
-// rounded up, and at most Size.
-func (c *Committer[K, M]) sizeLocked(limit int) int {
-	free := limit - c.inFlight
+// sizeLocked is the size of the next group while allowed groups may be in
+// flight: the queue shared out over the groups still allowed, rounded up,
+// and at most Size.
+func (c *Committer[K, M]) sizeLocked(allowed int) int {
+	free := allowed - c.inFlight
 	return min((len(c.queue)+free-1)/free, c.config.Size)
 }
 
