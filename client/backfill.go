@@ -154,7 +154,7 @@ func (c *Client) CreateBackfillTx(ctx context.Context, tx pgx.Tx, scheduleID str
 		return newBackfill(row), nil
 	}
 	if row.State == string(BackfillRunning) {
-		if _, err := c.river.InsertTx(ctx, tx, BackfillArgs{BackfillID: row.ID}, &river.InsertOpts{Queue: s.Queue}); err != nil {
+		if _, err := c.jobsOn(tx).InsertTx(ctx, tx, BackfillArgs{BackfillID: row.ID}, &river.InsertOpts{Queue: s.Queue}); err != nil {
 			return nil, fmt.Errorf("queuing the backfill of schedule %s: %w", scheduleID, err)
 		}
 	}

@@ -20,7 +20,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
+	"github.com/weirhq/weir/internal/closing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/group"
@@ -57,9 +59,10 @@ type WorkflowArgs interface {
 // Config configures a Client. The zero value works.
 //
 // No setting bounds how many starts (Start) commit at once: the client
-// groups them, and how many groups it keeps in flight follows their
-// latency, from 2 up to half the pool's MaxConns while latency holds, down
-// to 1 while it rises. Size the pool instead.
+// groups them, how many groups it keeps in flight follows their latency
+// (from 2 up to half the pool's MaxConns while latency holds, down to 1
+// while it rises), and a group's size follows the starts waiting. Size the
+// pool instead.
 type Config struct {
 	// Codec encodes args and results. Workers must use a matching codec.
 	// Defaults to JSONCodec.
@@ -138,9 +141,9 @@ type Client struct {
 	names  *dbschema.Names
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
-	// quiet inserts the task jobs of Start's own transactions without
-	// River's insert notification, which a NOTIFY in the transaction would
-	// send: Start announces their queue once it committed (announce).
+	// quiet inserts the jobs of the client's own transactions without
+	// River's insert notification, a NOTIFY in the transaction: the client
+	// announces their queues once it committed (announce).
 	quiet    *river.Client[pgx.Tx]
 	notifier *notifier.Notifier
 
@@ -160,9 +163,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 	if pool == nil {
 		return nil, errors.New("client: pool is required")
 	}
-	if config == nil {
-		config = &Config{}
-	}
+	config = cmp.Or(config, &Config{})
 	config = config.withDefaults()
 	if err := config.validate(); err != nil {
 		return nil, err
@@ -209,25 +210,82 @@ type quietDriver struct{ *riverpgxv5.Driver }
 
 func (quietDriver) SupportsListenNotify() bool { return false }
 
-// announce wakes the workers of queue, where a task job committed that the
+// quietJobs inserts the jobs of a transaction the client began itself
+// through its quiet River client, and keeps their queues for announce.
+type quietJobs struct {
+	*river.Client[pgx.Tx]
+	queues []string
+}
+
+func (j *quietJobs) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
+	inserted, err := j.Client.InsertTx(ctx, tx, args, opts)
+	if err == nil {
+		j.queues = append(j.queues, inserted.Job.Queue)
+	}
+	return inserted, err
+}
+
+// ownTx is a transaction the client began itself (inTx): its jobs go
+// quietly (jobsOn), announced once it committed.
+type ownTx struct {
+	pgx.Tx
+	jobs *quietJobs
+}
+
+// jobsOn is what inserts and cancels River jobs on tx: quietly in a
+// transaction of the client's own (ownTx), else the River client, whose
+// notification in tx reaches the workers once the caller commits.
+func (c *Client) jobsOn(tx pgx.Tx) closing.RiverClient {
+	if own, ok := tx.(*ownTx); ok {
+		return own.jobs
+	}
+	return c.river
+}
+
+// inTx runs f in a transaction of its own, committed when f succeeds, and
+// then announces the queues of the jobs it inserted.
+func inTx[T any](ctx context.Context, c *Client, f func(tx pgx.Tx) (T, error)) (out T, err error) {
+	jobs := &quietJobs{Client: c.quiet}
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
+		out, err = f(&ownTx{Tx: tx, jobs: jobs})
+		return err
+	})
+	if err == nil {
+		c.announce(context.WithoutCancel(ctx), jobs.queues)
+	}
+	return out, err
+}
+
+// inTxErr is inTx for an f that returns only an error.
+func (c *Client) inTxErr(ctx context.Context, f func(tx pgx.Tx) error) error {
+	_, err := inTx(ctx, c, func(tx pgx.Tx) (struct{}, error) { return struct{}{}, f(tx) })
+	return err
+}
+
+// announce wakes the workers of queues, where jobs committed that the
 // quiet River client inserted, as River's insert notification would have:
 // after the commit, sent with others that come meanwhile (notifier), so
-// that no start's commit waits for another's (a NOTIFY in a transaction
-// serializes commits). A lost announcement costs the workers' poll.
-func (c *Client) announce(ctx context.Context, queue string) {
+// that no commit waits for another's (a NOTIFY in a transaction serializes
+// commits). A lost announcement costs the workers' poll.
+func (c *Client) announce(ctx context.Context, queues []string) {
+	if len(queues) == 0 {
+		return
+	}
 	c.insertChannelMu.Lock()
 	if c.insertChannel == "" {
 		channel, err := c.store.RiverInsertChannel(ctx, c.pool)
 		if err != nil {
 			c.insertChannelMu.Unlock()
-			c.config.Logger.WarnContext(ctx, "weir: announcing a started run's task failed; workers poll", slog.String("error", err.Error()))
+			c.config.Logger.WarnContext(ctx, "weir: announcing queued jobs failed; workers poll", slog.String("error", err.Error()))
 			return
 		}
 		c.insertChannel = channel
 	}
 	channel := c.insertChannel
 	c.insertChannelMu.Unlock()
-	c.notifier.Notify(channel, fmt.Sprintf("{\"queue\": %q}", queue)) // River's payload
+	for _, queue := range queues { // each once: the notifier drops repeats
+		c.notifier.Notify(channel, fmt.Sprintf("{\"queue\": %q}", queue)) // River's payload
+	}
 }
 
 // IDReusePolicy says whether a workflow ID whose last run has closed may
@@ -265,30 +323,16 @@ type StartOpts struct {
 	// task to the client's linked worker (Config.EagerStarter), if it
 	// serves the workflow in the run's queue (eager workflow start, as
 	// Temporal's EnableEagerStart). That worker runs the task inside the
-	// start's transaction, right after the run's row is inserted: the run's
-	// first events, and the activities they schedule (claimed by the
-	// worker, started once the start commits), commit with the run, with no
-	// task job, fetch or second transaction. Start then also runs the first
-	// task's workflow code, for at most the worker's DeadlockTimeout; a task
-	// that fails or runs out of that time is rolled back and queued through
-	// River, which retries it (the start itself succeeds). Without such a
-	// worker, or with too little time left on ctx, Start queues the task as
-	// usual.
-	//
-	// Many eager starts made at once (no RunTimeout, ExecutionTimeout or
-	// client interceptors) share transactions of up to 32 starts, with their
-	// first tasks' writes merged: each still returns what it would alone. A
-	// start in such a group waits for the group's commit, not for ctx. One
-	// made alone is one round trip once the worker knows the database's
-	// time: the worker runs the first task before anything is sent, dated
-	// by its estimate of that time (the run's creation time), and the run's
-	// insert, the task's writes and the COMMIT go in one batch. A start
-	// that finds the workflow ID taken (a replay, a refusal, a later
-	// generation) then costs a rolled-back batch more, and one whose first
-	// task must write first (a timer, a child, an activity this worker
-	// does not run) runs the task twice; the client and worker remember
-	// such IDs and workflow kinds and start them as before, in two round
-	// trips.
+	// start's transaction: the run's first events, and the activities they
+	// schedule (claimed by the worker, started once the start commits),
+	// commit with the run, with no task job or fetch. Start then also runs
+	// the task's workflow code, for at most the worker's DeadlockTimeout; a
+	// task that fails or runs out of that time is rolled back and queued
+	// through River, which retries it (the start itself succeeds). Without
+	// such a worker, or with too little time left on ctx, Start queues the
+	// task as usual. Many eager starts made at once share transactions, as
+	// Start says. See docs/decisions/0011-eager-workflow-start.md for the
+	// round trips a start costs.
 	// Defaults to false.
 	EagerStart bool
 
@@ -374,9 +418,7 @@ func validateName(what, name string) error {
 	return nil
 }
 
-// requestHashVersion leads the request hashes this build writes; a hash
-// without it (sha256.Size bytes) was written by an earlier build
-// (legacyRequestHash).
+// requestHashVersion leads the request hashes this build writes.
 const requestHashVersion = 1
 
 // requestHash identifies what a start asked for, independently of the codec
@@ -417,30 +459,4 @@ func canonicalJSON(v any) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(tree) // encoding/json sorts map keys
-}
-
-// legacyRequestHash is the request hash of earlier builds (kind, queue and
-// args as encoded), so that a request retried across an upgrade still
-// replays its start.
-func legacyRequestHash(kind, queue string, args WorkflowArgs) ([]byte, error) {
-	encoded, err := json.Marshal(args)
-	if err != nil {
-		return nil, &PayloadError{Err: err, Op: "encoding"}
-	}
-	h := sha256.New()
-	for _, part := range [][]byte{[]byte(kind), []byte(queue), encoded} {
-		h.Write(part)
-		h.Write([]byte{0})
-	}
-	return h.Sum(nil), nil
-}
-
-// sameRequest reports whether stored, the hash of the start that used a
-// request ID, is that of this start (hash, over args as info names them).
-func sameRequest(stored, hash []byte, info *StartInfo, args WorkflowArgs) bool {
-	if len(stored) != sha256.Size {
-		return bytes.Equal(stored, hash)
-	}
-	legacy, err := legacyRequestHash(info.Kind, info.Queue, args)
-	return err == nil && bytes.Equal(stored, legacy)
 }

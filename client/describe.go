@@ -162,10 +162,7 @@ func (c *Client) Describe(ctx context.Context, workflowID string, runID uuid.UUI
 		d, err = c.describe(ctx, tx, resolved)
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
+	return d, err
 }
 
 func (c *Client) describe(ctx context.Context, tx pgx.Tx, runID uuid.UUID) (*Description, error) {

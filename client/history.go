@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,13 +103,8 @@ type HistoryPage struct {
 // History reads a page of a run's history. A zero runID means the
 // workflow's latest run.
 func (c *Client) History(ctx context.Context, workflowID string, runID uuid.UUID, opts *HistoryOpts) (*HistoryPage, error) {
-	if opts == nil {
-		opts = &HistoryOpts{}
-	}
-	limit := opts.Limit
-	if limit == 0 {
-		limit = HistoryPageSizeDefault
-	}
+	opts = cmp.Or(opts, &HistoryOpts{})
+	limit := cmp.Or(opts.Limit, HistoryPageSizeDefault)
 	if limit < 0 || limit > HistoryPageSizeMax {
 		return nil, fmt.Errorf("weir: history page size %d is not between 1 and %d", limit, HistoryPageSizeMax)
 	}

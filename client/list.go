@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -108,20 +109,12 @@ func decodeCursor(s string) (*listCursor, error) {
 // List pages through runs, newest first, with optional filters. Each filter
 // is served by an index, so pages stay fast on millions of runs.
 func (c *Client) List(ctx context.Context, opts *ListOpts) (*ListResult, error) {
-	if opts == nil {
-		opts = &ListOpts{}
-	}
-	limit := opts.Limit
-	if limit == 0 {
-		limit = ListLimitDefault
-	}
+	opts = cmp.Or(opts, &ListOpts{})
+	limit := cmp.Or(opts.Limit, ListLimitDefault)
 	if limit < 0 || limit > ListLimitMax {
 		return nil, fmt.Errorf("weir: list limit %d is not between 1 and %d", limit, ListLimitMax)
 	}
-	namespace := opts.Namespace
-	if namespace == "" {
-		namespace = c.config.Namespace
-	}
+	namespace := cmp.Or(opts.Namespace, c.config.Namespace)
 
 	p := store.ListRunsParams{
 		Namespace: namespace, Kind: opts.Kind, State: opts.State, CreatedAfter: opts.CreatedAfter,

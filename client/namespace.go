@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,9 +28,7 @@ func (c *Client) RegisterNamespace(ctx context.Context, name string, opts *Names
 	if err := ValidateNamespace(name); err != nil {
 		return err
 	}
-	if opts == nil {
-		opts = &NamespaceOpts{}
-	}
+	opts = cmp.Or(opts, &NamespaceOpts{})
 	if opts.Retention < 0 {
 		return errors.New("weir: namespace retention must not be negative")
 	}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,13 +82,8 @@ func (c *Client) Query(ctx context.Context, workflowID string, runID uuid.UUID, 
 	if args == nil {
 		return errors.New("weir: Query needs query args")
 	}
-	if opts == nil {
-		opts = &QueryOpts{}
-	}
-	timeout := opts.Timeout
-	if timeout == 0 {
-		timeout = QueryTimeoutDefault
-	}
+	opts = cmp.Or(opts, &QueryOpts{})
+	timeout := cmp.Or(opts.Timeout, QueryTimeoutDefault)
 	if timeout < 0 {
 		return errors.New("weir: query timeout must not be negative")
 	}
@@ -95,13 +91,9 @@ func (c *Client) Query(ctx context.Context, workflowID string, runID uuid.UUID, 
 	if err != nil {
 		return err
 	}
-	payload, err := c.config.Codec.Encode(args)
+	payload, err := c.encodePayload("query "+args.Kind(), args)
 	if err != nil {
 		return err
-	}
-	if len(payload) > c.config.MaxPayloadBytes {
-		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: query %s is %d bytes, the limit is %d",
-			ErrPayloadTooLarge, args.Kind(), len(payload), c.config.MaxPayloadBytes)}
 	}
 
 	// Listen for the answer before asking, so it can't slip by.

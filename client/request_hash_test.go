@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -43,33 +42,6 @@ func TestRequestHash(t *testing.T) {
 	t.Run("IDReusePolicyConflicts", func(t *testing.T) {
 		t.Parallel()
 		conflicts(t, &client.StartOpts{}, &client.StartOpts{IDReusePolicy: client.IDReuseRejectDuplicate})
-	})
-
-	t.Run("LegacyHashReplays", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		b := setup(ctx, t, nil)
-		opts := &client.StartOpts{WorkflowID: "hash-" + uuid.NewString(), RequestID: "req-1"}
-		args := orderArgs{ID: "o", Cents: 1}
-		run, err := b.client.Start(ctx, args, opts)
-		require.NoError(t, err)
-
-		// The hash an earlier build stored: kind, queue, args as encoded.
-		encoded, err := json.Marshal(args)
-		require.NoError(t, err)
-		h := sha256.New()
-		for _, part := range []string{"order", client.QueueDefault, string(encoded)} {
-			h.Write([]byte(part))
-			h.Write([]byte{0})
-		}
-		_, err = b.pool.Exec(ctx, "UPDATE "+b.names.Run+" SET request_hash = $2 WHERE run_id = $1", run.RunID, h.Sum(nil))
-		require.NoError(t, err)
-
-		again, err := b.client.Start(ctx, args, opts)
-		require.NoError(t, err)
-		require.Equal(t, run.RunID, again.RunID)
-		_, err = b.client.Start(ctx, orderArgs{ID: "o", Cents: 2}, opts)
-		require.ErrorIs(t, err, client.ErrRequestConflict)
 	})
 
 	t.Run("ReorderedKeysReplay", func(t *testing.T) {

@@ -122,15 +122,6 @@ func (c *Client) CreateSchedule(ctx context.Context, p *ScheduleParams) (*Schedu
 	return inTx(ctx, c, func(tx pgx.Tx) (*Schedule, error) { return c.CreateScheduleTx(ctx, tx, p) })
 }
 
-// inTx runs f in a transaction of its own, committed when f succeeds.
-func inTx[T any](ctx context.Context, c *Client, f func(tx pgx.Tx) (T, error)) (out T, err error) {
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
-		out, err = f(tx)
-		return err
-	})
-	return out, err
-}
-
 // CreateScheduleTx stores a schedule in tx; once tx commits, workers start
 // its runs when they are due. An ID taken in the namespace is
 // ErrScheduleExists, and leaves tx usable.
@@ -229,7 +220,7 @@ func (c *Client) ListSchedules(ctx context.Context) ([]*Schedule, error) {
 
 // DeleteSchedule is DeleteScheduleTx in a transaction of its own.
 func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
-	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.DeleteScheduleTx(ctx, tx, id) })
+	return c.inTxErr(ctx, func(tx pgx.Tx) error { return c.DeleteScheduleTx(ctx, tx, id) })
 }
 
 // DeleteScheduleTx deletes a schedule in tx; runs it started go on.

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,9 +29,7 @@ type SignalOpts struct {
 
 // Signal is SignalTx in a transaction of its own.
 func (c *Client) Signal(ctx context.Context, workflowID string, runID uuid.UUID, args SignalArgs, opts *SignalOpts) error {
-	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		return c.SignalTx(ctx, tx, workflowID, runID, args, opts)
-	})
+	return c.inTxErr(ctx, func(tx pgx.Tx) error { return c.SignalTx(ctx, tx, workflowID, runID, args, opts) })
 }
 
 // SignalTx sends a signal to a running run as part of tx: the run receives
@@ -42,21 +41,12 @@ func (c *Client) SignalTx(ctx context.Context, tx pgx.Tx, workflowID string, run
 	if args == nil {
 		return errors.New("weir: Signal needs signal args")
 	}
-	if opts == nil {
-		opts = &SignalOpts{}
-	}
-	payload, err := c.config.Codec.Encode(args)
+	opts = cmp.Or(opts, &SignalOpts{})
+	payload, err := c.encodePayload("signal "+args.Kind()+" to workflow "+workflowID, args)
 	if err != nil {
 		return err
 	}
-	if len(payload) > c.config.MaxPayloadBytes {
-		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: signal %s to workflow %s is %d bytes, the limit is %d",
-			ErrPayloadTooLarge, args.Kind(), workflowID, len(payload), c.config.MaxPayloadBytes)}
-	}
-	requestID := opts.RequestID
-	if requestID == "" {
-		requestID = uuid.NewString()
-	}
+	requestID := cmp.Or(opts.RequestID, uuid.NewString())
 	info := &SignalInfo{Kind: args.Kind(), RequestID: requestID, RunID: runID, WorkflowID: workflowID}
 	return c.interceptSignal(ctx, info, func(ctx context.Context) error {
 		attrs, err := json.Marshal(&history.SignalReceivedAttributes{Args: payload, Headers: info.Headers, Kind: args.Kind(), RequestID: requestID})
@@ -71,9 +61,7 @@ func (c *Client) SignalTx(ctx context.Context, tx pgx.Tx, workflowID string, run
 
 // Cancel is CancelTx in a transaction of its own.
 func (c *Client) Cancel(ctx context.Context, workflowID string, runID uuid.UUID, reason string) error {
-	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		return c.CancelTx(ctx, tx, workflowID, runID, reason)
-	})
+	return c.inTxErr(ctx, func(tx pgx.Tx) error { return c.CancelTx(ctx, tx, workflowID, runID, reason) })
 }
 
 // CancelTx asks a running run to cancel as part of tx: the workflow's context
@@ -99,7 +87,7 @@ func (c *Client) deliver(ctx context.Context, tx pgx.Tx, workflowID string, runI
 	if err != nil {
 		return err
 	}
-	_, err = inbox.Deliver(ctx, tx, c.store, c.river, resolved, item)
+	_, err = inbox.Deliver(ctx, tx, c.store, c.jobsOn(tx), resolved, item)
 	for hops := 0; errors.Is(err, inbox.ErrRunClosed) && runID == uuid.Nil && hops < 10; hops++ {
 		// Addressed to the workflow, not a run: if the run continued as
 		// new meanwhile, the workflow goes on in the next run.
@@ -108,7 +96,7 @@ func (c *Client) deliver(ctx context.Context, tx pgx.Tx, workflowID string, runI
 			break
 		}
 		resolved = next
-		_, err = inbox.Deliver(ctx, tx, c.store, c.river, resolved, item)
+		_, err = inbox.Deliver(ctx, tx, c.store, c.jobsOn(tx), resolved, item)
 	}
 	if errors.Is(err, inbox.ErrRunClosed) {
 		run, err := c.store.GetRun(ctx, tx, resolved)
@@ -128,15 +116,7 @@ func (c *Client) deliver(ctx context.Context, tx pgx.Tx, workflowID string, runI
 
 // SignalWithStart is SignalWithStartTx in a transaction of its own.
 func (c *Client) SignalWithStart(ctx context.Context, args WorkflowArgs, opts *StartOpts, signal SignalArgs, signalOpts *SignalOpts) (*Run, error) {
-	var run *Run
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
-		run, err = c.SignalWithStartTx(ctx, tx, args, opts, signal, signalOpts)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return run, nil
+	return inTx(ctx, c, func(tx pgx.Tx) (*Run, error) { return c.SignalWithStartTx(ctx, tx, args, opts, signal, signalOpts) })
 }
 
 // SignalWithStartTx signals the workflow's live run, starting it first (with

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -38,9 +39,8 @@ type start struct {
 	// failedAhead is the failure of the first task, run ahead of the start
 	// (start_ahead.go): the start queues the task through River with it.
 	failedAhead error
-	// own: the transaction is Start's own, which queues the task's job
-	// quietly (Client.quiet), and queued that it did: Start announces it.
-	own, queued bool
+	// jobs inserts the jobs of Start's own transactions (Client.jobsOn).
+	jobs *quietJobs
 
 	// In a group (start_group.go): the caller's ctx, and the start's
 	// verdict, its run or error, or that it runs alone.
@@ -60,7 +60,7 @@ type start struct {
 // *RequestConflictError otherwise.
 //
 // Many starts made at once (without RunTimeout, ExecutionTimeout or client
-// interceptors) share transactions of up to 32 starts; each still returns
+// interceptors) share transactions; each still returns
 // what it would alone, and once its group took it, waits for the group's
 // commit, not for ctx. A start made while no other waits goes alone.
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
@@ -74,10 +74,10 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 			Schema: c.names.Schema, Queue: s.info.Queue, Kind: task.Kind(s.info.Namespace, s.info.Kind),
 		})
 	}
-	s.own = true
+	s.jobs = &quietJobs{Client: c.quiet}
 	run, err := c.startBy(ctx, s)
-	if err == nil && s.queued {
-		c.announce(context.WithoutCancel(ctx), s.info.Queue)
+	if err == nil {
+		c.announce(context.WithoutCancel(ctx), s.jobs.queues)
 	}
 	var (
 		started *WorkflowAlreadyStartedError
@@ -180,12 +180,8 @@ func (s *start) encode(c *Client) (err error) {
 	if s.encoded {
 		return nil
 	}
-	if s.payload, err = c.config.Codec.Encode(s.args); err != nil {
+	if s.payload, err = c.encodePayload("args of workflow "+s.info.WorkflowID, s.args); err != nil {
 		return err
-	}
-	if len(s.payload) > c.config.MaxPayloadBytes {
-		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: args of workflow %s are %d bytes, the limit is %d",
-			ErrPayloadTooLarge, s.info.WorkflowID, len(s.payload), c.config.MaxPayloadBytes)}
 	}
 	if s.hash, err = requestHash(s.info, s.opts, s.args); err != nil {
 		return err
@@ -231,7 +227,7 @@ func (s *start) created(c *Client, generation int64) *Run {
 func (s *start) refusal(c *Client, found *store.StartRunResult) (replayed *Run, refused error) {
 	info, policy := s.info, s.opts.IDReusePolicy
 	switch byRequest, live, last := found.ByRequest, found.Live, found.Last; {
-	case byRequest != nil && !sameRequest(byRequest.RequestHash, s.hash, info, s.args):
+	case byRequest != nil && !bytes.Equal(byRequest.RequestHash, s.hash):
 		return nil, &RequestConflictError{Generation: byRequest.Generation, RequestID: info.RequestID, RunID: byRequest.RunID, WorkflowID: info.WorkflowID}
 	case byRequest != nil:
 		return &Run{Generation: byRequest.Generation, Namespace: info.Namespace, RunID: byRequest.RunID, WorkflowID: info.WorkflowID, client: c}, nil

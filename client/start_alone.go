@@ -115,7 +115,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 		if due == nil || found.ExecutionDeadline != nil && found.ExecutionDeadline.Before(*due) {
 			due = found.ExecutionDeadline
 		}
-		if _, err := c.river.InsertTx(ctx, tx, closing.TimeoutArgs{RunID: s.runID}, &river.InsertOpts{
+		if _, err := s.jobsOn(c, tx).InsertTx(ctx, tx, closing.TimeoutArgs{RunID: s.runID}, &river.InsertOpts{
 			MaxAttempts: 25, Queue: s.info.Queue, ScheduledAt: *due,
 		}); err != nil {
 			return nil, fmt.Errorf("scheduling the timeout of workflow %s: %w", workflowID, err)
@@ -217,15 +217,18 @@ func (e *startReplayedError) Unwrap() error {
 	return &WorkflowAlreadyStartedError{Generation: e.run.Generation, Namespace: e.run.Namespace, RunID: e.run.RunID, WorkflowID: e.run.WorkflowID}
 }
 
-// queueFirstTask inserts the job of s's first task through River, quietly
-// in Start's own transaction (Client.announce).
-func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, s *start) (int64, error) {
-	inserter := c.river
-	if s.own {
-		inserter, s.queued = c.quiet, true
+// jobsOn is what inserts s's jobs on tx: Start's own (s.jobs), or tx's.
+func (s *start) jobsOn(c *Client, tx pgx.Tx) closing.RiverClient {
+	if s.jobs != nil {
+		return s.jobs
 	}
+	return c.jobsOn(tx)
+}
+
+// queueFirstTask inserts the job of s's first task through River.
+func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, s *start) (int64, error) {
 	job := s.firstTask()
-	inserted, err := inserter.InsertTx(ctx, tx, job.Args, job.InsertOpts)
+	inserted, err := s.jobsOn(c, tx).InsertTx(ctx, tx, job.Args, job.InsertOpts)
 	if err != nil {
 		return 0, err
 	}

@@ -20,46 +20,19 @@ import (
 	"github.com/weirhq/weir/internal/store"
 )
 
-// Starts that many callers make at once are grouped into one transaction
-// (internal/group), as a worker groups the outcomes of its activities: a
-// start pays Postgres's costs per statement and per commit in full. A
-// group of starts locks its workflow IDs and looks up and inserts its runs
-// in one statement over arrays (store.QueueStartRuns). A group of eager
-// starts has the worker run every run's first task
-// (eagerstart.Taker.RunFirstTasks) and sends their last writes, merged, with
-// one COMMIT. A group of other starts looks its runs up with its locks,
-// queues the first tasks of those it may insert in one River insert (on
-// the quiet River client), inserts their runs naming those jobs, and
-// commits; it then announces each queue once. Each start then returns
-// what it would have returned alone.
-//
-// A start goes by itself (startOne) when no group is needed, and alone
-// whenever its group cannot decide it: its workflow ID's lock is taken (the
-// group takes locks without waiting, so it never deadlocks with a
-// transaction that holds one), or the group rolled back. A start that the
-// group found refused or replayed returns that at once: it wrote nothing.
-// A group runs under its own deadline (startGroupTimeout), not its starts'
-// contexts; one that may have committed (its connection failed after the
-// COMMIT went) reports the error to each of its starts, as a start alone
-// does, instead of running them again. A start alone after its group uses
-// the workflow and request IDs the group used, so a retry is the same
-// start. The worker declines, in a group, a first task that starts a child
-// (the child's start lock is taken waiting): it goes through River.
+// Starts made at once commit in groups (internal/group; see
+// docs/decisions/0012-start-groups.md): each start still returns what it
+// would alone. A start whose group cannot decide it (its workflow ID's lock
+// is taken, or the group rolled back) runs alone after the group, with the
+// same workflow and request IDs; one whose group may have committed reports
+// the group's error rather than start again.
 
 const (
-	// startGroupMembers bounds the starts in one group.
-	startGroupMembers = 32
-
 	// startGroupTimeout bounds a group's transaction.
 	startGroupTimeout = time.Minute
 
-	// startGroupsInitial is how many groups of starts (and starts by
-	// themselves) a client may have in flight, each holding a connection,
-	// before its limit learned from their latency per start
-	// (limit.ForPool). Fewer, fuller groups cost Postgres less than more,
-	// smaller ones (a group's statements are one per table over arrays,
-	// whatever its size), which the limit sees as latency and backs off
-	// from.
+	// startGroupsInitial is how many groups of starts a client may have in
+	// flight before its limit learned from their latency (limit.ForPool).
 	startGroupsInitial = 2
 )
 
@@ -67,7 +40,7 @@ const (
 // workflow ID in a group, eager starts (for one taker) and others apart.
 func newStartGroups(c *Client) *group.Committer[string, *start] {
 	return group.New(group.Config[string, *start]{
-		Limit: limit.ForPool(c.pool, startGroupsInitial), Size: startGroupMembers,
+		Limit:   limit.ForPool(c.pool, startGroupsInitial),
 		Key:     func(s *start) string { return s.key },
 		Joins:   func(first, s *start) bool { return s.taker == first.taker },
 		Commit:  c.commitStarts,
@@ -305,17 +278,15 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 	if !lazytx.Committed(tx) {
 		return true, err
 	}
-	announced := make(map[string]bool)
+	queues := make([]string, len(in))
 	for k, s := range in {
 		if s.run = s.created(c, runs[k].Generation); !runs[k].Inserted {
 			// The guard passed, so the run is in; its generation is unknown.
 			s.run, s.err = nil, fmt.Errorf("weir: workflow %s started (run %s), but reading its generation failed: %w", s.info.WorkflowID, s.runID, err)
 		}
-		if !announced[s.info.Queue] {
-			announced[s.info.Queue] = true
-			c.announce(ctx, s.info.Queue)
-		}
+		queues[k] = s.info.Queue
 	}
+	c.announce(ctx, queues)
 	return true, err
 }
 

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -56,6 +57,54 @@ func (tr *notifyTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, dat
 func (*notifyTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (*notifyTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
+// announceFixture is a client whose pool records notifications sent inside
+// a transaction, and a connection that listens on River's insert channel.
+type announceFixture struct {
+	c      *client.Client
+	conn   *pgx.Conn
+	schema string
+	tracer *notifyTracer
+}
+
+func newAnnounceFixture(t *testing.T) *announceFixture {
+	ctx := t.Context()
+	f := &announceFixture{schema: dbtest.TestSchema(ctx, t), tracer: &notifyTracer{}}
+	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	config.ConnConfig.Tracer = f.tracer
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	f.c, err = client.New(pool, &client.Config{Schema: f.schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, f.c.Close()) })
+
+	f.conn, err = pgx.Connect(ctx, dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.conn.Close(context.WithoutCancel(ctx)) })
+	_, err = f.conn.Exec(ctx, `LISTEN "`+f.schema+`.river_insert"`)
+	require.NoError(t, err)
+	return f
+}
+
+// announced waits for the announcement of queue.
+func (f *announceFixture) announced(t *testing.T, queue, what string) {
+	t.Helper()
+	waitCtx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	n, err := f.conn.WaitForNotification(waitCtx)
+	require.NoError(t, err, "%s announced its queue", what)
+	require.JSONEq(t, `{"queue": "`+queue+`"}`, n.Payload, what)
+}
+
+// noneInTx checks that no transaction of the client sent a notification.
+func (f *announceFixture) noneInTx(t *testing.T) {
+	t.Helper()
+	f.tracer.mu.Lock()
+	defer f.tracer.mu.Unlock()
+	require.Empty(t, f.tracer.violations, "no notification sent inside the client's transactions")
+}
+
 // TestStartAnnouncesAfterCommit: Start's transaction sends no notification
 // (a NOTIFY in a transaction serializes commits), yet River's workers of
 // the run's queue are told of its task job once Start returns: a LISTEN on
@@ -64,35 +113,45 @@ func (*notifyTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // queue).
 func TestStartAnnouncesAfterCommit(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	schema := dbtest.TestSchema(ctx, t)
-	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	tracer := &notifyTracer{}
-	config.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, config)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	c, err := client.New(pool, &client.Config{Schema: schema})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
-
-	conn, err := pgx.Connect(ctx, dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.WithoutCancel(ctx)) })
-	_, err = conn.Exec(ctx, `LISTEN "`+schema+`.river_insert"`)
-	require.NoError(t, err)
-
+	f := newAnnounceFixture(t)
 	for i := range 3 {
-		_, err := c.Start(ctx, orderArgs{ID: "announced", Cents: int64(i)}, &client.StartOpts{Queue: "announced"})
+		_, err := f.c.Start(t.Context(), orderArgs{ID: "announced", Cents: int64(i)}, &client.StartOpts{Queue: "announced"})
 		require.NoError(t, err)
-		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		n, err := conn.WaitForNotification(waitCtx)
-		cancel()
-		require.NoError(t, err, "start %d announced its queue", i)
-		require.JSONEq(t, `{"queue": "announced"}`, n.Payload)
+		f.announced(t, "announced", fmt.Sprintf("start %d", i))
 	}
-	tracer.mu.Lock()
-	defer tracer.mu.Unlock()
-	require.Empty(t, tracer.violations, "no notification sent inside a start's transaction")
+	f.noneInTx(t)
+}
+
+// TestOwnTransactionsAnnounceAfterCommit: every call that queues a
+// workflow task in a transaction of the client's own (SignalWithStart, and
+// a signal, cancellation or update to a run with no task queued) sends no
+// notification inside it, and announces the task's queue once it
+// committed.
+func TestOwnTransactionsAnnounceAfterCommit(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	f := newAnnounceFixture(t)
+	opts := &client.StartOpts{Queue: "announced", WorkflowID: "signalled"}
+	run, err := f.c.SignalWithStart(ctx, orderArgs{ID: "o"}, opts, orderArgs{ID: "s"}, nil)
+	require.NoError(t, err)
+	require.True(t, run.Created)
+	f.announced(t, "announced", "SignalWithStart")
+
+	// The run's task ran, as far as the run knows: the next item queues one.
+	idle := func() {
+		_, err := f.conn.Exec(ctx, `UPDATE "`+f.schema+`".weir_run SET task_job_id = NULL WHERE run_id = $1`, run.RunID)
+		require.NoError(t, err)
+	}
+	idle()
+	require.NoError(t, f.c.Signal(ctx, run.WorkflowID, run.RunID, orderArgs{ID: "s2"}, nil))
+	f.announced(t, "announced", "Signal")
+	idle()
+	require.NoError(t, f.c.Cancel(ctx, run.WorkflowID, run.RunID, "test"))
+	f.announced(t, "announced", "Cancel")
+	idle()
+	updateCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = f.c.Update(updateCtx, run.WorkflowID, run.RunID, orderArgs{ID: "u"}, nil, nil) }() // no worker answers
+	f.announced(t, "announced", "Update")
+	f.noneInTx(t)
 }

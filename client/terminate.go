@@ -33,9 +33,7 @@ func (e *RunClosedError) Is(target error) bool { return target == ErrRunClosed }
 
 // Terminate is TerminateTx in a transaction of its own.
 func (c *Client) Terminate(ctx context.Context, workflowID string, runID uuid.UUID, reason string) error {
-	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		return c.TerminateTx(ctx, tx, workflowID, runID, reason)
-	})
+	return c.inTxErr(ctx, func(tx pgx.Tx) error { return c.TerminateTx(ctx, tx, workflowID, runID, reason) })
 }
 
 // TerminateTx ends a run at once, without running any more of its code: it
@@ -52,7 +50,7 @@ func (c *Client) TerminateTx(ctx context.Context, tx pgx.Tx, workflowID string, 
 		return err
 	}
 	failure := &closing.Failure{Message: reason, Type: closing.FailureTypeTerminated}
-	closed, err := closing.Close(ctx, tx, c.store, c.river, runID, "terminated", failure)
+	closed, err := closing.Close(ctx, tx, c.store, c.jobsOn(tx), runID, "terminated", failure)
 	switch {
 	case errors.Is(err, closing.ErrNotRunning):
 		if closed.State == "terminated" && closed.Failure != nil && closed.Failure.Message == reason {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -87,13 +88,8 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 	if args == nil {
 		return errors.New("weir: Update needs update args")
 	}
-	if opts == nil {
-		opts = &UpdateOpts{}
-	}
-	updateID := opts.UpdateID
-	if updateID == "" {
-		updateID = uuid.NewString()
-	}
+	opts = cmp.Or(opts, &UpdateOpts{})
+	updateID := cmp.Or(opts.UpdateID, uuid.NewString())
 	if len(updateID) > 255 {
 		return fmt.Errorf("weir: update ID is %d bytes; at most 255", len(updateID))
 	}
@@ -101,13 +97,9 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 	if err != nil {
 		return err
 	}
-	payload, err := c.config.Codec.Encode(args)
+	payload, err := c.encodePayload("update "+args.Kind(), args)
 	if err != nil {
 		return err
-	}
-	if len(payload) > c.config.MaxPayloadBytes {
-		return &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: update %s is %d bytes, the limit is %d",
-			ErrPayloadTooLarge, args.Kind(), len(payload), c.config.MaxPayloadBytes)}
 	}
 	attrs, err := json.Marshal(&history.UpdateAcceptedAttributes{Args: payload, Kind: args.Kind(), UpdateID: updateID})
 	if err != nil {
@@ -125,7 +117,7 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 	}
 
 	key := store.UpdateKey{RunID: resolved, UpdateID: updateID}
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err = c.inTxErr(ctx, func(tx pgx.Tx) error {
 		if requested, err := c.store.RequestUpdate(ctx, tx, key, args.Kind()); err != nil || !requested {
 			return err // or sent before: just wait for its answer
 		}

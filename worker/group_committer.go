@@ -159,7 +159,7 @@ type groupMember struct {
 func newGroupCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *groupCommitter {
 	c := &groupCommitter{w: w}
 	c.group = group.New(group.Config[uuid.UUID, *groupMember]{
-		Limit: groups, Size: maxMembers,
+		Limit:  groups,
 		Key:    func(m *groupMember) uuid.UUID { return m.runID },
 		Commit: c.run,
 		Alone: func(_ context.Context, m *groupMember) { // again, in a transaction of its own, its run still held

@@ -8,7 +8,10 @@
 // up to the group size and one per key (a run, a workflow ID): a member
 // sees the writes of the one before it with its key, and no group waits
 // for another's key. An adaptive limit.Limiter decides how many groups are
-// in flight. A member that its group did not decide (the group rolled
+// in flight, and the queue decides their size: a group launched takes its
+// share of the queued members over the groups the limit still allows, so
+// that a short queue makes small groups (each commits soon) and a queue
+// the limit cannot spread over more groups makes large ones. A member that its group did not decide (the group rolled
 // back, or it could not go in it) runs alone afterwards, its key still
 // held, so that only a faulty member fails.
 package group
@@ -25,7 +28,7 @@ import (
 // Config is what a Committer does with its members.
 type Config[K comparable, M any] struct {
 	Limit *limit.Limiter // groups in flight, learned from their latency
-	Size  int            // the most members in one group
+	Size  int            // the most members in one group; 0 means MaxSize
 	Key   func(M) K      // a group takes one member per key, none of a held key
 	// Joins, if set, tells whether m may join a group led by first.
 	Joins func(first, m M) bool
@@ -38,6 +41,14 @@ type Config[K comparable, M any] struct {
 	HasRoom func() bool  // another group could have a connection now: the limit may grow
 	Go      func(func()) // runs a group's goroutine; defaults to the go statement
 }
+
+// MaxSize is the default cap on a group's members. It bounds what one
+// group's statements carry (every member's rows go in one statement per
+// table, as arrays: up to MaxSize payloads, each up to a client's payload
+// limit) and what a group that rolls back redoes (each member alone), not
+// the load: below it, a group's size follows the queue (see the package
+// doc).
+const MaxSize = 256
 
 // Committer queues members and commits them in groups (see the package
 // doc). Its methods are safe for concurrent use.
@@ -60,7 +71,9 @@ type waiter[M any] struct {
 
 // New returns a Committer configured by config.
 func New[K comparable, M any](config Config[K, M]) *Committer[K, M] {
-	config.Size = max(config.Size, 1)
+	if config.Size <= 0 {
+		config.Size = MaxSize
+	}
 	if config.Go == nil {
 		config.Go = func(f func()) { go f() }
 	}
@@ -175,8 +188,8 @@ func (c *Committer[K, M]) commit(members []M) (alone []bool) {
 // launchLocked starts groups of the queued members while fewer than the
 // limit are in flight.
 func (c *Committer[K, M]) launchLocked() {
-	for c.inFlight < c.config.Limit.Limit() && len(c.queue) > 0 {
-		taken := c.takeLocked()
+	for allowed := c.config.Limit.Limit(); c.inFlight < allowed && len(c.queue) > 0; {
+		taken := c.takeLocked(c.sizeLocked(allowed))
 		if len(taken) == 0 {
 			return // every queued member's key is held
 		}
@@ -193,16 +206,24 @@ func (c *Committer[K, M]) launchLocked() {
 	}
 }
 
-// takeLocked takes the oldest queued members for a group: at most Size,
+// sizeLocked is the size of the next group while allowed groups may be in
+// flight: the queue shared out over the groups still allowed, rounded up,
+// and at most Size.
+func (c *Committer[K, M]) sizeLocked(allowed int) int {
+	free := allowed - c.inFlight
+	return min((len(c.queue)+free-1)/free, c.config.Size)
+}
+
+// takeLocked takes the oldest queued members for a group: at most size,
 // one per key, none of a held key, each joining the first.
-func (c *Committer[K, M]) takeLocked() []*waiter[M] {
+func (c *Committer[K, M]) takeLocked(size int) []*waiter[M] {
 	var (
 		taken []*waiter[M]
 		kept  = c.queue[:0]
 	)
 	for _, w := range c.queue {
 		key := c.config.Key(w.m)
-		if len(taken) < c.config.Size && c.held[key] == 0 &&
+		if len(taken) < size && c.held[key] == 0 &&
 			(len(taken) == 0 || c.config.Joins == nil || c.config.Joins(taken[0].m, w.m)) {
 			c.held[key]++
 			w.taken = true

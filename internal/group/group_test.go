@@ -166,3 +166,57 @@ func TestHeldKeyWaits(t *testing.T) {
 	require.Equal(t, 1, waits.grouped)
 	require.Zero(t, held(r))
 }
+
+// drain queues n members at once on a Committer whose limit is fixed at
+// limitN and whose cap is size (0: MaxSize), runs its groups one after
+// another, and returns their sizes in launch order.
+func drain(t *testing.T, n, limitN, size int) []int {
+	t.Helper()
+	var (
+		sizes   []int
+		pending []func()
+	)
+	c := New(Config[int, int]{
+		Limit: limit.Fixed(limitN), Size: size,
+		Key:     func(m int) int { return m },
+		Commit:  func(members []int) (int, []bool) { sizes = append(sizes, len(members)); return len(members), nil },
+		Alone:   func(context.Context, int) { t.Error("no member runs alone") },
+		HasRoom: func() bool { return true },
+		Go:      func(f func()) { pending = append(pending, f) },
+	})
+	c.mu.Lock()
+	for m := range n {
+		c.queue = append(c.queue, &waiter[int]{m: m, alone: make(chan bool, 1)})
+	}
+	c.launchLocked()
+	c.mu.Unlock()
+	for len(pending) > 0 {
+		f := pending[0]
+		pending = pending[1:]
+		f()
+	}
+	queuedN, heldN := c.Stats()
+	require.Zero(t, queuedN, "every member went in a group")
+	require.Zero(t, heldN)
+	return sizes
+}
+
+// TestGroupSizeFollowsQueue: a group launched takes its share of the
+// queue over the groups the limit still allows, so a queue shorter than
+// the limit makes groups of one and a longer one is spread evenly.
+func TestGroupSizeFollowsQueue(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []int{1, 1, 1}, drain(t, 3, 4, 0))
+	require.Equal(t, []int{3, 3, 2, 2}, drain(t, 10, 4, 0))
+	require.Equal(t, []int{50, 50}, drain(t, 100, 2, 0))
+	require.Equal(t, []int{100}, drain(t, 100, 1, 0))
+}
+
+// TestBurstPastCapDrains: a queue the limit cannot spread under the cap
+// makes groups of the cap until what remains fits, and every member
+// commits.
+func TestBurstPastCapDrains(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []int{MaxSize, MaxSize, MaxSize, 1000 - 3*MaxSize}, drain(t, 1000, 2, 0))
+	require.Equal(t, []int{3, 3, 3, 1}, drain(t, 10, 1, 3))
+}

@@ -1,20 +1,13 @@
 // Package limit decides how many group commits may be in flight at once.
 //
-// A Limiter learns the limit from the latency of each unit of work that
-// groups commit (a group's latency over the units it committed), in the
-// manner of TCP Vegas and of Netflix's concurrency-limits gradient limiter:
-// while that latency, averaged, stays within a tolerance of its lowest
-// average (the no-load latency), and work waited for a slot, the limit
-// grows; once it rises past the tolerance, the limit shrinks in proportion,
-// once per limit's worth of observations. So the
-// limit settles near the concurrency past which Postgres only queues the
-// work (the knee), whether that is a few transactions on a small machine or
-// tens on a large one, and follows the knee when it moves.
-//
-// Latency per unit, not per group, is the signal because a group commit's
-// cost is mostly per group: more groups in flight make each group smaller,
-// so a limit that only splits the same work into more, smaller groups
-// raises the latency per unit, and shrinks again, as it should.
+// A Limiter learns the limit from the latency per unit of work that groups
+// commit, in the manner of TCP Vegas and of Netflix's concurrency-limits
+// gradient limiter: it grows while that latency holds near its lowest (the
+// no-load latency) and work waited, and shrinks in proportion once it rises
+// past a tolerance, so it settles near the concurrency past which Postgres
+// only queues the work, on any machine (see
+// docs/decisions/0023-groups-in-flight-follow-latency.md). Per unit, not
+// per group: splitting the same work into more, smaller groups raises it.
 package limit
 
 import (
@@ -26,9 +19,10 @@ import (
 )
 
 const (
-	// DefaultTolerance is how far above the no-load latency a unit's
-	// latency may rise before the limit shrinks.
-	DefaultTolerance = 0.15
+	// tolerance is how far a unit's latency may rise above the no-load
+	// latency, as a fraction of it, before the limit shrinks; the limit
+	// grows only while latency stays within half of it.
+	tolerance = 0.15
 
 	// window is how many observations at a limit of 1 relearn the no-load
 	// latency (see noLoadLocked), and how many a new Limiter makes before it
@@ -36,15 +30,12 @@ const (
 	// plans cold, and their latency falls for a while whatever the limit.
 	window = 64
 
-	// smoothing is the share of each observation's verdict in the limit:
-	// the limit moves by at most a fifth of the way per observation.
+	// smoothing is the share of each observation's verdict in the limit.
 	smoothing = 0.2
 
-	// averaging is the share of each observation in the latency the limit
-	// follows: a single commit's latency varies by several times on a busy
-	// machine (the scheduler, a checkpoint, a garbage collection), so the
-	// limit follows, and the no-load estimate is the lowest of, an average
-	// over about the last twenty.
+	// averaging is the share of each observation in the average latency
+	// the limit follows: one commit's latency varies by several times on a
+	// busy machine.
 	averaging = 0.1
 
 	// steady is how many observations the no-load latency must have held
@@ -53,28 +44,13 @@ const (
 	steady = 16
 )
 
-// Config bounds and shapes a Limiter.
-type Config struct {
-	// Initial is the limit before any observation; it is clamped to
-	// [1, Max].
-	Initial int
-	// Max is the highest limit; at least 1.
-	Max int
-	// Tolerance is how far a unit's latency may rise above the no-load
-	// latency, as a fraction of it, before the limit shrinks; 0 means
-	// DefaultTolerance. The limit grows only while latency stays within
-	// half of it.
-	Tolerance float64
-}
-
 // Limiter is an adaptive bound on work in flight. Its methods are safe for
 // concurrent use and cost a mutex, no goroutine.
 type Limiter struct {
-	mu        sync.Mutex
-	limit     float64
-	max       float64
-	tolerance float64
-	fixed     bool
+	mu    sync.Mutex
+	limit float64
+	max   float64
+	fixed bool
 
 	// The average latency per unit, in nanoseconds (0 before any
 	// observation), the no-load latency (its lowest; +Inf before any), and
@@ -92,17 +68,13 @@ type Limiter struct {
 	shrunk int
 }
 
-// New returns a Limiter bounded by [1, config.Max] that starts at
-// config.Initial and keeps it for its first 64 observations, while it
-// learns the no-load latency.
-func New(config Config) *Limiter {
-	maxLimit := max(config.Max, 1)
-	tolerance := config.Tolerance
-	if tolerance <= 0 {
-		tolerance = DefaultTolerance
-	}
+// New returns a Limiter bounded by [1, most] that starts at initial
+// (clamped to those bounds) and keeps it for its first 64 observations,
+// while it learns the no-load latency.
+func New(initial, most int) *Limiter {
+	most = max(most, 1)
 	return &Limiter{
-		limit: float64(min(max(config.Initial, 1), maxLimit)), max: float64(maxLimit), tolerance: tolerance,
+		limit: float64(min(max(initial, 1), most)), max: float64(most),
 		noLoad: math.Inf(1), lowestAtOne: math.Inf(1), heldAt: math.Inf(1),
 	}
 }
@@ -110,7 +82,7 @@ func New(config Config) *Limiter {
 // Fixed returns a Limiter whose limit is n (at least 1) whatever it
 // observes.
 func Fixed(n int) *Limiter {
-	l := New(Config{Initial: n, Max: n})
+	l := New(n, n)
 	l.fixed = true
 	return l
 }
@@ -148,12 +120,12 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 	case l.shrunk > 0:
 		l.shrunk--
 		return
-	case ratio > 1+l.tolerance:
+	case ratio > 1+tolerance:
 		// Queued past the tolerance: back to the limit at which this
 		// latency would have been within it, at most halving.
-		target = l.limit * max(0.5, (1+l.tolerance)/ratio)
+		target = l.limit * max(0.5, (1+tolerance)/ratio)
 		l.shrunk = int(math.Round(l.limit))
-	case ratio <= 1+l.tolerance/2 && limited && l.sinceLower >= steady:
+	case ratio <= 1+tolerance/2 && limited && l.sinceLower >= steady:
 		target = l.limit + 1
 	}
 	l.limit = min(max((1-smoothing)*l.limit+smoothing*target, 1), l.max)
@@ -168,7 +140,7 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 func (l *Limiter) noLoadLocked(perUnit float64) float64 {
 	l.noLoad = min(l.noLoad, perUnit)
 	l.sinceLower++
-	if !(l.noLoad >= l.heldAt*(1-l.tolerance/4)) { // +Inf at first
+	if !(l.noLoad >= l.heldAt*(1-tolerance/4)) { // +Inf at first
 		l.heldAt, l.sinceLower = l.noLoad, 0
 	}
 	if l.limit >= 2 {
@@ -187,7 +159,7 @@ func (l *Limiter) noLoadLocked(perUnit float64) float64 {
 // (the rest are for others sharing the pool, a worker's River client say).
 func ForPool(pool *pgxpool.Pool, initial int) *Limiter {
 	most := max(1, int(pool.Config().MaxConns)/2)
-	return New(Config{Initial: min(initial, most), Max: most})
+	return New(initial, most)
 }
 
 // PoolHasRoom tells whether pool could lend another connection now without

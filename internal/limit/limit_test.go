@@ -90,7 +90,7 @@ func requireNearKnee(t *testing.T, limits []int, knee int) {
 func TestLimiterSettlesNearTheKnee(t *testing.T) {
 	t.Parallel()
 	for _, knee := range []int{4, 40} {
-		l := New(Config{Initial: 2, Max: 128})
+		l := New(2, 128)
 		requireNearKnee(t, newStore(knee).run(l, 4000), knee)
 	}
 }
@@ -100,7 +100,7 @@ func TestLimiterSettlesNearTheKnee(t *testing.T) {
 // recovers.
 func TestLimiterFollowsAMovingKnee(t *testing.T) {
 	t.Parallel()
-	l := New(Config{Initial: 4, Max: 128})
+	l := New(4, 128)
 	s := newStore(40)
 	requireNearKnee(t, s.run(l, 4000), 40)
 	s.knee = 4
@@ -115,12 +115,12 @@ func TestLimiterFollowsAMovingKnee(t *testing.T) {
 // there, and then back to the cap.
 func TestLimiterStaysWithinItsBounds(t *testing.T) {
 	t.Parallel()
-	l := New(Config{Initial: 4, Max: 10})
+	l := New(4, 10)
 	limits := newStore(1000).run(l, 2000)
 	require.Equal(t, 10, slices.Max(limits))
 	require.Equal(t, 10, limits[len(limits)-1])
 
-	l = New(Config{Initial: 4, Max: 10})
+	l = New(4, 10)
 	s := newStore(1000)
 	s.run(l, 500) // learns the no-load latency
 	s.base *= 50  // then everything is slower, however little is in flight
@@ -133,7 +133,7 @@ func TestLimiterStaysWithinItsBounds(t *testing.T) {
 // grow the limit unless work waited for a slot.
 func TestLimiterGrowsOnlyWhenLimited(t *testing.T) {
 	t.Parallel()
-	l := New(Config{Initial: 3, Max: 64})
+	l := New(3, 64)
 	for range 1000 {
 		l.Observe(time.Millisecond, 1, false)
 	}
@@ -149,7 +149,7 @@ func TestLimiterGrowsOnlyWhenLimited(t *testing.T) {
 // a hundred times as long is slower, and shrinks it.
 func TestLimiterJudgesLatencyPerUnit(t *testing.T) {
 	t.Parallel()
-	l := New(Config{Initial: 8, Max: 64})
+	l := New(8, 64)
 	l.Observe(time.Millisecond, 1, false)
 	for range 100 {
 		l.Observe(10*time.Millisecond, 10, false)
@@ -176,7 +176,7 @@ func TestFixedLimiter(t *testing.T) {
 // cold start), and moves only after it.
 func TestLimiterLearnsBeforeMoving(t *testing.T) {
 	t.Parallel()
-	l := New(Config{Initial: 4, Max: 64})
+	l := New(4, 64)
 	for i := range window - 1 {
 		l.Observe(time.Duration(window-i)*time.Millisecond, 1, true)
 		require.Equal(t, 4, l.Limit())
@@ -191,7 +191,7 @@ func TestLimiterLearnsBeforeMoving(t *testing.T) {
 // still warming) does not grow the limit; once it holds, the limit grows.
 func TestLimiterHoldsWhileLatencyFalls(t *testing.T) {
 	t.Parallel()
-	l := New(Config{Initial: 4, Max: 64})
+	l := New(4, 64)
 	latency := float64(time.Second)
 	for range 10 * window {
 		latency *= 0.97

@@ -44,19 +44,15 @@ func (s *Spec) Validate() error {
 	case s.Jitter < 0:
 		return errors.New("schedule: jitter must not be negative")
 	}
-	if _, err := s.location(); err != nil {
+	if s.Cron == "" {
+		_, err := s.location()
 		return err
 	}
-	if s.Cron != "" {
-		sched, err := parser.Parse(s.Cron)
-		if err != nil {
-			return fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
-		}
-		if sched.Next(time.Now()).IsZero() {
-			return fmt.Errorf("%w: cron expression %q has no due time in the next five years", ErrNeverDue, s.Cron)
-		}
+	sched, _, err := s.cron()
+	if err == nil && sched.Next(time.Now()).IsZero() {
+		err = fmt.Errorf("%w: cron expression %q has no due time in the next five years", ErrNeverDue, s.Cron)
 	}
-	return nil
+	return err
 }
 
 func (s *Spec) location() (*time.Location, error) {
@@ -68,6 +64,16 @@ func (s *Spec) location() (*time.Location, error) {
 		return nil, fmt.Errorf("schedule: time zone %q: %w", s.TimeZone, err)
 	}
 	return loc, nil
+}
+
+// cron is the spec's cron schedule and the time zone it is read in.
+func (s *Spec) cron() (cron.Schedule, *time.Location, error) {
+	sched, err := parser.Parse(s.Cron)
+	if err != nil {
+		return nil, nil, fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
+	}
+	loc, err := s.location()
+	return sched, loc, err
 }
 
 // Next returns the first due time strictly after after. Intervals count
@@ -82,11 +88,7 @@ func (s *Spec) Next(anchor, after time.Time) (time.Time, error) {
 		n := after.Sub(anchor)/s.Every + 1
 		return anchor.Add(n * s.Every), nil
 	}
-	sched, err := parser.Parse(s.Cron)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
-	}
-	loc, err := s.location()
+	sched, loc, err := s.cron()
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -132,11 +134,7 @@ func (s *Spec) Count(anchor, from, to time.Time, limit int64) (int64, error) {
 	if s.Every > 0 {
 		return min(s.countEvery(anchor, from, to), limit+1), nil
 	}
-	sched, err := parser.Parse(s.Cron)
-	if err != nil {
-		return 0, fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
-	}
-	loc, err := s.location()
+	sched, loc, err := s.cron()
 	if err != nil {
 		return 0, err
 	}
@@ -161,11 +159,7 @@ func (s *Spec) NextBefore(anchor, after, before time.Time) (time.Time, error) {
 		}
 		return next, err
 	}
-	sched, err := parser.Parse(s.Cron)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("schedule: cron expression %q: %w", s.Cron, err)
-	}
-	loc, err := s.location()
+	sched, loc, err := s.cron()
 	if err != nil {
 		return time.Time{}, err
 	}

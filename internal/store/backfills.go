@@ -81,12 +81,10 @@ func (s *Store) ListBackfills(ctx context.Context, db DBTX, p ScheduleKey) ([]*B
 // SaveBackfill writes a backfill's State, NextDueAt, Started and Error; the
 // caller read p locked in the same transaction.
 func (s *Store) SaveBackfill(ctx context.Context, db DBTX, p *Backfill) error {
-	_, err := db.Exec(ctx, s.backfills.save, p.ID, p.State, p.NextDueAt, p.Started, p.Error)
-	return err
+	return exec(ctx, db, s.backfills.save, p.ID, p.State, p.NextDueAt, p.Started, p.Error)
 }
 
 // BackfillError records the error of a running backfill's failed batch.
 func (s *Store) BackfillError(ctx context.Context, db DBTX, id uuid.UUID, message string) error {
-	_, err := db.Exec(ctx, s.backfills.fail, id, message)
-	return err
+	return exec(ctx, db, s.backfills.fail, id, message)
 }

@@ -48,6 +48,5 @@ func (s *Store) AddInbox(ctx context.Context, db DBTX, p AddInboxParams) (bool, 
 // SetTaskJob records the job of the workflow task that next reads a run's
 // inbox.
 func (s *Store) SetTaskJob(ctx context.Context, db DBTX, runID uuid.UUID, jobID int64) error {
-	_, err := db.Exec(ctx, s.inbox.setTask, runID, jobID)
-	return err
+	return exec(ctx, db, s.inbox.setTask, runID, jobID)
 }

@@ -70,8 +70,7 @@ type NamespaceParams struct {
 
 // UpsertNamespace records a namespace's options.
 func (s *Store) UpsertNamespace(ctx context.Context, db DBTX, p NamespaceParams) error {
-	_, err := db.Exec(ctx, s.listing.namespace, p.Name, p.Description, p.Retention.Microseconds())
-	return err
+	return exec(ctx, db, s.listing.namespace, p.Name, p.Description, p.Retention.Microseconds())
 }
 
 // collectRows runs a query and scans its rows.

@@ -64,14 +64,12 @@ func (s *Store) GetQueryAnswer(ctx context.Context, db DBTX, id int64) (*QueryAn
 
 // DeleteQuery deletes a query.
 func (s *Store) DeleteQuery(ctx context.Context, db DBTX, id int64) error {
-	_, err := db.Exec(ctx, s.queries.del, id)
-	return err
+	return exec(ctx, db, s.queries.del, id)
 }
 
 // DeleteExpiredQueries deletes the queries that expired over a minute ago.
 func (s *Store) DeleteExpiredQueries(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, s.queries.expire)
-	return err
+	return exec(ctx, db, s.queries.expire)
 }
 
 // ClaimQueriesParams pick the queries a worker answers.
@@ -99,8 +97,7 @@ func (s *Store) ClaimQueries(ctx context.Context, db DBTX, p ClaimQueriesParams)
 
 // UnclaimQuery gives a claimed query back, to be claimed again.
 func (s *Store) UnclaimQuery(ctx context.Context, db DBTX, id int64) error {
-	_, err := db.Exec(ctx, s.queries.unclaim, id)
-	return err
+	return exec(ctx, db, s.queries.unclaim, id)
 }
 
 // AnswerQueryParams answer a query with Result or Failure (JSON).
@@ -111,13 +108,11 @@ type AnswerQueryParams struct {
 
 // AnswerQuery records a query's answer and notifies the asker.
 func (s *Store) AnswerQuery(ctx context.Context, db DBTX, p AnswerQueryParams) error {
-	_, err := db.Exec(ctx, s.queries.answer, p.ID, p.Result, p.Failure, s.queries.answered)
-	return err
+	return exec(ctx, db, s.queries.answer, p.ID, p.Result, p.Failure, s.queries.answered)
 }
 
 // Notify sends notifications on channels with payloads (pairwise) in one
 // statement; it needs no schema.
 func Notify(ctx context.Context, db DBTX, channels, payloads []string) error {
-	_, err := db.Exec(ctx, "SELECT count(pg_notify(c, p)) FROM unnest($1::text[], $2::text[]) AS n(c, p)", channels, payloads)
-	return err
+	return exec(ctx, db, "SELECT count(pg_notify(c, p)) FROM unnest($1::text[], $2::text[]) AS n(c, p)", channels, payloads)
 }

@@ -17,17 +17,12 @@ import (
 	"github.com/weirhq/weir/internal/engine"
 )
 
-// A workflow step (a task, or an activity's outcome continuing its run)
-// reads its run under the run's lock and writes, in its last batch, the
-// kinds an engine.StepWrites holds. Written one member at a time, each kind is a
-// statement per step, and Postgres pays a statement's fixed costs each
-// time (the executor's start; for a table with CHECK constraints or a
-// trigger with a WHEN, parsing those expressions again from their stored
-// text). So a group of steps (QueueSteps) writes each kind that more than
-// one member holds as one statement over arrays, which checks what the
-// members' statements checked (a merged CAS's count must be every
-// member's): a failure still fails the group, whose members then run again
-// alone.
+// A workflow step writes, in its last batch, the kinds an
+// engine.StepWrites holds. A group of steps (QueueSteps) writes each kind
+// that more than one member holds as one statement over arrays, which
+// checks what the members' statements checked (a merged CAS's count must
+// be every member's), since Postgres's costs are mostly per statement
+// (docs/decisions/0013-step-committer.md).
 
 // ErrRunMoved is the failure of a step's compare-and-swap (or guard): its
 // run's append point moved, or the run closed, since the step read it.
@@ -229,14 +224,12 @@ func (s *Store) QueueGuard(batch *pgx.Batch, runID uuid.UUID, at int64) *pgx.Que
 
 // ClearTask drops a run's reference to task job taskJobID, if it has it.
 func (s *Store) ClearTask(ctx context.Context, db DBTX, runID uuid.UUID, taskJobID int64) error {
-	_, err := db.Exec(ctx, s.runs.clearTask, runID, taskJobID)
-	return err
+	return exec(ctx, db, s.runs.clearTask, runID, taskJobID)
 }
 
 // ClearActivities deletes the records of a run's pending activities.
 func (s *Store) ClearActivities(ctx context.Context, db DBTX, runID uuid.UUID) error {
-	_, err := db.Exec(ctx, s.runs.clearActivities, runID)
-	return err
+	return exec(ctx, db, s.runs.clearActivities, runID)
 }
 
 // QueueQueriesWaiting queues the check whether queries of any of the runs

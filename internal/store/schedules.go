@@ -114,9 +114,8 @@ func (s *Store) DeleteSchedule(ctx context.Context, db DBTX, p ScheduleKey) (boo
 // note, due times and last start) as p has them; the caller read p
 // locked in the same transaction.
 func (s *Store) SaveSchedule(ctx context.Context, db DBTX, p *Schedule) error {
-	_, err := db.Exec(ctx, s.schedules.save, p.Namespace, p.ID, p.OverlapPolicy, p.Paused, p.Note, p.NextRunAt, p.BufferedDueAt,
+	return exec(ctx, db, s.schedules.save, p.Namespace, p.ID, p.OverlapPolicy, p.Paused, p.Note, p.NextRunAt, p.BufferedDueAt,
 		p.LastDueAt, p.LastRunID, p.LastWorkflowID)
-	return err
 }
 
 // DueSchedules names up to 100 running schedules with a due or buffered

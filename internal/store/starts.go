@@ -196,8 +196,7 @@ func (s *Store) QueueFirstTaskSavepoint(batch *pgx.Batch) {
 // RollbackFirstTask undoes what a first task wrote in its start, back to
 // the savepoint QueueFirstTaskSavepoint took.
 func (s *Store) RollbackFirstTask(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, "ROLLBACK TO SAVEPOINT weir_first_task")
-	return err
+	return exec(ctx, db, "ROLLBACK TO SAVEPOINT weir_first_task")
 }
 
 // QueuedFirstTaskParams is a first task that its start queued through

@@ -60,6 +60,12 @@ func New(names *dbschema.Names) *Store {
 	}
 }
 
+// exec runs a statement whose rows and tag nobody reads.
+func exec(ctx context.Context, db DBTX, sql string, args ...any) error {
+	_, err := db.Exec(ctx, sql, args...)
+	return err
+}
+
 // Names are the qualified table names the statements use.
 func (s *Store) Names() *dbschema.Names { return s.names }
 

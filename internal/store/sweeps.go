@@ -122,8 +122,7 @@ func (s *Store) LockRunActivityPending(ctx context.Context, tx pgx.Tx, a Activit
 
 // DeleteActivity deletes a pending activity's row.
 func (s *Store) DeleteActivity(ctx context.Context, db DBTX, a ActivityRef) error {
-	_, err := db.Exec(ctx, s.sweeps.deleteActivity, a.RunID, a.ScheduledEventID)
-	return err
+	return exec(ctx, db, s.sweeps.deleteActivity, a.RunID, a.ScheduledEventID)
 }
 
 // StrandedRuns reads up to limit running runs that need a workflow task and
@@ -182,8 +181,7 @@ func (s *Store) UnfinishedJobs(ctx context.Context, db DBTX, kind string, argsJS
 // MakeJobAvailable makes a scheduled job available: River fetches it as
 // soon as it is due and a fetch happens.
 func (s *Store) MakeJobAvailable(ctx context.Context, db DBTX, jobID int64) error {
-	_, err := db.Exec(ctx, s.sweeps.jobAvailable, jobID)
-	return err
+	return exec(ctx, db, s.sweeps.jobAvailable, jobID)
 }
 
 // NextAvailableJob reads the queue and due time of the soonest available
@@ -196,6 +194,5 @@ func (s *Store) NextAvailableJob(ctx context.Context, db DBTX, kind string, afte
 // NotifyQueue sends River's insert notification with payload (JSON naming
 // the queue), as River's own insert does.
 func (s *Store) NotifyQueue(ctx context.Context, db DBTX, payload []byte) error {
-	_, err := db.Exec(ctx, s.sweeps.notifyQueue, s.names.Schema, string(payload))
-	return err
+	return exec(ctx, db, s.sweeps.notifyQueue, s.names.Schema, string(payload))
 }

@@ -63,15 +63,13 @@ type AnnounceParams struct {
 // Announce upserts a worker's rows, live for Expiry, and deletes the rows
 // of workers expired for ForgetAfter.
 func (s *Store) Announce(ctx context.Context, db DBTX, p AnnounceParams) error {
-	_, err := db.Exec(ctx, s.workers.announce, p.ID, p.Namespaces, p.Identity, p.Queues, p.WorkflowKinds, p.ActivityKinds,
+	return exec(ctx, db, s.workers.announce, p.ID, p.Namespaces, p.Identity, p.Queues, p.WorkflowKinds, p.ActivityKinds,
 		p.Interval.Microseconds(), p.Expiry.Microseconds(), p.ForgetAfter.Microseconds())
-	return err
 }
 
 // WithdrawWorker deletes a worker's rows.
 func (s *Store) WithdrawWorker(ctx context.Context, db DBTX, id uuid.UUID) error {
-	_, err := db.Exec(ctx, s.workers.withdraw, id)
-	return err
+	return exec(ctx, db, s.workers.withdraw, id)
 }
 
 // JobFailure is the last error of a River job.
