@@ -50,7 +50,6 @@ const MaxConnsDefault = 40
 var shared struct {
 	mu       sync.Mutex
 	cluster  *pgcluster.Cluster // started when EnvDatabaseURL is unset
-	dir      string
 	pool     *pgxpool.Pool
 	url      string
 	schemas  []string // free, migrated schemas ready for reuse
@@ -84,11 +83,10 @@ func closeShared() {
 	if shared.cluster != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := shared.cluster.Stop(ctx); err != nil {
+		if err := shared.cluster.Close(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "dbtest: stopping private cluster: %v\n", err)
 		}
 		shared.cluster = nil
-		_ = os.RemoveAll(shared.dir)
 	}
 }
 
@@ -132,20 +130,11 @@ func sharedURLLocked(ctx context.Context) (string, error) {
 		return url, nil
 	}
 
-	dir, err := TempDir("weir-dbtest-")
+	cluster, err := pgcluster.StartTemp(context.WithoutCancel(ctx), "weir-dbtest-", nil)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s is not set and no private Postgres could be started: %w", EnvDatabaseURL, err)
 	}
-	cluster, err := pgcluster.New(&pgcluster.Config{Dir: dir})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("%s is not set and no local Postgres could be started: %w", EnvDatabaseURL, err)
-	}
-	if err := cluster.Start(context.WithoutCancel(ctx)); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("starting a private Postgres for the tests: %w", err)
-	}
-	shared.cluster, shared.dir = cluster, dir
+	shared.cluster = cluster
 	shared.url = cluster.URL("postgres")
 	return shared.url, nil
 }
@@ -337,44 +326,19 @@ func TestDatabase(ctx context.Context, tb testing.TB) string {
 // ends. opts may be nil.
 func Server(ctx context.Context, tb testing.TB, opts *pgcluster.Config) *pgcluster.Cluster {
 	tb.Helper()
-	dir, err := TempDir("weir-pgserver-")
-	require.NoError(tb, err)
-
-	config := &pgcluster.Config{}
-	if opts != nil {
-		config = new(*opts)
-	}
-	config.Dir = dir
-	cluster, err := pgcluster.New(config)
+	cluster, err := pgcluster.StartTemp(ctx, "weir-pgserver-", opts)
 	if errors.Is(err, pgcluster.ErrBinariesNotFound) {
-		_ = os.RemoveAll(dir)
 		tb.Fatalf("dbtest.Server needs local Postgres binaries: %v", err)
 	}
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if err := cluster.Stop(stopCtx); err != nil {
+		if err := cluster.Close(stopCtx); err != nil {
 			tb.Errorf("stopping test server: %v", err)
 		}
-		_ = os.RemoveAll(dir)
 	})
-	require.NoError(tb, cluster.Start(ctx))
 	return cluster
-}
-
-// TempDir makes a directory under the system temp dir that an unprivileged
-// postgres user can reach (t.TempDir's directories are private to the test's
-// user, which stops a root test from giving a cluster to postgres).
-func TempDir(pattern string) (string, error) {
-	dir, err := os.MkdirTemp("", pattern)
-	if err != nil {
-		return "", fmt.Errorf("making temp dir: %w", err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return "", fmt.Errorf("opening temp dir %s: %w", dir, err)
-	}
-	return dir, nil
 }
 
 func migrateSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema string) {

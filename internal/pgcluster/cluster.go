@@ -81,6 +81,8 @@ type Cluster struct {
 	logPath string
 	sockDir string
 
+	temp bool // made by StartTemp: Close removes config.Dir
+
 	mu   sync.Mutex
 	proc *serverProcess
 	port int
@@ -133,6 +135,55 @@ func New(config *Config) (*Cluster, error) {
 		c.cred = cred
 	}
 	return c, nil
+}
+
+// StartTemp starts a cluster of config (nil: the defaults; its Dir is
+// ignored) in a new directory under the system temp dir, named after pattern
+// as os.MkdirTemp names it. Close stops it and removes the directory.
+func StartTemp(ctx context.Context, pattern string, config *Config) (*Cluster, error) {
+	dir, err := TempDir(pattern)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Config{}
+	if config != nil {
+		cfg = *config
+	}
+	cfg.Dir = dir
+	c, err := New(&cfg)
+	if err == nil {
+		c.temp = true
+		err = c.Start(ctx)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+// TempDir makes a directory under the system temp dir that an unprivileged
+// postgres user can reach (t.TempDir's directories are private to the test's
+// user, which stops a root process from giving a cluster to postgres).
+func TempDir(pattern string) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", fmt.Errorf("making temp dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", fmt.Errorf("opening temp dir %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// Close stops the cluster as Stop does and, for one of StartTemp, removes
+// its directory.
+func (c *Cluster) Close(ctx context.Context) error {
+	err := c.Stop(ctx)
+	if c.temp {
+		err = errors.Join(err, os.RemoveAll(c.config.Dir))
+	}
+	return err
 }
 
 // DataDir is the cluster's PGDATA.
