@@ -3,6 +3,7 @@ package history
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -10,7 +11,11 @@ import (
 type Attributes interface {
 	// EventType is the type of the event these attributes belong to.
 	EventType() EventType
+}
 
+// validator is implemented by attributes that have required fields:
+// validate says what is wrong, or "".
+type validator interface {
 	validate() string
 }
 
@@ -233,8 +238,6 @@ type WorkflowCompletedAttributes struct {
 // EventType implements Attributes.
 func (*WorkflowCompletedAttributes) EventType() EventType { return EventWorkflowCompleted }
 
-func (*WorkflowCompletedAttributes) validate() string { return "" }
-
 // WorkflowFailedAttributes are the attributes of [EventWorkflowFailed].
 type WorkflowFailedAttributes struct {
 	// Failure is the error the workflow returned.
@@ -244,8 +247,6 @@ type WorkflowFailedAttributes struct {
 // EventType implements Attributes.
 func (*WorkflowFailedAttributes) EventType() EventType { return EventWorkflowFailed }
 
-func (*WorkflowFailedAttributes) validate() string { return "" }
-
 // CancelRequestedAttributes are the attributes of [EventCancelRequested].
 type CancelRequestedAttributes struct {
 	// Reason says why, for people.
@@ -254,8 +255,6 @@ type CancelRequestedAttributes struct {
 
 // EventType implements Attributes.
 func (*CancelRequestedAttributes) EventType() EventType { return EventCancelRequested }
-
-func (*CancelRequestedAttributes) validate() string { return "" }
 
 // ActivityCancelRequestedAttributes are the attributes of
 // [EventActivityCancelRequested].
@@ -280,8 +279,6 @@ type WorkflowCanceledAttributes struct {
 
 // EventType implements Attributes.
 func (*WorkflowCanceledAttributes) EventType() EventType { return EventWorkflowCanceled }
-
-func (*WorkflowCanceledAttributes) validate() string { return "" }
 
 // TimerStartedAttributes are the attributes of [EventTimerStarted].
 type TimerStartedAttributes struct {
@@ -521,75 +518,56 @@ func NewEvent(id int64, at time.Time, attrs Attributes) (Event, error) {
 	return Event{ID: id, Type: attrs.EventType(), Attributes: raw, Time: at}, nil
 }
 
-// newAttributes returns zero attributes for t, or nil for an unknown type.
-func newAttributes(t EventType) Attributes {
-	switch t {
-	case EventWorkflowStarted:
-		return &WorkflowStartedAttributes{}
-	case EventWorkflowTaskStarted:
-		return &WorkflowTaskStartedAttributes{}
-	case EventActivityScheduled:
-		return &ActivityScheduledAttributes{}
-	case EventActivityCompleted:
-		return &ActivityCompletedAttributes{}
-	case EventActivityFailed:
-		return &ActivityFailedAttributes{}
-	case EventActivityTimedOut:
-		return &ActivityTimedOutAttributes{}
-	case EventActivityCanceled:
-		return &ActivityCanceledAttributes{}
-	case EventMarkerRecorded:
-		return &MarkerRecordedAttributes{}
-	case EventWorkflowCompleted:
-		return &WorkflowCompletedAttributes{}
-	case EventWorkflowFailed:
-		return &WorkflowFailedAttributes{}
-	case EventCancelRequested:
-		return &CancelRequestedAttributes{}
-	case EventActivityCancelRequested:
-		return &ActivityCancelRequestedAttributes{}
-	case EventWorkflowCanceled:
-		return &WorkflowCanceledAttributes{}
-	case EventTimerStarted:
-		return &TimerStartedAttributes{}
-	case EventTimerFired:
-		return &TimerFiredAttributes{}
-	case EventTimerCanceled:
-		return &TimerCanceledAttributes{}
-	case EventSignalReceived:
-		return &SignalReceivedAttributes{}
-	case EventWorkflowContinuedAsNew:
-		return &WorkflowContinuedAsNewAttributes{}
-	case EventUpdateAccepted:
-		return &UpdateAcceptedAttributes{}
-	case EventUpdateCompleted:
-		return &UpdateCompletedAttributes{}
-	case EventChildWorkflowScheduled:
-		return &ChildWorkflowScheduledAttributes{}
-	case EventChildWorkflowCompleted:
-		return &ChildWorkflowCompletedAttributes{}
-	case EventChildWorkflowFailed:
-		return &ChildWorkflowFailedAttributes{}
+// attributeTypes are the attributes type of every event type.
+var attributeTypes = func() map[EventType]reflect.Type {
+	types := map[EventType]reflect.Type{}
+	for _, attrs := range []Attributes{
+		&WorkflowStartedAttributes{},
+		&WorkflowTaskStartedAttributes{},
+		&ActivityScheduledAttributes{},
+		&ActivityCompletedAttributes{},
+		&ActivityFailedAttributes{},
+		&ActivityTimedOutAttributes{},
+		&ActivityCanceledAttributes{},
+		&MarkerRecordedAttributes{},
+		&WorkflowCompletedAttributes{},
+		&WorkflowFailedAttributes{},
+		&CancelRequestedAttributes{},
+		&ActivityCancelRequestedAttributes{},
+		&WorkflowCanceledAttributes{},
+		&TimerStartedAttributes{},
+		&TimerFiredAttributes{},
+		&TimerCanceledAttributes{},
+		&SignalReceivedAttributes{},
+		&WorkflowContinuedAsNewAttributes{},
+		&UpdateAcceptedAttributes{},
+		&UpdateCompletedAttributes{},
+		&ChildWorkflowScheduledAttributes{},
+		&ChildWorkflowCompletedAttributes{},
+		&ChildWorkflowFailedAttributes{},
+	} {
+		types[attrs.EventType()] = reflect.TypeOf(attrs).Elem()
 	}
-	return nil
-}
+	return types
+}()
 
 // DecodeAttributes decodes the attributes of e into the typed struct of its
 // type (a pointer, e.g. *ActivityScheduledAttributes) and validates them. The
 // error matches [ErrInvalidEvent].
 func DecodeAttributes(e Event) (Attributes, error) {
-	attrs := newAttributes(e.Type)
-	if attrs == nil {
+	t, ok := attributeTypes[e.Type]
+	if !ok {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "unknown event type"}
 	}
+	attrs := reflect.New(t).Interface().(Attributes) //nolint:forcetypeassert // every type in attributeTypes is
 	if len(e.Attributes) == 0 {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "attributes are missing"}
 	}
 	if err := json.Unmarshal(e.Attributes, attrs); err != nil {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "decoding attributes", Err: err}
 	}
-	if reason := attrs.validate(); reason != "" {
-		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: reason}
+	if v, ok := attrs.(validator); ok && v.validate() != "" {
+		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: v.validate()}
 	}
 	return attrs, nil
 }
