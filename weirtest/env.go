@@ -361,12 +361,7 @@ func (env *Env) run(args []byte) (*replay.Outcome, error) {
 			return nil, err
 		}
 		env.history = append(env.history, out.Events...)
-		rejectedIDs := make([]string, len(out.RejectedUpdates))
-		rejected := make([]*history.Failure, len(out.RejectedUpdates))
-		for i, r := range out.RejectedUpdates {
-			rejectedIDs[i], rejected[i] = r.UpdateID, r.Failure
-		}
-		env.answerUpdates(out.Events, rejected, rejectedIDs)
+		env.answerUpdates(out.Events, out.RejectedUpdates)
 		if out.Completed {
 			env.abandonUpdates()
 		} else {

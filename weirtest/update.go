@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -137,17 +138,11 @@ func UpdateWorkflow[R any](env *Env, updateID string, args workflow.UpdateArgs, 
 // answerUpdates tells the waiting UpdateWorkflow callers what a task did
 // with their updates: the updates it accepted and completed (from its events)
 // and those it rejected.
-func (env *Env) answerUpdates(events []history.Event, rejected []*history.Failure, rejectedIDs []string) {
-	for i, id := range rejectedIDs {
-		state := env.updates[id]
-		if state == nil || state.rejected != nil {
-			continue
+func (env *Env) answerUpdates(events []history.Event, rejected []replay.RejectedUpdate) {
+	for _, r := range rejected {
+		if state := env.updates[r.UpdateID]; state != nil && state.rejected == nil {
+			env.reject(state, r.Failure)
 		}
-		state.rejected = rejected[i]
-		for _, w := range state.waiters {
-			w.reject(rejected[i])
-		}
-		state.waiters = nil
 	}
 	for _, ev := range events {
 		switch ev.Type {
@@ -191,10 +186,14 @@ func (env *Env) abandonUpdates() {
 }
 
 func (env *Env) rejectUpdate(id, reason string) {
-	state := env.updates[id]
-	state.rejected = &history.Failure{Message: reason, Type: "WorkflowClosed"}
+	env.reject(env.updates[id], &history.Failure{Message: reason, Type: "WorkflowClosed"})
+}
+
+// reject records an update's rejection and tells its waiters.
+func (env *Env) reject(state *updateState, failure *history.Failure) {
+	state.rejected = failure
 	for _, w := range state.waiters {
-		w.reject(state.rejected)
+		w.reject(failure)
 	}
 	state.waiters = nil
 }
