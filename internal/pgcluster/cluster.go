@@ -2,7 +2,6 @@ package pgcluster
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,9 +22,9 @@ import (
 )
 
 const (
-	// StartTimeoutDefault bounds how long Start waits for the server to accept
-	// connections.
-	StartTimeoutDefault = 60 * time.Second
+	// startTimeout bounds how long Start waits for the server to accept
+	// connections, and CrashBackend for it to recover.
+	startTimeout = 60 * time.Second
 
 	// SuperuserDefault is the superuser role initdb creates.
 	SuperuserDefault = "postgres"
@@ -40,9 +39,6 @@ var ErrNotServerProcess = errors.New("pgcluster: not a live server process")
 
 // Config configures a Cluster. Only Dir is required.
 type Config struct {
-	// BinDir holds initdb and postgres. Defaults to FindBinDir().
-	BinDir string
-
 	// Dir is the directory the cluster owns: data/ (PGDATA), the socket and
 	// postgres.log live under it. It is created if missing; a Dir that already
 	// holds a cluster is reused, so a cluster survives restarts of the process
@@ -59,17 +55,8 @@ type Config struct {
 	// first Start and kept for restarts, so URLs stay valid.
 	Port int
 
-	// RunAsUser is the user that runs initdb and postgres when the caller is
-	// root (Postgres refuses to run as root). Ignored otherwise. Defaults to
-	// postgres if that user exists, else nobody.
-	RunAsUser string
-
 	// Settings are extra server settings, passed as -c name=value.
 	Settings map[string]string
-
-	// StartTimeout bounds how long Start waits for the server to accept
-	// connections. Defaults to StartTimeoutDefault.
-	StartTimeout time.Duration
 }
 
 // Cluster is a private Postgres server. Its methods are safe for concurrent use.
@@ -100,16 +87,9 @@ func New(config *Config) (*Cluster, error) {
 		return nil, errors.New("pgcluster: Config.Dir is required")
 	}
 	cfg := *config
-	cfg.StartTimeout = cmp.Or(cfg.StartTimeout, StartTimeoutDefault)
-
-	if cfg.BinDir == "" {
-		dir, err := FindBinDir()
-		if err != nil {
-			return nil, err
-		}
-		cfg.BinDir = dir
-	} else if !hasServerBinaries(cfg.BinDir) {
-		return nil, fmt.Errorf("%w in BinDir %s", ErrBinariesNotFound, cfg.BinDir)
+	binDir, err := FindBinDir()
+	if err != nil {
+		return nil, err
 	}
 
 	dir, err := filepath.Abs(cfg.Dir)
@@ -119,7 +99,7 @@ func New(config *Config) (*Cluster, error) {
 	cfg.Dir = dir
 
 	c := &Cluster{
-		binDir:  cfg.BinDir,
+		binDir:  binDir,
 		config:  cfg,
 		dataDir: filepath.Join(dir, "data"),
 		logPath: filepath.Join(dir, "postgres.log"),
@@ -128,7 +108,7 @@ func New(config *Config) (*Cluster, error) {
 	}
 
 	if os.Geteuid() == 0 {
-		cred, err := credentialFor(cfg.RunAsUser)
+		cred, err := unprivilegedUser()
 		if err != nil {
 			return nil, err
 		}
@@ -302,7 +282,7 @@ func (c *Cluster) CrashBackend(ctx context.Context, pid int) error {
 	// The postmaster starts the crash reset when it reaps the process (a
 	// zombie until then), so once the process is gone a server that
 	// accepts connections is the recovered one.
-	waitCtx, cancel := context.WithTimeout(ctx, c.config.StartTimeout)
+	waitCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	ticker := time.NewTicker(5 * time.Millisecond)
 	defer ticker.Stop()
@@ -495,7 +475,7 @@ func (c *Cluster) startProcess(ctx context.Context) error {
 	}()
 	c.proc = proc
 
-	waitCtx, cancel := context.WithTimeout(ctx, c.config.StartTimeout)
+	waitCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if err := c.waitReady(waitCtx, proc); err != nil {
 		_ = signalTree(cmd.Process.Pid, syscall.SIGKILL)
@@ -572,14 +552,13 @@ func childEnv() []string {
 	return append(env, "LANG=C", "LC_ALL=C")
 }
 
-func credentialFor(name string) (*syscall.Credential, error) {
-	candidates := []string{name}
-	if name == "" {
-		candidates = []string{"postgres", "nobody"}
-	}
+// unprivilegedUser is who runs initdb and postgres when the caller is root
+// (Postgres refuses to run as root): postgres if that user exists, else
+// nobody.
+func unprivilegedUser() (*syscall.Credential, error) {
 	var lastErr error
-	for _, candidate := range candidates {
-		u, err := user.Lookup(candidate)
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
 		if err != nil {
 			lastErr = err
 			continue
@@ -587,11 +566,11 @@ func credentialFor(name string) (*syscall.Credential, error) {
 		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
 		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("parsing ids of user %s: %w", candidate, err)
+			return nil, fmt.Errorf("parsing ids of user %s: %w", name, err)
 		}
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 	}
-	return nil, fmt.Errorf("pgcluster: running as root and no unprivileged user to run postgres as (tried %v): %w", candidates, lastErr)
+	return nil, fmt.Errorf("pgcluster: running as root and no unprivileged user to run postgres as (tried postgres, nobody): %w", lastErr)
 }
 
 func freePort() (int, error) {

@@ -18,6 +18,13 @@ import (
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
+// Not parallel: it sets the environment.
+func TestMissingBinDir(t *testing.T) {
+	t.Setenv(pgcluster.EnvBinDir, t.TempDir())
+	_, err := pgcluster.New(&pgcluster.Config{Dir: t.TempDir()})
+	require.ErrorIs(t, err, pgcluster.ErrBinariesNotFound)
+}
+
 func TestCluster(t *testing.T) {
 	t.Parallel()
 
@@ -81,12 +88,6 @@ func TestCluster(t *testing.T) {
 		require.Equal(t, "before crash", query(ctx, t, url, "SELECT v FROM kept"))
 		_, err = other.Exec(ctx, "SELECT 1")
 		require.Error(t, err, "the crash reset ended the other session")
-	})
-
-	t.Run("MissingBinDir", func(t *testing.T) {
-		t.Parallel()
-		_, err := pgcluster.New(&pgcluster.Config{BinDir: t.TempDir(), Dir: t.TempDir()})
-		require.ErrorIs(t, err, pgcluster.ErrBinariesNotFound)
 	})
 
 	t.Run("DirRequired", func(t *testing.T) {
