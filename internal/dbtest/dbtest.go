@@ -281,15 +281,6 @@ func TestTx(ctx context.Context, tb testing.TB) pgx.Tx {
 	return tx
 }
 
-// TxSchema is the schema TestTx transactions use.
-func TxSchema(ctx context.Context, tb testing.TB) string {
-	tb.Helper()
-	_ = TestTx(ctx, tb)
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	return shared.txSchema
-}
-
 // TestDatabase creates an empty database, dropped when the test ends, and
 // returns its URL.
 func TestDatabase(ctx context.Context, tb testing.TB) string {
