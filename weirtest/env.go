@@ -491,7 +491,10 @@ func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 		final := n >= maxAttempts || failure.NonRetryable ||
 			(policy != nil && slices.Contains(policy.NonRetryableErrorTypes, failure.Type))
 		if !final {
-			retryAt := env.now.Add(retryDelay(policy, n))
+			retryAt := env.now.Add(workflow.InitialIntervalDefault)
+			if policy != nil {
+				retryAt = env.now.Add(policy.Delay(n))
+			}
 			deadline := time.Time{}
 			if attrs.ScheduleToCloseTimeout > 0 {
 				deadline = env.scheduledAt(a.EventID).Add(time.Duration(attrs.ScheduleToCloseTimeout))
@@ -563,25 +566,6 @@ func (env *Env) call(ctx context.Context, a replay.ScheduledActivity, n int) (an
 		Message:      fmt.Sprintf("weirtest: no mock or registered activity for %q (use OnActivity or RegisterActivity)", a.Attributes.Kind),
 		NonRetryable: true, Type: FailureTypeActivityNotRegistered,
 	}}
-}
-
-// retryDelay is the delay after attempt n (1 is the first) under policy,
-// as the worker computes it.
-func retryDelay(policy *history.RetryPolicy, n int) time.Duration {
-	if policy == nil {
-		return workflow.InitialIntervalDefault
-	}
-	delay := float64(policy.InitialInterval)
-	for range max(n-1, 0) {
-		delay *= max(policy.BackoffCoefficient, 1)
-		if policy.MaximumInterval > 0 && delay >= float64(policy.MaximumInterval) {
-			return time.Duration(policy.MaximumInterval)
-		}
-	}
-	if policy.MaximumInterval > 0 {
-		delay = min(delay, float64(policy.MaximumInterval))
-	}
-	return time.Duration(delay)
 }
 
 // QueryWorkflow answers a query on the run as it stands: at the end of

@@ -102,6 +102,22 @@ type RetryPolicy struct {
 	NonRetryableErrorTypes []string `json:"non_retryable_error_types,omitempty"`
 }
 
+// Delay is the delay after attempt (1 is the first): InitialInterval ×
+// BackoffCoefficient^(attempt-1), capped at MaximumInterval when it is set.
+func (p *RetryPolicy) Delay(attempt int) time.Duration {
+	delay := float64(p.InitialInterval)
+	for range max(attempt-1, 0) {
+		delay *= max(p.BackoffCoefficient, 1)
+		if p.MaximumInterval > 0 && delay >= float64(p.MaximumInterval) {
+			return time.Duration(p.MaximumInterval)
+		}
+	}
+	if p.MaximumInterval > 0 {
+		delay = min(delay, float64(p.MaximumInterval))
+	}
+	return time.Duration(delay)
+}
+
 // ActivityScheduledAttributes are the attributes of [EventActivityScheduled]:
 // everything the worker needs to insert the activity's River job. Options are
 // recorded with every default applied.
