@@ -81,14 +81,6 @@ func CheckStatus(schema string, statuses []*LineStatus) error {
 	return nil
 }
 
-func (m *Migrator) lineStatus(ctx context.Context, q querier, line string) (*LineStatus, error) {
-	applied, err := m.appliedVersions(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return m.statusOf(line, applied[line]), nil
-}
-
 func (m *Migrator) statusOf(line string, applied []int) *LineStatus {
 	status := &LineStatus{Applied: applied, Line: line}
 	if len(applied) > 0 {
