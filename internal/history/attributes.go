@@ -170,7 +170,7 @@ type ActivityCompletedAttributes struct {
 func (*ActivityCompletedAttributes) EventType() EventType { return EventActivityCompleted }
 
 func (a *ActivityCompletedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // ActivityFailedAttributes are the attributes of [EventActivityFailed].
@@ -187,7 +187,7 @@ type ActivityFailedAttributes struct {
 func (*ActivityFailedAttributes) EventType() EventType { return EventActivityFailed }
 
 func (a *ActivityFailedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // ActivityTimedOutAttributes are the attributes of [EventActivityTimedOut].
@@ -207,7 +207,7 @@ type ActivityTimedOutAttributes struct {
 func (*ActivityTimedOutAttributes) EventType() EventType { return EventActivityTimedOut }
 
 func (a *ActivityTimedOutAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // ActivityCanceledAttributes are the attributes of [EventActivityCanceled].
@@ -224,7 +224,7 @@ type ActivityCanceledAttributes struct {
 func (*ActivityCanceledAttributes) EventType() EventType { return EventActivityCanceled }
 
 func (a *ActivityCanceledAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // MarkerRecordedAttributes are the attributes of [EventMarkerRecorded].
@@ -283,7 +283,7 @@ type ActivityCancelRequestedAttributes struct {
 func (*ActivityCancelRequestedAttributes) EventType() EventType { return EventActivityCancelRequested }
 
 func (a *ActivityCancelRequestedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // WorkflowCanceledAttributes are the attributes of [EventWorkflowCanceled].
@@ -327,7 +327,9 @@ type TimerFiredAttributes struct {
 // EventType implements Attributes.
 func (*TimerFiredAttributes) EventType() EventType { return EventTimerFired }
 
-func (a *TimerFiredAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
+func (a *TimerFiredAttributes) validate() string {
+	return positiveID("started_event_id", a.StartedEventID)
+}
 
 // TimerCanceledAttributes are the attributes of [EventTimerCanceled].
 type TimerCanceledAttributes struct {
@@ -338,7 +340,9 @@ type TimerCanceledAttributes struct {
 // EventType implements Attributes.
 func (*TimerCanceledAttributes) EventType() EventType { return EventTimerCanceled }
 
-func (a *TimerCanceledAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
+func (a *TimerCanceledAttributes) validate() string {
+	return positiveID("started_event_id", a.StartedEventID)
+}
 
 // WorkflowContinuedAsNewAttributes are the attributes of
 // [EventWorkflowContinuedAsNew]: what the next run starts with.
@@ -486,7 +490,7 @@ type ChildWorkflowCompletedAttributes struct {
 func (*ChildWorkflowCompletedAttributes) EventType() EventType { return EventChildWorkflowCompleted }
 
 func (a *ChildWorkflowCompletedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // ChildWorkflowFailedAttributes are the attributes of
@@ -507,19 +511,13 @@ type ChildWorkflowFailedAttributes struct {
 func (*ChildWorkflowFailedAttributes) EventType() EventType { return EventChildWorkflowFailed }
 
 func (a *ChildWorkflowFailedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
-func validateStartedEventID(id int64) string {
+// positiveID is the validation of an event ID that attributes refer to.
+func positiveID(name string, id int64) string {
 	if id <= 0 {
-		return "started_event_id must be positive"
-	}
-	return ""
-}
-
-func validateScheduledEventID(id int64) string {
-	if id <= 0 {
-		return "scheduled_event_id must be positive"
+		return name + " must be positive"
 	}
 	return ""
 }
