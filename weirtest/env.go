@@ -280,8 +280,22 @@ func (env *Env) next(until time.Time) *item {
 }
 
 // runID is the deterministic run ID of a generation.
-func (env *Env) runID(generation int64) string {
-	return uuid.NewSHA1(uuid.NameSpaceURL, fmt.Appendf(nil, "weirtest:%s/%d", env.config.WorkflowID, generation)).String()
+func (env *Env) runID(generation int64) uuid.UUID {
+	return uuid.NewSHA1(uuid.NameSpaceURL, fmt.Appendf(nil, "weirtest:%s/%d", env.config.WorkflowID, generation))
+}
+
+// params are the parameters of a workflow task (or a query) on the run's
+// history.
+func (env *Env) params() replay.ExecuteParams {
+	return replay.ExecuteParams{
+		ActivityResultType: env.activityResultType,
+		Codec:              env.config.Codec,
+		DeadlockTimeout:    env.config.DeadlockTimeout,
+		History:            env.history,
+		Info: replay.Info{
+			Generation: env.generation, Kind: env.def.Kind, RunID: env.runID(env.generation).String(), WorkflowID: env.config.WorkflowID,
+		},
+	}
 }
 
 // ExecuteWorkflow runs wf with args to its end on the simulated clock and
@@ -316,9 +330,8 @@ func ExecuteWorkflow[A workflow.Args, R any](env *Env, wf workflow.Workflow[A, R
 		if out.Canceled {
 			state = "cancelled"
 		}
-		runID, _ := uuid.Parse(env.runID(env.generation))
 		return zero, &client.WorkflowFailedError{
-			Failure: clientFailure(out.Failure), Generation: env.generation, RunID: runID, State: state, WorkflowID: env.config.WorkflowID,
+			Failure: clientFailure(out.Failure), Generation: env.generation, RunID: env.runID(env.generation), State: state, WorkflowID: env.config.WorkflowID,
 		}
 	}
 	var value R
@@ -345,18 +358,10 @@ func (env *Env) run(args []byte) (*replay.Outcome, error) {
 		}
 		env.tasks++
 		env.totalTasks++
-		out, err := replay.Execute(env.context(), env.def, &replay.ExecuteParams{
-			ActivityResultType: env.activityResultType,
-			Codec:              env.config.Codec,
-			DeadlockTimeout:    env.config.DeadlockTimeout,
-			History:            env.history,
-			Info: replay.Info{
-				Generation: env.generation, Kind: kind, RunID: env.runID(env.generation), TaskAttempt: 1, WorkflowID: env.config.WorkflowID,
-			},
-			Inputs: inputs,
-			Logger: env.config.Logger,
-			Now:    env.now,
-		})
+		params := env.params()
+		params.Info.TaskAttempt = 1
+		params.Inputs, params.Logger, params.Now = inputs, env.config.Logger, env.now
+		out, err := replay.Execute(env.context(), env.def, &params)
 		if err != nil {
 			return nil, err
 		}
@@ -414,7 +419,7 @@ func (env *Env) run(args []byte) (*replay.Outcome, error) {
 
 func (env *Env) startEvent(kind string, args []byte) (history.Event, error) {
 	return history.NewEvent(0, time.Time{}, &history.WorkflowStartedAttributes{
-		Args: args, Generation: env.generation, Kind: kind, RunID: env.runID(env.generation), WorkflowID: env.config.WorkflowID,
+		Args: args, Generation: env.generation, Kind: kind, RunID: env.runID(env.generation).String(), WorkflowID: env.config.WorkflowID,
 	})
 }
 
@@ -466,7 +471,7 @@ func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 	st := &attempt.State{
 		ActivityKind: attrs.Kind, Attempt: n, Decode: env.config.Codec.Decode, Encode: env.config.Codec.Encode,
 		Generation: env.generation, MaxAttempts: maxAttempts, Namespace: client.NamespaceDefault,
-		RunID: uuid.MustParse(env.runID(env.generation)), ScheduledEventID: a.EventID,
+		RunID: env.runID(env.generation), ScheduledEventID: a.EventID,
 		WorkflowID: env.config.WorkflowID, WorkflowKind: env.def.Kind,
 		CompleteTx: func(context.Context, pgx.Tx, []byte) error { return ErrNoDatabase },
 		Heartbeat: func(_ context.Context, details []byte) error {
@@ -580,15 +585,7 @@ func QueryWorkflow[R any](env *Env, args workflow.QueryArgs) (R, error) {
 	if err != nil {
 		return value, fmt.Errorf("weirtest: encoding query %s: %w", args.Kind(), err)
 	}
-	result, err := replay.Query(env.context(), env.def, &replay.QueryParams{
-		Args: encoded,
-		ExecuteParams: replay.ExecuteParams{
-			ActivityResultType: env.activityResultType,
-			Codec:              env.config.Codec, DeadlockTimeout: env.config.DeadlockTimeout, History: env.history,
-			Info: replay.Info{Generation: env.generation, Kind: env.def.Kind, RunID: env.runID(env.generation), WorkflowID: env.config.WorkflowID},
-		},
-		Kind: args.Kind(),
-	})
+	result, err := replay.Query(env.context(), env.def, &replay.QueryParams{Args: encoded, ExecuteParams: env.params(), Kind: args.Kind()})
 	if err != nil {
 		return value, err
 	}
@@ -603,8 +600,7 @@ func QueryWorkflow[R any](env *Env, args workflow.QueryArgs) (R, error) {
 // ReplayHistory and the worker's Replayer read: a way to make golden
 // histories for replay tests without a database.
 func (env *Env) WriteHistoryJSON(w io.Writer) error {
-	runID, _ := uuid.Parse(env.runID(env.generation))
-	export := &client.HistoryExport{Events: []*client.Event{}, Namespace: client.NamespaceDefault, RunID: runID, WorkflowID: env.config.WorkflowID}
+	export := &client.HistoryExport{Events: []*client.Event{}, Namespace: client.NamespaceDefault, RunID: env.runID(env.generation), WorkflowID: env.config.WorkflowID}
 	for _, ev := range env.history {
 		export.Events = append(export.Events, &client.Event{Attributes: ev.Attributes, ID: ev.ID, Time: ev.Time, Type: client.EventType(ev.Type)})
 	}

@@ -65,7 +65,7 @@ func UpdateWorkflow[R any](env *Env, updateID string, args workflow.UpdateArgs, 
 	if updateID == "" {
 		updateID = uuid.NewString()
 	}
-	runID, _ := uuid.Parse(env.runID(max(env.generation, 1)))
+	runID := env.runID(max(env.generation, 1))
 	waiter := &updateWaiter{
 		accept: func() {
 			if callbacks.OnAccept != nil {
