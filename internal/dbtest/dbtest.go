@@ -178,11 +178,11 @@ func TestSchema(ctx context.Context, tb testing.TB) string {
 	if n := len(shared.schemas); n > 0 {
 		schema = shared.schemas[n-1]
 		shared.schemas = shared.schemas[:n-1]
-	} else {
-		shared.created++
-		schema = fmt.Sprintf("%s_%d", schemaPrefix(), shared.created)
 	}
 	shared.mu.Unlock()
+	if schema == "" {
+		schema = newName("")
+	}
 
 	// A schema this process migrated is only emptied; one of that name left by
 	// an earlier process is dropped and migrated afresh, as the migrations may
@@ -206,10 +206,7 @@ func TestSchema(ctx context.Context, tb testing.TB) string {
 func EmptySchema(ctx context.Context, tb testing.TB) string {
 	tb.Helper()
 	pool := Pool(ctx, tb)
-	shared.mu.Lock()
-	shared.created++
-	schema := fmt.Sprintf("%s_empty_%d", schemaPrefix(), shared.created)
-	shared.mu.Unlock()
+	schema := newName("empty_")
 
 	dropSchema(ctx, tb, pool, schema)
 	tb.Cleanup(func() { dropSchema(context.WithoutCancel(ctx), tb, pool, schema) })
@@ -286,10 +283,7 @@ func TestTx(ctx context.Context, tb testing.TB) pgx.Tx {
 func TestDatabase(ctx context.Context, tb testing.TB) string {
 	tb.Helper()
 	pool := Pool(ctx, tb)
-	shared.mu.Lock()
-	shared.created++
-	name := fmt.Sprintf("%s_db_%d", schemaPrefix(), shared.created)
-	shared.mu.Unlock()
+	name := newName("db_")
 
 	ident := pgx.Identifier{name}.Sanitize()
 	_, err := pool.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
@@ -370,6 +364,15 @@ func dropSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema s
 	_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	require.NoError(tb, err)
 	migratedHere.Delete(schema)
+}
+
+// newName returns a schema or database name this process has not used:
+// this binary's prefix, kind and a number.
+func newName(kind string) string {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.created++
+	return fmt.Sprintf("%s_%s%d", schemaPrefix(), kind, shared.created)
 }
 
 var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)

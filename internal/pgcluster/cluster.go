@@ -496,12 +496,6 @@ func (c *Cluster) waitReady(ctx context.Context, proc *serverProcess) error {
 	ticker := time.NewTicker(25 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		select {
-		case <-proc.done:
-			return fmt.Errorf("postgres exited during start-up: %v", proc.err)
-		default:
-		}
-
 		conn, err := pgx.Connect(ctx, url)
 		if err == nil {
 			_, err = conn.Exec(ctx, "SELECT 1")
