@@ -463,9 +463,9 @@ func (env *Env) scheduleAttempt(a replay.ScheduledActivity, at time.Time, n int)
 // its retry, following its retry policy.
 func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 	attrs := a.Attributes
-	policy := attrs.RetryPolicy
+	policy := attrs.RetryPolicy         // recorded with every default, never nil
 	maxAttempts := maxAttemptsUnlimited // as River's max_attempts caps it for a worker
-	if policy != nil && policy.MaximumAttempts > 0 {
+	if policy.MaximumAttempts > 0 {
 		maxAttempts = min(policy.MaximumAttempts, maxAttemptsUnlimited)
 	}
 	st := &attempt.State{
@@ -493,13 +493,9 @@ func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 			return
 		}
 		failure := replay.FailureFromError(err)
-		final := n >= maxAttempts || failure.NonRetryable ||
-			(policy != nil && slices.Contains(policy.NonRetryableErrorTypes, failure.Type))
+		final := n >= maxAttempts || failure.NonRetryable || slices.Contains(policy.NonRetryableErrorTypes, failure.Type)
 		if !final {
-			retryAt := env.now.Add(workflow.InitialIntervalDefault)
-			if policy != nil {
-				retryAt = env.now.Add(policy.Delay(n))
-			}
+			retryAt := env.now.Add(policy.Delay(n))
 			deadline := time.Time{}
 			if attrs.ScheduleToCloseTimeout > 0 {
 				deadline = env.scheduledAt(a.EventID).Add(time.Duration(attrs.ScheduleToCloseTimeout))
