@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 )
 
@@ -60,7 +61,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Migrator, error) {
 		return nil, &SchemaNameError{Schema: config.Schema}
 	}
 
-	driver := newLineDriver(pool)
+	driver := &lineDriver{Driver: riverpgxv5.New(pool)}
 	migrators := make(map[string]*rivermigrate.Migrator[pgx.Tx], len(Lines()))
 	for _, line := range Lines() {
 		migrator, err := rivermigrate.New(driver, &rivermigrate.Config{

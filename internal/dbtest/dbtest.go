@@ -145,11 +145,6 @@ func Pool(ctx context.Context, tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
-	return poolLocked(ctx, tb)
-}
-
-func poolLocked(ctx context.Context, tb testing.TB) *pgxpool.Pool {
-	tb.Helper()
 	if shared.pool != nil {
 		return shared.pool
 	}
