@@ -59,7 +59,6 @@ type WorkflowStartedAttributes struct {
 	Generation int64 `json:"generation,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowStartedAttributes) EventType() EventType { return EventWorkflowStarted }
 
 func (a *WorkflowStartedAttributes) validate() string {
@@ -78,7 +77,6 @@ type WorkflowTaskStartedAttributes struct {
 	Attempt int `json:"attempt,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowTaskStartedAttributes) EventType() EventType { return EventWorkflowTaskStarted }
 
 func (a *WorkflowTaskStartedAttributes) validate() string {
@@ -143,7 +141,6 @@ type ActivityScheduledAttributes struct {
 	Tags []string `json:"tags,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*ActivityScheduledAttributes) EventType() EventType { return EventActivityScheduled }
 
 func (a *ActivityScheduledAttributes) validate() string {
@@ -166,7 +163,6 @@ type ActivityCompletedAttributes struct {
 	Attempt int `json:"attempt"`
 }
 
-// EventType implements Attributes.
 func (*ActivityCompletedAttributes) EventType() EventType { return EventActivityCompleted }
 
 func (a *ActivityCompletedAttributes) validate() string {
@@ -183,7 +179,6 @@ type ActivityFailedAttributes struct {
 	Attempt int `json:"attempt"`
 }
 
-// EventType implements Attributes.
 func (*ActivityFailedAttributes) EventType() EventType { return EventActivityFailed }
 
 func (a *ActivityFailedAttributes) validate() string {
@@ -203,7 +198,6 @@ type ActivityTimedOutAttributes struct {
 	Attempt int `json:"attempt"`
 }
 
-// EventType implements Attributes.
 func (*ActivityTimedOutAttributes) EventType() EventType { return EventActivityTimedOut }
 
 func (a *ActivityTimedOutAttributes) validate() string {
@@ -220,7 +214,6 @@ type ActivityCanceledAttributes struct {
 	Attempt int `json:"attempt"`
 }
 
-// EventType implements Attributes.
 func (*ActivityCanceledAttributes) EventType() EventType { return EventActivityCanceled }
 
 func (a *ActivityCanceledAttributes) validate() string {
@@ -235,7 +228,6 @@ type MarkerRecordedAttributes struct {
 	Data Payload `json:"data"`
 }
 
-// EventType implements Attributes.
 func (*MarkerRecordedAttributes) EventType() EventType { return EventMarkerRecorded }
 
 func (a *MarkerRecordedAttributes) validate() string {
@@ -251,7 +243,6 @@ type WorkflowCompletedAttributes struct {
 	Result Payload `json:"result"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowCompletedAttributes) EventType() EventType { return EventWorkflowCompleted }
 
 // WorkflowFailedAttributes are the attributes of [EventWorkflowFailed].
@@ -260,7 +251,6 @@ type WorkflowFailedAttributes struct {
 	Failure Failure `json:"failure"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowFailedAttributes) EventType() EventType { return EventWorkflowFailed }
 
 // CancelRequestedAttributes are the attributes of [EventCancelRequested].
@@ -269,7 +259,6 @@ type CancelRequestedAttributes struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*CancelRequestedAttributes) EventType() EventType { return EventCancelRequested }
 
 // ActivityCancelRequestedAttributes are the attributes of
@@ -279,7 +268,6 @@ type ActivityCancelRequestedAttributes struct {
 	ScheduledEventID int64 `json:"scheduled_event_id"`
 }
 
-// EventType implements Attributes.
 func (*ActivityCancelRequestedAttributes) EventType() EventType { return EventActivityCancelRequested }
 
 func (a *ActivityCancelRequestedAttributes) validate() string {
@@ -293,7 +281,6 @@ type WorkflowCanceledAttributes struct {
 	Failure Failure `json:"failure"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowCanceledAttributes) EventType() EventType { return EventWorkflowCanceled }
 
 // TimerStartedAttributes are the attributes of [EventTimerStarted].
@@ -305,7 +292,6 @@ type TimerStartedAttributes struct {
 	FireAt time.Time `json:"fire_at"`
 }
 
-// EventType implements Attributes.
 func (*TimerStartedAttributes) EventType() EventType { return EventTimerStarted }
 
 func (a *TimerStartedAttributes) validate() string {
@@ -324,7 +310,6 @@ type TimerFiredAttributes struct {
 	StartedEventID int64 `json:"started_event_id"`
 }
 
-// EventType implements Attributes.
 func (*TimerFiredAttributes) EventType() EventType { return EventTimerFired }
 
 func (a *TimerFiredAttributes) validate() string {
@@ -337,7 +322,6 @@ type TimerCanceledAttributes struct {
 	StartedEventID int64 `json:"started_event_id"`
 }
 
-// EventType implements Attributes.
 func (*TimerCanceledAttributes) EventType() EventType { return EventTimerCanceled }
 
 func (a *TimerCanceledAttributes) validate() string {
@@ -353,7 +337,6 @@ type WorkflowContinuedAsNewAttributes struct {
 	Args Payload `json:"args"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowContinuedAsNewAttributes) EventType() EventType { return EventWorkflowContinuedAsNew }
 
 func (a *WorkflowContinuedAsNewAttributes) validate() string {
@@ -377,7 +360,6 @@ type SignalReceivedAttributes struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*SignalReceivedAttributes) EventType() EventType { return EventSignalReceived }
 
 func (a *SignalReceivedAttributes) validate() string {
@@ -397,7 +379,6 @@ type UpdateAcceptedAttributes struct {
 	Args Payload `json:"args"`
 }
 
-// EventType implements Attributes.
 func (*UpdateAcceptedAttributes) EventType() EventType { return EventUpdateAccepted }
 
 func (a *UpdateAcceptedAttributes) validate() string {
@@ -420,7 +401,6 @@ type UpdateCompletedAttributes struct {
 	Failure *Failure `json:"failure,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*UpdateCompletedAttributes) EventType() EventType { return EventUpdateCompleted }
 
 func (a *UpdateCompletedAttributes) validate() string {
@@ -462,7 +442,6 @@ type ChildWorkflowScheduledAttributes struct {
 	RunTimeout Duration `json:"run_timeout,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*ChildWorkflowScheduledAttributes) EventType() EventType { return EventChildWorkflowScheduled }
 
 func (a *ChildWorkflowScheduledAttributes) validate() string {
@@ -486,7 +465,6 @@ type ChildWorkflowCompletedAttributes struct {
 	Result Payload `json:"result"`
 }
 
-// EventType implements Attributes.
 func (*ChildWorkflowCompletedAttributes) EventType() EventType { return EventChildWorkflowCompleted }
 
 func (a *ChildWorkflowCompletedAttributes) validate() string {
@@ -507,7 +485,6 @@ type ChildWorkflowFailedAttributes struct {
 	Failure Failure `json:"failure"`
 }
 
-// EventType implements Attributes.
 func (*ChildWorkflowFailedAttributes) EventType() EventType { return EventChildWorkflowFailed }
 
 func (a *ChildWorkflowFailedAttributes) validate() string {

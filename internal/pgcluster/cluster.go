@@ -195,9 +195,6 @@ func (c *Cluster) PID() int {
 	return c.proc.cmd.Process.Pid
 }
 
-// Running reports whether the server process is alive.
-func (c *Cluster) Running() bool { return c.PID() != 0 }
-
 // Start initialises the data directory if it holds no cluster, starts the
 // server and waits until it accepts connections. Starting a running cluster is
 // a no-op.
@@ -294,14 +291,6 @@ func (c *Cluster) CrashBackend(ctx context.Context, pid int) error {
 		}
 	}
 	return c.waitReady(waitCtx, proc)
-}
-
-// Restart is Stop then Start on the same port.
-func (c *Cluster) Restart(ctx context.Context) error {
-	if err := c.Stop(ctx); err != nil {
-		return err
-	}
-	return c.Start(ctx)
 }
 
 // Pause freezes the server (SIGSTOP to the postmaster and every backend):
