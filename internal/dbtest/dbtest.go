@@ -63,7 +63,16 @@ var shared struct {
 //	func TestMain(m *testing.M) { dbtest.Main(m) }
 func Main(m *testing.M) {
 	code := m.Run()
-	closeShared()
+	if shared.pool != nil {
+		shared.pool.Close()
+	}
+	if shared.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := shared.cluster.Close(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "dbtest: stopping private cluster: %v\n", err)
+		}
+		cancel()
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: goroutines leaked after tests: %v\n", err)
@@ -71,23 +80,6 @@ func Main(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-func closeShared() {
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.pool != nil {
-		shared.pool.Close()
-		shared.pool = nil
-	}
-	if shared.cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := shared.cluster.Close(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "dbtest: stopping private cluster: %v\n", err)
-		}
-		shared.cluster = nil
-	}
 }
 
 // URL returns the server URL tests use: TEST_DATABASE_URL, or a private
