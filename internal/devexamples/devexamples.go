@@ -186,8 +186,8 @@ type Receipt struct {
 	TrackingID    string `json:"tracking_id"`
 }
 
-// OrderWorkflow reserves, charges and ships; when a step fails it undoes
-// the steps done so far in reverse order, on a disconnected context.
+// OrderWorkflow reserves, charges and ships; when a step fails its saga
+// undoes the steps done so far.
 type OrderWorkflow struct {
 	workflow.Defaults[OrderArgs, Receipt]
 }
@@ -195,13 +195,10 @@ type OrderWorkflow struct {
 func (*OrderWorkflow) Opts() *workflow.Opts { return &workflow.Opts{ActivityOpts: activityOpts} }
 
 func (*OrderWorkflow) Run(ctx workflow.Context, args OrderArgs) (Receipt, error) {
-	var compensations []func(ctx workflow.Context) error
+	saga := workflow.NewSaga(ctx, &workflow.SagaOpts{StopOnError: true})
 	fail := func(step string, err error) (Receipt, error) {
-		cctx := workflow.NewDisconnectedContext(ctx)
-		for i := len(compensations) - 1; i >= 0; i-- {
-			if cerr := compensations[i](cctx); cerr != nil {
-				return Receipt{}, fmt.Errorf("%s failed: %w; compensation failed too: %v", step, err, cerr)
-			}
+		if cerr := saga.Compensate(); cerr != nil {
+			return Receipt{}, fmt.Errorf("%s failed: %w; compensation failed too: %v", step, err, cerr)
 		}
 		return Receipt{}, fmt.Errorf("%s failed, order compensated: %w", step, err)
 	}
@@ -211,7 +208,7 @@ func (*OrderWorkflow) Run(ctx workflow.Context, args OrderArgs) (Receipt, error)
 	if err != nil {
 		return fail("reserve", err)
 	}
-	compensations = append(compensations, func(ctx workflow.Context) error {
+	saga.AddCompensation(func(ctx workflow.Context) error {
 		_, err := workflow.ExecuteActivity[struct{}](ctx, ReleaseArgs{Order: args.ID, ID: reservation}, nil).Get(ctx)
 		return err
 	})
@@ -219,7 +216,7 @@ func (*OrderWorkflow) Run(ctx workflow.Context, args OrderArgs) (Receipt, error)
 	if err != nil {
 		return fail("charge", err)
 	}
-	compensations = append(compensations, func(ctx workflow.Context) error {
+	saga.AddCompensation(func(ctx workflow.Context) error {
 		_, err := workflow.ExecuteActivity[struct{}](ctx, RefundArgs{Order: args.ID, ID: charge}, nil).Get(ctx)
 		return err
 	})
