@@ -145,6 +145,7 @@ func NewEnv(tb testing.TB, config *EnvConfig) *Env {
 		heartbeats: map[int64][]byte{},
 		now:        config.Start,
 		tb:         tb,
+		updates:    map[string]*updateState{},
 	}
 }
 

@@ -100,9 +100,6 @@ func UpdateWorkflow[R any](env *Env, updateID string, args workflow.UpdateArgs, 
 		},
 	}
 
-	if env.updates == nil {
-		env.updates = map[string]*updateState{}
-	}
 	state, seen := env.updates[updateID]
 	if !seen {
 		state = &updateState{}
