@@ -393,30 +393,25 @@ func (t *Tx) Conn() *pgx.Conn {
 // Commit commits the transaction. One that never began has nothing to
 // commit.
 func (t *Tx) Commit(ctx context.Context) error {
-	if t.commit != commitNone {
-		return t.endQueued(ctx, pgx.ErrTxCommitRollback)
-	}
-	if ok, err := t.began(); ok || err != nil {
-		if err != nil {
-			return err
-		}
-		return t.inner.Commit(ctx)
-	}
-	t.closed = true
-	return nil
+	return t.end(ctx, pgx.Tx.Commit, pgx.ErrTxCommitRollback)
 }
 
 // Rollback rolls the transaction back; it returns an error matching
 // pgx.ErrTxClosed after Commit or Rollback, as pgx's does.
-func (t *Tx) Rollback(ctx context.Context) error {
+func (t *Tx) Rollback(ctx context.Context) error { return t.end(ctx, pgx.Tx.Rollback, nil) }
+
+// end ends the transaction with end (pgx's Commit or Rollback) once it
+// began; notCommitted is what end returns for a queued COMMIT that did not
+// commit (endQueued).
+func (t *Tx) end(ctx context.Context, end func(pgx.Tx, context.Context) error, notCommitted error) error {
 	if t.commit != commitNone {
-		return t.endQueued(ctx, nil)
+		return t.endQueued(ctx, notCommitted)
 	}
 	if ok, err := t.began(); ok || err != nil {
 		if err != nil {
 			return err
 		}
-		return t.inner.Rollback(ctx)
+		return end(t.inner, ctx)
 	}
 	t.closed = true
 	return nil
