@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -61,12 +62,7 @@ type WorkflowStartedAttributes struct {
 
 func (*WorkflowStartedAttributes) EventType() EventType { return EventWorkflowStarted }
 
-func (a *WorkflowStartedAttributes) validate() string {
-	if a.Kind == "" {
-		return "kind is required"
-	}
-	return ""
-}
+func (a *WorkflowStartedAttributes) validate() string { return required("kind", a.Kind) }
 
 // WorkflowTaskStartedAttributes are the attributes of
 // [EventWorkflowTaskStarted], the boundary of a workflow task.
@@ -230,12 +226,7 @@ type MarkerRecordedAttributes struct {
 
 func (*MarkerRecordedAttributes) EventType() EventType { return EventMarkerRecorded }
 
-func (a *MarkerRecordedAttributes) validate() string {
-	if a.Name == "" {
-		return "name is required"
-	}
-	return ""
-}
+func (a *MarkerRecordedAttributes) validate() string { return required("name", a.Name) }
 
 // WorkflowCompletedAttributes are the attributes of [EventWorkflowCompleted].
 type WorkflowCompletedAttributes struct {
@@ -339,12 +330,7 @@ type WorkflowContinuedAsNewAttributes struct {
 
 func (*WorkflowContinuedAsNewAttributes) EventType() EventType { return EventWorkflowContinuedAsNew }
 
-func (a *WorkflowContinuedAsNewAttributes) validate() string {
-	if a.Kind == "" {
-		return "kind is required"
-	}
-	return ""
-}
+func (a *WorkflowContinuedAsNewAttributes) validate() string { return required("kind", a.Kind) }
 
 // SignalReceivedAttributes are the attributes of [EventSignalReceived].
 type SignalReceivedAttributes struct {
@@ -362,12 +348,7 @@ type SignalReceivedAttributes struct {
 
 func (*SignalReceivedAttributes) EventType() EventType { return EventSignalReceived }
 
-func (a *SignalReceivedAttributes) validate() string {
-	if a.Kind == "" {
-		return "kind is required"
-	}
-	return ""
-}
+func (a *SignalReceivedAttributes) validate() string { return required("kind", a.Kind) }
 
 // UpdateAcceptedAttributes are the attributes of [EventUpdateAccepted].
 type UpdateAcceptedAttributes struct {
@@ -382,13 +363,7 @@ type UpdateAcceptedAttributes struct {
 func (*UpdateAcceptedAttributes) EventType() EventType { return EventUpdateAccepted }
 
 func (a *UpdateAcceptedAttributes) validate() string {
-	switch {
-	case a.UpdateID == "":
-		return "update_id is required"
-	case a.Kind == "":
-		return "kind is required"
-	}
-	return ""
+	return cmp.Or(required("update_id", a.UpdateID), required("kind", a.Kind))
 }
 
 // UpdateCompletedAttributes are the attributes of [EventUpdateCompleted].
@@ -403,12 +378,7 @@ type UpdateCompletedAttributes struct {
 
 func (*UpdateCompletedAttributes) EventType() EventType { return EventUpdateCompleted }
 
-func (a *UpdateCompletedAttributes) validate() string {
-	if a.UpdateID == "" {
-		return "update_id is required"
-	}
-	return ""
-}
+func (a *UpdateCompletedAttributes) validate() string { return required("update_id", a.UpdateID) }
 
 // Parent-close policies of child workflows.
 const (
@@ -445,13 +415,7 @@ type ChildWorkflowScheduledAttributes struct {
 func (*ChildWorkflowScheduledAttributes) EventType() EventType { return EventChildWorkflowScheduled }
 
 func (a *ChildWorkflowScheduledAttributes) validate() string {
-	switch {
-	case a.Kind == "":
-		return "kind is required"
-	case a.WorkflowID == "":
-		return "workflow_id is required"
-	}
-	return ""
+	return cmp.Or(required("kind", a.Kind), required("workflow_id", a.WorkflowID))
 }
 
 // ChildWorkflowCompletedAttributes are the attributes of
@@ -489,6 +453,14 @@ func (*ChildWorkflowFailedAttributes) EventType() EventType { return EventChildW
 
 func (a *ChildWorkflowFailedAttributes) validate() string {
 	return positiveID("scheduled_event_id", a.ScheduledEventID)
+}
+
+// required is the validation of a string field that must be set.
+func required(name, value string) string {
+	if value == "" {
+		return name + " is required"
+	}
+	return ""
 }
 
 // positiveID is the validation of an event ID that attributes refer to.
