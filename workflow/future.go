@@ -63,8 +63,7 @@ func (f *settableFuture[T]) readySeq() int64 { return f.order }
 
 // readyFuture returns a future that is ready with err.
 func readyFuture[T any](err error) Future[T] {
-	var zero T
-	return &settableFuture[T]{ready: true, value: zero, err: err}
+	return &settableFuture[T]{ready: true, err: err}
 }
 
 // promiseFuture is the future of an engine promise (an activity, a child, a

@@ -21,9 +21,7 @@ func NewTimer(ctx Context, d time.Duration) Future[time.Time] {
 		return readyFuture[time.Time](fmt.Errorf("timer not started: %w", err))
 	}
 	if d <= 0 {
-		f := &settableFuture[time.Time]{}
-		f.Set(e.Now(), nil)
-		return f
+		return &settableFuture[time.Time]{ready: true, value: e.Now()}
 	}
 	attrs := &history.TimerStartedAttributes{Duration: history.Duration(d), FireAt: e.Now().Add(d)}
 	p := e.StartTimer(attrs, ctx)
