@@ -86,15 +86,9 @@ func runCommand(args, extraEnv []string) int {
 			}
 		}
 	}()
-	err := cmd.Wait()
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exitErr):
-		return exitErr.ExitCode()
-	default:
+	if err := cmd.Wait(); cmd.ProcessState == nil {
 		fmt.Fprintln(os.Stderr, "withpostgres:", err)
 		return 2
 	}
+	return cmd.ProcessState.ExitCode()
 }
