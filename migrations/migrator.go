@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/weirhq/weir/internal/dbschema"
 )
 
 // Config configures a Migrator. The zero value works.
@@ -283,7 +285,7 @@ func (m *Migrator) requireFencingUnused(ctx context.Context, conn *pgxpool.Conn,
 			"line weir is at version %d and its workers run on fencing; remove it first (`weir migrate down --line weir --all`), or force", weir.Current)}
 	}
 	var live int64
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+m.riverJob()+" WHERE state = 'running' AND lease_expires_at > now()").
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+dbschema.Qualify(m.config.Schema, "river_job")+" WHERE state = 'running' AND lease_expires_at > now()").
 		Scan(&live); err != nil {
 		return fmt.Errorf("counting live fencing leases: %w", err)
 	}
@@ -291,14 +293,6 @@ func (m *Migrator) requireFencingUnused(ctx context.Context, conn *pgxpool.Conn,
 		return &LiveLeasesError{Jobs: live, Schema: m.config.Schema}
 	}
 	return nil
-}
-
-// riverJob is river_job's name in the configured schema, sanitized.
-func (m *Migrator) riverJob() string {
-	if m.config.Schema == "" {
-		return pgx.Identifier{"river_job"}.Sanitize()
-	}
-	return pgx.Identifier{m.config.Schema, "river_job"}.Sanitize()
 }
 
 func versionsOf(line string, res *rivermigrate.MigrateResult) []MigrateVersion {

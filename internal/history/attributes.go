@@ -140,13 +140,10 @@ type ActivityScheduledAttributes struct {
 func (*ActivityScheduledAttributes) EventType() EventType { return EventActivityScheduled }
 
 func (a *ActivityScheduledAttributes) validate() string {
-	switch {
-	case a.Kind == "":
-		return "kind is required"
-	case a.RetryPolicy == nil:
-		return "retry_policy is required"
+	if a.RetryPolicy == nil {
+		return cmp.Or(required("kind", a.Kind), "retry_policy is required")
 	}
-	return ""
+	return required("kind", a.Kind)
 }
 
 // ActivityCompletedAttributes are the attributes of [EventActivityCompleted].
