@@ -2,7 +2,6 @@ package activity
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -128,13 +127,4 @@ func CompleteTx[R any](ctx context.Context, tx pgx.Tx, result R) error {
 		return fmt.Errorf("encoding result of activity %s (job %d): %w", st.ActivityKind, st.JobID, err)
 	}
 	return st.CompleteTx(ctx, tx, payload)
-}
-
-// decodeDetails reads heartbeat details stored as JSON.
-func decodeDetails[T any](raw json.RawMessage) (T, error) {
-	var out T
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return out, fmt.Errorf("decoding heartbeat details: %w", err)
-	}
-	return out, nil
 }

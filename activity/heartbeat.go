@@ -63,9 +63,8 @@ func HeartbeatDetails[T any](ctx context.Context) (details T, ok bool, err error
 	if len(raw) == 0 || string(raw) == "null" {
 		return details, false, nil
 	}
-	details, err = decodeDetails[T](raw)
-	if err != nil {
-		return details, false, err
+	if err := json.Unmarshal(raw, &details); err != nil {
+		return details, false, fmt.Errorf("decoding heartbeat details: %w", err)
 	}
 	return details, true, nil
 }

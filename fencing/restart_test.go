@@ -44,7 +44,8 @@ func TestRestartGrace(t *testing.T) {
 	require.NoError(t, err)
 	pool.Close()
 
-	require.NoError(t, server.Restart(ctx))
+	require.NoError(t, server.Stop(ctx))
+	require.NoError(t, server.Start(ctx))
 	pool = newPool()
 
 	reap := func(ttl time.Duration) int {

@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"slices"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
@@ -81,10 +80,6 @@ func TruncateTables(line string, version int) []string {
 // migrator hands them to rivermigrate.
 type lineDriver struct {
 	*riverpgxv5.Driver
-}
-
-func newLineDriver(pool *pgxpool.Pool) *lineDriver {
-	return &lineDriver{Driver: riverpgxv5.New(pool)}
 }
 
 func (d *lineDriver) GetMigrationDefaultLines() []string { return Lines() }

@@ -10,7 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/weirhq/weir/internal/dbschema"
 )
 
 // Config configures a Migrator. The zero value works.
@@ -60,7 +63,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Migrator, error) {
 		return nil, &SchemaNameError{Schema: config.Schema}
 	}
 
-	driver := newLineDriver(pool)
+	driver := &lineDriver{Driver: riverpgxv5.New(pool)}
 	migrators := make(map[string]*rivermigrate.Migrator[pgx.Tx], len(Lines()))
 	for _, line := range Lines() {
 		migrator, err := rivermigrate.New(driver, &rivermigrate.Config{
@@ -152,7 +155,7 @@ func (m *Migrator) Up(ctx context.Context, opts *UpOpts) (*MigrateResult, error)
 	}
 
 	result := &MigrateResult{Direction: string(rivermigrate.DirectionUp)}
-	err := m.withLock(ctx, func(conn *pgxpool.Conn) error {
+	err := lockSchema(ctx, m.pool, m.config.Schema, func(conn *pgxpool.Conn) error {
 		if err := m.ensureSchema(ctx, conn); err != nil {
 			return err
 		}
@@ -203,7 +206,7 @@ func (m *Migrator) Down(ctx context.Context, opts *DownOpts) (*MigrateResult, er
 	}
 
 	result := &MigrateResult{Direction: string(rivermigrate.DirectionDown)}
-	err := m.withLock(ctx, func(conn *pgxpool.Conn) error {
+	err := lockSchema(ctx, m.pool, m.config.Schema, func(conn *pgxpool.Conn) error {
 		if slices.Contains(lines, LineFencing) && !opts.Force {
 			if err := m.requireFencingUnused(ctx, conn, !slices.Contains(lines, LineWeir)); err != nil {
 				return err
@@ -240,11 +243,11 @@ func (m *Migrator) checkLine(line string) error {
 }
 
 func (m *Migrator) requireMainAtHead(ctx context.Context, conn *pgxpool.Conn, line string) error {
-	status, err := m.lineStatus(ctx, conn, LineMain)
+	applied, err := m.appliedVersions(ctx, conn)
 	if err != nil {
 		return err
 	}
-	if len(status.Pending) > 0 {
+	if status := m.statusOf(LineMain, applied[LineMain]); status.Behind() {
 		return &LineDependencyError{Line: line, Requires: LineMain, Reason: fmt.Sprintf(
 			"line %s needs River's main line at version %d first (it is at %d); run Up for every line", line, status.Latest, status.Current)}
 	}
@@ -252,12 +255,12 @@ func (m *Migrator) requireMainAtHead(ctx context.Context, conn *pgxpool.Conn, li
 }
 
 func (m *Migrator) requireNoDependents(ctx context.Context, conn *pgxpool.Conn) error {
+	applied, err := m.appliedVersions(ctx, conn)
+	if err != nil {
+		return err
+	}
 	for _, dependent := range []string{LineWeir, LineFencing} {
-		status, err := m.lineStatus(ctx, conn, dependent)
-		if err != nil {
-			return err
-		}
-		if status.Current > 0 {
+		if status := m.statusOf(dependent, applied[dependent]); status.Current > 0 {
 			return &LineDependencyError{Line: LineMain, Requires: dependent, Reason: fmt.Sprintf(
 				"line %s is at version %d and builds on River's tables; take it down to -1 first", dependent, status.Current)}
 		}
@@ -282,7 +285,7 @@ func (m *Migrator) requireFencingUnused(ctx context.Context, conn *pgxpool.Conn,
 			"line weir is at version %d and its workers run on fencing; remove it first (`weir migrate down --line weir --all`), or force", weir.Current)}
 	}
 	var live int64
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+m.riverJob()+" WHERE state = 'running' AND lease_expires_at > now()").
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+dbschema.Qualify(m.config.Schema, "river_job")+" WHERE state = 'running' AND lease_expires_at > now()").
 		Scan(&live); err != nil {
 		return fmt.Errorf("counting live fencing leases: %w", err)
 	}
@@ -290,14 +293,6 @@ func (m *Migrator) requireFencingUnused(ctx context.Context, conn *pgxpool.Conn,
 		return &LiveLeasesError{Jobs: live, Schema: m.config.Schema}
 	}
 	return nil
-}
-
-// riverJob is river_job's name in the configured schema, sanitized.
-func (m *Migrator) riverJob() string {
-	if m.config.Schema == "" {
-		return pgx.Identifier{"river_job"}.Sanitize()
-	}
-	return pgx.Identifier{m.config.Schema, "river_job"}.Sanitize()
 }
 
 func versionsOf(line string, res *rivermigrate.MigrateResult) []MigrateVersion {
@@ -326,12 +321,6 @@ func (m *Migrator) ensureSchema(ctx context.Context, conn *pgxpool.Conn) error {
 		return fmt.Errorf("creating schema %s: %w", m.config.Schema, err)
 	}
 	return nil
-}
-
-// withLock runs fn while holding the migration lock of the configured
-// schema (Lock), on a connection set aside for it.
-func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgxpool.Conn) error) error {
-	return lockSchema(ctx, m.pool, m.config.Schema, fn)
 }
 
 // Lock runs fn while holding the migration lock of schema ("" for the

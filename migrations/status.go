@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/weirhq/weir/internal/dbschema"
 )
 
 // LineStatus is where one line stands in the database against this build.
@@ -81,14 +83,6 @@ func CheckStatus(schema string, statuses []*LineStatus) error {
 	return nil
 }
 
-func (m *Migrator) lineStatus(ctx context.Context, q querier, line string) (*LineStatus, error) {
-	applied, err := m.appliedVersions(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return m.statusOf(line, applied[line]), nil
-}
-
 func (m *Migrator) statusOf(line string, applied []int) *LineStatus {
 	status := &LineStatus{Applied: applied, Line: line}
 	if len(applied) > 0 {
@@ -111,11 +105,7 @@ func (m *Migrator) statusOf(line string, applied []int) *LineStatus {
 // appliedVersions reads river_migration, which may not exist yet, or may
 // predate River's line column (main line below version 5).
 func (m *Migrator) appliedVersions(ctx context.Context, q querier) (map[string][]int, error) {
-	table := pgx.Identifier{"river_migration"}
-	if m.config.Schema != "" {
-		table = pgx.Identifier{m.config.Schema, "river_migration"}
-	}
-	name := table.Sanitize()
+	name := dbschema.Qualify(m.config.Schema, "river_migration")
 
 	var hasTable, hasLine bool
 	err := q.QueryRow(ctx, `

@@ -145,6 +145,7 @@ func NewEnv(tb testing.TB, config *EnvConfig) *Env {
 		heartbeats: map[int64][]byte{},
 		now:        config.Start,
 		tb:         tb,
+		updates:    map[string]*updateState{},
 	}
 }
 
@@ -280,8 +281,22 @@ func (env *Env) next(until time.Time) *item {
 }
 
 // runID is the deterministic run ID of a generation.
-func (env *Env) runID(generation int64) string {
-	return uuid.NewSHA1(uuid.NameSpaceURL, fmt.Appendf(nil, "weirtest:%s/%d", env.config.WorkflowID, generation)).String()
+func (env *Env) runID(generation int64) uuid.UUID {
+	return uuid.NewSHA1(uuid.NameSpaceURL, fmt.Appendf(nil, "weirtest:%s/%d", env.config.WorkflowID, generation))
+}
+
+// params are the parameters of a workflow task (or a query) on the run's
+// history.
+func (env *Env) params() replay.ExecuteParams {
+	return replay.ExecuteParams{
+		ActivityResultType: env.activityResultType,
+		Codec:              env.config.Codec,
+		DeadlockTimeout:    env.config.DeadlockTimeout,
+		History:            env.history,
+		Info: replay.Info{
+			Generation: env.generation, Kind: env.def.Kind, RunID: env.runID(env.generation).String(), WorkflowID: env.config.WorkflowID,
+		},
+	}
 }
 
 // ExecuteWorkflow runs wf with args to its end on the simulated clock and
@@ -316,9 +331,8 @@ func ExecuteWorkflow[A workflow.Args, R any](env *Env, wf workflow.Workflow[A, R
 		if out.Canceled {
 			state = "cancelled"
 		}
-		runID, _ := uuid.Parse(env.runID(env.generation))
 		return zero, &client.WorkflowFailedError{
-			Failure: clientFailure(out.Failure), Generation: env.generation, RunID: runID, State: state, WorkflowID: env.config.WorkflowID,
+			Failure: clientFailure(out.Failure), Generation: env.generation, RunID: env.runID(env.generation), State: state, WorkflowID: env.config.WorkflowID,
 		}
 	}
 	var value R
@@ -345,28 +359,15 @@ func (env *Env) run(args []byte) (*replay.Outcome, error) {
 		}
 		env.tasks++
 		env.totalTasks++
-		out, err := replay.Execute(env.context(), env.def, &replay.ExecuteParams{
-			ActivityResultType: env.activityResultType,
-			Codec:              env.config.Codec,
-			DeadlockTimeout:    env.config.DeadlockTimeout,
-			History:            env.history,
-			Info: replay.Info{
-				Generation: env.generation, Kind: kind, RunID: env.runID(env.generation), TaskAttempt: 1, WorkflowID: env.config.WorkflowID,
-			},
-			Inputs: inputs,
-			Logger: env.config.Logger,
-			Now:    env.now,
-		})
+		params := env.params()
+		params.Info.TaskAttempt = 1
+		params.Inputs, params.Logger, params.Now = inputs, env.config.Logger, env.now
+		out, err := replay.Execute(env.context(), env.def, &params)
 		if err != nil {
 			return nil, err
 		}
 		env.history = append(env.history, out.Events...)
-		rejectedIDs := make([]string, len(out.RejectedUpdates))
-		rejected := make([]*history.Failure, len(out.RejectedUpdates))
-		for i, r := range out.RejectedUpdates {
-			rejectedIDs[i], rejected[i] = r.UpdateID, r.Failure
-		}
-		env.answerUpdates(out.Events, rejected, rejectedIDs)
+		env.answerUpdates(out.Events, out.RejectedUpdates)
 		if out.Completed {
 			env.abandonUpdates()
 		} else {
@@ -419,7 +420,7 @@ func (env *Env) run(args []byte) (*replay.Outcome, error) {
 
 func (env *Env) startEvent(kind string, args []byte) (history.Event, error) {
 	return history.NewEvent(0, time.Time{}, &history.WorkflowStartedAttributes{
-		Args: args, Generation: env.generation, Kind: kind, RunID: env.runID(env.generation), WorkflowID: env.config.WorkflowID,
+		Args: args, Generation: env.generation, Kind: kind, RunID: env.runID(env.generation).String(), WorkflowID: env.config.WorkflowID,
 	})
 }
 
@@ -463,15 +464,15 @@ func (env *Env) scheduleAttempt(a replay.ScheduledActivity, at time.Time, n int)
 // its retry, following its retry policy.
 func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 	attrs := a.Attributes
-	policy := attrs.RetryPolicy
+	policy := attrs.RetryPolicy         // recorded with every default, never nil
 	maxAttempts := maxAttemptsUnlimited // as River's max_attempts caps it for a worker
-	if policy != nil && policy.MaximumAttempts > 0 {
+	if policy.MaximumAttempts > 0 {
 		maxAttempts = min(policy.MaximumAttempts, maxAttemptsUnlimited)
 	}
 	st := &attempt.State{
 		ActivityKind: attrs.Kind, Attempt: n, Decode: env.config.Codec.Decode, Encode: env.config.Codec.Encode,
 		Generation: env.generation, MaxAttempts: maxAttempts, Namespace: client.NamespaceDefault,
-		RunID: uuid.MustParse(env.runID(env.generation)), ScheduledEventID: a.EventID,
+		RunID: env.runID(env.generation), ScheduledEventID: a.EventID,
 		WorkflowID: env.config.WorkflowID, WorkflowKind: env.def.Kind,
 		CompleteTx: func(context.Context, pgx.Tx, []byte) error { return ErrNoDatabase },
 		Heartbeat: func(_ context.Context, details []byte) error {
@@ -493,10 +494,9 @@ func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 			return
 		}
 		failure := replay.FailureFromError(err)
-		final := n >= maxAttempts || failure.NonRetryable ||
-			(policy != nil && slices.Contains(policy.NonRetryableErrorTypes, failure.Type))
+		final := n >= maxAttempts || failure.NonRetryable || slices.Contains(policy.NonRetryableErrorTypes, failure.Type)
 		if !final {
-			retryAt := env.now.Add(retryDelay(policy, n))
+			retryAt := env.now.Add(policy.Delay(n))
 			deadline := time.Time{}
 			if attrs.ScheduleToCloseTimeout > 0 {
 				deadline = env.scheduledAt(a.EventID).Add(time.Duration(attrs.ScheduleToCloseTimeout))
@@ -570,25 +570,6 @@ func (env *Env) call(ctx context.Context, a replay.ScheduledActivity, n int) (an
 	}}
 }
 
-// retryDelay is the delay after attempt n (1 is the first) under policy,
-// as the worker computes it.
-func retryDelay(policy *history.RetryPolicy, n int) time.Duration {
-	if policy == nil {
-		return workflow.InitialIntervalDefault
-	}
-	delay := float64(policy.InitialInterval)
-	for range max(n-1, 0) {
-		delay *= max(policy.BackoffCoefficient, 1)
-		if policy.MaximumInterval > 0 && delay >= float64(policy.MaximumInterval) {
-			return time.Duration(policy.MaximumInterval)
-		}
-	}
-	if policy.MaximumInterval > 0 {
-		delay = min(delay, float64(policy.MaximumInterval))
-	}
-	return time.Duration(delay)
-}
-
 // QueryWorkflow answers a query on the run as it stands: at the end of
 // ExecuteWorkflow, or at a simulated time from a delayed callback. See
 // workflow.SetQueryHandler.
@@ -601,15 +582,7 @@ func QueryWorkflow[R any](env *Env, args workflow.QueryArgs) (R, error) {
 	if err != nil {
 		return value, fmt.Errorf("weirtest: encoding query %s: %w", args.Kind(), err)
 	}
-	result, err := replay.Query(env.context(), env.def, &replay.QueryParams{
-		Args: encoded,
-		ExecuteParams: replay.ExecuteParams{
-			ActivityResultType: env.activityResultType,
-			Codec:              env.config.Codec, DeadlockTimeout: env.config.DeadlockTimeout, History: env.history,
-			Info: replay.Info{Generation: env.generation, Kind: env.def.Kind, RunID: env.runID(env.generation), WorkflowID: env.config.WorkflowID},
-		},
-		Kind: args.Kind(),
-	})
+	result, err := replay.Query(env.context(), env.def, &replay.QueryParams{Args: encoded, ExecuteParams: env.params(), Kind: args.Kind()})
 	if err != nil {
 		return value, err
 	}
@@ -624,8 +597,7 @@ func QueryWorkflow[R any](env *Env, args workflow.QueryArgs) (R, error) {
 // ReplayHistory and the worker's Replayer read: a way to make golden
 // histories for replay tests without a database.
 func (env *Env) WriteHistoryJSON(w io.Writer) error {
-	runID, _ := uuid.Parse(env.runID(env.generation))
-	export := &client.HistoryExport{Events: []*client.Event{}, Namespace: client.NamespaceDefault, RunID: runID, WorkflowID: env.config.WorkflowID}
+	export := &client.HistoryExport{Events: []*client.Event{}, Namespace: client.NamespaceDefault, RunID: env.runID(env.generation), WorkflowID: env.config.WorkflowID}
 	for _, ev := range env.history {
 		export.Events = append(export.Events, &client.Event{Attributes: ev.Attributes, ID: ev.ID, Time: ev.Time, Type: client.EventType(ev.Type)})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -64,7 +65,7 @@ func UpdateWorkflow[R any](env *Env, updateID string, args workflow.UpdateArgs, 
 	if updateID == "" {
 		updateID = uuid.NewString()
 	}
-	runID, _ := uuid.Parse(env.runID(max(env.generation, 1)))
+	runID := env.runID(max(env.generation, 1))
 	waiter := &updateWaiter{
 		accept: func() {
 			if callbacks.OnAccept != nil {
@@ -99,9 +100,6 @@ func UpdateWorkflow[R any](env *Env, updateID string, args workflow.UpdateArgs, 
 		},
 	}
 
-	if env.updates == nil {
-		env.updates = map[string]*updateState{}
-	}
 	state, seen := env.updates[updateID]
 	if !seen {
 		state = &updateState{}
@@ -137,17 +135,11 @@ func UpdateWorkflow[R any](env *Env, updateID string, args workflow.UpdateArgs, 
 // answerUpdates tells the waiting UpdateWorkflow callers what a task did
 // with their updates: the updates it accepted and completed (from its events)
 // and those it rejected.
-func (env *Env) answerUpdates(events []history.Event, rejected []*history.Failure, rejectedIDs []string) {
-	for i, id := range rejectedIDs {
-		state := env.updates[id]
-		if state == nil || state.rejected != nil {
-			continue
+func (env *Env) answerUpdates(events []history.Event, rejected []replay.RejectedUpdate) {
+	for _, r := range rejected {
+		if state := env.updates[r.UpdateID]; state != nil && state.rejected == nil {
+			env.reject(state, r.Failure)
 		}
-		state.rejected = rejected[i]
-		for _, w := range state.waiters {
-			w.reject(rejected[i])
-		}
-		state.waiters = nil
 	}
 	for _, ev := range events {
 		switch ev.Type {
@@ -191,10 +183,14 @@ func (env *Env) abandonUpdates() {
 }
 
 func (env *Env) rejectUpdate(id, reason string) {
-	state := env.updates[id]
-	state.rejected = &history.Failure{Message: reason, Type: "WorkflowClosed"}
+	env.reject(env.updates[id], &history.Failure{Message: reason, Type: "WorkflowClosed"})
+}
+
+// reject records an update's rejection and tells its waiters.
+func (env *Env) reject(state *updateState, failure *history.Failure) {
+	state.rejected = failure
 	for _, w := range state.waiters {
-		w.reject(state.rejected)
+		w.reject(failure)
 	}
 	state.waiters = nil
 }

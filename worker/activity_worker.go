@@ -166,23 +166,7 @@ func (a *activityWorker[A, R]) NextRetry(job *river.Job[A]) time.Time {
 	if meta == nil || meta.RetryPolicy == nil {
 		return time.Time{}
 	}
-	return time.Now().Add(retryDelay(meta.RetryPolicy, job.Attempt))
-}
-
-// retryDelay is the delay after attempt (1 is the first) under policy.
-func retryDelay(policy *history.RetryPolicy, attempt int) time.Duration {
-	delay := float64(policy.InitialInterval)
-	coefficient := max(policy.BackoffCoefficient, 1)
-	for range max(attempt-1, 0) {
-		delay *= coefficient
-		if policy.MaximumInterval > 0 && delay >= float64(policy.MaximumInterval) {
-			return time.Duration(policy.MaximumInterval)
-		}
-	}
-	if policy.MaximumInterval > 0 {
-		delay = min(delay, float64(policy.MaximumInterval))
-	}
-	return time.Duration(delay)
+	return time.Now().Add(meta.RetryPolicy.Delay(job.Attempt))
 }
 
 // Timeout is the workflow's start-to-close timeout, else the activity's own.

@@ -270,31 +270,13 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 	if err != nil {
 		return readyFuture[R](err)
 	}
-	return &activityFuture[R]{promise: e.ScheduleActivity(attrs, ctx)}
+	p := e.ScheduleActivity(attrs, ctx)
+	return &promiseFuture[R]{promise: p, decode: func(codec env.Codec) (R, error) { return activityOutcome[R](p, codec) }}
 }
 
-// activityFuture is the future of an activity's outcome.
-type activityFuture[R any] struct {
-	promise *env.Promise
-
-	decoded bool
-	value   R
-	err     error
-}
-
-func (f *activityFuture[R]) Get(ctx Context) (R, error) {
-	e := envOf(ctx)
-	e.Await(f.promise.Ready)
-	if !f.decoded {
-		f.value, f.err = f.decode(e.Codec())
-		f.decoded = true
-	}
-	return f.value, f.err
-}
-
-func (f *activityFuture[R]) decode(codec env.Codec) (R, error) {
+// activityOutcome decodes the outcome of an activity's promise.
+func activityOutcome[R any](p *env.Promise, codec env.Codec) (R, error) {
 	var value R
-	p := f.promise
 	actErr := func(attempt int, cause error) error {
 		return &ActivityError{Attempt: attempt, Cause: cause, Kind: p.Kind, ScheduledEventID: p.EventID}
 	}
@@ -314,10 +296,6 @@ func (f *activityFuture[R]) decode(codec env.Codec) (R, error) {
 		return value, fmt.Errorf("activity %s (event %d): unexpected outcome %T", p.Kind, p.EventID, outcome)
 	}
 }
-
-func (f *activityFuture[R]) IsReady() bool { return f.promise.Ready() }
-
-func (f *activityFuture[R]) readySeq() int64 { return f.promise.Seq() }
 
 // checkResultType returns an *ActivityResultTypeError when the worker has
 // the activity of kind registered and R cannot hold its result.

@@ -104,47 +104,25 @@ func ExecuteChildWorkflow[R any](ctx Context, args Args, opts *ChildWorkflowOpts
 		Args: encoded, Kind: kind, ParentClosePolicy: string(policy), Queue: opts.Queue,
 		RunTimeout: history.Duration(opts.RunTimeout), WorkflowID: workflowID,
 	}
-	return &childFuture[R]{promise: e.StartChildWorkflow(attrs), workflowID: workflowID}
+	p := e.StartChildWorkflow(attrs)
+	return &promiseFuture[R]{promise: p, decode: func(codec env.Codec) (R, error) { return childOutcome[R](p, workflowID, codec) }}
 }
 
-type childFuture[R any] struct {
-	promise    *env.Promise
-	workflowID string
-
-	decoded bool
-	value   R
-	err     error
-}
-
-func (f *childFuture[R]) Get(ctx Context) (R, error) {
-	e := envOf(ctx)
-	e.Await(f.promise.Ready)
-	if !f.decoded {
-		f.value, f.err = f.decode(e.Codec())
-		f.decoded = true
-	}
-	return f.value, f.err
-}
-
-func (f *childFuture[R]) decode(codec env.Codec) (R, error) {
+// childOutcome decodes the outcome of a child workflow's promise.
+func childOutcome[R any](p *env.Promise, workflowID string, codec env.Codec) (R, error) {
 	var value R
-	p := f.promise
 	switch outcome := p.Outcome().(type) {
 	case *history.ChildWorkflowCompletedAttributes:
 		if err := codec.Decode(outcome.Result, &value); err != nil {
-			return value, fmt.Errorf("decoding result of child workflow %s as %T: %w", f.workflowID, value, err)
+			return value, fmt.Errorf("decoding result of child workflow %s as %T: %w", workflowID, value, err)
 		}
 		return value, nil
 	case *history.ChildWorkflowFailedAttributes:
 		return value, &ChildWorkflowError{
 			Cause: errorFromFailure(&outcome.Failure), Kind: p.Kind, RunID: outcome.RunID,
-			ScheduledEventID: p.EventID, State: outcome.State, WorkflowID: f.workflowID,
+			ScheduledEventID: p.EventID, State: outcome.State, WorkflowID: workflowID,
 		}
 	default:
-		return value, fmt.Errorf("child workflow %s: unexpected outcome %T", f.workflowID, outcome)
+		return value, fmt.Errorf("child workflow %s: unexpected outcome %T", workflowID, outcome)
 	}
 }
-
-func (f *childFuture[R]) IsReady() bool { return f.promise.Ready() }
-
-func (f *childFuture[R]) readySeq() int64 { return f.promise.Seq() }

@@ -1,5 +1,7 @@
 package workflow
 
+import "github.com/weirhq/weir/internal/replay/env"
+
 // Future is a value that becomes available later in workflow time: an
 // activity's result, or whatever a coroutine started with [Go] sets.
 type Future[T any] interface {
@@ -61,6 +63,30 @@ func (f *settableFuture[T]) readySeq() int64 { return f.order }
 
 // readyFuture returns a future that is ready with err.
 func readyFuture[T any](err error) Future[T] {
-	var zero T
-	return &settableFuture[T]{ready: true, value: zero, err: err}
+	return &settableFuture[T]{ready: true, err: err}
 }
+
+// promiseFuture is the future of an engine promise (an activity, a child, a
+// timer): its outcome, decoded once.
+type promiseFuture[R any] struct {
+	promise *env.Promise
+	decode  func(codec env.Codec) (R, error)
+
+	decoded bool
+	value   R
+	err     error
+}
+
+func (f *promiseFuture[R]) Get(ctx Context) (R, error) {
+	e := envOf(ctx)
+	e.Await(f.promise.Ready)
+	if !f.decoded {
+		f.value, f.err = f.decode(e.Codec())
+		f.decoded = true
+	}
+	return f.value, f.err
+}
+
+func (f *promiseFuture[R]) IsReady() bool { return f.promise.Ready() }
+
+func (f *promiseFuture[R]) readySeq() int64 { return f.promise.Seq() }

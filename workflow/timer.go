@@ -21,12 +21,19 @@ func NewTimer(ctx Context, d time.Duration) Future[time.Time] {
 		return readyFuture[time.Time](fmt.Errorf("timer not started: %w", err))
 	}
 	if d <= 0 {
-		f := &settableFuture[time.Time]{}
-		f.Set(e.Now(), nil)
-		return f
+		return &settableFuture[time.Time]{ready: true, value: e.Now()}
 	}
 	attrs := &history.TimerStartedAttributes{Duration: history.Duration(d), FireAt: e.Now().Add(d)}
-	return &timerFuture{promise: e.StartTimer(attrs, ctx), fireAt: attrs.FireAt}
+	p := e.StartTimer(attrs, ctx)
+	return &promiseFuture[time.Time]{promise: p, decode: func(env.Codec) (time.Time, error) {
+		switch p.Outcome().(type) {
+		case *history.TimerFiredAttributes:
+			return attrs.FireAt, nil
+		case *history.TimerCanceledAttributes:
+			return time.Time{}, fmt.Errorf("timer of event %d: %w", p.EventID, ErrCanceled)
+		}
+		return time.Time{}, fmt.Errorf("timer of event %d: unexpected outcome %T", p.EventID, p.Outcome())
+	}}
 }
 
 // Sleep blocks the calling coroutine for d of workflow time, durably (see
@@ -35,24 +42,3 @@ func Sleep(ctx Context, d time.Duration) error {
 	_, err := NewTimer(ctx, d).Get(ctx)
 	return err
 }
-
-// timerFuture is the future of a durable timer.
-type timerFuture struct {
-	fireAt  time.Time
-	promise *env.Promise
-}
-
-func (f *timerFuture) Get(ctx Context) (time.Time, error) {
-	envOf(ctx).Await(f.promise.Ready)
-	switch f.promise.Outcome().(type) {
-	case *history.TimerFiredAttributes:
-		return f.fireAt, nil
-	case *history.TimerCanceledAttributes:
-		return time.Time{}, fmt.Errorf("timer of event %d: %w", f.promise.EventID, ErrCanceled)
-	}
-	return time.Time{}, fmt.Errorf("timer of event %d: unexpected outcome %T", f.promise.EventID, f.promise.Outcome())
-}
-
-func (f *timerFuture) IsReady() bool { return f.promise.Ready() }
-
-func (f *timerFuture) readySeq() int64 { return f.promise.Seq() }

@@ -292,7 +292,7 @@ func TestDevCommand(t *testing.T) {
 		t.Run("PrivatePostgresStopsOn"+name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			dataDir, err := dbtest.TempDir("weir-dev-test-")
+			dataDir, err := pgcluster.TempDir("weir-dev-test-")
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = os.RemoveAll(dataDir) })
 			env := []string{"DATABASE_URL="}

@@ -76,7 +76,6 @@ type ChargeArgs struct {
 	Cents int64 `json:"cents"`
 }
 
-// Kind is the activity's kind.
 func (ChargeArgs) Kind() string { return "charge" }
 
 // ChargeActivity fails its first attempt, as a flaky payment API would.
@@ -84,7 +83,6 @@ type ChargeActivity struct {
 	activity.Defaults[ChargeArgs, string]
 }
 
-// Execute charges.
 func (a *ChargeActivity) Execute(ctx context.Context, args ChargeArgs) (string, error) {
 	info, _ := activity.GetInfo(ctx)
 	if info.Attempt == 1 {
@@ -98,7 +96,6 @@ type OrderArgs struct {
 	Cents int64 `json:"cents"`
 }
 
-// Kind is the workflow's kind.
 func (OrderArgs) Kind() string { return "order" }
 
 // OrderWorkflow charges an order.
@@ -106,7 +103,6 @@ type OrderWorkflow struct {
 	workflow.Defaults[OrderArgs, string]
 }
 
-// Run charges, retrying quickly.
 func (w *OrderWorkflow) Run(ctx workflow.Context, args OrderArgs) (string, error) {
 	return workflow.ExecuteActivity[string](ctx, ChargeArgs(args), &workflow.ActivityOpts{
 		RetryPolicy: &workflow.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumAttempts: 3},

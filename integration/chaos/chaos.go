@@ -83,13 +83,11 @@ type Bonus struct {
 	N int `json:"n"`
 }
 
-// Kind implements workflow.SignalArgs.
 func (Bonus) Kind() string { return "chaos_bonus" }
 
 // SignalSum is what signals Bonus signals (1, 2, …) add to the result.
 func SignalSum(signals int) int { return signals * (signals + 1) / 2 }
 
-// Kind implements workflow.Args.
 func (WorkflowArgs) Kind() string { return "chaos_workflow" }
 
 // IsEffect reports whether step is an effect (CompleteTx) step.
@@ -161,13 +159,11 @@ type StepArgs struct {
 	MaxSleepMillis int    `json:"max_sleep_millis"`
 }
 
-// Kind implements activity.Args.
 func (StepArgs) Kind() string { return "chaos_plain" }
 
 // EffectArgs are an effect step's arguments.
 type EffectArgs StepArgs
 
-// Kind implements activity.Args.
 func (EffectArgs) Kind() string { return "chaos_effect" }
 
 // PlainActivity records its execution, then works a little.
@@ -178,7 +174,6 @@ type PlainActivity struct {
 	Worker string
 }
 
-// Execute implements activity.Activity.
 func (a *PlainActivity) Execute(ctx context.Context, args StepArgs) (int, error) {
 	info, _ := activity.GetInfo(ctx)
 	if _, err := a.Pool.Exec(ctx, "INSERT INTO "+a.Tables.Exec+" (workflow_id, run_id, step, scheduled_event_id, job_id, attempt, worker) VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -200,7 +195,6 @@ type EffectActivity struct {
 	Worker string
 }
 
-// Execute implements activity.Activity.
 func (a *EffectActivity) Execute(ctx context.Context, args EffectArgs) (int, error) {
 	info, _ := activity.GetInfo(ctx)
 	if err := work(ctx, args.MaxSleepMillis); err != nil {

@@ -50,7 +50,6 @@ const MaxConnsDefault = 40
 var shared struct {
 	mu       sync.Mutex
 	cluster  *pgcluster.Cluster // started when EnvDatabaseURL is unset
-	dir      string
 	pool     *pgxpool.Pool
 	url      string
 	schemas  []string // free, migrated schemas ready for reuse
@@ -64,7 +63,16 @@ var shared struct {
 //	func TestMain(m *testing.M) { dbtest.Main(m) }
 func Main(m *testing.M) {
 	code := m.Run()
-	closeShared()
+	if shared.pool != nil {
+		shared.pool.Close()
+	}
+	if shared.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := shared.cluster.Close(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "dbtest: stopping private cluster: %v\n", err)
+		}
+		cancel()
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: goroutines leaked after tests: %v\n", err)
@@ -72,24 +80,6 @@ func Main(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-func closeShared() {
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.pool != nil {
-		shared.pool.Close()
-		shared.pool = nil
-	}
-	if shared.cluster != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := shared.cluster.Stop(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "dbtest: stopping private cluster: %v\n", err)
-		}
-		shared.cluster = nil
-		_ = os.RemoveAll(shared.dir)
-	}
 }
 
 // URL returns the server URL tests use: TEST_DATABASE_URL, or a private
@@ -132,20 +122,11 @@ func sharedURLLocked(ctx context.Context) (string, error) {
 		return url, nil
 	}
 
-	dir, err := TempDir("weir-dbtest-")
+	cluster, err := pgcluster.StartTemp(context.WithoutCancel(ctx), "weir-dbtest-", nil)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s is not set and no private Postgres could be started: %w", EnvDatabaseURL, err)
 	}
-	cluster, err := pgcluster.New(&pgcluster.Config{Dir: dir})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("%s is not set and no local Postgres could be started: %w", EnvDatabaseURL, err)
-	}
-	if err := cluster.Start(context.WithoutCancel(ctx)); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("starting a private Postgres for the tests: %w", err)
-	}
-	shared.cluster, shared.dir = cluster, dir
+	shared.cluster = cluster
 	shared.url = cluster.URL("postgres")
 	return shared.url, nil
 }
@@ -156,11 +137,6 @@ func Pool(ctx context.Context, tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
-	return poolLocked(ctx, tb)
-}
-
-func poolLocked(ctx context.Context, tb testing.TB) *pgxpool.Pool {
-	tb.Helper()
 	if shared.pool != nil {
 		return shared.pool
 	}
@@ -189,11 +165,11 @@ func TestSchema(ctx context.Context, tb testing.TB) string {
 	if n := len(shared.schemas); n > 0 {
 		schema = shared.schemas[n-1]
 		shared.schemas = shared.schemas[:n-1]
-	} else {
-		shared.created++
-		schema = fmt.Sprintf("%s_%d", schemaPrefix(), shared.created)
 	}
 	shared.mu.Unlock()
+	if schema == "" {
+		schema = newName("")
+	}
 
 	// A schema this process migrated is only emptied; one of that name left by
 	// an earlier process is dropped and migrated afresh, as the migrations may
@@ -217,10 +193,7 @@ func TestSchema(ctx context.Context, tb testing.TB) string {
 func EmptySchema(ctx context.Context, tb testing.TB) string {
 	tb.Helper()
 	pool := Pool(ctx, tb)
-	shared.mu.Lock()
-	shared.created++
-	schema := fmt.Sprintf("%s_empty_%d", schemaPrefix(), shared.created)
-	shared.mu.Unlock()
+	schema := newName("empty_")
 
 	dropSchema(ctx, tb, pool, schema)
 	tb.Cleanup(func() { dropSchema(context.WithoutCancel(ctx), tb, pool, schema) })
@@ -233,11 +206,7 @@ func EmptySchema(ctx context.Context, tb testing.TB) string {
 // of what the planner does with a young table's statistics.
 func FreshSchema(ctx context.Context, tb testing.TB) string {
 	tb.Helper()
-	schema := EmptySchema(ctx, tb)
-	migrator, err := migrations.New(Pool(ctx, tb), &migrations.Config{Schema: schema})
-	require.NoError(tb, err)
-	_, err = migrator.Up(ctx, nil)
-	require.NoError(tb, err)
+	schema, _ := SchemaAt(ctx, tb, "", 0)
 	return schema
 }
 
@@ -296,24 +265,12 @@ func TestTx(ctx context.Context, tb testing.TB) pgx.Tx {
 	return tx
 }
 
-// TxSchema is the schema TestTx transactions use.
-func TxSchema(ctx context.Context, tb testing.TB) string {
-	tb.Helper()
-	_ = TestTx(ctx, tb)
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	return shared.txSchema
-}
-
 // TestDatabase creates an empty database, dropped when the test ends, and
 // returns its URL.
 func TestDatabase(ctx context.Context, tb testing.TB) string {
 	tb.Helper()
 	pool := Pool(ctx, tb)
-	shared.mu.Lock()
-	shared.created++
-	name := fmt.Sprintf("%s_db_%d", schemaPrefix(), shared.created)
-	shared.mu.Unlock()
+	name := newName("db_")
 
 	ident := pgx.Identifier{name}.Sanitize()
 	_, err := pool.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
@@ -337,44 +294,19 @@ func TestDatabase(ctx context.Context, tb testing.TB) string {
 // ends. opts may be nil.
 func Server(ctx context.Context, tb testing.TB, opts *pgcluster.Config) *pgcluster.Cluster {
 	tb.Helper()
-	dir, err := TempDir("weir-pgserver-")
-	require.NoError(tb, err)
-
-	config := &pgcluster.Config{}
-	if opts != nil {
-		config = new(*opts)
-	}
-	config.Dir = dir
-	cluster, err := pgcluster.New(config)
+	cluster, err := pgcluster.StartTemp(ctx, "weir-pgserver-", opts)
 	if errors.Is(err, pgcluster.ErrBinariesNotFound) {
-		_ = os.RemoveAll(dir)
 		tb.Fatalf("dbtest.Server needs local Postgres binaries: %v", err)
 	}
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if err := cluster.Stop(stopCtx); err != nil {
+		if err := cluster.Close(stopCtx); err != nil {
 			tb.Errorf("stopping test server: %v", err)
 		}
-		_ = os.RemoveAll(dir)
 	})
-	require.NoError(tb, cluster.Start(ctx))
 	return cluster
-}
-
-// TempDir makes a directory under the system temp dir that an unprivileged
-// postgres user can reach (t.TempDir's directories are private to the test's
-// user, which stops a root test from giving a cluster to postgres).
-func TempDir(pattern string) (string, error) {
-	dir, err := os.MkdirTemp("", pattern)
-	if err != nil {
-		return "", fmt.Errorf("making temp dir: %w", err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return "", fmt.Errorf("opening temp dir %s: %w", dir, err)
-	}
-	return dir, nil
 }
 
 func migrateSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema string) {
@@ -419,6 +351,15 @@ func dropSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema s
 	_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	require.NoError(tb, err)
 	migratedHere.Delete(schema)
+}
+
+// newName returns a schema or database name this process has not used:
+// this binary's prefix, kind and a number.
+func newName(kind string) string {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	shared.created++
+	return fmt.Sprintf("%s_%s%d", schemaPrefix(), kind, shared.created)
 }
 
 var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)

@@ -99,7 +99,8 @@ func TestDBTest(t *testing.T) {
 	t.Run("TestTxRollsBack", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		schema := dbtest.TxSchema(ctx, t)
+		var schema string
+		require.NoError(t, dbtest.TestTx(ctx, t).QueryRow(ctx, "SELECT current_schema()").Scan(&schema))
 
 		var id int64
 		t.Run("Insert", func(t *testing.T) {

@@ -39,14 +39,14 @@ func Register(w *worker.Worker) {
 	worker.AddActivity(w, &GreetActivity{})
 
 	worker.AddWorkflow(w, &OrderWorkflow{})
-	worker.AddActivity(w, &ReserveActivity{})
-	worker.AddActivity(w, &ReleaseActivity{})
-	worker.AddActivity(w, &ChargeActivity{})
-	worker.AddActivity(w, &RefundActivity{})
-	worker.AddActivity(w, &ShipActivity{})
+	worker.AddActivity(w, &stepActivity[ReserveArgs]{name: "reserve", failure: "out of stock", prefix: "res-"})
+	worker.AddActivity(w, &stepActivity[ChargeArgs]{name: "charge", failure: "card declined", prefix: "ch-"})
+	worker.AddActivity(w, &stepActivity[ShipArgs]{name: "ship", failure: "no carrier available", prefix: "1Z-"})
+	worker.AddActivity(w, &noopActivity[ReleaseArgs]{})
+	worker.AddActivity(w, &noopActivity[RefundArgs]{})
 
 	worker.AddWorkflow(w, &ApprovalWorkflow{})
-	worker.AddActivity(w, &NotifyActivity{})
+	worker.AddActivity(w, &noopActivity[NotifyArgs]{})
 }
 
 // Example is one run Start starts.
@@ -186,8 +186,8 @@ type Receipt struct {
 	TrackingID    string `json:"tracking_id"`
 }
 
-// OrderWorkflow reserves, charges and ships; when a step fails it undoes
-// the steps done so far in reverse order, on a disconnected context.
+// OrderWorkflow reserves, charges and ships; when a step fails its saga
+// undoes the steps done so far.
 type OrderWorkflow struct {
 	workflow.Defaults[OrderArgs, Receipt]
 }
@@ -195,13 +195,10 @@ type OrderWorkflow struct {
 func (*OrderWorkflow) Opts() *workflow.Opts { return &workflow.Opts{ActivityOpts: activityOpts} }
 
 func (*OrderWorkflow) Run(ctx workflow.Context, args OrderArgs) (Receipt, error) {
-	var compensations []func(ctx workflow.Context) error
+	saga := workflow.NewSaga(ctx, &workflow.SagaOpts{StopOnError: true})
 	fail := func(step string, err error) (Receipt, error) {
-		cctx := workflow.NewDisconnectedContext(ctx)
-		for i := len(compensations) - 1; i >= 0; i-- {
-			if cerr := compensations[i](cctx); cerr != nil {
-				return Receipt{}, fmt.Errorf("%s failed: %w; compensation failed too: %v", step, err, cerr)
-			}
+		if cerr := saga.Compensate(); cerr != nil {
+			return Receipt{}, fmt.Errorf("%s failed: %w; compensation failed too: %v", step, err, cerr)
 		}
 		return Receipt{}, fmt.Errorf("%s failed, order compensated: %w", step, err)
 	}
@@ -211,7 +208,7 @@ func (*OrderWorkflow) Run(ctx workflow.Context, args OrderArgs) (Receipt, error)
 	if err != nil {
 		return fail("reserve", err)
 	}
-	compensations = append(compensations, func(ctx workflow.Context) error {
+	saga.AddCompensation(func(ctx workflow.Context) error {
 		_, err := workflow.ExecuteActivity[struct{}](ctx, ReleaseArgs{Order: args.ID, ID: reservation}, nil).Get(ctx)
 		return err
 	})
@@ -219,7 +216,7 @@ func (*OrderWorkflow) Run(ctx workflow.Context, args OrderArgs) (Receipt, error)
 	if err != nil {
 		return fail("charge", err)
 	}
-	compensations = append(compensations, func(ctx workflow.Context) error {
+	saga.AddCompensation(func(ctx workflow.Context) error {
 		_, err := workflow.ExecuteActivity[struct{}](ctx, RefundArgs{Order: args.ID, ID: charge}, nil).Get(ctx)
 		return err
 	})
@@ -259,60 +256,33 @@ func (ShipArgs) Kind() string    { return "saga.ship" }
 func (ReleaseArgs) Kind() string { return "saga.release" }
 func (RefundArgs) Kind() string  { return "saga.refund" }
 
-// stepFailure is the non-retryable error of the step args name to fail.
-func stepFailure(failAt, step, message string) error {
-	if failAt != step {
-		return nil
+func (a ReserveArgs) step() StepArgs { return StepArgs(a) }
+func (a ChargeArgs) step() StepArgs  { return StepArgs(a) }
+func (a ShipArgs) step() StepArgs    { return StepArgs(a) }
+
+// stepActivity is a saga step: it fails for good when its args' FailAt
+// names it, and returns prefix and the order's ID otherwise.
+type stepActivity[A interface {
+	activity.Args
+	step() StepArgs
+}] struct {
+	activity.Defaults[A, string]
+	name, failure, prefix string
+}
+
+func (s *stepActivity[A]) Execute(_ context.Context, args A) (string, error) {
+	if step := args.step(); step.FailAt != s.name {
+		return s.prefix + step.Order, nil
 	}
-	return &workflow.ApplicationError{Message: message, Type: "StepFailed", NonRetryable: true}
+	return "", &workflow.ApplicationError{Message: s.failure, Type: "StepFailed", NonRetryable: true}
 }
 
-type ReserveActivity struct {
-	activity.Defaults[ReserveArgs, string]
+// noopActivity stands in for a compensation or an email: it does nothing.
+type noopActivity[A activity.Args] struct {
+	activity.Defaults[A, struct{}]
 }
 
-func (*ReserveActivity) Execute(_ context.Context, args ReserveArgs) (string, error) {
-	if err := stepFailure(args.FailAt, "reserve", "out of stock"); err != nil {
-		return "", err
-	}
-	return "res-" + args.Order, nil
-}
-
-type ChargeActivity struct {
-	activity.Defaults[ChargeArgs, string]
-}
-
-func (*ChargeActivity) Execute(_ context.Context, args ChargeArgs) (string, error) {
-	if err := stepFailure(args.FailAt, "charge", "card declined"); err != nil {
-		return "", err
-	}
-	return "ch-" + args.Order, nil
-}
-
-type ShipActivity struct {
-	activity.Defaults[ShipArgs, string]
-}
-
-func (*ShipActivity) Execute(_ context.Context, args ShipArgs) (string, error) {
-	if err := stepFailure(args.FailAt, "ship", "no carrier available"); err != nil {
-		return "", err
-	}
-	return "1Z-" + args.Order, nil
-}
-
-type ReleaseActivity struct {
-	activity.Defaults[ReleaseArgs, struct{}]
-}
-
-func (*ReleaseActivity) Execute(context.Context, ReleaseArgs) (struct{}, error) {
-	return struct{}{}, nil
-}
-
-type RefundActivity struct {
-	activity.Defaults[RefundArgs, struct{}]
-}
-
-func (*RefundActivity) Execute(context.Context, RefundArgs) (struct{}, error) { return struct{}{}, nil }
+func (*noopActivity[A]) Execute(context.Context, A) (struct{}, error) { return struct{}{}, nil }
 
 // --- approval (examples/approval) ---
 
@@ -408,10 +378,3 @@ type NotifyArgs struct {
 }
 
 func (NotifyArgs) Kind() string { return "approval.notify" }
-
-// NotifyActivity stands in for sending an email.
-type NotifyActivity struct {
-	activity.Defaults[NotifyArgs, struct{}]
-}
-
-func (*NotifyActivity) Execute(context.Context, NotifyArgs) (struct{}, error) { return struct{}{}, nil }

@@ -1,11 +1,5 @@
-// Package gopool runs functions on goroutines that it keeps for reuse.
-//
-// A goroutine starts with a small stack and grows it by copying as its
-// calls deepen. A worker's groups of outcomes and workflow coroutines each
-// go deep (pgx, encoding/json, the replay engine), so a fresh goroutine for
-// each paid for its stack's growth every time: about a tenth of the
-// worker's CPU in a run of short workflows. A goroutine of a Pool that has
-// finished a function waits a while for the next, with the stack it grew.
+// Package gopool runs functions on goroutines that it keeps for reuse,
+// with the stacks they grew (docs/decisions/0018).
 //
 // What a function leaves on its goroutine reaches the next one (a thread
 // locked with runtime.LockOSThread, say), except profiler labels, which

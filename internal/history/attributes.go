@@ -1,8 +1,10 @@
 package history
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -10,7 +12,11 @@ import (
 type Attributes interface {
 	// EventType is the type of the event these attributes belong to.
 	EventType() EventType
+}
 
+// validator is implemented by attributes that have required fields:
+// validate says what is wrong, or "".
+type validator interface {
 	validate() string
 }
 
@@ -54,15 +60,9 @@ type WorkflowStartedAttributes struct {
 	Generation int64 `json:"generation,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowStartedAttributes) EventType() EventType { return EventWorkflowStarted }
 
-func (a *WorkflowStartedAttributes) validate() string {
-	if a.Kind == "" {
-		return "kind is required"
-	}
-	return ""
-}
+func (a *WorkflowStartedAttributes) validate() string { return required("kind", a.Kind) }
 
 // WorkflowTaskStartedAttributes are the attributes of
 // [EventWorkflowTaskStarted], the boundary of a workflow task.
@@ -73,7 +73,6 @@ type WorkflowTaskStartedAttributes struct {
 	Attempt int `json:"attempt,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowTaskStartedAttributes) EventType() EventType { return EventWorkflowTaskStarted }
 
 func (a *WorkflowTaskStartedAttributes) validate() string {
@@ -95,6 +94,22 @@ type RetryPolicy struct {
 	MaximumAttempts int `json:"maximum_attempts"`
 	// NonRetryableErrorTypes lists [Failure.Type] values never retried.
 	NonRetryableErrorTypes []string `json:"non_retryable_error_types,omitempty"`
+}
+
+// Delay is the delay after attempt (1 is the first): InitialInterval ×
+// BackoffCoefficient^(attempt-1), capped at MaximumInterval when it is set.
+func (p *RetryPolicy) Delay(attempt int) time.Duration {
+	delay := float64(p.InitialInterval)
+	for range max(attempt-1, 0) {
+		delay *= max(p.BackoffCoefficient, 1)
+		if p.MaximumInterval > 0 && delay >= float64(p.MaximumInterval) {
+			return time.Duration(p.MaximumInterval)
+		}
+	}
+	if p.MaximumInterval > 0 {
+		delay = min(delay, float64(p.MaximumInterval))
+	}
+	return time.Duration(delay)
 }
 
 // ActivityScheduledAttributes are the attributes of [EventActivityScheduled]:
@@ -122,17 +137,13 @@ type ActivityScheduledAttributes struct {
 	Tags []string `json:"tags,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*ActivityScheduledAttributes) EventType() EventType { return EventActivityScheduled }
 
 func (a *ActivityScheduledAttributes) validate() string {
-	switch {
-	case a.Kind == "":
-		return "kind is required"
-	case a.RetryPolicy == nil:
-		return "retry_policy is required"
+	if a.RetryPolicy == nil {
+		return cmp.Or(required("kind", a.Kind), "retry_policy is required")
 	}
-	return ""
+	return required("kind", a.Kind)
 }
 
 // ActivityCompletedAttributes are the attributes of [EventActivityCompleted].
@@ -145,11 +156,10 @@ type ActivityCompletedAttributes struct {
 	Attempt int `json:"attempt"`
 }
 
-// EventType implements Attributes.
 func (*ActivityCompletedAttributes) EventType() EventType { return EventActivityCompleted }
 
 func (a *ActivityCompletedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // ActivityFailedAttributes are the attributes of [EventActivityFailed].
@@ -162,11 +172,10 @@ type ActivityFailedAttributes struct {
 	Attempt int `json:"attempt"`
 }
 
-// EventType implements Attributes.
 func (*ActivityFailedAttributes) EventType() EventType { return EventActivityFailed }
 
 func (a *ActivityFailedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // ActivityTimedOutAttributes are the attributes of [EventActivityTimedOut].
@@ -182,11 +191,10 @@ type ActivityTimedOutAttributes struct {
 	Attempt int `json:"attempt"`
 }
 
-// EventType implements Attributes.
 func (*ActivityTimedOutAttributes) EventType() EventType { return EventActivityTimedOut }
 
 func (a *ActivityTimedOutAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // ActivityCanceledAttributes are the attributes of [EventActivityCanceled].
@@ -199,11 +207,10 @@ type ActivityCanceledAttributes struct {
 	Attempt int `json:"attempt"`
 }
 
-// EventType implements Attributes.
 func (*ActivityCanceledAttributes) EventType() EventType { return EventActivityCanceled }
 
 func (a *ActivityCanceledAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // MarkerRecordedAttributes are the attributes of [EventMarkerRecorded].
@@ -214,15 +221,9 @@ type MarkerRecordedAttributes struct {
 	Data Payload `json:"data"`
 }
 
-// EventType implements Attributes.
 func (*MarkerRecordedAttributes) EventType() EventType { return EventMarkerRecorded }
 
-func (a *MarkerRecordedAttributes) validate() string {
-	if a.Name == "" {
-		return "name is required"
-	}
-	return ""
-}
+func (a *MarkerRecordedAttributes) validate() string { return required("name", a.Name) }
 
 // WorkflowCompletedAttributes are the attributes of [EventWorkflowCompleted].
 type WorkflowCompletedAttributes struct {
@@ -230,10 +231,7 @@ type WorkflowCompletedAttributes struct {
 	Result Payload `json:"result"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowCompletedAttributes) EventType() EventType { return EventWorkflowCompleted }
-
-func (*WorkflowCompletedAttributes) validate() string { return "" }
 
 // WorkflowFailedAttributes are the attributes of [EventWorkflowFailed].
 type WorkflowFailedAttributes struct {
@@ -241,10 +239,7 @@ type WorkflowFailedAttributes struct {
 	Failure Failure `json:"failure"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowFailedAttributes) EventType() EventType { return EventWorkflowFailed }
-
-func (*WorkflowFailedAttributes) validate() string { return "" }
 
 // CancelRequestedAttributes are the attributes of [EventCancelRequested].
 type CancelRequestedAttributes struct {
@@ -252,10 +247,7 @@ type CancelRequestedAttributes struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*CancelRequestedAttributes) EventType() EventType { return EventCancelRequested }
-
-func (*CancelRequestedAttributes) validate() string { return "" }
 
 // ActivityCancelRequestedAttributes are the attributes of
 // [EventActivityCancelRequested].
@@ -264,11 +256,10 @@ type ActivityCancelRequestedAttributes struct {
 	ScheduledEventID int64 `json:"scheduled_event_id"`
 }
 
-// EventType implements Attributes.
 func (*ActivityCancelRequestedAttributes) EventType() EventType { return EventActivityCancelRequested }
 
 func (a *ActivityCancelRequestedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // WorkflowCanceledAttributes are the attributes of [EventWorkflowCanceled].
@@ -278,10 +269,7 @@ type WorkflowCanceledAttributes struct {
 	Failure Failure `json:"failure"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowCanceledAttributes) EventType() EventType { return EventWorkflowCanceled }
-
-func (*WorkflowCanceledAttributes) validate() string { return "" }
 
 // TimerStartedAttributes are the attributes of [EventTimerStarted].
 type TimerStartedAttributes struct {
@@ -292,7 +280,6 @@ type TimerStartedAttributes struct {
 	FireAt time.Time `json:"fire_at"`
 }
 
-// EventType implements Attributes.
 func (*TimerStartedAttributes) EventType() EventType { return EventTimerStarted }
 
 func (a *TimerStartedAttributes) validate() string {
@@ -311,10 +298,11 @@ type TimerFiredAttributes struct {
 	StartedEventID int64 `json:"started_event_id"`
 }
 
-// EventType implements Attributes.
 func (*TimerFiredAttributes) EventType() EventType { return EventTimerFired }
 
-func (a *TimerFiredAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
+func (a *TimerFiredAttributes) validate() string {
+	return positiveID("started_event_id", a.StartedEventID)
+}
 
 // TimerCanceledAttributes are the attributes of [EventTimerCanceled].
 type TimerCanceledAttributes struct {
@@ -322,10 +310,11 @@ type TimerCanceledAttributes struct {
 	StartedEventID int64 `json:"started_event_id"`
 }
 
-// EventType implements Attributes.
 func (*TimerCanceledAttributes) EventType() EventType { return EventTimerCanceled }
 
-func (a *TimerCanceledAttributes) validate() string { return validateStartedEventID(a.StartedEventID) }
+func (a *TimerCanceledAttributes) validate() string {
+	return positiveID("started_event_id", a.StartedEventID)
+}
 
 // WorkflowContinuedAsNewAttributes are the attributes of
 // [EventWorkflowContinuedAsNew]: what the next run starts with.
@@ -336,15 +325,9 @@ type WorkflowContinuedAsNewAttributes struct {
 	Args Payload `json:"args"`
 }
 
-// EventType implements Attributes.
 func (*WorkflowContinuedAsNewAttributes) EventType() EventType { return EventWorkflowContinuedAsNew }
 
-func (a *WorkflowContinuedAsNewAttributes) validate() string {
-	if a.Kind == "" {
-		return "kind is required"
-	}
-	return ""
-}
+func (a *WorkflowContinuedAsNewAttributes) validate() string { return required("kind", a.Kind) }
 
 // SignalReceivedAttributes are the attributes of [EventSignalReceived].
 type SignalReceivedAttributes struct {
@@ -360,15 +343,9 @@ type SignalReceivedAttributes struct {
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*SignalReceivedAttributes) EventType() EventType { return EventSignalReceived }
 
-func (a *SignalReceivedAttributes) validate() string {
-	if a.Kind == "" {
-		return "kind is required"
-	}
-	return ""
-}
+func (a *SignalReceivedAttributes) validate() string { return required("kind", a.Kind) }
 
 // UpdateAcceptedAttributes are the attributes of [EventUpdateAccepted].
 type UpdateAcceptedAttributes struct {
@@ -380,17 +357,10 @@ type UpdateAcceptedAttributes struct {
 	Args Payload `json:"args"`
 }
 
-// EventType implements Attributes.
 func (*UpdateAcceptedAttributes) EventType() EventType { return EventUpdateAccepted }
 
 func (a *UpdateAcceptedAttributes) validate() string {
-	switch {
-	case a.UpdateID == "":
-		return "update_id is required"
-	case a.Kind == "":
-		return "kind is required"
-	}
-	return ""
+	return cmp.Or(required("update_id", a.UpdateID), required("kind", a.Kind))
 }
 
 // UpdateCompletedAttributes are the attributes of [EventUpdateCompleted].
@@ -403,15 +373,9 @@ type UpdateCompletedAttributes struct {
 	Failure *Failure `json:"failure,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*UpdateCompletedAttributes) EventType() EventType { return EventUpdateCompleted }
 
-func (a *UpdateCompletedAttributes) validate() string {
-	if a.UpdateID == "" {
-		return "update_id is required"
-	}
-	return ""
-}
+func (a *UpdateCompletedAttributes) validate() string { return required("update_id", a.UpdateID) }
 
 // Parent-close policies of child workflows.
 const (
@@ -445,17 +409,10 @@ type ChildWorkflowScheduledAttributes struct {
 	RunTimeout Duration `json:"run_timeout,omitempty"`
 }
 
-// EventType implements Attributes.
 func (*ChildWorkflowScheduledAttributes) EventType() EventType { return EventChildWorkflowScheduled }
 
 func (a *ChildWorkflowScheduledAttributes) validate() string {
-	switch {
-	case a.Kind == "":
-		return "kind is required"
-	case a.WorkflowID == "":
-		return "workflow_id is required"
-	}
-	return ""
+	return cmp.Or(required("kind", a.Kind), required("workflow_id", a.WorkflowID))
 }
 
 // ChildWorkflowCompletedAttributes are the attributes of
@@ -469,11 +426,10 @@ type ChildWorkflowCompletedAttributes struct {
 	Result Payload `json:"result"`
 }
 
-// EventType implements Attributes.
 func (*ChildWorkflowCompletedAttributes) EventType() EventType { return EventChildWorkflowCompleted }
 
 func (a *ChildWorkflowCompletedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
 // ChildWorkflowFailedAttributes are the attributes of
@@ -490,23 +446,24 @@ type ChildWorkflowFailedAttributes struct {
 	Failure Failure `json:"failure"`
 }
 
-// EventType implements Attributes.
 func (*ChildWorkflowFailedAttributes) EventType() EventType { return EventChildWorkflowFailed }
 
 func (a *ChildWorkflowFailedAttributes) validate() string {
-	return validateScheduledEventID(a.ScheduledEventID)
+	return positiveID("scheduled_event_id", a.ScheduledEventID)
 }
 
-func validateStartedEventID(id int64) string {
-	if id <= 0 {
-		return "started_event_id must be positive"
+// required is the validation of a string field that must be set.
+func required(name, value string) string {
+	if value == "" {
+		return name + " is required"
 	}
 	return ""
 }
 
-func validateScheduledEventID(id int64) string {
+// positiveID is the validation of an event ID that attributes refer to.
+func positiveID(name string, id int64) string {
 	if id <= 0 {
-		return "scheduled_event_id must be positive"
+		return name + " must be positive"
 	}
 	return ""
 }
@@ -521,75 +478,56 @@ func NewEvent(id int64, at time.Time, attrs Attributes) (Event, error) {
 	return Event{ID: id, Type: attrs.EventType(), Attributes: raw, Time: at}, nil
 }
 
-// newAttributes returns zero attributes for t, or nil for an unknown type.
-func newAttributes(t EventType) Attributes {
-	switch t {
-	case EventWorkflowStarted:
-		return &WorkflowStartedAttributes{}
-	case EventWorkflowTaskStarted:
-		return &WorkflowTaskStartedAttributes{}
-	case EventActivityScheduled:
-		return &ActivityScheduledAttributes{}
-	case EventActivityCompleted:
-		return &ActivityCompletedAttributes{}
-	case EventActivityFailed:
-		return &ActivityFailedAttributes{}
-	case EventActivityTimedOut:
-		return &ActivityTimedOutAttributes{}
-	case EventActivityCanceled:
-		return &ActivityCanceledAttributes{}
-	case EventMarkerRecorded:
-		return &MarkerRecordedAttributes{}
-	case EventWorkflowCompleted:
-		return &WorkflowCompletedAttributes{}
-	case EventWorkflowFailed:
-		return &WorkflowFailedAttributes{}
-	case EventCancelRequested:
-		return &CancelRequestedAttributes{}
-	case EventActivityCancelRequested:
-		return &ActivityCancelRequestedAttributes{}
-	case EventWorkflowCanceled:
-		return &WorkflowCanceledAttributes{}
-	case EventTimerStarted:
-		return &TimerStartedAttributes{}
-	case EventTimerFired:
-		return &TimerFiredAttributes{}
-	case EventTimerCanceled:
-		return &TimerCanceledAttributes{}
-	case EventSignalReceived:
-		return &SignalReceivedAttributes{}
-	case EventWorkflowContinuedAsNew:
-		return &WorkflowContinuedAsNewAttributes{}
-	case EventUpdateAccepted:
-		return &UpdateAcceptedAttributes{}
-	case EventUpdateCompleted:
-		return &UpdateCompletedAttributes{}
-	case EventChildWorkflowScheduled:
-		return &ChildWorkflowScheduledAttributes{}
-	case EventChildWorkflowCompleted:
-		return &ChildWorkflowCompletedAttributes{}
-	case EventChildWorkflowFailed:
-		return &ChildWorkflowFailedAttributes{}
+// attributeTypes are the attributes type of every event type.
+var attributeTypes = func() map[EventType]reflect.Type {
+	types := map[EventType]reflect.Type{}
+	for _, attrs := range []Attributes{
+		&WorkflowStartedAttributes{},
+		&WorkflowTaskStartedAttributes{},
+		&ActivityScheduledAttributes{},
+		&ActivityCompletedAttributes{},
+		&ActivityFailedAttributes{},
+		&ActivityTimedOutAttributes{},
+		&ActivityCanceledAttributes{},
+		&MarkerRecordedAttributes{},
+		&WorkflowCompletedAttributes{},
+		&WorkflowFailedAttributes{},
+		&CancelRequestedAttributes{},
+		&ActivityCancelRequestedAttributes{},
+		&WorkflowCanceledAttributes{},
+		&TimerStartedAttributes{},
+		&TimerFiredAttributes{},
+		&TimerCanceledAttributes{},
+		&SignalReceivedAttributes{},
+		&WorkflowContinuedAsNewAttributes{},
+		&UpdateAcceptedAttributes{},
+		&UpdateCompletedAttributes{},
+		&ChildWorkflowScheduledAttributes{},
+		&ChildWorkflowCompletedAttributes{},
+		&ChildWorkflowFailedAttributes{},
+	} {
+		types[attrs.EventType()] = reflect.TypeOf(attrs).Elem()
 	}
-	return nil
-}
+	return types
+}()
 
 // DecodeAttributes decodes the attributes of e into the typed struct of its
 // type (a pointer, e.g. *ActivityScheduledAttributes) and validates them. The
 // error matches [ErrInvalidEvent].
 func DecodeAttributes(e Event) (Attributes, error) {
-	attrs := newAttributes(e.Type)
-	if attrs == nil {
+	t, ok := attributeTypes[e.Type]
+	if !ok {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "unknown event type"}
 	}
+	attrs := reflect.New(t).Interface().(Attributes) //nolint:forcetypeassert // every type in attributeTypes is
 	if len(e.Attributes) == 0 {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "attributes are missing"}
 	}
 	if err := json.Unmarshal(e.Attributes, attrs); err != nil {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "decoding attributes", Err: err}
 	}
-	if reason := attrs.validate(); reason != "" {
-		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: reason}
+	if v, ok := attrs.(validator); ok && v.validate() != "" {
+		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: v.validate()}
 	}
 	return attrs, nil
 }

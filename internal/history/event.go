@@ -145,11 +145,6 @@ func (t EventType) IsTerminal() bool {
 	return false
 }
 
-// Known reports whether t is one of the event types defined in this package.
-func (t EventType) Known() bool {
-	return t.IsInput() || t.IsCommand() || t == EventWorkflowTaskStarted
-}
-
 // InvalidEventError reports an event that can't be decoded or is incomplete.
 // It matches [ErrInvalidEvent].
 type InvalidEventError struct {

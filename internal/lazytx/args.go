@@ -9,16 +9,9 @@ import (
 )
 
 // pgArgs returns args with every google/uuid UUID, and every slice of them,
-// as pgtype.UUID values: the same parameters, which pgx encodes directly.
-//
-// uuid.UUID is a driver.Valuer whose value is its text. pgx, sending
-// parameters in binary, first tries to encode that text as a binary uuid,
-// fails, formats an error with fmt, then parses the text back into a uuid:
-// for every run ID of every statement (docs/decisions/0019). A pgtype.UUID
-// encodes to the same bytes for every parameter type a uuid.UUID does
-// (uuid, text, varchar, json, arrays of them), in both formats, and fails
-// where it fails (bytea). args itself is returned when it holds none, and
-// it is never changed.
+// as pgtype.UUID values, which pgx encodes to the same bytes without the
+// detour through text that a uuid.UUID takes (docs/decisions/0019). args
+// itself is returned when it holds none, and it is never changed.
 func pgArgs(args []any) []any {
 	out, _ := convertedArgs(args)
 	return out

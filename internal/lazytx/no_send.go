@@ -12,7 +12,8 @@ import (
 // sending nothing: for code that may only queue statements in batches that
 // its caller sends (a first task run ahead of its start, before the start's
 // BEGIN), so that a statement it would send early fails it instead, and the
-// caller can tell that from the code's own failures (Tried).
+// caller can tell that from the code's own failures (Tried). Its Conn is
+// nil and its LargeObjects unusable: there is no connection.
 type NoSendTx struct {
 	f     failed
 	tried atomic.Bool
@@ -31,52 +32,41 @@ func (t *NoSendTx) fail() error {
 	return t.f.err
 }
 
-// Begin fails.
 func (t *NoSendTx) Begin(context.Context) (pgx.Tx, error) { return nil, t.fail() }
 
-// Commit fails.
 func (t *NoSendTx) Commit(context.Context) error { return t.fail() }
 
-// Rollback fails.
 func (t *NoSendTx) Rollback(context.Context) error { return t.fail() }
 
-// CopyFrom fails.
 func (t *NoSendTx) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
 	return 0, t.fail()
 }
 
-// SendBatch fails.
 func (t *NoSendTx) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
 	_ = t.fail()
 	return t.f
 }
 
-// LargeObjects returns no large objects (their calls fail: no connection).
 func (t *NoSendTx) LargeObjects() pgx.LargeObjects {
 	_ = t.fail()
 	return pgx.LargeObjects{}
 }
 
-// Prepare fails.
 func (t *NoSendTx) Prepare(context.Context, string, string) (*pgconn.StatementDescription, error) {
 	return nil, t.fail()
 }
 
-// Exec fails.
 func (t *NoSendTx) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
 	return pgconn.CommandTag{}, t.fail()
 }
 
-// Query fails.
 func (t *NoSendTx) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, t.fail() }
 
-// QueryRow returns a row whose Scan fails.
 func (t *NoSendTx) QueryRow(context.Context, string, ...any) pgx.Row {
 	_ = t.fail()
 	return t.f
 }
 
-// Conn returns nil: there is no connection.
 func (t *NoSendTx) Conn() *pgx.Conn {
 	t.tried.Store(true)
 	return nil

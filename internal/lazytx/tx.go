@@ -87,31 +87,21 @@ func (t *Tx) began() (bool, error) {
 	return t.inner != nil, nil
 }
 
-// QueueCommit queues tx's COMMIT at the end of b, for a caller whose batch
-// holds the transaction's last statements: the commit rides in the batch's
-// round trip instead of one of its own. On a Tx that has not begun, b is
-// then the whole transaction when it is the first thing sent: BEGIN, b's
-// statements and COMMIT in one round trip. It queues nothing and returns
-// false when tx is not a Tx, or began in a round trip of its own (a
-// savepoint before any statement), or has a COMMIT queued already.
+// QueueCommit queues tx's COMMIT at the end of b, so that it rides in b's
+// round trip; on a Tx that has not begun, BEGIN rides too. It queues nothing
+// and returns false when tx is not a Tx, began in a round trip of its own (a
+// savepoint before any statement), or has a COMMIT queued already. Nothing
+// may be queued in b after it: SendBatch refuses the batch then.
 //
-// The batch's statements run in one pipeline, so the COMMIT runs unless a
-// statement before it fails in the database: a check that must prevent the
-// commit has to fail there (an error raised by the statement), not in the
-// statement's callback, which runs once the results come back. A callback
-// that fails after its statement succeeded does not stop the COMMIT; the
-// batch then returns ErrCommittedDespiteCallback. Nothing may be queued in
-// b after QueueCommit: SendBatch refuses the batch then.
-//
-// Once b has run, Commit returns the outcome without sending anything: nil
-// if the COMMIT succeeded, pgx.ErrTxCommitRollback if it failed itself
-// (nothing of the transaction committed). If the COMMIT did not run because
-// a statement before it failed, the transaction is still open (unless it
-// never began: no connection, or its BEGIN failed), in the state that
-// failure left it: the caller may roll back to a savepoint and
-// go on, or roll back; Commit then works as without QueueCommit. After a successful COMMIT every statement
-// fails with pgx.ErrTxClosed: nothing can run outside the transaction by
-// mistake.
+// The COMMIT runs unless a statement before it fails in the database, so a
+// check that must prevent the commit has to fail there, not in a callback;
+// a callback that fails after its statement succeeded makes the batch
+// return ErrCommittedDespiteCallback. Once b has run, Commit returns the
+// outcome without sending anything: nil, or pgx.ErrTxCommitRollback if the
+// COMMIT itself failed. If a statement before the COMMIT failed, the
+// transaction stays open as that failure left it (unless it never began),
+// and Commit works as without QueueCommit. After a successful COMMIT every
+// statement fails with pgx.ErrTxClosed.
 func QueueCommit(tx pgx.Tx, b *pgx.Batch) bool {
 	t, ok := tx.(*Tx)
 	if !ok || t.closed || t.commit != commitNone || t.commitBatch != nil {
@@ -403,30 +393,25 @@ func (t *Tx) Conn() *pgx.Conn {
 // Commit commits the transaction. One that never began has nothing to
 // commit.
 func (t *Tx) Commit(ctx context.Context) error {
-	if t.commit != commitNone {
-		return t.endQueued(ctx, pgx.ErrTxCommitRollback)
-	}
-	if ok, err := t.began(); ok || err != nil {
-		if err != nil {
-			return err
-		}
-		return t.inner.Commit(ctx)
-	}
-	t.closed = true
-	return nil
+	return t.end(ctx, pgx.Tx.Commit, pgx.ErrTxCommitRollback)
 }
 
 // Rollback rolls the transaction back; it returns an error matching
 // pgx.ErrTxClosed after Commit or Rollback, as pgx's does.
-func (t *Tx) Rollback(ctx context.Context) error {
+func (t *Tx) Rollback(ctx context.Context) error { return t.end(ctx, pgx.Tx.Rollback, nil) }
+
+// end ends the transaction with end (pgx's Commit or Rollback) once it
+// began; notCommitted is what end returns for a queued COMMIT that did not
+// commit (endQueued).
+func (t *Tx) end(ctx context.Context, end func(pgx.Tx, context.Context) error, notCommitted error) error {
 	if t.commit != commitNone {
-		return t.endQueued(ctx, nil)
+		return t.endQueued(ctx, notCommitted)
 	}
 	if ok, err := t.began(); ok || err != nil {
 		if err != nil {
 			return err
 		}
-		return t.inner.Rollback(ctx)
+		return end(t.inner, ctx)
 	}
 	t.closed = true
 	return nil

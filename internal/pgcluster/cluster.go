@@ -2,7 +2,6 @@ package pgcluster
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,9 +22,9 @@ import (
 )
 
 const (
-	// StartTimeoutDefault bounds how long Start waits for the server to accept
-	// connections.
-	StartTimeoutDefault = 60 * time.Second
+	// startTimeout bounds how long Start waits for the server to accept
+	// connections, and CrashBackend for it to recover.
+	startTimeout = 60 * time.Second
 
 	// SuperuserDefault is the superuser role initdb creates.
 	SuperuserDefault = "postgres"
@@ -40,9 +39,6 @@ var ErrNotServerProcess = errors.New("pgcluster: not a live server process")
 
 // Config configures a Cluster. Only Dir is required.
 type Config struct {
-	// BinDir holds initdb and postgres. Defaults to FindBinDir().
-	BinDir string
-
 	// Dir is the directory the cluster owns: data/ (PGDATA), the socket and
 	// postgres.log live under it. It is created if missing; a Dir that already
 	// holds a cluster is reused, so a cluster survives restarts of the process
@@ -59,17 +55,8 @@ type Config struct {
 	// first Start and kept for restarts, so URLs stay valid.
 	Port int
 
-	// RunAsUser is the user that runs initdb and postgres when the caller is
-	// root (Postgres refuses to run as root). Ignored otherwise. Defaults to
-	// postgres if that user exists, else nobody.
-	RunAsUser string
-
 	// Settings are extra server settings, passed as -c name=value.
 	Settings map[string]string
-
-	// StartTimeout bounds how long Start waits for the server to accept
-	// connections. Defaults to StartTimeoutDefault.
-	StartTimeout time.Duration
 }
 
 // Cluster is a private Postgres server. Its methods are safe for concurrent use.
@@ -80,6 +67,8 @@ type Cluster struct {
 	dataDir string
 	logPath string
 	sockDir string
+
+	temp bool // made by StartTemp: Close removes config.Dir
 
 	mu   sync.Mutex
 	proc *serverProcess
@@ -98,16 +87,9 @@ func New(config *Config) (*Cluster, error) {
 		return nil, errors.New("pgcluster: Config.Dir is required")
 	}
 	cfg := *config
-	cfg.StartTimeout = cmp.Or(cfg.StartTimeout, StartTimeoutDefault)
-
-	if cfg.BinDir == "" {
-		dir, err := FindBinDir()
-		if err != nil {
-			return nil, err
-		}
-		cfg.BinDir = dir
-	} else if !hasServerBinaries(cfg.BinDir) {
-		return nil, fmt.Errorf("%w in BinDir %s", ErrBinariesNotFound, cfg.BinDir)
+	binDir, err := FindBinDir()
+	if err != nil {
+		return nil, err
 	}
 
 	dir, err := filepath.Abs(cfg.Dir)
@@ -117,7 +99,7 @@ func New(config *Config) (*Cluster, error) {
 	cfg.Dir = dir
 
 	c := &Cluster{
-		binDir:  cfg.BinDir,
+		binDir:  binDir,
 		config:  cfg,
 		dataDir: filepath.Join(dir, "data"),
 		logPath: filepath.Join(dir, "postgres.log"),
@@ -126,13 +108,62 @@ func New(config *Config) (*Cluster, error) {
 	}
 
 	if os.Geteuid() == 0 {
-		cred, err := credentialFor(cfg.RunAsUser)
+		cred, err := unprivilegedUser()
 		if err != nil {
 			return nil, err
 		}
 		c.cred = cred
 	}
 	return c, nil
+}
+
+// StartTemp starts a cluster of config (nil: the defaults; its Dir is
+// ignored) in a new directory under the system temp dir, named after pattern
+// as os.MkdirTemp names it. Close stops it and removes the directory.
+func StartTemp(ctx context.Context, pattern string, config *Config) (*Cluster, error) {
+	dir, err := TempDir(pattern)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Config{}
+	if config != nil {
+		cfg = *config
+	}
+	cfg.Dir = dir
+	c, err := New(&cfg)
+	if err == nil {
+		c.temp = true
+		err = c.Start(ctx)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+// TempDir makes a directory under the system temp dir that an unprivileged
+// postgres user can reach (t.TempDir's directories are private to the test's
+// user, which stops a root process from giving a cluster to postgres).
+func TempDir(pattern string) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", fmt.Errorf("making temp dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", fmt.Errorf("opening temp dir %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// Close stops the cluster as Stop does and, for one of StartTemp, removes
+// its directory.
+func (c *Cluster) Close(ctx context.Context) error {
+	err := c.Stop(ctx)
+	if c.temp {
+		err = errors.Join(err, os.RemoveAll(c.config.Dir))
+	}
+	return err
 }
 
 // DataDir is the cluster's PGDATA.
@@ -163,9 +194,6 @@ func (c *Cluster) PID() int {
 	}
 	return c.proc.cmd.Process.Pid
 }
-
-// Running reports whether the server process is alive.
-func (c *Cluster) Running() bool { return c.PID() != 0 }
 
 // Start initialises the data directory if it holds no cluster, starts the
 // server and waits until it accepts connections. Starting a running cluster is
@@ -251,7 +279,7 @@ func (c *Cluster) CrashBackend(ctx context.Context, pid int) error {
 	// The postmaster starts the crash reset when it reaps the process (a
 	// zombie until then), so once the process is gone a server that
 	// accepts connections is the recovered one.
-	waitCtx, cancel := context.WithTimeout(ctx, c.config.StartTimeout)
+	waitCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	ticker := time.NewTicker(5 * time.Millisecond)
 	defer ticker.Stop()
@@ -263,14 +291,6 @@ func (c *Cluster) CrashBackend(ctx context.Context, pid int) error {
 		}
 	}
 	return c.waitReady(waitCtx, proc)
-}
-
-// Restart is Stop then Start on the same port.
-func (c *Cluster) Restart(ctx context.Context) error {
-	if err := c.Stop(ctx); err != nil {
-		return err
-	}
-	return c.Start(ctx)
 }
 
 // Pause freezes the server (SIGSTOP to the postmaster and every backend):
@@ -444,7 +464,7 @@ func (c *Cluster) startProcess(ctx context.Context) error {
 	}()
 	c.proc = proc
 
-	waitCtx, cancel := context.WithTimeout(ctx, c.config.StartTimeout)
+	waitCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if err := c.waitReady(waitCtx, proc); err != nil {
 		_ = signalTree(cmd.Process.Pid, syscall.SIGKILL)
@@ -465,12 +485,6 @@ func (c *Cluster) waitReady(ctx context.Context, proc *serverProcess) error {
 	ticker := time.NewTicker(25 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		select {
-		case <-proc.done:
-			return fmt.Errorf("postgres exited during start-up: %v", proc.err)
-		default:
-		}
-
 		conn, err := pgx.Connect(ctx, url)
 		if err == nil {
 			_, err = conn.Exec(ctx, "SELECT 1")
@@ -521,14 +535,13 @@ func childEnv() []string {
 	return append(env, "LANG=C", "LC_ALL=C")
 }
 
-func credentialFor(name string) (*syscall.Credential, error) {
-	candidates := []string{name}
-	if name == "" {
-		candidates = []string{"postgres", "nobody"}
-	}
+// unprivilegedUser is who runs initdb and postgres when the caller is root
+// (Postgres refuses to run as root): postgres if that user exists, else
+// nobody.
+func unprivilegedUser() (*syscall.Credential, error) {
 	var lastErr error
-	for _, candidate := range candidates {
-		u, err := user.Lookup(candidate)
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
 		if err != nil {
 			lastErr = err
 			continue
@@ -536,11 +549,11 @@ func credentialFor(name string) (*syscall.Credential, error) {
 		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
 		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
 		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("parsing ids of user %s: %w", candidate, err)
+			return nil, fmt.Errorf("parsing ids of user %s: %w", name, err)
 		}
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 	}
-	return nil, fmt.Errorf("pgcluster: running as root and no unprivileged user to run postgres as (tried %v): %w", candidates, lastErr)
+	return nil, fmt.Errorf("pgcluster: running as root and no unprivileged user to run postgres as (tried postgres, nobody): %w", lastErr)
 }
 
 func freePort() (int, error) {

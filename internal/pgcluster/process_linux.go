@@ -6,9 +6,37 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
+
+// serverSysProcAttr puts postgres in its own process group (a Ctrl-C at the
+// terminal reaches only the parent, which then stops the server cleanly) and
+// asks the kernel to send it SIGINT, a fast clean shutdown, if the parent
+// dies first, so a killed `weir dev` leaves no server behind.
+func serverSysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGINT, Setpgid: true}
+}
+
+// childPIDs lists the direct children of pid, read from /proc.
+func childPIDs(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var children []int
+	for _, entry := range entries {
+		child, err := strconv.Atoi(entry.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, _, ok := procStat(child); ok && ppid == pid {
+			children = append(children, child)
+		}
+	}
+	return children
+}
 
 // childProcess is a process told by its pid and its start time (clock ticks
 // since boot), which a reused pid does not share.

@@ -40,14 +40,10 @@ func run(args []string) int {
 		return runCommand(args, nil)
 	}
 
-	dir, err := dbtest.TempDir("weir-test-postgres-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "withpostgres:", err)
-		return 2
-	}
-	defer os.RemoveAll(dir)
-
-	cluster, err := pgcluster.New(&pgcluster.Config{Dir: dir})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cluster, err := pgcluster.StartTemp(ctx, "weir-test-postgres-", nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "withpostgres:", err)
 		if errors.Is(err, pgcluster.ErrBinariesNotFound) {
@@ -55,18 +51,10 @@ func run(args []string) int {
 		}
 		return 2
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	start := time.Now()
-	if err := cluster.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "withpostgres:", err)
-		return 2
-	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := cluster.Stop(stopCtx); err != nil {
+		if err := cluster.Close(stopCtx); err != nil {
 			fmt.Fprintln(os.Stderr, "withpostgres:", err)
 		}
 	}()
@@ -98,15 +86,9 @@ func runCommand(args, extraEnv []string) int {
 			}
 		}
 	}()
-	err := cmd.Wait()
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exitErr):
-		return exitErr.ExitCode()
-	default:
+	if err := cmd.Wait(); cmd.ProcessState == nil {
 		fmt.Fprintln(os.Stderr, "withpostgres:", err)
 		return 2
 	}
+	return cmd.ProcessState.ExitCode()
 }
