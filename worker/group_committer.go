@@ -63,13 +63,6 @@ import (
 // no run is in two groups in flight at once: groups do not wait for each
 // other, and a group holding its runs never waits for another run.
 
-// stepGroupMembers is the most outcomes one group commits. A group's cost
-// is mostly per statement (every member's writes go in one statement per
-// table, over arrays), so fuller groups cost less per outcome; a group that
-// rolls back reruns every member alone, so no larger than needed. The
-// measurements behind the size are in docs/decisions/0014-group-sizes.md.
-const stepGroupMembers = 32
-
 // stepGroupsInitial is how many groups a worker may commit at once before
 // its limit learned from their latency per outcome (limit.ForPool). Splitting
 // the same outcomes into more, smaller groups costs more per outcome (see
@@ -156,7 +149,7 @@ type groupMember struct {
 	afterLast func()
 }
 
-func newGroupCommitter(w *Worker, groups *limit.Limiter, maxMembers int) *groupCommitter {
+func newGroupCommitter(w *Worker, groups *limit.Limiter) *groupCommitter {
 	c := &groupCommitter{w: w}
 	c.group = group.New(group.Config[uuid.UUID, *groupMember]{
 		Limit:  groups,

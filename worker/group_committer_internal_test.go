@@ -45,7 +45,7 @@ func newStepFixture(t *testing.T) *stepFixture {
 	_, err = pool.Exec(ctx, "CREATE TABLE "+table+" (id text PRIMARY KEY, xid bigint NOT NULL)")
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = pool.Exec(context.WithoutCancel(ctx), "DROP TABLE "+table) }) // the schema is reused
-	return &stepFixture{c: newGroupCommitter(w, limit.Fixed(1), stepGroupMembers), pool: pool, table: table}
+	return &stepFixture{c: newGroupCommitter(w, limit.Fixed(1)), pool: pool, table: table}
 }
 
 // record is an outcome's body: it writes id in its transaction, and
@@ -292,7 +292,7 @@ func TestStepCommitterLeavesGroupBeforeWriting(t *testing.T) {
 func TestStepCommitterOneGroupPerRun(t *testing.T) {
 	t.Parallel()
 	f := newStepFixture(t)
-	f.c = newGroupCommitter(f.c.w, limit.Fixed(2), stepGroupMembers)
+	f.c = newGroupCommitter(f.c.w, limit.Fixed(2))
 	var wg sync.WaitGroup
 	release := make(chan struct{})
 	run := uuid.New()
