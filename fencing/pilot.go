@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -283,6 +284,14 @@ func (p *pilot) forgetFetched(jobIDs []int64, proofs []*proof) {
 func extractProof(updates []byte, doMerge bool) (*proof, []byte, bool, error) {
 	if !doMerge || len(updates) == 0 {
 		return nil, updates, doMerge, nil
+	}
+	// The proof alone (a job that sets no metadata) needs no JSON decoding:
+	// River sorts the keys, and a proof needs no escaping (decision 0025).
+	if rest, ok := bytes.CutPrefix(updates, []byte(`{"`+proofKey+`":"`)); ok {
+		if encoded, ok := bytes.CutSuffix(rest, []byte(`"}`)); ok && !bytes.ContainsAny(encoded, `"\`) {
+			pr, err := decodeProof(string(encoded))
+			return pr, nil, false, err
+		}
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(updates, &m); err != nil {
