@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 
@@ -182,7 +183,7 @@ func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, dea
 		localStart:  time.Now(),
 		observed:    true,
 		schema:      claim.Schema,
-		stuckAfter:  jobStuckThresholdDefault,
+		stuckAfter:  river.JobStuckThresholdDefault,
 		token:       claim.Token,
 	}
 	if !deadline.IsZero() {

@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,13 +23,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// pilot is the fencing layer's River Pilot: River routes every fetch and
-// every job state write (the async completer's complete, retry, discard,
-// snooze, cancel and interrupt, and JobCompleteTx) through it, and it checks
-// each write against the job's current attempt in the same transaction as
-// River's own write. It also implements riverpilot.PilotJobRescuer so that
-// River's rescuer never takes a job whose lease is alive. River gets it from
-// Driver.PluginPilot.
+// pilot is the fencing layer's River Pilot (Driver.PluginPilot): it fences
+// every fetch and job state write River routes through it, and, as
+// riverpilot.PilotJobRescuer, keeps River's rescuer off jobs with a live lease.
 type pilot struct {
 	riverpilot.StandardPilot
 
@@ -284,6 +281,13 @@ func extractProof(updates []byte, doMerge bool) (*proof, []byte, bool, error) {
 	if !doMerge || len(updates) == 0 {
 		return nil, updates, doMerge, nil
 	}
+	// The proof alone needs no JSON decoding (decision 0025).
+	if rest, ok := bytes.CutPrefix(updates, []byte(`{"`+proofKey+`":"`)); ok {
+		if encoded, ok := bytes.CutSuffix(rest, []byte(`"}`)); ok && !bytes.ContainsAny(encoded, `"\`) {
+			pr, err := decodeProof(string(encoded))
+			return pr, nil, false, err
+		}
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(updates, &m); err != nil {
 		return nil, nil, false, fmt.Errorf("decoding metadata updates: %w", err)
@@ -379,16 +383,11 @@ func abortTx(ctx context.Context, exec riverdriver.Executor, why error) {
 	_ = exec.Exec(ctx, "DO $weir$BEGIN RAISE EXCEPTION USING MESSAGE = $m$"+msg+"; transaction aborted$m$, ERRCODE = '"+sqlStateAborted+"'; END$weir$")
 }
 
-// JobSetStateIfRunningMany is River's state write for completions, retries,
-// discards, snoozes, cancellations and interruptions, fenced: each write
-// must prove it comes from the job's current attempt, checked in the same
-// transaction as River's own UPDATE under a row lock. Writes that fail the
-// check change nothing: on the async completer path they are dropped and
-// counted; inside a caller's transaction (JobCompleteTx) the transaction is
-// aborted and the error returned (rejectStale). A repeat by the attempt that
-// completed the job is harmless from River's completer and refused in the
-// attempt's own transaction (refuseRepeat). The package doc states the
-// contract.
+// JobSetStateIfRunningMany is River's state write, fenced: a write that does
+// not prove it comes from the job's current attempt changes nothing; it is
+// dropped and counted from River's completer, and aborts a caller's
+// transaction (JobCompleteTx) with its error (rejectStale, refuseRepeat).
+// The package doc states the contract.
 func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	p.calls.setState.Add(1)
 	p.noteSchema(params.Schema)

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/stretchr/testify/require"
@@ -65,4 +66,28 @@ func TestIsFencedKeepsTheNewerCheck(t *testing.T) {
 	fenced, err = p.isFenced(ctx, &heldCheck{}, "rollout")
 	require.NoError(t, err)
 	require.True(t, fenced, "the cache holds the newer answer")
+}
+
+// TestExtractProofAlone: updates that hold only the proof (every job that
+// sets no metadata) give the proof and nothing to merge without decoding
+// JSON (decision 0025); updates with more keys give the proof and the
+// rest.
+func TestExtractProofAlone(t *testing.T) { //nolint:paralleltest // AllocsPerRun
+	want := &proof{Attempt: 3, AttemptedAt: time.UnixMicro(1_700_000_000_123_456).UTC(), Token: "0123456789abcdef"}
+	alone := []byte(`{"` + proofKey + `":"` + want.encode() + `"}`)
+
+	pr, rest, doMerge, err := extractProof(alone, true)
+	require.NoError(t, err)
+	require.Equal(t, want, pr)
+	require.Nil(t, rest)
+	require.False(t, doMerge)
+	// The proof and its token: a JSON decoding makes a dozen.
+	require.LessOrEqual(t, testing.AllocsPerRun(100, func() { _, _, _, _ = extractProof(alone, true) }), 2.0)
+
+	mixed := []byte(`{"a":1,"` + proofKey + `":"` + want.encode() + `","z":"\"q"}`)
+	pr, rest, doMerge, err = extractProof(mixed, true)
+	require.NoError(t, err)
+	require.Equal(t, want, pr)
+	require.JSONEq(t, `{"a":1,"z":"\"q"}`, string(rest))
+	require.True(t, doMerge)
 }

@@ -11,9 +11,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// jobStuckThresholdDefault is River's JobStuckThresholdDefault.
-const jobStuckThresholdDefault = river.JobStuckThresholdDefault
-
 // Plugin is the worker side of fencing: for each attempt it puts the lease in
 // the work context (LeaseFromContext, Heartbeat), attaches the attempt's
 // proof to every write River makes on the attempt's behalf, has the lease
@@ -46,7 +43,7 @@ func (p *Plugin) newAttempt(ctx context.Context, job *rivertype.JobRow) *attempt
 		driver:     d,
 		jobID:      job.ID,
 		localStart: time.Now(),
-		stuckAfter: jobStuckThresholdDefault,
+		stuckAfter: river.JobStuckThresholdDefault,
 	}
 	if job.AttemptedAt != nil {
 		st.attemptedAt = *job.AttemptedAt
