@@ -324,7 +324,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: creating River client: %w", err)
 	}
 	w.steps = newGroupCommitter(w, w.stepGroups) // before River's workers can run
-	w.schedules = newScheduler(w)                                  // its clients start backfills' runs
+	w.schedules = newScheduler(w)                // its clients start backfills' runs
 	if err := riverClient.Start(ctx); err != nil {
 		return fmt.Errorf("worker: starting River client: %w", err)
 	}
