@@ -37,14 +37,24 @@ import (
 // are found (reuse). In a burst of more runs than the cache holds, runs
 // leave it before their next task: their histories are kept, their code is
 // unwound at once, so no goroutine waits for a task that will not find it.
+//
+// Runs in flight are admitted only while the cache has room for them
+// (admit, await): the runs whose claimed activities run here (busy
+// entries, whose next task comes back here soon) and the tasks admitted
+// and not settled yet stay under size, so that no run in flight is
+// evicted before its next task. Eviction takes the least recently used
+// entry that is not busy.
 type historyCache struct {
-	mu      sync.Mutex
-	entries map[[16]byte]*historyEntry
-	order   *list.List // of run IDs, the most recently used first
-	size    int        // most entries kept; 0 keeps none
-	stopped bool       // the worker stopped: cached runs are closed, not kept
-	reuse   int        // entries found, less entries evicted unfound, within ±reuseSpan
-	stats   cacheStats
+	mu       sync.Mutex
+	entries  map[[16]byte]*historyEntry
+	order    *list.List    // of run IDs, the most recently used first
+	size     int           // most entries kept; 0 keeps none
+	stopped  bool          // the worker stopped: cached runs are closed, not kept
+	reuse    int           // entries found, less entries evicted unfound, within ±reuseSpan
+	busy     int           // entries that are busy
+	admitted int           // tasks admitted (admit, await) and not settled yet
+	freed    chan struct{} // closed when busy or admitted goes down, if someone awaits it
+	stats    cacheStats
 }
 
 // reuseSpan bounds historyCache.reuse, so that it follows a change of load
@@ -58,6 +68,7 @@ type cacheStats struct {
 	Misses        int64 // tasks past a run's first that did not find its history at their append point
 	Parked        int64 // cached runs kept
 	EvictedUnused int64 // kept cached runs evicted without being taken
+	Full          int64 // tasks of runs new to the cache that found no room (declined or waited)
 }
 
 type historyEntry struct {
@@ -69,6 +80,7 @@ type historyEntry struct {
 	decided     *decidedTask      // a task's decision at nextEventID, kept for its rerun alone
 	used        *list.Element     // its place in historyCache.order
 	found       bool              // a task found the entry at its append point
+	busy        bool              // activities its task claimed run here: its next task comes back here
 }
 
 // shared returns the entry's events, for a task to read and not to change
@@ -127,8 +139,76 @@ func (c *historyCache) remove(runID [16]byte) *historyEntry {
 	if e != nil {
 		delete(c.entries, runID)
 		c.order.Remove(e.used)
+		if e.busy {
+			c.busy--
+			c.free()
+		}
 	}
 	return e
+}
+
+// hasRoom reports whether one more run in flight fits (under c.mu).
+func (c *historyCache) hasRoom() bool {
+	return c.size == 0 || c.stopped || c.busy+c.admitted < c.size
+}
+
+// free wakes the tasks awaiting room (under c.mu).
+func (c *historyCache) free() {
+	if c.freed != nil {
+		close(c.freed)
+		c.freed = nil
+	}
+}
+
+// admit admits the first task of a run that a start inserts if the cache
+// has room for the run; the caller calls release once the task settled.
+func (c *historyCache) admit() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hasRoom() {
+		c.stats.Full++
+		return false
+	}
+	c.admitted++
+	return true
+}
+
+// await admits a task of a run that the cache does not hold, once the
+// cache has room for it (or ctx ends); a task of a run it holds is
+// admitted at once. release is to be called once the task settled.
+func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[runID]; ok {
+		return func() {}, nil
+	}
+	if !c.hasRoom() {
+		c.stats.Full++
+	}
+	for !c.hasRoom() {
+		if c.freed == nil {
+			c.freed = make(chan struct{})
+		}
+		freed := c.freed
+		c.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			c.mu.Lock()
+			return nil, context.Cause(ctx)
+		}
+		c.mu.Lock()
+	}
+	c.admitted++
+	return c.release, nil
+}
+
+// release ends what admit or await admitted.
+func (c *historyCache) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.admitted--
+	c.free()
 }
 
 // get returns the run's cached history (shared), and the memo of its
@@ -236,6 +316,12 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 // if nil), unless the cache holds a longer history of the run. A cached run it
 // does not keep, or replaces, is closed.
 func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts) {
+	c.store(runID, events, run, cached, facts, false)
+}
+
+// store is put, busy saying whether the task claimed activities that run
+// here.
+func (c *historyCache) store(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts, busy bool) {
 	var closing []*replay.CachedRun
 	defer func() { closeAll(closing) }()
 	c.mu.Lock()
@@ -280,13 +366,20 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 	if facts == nil {
 		facts = engine.NewFacts()
 	}
-	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: c.order.PushFront(runID)}
+	if busy {
+		c.busy++
+	}
+	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: c.order.PushFront(runID), busy: busy}
 }
 
-// evict drops the run used least recently, and returns the cached runs to
-// close.
+// evict drops the run used least recently that is not busy (the least
+// recently used if all are), and returns the cached runs to close.
 func (c *historyCache) evict() []*replay.CachedRun {
-	e := c.remove(c.order.Back().Value.([16]byte))
+	el := c.order.Back()
+	for el.Prev() != nil && c.entries[el.Value.([16]byte)].busy {
+		el = el.Prev()
+	}
+	e := c.remove(el.Value.([16]byte))
 	if !e.found {
 		c.reuse = max(c.reuse-1, -reuseSpan)
 	}
@@ -326,6 +419,7 @@ func (c *historyCache) forgetAt(runID [16]byte, next int64) {
 func (c *historyCache) closeCachedRuns() {
 	c.mu.Lock()
 	c.stopped = true
+	c.free()
 	var closing []*replay.CachedRun
 	for _, e := range c.entries {
 		closing = append(closing, e.held()...)
@@ -388,7 +482,7 @@ func (w *Worker) commitHistory(result *taskResult) {
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		w.histories.put(result.runID, result.history, result.run, result.session, result.facts)
+		w.histories.store(result.runID, result.history, result.run, result.session, result.facts, len(result.eager) > 0)
 		result.session = nil
 	}
 	result.dropSession()

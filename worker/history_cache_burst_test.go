@@ -13,7 +13,9 @@ import (
 )
 
 // TestHistoryCacheUnderBurst: in a burst of more runs than the cache holds,
-// runs leave the cache before their next task, and the cache stops keeping
+// runs that wait on a timer between their tasks (not in flight: the cache
+// admits new runs past them) leave the cache before their next task, and
+// the cache stops keeping
 // their code (sessions) that no task would take; once the burst is over, a
 // run advanced task after task keeps its code again.
 func TestHistoryCacheUnderBurst(t *testing.T) {
@@ -25,7 +27,7 @@ func TestHistoryCacheUnderBurst(t *testing.T) {
 	// The whole burst is queued before the worker starts.
 	started := make([]*client.Run, runs)
 	for i := range started {
-		run, err := b.client.Start(ctx, StickyArgs{Key: "burst", Steps: steps}, nil)
+		run, err := b.client.Start(ctx, StickyArgs{Key: "burst", Steps: steps, Sleep: true}, nil)
 		require.NoError(t, err)
 		started[i] = run
 	}
