@@ -272,8 +272,9 @@ type StartOpts struct {
 	// task's workflow code, for at most the worker's DeadlockTimeout; a task
 	// that fails or runs out of that time is rolled back and queued through
 	// River, which retries it (the start itself succeeds). Without such a
-	// worker, or with too little time left on ctx, Start queues the task as
-	// usual.
+	// worker, with too little time left on ctx, or while the worker has as
+	// many runs in flight as it caches (worker.Config.MaxCachedRuns), Start
+	// queues the task as usual.
 	//
 	// Many eager starts made at once (no RunTimeout, ExecutionTimeout or
 	// client interceptors) share transactions of up to 32 starts, with their

@@ -68,7 +68,6 @@ type cacheStats struct {
 	Misses        int64 // tasks past a run's first that did not find its history at their append point
 	Parked        int64 // cached runs kept
 	EvictedUnused int64 // kept cached runs evicted without being taken
-	Full          int64 // tasks of runs new to the cache that found no room (declined or waited)
 }
 
 type historyEntry struct {
@@ -166,7 +165,6 @@ func (c *historyCache) admit() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.hasRoom() {
-		c.stats.Full++
 		return false
 	}
 	c.admitted++
@@ -181,9 +179,6 @@ func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(
 	defer c.mu.Unlock()
 	if _, ok := c.entries[runID]; ok {
 		return func() {}, nil
-	}
-	if !c.hasRoom() {
-		c.stats.Full++
 	}
 	for !c.hasRoom() {
 		if c.freed == nil {
@@ -313,15 +308,10 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 
 // put stores a committed history, the row of its run if known, the cached run
 // standing at its end if any and the memo of its events' facts (a new one
-// if nil), unless the cache holds a longer history of the run. A cached run it
-// does not keep, or replaces, is closed.
-func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts) {
-	c.store(runID, events, run, cached, facts, false)
-}
-
-// store is put, busy saying whether the task claimed activities that run
-// here.
-func (c *historyCache) store(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts, busy bool) {
+// if nil), busy if its task claimed activities that run here, unless the
+// cache holds a longer history of the run. A cached run it does not keep,
+// or replaces, is closed.
+func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts, busy bool) {
 	var closing []*replay.CachedRun
 	defer func() { closeAll(closing) }()
 	c.mu.Lock()
@@ -482,7 +472,7 @@ func (w *Worker) commitHistory(result *taskResult) {
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		w.histories.store(result.runID, result.history, result.run, result.session, result.facts, len(result.eager) > 0)
+		w.histories.put(result.runID, result.history, result.run, result.session, result.facts, len(result.eager) > 0)
 		result.session = nil
 	}
 	result.dropSession()
