@@ -40,10 +40,11 @@ import (
 //
 // Runs in flight are admitted only while the cache has room for them
 // (admit, await): the runs whose claimed activities run here (busy
-// entries, whose next task comes back here soon) and the tasks admitted
+// entries: their next task comes back here soon) and the tasks admitted
 // and not settled yet stay under size, so that no run in flight is
 // evicted before its next task. Eviction takes the least recently used
-// entry that is not busy.
+// entry that is not busy. An entry is busy until its claimed attempts
+// ended (claimEnded) or it is replaced.
 type historyCache struct {
 	mu       sync.Mutex
 	entries  map[[16]byte]*historyEntry
@@ -79,7 +80,7 @@ type historyEntry struct {
 	decided     *decidedTask      // a task's decision at nextEventID, kept for its rerun alone
 	used        *list.Element     // its place in historyCache.order
 	found       bool              // a task found the entry at its append point
-	busy        bool              // activities its task claimed run here: its next task comes back here
+	claims      int               // attempts its task claimed, running here and not ended yet (busy if any)
 }
 
 // shared returns the entry's events, for a task to read and not to change
@@ -138,12 +139,33 @@ func (c *historyCache) remove(runID [16]byte) *historyEntry {
 	if e != nil {
 		delete(c.entries, runID)
 		c.order.Remove(e.used)
-		if e.busy {
-			c.busy--
-			c.free()
-		}
+		c.idle(e)
 	}
 	return e
+}
+
+// idle counts e, busy or not, as not busy from here on (under c.mu).
+func (c *historyCache) idle(e *historyEntry) {
+	if e.claims > 0 {
+		e.claims = 0
+		c.busy--
+		c.free()
+	}
+}
+
+// claimEnded notes that one of the attempts claimed by the task that put
+// e ended: e is not busy once all have.
+func (c *historyCache) claimEnded(e *historyEntry) {
+	if e == nil {
+		return // not stored
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.claims == 1 {
+		c.idle(e)
+	} else if e.claims > 1 {
+		e.claims--
+	}
 }
 
 // hasRoom reports whether one more run in flight fits (under c.mu).
@@ -308,10 +330,10 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 
 // put stores a committed history, the row of its run if known, the cached run
 // standing at its end if any and the memo of its events' facts (a new one
-// if nil), busy if its task claimed activities that run here, unless the
-// cache holds a longer history of the run. A cached run it does not keep,
-// or replaces, is closed.
-func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts, busy bool) {
+// if nil), busy while the claims attempts its task claimed run, unless the
+// cache holds a longer history of the run; it returns the entry it stored
+// (nil if none). A cached run it does not keep, or replaces, is closed.
+func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts, claims int) *historyEntry {
 	var closing []*replay.CachedRun
 	defer func() { closeAll(closing) }()
 	c.mu.Lock()
@@ -330,7 +352,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		// A transaction that committed earlier settled later: history only
 		// grows, so the entry with the later append point stays.
 		closing = append(closing, cached)
-		return
+		return nil
 	case ok:
 		if old.cached != cached {
 			closing = append(closing, old.cached)
@@ -341,7 +363,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		c.remove(runID)
 	case c.size == 0:
 		closing = append(closing, cached)
-		return
+		return nil
 	case len(c.entries) >= c.size:
 		closing = append(closing, c.evict()...)
 	}
@@ -356,17 +378,19 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 	if facts == nil {
 		facts = engine.NewFacts()
 	}
-	if busy {
+	if claims > 0 {
 		c.busy++
 	}
-	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: c.order.PushFront(runID), busy: busy}
+	e := &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: c.order.PushFront(runID), claims: claims}
+	c.entries[runID] = e
+	return e
 }
 
 // evict drops the run used least recently that is not busy (the least
 // recently used if all are), and returns the cached runs to close.
 func (c *historyCache) evict() []*replay.CachedRun {
 	el := c.order.Back()
-	for el.Prev() != nil && c.entries[el.Value.([16]byte)].busy {
+	for el.Prev() != nil && c.entries[el.Value.([16]byte)].claims > 0 {
 		el = el.Prev()
 	}
 	e := c.remove(el.Value.([16]byte))
@@ -472,7 +496,10 @@ func (w *Worker) commitHistory(result *taskResult) {
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		w.histories.put(result.runID, result.history, result.run, result.session, result.facts, len(result.eager) > 0)
+		e := w.histories.put(result.runID, result.history, result.run, result.session, result.facts, len(result.eager))
+		for i := range result.eager {
+			result.eager[i].ended = func() { w.histories.claimEnded(e) }
+		}
 		result.session = nil
 	}
 	result.dropSession()
