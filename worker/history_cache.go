@@ -31,13 +31,6 @@ import (
 // cache lets go of the run used least recently (a run waiting on a long
 // timer before one whose activities are running).
 //
-// A cached run is kept only where it is likely to be taken: a run whose last
-// task found its entry keeps its cached run (it is reused), and any other run
-// only while entries are not leaving the cache unfound more often than they
-// are found (reuse). In a burst of more runs than the cache holds, runs
-// leave it before their next task: their histories are kept, their code is
-// unwound at once, so no goroutine waits for a task that will not find it.
-//
 // Runs in flight are admitted only while the cache has room for them
 // (admit, await): the runs whose claimed activities run here (busy
 // entries: their next task comes back here soon) and the tasks admitted
@@ -51,24 +44,17 @@ type historyCache struct {
 	order    *list.List    // of run IDs, the most recently used first
 	size     int           // most entries kept; 0 keeps none
 	stopped  bool          // the worker stopped: cached runs are closed, not kept
-	reuse    int           // entries found, less entries evicted unfound, within ±reuseSpan
 	busy     int           // entries that are busy
 	admitted int           // tasks admitted (admit, await) and not settled yet
 	freed    chan struct{} // closed when busy or admitted goes down, if someone awaits it
 	stats    cacheStats
 }
 
-// reuseSpan bounds historyCache.reuse, so that it follows a change of load
-// within this many entries.
-const reuseSpan = 64
-
 // cacheStats are a history cache's running totals.
 type cacheStats struct {
 	Hits          int64 // tasks that found their run's history at its append point
 	CachedRunHits int64 // of those, tasks that took their run's kept cached run
 	Misses        int64 // tasks past a run's first that did not find its history at their append point
-	Parked        int64 // cached runs kept
-	EvictedUnused int64 // kept cached runs evicted without being taken
 }
 
 type historyEntry struct {
@@ -79,7 +65,6 @@ type historyEntry struct {
 	facts       *engine.Facts     // what tasks read of the events' attributes
 	decided     *decidedTask      // a task's decision at nextEventID, kept for its rerun alone
 	used        *list.Element     // its place in historyCache.order
-	found       bool              // a task found the entry at its append point
 	claims      int               // attempts its task claimed, running here and not ended yet (busy if any)
 }
 
@@ -239,10 +224,6 @@ func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, 
 		return nil, nil, false
 	}
 	c.stats.Hits++
-	if !e.found {
-		e.found = true
-		c.reuse = min(c.reuse+1, reuseSpan)
-	}
 	return e.shared(), e.facts, true
 }
 
@@ -367,14 +348,6 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 	case len(c.entries) >= c.size:
 		closing = append(closing, c.evict()...)
 	}
-	if cached != nil && !(ok && old.found) && c.reuse < 0 {
-		// Entries leave unfound: this run's would too, its cached run unused.
-		closing = append(closing, cached)
-		cached = nil
-	}
-	if cached != nil {
-		c.stats.Parked++
-	}
 	if facts == nil {
 		facts = engine.NewFacts()
 	}
@@ -393,14 +366,7 @@ func (c *historyCache) evict() []*replay.CachedRun {
 	for el.Prev() != nil && c.entries[el.Value.([16]byte)].claims > 0 {
 		el = el.Prev()
 	}
-	e := c.remove(el.Value.([16]byte))
-	if !e.found {
-		c.reuse = max(c.reuse-1, -reuseSpan)
-	}
-	if e.cached != nil {
-		c.stats.EvictedUnused++
-	}
-	return e.held()
+	return c.remove(el.Value.([16]byte)).held()
 }
 
 // forget drops a run's history and cached run (it closed).

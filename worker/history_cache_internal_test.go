@@ -156,44 +156,6 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		require.Nil(t, c.cachedRun(run, int64(len(events))+1))
 	})
 
-	// While runs leave the cache before a task finds them, it keeps no new
-	// run's session (no task would take it), but a reused run's; once runs
-	// are found again, it keeps sessions again.
-	t.Run("NotKeptWhileRunsLeaveUnfound", func(t *testing.T) {
-		t.Parallel()
-		c := newHistoryCache(1)
-		put := func(run [16]byte) (*replay.CachedRun, int64, chan struct{}) {
-			session, events, unwound := newTestCachedRun(t)
-			c.put(run, events, nil, session, nil, 0)
-			return session, int64(len(events)) + 1, unwound
-		}
-		a, b := uuid.New(), uuid.New()
-		_, _, unwoundA := put(a)
-		_, next, unwoundB := put(b) // a leaves, never found
-		requireUnwound(t, unwoundA)
-		requireUnwound(t, unwoundB)
-		_, _, ok := c.get(b, next)
-		require.True(t, ok, "the history is kept")
-		_, _, unwoundB = put(b) // b was found: its next session is kept
-		requireLive(t, unwoundB)
-		for range reuseSpan {
-			put(uuid.New()) // found by none
-		}
-		requireUnwound(t, unwoundB)
-		for range reuseSpan + 1 {
-			run := uuid.New()
-			_, next, _ := put(run)
-			_, _, ok := c.get(run, next)
-			require.True(t, ok)
-			c.cachedRun(run, next) // taken, if kept
-		}
-		_, _, unwound := put(uuid.New())
-		requireLive(t, unwound)
-		stats := c.statsNow()
-		require.Equal(t, int64(2), stats.EvictedUnused, "a's session, and b's kept one")
-		require.Zero(t, stats.Misses)
-	})
-
 	t.Run("LeastRecentlyUsedLeavesFirst", func(t *testing.T) {
 		t.Parallel()
 		c := newHistoryCache(2)
