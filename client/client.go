@@ -329,10 +329,12 @@ type StartOpts struct {
 	// the task's workflow code, for at most the worker's DeadlockTimeout; a
 	// task that fails or runs out of that time is rolled back and queued
 	// through River, which retries it (the start itself succeeds). Without
-	// such a worker, or with too little time left on ctx, Start queues the
-	// task as usual. Many eager starts made at once share transactions, as
-	// Start says. See docs/decisions/0011-eager-workflow-start.md for the
-	// round trips a start costs.
+	// such a worker, with too little time left on ctx, or while the worker
+	// has as many runs in flight as it caches (worker.Config.MaxCachedRuns),
+	// Start queues the task as usual. Many eager starts made at once share
+	// transactions, as Start says. See
+	// docs/decisions/0011-eager-workflow-start.md for the round trips a
+	// start costs.
 	// Defaults to false.
 	EagerStart bool
 

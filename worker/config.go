@@ -88,8 +88,10 @@ type Config struct {
 	// task that fails there, or on a worker with the deadlock check off,
 	// goes through River.
 	//
-	// Beyond the limit, and on workers with Interceptors, activities and
-	// first tasks go through River's fetch. Claimed activities do not count
+	// Beyond the limit, on workers with Interceptors, and while the run
+	// cache has no room for another run in flight (MaxCachedRuns),
+	// activities (the limit, interceptors) and first tasks go through
+	// River's fetch. Claimed activities do not count
 	// against River's MaxWorkers (Queues). Negative disables claiming and
 	// eager start. Defaults to MaxEagerActivitiesDefault.
 	MaxEagerActivities int
@@ -103,8 +105,13 @@ type Config struct {
 	//
 	// Each cached run holds its code's goroutines (its deferred calls run
 	// when it leaves the cache). Beyond the limit the run used least
-	// recently leaves. Negative caches nothing. Defaults to
-	// MaxCachedRunsDefault.
+	// recently, of those not in flight, leaves. The limit also bounds the
+	// runs in flight (those whose claimed activities run here, and tasks of
+	// runs new to the cache): beyond it a first task is not run in its
+	// eager start (it goes through River), and a fetched task of a run the
+	// cache does not hold waits, for at most TaskTimeout, until a run in
+	// flight settles or closes. Negative caches nothing and bounds
+	// nothing. Defaults to MaxCachedRunsDefault.
 	MaxCachedRuns int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

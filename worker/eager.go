@@ -44,6 +44,7 @@ type claimedAttempt struct {
 	claim *fencingclaim.Claim
 	meta  *activityMeta
 	run   claimedRunner
+	ended func() // if not nil, called once the attempt ended (historyCache.claimEnded)
 }
 
 // claimedPool bounds and tracks the attempts a worker runs eagerly.
@@ -211,9 +212,13 @@ func (w *Worker) launchEager(starts []claimedAttempt) {
 	}
 	p.launchMu.RUnlock()
 	for _, s := range starts {
+		if s.ended == nil {
+			s.ended = func() {}
+		}
 		if closed {
 			w.handBack(s.claim)
 			p.release(1)
+			s.ended()
 			continue
 		}
 		// A goroutine of its own, not one of w.goroutines: activity code may
@@ -221,6 +226,7 @@ func (w *Worker) launchEager(starts []claimedAttempt) {
 		// altered, pprof labels), which must not reach the next function.
 		go func() {
 			defer p.attempts.Done()
+			defer s.ended()
 			var once sync.Once
 			free := func() { once.Do(func() { p.release(1) }) }
 			defer free()

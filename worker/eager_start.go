@@ -52,7 +52,9 @@ var errStartRolledBack = errors.New("the start did not commit")
 // and an empty inbox (nobody else can see the run yet), on the run's row the
 // start inserted in tx. Its workflow code gets at most the deadlock check's
 // timeout in all (the caller's Start waits for it); the task is declined
-// when ctx leaves less than twice that, or when the worker is stopping.
+// when ctx leaves less than twice that, when the worker is stopping, or
+// when its run cache has no room for the run (historyCache.admit): a burst
+// of starts then goes through River, at the pace the worker fetches.
 func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *eagerstart.Run) (func(committed bool), error) {
 	w := t.w
 	budget, ok := t.budget(ctx)
@@ -64,6 +66,9 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *eagerst
 		return nil, eagerstart.ErrDeclined
 	}
 	defer w.eager.attempts.Done()
+	if !w.histories.admit() {
+		return nil, eagerstart.ErrDeclined
+	}
 	replayCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 
@@ -77,7 +82,7 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *eagerst
 		err = nil
 	}
 	if err != nil {
-		w.settle(err, &result)
+		w.settleAdmitted(err, &result)
 		return nil, w.failedInStart(ctx, r.ID, err)
 	}
 	return w.settleStart(&result), nil
@@ -110,8 +115,15 @@ func (w *Worker) settleStart(result *taskResult) func(committed bool) {
 		if !committed {
 			err = errStartRolledBack
 		}
-		w.settle(err, result)
+		w.settleAdmitted(err, result)
 	}
+}
+
+// settleAdmitted settles a first task that the run cache admitted, and
+// ends its admission.
+func (w *Worker) settleAdmitted(err error, result *taskResult) {
+	w.settle(err, result)
+	w.histories.release()
 }
 
 // failedInStart words and logs a first task that failed inside its start,
@@ -154,7 +166,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*e
 	failed := func(err error) {
 		for _, result := range results {
 			if result != nil {
-				w.settle(err, result)
+				w.settleAdmitted(err, result)
 			}
 		}
 	}
@@ -165,6 +177,10 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*e
 				out.Errs[j] = eagerstart.ErrDeclined
 			}
 			break
+		}
+		if !w.histories.admit() {
+			out.Errs[i] = eagerstart.ErrDeclined // no room: it goes through River
+			continue
 		}
 		result := &taskResult{}
 		in, after, err := t.advanceDeferred(ctx, tx, w.startedRun(r), r.Now, budget, &writes, result)
@@ -177,14 +193,14 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*e
 			out.Done[i] = w.settleStart(result)
 		case in.wrote:
 			err = fmt.Errorf("workflow task of run %s (in a group of starts): %w", r.ID, err)
-			w.settle(err, result)
+			w.settleAdmitted(err, result)
 			failed(err)
 			return nil, err
 		case errors.Is(err, errRunsAlone):
-			w.settle(err, result)
+			w.settleAdmitted(err, result)
 			out.Errs[i] = eagerstart.ErrDeclined
 		default:
-			w.settle(err, result)
+			w.settleAdmitted(err, result)
 			out.Errs[i] = w.failedInStart(ctx, r.ID, err)
 		}
 	}
@@ -245,6 +261,9 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *eagerstart.Ru
 		return nil, eagerstart.ErrDeclined
 	}
 	defer w.eager.attempts.Done()
+	if !w.histories.admit() {
+		return nil, eagerstart.ErrDeclined
+	}
 	r.Now, r.Generation, r.LastInTx = now, 1, true
 
 	out := &eagerstart.FirstTasks{Done: make([]func(bool), 1), Errs: make([]error, 1), Last: &pgx.Batch{}}
@@ -257,7 +276,7 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *eagerstart.Ru
 		err, declined = errAheadSends, true // cannot happen: it would have failed, or its writes been sent
 	}
 	if err != nil {
-		w.settle(err, &result)
+		w.settleAdmitted(err, &result)
 		if declined {
 			// Not the task's failure: the start goes as before and runs
 			// the task again.

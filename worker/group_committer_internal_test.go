@@ -603,7 +603,7 @@ func TestStepOfOneRoundTrip(t *testing.T) {
 		return ok && moved > next
 	}, 30*time.Second, 10*time.Millisecond, "the signal's task never committed here")
 	w.histories.forget(run.RunID) // put keeps the longer history it holds
-	w.histories.put(run.RunID, events, cached, nil, nil)
+	w.histories.put(run.RunID, events, cached, nil, nil, 0)
 	open.Do(func() { close(gate.gate) })
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	got, err := client.GetResult[int](waitCtx, run)
@@ -682,8 +682,8 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 	run := uuid.New()
 	row := &runRow{Run: engine.Run{ID: run}, scanned: true}
 	long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}}
-	c.put(run, long, row, nil, nil)
-	c.put(run, long[:2], row, nil, nil)
+	c.put(run, long, row, nil, nil, 0)
+	c.put(run, long[:2], row, nil, nil, 0)
 	events, next, _, ok := c.latest(run)
 	require.True(t, ok)
 	require.Equal(t, int64(4), next)
@@ -691,7 +691,7 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 	_, _, ok = c.get(run, 3)
 	require.False(t, ok, "the shorter history is not served")
 	c.forget(run)
-	c.put(run, long[:2], row, nil, nil)
+	c.put(run, long[:2], row, nil, nil, 0)
 	_, next, _, ok = c.latest(run)
 	require.True(t, ok)
 	require.Equal(t, int64(3), next, "after forget, any history goes in")

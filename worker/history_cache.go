@@ -31,33 +31,30 @@ import (
 // cache lets go of the run used least recently (a run waiting on a long
 // timer before one whose activities are running).
 //
-// A cached run is kept only where it is likely to be taken: a run whose last
-// task found its entry keeps its cached run (it is reused), and any other run
-// only while entries are not leaving the cache unfound more often than they
-// are found (reuse). In a burst of more runs than the cache holds, runs
-// leave it before their next task: their histories are kept, their code is
-// unwound at once, so no goroutine waits for a task that will not find it.
+// Runs in flight are admitted only while the cache has room for them
+// (admit, await): the runs whose claimed activities run here (busy
+// entries: their next task comes back here soon) and the tasks admitted
+// and not settled yet stay under size, so that no run in flight is
+// evicted before its next task. Eviction takes the least recently used
+// entry that is not busy. An entry is busy until its claimed attempts
+// ended (claimEnded) or it is replaced.
 type historyCache struct {
-	mu      sync.Mutex
-	entries map[[16]byte]*historyEntry
-	order   *list.List // of run IDs, the most recently used first
-	size    int        // most entries kept; 0 keeps none
-	stopped bool       // the worker stopped: cached runs are closed, not kept
-	reuse   int        // entries found, less entries evicted unfound, within ±reuseSpan
-	stats   cacheStats
+	mu       sync.Mutex
+	entries  map[[16]byte]*historyEntry
+	order    *list.List    // of run IDs, the most recently used first
+	size     int           // most entries kept; 0 keeps none
+	stopped  bool          // the worker stopped: cached runs are closed, not kept
+	busy     int           // entries that are busy
+	admitted int           // tasks admitted (admit, await) and not settled yet
+	freed    chan struct{} // closed when busy or admitted goes down, if someone awaits it
+	stats    cacheStats
 }
-
-// reuseSpan bounds historyCache.reuse, so that it follows a change of load
-// within this many entries.
-const reuseSpan = 64
 
 // cacheStats are a history cache's running totals.
 type cacheStats struct {
 	Hits          int64 // tasks that found their run's history at its append point
 	CachedRunHits int64 // of those, tasks that took their run's kept cached run
 	Misses        int64 // tasks past a run's first that did not find its history at their append point
-	Parked        int64 // cached runs kept
-	EvictedUnused int64 // kept cached runs evicted without being taken
 }
 
 type historyEntry struct {
@@ -68,7 +65,7 @@ type historyEntry struct {
 	facts       *engine.Facts     // what tasks read of the events' attributes
 	decided     *decidedTask      // a task's decision at nextEventID, kept for its rerun alone
 	used        *list.Element     // its place in historyCache.order
-	found       bool              // a task found the entry at its append point
+	claims      int               // attempts its task claimed, running here and not ended yet (busy if any)
 }
 
 // shared returns the entry's events, for a task to read and not to change
@@ -127,8 +124,93 @@ func (c *historyCache) remove(runID [16]byte) *historyEntry {
 	if e != nil {
 		delete(c.entries, runID)
 		c.order.Remove(e.used)
+		c.idle(e)
 	}
 	return e
+}
+
+// idle counts e, busy or not, as not busy from here on (under c.mu).
+func (c *historyCache) idle(e *historyEntry) {
+	if e.claims > 0 {
+		e.claims = 0
+		c.busy--
+		c.free()
+	}
+}
+
+// claimEnded notes that one of the attempts claimed by the task that put
+// e ended: e is not busy once all have.
+func (c *historyCache) claimEnded(e *historyEntry) {
+	if e == nil {
+		return // not stored
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.claims == 1 {
+		c.idle(e)
+	} else if e.claims > 1 {
+		e.claims--
+	}
+}
+
+// hasRoom reports whether one more run in flight fits (under c.mu).
+func (c *historyCache) hasRoom() bool {
+	return c.size == 0 || c.stopped || c.busy+c.admitted < c.size
+}
+
+// free wakes the tasks awaiting room (under c.mu).
+func (c *historyCache) free() {
+	if c.freed != nil {
+		close(c.freed)
+		c.freed = nil
+	}
+}
+
+// admit admits the first task of a run that a start inserts if the cache
+// has room for the run; the caller calls release once the task settled.
+func (c *historyCache) admit() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hasRoom() {
+		return false
+	}
+	c.admitted++
+	return true
+}
+
+// await admits a task of a run that the cache does not hold, once the
+// cache has room for it (or ctx ends); a task of a run it holds is
+// admitted at once. release is to be called once the task settled.
+func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[runID]; ok {
+		return func() {}, nil
+	}
+	for !c.hasRoom() {
+		if c.freed == nil {
+			c.freed = make(chan struct{})
+		}
+		freed := c.freed
+		c.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			c.mu.Lock()
+			return nil, context.Cause(ctx)
+		}
+		c.mu.Lock()
+	}
+	c.admitted++
+	return c.release, nil
+}
+
+// release ends what admit or await admitted.
+func (c *historyCache) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.admitted--
+	c.free()
 }
 
 // get returns the run's cached history (shared), and the memo of its
@@ -142,10 +224,6 @@ func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, 
 		return nil, nil, false
 	}
 	c.stats.Hits++
-	if !e.found {
-		e.found = true
-		c.reuse = min(c.reuse+1, reuseSpan)
-	}
 	return e.shared(), e.facts, true
 }
 
@@ -233,9 +311,10 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 
 // put stores a committed history, the row of its run if known, the cached run
 // standing at its end if any and the memo of its events' facts (a new one
-// if nil), unless the cache holds a longer history of the run. A cached run it
-// does not keep, or replaces, is closed.
-func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts) {
+// if nil), busy while the claims attempts its task claimed run, unless the
+// cache holds a longer history of the run; it returns the entry it stored
+// (nil if none). A cached run it does not keep, or replaces, is closed.
+func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts, claims int) *historyEntry {
 	var closing []*replay.CachedRun
 	defer func() { closeAll(closing) }()
 	c.mu.Lock()
@@ -254,7 +333,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		// A transaction that committed earlier settled later: history only
 		// grows, so the entry with the later append point stays.
 		closing = append(closing, cached)
-		return
+		return nil
 	case ok:
 		if old.cached != cached {
 			closing = append(closing, old.cached)
@@ -265,35 +344,29 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		c.remove(runID)
 	case c.size == 0:
 		closing = append(closing, cached)
-		return
+		return nil
 	case len(c.entries) >= c.size:
 		closing = append(closing, c.evict()...)
-	}
-	if cached != nil && !(ok && old.found) && c.reuse < 0 {
-		// Entries leave unfound: this run's would too, its cached run unused.
-		closing = append(closing, cached)
-		cached = nil
-	}
-	if cached != nil {
-		c.stats.Parked++
 	}
 	if facts == nil {
 		facts = engine.NewFacts()
 	}
-	c.entries[runID] = &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: c.order.PushFront(runID)}
+	if claims > 0 {
+		c.busy++
+	}
+	e := &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: c.order.PushFront(runID), claims: claims}
+	c.entries[runID] = e
+	return e
 }
 
-// evict drops the run used least recently, and returns the cached runs to
-// close.
+// evict drops the run used least recently that is not busy (the least
+// recently used if all are), and returns the cached runs to close.
 func (c *historyCache) evict() []*replay.CachedRun {
-	e := c.remove(c.order.Back().Value.([16]byte))
-	if !e.found {
-		c.reuse = max(c.reuse-1, -reuseSpan)
+	el := c.order.Back()
+	for el.Prev() != nil && c.entries[el.Value.([16]byte)].claims > 0 {
+		el = el.Prev()
 	}
-	if e.cached != nil {
-		c.stats.EvictedUnused++
-	}
-	return e.held()
+	return c.remove(el.Value.([16]byte)).held()
 }
 
 // forget drops a run's history and cached run (it closed).
@@ -326,6 +399,7 @@ func (c *historyCache) forgetAt(runID [16]byte, next int64) {
 func (c *historyCache) closeCachedRuns() {
 	c.mu.Lock()
 	c.stopped = true
+	c.free()
 	var closing []*replay.CachedRun
 	for _, e := range c.entries {
 		closing = append(closing, e.held()...)
@@ -388,7 +462,10 @@ func (w *Worker) commitHistory(result *taskResult) {
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		w.histories.put(result.runID, result.history, result.run, result.session, result.facts)
+		e := w.histories.put(result.runID, result.history, result.run, result.session, result.facts, len(result.eager))
+		for i := range result.eager {
+			result.eager[i].ended = func() { w.histories.claimEnded(e) }
+		}
 		result.session = nil
 	}
 	result.dropSession()

@@ -78,7 +78,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		run := uuid.New()
 		session, events, unwound := newTestCachedRun(t)
 		next := int64(len(events)) + 1
-		c.put(run, events, nil, session, nil)
+		c.put(run, events, nil, session, nil, 0)
 		require.Nil(t, c.cachedRun(run, next-1), "a task at another append point")
 		require.Nil(t, c.cachedRun(uuid.New(), next), "another run")
 		require.Same(t, session, c.cachedRun(run, next))
@@ -86,7 +86,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		_, _, ok := c.get(run, next)
 		require.True(t, ok, "the history stays while the session is out")
 		requireLive(t, unwound)
-		c.put(run, events, nil, session, nil) // its task did not move the run (say)
+		c.put(run, events, nil, session, nil, 0) // its task did not move the run (say)
 		require.Same(t, session, c.cachedRun(run, next))
 	})
 
@@ -97,23 +97,23 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 
 		// Standing elsewhere than the history it comes with.
 		session, events, unwound := newTestCachedRun(t)
-		c.put(run, events[:len(events)-1], nil, session, nil)
+		c.put(run, events[:len(events)-1], nil, session, nil, 0)
 		requireUnwound(t, unwound)
 		require.Nil(t, c.cachedRun(run, int64(len(events))))
 
 		// With a history shorter than the one held.
 		long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}, {ID: 7}, {ID: 8}}
-		c.put(run, long, nil, nil, nil)
+		c.put(run, long, nil, nil, nil, 0)
 		session, events, unwound = newTestCachedRun(t)
-		c.put(run, events, nil, session, nil)
+		c.put(run, events, nil, session, nil, 0)
 		requireUnwound(t, unwound)
 
 		// Replaced, then forgotten.
 		c.forget(run)
 		session, events, unwound = newTestCachedRun(t)
-		c.put(run, events, nil, session, nil)
+		c.put(run, events, nil, session, nil, 0)
 		other, _, otherUnwound := newTestCachedRun(t)
-		c.put(run, events, nil, other, nil)
+		c.put(run, events, nil, other, nil, 0)
 		requireUnwound(t, unwound)
 		requireLive(t, otherUnwound)
 		c.forget(run)
@@ -121,7 +121,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 
 		// Forgotten at an append point: only if the entry is still there.
 		session, events, unwound = newTestCachedRun(t)
-		c.put(run, events, nil, session, nil)
+		c.put(run, events, nil, session, nil, 0)
 		c.forgetAt(run, int64(len(events))) // an older one: the entry is newer
 		requireLive(t, unwound)
 		c.forgetAt(run, int64(len(events))+1)
@@ -135,11 +135,11 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		c := newHistoryCache(1)
 		first, events, firstUnwound := newTestCachedRun(t)
 		firstRun := uuid.New()
-		c.put(firstRun, events, nil, first, nil)
+		c.put(firstRun, events, nil, first, nil, 0)
 		_, _, ok := c.get(firstRun, int64(len(events))+1) // the cache is used: it keeps sessions
 		require.True(t, ok)
 		second, events, secondUnwound := newTestCachedRun(t)
-		c.put(uuid.New(), events, nil, second, nil)
+		c.put(uuid.New(), events, nil, second, nil, 0)
 		requireUnwound(t, firstUnwound)
 		requireLive(t, secondUnwound)
 		c.closeCachedRuns()
@@ -149,49 +149,11 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		// start that committed late) keeps no code alive.
 		late, events, lateUnwound := newTestCachedRun(t)
 		run := uuid.New()
-		c.put(run, events, nil, late, nil)
+		c.put(run, events, nil, late, nil, 0)
 		requireUnwound(t, lateUnwound)
 		_, _, ok = c.get(run, int64(len(events))+1)
 		require.True(t, ok, "its history is kept")
 		require.Nil(t, c.cachedRun(run, int64(len(events))+1))
-	})
-
-	// While runs leave the cache before a task finds them, it keeps no new
-	// run's session (no task would take it), but a reused run's; once runs
-	// are found again, it keeps sessions again.
-	t.Run("NotKeptWhileRunsLeaveUnfound", func(t *testing.T) {
-		t.Parallel()
-		c := newHistoryCache(1)
-		put := func(run [16]byte) (*replay.CachedRun, int64, chan struct{}) {
-			session, events, unwound := newTestCachedRun(t)
-			c.put(run, events, nil, session, nil)
-			return session, int64(len(events)) + 1, unwound
-		}
-		a, b := uuid.New(), uuid.New()
-		_, _, unwoundA := put(a)
-		_, next, unwoundB := put(b) // a leaves, never found
-		requireUnwound(t, unwoundA)
-		requireUnwound(t, unwoundB)
-		_, _, ok := c.get(b, next)
-		require.True(t, ok, "the history is kept")
-		_, _, unwoundB = put(b) // b was found: its next session is kept
-		requireLive(t, unwoundB)
-		for range reuseSpan {
-			put(uuid.New()) // found by none
-		}
-		requireUnwound(t, unwoundB)
-		for range reuseSpan + 1 {
-			run := uuid.New()
-			_, next, _ := put(run)
-			_, _, ok := c.get(run, next)
-			require.True(t, ok)
-			c.cachedRun(run, next) // taken, if kept
-		}
-		_, _, unwound := put(uuid.New())
-		requireLive(t, unwound)
-		stats := c.statsNow()
-		require.Equal(t, int64(2), stats.EvictedUnused, "a's session, and b's kept one")
-		require.Zero(t, stats.Misses)
 	})
 
 	t.Run("LeastRecentlyUsedLeavesFirst", func(t *testing.T) {
@@ -199,13 +161,13 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		c := newHistoryCache(2)
 		a, b := uuid.New(), uuid.New()
 		sessionA, eventsA, unwoundA := newTestCachedRun(t)
-		c.put(a, eventsA, nil, sessionA, nil)
+		c.put(a, eventsA, nil, sessionA, nil, 0)
 		sessionB, eventsB, unwoundB := newTestCachedRun(t)
-		c.put(b, eventsB, nil, sessionB, nil)
+		c.put(b, eventsB, nil, sessionB, nil, 0)
 		_, _, ok := c.get(a, int64(len(eventsA))+1) // a task of a: a is used after b
 		require.True(t, ok)
 		_, eventsC, _ := newTestCachedRun(t)
-		c.put(uuid.New(), eventsC, nil, nil, nil)
+		c.put(uuid.New(), eventsC, nil, nil, nil, 0)
 		requireUnwound(t, unwoundB)
 		requireLive(t, unwoundA)
 		require.Same(t, sessionA, c.cachedRun(a, int64(len(eventsA))+1))
@@ -225,7 +187,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		run := uuid.New()
 		_, events, _ := newTestCachedRun(t)
 		next := int64(len(events)) + 1
-		c.put(run, events, nil, nil, nil)
+		c.put(run, events, nil, nil, nil, 0)
 		keep := func(at int64) (*decidedTask, chan struct{}) {
 			session, _, unwound := newTestCachedRun(t)
 			d := &decidedTask{inputs: inputs, outcome: &replay.Outcome{}, cached: session}
@@ -252,13 +214,13 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		_, first := keep(next)
 		_, second := keep(next) // replaces the first
 		requireUnwound(t, first)
-		c.put(run, events, nil, nil, nil) // the run's next commit
+		c.put(run, events, nil, nil, nil, 0) // the run's next commit
 		requireUnwound(t, second)
 		_, unwound = keep(next)
 		c.forget(run)
 		requireUnwound(t, unwound)
 
-		c.put(run, events, nil, nil, nil)
+		c.put(run, events, nil, nil, nil, 0)
 		_, unwound = keep(next)
 		c.closeCachedRuns()
 		requireUnwound(t, unwound)
@@ -272,10 +234,10 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		c := newHistoryCache(2)
 		run := uuid.New()
 		other, events, otherUnwound := newTestCachedRun(t)
-		c.put(run, events, nil, nil, nil)
-		c.put(uuid.New(), events, nil, other, nil)
+		c.put(run, events, nil, nil, nil, 0)
+		c.put(uuid.New(), events, nil, other, nil, 0)
 		for range 10 {
-			c.put(run, events, nil, nil, nil) // full, but run has its entry already
+			c.put(run, events, nil, nil, nil, 0) // full, but run has its entry already
 		}
 		requireLive(t, otherUnwound)
 	})
@@ -285,7 +247,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		c := newHistoryCache(-1)
 		run := uuid.New()
 		session, events, unwound := newTestCachedRun(t)
-		c.put(run, events, nil, session, nil)
+		c.put(run, events, nil, session, nil, 0)
 		requireUnwound(t, unwound)
 		_, _, ok := c.get(run, int64(len(events))+1)
 		require.False(t, ok)
@@ -302,7 +264,7 @@ func TestHistoryCacheSharesHistory(t *testing.T) {
 	for i := range events {
 		events[i].ID = int64(i) + 1
 	}
-	c.put(run, events, &runRow{}, nil, nil)
+	c.put(run, events, &runRow{}, nil, nil, 0)
 	got, _, ok := c.get(run, 4)
 	require.True(t, ok)
 	_ = append(got, history.Event{ID: 4})
@@ -324,11 +286,63 @@ func BenchmarkHistoryCacheGet(b *testing.B) {
 	for i := range events {
 		events[i].ID = int64(i) + 1
 	}
-	c.put(run, events, nil, nil, nil)
+	c.put(run, events, nil, nil, nil, 0)
 	b.ReportAllocs()
 	for b.Loop() {
 		got, _, ok := c.get(run, int64(len(events))+1)
 		require.True(b, ok)
 		require.Len(b, got, len(events))
 	}
+}
+
+// TestHistoryCacheRoom: runs in flight (busy entries, admitted tasks) take
+// the cache's room; an entry stops being busy once the attempts its task
+// claimed ended, or when it leaves; a task of a run the cache holds needs
+// no room; and busy entries are evicted last.
+func TestHistoryCacheRoom(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := newHistoryCache(2)
+	events := []history.Event{{ID: 1, Type: "WorkflowStarted"}}
+	a, b, other := uuid.New(), uuid.New(), uuid.New()
+	busyA := c.put(a, events, nil, nil, nil, 2)
+	require.True(t, c.admit())
+	require.False(t, c.admit(), "a busy entry and an admitted task fill a cache of 2")
+	release, err := c.await(ctx, a)
+	require.NoError(t, err, "a run the cache holds needs no room")
+	release()
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = c.await(short, other)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	waited := make(chan error, 1)
+	go func() {
+		release, err := c.await(ctx, other)
+		if err == nil {
+			release()
+		}
+		waited <- err
+	}()
+	c.claimEnded(busyA)
+	select {
+	case err := <-waited:
+		t.Fatalf("room with one of two claims ended: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.claimEnded(busyA)
+	require.NoError(t, <-waited, "room once both claims ended")
+	c.release() // the admitted task settled
+
+	c.put(a, events, nil, nil, nil, 1)
+	c.put(b, events, nil, nil, nil, 0)
+	c.put(other, events, nil, nil, nil, 0) // evicts b, the idle one, not a
+	_, _, ok := c.get(a, 2)
+	require.True(t, ok, "the busy entry stays")
+	_, _, ok = c.get(b, 2)
+	require.False(t, ok)
+	require.True(t, c.admit())
+	require.False(t, c.admit())
+	c.forget(a)
+	require.True(t, c.admit(), "a busy entry that leaves frees its room")
 }

@@ -61,6 +61,12 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 // (groupCommitter): a task whose job holds a lease token completes it with
 // the run's last writes, by the same fenced statement as a claimed job's.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
+	// A run new to the run cache waits for room there (historyCache.await).
+	release, err := t.w.histories.await(ctx, job.Args.RunID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	own := &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
 		_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
 		return err
@@ -72,7 +78,7 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 	if len(t.w.config.Interceptors) > 0 {
 		t.w.readTaskInfo(ctx, info)
 	}
-	err := intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
+	err = intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
 		var result *taskResult // the try that committed, if one did
 		err := t.w.taskTx(ctx, job.Args.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			result = cont
