@@ -388,10 +388,10 @@ func (w *Worker) commitHistory(result *taskResult) {
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		w.histories.put(result.runID, result.history, result.run, result.session, result.facts)
-		result.session = nil
+		w.histories.put(result.runID, result.history, result.run, result.cachedRun, result.facts)
+		result.cachedRun = nil
 	}
-	result.dropSession()
+	result.dropCachedRun()
 }
 
 // statsNow returns the cache's running totals.
