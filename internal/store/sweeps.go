@@ -49,7 +49,7 @@ func newSweepSQL(n *dbschema.Names) sweepSQL {
 			"   AND j.state NOT IN ('completed', 'discarded', 'cancelled')) END" +
 			" FROM " + n.Run + " r WHERE r.run_id = $1 AND r.closed_at IS NULL FOR UPDATE",
 		runDeadlines: "SELECT state, run_deadline, execution_deadline, now() FROM " + n.Run + " WHERE run_id = $1 FOR UPDATE",
-		activityPending: "SELECT r.state," +
+		activityPending: "SELECT r.state, r.workflow_id, r.kind, r.generation, r.trace_context," +
 			" EXISTS (SELECT 1 FROM " + n.Activity + " a WHERE a.run_id = r.run_id AND a.scheduled_event_id = $2 AND a.job_id = $3)" +
 			" AND NOT EXISTS (SELECT 1 FROM " + n.Inbox + " i WHERE i.run_id = r.run_id AND i.dedup_key = 'activity:' || $2::bigint)" +
 			" FROM " + n.Run + " r WHERE r.run_id = $1",
@@ -160,11 +160,20 @@ func (s *Store) LockRunDeadlines(ctx context.Context, db DBTX, runID uuid.UUID) 
 	return &d, db.QueryRow(ctx, s.sweeps.runDeadlines, runID).Scan(&d.State, &d.RunDeadline, &d.ExecutionDeadline, &d.Now)
 }
 
-// ActivityPending reads the state of the activity's run and whether the
-// activity is pending with this job and no outcome in the inbox;
-// pgx.ErrNoRows when the run does not exist.
-func (s *Store) ActivityPending(ctx context.Context, db DBTX, a ActivityRef) (runState string, pending bool, err error) {
-	return runState, pending, db.QueryRow(ctx, s.sweeps.activityPending, a.RunID, a.ScheduledEventID, a.JobID).Scan(&runState, &pending)
+// ActivityRun is what an activity's attempt reads of its run.
+type ActivityRun struct {
+	State, WorkflowID, Kind string
+	Generation              int64
+	TraceContext            []byte
+	Pending                 bool // the activity is pending with this job, no outcome in the inbox
+}
+
+// ActivityPending reads the activity's run and whether the activity is
+// pending; pgx.ErrNoRows when the run does not exist.
+func (s *Store) ActivityPending(ctx context.Context, db DBTX, a ActivityRef) (*ActivityRun, error) {
+	var r ActivityRun
+	return &r, db.QueryRow(ctx, s.sweeps.activityPending, a.RunID, a.ScheduledEventID, a.JobID).
+		Scan(&r.State, &r.WorkflowID, &r.Kind, &r.Generation, &r.TraceContext, &r.Pending)
 }
 
 // ActivityJob reads the job of a pending activity; pgx.ErrNoRows when it is
