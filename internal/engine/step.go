@@ -176,8 +176,9 @@ func Decide(p StepParams) (*Step, error) {
 		}
 		next++
 	}
-	st := &Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed}}
-	for _, r := range history.Rows(p.Appended) {
+	rows := history.Rows(p.Appended)
+	st := &Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: make([]EventRow, 0, len(rows))}}
+	for _, r := range rows {
 		row := EventRow{Row: r}
 		if ResolvesEvent(r.Type) {
 			id, ok := ResolvedBy(r.Event)
