@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"reflect"
 	"runtime/debug"
@@ -264,7 +265,14 @@ func (a *activityWorker[A, R]) state(job *river.Job[A], meta *activityMeta, own 
 }
 
 func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta, st *attempt.State, own *ownJob) error {
-	a.w.limitAttempt(ctx, a.timeout(meta), meta)
+	// The fencing layer recovers an attempt whose code ignores its context
+	// past its own timeouts as it recovers one whose process died, not only
+	// after River's job timeout plus its stuck threshold; untold, the
+	// attempt runs under River's deadline alone.
+	limits := fencing.AttemptLimits{HeartbeatTimeout: time.Duration(meta.HeartbeatTimeout), HeartbeatsRequired: true, Timeout: a.timeout(meta)}
+	if err := fencing.LimitAttempt(ctx, limits); err != nil && !errors.Is(err, fencing.ErrNoLease) {
+		a.w.config.Logger.WarnContext(ctx, "weir: telling the fencing layer an activity attempt's timeouts failed", slog.String("error", err.Error()))
+	}
 	execCtx := attempt.With(ctx, st)
 	if meta.HeartbeatTimeout > 0 {
 		var stop func()

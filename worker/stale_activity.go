@@ -32,7 +32,7 @@ func (e *staleActivity) Error() string {
 // claimed in the transaction that scheduled their activity.
 func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int64, kind string) error {
 	// Pending: recorded as such, and no outcome waiting in the inbox.
-	run, err := w.store.ActivityPending(ctx, w.pool, store.ActivityRef{RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, JobID: jobID})
+	run, pending, err := w.store.ActivityPending(ctx, w.pool, store.ActivityRef{RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, JobID: jobID})
 	var reason string
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -41,7 +41,7 @@ func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int
 		return fmt.Errorf("checking that activity %s (job %d) is pending: %w", kind, jobID, err)
 	case run.State != "running":
 		reason = fmt.Sprintf("its workflow %s run %s is %s", run.WorkflowID, meta.RunID, run.State)
-	case !run.Pending:
+	case !pending:
 		reason = fmt.Sprintf("it is already resolved for workflow %s run %s (event %d)", run.WorkflowID, meta.RunID, meta.ScheduledEventID)
 	default:
 		meta.Generation, meta.Headers, meta.WorkflowID, meta.WorkflowKind = run.Generation, decodeHeaders(run.TraceContext), run.WorkflowID, run.Kind

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
 )
 
 // sweepSQL are the statements of weir's background repairs: retention,
@@ -160,20 +161,15 @@ func (s *Store) LockRunDeadlines(ctx context.Context, db DBTX, runID uuid.UUID) 
 	return &d, db.QueryRow(ctx, s.sweeps.runDeadlines, runID).Scan(&d.State, &d.RunDeadline, &d.ExecutionDeadline, &d.Now)
 }
 
-// ActivityRun is what an activity's attempt reads of its run.
-type ActivityRun struct {
-	State, WorkflowID, Kind string
-	Generation              int64
-	TraceContext            []byte
-	Pending                 bool // the activity is pending with this job, no outcome in the inbox
-}
-
-// ActivityPending reads the activity's run and whether the activity is
-// pending; pgx.ErrNoRows when the run does not exist.
-func (s *Store) ActivityPending(ctx context.Context, db DBTX, a ActivityRef) (*ActivityRun, error) {
-	var r ActivityRun
-	return &r, db.QueryRow(ctx, s.sweeps.activityPending, a.RunID, a.ScheduledEventID, a.JobID).
-		Scan(&r.State, &r.WorkflowID, &r.Kind, &r.Generation, &r.TraceContext, &r.Pending)
+// ActivityPending reads the activity's run (its state, workflow ID, kind,
+// generation and trace context) and whether the activity is pending with
+// this job and no outcome in the inbox; pgx.ErrNoRows when the run does not
+// exist.
+func (s *Store) ActivityPending(ctx context.Context, db DBTX, a ActivityRef) (run *engine.Run, pending bool, err error) {
+	run = &engine.Run{ID: a.RunID}
+	err = db.QueryRow(ctx, s.sweeps.activityPending, a.RunID, a.ScheduledEventID, a.JobID).
+		Scan(&run.State, &run.WorkflowID, &run.Kind, &run.Generation, &run.TraceContext, &pending)
+	return run, pending, err
 }
 
 // ActivityJob reads the job of a pending activity; pgx.ErrNoRows when it is
