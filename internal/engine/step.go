@@ -28,7 +28,7 @@ import (
 func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, facts *Facts, inbox []InboxItem, direct []history.Event,
 	logger *slog.Logger,
 ) ([]history.Event, error) {
-	taken := slices.Clone(inbox)
+	taken := append(make([]InboxItem, 0, len(inbox)+len(direct)), inbox...)
 	for _, e := range direct {
 		taken = append(taken, InboxItem{Event: e})
 	}
