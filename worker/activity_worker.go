@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -27,66 +29,72 @@ import (
 	"github.com/weirhq/weir/workflow"
 )
 
-// metadataKey is the key of weir's entry in an activity job's River metadata.
-const metadataKey = "weir"
-
 // activityMaxAttemptsUnlimited is the River max_attempts of an activity whose
 // retry policy sets no maximum (River's column is a smallint).
 const activityMaxAttemptsUnlimited = math.MaxInt16
 
-// activityMeta is weir's entry in an activity job's metadata: whom the job
-// works for, and how it is retried and timed out.
+// activityMeta is weir's entry in an activity job's River metadata,
+// {"weir": {"run_id": …, "event": …}}, encoded once: the activity the job
+// runs (River's GIN index on metadata finds a run's jobs by run ID, for the
+// web UI's attempts list), and how it is retried and timed out, which
+// River asks for without a transaction. The run's own fields are read with
+// its row (checkPending), or were at hand when the job was claimed.
 type activityMeta struct {
-	Generation          int64                `json:"generation"`
-	Headers             map[string]string    `json:"headers,omitempty"`
-	HeartbeatTimeout    history.Duration     `json:"heartbeat_timeout,omitempty"`
-	Namespace           string               `json:"namespace"`
-	RetryPolicy         *history.RetryPolicy `json:"retry_policy,omitempty"`
+	HeartbeatTimeout    history.Duration     `json:"heartbeat,omitempty"`
+	Namespace           string               `json:"namespace,omitempty"` // "": the default
+	RetryPolicy         *history.RetryPolicy `json:"retry,omitempty"`     // nil: retryPolicyDefault
 	RunID               uuid.UUID            `json:"run_id"`
-	ScheduledEventID    int64                `json:"scheduled_event_id"`
-	StartToCloseTimeout history.Duration     `json:"start_to_close_timeout,omitempty"`
-	WorkflowID          string               `json:"workflow_id"`
-	WorkflowKind        string               `json:"workflow_kind"`
+	ScheduledEventID    int64                `json:"event"`
+	StartToCloseTimeout history.Duration     `json:"timeout,omitempty"`
+
+	// What the attempt reads of its run.
+	Generation   int64             `json:"-"`
+	Headers      map[string]string `json:"-"`
+	WorkflowID   string            `json:"-"`
+	WorkflowKind string            `json:"-"`
 }
 
-// metadataEntry is weir's entry in an activity job's River metadata:
-// {"weir": {"run_id": …, "meta": "<activityMeta as a JSON string>"}}. The run
-// ID stays a JSON value, so River's GIN index on metadata finds a run's
-// activity jobs (the web UI's attempts list); the rest is one string, so the
-// index gets two entries for it instead of one per key and value.
-type metadataEntry struct {
-	Meta  string    `json:"meta"`
-	RunID uuid.UUID `json:"run_id"`
+// activityMetadata is an activity job's River metadata, as far as weir
+// reads it (River adds keys of its own).
+type activityMetadata struct {
+	Weir *activityMeta `json:"weir"`
+}
+
+// retryPolicyDefault is the retry policy of an activity whose options set
+// none; its metadata leaves it out.
+var retryPolicyDefault = history.RetryPolicy{
+	BackoffCoefficient: workflow.BackoffCoefficientDefault,
+	InitialInterval:    history.Duration(workflow.InitialIntervalDefault),
+	MaximumAttempts:    workflow.MaximumAttemptsDefault,
+	MaximumInterval:    history.Duration(workflow.MaximumIntervalDefault),
 }
 
 // encodeActivityMeta renders meta as an activity job's River metadata.
 func encodeActivityMeta(meta *activityMeta) ([]byte, error) {
-	inner, err := json.Marshal(meta)
-	if err != nil {
-		return nil, err
+	entry := *meta
+	if reflect.DeepEqual(entry.RetryPolicy, &retryPolicyDefault) {
+		entry.RetryPolicy = nil
 	}
-	return json.Marshal(map[string]*metadataEntry{metadataKey: {Meta: string(inner), RunID: meta.RunID}})
+	if entry.Namespace == client.NamespaceDefault {
+		entry.Namespace = ""
+	}
+	return json.Marshal(activityMetadata{Weir: &entry})
 }
 
 // activityMetaOf reads weir's entry from job metadata; nil when the job was
-// not scheduled by a workflow (inserted directly, as a plain River job). It
-// reads both the entry above and the earlier form, activityMeta itself as
-// the entry (jobs scheduled before an upgrade).
+// not scheduled by a workflow (inserted directly, as a plain River job).
 func activityMetaOf(metadata []byte) *activityMeta {
-	var wrapper map[string]json.RawMessage
-	if err := json.Unmarshal(metadata, &wrapper); err != nil || wrapper[metadataKey] == nil {
+	var decoded activityMetadata
+	if err := json.Unmarshal(metadata, &decoded); err != nil || decoded.Weir == nil || decoded.Weir.ScheduledEventID == 0 {
 		return nil
 	}
-	raw := wrapper[metadataKey]
-	var entry metadataEntry
-	if err := json.Unmarshal(raw, &entry); err == nil && entry.Meta != "" {
-		raw = json.RawMessage(entry.Meta)
+	meta := decoded.Weir
+	if meta.RetryPolicy == nil {
+		policy := retryPolicyDefault
+		meta.RetryPolicy = &policy
 	}
-	var meta activityMeta
-	if err := json.Unmarshal(raw, &meta); err != nil || meta.ScheduledEventID == 0 {
-		return nil
-	}
-	return &meta
+	meta.Namespace = cmp.Or(meta.Namespace, client.NamespaceDefault)
+	return meta
 }
 
 // rawArgs are River job args that are already JSON.
@@ -193,7 +201,7 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		_, err := a.execute(ctx, job.Args)
 		return err
 	}
-	if !slices.Contains(a.w.config.Namespaces, cmp.Or(meta.Namespace, client.NamespaceDefault)) {
+	if !slices.Contains(a.w.config.Namespaces, meta.Namespace) {
 		// Another namespace's activity (its kind registered here too, in a
 		// queue this worker serves): hand it back untouched for one of that
 		// namespace's workers, so no namespace's data reaches another's.
@@ -241,7 +249,14 @@ func (a *activityWorker[A, R]) state(job *river.Job[A], meta *activityMeta, own 
 }
 
 func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta, st *attempt.State, own *ownJob) error {
-	a.w.limitAttempt(ctx, a.timeout(meta), meta)
+	// The fencing layer recovers an attempt whose code ignores its context
+	// past its own timeouts as it recovers one whose process died, not only
+	// after River's job timeout plus its stuck threshold; untold, the
+	// attempt runs under River's deadline alone.
+	limits := fencing.AttemptLimits{HeartbeatTimeout: time.Duration(meta.HeartbeatTimeout), HeartbeatsRequired: true, Timeout: a.timeout(meta)}
+	if err := fencing.LimitAttempt(ctx, limits); err != nil && !errors.Is(err, fencing.ErrNoLease) {
+		a.w.config.Logger.WarnContext(ctx, "weir: telling the fencing layer an activity attempt's timeouts failed", slog.String("error", err.Error()))
+	}
 	execCtx := attempt.With(ctx, st)
 	if meta.HeartbeatTimeout > 0 {
 		var stop func()

@@ -25,7 +25,8 @@ import (
 // workflow (steady whatever the machine's load, unlike the time), the most
 // heap the garbage collector found live during the run, and the garbage
 // collector's CPU, per workflow and as a share of the process's CPU
-// (indicative: both follow the load). WEIR_BENCH_CACHE sets
+// (indicative: both follow the load), the WAL Postgres wrote per workflow
+// and the metadata bytes of an activity's job. WEIR_BENCH_CACHE sets
 // Config.MaxCachedRuns.
 //
 //	go test -run '^$' -bench NormalStartAllocs -benchtime 3x ./worker/
@@ -38,7 +39,7 @@ func BenchmarkNormalStartAllocs(b *testing.B) {
 		n, err = strconv.Atoi(s)
 		require.NoError(b, err)
 	}
-	var allocs, bytes, live, gcSec, cpuSec float64
+	var allocs, bytes, live, gcSec, cpuSec, wal, metadata float64
 	for b.Loop() {
 		b.StopTimer()
 		schema := dbtest.TestSchema(ctx, b)
@@ -61,6 +62,8 @@ func BenchmarkNormalStartAllocs(b *testing.B) {
 		worker.AddActivity(w, &StepActivity{})
 		runtime.GC()
 		before, gcBefore := readAllocs()
+		var lsn string
+		require.NoError(b, pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn))
 		b.StartTimer()
 
 		require.NoError(b, w.Start(ctx))
@@ -79,6 +82,12 @@ func BenchmarkNormalStartAllocs(b *testing.B) {
 		b.StopTimer()
 		after, gcAfter := readAllocs()
 		require.NoError(b, w.Stop(ctx))
+		var walBytes, metadataBytes float64
+		require.NoError(b, pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)", lsn).Scan(&walBytes))
+		require.NoError(b, pool.QueryRow(ctx, "SELECT coalesce(avg(octet_length(metadata::text)), 0) FROM "+names.RiverJob+
+			" WHERE kind = $1", StepArgs{}.Kind()).Scan(&metadataBytes))
+		wal += walBytes / float64(n)
+		metadata += metadataBytes
 		allocs += float64(after.Mallocs-before.Mallocs) / float64(n)
 		bytes += float64(after.TotalAlloc-before.TotalAlloc) / float64(n)
 		gcSec += gcAfter[0] - gcBefore[0]
@@ -88,6 +97,8 @@ func BenchmarkNormalStartAllocs(b *testing.B) {
 	b.ReportMetric(allocs/float64(b.N), "allocs/wf")
 	b.ReportMetric(bytes/float64(b.N), "B/wf")
 	b.ReportMetric(live/(1<<20), "heap-MiB")
+	b.ReportMetric(wal/float64(b.N), "wal-B/wf")
+	b.ReportMetric(metadata/float64(b.N), "metadata-B/activity")
 	b.ReportMetric(100*gcSec/cpuSec, "gc-%")
 	b.ReportMetric(1e6*gcSec/float64(b.N*n), "gc-µs/wf")
 	b.ReportMetric(1e6*cpuSec/float64(b.N*n), "cpu-µs/wf")

@@ -159,7 +159,7 @@ func (w *Worker) settle(err error, result *taskResult) {
 		// (groupCommitter.fromCache).
 		w.commitHistory(result)
 	} else {
-		result.dropSession()
+		result.dropCachedRun()
 	}
 	w.afterTx(err, result.eager, result.eagerSlots)
 	if err != nil {

@@ -219,7 +219,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			}
 		}()
 		for _, m := range members {
-			m.cont.dropSession()
+			m.cont.dropCachedRun()
 			m.cont, m.step, m.rest, m.afterLast, m.guarded, m.firstTask, m.failed = taskResult{step: m}, nil, nil, nil, false, false, nil
 			m.run, m.inbox, m.lockErr, m.locked = &runRow{Run: engine.Run{ID: m.runID}}, nil, nil, true
 		}
@@ -312,7 +312,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 	for i, m := range taken {
 		if err != nil || m.alone {
 			m.alone, alone[i] = true, true
-			m.cont.dropSession() // its rerun replays
+			m.cont.dropCachedRun() // its rerun replays
 			continue
 		}
 		if m.failed != nil {

@@ -462,13 +462,13 @@ func (w *Worker) commitHistory(result *taskResult) {
 	case result.history == nil:
 		w.histories.forget(result.runID)
 	default:
-		e := w.histories.put(result.runID, result.history, result.run, result.session, result.facts, len(result.eager))
+		e := w.histories.put(result.runID, result.history, result.run, result.cachedRun, result.facts, len(result.eager))
 		for i := range result.eager {
 			result.eager[i].ended = func() { w.histories.claimEnded(e) }
 		}
-		result.session = nil
+		result.cachedRun = nil
 	}
-	result.dropSession()
+	result.dropCachedRun()
 }
 
 // statsNow returns the cache's running totals.

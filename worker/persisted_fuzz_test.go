@@ -1,12 +1,13 @@
 package worker
 
 import (
-	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/client"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/store"
 )
@@ -17,20 +18,19 @@ import (
 // activity identity with a scheduled event, and never panic.
 func FuzzActivityMeta(f *testing.F) {
 	goodMeta := &activityMeta{
-		Namespace: "default", RunID: uuid.New(), ScheduledEventID: 5, WorkflowID: "order-1", WorkflowKind: "order",
-		RetryPolicy: &history.RetryPolicy{MaximumAttempts: 3},
+		Namespace: "billing", RunID: uuid.New(), ScheduledEventID: 5, RetryPolicy: &history.RetryPolicy{MaximumAttempts: 3},
 	}
-	earlier, err := json.Marshal(map[string]any{metadataKey: goodMeta}) // the form before the run_id + meta entry
-	require.NoError(f, err)
 	good, err := encodeActivityMeta(goodMeta)
 	require.NoError(f, err)
-	require.Equal(f, goodMeta, activityMetaOf(earlier), "the earlier form still reads")
 	require.Equal(f, goodMeta, activityMetaOf(good))
+	withRivers := append([]byte(`{"snoozes":1,"cancel_attempted_at":"2026-11-30T00:00:00Z",`), good[1:]...)
+	require.Equal(f, goodMeta, activityMetaOf(withRivers), "River's own keys beside weir's")
 	for _, seed := range [][]byte{
-		good, earlier, nil, []byte(`{"weir":{"meta":"{}"}}`), []byte(`{"weir":{"meta":7}}`), []byte(`{"weir":{"meta":"{\"scheduled_event_id\":3}"}}`), []byte(`{}`), []byte(`null`), []byte(`[]`), []byte(`{"weir":null}`), []byte(`{"weir":{}}`),
-		[]byte(`{"weir":{"scheduled_event_id":0}}`), []byte(`{"weir":{"scheduled_event_id":"7"}}`),
-		[]byte(`{"weir":{"scheduled_event_id":7,"run_id":"not-a-uuid"}}`), []byte(`{"weir":{"scheduled_event_id":-1}}`),
-		[]byte(`{"cancel_attempted_at":"2026-11-30T00:00:00Z","weir":{"scheduled_event_id":3}}`),
+		good, withRivers, nil, []byte(`{"weir":{"event":3}}`), []byte(`{"weir":{"event":3,"retry":7}}`), []byte(`{"weir":{"meta":"{\"event\":3}"}}`),
+		[]byte(`{}`), []byte(`null`), []byte(`[]`), []byte(`{"weir":null}`), []byte(`{"weir":{}}`),
+		[]byte(`{"weir":{"event":0}}`), []byte(`{"weir":{"event":"7"}}`),
+		[]byte(`{"weir":{"event":7,"run_id":"not-a-uuid"}}`), []byte(`{"weir":{"event":-1}}`),
+		[]byte(`{"cancel_attempted_at":"2026-11-30T00:00:00Z","weir":{"event":3}}`),
 	} {
 		f.Add(seed)
 	}
@@ -44,6 +44,24 @@ func FuzzActivityMeta(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, meta, activityMetaOf(again), "metadata survives a round trip")
 	})
+}
+
+// TestActivityMetaLeavesDefaultsOut: an activity's metadata is one JSON
+// object holding its run, its event and what differs from the defaults
+// (written with the job and again at its completion, and indexed); the
+// defaults read back.
+func TestActivityMetaLeavesDefaultsOut(t *testing.T) {
+	runID := uuid.New()
+	policy := retryPolicyDefault
+	meta := &activityMeta{
+		Namespace: client.NamespaceDefault, RetryPolicy: &policy, RunID: runID, ScheduledEventID: 5,
+		StartToCloseTimeout: history.Duration(time.Minute), Generation: 2, WorkflowID: "order-1", WorkflowKind: "order",
+	}
+	encoded, err := encodeActivityMeta(meta)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"weir":{"event":5,"run_id":"`+runID.String()+`","timeout":"1m0s"}}`, string(encoded))
+	meta.Generation, meta.WorkflowID, meta.WorkflowKind = 0, "", "" // the run's row has them
+	require.Equal(t, meta, activityMetaOf(encoded))
 }
 
 // FuzzOutcomeOfEndedJob turns what river_job holds about an activity job that

@@ -27,22 +27,24 @@ func (e *staleActivity) Error() string {
 }
 
 // checkPending returns a *staleActivity, as river.JobCancel's error, unless
-// the activity of job jobID is pending in a running run. Eager attempts skip it: they were claimed in the
-// transaction that scheduled their activity.
+// the activity of job jobID is pending in a running run; it fills in meta
+// what the attempt reads of its run. Eager attempts skip it: they were
+// claimed in the transaction that scheduled their activity.
 func (w *Worker) checkPending(ctx context.Context, meta *activityMeta, jobID int64, kind string) error {
 	// Pending: recorded as such, and no outcome waiting in the inbox.
-	state, pending, err := w.store.ActivityPending(ctx, w.pool, store.ActivityRef{RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, JobID: jobID})
+	run, pending, err := w.store.ActivityPending(ctx, w.pool, store.ActivityRef{RunID: meta.RunID, ScheduledEventID: meta.ScheduledEventID, JobID: jobID})
 	var reason string
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		reason = fmt.Sprintf("its workflow run %s no longer exists", meta.RunID)
 	case err != nil:
 		return fmt.Errorf("checking that activity %s (job %d) is pending: %w", kind, jobID, err)
-	case state != "running":
-		reason = fmt.Sprintf("its workflow %s run %s is %s", meta.WorkflowID, meta.RunID, state)
+	case run.State != "running":
+		reason = fmt.Sprintf("its workflow %s run %s is %s", run.WorkflowID, meta.RunID, run.State)
 	case !pending:
-		reason = fmt.Sprintf("it is already resolved for workflow %s run %s (event %d)", meta.WorkflowID, meta.RunID, meta.ScheduledEventID)
+		reason = fmt.Sprintf("it is already resolved for workflow %s run %s (event %d)", run.WorkflowID, meta.RunID, meta.ScheduledEventID)
 	default:
+		meta.Generation, meta.Headers, meta.WorkflowID, meta.WorkflowKind = run.Generation, decodeHeaders(run.TraceContext), run.WorkflowID, run.Kind
 		return nil
 	}
 	stale := &staleActivity{jobID: jobID, kind: kind, reason: reason}

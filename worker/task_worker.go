@@ -150,7 +150,7 @@ type taskResult struct {
 	eager         []claimedAttempt    // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
-	session       *replay.CachedRun   // the run's code as the task left it, for the cache with history
+	cachedRun     *replay.CachedRun   // the run's code as the task left it, for the cache with history
 	facts         *engine.Facts       // what was read of the history's events, for the cache with history
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
@@ -160,12 +160,12 @@ type taskResult struct {
 	notes         []note              // notifications to send once the transaction commits
 }
 
-// dropSession closes the task's session, if it still holds one: the task
-// did not commit, or its history is not cached, so the session stands
+// dropCachedRun closes the task's cached run, if it still holds one: the task
+// did not commit, or its history is not cached, so the cached run stands
 // ahead of (or apart from) any history a later task could give it.
-func (r *taskResult) dropSession() {
-	r.session.Close()
-	r.session = nil
+func (r *taskResult) dropCachedRun() {
+	r.cachedRun.Close()
+	r.cachedRun = nil
 }
 
 // note is a notification on channel, with payload.
@@ -305,7 +305,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	defer func() {
 		result.eager, result.eagerSlots = run.eager, run.eagerSlots
 		if err != nil {
-			result.dropSession() // whatever it decided is not committed
+			result.dropCachedRun() // whatever it decided is not committed
 		}
 	}()
 	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
@@ -322,8 +322,8 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if err := in.apply.admit(ctx, st, in.own); err != nil {
 		if result.step != nil {
 			// Its rerun alone, just after the group, takes what it decided.
-			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, cached: result.session})
-			result.session = nil
+			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, cached: result.cachedRun})
+			result.cachedRun = nil
 		}
 		return err
 	}
@@ -410,10 +410,10 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 	if engine.OnlyBoundary(d.toAppend, d.outcome) {
 		// Nothing entered history (every input was rejected, deferred or
 		// dropped) and the code did nothing: the task records nothing,
-		// so rejected updates cannot grow a history. The session has
+		// so rejected updates cannot grow a history. The cached run has
 		// the boundary; it is not the run's history any more.
 		d.outcome.Events = nil
-		result.dropSession()
+		result.dropCachedRun()
 	}
 	d.toAppend = append(d.toAppend, d.outcome.Events...)
 	return d, nil
@@ -448,15 +448,15 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 		Now:    now,
 	}
 	if decision := w.histories.decision(run.ID, run.NextEventID, d.inputs); decision != nil {
-		result.session = decision.cached
+		result.cachedRun = decision.cached
 		return decision.outcome, nil
 	}
-	if session := w.histories.cachedRun(run.ID, run.NextEventID); session != nil {
-		result.session = session
-		return session.Continue(replayCtx, params)
+	if cachedRun := w.histories.cachedRun(run.ID, run.NextEventID); cachedRun != nil {
+		result.cachedRun = cachedRun
+		return cachedRun.Continue(replayCtx, params)
 	}
 	params.Logger = w.config.Logger // the engine adds the run's kind and IDs
-	outcome, result.session, err = replay.Start(replayCtx, def, params)
+	outcome, result.cachedRun, err = replay.Start(replayCtx, def, params)
 	return outcome, err
 }
 

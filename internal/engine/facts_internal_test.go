@@ -102,8 +102,8 @@ func TestEventFacts(t *testing.T) {
 		require.Equal(t, []history.Event{newSignal}, inputs)
 	}
 	open := history.Event{ID: int64(len(events)) + 1, Type: history.EventActivityScheduled, Attributes: []byte(`{}`)}
-	require.Equal(t, Pending{Activities: true}, PendingWork(events, facts, []history.Event{open}))
-	require.Equal(t, Pending{}, PendingWork(events, facts, nil))
+	require.Equal(t, Pending{Activities: true}, PendingWork(events, facts, []history.Event{open}, nil))
+	require.Equal(t, Pending{}, PendingWork(events, facts, nil, nil))
 }
 
 // BenchmarkNewInputs measures reading a task's inputs against its run's
@@ -127,7 +127,7 @@ func BenchmarkNewInputs(b *testing.B) {
 				for b.Loop() {
 					_, err := NewInputs(context.Background(), runID, events, facts, nil, direct, logger)
 					require.NoError(b, err)
-					PendingWork(events, facts, nil)
+					PendingWork(events, facts, nil, nil)
 				}
 			})
 		}

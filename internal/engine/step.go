@@ -28,7 +28,7 @@ import (
 func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, facts *Facts, inbox []InboxItem, direct []history.Event,
 	logger *slog.Logger,
 ) ([]history.Event, error) {
-	taken := slices.Clone(inbox)
+	taken := append(make([]InboxItem, 0, len(inbox)+len(direct)), inbox...)
 	for _, e := range direct {
 		taken = append(taken, InboxItem{Event: e})
 	}
@@ -92,27 +92,28 @@ type Pending struct {
 	Children   bool // child workflows started
 }
 
-// PendingWork tells, from a run's history (events, then appended), whether
-// it started children and whether activities it scheduled are unresolved.
-func PendingWork(events []history.Event, facts *Facts, appended []history.Event) Pending {
+// PendingWork tells, from a run's history (events, then appended, whose
+// outcomes resolve retired), whether it started children and whether
+// activities it scheduled are unresolved.
+func PendingWork(events []history.Event, facts *Facts, appended []history.Event, retired []int64) Pending {
 	var out Pending
 	open := map[int64]bool{}
 	for i, list := range [][]history.Event{events, appended} {
-		if i == 1 {
-			facts = nil // not committed: nothing to memoize
-		}
 		for _, e := range list {
-			switch e.Type {
-			case history.EventActivityScheduled:
+			switch {
+			case e.Type == history.EventActivityScheduled:
 				open[e.ID] = true
-			case history.EventChildWorkflowScheduled:
+			case e.Type == history.EventChildWorkflowScheduled:
 				out.Children = true
-			default:
+			case i == 0: // appended's outcomes are retired's
 				if id, ok := facts.ResolvedBy(e); ok {
 					delete(open, id)
 				}
 			}
 		}
+	}
+	for _, id := range retired {
+		delete(open, id)
 	}
 	out.Activities = len(open) > 0
 	return out
@@ -175,8 +176,9 @@ func Decide(p StepParams) (*Step, error) {
 		}
 		next++
 	}
-	st := &Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed}}
-	for _, r := range history.Rows(p.Appended) {
+	rows := history.Rows(p.Appended)
+	st := &Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: make([]EventRow, 0, len(rows))}}
+	for _, r := range rows {
 		row := EventRow{Row: r}
 		if ResolvesEvent(r.Type) {
 			id, ok := ResolvedBy(r.Event)
@@ -197,7 +199,7 @@ func Decide(p StepParams) (*Step, error) {
 		st.Closed = c.State
 	}
 	o := p.Outcome
-	st.Pending = PendingWork(p.History, p.Facts, p.Appended)
+	st.Pending = PendingWork(p.History, p.Facts, p.Appended, st.Writes.Retired)
 	has := func(t history.EventType) bool {
 		return slices.ContainsFunc(p.Appended, func(e history.Event) bool { return e.Type == t })
 	}

@@ -51,6 +51,9 @@ func TestDecideContinues(t *testing.T) {
 	require.False(t, st.Alone)
 	require.False(t, st.WritesAfter)
 	require.Equal(t, engine.Pending{Activities: true}, st.Pending)
+	st, err = engine.Decide(engine.StepParams{Run: run, History: past, Appended: appended[:1], Outcome: &replay.Outcome{}})
+	require.NoError(t, err)
+	require.Equal(t, engine.Pending{}, st.Pending, "the outcome appended resolves the activity")
 
 	_, err = engine.Decide(engine.StepParams{Run: run, History: past, Appended: appended[1:], Outcome: &replay.Outcome{}})
 	require.ErrorContains(t, err, "engine numbered event 4 where 3 was expected")

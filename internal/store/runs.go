@@ -388,6 +388,9 @@ type eventArrays struct {
 }
 
 func (a *eventArrays) add(runID uuid.UUID, rows []engine.EventRow) {
+	n := len(rows) // room for the rows up front, not as each is appended
+	a.runs, a.ids, a.types, a.attributes = slices.Grow(a.runs, n), slices.Grow(a.ids, n), slices.Grow(a.types, n), slices.Grow(a.attributes, n)
+	a.resolves, a.times, a.boundaries = slices.Grow(a.resolves, n), slices.Grow(a.times, n), slices.Grow(a.boundaries, n)
 	for _, r := range rows {
 		a.runs = append(a.runs, runID)
 		a.ids, a.types, a.attributes = append(a.ids, r.ID), append(a.types, string(r.Type)), append(a.attributes, r.Attributes)

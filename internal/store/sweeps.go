@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
 )
 
 // sweepSQL are the statements of weir's background repairs: retention,
@@ -49,7 +50,7 @@ func newSweepSQL(n *dbschema.Names) sweepSQL {
 			"   AND j.state NOT IN ('completed', 'discarded', 'cancelled')) END" +
 			" FROM " + n.Run + " r WHERE r.run_id = $1 AND r.closed_at IS NULL FOR UPDATE",
 		runDeadlines: "SELECT state, run_deadline, execution_deadline, now() FROM " + n.Run + " WHERE run_id = $1 FOR UPDATE",
-		activityPending: "SELECT r.state," +
+		activityPending: "SELECT r.state, r.workflow_id, r.kind, r.generation, r.trace_context," +
 			" EXISTS (SELECT 1 FROM " + n.Activity + " a WHERE a.run_id = r.run_id AND a.scheduled_event_id = $2 AND a.job_id = $3)" +
 			" AND NOT EXISTS (SELECT 1 FROM " + n.Inbox + " i WHERE i.run_id = r.run_id AND i.dedup_key = 'activity:' || $2::bigint)" +
 			" FROM " + n.Run + " r WHERE r.run_id = $1",
@@ -159,11 +160,15 @@ func (s *Store) LockRunDeadlines(ctx context.Context, db DBTX, runID uuid.UUID) 
 	return &d, db.QueryRow(ctx, s.sweeps.runDeadlines, runID).Scan(&d.State, &d.RunDeadline, &d.ExecutionDeadline, &d.Now)
 }
 
-// ActivityPending reads the state of the activity's run and whether the
-// activity is pending with this job and no outcome in the inbox;
-// pgx.ErrNoRows when the run does not exist.
-func (s *Store) ActivityPending(ctx context.Context, db DBTX, a ActivityRef) (runState string, pending bool, err error) {
-	return runState, pending, db.QueryRow(ctx, s.sweeps.activityPending, a.RunID, a.ScheduledEventID, a.JobID).Scan(&runState, &pending)
+// ActivityPending reads the activity's run (its state, workflow ID, kind,
+// generation and trace context) and whether the activity is pending with
+// this job and no outcome in the inbox; pgx.ErrNoRows when the run does not
+// exist.
+func (s *Store) ActivityPending(ctx context.Context, db DBTX, a ActivityRef) (run *engine.Run, pending bool, err error) {
+	run = &engine.Run{ID: a.RunID}
+	err = db.QueryRow(ctx, s.sweeps.activityPending, a.RunID, a.ScheduledEventID, a.JobID).
+		Scan(&run.State, &run.WorkflowID, &run.Kind, &run.Generation, &run.TraceContext, &pending)
+	return run, pending, err
 }
 
 // ActivityJob reads the job of a pending activity; pgx.ErrNoRows when it is
