@@ -109,9 +109,10 @@ type Config struct {
 	// runs in flight (those whose claimed activities run here, and tasks of
 	// runs new to the cache): beyond it a first task is not run in its
 	// eager start (it goes through River), and a fetched task of a run the
-	// cache does not hold waits, for at most TaskTimeout, until a run in
-	// flight settles or closes. Negative caches nothing and bounds
-	// nothing. Defaults to MaxCachedRunsDefault.
+	// cache does not hold waits until a run in flight settles or closes,
+	// for at most half of TaskTimeout; then it goes back to its queue
+	// without using an attempt (River's JobSnooze). Negative caches nothing
+	// and bounds nothing. Defaults to MaxCachedRunsDefault.
 	MaxCachedRuns int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

@@ -114,3 +114,50 @@ func TestEagerStartBurstKeepsRunsCached(t *testing.T) {
 	require.Less(t, inStart, runs, "starts found the cache full: their first tasks went through River")
 	require.Positive(t, stats.Hits)
 }
+
+// TestTaskWithoutRoomGoesBackToItsQueue: a fetched task of a run new to a
+// full run cache waits for room for half its time, then goes back to its
+// queue with no attempt used and no error recorded; it runs once room
+// frees up.
+func TestTaskWithoutRoomGoesBackToItsQueue(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	gated := &GatedStepActivity{gate: make(chan struct{})}
+	w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, MaxCachedRuns: 1, TaskTimeout: time.Second})
+	require.NoError(t, err)
+	worker.AddWorkflow(w, &GatedWorkflow{})
+	worker.AddActivity(w, gated)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(stopCtx))
+	})
+	b.link(t, w)
+
+	// The first run's activity holds the cache's one place in flight.
+	first, err := b.client.Start(ctx, GatedArgs{Steps: 1}, &client.StartOpts{EagerStart: true})
+	require.NoError(t, err)
+	_, ok := firstTaskOf(ctx, t, b, first.RunID.String())
+	require.False(t, ok, "the first task ran in its start")
+	second, err := b.client.Start(ctx, GatedArgs{Steps: 1}, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		f, ok := firstTaskOf(ctx, t, b, second.RunID.String())
+		return ok && f.fetched
+	}, 10*time.Second, 20*time.Millisecond, "the second run's task was fetched")
+	time.Sleep(3 * time.Second) // past the task's timeout, twice
+	f, _ := firstTaskOf(ctx, t, b, second.RunID.String())
+	require.Zero(t, f.errors, "a task waiting for room recorded no error")
+	require.LessOrEqual(t, f.attempt, 1, "a task waiting for room used no attempt")
+
+	close(gated.gate)
+	for _, run := range []*client.Run{first, second} {
+		got, err := getWithin[int](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, 1, got)
+	}
+	f, _ = firstTaskOf(ctx, t, b, second.RunID.String())
+	require.Zero(t, f.errors)
+}

@@ -61,10 +61,14 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 // (groupCommitter): a task whose job holds a lease token completes it with
 // the run's last writes, by the same fenced statement as a claimed job's.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
-	// A run new to the run cache waits for room there (historyCache.await).
-	release, err := t.w.histories.await(ctx, job.Args.RunID)
+	// A run new to the run cache waits for room there (historyCache.await)
+	// for half the task's time; a task still without room goes back to its
+	// queue, which costs it no attempt.
+	wait, cancel := context.WithTimeout(ctx, t.w.config.TaskTimeout/2)
+	release, err := t.w.histories.await(wait, job.Args.RunID)
+	cancel()
 	if err != nil {
-		return err
+		return river.JobSnooze(0)
 	}
 	defer release()
 	own := &ownJob{id: job.ID, complete: func(ctx context.Context, tx pgx.Tx) error {
