@@ -8,12 +8,13 @@
 // up to the group size and one per key (a run, a workflow ID): a member
 // sees the writes of the one before it with its key, and no group waits
 // for another's key. An adaptive limit.Limiter decides how many groups are
-// in flight, and the queue decides their size: a group launched takes its
-// share of the queued members over the groups the limit still allows, so
-// that a short queue makes small groups (each commits soon) and a queue
-// the limit cannot spread over more groups makes large ones. A member that its group did not decide (the group rolled
-// back, or it could not go in it) runs alone afterwards, its key still
-// held, so that only a faulty member fails.
+// in flight, and the load decides their size: a group launched takes every
+// member queued (up to the cap), that is, those that arrived while the
+// groups in flight committed. A light load makes small groups (each commits
+// soon); a load the groups in flight cannot keep up with makes large ones,
+// each paying one commit for many members. A member that its group did not
+// decide (the group rolled back, or it could not go in it) runs alone
+// afterwards, its key still held, so that only a faulty member fails.
 package group
 
 import (
@@ -46,7 +47,7 @@ type Config[K comparable, M any] struct {
 // group's statements carry (every member's rows go in one statement per
 // table, as arrays: up to MaxSize payloads, each up to a client's payload
 // limit) and what a group that rolls back redoes (each member alone), not
-// the load: below it, a group's size follows the queue (see the package
+// the load: below it, a group's size follows the load (see the package
 // doc).
 const MaxSize = 256
 
@@ -189,7 +190,7 @@ func (c *Committer[K, M]) commit(members []M) (alone []bool) {
 // limit are in flight.
 func (c *Committer[K, M]) launchLocked() {
 	for allowed := c.config.Limit.Limit(); c.inFlight < allowed && len(c.queue) > 0; {
-		taken := c.takeLocked(c.sizeLocked(allowed))
+		taken := c.takeLocked(c.config.Size)
 		if len(taken) == 0 {
 			return // every queued member's key is held
 		}
@@ -204,14 +205,6 @@ func (c *Committer[K, M]) launchLocked() {
 			}
 		})
 	}
-}
-
-// sizeLocked is the size of the next group while allowed groups may be in
-// flight: the queue shared out over the groups still allowed, rounded up,
-// and at most Size.
-func (c *Committer[K, M]) sizeLocked(allowed int) int {
-	free := allowed - c.inFlight
-	return min((len(c.queue)+free-1)/free, c.config.Size)
 }
 
 // takeLocked takes the oldest queued members for a group: at most size,

@@ -201,22 +201,42 @@ func drain(t *testing.T, n, limitN, size int) []int {
 	return sizes
 }
 
-// TestGroupSizeFollowsQueue: a group launched takes its share of the
-// queue over the groups the limit still allows, so a queue shorter than
-// the limit makes groups of one and a longer one is spread evenly.
-func TestGroupSizeFollowsQueue(t *testing.T) {
+// TestGroupSizeFollowsLoad: a group launched takes every member queued,
+// up to the cap; members that arrive while the groups allowed are in
+// flight make the next group, as large as they are many.
+func TestGroupSizeFollowsLoad(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []int{1, 1, 1}, drain(t, 3, 4, 0))
-	require.Equal(t, []int{3, 3, 2, 2}, drain(t, 10, 4, 0))
-	require.Equal(t, []int{50, 50}, drain(t, 100, 2, 0))
+	require.Equal(t, []int{3}, drain(t, 3, 4, 0))
 	require.Equal(t, []int{100}, drain(t, 100, 1, 0))
-}
-
-// TestBurstPastCapDrains: a queue the limit cannot spread under the cap
-// makes groups of the cap until what remains fits, and every member
-// commits.
-func TestBurstPastCapDrains(t *testing.T) {
-	t.Parallel()
 	require.Equal(t, []int{MaxSize, MaxSize, MaxSize, 1000 - 3*MaxSize}, drain(t, 1000, 2, 0))
 	require.Equal(t, []int{3, 3, 3, 1}, drain(t, 10, 1, 3))
+
+	var (
+		sizes   []int
+		pending []func()
+	)
+	c := New(Config[int, int]{
+		Limit:   limit.Fixed(1),
+		Key:     func(m int) int { return m },
+		Commit:  func(members []int) (int, []bool) { sizes = append(sizes, len(members)); return len(members), nil },
+		Alone:   func(context.Context, int) { t.Error("no member runs alone") },
+		HasRoom: func() bool { return true },
+		Go:      func(f func()) { pending = append(pending, f) },
+	})
+	queue := func(from, n int) {
+		c.mu.Lock()
+		for m := from; m < from+n; m++ {
+			c.queue = append(c.queue, &waiter[int]{m: m, alone: make(chan bool, 1)})
+		}
+		c.launchLocked()
+		c.mu.Unlock()
+	}
+	queue(0, 2) // a group of 2 in flight, the one allowed
+	queue(2, 5) // these wait for it
+	require.Len(t, pending, 1)
+	pending[0]() // the first group commits and launches the next
+	queue(7, 1)
+	pending[1]()
+	pending[2]()
+	require.Equal(t, []int{2, 5, 1}, sizes)
 }
