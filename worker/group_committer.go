@@ -293,6 +293,12 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 		lazytx.QueueCommit(tx, last)
 		return tx.SendBatch(ctx, last).Close()
 	})
+	return c.settle(ctx, taken, err)
+}
+
+// settle tells, by member of taken, whether it runs alone after its group
+// ended with err, and lets the committed members' runs go on.
+func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, err error) (committed int, alone []bool) {
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// As in outcomeTxOnce: the outcomes are recorded; what the failed
 		// callback should have noted is left to recovery.
@@ -304,7 +310,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 	case err != nil:
 		c.rolledBack.Add(1)
 		c.w.config.Logger.DebugContext(ctx, "weir: a group of activity outcomes rolled back; each runs again alone",
-			slog.Int("outcomes", len(members)), slog.String("error", err.Error()))
+			slog.Int("outcomes", len(taken)), slog.String("error", err.Error()))
 	default:
 		c.committed.Add(1)
 	}
