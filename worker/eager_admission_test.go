@@ -61,18 +61,12 @@ func (a *GatedStepActivity) Execute(ctx context.Context, args GatedStepArgs) (in
 	}
 }
 
-// TestEagerStartBurstKeepsRunsCached: a burst of eager starts larger than
-// the worker's run cache runs the first tasks in the starts only while the
-// cache has room for their runs; the rest go through River, and are taken
-// as runs leave the cache. No run is evicted before its next task: none
-// reads its history back from the database.
-func TestEagerStartBurstKeepsRunsCached(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	b := setup(ctx, t)
-	const cached, runs, steps = 8, 50, 3
+// startGated starts a worker of config running GatedWorkflow, linked to
+// b's client, and returns it with its GatedStepActivity, gate closed.
+func startGated(ctx context.Context, t *testing.T, b *testBundle, config *worker.Config) (*worker.Worker, *GatedStepActivity) {
+	t.Helper()
 	gated := &GatedStepActivity{gate: make(chan struct{})}
-	w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, MaxCachedRuns: cached})
+	w, err := worker.New(b.pool, config)
 	require.NoError(t, err)
 	worker.AddWorkflow(w, &GatedWorkflow{})
 	worker.AddActivity(w, gated)
@@ -83,6 +77,20 @@ func TestEagerStartBurstKeepsRunsCached(t *testing.T) {
 		require.NoError(t, w.Stop(stopCtx))
 	})
 	b.link(t, w)
+	return w, gated
+}
+
+// TestEagerStartBurstKeepsRunsCached: a burst of eager starts larger than
+// the worker's run cache runs the first tasks in the starts only while the
+// cache has room for their runs; the rest go through River, and are taken
+// as runs leave the cache. No run is evicted before its next task: none
+// reads its history back from the database.
+func TestEagerStartBurstKeepsRunsCached(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	const cached, runs, steps = 8, 50, 3
+	w, gated := startGated(ctx, t, b, &worker.Config{Schema: b.schema, MaxCachedRuns: cached})
 
 	// The whole burst starts while the runs' first activities wait: every
 	// run started stays in flight.
@@ -123,18 +131,7 @@ func TestTaskWithoutRoomGoesBackToItsQueue(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := setup(ctx, t)
-	gated := &GatedStepActivity{gate: make(chan struct{})}
-	w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, MaxCachedRuns: 1, TaskTimeout: time.Second})
-	require.NoError(t, err)
-	worker.AddWorkflow(w, &GatedWorkflow{})
-	worker.AddActivity(w, gated)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		require.NoError(t, w.Stop(stopCtx))
-	})
-	b.link(t, w)
+	_, gated := startGated(ctx, t, b, &worker.Config{Schema: b.schema, MaxCachedRuns: 1, TaskTimeout: time.Second})
 
 	// The first run's activity holds the cache's one place in flight.
 	first, err := b.client.Start(ctx, GatedArgs{Steps: 1}, &client.StartOpts{EagerStart: true})
