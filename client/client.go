@@ -273,7 +273,7 @@ func (c *Client) announce(ctx context.Context, queues []string) {
 	}
 	c.insertChannelMu.Lock()
 	if c.insertChannel == "" {
-		channel, err := c.store.RiverInsertChannel(ctx, c.pool)
+		channel, err := c.store.RiverChannel(ctx, c.pool, store.RiverInsertTopic)
 		if err != nil {
 			c.insertChannelMu.Unlock()
 			c.config.Logger.WarnContext(ctx, "weir: announcing queued jobs failed; workers poll", slog.String("error", err.Error()))

@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // Eager dispatch: a workflow task (or an activity outcome continuing a run)
@@ -102,13 +103,7 @@ func (p *claimedPool) listen(w *Worker) {
 	defer p.wg.Done()
 	w.listen(p.ctx, "eager activities' cancel listener lost its connection; reconnecting",
 		func(ctx context.Context, conn *pgx.Conn) (string, error) {
-			schema := w.config.Schema
-			if schema == "" {
-				if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
-					return "", err
-				}
-			}
-			return schema + "." + riverControlTopic, nil
+			return w.store.RiverChannel(ctx, conn, store.RiverControlTopic)
 		},
 		func(n *pgconn.Notification) {
 			var control struct {
@@ -120,10 +115,6 @@ func (p *claimedPool) listen(w *Worker) {
 			}
 		})
 }
-
-// riverControlTopic is River's job control channel (its notifier's
-// NotificationTopicControl), prefixed with the schema.
-const riverControlTopic = "river_control"
 
 // acquire takes a slot if one is free and the pool is not stopping.
 func (p *claimedPool) acquire() bool {
