@@ -37,13 +37,46 @@ func postmasterOf(ctx context.Context, admin *pgxpool.Pool) int {
 // postmaster's with the children it reaped (backends that exited), and
 // its living children's (backends, background workers). Unlike
 // cputime.Postgres it leaves out every other server on the machine.
+//
+// A backend reaped while the children are read would count in neither
+// sum, so the reading is repeated until the postmaster's own figure is the
+// same before and after it.
 func serverCPU(postmaster int) time.Duration {
 	parent := strconv.Itoa(postmaster)
-	_, fields, ok := procStat(parent)
-	if !ok {
-		return 0
+	var total int64
+	for range 10 {
+		before, ok := reapedTicks(parent)
+		if !ok {
+			return 0
+		}
+		children := childTicks(parent)
+		after, ok := reapedTicks(parent)
+		if !ok {
+			return 0
+		}
+		total = after + children
+		if after == before {
+			break
+		}
 	}
-	total := statTicks(fields)
+	// The kernel counts in USER_HZ, 100 on every Linux architecture Go
+	// runs on.
+	return time.Duration(total) * (time.Second / 100)
+}
+
+// reapedTicks is the CPU time of pid with its reaped children's.
+func reapedTicks(pid string) (int64, bool) {
+	_, fields, ok := procStat(pid)
+	if !ok {
+		return 0, false
+	}
+	return statTicks(fields), true
+}
+
+// childTicks sums the CPU time of the living (or not yet reaped) children
+// of parent.
+func childTicks(parent string) int64 {
+	var total int64
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, stat := range stats {
 		pid := filepath.Base(filepath.Dir(stat))
@@ -51,9 +84,7 @@ func serverCPU(postmaster int) time.Duration {
 			total += statTicks(fields)
 		}
 	}
-	// The kernel counts in USER_HZ, 100 on every Linux architecture Go
-	// runs on.
-	return time.Duration(total) * (time.Second / 100)
+	return total
 }
 
 // procStat reads /proc/<pid>/stat: the command, and the fields after it
