@@ -75,6 +75,7 @@ contender's GC share and its duplicate step executions.
 	cmd.Flags().DurationVar(&s.delay, "delay", ScaleHopDelay, "the hop part's proxy delay, each direction")
 	cmd.Flags().IntVar(&o.runs, "runs", 1, "repetitions (contenders interleaved, their order rotated)")
 	cmd.Flags().StringVar(&o.out, "out", "", "directory to write results.jsonl and summary.md to (besides stdout)")
+	cmd.Flags().BoolVar(&o.rtDetail, "rt-detail", false, "with a proxy (the hop part), also count round trips by statement (round_trip_detail in the JSON, a top list on stderr)")
 	cmd.Flags().IntVar(&o.maxConnections, "max-connections", ScaleMaxConnections, "max_connections of the private server (with DATABASE_URL, the server's own must allow as many)")
 	return cmd
 }
