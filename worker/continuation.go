@@ -107,12 +107,12 @@ func (w *Worker) recordOutcome(ctx context.Context, runID uuid.UUID, alone bool,
 	})
 }
 
-// taskTx runs fn, the transaction of a workflow task of run runID
-// (runTask): in a group with other runs' outcomes and tasks when the worker
-// runs (groupCommitter), else alone.
-func (w *Worker) taskTx(ctx context.Context, runID uuid.UUID, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
+// taskTx runs fn, the transaction of a workflow task of run runID fetched
+// from queue (runTask): in a group with other runs' outcomes and tasks when
+// the worker runs (groupCommitter), else alone.
+func (w *Worker) taskTx(ctx context.Context, runID uuid.UUID, queue string, fn func(ctx context.Context, tx pgx.Tx, cont *taskResult) error) error {
 	if w.steps != nil {
-		return w.steps.do(&groupMember{ctx: ctx, runID: runID, task: true, fn: fn})
+		return w.steps.do(&groupMember{ctx: ctx, runID: runID, task: true, queue: queue, fn: fn})
 	}
 	return w.outcomeTxOnce(ctx, fn)
 }

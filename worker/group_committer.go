@@ -120,7 +120,8 @@ type groupCommitter struct {
 type groupMember struct {
 	ctx   context.Context
 	runID uuid.UUID
-	task  bool // a workflow task's job (runTask), which takes the run's inbox
+	task  bool   // a workflow task's job (runTask), which takes the run's inbox
+	queue string // a task's job's queue
 	fn    func(ctx context.Context, tx pgx.Tx, cont *taskResult) error
 	cont  taskResult
 	alone bool // left out of the group's writes: it runs alone
@@ -315,6 +316,7 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, err e
 		c.committed.Add(1)
 	}
 	alone = make([]bool, len(taken))
+	var tasks []string // queues of the fetched tasks committed
 	for i, m := range taken {
 		if err != nil || m.alone {
 			m.alone, alone[i] = true, true
@@ -325,6 +327,9 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, err e
 			continue
 		}
 		committed++
+		if m.task {
+			tasks = append(tasks, m.queue)
+		}
 		if m.afterLast != nil {
 			m.afterLast()
 		}
@@ -334,6 +339,9 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, err e
 	}
 	if committed > 1 {
 		c.grouped.Add(int64(committed))
+	}
+	if len(tasks) >= refetchTasks {
+		c.w.refetch(ctx, tasks) // their River slots free as they return (refetch.go)
 	}
 	return committed, alone
 }

@@ -84,7 +84,7 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 	}
 	err = intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
 		var result *taskResult // the try that committed, if one did
-		err := t.w.taskTx(ctx, job.Args.RunID, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		err := t.w.taskTx(ctx, job.Args.RunID, job.Queue, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			result = cont
 			return t.w.runTask(ctx, tx, t.def, job, own, cont)
 		})

@@ -51,6 +51,7 @@ type Worker struct {
 	names      *dbschema.Names
 	store      *store.Store       // weir's statements
 	notifier   *notifier.Notifier // sends what committed tasks announce
+	refetches  refetcher          // announces the queues of committed groups of fetched tasks
 	pool       *pgxpool.Pool
 
 	// backfillSlice is how long one attempt of a backfill job starts
