@@ -27,8 +27,15 @@ const (
 	// MaxCachedRunsDefault is Config.MaxCachedRuns's default.
 	MaxCachedRunsDefault = 4096
 
-	// MaxWorkersDefault is the River MaxWorkers of the default queue.
-	MaxWorkersDefault = 100
+	// MaxWorkersDefault is the River MaxWorkers of the default queue: as
+	// many jobs as the worker runs claimed activities at once by default
+	// (MaxEagerActivitiesDefault). A fetched workflow task holds its slot
+	// until its group commits, so the slots bound how many tasks wait for
+	// the group committer, whose adaptive limit (and the run cache) bounds
+	// the load on Postgres; with Postgres a network hop away a group takes
+	// longer and more tasks must wait at once to keep it busy
+	// (docs/decisions/0026-task-slots-and-refetch.md).
+	MaxWorkersDefault = MaxEagerActivitiesDefault
 
 	// RetentionDefault is how long closed runs are kept by default.
 	RetentionDefault = 30 * 24 * time.Hour
@@ -156,8 +163,10 @@ type Config struct {
 
 	// Queues are the River queues this worker serves, with their
 	// concurrency. Workflow tasks and activities go to the queue their
-	// options name. Defaults to weir's default queue (client.QueueDefault,
-	// "weir") with MaxWorkersDefault.
+	// options name; a queue's MaxWorkers bounds both the activities fetched
+	// from it and the workflow tasks fetched from it that wait for their
+	// group to commit (see MaxWorkersDefault). Defaults to weir's default
+	// queue (client.QueueDefault, "weir") with MaxWorkersDefault.
 	Queues map[string]river.QueueConfig
 
 	// Retention is how long closed runs (and their history) are kept in
