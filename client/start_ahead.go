@@ -69,7 +69,7 @@ func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, e
 		dbNow time.Time
 	)
 	params := s.runParams(true)
-	params.CreatedAt = &r.Now
+	params.CreatedAt, params.NextEventID = &r.Now, r.NextEventID
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
 	c.store.QueueStartLock(batch, info.Namespace, info.WorkflowID)

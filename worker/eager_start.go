@@ -287,6 +287,7 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *eagerstart.Ru
 		w.ahead.failed.Add(1)
 		return nil, &eagerstart.FailedAheadError{Err: w.failedInStart(ctx, r.ID, err)}
 	}
+	foldRunWrite(r, &writes)
 	w.queueLastWrites(out.Last, &writes, true) // the start asked for generic plans
 	settle := w.settleStart(&result)
 	out.Done[0] = func(committed bool) {
@@ -299,6 +300,24 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *eagerstart.Ru
 	}
 	out.Sent = after
 	return out, nil
+}
+
+// foldRunWrite moves the write of a first task run ahead to its run's row
+// (its CAS) into the start's insert, when all it does is advance the append
+// point from an empty history: the start inserts the run at the append
+// point the task leaves (r.NextEventID). The CAS is moot there: the run is
+// the batch's own insert, under the start's lock, invisible to any other
+// transaction until the COMMIT, and the start's guard fails the batch
+// unless that insert made it at generation 1. A task that closes its run
+// keeps its CAS.
+func foldRunWrite(r *eagerstart.Run, writes *lastWrites) {
+	if len(writes.steps) != 1 {
+		return
+	}
+	step := writes.steps[0]
+	if c := step.CAS; c != nil && c.Close == nil && c.Found == 1 && c.ClearTask == 0 && step.RunID == r.ID {
+		r.NextEventID, step.CAS = c.Next, nil
+	}
 }
 
 // budget is the time a first task's workflow code gets in all (the deadlock

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,8 +23,12 @@ import (
 
 // sentBy counts the statements and batches sent on behalf of contexts
 // marked with its mark (sentMark): the round trips of the calls made with
-// such a context.
-type sentBy struct{ n atomic.Int64 }
+// such a context. It keeps the SQL of the batches' statements.
+type sentBy struct {
+	n       atomic.Int64
+	mu      sync.Mutex
+	batched []string
+}
 
 // sentMark marks a context whose round trips sentBy counts.
 type sentMark struct{}
@@ -42,8 +47,22 @@ func (*sentBy) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) 
 func (s *sentBy) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return s.count(ctx)
 }
-func (*sentBy) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (*sentBy) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (s *sentBy) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if ctx.Value(sentMark{}) != nil {
+		s.mu.Lock()
+		s.batched = append(s.batched, d.SQL)
+		s.mu.Unlock()
+	}
+}
+
+func (*sentBy) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// batchedSince is the SQL of the batches' statements since the first n.
+func (s *sentBy) batchedSince(n int) (sql []string, now int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.batched[n:]), len(s.batched)
+}
 
 // aheadSleepArgs are the args of aheadSleepWorkflow.
 type aheadSleepArgs struct{}
@@ -177,9 +196,16 @@ func TestStartInOneRoundTrip(t *testing.T) {
 
 	const n = 5
 	for i := 1; i <= n; i++ {
+		_, seen := sent.batchedSince(0)
 		run, trips, err := start(stepGroupArgs{N: i}, &client.StartOpts{EagerStart: true, WorkflowID: "ahead-" + string(rune('0'+i))})
 		require.NoError(t, err)
 		require.Equal(t, int64(1), trips, "start %d", i)
+		// The run is inserted at its first task's append point: the batch
+		// has no write of the run's row of its own.
+		batched, _ := sent.batchedSince(seen)
+		for _, sql := range batched {
+			require.NotContains(t, sql, "UPDATE "+names.Run, "start %d", i)
+		}
 		require.True(t, run.Created)
 		require.Equal(t, int64(1), run.Generation)
 		require.Equal(t, 11*i+3, result(run))

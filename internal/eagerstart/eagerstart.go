@@ -36,6 +36,11 @@ type Run struct {
 	TraceContext []byte
 	WorkflowID   string
 
+	// NextEventID, when RunFirstTaskAhead sets it, is the append point the
+	// task leaves: the start inserts the run there, and the task's writes
+	// then hold no write of the run's row (the insert is that write).
+	NextEventID int64
+
 	// LastInTx says that the start writes nothing in tx after the task and
 	// then commits: the task's last batch may carry the COMMIT
 	// (lazytx.QueueCommit), so that it costs no round trip of its own.

@@ -42,6 +42,10 @@ type StartRunParams struct {
 	RunTimeout, ExecutionTimeout time.Duration // 0: none
 	TraceContext                 []byte
 	TaskJobID                    *int64 // the first task's job; nil when a worker takes the task
+	// NextEventID is the run's append point as inserted; 0 means 1 (an
+	// empty history). A start in one round trip inserts its run at the
+	// append point its first task, run ahead, leaves (eagerstart.Run).
+	NextEventID int64
 
 	Insert bool
 	// The ID reuse policy: RejectAny refuses the start if the workflow ID
@@ -157,6 +161,7 @@ func startRunArgs(starts []StartRunParams) []any {
 		column(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() }),
 		column(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() }),
 		column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt }),
+		column(starts, func(p *StartRunParams) int64 { return p.NextEventID }),
 	}
 }
 
@@ -230,8 +235,8 @@ func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) 
 func startRunSQL(names *dbschema.Names) string {
 	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]," +
 		"  $8::bytea[], $9::text[], $10::boolean[], $11::boolean[], $12::boolean[], $13::bigint[], $14::bigint[], $15::bigint[]," +
-		"  $16::timestamptz[]) WITH ORDINALITY AS v(run_id, namespace, workflow_id, kind, queue, args, request_id, request_hash," +
-		"  trace_context, reject_any, reject_completed, insert, task_job_id, run_timeout, execution_timeout, created_at, k))," +
+		"  $16::timestamptz[], $17::bigint[]) WITH ORDINALITY AS v(run_id, namespace, workflow_id, kind, queue, args, request_id, request_hash," +
+		"  trace_context, reject_any, reject_completed, insert, task_job_id, run_timeout, execution_timeout, created_at, next_event_id, k))," +
 		" found AS (" +
 		"  SELECT v.k, 1 AS which, l.run_id, l.generation, l.request_hash, l.state FROM v CROSS JOIN LATERAL" +
 		"   (SELECT run_id, generation, request_hash, state FROM " + names.Run + " r WHERE r.namespace = v.namespace" +
@@ -250,10 +255,10 @@ func startRunSQL(names *dbschema.Names) string {
 		"  RETURNING namespace, workflow_id, last_generation)," +
 		" inserted AS (INSERT INTO " + names.Run +
 		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline," +
-		"   trace_context, task_job_id, created_at)" +
+		"   trace_context, task_job_id, created_at, next_event_id)" +
 		"  SELECT ok.run_id, ok.namespace, ok.workflow_id, g.last_generation, ok.kind, ok.queue, ok.args, ok.request_id, ok.request_hash," +
 		"   now() + nullif(ok.run_timeout, 0) * interval '1 microsecond', now() + nullif(ok.execution_timeout, 0) * interval '1 microsecond'," +
-		"   ok.trace_context::jsonb, ok.task_job_id, coalesce(ok.created_at, now())" +
+		"   ok.trace_context::jsonb, ok.task_job_id, coalesce(ok.created_at, now()), greatest(ok.next_event_id, 1)" +
 		"  FROM ok JOIN g ON g.namespace = ok.namespace AND g.workflow_id = ok.workflow_id" +
 		"  RETURNING run_id, generation, run_deadline, execution_deadline, created_at)" +
 		" SELECT f.k, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found f" +

@@ -32,7 +32,7 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	require.NoError(t, err)
 	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL, "young_plan",
 		"'{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}', '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}',"+
-			" '{t}', '{NULL}', '{0}', '{0}', '{NULL}'")
+			" '{t}', '{NULL}', '{0}', '{0}', '{NULL}', '{0}'")
 	requireByKey(t, plan, "planned on the empty tables")
 	require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
 	_, err = conn.Exec(ctx, "DEALLOCATE young_plan")
@@ -61,7 +61,7 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	literals := "'{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002,00000000-0000-0000-0000-000000000003}'," +
 		" '{default,default,default}', '{wf-5,wf-20,wf-new}', '{k,k,k}', '{default,default,default}', '{x,y,z}'," +
 		" '{r5,r99,r100}', '{h,h,h}', '{\"{}\",\"{}\",\"{}\"}', '{f,f,f}', '{f,t,f}'," +
-		" '{t,t,t}', '{NULL,NULL,NULL}', '{0,0,0}', '{0,0,0}', '{NULL,NULL,NULL}'"
+		" '{t,t,t}', '{NULL,NULL,NULL}', '{0,0,0}', '{0,0,0}', '{NULL,NULL,NULL}', '{0,0,0}'"
 	for _, generic := range []bool{false, true} {
 		settings := ""
 		if generic {
@@ -83,7 +83,7 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 		[]string{"default", "default", "default"}, [][]byte{[]byte("x"), []byte("y"), []byte("z")},
 		[]string{"rx", "ry", "rz"}, [][]byte{[]byte("h"), []byte("h"), []byte("h")}, []string{"{}", "{}", "{}"},
 		[]bool{true, false, false}, []bool{false, false, false}, []bool{true, true, true}, []*int64{nil, nil, nil},
-		[]int64{0, 0, 0}, []int64{0, 0, 0}, []*time.Time{nil, nil, nil})
+		[]int64{0, 0, 0}, []int64{0, 0, 0}, []*time.Time{nil, nil, nil}, []int64{0, 0, 5})
 	require.NoError(t, err)
 	type row struct{ k, which, generation int }
 	var got []row
@@ -98,6 +98,11 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.ElementsMatch(t, []row{{1, 3, 1}, {2, 2, 1}, {2, 3, 1}, {3, 0, 1}}, got)
+	// The run inserted at the append point asked for (a start in one round
+	// trip, its first task run ahead).
+	var next int64
+	require.NoError(t, pool.QueryRow(ctx, "SELECT next_event_id FROM "+names.Run+" WHERE workflow_id = 'wf-new'").Scan(&next))
+	require.Equal(t, int64(5), next)
 	var runs int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE workflow_id IN ('wf-5', 'wf-20', 'wf-new')").Scan(&runs))
 	require.Equal(t, 3, runs, "one new run, none for the refused starts")
