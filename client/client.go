@@ -451,9 +451,15 @@ func requestHash(info *StartInfo, opts *StartOpts, args WorkflowArgs) ([]byte, e
 // whitespace dropped; numbers keep their text.
 func canonicalJSON(v any) ([]byte, error) {
 	encoded, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
+	if err != nil || isCanonical(encoded) {
+		return encoded, err
 	}
+	return sortedJSON(encoded)
+}
+
+// sortedJSON is the valid JSON data with object keys sorted and
+// insignificant whitespace dropped; numbers keep their text.
+func sortedJSON(encoded []byte) ([]byte, error) {
 	decoder := json.NewDecoder(bytes.NewReader(encoded))
 	decoder.UseNumber()
 	var tree any
@@ -462,3 +468,61 @@ func canonicalJSON(v any) ([]byte, error) {
 	}
 	return json.Marshal(tree) // encoding/json sorts map keys
 }
+
+// isCanonical reports whether the valid JSON data is sortedJSON's already,
+// as most args encoded from a struct with its fields in key order are:
+// printable ASCII but for what encoding/json escapes, no escape (a key's
+// hides its order, a string's may differ from encoding/json's own), no
+// whitespace outside strings, each object's keys strictly ascending,
+// nesting no deeper than encoding/json decodes. It may say false of
+// canonical JSON.
+func isCanonical(data []byte) bool {
+	for _, c := range data {
+		if c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	type level struct {
+		object, key bool // an object, and expecting a key
+		last        []byte
+	}
+	var shallow [8]level // room enough for most args, on the stack
+	levels := shallow[:0]
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; c {
+		case ' ', '\t', '\n', '\r', '\\':
+			return false
+		case '{', '[':
+			if len(levels) == maxCanonicalDepth {
+				return false
+			}
+			levels = append(levels, level{object: c == '{', key: c == '{'})
+		case '}', ']':
+			levels = levels[:len(levels)-1]
+		case ',':
+			if top := &levels[len(levels)-1]; top.object {
+				top.key = true
+			}
+		case '"':
+			end := bytes.IndexAny(data[i+1:], `"\`)
+			if end < 0 || data[i+1+end] != '"' {
+				return false
+			}
+			s := data[i+1 : i+1+end]
+			i += end + 1
+			if len(levels) == 0 {
+				continue
+			}
+			if top := &levels[len(levels)-1]; top.key {
+				if top.last != nil && bytes.Compare(top.last, s) >= 0 {
+					return false
+				}
+				top.last, top.key = s, false
+			}
+		}
+	}
+	return true
+}
+
+// maxCanonicalDepth is the nesting encoding/json's decoder refuses past.
+const maxCanonicalDepth = 10000

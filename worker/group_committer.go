@@ -212,7 +212,6 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 	members := slices.SortedFunc(slices.Values(taken), func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
-	deadline, _ := ctx.Deadline()
 	err := lazytx.BeginFunc(ctx, c.w.pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil { // a callback of the last batch, say
@@ -258,9 +257,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			}
 			// The group's statements run under the group's deadline, with
 			// the member's values (its attempt, its trace, its logger).
-			memberCtx, cancel := context.WithDeadline(context.WithoutCancel(m.ctx), deadline)
-			err := m.call(memberCtx, tx)
-			cancel()
+			err := m.call(memberContext{ctx, m.ctx}, tx)
 			var failed *stepFailed
 			switch {
 			case errors.Is(err, errRunsAlone):
@@ -428,6 +425,22 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*gro
 		})
 	}
 	return tx.SendBatch(ctx, batch).Close()
+}
+
+// memberContext is a group's context (its deadline, its end) with a
+// member's values (its attempt, its trace, its logger): no timer or
+// goroutine of its own. The group's context has no values but its own
+// cancellation's, which contexts derived from a memberContext find there.
+type memberContext struct {
+	context.Context                 // the group's
+	values          context.Context // the member's
+}
+
+func (c memberContext) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.values.Value(key)
 }
 
 // call runs the member's body in the group's transaction. A panic fails

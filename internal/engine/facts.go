@@ -94,9 +94,12 @@ func ResolvedBy(e history.Event) (int64, bool) {
 	if !ResolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
 		return 0, false
 	}
-	var ref outcomeRef
-	if err := json.Unmarshal(e.Attributes, &ref); err != nil {
-		return 0, false
+	ref, ok := readRef(e.Attributes)
+	if !ok {
+		ref = outcomeRef{}
+		if err := json.Unmarshal(e.Attributes, &ref); err != nil {
+			return 0, false
+		}
 	}
 	return ref.id(), true
 }

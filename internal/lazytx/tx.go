@@ -176,7 +176,7 @@ func (t *Tx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 			panic(r)
 		}
 	}()
-	br := conn.SendBatch(ctx, first)
+	br := conn.SendBatch(ctx, roomFor(conn.Conn(), first))
 	t.inner = &connTx{Tx: br.Tx(), conn: conn}
 	if _, err := br.Exec(); err != nil { // BEGIN's own result
 		_ = br.Close() // reports the same error
@@ -301,13 +301,17 @@ func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		}
 	}
 	if ok, err := t.began(); ok || err != nil {
-		switch {
-		case err != nil:
+		if err != nil {
 			return failed{err: err}
-		case t.commit == commitQueued && b == t.commitBatch:
-			return &commitResults{BatchResults: t.inner.SendBatch(ctx, pgBatch(b)), tx: t}
 		}
-		return t.inner.SendBatch(ctx, pgBatch(b))
+		converted := pgBatch(b)
+		if c, ok := t.inner.(*connTx); ok {
+			converted = roomFor(c.conn.Conn(), converted)
+		}
+		if t.commit == commitQueued && b == t.commitBatch {
+			return &commitResults{BatchResults: t.inner.SendBatch(ctx, converted), tx: t}
+		}
+		return t.inner.SendBatch(ctx, converted)
 	}
 	br := t.send(ctx, b)
 	if t.commit == commitQueued && b == t.commitBatch && t.inner != nil {

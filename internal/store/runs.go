@@ -157,12 +157,14 @@ func (s *Store) QueueLockRun(batch *pgx.Batch, runID uuid.UUID, read func(run en
 // each other in a cycle); read gets each run found.
 func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(run engine.Run, now time.Time) error) {
 	batch.Queue(s.runs.lockMany, runIDs).Query(func(rows pgx.Rows) error {
+		var (
+			run     engine.Run
+			now     time.Time
+			targets = append([]any{&run.ID}, runTargets(&run, &now)...) // one set for every row
+		)
 		for rows.Next() {
-			var (
-				run engine.Run
-				now time.Time
-			)
-			if err := rows.Scan(append([]any{&run.ID}, runTargets(&run, &now)...)...); err != nil {
+			run = engine.Run{} // each row's values its own: none kept from the last
+			if err := rows.Scan(targets...); err != nil {
 				return err
 			}
 			if err := read(run, now); err != nil {
@@ -253,13 +255,13 @@ func IsMovedError(err error) bool {
 }
 
 // checked reads a CAS's check: a division by zero is ErrRunMoved, said of
-// what (a run, or a group's runs).
-func checked(q *pgx.QueuedQuery, what string) {
+// what (a run, or a group's runs), worded only then.
+func checked(q *pgx.QueuedQuery, what func() string) {
 	q.QueryRow(func(row pgx.Row) error {
 		var one int
 		if err := row.Scan(&one); err != nil {
 			if IsMovedError(err) {
-				return fmt.Errorf("%s: %w: %w", what, ErrRunMoved, err)
+				return fmt.Errorf("%s: %w: %w", what(), ErrRunMoved, err)
 			}
 			return err
 		}
@@ -306,7 +308,7 @@ func (s *Store) QueueStep(batch *pgx.Batch, w *engine.StepWrites) {
 		default:
 			q = batch.Queue(s.runs.closeAs[c.Close.State], w.RunID, c.Found, c.Next, c.Close.Failure)
 		}
-		checked(q, "advancing run "+w.RunID.String())
+		checked(q, func() string { return "advancing run " + w.RunID.String() })
 	}
 }
 
@@ -323,57 +325,73 @@ func (s *Store) queueAbandon(batch *pgx.Batch, sql string, runs any) {
 // plans: Postgres plans a statement over arrays again on every call
 // otherwise).
 func (s *Store) QueueSteps(batch *pgx.Batch, steps []*engine.StepWrites) (merged bool) {
-	casOf := func(merge func(c *engine.RunCAS) bool) func(w *engine.StepWrites) *engine.StepWrites {
-		return func(w *engine.StepWrites) *engine.StepWrites {
+	casOf := func(merge func(c *engine.RunCAS) bool) func(w *engine.StepWrites) engine.StepWrites {
+		return func(w *engine.StepWrites) engine.StepWrites {
 			if w.CAS == nil || !merge(w.CAS) {
-				return nil
+				return engine.StepWrites{}
 			}
-			return &engine.StepWrites{RunID: w.RunID, CAS: w.CAS}
+			return engine.StepWrites{RunID: w.RunID, CAS: w.CAS}
 		}
 	}
+	// A member's part of a kind: its rows of that kind alone. A merge reads
+	// only its kind's rows of the members it gets.
 	kinds := []struct {
-		part  func(w *engine.StepWrites) *engine.StepWrites
+		part  func(w *engine.StepWrites) engine.StepWrites
 		merge func(batch *pgx.Batch, ws []*engine.StepWrites)
 	}{
-		{func(w *engine.StepWrites) *engine.StepWrites {
-			return &engine.StepWrites{RunID: w.RunID, Events: w.Events}
+		{func(w *engine.StepWrites) engine.StepWrites {
+			return engine.StepWrites{RunID: w.RunID, Events: w.Events}
 		}, s.queueEventsMerged},
-		{func(w *engine.StepWrites) *engine.StepWrites {
-			return &engine.StepWrites{RunID: w.RunID, Retired: w.Retired}
+		{func(w *engine.StepWrites) engine.StepWrites {
+			return engine.StepWrites{RunID: w.RunID, Retired: w.Retired}
 		}, s.queueRetireMerged},
-		{func(w *engine.StepWrites) *engine.StepWrites {
-			return &engine.StepWrites{RunID: w.RunID, Activities: w.Activities}
+		{func(w *engine.StepWrites) engine.StepWrites {
+			return engine.StepWrites{RunID: w.RunID, Activities: w.Activities}
 		}, s.queueActivitiesMerged},
-		{func(w *engine.StepWrites) *engine.StepWrites {
-			return &engine.StepWrites{RunID: w.RunID, Taken: w.Taken}
+		{func(w *engine.StepWrites) engine.StepWrites {
+			return engine.StepWrites{RunID: w.RunID, Taken: w.Taken}
 		}, s.queueTakenMerged},
-		{func(w *engine.StepWrites) *engine.StepWrites {
-			return &engine.StepWrites{RunID: w.RunID, AbandonUpdates: w.AbandonUpdates}
+		{func(w *engine.StepWrites) engine.StepWrites {
+			return engine.StepWrites{RunID: w.RunID, AbandonUpdates: w.AbandonUpdates}
 		}, s.queueAbandonMerged},
 		{casOf(func(c *engine.RunCAS) bool { return c.Close == nil }), s.queueCASMerged},
 		{casOf(func(c *engine.RunCAS) bool { return c.Close != nil && c.Close.State == "completed" }), s.queueCASMerged},
 		{casOf(func(c *engine.RunCAS) bool { return c.Close != nil && c.Close.State != "completed" }), nil},
 	}
+	ws := make([]*engine.StepWrites, 0, len(steps)) // a kind's members that write it
 	for _, k := range kinds {
-		var parts []*engine.StepWrites
-		alone := &pgx.Batch{}
+		ws = ws[:0]
+		statements := 0
 		for _, w := range steps {
 			if w == nil {
 				continue
 			}
-			if part := k.part(w); part != nil {
-				parts = append(parts, part)
-				s.QueueStep(alone, part)
+			if part := k.part(w); stepStatements(&part) > 0 {
+				ws, statements = append(ws, w), statements+stepStatements(&part)
 			}
 		}
-		if alone.Len() < 2 || k.merge == nil {
-			batch.QueuedQueries = append(batch.QueuedQueries, alone.QueuedQueries...)
+		if statements < 2 || k.merge == nil {
+			for _, w := range ws {
+				part := k.part(w)
+				s.QueueStep(batch, &part)
+			}
 			continue
 		}
-		k.merge(batch, parts)
+		k.merge(batch, ws)
 		merged = true
 	}
 	return merged
+}
+
+// stepStatements is how many statements QueueStep queues for w.
+func stepStatements(w *engine.StepWrites) int {
+	n := len(w.Activities)
+	for _, writes := range []bool{len(w.Events) > 0, len(w.Retired) > 0, len(w.Taken) > 0, w.AbandonUpdates, w.CAS != nil} {
+		if writes {
+			n++
+		}
+	}
+	return n
 }
 
 // eventArrays are the columns of events rows, as arrays.
@@ -387,10 +405,14 @@ type eventArrays struct {
 	boundaries [][]byte // nil: NULL
 }
 
-func (a *eventArrays) add(runID uuid.UUID, rows []engine.EventRow) {
-	n := len(rows) // room for the rows up front, not as each is appended
+// grow makes room for n more rows up front, not as each is appended.
+func (a *eventArrays) grow(n int) {
 	a.runs, a.ids, a.types, a.attributes = slices.Grow(a.runs, n), slices.Grow(a.ids, n), slices.Grow(a.types, n), slices.Grow(a.attributes, n)
 	a.resolves, a.times, a.boundaries = slices.Grow(a.resolves, n), slices.Grow(a.times, n), slices.Grow(a.boundaries, n)
+}
+
+func (a *eventArrays) add(runID uuid.UUID, rows []engine.EventRow) {
+	a.grow(len(rows))
 	for _, r := range rows {
 		a.runs = append(a.runs, runID)
 		a.ids, a.types, a.attributes = append(a.ids, r.ID), append(a.types, string(r.Type)), append(a.attributes, r.Attributes)
@@ -400,6 +422,11 @@ func (a *eventArrays) add(runID uuid.UUID, rows []engine.EventRow) {
 
 func (s *Store) queueEventsMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 	var a eventArrays
+	rows := 0
+	for _, w := range ws {
+		rows += len(w.Events)
+	}
+	a.grow(rows)
 	for _, w := range ws {
 		a.add(w.RunID, w.Events)
 	}
@@ -407,8 +434,11 @@ func (s *Store) queueEventsMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 }
 
 func (s *Store) queueRetireMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
-	var runs []uuid.UUID
-	var scheduled []int64
+	n := 0
+	for _, w := range ws {
+		n += len(w.Retired)
+	}
+	runs, scheduled := make([]uuid.UUID, 0, n), make([]int64, 0, n)
 	for _, w := range ws {
 		for _, id := range w.Retired {
 			runs, scheduled = append(runs, w.RunID), append(scheduled, id)
@@ -418,12 +448,12 @@ func (s *Store) queueRetireMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 }
 
 func (s *Store) queueActivitiesMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
-	var (
-		runs            []uuid.UUID
-		scheduled, jobs []int64
-		kinds           []string
-		deadlines       []*time.Time
-	)
+	n := 0
+	for _, w := range ws {
+		n += len(w.Activities)
+	}
+	runs, scheduled, jobs := make([]uuid.UUID, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	kinds, deadlines := make([]string, 0, n), make([]*time.Time, 0, n)
 	for _, w := range ws {
 		for _, a := range w.Activities {
 			runs, scheduled, jobs = append(runs, w.RunID), append(scheduled, a.ScheduledEventID), append(jobs, a.JobID)
@@ -463,8 +493,8 @@ func (s *Store) queueCASMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 		}
 	}
 	if results == nil {
-		checked(batch.Queue(s.runs.advanceMerged, runs, found, next, clear, len(runs)), fmt.Sprintf("advancing %d runs in a group", len(runs)))
+		checked(batch.Queue(s.runs.advanceMerged, runs, found, next, clear, len(runs)), func() string { return fmt.Sprintf("advancing %d runs in a group", len(runs)) })
 		return
 	}
-	checked(batch.Queue(s.runs.completeMerged, runs, found, next, results, len(runs)), fmt.Sprintf("completing %d runs in a group", len(runs)))
+	checked(batch.Queue(s.runs.completeMerged, runs, found, next, results, len(runs)), func() string { return fmt.Sprintf("completing %d runs in a group", len(runs)) })
 }

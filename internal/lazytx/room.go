@@ -1,0 +1,195 @@
+package lazytx
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Room for what a batch sends, made before pgx encodes it. pgx encodes a
+// statement's arguments into a buffer of its connection that it shrinks
+// back to 256 bytes for every statement, and a batch's messages into a
+// write buffer that it shrinks back to 1 KiB after every batch; both grow
+// as values are appended to them, each step a copy of all before it. A
+// group's statements carry arrays of tens of kilobytes, which cost several
+// times their size in allocations so (docs/decisions/0028). So a batch's
+// statements that carry more than pgx keeps have an argument wrapped
+// (sized: the first of a type it wraps) that makes room for all of the
+// statement's arguments at once, and the write buffer grows once by the
+// batch's size (room). Either is only capacity: what is sent is pgx's
+// encoding of the same values.
+//
+// sized needs a wrapper in the connection's type map (sizing adds it): it
+// matches only sized arguments, and leaves every other value to the
+// wrappers after it.
+
+// roomFor returns b, or a copy whose statements make room for their
+// arguments (sized), and makes room in conn's write buffer for what it
+// sends.
+func roomFor(conn *pgx.Conn, b *pgx.Batch) *pgx.Batch {
+	wraps := sizing(conn)
+	total, out := 0, b
+	for i, q := range b.QueuedQueries {
+		n := 0
+		for _, a := range q.Arguments {
+			n += argSize(a)
+		}
+		total += 96 + n // Bind and Execute, their framing and the statement's name
+		if !wraps || n <= paramsKept {
+			continue
+		}
+		for j, a := range q.Arguments {
+			wrapped, ok := sizedArg(a, n)
+			if !ok {
+				continue
+			}
+			if out == b {
+				c := *b // its BEGIN's options too, if it has one
+				c.QueuedQueries = slices.Clone(b.QueuedQueries)
+				out = &c
+			}
+			c := *q
+			c.Arguments = slices.Clone(q.Arguments)
+			c.Arguments[j] = wrapped
+			out.QueuedQueries[i] = &c
+			break
+		}
+	}
+	if total > writeKept {
+		conn.PgConn().Frontend().Send(room(total))
+	}
+	return out
+}
+
+// What pgx keeps of its buffers from one statement (arguments) and one
+// batch (write buffer) to the next.
+const (
+	paramsKept = 256
+	writeKept  = 1024
+)
+
+// argSize estimates what argument a takes in pgx's binary formats.
+func argSize(a any) int {
+	switch v := a.(type) {
+	case string:
+		return 4 + len(v)
+	case []byte:
+		return 4 + len(v)
+	case [][]byte:
+		n := 24
+		for _, e := range v {
+			n += 4 + len(e)
+		}
+		return n
+	case []string:
+		n := 24
+		for _, e := range v {
+			n += 4 + len(e)
+		}
+		return n
+	case []pgtype.UUID:
+		return 24 + 20*len(v)
+	case []int64:
+		return 24 + 12*len(v)
+	case []time.Time:
+		return 24 + 12*len(v)
+	case []*int64:
+		return 24 + 12*len(v)
+	case []*time.Time:
+		return 24 + 12*len(v)
+	case []int32:
+		return 24 + 8*len(v)
+	}
+	if v := reflect.ValueOf(a); v.Kind() == reflect.Slice {
+		if v.Type().Elem().Kind() == reflect.Uint8 {
+			return 4 + v.Len()
+		}
+		return 24 + 20*v.Len() // an array of scalars, each up to a UUID
+	}
+	return 24
+}
+
+// room is a frontend message that sends nothing: encoding it grows the
+// write buffer by its size.
+type room int
+
+func (r room) Encode(dst []byte) ([]byte, error) { return slices.Grow(dst, int(r)), nil }
+func (room) Decode([]byte) error                 { return errors.New("lazytx: room is never received") }
+func (room) Frontend()                           {}
+
+// sized is an argument that pgx encodes as v, after it made room for n
+// bytes. One type per value type: pgx keeps a plan per argument type.
+type sized[T any] struct {
+	v T
+	n int
+}
+
+func (s sized[T]) unwrap() (any, int) { return s.v, s.n }
+
+// sizedArg wraps a, an argument of a statement whose arguments take n
+// bytes, if it is of a type weir's statements carry; not a string, whose
+// format pgx chooses by its type.
+func sizedArg(a any, n int) (any, bool) {
+	switch v := a.(type) {
+	case []pgtype.UUID:
+		return sized[[]pgtype.UUID]{v, n}, v != nil
+	case pgtype.UUID:
+		return sized[pgtype.UUID]{v, n}, true
+	case []int64:
+		return sized[[]int64]{v, n}, v != nil
+	case int64:
+		return sized[int64]{v, n}, true
+	case [][]byte:
+		return sized[[][]byte]{v, n}, v != nil
+	case []string:
+		return sized[[]string]{v, n}, v != nil
+	case []int32:
+		return sized[[]int32]{v, n}, v != nil
+	case []time.Time:
+		return sized[[]time.Time]{v, n}, v != nil
+	}
+	return a, false
+}
+
+// sizing reports whether conn encodes sized arguments: it does once its
+// type map has sizedPlan's wrapper, which sizing adds, for the extended
+// protocol with described statements (the simple protocol and the exec
+// mode encode arguments otherwise).
+func sizing(conn *pgx.Conn) bool {
+	m := conn.TypeMap()
+	ours := reflect.ValueOf(trySized).Pointer()
+	for _, f := range m.TryWrapEncodePlanFuncs {
+		if reflect.ValueOf(f).Pointer() == ours {
+			return true
+		}
+	}
+	switch conn.Config().DefaultQueryExecMode { // a copy: read only until the wrapper is in
+	case pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec:
+		return false
+	}
+	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{trySized}, m.TryWrapEncodePlanFuncs...)
+	return true
+}
+
+// trySized is the type map's wrapper of sized arguments (no other).
+func trySized(value any) (pgtype.WrappedEncodePlanNextSetter, any, bool) {
+	s, ok := value.(interface{ unwrap() (any, int) })
+	if !ok {
+		return nil, nil, false
+	}
+	v, _ := s.unwrap()
+	return &sizedPlan{}, v, true
+}
+
+type sizedPlan struct{ next pgtype.EncodePlan }
+
+func (p *sizedPlan) SetNext(next pgtype.EncodePlan) { p.next = next }
+
+func (p *sizedPlan) Encode(value any, buf []byte) ([]byte, error) {
+	v, n := value.(interface{ unwrap() (any, int) }).unwrap()
+	return p.next.Encode(v, slices.Grow(buf, n))
+}

@@ -1,0 +1,138 @@
+package lazytx
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/weirhq/weir/internal/dbtest"
+)
+
+// arrays are the arguments of one statement, large enough to be sized,
+// each batch's and statement's values its own (seed).
+type arrays struct {
+	ids    []uuid.UUID
+	ints   []int64
+	small  []int32
+	texts  []string
+	docs   [][]byte
+	times  []time.Time
+	scalar int64
+}
+
+func newArrays(seed, n int) arrays {
+	var a arrays
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i := range n {
+		a.ids = append(a.ids, uuid.New())
+		a.ints = append(a.ints, int64(seed*1000+i))
+		a.small = append(a.small, int32(seed+i))
+		a.texts = append(a.texts, fmt.Sprintf("text %d of %d %s", i, seed, strings.Repeat("x", i%7)))
+		a.docs = append(a.docs, fmt.Appendf(nil, `{"i": %d, "seed": %d}`, i, seed)) // as jsonb prints it
+		a.times = append(a.times, base.Add(time.Duration(seed*n+i)*time.Microsecond))
+	}
+	a.scalar = int64(seed)
+	return a
+}
+
+// queue queues a statement that returns its arguments, leading with the
+// scalar or with the arrays, and reads them into got.
+func (a arrays) queue(b *pgx.Batch, scalarFirst bool, mode pgx.QueryExecMode, got *arrays) {
+	var docs any = a.docs
+	if mode == pgx.QueryExecModeSimpleProtocol || mode == pgx.QueryExecModeExec { // which send a [][]byte as bytea
+		var texts []string
+		for _, d := range a.docs {
+			texts = append(texts, string(d))
+		}
+		docs = texts
+	}
+	read := func(row pgx.Row) error {
+		var docs []string
+		err := row.Scan(&got.scalar, &got.ids, &got.ints, &got.small, &got.texts, &docs, &got.times)
+		for _, d := range docs {
+			got.docs = append(got.docs, []byte(d))
+		}
+		return err
+	}
+	if scalarFirst {
+		b.Queue("SELECT $1::bigint, $2::uuid[], $3::bigint[], $4::int[], $5::text[], $6::text[]::jsonb[]::text[], $7::timestamptz[]",
+			a.scalar, a.ids, a.ints, a.small, a.texts, docs, a.times).QueryRow(read)
+		return
+	}
+	b.Queue("SELECT $7::bigint, $1::uuid[], $2::bigint[], $3::int[], $4::text[], $5::text[]::jsonb[]::text[], $6::timestamptz[]",
+		a.ids, a.ints, a.small, a.texts, docs, a.times, a.scalar).QueryRow(read)
+}
+
+func (a arrays) normalized() arrays {
+	for i, t := range a.times {
+		a.times[i] = t.UTC()
+	}
+	return a
+}
+
+// TestRoomKeepsValues: statements whose arguments make room for themselves
+// (sized) and batches that make room for what they send (room) send the
+// same values as without, each statement its own: in a transaction's first
+// batch (with its BEGIN) and later ones, of every size, under each query
+// exec mode (the simple protocol and exec mode wrap nothing). The
+// connection's type map gets the wrapper once.
+func TestRoomKeepsValues(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
+			require.NoError(t, err)
+			config.MaxConns = 1
+			config.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(ctx, config)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+
+			seed := 0
+			for _, n := range []int{1, 40, 3, 400} {
+				err := BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					for range 2 { // the first batch begins the transaction
+						b := &pgx.Batch{}
+						var sent []arrays
+						got := make([]arrays, 4)
+						for i := range got {
+							seed++
+							a := newArrays(seed, n+i)
+							a.queue(b, i%2 == 0, mode, &got[i])
+							sent = append(sent, a)
+						}
+						if err := tx.SendBatch(ctx, b).Close(); err != nil {
+							return err
+						}
+						for i := range got {
+							require.Equal(t, sent[i].normalized(), got[i].normalized(), "n %d, statement %d", n, i)
+						}
+					}
+					return nil
+				})
+				require.NoError(t, err)
+			}
+
+			conn, err := pool.Acquire(ctx)
+			require.NoError(t, err)
+			defer conn.Release()
+			ours := reflect.ValueOf(trySized).Pointer()
+			wrappers := slices.DeleteFunc(slices.Clone(conn.Conn().TypeMap().TryWrapEncodePlanFuncs),
+				func(f pgtype.TryWrapEncodePlanFunc) bool { return reflect.ValueOf(f).Pointer() != ours })
+			wraps := mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
+			require.Len(t, wrappers, map[bool]int{true: 1, false: 0}[wraps])
+		})
+	}
+}
