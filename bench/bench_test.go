@@ -48,6 +48,20 @@ func TestPercentile(t *testing.T) {
 	require.InDelta(t, 42.0, percentile([]float64{42}, 99), 0)
 }
 
+func TestCompletionPollGap(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, completionPollInterval, completionPollGap(0), "the first polls are quick: a short burst ends on time")
+	require.Equal(t, 50*time.Millisecond, completionPollGap(time.Second), "a twentieth of the wait")
+	require.Equal(t, completionPollMax, completionPollGap(time.Hour), "never later than completionPollMax")
+	// Polls over a 20 s wait: every count reads all completed rows, so their
+	// number must not grow with the wait as 20 s / completionPollInterval.
+	polls := 0
+	for waited := time.Duration(0); waited < 20*time.Second; waited += completionPollGap(waited) {
+		polls++
+	}
+	require.Less(t, polls, 200)
+}
+
 func TestMedianOf(t *testing.T) {
 	t.Parallel()
 
