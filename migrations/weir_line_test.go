@@ -54,7 +54,7 @@ func requireFinalSchema(ctx context.Context, t *testing.T, pool *pgxpool.Pool, s
 	columns := "SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2"
 	require.Contains(t, queryStrings(ctx, t, pool, columns, schema, "weir_event"), "boundary")
 	require.Contains(t, queryStrings(ctx, t, pool, columns, schema, "weir_history"), "event_id")
-	require.Equal(t, []string{"fillfactor=80"}, queryStrings(ctx, t, pool,
+	require.Equal(t, []string{"fillfactor=50"}, queryStrings(ctx, t, pool,
 		"SELECT unnest(reloptions) FROM pg_class WHERE oid = to_regclass($1)", pgx.Identifier{schema, "weir_run"}.Sanitize()))
 	indexes := queryStrings(ctx, t, pool, "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'weir_run'", schema)
 	require.NotEmpty(t, indexes)
@@ -77,4 +77,43 @@ func queryStrings(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql str
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return out
+}
+
+// TestWeirRunAdvanceStaysOnPage: weir_run's fill factor leaves every row of
+// a full page room for one more version of itself on that page, with no
+// pruning at all (an old snapshot keeps every version alive), so a workflow
+// task's write to its run (next_event_id, updated_at) is a HOT update even
+// when all the page's runs advance at once, as in a burst of starts.
+func TestWeirRunAdvanceStaysOnPage(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.FreshSchema(ctx, t)
+	runs, workflows := pgx.Identifier{schema, "weir_run"}.Sanitize(), pgx.Identifier{schema, "weir_workflow"}.Sanitize()
+	const n = 200 // several pages of runs
+	_, err := pool.Exec(ctx, `INSERT INTO `+workflows+` (namespace, workflow_id)
+		SELECT 'default', 'wf-' || i FROM generate_series(1, $1) AS i`, n)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO `+runs+` (run_id, namespace, workflow_id, generation, kind, queue, args,
+			request_id, request_hash, task_job_id)
+		SELECT gen_random_uuid(), 'default', 'wf-' || i, 1, 'ThreeSteps', 'default', convert_to('{"Input":' || i || '}', 'UTF8'),
+			gen_random_uuid()::text, sha256(i::text::bytea), i
+		FROM generate_series(1, $1) AS i`, n)
+	require.NoError(t, err)
+
+	// A snapshot taken before the writes: no version they leave dead can be
+	// pruned while it is open.
+	old, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	defer func() { _ = old.Rollback(ctx) }()
+	var count int
+	require.NoError(t, old.QueryRow(ctx, "SELECT count(*) FROM "+runs).Scan(&count))
+	require.Equal(t, n, count)
+
+	var moved int
+	require.NoError(t, pool.QueryRow(ctx, `WITH before AS (SELECT run_id, (ctid::text::point)[0] AS page FROM `+runs+`),
+		advanced AS (UPDATE `+runs+` r SET next_event_id = r.next_event_id + 2, updated_at = now()
+			RETURNING r.run_id, (r.ctid::text::point)[0] AS page)
+		SELECT count(*) FROM advanced a JOIN before b USING (run_id) WHERE a.page <> b.page`).Scan(&moved))
+	require.Zero(t, moved, "every run's new version stays on its page")
 }

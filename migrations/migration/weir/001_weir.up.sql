@@ -78,9 +78,12 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_run (
     -- A workflow task's write to its run (next_event_id, task_job_id,
     -- updated_at) is a HOT update, staying on the row's page and adding no
     -- index entry, as long as no indexed column changes and the page has
-    -- room: the fill factor leaves that room, and no index covers a column
-    -- such a write changes.
-    fillfactor = 80
+    -- room: no index covers a column such a write changes, and the fill
+    -- factor leaves every row of a full page room for one more version of
+    -- itself, even before any is pruned. In a burst all the runs of a page
+    -- advance together, while the page is pinned by others and its dead
+    -- versions are still visible to someone (decision 0029).
+    fillfactor = 50
 );
 
 -- W1: one live run per workflow ID, whatever the application does. It is
