@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -368,8 +369,9 @@ func TestRunScale(t *testing.T) {
 	base, err := url.Parse(dbtest.URL(ctx, t))
 	require.NoError(t, err)
 	h := &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base, logf: t.Logf}}
+	profiles := t.TempDir()
 	for _, p := range []scaleParams{
-		{contender: ContenderWeirNormal, n: 20, pool: 4, workers: 2, warmup: 5},
+		{contender: ContenderWeirNormal, n: 20, pool: 4, workers: 2, warmup: 5, profile: filepath.Join(profiles, "normal")},
 		{contender: ContenderDBOSQueue, n: 20, pool: 4, workers: 2, warmup: 5},
 		{contender: ContenderWeir, n: 20, pool: 4, delay: 2 * time.Millisecond, warmup: 5},
 	} {
@@ -394,6 +396,13 @@ func TestRunScale(t *testing.T) {
 		require.GreaterOrEqual(t, res.BenchCPUUsPerUnit, 0.0)
 		for name := range res.BusyBackendsBy {
 			require.NotEqual(t, harnessAppName, name, "the harness's own connections are left out")
+		}
+	}
+	for _, name := range []string{"weir-worker-1", "weir-worker-2", "weir-starter"} { // --proc-profile
+		for _, suffix := range []string{"cpu.pprof", "allocs-base.pprof", "allocs.pprof", "goroutine-peak.pprof", "goroutine-000s.pprof", "gc.txt"} {
+			info, err := os.Stat(filepath.Join(profiles, "normal-"+name+"."+suffix))
+			require.NoError(t, err)
+			require.Positive(t, info.Size(), "%s.%s", name, suffix)
 		}
 	}
 }

@@ -62,10 +62,12 @@ func (c *executionCounter) snapshot() map[string]int {
 type procRequest struct {
 	// Op is "start" (start workflows From..To-1 at once, each in a
 	// goroutine; reply with their start times), "check" (check their
-	// results), "stats" or "executions".
+	// results), "stats", "executions" or "profile" (start profiling into
+	// files named Path + a suffix, or stop without a Path).
 	Op   string `json:"op"`
 	From int    `json:"from,omitempty"`
 	To   int    `json:"to,omitempty"`
+	Path string `json:"path,omitempty"`
 }
 
 // procReply answers a procRequest, one JSON line on the reply pipe.
@@ -80,6 +82,9 @@ type procReply struct {
 
 	// Executions are the step executions so far, by step.
 	Executions map[string]int `json:"executions,omitempty"`
+
+	// PeakGoroutines is the most goroutines counted while profiling.
+	PeakGoroutines int `json:"peak_goroutines,omitempty"`
 }
 
 // procStats is a process's CPU time so far: CPUNs from /proc, and the Go
@@ -240,6 +245,8 @@ func serveProcRequest(ctx context.Context, engine workflowEngine, req procReques
 			return procReply{}
 		}
 		return procReply{Executions: executions.snapshot()}
+	case "profile":
+		return serveProfileRequest(req.Path)
 	}
 	return procReply{Error: fmt.Sprintf("unknown op %q", req.Op)}
 }

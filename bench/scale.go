@@ -67,6 +67,7 @@ type scaleParams struct {
 	workers   int           // worker processes (weir-normal, dbos-queue)
 	delay     time.Duration // the proxy's delay each way, or none
 	warmup    int           // warm-up workflows; 0 means warmupBurst
+	profile   string        // profile each process's window into files named this + its name, or none
 }
 
 // scaleLayout is how a scale contender runs: the processes to start
@@ -185,6 +186,9 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	if err != nil {
 		return res, err
 	}
+	if err := h.profileProcs(procs, p.profile, true); err != nil {
+		return res, err
+	}
 	sampler := sampleBusy(ctx, db.admin, db.name)
 	type started struct {
 		reply procReply
@@ -211,6 +215,9 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	s := <-startDone
 	if s.err != nil {
 		return res, s.err
+	}
+	if err := h.profileProcs(procs, p.profile, false); err != nil {
+		return res, err
 	}
 	after, err := procStatsOf(procs)
 	if err != nil {
@@ -239,6 +246,29 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 		return res, err
 	}
 	return res, h.countDuplicates(res, procs)
+}
+
+// profileProcs starts or stops profiling each of procs into files named
+// prefix + "-" + its name, when prefix is set, and logs their peak
+// goroutine counts when it stops.
+func (h *harness) profileProcs(procs []*proc, prefix string, start bool) error {
+	if prefix == "" {
+		return nil
+	}
+	for _, pr := range procs {
+		req := procRequest{Op: "profile"}
+		if start {
+			req.Path = prefix + "-" + pr.name
+		}
+		reply, err := pr.do(req)
+		if err != nil {
+			return err
+		}
+		if !start {
+			h.logf("%s: at most %d goroutines; profiles in %s-%s.*.pprof", pr.name, reply.PeakGoroutines, prefix, pr.name)
+		}
+	}
+	return nil
 }
 
 // countDuplicates merges the step executions of every process and records

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ type scaleOptions struct {
 	bigPool          int
 	hopPools         []int
 	delay            time.Duration
+	procProfile      string
 }
 
 func newScaleCmd() *cobra.Command {
@@ -66,13 +68,14 @@ contender's GC share and its duplicate step executions.
 	cmd.Flags().StringSliceVar(&s.workerContenders, "workers-contender", []string{ContenderWeirNormal}, contenderFlagHelp+" of the worker-process part (weir-normal, dbos-queue)")
 	cmd.Flags().StringSliceVar(&s.hopContenders, "hop-contender", []string{ContenderWeir, ContenderWeirNormal, ContenderDBOSDirect}, contenderFlagHelp+" of the hop part")
 	cmd.Flags().IntSliceVar(&s.workerCounts, "workers", ScaleWorkerCounts, "worker-process counts of the workers part")
-	cmd.Flags().IntVar(&s.burstN, "burst-n", ScaleBurstN, "workflows of the bursts at pool 20 and 64")
+	cmd.Flags().IntVar(&s.burstN, "burst-n", ScaleBurstN, "workflows of the bursts at pool 20 and 64 (0: none)")
 	cmd.Flags().IntVar(&s.bigN, "big-n", ScaleBigN, "workflows of the big burst (0: none)")
 	cmd.Flags().IntVar(&s.bigPool, "big-pool", ScalePool, "pool of the big burst")
 	cmd.Flags().IntVar(&s.workersN, "workers-n", ScaleWorkersN, "workflows of the workers part")
 	cmd.Flags().IntVar(&s.hopN, "hop-n", ScaleHopN, "workflows of the hop part")
 	cmd.Flags().IntSliceVar(&s.hopPools, "hop-pool", []int{ScalePool}, "pools of the hop part")
 	cmd.Flags().DurationVar(&s.delay, "delay", ScaleHopDelay, "the hop part's proxy delay, each direction")
+	cmd.Flags().StringVar(&s.procProfile, "proc-profile", "", "directory to write each contender process's profiles of each measurement to: CPU, allocations at the window's start and end (pprof -base), goroutines at their peak")
 	cmd.Flags().IntVar(&o.runs, "runs", 1, "repetitions (contenders interleaved, their order rotated)")
 	cmd.Flags().StringVar(&o.out, "out", "", "directory to write results.jsonl and summary.md to (besides stdout)")
 	cmd.Flags().BoolVar(&o.rtDetail, "rt-detail", false, "with a proxy (the hop part), also count round trips by statement (round_trip_detail in the JSON, a top list on stderr)")
@@ -91,7 +94,10 @@ func (h *harness) scaleRound(ctx context.Context, s *scaleOptions, run, runs int
 	for _, part := range s.parts {
 		switch part {
 		case ScalePartBurst:
-			sizes := []scaleParams{{pool: PoolMaxConns, n: s.burstN}, {pool: ScalePool, n: s.burstN}}
+			var sizes []scaleParams
+			if s.burstN > 0 {
+				sizes = append(sizes, scaleParams{pool: PoolMaxConns, n: s.burstN}, scaleParams{pool: ScalePool, n: s.burstN})
+			}
 			if s.bigN > 0 {
 				sizes = append(sizes, scaleParams{pool: s.bigPool, n: s.bigN})
 			}
@@ -115,6 +121,9 @@ func (h *harness) scaleRound(ctx context.Context, s *scaleOptions, run, runs int
 		}
 	}
 	for _, m := range plan {
+		if s.procProfile != "" {
+			m.p.profile = filepath.Join(s.procProfile, fmt.Sprintf("%s-%s-n%d-pool%d-w%d-run%d", m.workload, m.p.contender, m.p.n, m.p.pool, m.p.workers, run))
+		}
 		h.logf("%s %s n=%d pool=%d workers=%d delay=%s run %d/%d", m.workload, m.p.contender, m.p.n, m.p.pool, m.p.workers, m.p.delay, run, runs)
 		res, err := h.runScale(ctx, m.p)
 		res.Workload, res.Run, res.Runs = m.workload, run, runs

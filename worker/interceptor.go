@@ -96,6 +96,9 @@ func intercept[I any](ctx context.Context, interceptors []Interceptor, info I,
 // decodeHeaders reads a run's trace_context. Headers are for telemetry: a
 // value that does not decode is dropped rather than failing the work.
 func decodeHeaders(data []byte) map[string]string {
+	if len(data) == 0 || string(data) == "null" || string(data) == "{}" { // a run started without telemetry: no decoder
+		return nil
+	}
 	var headers map[string]string
 	if err := json.Unmarshal(data, &headers); err != nil || len(headers) == 0 {
 		return nil

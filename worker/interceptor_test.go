@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -166,5 +167,52 @@ func TestInterceptorsWithoutHeaders(t *testing.T) {
 	}
 	for _, a := range rec.activities {
 		require.Nil(t, a.Headers)
+	}
+}
+
+// deadlineInterceptor records how long each task's context had left when
+// the task began.
+type deadlineInterceptor struct {
+	mu   sync.Mutex
+	left []time.Duration // -1: no deadline
+}
+
+func (d *deadlineInterceptor) InterceptTask(ctx context.Context, _ *worker.TaskInfo, next func(context.Context) error) error {
+	left := time.Duration(-1)
+	if deadline, ok := ctx.Deadline(); ok {
+		left = time.Until(deadline)
+	}
+	d.mu.Lock()
+	d.left = append(d.left, left)
+	d.mu.Unlock()
+	return next(ctx)
+}
+
+func (d *deadlineInterceptor) InterceptActivity(ctx context.Context, _ *activity.Info, next func(context.Context) error) error {
+	return next(ctx)
+}
+
+// A task is bounded by TaskTimeout although River's executor gives it no
+// deadline (the task worker's Timeout is none, so that River watches no
+// task for being stuck).
+func TestTaskContextHasTaskTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+
+	const timeout = 40 * time.Second
+	rec := &deadlineInterceptor{}
+	startWorker(ctx, t, b, &worker.Config{Interceptors: []worker.Interceptor{rec}, TaskTimeout: timeout})
+	run, err := b.client.Start(ctx, OrderArgs{ID: "d", Cents: []int64{1}}, nil)
+	require.NoError(t, err)
+	_, err = getWithin[Receipt](ctx, t, run)
+	require.NoError(t, err)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.NotEmpty(t, rec.left)
+	for _, left := range rec.left {
+		require.Greater(t, left, timeout-10*time.Second, "a task's context ends TaskTimeout after it began")
+		require.LessOrEqual(t, left, timeout)
 	}
 }

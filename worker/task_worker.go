@@ -47,8 +47,11 @@ func engineRetry(attempt int) time.Time {
 	return time.Now().Add(min(backoff, task.RetryBackoffMax))
 }
 
-// Timeout bounds one task.
-func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.config.TaskTimeout }
+// Timeout is none for River's executor: Work bounds the task by
+// Config.TaskTimeout itself. With a timeout, River's executor starts a
+// goroutine per job to watch for it being stuck, which stays parked while
+// the task waits for its group, and every GC cycle scans one per held slot.
+func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return -1 }
 
 // Work runs one workflow task: in ONE transaction it locks the run, moves the
 // inbox into history, replays the workflow, appends the new events with a
@@ -61,6 +64,10 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return t.w.c
 // (groupCommitter): a task whose job holds a lease token completes it with
 // the run's last writes, by the same fenced statement as a claimed job's.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
+	// The task's deadline (Timeout), on the context before anything reads
+	// the lease from it: the lease keeper stops renewing past it.
+	ctx, cancelTask := context.WithTimeout(ctx, t.w.config.TaskTimeout)
+	defer cancelTask()
 	// A run new to the run cache waits for room there (historyCache.await)
 	// for half the task's time; a task still without room goes back to its
 	// queue, which costs it no attempt.
