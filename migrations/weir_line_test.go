@@ -14,7 +14,8 @@ import (
 
 // TestWeirLineUpDown: the weir line's one version creates the final schema
 // directly (every table, the history view, the boundary column, weir_run's
-// fill factor, no index on weir_run's updated_at), and its down step
+// fill factor, no index on weir_run's updated_at, no foreign key to
+// weir_run), and its down step
 // removes everything it created and nothing else; up brings it back.
 func TestWeirLineUpDown(t *testing.T) {
 	t.Parallel()
@@ -61,6 +62,9 @@ func requireFinalSchema(ctx context.Context, t *testing.T, pool *pgxpool.Pool, s
 	for _, def := range indexes {
 		require.NotContains(t, def, "updated_at", "a task's write to its run stays a HOT update")
 	}
+	run := pgx.Identifier{schema, "weir_run"}.Sanitize()
+	require.Empty(t, queryStrings(ctx, t, pool, "SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' AND confrelid = to_regclass($1)", run),
+		"no foreign key locks a run for its rows (decision 0031)")
 }
 
 // relations lists every relation of schema (tables, views, indexes,

@@ -532,9 +532,12 @@ func TestRetention(t *testing.T) {
 		_, err := shortLived.Describe(ctx, "gone", gone.RunID)
 		return errors.Is(err, client.ErrRunNotFound)
 	})
-	var events int
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.History+" WHERE run_id = $1", gone.RunID).Scan(&events))
-	require.Zero(t, events, "its history went with it")
+	n := b.names
+	for _, table := range []string{n.History, n.Event, n.Activity, n.Inbox, n.Query, n.Update} {
+		var rows int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE run_id = $1", gone.RunID).Scan(&rows))
+		require.Zero(t, rows, "its rows in %s went with it", table)
+	}
 	_, err = b.client.Describe(ctx, "kept", kept.RunID)
 	require.NoError(t, err, "the default namespace keeps its runs")
 

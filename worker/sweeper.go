@@ -72,12 +72,17 @@ func (s *sweeper) sweep(ctx context.Context) (int, error) {
 }
 
 // deleteExpired deletes closed runs past their namespace's retention, with
-// their history (ON DELETE CASCADE), a batch at a time (SKIP LOCKED lets
-// every worker's sweeper share the work), and queries whose asker gave up
-// and did not delete them. They are not repairs: it returns 0.
+// their history and every other row of theirs, a batch at a time in a
+// transaction (SKIP LOCKED lets every worker's sweeper share the work), and
+// queries whose asker gave up and did not delete them. They are not
+// repairs: it returns 0.
 func (s *sweeper) deleteExpired(ctx context.Context) (int, error) {
 	if s.w.config.Retention >= 0 {
-		if _, err := s.w.store.ExpireRuns(ctx, s.w.pool, s.w.config.Retention, sweepBatch); err != nil {
+		err := pgx.BeginFunc(ctx, s.w.pool, func(tx pgx.Tx) error {
+			_, err := s.w.store.ExpireRuns(ctx, tx, s.w.config.Retention, sweepBatch)
+			return err
+		})
+		if err != nil {
 			return 0, fmt.Errorf("deleting runs past retention: %w", err)
 		}
 	}

@@ -21,7 +21,7 @@ func newQuerySQL(n *dbschema.Names) querySQL {
 		answered: dbschema.Channel(n.Schema, dbschema.QueryAnsweredChannel),
 		ask: "WITH q AS (INSERT INTO " + n.Query + " (run_id, namespace, workflow_kind, kind, args, expires_at)" +
 			" SELECT run_id, namespace, kind, $2, $3, now() + $4::bigint * interval '1 microsecond' FROM " + n.Run +
-			" WHERE run_id = $1 RETURNING id) SELECT q.id FROM q, LATERAL (SELECT pg_notify($5, q.id::text)) n",
+			" WHERE run_id = $1 FOR KEY SHARE RETURNING id) SELECT q.id FROM q, LATERAL (SELECT pg_notify($5, q.id::text)) n",
 		answerOf: "SELECT result, failure, answered_at IS NOT NULL FROM " + n.Query + " WHERE id = $1",
 		del:      "DELETE FROM " + n.Query + " WHERE id = $1",
 		expire:   "DELETE FROM " + n.Query + " WHERE expires_at < now() - interval '1 minute'",
@@ -46,6 +46,9 @@ type AskQueryParams struct {
 
 // AskQuery stores a query for the run's workers and notifies them; it
 // returns the query's ID, or pgx.ErrNoRows when the run does not exist.
+// It locks the run's row (FOR KEY SHARE, which no write of a live run's
+// waits for) to its commit, so that retention, which deletes runs under
+// their lock, never leaves the query behind its run.
 func (s *Store) AskQuery(ctx context.Context, db DBTX, p AskQueryParams) (id int64, err error) {
 	return id, db.QueryRow(ctx, s.queries.ask, p.RunID, p.Kind, p.Args, p.Timeout.Microseconds(), s.queries.asked).Scan(&id)
 }

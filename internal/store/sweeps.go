@@ -14,19 +14,24 @@ import (
 // sweepSQL are the statements of weir's background repairs: retention,
 // activity and run timeouts, stranded runs, timers' jobs.
 type sweepSQL struct {
-	expireRuns, timedOut, endedScan, endedJobs, lockRun, activityExists, deleteActivity string
-	strandedScan, strandedLock, runDeadlines, activityPending, activityJob              string
-	timerJobs, jobAvailable, nextTimer, notifyQueue                                     string
+	lockExpired, deleteRuns, timedOut, endedScan, endedJobs, lockRun, activityExists, deleteActivity string
+	strandedScan, strandedLock, runDeadlines, activityPending, activityJob                           string
+	timerJobs, jobAvailable, nextTimer, notifyQueue                                                  string
 }
 
 func newSweepSQL(n *dbschema.Names) sweepSQL {
 	const endedColumns = "SELECT a.run_id, a.scheduled_event_id, a.job_id, j.state::text, coalesce(j.attempt, 0), coalesce(j.errors, '{}')," +
 		" coalesce(j.metadata ? 'cancel_attempted_at', false) FROM "
 	return sweepSQL{
-		expireRuns: "WITH expired AS (SELECT r.run_id FROM " + n.Run + " r LEFT JOIN " + n.Namespace + " n ON n.name = r.namespace" +
+		lockExpired: "SELECT r.run_id FROM " + n.Run + " r LEFT JOIN " + n.Namespace + " n ON n.name = r.namespace" +
 			" WHERE r.state <> 'running' AND r.closed_at < now() - coalesce(n.retention, $1::bigint * interval '1 microsecond')" +
-			" ORDER BY r.closed_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED)" +
-			" DELETE FROM " + n.Run + " WHERE run_id IN (SELECT run_id FROM expired)",
+			" ORDER BY r.closed_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
+		deleteRuns: "WITH e AS (DELETE FROM " + n.Event + " WHERE run_id = ANY($1))," +
+			" a AS (DELETE FROM " + n.Activity + " WHERE run_id = ANY($1))," +
+			" i AS (DELETE FROM " + n.Inbox + " WHERE run_id = ANY($1))," +
+			" q AS (DELETE FROM " + n.Query + " WHERE run_id = ANY($1))," +
+			" u AS (DELETE FROM " + n.Update + " WHERE run_id = ANY($1))" +
+			" DELETE FROM " + n.Run + " WHERE run_id = ANY($1)",
 		timedOut: "SELECT a.run_id, a.scheduled_event_id, a.job_id, coalesce(j.attempt, 0), a.deadline" +
 			" FROM " + n.Activity + " a LEFT JOIN " + n.RiverJob + " j ON j.id = a.job_id WHERE a.deadline < now()" +
 			" AND NOT EXISTS (SELECT 1 FROM " + n.Inbox + " i WHERE i.run_id = a.run_id AND i.dedup_key = 'activity:' || a.scheduled_event_id)" +
@@ -65,10 +70,23 @@ func newSweepSQL(n *dbschema.Names) sweepSQL {
 }
 
 // ExpireRuns deletes up to limit closed runs past their namespace's
-// retention (else retention), skipping rows others lock; it returns how
-// many it deleted.
-func (s *Store) ExpireRuns(ctx context.Context, db DBTX, retention time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, s.sweeps.expireRuns, retention.Microseconds(), limit)
+// retention (else retention), skipping rows others lock, with every row of
+// theirs in weir_event, weir_activity, weir_inbox, weir_query and
+// weir_update; it returns how many runs it deleted.
+//
+// No foreign key ties those rows to their run: every writer of one holds
+// its run's row lock in its transaction, or inserted the run in it
+// (ARCHITECTURE.md, "A run's rows"). So the runs are locked first, and
+// their rows deleted by a second statement, whose snapshot (tx is READ
+// COMMITTED) is taken after the locks were granted and holds every row a
+// writer committed before; a writer that comes after finds no run and
+// writes nothing.
+func (s *Store) ExpireRuns(ctx context.Context, tx pgx.Tx, retention time.Duration, limit int) (int64, error) {
+	runs, err := collectRows(ctx, tx, pgx.RowTo[uuid.UUID], s.sweeps.lockExpired, retention.Microseconds(), limit)
+	if err != nil || len(runs) == 0 {
+		return 0, err
+	}
+	tag, err := tx.Exec(ctx, s.sweeps.deleteRuns, runs)
 	return tag.RowsAffected(), err
 }
 

@@ -114,6 +114,12 @@ CREATE INDEX IF NOT EXISTS weir_run_list_state_idx
 CREATE INDEX IF NOT EXISTS weir_run_list_workflow_id_idx
     ON /* TEMPLATE: schema */weir_run (namespace, workflow_id text_pattern_ops, created_at DESC, run_id DESC);
 
+-- A run's rows in weir_event, weir_activity, weir_inbox, weir_query and
+-- weir_update name it by run_id, with no foreign key, whose check would lock
+-- the run's row for every row written: each of their writers holds the run's
+-- row lock in its transaction (or inserted the run in it), and retention
+-- deletes them with their run (ARCHITECTURE.md, decision 0030).
+
 -- The history: append-only, gap-free per run (W4). Every workflow task
 -- appends a WorkflowTaskStarted event (its boundary: the time workflow code
 -- saw, the task's attempt) and then, usually, commands. A boundary followed
@@ -124,7 +130,7 @@ CREATE INDEX IF NOT EXISTS weir_run_list_workflow_id_idx
 -- is IDs 1, 2, 3… without gaps; a task with no command keeps a row of its
 -- own. It saves a row and an index entry per task.
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_event (
-    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    run_id uuid NOT NULL,
     event_id bigint NOT NULL,
     type text NOT NULL,
     attributes jsonb NOT NULL DEFAULT '{}',
@@ -156,7 +162,7 @@ CREATE OR REPLACE VIEW /* TEMPLATE: schema */weir_history AS
 -- Results waiting for the run's next workflow task.
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_inbox (
     id bigserial PRIMARY KEY,
-    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    run_id uuid NOT NULL,
     type text NOT NULL,
     attributes jsonb NOT NULL DEFAULT '{}',
     -- Writers that may repeat (an activity outcome reported twice) use the
@@ -172,7 +178,7 @@ CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_inbox (
 -- resolves those whose job ended without writing an outcome (a plain River
 -- worker, a discard by the reaper, a job deleted by hand).
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_activity (
-    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    run_id uuid NOT NULL,
     scheduled_event_id bigint NOT NULL,
     job_id bigint NOT NULL,
     kind text NOT NULL,
@@ -191,7 +197,7 @@ CREATE INDEX IF NOT EXISTS weir_activity_deadline_idx ON /* TEMPLATE: schema */w
 -- deletes the row. Rows are short-lived; abandoned ones expire.
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_query (
     id bigserial PRIMARY KEY,
-    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    run_id uuid NOT NULL,
     namespace text NOT NULL,
     workflow_kind text NOT NULL,
     kind text NOT NULL,
@@ -211,7 +217,7 @@ CREATE INDEX IF NOT EXISTS weir_query_pending_idx
 -- rejects it, or completes its handler, writes the answer here and notifies
 -- the caller.
 CREATE TABLE IF NOT EXISTS /* TEMPLATE: schema */weir_update (
-    run_id uuid NOT NULL REFERENCES /* TEMPLATE: schema */weir_run (run_id) ON DELETE CASCADE,
+    run_id uuid NOT NULL,
     update_id text NOT NULL,
     kind text NOT NULL,
     state text NOT NULL DEFAULT 'requested',
