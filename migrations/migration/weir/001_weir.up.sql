@@ -118,7 +118,7 @@ CREATE INDEX IF NOT EXISTS weir_run_list_workflow_id_idx
 -- weir_update name it by run_id, with no foreign key, whose check would lock
 -- the run's row for every row written: each of their writers holds the run's
 -- row lock in its transaction (or inserted the run in it), and retention
--- deletes them with their run (ARCHITECTURE.md, decision 0030).
+-- deletes them with their run (ARCHITECTURE.md, decision 0031).
 
 -- The history: append-only, gap-free per run (W4). Every workflow task
 -- appends a WorkflowTaskStarted event (its boundary: the time workflow code
