@@ -118,11 +118,11 @@ type Config struct {
 	// runs new to the cache): beyond it a fetched task of a run the cache
 	// does not hold waits until a run in flight settles or closes, for at
 	// most half of TaskTimeout, then goes back to its queue without using
-	// an attempt (River's JobSnooze); an eager start waits the same way,
-	// before it sends anything, and only while its ctx would leave its
-	// first task twice DeadlockTimeout, then queues the task through River
-	// (client.StartOpts.EagerStart). Negative caches nothing and bounds
-	// nothing. Defaults to MaxCachedRunsDefault.
+	// an attempt (River's JobSnooze); an eager start waits the same way
+	// (after such tasks), before it sends anything, and only while its ctx
+	// would leave its first task twice DeadlockTimeout, then queues the
+	// task through River (client.StartOpts.EagerStart). Negative caches
+	// nothing and bounds nothing. Defaults to MaxCachedRunsDefault.
 	MaxCachedRuns int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

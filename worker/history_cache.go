@@ -41,12 +41,12 @@ import (
 type historyCache struct {
 	mu       sync.Mutex
 	entries  map[[16]byte]*historyEntry
-	order    *list.List // of run IDs, the most recently used first
-	size     int        // most entries kept; 0 keeps none
-	stopped  bool       // the worker stopped: cached runs are closed, not kept
-	busy     int        // entries that are busy
-	admitted int        // runs admitted (admit, await, reserve) and not released yet
-	waiting  *list.List // of chan struct{}: those awaiting room, the oldest first, closed once admitted
+	order    *list.List    // of run IDs, the most recently used first
+	size     int           // most entries kept; 0 keeps none
+	stopped  bool          // the worker stopped: cached runs are closed, not kept
+	busy     int           // entries that are busy
+	admitted int           // runs admitted (admit, await, reserve) and not released yet
+	waiting  [2]*list.List // of chan struct{}, by roomFor: those awaiting room, the oldest first, closed once admitted
 	stats    cacheStats
 }
 
@@ -106,7 +106,7 @@ type decidedTask struct {
 // newHistoryCache returns a cache of at most size runs (none when size is
 // not positive).
 func newHistoryCache(size int) *historyCache {
-	return &historyCache{entries: make(map[[16]byte]*historyEntry), order: list.New(), waiting: list.New(), size: max(size, 0)}
+	return &historyCache{entries: make(map[[16]byte]*historyEntry), order: list.New(), waiting: [2]*list.List{list.New(), list.New()}, size: max(size, 0)}
 }
 
 // lookup returns the run's entry, marked as used now.
@@ -160,12 +160,34 @@ func (c *historyCache) hasRoom() bool {
 	return c.size == 0 || c.stopped || c.busy+c.admitted < c.size
 }
 
-// free admits those awaiting room, the oldest first, while there is room
-// (under c.mu): each is woken once, when admitted.
+// roomFor is what awaits room: a task of a run started already comes
+// before a run yet to start, whose start can wait (and whose run would only
+// add to those in flight).
+type roomFor int
+
+const (
+	roomForTask  roomFor = iota // await
+	roomForStart                // reserve, admit
+)
+
+// ahead is how many await room before one for r (under c.mu).
+func (c *historyCache) ahead(r roomFor) int {
+	n := 0
+	for _, q := range c.waiting[:r+1] {
+		n += q.Len()
+	}
+	return n
+}
+
+// free admits those awaiting room, tasks first, each in the order they
+// came, while there is room (under c.mu): each is woken once, when
+// admitted.
 func (c *historyCache) free() {
-	for c.waiting.Len() > 0 && c.hasRoom() {
-		c.admitted++
-		close(c.waiting.Remove(c.waiting.Front()).(chan struct{}))
+	for _, q := range c.waiting {
+		for q.Len() > 0 && c.hasRoom() {
+			c.admitted++
+			close(q.Remove(q.Front()).(chan struct{}))
+		}
 	}
 }
 
@@ -175,7 +197,7 @@ func (c *historyCache) free() {
 func (c *historyCache) admit() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.waiting.Len() > 0 || !c.hasRoom() {
+	if c.ahead(roomForStart) > 0 || !c.hasRoom() {
 		return false
 	}
 	c.admitted++
@@ -191,7 +213,7 @@ func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(
 	if _, ok := c.entries[runID]; ok {
 		return func() {}, nil
 	}
-	return c.awaitLocked(ctx)
+	return c.awaitLocked(ctx, roomForTask)
 }
 
 // reserve admits a run that a start is about to insert, once the cache has
@@ -200,19 +222,19 @@ func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(
 func (c *historyCache) reserve(ctx context.Context) (release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.awaitLocked(ctx)
+	return c.awaitLocked(ctx, roomForStart)
 }
 
-// awaitLocked admits a run in flight once the cache has room for it and
-// all who awaited it before were admitted (free), or fails when ctx ends
+// awaitLocked admits a run in flight, for r, once the cache has room for
+// it and all ahead of it were admitted (free), or fails when ctx ends
 // (under c.mu, which it lets go while it waits).
-func (c *historyCache) awaitLocked(ctx context.Context) (release func(), err error) {
-	if c.waiting.Len() == 0 && c.hasRoom() {
+func (c *historyCache) awaitLocked(ctx context.Context, r roomFor) (release func(), err error) {
+	if c.ahead(r) == 0 && c.hasRoom() {
 		c.admitted++
 		return c.release, nil
 	}
 	admitted := make(chan struct{})
-	e := c.waiting.PushBack(admitted)
+	e := c.waiting[r].PushBack(admitted)
 	c.mu.Unlock()
 	select {
 	case <-admitted:
@@ -226,7 +248,7 @@ func (c *historyCache) awaitLocked(ctx context.Context) (release func(), err err
 		c.admitted--
 		c.free()
 	default:
-		c.waiting.Remove(e)
+		c.waiting[r].Remove(e)
 	}
 	return nil, context.Cause(ctx)
 }

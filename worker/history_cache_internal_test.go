@@ -381,7 +381,7 @@ func TestHistoryCacheRoomInOrder(t *testing.T) {
 		require.Eventually(t, func() bool { // queued in this order
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			return c.waiting.Len() == i+1
+			return c.waiting[roomForStart].Len() == i+1
 		}, 10*time.Second, time.Millisecond)
 	}
 
@@ -402,6 +402,44 @@ func TestHistoryCacheRoomInOrder(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	c.mu.Lock()
-	require.Equal(t, 1, c.waiting.Len(), "the cancelled waiter left the queue")
+	require.Equal(t, 1, c.waiting[roomForStart].Len(), "the cancelled waiter left the queue")
 	c.mu.Unlock()
+}
+
+// TestHistoryCacheTasksBeforeStarts: a task of a run started already that
+// awaits room is admitted before the starts that waited longer: finishing
+// runs in flight frees room, starting new ones only takes it.
+func TestHistoryCacheTasksBeforeStarts(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := newHistoryCache(1)
+	busy := c.put(uuid.New(), []history.Event{{ID: 1, Type: "WorkflowStarted"}}, nil, nil, nil, 1)
+
+	admitted := make(chan string, 2)
+	wait := func(what string, queued func() bool, admit func() (func(), error)) {
+		go func() {
+			release, err := admit()
+			if err != nil {
+				return
+			}
+			admitted <- what
+			<-ctx.Done()
+			release()
+		}()
+		require.Eventually(t, func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return queued()
+		}, 10*time.Second, time.Millisecond)
+	}
+	wait("start", func() bool { return c.waiting[roomForStart].Len() == 1 }, func() (func(), error) { return c.reserve(ctx) })
+	wait("task", func() bool { return c.waiting[roomForTask].Len() == 1 }, func() (func(), error) { return c.await(ctx, uuid.New()) })
+	require.False(t, c.admit(), "a start takes no room while others await it")
+	c.claimEnded(busy)
+	require.Equal(t, "task", <-admitted)
+	select {
+	case what := <-admitted:
+		t.Fatalf("%s admitted with the one room taken", what)
+	case <-time.After(50 * time.Millisecond):
+	}
 }
