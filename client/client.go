@@ -328,11 +328,15 @@ type StartOpts struct {
 	// commit with the run, with no task job or fetch. Start then also runs
 	// the task's workflow code, for at most the worker's DeadlockTimeout; a
 	// task that fails or runs out of that time is rolled back and queued
-	// through River, which retries it (the start itself succeeds). Without
-	// such a worker, with too little time left on ctx, or while the worker
-	// has as many runs in flight as it caches (worker.Config.MaxCachedRuns),
-	// Start queues the task as usual. Many eager starts made at once share
-	// transactions, as Start says. See
+	// through River, which retries it (the start itself succeeds). While
+	// the worker has as many runs in flight as it caches
+	// (worker.Config.MaxCachedRuns), Start first waits for one to settle,
+	// before it sends anything: for at most half of the worker's
+	// TaskTimeout, and only while ctx would leave the task twice its
+	// DeadlockTimeout. Without such a worker, with too little time left on
+	// ctx, or with no room once that wait is over, Start queues the task as
+	// usual. Many eager starts made at once share transactions, as Start
+	// says. See
 	// docs/decisions/0011-eager-workflow-start.md for the round trips a
 	// start costs.
 	// Defaults to false.

@@ -33,6 +33,9 @@ type start struct {
 	key   string // of its workflow ID: dbschema.StartLockID
 	runID uuid.UUID
 	taker eagerstart.Taker // the linked worker's, for an eager Start
+	// reserved: the start holds room for its run in taker's worker
+	// (eagerstart.Taker.Reserve) until Start returns.
+	reserved bool
 
 	encoded                     bool
 	payload, hash, traceContext []byte
@@ -73,6 +76,15 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 		s.taker = c.config.EagerStarter.FirstTaskTaker(eagerstart.Key{
 			Schema: c.names.Schema, Queue: s.info.Queue, Kind: task.Kind(s.info.Namespace, s.info.Kind),
 		})
+	}
+	if s.taker != nil {
+		// Room for the run in flight, awaited before the start sends
+		// anything and held until the task's Done ran (each way of
+		// starting calls it before it returns).
+		var release func()
+		if release, s.reserved = s.taker.Reserve(ctx); s.reserved {
+			defer release()
+		}
 	}
 	s.jobs = &quietJobs{Client: c.quiet}
 	run, err := c.startBy(ctx, s)
@@ -213,6 +225,7 @@ func (s *start) eagerRun(found *store.StartRunResult, lastInTx bool) *eagerstart
 	return &eagerstart.Run{
 		Args: s.payload, Generation: found.Generation, ID: s.runID, Kind: s.info.Kind, Namespace: s.info.Namespace,
 		Now: found.CreatedAt, Queue: s.info.Queue, TraceContext: s.traceContext, WorkflowID: s.info.WorkflowID, LastInTx: lastInTx,
+		Reserved: s.reserved,
 	}
 }
 

@@ -51,7 +51,7 @@ func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, e
 	}
 	r := &eagerstart.Run{
 		Args: s.payload, ID: s.runID, Kind: info.Kind, Namespace: info.Namespace, Queue: info.Queue,
-		TraceContext: s.traceContext, WorkflowID: info.WorkflowID,
+		TraceContext: s.traceContext, WorkflowID: info.WorkflowID, Reserved: s.reserved,
 	}
 	tasks, err := s.taker.RunFirstTaskAhead(ctx, r)
 	var taskFailed *eagerstart.FailedAheadError

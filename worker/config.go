@@ -95,10 +95,11 @@ type Config struct {
 	// task that fails there, or on a worker with the deadlock check off,
 	// goes through River.
 	//
-	// Beyond the limit, on workers with Interceptors, and while the run
-	// cache has no room for another run in flight (MaxCachedRuns),
-	// activities (the limit, interceptors) and first tasks go through
-	// River's fetch. Claimed activities do not count
+	// Beyond the limit and on workers with Interceptors, activities go
+	// through River's fetch; so do first tasks on workers with
+	// Interceptors, and those whose start found no room in the run cache
+	// for another run in flight in the time it waits (MaxCachedRuns).
+	// Claimed activities do not count
 	// against River's MaxWorkers (Queues). Negative disables claiming and
 	// eager start. Defaults to MaxEagerActivitiesDefault.
 	MaxEagerActivities int
@@ -114,12 +115,14 @@ type Config struct {
 	// when it leaves the cache). Beyond the limit the run used least
 	// recently, of those not in flight, leaves. The limit also bounds the
 	// runs in flight (those whose claimed activities run here, and tasks of
-	// runs new to the cache): beyond it a first task is not run in its
-	// eager start (it goes through River), and a fetched task of a run the
-	// cache does not hold waits until a run in flight settles or closes,
-	// for at most half of TaskTimeout; then it goes back to its queue
-	// without using an attempt (River's JobSnooze). Negative caches nothing
-	// and bounds nothing. Defaults to MaxCachedRunsDefault.
+	// runs new to the cache): beyond it a fetched task of a run the cache
+	// does not hold waits until a run in flight settles or closes, for at
+	// most half of TaskTimeout, then goes back to its queue without using
+	// an attempt (River's JobSnooze); an eager start waits the same way
+	// (after such tasks), before it sends anything, and only while its ctx
+	// would leave its first task twice DeadlockTimeout, then queues the
+	// task through River (client.StartOpts.EagerStart). Negative caches
+	// nothing and bounds nothing. Defaults to MaxCachedRunsDefault.
 	MaxCachedRuns int
 
 	// FetchCooldown is the least time between two fetches of a queue (River's

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,14 +46,20 @@ type GatedStepArgs struct {
 
 func (GatedStepArgs) Kind() string { return "gated_step" }
 
-// GatedStepActivity returns N+1 once its gate is open.
+// GatedStepActivity returns N+1 once its gate is open, counting the
+// executions waiting at it.
 type GatedStepActivity struct {
 	activity.Defaults[GatedStepArgs, int]
 
-	gate chan struct{}
+	gate          chan struct{}
+	waiting, most atomic.Int32 // executions at the gate, now and at most
 }
 
 func (a *GatedStepActivity) Execute(ctx context.Context, args GatedStepArgs) (int, error) {
+	n := a.waiting.Add(1)
+	defer a.waiting.Add(-1)
+	for most := a.most.Load(); n > most && !a.most.CompareAndSwap(most, n); most = a.most.Load() {
+	}
 	select {
 	case <-a.gate:
 		return args.N + 1, nil
@@ -80,47 +87,79 @@ func startGated(ctx context.Context, t *testing.T, b *testBundle, config *worker
 	return w, gated
 }
 
-// TestEagerStartBurstKeepsRunsCached: a burst of eager starts larger than
-// the worker's run cache runs the first tasks in the starts only while the
-// cache has room for their runs; the rest go through River, and are taken
-// as runs leave the cache. No run is evicted before its next task: none
-// reads its history back from the database.
-func TestEagerStartBurstKeepsRunsCached(t *testing.T) {
+// TestEagerStartBurstWaitsForRoom: a burst of eager starts larger than the
+// worker's run cache runs every first task in its start: the starts beyond
+// the cache's room wait for runs in flight to settle (Reserve) rather than
+// queue their tasks through River, and no more runs are in flight at once
+// than the cache holds. No run is evicted before its next task: none reads
+// its history back from the database.
+func TestEagerStartBurstWaitsForRoom(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := setup(ctx, t)
 	const cached, runs, steps = 8, 50, 3
 	w, gated := startGated(ctx, t, b, &worker.Config{Schema: b.schema, MaxCachedRuns: cached})
 
-	// The whole burst starts while the runs' first activities wait: every
-	// run started stays in flight.
 	started := make([]*client.Run, runs)
-	var g errgroup.Group
+	var (
+		g        errgroup.Group
+		returned atomic.Int32
+	)
 	for i := range started {
 		g.Go(func() (err error) {
+			defer returned.Add(1)
 			started[i], err = b.client.Start(ctx, GatedArgs{Steps: steps}, &client.StartOpts{EagerStart: true})
 			return err
 		})
 	}
-	require.NoError(t, g.Wait())
+	// The runs that found room hold it at their first activity's gate; the
+	// other starts wait.
+	require.Eventually(t, func() bool { return gated.waiting.Load() == cached }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, int32(cached), returned.Load(), "only the starts that found room returned")
 	close(gated.gate)
+	require.NoError(t, g.Wait())
 
-	inStart := 0
 	for _, run := range started {
 		got, err := getWithin[int](ctx, t, run)
 		require.NoError(t, err)
 		require.Equal(t, steps, got)
-		if _, ok := firstTaskOf(ctx, t, b, run.RunID.String()); !ok {
-			inStart++
-		}
+		_, queued := firstTaskOf(ctx, t, b, run.RunID.String())
+		require.False(t, queued, "the first task of run %s ran in its start", run.RunID)
 	}
 	stats := worker.CacheStats(w)
-	t.Logf("%d runs, %d cached, %d first tasks in their starts: %+v", runs, cached, inStart, stats)
+	t.Logf("%d runs, %d cached: %+v; at most %d activities at the gate", runs, cached, stats, gated.most.Load())
 	require.Zero(t, stats.Misses, "no run read its history back from the database")
-	require.Positive(t, inStart, "first tasks ran in their starts")
-	require.LessOrEqual(t, inStart, cached, "no more first tasks ran in their starts than the cache holds")
-	require.Less(t, inStart, runs, "starts found the cache full: their first tasks went through River")
+	require.LessOrEqual(t, gated.most.Load(), int32(cached), "no more runs in flight than the cache holds")
 	require.Positive(t, stats.Hits)
+}
+
+// TestEagerStartWithoutRoomGoesThroughRiver: an eager start that finds no
+// room for its run in flight waits for at most half of the worker's
+// TaskTimeout, then queues its first task through River; the run goes on
+// once room frees up.
+func TestEagerStartWithoutRoomGoesThroughRiver(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	_, gated := startGated(ctx, t, b, &worker.Config{Schema: b.schema, MaxCachedRuns: 1, TaskTimeout: time.Second})
+
+	// The first run's activity holds the cache's one place in flight.
+	first, err := b.client.Start(ctx, GatedArgs{Steps: 1}, &client.StartOpts{EagerStart: true})
+	require.NoError(t, err)
+	_, queued := firstTaskOf(ctx, t, b, first.RunID.String())
+	require.False(t, queued, "the first task ran in its start")
+	second, err := b.client.Start(ctx, GatedArgs{Steps: 1}, &client.StartOpts{EagerStart: true})
+	require.NoError(t, err)
+	_, queued = firstTaskOf(ctx, t, b, second.RunID.String())
+	require.True(t, queued, "the second start found no room in time: its first task went through River")
+
+	close(gated.gate)
+	for _, run := range []*client.Run{first, second} {
+		got, err := getWithin[int](ctx, t, run)
+		require.NoError(t, err)
+		require.Equal(t, 1, got)
+	}
 }
 
 // TestTaskWithoutRoomGoesBackToItsQueue: a fetched task of a run new to a

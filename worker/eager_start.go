@@ -53,8 +53,8 @@ var errStartRolledBack = errors.New("the start did not commit")
 // start inserted in tx. Its workflow code gets at most the deadlock check's
 // timeout in all (the caller's Start waits for it); the task is declined
 // when ctx leaves less than twice that, when the worker is stopping, or
-// when its run cache has no room for the run (historyCache.admit): a burst
-// of starts then goes through River, at the pace the worker fetches.
+// when its run cache has no room for the run and the start reserved none
+// (admitFirst).
 func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *eagerstart.Run) (func(committed bool), error) {
 	w := t.w
 	budget, ok := t.budget(ctx)
@@ -66,7 +66,8 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *eagerst
 		return nil, eagerstart.ErrDeclined
 	}
 	defer w.eager.attempts.Done()
-	if !w.histories.admit() {
+	release, ok := w.admitFirst(r)
+	if !ok {
 		return nil, eagerstart.ErrDeclined
 	}
 	replayCtx, cancel := context.WithTimeout(ctx, budget)
@@ -82,10 +83,10 @@ func (t *firstTaskTaker) RunFirstTask(ctx context.Context, tx pgx.Tx, r *eagerst
 		err = nil
 	}
 	if err != nil {
-		w.settleAdmitted(err, &result)
+		w.settleAdmitted(err, &result, release)
 		return nil, w.failedInStart(ctx, r.ID, err)
 	}
-	return w.settleStart(&result), nil
+	return w.settleStart(&result, release), nil
 }
 
 // startedRun is the run a start just inserted, as its first task reads it;
@@ -109,21 +110,63 @@ func newRun(r *eagerstart.Run) *runRow {
 // settleStart is what the start that ran a first task calls once its
 // transaction ended: the task's results settle (claimed activities start)
 // if it committed.
-func (w *Worker) settleStart(result *taskResult) func(committed bool) {
+func (w *Worker) settleStart(result *taskResult, release func()) func(committed bool) {
 	return func(committed bool) {
 		var err error
 		if !committed {
 			err = errStartRolledBack
 		}
-		w.settleAdmitted(err, result)
+		w.settleAdmitted(err, result, release)
 	}
 }
 
 // settleAdmitted settles a first task that the run cache admitted, and
-// ends its admission.
-func (w *Worker) settleAdmitted(err error, result *taskResult) {
+// ends its admission (release, from admitFirst).
+func (w *Worker) settleAdmitted(err error, result *taskResult, release func()) {
 	w.settle(err, result)
-	w.histories.release()
+	release()
+}
+
+// admitFirst admits the first task of r's run into the run cache
+// (historyCache.admit) unless its start holds room for the run (Reserve),
+// and returns what ends that admission once the task settled: nothing for
+// a reserved run, whose start releases its room once it ended.
+func (w *Worker) admitFirst(r *eagerstart.Run) (release func(), ok bool) {
+	switch {
+	case r.Reserved:
+		return func() {}, true
+	case w.histories.admit():
+		return w.histories.release, true
+	}
+	return nil, false
+}
+
+// Reserve implements eagerstart.Taker: room in the run cache for a run
+// that a start is about to insert (historyCache.reserve), awaited as a
+// fetched task of a run new to the cache awaits it, for at most half of
+// TaskTimeout, and only while ctx would still leave the first task its
+// budget (budget). A burst of eager starts larger than the cache so waits
+// for the runs in flight rather than queue tasks that would wait for the
+// same room once fetched.
+func (t *firstTaskTaker) Reserve(ctx context.Context) (release func(), ok bool) {
+	w := t.w
+	switch {
+	case w.eager == nil || w.eager.stopping.Load():
+		return nil, false
+	case w.histories.admit(): // room now: no timer to set
+		return w.histories.release, true
+	}
+	wait := w.config.TaskTimeout / 2
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)-2*t.budgetLimit())
+	}
+	if wait <= 0 {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	release, err := w.histories.reserve(ctx)
+	return release, err == nil
 }
 
 // failedInStart words and logs a first task that failed inside its start,
@@ -159,14 +202,15 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*e
 	defer w.eager.attempts.Done()
 
 	results := make([]*taskResult, len(runs))
+	releases := make([]func(), len(runs))
 	var afters []func()
 	var writes lastWrites
 	// failed settles what the tasks that ran took (eager slots) when the
 	// group fails.
 	failed := func(err error) {
-		for _, result := range results {
+		for i, result := range results {
 			if result != nil {
-				w.settleAdmitted(err, result)
+				w.settleAdmitted(err, result, releases[i])
 			}
 		}
 	}
@@ -178,7 +222,8 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*e
 			}
 			break
 		}
-		if !w.histories.admit() {
+		release, ok := w.admitFirst(r)
+		if !ok {
 			out.Errs[i] = eagerstart.ErrDeclined // no room: it goes through River
 			continue
 		}
@@ -189,18 +234,18 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*e
 		}
 		switch {
 		case err == nil:
-			results[i] = result
-			out.Done[i] = w.settleStart(result)
+			results[i], releases[i] = result, release
+			out.Done[i] = w.settleStart(result, release)
 		case in.wrote:
 			err = fmt.Errorf("workflow task of run %s (in a group of starts): %w", r.ID, err)
-			w.settleAdmitted(err, result)
+			w.settleAdmitted(err, result, release)
 			failed(err)
 			return nil, err
 		case errors.Is(err, errRunsAlone):
-			w.settleAdmitted(err, result)
+			w.settleAdmitted(err, result, release)
 			out.Errs[i] = eagerstart.ErrDeclined
 		default:
-			w.settleAdmitted(err, result)
+			w.settleAdmitted(err, result, release)
 			out.Errs[i] = w.failedInStart(ctx, r.ID, err)
 		}
 	}
@@ -261,7 +306,8 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *eagerstart.Ru
 		return nil, eagerstart.ErrDeclined
 	}
 	defer w.eager.attempts.Done()
-	if !w.histories.admit() {
+	release, ok := w.admitFirst(r)
+	if !ok {
 		return nil, eagerstart.ErrDeclined
 	}
 	r.Now, r.Generation, r.LastInTx = now, 1, true
@@ -276,7 +322,7 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *eagerstart.Ru
 		err, declined = errAheadSends, true // cannot happen: it would have failed, or its writes been sent
 	}
 	if err != nil {
-		w.settleAdmitted(err, &result)
+		w.settleAdmitted(err, &result, release)
 		if declined {
 			// Not the task's failure: the start goes as before and runs
 			// the task again.
@@ -289,7 +335,7 @@ func (t *firstTaskTaker) RunFirstTaskAhead(ctx context.Context, r *eagerstart.Ru
 	}
 	foldRunWrite(r, &writes)
 	w.queueLastWrites(out.Last, &writes, true) // the start asked for generic plans
-	settle := w.settleStart(&result)
+	settle := w.settleStart(&result, release)
 	out.Done[0] = func(committed bool) {
 		if committed {
 			w.ahead.committed.Add(1)
@@ -323,9 +369,14 @@ func foldRunWrite(r *eagerstart.Run, writes *lastWrites) {
 // budget is the time a first task's workflow code gets in all (the deadlock
 // check's timeout), and whether ctx leaves at least twice that.
 func (t *firstTaskTaker) budget(ctx context.Context) (time.Duration, bool) {
-	budget := cmp.Or(t.w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
+	budget := t.budgetLimit()
 	deadline, ok := ctx.Deadline()
 	return budget, !ok || time.Until(deadline) >= 2*budget
+}
+
+// budgetLimit is the time a first task's workflow code gets in all.
+func (t *firstTaskTaker) budgetLimit() time.Duration {
+	return cmp.Or(t.w.config.DeadlockTimeout, replay.DeadlockTimeoutDefault)
 }
 
 // advanceDeferred runs run's first task within budget, as the task of a

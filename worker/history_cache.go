@@ -45,8 +45,8 @@ type historyCache struct {
 	size     int           // most entries kept; 0 keeps none
 	stopped  bool          // the worker stopped: cached runs are closed, not kept
 	busy     int           // entries that are busy
-	admitted int           // tasks admitted (admit, await) and not settled yet
-	freed    chan struct{} // closed when busy or admitted goes down, if someone awaits it
+	admitted int           // runs admitted (admit, await, reserve) and not released yet
+	waiting  [2]*list.List // of chan struct{}, by roomFor: those awaiting room, the oldest first, closed once admitted
 	stats    cacheStats
 }
 
@@ -106,7 +106,7 @@ type decidedTask struct {
 // newHistoryCache returns a cache of at most size runs (none when size is
 // not positive).
 func newHistoryCache(size int) *historyCache {
-	return &historyCache{entries: make(map[[16]byte]*historyEntry), order: list.New(), size: max(size, 0)}
+	return &historyCache{entries: make(map[[16]byte]*historyEntry), order: list.New(), waiting: [2]*list.List{list.New(), list.New()}, size: max(size, 0)}
 }
 
 // lookup returns the run's entry, marked as used now.
@@ -129,12 +129,13 @@ func (c *historyCache) remove(runID [16]byte) *historyEntry {
 	return e
 }
 
-// idle counts e, busy or not, as not busy from here on (under c.mu).
+// idle counts e, busy or not, as not busy from here on (under c.mu); the
+// caller admits those awaiting room (free) once done with the cache, so
+// that an entry replaced by a busy one (put) frees no room.
 func (c *historyCache) idle(e *historyEntry) {
 	if e.claims > 0 {
 		e.claims = 0
 		c.busy--
-		c.free()
 	}
 }
 
@@ -148,6 +149,7 @@ func (c *historyCache) claimEnded(e *historyEntry) {
 	defer c.mu.Unlock()
 	if e.claims == 1 {
 		c.idle(e)
+		c.free()
 	} else if e.claims > 1 {
 		e.claims--
 	}
@@ -158,20 +160,44 @@ func (c *historyCache) hasRoom() bool {
 	return c.size == 0 || c.stopped || c.busy+c.admitted < c.size
 }
 
-// free wakes the tasks awaiting room (under c.mu).
+// roomFor is what awaits room: a task of a run started already comes
+// before a run yet to start, whose start can wait (and whose run would only
+// add to those in flight).
+type roomFor int
+
+const (
+	roomForTask  roomFor = iota // await
+	roomForStart                // reserve, admit
+)
+
+// ahead is how many await room before one for r (under c.mu).
+func (c *historyCache) ahead(r roomFor) int {
+	n := 0
+	for _, q := range c.waiting[:r+1] {
+		n += q.Len()
+	}
+	return n
+}
+
+// free admits those awaiting room, tasks first, each in the order they
+// came, while there is room (under c.mu): each is woken once, when
+// admitted.
 func (c *historyCache) free() {
-	if c.freed != nil {
-		close(c.freed)
-		c.freed = nil
+	for _, q := range c.waiting {
+		for q.Len() > 0 && c.hasRoom() {
+			c.admitted++
+			close(q.Remove(q.Front()).(chan struct{}))
+		}
 	}
 }
 
 // admit admits the first task of a run that a start inserts if the cache
-// has room for the run; the caller calls release once the task settled.
+// has room for the run and nobody awaits it; the caller calls release once
+// the task settled.
 func (c *historyCache) admit() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.hasRoom() {
+	if c.ahead(roomForStart) > 0 || !c.hasRoom() {
 		return false
 	}
 	c.admitted++
@@ -187,22 +213,44 @@ func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(
 	if _, ok := c.entries[runID]; ok {
 		return func() {}, nil
 	}
-	for !c.hasRoom() {
-		if c.freed == nil {
-			c.freed = make(chan struct{})
-		}
-		freed := c.freed
-		c.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			c.mu.Lock()
-			return nil, context.Cause(ctx)
-		}
-		c.mu.Lock()
+	return c.awaitLocked(ctx, roomForTask)
+}
+
+// reserve admits a run that a start is about to insert, once the cache has
+// room for it (or ctx ends); release is to be called once its first task
+// settled, or the start ended without running it.
+func (c *historyCache) reserve(ctx context.Context) (release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.awaitLocked(ctx, roomForStart)
+}
+
+// awaitLocked admits a run in flight, for r, once the cache has room for
+// it and all ahead of it were admitted (free), or fails when ctx ends
+// (under c.mu, which it lets go while it waits).
+func (c *historyCache) awaitLocked(ctx context.Context, r roomFor) (release func(), err error) {
+	if c.ahead(r) == 0 && c.hasRoom() {
+		c.admitted++
+		return c.release, nil
 	}
-	c.admitted++
-	return c.release, nil
+	admitted := make(chan struct{})
+	e := c.waiting[r].PushBack(admitted)
+	c.mu.Unlock()
+	select {
+	case <-admitted:
+		c.mu.Lock()
+		return c.release, nil
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	select {
+	case <-admitted: // admitted as ctx ended: the room goes to the next
+		c.admitted--
+		c.free()
+	default:
+		c.waiting[r].Remove(e)
+	}
+	return nil, context.Cause(ctx)
 }
 
 // release ends what admit or await admitted.
@@ -319,6 +367,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 	defer func() { closeAll(closing) }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.free() // the room the old entry held goes only if the new one is not busy
 	next := int64(len(events)) + 1
 	if cached.NextEventID() != next || c.stopped {
 		// A first task in a start that committed after the worker stopped
@@ -373,6 +422,7 @@ func (c *historyCache) evict() []*replay.CachedRun {
 func (c *historyCache) forget(runID [16]byte) {
 	c.mu.Lock()
 	e := c.remove(runID)
+	c.free()
 	c.mu.Unlock()
 	if e != nil {
 		closeAll(e.held())
@@ -389,6 +439,7 @@ func (c *historyCache) forgetAt(runID [16]byte, next int64) {
 		return
 	}
 	c.remove(runID)
+	c.free()
 	c.mu.Unlock()
 	closeAll(e.held())
 }

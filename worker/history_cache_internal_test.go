@@ -346,3 +346,100 @@ func TestHistoryCacheRoom(t *testing.T) {
 	c.forget(a)
 	require.True(t, c.admit(), "a busy entry that leaves frees its room")
 }
+
+// TestHistoryCacheRoomInOrder: those awaiting room (reserve, await) are
+// admitted oldest first, one per room freed; one whose ctx ends leaves the
+// queue, and room admitted to it as its ctx ended goes to the next; a busy
+// entry replaced by a busy one (a run that goes on) frees no room.
+func TestHistoryCacheRoomInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := newHistoryCache(1)
+	events := []history.Event{{ID: 1, Type: "WorkflowStarted"}}
+	run := uuid.New()
+	busy := c.put(run, events, nil, nil, nil, 1)
+
+	const waiters = 3
+	admitted := make(chan int, waiters)
+	cancelled, cancel := context.WithCancel(ctx)
+	gone := make(chan error, 1)
+	for i := range waiters {
+		waitCtx := ctx
+		if i == 1 {
+			waitCtx = cancelled
+		}
+		go func() {
+			release, err := c.reserve(waitCtx)
+			if err != nil {
+				gone <- err
+				return
+			}
+			admitted <- i
+			<-ctx.Done()
+			release()
+		}()
+		require.Eventually(t, func() bool { // queued in this order
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.waiting[roomForStart].Len() == i+1
+		}, 10*time.Second, time.Millisecond)
+	}
+
+	// The run goes on: its next entry is busy too, so nobody is admitted.
+	busy = c.put(run, append(events, history.Event{ID: 2}), nil, nil, nil, 1)
+	select {
+	case i := <-admitted:
+		t.Fatalf("waiter %d admitted while the run that held the room went on", i)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	require.ErrorIs(t, <-gone, context.Canceled)
+	c.claimEnded(busy)
+	require.Equal(t, 0, <-admitted, "the oldest is admitted first")
+	select {
+	case i := <-admitted:
+		t.Fatalf("waiter %d admitted with the one room taken", i)
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.mu.Lock()
+	require.Equal(t, 1, c.waiting[roomForStart].Len(), "the cancelled waiter left the queue")
+	c.mu.Unlock()
+}
+
+// TestHistoryCacheTasksBeforeStarts: a task of a run started already that
+// awaits room is admitted before the starts that waited longer: finishing
+// runs in flight frees room, starting new ones only takes it.
+func TestHistoryCacheTasksBeforeStarts(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := newHistoryCache(1)
+	busy := c.put(uuid.New(), []history.Event{{ID: 1, Type: "WorkflowStarted"}}, nil, nil, nil, 1)
+
+	admitted := make(chan string, 2)
+	wait := func(what string, queued func() bool, admit func() (func(), error)) {
+		go func() {
+			release, err := admit()
+			if err != nil {
+				return
+			}
+			admitted <- what
+			<-ctx.Done()
+			release()
+		}()
+		require.Eventually(t, func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return queued()
+		}, 10*time.Second, time.Millisecond)
+	}
+	wait("start", func() bool { return c.waiting[roomForStart].Len() == 1 }, func() (func(), error) { return c.reserve(ctx) })
+	wait("task", func() bool { return c.waiting[roomForTask].Len() == 1 }, func() (func(), error) { return c.await(ctx, uuid.New()) })
+	require.False(t, c.admit(), "a start takes no room while others await it")
+	c.claimEnded(busy)
+	require.Equal(t, "task", <-admitted)
+	select {
+	case what := <-admitted:
+		t.Fatalf("%s admitted with the one room taken", what)
+	case <-time.After(50 * time.Millisecond):
+	}
+}

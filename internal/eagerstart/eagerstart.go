@@ -45,6 +45,11 @@ type Run struct {
 	// then commits: the task's last batch may carry the COMMIT
 	// (lazytx.QueueCommit), so that it costs no round trip of its own.
 	LastInTx bool
+
+	// Reserved says that the start holds room for the run (Taker.Reserve)
+	// until it calls the release, after the task's Done: the taker does
+	// not take room for it again.
+	Reserved bool
 }
 
 // A Taker takes first tasks: of a start alone (RunFirstTask), of a group of
@@ -58,8 +63,9 @@ type Taker interface {
 	// committed (the taker then starts what the task scheduled, or forgets
 	// it). On error, the caller must roll tx back to before the task's
 	// writes and queue the task through River; ErrDeclined means the taker
-	// did not run the task (it is stopping, or ctx leaves too little time),
-	// any other error that the task failed.
+	// did not run the task (it is stopping, ctx leaves too little time, or
+	// it has no room for a run that is not Reserved), any other error that
+	// the task failed.
 	RunFirstTask(ctx context.Context, tx pgx.Tx, run *Run) (done func(committed bool), err error)
 
 	// RunFirstTasks runs the first tasks of runs (distinct runs, each just
@@ -96,6 +102,14 @@ type Taker interface {
 	// ObserveNow notes the database's time now(), read by a start just
 	// now, for the taker's estimate.
 	ObserveNow(now time.Time)
+
+	// Reserve waits until the taker has room for one more run in flight,
+	// and holds it for a start that has yet to send anything: the start
+	// then marks its run Reserved and calls release once it ended, after
+	// the task's Done. With ok false no room came in the time the taker
+	// allows a start to wait (bounded by ctx): the start goes on without,
+	// and the taker takes the task only if room freed meanwhile.
+	Reserve(ctx context.Context) (release func(), ok bool)
 }
 
 // ErrDeclined is a Taker's error when it did not run the task.
