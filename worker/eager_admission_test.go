@@ -87,6 +87,19 @@ func startGated(ctx context.Context, t *testing.T, b *testBundle, config *worker
 	return w, gated
 }
 
+// holdOnlyPlace starts a gated worker whose run cache has one place in
+// flight (TaskTimeout 1 s), and a run whose first task ran in its eager
+// start and whose activity, blocked on the gate, holds that place.
+func holdOnlyPlace(ctx context.Context, t *testing.T, b *testBundle) (*client.Run, *GatedStepActivity) {
+	t.Helper()
+	_, gated := startGated(ctx, t, b, &worker.Config{Schema: b.schema, MaxCachedRuns: 1, TaskTimeout: time.Second})
+	first, err := b.client.Start(ctx, GatedArgs{Steps: 1}, &client.StartOpts{EagerStart: true})
+	require.NoError(t, err)
+	_, queued := firstTaskOf(ctx, t, b, first.RunID.String())
+	require.False(t, queued, "the first task ran in its start")
+	return first, gated
+}
+
 // TestEagerStartBurstWaitsForRoom: a burst of eager starts larger than the
 // worker's run cache runs every first task in its start: the starts beyond
 // the cache's room wait for runs in flight to settle (Reserve) rather than
@@ -142,16 +155,10 @@ func TestEagerStartWithoutRoomGoesThroughRiver(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := setup(ctx, t)
-	_, gated := startGated(ctx, t, b, &worker.Config{Schema: b.schema, MaxCachedRuns: 1, TaskTimeout: time.Second})
-
-	// The first run's activity holds the cache's one place in flight.
-	first, err := b.client.Start(ctx, GatedArgs{Steps: 1}, &client.StartOpts{EagerStart: true})
-	require.NoError(t, err)
-	_, queued := firstTaskOf(ctx, t, b, first.RunID.String())
-	require.False(t, queued, "the first task ran in its start")
+	first, gated := holdOnlyPlace(ctx, t, b)
 	second, err := b.client.Start(ctx, GatedArgs{Steps: 1}, &client.StartOpts{EagerStart: true})
 	require.NoError(t, err)
-	_, queued = firstTaskOf(ctx, t, b, second.RunID.String())
+	_, queued := firstTaskOf(ctx, t, b, second.RunID.String())
 	require.True(t, queued, "the second start found no room in time: its first task went through River")
 
 	close(gated.gate)
@@ -170,13 +177,7 @@ func TestTaskWithoutRoomGoesBackToItsQueue(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := setup(ctx, t)
-	_, gated := startGated(ctx, t, b, &worker.Config{Schema: b.schema, MaxCachedRuns: 1, TaskTimeout: time.Second})
-
-	// The first run's activity holds the cache's one place in flight.
-	first, err := b.client.Start(ctx, GatedArgs{Steps: 1}, &client.StartOpts{EagerStart: true})
-	require.NoError(t, err)
-	_, ok := firstTaskOf(ctx, t, b, first.RunID.String())
-	require.False(t, ok, "the first task ran in its start")
+	first, gated := holdOnlyPlace(ctx, t, b)
 	second, err := b.client.Start(ctx, GatedArgs{Steps: 1}, nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
