@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -51,6 +52,11 @@ contender's GC share and its duplicate step executions.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.validate(); err != nil {
 				return err
+			}
+			if s.procProfile != "" {
+				if err := os.MkdirAll(s.procProfile, 0o755); err != nil {
+					return fmt.Errorf("--proc-profile: %w", err)
+				}
 			}
 			return withHarness(cmd.Context(), o, func(ctx context.Context, h *harness) error {
 				for run := 1; run <= o.runs; run++ {
