@@ -26,12 +26,20 @@ import (
 // sized needs a wrapper in the connection's type map (sizing adds it): it
 // matches only sized arguments, and leaves every other value to the
 // wrappers after it.
+//
+// The room comes from buffers the connection keeps (its own, never another
+// connection's) from one batch to the next, up to keptMax bytes each: pgx
+// is done with a write buffer once it wrote it and with an argument buffer
+// once the statement's Bind is encoded, and a connection is used by one
+// caller at a time, so a buffer lent to the same connection again can hold
+// nothing of pgx's that is still to be sent (docs/decisions/0036).
 
 // roomFor returns b, or a copy whose statements make room for their
 // arguments (sized), and makes room in conn's write buffer for what it
 // sends.
 func roomFor(conn *pgx.Conn, b *pgx.Batch) *pgx.Batch {
-	wraps := sizing(conn)
+	kept := keptOf(conn)
+	wraps := kept.sizing(conn)
 	total, out := 0, b
 	for i, q := range b.QueuedQueries {
 		n := 0
@@ -60,17 +68,55 @@ func roomFor(conn *pgx.Conn, b *pgx.Batch) *pgx.Batch {
 		}
 	}
 	if total > writeKept {
-		conn.PgConn().Frontend().Send(room(total))
+		conn.PgConn().Frontend().Send(room{n: total, kept: kept})
 	}
 	return out
 }
 
 // What pgx keeps of its buffers from one statement (arguments) and one
-// batch (write buffer) to the next.
+// batch (write buffer) to the next, and the most a connection keeps of
+// each of its own (larger batches make room as pgx would grow).
 const (
 	paramsKept = 256
 	writeKept  = 1024
+	keptMax    = 512 << 10
 )
+
+// kept are the buffers a connection lends pgx for room.
+type kept struct {
+	write, args []byte
+	decided     bool // whether the connection wraps sized arguments is known
+	wraps       bool
+}
+
+// keptKey is kept's key in a connection's custom data.
+const keptKey = "weir/lazytx.kept"
+
+// keptOf returns conn's kept buffers.
+func keptOf(conn *pgx.Conn) *kept {
+	data := conn.PgConn().CustomData()
+	k, ok := data[keptKey].(*kept)
+	if !ok {
+		k = &kept{}
+		data[keptKey] = k
+	}
+	return k
+}
+
+// lend returns dst's bytes with room for n more, in *buf when they fit in
+// keptMax (which then keeps the larger buffer for the next lend). A kept
+// buffer has a quarter more than asked: estimates run a little short (a
+// statement's name and format codes), and pgx would copy all of it to grow.
+func lend(buf *[]byte, dst []byte, n int) []byte {
+	need := len(dst) + n + n/4
+	if need > keptMax {
+		return slices.Grow(dst, n)
+	}
+	if cap(*buf) < need {
+		*buf = slices.Grow((*buf)[:0], need)
+	}
+	return append((*buf)[:0], dst...) // dst may be *buf itself, if pgx kept it
+}
 
 // argSize estimates what argument a takes in pgx's binary formats.
 func argSize(a any) int {
@@ -89,6 +135,15 @@ func argSize(a any) int {
 		n := 24
 		for _, e := range v {
 			n += 4 + len(e)
+		}
+		return n
+	case []*string:
+		n := 24
+		for _, e := range v {
+			n += 4
+			if e != nil {
+				n += len(*e)
+			}
 		}
 		return n
 	case []pgtype.UUID:
@@ -113,11 +168,14 @@ func argSize(a any) int {
 	return 24
 }
 
-// room is a frontend message that sends nothing: encoding it grows the
-// write buffer by its size.
-type room int
+// room is a frontend message that sends nothing: encoding it gives the
+// write buffer room for n more bytes.
+type room struct {
+	n    int
+	kept *kept
+}
 
-func (r room) Encode(dst []byte) ([]byte, error) { return slices.Grow(dst, int(r)), nil }
+func (r room) Encode(dst []byte) ([]byte, error) { return lend(&r.kept.write, dst, r.n), nil }
 func (room) Decode([]byte) error                 { return errors.New("lazytx: room is never received") }
 func (room) Frontend()                           {}
 
@@ -156,40 +214,42 @@ func sizedArg(a any, n int) (any, bool) {
 }
 
 // sizing reports whether conn encodes sized arguments: it does once its
-// type map has sizedPlan's wrapper, which sizing adds, for the extended
-// protocol with described statements (the simple protocol and the exec
-// mode encode arguments otherwise).
-func sizing(conn *pgx.Conn) bool {
-	m := conn.TypeMap()
-	ours := reflect.ValueOf(trySized).Pointer()
-	for _, f := range m.TryWrapEncodePlanFuncs {
-		if reflect.ValueOf(f).Pointer() == ours {
-			return true
-		}
+// type map has k's wrapper, which sizing adds, for the extended protocol
+// with described statements (the simple protocol and the exec mode encode
+// arguments otherwise).
+func (k *kept) sizing(conn *pgx.Conn) bool {
+	if k.decided {
+		return k.wraps
 	}
+	k.decided = true
 	switch conn.Config().DefaultQueryExecMode { // a copy: read only until the wrapper is in
 	case pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec:
 		return false
 	}
-	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{trySized}, m.TryWrapEncodePlanFuncs...)
+	m := conn.TypeMap()
+	m.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{k.trySized}, m.TryWrapEncodePlanFuncs...)
+	k.wraps = true
 	return true
 }
 
 // trySized is the type map's wrapper of sized arguments (no other).
-func trySized(value any) (pgtype.WrappedEncodePlanNextSetter, any, bool) {
+func (k *kept) trySized(value any) (pgtype.WrappedEncodePlanNextSetter, any, bool) {
 	s, ok := value.(interface{ unwrap() (any, int) })
 	if !ok {
 		return nil, nil, false
 	}
 	v, _ := s.unwrap()
-	return &sizedPlan{}, v, true
+	return &sizedPlan{kept: k}, v, true
 }
 
-type sizedPlan struct{ next pgtype.EncodePlan }
+type sizedPlan struct {
+	next pgtype.EncodePlan
+	kept *kept
+}
 
 func (p *sizedPlan) SetNext(next pgtype.EncodePlan) { p.next = next }
 
 func (p *sizedPlan) Encode(value any, buf []byte) ([]byte, error) {
 	v, n := value.(interface{ unwrap() (any, int) }).unwrap()
-	return p.next.Encode(v, slices.Grow(buf, n))
+	return p.next.Encode(v, lend(&p.kept.args, buf, n))
 }

@@ -101,7 +101,7 @@ func TestRoomKeepsValues(t *testing.T) {
 			t.Cleanup(pool.Close)
 
 			seed := 0
-			for _, n := range []int{1, 40, 3, 400} {
+			for _, n := range []int{1, 40, 3, 400, 2000, 40} { // 2,000: more than a connection keeps
 				err := BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 					for range 2 { // the first batch begins the transaction
 						b := &pgx.Batch{}
@@ -128,11 +128,34 @@ func TestRoomKeepsValues(t *testing.T) {
 			conn, err := pool.Acquire(ctx)
 			require.NoError(t, err)
 			defer conn.Release()
-			ours := reflect.ValueOf(trySized).Pointer()
+			ours := reflect.ValueOf((&kept{}).trySized).Pointer()
 			wrappers := slices.DeleteFunc(slices.Clone(conn.Conn().TypeMap().TryWrapEncodePlanFuncs),
 				func(f pgtype.TryWrapEncodePlanFunc) bool { return reflect.ValueOf(f).Pointer() != ours })
 			wraps := mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
 			require.Len(t, wrappers, map[bool]int{true: 1, false: 0}[wraps])
 		})
 	}
+}
+
+// TestLend: a connection's buffer is lent again once large enough, holding
+// what was in the buffer pgx passed (even when that is the buffer itself),
+// with room for what is asked; past keptMax it is left alone.
+func TestLend(t *testing.T) {
+	var buf []byte
+	got := lend(&buf, []byte("abc"), 1000)
+	require.Equal(t, "abc", string(got))
+	require.GreaterOrEqual(t, cap(got), 1003)
+	require.Same(t, &buf[:1][0], &got[:1][0])
+
+	again := lend(&buf, append(got[:0], "xy"...), 500) // pgx kept it, and wrote into it
+	require.Equal(t, "xy", string(again))
+	require.Same(t, &buf[:1][0], &again[:1][0])
+
+	allocs := testing.AllocsPerRun(100, func() { _ = lend(&buf, []byte{}, 900) })
+	require.Zero(t, allocs, "a kept buffer large enough is lent without allocating")
+
+	big := lend(&buf, []byte("z"), keptMax)
+	require.Equal(t, "z", string(big))
+	require.NotSame(t, &buf[:1][0], &big[:1][0], "past keptMax the connection keeps its smaller buffer")
+	require.Less(t, cap(buf), keptMax)
 }
