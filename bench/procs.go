@@ -89,12 +89,15 @@ type procReply struct {
 
 // procStats is a process's CPU time so far: CPUNs from /proc, and the Go
 // runtime's estimates (runtime/metrics, in seconds): GC, and the time
-// available (GOMAXPROCS × wall time) of which IdleSec went unused.
+// available (GOMAXPROCS × wall time) of which IdleSec went unused; and
+// the bytes it allocated on the heap and the GC cycles it completed.
 type procStats struct {
-	CPUNs    int64   `json:"cpu_ns"`
-	GCSec    float64 `json:"gc_sec"`
-	TotalSec float64 `json:"total_sec"`
-	IdleSec  float64 `json:"idle_sec"`
+	CPUNs      int64   `json:"cpu_ns"`
+	GCSec      float64 `json:"gc_sec"`
+	TotalSec   float64 `json:"total_sec"`
+	IdleSec    float64 `json:"idle_sec"`
+	AllocBytes uint64  `json:"alloc_bytes"`
+	GCCycles   uint64  `json:"gc_cycles"`
 }
 
 // readProcStats reads this process's procStats.
@@ -103,6 +106,8 @@ func readProcStats() *procStats {
 		{Name: "/cpu/classes/gc/total:cpu-seconds"},
 		{Name: "/cpu/classes/total:cpu-seconds"},
 		{Name: "/cpu/classes/idle:cpu-seconds"},
+		{Name: "/gc/heap/allocs:bytes"},
+		{Name: "/gc/cycles/total:gc-cycles"},
 	}
 	metrics.Read(samples)
 	value := func(s metrics.Sample) float64 {
@@ -111,7 +116,14 @@ func readProcStats() *procStats {
 		}
 		return s.Value.Float64()
 	}
-	return &procStats{CPUNs: int64(cputime.Process()), GCSec: value(samples[0]), TotalSec: value(samples[1]), IdleSec: value(samples[2])}
+	count := func(s metrics.Sample) uint64 {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s.Value.Uint64()
+	}
+	return &procStats{CPUNs: int64(cputime.Process()), GCSec: value(samples[0]), TotalSec: value(samples[1]), IdleSec: value(samples[2]),
+		AllocBytes: count(samples[3]), GCCycles: count(samples[4])}
 }
 
 // procFlags configure a contender's process.

@@ -116,6 +116,13 @@ type Result struct {
 	// /cpu/classes/idle, the time GOMAXPROCS allowed less what went unused).
 	GCShare float64 `json:"gc_share,omitempty"`
 
+	// AllocBytesPerUnit is the bytes the contender's processes allocated on
+	// the heap over the window per unit, and GCCycles the garbage
+	// collections they completed in it (runtime/metrics): unlike GCShare,
+	// neither depends on how busy the machine is.
+	AllocBytesPerUnit float64 `json:"alloc_bytes_per_unit,omitempty"`
+	GCCycles          int     `json:"gc_cycles,omitempty"`
+
 	// BusyBackends is the average number of the contender's backends
 	// running a statement (pg_stat_activity.state = 'active'), sampled
 	// every 50 ms over the window; BusyBackendsBy splits it by the

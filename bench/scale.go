@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -230,6 +231,8 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	if used := (after.TotalSec - after.IdleSec) - (before.TotalSec - before.IdleSec); used > 0 {
 		res.GCShare = round3((after.GCSec - before.GCSec) / used)
 	}
+	res.AllocBytesPerUnit = math.Round(float64(after.AllocBytes-before.AllocBytes) / float64(p.n))
+	res.GCCycles = int(after.GCCycles - before.GCCycles)
 	res.BusyBackends, res.BusyBackendsBy = busy.average()
 
 	starts := make([]time.Time, p.n)
@@ -335,6 +338,8 @@ func procStatsOf(procs []*proc) (procStats, error) {
 		sum.GCSec += reply.Stats.GCSec
 		sum.TotalSec += reply.Stats.TotalSec
 		sum.IdleSec += reply.Stats.IdleSec
+		sum.AllocBytes += reply.Stats.AllocBytes
+		sum.GCCycles += reply.Stats.GCCycles
 	}
 	return sum, nil
 }

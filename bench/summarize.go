@@ -303,7 +303,7 @@ func cpuPerUnit(rs []*Result) string {
 // scaleColumns are the columns of the scale tables, ratio naming the
 // throughput ratio column.
 func scaleColumns(ratio string) []string {
-	return []string{"wf/s", ratio, "p50 ms", "p99 ms", "busy backends", "CPU µs/wf (procs + PG)", "harness CPU µs/wf", "GC % of procs' CPU", "duplicate executions"}
+	return []string{"wf/s", ratio, "p50 ms", "p99 ms", "busy backends", "CPU µs/wf (procs + PG)", "harness CPU µs/wf", "GC % of procs' CPU", "alloc KB/wf (GC cycles)", "duplicate executions"}
 }
 
 // scaleRow formats a scale table's row; base finds the group whose median
@@ -325,9 +325,20 @@ func scaleRow(base func(*group) *group) func(*group) []string {
 			cpuPerUnit(g.ok),
 			median(g.ok, func(r *Result) float64 { return r.HarnessCPUUsPerUnit }, 0),
 			median(g.ok, func(r *Result) float64 { return r.GCShare * 100 }, 1),
+			allocPerUnit(g.ok),
 			duplicates(g.all),
 		}
 	}
+}
+
+// allocPerUnit formats the median heap allocation per unit in KB, with the
+// median GC cycles of the window: "71.2 (23)"; "–" without either.
+func allocPerUnit(rs []*Result) string {
+	kb := median(rs, func(r *Result) float64 { return r.AllocBytesPerUnit / 1000 }, 1)
+	if kb == "–" {
+		return kb
+	}
+	return fmt.Sprintf("%s (%s)", kb, median(rs, func(r *Result) float64 { return float64(r.GCCycles) }, 0))
 }
 
 // medianPerSec is the median throughput of g's successful runs, or 0.
