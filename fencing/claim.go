@@ -173,7 +173,9 @@ func (c *claimRow) targets() []any {
 	return []any{&c.id, &c.attemptedAt, &c.createdAt, &c.token, &c.expiresAt, &c.leased}
 }
 
-func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, deadline time.Time, fn func(ctx context.Context) error) error {
+func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, deadline time.Time,
+	fn func(ctx context.Context, cancel context.CancelCauseFunc) error,
+) error {
 	st := &attemptState{
 		attempt:     claim.Job.Attempt,
 		attemptedAt: *claim.Job.AttemptedAt,
@@ -189,7 +191,7 @@ func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, dea
 	if !deadline.IsZero() {
 		st.renewUntil = st.renewalEnd(deadline)
 	}
-	return d.runAttempt(ctx, st, false, fn)
+	return d.runAttempt(ctx, st, false, func(ctx context.Context) error { return fn(ctx, st.cancel) })
 }
 
 func (d claimer) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error {

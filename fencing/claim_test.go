@@ -87,7 +87,7 @@ func TestClaimedJob(t *testing.T) {
 		require.True(t, row.LeaseToken.Valid)
 		require.True(t, row.LeaseExpiresAt.Valid)
 
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			lease, ok := fencing.LeaseFromContext(ctx)
 			require.True(t, ok)
 			require.Equal(t, c.Job.ID, lease.JobID)
@@ -115,7 +115,7 @@ func TestClaimedJob(t *testing.T) {
 		// holds its job, so its lease goes on being renewed (LeaseTTL 3s,
 		// heartbeats every 200ms), and it completes for real afterwards.
 		c := committed(ctx, t, pool, claim)
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			for _, queued := range []bool{false, true} {
 				tx, err := pool.Begin(ctx)
 				require.NoError(t, err)
@@ -154,7 +154,7 @@ func TestClaimedJob(t *testing.T) {
 		// The write below must be refused by its own check, not by the
 		// keeper having noticed the loss first (cancelling the attempt).
 		driver.StopHeartbeats()
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			// The job is taken away and a new attempt holds it now.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
 				" SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1", c.Job.ID)
@@ -186,7 +186,7 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		c := committed(ctx, t, pool, claim)
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			// River's JobCancel on a running job only marks it; the attempt's
 			// failure then cancels it instead of making it retryable.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
@@ -214,7 +214,7 @@ func TestClaimedJob(t *testing.T) {
 
 		c := committed(ctx, t, pool, claim)
 		first := getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			waitUntil(t, "the lease is renewed", func() bool {
 				return getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time.After(first)
 			})
@@ -247,7 +247,7 @@ func TestClaimedJob(t *testing.T) {
 	) error {
 		t.Helper()
 		pool := dbtest.Pool(ctx, t)
-		return claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		return claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			takeAway(ctx)
 			batch := &pgx.Batch{}
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
@@ -353,7 +353,7 @@ func TestClaimedJob(t *testing.T) {
 					batchErr := tx.SendBatch(ctx, batch).Close()
 					return errors.Join(batchErr, tx.Commit(ctx))
 				}
-				return claimAPI(driver).WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context) error {
+				return claimAPI(driver).WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 					c, err := claimAPI(driver).Completion(ctx, riverdriver.JobSetStateCompleted(claims[i].Job.ID, time.Now(), nil))
 					require.NoError(t, err)
 					require.NotNil(t, c)
@@ -434,7 +434,7 @@ func TestClaimedJob(t *testing.T) {
 			require.True(t, row.LeaseToken.Valid)
 			require.True(t, row.LeaseExpiresAt.Valid)
 			tokens[row.LeaseToken.String] = true
-			require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 				lease, ok := fencing.LeaseFromContext(ctx)
 				require.True(t, ok)
 				require.Equal(t, row.LeaseToken.String, lease.Token)
@@ -455,7 +455,7 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		c := committed(ctx, t, pool, claim)
-		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			batch := &pgx.Batch{}
 			ok, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now(), []byte(`{}`), nil))
 			require.NoError(t, err)
@@ -560,7 +560,7 @@ func requireClaimLease(ctx context.Context, t *testing.T, driver *fencing.Driver
 		" WHERE id = $1", c.Job.ID).Scan(&token, &expires))
 	require.NotNil(t, token, "the claimed job has a token")
 	require.NotNil(t, expires, "the claimed job has a lease")
-	require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+	require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 		lease, ok := fencing.LeaseFromContext(ctx)
 		require.True(t, ok)
 		require.Equal(t, *token, lease.Token)

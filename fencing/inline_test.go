@@ -257,7 +257,7 @@ FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING 
 		require.NoError(t, err)
 
 		var token string
-		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			lease, ok := fencing.LeaseFromContext(ctx)
 			require.True(t, ok)
 			token = lease.Token
@@ -541,7 +541,7 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 			})()
 			before := getJob(ctx, t, pool, schema, c.Job.ID)
 
-			err = claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			err = claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 				other, err := pool.Begin(ctx)
 				require.NoError(t, err)
 				defer func() { _ = other.Rollback(context.WithoutCancel(ctx)) }()

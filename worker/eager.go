@@ -233,7 +233,7 @@ func (w *Worker) handBack(claim *fencingclaim.Claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), finalStateTimeout)
 	defer cancel()
 	job := claim.Job
-	err := w.claims.WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context) error {
+	err := w.claims.WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 			return w.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateSnoozedAvailable(job.ID, time.Now(), job.Attempt-1, nil))
 		})
@@ -299,14 +299,12 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	err := w.claims.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context) (err error) {
-		ctx, cancel := context.WithCancelCause(attemptCtx)
-		defer cancel(nil)
-		defer w.eager.track(job.ID, cancel)()
-		workCtx := ctx
+	err := w.claims.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context, cancelAttempt context.CancelCauseFunc) (err error) {
+		defer w.eager.track(job.ID, cancelAttempt)()
+		workCtx := attemptCtx
 		if !deadline.IsZero() {
 			var cancel context.CancelFunc
-			workCtx, cancel = context.WithDeadline(ctx, deadline)
+			workCtx, cancel = context.WithDeadline(attemptCtx, deadline)
 			defer cancel()
 		}
 		func() {
@@ -325,7 +323,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 		if err == nil {
 			return nil
 		}
-		if cause := context.Cause(ctx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
+		if cause := context.Cause(attemptCtx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
 			err = river.JobCancel(cause)
 		}
 		return w.failClaimed(attemptCtx, job.JobRow, err, a.NextRetry(job))

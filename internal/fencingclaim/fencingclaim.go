@@ -110,8 +110,10 @@ type Driver interface {
 	// fn's context, the lease is renewed while fn runs (until deadline, plus
 	// River's stuck threshold, when deadline is set), and fn's context is
 	// cancelled with cause fencing.ErrLeaseLost as soon as a renewal is
-	// refused.
-	WorkClaimed(ctx context.Context, claim *Claim, deadline time.Time, fn func(ctx context.Context) error) error
+	// refused. cancel cancels fn's context with a cause of the caller's
+	// (River's job control, as River's executor cancels a fetched attempt);
+	// the first cause, the caller's or the lease's, is the one it keeps.
+	WorkClaimed(ctx context.Context, claim *Claim, deadline time.Time, fn func(ctx context.Context, cancel context.CancelCauseFunc) error) error
 
 	// SetClaimedStateTx is the state write of a claimed attempt whose work
 	// context is ctx (WorkClaimed): completed, retryable, discarded,
