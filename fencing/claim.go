@@ -261,14 +261,17 @@ func (d claimer) Completion(ctx context.Context, params *riverdriver.JobSetState
 	if len(params.MetadataUpdates) > 0 {
 		metadata = params.MetadataUpdates
 	}
-	op := "set_state_" + string(params.State)
 	return &fencingclaim.Completion{
-		JobID: params.ID, FinalizedAt: *params.FinalizedAt, Metadata: metadata, Attempt: st.attempt, Schema: st.schema, Token: st.token,
-		Refused: func() error {
-			d.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: params.ID, Kind: EventStaleWriteRejected, Op: op})
-			return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: op}
-		},
+		JobID: params.ID, FinalizedAt: *params.FinalizedAt, Metadata: metadata, Attempt: st.attempt, Schema: st.schema, Token: st.token, Ctx: ctx,
 	}, nil
+}
+
+// refused is the error of completion c refused in a statement of its own,
+// told to the driver's observer in c's attempt context.
+func (d claimer) refused(c *fencingclaim.Completion) error {
+	const op = "set_state_" + string(rivertype.JobStateCompleted)
+	d.counters.emit(c.Ctx, &Event{Attempt: c.Attempt, JobID: c.JobID, Kind: EventStaleWriteRejected, Op: op})
+	return &LeaseLostError{Attempt: c.Attempt, JobID: c.JobID, Op: op}
 }
 
 // QueueCompletions queues one statement for completions in one schema,
@@ -284,7 +287,7 @@ func (d claimer) QueueCompletions(batch *pgx.Batch, completions []*fencingclaim.
 				err := row.Scan(&one)
 				switch {
 				case refusedInStatement(err):
-					return c.Refused() // and the transaction is aborted
+					return d.refused(c) // and the transaction is aborted
 				case err != nil:
 					return fmt.Errorf("fencing: setting state of job %d: %w", c.JobID, err)
 				}

@@ -590,7 +590,7 @@ WHERE $1::int = ANY (pg_blocking_pids(pid)))`, otherPID).Scan(&waiting))
 			}
 			var lost *fencing.LeaseLostError
 			require.ErrorAs(t, err, &lost)
-			require.Equal(t, c.Job.ID, lost.JobID)
+			require.Equal(t, fencing.LeaseLostError{Attempt: 1, JobID: c.Job.ID, Op: "set_state_completed"}, *lost)
 			require.Equal(t, 1, sink.count(fencing.EventStaleWriteRejected, c.Job.ID))
 			require.Equal(t, "running", row.State)
 			require.Equal(t, 2, row.Attempt)

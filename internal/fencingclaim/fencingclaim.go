@@ -82,9 +82,10 @@ type Completion struct {
 	Schema  string
 	Token   string
 
-	// Refused is the error of the completion refused in a statement of its
-	// own; the driver's observer learns of it in the attempt's context.
-	Refused func() error
+	// Ctx is the attempt's context the completion was made in: the
+	// driver's observer learns in it of a completion refused in a
+	// statement of its own. A completion lives no longer than its batch.
+	Ctx context.Context
 }
 
 // Driver is the claim API of a fencing driver.
