@@ -246,23 +246,16 @@ func (d claimer) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 	return nil
 }
 
-func (d claimer) Completion(ctx context.Context, params *riverdriver.JobSetStateIfRunningParams) (*fencingclaim.Completion, error) {
+func (d claimer) Completion(ctx context.Context, jobID int64, finalizedAt time.Time, metadata []byte) (*fencingclaim.Completion, error) {
 	st := attemptFromContext(ctx)
-	if st == nil || st.jobID != params.ID {
-		return nil, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
+	if st == nil || st.jobID != jobID {
+		return nil, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", jobID, ErrNoLease)
 	}
-	if params.State != rivertype.JobStateCompleted {
-		return nil, nil
-	}
-	if params.FinalizedAt == nil {
-		return nil, fmt.Errorf("fencing: completing job %d: no finalized_at (build params with riverdriver.JobSetStateCompleted)", params.ID)
-	}
-	var metadata []byte // NULL: nothing to merge
-	if len(params.MetadataUpdates) > 0 {
-		metadata = params.MetadataUpdates
+	if len(metadata) == 0 {
+		metadata = nil // NULL: nothing to merge
 	}
 	return &fencingclaim.Completion{
-		JobID: params.ID, FinalizedAt: *params.FinalizedAt, Metadata: metadata, Attempt: st.attempt, Schema: st.schema, Token: st.token, Ctx: ctx,
+		JobID: jobID, FinalizedAt: finalizedAt, Metadata: metadata, Attempt: st.attempt, Schema: st.schema, Token: st.token, Ctx: ctx,
 	}, nil
 }
 

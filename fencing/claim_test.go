@@ -122,9 +122,7 @@ func TestClaimedJob(t *testing.T) {
 				params := riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil)
 				if queued {
 					batch := &pgx.Batch{}
-					ok, err := queueCompletion(ctx, driver, batch, params)
-					require.NoError(t, err)
-					require.True(t, ok)
+					require.NoError(t, queueCompletion(ctx, driver, batch, params.ID, *params.FinalizedAt, params.MetadataUpdates))
 					require.NoError(t, tx.SendBatch(ctx, batch).Close())
 				} else {
 					require.NoError(t, claimAPI(driver).SetClaimedStateTx(ctx, tx, params))
@@ -251,9 +249,7 @@ func TestClaimedJob(t *testing.T) {
 			takeAway(ctx)
 			batch := &pgx.Batch{}
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
-			ok, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
-			require.NoError(t, err)
-			require.True(t, ok, "a completion is queued")
+			require.NoError(t, queueCompletion(ctx, driver, batch, c.Job.ID, time.Now(), nil))
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
@@ -354,7 +350,7 @@ func TestClaimedJob(t *testing.T) {
 					return errors.Join(batchErr, tx.Commit(ctx))
 				}
 				return claimAPI(driver).WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
-					c, err := claimAPI(driver).Completion(ctx, riverdriver.JobSetStateCompleted(claims[i].Job.ID, time.Now(), nil))
+					c, err := claimAPI(driver).Completion(ctx, claims[i].Job.ID, time.Now(), nil)
 					require.NoError(t, err)
 					require.NotNil(t, c)
 					completions = append(completions, c)
@@ -446,25 +442,6 @@ func TestClaimedJob(t *testing.T) {
 		}
 		require.Len(t, tokens, n, "a token each")
 		require.Equal(t, 1, sideEffects(ctx, t, schema, ids[1]))
-	})
-
-	t.Run("OnlyACompletionIsQueued", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		driver, _, claim := setup(ctx, t)
-		pool := dbtest.Pool(ctx, t)
-
-		c := committed(ctx, t, pool, claim)
-		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
-			batch := &pgx.Batch{}
-			ok, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now(), []byte(`{}`), nil))
-			require.NoError(t, err)
-			require.False(t, ok)
-			require.Zero(t, batch.Len())
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
-			})
-		}))
 	})
 
 	// The claim's insert brings the lease (the insert trigger leaves the
@@ -585,7 +562,7 @@ func TestClaimAPIOutsideAnAttempt(t *testing.T) {
 
 	err = claims.SetClaimedStateTx(t.Context(), nil, riverdriver.JobSetStateCompleted(1, time.Now(), nil))
 	require.ErrorIs(t, err, fencing.ErrNoLease)
-	completion, err := claims.Completion(t.Context(), riverdriver.JobSetStateCompleted(1, time.Now(), nil))
+	completion, err := claims.Completion(t.Context(), 1, time.Now(), nil)
 	require.ErrorIs(t, err, fencing.ErrNoLease)
 	require.Nil(t, completion)
 
@@ -595,14 +572,13 @@ func TestClaimAPIOutsideAnAttempt(t *testing.T) {
 	require.Zero(t, batch.Len())
 }
 
-// queueCompletion queues in batch the completion params asks for, in its
-// claimed attempt's context ctx (Completion, QueueCompletions); it reports
-// whether params asked for a completion.
-func queueCompletion(ctx context.Context, driver *fencing.Driver, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error) {
-	c, err := claimAPI(driver).Completion(ctx, params)
-	if err != nil || c == nil {
-		return false, err
+// queueCompletion queues in batch the completion of job jobID, in its
+// claimed attempt's context ctx (Completion, QueueCompletions).
+func queueCompletion(ctx context.Context, driver *fencing.Driver, batch *pgx.Batch, jobID int64, finalizedAt time.Time, metadata []byte) error {
+	c, err := claimAPI(driver).Completion(ctx, jobID, finalizedAt, metadata)
+	if err != nil {
+		return err
 	}
 	claimAPI(driver).QueueCompletions(batch, []*fencingclaim.Completion{c})
-	return true, nil
+	return nil
 }

@@ -347,7 +347,7 @@ func (w *Worker) claimedJob(jobID int64, executed func()) *ownJob {
 			return w.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
 		},
 		completion: func(ctx context.Context) (*fencingclaim.Completion, error) {
-			return w.claims.Completion(ctx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
+			return w.claims.Completion(ctx, jobID, time.Now(), nil)
 		},
 	}
 }

@@ -127,12 +127,13 @@ type Driver interface {
 	// another state) and aborts tx as well.
 	SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error
 
-	// Completion is the completion of a claimed job whose work context is
-	// ctx (WorkClaimed), as SetClaimedStateTx(ctx, tx, params) writes it,
-	// for QueueCompletions. Only a completion (params from
-	// riverdriver.JobSetStateCompleted) is one: it returns nil for any other
-	// state; use SetClaimedStateTx then.
-	Completion(ctx context.Context, params *riverdriver.JobSetStateIfRunningParams) (*Completion, error)
+	// Completion is the completion of claimed job jobID whose work context
+	// is ctx (WorkClaimed), finalized at finalizedAt with metadata merged
+	// into the job's (empty: none), for QueueCompletions: the write
+	// SetClaimedStateTx makes of riverdriver.JobSetStateCompleted(jobID,
+	// finalizedAt, metadata). Any other state goes through
+	// SetClaimedStateTx.
+	Completion(ctx context.Context, jobID int64, finalizedAt time.Time, metadata []byte) (*Completion, error)
 
 	// QueueCompletions queues in batch completions of claimed jobs, for a
 	// caller that sends them in the same round trip as other statements of
