@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
@@ -75,13 +76,15 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 	}
 	batch.Queue(claimManySQL(claims[0].Params.Schema), d.leaseTTLSetting(),
 		ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues, tokens).Query(func(rows pgx.Rows) error {
-		byID := make(map[int64]claimRow, n)
+		scanned := make([]claimRow, 0, n)
+		var row claimRow
+		targets := row.targets()
 		for rows.Next() {
-			var row claimRow
-			if rows.Scan(row.targets()...) != nil {
+			row = claimRow{}
+			if rows.Scan(targets...) != nil {
 				break // in rows.Err
 			}
-			byID[row.id] = row
+			scanned = append(scanned, row)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -92,18 +95,28 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 		// Every claim reads its row, even after one failed: each that
 		// succeeds is recorded, as it would have been alone.
 		var first error
-		for _, c := range claims {
-			row, ok := byID[c.Params.ID]
-			var err error
-			if !ok {
-				err = pgx.ErrNoRows
-			}
+		for i, c := range claims {
+			row, err := claimRowOf(scanned, i, c.Params.ID)
 			if err = claimed(c, row, err); err != nil && first == nil {
 				first = err
 			}
 		}
 		return first
 	})
+}
+
+// claimRowOf returns the row of job id among rows, looked for at i first:
+// the statement returns its rows in its claims' order as a rule.
+func claimRowOf(rows []claimRow, i int, id int64) (claimRow, error) {
+	if i < len(rows) && rows[i].id == id {
+		return rows[i], nil
+	}
+	for _, row := range rows {
+		if row.id == id {
+			return row, nil
+		}
+	}
+	return claimRow{}, pgx.ErrNoRows
 }
 
 // queueClaim queues the statement of one claim.
@@ -143,19 +156,25 @@ func claimOf(p *fencingclaim.Params, row claimRow, err error) (*fencingclaim.Cla
 		return nil, fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", p.Kind, ErrNoLease, err)
 	case err != nil:
 		return nil, fmt.Errorf("fencing: inserting claimed job %s: %w", p.Kind, err)
-	case row.token == "" || row.expiresAt == nil: // the statement's check says otherwise; fail closed all the same
+	case row.token == "" || !row.expiresAt.Valid: // the statement's check says otherwise; fail closed all the same
 		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", row.id, p.Kind, ErrNoLease)
 	}
-	return &fencingclaim.Claim{
-		Job: &rivertype.JobRow{
-			ID: row.id, Attempt: 1, AttemptedAt: &row.attemptedAt, AttemptedBy: []string{p.AttemptedBy}, CreatedAt: row.createdAt,
-			EncodedArgs: p.Args, Kind: p.Kind, MaxAttempts: p.MaxAttempts, Metadata: claimMetadata(p),
-			Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: row.attemptedAt, State: rivertype.JobStateRunning,
-		},
-		ExpiresAt: *row.expiresAt,
-		Schema:    p.Schema,
-		Token:     row.token,
-	}, nil
+	c := &claimAlloc{attemptedAt: row.attemptedAt, attemptedBy: [1]string{p.AttemptedBy}}
+	c.job = rivertype.JobRow{
+		ID: row.id, Attempt: 1, AttemptedAt: &c.attemptedAt, AttemptedBy: c.attemptedBy[:], CreatedAt: row.createdAt,
+		EncodedArgs: p.Args, Kind: p.Kind, MaxAttempts: p.MaxAttempts, Metadata: claimMetadata(p),
+		Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: row.attemptedAt, State: rivertype.JobStateRunning,
+	}
+	c.claim = fencingclaim.Claim{Job: &c.job, ExpiresAt: row.expiresAt.Time, Schema: p.Schema, Token: row.token}
+	return &c.claim, nil
+}
+
+// claimAlloc is a Claim with what its job row points to, allocated as one.
+type claimAlloc struct {
+	claim       fencingclaim.Claim
+	job         rivertype.JobRow
+	attemptedAt time.Time
+	attemptedBy [1]string
 }
 
 // claimRow is a claim statement's row.
@@ -164,7 +183,7 @@ type claimRow struct {
 	attemptedAt time.Time
 	createdAt   time.Time
 	token       string
-	expiresAt   *time.Time
+	expiresAt   pgtype.Timestamptz
 	leased      int
 }
 
