@@ -340,16 +340,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 // writes when its outcome continues the run and the driver can, else in tx;
 // executed is called once the activity's code returned (ownJob.executed).
 func (w *Worker) claimedJob(jobID int64, executed func()) *ownJob {
-	return &ownJob{
-		id:       jobID,
-		executed: executed,
-		complete: func(ctx context.Context, tx pgx.Tx) error {
-			return w.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
-		},
-		completion: func(ctx context.Context) (*fencingclaim.Completion, error) {
-			return w.claims.Completion(ctx, jobID, time.Now(), nil)
-		},
-	}
+	return &ownJob{id: jobID, executed: executed, claims: w.claims}
 }
 
 // failClaimed writes the state a claimed attempt that returned workErr
