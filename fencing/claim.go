@@ -60,19 +60,19 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 	n := len(claims)
 	var (
 		ids         = make([]int64, n)
-		args        = make([]string, n)
+		args        = make([][]byte, n)
 		attemptedBy = make([]string, n)
 		kinds       = make([]string, n)
 		maxAttempts = make([]int, n)
-		metadata    = make([]string, n)
+		metadata    = make([][]byte, n)
 		priorities  = make([]int, n)
 		queues      = make([]string, n)
 		tokens      = mintLeaseTokens(n)
 	)
 	for i, c := range claims {
 		p := c.Params
-		ids[i], args[i], attemptedBy[i], kinds[i], maxAttempts[i] = p.ID, string(p.Args), p.AttemptedBy, p.Kind, p.MaxAttempts
-		metadata[i], priorities[i], queues[i] = string(claimMetadata(p)), max(p.Priority, 1), p.Queue
+		ids[i], args[i], attemptedBy[i], kinds[i], maxAttempts[i] = p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts
+		metadata[i], priorities[i], queues[i] = claimMetadata(p), max(p.Priority, 1), p.Queue
 	}
 	batch.Queue(claimManySQL(claims[0].Params.Schema), d.leaseTTLSetting(),
 		ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues, tokens).Query(func(rows pgx.Rows) error {

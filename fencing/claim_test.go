@@ -408,6 +408,9 @@ func TestClaimedJob(t *testing.T) {
 					Args: []byte(`{"i": ` + string(rune('0'+i)) + `}`), AttemptedBy: "test", ID: ids[i], Kind: noopArgs{}.Kind(),
 					MaxAttempts: 3, Queue: "default", Schema: schema,
 				}, Done: func(c *fencingclaim.Claim) { claims[i] = c }}
+				if i%2 == 1 {
+					requests[i].Params.Metadata = []byte(`{"m": ` + string(rune('0'+i)) + `}`)
+				}
 			}
 			batch := &pgx.Batch{}
 			claimAPI(driver).QueueClaims(batch, requests)
@@ -429,6 +432,15 @@ func TestClaimedJob(t *testing.T) {
 			require.Equal(t, "running", row.State)
 			require.True(t, row.LeaseToken.Valid)
 			require.True(t, row.LeaseExpiresAt.Valid)
+			var args, metadata string
+			require.NoError(t, pool.QueryRow(ctx, "SELECT args::text, metadata::text FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+				" WHERE id = $1", c.Job.ID).Scan(&args, &metadata))
+			require.JSONEq(t, `{"i": `+string(rune('0'+i))+`}`, args, "the job's args, as given")
+			wantMetadata := `{}`
+			if i%2 == 1 {
+				wantMetadata = `{"m": ` + string(rune('0'+i)) + `}`
+			}
+			require.JSONEq(t, wantMetadata, metadata, "the job's metadata, as given")
 			tokens[row.LeaseToken.String] = true
 			require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 				lease, ok := fencing.LeaseFromContext(ctx)
