@@ -265,15 +265,15 @@ func (d claimer) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 	return nil
 }
 
-func (d claimer) Completion(ctx context.Context, jobID int64, finalizedAt time.Time, metadata []byte) (*fencingclaim.Completion, error) {
+func (d claimer) Completion(ctx context.Context, jobID int64, finalizedAt time.Time, metadata []byte) (fencingclaim.Completion, error) {
 	st := attemptFromContext(ctx)
 	if st == nil || st.jobID != jobID {
-		return nil, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", jobID, ErrNoLease)
+		return fencingclaim.Completion{}, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", jobID, ErrNoLease)
 	}
 	if len(metadata) == 0 {
 		metadata = nil // NULL: nothing to merge
 	}
-	return &fencingclaim.Completion{
+	return fencingclaim.Completion{
 		JobID: jobID, FinalizedAt: finalizedAt, Metadata: metadata, Attempt: st.attempt, Schema: st.schema, Token: st.token, Ctx: ctx,
 	}, nil
 }
@@ -289,8 +289,8 @@ func (d claimer) refused(c *fencingclaim.Completion) error {
 // QueueCompletions queues one statement for completions in one schema,
 // else one each. A completion is not finished on its attempt once written:
 // see SetClaimedStateTx.
-func (d claimer) QueueCompletions(batch *pgx.Batch, completions []*fencingclaim.Completion) {
-	if len(completions) < 2 || slices.ContainsFunc(completions, func(c *fencingclaim.Completion) bool {
+func (d claimer) QueueCompletions(batch *pgx.Batch, completions []fencingclaim.Completion) {
+	if len(completions) < 2 || slices.ContainsFunc(completions, func(c fencingclaim.Completion) bool {
 		return c.Schema != completions[0].Schema
 	}) {
 		for _, c := range completions {
@@ -299,7 +299,7 @@ func (d claimer) QueueCompletions(batch *pgx.Batch, completions []*fencingclaim.
 				err := row.Scan(&one)
 				switch {
 				case refusedInStatement(err):
-					return d.refused(c) // and the transaction is aborted
+					return d.refused(&c) // and the transaction is aborted
 				case err != nil:
 					return fmt.Errorf("fencing: setting state of job %d: %w", c.JobID, err)
 				}

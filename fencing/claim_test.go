@@ -333,7 +333,7 @@ func TestClaimedJob(t *testing.T) {
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", claims[0].Job.ID)
 			// Each completion is made inside its own attempt, the attempts
 			// nested so that all are still running when the batch goes.
-			var completions []*fencingclaim.Completion
+			var completions []fencingclaim.Completion
 			var work func(ctx context.Context, i int) error
 			work = func(ctx context.Context, i int) error {
 				if i == len(claims) {
@@ -576,7 +576,7 @@ func TestClaimAPIOutsideAnAttempt(t *testing.T) {
 	require.ErrorIs(t, err, fencing.ErrNoLease)
 	completion, err := claims.Completion(t.Context(), 1, time.Now(), nil)
 	require.ErrorIs(t, err, fencing.ErrNoLease)
-	require.Nil(t, completion)
+	require.Zero(t, completion)
 
 	batch := &pgx.Batch{}
 	claims.QueueClaims(batch, nil)
@@ -591,6 +591,6 @@ func queueCompletion(ctx context.Context, driver *fencing.Driver, batch *pgx.Bat
 	if err != nil {
 		return err
 	}
-	claimAPI(driver).QueueCompletions(batch, []*fencingclaim.Completion{c})
+	claimAPI(driver).QueueCompletions(batch, []fencingclaim.Completion{c})
 	return nil
 }

@@ -354,15 +354,20 @@ type ownJob struct {
 // queueIn adds the completion to others if it can; it reports whether it
 // did. A nil ownJob adds nothing.
 func (j *ownJob) queueIn(ctx context.Context, others *otherWrites) (bool, error) {
+	c, ok, err := j.completion(ctx)
+	if ok {
+		others.completions = append(others.completions, c)
+	}
+	return ok, err
+}
+
+// completion is the job's completion to queue now, if it can be queued.
+func (j *ownJob) completion(ctx context.Context) (fencingclaim.Completion, bool, error) {
 	if j == nil || j.claims == nil {
-		return false, nil
+		return fencingclaim.Completion{}, false, nil
 	}
 	c, err := j.claims.Completion(ctx, j.id, time.Now(), nil)
-	if err != nil {
-		return false, err
-	}
-	others.completions = append(others.completions, c)
-	return true, nil
+	return c, err == nil, err
 }
 
 // finish completes the job in tx, unless completed says a queued completion

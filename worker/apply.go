@@ -58,7 +58,7 @@ func (m *groupMember) admit(ctx context.Context, st *engine.Step, own *ownJob) e
 	if st.Alone || own == nil || own.claims == nil {
 		return errRunsAlone
 	}
-	if queued, err := own.queueIn(ctx, &otherWrites{}); err != nil || !queued {
+	if _, queued, err := own.completion(ctx); err != nil || !queued {
 		return errRunsAlone
 	}
 	return nil
@@ -113,7 +113,7 @@ func (s startLast) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *run
 // members, and checks read with them.
 type otherWrites struct {
 	claims      []fencingclaim.Request
-	completions []*fencingclaim.Completion
+	completions []fencingclaim.Completion
 	checks      pgx.Batch
 }
 

@@ -133,7 +133,7 @@ type Driver interface {
 	// SetClaimedStateTx makes of riverdriver.JobSetStateCompleted(jobID,
 	// finalizedAt, metadata). Any other state goes through
 	// SetClaimedStateTx.
-	Completion(ctx context.Context, jobID int64, finalizedAt time.Time, metadata []byte) (*Completion, error)
+	Completion(ctx context.Context, jobID int64, finalizedAt time.Time, metadata []byte) (Completion, error)
 
 	// QueueCompletions queues in batch completions of claimed jobs, for a
 	// caller that sends them in the same round trip as other statements of
@@ -144,7 +144,7 @@ type Driver interface {
 	// batch with a *fencing.LeaseLostError; which of several was refused is
 	// not told. The driver's OnFinalized hook is not called for a queued
 	// completion; its caller settles the job's outcome itself.
-	QueueCompletions(batch *pgx.Batch, completions []*Completion)
+	QueueCompletions(batch *pgx.Batch, completions []Completion)
 }
 
 // of returns the claim API of a fencing driver, nil for any other driver;
