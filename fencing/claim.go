@@ -37,7 +37,7 @@ func init() {
 func (d claimer) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *fencingclaim.Params) (*fencingclaim.Claim, error) {
 	batch := &pgx.Batch{}
 	var claim *fencingclaim.Claim
-	d.QueueClaims(batch, []fencingclaim.Request{{Params: params, Done: func(c *fencingclaim.Claim) { claim = c }}})
+	d.QueueClaims(batch, []fencingclaim.Request{{Params: *params, Done: func(c *fencingclaim.Claim) { claim = c }}})
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
@@ -69,8 +69,8 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 		queues      = make([]string, n)
 		tokens      = mintLeaseTokens(n)
 	)
-	for i, c := range claims {
-		p := c.Params
+	for i := range claims {
+		p := &claims[i].Params
 		ids[i], args[i], attemptedBy[i], kinds[i], maxAttempts[i] = p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts
 		metadata[i], priorities[i], queues[i] = claimMetadata(p), max(p.Priority, 1), p.Queue
 	}
@@ -89,7 +89,7 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			// The first claim words the error (its kind, a missing lease).
-			_, err = claimOf(claims[0].Params, claimRow{}, err)
+			_, err = claimOf(&claims[0].Params, claimRow{}, err)
 			return fmt.Errorf("fencing: inserting %d claimed jobs in one statement: %w", n, err)
 		}
 		// Every claim reads its row, even after one failed: each that
@@ -121,7 +121,7 @@ func claimRowOf(rows []claimRow, i int, id int64) (claimRow, error) {
 
 // queueClaim queues the statement of one claim.
 func (d claimer) queueClaim(batch *pgx.Batch, c fencingclaim.Request) {
-	p := c.Params
+	p := &c.Params
 	batch.Queue(claimSQL(p.Schema), d.leaseTTLSetting(), p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts, claimMetadata(p),
 		max(p.Priority, 1), p.Queue, mintLeaseTokens(1)[0]).QueryRow(func(r pgx.Row) error {
 		var row claimRow
@@ -140,7 +140,7 @@ func claimMetadata(p *fencingclaim.Params) []byte {
 
 // claimed hands c's Done the Claim its statement's row (or err) makes.
 func claimed(c fencingclaim.Request, row claimRow, err error) error {
-	claim, err := claimOf(c.Params, row, err)
+	claim, err := claimOf(&c.Params, row, err)
 	if err != nil {
 		return err
 	}

@@ -404,7 +404,7 @@ func TestClaimedJob(t *testing.T) {
 			require.Len(t, ids, n)
 			requests := make([]fencingclaim.Request, n)
 			for i := range n {
-				requests[i] = fencingclaim.Request{Params: &fencingclaim.Params{
+				requests[i] = fencingclaim.Request{Params: fencingclaim.Params{
 					Args: []byte(`{"i": ` + string(rune('0'+i)) + `}`), AttemptedBy: "test", ID: ids[i], Kind: noopArgs{}.Kind(),
 					MaxAttempts: 3, Queue: "default", Schema: schema,
 				}, Done: func(c *fencingclaim.Claim) { claims[i] = c }}

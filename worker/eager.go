@@ -274,7 +274,7 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 	if err != nil {
 		return 0, err
 	}
-	run.others.claims = append(run.others.claims, fencingclaim.Request{Params: &fencingclaim.Params{
+	run.others.claims = append(run.others.claims, fencingclaim.Request{Params: fencingclaim.Params{
 		Args: attrs.Args, AttemptedBy: w.riverClient.ID(), ID: id, Kind: attrs.Kind, MaxAttempts: maxAttempts, Metadata: metadata,
 		Priority: attrs.Priority, Queue: cmp.Or(attrs.Queue, river.QueueDefault), Schema: w.config.Schema,
 	}, Done: func(claim *fencingclaim.Claim) {

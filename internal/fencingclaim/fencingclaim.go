@@ -65,7 +65,7 @@ type Claim struct {
 // Request is a claim to queue (Driver.QueueClaims): the job to insert,
 // and Done, which receives its Claim when the batch runs.
 type Request struct {
-	Params *Params
+	Params Params
 	Done   func(*Claim)
 }
 
