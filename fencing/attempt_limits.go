@@ -55,12 +55,12 @@ func LimitAttempt(ctx context.Context, limits AttemptLimits) error {
 	st.observeDeadline(ctx)
 	st.mu.Lock()
 	st.limits = limits
-	end := st.leaseEnd()
+	end, limited := st.leaseEndAt()
 	// The lease keeper caps the lease at its next renewal, within a
 	// HeartbeatInterval. A lease end before that, on a lease the fetch made
 	// longer, is written at once.
 	nextRenewal := st.attemptedAt.Add(time.Since(st.localStart) + st.driver.config.HeartbeatInterval)
-	cut := end != nil && st.expiresAt.After(*end) && end.Before(nextRenewal)
+	cut := limited && st.expiresAt.After(end) && end.Before(nextRenewal)
 	st.mu.Unlock()
 	if st.token == "" || !cut {
 		return nil
@@ -73,6 +73,16 @@ func LimitAttempt(ctx context.Context, limits AttemptLimits) error {
 // AttemptLimitGrace; nil if it has none. Local times are carried over to
 // attempted_at as renewalEnd does. Callers hold s.mu.
 func (s *attemptState) leaseEnd() *time.Time {
+	end, ok := s.leaseEndAt()
+	if !ok {
+		return nil
+	}
+	return &end
+}
+
+// leaseEndAt is leaseEnd as a value; false if the attempt has no limits.
+// Callers hold s.mu.
+func (s *attemptState) leaseEndAt() (time.Time, bool) {
 	var end time.Time
 	if s.limits.Timeout > 0 {
 		end = s.attemptedAt.Add(s.limits.Timeout)
@@ -91,8 +101,7 @@ func (s *attemptState) leaseEnd() *time.Time {
 		}
 	}
 	if end.IsZero() {
-		return nil
+		return time.Time{}, false
 	}
-	end = end.Add(AttemptLimitGrace)
-	return &end
+	return end.Add(AttemptLimitGrace), true
 }

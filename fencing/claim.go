@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
@@ -36,7 +37,7 @@ func init() {
 func (d claimer) InsertClaimedTx(ctx context.Context, tx pgx.Tx, params *fencingclaim.Params) (*fencingclaim.Claim, error) {
 	batch := &pgx.Batch{}
 	var claim *fencingclaim.Claim
-	d.QueueClaims(batch, []fencingclaim.Request{{Params: params, Done: func(c *fencingclaim.Claim) { claim = c }}})
+	d.QueueClaims(batch, []fencingclaim.Request{{Params: *params, Done: func(c *fencingclaim.Claim) { claim = c }}})
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
@@ -59,45 +60,43 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 	n := len(claims)
 	var (
 		ids         = make([]int64, n)
-		args        = make([]string, n)
+		args        = make([][]byte, n)
 		attemptedBy = make([]string, n)
 		kinds       = make([]string, n)
 		maxAttempts = make([]int, n)
-		metadata    = make([]string, n)
+		metadata    = make([][]byte, n)
 		priorities  = make([]int, n)
 		queues      = make([]string, n)
 		tokens      = mintLeaseTokens(n)
 	)
-	for i, c := range claims {
-		p := c.Params
-		ids[i], args[i], attemptedBy[i], kinds[i], maxAttempts[i] = p.ID, string(p.Args), p.AttemptedBy, p.Kind, p.MaxAttempts
-		metadata[i], priorities[i], queues[i] = string(claimMetadata(p)), max(p.Priority, 1), p.Queue
+	for i := range claims {
+		p := &claims[i].Params
+		ids[i], args[i], attemptedBy[i], kinds[i], maxAttempts[i] = p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts
+		metadata[i], priorities[i], queues[i] = claimMetadata(p), max(p.Priority, 1), p.Queue
 	}
 	batch.Queue(claimManySQL(claims[0].Params.Schema), d.leaseTTLSetting(),
 		ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues, tokens).Query(func(rows pgx.Rows) error {
-		byID := make(map[int64]claimRow, n)
+		scanned := make([]claimRow, 0, n)
+		var row claimRow
+		targets := row.targets()
 		for rows.Next() {
-			var row claimRow
-			if rows.Scan(row.targets()...) != nil {
+			row = claimRow{}
+			if rows.Scan(targets...) != nil {
 				break // in rows.Err
 			}
-			byID[row.id] = row
+			scanned = append(scanned, row)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			// The first claim words the error (its kind, a missing lease).
-			_, err = claimOf(claims[0].Params, claimRow{}, err)
+			_, err = claimOf(&claims[0].Params, claimRow{}, err)
 			return fmt.Errorf("fencing: inserting %d claimed jobs in one statement: %w", n, err)
 		}
 		// Every claim reads its row, even after one failed: each that
 		// succeeds is recorded, as it would have been alone.
 		var first error
-		for _, c := range claims {
-			row, ok := byID[c.Params.ID]
-			var err error
-			if !ok {
-				err = pgx.ErrNoRows
-			}
+		for i, c := range claims {
+			row, err := claimRowOf(scanned, i, c.Params.ID)
 			if err = claimed(c, row, err); err != nil && first == nil {
 				first = err
 			}
@@ -106,9 +105,23 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 	})
 }
 
+// claimRowOf returns the row of job id among rows, looked for at i first:
+// the statement returns its rows in its claims' order as a rule.
+func claimRowOf(rows []claimRow, i int, id int64) (claimRow, error) {
+	if i < len(rows) && rows[i].id == id {
+		return rows[i], nil
+	}
+	for _, row := range rows {
+		if row.id == id {
+			return row, nil
+		}
+	}
+	return claimRow{}, pgx.ErrNoRows
+}
+
 // queueClaim queues the statement of one claim.
 func (d claimer) queueClaim(batch *pgx.Batch, c fencingclaim.Request) {
-	p := c.Params
+	p := &c.Params
 	batch.Queue(claimSQL(p.Schema), d.leaseTTLSetting(), p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts, claimMetadata(p),
 		max(p.Priority, 1), p.Queue, mintLeaseTokens(1)[0]).QueryRow(func(r pgx.Row) error {
 		var row claimRow
@@ -127,7 +140,7 @@ func claimMetadata(p *fencingclaim.Params) []byte {
 
 // claimed hands c's Done the Claim its statement's row (or err) makes.
 func claimed(c fencingclaim.Request, row claimRow, err error) error {
-	claim, err := claimOf(c.Params, row, err)
+	claim, err := claimOf(&c.Params, row, err)
 	if err != nil {
 		return err
 	}
@@ -143,19 +156,25 @@ func claimOf(p *fencingclaim.Params, row claimRow, err error) (*fencingclaim.Cla
 		return nil, fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", p.Kind, ErrNoLease, err)
 	case err != nil:
 		return nil, fmt.Errorf("fencing: inserting claimed job %s: %w", p.Kind, err)
-	case row.token == "" || row.expiresAt == nil: // the statement's check says otherwise; fail closed all the same
+	case row.token == "" || !row.expiresAt.Valid: // the statement's check says otherwise; fail closed all the same
 		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", row.id, p.Kind, ErrNoLease)
 	}
-	return &fencingclaim.Claim{
-		Job: &rivertype.JobRow{
-			ID: row.id, Attempt: 1, AttemptedAt: &row.attemptedAt, AttemptedBy: []string{p.AttemptedBy}, CreatedAt: row.createdAt,
-			EncodedArgs: p.Args, Kind: p.Kind, MaxAttempts: p.MaxAttempts, Metadata: claimMetadata(p),
-			Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: row.attemptedAt, State: rivertype.JobStateRunning,
-		},
-		ExpiresAt: *row.expiresAt,
-		Schema:    p.Schema,
-		Token:     row.token,
-	}, nil
+	c := &claimAlloc{attemptedAt: row.attemptedAt, attemptedBy: [1]string{p.AttemptedBy}}
+	c.job = rivertype.JobRow{
+		ID: row.id, Attempt: 1, AttemptedAt: &c.attemptedAt, AttemptedBy: c.attemptedBy[:], CreatedAt: row.createdAt,
+		EncodedArgs: p.Args, Kind: p.Kind, MaxAttempts: p.MaxAttempts, Metadata: claimMetadata(p),
+		Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: row.attemptedAt, State: rivertype.JobStateRunning,
+	}
+	c.claim = fencingclaim.Claim{Job: &c.job, ExpiresAt: row.expiresAt.Time, Schema: p.Schema, Token: row.token}
+	return &c.claim, nil
+}
+
+// claimAlloc is a Claim with what its job row points to, allocated as one.
+type claimAlloc struct {
+	claim       fencingclaim.Claim
+	job         rivertype.JobRow
+	attemptedAt time.Time
+	attemptedBy [1]string
 }
 
 // claimRow is a claim statement's row.
@@ -164,7 +183,7 @@ type claimRow struct {
 	attemptedAt time.Time
 	createdAt   time.Time
 	token       string
-	expiresAt   *time.Time
+	expiresAt   pgtype.Timestamptz
 	leased      int
 }
 
@@ -173,7 +192,9 @@ func (c *claimRow) targets() []any {
 	return []any{&c.id, &c.attemptedAt, &c.createdAt, &c.token, &c.expiresAt, &c.leased}
 }
 
-func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, deadline time.Time, fn func(ctx context.Context) error) error {
+func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, deadline time.Time,
+	fn func(ctx context.Context, cancel context.CancelCauseFunc) error,
+) error {
 	st := &attemptState{
 		attempt:     claim.Job.Attempt,
 		attemptedAt: *claim.Job.AttemptedAt,
@@ -189,7 +210,7 @@ func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, dea
 	if !deadline.IsZero() {
 		st.renewUntil = st.renewalEnd(deadline)
 	}
-	return d.runAttempt(ctx, st, false, fn)
+	return d.runAttempt(ctx, st, false, func(ctx context.Context) error { return fn(ctx, st.cancel) })
 }
 
 func (d claimer) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error {
@@ -244,36 +265,32 @@ func (d claimer) SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *river
 	return nil
 }
 
-func (d claimer) Completion(ctx context.Context, params *riverdriver.JobSetStateIfRunningParams) (*fencingclaim.Completion, error) {
+func (d claimer) Completion(ctx context.Context, jobID int64, finalizedAt time.Time, metadata []byte) (fencingclaim.Completion, error) {
 	st := attemptFromContext(ctx)
-	if st == nil || st.jobID != params.ID {
-		return nil, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", params.ID, ErrNoLease)
+	if st == nil || st.jobID != jobID {
+		return fencingclaim.Completion{}, fmt.Errorf("fencing: setting state of job %d outside its claimed attempt: %w", jobID, ErrNoLease)
 	}
-	if params.State != rivertype.JobStateCompleted {
-		return nil, nil
+	if len(metadata) == 0 {
+		metadata = nil // NULL: nothing to merge
 	}
-	if params.FinalizedAt == nil {
-		return nil, fmt.Errorf("fencing: completing job %d: no finalized_at (build params with riverdriver.JobSetStateCompleted)", params.ID)
-	}
-	var metadata []byte // NULL: nothing to merge
-	if len(params.MetadataUpdates) > 0 {
-		metadata = params.MetadataUpdates
-	}
-	op := "set_state_" + string(params.State)
-	return &fencingclaim.Completion{
-		JobID: params.ID, FinalizedAt: *params.FinalizedAt, Metadata: metadata, Attempt: st.attempt, Schema: st.schema, Token: st.token,
-		Refused: func() error {
-			d.counters.emit(ctx, &Event{Attempt: st.attempt, JobID: params.ID, Kind: EventStaleWriteRejected, Op: op})
-			return &LeaseLostError{Attempt: st.attempt, JobID: params.ID, Op: op}
-		},
+	return fencingclaim.Completion{
+		JobID: jobID, FinalizedAt: finalizedAt, Metadata: metadata, Attempt: st.attempt, Schema: st.schema, Token: st.token, Ctx: ctx,
 	}, nil
+}
+
+// refused is the error of completion c refused in a statement of its own,
+// told to the driver's observer in c's attempt context.
+func (d claimer) refused(c *fencingclaim.Completion) error {
+	const op = "set_state_" + string(rivertype.JobStateCompleted)
+	d.counters.emit(c.Ctx, &Event{Attempt: c.Attempt, JobID: c.JobID, Kind: EventStaleWriteRejected, Op: op})
+	return &LeaseLostError{Attempt: c.Attempt, JobID: c.JobID, Op: op}
 }
 
 // QueueCompletions queues one statement for completions in one schema,
 // else one each. A completion is not finished on its attempt once written:
 // see SetClaimedStateTx.
-func (d claimer) QueueCompletions(batch *pgx.Batch, completions []*fencingclaim.Completion) {
-	if len(completions) < 2 || slices.ContainsFunc(completions, func(c *fencingclaim.Completion) bool {
+func (d claimer) QueueCompletions(batch *pgx.Batch, completions []fencingclaim.Completion) {
+	if len(completions) < 2 || slices.ContainsFunc(completions, func(c fencingclaim.Completion) bool {
 		return c.Schema != completions[0].Schema
 	}) {
 		for _, c := range completions {
@@ -282,7 +299,7 @@ func (d claimer) QueueCompletions(batch *pgx.Batch, completions []*fencingclaim.
 				err := row.Scan(&one)
 				switch {
 				case refusedInStatement(err):
-					return c.Refused() // and the transaction is aborted
+					return d.refused(&c) // and the transaction is aborted
 				case err != nil:
 					return fmt.Errorf("fencing: setting state of job %d: %w", c.JobID, err)
 				}

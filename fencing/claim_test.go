@@ -87,7 +87,7 @@ func TestClaimedJob(t *testing.T) {
 		require.True(t, row.LeaseToken.Valid)
 		require.True(t, row.LeaseExpiresAt.Valid)
 
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			lease, ok := fencing.LeaseFromContext(ctx)
 			require.True(t, ok)
 			require.Equal(t, c.Job.ID, lease.JobID)
@@ -115,16 +115,14 @@ func TestClaimedJob(t *testing.T) {
 		// holds its job, so its lease goes on being renewed (LeaseTTL 3s,
 		// heartbeats every 200ms), and it completes for real afterwards.
 		c := committed(ctx, t, pool, claim)
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			for _, queued := range []bool{false, true} {
 				tx, err := pool.Begin(ctx)
 				require.NoError(t, err)
 				params := riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil)
 				if queued {
 					batch := &pgx.Batch{}
-					ok, err := queueCompletion(ctx, driver, batch, params)
-					require.NoError(t, err)
-					require.True(t, ok)
+					require.NoError(t, queueCompletion(ctx, driver, batch, params.ID, *params.FinalizedAt, params.MetadataUpdates))
 					require.NoError(t, tx.SendBatch(ctx, batch).Close())
 				} else {
 					require.NoError(t, claimAPI(driver).SetClaimedStateTx(ctx, tx, params))
@@ -154,7 +152,7 @@ func TestClaimedJob(t *testing.T) {
 		// The write below must be refused by its own check, not by the
 		// keeper having noticed the loss first (cancelling the attempt).
 		driver.StopHeartbeats()
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			// The job is taken away and a new attempt holds it now.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
 				" SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1", c.Job.ID)
@@ -186,7 +184,7 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		c := committed(ctx, t, pool, claim)
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			// River's JobCancel on a running job only marks it; the attempt's
 			// failure then cancels it instead of making it retryable.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
@@ -214,7 +212,7 @@ func TestClaimedJob(t *testing.T) {
 
 		c := committed(ctx, t, pool, claim)
 		first := getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time
-		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			waitUntil(t, "the lease is renewed", func() bool {
 				return getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time.After(first)
 			})
@@ -247,13 +245,11 @@ func TestClaimedJob(t *testing.T) {
 	) error {
 		t.Helper()
 		pool := dbtest.Pool(ctx, t)
-		return claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		return claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			takeAway(ctx)
 			batch := &pgx.Batch{}
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
-			ok, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
-			require.NoError(t, err)
-			require.True(t, ok, "a completion is queued")
+			require.NoError(t, queueCompletion(ctx, driver, batch, c.Job.ID, time.Now(), nil))
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
@@ -337,7 +333,7 @@ func TestClaimedJob(t *testing.T) {
 			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", claims[0].Job.ID)
 			// Each completion is made inside its own attempt, the attempts
 			// nested so that all are still running when the batch goes.
-			var completions []*fencingclaim.Completion
+			var completions []fencingclaim.Completion
 			var work func(ctx context.Context, i int) error
 			work = func(ctx context.Context, i int) error {
 				if i == len(claims) {
@@ -353,8 +349,8 @@ func TestClaimedJob(t *testing.T) {
 					batchErr := tx.SendBatch(ctx, batch).Close()
 					return errors.Join(batchErr, tx.Commit(ctx))
 				}
-				return claimAPI(driver).WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context) error {
-					c, err := claimAPI(driver).Completion(ctx, riverdriver.JobSetStateCompleted(claims[i].Job.ID, time.Now(), nil))
+				return claimAPI(driver).WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
+					c, err := claimAPI(driver).Completion(ctx, claims[i].Job.ID, time.Now(), nil)
 					require.NoError(t, err)
 					require.NotNil(t, c)
 					completions = append(completions, c)
@@ -408,10 +404,13 @@ func TestClaimedJob(t *testing.T) {
 			require.Len(t, ids, n)
 			requests := make([]fencingclaim.Request, n)
 			for i := range n {
-				requests[i] = fencingclaim.Request{Params: &fencingclaim.Params{
+				requests[i] = fencingclaim.Request{Params: fencingclaim.Params{
 					Args: []byte(`{"i": ` + string(rune('0'+i)) + `}`), AttemptedBy: "test", ID: ids[i], Kind: noopArgs{}.Kind(),
 					MaxAttempts: 3, Queue: "default", Schema: schema,
 				}, Done: func(c *fencingclaim.Claim) { claims[i] = c }}
+				if i%2 == 1 {
+					requests[i].Params.Metadata = []byte(`{"m": ` + string(rune('0'+i)) + `}`)
+				}
 			}
 			batch := &pgx.Batch{}
 			claimAPI(driver).QueueClaims(batch, requests)
@@ -433,8 +432,17 @@ func TestClaimedJob(t *testing.T) {
 			require.Equal(t, "running", row.State)
 			require.True(t, row.LeaseToken.Valid)
 			require.True(t, row.LeaseExpiresAt.Valid)
+			var args, metadata string
+			require.NoError(t, pool.QueryRow(ctx, "SELECT args::text, metadata::text FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+				" WHERE id = $1", c.Job.ID).Scan(&args, &metadata))
+			require.JSONEq(t, `{"i": `+string(rune('0'+i))+`}`, args, "the job's args, as given")
+			wantMetadata := `{}`
+			if i%2 == 1 {
+				wantMetadata = `{"m": ` + string(rune('0'+i)) + `}`
+			}
+			require.JSONEq(t, wantMetadata, metadata, "the job's metadata, as given")
 			tokens[row.LeaseToken.String] = true
-			require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 				lease, ok := fencing.LeaseFromContext(ctx)
 				require.True(t, ok)
 				require.Equal(t, row.LeaseToken.String, lease.Token)
@@ -446,25 +454,6 @@ func TestClaimedJob(t *testing.T) {
 		}
 		require.Len(t, tokens, n, "a token each")
 		require.Equal(t, 1, sideEffects(ctx, t, schema, ids[1]))
-	})
-
-	t.Run("OnlyACompletionIsQueued", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		driver, _, claim := setup(ctx, t)
-		pool := dbtest.Pool(ctx, t)
-
-		c := committed(ctx, t, pool, claim)
-		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
-			batch := &pgx.Batch{}
-			ok, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now(), []byte(`{}`), nil))
-			require.NoError(t, err)
-			require.False(t, ok)
-			require.Zero(t, batch.Len())
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
-			})
-		}))
 	})
 
 	// The claim's insert brings the lease (the insert trigger leaves the
@@ -560,7 +549,7 @@ func requireClaimLease(ctx context.Context, t *testing.T, driver *fencing.Driver
 		" WHERE id = $1", c.Job.ID).Scan(&token, &expires))
 	require.NotNil(t, token, "the claimed job has a token")
 	require.NotNil(t, expires, "the claimed job has a lease")
-	require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+	require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 		lease, ok := fencing.LeaseFromContext(ctx)
 		require.True(t, ok)
 		require.Equal(t, *token, lease.Token)
@@ -585,9 +574,9 @@ func TestClaimAPIOutsideAnAttempt(t *testing.T) {
 
 	err = claims.SetClaimedStateTx(t.Context(), nil, riverdriver.JobSetStateCompleted(1, time.Now(), nil))
 	require.ErrorIs(t, err, fencing.ErrNoLease)
-	completion, err := claims.Completion(t.Context(), riverdriver.JobSetStateCompleted(1, time.Now(), nil))
+	completion, err := claims.Completion(t.Context(), 1, time.Now(), nil)
 	require.ErrorIs(t, err, fencing.ErrNoLease)
-	require.Nil(t, completion)
+	require.Zero(t, completion)
 
 	batch := &pgx.Batch{}
 	claims.QueueClaims(batch, nil)
@@ -595,14 +584,13 @@ func TestClaimAPIOutsideAnAttempt(t *testing.T) {
 	require.Zero(t, batch.Len())
 }
 
-// queueCompletion queues in batch the completion params asks for, in its
-// claimed attempt's context ctx (Completion, QueueCompletions); it reports
-// whether params asked for a completion.
-func queueCompletion(ctx context.Context, driver *fencing.Driver, batch *pgx.Batch, params *riverdriver.JobSetStateIfRunningParams) (bool, error) {
-	c, err := claimAPI(driver).Completion(ctx, params)
-	if err != nil || c == nil {
-		return false, err
+// queueCompletion queues in batch the completion of job jobID, in its
+// claimed attempt's context ctx (Completion, QueueCompletions).
+func queueCompletion(ctx context.Context, driver *fencing.Driver, batch *pgx.Batch, jobID int64, finalizedAt time.Time, metadata []byte) error {
+	c, err := claimAPI(driver).Completion(ctx, jobID, finalizedAt, metadata)
+	if err != nil {
+		return err
 	}
-	claimAPI(driver).QueueCompletions(batch, []*fencingclaim.Completion{c})
-	return true, nil
+	claimAPI(driver).QueueCompletions(batch, []fencingclaim.Completion{c})
+	return nil
 }

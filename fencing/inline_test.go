@@ -257,14 +257,12 @@ FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING 
 		require.NoError(t, err)
 
 		var token string
-		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+		require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			lease, ok := fencing.LeaseFromContext(ctx)
 			require.True(t, ok)
 			token = lease.Token
 			batch := &pgx.Batch{}
-			queued, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateCompleted(c.Job.ID, at, updates))
-			require.NoError(t, err)
-			require.True(t, queued)
+			require.NoError(t, queueCompletion(ctx, driver, batch, c.Job.ID, at, updates))
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
 		}))
 
@@ -541,7 +539,7 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 			})()
 			before := getJob(ctx, t, pool, schema, c.Job.ID)
 
-			err = claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context) error {
+			err = claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 				other, err := pool.Begin(ctx)
 				require.NoError(t, err)
 				defer func() { _ = other.Rollback(context.WithoutCancel(ctx)) }()
@@ -557,10 +555,7 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 				go func() {
 					batch := &pgx.Batch{}
 					batch.Queue("INSERT INTO "+sideEffect+" VALUES ($1)", c.Job.ID)
-					queued, err := queueCompletion(ctx, driver, batch, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
-					if err == nil && !queued {
-						err = errors.New("not queued")
-					}
+					err := queueCompletion(ctx, driver, batch, c.Job.ID, time.Now(), nil)
 					if err == nil {
 						err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
 					}
@@ -590,7 +585,7 @@ WHERE $1::int = ANY (pg_blocking_pids(pid)))`, otherPID).Scan(&waiting))
 			}
 			var lost *fencing.LeaseLostError
 			require.ErrorAs(t, err, &lost)
-			require.Equal(t, c.Job.ID, lost.JobID)
+			require.Equal(t, fencing.LeaseLostError{Attempt: 1, JobID: c.Job.ID, Op: "set_state_completed"}, *lost)
 			require.Equal(t, 1, sink.count(fencing.EventStaleWriteRejected, c.Job.ID))
 			require.Equal(t, "running", row.State)
 			require.Equal(t, 2, row.Attempt)

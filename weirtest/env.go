@@ -470,7 +470,7 @@ func (env *Env) runAttempt(a replay.ScheduledActivity, n int) {
 		maxAttempts = min(policy.MaximumAttempts, maxAttemptsUnlimited)
 	}
 	st := &attempt.State{
-		ActivityKind: attrs.Kind, Attempt: n, Decode: env.config.Codec.Decode, Encode: env.config.Codec.Encode,
+		ActivityKind: attrs.Kind, Attempt: n, Encode: env.config.Codec.Encode,
 		Generation: env.generation, MaxAttempts: maxAttempts, Namespace: client.NamespaceDefault,
 		RunID: env.runID(env.generation), ScheduledEventID: a.EventID,
 		WorkflowID: env.config.WorkflowID, WorkflowKind: env.def.Kind,

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/client"
@@ -164,6 +165,7 @@ type activityWorker[A activity.Args, R any] struct {
 	river.WorkerDefaults[A]
 
 	activity activity.Activity[A, R]
+	encode   func(v any) ([]byte, error) // the worker's codec's, made once for its attempts
 	w        *Worker
 }
 
@@ -226,8 +228,7 @@ func (a *activityWorker[A, R]) state(job *river.Job[A], meta *activityMeta, own 
 	st := &attempt.State{
 		ActivityKind:     job.Kind,
 		Attempt:          job.Attempt,
-		Decode:           a.w.config.Codec.Decode,
-		Encode:           a.w.config.Codec.Encode,
+		Encode:           a.encode,
 		Generation:       meta.Generation,
 		Headers:          meta.Headers,
 		JobID:            job.ID,
@@ -338,28 +339,35 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 // fencing.CompleteTx, claimed (eager) ones through the driver's claimed
 // path, queued with the run's last writes when it can be (setting.own).
 type ownJob struct {
-	id       int64
+	id int64
+	// complete completes the job in tx; nil for a claimed job, which
+	// claims completes.
 	complete func(ctx context.Context, tx pgx.Tx) error
 	// executed, if set, is called once the activity's code has returned,
 	// before its outcome is written (an eager attempt frees its slot).
 	executed func()
-	// completion is the completion to queue, nil if there is none; the
-	// func is nil when there never is.
-	completion func(ctx context.Context) (*fencingclaim.Completion, error)
+	// claims, if set, queues the job's completion (its attempt holds a
+	// lease token); nil when it never is.
+	claims fencingclaim.Driver
 }
 
 // queueIn adds the completion to others if it can; it reports whether it
 // did. A nil ownJob adds nothing.
 func (j *ownJob) queueIn(ctx context.Context, others *otherWrites) (bool, error) {
-	if j == nil || j.completion == nil {
-		return false, nil
+	c, ok, err := j.completion(ctx)
+	if ok {
+		others.completions = append(others.completions, c)
 	}
-	c, err := j.completion(ctx)
-	if err != nil || c == nil {
-		return false, err
+	return ok, err
+}
+
+// completion is the job's completion to queue now, if it can be queued.
+func (j *ownJob) completion(ctx context.Context) (fencingclaim.Completion, bool, error) {
+	if j == nil || j.claims == nil {
+		return fencingclaim.Completion{}, false, nil
 	}
-	others.completions = append(others.completions, c)
-	return true, nil
+	c, err := j.claims.Completion(ctx, j.id, time.Now(), nil)
+	return c, err == nil, err
 }
 
 // finish completes the job in tx, unless completed says a queued completion
@@ -368,7 +376,11 @@ func (j *ownJob) finish(ctx context.Context, tx pgx.Tx, completed bool) error {
 	if completed {
 		return nil
 	}
-	return j.complete(withSettled(ctx, j.id), tx)
+	ctx = withSettled(ctx, j.id)
+	if j.complete == nil {
+		return j.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(j.id, time.Now(), nil))
+	}
+	return j.complete(ctx, tx)
 }
 
 // errHeartbeatTimeout is the cause of an attempt's cancellation when it went

@@ -55,10 +55,10 @@ func (a alone) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *runRow,
 // job's completion: a member whose completion cannot be queued leaves the
 // group now, before anything of it is written.
 func (m *groupMember) admit(ctx context.Context, st *engine.Step, own *ownJob) error {
-	if st.Alone || own == nil || own.completion == nil {
+	if st.Alone || own == nil || own.claims == nil {
 		return errRunsAlone
 	}
-	if queued, err := own.queueIn(ctx, &otherWrites{}); err != nil || !queued {
+	if _, queued, err := own.completion(ctx); err != nil || !queued {
 		return errRunsAlone
 	}
 	return nil
@@ -113,7 +113,7 @@ func (s startLast) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *run
 // members, and checks read with them.
 type otherWrites struct {
 	claims      []fencingclaim.Request
-	completions []*fencingclaim.Completion
+	completions []fencingclaim.Completion
 	checks      pgx.Batch
 }
 

@@ -24,8 +24,8 @@ func TestLastWritesOneStatementPerKind(t *testing.T) {
 	w := &Worker{driver: driver, claims: fencingclaim.For(driver), store: store.New(dbschema.New("s"))}
 	member := func(id int64) *otherWrites {
 		o := &otherWrites{
-			claims: []fencingclaim.Request{{Params: &fencingclaim.Params{ID: id, Kind: "k", MaxAttempts: 1, Schema: "s"}, Done: func(*fencingclaim.Claim) {}}},
-			completions: []*fencingclaim.Completion{{
+			claims: []fencingclaim.Request{{Params: fencingclaim.Params{ID: id, Kind: "k", MaxAttempts: 1, Schema: "s"}, Done: func(*fencingclaim.Claim) {}}},
+			completions: []fencingclaim.Completion{{
 				JobID: id + 100, FinalizedAt: time.Now(), Attempt: 1, Schema: "s", Token: "00000000-0000-4000-8000-000000000001",
 			}},
 		}

@@ -233,7 +233,7 @@ func (w *Worker) handBack(claim *fencingclaim.Claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), finalStateTimeout)
 	defer cancel()
 	job := claim.Job
-	err := w.claims.WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context) error {
+	err := w.claims.WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
 			return w.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateSnoozedAvailable(job.ID, time.Now(), job.Attempt-1, nil))
 		})
@@ -274,7 +274,7 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 	if err != nil {
 		return 0, err
 	}
-	run.others.claims = append(run.others.claims, fencingclaim.Request{Params: &fencingclaim.Params{
+	run.others.claims = append(run.others.claims, fencingclaim.Request{Params: fencingclaim.Params{
 		Args: attrs.Args, AttemptedBy: w.riverClient.ID(), ID: id, Kind: attrs.Kind, MaxAttempts: maxAttempts, Metadata: metadata,
 		Priority: attrs.Priority, Queue: cmp.Or(attrs.Queue, river.QueueDefault), Schema: w.config.Schema,
 	}, Done: func(claim *fencingclaim.Claim) {
@@ -299,14 +299,12 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	err := w.claims.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context) (err error) {
-		ctx, cancel := context.WithCancelCause(attemptCtx)
-		defer cancel(nil)
-		defer w.eager.track(job.ID, cancel)()
-		workCtx := ctx
+	err := w.claims.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context, cancelAttempt context.CancelCauseFunc) (err error) {
+		defer w.eager.track(job.ID, cancelAttempt)()
+		workCtx := attemptCtx
 		if !deadline.IsZero() {
 			var cancel context.CancelFunc
-			workCtx, cancel = context.WithDeadline(ctx, deadline)
+			workCtx, cancel = context.WithDeadline(attemptCtx, deadline)
 			defer cancel()
 		}
 		func() {
@@ -325,7 +323,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 		if err == nil {
 			return nil
 		}
-		if cause := context.Cause(ctx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
+		if cause := context.Cause(attemptCtx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
 			err = river.JobCancel(cause)
 		}
 		return w.failClaimed(attemptCtx, job.JobRow, err, a.NextRetry(job))
@@ -342,16 +340,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 // writes when its outcome continues the run and the driver can, else in tx;
 // executed is called once the activity's code returned (ownJob.executed).
 func (w *Worker) claimedJob(jobID int64, executed func()) *ownJob {
-	return &ownJob{
-		id:       jobID,
-		executed: executed,
-		complete: func(ctx context.Context, tx pgx.Tx) error {
-			return w.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
-		},
-		completion: func(ctx context.Context) (*fencingclaim.Completion, error) {
-			return w.claims.Completion(ctx, riverdriver.JobSetStateCompleted(jobID, time.Now(), nil))
-		},
-	}
+	return &ownJob{id: jobID, executed: executed, claims: w.claims}
 }
 
 // failClaimed writes the state a claimed attempt that returned workErr

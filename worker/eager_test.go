@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/activity"
@@ -153,6 +154,48 @@ func TestDispatch(t *testing.T) {
 		_, jobs := runOrder(ctx, t, b)
 		require.Equal(t, jobOf{attempt: 2, claimed: false, errors: 1, state: "completed"}, jobs[0],
 			"attempt 1 ran eagerly and failed; River ran attempt 2")
+	})
+
+	// River's job control (a cancelled run cancels its activities' jobs)
+	// cancels a claimed attempt with River's remote cause, which writes the
+	// job cancelled, as River's executor does for a fetched attempt.
+	t.Run("RemoteCancelOfClaimedAttempt", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t)
+		block := &BlockActivity{started: make(chan string, 1), cancelled: make(chan string, 1)}
+		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
+		require.NoError(t, err)
+		worker.AddWorkflow(w, &CancellableWorkflow{})
+		worker.AddActivity(w, block)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			require.NoError(t, w.Stop(stopCtx))
+		})
+
+		run, err := b.client.Start(ctx, CancellableArgs{Key: "r"}, nil)
+		require.NoError(t, err)
+		require.Equal(t, "r", receiveWithin(t, block.started))
+		require.NoError(t, b.client.Cancel(ctx, run.WorkflowID, run.RunID, "no longer needed"))
+		require.Equal(t, "r", receiveWithin(t, block.cancelled))
+		_, err = getWithin[string](ctx, t, run)
+		require.Error(t, err)
+
+		var (
+			state     string
+			claimed   bool
+			lastError string
+		)
+		requireEventually(t, func() bool {
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT state::text, attempted_at = created_at, coalesce(errors[1]->>'error', '') FROM "+
+				b.names.RiverJob+" WHERE kind = 'block' AND metadata->'weir'->>'run_id' = $1", run.RunID.String()).Scan(&state, &claimed, &lastError))
+			return state != "running"
+		})
+		require.True(t, claimed, "the attempt ran claimed")
+		require.Equal(t, "cancelled", state)
+		require.Contains(t, lastError, rivertype.ErrJobCancelledRemotely.Error(), "written with River's remote cause, not the context's error")
 	})
 
 	t.Run("StoppingWorkerHandsBack", func(t *testing.T) {

@@ -83,7 +83,7 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 		return err
 	}}
 	if lease, ok := fencing.LeaseFromContext(ctx); ok && lease.Token != "" {
-		own.completion = t.w.claimedJob(job.ID, nil).completion
+		own.claims = t.w.claims
 	}
 	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
 	if len(t.w.config.Interceptors) > 0 {

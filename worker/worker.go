@@ -195,7 +195,7 @@ func AddActivity[A activity.Args, R any](w *Worker, a activity.Activity[A, R]) {
 
 // AddActivitySafely is AddActivity returning an error instead of panicking.
 func AddActivitySafely[A activity.Args, R any](w *Worker, a activity.Activity[A, R]) error {
-	aw := &activityWorker[A, R]{activity: a, w: w}
+	aw := &activityWorker[A, R]{activity: a, encode: w.config.Codec.Encode, w: w}
 	if err := addRiverWorker(w, river.Worker[A](aw)); err != nil {
 		return err
 	}

@@ -34,9 +34,6 @@ type State struct {
 	// Encode is the worker's payload codec.
 	Encode func(v any) ([]byte, error)
 
-	// Decode is the worker's payload codec.
-	Decode func(data []byte, v any) error
-
 	// Heartbeat, when set, replaces the fencing layer's heartbeat (test
 	// environments without Postgres): it records details for later attempts.
 	Heartbeat func(ctx context.Context, details []byte) error

@@ -65,7 +65,7 @@ type Claim struct {
 // Request is a claim to queue (Driver.QueueClaims): the job to insert,
 // and Done, which receives its Claim when the batch runs.
 type Request struct {
-	Params *Params
+	Params Params
 	Done   func(*Claim)
 }
 
@@ -82,9 +82,10 @@ type Completion struct {
 	Schema  string
 	Token   string
 
-	// Refused is the error of the completion refused in a statement of its
-	// own; the driver's observer learns of it in the attempt's context.
-	Refused func() error
+	// Ctx is the attempt's context the completion was made in: the
+	// driver's observer learns in it of a completion refused in a
+	// statement of its own. A completion lives no longer than its batch.
+	Ctx context.Context
 }
 
 // Driver is the claim API of a fencing driver.
@@ -110,8 +111,10 @@ type Driver interface {
 	// fn's context, the lease is renewed while fn runs (until deadline, plus
 	// River's stuck threshold, when deadline is set), and fn's context is
 	// cancelled with cause fencing.ErrLeaseLost as soon as a renewal is
-	// refused.
-	WorkClaimed(ctx context.Context, claim *Claim, deadline time.Time, fn func(ctx context.Context) error) error
+	// refused. cancel cancels fn's context with a cause of the caller's
+	// (River's job control, as River's executor cancels a fetched attempt);
+	// the first cause, the caller's or the lease's, is the one it keeps.
+	WorkClaimed(ctx context.Context, claim *Claim, deadline time.Time, fn func(ctx context.Context, cancel context.CancelCauseFunc) error) error
 
 	// SetClaimedStateTx is the state write of a claimed attempt whose work
 	// context is ctx (WorkClaimed): completed, retryable, discarded,
@@ -124,12 +127,13 @@ type Driver interface {
 	// another state) and aborts tx as well.
 	SetClaimedStateTx(ctx context.Context, tx pgx.Tx, params *riverdriver.JobSetStateIfRunningParams) error
 
-	// Completion is the completion of a claimed job whose work context is
-	// ctx (WorkClaimed), as SetClaimedStateTx(ctx, tx, params) writes it,
-	// for QueueCompletions. Only a completion (params from
-	// riverdriver.JobSetStateCompleted) is one: it returns nil for any other
-	// state; use SetClaimedStateTx then.
-	Completion(ctx context.Context, params *riverdriver.JobSetStateIfRunningParams) (*Completion, error)
+	// Completion is the completion of claimed job jobID whose work context
+	// is ctx (WorkClaimed), finalized at finalizedAt with metadata merged
+	// into the job's (empty: none), for QueueCompletions: the write
+	// SetClaimedStateTx makes of riverdriver.JobSetStateCompleted(jobID,
+	// finalizedAt, metadata). Any other state goes through
+	// SetClaimedStateTx.
+	Completion(ctx context.Context, jobID int64, finalizedAt time.Time, metadata []byte) (Completion, error)
 
 	// QueueCompletions queues in batch completions of claimed jobs, for a
 	// caller that sends them in the same round trip as other statements of
@@ -140,7 +144,7 @@ type Driver interface {
 	// batch with a *fencing.LeaseLostError; which of several was refused is
 	// not told. The driver's OnFinalized hook is not called for a queued
 	// completion; its caller settles the job's outcome itself.
-	QueueCompletions(batch *pgx.Batch, completions []*Completion)
+	QueueCompletions(batch *pgx.Batch, completions []Completion)
 }
 
 // of returns the claim API of a fencing driver, nil for any other driver;
