@@ -388,8 +388,8 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 		if err != nil {
 			return nil, err
 		}
-		events = append(events, started)
-		d.toAppend = append(d.toAppend, started)
+		events = []history.Event{started}
+		d.toAppend = events[:1:1] // appending to it copies it
 	}
 	d.events = events
 	if last := events[len(events)-1].ID; last != run.NextEventID-1 && len(d.toAppend) == 0 {
@@ -426,7 +426,11 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 		d.outcome.Events = nil
 		result.dropCachedRun()
 	}
-	d.toAppend = append(d.toAppend, d.outcome.Events...)
+	if len(d.toAppend) == 0 {
+		d.toAppend = d.outcome.Events // read only, as the outcome's
+	} else {
+		d.toAppend = append(d.toAppend, d.outcome.Events...)
+	}
 	return d, nil
 }
 
