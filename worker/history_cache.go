@@ -357,7 +357,8 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 	return e.shared(), e.nextEventID, e.run, true
 }
 
-// put stores a committed history, the row of its run if known, the cached run
+// put stores a committed history, what never changes of its run's row
+// (run.immutable, or the entry's own if it has one) if known, the cached run
 // standing at its end if any and the memo of its events' facts (a new one
 // if nil), busy while the claims attempts its task claimed run, unless the
 // cache holds a longer history of the run; it returns the entry it stored
@@ -396,6 +397,13 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		return nil
 	case len(c.entries) >= c.size:
 		closing = append(closing, c.evict()...)
+	}
+	switch {
+	case run == nil:
+	case ok && old.run != nil:
+		run = old.run // what never changes of a run's row is the same whatever its append point
+	default:
+		run = run.immutable()
 	}
 	if facts == nil {
 		facts = engine.NewFacts()
@@ -484,7 +492,7 @@ func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history
 func stageHistory(result *taskResult, run *runRow, events, appended []history.Event, closed bool) {
 	result.runID = run.ID
 	if run.scanned {
-		result.run = run.immutable()
+		result.run = run
 	}
 	if closed {
 		result.history = nil

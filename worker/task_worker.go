@@ -156,7 +156,7 @@ type runRow struct {
 // commits.
 type taskResult struct {
 	step          *groupMember        // the outcome's place in a group (groupCommitter), if it has one
-	run           *runRow             // the run's row as read (immutable), for the cache with history
+	run           *runRow             // the run's row as read, whose immutable part goes to the cache with history
 	cached        bool                // commitHistory applied the history already
 	eager         []claimedAttempt    // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
