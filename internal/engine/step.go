@@ -176,9 +176,12 @@ func Decide(p StepParams) (*Step, error) {
 		}
 		next++
 	}
-	rows := history.Rows(p.Appended)
-	st := &Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: make([]EventRow, 0, len(rows))}}
-	for _, r := range rows {
+	rows := 0
+	for range history.Rows(p.Appended) {
+		rows++
+	}
+	st := &Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: make([]EventRow, 0, rows)}}
+	for r := range history.Rows(p.Appended) {
 		row := EventRow{Row: r}
 		if ResolvesEvent(r.Type) {
 			id, ok := ResolvedBy(r.Event)
