@@ -74,7 +74,7 @@ func (m *groupMember) applyLast(_ context.Context, _ pgx.Tx, _ *Worker, run *run
 	}
 	m.deferLast(run.step, run.others, func() { result.eager = run.eager }) // its claims are read with the COMMIT
 	m.firstTask = run.NextEventID == 1
-	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
+	run.step, run.others = nil, nil
 	return nil
 }
 
@@ -102,7 +102,7 @@ func (s startLast) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *run
 	}
 	s.last.add(run.step, run.others)
 	*s.after = func() { result.eager = run.eager } // its claims are read with the COMMIT
-	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
+	run.step, run.others = nil, nil
 	return nil
 }
 

@@ -148,8 +148,8 @@ type runRow struct {
 	inboxed    bool               // the task wrote to the run's own inbox (a child that could not start)
 	eager      []claimedAttempt   // activities the task claimed, to start once it commits
 	eagerSlots int                // eager slots the task took (as many as eager once its writes ran)
-	step       *engine.StepWrites // the step's typed writes to its run, not sent yet (flushWrites)
-	others     *otherWrites       // what else the step queued to go with step's (claims, completion, checks)
+	step       *engine.StepWrites // the step's typed writes to its run, not sent yet (flushWrites); nil once applied
+	others     *otherWrites       // what else the step queued to go with step's (claims, completion, checks); nil once applied
 }
 
 // taskResult is what a task tells interceptors, once its transaction
@@ -319,7 +319,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			result.dropCachedRun() // whatever it decided is not committed
 		}
 	}()
-	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
+	run.openWrites()
 	d, err := w.decide(ctx, tx, def, run, now, direct, in, result)
 	if err != nil || d == nil {
 		return err
@@ -718,6 +718,7 @@ func (w *Worker) scheduleEvents(ctx context.Context, tx pgx.Tx, run *runRow, eve
 // in one round trip.
 func (w *Worker) flushWrites(ctx context.Context, tx pgx.Tx, run *runRow) error {
 	batch := w.takeWrites(run)
+	run.openWrites() // the step goes on
 	if batch.Len() == 0 {
 		return nil
 	}
@@ -730,8 +731,15 @@ func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 	batch := &pgx.Batch{}
 	w.store.QueueStep(batch, run.step)
 	run.others.queue(batch, w.claims)
-	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
+	run.step, run.others = nil, nil
 	return batch
+}
+
+// openWrites gives the step empty writes to queue in: at its start, and
+// after it sent what it queued so far and goes on. Once its last writes are
+// applied (applier.applyLast), it has none: it writes nothing more.
+func (run *runRow) openWrites() {
+	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
 }
 
 // signalHeaders returns the headers of the signals among inputs that have
