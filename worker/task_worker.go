@@ -320,8 +320,8 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		}
 	}()
 	run.openWrites()
-	d, err := w.decide(ctx, tx, def, run, now, direct, in, result)
-	if err != nil || d == nil {
+	var d decided
+	if ok, err := w.decide(ctx, tx, def, run, now, direct, in, result, &d); err != nil || !ok {
 		return err
 	}
 	st, err := engine.Decide(engine.StepParams{
@@ -369,54 +369,54 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 }
 
 // decide reads the run's history, takes the step's inputs (the inbox it
-// took, and direct) and replays the workflow with them. It returns nil
-// when there is nothing new (a duplicate task, or only outcomes history
-// already has), having cleared the run's task.
+// took, and direct) and replays the workflow with them, into d. It returns
+// false when there is nothing new (a duplicate task, or only outcomes
+// history already has), having cleared the run's task.
 func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
-	in *setting, result *taskResult,
-) (*decided, error) {
+	in *setting, result *taskResult, d *decided,
+) (bool, error) {
 	events, facts, err := w.history(ctx, tx, run)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	result.facts = facts
-	d := &decided{facts: facts}
+	d.facts = facts
 	if len(events) == 0 {
 		started, err := history.NewEvent(1, now, &history.WorkflowStartedAttributes{
 			Args: run.Args, Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), WorkflowID: run.WorkflowID,
 		})
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		events = []history.Event{started}
 		d.toAppend = events[:1:1] // appending to it copies it
 	}
 	d.events = events
 	if last := events[len(events)-1].ID; last != run.NextEventID-1 && len(d.toAppend) == 0 {
-		return nil, fmt.Errorf("history of run %s ends at event %d but the run expects %d next", run.ID, last, run.NextEventID)
+		return false, fmt.Errorf("history of run %s ends at event %d but the run expects %d next", run.ID, last, run.NextEventID)
 	}
 	// A run with no queued task has an empty inbox: every inbox writer
 	// queues a task unless one is queued (and the sweeper repairs a task
 	// job deleted by hand).
 	if d.inputs, err = engine.NewInputs(ctx, run.ID, events, facts, in.inbox, direct, w.config.Logger); err != nil {
-		return nil, err
+		return false, err
 	}
 	if len(w.config.Interceptors) > 0 {
 		result.signalHeaders = signalHeaders(d.inputs)
 	}
 	if len(d.inputs) == 0 && len(d.toAppend) == 0 {
 		if result.step != nil {
-			return nil, errRunsAlone // the job completes on its own
+			return false, errRunsAlone // the job completes on its own
 		}
 		if in.taskJobID != 0 {
 			if err := w.store.ClearTask(ctx, tx, run.ID, in.taskJobID); err != nil {
-				return nil, fmt.Errorf("clearing task: %w", err)
+				return false, fmt.Errorf("clearing task: %w", err)
 			}
 		}
-		return nil, nil
+		return false, nil
 	}
 	if d.outcome, err = w.replayStep(ctx, def, run, now, in, d, result); err != nil {
-		return nil, err
+		return false, err
 	}
 	if engine.OnlyBoundary(d.toAppend, d.outcome) {
 		// Nothing entered history (every input was rejected, deferred or
@@ -431,7 +431,7 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 	} else {
 		d.toAppend = append(d.toAppend, d.outcome.Events...)
 	}
-	return d, nil
+	return true, nil
 }
 
 // replayStep runs the workflow code on d's history and inputs. Sticky

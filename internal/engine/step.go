@@ -28,11 +28,6 @@ import (
 func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, facts *Facts, inbox []InboxItem, direct []history.Event,
 	logger *slog.Logger,
 ) ([]history.Event, error) {
-	taken := append(make([]InboxItem, 0, len(inbox)+len(direct)), inbox...)
-	for _, e := range direct {
-		taken = append(taken, InboxItem{Event: e})
-	}
-
 	scheduled := map[int64]bool{}
 	resolved := map[int64]bool{}
 	signals := map[string]bool{} // request IDs of signals history has
@@ -48,29 +43,42 @@ func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, fac
 		}
 	}
 
-	inputs := make([]history.Event, 0, len(taken))
-	for _, r := range taken {
-		if ResolvesEvent(r.Event.Type) {
-			id, ok := ResolvedBy(r.Event)
+	inputs := make([]history.Event, 0, len(inbox)+len(direct))
+	// take adds e, inbox row row's event (0: direct), to inputs unless
+	// history or inputs have it already.
+	take := func(row int64, e history.Event) error {
+		if ResolvesEvent(e.Type) {
+			id, ok := ResolvedBy(e)
 			if !ok {
-				return nil, fmt.Errorf("inbox row %d of run %s: undecodable %s", r.ID, runID, r.Event.Type)
+				return fmt.Errorf("inbox row %d of run %s: undecodable %s", row, runID, e.Type)
 			}
 			if !scheduled[id] || resolved[id] {
 				logger.DebugContext(ctx, "weir: dropping an outcome history already has or never asked for",
 					slog.String("run_id", runID.String()), slog.Int64("resolves_event_id", id))
-				continue
+				return nil
 			}
 			resolved[id] = true
 		}
-		if id := SignalRequestID(r.Event); id != "" {
+		if id := SignalRequestID(e); id != "" {
 			if signals[id] {
 				logger.DebugContext(ctx, "weir: dropping a signal history already has",
 					slog.String("run_id", runID.String()), slog.String("request_id", id))
-				continue
+				return nil
 			}
 			signals[id] = true
 		}
-		inputs = append(inputs, r.Event)
+		inputs = append(inputs, e)
+		return nil
+	}
+	for _, r := range inbox {
+		if err := take(r.ID, r.Event); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range direct {
+		if err := take(0, e); err != nil {
+			return nil, err
+		}
 	}
 	return inputs, nil
 }
