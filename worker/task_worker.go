@@ -450,17 +450,13 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 		replayCtx = in.startCtx
 	}
 	params := &replay.ExecuteParams{
-		ActivityResultType: w.activityResultType,
+		ActivityResultType: w.resultType,
 		Codec:              w.config.Codec,
 		DeadlockTimeout:    w.config.DeadlockTimeout,
-		Decode:             d.facts.Decode,
-		Go:                 w.goroutines.Go,
 		History:            d.events,
-		Info: replay.Info{
-			Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), TaskAttempt: in.attempt, WorkflowID: run.WorkflowID,
-		},
-		Inputs: d.inputs,
-		Now:    now,
+		Info:               replay.Info{TaskAttempt: in.attempt},
+		Inputs:             d.inputs,
+		Now:                now,
 	}
 	if decision := w.histories.decision(run.ID, run.NextEventID, d.inputs); decision != nil {
 		result.cachedRun = decision.cached
@@ -468,8 +464,10 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 	}
 	if cachedRun := w.histories.cachedRun(run.ID, run.NextEventID); cachedRun != nil {
 		result.cachedRun = cachedRun
-		return cachedRun.Continue(replayCtx, params)
+		return cachedRun.Continue(replayCtx, params) // the run's identity is the cached run's
 	}
+	params.Decode, params.Go = d.facts.Decode, w.goroutines.Go
+	params.Info.Generation, params.Info.Kind, params.Info.RunID, params.Info.WorkflowID = run.Generation, run.Kind, run.ID.String(), run.WorkflowID
 	params.Logger = w.config.Logger // the engine adds the run's kind and IDs
 	outcome, result.cachedRun, err = replay.Start(replayCtx, def, params)
 	return outcome, err
