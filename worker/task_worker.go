@@ -361,7 +361,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			return err
 		}
 	}
-	if err := w.sendLast(ctx, tx, run, in, st, result); err != nil {
+	if err := w.sendLast(ctx, tx, run, in, &st, result); err != nil {
 		return err
 	}
 	stageHistory(result, run, d.events, d.toAppend, d.outcome.Completed)
@@ -737,7 +737,11 @@ func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 // after it sent what it queued so far and goes on. Once its last writes are
 // applied (applier.applyLast), it has none: it writes nothing more.
 func (run *runRow) openWrites() {
-	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
+	writes := &struct { // one allocation for both
+		step   engine.StepWrites
+		others otherWrites
+	}{step: engine.StepWrites{RunID: run.ID}}
+	run.step, run.others = &writes.step, &writes.others
 }
 
 // signalHeaders returns the headers of the signals among inputs that have

@@ -176,11 +176,11 @@ type Step struct {
 }
 
 // Decide decides a step's writes from p.
-func Decide(p StepParams) (*Step, error) {
+func Decide(p StepParams) (Step, error) {
 	next := p.Run.NextEventID
 	for _, e := range p.Appended {
 		if e.ID != next {
-			return nil, fmt.Errorf("engine numbered event %d where %d was expected", e.ID, next)
+			return Step{}, fmt.Errorf("engine numbered event %d where %d was expected", e.ID, next)
 		}
 		next++
 	}
@@ -188,13 +188,13 @@ func Decide(p StepParams) (*Step, error) {
 	for range history.Rows(p.Appended) {
 		rows++
 	}
-	st := &Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: make([]EventRow, 0, rows)}}
+	st := Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: make([]EventRow, 0, rows)}}
 	for r := range history.Rows(p.Appended) {
 		row := EventRow{Row: r}
 		if ResolvesEvent(r.Type) {
 			id, ok := ResolvedBy(r.Event)
 			if !ok {
-				return nil, fmt.Errorf("event %d: undecodable %s", r.ID, r.Type)
+				return Step{}, fmt.Errorf("event %d: undecodable %s", r.ID, r.Type)
 			}
 			row.Resolves = &id
 			st.Writes.Retired = append(st.Writes.Retired, id)
@@ -204,7 +204,7 @@ func Decide(p StepParams) (*Step, error) {
 	// W4: the append point moves only from where the step found it.
 	var err error
 	if st.Writes.CAS, err = runCAS(p.Run.NextEventID, next, p.TaskJobID, p.Outcome); err != nil {
-		return nil, err
+		return Step{}, err
 	}
 	if c := st.Writes.CAS.Close; c != nil {
 		st.Closed = c.State

@@ -123,7 +123,7 @@ func TestDecideAlone(t *testing.T) {
 	} {
 		st, err := engine.Decide(engine.StepParams{Run: run, Appended: tc.events, Outcome: tc.outcome})
 		require.NoError(t, err, name)
-		require.True(t, tc.check(st), name)
+		require.True(t, tc.check(&st), name)
 		require.True(t, st.Alone, name)
 	}
 }
