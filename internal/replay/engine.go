@@ -277,7 +277,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	if !e.started {
 		return nil, invalid("the run has no %s event", history.EventWorkflowStarted)
 	}
-	boundary, err := history.NewEvent(e.nextID, e.now, &history.WorkflowTaskStartedAttributes{Now: e.now, Attempt: e.params.Info.TaskAttempt})
+	boundary, err := history.NewBoundary(e.nextID, e.now, e.params.Info.TaskAttempt)
 	if err != nil {
 		return nil, err
 	}
