@@ -302,7 +302,7 @@ type decided struct {
 	facts    *engine.Facts
 	inputs   []history.Event
 	toAppend []history.Event
-	outcome  *replay.Outcome
+	outcome  replay.Outcome
 }
 
 // advance is the body of a workflow task, on a run locked in tx that is
@@ -333,7 +333,8 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if err := in.apply.admit(ctx, st, in.own); err != nil {
 		if result.step != nil {
 			// Its rerun alone, just after the group, takes what it decided.
-			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, cached: result.cachedRun})
+			outcome := d.outcome
+			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: &outcome, cached: result.cachedRun})
 			result.cachedRun = nil
 		}
 		return err
@@ -357,7 +358,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		if err := w.cancelJobs(ctx, tx, run.ID, d.outcome.CanceledActivities, d.outcome.CanceledTimers); err != nil {
 			return err
 		}
-		if err := w.answerUpdates(ctx, tx, run.ID, d.outcome); err != nil {
+		if err := w.answerUpdates(ctx, tx, run.ID, &d.outcome); err != nil {
 			return err
 		}
 	}
@@ -365,7 +366,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		return err
 	}
 	stageHistory(result, run, d.events, d.toAppend, d.outcome.Completed)
-	return w.afterLast(ctx, tx, run, d.outcome, st.Pending)
+	return w.afterLast(ctx, tx, run, &d.outcome, st.Pending)
 }
 
 // decide reads the run's history, takes the step's inputs (the inbox it
@@ -415,10 +416,10 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 		}
 		return false, nil
 	}
-	if d.outcome, err = w.replayStep(ctx, def, run, now, in, d, result); err != nil {
+	if err := w.replayStep(ctx, def, run, now, in, d, result); err != nil {
 		return false, err
 	}
-	if engine.OnlyBoundary(d.toAppend, d.outcome) {
+	if engine.OnlyBoundary(d.toAppend, &d.outcome) {
 		// Nothing entered history (every input was rejected, deferred or
 		// dropped) and the code did nothing: the task records nothing,
 		// so rejected updates cannot grow a history. The cached run has
@@ -434,15 +435,15 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 	return true, nil
 }
 
-// replayStep runs the workflow code on d's history and inputs. Sticky
-// execution: the code as this worker's last task of the run left it, if
-// that task's history is still the run's; else a replay of the history,
-// keeping the code for the run's next task. A rerun alone of an outcome
-// that left its group takes what it decided there, if nothing changed
-// since.
+// replayStep runs the workflow code on d's history and inputs, into
+// d.outcome. Sticky execution: the code as this worker's last task of the
+// run left it, if that task's history is still the run's; else a replay of
+// the history, keeping the code for the run's next task. A rerun alone of
+// an outcome that left its group takes what it decided there, if nothing
+// changed since.
 func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *runRow, now time.Time, in *setting, d *decided,
 	result *taskResult,
-) (outcome *replay.Outcome, err error) {
+) error {
 	begin := time.Now()
 	defer func() { result.replayed = time.Since(begin) }()
 	replayCtx := ctx
@@ -460,17 +461,24 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 	}
 	if decision := w.histories.decision(run.ID, run.NextEventID, d.inputs); decision != nil {
 		result.cachedRun = decision.cached
-		return decision.outcome, nil
+		d.outcome = *decision.outcome
+		return nil
 	}
 	if cachedRun := w.histories.cachedRun(run.ID, run.NextEventID); cachedRun != nil {
 		result.cachedRun = cachedRun
-		return cachedRun.Continue(replayCtx, params) // the run's identity is the cached run's
+		_, err := cachedRun.ContinueInto(replayCtx, params, &d.outcome) // the run's identity is the cached run's
+		return err
 	}
 	params.Decode, params.Go = d.facts.Decode, w.goroutines.Go
 	params.Info.Generation, params.Info.Kind, params.Info.RunID, params.Info.WorkflowID = run.Generation, run.Kind, run.ID.String(), run.WorkflowID
 	params.Logger = w.config.Logger // the engine adds the run's kind and IDs
-	outcome, result.cachedRun, err = replay.Start(replayCtx, def, params)
-	return outcome, err
+	outcome, cachedRun, err := replay.Start(replayCtx, def, params)
+	result.cachedRun = cachedRun
+	if err != nil {
+		return err
+	}
+	d.outcome = *outcome
+	return nil
 }
 
 // sendLast queues the step's last writes (the CAS, a closing run's

@@ -142,7 +142,7 @@ type StepParams struct {
 	History   []history.Event // the run's committed history
 	Facts     *Facts          // of History's events
 	Appended  []history.Event // the events the step appends, numbered from Run.NextEventID
-	Outcome   *replay.Outcome // what the workflow code did
+	Outcome   replay.Outcome  // what the workflow code did (a copy: a caller's own stays on its stack)
 	TaskJobID int64           // the task job the step runs as; 0 for none
 }
 
@@ -203,13 +203,13 @@ func Decide(p StepParams) (Step, error) {
 	}
 	// W4: the append point moves only from where the step found it.
 	var err error
-	if st.Writes.CAS, err = runCAS(p.Run.NextEventID, next, p.TaskJobID, p.Outcome); err != nil {
+	if st.Writes.CAS, err = runCAS(p.Run.NextEventID, next, p.TaskJobID, &p.Outcome); err != nil {
 		return Step{}, err
 	}
 	if c := st.Writes.CAS.Close; c != nil {
 		st.Closed = c.State
 	}
-	o := p.Outcome
+	o := &p.Outcome
 	st.Pending = PendingWork(p.History, p.Facts, p.Appended, st.Writes.Retired)
 	has := func(t history.EventType) bool {
 		return slices.ContainsFunc(p.Appended, func(e history.Event) bool { return e.Type == t })
