@@ -205,15 +205,16 @@ func (c *historyCache) admit() bool {
 }
 
 // await admits a task of a run that the cache does not hold, once the
-// cache has room for it (or ctx ends); a task of a run it holds is
-// admitted at once. release is to be called once the task settled.
-func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(), err error) {
+// cache has room for it (or patience passed, or ctx ended); a task of a run
+// it holds is admitted at once. release is to be called once the task
+// settled.
+func (c *historyCache) await(ctx context.Context, runID [16]byte, patience time.Duration) (release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.entries[runID]; ok {
 		return func() {}, nil
 	}
-	return c.awaitLocked(ctx, roomForTask)
+	return c.awaitLocked(ctx, roomForTask, patience)
 }
 
 // reserve admits a run that a start is about to insert, once the cache has
@@ -222,16 +223,22 @@ func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(
 func (c *historyCache) reserve(ctx context.Context) (release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.awaitLocked(ctx, roomForStart)
+	return c.awaitLocked(ctx, roomForStart, 0)
 }
 
 // awaitLocked admits a run in flight, for r, once the cache has room for
-// it and all ahead of it were admitted (free), or fails when ctx ends
-// (under c.mu, which it lets go while it waits).
-func (c *historyCache) awaitLocked(ctx context.Context, r roomFor) (release func(), err error) {
+// it and all ahead of it were admitted (free), or fails when ctx ends or,
+// if it is positive, patience passed (under c.mu, which it lets go while it
+// waits).
+func (c *historyCache) awaitLocked(ctx context.Context, r roomFor, patience time.Duration) (release func(), err error) {
 	if c.ahead(r) == 0 && c.hasRoom() {
 		c.admitted++
 		return c.release, nil
+	}
+	if patience > 0 { // a timer only for a run that waits
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, patience)
+		defer cancel()
 	}
 	admitted := make(chan struct{})
 	e := c.waiting[r].PushBack(admitted)

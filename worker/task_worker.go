@@ -71,9 +71,7 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 	// A run new to the run cache waits for room there (historyCache.await)
 	// for half the task's time; a task still without room goes back to its
 	// queue, which costs it no attempt.
-	wait, cancel := context.WithTimeout(ctx, t.w.config.TaskTimeout/2)
-	release, err := t.w.histories.await(wait, job.Args.RunID)
-	cancel()
+	release, err := t.w.histories.await(ctx, job.Args.RunID, t.w.config.TaskTimeout/2)
 	if err != nil {
 		return river.JobSnooze(0)
 	}
