@@ -385,6 +385,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		cached = nil
 	}
 	old, ok := c.entries[runID]
+	var used *list.Element // its place in c.order
 	switch {
 	case ok && old.nextEventID > next:
 		// A transaction that committed earlier settled later: history only
@@ -398,7 +399,9 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		if old.decided != nil {
 			closing = append(closing, old.decided.cached)
 		}
-		c.remove(runID)
+		c.idle(old) // replaced below, in its place in c.order
+		used = old.used
+		c.order.MoveToFront(used)
 	case c.size == 0:
 		closing = append(closing, cached)
 		return nil
@@ -418,7 +421,10 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 	if claims > 0 {
 		c.busy++
 	}
-	e := &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: c.order.PushFront(runID), claims: claims}
+	if used == nil {
+		used = c.order.PushFront(runID)
+	}
+	e := &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: used, claims: claims}
 	c.entries[runID] = e
 	return e
 }
