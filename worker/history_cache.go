@@ -393,7 +393,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		closing = append(closing, cached)
 		return nil
 	case ok:
-		if old.cached != cached {
+		if old.cached != cached && old.cached != nil { // usually taken by the task that replaces it
 			closing = append(closing, old.cached)
 		}
 		if old.decided != nil {
