@@ -120,18 +120,18 @@ type groupCommitter struct {
 type groupMember struct {
 	ctx   context.Context
 	runID uuid.UUID
-	task  bool   // a workflow task's job (runTask), which takes the run's inbox
 	queue string // a task's job's queue
 	fn    func(ctx context.Context, tx pgx.Tx, cont *taskResult) error
 	cont  taskResult
+	task  bool // a workflow task's job (runTask), which takes the run's inbox
 	alone bool // left out of the group's writes: it runs alone
-	// failed is the step's own failure, which left it out of the group's
-	// writes (stepFailed).
-	failed error
 	// firstTask: its writes are its run's first task's, whose waiting
 	// queries the group looks for (Worker.sendLast).
 	firstTask bool
-	err       error // its outcome's, once it ran alone
+	// failed is the step's own failure, which left it out of the group's
+	// writes (stepFailed).
+	failed error
+	err    error // its outcome's, once it ran alone
 
 	// The run's row, locked by the group (lockErr pgx.ErrNoRows when there
 	// is no such run), and a task's inbox, read under the lock, for

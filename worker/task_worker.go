@@ -156,6 +156,7 @@ type taskResult struct {
 	step          *groupMember        // the outcome's place in a group (groupCommitter), if it has one
 	run           *runRow             // the run's row as read, whose immutable part goes to the cache with history
 	cached        bool                // commitHistory applied the history already
+	startedTimer  bool                // it started a timer (the timer waker looks again)
 	eager         []claimedAttempt    // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
@@ -163,7 +164,6 @@ type taskResult struct {
 	facts         *engine.Facts       // what was read of the history's events, for the cache with history
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
-	startedTimer  bool                // it started a timer (the timer waker looks again)
 	replayed      time.Duration       // replaying history and running the workflow code
 	signalHeaders []map[string]string // of the signals it delivered, that had any
 	notes         []note              // notifications to send once the transaction commits
