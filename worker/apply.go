@@ -20,7 +20,7 @@ import (
 type applier interface {
 	// admit is asked, once the step decided and before anything of it is
 	// written, whether it can be applied so; errRunsAlone if not.
-	admit(ctx context.Context, st *engine.Step, own *ownJob) error
+	admit(ctx context.Context, st engine.Step, own *ownJob) error
 	// applyLast applies the step's last writes (run.step and run.writes);
 	// final says they may carry the COMMIT: nothing is written after them
 	// and the job's completion, if there is a job, rides in them.
@@ -34,7 +34,7 @@ type applier interface {
 // no round trip of its own.
 type alone struct{ commit bool }
 
-func (alone) admit(context.Context, *engine.Step, *ownJob) error { return nil }
+func (alone) admit(context.Context, engine.Step, *ownJob) error { return nil }
 
 func (a alone) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *runRow, _ *taskResult, final bool) error {
 	batch := w.takeWrites(run)
@@ -54,7 +54,7 @@ func (a alone) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *runRow,
 // its last batch, on its own run and jobs (engine.Step.Alone), with its
 // job's completion: a member whose completion cannot be queued leaves the
 // group now, before anything of it is written.
-func (m *groupMember) admit(ctx context.Context, st *engine.Step, own *ownJob) error {
+func (m *groupMember) admit(ctx context.Context, st engine.Step, own *ownJob) error {
 	if st.Alone || own == nil || own.claims == nil {
 		return errRunsAlone
 	}
@@ -74,7 +74,7 @@ func (m *groupMember) applyLast(_ context.Context, _ pgx.Tx, _ *Worker, run *run
 	}
 	m.deferLast(run.step, run.others, func() { result.eager = run.eager }) // its claims are read with the COMMIT
 	m.firstTask = run.NextEventID == 1
-	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
+	run.step, run.others = nil, nil
 	return nil
 }
 
@@ -89,7 +89,7 @@ type startLast struct {
 // admit declines a task that starts a child: the child's start lock is
 // taken waiting, and a start must never wait for a lock while it holds its
 // own.
-func (s startLast) admit(_ context.Context, st *engine.Step, _ *ownJob) error {
+func (s startLast) admit(_ context.Context, st engine.Step, _ *ownJob) error {
 	if st.StartsChild {
 		return errRunsAlone
 	}
@@ -102,7 +102,7 @@ func (s startLast) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *run
 	}
 	s.last.add(run.step, run.others)
 	*s.after = func() { result.eager = run.eager } // its claims are read with the COMMIT
-	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
+	run.step, run.others = nil, nil
 	return nil
 }
 

@@ -37,14 +37,16 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 	if err != nil {
 		return false, fmt.Errorf("encoding %s of activity %d: %w", eventType, meta.ScheduledEventID, err)
 	}
-	item := &inbox.Item{Attributes: data, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType)}
+	item := func() *inbox.Item { // for the run's inbox: not a continuation
+		return &inbox.Item{Attributes: data, DedupKey: inbox.ActivityKey(meta.ScheduledEventID), Type: string(eventType)}
+	}
 	def := w.workflows[meta.WorkflowKind]
 	if cont != nil && cont.step != nil && (def == nil || len(w.config.Interceptors) > 0) {
 		return false, errRunsAlone
 	}
 	if cont == nil || def == nil || len(w.config.Interceptors) > 0 {
 		// Interceptors see every workflow task as a River job of its own.
-		_, err := inbox.Deliver(ctx, tx, w.store, w.riverClient, meta.RunID, item)
+		_, err := inbox.Deliver(ctx, tx, w.store, w.riverClient, meta.RunID, item())
 		return false, ignoreClosed(err)
 	}
 	run, now, _, locked, err := cont.step.takeLocked() // locked by its group
@@ -65,7 +67,7 @@ func (w *Worker) deliverOutcome(ctx context.Context, tx pgx.Tx, meta *activityMe
 		return false, nil
 	case run.TaskJobID != nil:
 		// A task is queued (a signal came, say): the outcome waits for it.
-		_, err := inbox.Add(ctx, tx, w.store, meta.RunID, item)
+		_, err := inbox.Add(ctx, tx, w.store, meta.RunID, item())
 		return false, err
 	}
 	direct := history.Event{Type: eventType, Attributes: data, Time: now}

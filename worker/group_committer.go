@@ -120,18 +120,18 @@ type groupCommitter struct {
 type groupMember struct {
 	ctx   context.Context
 	runID uuid.UUID
-	task  bool   // a workflow task's job (runTask), which takes the run's inbox
 	queue string // a task's job's queue
 	fn    func(ctx context.Context, tx pgx.Tx, cont *taskResult) error
 	cont  taskResult
+	task  bool // a workflow task's job (runTask), which takes the run's inbox
 	alone bool // left out of the group's writes: it runs alone
-	// failed is the step's own failure, which left it out of the group's
-	// writes (stepFailed).
-	failed error
 	// firstTask: its writes are its run's first task's, whose waiting
 	// queries the group looks for (Worker.sendLast).
 	firstTask bool
-	err       error // its outcome's, once it ran alone
+	// failed is the step's own failure, which left it out of the group's
+	// writes (stepFailed).
+	failed error
+	err    error // its outcome's, once it ran alone
 
 	// The run's row, locked by the group (lockErr pgx.ErrNoRows when there
 	// is no such run), and a task's inbox, read under the lock, for
@@ -221,6 +221,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 		for _, m := range members {
 			m.cont.dropCachedRun()
 			m.cont, m.step, m.rest, m.afterLast, m.guarded, m.firstTask, m.failed = taskResult{step: m}, nil, nil, nil, false, false, nil
+			// The member's row, filled in where its run is read (lockRuns, fromCache).
 			m.run, m.inbox, m.lockErr, m.locked = &runRow{Run: engine.Run{ID: m.runID}}, nil, nil, true
 		}
 		plansSet := false // lockRuns asks for generic plans for the whole transaction
@@ -359,9 +360,9 @@ func (c *groupCommitter) fromCache(m *groupMember) bool {
 	if !ok || !known || len(events) == 0 {
 		return false
 	}
-	run := *cached
-	run.State, run.NextEventID, run.TaskJobID = "running", next, nil
-	m.run, m.guarded, m.now = &run, true, now
+	*m.run = *cached
+	m.run.State, m.run.NextEventID, m.run.TaskJobID = "running", next, nil
+	m.guarded, m.now = true, now
 	if last := events[len(events)-1].Time; last.After(now) {
 		m.now = last // history's times never go back
 	}
@@ -415,7 +416,7 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*gro
 		if m == nil {
 			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", row.ID)
 		}
-		m.run, m.now, m.lockErr = &runRow{Run: row, scanned: true}, now, nil
+		*m.run, m.now, m.lockErr = runRow{Run: row, scanned: true}, now, nil
 		c.w.clock.observe(now)
 		return nil
 	})

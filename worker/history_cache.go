@@ -205,15 +205,16 @@ func (c *historyCache) admit() bool {
 }
 
 // await admits a task of a run that the cache does not hold, once the
-// cache has room for it (or ctx ends); a task of a run it holds is
-// admitted at once. release is to be called once the task settled.
-func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(), err error) {
+// cache has room for it (or patience passed, or ctx ended); a task of a run
+// it holds is admitted at once. release is to be called once the task
+// settled.
+func (c *historyCache) await(ctx context.Context, runID [16]byte, patience time.Duration) (release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.entries[runID]; ok {
 		return func() {}, nil
 	}
-	return c.awaitLocked(ctx, roomForTask)
+	return c.awaitLocked(ctx, roomForTask, patience)
 }
 
 // reserve admits a run that a start is about to insert, once the cache has
@@ -222,16 +223,22 @@ func (c *historyCache) await(ctx context.Context, runID [16]byte) (release func(
 func (c *historyCache) reserve(ctx context.Context) (release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.awaitLocked(ctx, roomForStart)
+	return c.awaitLocked(ctx, roomForStart, 0)
 }
 
 // awaitLocked admits a run in flight, for r, once the cache has room for
-// it and all ahead of it were admitted (free), or fails when ctx ends
-// (under c.mu, which it lets go while it waits).
-func (c *historyCache) awaitLocked(ctx context.Context, r roomFor) (release func(), err error) {
+// it and all ahead of it were admitted (free), or fails when ctx ends or,
+// if it is positive, patience passed (under c.mu, which it lets go while it
+// waits).
+func (c *historyCache) awaitLocked(ctx context.Context, r roomFor, patience time.Duration) (release func(), err error) {
 	if c.ahead(r) == 0 && c.hasRoom() {
 		c.admitted++
 		return c.release, nil
+	}
+	if patience > 0 { // a timer only for a run that waits
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, patience)
+		defer cancel()
 	}
 	admitted := make(chan struct{})
 	e := c.waiting[r].PushBack(admitted)
@@ -357,7 +364,8 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 	return e.shared(), e.nextEventID, e.run, true
 }
 
-// put stores a committed history, the row of its run if known, the cached run
+// put stores a committed history, what never changes of its run's row
+// (run.immutable, or the entry's own if it has one) if known, the cached run
 // standing at its end if any and the memo of its events' facts (a new one
 // if nil), busy while the claims attempts its task claimed run, unless the
 // cache holds a longer history of the run; it returns the entry it stored
@@ -377,6 +385,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		cached = nil
 	}
 	old, ok := c.entries[runID]
+	var used *list.Element // its place in c.order
 	switch {
 	case ok && old.nextEventID > next:
 		// A transaction that committed earlier settled later: history only
@@ -384,18 +393,27 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 		closing = append(closing, cached)
 		return nil
 	case ok:
-		if old.cached != cached {
+		if old.cached != cached && old.cached != nil { // usually taken by the task that replaces it
 			closing = append(closing, old.cached)
 		}
 		if old.decided != nil {
 			closing = append(closing, old.decided.cached)
 		}
-		c.remove(runID)
+		c.idle(old) // replaced below, in its place in c.order
+		used = old.used
+		c.order.MoveToFront(used)
 	case c.size == 0:
 		closing = append(closing, cached)
 		return nil
 	case len(c.entries) >= c.size:
 		closing = append(closing, c.evict()...)
+	}
+	switch {
+	case run == nil:
+	case ok && old.run != nil:
+		run = old.run // what never changes of a run's row is the same whatever its append point
+	default:
+		run = run.immutable()
 	}
 	if facts == nil {
 		facts = engine.NewFacts()
@@ -403,7 +421,10 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 	if claims > 0 {
 		c.busy++
 	}
-	e := &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: c.order.PushFront(runID), claims: claims}
+	if used == nil {
+		used = c.order.PushFront(runID)
+	}
+	e := &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: used, claims: claims}
 	c.entries[runID] = e
 	return e
 }
@@ -484,7 +505,7 @@ func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history
 func stageHistory(result *taskResult, run *runRow, events, appended []history.Event, closed bool) {
 	result.runID = run.ID
 	if run.scanned {
-		result.run = run.immutable()
+		result.run = run
 	}
 	if closed {
 		result.history = nil

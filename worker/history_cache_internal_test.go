@@ -308,17 +308,19 @@ func TestHistoryCacheRoom(t *testing.T) {
 	busyA := c.put(a, events, nil, nil, nil, 2)
 	require.True(t, c.admit())
 	require.False(t, c.admit(), "a busy entry and an admitted task fill a cache of 2")
-	release, err := c.await(ctx, a)
+	release, err := c.await(ctx, a, time.Nanosecond)
 	require.NoError(t, err, "a run the cache holds needs no room")
 	release()
+	_, err = c.await(ctx, other, 50*time.Millisecond)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a task waits for room as long as its patience")
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	_, err = c.await(short, other)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = c.await(short, other, time.Hour)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "or until its context ends")
 
 	waited := make(chan error, 1)
 	go func() {
-		release, err := c.await(ctx, other)
+		release, err := c.await(ctx, other, time.Hour)
 		if err == nil {
 			release()
 		}
@@ -433,7 +435,7 @@ func TestHistoryCacheTasksBeforeStarts(t *testing.T) {
 		}, 10*time.Second, time.Millisecond)
 	}
 	wait("start", func() bool { return c.waiting[roomForStart].Len() == 1 }, func() (func(), error) { return c.reserve(ctx) })
-	wait("task", func() bool { return c.waiting[roomForTask].Len() == 1 }, func() (func(), error) { return c.await(ctx, uuid.New()) })
+	wait("task", func() bool { return c.waiting[roomForTask].Len() == 1 }, func() (func(), error) { return c.await(ctx, uuid.New(), time.Hour) })
 	require.False(t, c.admit(), "a start takes no room while others await it")
 	c.claimEnded(busy)
 	require.Equal(t, "task", <-admitted)

@@ -71,9 +71,7 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 	// A run new to the run cache waits for room there (historyCache.await)
 	// for half the task's time; a task still without room goes back to its
 	// queue, which costs it no attempt.
-	wait, cancel := context.WithTimeout(ctx, t.w.config.TaskTimeout/2)
-	release, err := t.w.histories.await(wait, job.Args.RunID)
-	cancel()
+	release, err := t.w.histories.await(ctx, job.Args.RunID, t.w.config.TaskTimeout/2)
 	if err != nil {
 		return river.JobSnooze(0)
 	}
@@ -148,16 +146,17 @@ type runRow struct {
 	inboxed    bool               // the task wrote to the run's own inbox (a child that could not start)
 	eager      []claimedAttempt   // activities the task claimed, to start once it commits
 	eagerSlots int                // eager slots the task took (as many as eager once its writes ran)
-	step       *engine.StepWrites // the step's typed writes to its run, not sent yet (flushWrites)
-	others     *otherWrites       // what else the step queued to go with step's (claims, completion, checks)
+	step       *engine.StepWrites // the step's typed writes to its run, not sent yet (flushWrites); nil once applied
+	others     *otherWrites       // what else the step queued to go with step's (claims, completion, checks); nil once applied
 }
 
 // taskResult is what a task tells interceptors, once its transaction
 // commits.
 type taskResult struct {
 	step          *groupMember        // the outcome's place in a group (groupCommitter), if it has one
-	run           *runRow             // the run's row as read (immutable), for the cache with history
+	run           *runRow             // the run's row as read, whose immutable part goes to the cache with history
 	cached        bool                // commitHistory applied the history already
+	startedTimer  bool                // it started a timer (the timer waker looks again)
 	eager         []claimedAttempt    // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       []history.Event     // the history committed, for the cache (nil: forget the run)
@@ -165,7 +164,6 @@ type taskResult struct {
 	facts         *engine.Facts       // what was read of the history's events, for the cache with history
 	runID         uuid.UUID           // the run advanced, if any
 	closed        string              // the run's new state, if the task closed it
-	startedTimer  bool                // it started a timer (the timer waker looks again)
 	replayed      time.Duration       // replaying history and running the workflow code
 	signalHeaders []map[string]string // of the signals it delivered, that had any
 	notes         []note              // notifications to send once the transaction commits
@@ -302,7 +300,7 @@ type decided struct {
 	facts    *engine.Facts
 	inputs   []history.Event
 	toAppend []history.Event
-	outcome  *replay.Outcome
+	outcome  replay.Outcome
 }
 
 // advance is the body of a workflow task, on a run locked in tx that is
@@ -319,9 +317,9 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			result.dropCachedRun() // whatever it decided is not committed
 		}
 	}()
-	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
-	d, err := w.decide(ctx, tx, def, run, now, direct, in, result)
-	if err != nil || d == nil {
+	run.openWrites()
+	var d decided
+	if ok, err := w.decide(ctx, tx, def, run, now, direct, in, result, &d); err != nil || !ok {
 		return err
 	}
 	st, err := engine.Decide(engine.StepParams{
@@ -333,7 +331,8 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if err := in.apply.admit(ctx, st, in.own); err != nil {
 		if result.step != nil {
 			// Its rerun alone, just after the group, takes what it decided.
-			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: d.outcome, cached: result.cachedRun})
+			outcome := d.outcome
+			w.histories.keepDecision(run.ID, run.NextEventID, &decidedTask{inputs: d.inputs, outcome: &outcome, cached: result.cachedRun})
 			result.cachedRun = nil
 		}
 		return err
@@ -357,68 +356,68 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		if err := w.cancelJobs(ctx, tx, run.ID, d.outcome.CanceledActivities, d.outcome.CanceledTimers); err != nil {
 			return err
 		}
-		if err := w.answerUpdates(ctx, tx, run.ID, d.outcome); err != nil {
+		if err := w.answerUpdates(ctx, tx, run.ID, &d.outcome); err != nil {
 			return err
 		}
 	}
-	if err := w.sendLast(ctx, tx, run, in, st, result); err != nil {
+	if err := w.sendLast(ctx, tx, run, in, &st, result); err != nil {
 		return err
 	}
 	stageHistory(result, run, d.events, d.toAppend, d.outcome.Completed)
-	return w.afterLast(ctx, tx, run, d.outcome, st.Pending)
+	return w.afterLast(ctx, tx, run, &d.outcome, st.Pending)
 }
 
 // decide reads the run's history, takes the step's inputs (the inbox it
-// took, and direct) and replays the workflow with them. It returns nil
-// when there is nothing new (a duplicate task, or only outcomes history
-// already has), having cleared the run's task.
+// took, and direct) and replays the workflow with them, into d. It returns
+// false when there is nothing new (a duplicate task, or only outcomes
+// history already has), having cleared the run's task.
 func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, run *runRow, now time.Time, direct []history.Event,
-	in *setting, result *taskResult,
-) (*decided, error) {
+	in *setting, result *taskResult, d *decided,
+) (bool, error) {
 	events, facts, err := w.history(ctx, tx, run)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	result.facts = facts
-	d := &decided{facts: facts}
+	d.facts = facts
 	if len(events) == 0 {
 		started, err := history.NewEvent(1, now, &history.WorkflowStartedAttributes{
 			Args: run.Args, Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), WorkflowID: run.WorkflowID,
 		})
 		if err != nil {
-			return nil, err
+			return false, err
 		}
-		events = append(events, started)
-		d.toAppend = append(d.toAppend, started)
+		events = []history.Event{started}
+		d.toAppend = events[:1:1] // appending to it copies it
 	}
 	d.events = events
 	if last := events[len(events)-1].ID; last != run.NextEventID-1 && len(d.toAppend) == 0 {
-		return nil, fmt.Errorf("history of run %s ends at event %d but the run expects %d next", run.ID, last, run.NextEventID)
+		return false, fmt.Errorf("history of run %s ends at event %d but the run expects %d next", run.ID, last, run.NextEventID)
 	}
 	// A run with no queued task has an empty inbox: every inbox writer
 	// queues a task unless one is queued (and the sweeper repairs a task
 	// job deleted by hand).
 	if d.inputs, err = engine.NewInputs(ctx, run.ID, events, facts, in.inbox, direct, w.config.Logger); err != nil {
-		return nil, err
+		return false, err
 	}
 	if len(w.config.Interceptors) > 0 {
 		result.signalHeaders = signalHeaders(d.inputs)
 	}
 	if len(d.inputs) == 0 && len(d.toAppend) == 0 {
 		if result.step != nil {
-			return nil, errRunsAlone // the job completes on its own
+			return false, errRunsAlone // the job completes on its own
 		}
 		if in.taskJobID != 0 {
 			if err := w.store.ClearTask(ctx, tx, run.ID, in.taskJobID); err != nil {
-				return nil, fmt.Errorf("clearing task: %w", err)
+				return false, fmt.Errorf("clearing task: %w", err)
 			}
 		}
-		return nil, nil
+		return false, nil
 	}
-	if d.outcome, err = w.replayStep(ctx, def, run, now, in, d, result); err != nil {
-		return nil, err
+	if err := w.replayStep(ctx, def, run, now, in, d, result); err != nil {
+		return false, err
 	}
-	if engine.OnlyBoundary(d.toAppend, d.outcome) {
+	if engine.OnlyBoundary(d.toAppend, &d.outcome) {
 		// Nothing entered history (every input was rejected, deferred or
 		// dropped) and the code did nothing: the task records nothing,
 		// so rejected updates cannot grow a history. The cached run has
@@ -426,19 +425,23 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 		d.outcome.Events = nil
 		result.dropCachedRun()
 	}
-	d.toAppend = append(d.toAppend, d.outcome.Events...)
-	return d, nil
+	if len(d.toAppend) == 0 {
+		d.toAppend = d.outcome.Events // read only, as the outcome's
+	} else {
+		d.toAppend = append(d.toAppend, d.outcome.Events...)
+	}
+	return true, nil
 }
 
-// replayStep runs the workflow code on d's history and inputs. Sticky
-// execution: the code as this worker's last task of the run left it, if
-// that task's history is still the run's; else a replay of the history,
-// keeping the code for the run's next task. A rerun alone of an outcome
-// that left its group takes what it decided there, if nothing changed
-// since.
+// replayStep runs the workflow code on d's history and inputs, into
+// d.outcome. Sticky execution: the code as this worker's last task of the
+// run left it, if that task's history is still the run's; else a replay of
+// the history, keeping the code for the run's next task. A rerun alone of
+// an outcome that left its group takes what it decided there, if nothing
+// changed since.
 func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *runRow, now time.Time, in *setting, d *decided,
 	result *taskResult,
-) (outcome *replay.Outcome, err error) {
+) error {
 	begin := time.Now()
 	defer func() { result.replayed = time.Since(begin) }()
 	replayCtx := ctx
@@ -446,29 +449,34 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 		replayCtx = in.startCtx
 	}
 	params := &replay.ExecuteParams{
-		ActivityResultType: w.activityResultType,
+		ActivityResultType: w.resultType,
 		Codec:              w.config.Codec,
 		DeadlockTimeout:    w.config.DeadlockTimeout,
-		Decode:             d.facts.Decode,
-		Go:                 w.goroutines.Go,
 		History:            d.events,
-		Info: replay.Info{
-			Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), TaskAttempt: in.attempt, WorkflowID: run.WorkflowID,
-		},
-		Inputs: d.inputs,
-		Now:    now,
+		Info:               replay.Info{TaskAttempt: in.attempt},
+		Inputs:             d.inputs,
+		Now:                now,
 	}
 	if decision := w.histories.decision(run.ID, run.NextEventID, d.inputs); decision != nil {
 		result.cachedRun = decision.cached
-		return decision.outcome, nil
+		d.outcome = *decision.outcome
+		return nil
 	}
 	if cachedRun := w.histories.cachedRun(run.ID, run.NextEventID); cachedRun != nil {
 		result.cachedRun = cachedRun
-		return cachedRun.Continue(replayCtx, params)
+		_, err := cachedRun.ContinueInto(replayCtx, params, &d.outcome) // the run's identity is the cached run's
+		return err
 	}
+	params.Decode, params.Go = d.facts.Decode, w.goroutines.Go
+	params.Info.Generation, params.Info.Kind, params.Info.RunID, params.Info.WorkflowID = run.Generation, run.Kind, run.ID.String(), run.WorkflowID
 	params.Logger = w.config.Logger // the engine adds the run's kind and IDs
-	outcome, result.cachedRun, err = replay.Start(replayCtx, def, params)
-	return outcome, err
+	outcome, cachedRun, err := replay.Start(replayCtx, def, params)
+	result.cachedRun = cachedRun
+	if err != nil {
+		return err
+	}
+	d.outcome = *outcome
+	return nil
 }
 
 // sendLast queues the step's last writes (the CAS, a closing run's
@@ -714,6 +722,7 @@ func (w *Worker) scheduleEvents(ctx context.Context, tx pgx.Tx, run *runRow, eve
 // in one round trip.
 func (w *Worker) flushWrites(ctx context.Context, tx pgx.Tx, run *runRow) error {
 	batch := w.takeWrites(run)
+	run.openWrites() // the step goes on
 	if batch.Len() == 0 {
 		return nil
 	}
@@ -726,8 +735,19 @@ func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 	batch := &pgx.Batch{}
 	w.store.QueueStep(batch, run.step)
 	run.others.queue(batch, w.claims)
-	run.step, run.others = &engine.StepWrites{RunID: run.ID}, &otherWrites{}
+	run.step, run.others = nil, nil
 	return batch
+}
+
+// openWrites gives the step empty writes to queue in: at its start, and
+// after it sent what it queued so far and goes on. Once its last writes are
+// applied (applier.applyLast), it has none: it writes nothing more.
+func (run *runRow) openWrites() {
+	writes := &struct { // one allocation for both
+		step   engine.StepWrites
+		others otherWrites
+	}{step: engine.StepWrites{RunID: run.ID}}
+	run.step, run.others = &writes.step, &writes.others
 }
 
 // signalHeaders returns the headers of the signals among inputs that have

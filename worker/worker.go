@@ -60,7 +60,8 @@ type Worker struct {
 
 	mu           sync.Mutex
 	activities   map[string]struct{}
-	resultTypes  map[string]reflect.Type // of AddActivity's activities, by kind
+	resultTypes  map[string]reflect.Type                // of AddActivity's activities, by kind
+	resultType   func(kind string) (reflect.Type, bool) // activityResultType, made once for every task's replay
 	announcer    *announcer
 	eagerRunners map[string]claimedRunner
 	riverClient  *river.Client[pgx.Tx]
@@ -110,6 +111,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		stepGroups:   limit.ForPool(pool, stepGroupsInitial),
 		workflows:    make(map[string]*replay.Definition),
 	}
+	w.resultType = w.activityResultType
 	w.returns = newQueueReturns(w)
 	w.backfillSlice = backfillSlice
 	// Every activity job that ends through the fencing layer turns into the

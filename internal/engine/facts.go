@@ -96,10 +96,11 @@ func ResolvedBy(e history.Event) (int64, bool) {
 	}
 	ref, ok := readRef(e.Attributes)
 	if !ok {
-		ref = outcomeRef{}
-		if err := json.Unmarshal(e.Attributes, &ref); err != nil {
+		var decoded outcomeRef // on the heap: only this path pays for it
+		if err := json.Unmarshal(e.Attributes, &decoded); err != nil {
 			return 0, false
 		}
+		ref = decoded
 	}
 	return ref.id(), true
 }

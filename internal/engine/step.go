@@ -28,11 +28,6 @@ import (
 func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, facts *Facts, inbox []InboxItem, direct []history.Event,
 	logger *slog.Logger,
 ) ([]history.Event, error) {
-	taken := append(make([]InboxItem, 0, len(inbox)+len(direct)), inbox...)
-	for _, e := range direct {
-		taken = append(taken, InboxItem{Event: e})
-	}
-
 	scheduled := map[int64]bool{}
 	resolved := map[int64]bool{}
 	signals := map[string]bool{} // request IDs of signals history has
@@ -48,29 +43,42 @@ func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, fac
 		}
 	}
 
-	inputs := make([]history.Event, 0, len(taken))
-	for _, r := range taken {
-		if ResolvesEvent(r.Event.Type) {
-			id, ok := ResolvedBy(r.Event)
+	inputs := make([]history.Event, 0, len(inbox)+len(direct))
+	// take adds e, inbox row row's event (0: direct), to inputs unless
+	// history or inputs have it already.
+	take := func(row int64, e history.Event) error {
+		if ResolvesEvent(e.Type) {
+			id, ok := ResolvedBy(e)
 			if !ok {
-				return nil, fmt.Errorf("inbox row %d of run %s: undecodable %s", r.ID, runID, r.Event.Type)
+				return fmt.Errorf("inbox row %d of run %s: undecodable %s", row, runID, e.Type)
 			}
 			if !scheduled[id] || resolved[id] {
 				logger.DebugContext(ctx, "weir: dropping an outcome history already has or never asked for",
 					slog.String("run_id", runID.String()), slog.Int64("resolves_event_id", id))
-				continue
+				return nil
 			}
 			resolved[id] = true
 		}
-		if id := SignalRequestID(r.Event); id != "" {
+		if id := SignalRequestID(e); id != "" {
 			if signals[id] {
 				logger.DebugContext(ctx, "weir: dropping a signal history already has",
 					slog.String("run_id", runID.String()), slog.String("request_id", id))
-				continue
+				return nil
 			}
 			signals[id] = true
 		}
-		inputs = append(inputs, r.Event)
+		inputs = append(inputs, e)
+		return nil
+	}
+	for _, r := range inbox {
+		if err := take(r.ID, r.Event); err != nil {
+			return nil, err
+		}
+	}
+	for _, e := range direct {
+		if err := take(0, e); err != nil {
+			return nil, err
+		}
 	}
 	return inputs, nil
 }
@@ -134,7 +142,7 @@ type StepParams struct {
 	History   []history.Event // the run's committed history
 	Facts     *Facts          // of History's events
 	Appended  []history.Event // the events the step appends, numbered from Run.NextEventID
-	Outcome   *replay.Outcome // what the workflow code did
+	Outcome   replay.Outcome  // what the workflow code did (a copy: a caller's own stays on its stack)
 	TaskJobID int64           // the task job the step runs as; 0 for none
 }
 
@@ -168,22 +176,25 @@ type Step struct {
 }
 
 // Decide decides a step's writes from p.
-func Decide(p StepParams) (*Step, error) {
+func Decide(p StepParams) (Step, error) {
 	next := p.Run.NextEventID
 	for _, e := range p.Appended {
 		if e.ID != next {
-			return nil, fmt.Errorf("engine numbered event %d where %d was expected", e.ID, next)
+			return Step{}, fmt.Errorf("engine numbered event %d where %d was expected", e.ID, next)
 		}
 		next++
 	}
-	rows := history.Rows(p.Appended)
-	st := &Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: make([]EventRow, 0, len(rows))}}
-	for _, r := range rows {
+	rows := 0
+	for range history.Rows(p.Appended) {
+		rows++
+	}
+	st := Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: make([]EventRow, 0, rows)}}
+	for r := range history.Rows(p.Appended) {
 		row := EventRow{Row: r}
 		if ResolvesEvent(r.Type) {
 			id, ok := ResolvedBy(r.Event)
 			if !ok {
-				return nil, fmt.Errorf("event %d: undecodable %s", r.ID, r.Type)
+				return Step{}, fmt.Errorf("event %d: undecodable %s", r.ID, r.Type)
 			}
 			row.Resolves = &id
 			st.Writes.Retired = append(st.Writes.Retired, id)
@@ -192,13 +203,13 @@ func Decide(p StepParams) (*Step, error) {
 	}
 	// W4: the append point moves only from where the step found it.
 	var err error
-	if st.Writes.CAS, err = runCAS(p.Run.NextEventID, next, p.TaskJobID, p.Outcome); err != nil {
-		return nil, err
+	if st.Writes.CAS, err = runCAS(p.Run.NextEventID, next, p.TaskJobID, &p.Outcome); err != nil {
+		return Step{}, err
 	}
 	if c := st.Writes.CAS.Close; c != nil {
 		st.Closed = c.State
 	}
-	o := p.Outcome
+	o := &p.Outcome
 	st.Pending = PendingWork(p.History, p.Facts, p.Appended, st.Writes.Retired)
 	has := func(t history.EventType) bool {
 		return slices.ContainsFunc(p.Appended, func(e history.Event) bool { return e.Type == t })

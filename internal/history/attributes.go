@@ -1,10 +1,12 @@
 package history
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"time"
 )
 
@@ -478,6 +480,23 @@ func NewEvent(id int64, at time.Time, attrs Attributes) (Event, error) {
 	return Event{ID: id, Type: attrs.EventType(), Attributes: raw, Time: at}, nil
 }
 
+// NewBoundary is NewEvent(id, now, &WorkflowTaskStartedAttributes{Now: now,
+// Attempt: attempt}), the same bytes, encoded without reflection: every
+// workflow task appends one.
+func NewBoundary(id int64, now time.Time, attempt int) (Event, error) {
+	raw := append(make([]byte, 0, 64), `{"now":"`...)
+	raw, err := now.AppendText(raw) // as Time.MarshalJSON, unquoted; nothing in it to escape
+	if err != nil {
+		return NewEvent(id, now, &WorkflowTaskStartedAttributes{Now: now, Attempt: attempt}) // its error
+	}
+	raw = append(raw, '"')
+	if attempt != 0 {
+		raw = strconv.AppendInt(append(raw, `,"attempt":`...), int64(attempt), 10)
+	}
+	raw = append(raw, '}')
+	return Event{ID: id, Type: EventWorkflowTaskStarted, Attributes: raw, Time: now}, nil
+}
+
 // attributeTypes are the attributes type of every event type.
 var attributeTypes = func() map[EventType]reflect.Type {
 	types := map[EventType]reflect.Type{}
@@ -519,6 +538,14 @@ func DecodeAttributes(e Event) (Attributes, error) {
 	if !ok {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "unknown event type"}
 	}
+	if e.Type == EventActivityCompleted {
+		if attrs, ok := decodeCompleted(e.Attributes); ok {
+			if reason := attrs.validate(); reason != "" {
+				return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: reason}
+			}
+			return attrs, nil
+		}
+	}
 	attrs := reflect.New(t).Interface().(Attributes) //nolint:forcetypeassert // every type in attributeTypes is
 	if len(e.Attributes) == 0 {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "attributes are missing"}
@@ -531,6 +558,64 @@ func DecodeAttributes(e Event) (Attributes, error) {
 	}
 	return attrs, nil
 }
+
+// decodeCompleted decodes ActivityCompleted attributes in the form
+// json.Marshal gives them, {"scheduled_event_id":…,"result":…,"attempt":…},
+// as json.Unmarshal does (the result through Payload.UnmarshalJSON), without
+// reflection: an activity's outcome continues its run decoded. Of any other
+// form (other keys, other spellings or order, spaces, integers that are
+// not plain) it reports !ok, and json.Unmarshal decides.
+func decodeCompleted(data []byte) (*ActivityCompletedAttributes, bool) {
+	const head, middle, tail = `{"scheduled_event_id":`, `,"result":`, `,"attempt":`
+	rest, ok := bytes.CutPrefix(data, []byte(head))
+	if !ok || !json.Valid(data) {
+		return nil, false
+	}
+	id, rest, ok := cutInt(rest)
+	if !ok {
+		return nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(middle)); !ok {
+		return nil, false
+	}
+	i := bytes.LastIndex(rest, []byte(tail))
+	if i < 0 {
+		return nil, false
+	}
+	result := rest[:i]
+	attempt, end, ok := cutInt(rest[i+len(tail):])
+	if !ok || string(end) != "}" || int64(int(attempt)) != attempt ||
+		len(result) == 0 || isSpace(result[0]) || isSpace(result[len(result)-1]) || !json.Valid(result) {
+		return nil, false
+	}
+	attrs := &ActivityCompletedAttributes{ScheduledEventID: id, Attempt: int(attempt)}
+	if err := attrs.Result.UnmarshalJSON(result); err != nil {
+		return nil, false
+	}
+	return attrs, true
+}
+
+// cutInt cuts a plain integer (an optional minus and at most 18 digits)
+// off the front of data.
+func cutInt(data []byte) (n int64, rest []byte, ok bool) {
+	i := 0
+	if i < len(data) && data[i] == '-' {
+		i++
+	}
+	start := i
+	for ; i < len(data) && data[i] >= '0' && data[i] <= '9'; i++ {
+		n = n*10 + int64(data[i]-'0')
+	}
+	if i == start || i-start > 18 {
+		return 0, data, false
+	}
+	if data[0] == '-' {
+		n = -n
+	}
+	return n, data[i:], true
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // Decode decodes the attributes of e as T, which must be the attributes
 // type of e.Type (for example *ActivityCompletedAttributes). The error matches

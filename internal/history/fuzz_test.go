@@ -112,3 +112,69 @@ func FuzzDuration(f *testing.F) {
 		require.Equal(t, d, back)
 	})
 }
+
+// FuzzDecodeCompleted: whatever decodeCompleted accepts, json.Unmarshal
+// decodes to the same attributes.
+func FuzzDecodeCompleted(f *testing.F) {
+	for _, attrs := range completedSamples() {
+		raw, err := json.Marshal(attrs)
+		require.NoError(f, err)
+		f.Add(raw)
+	}
+	for _, s := range []string{
+		`{"scheduled_event_id": 3,"result":1,"attempt":1}`,
+		`{"scheduled_event_id":3,"result":1 ,"attempt":1}`,
+		`{"scheduled_event_id":3,"result":1,"attempt":1,"attempt":2}`,
+		`{"scheduled_event_id":3,"result":{"a":1,"attempt":2},"attempt":1}`,
+		`{"scheduled_event_id":3,"result":{"a":1,"attempt":2}}`,
+		`{"scheduled_event_id":3,"result":1,"foo":2,"attempt":1}`,
+		`{"scheduled_event_id":1.5,"result":1,"attempt":1}`,
+		`{"scheduled_event_id":3,"result":1,"attempt":1e2}`,
+		`{"scheduled_event_id":99999999999999999999,"result":1,"attempt":1}`,
+		`{"scheduled_event_id":-0,"result":null,"attempt":-1}`,
+		`{"scheduled_event_id":3,"result":{"$binary":"!!"},"attempt":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := decodeCompleted(data)
+		if !ok {
+			return
+		}
+		var want ActivityCompletedAttributes
+		require.NoError(t, json.Unmarshal(data, &want), "%s", data)
+		require.Equal(t, &want, got, "%s", data)
+	})
+}
+
+// TestDecodeCompleted: what json.Marshal writes of ActivityCompleted
+// attributes is decoded without reflection, to the same attributes.
+func TestDecodeCompleted(t *testing.T) {
+	t.Parallel()
+	for _, attrs := range completedSamples() {
+		raw, err := json.Marshal(attrs)
+		require.NoError(t, err)
+		got, ok := decodeCompleted(raw)
+		require.True(t, ok, "%s", raw)
+		var want ActivityCompletedAttributes
+		require.NoError(t, json.Unmarshal(raw, &want))
+		require.Equal(t, &want, got, "%s", raw)
+		decoded, err := DecodeAttributes(Event{ID: 7, Type: EventActivityCompleted, Attributes: raw})
+		require.NoError(t, err)
+		require.Equal(t, &want, decoded)
+	}
+	_, err := DecodeAttributes(Event{ID: 7, Type: EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":0,"result":1,"attempt":1}`)})
+	require.ErrorIs(t, err, ErrInvalidEvent, "validated as json.Unmarshal's are")
+}
+
+func completedSamples() []*ActivityCompletedAttributes {
+	return []*ActivityCompletedAttributes{
+		{ScheduledEventID: 3, Result: Payload(`7`), Attempt: 1},
+		{ScheduledEventID: 1 << 40, Result: Payload(`{"a":[1,2,{"attempt":3}],"b":"x,\"attempt\":4"}`), Attempt: 12},
+		{ScheduledEventID: 5, Result: nil, Attempt: 2},
+		{ScheduledEventID: 5, Result: Payload(`"<&>"`), Attempt: 1},
+		{ScheduledEventID: 5, Result: Payload{0xff, 0x00, 0x01}, Attempt: 1},     // binary
+		{ScheduledEventID: 5, Result: Payload(`{"$binary":"AAE="}`), Attempt: 1}, // JSON of the binary shape
+		{ScheduledEventID: 9, Result: Payload(`[ 1 , 2 ]`), Attempt: 0},
+	}
+}

@@ -192,3 +192,35 @@ func TestDuration(t *testing.T) {
 	require.Error(t, json.Unmarshal([]byte(`"later"`), &d))
 	require.Error(t, json.Unmarshal([]byte(`true`), &d))
 }
+
+// TestNewBoundaryIsNewEvent: NewBoundary encodes the same bytes, and fails
+// with the same error, as NewEvent of the WorkflowTaskStartedAttributes.
+func TestNewBoundaryIsNewEvent(t *testing.T) {
+	t.Parallel()
+	east := time.FixedZone("east", 5*3600+30*60)
+	times := []time.Time{
+		time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC),
+		time.Date(2026, 11, 30, 12, 0, 0, 123456000, time.UTC),
+		time.Date(2026, 11, 30, 12, 0, 0, 1, east),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.Local),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), // out of RFC 3339's range: an error
+		time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),    // likewise
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("far", 25*3600)),
+		time.UnixMicro(1_780_000_000_123_456),
+		{},
+	}
+	for _, now := range times {
+		for _, attempt := range []int{0, 1, 7, -3, 1 << 40} {
+			want, wantErr := NewEvent(42, now, &WorkflowTaskStartedAttributes{Now: now, Attempt: attempt})
+			got, err := NewBoundary(42, now, attempt)
+			if wantErr != nil {
+				require.EqualError(t, err, wantErr.Error(), "%v attempt %d", now, attempt)
+				continue
+			}
+			require.NoError(t, err, "%v attempt %d", now, attempt)
+			require.Equal(t, string(want.Attributes), string(got.Attributes), "%v attempt %d", now, attempt)
+			require.Equal(t, want, got)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package history
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"iter"
+)
 
 // Row is one row of weir_event: an event and, when Boundary is set, the
 // WorkflowTaskStarted event just before it (ID-1), folded into the row. A
@@ -13,24 +16,28 @@ type Row struct {
 	Boundary json.RawMessage // nil: no boundary folded into this row
 }
 
-// Rows returns the rows that store events (consecutive events of one
+// Rows yields the rows that store events (consecutive events of one
 // append): a WorkflowTaskStarted event followed by a command of the same
 // time goes into the command's row; every other event has a row of its own.
-func Rows(events []Event) []Row {
-	rows := make([]Row, 0, len(events))
-	for i := 0; i < len(events); i++ {
-		e := events[i]
-		if e.Type == EventWorkflowTaskStarted && len(e.Attributes) > 0 && i+1 < len(events) {
-			next := events[i+1]
-			if next.ID == e.ID+1 && next.Type.IsCommand() && next.Time.Equal(e.Time) {
-				rows = append(rows, Row{Event: next, Boundary: e.Attributes})
-				i++
-				continue
+func Rows(events []Event) iter.Seq[Row] {
+	return func(yield func(Row) bool) {
+		for i := 0; i < len(events); i++ {
+			e := events[i]
+			if e.Type == EventWorkflowTaskStarted && len(e.Attributes) > 0 && i+1 < len(events) {
+				next := events[i+1]
+				if next.ID == e.ID+1 && next.Type.IsCommand() && next.Time.Equal(e.Time) {
+					if !yield(Row{Event: next, Boundary: e.Attributes}) {
+						return
+					}
+					i++
+					continue
+				}
+			}
+			if !yield(Row{Event: e}) {
+				return
 			}
 		}
-		rows = append(rows, Row{Event: e})
 	}
-	return rows
 }
 
 // Unfold appends the events r stores to dst: its folded boundary first, if

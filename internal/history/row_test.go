@@ -2,6 +2,7 @@ package history
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func TestRows(t *testing.T) {
 		event(11, EventTimerStarted, later),
 		event(12, EventWorkflowTaskStarted, later), // last: a row of its own
 	}
-	rows := Rows(events)
+	rows := slices.Collect(Rows(events))
 
 	var ids []int64
 	for _, r := range rows {
@@ -46,5 +47,5 @@ func TestRows(t *testing.T) {
 	}
 	require.Equal(t, events, unfolded, "unfolding gives back every event as it was")
 
-	require.Empty(t, Rows(nil))
+	require.Empty(t, slices.Collect(Rows(nil)))
 }

@@ -107,6 +107,13 @@ func (s *CachedRun) NextEventID() int64 {
 // are the task's. When Continue fails, or the task ends the run, the
 // cached run closes.
 func (s *CachedRun) Continue(ctx context.Context, params *ExecuteParams) (*Outcome, error) {
+	return s.ContinueInto(ctx, params, &Outcome{})
+}
+
+// ContinueInto is Continue, writing the task's outcome over out (the
+// caller's: the cached run keeps no reference to it), which it returns
+// unless it fails.
+func (s *CachedRun) ContinueInto(ctx context.Context, params *ExecuteParams, out *Outcome) (*Outcome, error) {
 	switch {
 	case s == nil || s.closed:
 		return nil, errors.New("replay: Continue on a closed CachedRun")
@@ -125,7 +132,7 @@ func (s *CachedRun) Continue(ctx context.Context, params *ExecuteParams) (*Outco
 			s.Close()
 		}
 	}()
-	out, err := s.e.continueTask(ctx, params)
+	out, err := s.e.continueTask(ctx, params, out)
 	if err != nil || out.Completed {
 		return out, err
 	}
@@ -148,7 +155,7 @@ func (s *CachedRun) Close() {
 
 // continueTask opens a new task on an engine whose code stands where its
 // last task (live) left it: what execute does after replaying the history.
-func (e *engine) continueTask(ctx context.Context, params *ExecuteParams) (*Outcome, error) {
+func (e *engine) continueTask(ctx context.Context, params *ExecuteParams, out *Outcome) (*Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -156,5 +163,5 @@ func (e *engine) continueTask(ctx context.Context, params *ExecuteParams) (*Outc
 	e.ctx, e.params, e.history = ctx, *params, params.History
 	e.params.Logger = logger
 	e.codeRan = true
-	return e.decide(nil)
+	return e.decide(nil, out)
 }

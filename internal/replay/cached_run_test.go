@@ -96,6 +96,30 @@ func TestCachedRun(t *testing.T) {
 		require.Equal(t, 4, starts, "Execute replays the code at every task")
 	})
 
+	t.Run("ContinueIntoWritesOverTheCallersOutcome", func(t *testing.T) {
+		t.Parallel()
+
+		starts := 0
+		def := sequentialDefinition(2, &starts, nil)
+		r, out, session := startSession(t, def, replay.Info{TaskAttempt: 1})
+		r.history = append(r.history, out.Events...)
+		params := &replay.ExecuteParams{
+			History: r.history, Inputs: []history.Event{completed(t, out.Activities[0].EventID, 2)},
+			Now: taskTime(2), Info: replay.Info{TaskAttempt: 1},
+		}
+		// What an earlier task left in it goes: the outcome is this task's alone.
+		into := &replay.Outcome{Completed: true, Result: []byte("1"), CanceledTimers: []int64{9}, Dropped: make([]replay.DroppedInput, 1)}
+		got, err := session.ContinueInto(context.Background(), params, into)
+		require.NoError(t, err)
+		require.Same(t, into, got)
+		require.False(t, got.Completed)
+		require.Nil(t, got.Result)
+		require.Empty(t, got.CanceledTimers)
+		require.Empty(t, got.Dropped)
+		require.Len(t, got.Activities, 1, "the second activity")
+		require.Equal(t, history.EventActivityScheduled, got.Events[len(got.Events)-1].Type)
+	})
+
 	t.Run("HistoryItDidNotDecideIsRefused", func(t *testing.T) {
 		t.Parallel()
 

@@ -157,7 +157,7 @@ func (e *engine) execute() (*Outcome, error) {
 		return nil, err
 	}
 	e.codeRan = len(tasks) > 0
-	return e.decide(tail)
+	return e.decide(tail, &Outcome{})
 }
 
 func closedOutcome(last history.Event, inputs []history.Event, reason string) (*Outcome, error) {
@@ -221,9 +221,10 @@ func (e *engine) replayTask(t *task) error {
 }
 
 // decide opens the new task: it delivers the trailing inputs of history and
-// the new inputs, appends the boundary and runs the code live.
-func (e *engine) decide(tail []recorded) (*Outcome, error) {
-	out := &Outcome{}
+// the new inputs, appends the boundary and runs the code live, writing its
+// outcome over out.
+func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
+	*out = Outcome{}
 	e.replaying = false
 	e.nextID = int64(len(e.history)) + 1
 	e.now = e.params.Now
@@ -277,7 +278,7 @@ func (e *engine) decide(tail []recorded) (*Outcome, error) {
 	if !e.started {
 		return nil, invalid("the run has no %s event", history.EventWorkflowStarted)
 	}
-	boundary, err := history.NewEvent(e.nextID, e.now, &history.WorkflowTaskStartedAttributes{Now: e.now, Attempt: e.params.Info.TaskAttempt})
+	boundary, err := history.NewBoundary(e.nextID, e.now, e.params.Info.TaskAttempt)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,7 +70,7 @@ func TestStoreUnfolds(t *testing.T) {
 	}
 	write := func(events []history.Event) {
 		t.Helper()
-		insertRows(t, names, runID, history.Rows(events))
+		insertRows(t, names, runID, slices.Collect(history.Rows(events)))
 		at = at.Add(time.Second)
 	}
 	st := store.New(names)
@@ -185,10 +186,10 @@ func TestLoadPages(t *testing.T) {
 			for range rng.IntN(4) {
 				add(history.EventTimerStarted, `{"duration": 1}`)
 			}
-			rows = append(rows, history.Rows(all[from:])...)
+			rows = slices.AppendSeq(rows, history.Rows(all[from:]))
 			at = at.Add(time.Second)
 		}
-		insertRows(t, names, runID, append(history.Rows(all[:1]), rows...))
+		insertRows(t, names, runID, append(slices.Collect(history.Rows(all[:1])), rows...))
 
 		whole, err := st.History(ctx, pool, runID)
 		require.NoError(t, err)
