@@ -144,6 +144,15 @@ type lastWrites struct {
 	otherWrites
 }
 
+// newLastWrites returns writes sized for members that each write one step,
+// claim one activity and complete one job, the common case.
+func newLastWrites(members int) lastWrites {
+	return lastWrites{
+		steps:       make([]*engine.StepWrites, 0, members),
+		otherWrites: otherWrites{claims: make([]fencingclaim.Request, 0, members), completions: make([]fencingclaim.Completion, 0, members)},
+	}
+}
+
 // add takes a member's last writes; step or others may be nil.
 func (l *lastWrites) add(step *engine.StepWrites, others *otherWrites) {
 	if step != nil {

@@ -204,7 +204,7 @@ func (t *firstTaskTaker) RunFirstTasks(ctx context.Context, tx pgx.Tx, runs []*e
 	results := make([]*taskResult, len(runs))
 	releases := make([]func(), len(runs))
 	var afters []func()
-	var writes lastWrites
+	writes := newLastWrites(len(runs))
 	// failed settles what the tasks that ran took (eager slots) when the
 	// group fails.
 	failed := func(err error) {

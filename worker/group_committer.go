@@ -242,7 +242,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			plansSet = true
 		}
 		var (
-			writes lastWrites
+			writes = newLastWrites(len(members))
 			firsts []uuid.UUID // runs of the first tasks written
 			noter  *taskResult // one of them, to notify the query responders
 		)
