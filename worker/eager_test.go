@@ -164,15 +164,9 @@ func TestDispatch(t *testing.T) {
 		ctx := t.Context()
 		b := setup(ctx, t)
 		block := &BlockActivity{started: make(chan string, 1), cancelled: make(chan string, 1)}
-		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
-		require.NoError(t, err)
-		worker.AddWorkflow(w, &CancellableWorkflow{})
-		worker.AddActivity(w, block)
-		require.NoError(t, w.Start(ctx))
-		t.Cleanup(func() {
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			require.NoError(t, w.Stop(stopCtx))
+		startWith(ctx, t, b, func(w *worker.Worker) {
+			worker.AddWorkflow(w, &CancellableWorkflow{})
+			worker.AddActivity(w, block)
 		})
 
 		run, err := b.client.Start(ctx, CancellableArgs{Key: "r"}, nil)
