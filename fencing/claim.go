@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/fencingclaim"
 )
 
@@ -59,20 +60,20 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 	}
 	n := len(claims)
 	var (
-		ids         = make([]int64, n)
-		args        = make([][]byte, n)
-		attemptedBy = make([]string, n)
-		kinds       = make([]string, n)
-		maxAttempts = make([]int, n)
-		metadata    = make([][]byte, n)
-		priorities  = make([]int, n)
-		queues      = make([]string, n)
+		ids         = make(array.Int64s, n)
+		args        = make(array.JSON, n)
+		attemptedBy = make(array.Texts, n)
+		kinds       = make(array.Texts, n)
+		maxAttempts = make(array.Int64s, n)
+		metadata    = make(array.JSON, n)
+		priorities  = make(array.Int64s, n)
+		queues      = make(array.Texts, n)
 		tokens      = mintLeaseTokens(n)
 	)
 	for i := range claims {
 		p := &claims[i].Params
-		ids[i], args[i], attemptedBy[i], kinds[i], maxAttempts[i] = p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts
-		metadata[i], priorities[i], queues[i] = claimMetadata(p), max(p.Priority, 1), p.Queue
+		ids[i], args[i], attemptedBy[i], kinds[i], maxAttempts[i] = p.ID, p.Args, p.AttemptedBy, p.Kind, int64(p.MaxAttempts)
+		metadata[i], priorities[i], queues[i] = claimMetadata(p), int64(max(p.Priority, 1)), p.Queue
 	}
 	batch.Queue(claimManySQL(claims[0].Params.Schema), d.leaseTTLSetting(),
 		ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues, tokens).Query(func(rows pgx.Rows) error {
@@ -123,7 +124,7 @@ func claimRowOf(rows []claimRow, i int, id int64) (claimRow, error) {
 func (d claimer) queueClaim(batch *pgx.Batch, c fencingclaim.Request) {
 	p := &c.Params
 	batch.Queue(claimSQL(p.Schema), d.leaseTTLSetting(), p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts, claimMetadata(p),
-		max(p.Priority, 1), p.Queue, mintLeaseTokens(1)[0]).QueryRow(func(r pgx.Row) error {
+		max(p.Priority, 1), p.Queue, pgtype.UUID{Bytes: mintLeaseTokens(1)[0], Valid: true}).QueryRow(func(r pgx.Row) error {
 		var row claimRow
 		err := r.Scan(row.targets()...)
 		return claimed(c, row, err)
@@ -310,18 +311,14 @@ func (d claimer) QueueCompletions(batch *pgx.Batch, completions []fencingclaim.C
 	}
 	n := len(completions)
 	var (
-		ids       = make([]int64, n)
-		tokens    = make([]string, n)
-		attempts  = make([]int, n)
-		finalized = make([]time.Time, n)
-		metadata  = make([]*string, n)
+		ids       = make(array.Int64s, n)
+		tokens    = make(array.Texts, n)
+		attempts  = make(array.Int64s, n)
+		finalized = make(array.Times, n)
+		metadata  = make(array.JSON, n) // nil: NULL
 	)
 	for i, c := range completions {
-		ids[i], tokens[i], attempts[i], finalized[i] = c.JobID, c.Token, c.Attempt, c.FinalizedAt
-		if c.Metadata != nil {
-			text := string(c.Metadata)
-			metadata[i] = &text
-		}
+		ids[i], tokens[i], attempts[i], finalized[i], metadata[i] = c.JobID, c.Token, int64(c.Attempt), c.FinalizedAt, c.Metadata
 	}
 	batch.Queue(completeClaimedManySQL(completions[0].Schema), ids, tokens, attempts, finalized, metadata, n).QueryRow(func(row pgx.Row) error {
 		var one int

@@ -64,10 +64,9 @@ func TestMintLeaseTokens(t *testing.T) {
 	require.Len(t, tokens, mintedTokensMax)
 	seen := map[[16]byte]bool{}
 	for _, token := range append(tokens, mintLeaseTokens(1)...) {
-		require.True(t, token.Valid)
-		require.Equal(t, byte(0x40), token.Bytes[6]&0xf0, "version 4")
-		require.Equal(t, byte(0x80), token.Bytes[8]&0xc0, "RFC 9562 variant")
-		require.False(t, seen[token.Bytes])
-		seen[token.Bytes] = true
+		require.Equal(t, byte(0x40), token[6]&0xf0, "version 4")
+		require.Equal(t, byte(0x80), token[8]&0xc0, "RFC 9562 variant")
+		require.False(t, seen[token])
+		seen[token] = true
 	}
 }

@@ -11,8 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/weirhq/weir/internal/array"
 )
 
 // Lease is an attempt's hold on its job.
@@ -327,16 +329,16 @@ const mintedTokensMax = 256
 // mintLeaseTokens returns fresh lease tokens for a fetch or claims of up to n jobs
 // (mintedTokensMax at most): random (version 4) UUIDs, from one read of
 // crypto/rand.
-func mintLeaseTokens(n int) pgtype.FlatArray[pgtype.UUID] {
+func mintLeaseTokens(n int) array.UUIDs {
 	n = min(max(n, 0), mintedTokensMax)
 	random := make([]byte, 16*n)
 	_, _ = rand.Read(random) // never fails (crypto/rand crashes the program instead)
-	tokens := make(pgtype.FlatArray[pgtype.UUID], n)
+	tokens := make(array.UUIDs, n)
 	for i := range tokens {
-		token := [16]byte(random[16*i:])
+		token := uuid.UUID(random[16*i:])
 		token[6] = token[6]&0x0f | 0x40 // version 4
 		token[8] = token[8]&0x3f | 0x80 // RFC 9562 variant
-		tokens[i] = pgtype.UUID{Bytes: token, Valid: true}
+		tokens[i] = token
 	}
 	return tokens
 }

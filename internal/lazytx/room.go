@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/weirhq/weir/internal/array"
 )
 
 // Room for what a batch sends, made before pgx encodes it. pgx encodes a
@@ -146,16 +148,16 @@ func argSize(a any) int {
 			}
 		}
 		return n
-	case []pgtype.UUID:
-		return 24 + 20*len(v)
-	case []int64:
-		return 24 + 12*len(v)
-	case []time.Time:
-		return 24 + 12*len(v)
-	case []*int64:
-		return 24 + 12*len(v)
-	case []*time.Time:
-		return 24 + 12*len(v)
+	case array.Texts:
+		return argSize([]string(v))
+	case array.Bytes:
+		return argSize([][]byte(v))
+	case array.JSON:
+		return argSize([][]byte(v))
+	case []pgtype.UUID, array.UUIDs:
+		return 24 + 20*reflect.ValueOf(v).Len()
+	case []int64, []time.Time, []*int64, []*time.Time, array.Int64s, array.NullInt64s, array.Times, array.NullTimes:
+		return 24 + 12*reflect.ValueOf(v).Len()
 	case []int32:
 		return 24 + 8*len(v)
 	}
@@ -209,6 +211,18 @@ func sizedArg(a any, n int) (any, bool) {
 		return sized[[]int32]{v, n}, v != nil
 	case []time.Time:
 		return sized[[]time.Time]{v, n}, v != nil
+	case array.UUIDs:
+		return sized[array.UUIDs]{v, n}, v != nil
+	case array.Int64s:
+		return sized[array.Int64s]{v, n}, v != nil
+	case array.Texts:
+		return sized[array.Texts]{v, n}, v != nil
+	case array.Bytes:
+		return sized[array.Bytes]{v, n}, v != nil
+	case array.JSON:
+		return sized[array.JSON]{v, n}, v != nil
+	case array.Times:
+		return sized[array.Times]{v, n}, v != nil
 	}
 	return a, false
 }

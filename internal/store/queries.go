@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/dbschema"
 )
 
@@ -117,5 +118,5 @@ func (s *Store) AnswerQuery(ctx context.Context, db DBTX, p AnswerQueryParams) e
 // Notify sends notifications on channels with payloads (pairwise) in one
 // statement; it needs no schema.
 func Notify(ctx context.Context, db DBTX, channels, payloads []string) error {
-	return exec(ctx, db, "SELECT count(pg_notify(c, p)) FROM unnest($1::text[], $2::text[]) AS n(c, p)", channels, payloads)
+	return exec(ctx, db, "SELECT count(pg_notify(c, p)) FROM unnest($1::text[], $2::text[]) AS n(c, p)", array.Texts(channels), array.Texts(payloads))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
 )
@@ -156,7 +157,7 @@ func (s *Store) QueueLockRun(batch *pgx.Batch, runID uuid.UUID, read func(run en
 // (the rows are locked as they leave the sort, so that groups never wait for
 // each other in a cycle); read gets each run found.
 func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(run engine.Run, now time.Time) error) {
-	batch.Queue(s.runs.lockMany, runIDs).Query(func(rows pgx.Rows) error {
+	batch.Queue(s.runs.lockMany, array.UUIDs(runIDs)).Query(func(rows pgx.Rows) error {
 		var (
 			run     engine.Run
 			now     time.Time
@@ -195,7 +196,7 @@ func (s *Store) QueueTakeInbox(batch *pgx.Batch, runID uuid.UUID, read func([]en
 // gets each item, with its run, in arrival order. The step that takes the
 // items deletes them with its writes (engine.StepWrites.Taken).
 func (s *Store) QueueReadInboxes(batch *pgx.Batch, runIDs []uuid.UUID, read func(runID uuid.UUID, item engine.InboxItem)) {
-	batch.Queue(s.runs.readInboxes, runIDs).Query(func(rows pgx.Rows) error {
+	batch.Queue(s.runs.readInboxes, array.UUIDs(runIDs)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var (
 				runID uuid.UUID
@@ -237,7 +238,7 @@ func (s *Store) ClearActivities(ctx context.Context, db DBTX, runID uuid.UUID) e
 // QueueQueriesWaiting queues the check whether queries of any of the runs
 // wait for an answer; read gets it.
 func (s *Store) QueueQueriesWaiting(batch *pgx.Batch, runIDs []uuid.UUID, read func(waiting bool)) {
-	batch.Queue(s.runs.queriesWaiting, runIDs).QueryRow(func(row pgx.Row) error {
+	batch.Queue(s.runs.queriesWaiting, array.UUIDs(runIDs)).QueryRow(func(row pgx.Row) error {
 		var waiting bool
 		if err := row.Scan(&waiting); err != nil {
 			return err
@@ -285,13 +286,13 @@ func (s *Store) QueueStep(batch *pgx.Batch, w *engine.StepWrites) {
 	case 1:
 		batch.Queue(s.runs.retire, w.RunID, w.Retired[0])
 	default:
-		batch.Queue(s.runs.retireMany, w.RunID, w.Retired)
+		batch.Queue(s.runs.retireMany, w.RunID, array.Int64s(w.Retired))
 	}
 	for _, a := range w.Activities {
 		batch.Queue(s.runs.activity, w.RunID, a.ScheduledEventID, a.JobID, a.Kind, a.Deadline)
 	}
 	if len(w.Taken) > 0 {
-		batch.Queue(s.runs.deleteInbox, w.Taken)
+		batch.Queue(s.runs.deleteInbox, array.Int64s(w.Taken))
 	}
 	if w.AbandonUpdates {
 		s.queueAbandon(batch, s.runs.abandon, w.RunID)
@@ -396,13 +397,13 @@ func stepStatements(w *engine.StepWrites) int {
 
 // eventArrays are the columns of events rows, as arrays.
 type eventArrays struct {
-	runs       []uuid.UUID
-	ids        []int64
-	types      []string
-	attributes [][]byte // text, as the JSON is: no copy to a string
-	resolves   []*int64
-	times      []time.Time
-	boundaries [][]byte // nil: NULL
+	runs       array.UUIDs
+	ids        array.Int64s
+	types      array.Texts
+	attributes array.JSON
+	resolves   array.NullInt64s
+	times      array.Times
+	boundaries array.JSON // nil: NULL
 }
 
 // grow makes room for n more rows up front, not as each is appended.
@@ -444,7 +445,7 @@ func (s *Store) queueRetireMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 			runs, scheduled = append(runs, w.RunID), append(scheduled, id)
 		}
 	}
-	batch.Queue(s.runs.retireMerged, runs, scheduled)
+	batch.Queue(s.runs.retireMerged, array.UUIDs(runs), array.Int64s(scheduled))
 }
 
 func (s *Store) queueActivitiesMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
@@ -460,11 +461,11 @@ func (s *Store) queueActivitiesMerged(batch *pgx.Batch, ws []*engine.StepWrites)
 			kinds, deadlines = append(kinds, a.Kind), append(deadlines, a.Deadline)
 		}
 	}
-	batch.Queue(s.runs.activityMerged, runs, scheduled, jobs, kinds, deadlines)
+	batch.Queue(s.runs.activityMerged, array.UUIDs(runs), array.Int64s(scheduled), array.Int64s(jobs), array.Texts(kinds), array.NullTimes(deadlines))
 }
 
 func (s *Store) queueTakenMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
-	var ids []int64
+	var ids array.Int64s
 	for _, w := range ws {
 		ids = append(ids, w.Taken...)
 	}
@@ -478,14 +479,14 @@ func (s *Store) queueAbandonMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 			runs = append(runs, w.RunID)
 		}
 	}
-	s.queueAbandon(batch, s.runs.abandonMerged, runs)
+	s.queueAbandon(batch, s.runs.abandonMerged, array.UUIDs(runs))
 }
 
 // queueCASMerged queues the CAS of runs that all continue (each clearing
 // its task job, if it names one), or all complete.
 func (s *Store) queueCASMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
-	runs, found, next, clear := make([]uuid.UUID, len(ws)), make([]int64, len(ws)), make([]int64, len(ws)), make([]int64, len(ws))
-	var results [][]byte
+	runs, found, next, clear := make(array.UUIDs, len(ws)), make(array.Int64s, len(ws)), make(array.Int64s, len(ws)), make(array.Int64s, len(ws))
+	var results array.Bytes
 	for i, w := range ws {
 		runs[i], found[i], next[i], clear[i] = w.RunID, w.CAS.Found, w.CAS.Next, w.CAS.ClearTask
 		if w.CAS.Close != nil {

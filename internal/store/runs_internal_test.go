@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/internal/engine"
@@ -52,15 +53,15 @@ func TestQueueSteps(t *testing.T) {
 	require.Equal(t, []string{s.runs.eventsMerged, s.runs.retireMerged, s.runs.activityMerged, s.runs.deleteInbox, s.runs.abandonMerged,
 		s.runs.advanceMerged, s.runs.completeMerged}, sqls)
 	q := batch.QueuedQueries
-	require.Equal(t, []any{[]uuid.UUID{a, a, b}, []int64{4, 5, 9}, []string{"x", "y", "z"}, [][]byte{[]byte("{}"), []byte("{}"), []byte("{}")},
-		[]*int64{&one, nil, nil}, []time.Time{now, now, now}, [][]byte{nil, nil, nil}}, q[0].Arguments)
-	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{1, 7}}, q[1].Arguments)
-	require.Equal(t, []any{[]uuid.UUID{a, b}, []int64{6, 10}, []int64{100, 101}, []string{"act", "act"}, []*time.Time{&deadline, nil}}, q[2].Arguments)
-	require.Equal(t, []any{[]int64{55, 56}}, q[3].Arguments)
-	require.Equal(t, []any{[]uuid.UUID{c, d}, engine.AbandonedFailure, dbschema.Channel("s", dbschema.UpdateDoneChannel)}, q[4].Arguments)
-	require.Equal(t, []any{[]uuid.UUID{a, b, e}, []int64{4, 9, 1}, []int64{6, 10, 2}, []int64{0, 0, 33}, 3}, q[5].Arguments)
+	require.Equal(t, []any{array.UUIDs{a, a, b}, array.Int64s{4, 5, 9}, array.Texts{"x", "y", "z"}, array.JSON{[]byte("{}"), []byte("{}"), []byte("{}")},
+		array.NullInt64s{&one, nil, nil}, array.Times{now, now, now}, array.JSON{nil, nil, nil}}, q[0].Arguments)
+	require.Equal(t, []any{array.UUIDs{a, b}, array.Int64s{1, 7}}, q[1].Arguments)
+	require.Equal(t, []any{array.UUIDs{a, b}, array.Int64s{6, 10}, array.Int64s{100, 101}, array.Texts{"act", "act"}, array.NullTimes{&deadline, nil}}, q[2].Arguments)
+	require.Equal(t, []any{array.Int64s{55, 56}}, q[3].Arguments)
+	require.Equal(t, []any{array.UUIDs{c, d}, engine.AbandonedFailure, dbschema.Channel("s", dbschema.UpdateDoneChannel)}, q[4].Arguments)
+	require.Equal(t, []any{array.UUIDs{a, b, e}, array.Int64s{4, 9, 1}, array.Int64s{6, 10, 2}, array.Int64s{0, 0, 33}, 3}, q[5].Arguments)
 	require.NotNil(t, q[5].Fn, "the merged CAS reads its check")
-	require.Equal(t, []any{[]uuid.UUID{c, d}, []int64{7, 8}, []int64{9, 10}, [][]byte{[]byte("1"), nil}, 2}, q[6].Arguments)
+	require.Equal(t, []any{array.UUIDs{c, d}, array.Int64s{7, 8}, array.Int64s{9, 10}, array.Bytes{[]byte("1"), nil}, 2}, q[6].Arguments)
 	require.NotNil(t, q[6].Fn)
 
 	// A member that folded a boundary and one that did not: one statement,
@@ -73,8 +74,8 @@ func TestQueueSteps(t *testing.T) {
 		{RunID: b, Events: []engine.EventRow{row(8, "y", &one), folded}}, {RunID: c, Events: []engine.EventRow{row(2, "w", nil)}}}))
 	require.Len(t, mixed.QueuedQueries, 1)
 	require.Equal(t, s.runs.eventsMerged, mixed.QueuedQueries[0].SQL)
-	require.Equal(t, []any{[]uuid.UUID{a, b, b, c}, []int64{4, 8, 9, 2}, []string{"x", "y", "z", "w"}, [][]byte{[]byte("{}"), []byte("{}"), []byte("{}"), []byte("{}")},
-		[]*int64{nil, &one, nil, nil}, []time.Time{now, now, now, now}, [][]byte{nil, nil, []byte(boundary), nil}}, mixed.QueuedQueries[0].Arguments)
+	require.Equal(t, []any{array.UUIDs{a, b, b, c}, array.Int64s{4, 8, 9, 2}, array.Texts{"x", "y", "z", "w"}, array.JSON{[]byte("{}"), []byte("{}"), []byte("{}"), []byte("{}")},
+		array.NullInt64s{nil, &one, nil, nil}, array.Times{now, now, now, now}, array.JSON{nil, nil, []byte(boundary), nil}}, mixed.QueuedQueries[0].Arguments)
 
 	// A kind one member holds: its lone form.
 	single := &pgx.Batch{}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/dbschema"
 )
 
@@ -122,7 +123,7 @@ func (s *Store) QueueStartLock(batch *pgx.Batch, namespace, workflowID string) {
 // values), taken in that order without waiting; into gets, by id, whether
 // its lock was granted.
 func (s *Store) QueueTryStartLocks(batch *pgx.Batch, ids []string, into *[]bool) {
-	batch.Queue(s.starts.tryLocks, ids, s.names.Schema).QueryRow(func(row pgx.Row) error {
+	batch.Queue(s.starts.tryLocks, array.Texts(ids), s.names.Schema).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(into); err != nil {
 			return err
 		}
@@ -145,23 +146,23 @@ func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into [
 // its timeouts in microseconds (0: none).
 func startRunArgs(starts []StartRunParams) []any {
 	return []any{
-		column(starts, func(p *StartRunParams) string { return p.RunID.String() }),
-		column(starts, func(p *StartRunParams) string { return p.Namespace }),
-		column(starts, func(p *StartRunParams) string { return p.WorkflowID }),
-		column(starts, func(p *StartRunParams) string { return p.Kind }),
-		column(starts, func(p *StartRunParams) string { return p.Queue }),
-		column(starts, func(p *StartRunParams) []byte { return p.Args }),
-		column(starts, func(p *StartRunParams) string { return p.RequestID }),
-		column(starts, func(p *StartRunParams) []byte { return p.RequestHash }),
-		column(starts, func(p *StartRunParams) string { return string(p.TraceContext) }),
+		array.UUIDs(column(starts, func(p *StartRunParams) uuid.UUID { return p.RunID })),
+		array.Texts(column(starts, func(p *StartRunParams) string { return p.Namespace })),
+		array.Texts(column(starts, func(p *StartRunParams) string { return p.WorkflowID })),
+		array.Texts(column(starts, func(p *StartRunParams) string { return p.Kind })),
+		array.Texts(column(starts, func(p *StartRunParams) string { return p.Queue })),
+		array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.Args })),
+		array.Texts(column(starts, func(p *StartRunParams) string { return p.RequestID })),
+		array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.RequestHash })),
+		array.JSON(column(starts, func(p *StartRunParams) []byte { return p.TraceContext })),
 		column(starts, func(p *StartRunParams) bool { return p.RejectAny }),
 		column(starts, func(p *StartRunParams) bool { return p.RejectCompleted }),
 		column(starts, func(p *StartRunParams) bool { return p.Insert }),
-		column(starts, func(p *StartRunParams) *int64 { return p.TaskJobID }),
-		column(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() }),
-		column(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() }),
-		column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt }),
-		column(starts, func(p *StartRunParams) int64 { return p.NextEventID }),
+		array.NullInt64s(column(starts, func(p *StartRunParams) *int64 { return p.TaskJobID })),
+		array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() })),
+		array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() })),
+		array.NullTimes(column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt })),
+		array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.NextEventID })),
 	}
 }
 
@@ -189,7 +190,7 @@ func (s *Store) QueueStartAheadGuard(batch *pgx.Batch, runID uuid.UUID, now *tim
 // their runs' insert: it fails the batch (division by zero) unless every
 // run of runIDs exists, as the insert makes them when nothing refuses them.
 func (s *Store) QueueStartedGuard(batch *pgx.Batch, runIDs []uuid.UUID) {
-	batch.Queue(s.starts.startedGuard, runIDs)
+	batch.Queue(s.starts.startedGuard, array.UUIDs(runIDs))
 }
 
 // QueueFirstTaskSavepoint queues the savepoint that a start takes right
