@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -62,6 +64,47 @@ func TestActivityMetaLeavesDefaultsOut(t *testing.T) {
 	require.JSONEq(t, `{"weir":{"event":5,"run_id":"`+runID.String()+`","timeout":"1m0s"}}`, string(encoded))
 	meta.Generation, meta.WorkflowID, meta.WorkflowKind = 0, "", "" // the run's row has them
 	require.Equal(t, meta, activityMetaOf(encoded))
+}
+
+// FuzzEncodeActivityMeta: encodeActivityMeta writes the bytes json.Marshal
+// writes of the metadata without its defaults.
+func FuzzEncodeActivityMeta(f *testing.F) {
+	f.Add(int64(0), "", []byte{1, 2, 3}, int64(5), int64(time.Minute), uint8(0))
+	f.Add(int64(time.Second), "billing", []byte{0xff}, int64(-7), int64(0), uint8(1))
+	f.Add(int64(-1), client.NamespaceDefault, []byte(nil), int64(1)<<62, int64(1), uint8(2))
+	f.Add(int64(0), "a<b", []byte{}, int64(3), int64(0), uint8(0))
+	f.Add(int64(0), "ns", []byte{}, int64(3), int64(0), uint8(3))
+	f.Add(int64(0), "é\"", []byte{}, int64(3), int64(0), uint8(0))
+	f.Fuzz(func(t *testing.T, heartbeat int64, namespace string, runID []byte, event, timeout int64, retry uint8) {
+		meta := &activityMeta{
+			HeartbeatTimeout: history.Duration(heartbeat), Namespace: namespace, ScheduledEventID: event,
+			StartToCloseTimeout: history.Duration(timeout), WorkflowID: "not written",
+		}
+		copy(meta.RunID[:], runID)
+		policy := retryPolicyDefault
+		switch retry % 4 {
+		case 1:
+			meta.RetryPolicy = &policy
+		case 2:
+			policy.NonRetryableErrorTypes = []string{}
+			meta.RetryPolicy = &policy
+		case 3:
+			policy.MaximumAttempts++
+			meta.RetryPolicy = &policy
+		}
+		entry := *meta
+		if reflect.DeepEqual(entry.RetryPolicy, &retryPolicyDefault) {
+			entry.RetryPolicy = nil
+		}
+		if entry.Namespace == client.NamespaceDefault {
+			entry.Namespace = ""
+		}
+		want, err := json.Marshal(activityMetadata{Weir: &entry})
+		require.NoError(t, err)
+		got, err := encodeActivityMeta(meta)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+	})
 }
 
 // FuzzOutcomeOfEndedJob turns what river_job holds about an activity job that
