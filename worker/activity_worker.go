@@ -154,11 +154,16 @@ func (a rawArgs) MarshalJSON() ([]byte, error) { return a.data, nil }
 
 // scheduleActivity inserts the River job of the activity an
 // ActivityScheduled event asks for, without River uniqueness (so no one
-// else's job can stand in for it), and records it as pending.
-func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, e history.Event) error {
-	attrs, err := history.Decode[*history.ActivityScheduledAttributes](e)
-	if err != nil {
-		return err
+// else's job can stand in for it), and records it as pending. The event's
+// attributes are decoded unless attrs, those it was made of, are what
+// decoding gives.
+func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, e history.Event,
+	attrs *history.ActivityScheduledAttributes,
+) (err error) {
+	if attrs == nil || !attrs.RoundTrips() {
+		if attrs, err = history.Decode[*history.ActivityScheduledAttributes](e); err != nil {
+			return err
+		}
 	}
 	if !json.Valid(attrs.Args) {
 		return fmt.Errorf("activity %s (event %d): args must be JSON, as River job args are", attrs.Kind, e.ID)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Attributes is implemented by the typed attributes of every event type.
@@ -145,6 +146,24 @@ func (a *ActivityScheduledAttributes) validate() string {
 		return cmp.Or(required("kind", a.Kind), "retry_policy is required")
 	}
 	return required("kind", a.Kind)
+}
+
+// RoundTrips reports whether DecodeAttributes gives back attributes equal
+// to a from the event NewEvent makes of them: a is valid, its strings are
+// UTF-8 (json.Marshal replaces invalid bytes), its lists nil or not empty
+// (omitempty drops empty ones) and its args come back byte for byte.
+func (a *ActivityScheduledAttributes) RoundTrips() bool {
+	return a.validate() == "" && utf8.ValidString(a.Kind) && utf8.ValidString(a.Queue) && a.Args.roundTrips() &&
+		listRoundTrips(a.Tags) && listRoundTrips(a.RetryPolicy.NonRetryableErrorTypes)
+}
+
+func listRoundTrips(list []string) bool {
+	for _, s := range list {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return list == nil || len(list) > 0
 }
 
 // ActivityCompletedAttributes are the attributes of [EventActivityCompleted].

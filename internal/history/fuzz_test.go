@@ -208,3 +208,39 @@ func canonicalSamples() []Attributes {
 		&WorkflowStartedAttributes{Kind: "k", Args: Payload(`"x"`), RunID: "r", Generation: -3},
 	}
 }
+
+// FuzzRoundTrips: ActivityScheduled attributes that say they round-trip
+// are what decoding their event gives.
+func FuzzRoundTrips(f *testing.F) {
+	f.Add("charge", "default", []byte(`{"n":1}`), "", "", uint8(0))
+	f.Add("k", "q", []byte(`{"a": 1}`), "t1", "E", uint8(3))
+	f.Add("k", "\xff", []byte(`null`), "", "", uint8(1))
+	f.Add("k", "q", []byte(`"<>"`), "\xfe", "", uint8(2))
+	f.Add("k", "q", []byte{0xff}, "", "", uint8(2))
+	f.Add("k", "q", []byte(`{"$binary":"AA=="}`), "a", "b", uint8(3))
+	f.Add("k", "q", []byte("\"\u2028\""), "", "", uint8(0))
+	f.Add("", "q", []byte(`1`), "", "", uint8(0))
+	f.Add("k", "q", []byte(`null`), "", "", uint8(0))
+	f.Add("k", "q", []byte(`{}`), "", "", uint8(1))
+	f.Fuzz(func(t *testing.T, kind, queue string, args []byte, tag, errType string, lists uint8) {
+		attrs := &ActivityScheduledAttributes{
+			Kind: kind, Args: args, Queue: queue, Priority: 1, StartToCloseTimeout: Duration(time.Minute),
+			RetryPolicy: &RetryPolicy{InitialInterval: Duration(time.Second), BackoffCoefficient: 2, MaximumAttempts: 3},
+		}
+		switch lists % 4 {
+		case 1:
+			attrs.Tags, attrs.RetryPolicy.NonRetryableErrorTypes = []string{}, []string{}
+		case 2:
+			attrs.Tags = []string{tag}
+		case 3:
+			attrs.Tags, attrs.RetryPolicy.NonRetryableErrorTypes = []string{tag, tag}, []string{errType}
+		}
+		ev, err := NewEvent(3, time.Time{}, attrs)
+		if !attrs.RoundTrips() || err != nil {
+			return
+		}
+		decoded, err := Decode[*ActivityScheduledAttributes](ev)
+		require.NoError(t, err)
+		require.Equal(t, attrs, decoded, "%s", ev.Attributes)
+	})
+}
