@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -69,28 +70,30 @@ func TestActivityMetaLeavesDefaultsOut(t *testing.T) {
 // FuzzEncodeActivityMeta: encodeActivityMeta writes the bytes json.Marshal
 // writes of the metadata without its defaults.
 func FuzzEncodeActivityMeta(f *testing.F) {
-	f.Add(int64(0), "", []byte{1, 2, 3}, int64(5), int64(time.Minute), uint8(0))
-	f.Add(int64(time.Second), "billing", []byte{0xff}, int64(-7), int64(0), uint8(1))
-	f.Add(int64(-1), client.NamespaceDefault, []byte(nil), int64(1)<<62, int64(1), uint8(2))
-	f.Add(int64(0), "a<b", []byte{}, int64(3), int64(0), uint8(0))
-	f.Add(int64(0), "ns", []byte{}, int64(3), int64(0), uint8(3))
-	f.Add(int64(0), "é\"", []byte{}, int64(3), int64(0), uint8(0))
-	f.Fuzz(func(t *testing.T, heartbeat int64, namespace string, runID []byte, event, timeout int64, retry uint8) {
+	d := retryPolicyDefault
+	initial, backoff, maxInterval, attempts := int64(d.InitialInterval), d.BackoffCoefficient, int64(d.MaximumInterval), d.MaximumAttempts
+	f.Add(int64(0), "", []byte{1, 2, 3}, int64(5), int64(time.Minute), initial, backoff, maxInterval, attempts, uint8(0))
+	f.Add(int64(time.Second), "billing", []byte{0xff}, int64(-7), int64(0), initial, backoff, maxInterval, attempts, uint8(1))
+	f.Add(int64(-1), client.NamespaceDefault, []byte(nil), int64(1)<<62, int64(1), initial, backoff, maxInterval, attempts, uint8(2))
+	f.Add(int64(0), "a<b", []byte{}, int64(3), int64(0), initial, backoff, maxInterval, attempts, uint8(1))
+	f.Add(int64(0), "ns", []byte{}, int64(3), int64(0), initial, backoff, maxInterval, attempts+1, uint8(1))
+	f.Add(int64(0), "é\"", []byte{}, int64(3), int64(0), initial, math.NaN(), maxInterval, attempts, uint8(1))
+	f.Fuzz(func(t *testing.T, heartbeat int64, namespace string, runID []byte, event, timeout,
+		initial int64, backoff float64, maxInterval int64, attempts int, policy uint8,
+	) {
 		meta := &activityMeta{
 			HeartbeatTimeout: history.Duration(heartbeat), Namespace: namespace, ScheduledEventID: event,
 			StartToCloseTimeout: history.Duration(timeout), WorkflowID: "not written",
 		}
 		copy(meta.RunID[:], runID)
-		policy := retryPolicyDefault
-		switch retry % 4 {
-		case 1:
-			meta.RetryPolicy = &policy
-		case 2:
-			policy.NonRetryableErrorTypes = []string{}
-			meta.RetryPolicy = &policy
-		case 3:
-			policy.MaximumAttempts++
-			meta.RetryPolicy = &policy
+		if policy%3 > 0 {
+			meta.RetryPolicy = &history.RetryPolicy{
+				InitialInterval: history.Duration(initial), BackoffCoefficient: backoff, MaximumInterval: history.Duration(maxInterval),
+				MaximumAttempts: attempts,
+			}
+			if policy%3 == 2 {
+				meta.RetryPolicy.NonRetryableErrorTypes = []string{}
+			}
 		}
 		entry := *meta
 		if reflect.DeepEqual(entry.RetryPolicy, &retryPolicyDefault) {
@@ -99,10 +102,9 @@ func FuzzEncodeActivityMeta(f *testing.F) {
 		if entry.Namespace == client.NamespaceDefault {
 			entry.Namespace = ""
 		}
-		want, err := json.Marshal(activityMetadata{Weir: &entry})
-		require.NoError(t, err)
+		want, wantErr := json.Marshal(activityMetadata{Weir: &entry})
 		got, err := encodeActivityMeta(meta)
-		require.NoError(t, err)
+		require.Equal(t, wantErr == nil, err == nil, "%v, %v", wantErr, err)
 		require.Equal(t, string(want), string(got))
 	})
 }
