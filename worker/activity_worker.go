@@ -3,14 +3,15 @@ package worker
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"reflect"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -70,16 +71,60 @@ var retryPolicyDefault = history.RetryPolicy{
 	MaximumInterval:    history.Duration(workflow.MaximumIntervalDefault),
 }
 
-// encodeActivityMeta renders meta as an activity job's River metadata.
+// encodeActivityMeta renders meta as an activity job's River metadata:
+// json.Marshal(activityMetadata{…}) of it without the defaults, written by
+// hand when the retry policy is the default and the namespace is plain.
 func encodeActivityMeta(meta *activityMeta) ([]byte, error) {
-	entry := *meta
-	if reflect.DeepEqual(entry.RetryPolicy, &retryPolicyDefault) {
-		entry.RetryPolicy = nil
+	retry, namespace := meta.RetryPolicy, meta.Namespace
+	if isRetryPolicyDefault(retry) {
+		retry = nil
 	}
-	if entry.Namespace == client.NamespaceDefault {
-		entry.Namespace = ""
+	if namespace == client.NamespaceDefault {
+		namespace = ""
 	}
-	return json.Marshal(activityMetadata{Weir: &entry})
+	if retry != nil || !plainJSON(namespace) {
+		entry := *meta
+		entry.RetryPolicy, entry.Namespace = retry, namespace
+		return json.Marshal(activityMetadata{Weir: &entry})
+	}
+	b := append(make([]byte, 0, 96), `{"weir":{`...)
+	if meta.HeartbeatTimeout != 0 {
+		b = append(append(append(b, `"heartbeat":"`...), time.Duration(meta.HeartbeatTimeout).String()...), `",`...)
+	}
+	if namespace != "" {
+		b = append(append(append(b, `"namespace":"`...), namespace...), `",`...)
+	}
+	b = append(b, `"run_id":"`...)
+	id := meta.RunID
+	for i, part := range [...][]byte{id[:4], id[4:6], id[6:8], id[8:10], id[10:]} { // as UUID.MarshalText
+		if i > 0 {
+			b = append(b, '-')
+		}
+		b = hex.AppendEncode(b, part)
+	}
+	b = strconv.AppendInt(append(b, `","event":`...), meta.ScheduledEventID, 10)
+	if meta.StartToCloseTimeout != 0 {
+		b = append(append(append(b, `,"timeout":"`...), time.Duration(meta.StartToCloseTimeout).String()...), '"')
+	}
+	return append(b, "}}"...), nil
+}
+
+// isRetryPolicyDefault reports whether p is reflect.DeepEqual to
+// &retryPolicyDefault.
+func isRetryPolicyDefault(p *history.RetryPolicy) bool {
+	d := &retryPolicyDefault
+	return p != nil && p.NonRetryableErrorTypes == nil && p.InitialInterval == d.InitialInterval &&
+		p.BackoffCoefficient == d.BackoffCoefficient && p.MaximumInterval == d.MaximumInterval && p.MaximumAttempts == d.MaximumAttempts
+}
+
+// plainJSON reports whether json.Marshal writes s as itself in quotes.
+func plainJSON(s string) bool {
+	for _, c := range []byte(s) {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // activityMetaOf reads weir's entry from job metadata; nil when the job was
@@ -109,11 +154,16 @@ func (a rawArgs) MarshalJSON() ([]byte, error) { return a.data, nil }
 
 // scheduleActivity inserts the River job of the activity an
 // ActivityScheduled event asks for, without River uniqueness (so no one
-// else's job can stand in for it), and records it as pending.
-func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, e history.Event) error {
-	attrs, err := history.Decode[*history.ActivityScheduledAttributes](e)
-	if err != nil {
-		return err
+// else's job can stand in for it), and records it as pending. The event's
+// attributes are decoded unless attrs, those it was made of, are what
+// decoding gives.
+func (w *Worker) scheduleActivity(ctx context.Context, tx pgx.Tx, run *runRow, runID uuid.UUID, e history.Event,
+	attrs *history.ActivityScheduledAttributes,
+) (err error) {
+	if attrs == nil || !attrs.RoundTrips() {
+		if attrs, err = history.Decode[*history.ActivityScheduledAttributes](e); err != nil {
+			return err
+		}
 	}
 	if !json.Valid(attrs.Args) {
 		return fmt.Errorf("activity %s (event %d): args must be JSON, as River job args are", attrs.Kind, e.ID)

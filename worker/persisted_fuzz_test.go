@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"encoding/json"
+	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -62,6 +65,48 @@ func TestActivityMetaLeavesDefaultsOut(t *testing.T) {
 	require.JSONEq(t, `{"weir":{"event":5,"run_id":"`+runID.String()+`","timeout":"1m0s"}}`, string(encoded))
 	meta.Generation, meta.WorkflowID, meta.WorkflowKind = 0, "", "" // the run's row has them
 	require.Equal(t, meta, activityMetaOf(encoded))
+}
+
+// FuzzEncodeActivityMeta: encodeActivityMeta writes the bytes json.Marshal
+// writes of the metadata without its defaults.
+func FuzzEncodeActivityMeta(f *testing.F) {
+	d := retryPolicyDefault
+	initial, backoff, maxInterval, attempts := int64(d.InitialInterval), d.BackoffCoefficient, int64(d.MaximumInterval), d.MaximumAttempts
+	f.Add(int64(0), "", []byte{1, 2, 3}, int64(5), int64(time.Minute), initial, backoff, maxInterval, attempts, uint8(0))
+	f.Add(int64(time.Second), "billing", []byte{0xff}, int64(-7), int64(0), initial, backoff, maxInterval, attempts, uint8(1))
+	f.Add(int64(-1), client.NamespaceDefault, []byte(nil), int64(1)<<62, int64(1), initial, backoff, maxInterval, attempts, uint8(2))
+	f.Add(int64(0), "a<b", []byte{}, int64(3), int64(0), initial, backoff, maxInterval, attempts, uint8(1))
+	f.Add(int64(0), "ns", []byte{}, int64(3), int64(0), initial, backoff, maxInterval, attempts+1, uint8(1))
+	f.Add(int64(0), "é\"", []byte{}, int64(3), int64(0), initial, math.NaN(), maxInterval, attempts, uint8(1))
+	f.Fuzz(func(t *testing.T, heartbeat int64, namespace string, runID []byte, event, timeout,
+		initial int64, backoff float64, maxInterval int64, attempts int, policy uint8,
+	) {
+		meta := &activityMeta{
+			HeartbeatTimeout: history.Duration(heartbeat), Namespace: namespace, ScheduledEventID: event,
+			StartToCloseTimeout: history.Duration(timeout), WorkflowID: "not written",
+		}
+		copy(meta.RunID[:], runID)
+		if policy%3 > 0 {
+			meta.RetryPolicy = &history.RetryPolicy{
+				InitialInterval: history.Duration(initial), BackoffCoefficient: backoff, MaximumInterval: history.Duration(maxInterval),
+				MaximumAttempts: attempts,
+			}
+			if policy%3 == 2 {
+				meta.RetryPolicy.NonRetryableErrorTypes = []string{}
+			}
+		}
+		entry := *meta
+		if reflect.DeepEqual(entry.RetryPolicy, &retryPolicyDefault) {
+			entry.RetryPolicy = nil
+		}
+		if entry.Namespace == client.NamespaceDefault {
+			entry.Namespace = ""
+		}
+		want, wantErr := json.Marshal(activityMetadata{Weir: &entry})
+		got, err := encodeActivityMeta(meta)
+		require.Equal(t, wantErr == nil, err == nil, "%v, %v", wantErr, err)
+		require.Equal(t, string(want), string(got))
+	})
 }
 
 // FuzzOutcomeOfEndedJob turns what river_job holds about an activity job that

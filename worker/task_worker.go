@@ -345,7 +345,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			run.step.Taken = append(run.step.Taken, item.ID)
 		}
 	}
-	if err := w.scheduleEvents(ctx, tx, run, d.toAppend); err != nil {
+	if err := w.scheduleEvents(ctx, tx, run, d.toAppend, d.outcome.Activities); err != nil {
 		return err
 	}
 	result.startedTimer, result.closed = st.StartsTimer, st.Closed
@@ -694,12 +694,17 @@ func (w *Worker) continueAsNew(ctx context.Context, tx pgx.Tx, run *runRow, runI
 
 // scheduleEvents does what a step's events ask for: an ActivityScheduled
 // event inserts the activity's River job; a timer or a child, which write
-// at once, send what the step queued first.
-func (w *Worker) scheduleEvents(ctx context.Context, tx pgx.Tx, run *runRow, events []history.Event) error {
+// at once, send what the step queued first. Activities are the step's
+// outcome's, whose attributes its ActivityScheduled events encode.
+func (w *Worker) scheduleEvents(ctx context.Context, tx pgx.Tx, run *runRow, events []history.Event, activities []replay.ScheduledActivity) error {
 	for _, e := range events {
 		switch e.Type {
 		case history.EventActivityScheduled:
-			if err := w.scheduleActivity(ctx, tx, run, run.ID, e); err != nil {
+			var attrs *history.ActivityScheduledAttributes
+			if len(activities) > 0 && activities[0].EventID == e.ID {
+				attrs, activities = activities[0].Attributes, activities[1:]
+			}
+			if err := w.scheduleActivity(ctx, tx, run, run.ID, e, attrs); err != nil {
 				return err
 			}
 		case history.EventTimerStarted, history.EventChildWorkflowScheduled:

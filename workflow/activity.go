@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -165,7 +166,8 @@ func withInsertOpts(args ActivityArgs, opts *ActivityOpts) *ActivityOpts {
 }
 
 // scheduledAttributes applies defaults to opts, validates them and returns
-// the attributes of the ActivityScheduled event.
+// the attributes of the ActivityScheduled event. They own their lists: the
+// worker reads them once the code ran on, and may have changed opts'.
 func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history.ActivityScheduledAttributes, error) {
 	if opts == nil {
 		opts = &ActivityOpts{}
@@ -182,13 +184,13 @@ func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history
 		StartToCloseTimeout:    history.Duration(cmp.Or(opts.StartToCloseTimeout, StartToCloseTimeoutDefault)),
 		ScheduleToCloseTimeout: history.Duration(cmp.Or(opts.ScheduleToCloseTimeout, ScheduleToCloseTimeoutDefault)),
 		HeartbeatTimeout:       history.Duration(cmp.Or(opts.HeartbeatTimeout, HeartbeatTimeoutDefault)),
-		Tags:                   opts.Tags,
+		Tags:                   slices.Clone(opts.Tags),
 		RetryPolicy: &history.RetryPolicy{
 			InitialInterval:        history.Duration(cmp.Or(retry.InitialInterval, InitialIntervalDefault)),
 			BackoffCoefficient:     cmp.Or(retry.BackoffCoefficient, BackoffCoefficientDefault),
 			MaximumInterval:        history.Duration(cmp.Or(retry.MaximumInterval, MaximumIntervalDefault)),
 			MaximumAttempts:        cmp.Or(retry.MaximumAttempts, MaximumAttemptsDefault),
-			NonRetryableErrorTypes: retry.NonRetryableErrorTypes,
+			NonRetryableErrorTypes: slices.Clone(retry.NonRetryableErrorTypes),
 		},
 	}
 	var problem string

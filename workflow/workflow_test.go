@@ -88,6 +88,17 @@ func TestScheduledAttributes(t *testing.T) {
 		}, attrs)
 	})
 
+	t.Run("OwnLists", func(t *testing.T) {
+		t.Parallel()
+		opts := &ActivityOpts{Tags: []string{"tag"}, RetryPolicy: &RetryPolicy{NonRetryableErrorTypes: []string{"E"}}}
+		attrs, err := scheduledAttributes("k", []byte(`{}`), opts)
+		require.NoError(t, err)
+		opts.Tags[0], opts.RetryPolicy.NonRetryableErrorTypes[0] = "other", "F" // the code goes on with its opts
+		require.Equal(t, []string{"tag"}, attrs.Tags)
+		require.Equal(t, []string{"E"}, attrs.RetryPolicy.NonRetryableErrorTypes)
+		require.True(t, attrs.RoundTrips(), "the worker schedules them as they are")
+	})
+
 	invalid := map[string]struct {
 		kind string
 		opts *ActivityOpts

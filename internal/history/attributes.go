@@ -1,13 +1,13 @@
 package history
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Attributes is implemented by the typed attributes of every event type.
@@ -146,6 +146,24 @@ func (a *ActivityScheduledAttributes) validate() string {
 		return cmp.Or(required("kind", a.Kind), "retry_policy is required")
 	}
 	return required("kind", a.Kind)
+}
+
+// RoundTrips reports whether DecodeAttributes gives back attributes equal
+// to a from the event NewEvent makes of them: a is valid, its strings are
+// UTF-8 (json.Marshal replaces invalid bytes), its lists nil or not empty
+// (omitempty drops empty ones) and its args come back byte for byte.
+func (a *ActivityScheduledAttributes) RoundTrips() bool {
+	return a.validate() == "" && utf8.ValidString(a.Kind) && utf8.ValidString(a.Queue) && a.Args.roundTrips() &&
+		listRoundTrips(a.Tags) && listRoundTrips(a.RetryPolicy.NonRetryableErrorTypes)
+}
+
+func listRoundTrips(list []string) bool {
+	for _, s := range list {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return list == nil || len(list) > 0
 }
 
 // ActivityCompletedAttributes are the attributes of [EventActivityCompleted].
@@ -538,84 +556,21 @@ func DecodeAttributes(e Event) (Attributes, error) {
 	if !ok {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "unknown event type"}
 	}
-	if e.Type == EventActivityCompleted {
-		if attrs, ok := decodeCompleted(e.Attributes); ok {
-			if reason := attrs.validate(); reason != "" {
-				return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: reason}
-			}
-			return attrs, nil
+	attrs, ok := decodeCanonical(e.Type, e.Attributes)
+	if !ok {
+		attrs = reflect.New(t).Interface().(Attributes) //nolint:forcetypeassert // every type in attributeTypes is
+		if len(e.Attributes) == 0 {
+			return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "attributes are missing"}
 		}
-	}
-	attrs := reflect.New(t).Interface().(Attributes) //nolint:forcetypeassert // every type in attributeTypes is
-	if len(e.Attributes) == 0 {
-		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "attributes are missing"}
-	}
-	if err := json.Unmarshal(e.Attributes, attrs); err != nil {
-		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "decoding attributes", Err: err}
+		if err := json.Unmarshal(e.Attributes, attrs); err != nil {
+			return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: "decoding attributes", Err: err}
+		}
 	}
 	if v, ok := attrs.(validator); ok && v.validate() != "" {
 		return nil, &InvalidEventError{ID: e.ID, Type: e.Type, Reason: v.validate()}
 	}
 	return attrs, nil
 }
-
-// decodeCompleted decodes ActivityCompleted attributes in the form
-// json.Marshal gives them, {"scheduled_event_id":…,"result":…,"attempt":…},
-// as json.Unmarshal does (the result through Payload.UnmarshalJSON), without
-// reflection: an activity's outcome continues its run decoded. Of any other
-// form (other keys, other spellings or order, spaces, integers that are
-// not plain) it reports !ok, and json.Unmarshal decides.
-func decodeCompleted(data []byte) (*ActivityCompletedAttributes, bool) {
-	const head, middle, tail = `{"scheduled_event_id":`, `,"result":`, `,"attempt":`
-	rest, ok := bytes.CutPrefix(data, []byte(head))
-	if !ok || !json.Valid(data) {
-		return nil, false
-	}
-	id, rest, ok := cutInt(rest)
-	if !ok {
-		return nil, false
-	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(middle)); !ok {
-		return nil, false
-	}
-	i := bytes.LastIndex(rest, []byte(tail))
-	if i < 0 {
-		return nil, false
-	}
-	result := rest[:i]
-	attempt, end, ok := cutInt(rest[i+len(tail):])
-	if !ok || string(end) != "}" || int64(int(attempt)) != attempt ||
-		len(result) == 0 || isSpace(result[0]) || isSpace(result[len(result)-1]) || !json.Valid(result) {
-		return nil, false
-	}
-	attrs := &ActivityCompletedAttributes{ScheduledEventID: id, Attempt: int(attempt)}
-	if err := attrs.Result.UnmarshalJSON(result); err != nil {
-		return nil, false
-	}
-	return attrs, true
-}
-
-// cutInt cuts a plain integer (an optional minus and at most 18 digits)
-// off the front of data.
-func cutInt(data []byte) (n int64, rest []byte, ok bool) {
-	i := 0
-	if i < len(data) && data[i] == '-' {
-		i++
-	}
-	start := i
-	for ; i < len(data) && data[i] >= '0' && data[i] <= '9'; i++ {
-		n = n*10 + int64(data[i]-'0')
-	}
-	if i == start || i-start > 18 {
-		return 0, data, false
-	}
-	if data[0] == '-' {
-		n = -n
-	}
-	return n, data[i:], true
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // Decode decodes the attributes of e as T, which must be the attributes
 // type of e.Type (for example *ActivityCompletedAttributes). The error matches

@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -113,68 +114,133 @@ func FuzzDuration(f *testing.F) {
 	})
 }
 
-// FuzzDecodeCompleted: whatever decodeCompleted accepts, json.Unmarshal
+// FuzzDecodeCanonical: whatever decodeCanonical accepts, json.Unmarshal
 // decodes to the same attributes.
-func FuzzDecodeCompleted(f *testing.F) {
-	for _, attrs := range completedSamples() {
+func FuzzDecodeCanonical(f *testing.F) {
+	for _, attrs := range canonicalSamples() {
 		raw, err := json.Marshal(attrs)
 		require.NoError(f, err)
-		f.Add(raw)
+		f.Add(string(attrs.EventType()), raw)
 	}
-	for _, s := range []string{
-		`{"scheduled_event_id": 3,"result":1,"attempt":1}`,
-		`{"scheduled_event_id":3,"result":1 ,"attempt":1}`,
-		`{"scheduled_event_id":3,"result":1,"attempt":1,"attempt":2}`,
-		`{"scheduled_event_id":3,"result":{"a":1,"attempt":2},"attempt":1}`,
-		`{"scheduled_event_id":3,"result":{"a":1,"attempt":2}}`,
-		`{"scheduled_event_id":3,"result":1,"foo":2,"attempt":1}`,
-		`{"scheduled_event_id":1.5,"result":1,"attempt":1}`,
-		`{"scheduled_event_id":3,"result":1,"attempt":1e2}`,
-		`{"scheduled_event_id":99999999999999999999,"result":1,"attempt":1}`,
-		`{"scheduled_event_id":-0,"result":null,"attempt":-1}`,
-		`{"scheduled_event_id":3,"result":{"$binary":"!!"},"attempt":1}`,
+	for typ, seeds := range map[EventType][]string{
+		EventActivityCompleted: {
+			`{"scheduled_event_id": 3,"result":1,"attempt":1}`,
+			`{"scheduled_event_id":3,"result":1 ,"attempt":1}`,
+			`{"scheduled_event_id":3,"result":1,"attempt":1,"attempt":2}`,
+			`{"scheduled_event_id":3,"result":{"a":1,"attempt":2},"attempt":1}`,
+			`{"scheduled_event_id":3,"result":{"a":1,"attempt":2}}`,
+			`{"scheduled_event_id":3,"result":1,"foo":2,"attempt":1}`,
+			`{"scheduled_event_id":1.5,"result":1,"attempt":1}`,
+			`{"scheduled_event_id":3,"result":1,"attempt":1e2}`,
+			`{"scheduled_event_id":99999999999999999999,"result":1,"attempt":1}`,
+			`{"scheduled_event_id":-0,"result":null,"attempt":-1}`,
+			`{"scheduled_event_id":3,"result":{"$binary":"!!"},"attempt":1}`,
+		},
+		EventActivityScheduled: {
+			`{"kind":"k","args":[],"queue":"q","priority":1,"start_to_close_timeout":"1s","retry_policy":null}`,
+			`{"kind":"k\u0041","args":{},"queue":"q","priority":1,"start_to_close_timeout":1000,"retry_policy":{"initial_interval":"1s","backoff_coefficient":1e0,"maximum_interval":"1s","maximum_attempts":0}}`,
+			`{"kind":"k","args":{},"queue":"q","priority":1,"start_to_close_timeout":"1s","retry_policy":{"initial_interval":"1s","backoff_coefficient":1.5,"maximum_interval":"1s","maximum_attempts":0,"non_retryable_error_types":[]},"tags":["a","b\"c"]}`,
+			`{"kind":"k","args":"s","queue":"q","priority":1,"start_to_close_timeout":"1s","heartbeat_timeout":"x","retry_policy":{"initial_interval":"1s","backoff_coefficient":"2","maximum_interval":"1s","maximum_attempts":0},"tags":["abc"]}`,
+		},
+		EventWorkflowStarted: {
+			`{"kind":"k","args":null,"run_id":"r","generation":2}`,
+			`{"kind":"\u00e9","args":{"$binary":"AA=="},"workflow_id":"w"}`,
+			"{\"kind\":\"\xff\",\"args\":1}",
+		},
 	} {
-		f.Add([]byte(s))
+		for _, s := range seeds {
+			f.Add(string(typ), []byte(s))
+		}
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		got, ok := decodeCompleted(data)
+	f.Fuzz(func(t *testing.T, typ string, data []byte) {
+		got, ok := decodeCanonical(EventType(typ), data)
 		if !ok {
 			return
 		}
-		var want ActivityCompletedAttributes
-		require.NoError(t, json.Unmarshal(data, &want), "%s", data)
-		require.Equal(t, &want, got, "%s", data)
+		want := reflect.New(attributeTypes[EventType(typ)]).Interface()
+		require.NoError(t, json.Unmarshal(data, want), "%s", data)
+		require.Equal(t, want, got, "%s", data)
 	})
 }
 
-// TestDecodeCompleted: what json.Marshal writes of ActivityCompleted
-// attributes is decoded without reflection, to the same attributes.
-func TestDecodeCompleted(t *testing.T) {
+// TestDecodeCanonical: what json.Marshal writes of the attributes every
+// run has is decoded without reflection, to the same attributes.
+func TestDecodeCanonical(t *testing.T) {
 	t.Parallel()
-	for _, attrs := range completedSamples() {
+	for _, attrs := range canonicalSamples() {
 		raw, err := json.Marshal(attrs)
 		require.NoError(t, err)
-		got, ok := decodeCompleted(raw)
+		got, ok := decodeCanonical(attrs.EventType(), raw)
 		require.True(t, ok, "%s", raw)
-		var want ActivityCompletedAttributes
-		require.NoError(t, json.Unmarshal(raw, &want))
-		require.Equal(t, &want, got, "%s", raw)
-		decoded, err := DecodeAttributes(Event{ID: 7, Type: EventActivityCompleted, Attributes: raw})
+		want := reflect.New(attributeTypes[attrs.EventType()]).Interface()
+		require.NoError(t, json.Unmarshal(raw, want))
+		require.Equal(t, want, got, "%s", raw)
+		decoded, err := DecodeAttributes(Event{ID: 7, Type: attrs.EventType(), Attributes: raw})
 		require.NoError(t, err)
-		require.Equal(t, &want, decoded)
+		require.Equal(t, want, decoded)
 	}
 	_, err := DecodeAttributes(Event{ID: 7, Type: EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":0,"result":1,"attempt":1}`)})
 	require.ErrorIs(t, err, ErrInvalidEvent, "validated as json.Unmarshal's are")
 }
 
-func completedSamples() []*ActivityCompletedAttributes {
-	return []*ActivityCompletedAttributes{
-		{ScheduledEventID: 3, Result: Payload(`7`), Attempt: 1},
-		{ScheduledEventID: 1 << 40, Result: Payload(`{"a":[1,2,{"attempt":3}],"b":"x,\"attempt\":4"}`), Attempt: 12},
-		{ScheduledEventID: 5, Result: nil, Attempt: 2},
-		{ScheduledEventID: 5, Result: Payload(`"<&>"`), Attempt: 1},
-		{ScheduledEventID: 5, Result: Payload{0xff, 0x00, 0x01}, Attempt: 1},     // binary
-		{ScheduledEventID: 5, Result: Payload(`{"$binary":"AAE="}`), Attempt: 1}, // JSON of the binary shape
-		{ScheduledEventID: 9, Result: Payload(`[ 1 , 2 ]`), Attempt: 0},
+func canonicalSamples() []Attributes {
+	retry := RetryPolicy{InitialInterval: Duration(time.Second), BackoffCoefficient: 2, MaximumInterval: Duration(100 * time.Second), MaximumAttempts: 25}
+	odd := RetryPolicy{InitialInterval: 1, BackoffCoefficient: 1.0000001e-3, MaximumInterval: Duration(-1 << 63), NonRetryableErrorTypes: []string{"A", "é"}}
+	return []Attributes{
+		&ActivityCompletedAttributes{ScheduledEventID: 3, Result: Payload(`7`), Attempt: 1},
+		&ActivityCompletedAttributes{ScheduledEventID: 1 << 40, Result: Payload(`{"a":[1,2,{"attempt":3}],"b":"x,\"attempt\":4"}`), Attempt: 12},
+		&ActivityCompletedAttributes{ScheduledEventID: 5, Result: nil, Attempt: 2},
+		&ActivityCompletedAttributes{ScheduledEventID: 5, Result: Payload(`"<&>"`), Attempt: 1},
+		&ActivityCompletedAttributes{ScheduledEventID: 5, Result: Payload{0xff, 0x00, 0x01}, Attempt: 1},     // binary
+		&ActivityCompletedAttributes{ScheduledEventID: 5, Result: Payload(`{"$binary":"AAE="}`), Attempt: 1}, // JSON of the binary shape
+		&ActivityCompletedAttributes{ScheduledEventID: 9, Result: Payload(`[ 1 , 2 ]`), Attempt: 0},
+		&ActivityScheduledAttributes{
+			Kind: "bench.step", Args: Payload(`{"value":1}`), Queue: "default", Priority: 1, StartToCloseTimeout: Duration(time.Minute),
+			RetryPolicy: &retry,
+		},
+		&ActivityScheduledAttributes{
+			Kind: "ünïcode", Args: Payload(`["a,\"]",{"b":[{}]}]`), Queue: "q", Priority: -4, StartToCloseTimeout: 0,
+			ScheduleToCloseTimeout: Duration(time.Hour), HeartbeatTimeout: 1, RetryPolicy: &odd, Tags: []string{"t1", "t-2"},
+		},
+		&ActivityScheduledAttributes{Kind: "k", Args: Payload{0x01}, Queue: "q", RetryPolicy: &RetryPolicy{BackoffCoefficient: 1e300}, Tags: []string{"x"}},
+		&WorkflowStartedAttributes{Kind: "bench.three_steps", Args: Payload(`{"input":1}`), WorkflowID: "wf-1", RunID: "0193b9f2-6f4e-7c1a-9b8e-2f0d1c2b3a4d", Generation: 1},
+		&WorkflowStartedAttributes{Kind: "k", Args: nil},
+		&WorkflowStartedAttributes{Kind: "k", Args: Payload(`"x"`), RunID: "r", Generation: -3},
 	}
+}
+
+// FuzzRoundTrips: ActivityScheduled attributes that say they round-trip
+// are what decoding their event gives.
+func FuzzRoundTrips(f *testing.F) {
+	f.Add("charge", "default", []byte(`{"n":1}`), "", "", uint8(0))
+	f.Add("k", "q", []byte(`{"a": 1}`), "t1", "E", uint8(3))
+	f.Add("k", "\xff", []byte(`null`), "", "", uint8(1))
+	f.Add("k", "q", []byte(`"<>"`), "\xfe", "", uint8(2))
+	f.Add("k", "q", []byte{0xff}, "", "", uint8(2))
+	f.Add("k", "q", []byte(`{"$binary":"AA=="}`), "a", "b", uint8(3))
+	f.Add("k", "q", []byte("\"\u2028\""), "", "", uint8(0))
+	f.Add("", "q", []byte(`1`), "", "", uint8(0))
+	f.Add("k", "q", []byte(`null`), "", "", uint8(0))
+	f.Add("k", "q", []byte(`{}`), "", "", uint8(1))
+	f.Fuzz(func(t *testing.T, kind, queue string, args []byte, tag, errType string, lists uint8) {
+		attrs := &ActivityScheduledAttributes{
+			Kind: kind, Args: args, Queue: queue, Priority: 1, StartToCloseTimeout: Duration(time.Minute),
+			RetryPolicy: &RetryPolicy{InitialInterval: Duration(time.Second), BackoffCoefficient: 2, MaximumAttempts: 3},
+		}
+		switch lists % 4 {
+		case 1:
+			attrs.Tags, attrs.RetryPolicy.NonRetryableErrorTypes = []string{}, []string{}
+		case 2:
+			attrs.Tags = []string{tag}
+		case 3:
+			attrs.Tags, attrs.RetryPolicy.NonRetryableErrorTypes = []string{tag, tag}, []string{errType}
+		}
+		ev, err := NewEvent(3, time.Time{}, attrs)
+		if !attrs.RoundTrips() || err != nil {
+			return
+		}
+		decoded, err := Decode[*ActivityScheduledAttributes](ev)
+		require.NoError(t, err)
+		require.Equal(t, attrs, decoded, "%s", ev.Attributes)
+	})
 }

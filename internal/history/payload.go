@@ -57,6 +57,16 @@ func (p *Payload) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
+// roundTrips reports whether p comes back byte for byte from json.Marshal
+// then json.Unmarshal: wrapped as binary, or JSON that encoding/json has
+// nothing to compact or escape in (and not null, which comes back nil).
+func (p Payload) roundTrips() bool {
+	if p == nil || !json.Valid(p) || looksBinary(p) {
+		return true
+	}
+	return string(p) != "null" && !bytes.ContainsAny(p, " \t\r\n<>&\u2028\u2029")
+}
+
 // looksBinary reports whether data is a JSON object whose only key is
 // binaryKey with a string value.
 func looksBinary(data []byte) bool {
