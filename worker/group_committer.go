@@ -129,6 +129,10 @@ type groupMember struct {
 	// firstTask: its writes are its run's first task's, whose waiting
 	// queries the group looks for (Worker.sendLast).
 	firstTask bool
+	// How run (below) stands: still to be taken by deliverOutcome or
+	// runTask (locked), or the cached one, not locked yet, whose writes
+	// start with a guard (guarded).
+	locked, guarded bool
 	// failed is the step's own failure, which left it out of the group's
 	// writes (stepFailed).
 	failed error
@@ -141,8 +145,6 @@ type groupMember struct {
 	now     time.Time
 	inbox   []engine.InboxItem
 	lockErr error
-	locked  bool // run is still to be taken by deliverOutcome or runTask
-	guarded bool // run is the cached one, not locked yet: its writes start with a guard
 
 	// The continuation's last writes, sent with the group's COMMIT, and
 	// what to do once they ran (deferLast).

@@ -285,6 +285,40 @@ func TestStepCommitterTellsCommittedCompletions(t *testing.T) {
 	}
 }
 
+// TestAloneTellsCommittedCompletions: a transaction of its own whose last
+// writes carry a job's completion (alone) tells the fencing driver of it
+// once it committed, and not if it rolled back.
+func TestAloneTellsCommittedCompletions(t *testing.T) {
+	t.Parallel()
+	for _, rollsBack := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Commits", true: "RollsBack"}[rollsBack], func(t *testing.T) {
+			t.Parallel()
+			f := newStepFixture(t)
+			w := f.c.w
+			claims := &recordingClaims{Driver: w.claims}
+			w.claims = claims
+			err := w.outcomeTxOnce(t.Context(), func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+				run := &runRow{}
+				run.openWrites()
+				run.others.completions = append(run.others.completions, fencingclaim.Completion{JobID: 7})
+				if rollsBack {
+					run.others.checks.Queue("SELECT 1 / 0")
+				}
+				return alone{commit: true}.applyLast(ctx, tx, w, run, cont, true)
+			})
+			claims.mu.Lock()
+			defer claims.mu.Unlock()
+			if rollsBack {
+				require.Error(t, err)
+				require.Empty(t, claims.committed)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, []int64{7}, claims.committed)
+		})
+	}
+}
+
 // TestStepCommitterLostLeaseRunsAlone: an outcome whose attempt lost its
 // lease before its group ran is left out of the group, which commits the
 // others, and fails alone as it would have; one whose attempt's deadline
