@@ -332,6 +332,12 @@ func (d claimer) QueueCompletions(batch *pgx.Batch, completions []fencingclaim.C
 	})
 }
 
+func (d claimer) Committed(completions []fencingclaim.Completion) {
+	for i := range completions {
+		d.pilot.committed(&completions[i])
+	}
+}
+
 // completeClaimedManySQL is completeClaimedSQL for many jobs: arrays of
 // job ($1), token ($2), attempt ($3), finalized_at ($4) and metadata to
 // merge ($5, NULL for none), and their count ($6), which the statement

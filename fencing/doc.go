@@ -37,9 +37,12 @@
 // state it asks for. River's completer writing for the attempt after
 // JobCompleteTx (the worker returned nil, or an error) is harmless: River
 // keeps the completion and emits its event, as with riverpgxv5, also inside
-// rivertest.Worker's transaction. The attempt completing the job again in
-// another transaction of its own (a retry after an ambiguous COMMIT that did
-// commit) gets an *AlreadyCompletedError (ErrAlreadyCompleted; another
+// rivertest.Worker's transaction. When the process itself committed the
+// attempt's completion and told the driver so (weir's worker does), River's
+// completer's "completed" for that attempt is answered without a statement,
+// with the job as that completion left it. The attempt completing the job
+// again in another transaction of its own (a retry after an ambiguous COMMIT
+// that did commit) gets an *AlreadyCompletedError (ErrAlreadyCompleted; another
 // outcome: *OutcomeConflictError) and that transaction is aborted, so the
 // attempt's work commits once. A write made outside any fenced attempt
 // (river.JobCompleteTx under rivertest.WorkContext) completes, as River's

@@ -108,3 +108,7 @@ const ServerEpochSQL = serverEpochSQL
 
 // MintedTokensMax exposes mintedTokensMax.
 const MintedTokensMax = mintedTokensMax
+
+// KnownRepeats counts the state writes this driver's pilot answered without
+// a statement: repeats of completions it was told committed.
+func (d *Driver) KnownRepeats() int64 { return d.pilot.calls.known.Load() }

@@ -21,6 +21,8 @@ import (
 	"github.com/riverqueue/river/rivershared/startstop"
 	"github.com/riverqueue/river/rivershared/util/timeoututil"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/weirhq/weir/internal/fencingclaim"
 )
 
 // pilot is the fencing layer's River Pilot (Driver.PluginPilot): it fences
@@ -37,6 +39,7 @@ type pilot struct {
 	calls struct {
 		fetch    atomic.Int64
 		setState atomic.Int64
+		known    atomic.Int64 // state writes answered without a statement (knownRepeats)
 	}
 
 	fencedMu sync.Mutex
@@ -63,8 +66,14 @@ type fetchRecord struct {
 	attemptedAt time.Time
 	details     []byte
 	expiresAt   time.Time
+	row         *rivertype.JobRow // as fetched; never written
 	schema      string
 	token       string
+
+	// completedAt is when the attempt's own completion, which committed,
+	// finalized the job (committed); zero until then. Read and written
+	// under the record's shard lock only.
+	completedAt time.Time
 }
 
 func newPilot(driver *Driver) *pilot {
@@ -234,7 +243,7 @@ func (p *pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases ma
 		if rec == nil {
 			rec = &fetchRecord{}
 		}
-		rec.attempt = job.Attempt
+		rec.attempt, rec.row = job.Attempt, job
 		if job.AttemptedAt != nil {
 			rec.attemptedAt = *job.AttemptedAt
 		}
@@ -274,6 +283,44 @@ func (p *pilot) forgetFetched(jobIDs []int64, proofs []*proof) {
 			}
 		})
 	}
+}
+
+// committed notes, on the record of the attempt that made it, that
+// completion c committed (claimer.Committed): River's completer, which
+// writes "completed" again once the attempt's Work returns, is then
+// answered without a statement (knownRepeats). A completion that merged
+// metadata is not noted: the job it left is not the fetched row completed.
+func (p *pilot) committed(c *fencingclaim.Completion) {
+	if c.Token == "" || c.Metadata != nil || c.FinalizedAt.IsZero() {
+		return
+	}
+	at := c.FinalizedAt.Truncate(time.Microsecond).UTC() // as Postgres keeps it, and River reads it
+	p.fetched.update(c.JobID, func(m map[int64]*fetchRecord) {
+		if rec := m[c.JobID]; rec != nil && rec.row != nil && rec.token == c.Token && rec.attempt == c.Attempt && rec.schema == c.Schema {
+			rec.completedAt = at
+		}
+	})
+}
+
+// completedBy reports whether the attempt pr proves (with its token) is
+// rec's, in schema, and its own completion committed. Callers hold rec's
+// shard lock.
+func (rec *fetchRecord) completedBy(schema string, pr *proof) bool {
+	return !rec.completedAt.IsZero() && rec.schema == schema && rec.token == pr.Token &&
+		rec.attempt == pr.Attempt && rec.attemptedAt.Equal(pr.AttemptedAt)
+}
+
+// completedRow is the job as its attempt's committed completion left it:
+// the fetched row, completed at completedAt (one allocation). What others
+// wrote to the job while the attempt ran (its metadata, by a cancellation
+// asked meanwhile) is as fetched. Callers hold rec's shard lock.
+func (rec *fetchRecord) completedRow() *rivertype.JobRow {
+	c := &struct {
+		row rivertype.JobRow
+		at  time.Time
+	}{row: *rec.row, at: rec.completedAt}
+	c.row.State, c.row.FinalizedAt = rivertype.JobStateCompleted, &c.at
+	return &c.row
 }
 
 // extractProof takes the attempt's proof out of its metadata updates.
@@ -406,11 +453,44 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		}
 		return rows, err
 	}
-
 	_, inCallerTx := exec.(riverdriver.ExecutorTx)
+	var rows []*rivertype.JobRow
+	if !inCallerTx {
+		// River's completer: the repeats known here need no statement; the
+		// other writes go to the database without them.
+		var rest []int
+		if rows, rest = p.knownRepeats(params, proofs); rows != nil && len(rest) > 0 {
+			restProofs := make([]*proof, len(rest))
+			for j, i := range rest {
+				restProofs[j] = proofs[i]
+			}
+			written, err := p.setStateFenced(ctx, exec, false, subsetParams(params, rest), subsetParams(stripped, rest), restProofs)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, written...)
+		}
+	}
+	if rows == nil {
+		if rows, err = p.setStateFenced(ctx, exec, inCallerTx, params, stripped, proofs); err != nil {
+			return nil, err
+		}
+	}
+	p.writeDone(params.ID, proofs)
+	return rows, nil
+}
+
+// setStateFenced is JobSetStateIfRunningMany's write of params (stripped,
+// their proofs taken out) once fencing is active.
+func (p *pilot) setStateFenced(ctx context.Context, exec riverdriver.Executor, inCallerTx bool,
+	params, stripped *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof,
+) ([]*rivertype.JobRow, error) {
 	inline := p.querier(exec) != nil && inlineWritable(params)
 	txExec := exec
-	var ownTx riverdriver.ExecutorTx
+	var (
+		ownTx riverdriver.ExecutorTx
+		err   error
+	)
 	// The one-statement path needs no transaction of its own unless
 	// OnFinalized must run in it.
 	if !inCallerTx && (!inline || p.driver.config.OnFinalized != nil) {
@@ -457,8 +537,35 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 			return nil, err
 		}
 	}
-	p.writeDone(params.ID, proofs)
 	return rows, nil
+}
+
+// knownRepeats answers, without a statement, the writes of params (River's
+// completer's) that ask for the completion their attempt committed itself
+// (committed): a repeat, which changes nothing and returns the job as it is
+// (setStateInline). It returns their rows, the job as its attempt completed
+// it, and the indexes of the other writes; nil rows when there are none.
+// Writes whose attempt completed its job elsewhere (another process, a
+// commit whose outcome is unknown) or not at all, or that ask for another
+// state, go to the database.
+func (p *pilot) knownRepeats(params *riverdriver.JobSetStateIfRunningManyParams, proofs []*proof) (rows []*rivertype.JobRow, rest []int) {
+	for i, id := range params.ID {
+		var row *rivertype.JobRow
+		if pr := proofs[i]; pr != nil && pr.Token != "" && params.State[i] == rivertype.JobStateCompleted {
+			p.fetched.update(id, func(m map[int64]*fetchRecord) {
+				if rec := m[id]; rec != nil && rec.completedBy(params.Schema, pr) {
+					row = rec.completedRow()
+				}
+			})
+		}
+		if row == nil {
+			rest = append(rest, i)
+			continue
+		}
+		rows = append(rows, row)
+	}
+	p.calls.known.Add(int64(len(rows)))
+	return rows, rest
 }
 
 // stripProofs takes each write's proof out of its metadata updates (or,

@@ -36,7 +36,10 @@ type alone struct{ commit bool }
 
 func (alone) admit(context.Context, engine.Step, *ownJob) error { return nil }
 
-func (a alone) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *runRow, _ *taskResult, final bool) error {
+func (a alone) applyLast(ctx context.Context, tx pgx.Tx, w *Worker, run *runRow, result *taskResult, final bool) error {
+	if result != nil && len(run.others.completions) > 0 {
+		result.completed = run.others
+	}
 	batch := w.takeWrites(run)
 	if a.commit && final {
 		lazytx.QueueCommit(tx, batch)

@@ -145,6 +145,9 @@ func (w *Worker) outcomeTxOnce(ctx context.Context, fn func(ctx context.Context,
 			slog.String("error", err.Error()))
 		err = nil
 	}
+	if err == nil && cont.completed != nil {
+		w.claims.Committed(cont.completed.completions)
+	}
 	w.settle(err, &cont)
 	return err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
@@ -128,6 +129,10 @@ type groupMember struct {
 	// firstTask: its writes are its run's first task's, whose waiting
 	// queries the group looks for (Worker.sendLast).
 	firstTask bool
+	// How run (below) stands: still to be taken by deliverOutcome or
+	// runTask (locked), or the cached one, not locked yet, whose writes
+	// start with a guard (guarded).
+	locked, guarded bool
 	// failed is the step's own failure, which left it out of the group's
 	// writes (stepFailed).
 	failed error
@@ -140,8 +145,6 @@ type groupMember struct {
 	now     time.Time
 	inbox   []engine.InboxItem
 	lockErr error
-	locked  bool // run is still to be taken by deliverOutcome or runTask
-	guarded bool // run is the cached one, not locked yet: its writes start with a guard
 
 	// The continuation's last writes, sent with the group's COMMIT, and
 	// what to do once they ran (deferLast).
@@ -212,6 +215,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 	members := slices.SortedFunc(slices.Values(taken), func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
+	var completions []fencingclaim.Completion // of the group's jobs, in its last writes
 	err := lazytx.BeginFunc(ctx, c.w.pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil { // a callback of the last batch, say
@@ -290,14 +294,17 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			c.w.queueQueriesWaiting(last, firsts, noter)
 		}
 		lazytx.QueueCommit(tx, last)
+		completions = writes.completions
 		return tx.SendBatch(ctx, last).Close()
 	})
-	return c.settle(ctx, taken, err)
+	return c.settle(ctx, taken, completions, err)
 }
 
 // settle tells, by member of taken, whether it runs alone after its group
-// ended with err, and lets the committed members' runs go on.
-func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, err error) (committed int, alone []bool) {
+// ended with err, and lets the committed members' runs go on; once the
+// group committed, the fencing driver learns that the completions in its
+// last writes did (before the members' attempts return).
+func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, completions []fencingclaim.Completion, err error) (committed int, alone []bool) {
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// As in outcomeTxOnce: the outcomes are recorded; what the failed
 		// callback should have noted is left to recovery.
@@ -312,6 +319,9 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, err e
 			slog.Int("outcomes", len(taken)), slog.String("error", err.Error()))
 	default:
 		c.committed.Add(1)
+		if len(completions) > 0 {
+			c.w.claims.Committed(completions)
+		}
 	}
 	alone = make([]bool, len(taken))
 	var tasks []string // queues of the fetched tasks committed

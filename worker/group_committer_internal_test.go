@@ -19,6 +19,7 @@ import (
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/internal/engine"
+	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/workflow"
@@ -210,6 +211,110 @@ func TestStepCommitterFailureRunsEachAlone(t *testing.T) {
 			require.Equal(t, got["c"], got["c/last"])
 			require.Equal(t, int64(1), f.c.rolledBack.Load())
 			require.Zero(t, f.c.grouped.Load())
+		})
+	}
+}
+
+// recordingClaims is the fencing driver's claim API, but it queues no
+// statement for completions and records the jobs whose completions it was
+// told committed.
+type recordingClaims struct {
+	fencingclaim.Driver
+
+	mu        sync.Mutex
+	committed []int64
+}
+
+func (r *recordingClaims) QueueCompletions(*pgx.Batch, []fencingclaim.Completion) {}
+
+func (r *recordingClaims) Committed(completions []fencingclaim.Completion) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range completions {
+		r.committed = append(r.committed, c.JobID)
+	}
+}
+
+// TestStepCommitterTellsCommittedCompletions: the fencing driver is told of
+// the job completions in a group's last writes once the group committed,
+// and never of those of a group that rolled back.
+func TestStepCommitterTellsCommittedCompletions(t *testing.T) {
+	t.Parallel()
+	for _, rollsBack := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Commits", true: "RollsBack"}[rollsBack], func(t *testing.T) {
+			t.Parallel()
+			f := newStepFixture(t)
+			claims := &recordingClaims{Driver: f.c.w.claims}
+			f.c.w.claims = claims
+			// completing records id and, in a group, completes job jobID
+			// with its last writes.
+			completing := func(id string, jobID int64, last ...string) func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+				body := f.record(id, last...)
+				return func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+					if err := body(ctx, tx, cont); err != nil || cont.step == nil {
+						return err
+					}
+					cont.step.rest.completions = append(cont.step.rest.completions, fencingclaim.Completion{JobID: jobID})
+					return nil
+				}
+			}
+			var wg sync.WaitGroup
+			release := make(chan struct{})
+			f.hold(t, &wg, release)
+			wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), uuid.New(), completing("a", 1))) })
+			wg.Go(func() { assertNoError(t, f.c.commit(t.Context(), uuid.New(), completing("c", 2))) })
+			queued := 2
+			if rollsBack {
+				wg.Go(func() { _ = f.c.commit(t.Context(), uuid.New(), completing("faulty", 3, "SELECT 1 / 0")) })
+				queued++
+			}
+			f.queued(t, queued)
+			close(release)
+			wg.Wait()
+
+			claims.mu.Lock()
+			defer claims.mu.Unlock()
+			if rollsBack {
+				require.Equal(t, int64(1), f.c.rolledBack.Load())
+				require.Empty(t, claims.committed, "nothing of the group committed")
+				return
+			}
+			require.Equal(t, int64(2), f.c.grouped.Load())
+			require.ElementsMatch(t, []int64{1, 2}, claims.committed)
+		})
+	}
+}
+
+// TestAloneTellsCommittedCompletions: a transaction of its own whose last
+// writes carry a job's completion (alone) tells the fencing driver of it
+// once it committed, and not if it rolled back.
+func TestAloneTellsCommittedCompletions(t *testing.T) {
+	t.Parallel()
+	for _, rollsBack := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Commits", true: "RollsBack"}[rollsBack], func(t *testing.T) {
+			t.Parallel()
+			f := newStepFixture(t)
+			w := f.c.w
+			claims := &recordingClaims{Driver: w.claims}
+			w.claims = claims
+			err := w.outcomeTxOnce(t.Context(), func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+				run := &runRow{}
+				run.openWrites()
+				run.others.completions = append(run.others.completions, fencingclaim.Completion{JobID: 7})
+				if rollsBack {
+					run.others.checks.Queue("SELECT 1 / 0")
+				}
+				return alone{commit: true}.applyLast(ctx, tx, w, run, cont, true)
+			})
+			claims.mu.Lock()
+			defer claims.mu.Unlock()
+			if rollsBack {
+				require.Error(t, err)
+				require.Empty(t, claims.committed)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, []int64{7}, claims.committed)
 		})
 	}
 }

@@ -167,6 +167,10 @@ type taskResult struct {
 	replayed      time.Duration       // replaying history and running the workflow code
 	signalHeaders []map[string]string // of the signals it delivered, that had any
 	notes         []note              // notifications to send once the transaction commits
+	// completed are the last writes it applied alone (alone.applyLast)
+	// that carried job completions, told to the fencing driver once it
+	// commits.
+	completed *otherWrites
 }
 
 // dropCachedRun closes the task's cached run, if it still holds one: the task

@@ -145,6 +145,15 @@ type Driver interface {
 	// not told. The driver's OnFinalized hook is not called for a queued
 	// completion; its caller settles the job's outcome itself.
 	QueueCompletions(batch *pgx.Batch, completions []Completion)
+
+	// Committed tells the driver that completions, queued with
+	// QueueCompletions, committed: the COMMIT of their transaction
+	// succeeded. Call it only then (never after a rolled-back or an
+	// ambiguous COMMIT), before the attempts' Work returns. River's
+	// completer, which writes "completed" again for an attempt River
+	// fetched once its Work returns, then gets the job back without a
+	// statement.
+	Committed(completions []Completion)
 }
 
 // of returns the claim API of a fencing driver, nil for any other driver;
