@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
 )
 
@@ -131,16 +132,20 @@ func TestBatchStatementsPlannedYoung(t *testing.T) {
 	insert(20_000, "running")
 
 	for _, tc := range []struct {
-		name, sql, args string
+		name, settings, sql, args string
 	}{
-		{"CompleteClaimedMany", completeClaimedManySQL(schema), "'{1,2,3}', '{a,b,c}', '{1,1,1}', '{2026-01-01,2026-01-01,2026-01-01}', '{NULL,NULL,NULL}', 3"},
-		{"Renew", renewSQL(schema), "'{1,2,3}', '{a,b,c}', '{NULL,NULL,NULL}', '30 seconds', '{NULL,NULL,NULL}'"},
+		// As a weir worker's group sends it.
+		{"CompleteClaimedMany", dbschema.GenericPlansSQL + "; " + dbschema.HashJoinsSQL, completeClaimedManySQL(schema), "'{1,2,3}', '{a,b,c}', '{1,1,1}', '{2026-01-01,2026-01-01,2026-01-01}', '{NULL,NULL,NULL}', 3"},
+		{"Renew", "SET LOCAL plan_cache_mode = force_generic_plan", renewSQL(schema), "'{1,2,3}', '{a,b,c}', '{NULL,NULL,NULL}', '30 seconds', '{NULL,NULL,NULL}'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			plan := dbtest.ExplainPrepared(ctx, t, pool, "SET LOCAL plan_cache_mode = force_generic_plan", tc.sql, tc.args)
+			plan := dbtest.ExplainPrepared(ctx, t, pool, tc.settings, tc.sql, tc.args)
 			require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
 			scans := dbtest.PlanScans(plan)
 			require.NotEmpty(t, scans, "the plan reads no job:\n%s", plan)
+			if strings.Contains(tc.settings, dbschema.HashJoinsSQL) {
+				require.Empty(t, dbtest.FilteredLoops(plan), "a batch joined row by row:\n%s", plan)
+			}
 			for _, scan := range scans {
 				require.Equal(t, "river_job_pkey", scan.Index, "%s does not take jobs by key:\n%s", scan.Line, plan)
 				require.NotEmpty(t, scan.Cond, "%s reads all of its index:\n%s", scan.Line, plan)

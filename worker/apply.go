@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -120,10 +121,10 @@ type otherWrites struct {
 	checks      pgx.Batch
 }
 
-// queue queues o in batch: the claims, the completions, then the checks,
-// claims and completions one statement per kind (fencingclaim's
-// QueueClaims and QueueCompletions: a claim names its job by an ID the
-// worker reserved, jobIDs). It reports whether a statement may be over
+// queue queues o's writes in batch, the claims then the completions, one
+// statement per kind (fencingclaim's QueueClaims and QueueCompletions: a
+// claim names its job by an ID the worker reserved, jobIDs); its checks go
+// after them (queueLastWrites). It reports whether a statement may be over
 // arrays, which Postgres plans again on every call unless asked for a
 // generic plan.
 func (o *otherWrites) queue(batch *pgx.Batch, claims fencingclaim.Driver) (merged bool) {
@@ -133,7 +134,6 @@ func (o *otherWrites) queue(batch *pgx.Batch, claims fencingclaim.Driver) (merge
 	if len(o.completions) > 0 {
 		claims.QueueCompletions(batch, o.completions)
 	}
-	batch.QueuedQueries = append(batch.QueuedQueries, o.checks.QueuedQueries...)
 	return len(o.claims) > 1 || len(o.completions) > 1
 }
 
@@ -172,17 +172,21 @@ func (l *lastWrites) empty() bool {
 }
 
 // queueLastWrites queues l in batch: the members' writes to their runs as
-// the group's statements, then their other writes. When a statement is
-// over arrays, the batch asks for generic plans first, unless plansSet
-// says its transaction asked already (dbschema.GenericPlansSQL lasts until
-// the transaction ends).
+// the group's statements, then their other writes and checks. When a
+// statement is over arrays, the writes go between dbschema.HashJoinsSQL and
+// HashJoinsEndSQL, and the batch asks for generic plans first, unless
+// plansSet says its transaction asked already (dbschema.GenericPlansSQL
+// lasts until the transaction ends).
 func (w *Worker) queueLastWrites(batch *pgx.Batch, l *lastWrites, plansSet bool) {
 	head := len(batch.QueuedQueries)
 	merged := w.store.QueueSteps(batch, l.steps)
 	if l.queue(batch, w.claims) || merged {
+		ahead := []*pgx.QueuedQuery{{SQL: dbschema.HashJoinsSQL}}
 		if !plansSet {
-			batch.QueuedQueries = append(batch.QueuedQueries[:head:head],
-				append([]*pgx.QueuedQuery{{SQL: dbschema.GenericPlansSQL}}, batch.QueuedQueries[head:]...)...)
+			ahead = append([]*pgx.QueuedQuery{{SQL: dbschema.GenericPlansSQL}}, ahead...)
 		}
+		batch.QueuedQueries = slices.Insert(batch.QueuedQueries, head, ahead...)
+		batch.Queue(dbschema.HashJoinsEndSQL)
 	}
+	batch.QueuedQueries = append(batch.QueuedQueries, l.checks.QueuedQueries...)
 }

@@ -15,8 +15,9 @@ import (
 
 // TestLastWritesOneStatementPerKind: a group's claims and claimed jobs'
 // completions are typed values the group queues one statement per kind,
-// after its runs' writes and behind one ask for generic plans; a lone
-// step's are statements of their own, with no such ask.
+// after its runs' writes, behind one ask for generic plans and between
+// dbschema.HashJoinsSQL and HashJoinsEndSQL, with the members' checks after
+// them; a lone step's are statements of their own, with no such asks.
 func TestLastWritesOneStatementPerKind(t *testing.T) {
 	t.Parallel()
 	driver, err := fencing.NewDriver(nil, nil)
@@ -47,16 +48,27 @@ func TestLastWritesOneStatementPerKind(t *testing.T) {
 	batch := &pgx.Batch{}
 	w.queueLastWrites(batch, &group, false)
 	got := sqls(batch)
-	require.Len(t, got, 6, "plans, one claim statement, one completion statement, each member's check")
+	require.Len(t, got, 8, "plans, hash joins, one claim statement, one completion statement, joins restored, each member's check")
 	require.Equal(t, dbschema.GenericPlansSQL, got[0])
-	require.Contains(t, got[1], "unnest(")
+	require.Equal(t, dbschema.HashJoinsSQL, got[1])
 	require.Contains(t, got[2], "unnest(")
-	require.Equal(t, []string{"SELECT 1", "SELECT 1", "SELECT 1"}, got[3:])
+	require.Contains(t, got[3], "unnest(")
+	require.Equal(t, dbschema.HashJoinsEndSQL, got[4])
+	require.Equal(t, []string{"SELECT 1", "SELECT 1", "SELECT 1"}, got[5:])
+
+	// In a transaction that asked for generic plans already.
+	batch = &pgx.Batch{}
+	w.queueLastWrites(batch, &group, true)
+	got = sqls(batch)
+	require.Len(t, got, 7)
+	require.Equal(t, dbschema.HashJoinsSQL, got[0])
+	require.Equal(t, dbschema.HashJoinsEndSQL, got[3])
 
 	lone := &pgx.Batch{}
-	require.False(t, member(1).queue(lone, fencingclaim.For(driver)))
+	w.queueLastWrites(lone, &lastWrites{otherWrites: *member(1)}, false)
 	got = sqls(lone)
-	require.Len(t, got, 3)
+	require.Len(t, got, 3, "statements of its own, with no ask")
 	require.NotContains(t, got[0], "unnest(")
 	require.NotContains(t, got[1], "unnest(")
+	require.Equal(t, "SELECT 1", got[2])
 }

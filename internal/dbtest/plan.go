@@ -65,6 +65,33 @@ func PlanScans(plan string) []PlanScan {
 	return out
 }
 
+// FilteredLoops lists the nested loops of plan (EXPLAIN's text output) that
+// join by a filter: each row of the outer side against every row of the
+// inner one, the inner side read again for each outer row. A nested loop
+// that looks its inner rows up by key (a parameterized index scan, as a
+// LATERAL lookup does) has no join filter and is not listed. Each entry is
+// the node's line and its filter, trimmed.
+func FilteredLoops(plan string) []string {
+	lines := strings.Split(plan, "\n")
+	var out []string
+	for i, line := range lines {
+		if !strings.Contains(line, "Nested Loop") {
+			continue
+		}
+		depth := leadingSpaces(line)
+		for _, detail := range lines[i+1:] {
+			text := strings.TrimSpace(detail)
+			if strings.HasPrefix(text, "->") || leadingSpaces(detail) <= depth {
+				break
+			}
+			if strings.HasPrefix(text, "Join Filter: ") {
+				out = append(out, strings.TrimSpace(line)+" / "+text)
+			}
+		}
+	}
+	return out
+}
+
 func leadingSpaces(line string) int { return len(line) - len(strings.TrimLeft(line, " \t")) }
 
 // ExplainPrepared prepares query on a connection of pool and returns its

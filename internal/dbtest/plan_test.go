@@ -34,3 +34,26 @@ func TestPlanScans(t *testing.T) {
 		},
 	}, dbtest.PlanScans(plan))
 }
+
+func TestFilteredLoops(t *testing.T) {
+	t.Parallel()
+	plan := `Aggregate  (cost=12.86..12.88 rows=1 width=4)
+  CTE u
+    ->  Update on weir_run r  (cost=4.46..12.83 rows=1 width=62)
+          ->  Nested Loop  (cost=4.46..12.83 rows=1 width=62)
+                Join Filter: ((r.run_id = v.run_id) AND (r.next_event_id = v.found))
+                ->  Bitmap Heap Scan on weir_run r  (cost=4.35..12.31 rows=1 width=30)
+                      Recheck Cond: (run_id = ANY ($1))
+                      ->  Bitmap Index Scan on weir_run_pkey  (cost=0.00..4.35 rows=10 width=0)
+                            Index Cond: (run_id = ANY ($1))
+                ->  Function Scan on v  (cost=0.11..0.31 rows=10 width=88)
+  ->  Nested Loop  (cost=0.15..82.07 rows=10 width=100)
+        ->  CTE Scan on v v_3  (cost=0.00..0.20 rows=10 width=72)
+        ->  Limit  (cost=0.15..8.17 rows=1 width=56)
+              ->  Index Scan Backward using weir_run_generation_idx on weir_run r_2  (cost=0.15..8.17 rows=1 width=56)
+                    Index Cond: ((namespace = v_3.namespace) AND (workflow_id = v_3.workflow_id))
+                    Filter: (x > 1)`
+	require.Equal(t, []string{
+		"->  Nested Loop  (cost=4.46..12.83 rows=1 width=62) / Join Filter: ((r.run_id = v.run_id) AND (r.next_event_id = v.found))",
+	}, dbtest.FilteredLoops(plan))
+}

@@ -136,10 +136,13 @@ func (s *Store) QueueTryStartLocks(batch *pgx.Batch, ids []string, into *[]bool)
 
 // QueueStartRuns queues, in one statement, the lookups of starts and, with
 // Insert, the inserts of their runs, and reads what each did into into (as
-// long as starts).
+// long as starts), the statement between dbschema.HashJoinsSQL and
+// HashJoinsEndSQL.
 func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into []StartRunResult) {
 	clear(into)
+	batch.Queue(dbschema.HashJoinsSQL)
 	batch.Queue(s.starts.run, startRunArgs(starts)...).Query(func(rows pgx.Rows) error { return readStartRuns(rows, into) })
+	batch.Queue(dbschema.HashJoinsEndSQL)
 }
 
 // startRunArgs are startRunSQL's arguments: an array by column of starts,

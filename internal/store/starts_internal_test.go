@@ -30,10 +30,11 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "PREPARE young_plan AS "+startRunSQL(names))
 	require.NoError(t, err)
-	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL, "young_plan",
+	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL+"; "+dbschema.HashJoinsSQL, "young_plan",
 		"'{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}', '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}',"+
 			" '{t}', '{NULL}', '{0}', '{0}', '{NULL}', '{0}'")
 	requireByKey(t, plan, "planned on the empty tables")
+	require.Empty(t, dbtest.FilteredLoops(plan), "a batch joined row by row:\n%s", plan)
 	require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
 	_, err = conn.Exec(ctx, "DEALLOCATE young_plan")
 	require.NoError(t, err)
@@ -63,14 +64,15 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 		" '{r5,r99,r100}', '{h,h,h}', '{\"{}\",\"{}\",\"{}\"}', '{f,f,f}', '{f,t,f}'," +
 		" '{t,t,t}', '{NULL,NULL,NULL}', '{0,0,0}', '{0,0,0}', '{NULL,NULL,NULL}', '{0,0,0}'"
 	for _, generic := range []bool{false, true} {
-		settings := ""
+		settings := dbschema.HashJoinsSQL // as QueueStartRuns sends it
 		if generic {
-			settings = dbschema.GenericPlansSQL
+			settings = dbschema.GenericPlansSQL + "; " + dbschema.HashJoinsSQL
 		}
 		plan := dbtest.ExplainPrepared(ctx, t, pool, settings, startRunSQL(names), literals)
 		requireByKey(t, plan, fmt.Sprintf("generic %v", generic))
 		if generic {
 			require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
+			require.Empty(t, dbtest.FilteredLoops(plan), "a batch joined row by row:\n%s", plan)
 		}
 	}
 
