@@ -29,7 +29,7 @@ const GenericPlansSQL = "SELECT set_config('plan_cache_mode', 'force_generic_pla
 // (River's JobCancel, say) would read a whole index instead. Generic plans
 // are made on a statement's first execution and kept, so each such
 // statement must always run between the two (TestMergedGroupWrites,
-// TestStartRunManyTakesRunsByKey; docs/decisions/0038).
+// TestStartRunManyTakesRunsByKey; docs/decisions/0041).
 const (
 	HashJoinsSQL = "SELECT set_config('weir.enable_nestloop', current_setting('enable_nestloop'), true)," +
 		" set_config('weir.jit', current_setting('jit'), true)," +
