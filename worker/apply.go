@@ -121,10 +121,10 @@ type otherWrites struct {
 	checks      pgx.Batch
 }
 
-// queue queues o's writes in batch, the claims then the completions, one
-// statement per kind (fencingclaim's QueueClaims and QueueCompletions: a
-// claim names its job by an ID the worker reserved, jobIDs); its checks go
-// after them (queueLastWrites). It reports whether a statement may be over
+// queue queues o in batch: the claims, the completions, then the checks,
+// claims and completions one statement per kind (fencingclaim's
+// QueueClaims and QueueCompletions: a claim names its job by an ID the
+// worker reserved, jobIDs). It reports whether a statement may be over
 // arrays, which Postgres plans again on every call unless asked for a
 // generic plan.
 func (o *otherWrites) queue(batch *pgx.Batch, claims fencingclaim.Driver) (merged bool) {
@@ -134,6 +134,7 @@ func (o *otherWrites) queue(batch *pgx.Batch, claims fencingclaim.Driver) (merge
 	if len(o.completions) > 0 {
 		claims.QueueCompletions(batch, o.completions)
 	}
+	batch.QueuedQueries = append(batch.QueuedQueries, o.checks.QueuedQueries...)
 	return len(o.claims) > 1 || len(o.completions) > 1
 }
 
@@ -181,12 +182,12 @@ func (w *Worker) queueLastWrites(batch *pgx.Batch, l *lastWrites, plansSet bool)
 	head := len(batch.QueuedQueries)
 	merged := w.store.QueueSteps(batch, l.steps)
 	if l.queue(batch, w.claims) || merged {
+		checks := len(batch.QueuedQueries) - l.checks.Len()
+		batch.QueuedQueries = slices.Insert(batch.QueuedQueries, checks, &pgx.QueuedQuery{SQL: dbschema.HashJoinsEndSQL})
 		ahead := []*pgx.QueuedQuery{{SQL: dbschema.HashJoinsSQL}}
 		if !plansSet {
 			ahead = append([]*pgx.QueuedQuery{{SQL: dbschema.GenericPlansSQL}}, ahead...)
 		}
 		batch.QueuedQueries = slices.Insert(batch.QueuedQueries, head, ahead...)
-		batch.Queue(dbschema.HashJoinsEndSQL)
 	}
-	batch.QueuedQueries = append(batch.QueuedQueries, l.checks.QueuedQueries...)
 }

@@ -64,11 +64,16 @@ func TestLastWritesOneStatementPerKind(t *testing.T) {
 	require.Equal(t, dbschema.HashJoinsSQL, got[0])
 	require.Equal(t, dbschema.HashJoinsEndSQL, got[3])
 
-	lone := &pgx.Batch{}
-	w.queueLastWrites(lone, &lastWrites{otherWrites: *member(1)}, false)
-	got = sqls(lone)
-	require.Len(t, got, 3, "statements of its own, with no ask")
-	require.NotContains(t, got[0], "unnest(")
-	require.NotContains(t, got[1], "unnest(")
-	require.Equal(t, "SELECT 1", got[2])
+	for name, queue := range map[string]func(*pgx.Batch){
+		"LastWrites": func(b *pgx.Batch) { w.queueLastWrites(b, &lastWrites{otherWrites: *member(1)}, false) },
+		"Alone":      func(b *pgx.Batch) { member(1).queue(b, fencingclaim.For(driver)) },
+	} {
+		lone := &pgx.Batch{}
+		queue(lone)
+		got = sqls(lone)
+		require.Len(t, got, 3, "%s: statements of its own, with no ask", name)
+		require.NotContains(t, got[0], "unnest(", name)
+		require.NotContains(t, got[1], "unnest(", name)
+		require.Equal(t, "SELECT 1", got[2], "%s: the check", name)
+	}
 }
