@@ -182,12 +182,19 @@ func (w *Worker) queueLastWrites(batch *pgx.Batch, l *lastWrites, plansSet bool)
 	head := len(batch.QueuedQueries)
 	merged := w.store.QueueSteps(batch, l.steps)
 	if l.queue(batch, w.claims) || merged {
-		checks := len(batch.QueuedQueries) - l.checks.Len()
-		batch.QueuedQueries = slices.Insert(batch.QueuedQueries, checks, &pgx.QueuedQuery{SQL: dbschema.HashJoinsEndSQL})
-		ahead := []*pgx.QueuedQuery{{SQL: dbschema.HashJoinsSQL}}
+		hashJoined(batch, head, l.checks.Len())
 		if !plansSet {
-			ahead = append([]*pgx.QueuedQuery{{SQL: dbschema.GenericPlansSQL}}, ahead...)
+			batch.QueuedQueries = slices.Insert(batch.QueuedQueries, head, &pgx.QueuedQuery{SQL: dbschema.GenericPlansSQL})
 		}
-		batch.QueuedQueries = slices.Insert(batch.QueuedQueries, head, ahead...)
 	}
+}
+
+// hashJoined puts the writes batch queued from head on, less its last
+// checks queries, between dbschema.HashJoinsSQL and HashJoinsEndSQL. A
+// statement that joins a batch must always run so, wherever it is sent:
+// the plan its first execution on a connection makes is kept.
+func hashJoined(batch *pgx.Batch, head, checks int) {
+	end := len(batch.QueuedQueries) - checks
+	batch.QueuedQueries = slices.Insert(batch.QueuedQueries, end, &pgx.QueuedQuery{SQL: dbschema.HashJoinsEndSQL})
+	batch.QueuedQueries = slices.Insert(batch.QueuedQueries, head, &pgx.QueuedQuery{SQL: dbschema.HashJoinsSQL})
 }

@@ -64,6 +64,20 @@ func TestLastWritesOneStatementPerKind(t *testing.T) {
 	require.Equal(t, dbschema.HashJoinsSQL, got[0])
 	require.Equal(t, dbschema.HashJoinsEndSQL, got[3])
 
+	// A lone step's writes over arrays (two claims) are hash-joined too,
+	// with its check after them.
+	two := member(1)
+	two.claims = append(two.claims, member(2).claims...)
+	run := &runRow{}
+	run.openWrites()
+	*run.others = *two
+	got = sqls(w.takeWrites(run))
+	require.Len(t, got, 5, "hash joins, claims, completion, joins restored, check")
+	require.Equal(t, dbschema.HashJoinsSQL, got[0])
+	require.Contains(t, got[1], "unnest(")
+	require.Equal(t, dbschema.HashJoinsEndSQL, got[3])
+	require.Equal(t, "SELECT 1", got[4])
+
 	for name, queue := range map[string]func(*pgx.Batch){
 		"LastWrites": func(b *pgx.Batch) { w.queueLastWrites(b, &lastWrites{otherWrites: *member(1)}, false) },
 		"Alone":      func(b *pgx.Batch) { member(1).queue(b, fencingclaim.For(driver)) },

@@ -739,11 +739,15 @@ func (w *Worker) flushWrites(ctx context.Context, tx pgx.Tx, run *runRow) error 
 }
 
 // takeWrites renders what the step queued into a batch (run.step's writes,
-// then the others, each a statement of its own), leaving nothing queued.
+// then the others, each kind one statement, hash-joined when over arrays:
+// hashJoined), leaving nothing queued.
 func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 	batch := &pgx.Batch{}
 	w.store.QueueStep(batch, run.step)
-	run.others.queue(batch, w.claims)
+	head := len(batch.QueuedQueries)
+	if run.others.queue(batch, w.claims) {
+		hashJoined(batch, head, run.others.checks.Len())
+	}
 	run.step, run.others = nil, nil
 	return batch
 }
