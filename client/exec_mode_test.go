@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
@@ -18,16 +16,10 @@ import (
 func TestStartsUnderEveryExecMode(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
-		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+	for _, mode := range dbtest.QueryExecModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
-			require.NoError(t, err)
-			config.ConnConfig.DefaultQueryExecMode = mode
-			pool, err := pgxpool.NewWithConfig(ctx, config)
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
+			pool := dbtest.ModePool(ctx, t, mode, 0)
 			c, err := client.New(pool, &client.Config{Schema: dbtest.TestSchema(ctx, t)})
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, c.Close()) })

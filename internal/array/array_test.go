@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/array"
@@ -110,17 +108,10 @@ func TestSameBytes(t *testing.T) {
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
-		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+	for _, mode := range dbtest.QueryExecModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
-			require.NoError(t, err)
-			config.MaxConns = 2
-			config.ConnConfig.DefaultQueryExecMode = mode
-			pool, err := pgxpool.NewWithConfig(ctx, config)
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
+			pool := dbtest.ModePool(ctx, t, mode, 2)
 			for _, n := range sizes {
 				for _, c := range cases(n) {
 					got := reflect.New(reflect.TypeOf(c.plain))

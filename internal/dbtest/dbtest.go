@@ -387,3 +387,27 @@ func withDatabase(connString, database string) (string, error) {
 	u.Path = "/" + database
 	return u.String(), nil
 }
+
+// QueryExecModes are every query exec mode of pgx, for tests that must
+// hold under each.
+var QueryExecModes = []pgx.QueryExecMode{
+	pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
+	pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+}
+
+// ModePool returns a pool of its own to the tests' server whose
+// connections use mode, of at most maxConns connections (0: pgxpool's
+// default), closed when the test ends.
+func ModePool(ctx context.Context, tb testing.TB, mode pgx.QueryExecMode, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	config, err := pgxpool.ParseConfig(URL(ctx, tb))
+	require.NoError(tb, err)
+	if maxConns > 0 {
+		config.MaxConns = maxConns
+	}
+	config.ConnConfig.DefaultQueryExecMode = mode
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return pool
+}

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/array"
@@ -94,17 +93,10 @@ func (a arrays) normalized() arrays {
 func TestRoomKeepsValues(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
-		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+	for _, mode := range dbtest.QueryExecModes {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
-			require.NoError(t, err)
-			config.MaxConns = 1
-			config.ConnConfig.DefaultQueryExecMode = mode
-			pool, err := pgxpool.NewWithConfig(ctx, config)
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
+			pool := dbtest.ModePool(ctx, t, mode, 1)
 
 			seed := 0
 			wraps := mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
