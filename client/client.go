@@ -60,8 +60,8 @@ type WorkflowArgs interface {
 //
 // No setting bounds how many starts (Start) commit at once: the client
 // groups them, how many groups it keeps in flight follows their latency
-// (from 2 up to half the pool's MaxConns while latency holds, down to 1
-// while it rises), and a group's size follows the starts waiting. Size the
+// (from GOMAXPROCS up to half the pool's MaxConns while latency holds, down
+// to 1 while it rises), and a group's size follows the starts waiting. Size the
 // pool instead.
 type Config struct {
 	// Codec encodes args and results. Workers must use a matching codec.

@@ -27,20 +27,14 @@ import (
 // same workflow and request IDs; one whose group may have committed reports
 // the group's error rather than start again.
 
-const (
-	// startGroupTimeout bounds a group's transaction.
-	startGroupTimeout = time.Minute
-
-	// startGroupsInitial is how many groups of starts a client may have in
-	// flight before its limit learned from their latency (limit.ForPool).
-	startGroupsInitial = 2
-)
+// startGroupTimeout bounds a group's transaction.
+const startGroupTimeout = time.Minute
 
 // newStartGroups returns the group committer of a client's starts, one per
 // workflow ID in a group, eager starts (for one taker) and others apart.
 func newStartGroups(c *Client) *group.Committer[string, *start] {
 	return group.New(group.Config[string, *start]{
-		Limit:   limit.ForPool(c.pool, startGroupsInitial),
+		Limit:   limit.ForPool(c.pool),
 		Key:     func(s *start) string { return s.key },
 		Joins:   func(first, s *start) bool { return s.taker == first.taker },
 		Commit:  c.commitStarts,

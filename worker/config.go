@@ -61,8 +61,10 @@ const (
 //
 // No setting bounds the worker's concurrency against Postgres: it commits
 // activity outcomes in groups, and how many groups it keeps in flight
-// follows their latency, from 4 up to half the pool's MaxConns while
-// latency holds, down to 1 while it rises. Size the pool instead.
+// follows their latency, up to half the pool's MaxConns while latency
+// holds, down to 1 while it rises. It starts at GOMAXPROCS divided by the
+// workers live on the database (at least 1), so a fleet that starts together
+// begins where one worker would. Size the pool instead.
 type Config struct {
 	// AnnounceInterval is how often the worker announces itself in the
 	// database (weir_worker): its identity, namespaces, queues and kinds.

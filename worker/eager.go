@@ -102,15 +102,16 @@ func (p *claimedPool) cancelJob(jobID int64) {
 func (p *claimedPool) listen(w *Worker) {
 	defer p.wg.Done()
 	w.listen(p.ctx, "eager activities' cancel listener lost its connection; reconnecting",
-		func(ctx context.Context, conn *pgx.Conn) (string, error) {
-			return w.store.RiverChannel(ctx, conn, store.RiverControlTopic)
+		func(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+			channel, err := w.store.RiverChannel(ctx, conn, store.RiverControlTopic)
+			return []string{channel}, err
 		},
 		func(n *pgconn.Notification) {
 			var control struct {
 				Action string `json:"action"`
 				JobID  int64  `json:"job_id"`
 			}
-			if json.Unmarshal([]byte(n.Payload), &control) == nil && control.Action == "cancel" {
+			if n != nil && json.Unmarshal([]byte(n.Payload), &control) == nil && control.Action == "cancel" {
 				p.cancelJob(control.JobID)
 			}
 		})

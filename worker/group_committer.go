@@ -64,12 +64,6 @@ import (
 // no run is in two groups in flight at once: groups do not wait for each
 // other, and a group holding its runs never waits for another run.
 
-// stepGroupsInitial is how many groups a worker may commit at once before
-// its limit learned from their latency per outcome (limit.ForPool). Splitting
-// the same outcomes into more, smaller groups costs more per outcome (see
-// stepGroupMembers), which the limit sees as latency and backs off from.
-const stepGroupsInitial = 4
-
 // stepGroupTimeout bounds a group's transaction: its statements run under
 // it, not under any one attempt's context, since one attempt's cancellation
 // must not fail the others' writes (its own refusal is the database's: the

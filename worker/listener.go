@@ -12,12 +12,14 @@ import (
 // listenRetry is how long a listener waits before reconnecting.
 const listenRetry = time.Second
 
-// listen holds a connection of its own that LISTENs on the channel that
-// channelOf names (it may ask the connection, e.g. for current_schema()) and
-// calls notify for every notification, until ctx ends. A lost connection is
+// listen holds a connection of its own that LISTENs on the channels that
+// channelsOf names (it may ask the connection, e.g. for current_schema()) and
+// calls notify for every notification, until ctx ends. Each time LISTEN has
+// taken effect (at first and after a reconnect) it calls notify(nil):
+// whatever was sent before may have been missed. A lost connection is
 // logged (what names the listener and what covers for it meanwhile) and
 // made again a second later.
-func (w *Worker) listen(ctx context.Context, what string, channelOf func(ctx context.Context, conn *pgx.Conn) (string, error),
+func (w *Worker) listen(ctx context.Context, what string, channelsOf func(ctx context.Context, conn *pgx.Conn) ([]string, error),
 	notify func(*pgconn.Notification),
 ) {
 	for ctx.Err() == nil {
@@ -27,13 +29,16 @@ func (w *Worker) listen(ctx context.Context, what string, channelOf func(ctx con
 				return err
 			}
 			defer conn.Close(context.WithoutCancel(ctx))
-			channel, err := channelOf(ctx, conn)
+			channels, err := channelsOf(ctx, conn)
 			if err != nil {
 				return err
 			}
-			if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-				return err
+			for _, channel := range channels {
+				if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+					return err
+				}
 			}
+			notify(nil)
 			for {
 				n, err := conn.WaitForNotification(ctx)
 				if err != nil {

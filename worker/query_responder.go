@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/store"
@@ -37,22 +35,22 @@ const (
 )
 
 // queryResponder answers queries for the workflow kinds and namespaces the
-// worker serves: it LISTENs for new queries, claims them (SKIP LOCKED, so
+// worker serves: woken by the announcer's listener for new queries (or
+// every queryPollInterval), it claims them (SKIP LOCKED, so
 // workers share the load), replays each run and writes the answer.
 type queryResponder struct {
 	background
 	w     *Worker
 	wg    sync.WaitGroup
 	slots chan struct{}
+	wakes chan struct{} // see wake
 }
 
 func newQueryResponder(w *Worker) *queryResponder {
-	return &queryResponder{slots: make(chan struct{}, queryConcurrency), w: w}
+	return &queryResponder{slots: make(chan struct{}, queryConcurrency), wakes: make(chan struct{}, 1), w: w}
 }
 
 func (r *queryResponder) loop(ctx context.Context) {
-	wake := make(chan struct{}, 1)
-	r.wg.Go(func() { r.listen(ctx, wake) })
 	ticker := time.NewTicker(queryPollInterval)
 	defer ticker.Stop()
 	for {
@@ -62,7 +60,7 @@ func (r *queryResponder) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
+		case <-r.wakes:
 		case <-ticker.C:
 		}
 	}
@@ -73,17 +71,12 @@ func (r *queryResponder) stop() {
 	r.wg.Wait()
 }
 
-// listen wakes the claim loop on every new query.
-func (r *queryResponder) listen(ctx context.Context, wake chan<- struct{}) {
-	channel := dbschema.Channel(r.w.names.Schema, dbschema.QueryChannel)
-	r.w.listen(ctx, "query listener lost its connection; polling meanwhile",
-		func(context.Context, *pgx.Conn) (string, error) { return channel, nil },
-		func(*pgconn.Notification) {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		})
+// wake wakes the claim loop: a query was asked.
+func (r *queryResponder) wake() {
+	select {
+	case r.wakes <- struct{}{}:
+	default:
+	}
 }
 
 func (r *queryResponder) claimAndAnswer(ctx context.Context) error {

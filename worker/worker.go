@@ -108,7 +108,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		notifier:     notifier.New(pool, config.Logger),
 		pool:         pool,
 		riverWorkers: river.NewWorkers(),
-		stepGroups:   limit.ForPool(pool, stepGroupsInitial),
+		stepGroups:   limit.ForPool(pool),
 		workflows:    make(map[string]*replay.Definition),
 	}
 	w.resultType = w.activityResultType

@@ -75,6 +75,10 @@ const (
 	// QueryAnsweredChannel carries a query's ID when a worker answered it.
 	QueryAnsweredChannel = "weir_query_answered"
 
+	// WorkerChannel carries a worker's ID when it started or stopped
+	// serving.
+	WorkerChannel = "weir_worker"
+
 	// UpdateDoneChannel carries "<run ID>/<update ID>" when an update was
 	// rejected or completed.
 	UpdateDoneChannel = "weir_update_done"

@@ -12,6 +12,7 @@ package limit
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"time"
 
@@ -47,10 +48,12 @@ const (
 // Limiter is an adaptive bound on work in flight. Its methods are safe for
 // concurrent use and cost a mutex, no goroutine.
 type Limiter struct {
-	mu    sync.Mutex
-	limit float64
-	max   float64
-	fixed bool
+	mu      sync.Mutex
+	limit   float64
+	max     float64
+	initial float64
+	fixed   bool
+	shared  bool // Share said other processes commit to the store too
 
 	// The average latency per unit, in nanoseconds (0 before any
 	// observation), the no-load latency (its lowest; +Inf before any), and
@@ -73,8 +76,9 @@ type Limiter struct {
 // while it learns the no-load latency.
 func New(initial, most int) *Limiter {
 	most = max(most, 1)
+	initial = min(max(initial, 1), most)
 	return &Limiter{
-		limit: float64(min(max(initial, 1), most)), max: float64(most),
+		limit: float64(initial), max: float64(most), initial: float64(initial),
 		noLoad: math.Inf(1), lowestAtOne: math.Inf(1), heldAt: math.Inf(1),
 	}
 }
@@ -92,6 +96,23 @@ func (l *Limiter) Limit() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return int(math.Round(l.limit))
+}
+
+// Share tells the Limiter that n processes, this one included, commit to the
+// same store. While it learns (its first 64 observations), its limit is its
+// nth share of the initial limit, at least 1: n processes that start
+// together begin in flight where one would. Once it has learned, latency
+// alone moves the limit. A shared Limiter does not relearn its no-load
+// latency at a limit of 1 (see noLoadLocked): the others' load would read
+// as a slower store, and each relearning would let the limits rise in turn.
+func (l *Limiter) Share(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.shared = n > 1
+	if l.fixed || l.seen >= window {
+		return
+	}
+	l.limit = max(1, math.Floor(l.initial/float64(max(n, 1))))
 }
 
 // Observe records that a group committed units of work in latency.
@@ -143,7 +164,7 @@ func (l *Limiter) noLoadLocked(perUnit float64) float64 {
 	if !(l.noLoad >= l.heldAt*(1-tolerance/4)) { // +Inf at first
 		l.heldAt, l.sinceLower = l.noLoad, 0
 	}
-	if l.limit >= 2 {
+	if l.limit >= 2 || l.shared {
 		l.lowestAtOne, l.seenAtOne = math.Inf(1), 0
 		return l.noLoad
 	}
@@ -155,11 +176,13 @@ func (l *Limiter) noLoadLocked(perUnit float64) float64 {
 }
 
 // ForPool returns the Limiter of groups that each hold a connection of
-// pool: it starts at initial and is bounded by half the pool's connections
-// (the rest are for others sharing the pool, a worker's River client say).
-func ForPool(pool *pgxpool.Pool, initial int) *Limiter {
+// pool: it starts at as many groups as the process may run goroutines in
+// parallel (GOMAXPROCS: the cores it sees, the best guess it has of the
+// store's) and is bounded by half the pool's connections (the rest are for
+// others sharing the pool, a worker's River client say).
+func ForPool(pool *pgxpool.Pool) *Limiter {
 	most := max(1, int(pool.Config().MaxConns)/2)
-	return New(initial, most)
+	return New(runtime.GOMAXPROCS(0), most)
 }
 
 // PoolHasRoom tells whether pool could lend another connection now without

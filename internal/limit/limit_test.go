@@ -23,7 +23,10 @@ type store struct {
 	rand     *rand.Rand
 }
 
-type commit struct{ started, done time.Duration }
+type commit struct {
+	started, done time.Duration
+	by            int // which of runShared's limiters
+}
 
 type commits []commit
 
@@ -42,11 +45,36 @@ func newStore(knee int) *store {
 	return &store{base: 2 * time.Millisecond, knee: knee, rand: rand.New(rand.NewPCG(1, uint64(knee)))}
 }
 
-// start begins a commit with what is in flight now.
-func (s *store) start() {
+// start begins a commit of limiter by with what is in flight now.
+func (s *store) start(by int) {
 	n := len(s.inFlight) + 1
 	latency := float64(s.base) * max(1, float64(n)/float64(s.knee)) * (0.9 + 0.2*s.rand.Float64())
-	heap.Push(&s.inFlight, commit{started: s.now, done: s.now + time.Duration(latency)})
+	heap.Push(&s.inFlight, commit{started: s.now, done: s.now + time.Duration(latency), by: by})
+}
+
+// runShared is run for limiters that share the store, each keeping as many
+// commits in flight as it allows; it returns the sum of their limits after
+// each commit.
+func (s *store) runShared(ls []*Limiter, commits int) []int {
+	mine := make([]int, len(ls))
+	sums := make([]int, 0, commits)
+	for range commits {
+		for i, l := range ls {
+			for ; mine[i] < l.Limit(); mine[i]++ {
+				s.start(i)
+			}
+		}
+		c := heap.Pop(&s.inFlight).(commit)
+		s.now = c.done
+		mine[c.by]--
+		ls[c.by].Observe(c.done-c.started, 1, true)
+		sum := 0
+		for _, l := range ls {
+			sum += l.Limit()
+		}
+		sums = append(sums, sum)
+	}
+	return sums
 }
 
 // run keeps as many commits in flight as l allows, with always more work
@@ -55,7 +83,7 @@ func (s *store) run(l *Limiter, commits int) []int {
 	limits := make([]int, 0, commits)
 	for range commits {
 		for len(s.inFlight) < l.Limit() {
-			s.start()
+			s.start(0)
 		}
 		c := heap.Pop(&s.inFlight).(commit)
 		s.now = c.done
@@ -93,6 +121,47 @@ func TestLimiterSettlesNearTheKnee(t *testing.T) {
 		l := New(2, 128)
 		requireNearKnee(t, newStore(knee).run(l, 4000), knee)
 	}
+}
+
+// TestLimitersSharingAStoreSettleNearItsKnee: four limiters on one store
+// (four processes on one database), each starting at its share of 4, settle
+// with the sum of their limits near the store's knee, at 8 or at 40.
+func TestLimitersSharingAStoreSettleNearItsKnee(t *testing.T) {
+	t.Parallel()
+	for _, knee := range []int{8, 40} {
+		ls := make([]*Limiter, 4)
+		for i := range ls {
+			ls[i] = New(4, 128)
+			ls[i].Share(len(ls))
+			require.Equal(t, 1, ls[i].Limit())
+		}
+		requireNearKnee(t, newStore(knee).runShared(ls, 8000), knee)
+	}
+}
+
+// TestLimiterShare: while it learns, a limiter shared by n processes holds
+// its nth share of the initial limit (at least 1), and follows n as it
+// changes; once it has learned, only latency moves it.
+func TestLimiterShare(t *testing.T) {
+	t.Parallel()
+	l := New(8, 64)
+	l.Share(4)
+	require.Equal(t, 2, l.Limit())
+	l.Share(16)
+	require.Equal(t, 1, l.Limit())
+	l.Share(1)
+	require.Equal(t, 8, l.Limit())
+	l.Share(0) // no other process seen yet: the whole of it
+	require.Equal(t, 8, l.Limit())
+	for range window {
+		l.Observe(time.Millisecond, 1, false)
+	}
+	l.Share(4)
+	require.Equal(t, 8, l.Limit())
+
+	f := Fixed(8)
+	f.Share(4)
+	require.Equal(t, 8, f.Limit())
 }
 
 // TestLimiterFollowsAMovingKnee: when the knee moves down (the store got

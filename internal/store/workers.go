@@ -11,7 +11,7 @@ import (
 )
 
 type workerSQL struct {
-	list, count, announce, withdraw, taskFailure string
+	list, count, announce, live, withdraw, taskFailure string
 }
 
 func newWorkerSQL(n *dbschema.Names) workerSQL {
@@ -20,11 +20,15 @@ func newWorkerSQL(n *dbschema.Names) workerSQL {
 			n.Worker + " WHERE namespace = $1 AND expires_at > now() ORDER BY started_at DESC, worker_id",
 		count: "SELECT count(*), count(*) FILTER (WHERE $3 = ANY (workflow_kinds)) FROM " + n.Worker +
 			" WHERE namespace = $1 AND $2 = ANY (queues) AND expires_at > now()",
-		announce: "WITH gone AS (DELETE FROM " + n.Worker + " WHERE expires_at < now() - $9::bigint * interval '1 microsecond' AND worker_id <> $1)" +
-			" INSERT INTO " + n.Worker + " (worker_id, namespace, identity, queues, workflow_kinds, activity_kinds, heartbeat_interval, expires_at)" +
+		announce: "WITH gone AS (DELETE FROM " + n.Worker + " WHERE expires_at < now() - $9::bigint * interval '1 microsecond' AND worker_id <> $1)," +
+			" up AS (INSERT INTO " + n.Worker + " (worker_id, namespace, identity, queues, workflow_kinds, activity_kinds, heartbeat_interval, expires_at)" +
 			" SELECT $1, ns, $3, $4, $5, $6, $7::bigint * interval '1 microsecond', now() + $8::bigint * interval '1 microsecond'" +
 			" FROM unnest($2::text[]) ns" +
-			" ON CONFLICT (worker_id, namespace) DO UPDATE SET last_seen_at = now(), expires_at = excluded.expires_at",
+			" ON CONFLICT (worker_id, namespace) DO UPDATE SET last_seen_at = now(), expires_at = excluded.expires_at" +
+			" RETURNING 1)" +
+			// The statement's snapshot has the others' rows, not its own.
+			" SELECT 1 + count(DISTINCT worker_id) FROM " + n.Worker + " WHERE expires_at > now() AND worker_id <> $1",
+		live:     "SELECT count(DISTINCT worker_id) FROM " + n.Worker + " WHERE expires_at > now()",
 		withdraw: "DELETE FROM " + n.Worker + " WHERE worker_id = $1",
 		taskFailure: "SELECT state::text, scheduled_at, (e->>'attempt')::int, (e->>'at')::timestamptz, e->>'error', coalesce(e->>'trace', '')" +
 			" FROM " + n.RiverJob + ", LATERAL (SELECT errors[array_length(errors, 1)] AS e) last WHERE id = $1 AND e IS NOT NULL",
@@ -60,11 +64,17 @@ type AnnounceParams struct {
 	Interval, Expiry, ForgetAfter        time.Duration
 }
 
-// Announce upserts a worker's rows, live for Expiry, and deletes the rows
-// of workers expired for ForgetAfter.
-func (s *Store) Announce(ctx context.Context, db DBTX, p AnnounceParams) error {
-	return exec(ctx, db, s.workers.announce, p.ID, p.Namespaces, p.Identity, p.Queues, p.WorkflowKinds, p.ActivityKinds,
-		p.Interval.Microseconds(), p.Expiry.Microseconds(), p.ForgetAfter.Microseconds())
+// Announce upserts a worker's rows, live for Expiry, deletes the rows of
+// workers expired for ForgetAfter, and returns how many workers are live in
+// the schema, this one included.
+func (s *Store) Announce(ctx context.Context, db DBTX, p AnnounceParams) (live int, err error) {
+	return live, db.QueryRow(ctx, s.workers.announce, p.ID, p.Namespaces, p.Identity, p.Queues, p.WorkflowKinds, p.ActivityKinds,
+		p.Interval.Microseconds(), p.Expiry.Microseconds(), p.ForgetAfter.Microseconds()).Scan(&live)
+}
+
+// LiveWorkers counts the live workers in the schema, of every namespace.
+func (s *Store) LiveWorkers(ctx context.Context, db DBTX) (live int, err error) {
+	return live, db.QueryRow(ctx, s.workers.live).Scan(&live)
 }
 
 // WithdrawWorker deletes a worker's rows.
