@@ -342,7 +342,7 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, compl
 	if committed > 1 {
 		c.grouped.Add(int64(committed))
 	}
-	if len(tasks) >= refetchTasks {
+	if len(tasks) > 0 {
 		c.w.refetch(ctx, tasks) // their River slots free as they return (refetch.go)
 	}
 	return committed, alone

@@ -6,6 +6,10 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/weirhq/weir/internal/store"
 )
@@ -13,28 +17,77 @@ import (
 // River's producer fetches again when a job's slot frees after a fetch that
 // filled every slot, for as many slots as are free at that moment. Workflow
 // tasks that commit in one group free their slots together, and the first
-// of them triggers a fetch for that one slot; the others free theirs while
-// it runs, and the producer waits for its next trigger (another job done,
-// an insert's notification, its poll interval) with its slots idle. So a
-// group that committed several fetched tasks announces their queues on
-// River's insert channel once it committed, as a client announces the jobs
-// it queued: every producer of those queues (this worker's, others') fetches
-// again, once River's FetchCooldown allows. A lone task needs none: River's
-// own trigger fetches for its slot.
-
-// refetchTasks is how many fetched tasks a group must commit for the
-// worker to announce their queues.
-const refetchTasks = 2
+// of them triggers a fetch for the slots free then; the others free theirs
+// while it runs, and the producer waits for its next trigger (another job
+// done, an insert's notification, its poll interval) with its slots idle.
+// So a group that committed more of a queue's fetched tasks than that fetch
+// asks for (the slots free before they return, and the first one's) announces
+// the queue on River's insert channel once it committed, as a client
+// announces the jobs it queued: every producer of the queue (this worker's,
+// others') fetches again, once River's FetchCooldown allows. A group that
+// frees no more needs none: the producer's first fetch asks for every slot
+// the group frees. Announcing after every group instead cost each worker
+// process a fetch for every other process's group (decision 0043).
 
 // refetcher announces queues on River's insert channel, through the
-// worker's notifier.
+// worker's notifier, and counts the River jobs that hold each queue's slots.
 type refetcher struct {
+	river.MiddlewareDefaults
+
 	mu      sync.Mutex
 	channel string // River's insert channel, once resolved
+
+	held  map[string]*atomic.Int64 // a queue's jobs running here
+	slots map[string]int           // a queue's MaxWorkers
 }
 
-// refetch announces queues (each once) on River's insert channel.
-func (w *Worker) refetch(ctx context.Context, queues []string) {
+var _ rivertype.WorkerMiddleware = (*refetcher)(nil)
+
+func newRefetcher(queues map[string]river.QueueConfig) *refetcher {
+	f := &refetcher{held: make(map[string]*atomic.Int64, len(queues)), slots: make(map[string]int, len(queues))}
+	for queue, config := range queues {
+		f.held[queue], f.slots[queue] = new(atomic.Int64), config.MaxWorkers
+	}
+	return f
+}
+
+// Work counts the job's slot while it runs. It is River's WorkerMiddleware
+// hook.
+func (f *refetcher) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	if held := f.held[job.Queue]; held != nil {
+		held.Add(1)
+		defer held.Add(-1)
+	}
+	return doInner(ctx)
+}
+
+// starved returns the queues of tasks (a group's fetched tasks, still
+// holding their slots) of which more free a slot than River's next fetch
+// asks for: the slots free now and the first task's own.
+func (f *refetcher) starved(tasks []string) []string {
+	var queues []string
+	for _, queue := range slices.Compact(slices.Sorted(slices.Values(tasks))) {
+		held := f.held[queue]
+		if held == nil {
+			continue
+		}
+		freeing := 0
+		for _, q := range tasks {
+			if q == queue {
+				freeing++
+			}
+		}
+		if free := f.slots[queue] - int(held.Load()); freeing > free+1 {
+			queues = append(queues, queue)
+		}
+	}
+	return queues
+}
+
+// refetch announces, each once, the queues of tasks that starve (see
+// refetcher.starved) on River's insert channel.
+func (w *Worker) refetch(ctx context.Context, tasks []string) {
+	queues := w.refetches.starved(tasks)
 	if len(queues) == 0 {
 		return
 	}
@@ -43,8 +96,7 @@ func (w *Worker) refetch(ctx context.Context, queues []string) {
 		w.config.Logger.WarnContext(ctx, "weir: announcing freed task slots failed; River fetches on its next trigger", slog.String("error", err.Error()))
 		return
 	}
-	slices.Sort(queues)
-	for _, queue := range slices.Compact(queues) {
+	for _, queue := range queues {
 		w.notifier.Notify(channel, fmt.Sprintf("{\"queue\": %q}", queue)) // River's payload
 	}
 }

@@ -51,7 +51,7 @@ type Worker struct {
 	names      *dbschema.Names
 	store      *store.Store       // weir's statements
 	notifier   *notifier.Notifier // sends what committed tasks announce
-	refetches  refetcher          // announces the queues of committed groups of fetched tasks
+	refetches  *refetcher         // announces the queues of committed groups of fetched tasks
 	pool       *pgxpool.Pool
 
 	// backfillSlice is how long one attempt of a backfill job starts
@@ -102,6 +102,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		config:       config,
 		goroutines:   gopool.New(goroutineIdle),
 		histories:    newHistoryCache(config.MaxCachedRuns),
+		refetches:    newRefetcher(config.Queues),
 		jobIDs:       &jobIDs{pool: pool, schema: config.Schema},
 		names:        names,
 		store:        store.New(names),
@@ -318,6 +319,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		FetchOnlyKnownKinds: true,
 		JobTimeout:          w.config.TaskTimeout,
 		Logger:              w.config.Logger,
+		Middleware:          []rivertype.Middleware{w.refetches},
 		Plugins:             []rivertype.Plugin{w.driver.Plugin()},
 		Queues:              w.config.Queues,
 		Schema:              w.config.Schema,
