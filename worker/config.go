@@ -63,8 +63,8 @@ const (
 // activity outcomes in groups, and how many groups it keeps in flight
 // follows their latency, up to half the pool's MaxConns while latency
 // holds, down to 1 while it rises. It starts at GOMAXPROCS divided by the
-// workers live on the database (at least 1), so a fleet that starts together
-// begins where one worker would. Size the pool instead.
+// live workers announced in its schema (at least 1), so a fleet that starts
+// together begins where one worker would. Size the pool instead.
 type Config struct {
 	// AnnounceInterval is how often the worker announces itself in the
 	// database (weir_worker): its identity, namespaces, queues and kinds.

@@ -19,15 +19,18 @@ import (
 // tasks that commit in one group free their slots together, and the first
 // of them triggers a fetch for the slots free then; the others free theirs
 // while it runs, and the producer waits for its next trigger (another job
-// done, an insert's notification, its poll interval) with its slots idle.
-// So a group that committed more of a queue's fetched tasks than that fetch
-// asks for (the slots free before they return, and the first one's) announces
-// the queue on River's insert channel once it committed, as a client
-// announces the jobs it queued: every producer of the queue (this worker's,
-// others') fetches again, once River's FetchCooldown allows. A group that
-// frees no more needs none: the producer's first fetch asks for every slot
-// the group frees. Announcing after every group instead cost each worker
-// process a fetch for every other process's group (decision 0043).
+// done, an insert's notification, its poll interval) with their slots idle.
+// A group that frees more of a queue's slots than were free besides the
+// first task's finds them nearly all held: River's last fetch most likely
+// filled them, and it leaves those slots idle. Such a group announces the
+// queue on River's insert channel once it committed, as a client announces
+// the jobs it queued: every producer of the queue (this worker's, others')
+// fetches again, once River's FetchCooldown allows. A group that frees no
+// more than that finds slots that stayed free: River's last fetch found the
+// queue drained, and the next jobs' insert notification fetches for every
+// free slot. Announcing after every group instead cost each worker process
+// a fetch for every other process's group (decision 0043). The rule is a
+// heuristic: it sees the slots held, not River's last fetch.
 
 // refetcher announces queues on River's insert channel, through the
 // worker's notifier, and counts the River jobs that hold each queue's slots.
@@ -37,8 +40,10 @@ type refetcher struct {
 	mu      sync.Mutex
 	channel string // River's insert channel, once resolved
 
-	held  map[string]*atomic.Int64 // a queue's jobs running here
-	slots map[string]int           // a queue's MaxWorkers
+	// A queue's jobs running here: inside the middleware, so slightly
+	// fewer than the slots River counts them in, from fetch to completion.
+	held  map[string]*atomic.Int64
+	slots map[string]int // a queue's MaxWorkers
 }
 
 var _ rivertype.WorkerMiddleware = (*refetcher)(nil)
@@ -62,8 +67,8 @@ func (f *refetcher) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 }
 
 // starved returns the queues of tasks (a group's fetched tasks, still
-// holding their slots) of which more free a slot than River's next fetch
-// asks for: the slots free now and the first task's own.
+// holding their slots) of which more free a slot than are free now besides
+// the first task's.
 func (f *refetcher) starved(tasks []string) []string {
 	var queues []string
 	for _, queue := range slices.Compact(slices.Sorted(slices.Values(tasks))) {

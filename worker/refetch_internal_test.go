@@ -13,6 +13,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/internal/dbtest"
 	"github.com/weirhq/weir/internal/store"
 )
 
@@ -150,4 +152,42 @@ func TestRefetcherCountsHeldSlots(t *testing.T) {
 	require.Equal(t, int64(0), held())
 	require.NoError(t, f.Work(t.Context(), &rivertype.JobRow{Queue: "other"}, func(context.Context) error { return nil }))
 	require.Empty(t, f.starved([]string{"other", "other", "other"}))
+}
+
+type slotArgs struct{}
+
+func (slotArgs) Kind() string { return "slot_holder" }
+
+type slotWorker struct {
+	river.WorkerDefaults[slotArgs]
+	running, release chan struct{}
+}
+
+func (s *slotWorker) Work(context.Context, *river.Job[slotArgs]) error {
+	s.running <- struct{}{}
+	<-s.release
+	return nil
+}
+
+// TestWorkerCountsTheSlotsItsJobsHold: a River job a started worker runs
+// holds one of its queue's slots in the count until it returns.
+func TestWorkerCountsTheSlotsItsJobsHold(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	w, err := New(pool, &Config{Schema: dbtest.TestSchema(ctx, t)})
+	require.NoError(t, err)
+	slots := &slotWorker{running: make(chan struct{}), release: make(chan struct{})}
+	AddRiverWorker(w, slots)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.WithoutCancel(ctx))) })
+
+	held := w.refetches.held[client.QueueDefault]
+	_, err = w.riverClient.Insert(ctx, slotArgs{}, &river.InsertOpts{Queue: client.QueueDefault})
+	require.NoError(t, err)
+	<-slots.running
+	whileRunning := held.Load()
+	close(slots.release)
+	require.Equal(t, int64(1), whileRunning)
+	require.Eventually(t, func() bool { return held.Load() == 0 }, 10*time.Second, 5*time.Millisecond)
 }

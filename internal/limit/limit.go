@@ -39,6 +39,12 @@ const (
 	// busy machine.
 	averaging = 0.1
 
+	// slower is how far a shared Limiter's latency at a limit of 1 must
+	// stay above its no-load latency, as a factor, for it to relearn it
+	// (see noLoadLocked): the others' queueing alone does not last there,
+	// as they shrink once theirs passes the tolerance.
+	slower = 1.5
+
 	// steady is how many observations the no-load latency must have held
 	// (fallen by less than a quarter of the tolerance) before the limit
 	// may grow.
@@ -53,7 +59,7 @@ type Limiter struct {
 	max     float64
 	initial float64
 	fixed   bool
-	shared  bool // Share said other processes commit to the store too
+	sharers int // processes committing to the store, this one included (Share)
 
 	// The average latency per unit, in nanoseconds (0 before any
 	// observation), the no-load latency (its lowest; +Inf before any), and
@@ -100,15 +106,16 @@ func (l *Limiter) Limit() int {
 
 // Share tells the Limiter that n processes, this one included, commit to the
 // same store. While it learns (its first 64 observations), its limit is its
-// nth share of the initial limit, at least 1: n processes that start
-// together begin in flight where one would. Once it has learned, latency
-// alone moves the limit. A shared Limiter does not relearn its no-load
-// latency at a limit of 1 (see noLoadLocked): the others' load would read
-// as a slower store, and each relearning would let the limits rise in turn.
+// nth share of the initial limit, rounded down and at least 1: n processes
+// that start together begin in flight about where one would. Once it has
+// learned, latency alone moves the limit. A shared Limiter relearns its
+// no-load latency at a limit of 1 (see noLoadLocked) only when that stayed
+// half again above it: below that, the others' queueing would read as a
+// slower store, and each relearning would let the limits rise in turn.
 func (l *Limiter) Share(n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.shared = n > 1
+	l.sharers = n
 	if l.fixed || l.seen >= window {
 		return
 	}
@@ -157,20 +164,25 @@ func (l *Limiter) Observe(latency time.Duration, units int, limited bool) {
 // queued, by this limiter's load or another's. Only at a limit of 1 does
 // this limiter queue nothing of its own, so a window of observations there
 // that stayed above the tolerance means the store became slower for good:
-// their lowest becomes the estimate, and the limit may grow again.
+// their lowest becomes the estimate, and the limit may grow again. A
+// shared limiter (Share) relearns only from a window that stayed at least
+// slower times above the estimate.
 func (l *Limiter) noLoadLocked(perUnit float64) float64 {
 	l.noLoad = min(l.noLoad, perUnit)
 	l.sinceLower++
 	if !(l.noLoad >= l.heldAt*(1-tolerance/4)) { // +Inf at first
 		l.heldAt, l.sinceLower = l.noLoad, 0
 	}
-	if l.limit >= 2 || l.shared {
+	if l.limit >= 2 {
 		l.lowestAtOne, l.seenAtOne = math.Inf(1), 0
 		return l.noLoad
 	}
 	l.lowestAtOne = min(l.lowestAtOne, perUnit)
 	if l.seenAtOne++; l.seenAtOne >= window {
-		l.noLoad, l.lowestAtOne, l.seenAtOne = l.lowestAtOne, math.Inf(1), 0
+		if l.sharers <= 1 || l.lowestAtOne >= slower*l.noLoad {
+			l.noLoad = l.lowestAtOne
+		}
+		l.lowestAtOne, l.seenAtOne = math.Inf(1), 0
 	}
 	return l.noLoad
 }

@@ -20,12 +20,13 @@ type store struct {
 	knee     int
 	now      time.Duration
 	inFlight commits
+	mine     map[*Limiter]int // in flight by limiter, in runShared
 	rand     *rand.Rand
 }
 
 type commit struct {
 	started, done time.Duration
-	by            int // which of runShared's limiters
+	by            *Limiter // whose commit it is, in runShared
 }
 
 type commits []commit
@@ -46,7 +47,7 @@ func newStore(knee int) *store {
 }
 
 // start begins a commit of limiter by with what is in flight now.
-func (s *store) start(by int) {
+func (s *store) start(by *Limiter) {
 	n := len(s.inFlight) + 1
 	latency := float64(s.base) * max(1, float64(n)/float64(s.knee)) * (0.9 + 0.2*s.rand.Float64())
 	heap.Push(&s.inFlight, commit{started: s.now, done: s.now + time.Duration(latency), by: by})
@@ -56,18 +57,20 @@ func (s *store) start(by int) {
 // commits in flight as it allows; it returns the sum of their limits after
 // each commit.
 func (s *store) runShared(ls []*Limiter, commits int) []int {
-	mine := make([]int, len(ls))
+	if s.mine == nil {
+		s.mine = map[*Limiter]int{}
+	}
 	sums := make([]int, 0, commits)
 	for range commits {
-		for i, l := range ls {
-			for ; mine[i] < l.Limit(); mine[i]++ {
-				s.start(i)
+		for _, l := range ls {
+			for ; s.mine[l] < l.Limit(); s.mine[l]++ {
+				s.start(l)
 			}
 		}
 		c := heap.Pop(&s.inFlight).(commit)
 		s.now = c.done
-		mine[c.by]--
-		ls[c.by].Observe(c.done-c.started, 1, true)
+		s.mine[c.by]--
+		c.by.Observe(c.done-c.started, 1, true)
 		sum := 0
 		for _, l := range ls {
 			sum += l.Limit()
@@ -83,7 +86,7 @@ func (s *store) run(l *Limiter, commits int) []int {
 	limits := make([]int, 0, commits)
 	for range commits {
 		for len(s.inFlight) < l.Limit() {
-			s.start(0)
+			s.start(l)
 		}
 		c := heap.Pop(&s.inFlight).(commit)
 		s.now = c.done
@@ -123,20 +126,55 @@ func TestLimiterSettlesNearTheKnee(t *testing.T) {
 	}
 }
 
-// TestLimitersSharingAStoreSettleNearItsKnee: four limiters on one store
-// (four processes on one database), each starting at its share of 4, settle
-// with the sum of their limits near the store's knee, at 8 or at 40.
+// sharing returns n limiters that share one store, each told so.
+func sharing(n int) []*Limiter {
+	ls := make([]*Limiter, n)
+	for i := range ls {
+		ls[i] = New(4, 128)
+		ls[i].Share(n)
+	}
+	return ls
+}
+
+// TestLimitersSharingAStoreSettleNearItsKnee: limiters on one store (n
+// processes on one database), each starting at its share of 4, settle with
+// the sum of their limits near the store's knee and stay there: a limiter
+// held at 1 while the others queue does not take their queueing for a
+// slower store (unshared, the sums here rose to 34–79).
 func TestLimitersSharingAStoreSettleNearItsKnee(t *testing.T) {
 	t.Parallel()
-	for _, knee := range []int{8, 40} {
-		ls := make([]*Limiter, 4)
-		for i := range ls {
-			ls[i] = New(4, 128)
-			ls[i].Share(len(ls))
-			require.Equal(t, 1, ls[i].Limit())
+	for _, c := range []struct{ knee, n int }{{8, 2}, {8, 4}, {40, 4}, {40, 8}} {
+		ls := sharing(c.n)
+		for _, l := range ls {
+			require.Equal(t, max(1, 4/c.n), l.Limit())
 		}
-		requireNearKnee(t, newStore(knee).runShared(ls, 8000), knee)
+		t.Logf("%d limiters", c.n)
+		requireNearKnee(t, newStore(c.knee).runShared(ls, 40000), c.knee)
 	}
+}
+
+// TestLimitersJoiningALearnedOneSettleNearTheKnee: three limiters that join
+// one which learned the store alone settle with it near the knee.
+func TestLimitersJoiningALearnedOneSettleNearTheKnee(t *testing.T) {
+	t.Parallel()
+	s := newStore(40)
+	first := New(4, 128)
+	requireNearKnee(t, s.runShared([]*Limiter{first}, 4000), 40)
+	ls := append(sharing(4)[1:], first)
+	first.Share(4)
+	requireNearKnee(t, s.runShared(ls, 40000), 40)
+}
+
+// TestSharedLimitersRelearnAStoreSlowerForGood: limiters sharing a store
+// that became twice as slow, with half the room, relearn it and settle near
+// its new knee rather than at 1 each.
+func TestSharedLimitersRelearnAStoreSlowerForGood(t *testing.T) {
+	t.Parallel()
+	s := newStore(40)
+	ls := sharing(4)
+	requireNearKnee(t, s.runShared(ls, 8000), 40)
+	s.base, s.knee = 2*s.base, 20
+	requireNearKnee(t, s.runShared(ls, 40000), 20)
 }
 
 // TestLimiterShare: while it learns, a limiter shared by n processes holds
