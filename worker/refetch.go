@@ -66,9 +66,9 @@ func (f *refetcher) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 	return doInner(ctx)
 }
 
-// starved returns the queues of tasks (a group's fetched tasks, still
-// holding their slots) of which more free a slot than are free now besides
-// the first task's.
+// starved returns the queues whose slots tasks (a group's fetched tasks,
+// still holding theirs) find nearly all held: they free more of them than
+// are free now, plus one.
 func (f *refetcher) starved(tasks []string) []string {
 	var queues []string
 	for _, queue := range slices.Compact(slices.Sorted(slices.Values(tasks))) {
