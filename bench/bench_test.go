@@ -398,6 +398,15 @@ func TestRunScale(t *testing.T) {
 		for name := range res.BusyBackendsBy {
 			require.NotEqual(t, harnessAppName, name, "the harness's own connections are left out")
 		}
+		if p.workers > 0 { // a starter and two workers: each its own GC share
+			require.Len(t, res.GCShareBy, 3)
+			for name, share := range res.GCShareBy {
+				require.Contains(t, name, strings.Split(p.contender, "-")[0])
+				require.True(t, share >= 0 && share <= 1, "%s: %v", name, share)
+			}
+		} else {
+			require.Nil(t, res.GCShareBy, "one process: its share is the total")
+		}
 	}
 	for _, name := range []string{"weir-worker-1", "weir-worker-2", "weir-starter"} { // --proc-profile
 		for _, suffix := range []string{"cpu.pprof", "allocs-base.pprof", "allocs.pprof", "goroutine-peak.pprof", "goroutine-000s.pprof", "gc.txt"} {
@@ -451,7 +460,7 @@ func TestSummarizeScale(t *testing.T) {
 	t.Parallel()
 
 	lines := strings.Join([]string{
-		`{"workload":"scale-burst","contender":"weir-normal","config":"normal","n":2000,"run":1,"runs":1,"per_sec":300,"pool":64,"workers":1,"busy_backends":3,"busy_backends_by":{"weir-starter":1,"weir-worker-1":2},"gc_share":0.25,"alloc_bytes_per_unit":71234,"gc_cycles":23,"bench_cpu_us_per_unit":100,"postgres_cpu_us_per_unit":200,"harness_cpu_us_per_unit":10,"duplicate_executions":0}`,
+		`{"workload":"scale-burst","contender":"weir-normal","config":"normal","n":2000,"run":1,"runs":1,"per_sec":300,"pool":64,"workers":1,"busy_backends":3,"busy_backends_by":{"weir-starter":1,"weir-worker-1":2},"gc_share":0.25,"gc_share_by":{"weir-starter":0.3,"weir-worker-1":0.225},"alloc_bytes_per_unit":71234,"gc_cycles":23,"bench_cpu_us_per_unit":100,"postgres_cpu_us_per_unit":200,"harness_cpu_us_per_unit":10,"duplicate_executions":0}`,
 		`{"workload":"scale-burst","contender":"dbos-direct","config":"direct","n":2000,"run":1,"runs":1,"per_sec":200,"pool":64,"busy_backends":20,"duplicate_executions":0}`,
 		`{"workload":"scale-burst","contender":"dbos-direct","config":"direct","n":2000,"run":1,"runs":1,"per_sec":100,"pool":20,"duplicate_executions":0}`,
 		`{"workload":"scale-workers","contender":"weir-normal","config":"k1","n":2000,"run":1,"runs":1,"per_sec":400,"pool":20,"workers":1,"duplicate_executions":0}`,
@@ -461,7 +470,7 @@ func TestSummarizeScale(t *testing.T) {
 	results, err := readResults(strings.NewReader(lines))
 	require.NoError(t, err)
 	got := summarize(results)
-	require.Contains(t, got, "| weir-normal | normal | 2000 | 1 | 300.0 | 1.50 | – | – | 3.0 (weir-starter 1.0, weir-worker-1 2.0) | 300 (100 + 200) | 10 | 25.0 | 71.2 (23) | 0 |", "divided by dbos-direct at the same pool")
+	require.Contains(t, got, "| weir-normal | normal | 2000 | 1 | 300.0 | 1.50 | – | – | 3.0 (weir-starter 1.0, weir-worker-1 2.0) | 300 (100 + 200) | 10 | 25.0 (weir-starter 30.0, weir-worker-1 22.5) | 71.2 (23) | 0 |", "divided by dbos-direct at the same pool")
 	require.Contains(t, got, "| weir-normal | k4 | 2000 | 1 (+1 failed) | 380.0 | 0.95 |")
 	require.Contains(t, got, "**2: FAILED** |")
 }

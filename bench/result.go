@@ -116,6 +116,11 @@ type Result struct {
 	// /cpu/classes/idle, the time GOMAXPROCS allowed less what went unused).
 	GCShare float64 `json:"gc_share,omitempty"`
 
+	// GCShareBy splits GCShare by process (its connections'
+	// application_name) when the contender ran several: each process's GC
+	// over its own time used.
+	GCShareBy map[string]float64 `json:"gc_share_by,omitempty"`
+
 	// AllocBytesPerUnit is the bytes the contender's processes allocated on
 	// the heap over the window per unit, and GCCycles the garbage
 	// collections they completed in it (runtime/metrics): unlike GCShare,

@@ -183,7 +183,7 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	if err != nil {
 		return res, err
 	}
-	before, err := procStatsOf(procs)
+	before, beforeBy, err := procStatsOf(procs)
 	if err != nil {
 		return res, err
 	}
@@ -220,7 +220,7 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	if err := h.profileProcs(procs, p.profile, false); err != nil {
 		return res, err
 	}
-	after, err := procStatsOf(procs)
+	after, afterBy, err := procStatsOf(procs)
 	if err != nil {
 		return res, err
 	}
@@ -228,8 +228,12 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 		return res, err
 	}
 	res.HarnessCPUUsPerUnit, res.BenchCPUUsPerUnit = res.BenchCPUUsPerUnit, cpuUsPerUnit(time.Duration(after.CPUNs-before.CPUNs), p.n)
-	if used := (after.TotalSec - after.IdleSec) - (before.TotalSec - before.IdleSec); used > 0 {
-		res.GCShare = round3((after.GCSec - before.GCSec) / used)
+	res.GCShare = gcShare(before, after)
+	if len(procs) > 1 {
+		res.GCShareBy = make(map[string]float64, len(procs))
+		for name, st := range afterBy {
+			res.GCShareBy[name] = gcShare(beforeBy[name], st)
+		}
 	}
 	res.AllocBytesPerUnit = math.Round(float64(after.AllocBytes-before.AllocBytes) / float64(p.n))
 	res.GCCycles = int(after.GCCycles - before.GCCycles)
@@ -323,25 +327,38 @@ func repeatedSteps(counts map[string]int) (repeats int, examples []string) {
 	return repeats, examples
 }
 
-// procStatsOf sums the procStats of procs.
-func procStatsOf(procs []*proc) (procStats, error) {
+// procStatsOf sums the procStats of procs, and gives each by its name.
+func procStatsOf(procs []*proc) (procStats, map[string]procStats, error) {
 	var sum procStats
+	by := make(map[string]procStats, len(procs))
 	for _, pr := range procs {
 		reply, err := pr.do(procRequest{Op: "stats"})
 		if err != nil {
-			return sum, err
+			return sum, nil, err
 		}
 		if reply.Stats == nil {
-			return sum, fmt.Errorf("process %s sent no stats", pr.name)
+			return sum, nil, fmt.Errorf("process %s sent no stats", pr.name)
 		}
-		sum.CPUNs += reply.Stats.CPUNs
-		sum.GCSec += reply.Stats.GCSec
-		sum.TotalSec += reply.Stats.TotalSec
-		sum.IdleSec += reply.Stats.IdleSec
-		sum.AllocBytes += reply.Stats.AllocBytes
-		sum.GCCycles += reply.Stats.GCCycles
+		st := *reply.Stats
+		by[pr.name] = st
+		sum.CPUNs += st.CPUNs
+		sum.GCSec += st.GCSec
+		sum.TotalSec += st.TotalSec
+		sum.IdleSec += st.IdleSec
+		sum.AllocBytes += st.AllocBytes
+		sum.GCCycles += st.GCCycles
 	}
-	return sum, nil
+	return sum, by, nil
+}
+
+// gcShare is the share of the time used (the time GOMAXPROCS allowed less
+// what went unused) between before and after that went to GC; 0 when none
+// was used.
+func gcShare(before, after procStats) float64 {
+	if used := (after.TotalSec - after.IdleSec) - (before.TotalSec - before.IdleSec); used > 0 {
+		return round3((after.GCSec - before.GCSec) / used)
+	}
+	return 0
 }
 
 // busySampler counts, every busySampleInterval, the client backends of a

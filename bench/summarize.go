@@ -324,7 +324,7 @@ func scaleRow(base func(*group) *group) func(*group) []string {
 			busyBackends(g.ok),
 			cpuPerUnit(g.ok),
 			median(g.ok, func(r *Result) float64 { return r.HarnessCPUUsPerUnit }, 0),
-			median(g.ok, func(r *Result) float64 { return r.GCShare * 100 }, 1),
+			gcPercent(g.ok),
 			allocPerUnit(g.ok),
 			duplicates(g.all),
 		}
@@ -384,21 +384,35 @@ func oneWorkerGroup(groups []*group, g *group) *group {
 // (application_name) when there are several: "3.1 (weir-starter 0.4,
 // weir-worker-1 2.7)".
 func busyBackends(rs []*Result) string {
-	total := median(rs, func(r *Result) float64 { return r.BusyBackends }, 1)
+	return byProcess(rs, func(r *Result) float64 { return r.BusyBackends },
+		func(r *Result) map[string]float64 { return r.BusyBackendsBy }, 1)
+}
+
+// gcPercent is the median GC share in percent, split by process when there
+// are several: "18.5 (weir-starter 24.0, weir-worker-1 17.1)".
+func gcPercent(rs []*Result) string {
+	return byProcess(rs, func(r *Result) float64 { return r.GCShare * 100 },
+		func(r *Result) map[string]float64 { return r.GCShareBy }, 100)
+}
+
+// byProcess formats the median of total over rs, followed by the median of
+// each process's figure in by (scaled by scale) when there are several.
+func byProcess(rs []*Result, total func(*Result) float64, by func(*Result) map[string]float64, scale float64) string {
+	all := median(rs, total, 1)
 	names := map[string]bool{}
 	for _, r := range rs {
-		for name := range r.BusyBackendsBy {
+		for name := range by(r) {
 			names[name] = true
 		}
 	}
-	if total == "–" || len(names) < 2 {
-		return total
+	if all == "–" || len(names) < 2 {
+		return all
 	}
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(names)) {
-		parts = append(parts, name+" "+median(rs, func(r *Result) float64 { return r.BusyBackendsBy[name] }, 1))
+		parts = append(parts, name+" "+median(rs, func(r *Result) float64 { return by(r)[name] * scale }, 1))
 	}
-	return total + " (" + strings.Join(parts, ", ") + ")"
+	return all + " (" + strings.Join(parts, ", ") + ")"
 }
 
 // duplicates sums the duplicate executions over rs, loudly when there are
