@@ -145,6 +145,8 @@ type groupMember struct {
 	step      *engine.StepWrites
 	rest      *otherWrites
 	afterLast func()
+
+	inGroup memberContext // the context its body runs in, in its group (call)
 }
 
 func newGroupCommitter(w *Worker, groups *limit.Limiter) *groupCommitter {
@@ -256,17 +258,18 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			}
 			// The group's statements run under the group's deadline, with
 			// the member's values (its attempt, its trace, its logger).
-			err := m.call(memberContext{ctx, m.ctx}, tx)
-			var failed *stepFailed
-			switch {
-			case errors.Is(err, errRunsAlone):
-				m.alone = true
+			m.inGroup = memberContext{ctx, m.ctx}
+			if err := m.call(&m.inGroup, tx); err != nil {
+				var failed *stepFailed
+				switch {
+				case errors.Is(err, errRunsAlone):
+					m.alone = true
+				case errors.As(err, &failed):
+					m.failed = failed.err
+				default:
+					return err
+				}
 				continue
-			case errors.As(err, &failed):
-				m.failed = failed.err
-				continue
-			case err != nil:
-				return err
 			}
 			m.locked = false
 			if m.step == nil && m.rest == nil {
