@@ -145,6 +145,8 @@ type groupMember struct {
 	step      *engine.StepWrites
 	rest      *otherWrites
 	afterLast func()
+
+	inGroup memberContext // the context its body runs in, in its group (call)
 }
 
 func newGroupCommitter(w *Worker, groups *limit.Limiter) *groupCommitter {
@@ -256,17 +258,18 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			}
 			// The group's statements run under the group's deadline, with
 			// the member's values (its attempt, its trace, its logger).
-			err := m.call(memberContext{ctx, m.ctx}, tx)
-			var failed *stepFailed
-			switch {
-			case errors.Is(err, errRunsAlone):
-				m.alone = true
+			m.inGroup = memberContext{ctx, m.ctx}
+			if err := m.call(&m.inGroup, tx); err != nil {
+				var failed *stepFailed
+				switch {
+				case errors.Is(err, errRunsAlone):
+					m.alone = true
+				case errors.As(err, &failed):
+					m.failed = failed.err
+				default:
+					return err
+				}
 				continue
-			case errors.As(err, &failed):
-				m.failed = failed.err
-				continue
-			case err != nil:
-				return err
 			}
 			m.locked = false
 			if m.step == nil && m.rest == nil {
@@ -403,9 +406,8 @@ func (c *groupCommitter) queueGuard(batch *pgx.Batch, m *groupMember) {
 func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*groupMember) error {
 	ids := make([]uuid.UUID, len(members))
 	var tasks []uuid.UUID
-	byID := make(map[uuid.UUID]*groupMember, len(members))
 	for i, m := range members {
-		ids[i], byID[m.runID] = m.runID, m
+		ids[i] = m.runID
 		m.lockErr = pgx.ErrNoRows // until its row is read
 		if m.task {
 			tasks = append(tasks, m.runID)
@@ -416,7 +418,7 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*gro
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
 	c.w.store.QueueLockRuns(batch, ids, func(row engine.Run, now time.Time) error {
-		m := byID[row.ID]
+		m := memberOf(members, row.ID)
 		if m == nil {
 			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", row.ID)
 		}
@@ -426,10 +428,21 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*gro
 	})
 	if len(tasks) > 0 {
 		c.w.store.QueueReadInboxes(batch, tasks, func(runID uuid.UUID, item engine.InboxItem) {
-			byID[runID].inbox = append(byID[runID].inbox, item)
+			m := memberOf(members, runID)
+			m.inbox = append(m.inbox, item)
 		})
 	}
 	return tx.SendBatch(ctx, batch).Close()
+}
+
+// memberOf returns the member of run id among members (sorted by run ID),
+// or nil.
+func memberOf(members []*groupMember, id uuid.UUID) *groupMember {
+	i, ok := slices.BinarySearchFunc(members, id, func(m *groupMember, id uuid.UUID) int { return bytes.Compare(m.runID[:], id[:]) })
+	if !ok {
+		return nil
+	}
+	return members[i]
 }
 
 // memberContext is a group's context (its deadline, its end) with a

@@ -184,22 +184,15 @@ func Decide(p StepParams) (Step, error) {
 		}
 		next++
 	}
-	rows := 0
-	for range history.Rows(p.Appended) {
-		rows++
-	}
-	st := Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: make([]EventRow, 0, rows)}}
-	for r := range history.Rows(p.Appended) {
-		row := EventRow{Row: r}
-		if ResolvesEvent(r.Type) {
-			id, ok := ResolvedBy(r.Event)
+	st := Step{Writes: StepWrites{RunID: p.Run.ID, AbandonUpdates: p.Outcome.Completed, Events: p.Appended}}
+	for _, e := range p.Appended {
+		if ResolvesEvent(e.Type) {
+			id, ok := ResolvedBy(e)
 			if !ok {
-				return Step{}, fmt.Errorf("event %d: undecodable %s", r.ID, r.Type)
+				return Step{}, fmt.Errorf("event %d: undecodable %s", e.ID, e.Type)
 			}
-			row.Resolves = &id
 			st.Writes.Retired = append(st.Writes.Retired, id)
 		}
-		st.Writes.Events = append(st.Writes.Events, row)
 	}
 	// W4: the append point moves only from where the step found it.
 	var err error

@@ -21,10 +21,9 @@ func event(t *testing.T, id int64, now time.Time, attrs history.Attributes) hist
 }
 
 // TestDecideContinues: a step that takes an activity's outcome and
-// schedules the next activity appends its events (the boundary folded into
-// the command's row), retires the activity resolved, moves the run's
-// append point from where it found it (W4) with its task cleared, and can
-// commit in a group.
+// schedules the next activity appends its events, retires the activity
+// resolved, moves the run's append point from where it found it (W4) with
+// its task cleared, and can commit in a group.
 func TestDecideContinues(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
@@ -41,9 +40,7 @@ func TestDecideContinues(t *testing.T) {
 	st, err := engine.Decide(engine.StepParams{Run: run, History: past, Facts: engine.NewFacts(), Appended: appended,
 		Outcome: replay.Outcome{Events: appended[1:]}, TaskJobID: 77})
 	require.NoError(t, err)
-	require.Len(t, st.Writes.Events, 2, "the boundary folded into the command's row")
-	require.Equal(t, int64(2), *st.Writes.Events[0].Resolves)
-	require.NotNil(t, st.Writes.Events[1].Boundary)
+	require.Equal(t, appended, st.Writes.Events)
 	require.Equal(t, []int64{2}, st.Writes.Retired)
 	require.Equal(t, &engine.RunCAS{Found: 3, Next: 6, ClearTask: 77}, st.Writes.CAS)
 	require.False(t, st.Writes.AbandonUpdates)

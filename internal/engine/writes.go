@@ -32,14 +32,16 @@ type InboxItem struct {
 }
 
 // StepWrites is what one step writes to its run, typed: the events it
-// appends (rows as history.Rows folds them), the pending activities their
-// outcomes retire and those it schedules, the rejection of the run's
-// pending updates when it closes, and the run's compare-and-swap. A lone
-// step's is rendered a statement per kind, a group's one statement per kind
-// for all its members (internal/store).
+// appends (stored as the rows history.Rows folds them into, an outcome's
+// row with the event it resolves: ResolvedBy, which Decide checked each
+// outcome has), the pending activities their outcomes retire and those it
+// schedules, the rejection of the run's pending updates when it closes,
+// and the run's compare-and-swap. A lone step's is rendered a statement
+// per kind, a group's one statement per kind for all its members
+// (internal/store).
 type StepWrites struct {
 	RunID      uuid.UUID
-	Events     []EventRow
+	Events     []history.Event
 	Retired    []int64 // scheduled event IDs of activities whose outcome is appended
 	Activities []Activity
 	// Taken are the inbox items the step took, read under its run's lock
@@ -54,13 +56,6 @@ type StepWrites struct {
 // AbandonedFailure is the failure (JSON) of an update still pending on a
 // run that closed.
 var AbandonedFailure, _ = json.Marshal(&history.Failure{Message: "the workflow closed before the update completed", Type: "WorkflowClosed"})
-
-// EventRow is a row of the event table: events as history.Rows folds
-// them, and the event the row's event resolves (an outcome's), if any.
-type EventRow struct {
-	history.Row
-	Resolves *int64
-}
 
 // Activity is the record of a pending activity.
 type Activity struct {

@@ -62,12 +62,20 @@ type Committer[K comparable, M any] struct {
 	held     map[K]int    // keys of members in flight or running alone, and holds
 }
 
-// waiter is a queued member, taken by a group or not (guarded by mu), and
-// its group's verdict: whether it runs alone.
+// waiter is a queued member, taken by a group or taken out of the queue
+// as its caller's ctx ended (canceled; both guarded by mu), and its group's
+// verdict: whether it runs alone. decided is done once either is known.
 type waiter[M any] struct {
-	m     M
-	taken bool
-	alone chan bool
+	m               M
+	taken, canceled bool
+	alone           bool
+	decided         sync.WaitGroup
+}
+
+func newWaiter[M any](m M) *waiter[M] {
+	w := &waiter[M]{m: m}
+	w.decided.Add(1)
+	return w
 }
 
 // New returns a Committer configured by config.
@@ -100,27 +108,34 @@ func (c *Committer[K, M]) Do(ctx context.Context, m M) error {
 		c.mu.Unlock()
 		return err
 	}
-	w := &waiter[M]{m: m, alone: make(chan bool, 1)}
+	w := newWaiter(m)
 	c.queue = append(c.queue, w)
 	c.launchLocked()
 	c.mu.Unlock()
-	var alone bool
-	select {
-	case alone = <-w.alone:
-	case <-ctx.Done():
-		c.mu.Lock()
-		if !w.taken {
-			c.queue = slices.DeleteFunc(c.queue, func(q *waiter[M]) bool { return q == w })
-			c.mu.Unlock()
-			return ctx.Err()
-		}
-		c.mu.Unlock()
-		alone = <-w.alone
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { c.cancel(w) })
+		defer stop()
 	}
-	if alone {
+	w.decided.Wait()
+	if w.canceled {
+		return ctx.Err()
+	}
+	if w.alone {
 		c.alone(ctx, m)
 	}
 	return nil
+}
+
+// cancel takes w out of the queue unless a group took it.
+func (c *Committer[K, M]) cancel(w *waiter[M]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.taken {
+		return // its group decides
+	}
+	c.queue = slices.DeleteFunc(c.queue, func(q *waiter[M]) bool { return q == w })
+	w.canceled = true
+	w.decided.Done()
 }
 
 // alone runs m by itself, and then lets its key go.
@@ -201,7 +216,8 @@ func (c *Committer[K, M]) launchLocked() {
 				members[i] = w.m
 			}
 			for i, alone := range c.commit(members) {
-				taken[i].alone <- alone
+				taken[i].alone = alone
+				taken[i].decided.Done()
 			}
 		})
 	}

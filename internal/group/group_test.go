@@ -186,7 +186,7 @@ func drain(t *testing.T, n, limitN, size int) []int {
 	})
 	c.mu.Lock()
 	for m := range n {
-		c.queue = append(c.queue, &waiter[int]{m: m, alone: make(chan bool, 1)})
+		c.queue = append(c.queue, newWaiter(m))
 	}
 	c.launchLocked()
 	c.mu.Unlock()
@@ -226,7 +226,7 @@ func TestGroupSizeFollowsLoad(t *testing.T) {
 	queue := func(from, n int) {
 		c.mu.Lock()
 		for m := from; m < from+n; m++ {
-			c.queue = append(c.queue, &waiter[int]{m: m, alone: make(chan bool, 1)})
+			c.queue = append(c.queue, newWaiter(m))
 		}
 		c.launchLocked()
 		c.mu.Unlock()

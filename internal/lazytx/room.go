@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weirhq/weir/internal/array"
@@ -29,6 +30,12 @@ import (
 // matches only sized arguments, and leaves every other value to the
 // wrappers after it.
 //
+// A batch whose statements are new to the connection is sent after pgx
+// prepared them, in a round trip of its own whose write buffer pgx drops
+// once sent (Frontend.Flush), room and all; a sized argument is encoded
+// after that, before its statement's Bind is written, and makes the write
+// buffer's room again if it is not the one the batch made (again).
+//
 // The room comes from buffers the connection keeps (its own, never another
 // connection's) from one batch to the next, up to keptMax bytes each: pgx
 // is done with a write buffer once it wrote it and with an argument buffer
@@ -41,6 +48,7 @@ import (
 // sends.
 func roomFor(conn *pgx.Conn, b *pgx.Batch) *pgx.Batch {
 	kept := keptOf(conn)
+	kept.again.n = 0
 	wraps := kept.sizing(conn)
 	total, out := 0, b
 	for i, q := range b.QueuedQueries {
@@ -89,6 +97,10 @@ type kept struct {
 	write, args []byte
 	decided     bool // whether the connection wraps sized arguments is known
 	wraps       bool
+	// again makes the room of the batch being sent again if pgx dropped
+	// write (sized arguments send it), when that room is write's.
+	again again
+	front *pgproto3.Frontend // the connection's
 }
 
 // keptKey is kept's key in a connection's custom data.
@@ -99,7 +111,8 @@ func keptOf(conn *pgx.Conn) *kept {
 	data := conn.PgConn().CustomData()
 	k, ok := data[keptKey].(*kept)
 	if !ok {
-		k = &kept{}
+		k = &kept{front: conn.PgConn().Frontend()}
+		k.again.kept = k
 		data[keptKey] = k
 	}
 	return k
@@ -171,15 +184,45 @@ func argSize(a any) int {
 }
 
 // room is a frontend message that sends nothing: encoding it gives the
-// write buffer room for n more bytes.
+// write buffer room for n more bytes, and notes in kept whether that room
+// is kept's (again).
 type room struct {
 	n    int
 	kept *kept
 }
 
-func (r room) Encode(dst []byte) ([]byte, error) { return lend(&r.kept.write, dst, r.n), nil }
-func (room) Decode([]byte) error                 { return errors.New("lazytx: room is never received") }
-func (room) Frontend()                           {}
+func (r room) Encode(dst []byte) ([]byte, error) {
+	out := lend(&r.kept.write, dst, r.n)
+	r.kept.again.n = 0
+	if r.kept.lent(out) {
+		r.kept.again.n = r.n
+	}
+	return out, nil
+}
+func (room) Decode([]byte) error { return errors.New("lazytx: room is never received") }
+func (room) Frontend()           {}
+
+// again is a frontend message that sends nothing: encoding it makes a
+// batch's room (n bytes, none if 0) again unless the write buffer is
+// still the one lent for it.
+type again struct {
+	n    int
+	kept *kept
+}
+
+func (a *again) Encode(dst []byte) ([]byte, error) {
+	if a.n == 0 || a.kept.lent(dst) {
+		return dst, nil
+	}
+	return room{n: a.n, kept: a.kept}.Encode(dst)
+}
+func (*again) Decode([]byte) error { return errors.New("lazytx: room is never received") }
+func (*again) Frontend()           {}
+
+// lent reports whether b is k's write buffer.
+func (k *kept) lent(b []byte) bool {
+	return cap(b) > 0 && cap(k.write) > 0 && &b[:1][0] == &k.write[:1][0]
+}
 
 // sized is an argument that pgx encodes as v, after it made room for n
 // bytes. One type per value type: pgx keeps a plan per argument type.
@@ -265,5 +308,6 @@ func (p *sizedPlan) SetNext(next pgtype.EncodePlan) { p.next = next }
 
 func (p *sizedPlan) Encode(value any, buf []byte) ([]byte, error) {
 	v, n := value.(interface{ unwrap() (any, int) }).unwrap()
+	p.kept.front.Send(&p.kept.again)
 	return p.next.Encode(v, lend(&p.kept.args, buf, n))
 }

@@ -1,6 +1,7 @@
 package lazytx
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/array"
@@ -199,5 +201,42 @@ func TestArgSize(t *testing.T) {
 				require.NotEqual(t, reflect.TypeOf(c.value), reflect.TypeOf(wrapped))
 			}
 		}
+	}
+}
+
+// TestRoomAfterPrepare: a batch whose statement is new to the connection,
+// and long enough that pgx drops the write buffer that prepared it, has its
+// Binds written in the room the batch made all the same (kept's write
+// buffer holds them), under each query exec mode that sizes arguments.
+func TestRoomAfterPrepare(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			pool := dbtest.ModePool(ctx, t, mode, 1)
+			pad := strings.Repeat("x", 2000) // its Parse is more than pgx keeps of a write buffer
+			for seed := range 3 {
+				marker := fmt.Sprintf("marker of batch %d ", seed)
+				texts := slices.Repeat([]string{marker + strings.Repeat("y", 40)}, 1000)
+				var got []string
+				err := BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					b := &pgx.Batch{}
+					b.Queue(fmt.Sprintf("SELECT $1::text[] /* %d %s */", seed, pad), texts).QueryRow(func(row pgx.Row) error {
+						return row.Scan(&got)
+					})
+					return tx.SendBatch(ctx, b).Close()
+				})
+				require.NoError(t, err)
+				require.Equal(t, texts, got)
+
+				var write []byte
+				require.NoError(t, pool.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
+					write = keptOf(conn.Conn()).write
+					return nil
+				}))
+				require.True(t, bytes.Contains(write[:cap(write)], []byte(marker)), "batch %d's Bind is in the room it made", seed)
+			}
+		})
 	}
 }

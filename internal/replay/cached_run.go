@@ -62,7 +62,7 @@ func Start(ctx context.Context, def *Definition, params *ExecuteParams) (out *Ou
 	if err != nil || out.Completed {
 		return out, nil, err
 	}
-	s = &CachedRun{e: e, next: int64(len(e.history)+len(out.Events)) + 1}
+	s = &CachedRun{e: e, next: int64(len(e.params.History)+len(out.Events)) + 1}
 	s.decided(out)
 	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, e.sched)
 	return out, s, nil
@@ -75,7 +75,6 @@ func (s *CachedRun) decided(out *Outcome) {
 	s.last = out.Events[len(out.Events)-1]
 	s.last.Attributes = nil
 	e := s.e
-	e.history = nil
 	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil // the caller has them
 	e.canceledActivities, e.canceledTimers = nil, nil
 	e.rejectedUpdates, e.deferredInputs = nil, nil
@@ -160,7 +159,7 @@ func (e *engine) continueTask(ctx context.Context, params *ExecuteParams, out *O
 		return nil, err
 	}
 	logger := e.params.Logger // the cached run's
-	e.ctx, e.params, e.history = ctx, *params, params.History
+	e.ctx, e.params = ctx, *params
 	e.params.Logger = logger
 	e.codeRan = true
 	return e.decide(nil, out)

@@ -28,7 +28,6 @@ type engine struct {
 	ctx     context.Context
 	codec   Codec
 	def     *Definition
-	history []history.Event
 	info    env.Info
 	logger  *slog.Logger // made on first use, from params.Logger
 	params  ExecuteParams
@@ -59,10 +58,10 @@ type engine struct {
 
 	cancelRequested bool
 	querying        bool // running a query handler: no commands, no blocking
+	codeRan         bool // the workflow's code ran in an earlier task
 	queryHandlers   map[string]func([]byte) ([]byte, error)
 	updateHandlers  map[string]updateHandler
 	updatesSeen     map[string]bool // update IDs accepted in this run
-	codeRan         bool            // the workflow's code ran in an earlier task
 	rejectedUpdates []RejectedUpdate
 	deferredInputs  []history.Event
 	signals         map[string]*env.SignalQueue
@@ -71,9 +70,9 @@ type engine struct {
 
 	abortErr error
 	done     bool
+	started  bool
 	end      history.Attributes // the command that ends the run, once done
 	endErr   error              // or why the task fails instead
-	started  bool
 }
 
 // updateHandler is what SetUpdateHandler registered for an update kind.
@@ -103,12 +102,11 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	}
 	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
 	e := &engine{
-		ctx:     ctx,
-		codec:   params.Codec,
-		def:     def,
-		history: params.History,
-		params:  *params,
-		sched:   coroutine.New(deadlockTimeout, params.Go),
+		ctx:    ctx,
+		codec:  params.Codec,
+		def:    def,
+		params: *params,
+		sched:  coroutine.New(deadlockTimeout, params.Go),
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -138,12 +136,12 @@ func invalid(format string, args ...any) error {
 }
 
 func (e *engine) execute() (*Outcome, error) {
-	tasks, tail, err := splitHistory(e.history, e.params.Decode)
+	tasks, tail, err := splitHistory(e.params.History, e.params.Decode)
 	if err != nil {
 		return nil, err
 	}
-	if n := len(e.history); n > 0 {
-		last := e.history[n-1]
+	if n := len(e.params.History); n > 0 {
+		last := e.params.History[n-1]
 		if last.Type.IsTerminal() {
 			return closedOutcome(last, e.params.Inputs, "the run is closed")
 		}
@@ -226,7 +224,7 @@ func (e *engine) replayTask(t *task) error {
 func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
 	*out = Outcome{}
 	e.replaying = false
-	e.nextID = int64(len(e.history)) + 1
+	e.nextID = int64(len(e.params.History)) + 1
 	e.now = e.params.Now
 	e.events = make([]history.Event, 0, len(tail)+len(e.params.Inputs)+2) // and the boundary, and usually a command
 	e.info.TaskAttempt = e.params.Info.TaskAttempt

@@ -246,7 +246,7 @@ func Replay(ctx context.Context, def *Definition, params *ExecuteParams) error {
 		return err
 	}
 	defer e.sched.Close()
-	tasks, _, err := splitHistory(e.history, e.params.Decode)
+	tasks, _, err := splitHistory(e.params.History, e.params.Decode)
 	if err != nil {
 		return err
 	}

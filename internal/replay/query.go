@@ -46,7 +46,7 @@ func Query(ctx context.Context, def *Definition, params *QueryParams) ([]byte, e
 	if params.Kind == workflow.QueryStackTrace {
 		e.sched.RecordStacks()
 	}
-	tasks, _, err := splitHistory(e.history, e.params.Decode)
+	tasks, _, err := splitHistory(e.params.History, e.params.Decode)
 	if err != nil {
 		return nil, err
 	}

@@ -203,9 +203,9 @@ func TestNoRowsWithoutRun(t *testing.T) {
 		batch := &pgx.Batch{}
 		f.st.QueueStep(batch, &engine.StepWrites{
 			RunID: gone,
-			Events: []engine.EventRow{{Row: history.Row{Event: history.Event{
+			Events: []history.Event{{
 				ID: 2, Type: history.EventActivityScheduled, Attributes: []byte("{}"), Time: time.Now(),
-			}}}},
+			}},
 			Activities: []engine.Activity{{ScheduledEventID: 2, JobID: 7, Kind: "a"}},
 			CAS:        &engine.RunCAS{Found: 2, Next: 3},
 		})

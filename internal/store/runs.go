@@ -16,6 +16,7 @@ import (
 	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
+	"github.com/weirhq/weir/internal/history"
 )
 
 // A workflow step writes, in its last batch, the kinds an
@@ -412,22 +413,39 @@ func (a *eventArrays) grow(n int) {
 	a.resolves, a.times, a.boundaries = slices.Grow(a.resolves, n), slices.Grow(a.times, n), slices.Grow(a.boundaries, n)
 }
 
-func (a *eventArrays) add(runID uuid.UUID, rows []engine.EventRow) {
-	a.grow(len(rows))
-	for _, r := range rows {
+// add adds the rows of a step's events (history.Rows), each with the
+// event its outcome resolves, if any.
+func (a *eventArrays) add(runID uuid.UUID, events []history.Event) {
+	a.grow(rows(events))
+	for r := range history.Rows(events) {
+		var resolves *int64
+		if engine.ResolvesEvent(r.Type) {
+			if id, ok := engine.ResolvedBy(r.Event); ok {
+				resolves = &id
+			}
+		}
 		a.runs = append(a.runs, runID)
 		a.ids, a.types, a.attributes = append(a.ids, r.ID), append(a.types, string(r.Type)), append(a.attributes, r.Attributes)
-		a.resolves, a.times, a.boundaries = append(a.resolves, r.Resolves), append(a.times, r.Time), append(a.boundaries, r.Boundary)
+		a.resolves, a.times, a.boundaries = append(a.resolves, resolves), append(a.times, r.Time), append(a.boundaries, r.Boundary)
 	}
+}
+
+// rows is how many rows events are stored in (history.Rows).
+func rows(events []history.Event) int {
+	n := 0
+	for range history.Rows(events) {
+		n++
+	}
+	return n
 }
 
 func (s *Store) queueEventsMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 	var a eventArrays
-	rows := 0
+	n := 0
 	for _, w := range ws {
-		rows += len(w.Events)
+		n += rows(w.Events)
 	}
-	a.grow(rows)
+	a.grow(n)
 	for _, w := range ws {
 		a.add(w.RunID, w.Events)
 	}

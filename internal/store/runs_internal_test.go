@@ -31,13 +31,17 @@ func TestQueueSteps(t *testing.T) {
 	now := time.Now()
 	one := int64(1)
 	deadline := now.Add(time.Hour)
-	row := func(id int64, typ string, resolves *int64) engine.EventRow {
-		return engine.EventRow{Row: history.Row{Event: history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}}, Resolves: resolves}
+	event := func(id int64, typ string) history.Event {
+		return history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}
+	}
+	resolving := []byte(`{"scheduled_event_id":1}`) // an outcome of event 1
+	outcome := func(id int64) history.Event {
+		return history.Event{ID: id, Type: history.EventActivityCompleted, Attributes: resolving, Time: now}
 	}
 	steps := []*engine.StepWrites{
-		{RunID: a, Events: []engine.EventRow{row(4, "x", &one), row(5, "y", nil)}, Retired: []int64{1},
+		{RunID: a, Events: []history.Event{outcome(4), event(5, "y")}, Retired: []int64{1},
 			Activities: []engine.Activity{{ScheduledEventID: 6, JobID: 100, Kind: "act", Deadline: &deadline}}, CAS: &engine.RunCAS{Found: 4, Next: 6}},
-		{RunID: b, Events: []engine.EventRow{row(9, "z", nil)}, Retired: []int64{7},
+		{RunID: b, Events: []history.Event{event(9, "z")}, Retired: []int64{7},
 			Activities: []engine.Activity{{ScheduledEventID: 10, JobID: 101, Kind: "act"}}, CAS: &engine.RunCAS{Found: 9, Next: 10}},
 		{RunID: e, Taken: []int64{55, 56}, CAS: &engine.RunCAS{Found: 1, Next: 2, ClearTask: 33}}, // a task's
 		nil,
@@ -53,7 +57,7 @@ func TestQueueSteps(t *testing.T) {
 	require.Equal(t, []string{s.runs.eventsMerged, s.runs.retireMerged, s.runs.activityMerged, s.runs.deleteInbox, s.runs.abandonMerged,
 		s.runs.advanceMerged, s.runs.completeMerged}, sqls)
 	q := batch.QueuedQueries
-	require.Equal(t, []any{array.UUIDs{a, a, b}, array.Int64s{4, 5, 9}, array.Texts{"x", "y", "z"}, array.JSON{[]byte("{}"), []byte("{}"), []byte("{}")},
+	require.Equal(t, []any{array.UUIDs{a, a, b}, array.Int64s{4, 5, 9}, array.Texts{"ActivityCompleted", "y", "z"}, array.JSON{resolving, []byte("{}"), []byte("{}")},
 		array.NullInt64s{&one, nil, nil}, array.Times{now, now, now}, array.JSON{nil, nil, nil}}, q[0].Arguments)
 	require.Equal(t, []any{array.UUIDs{a, b}, array.Int64s{1, 7}}, q[1].Arguments)
 	require.Equal(t, []any{array.UUIDs{a, b}, array.Int64s{6, 10}, array.Int64s{100, 101}, array.Texts{"act", "act"}, array.NullTimes{&deadline, nil}}, q[2].Arguments)
@@ -64,22 +68,23 @@ func TestQueueSteps(t *testing.T) {
 	require.Equal(t, []any{array.UUIDs{c, d}, array.Int64s{7, 8}, array.Int64s{9, 10}, array.Bytes{[]byte("1"), nil}, 2}, q[6].Arguments)
 	require.NotNil(t, q[6].Fn)
 
-	// A member that folded a boundary and one that did not: one statement,
-	// the other's rows without a boundary.
-	boundary := `{"attempt":1}`
-	folded := row(9, "z", nil)
-	folded.Boundary = []byte(boundary)
+	// A member whose boundary folds into its command's row and one whose
+	// does not: one statement, the other's rows without a boundary.
+	boundary := []byte(`{"attempt":1}`)
+	started := history.Event{ID: 9, Type: history.EventWorkflowTaskStarted, Attributes: boundary, Time: now}
 	mixed := &pgx.Batch{}
-	require.True(t, s.QueueSteps(mixed, []*engine.StepWrites{{RunID: a, Events: []engine.EventRow{row(4, "x", nil)}},
-		{RunID: b, Events: []engine.EventRow{row(8, "y", &one), folded}}, {RunID: c, Events: []engine.EventRow{row(2, "w", nil)}}}))
+	require.True(t, s.QueueSteps(mixed, []*engine.StepWrites{{RunID: a, Events: []history.Event{event(4, "x")}},
+		{RunID: b, Events: []history.Event{outcome(8), started, event(10, string(history.EventActivityScheduled))}},
+		{RunID: c, Events: []history.Event{event(2, "w")}}}))
 	require.Len(t, mixed.QueuedQueries, 1)
 	require.Equal(t, s.runs.eventsMerged, mixed.QueuedQueries[0].SQL)
-	require.Equal(t, []any{array.UUIDs{a, b, b, c}, array.Int64s{4, 8, 9, 2}, array.Texts{"x", "y", "z", "w"}, array.JSON{[]byte("{}"), []byte("{}"), []byte("{}"), []byte("{}")},
-		array.NullInt64s{nil, &one, nil, nil}, array.Times{now, now, now, now}, array.JSON{nil, nil, []byte(boundary), nil}}, mixed.QueuedQueries[0].Arguments)
+	require.Equal(t, []any{array.UUIDs{a, b, b, c}, array.Int64s{4, 8, 10, 2}, array.Texts{"x", "ActivityCompleted", "ActivityScheduled", "w"},
+		array.JSON{[]byte("{}"), resolving, []byte("{}"), []byte("{}")},
+		array.NullInt64s{nil, &one, nil, nil}, array.Times{now, now, now, now}, array.JSON{nil, nil, boundary, nil}}, mixed.QueuedQueries[0].Arguments)
 
 	// A kind one member holds: its lone form.
 	single := &pgx.Batch{}
-	require.False(t, s.QueueSteps(single, []*engine.StepWrites{{RunID: a, Events: []engine.EventRow{row(4, "x", nil)}, CAS: &engine.RunCAS{Found: 4, Next: 5}}}))
+	require.False(t, s.QueueSteps(single, []*engine.StepWrites{{RunID: a, Events: []history.Event{event(4, "x")}, CAS: &engine.RunCAS{Found: 4, Next: 5}}}))
 	require.Equal(t, s.runs.events, single.QueuedQueries[0].SQL, "one member: as a lone step")
 	require.Equal(t, s.runs.advance, single.QueuedQueries[1].SQL)
 	require.Equal(t, []any{a, int64(4), int64(5), int64(0)}, single.QueuedQueries[1].Arguments)
@@ -167,21 +172,20 @@ func TestMergedGroupWrites(t *testing.T) {
 	// A group's writes through QueueSteps; one member's append point moved:
 	// nothing of the group stays.
 	now := time.Now()
-	row := func(id int64, typ string) engine.EventRow {
-		return engine.EventRow{Row: history.Row{Event: history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}}}
+	row := func(id int64, typ string) history.Event {
+		return history.Event{ID: id, Type: history.EventType(typ), Attributes: []byte("{}"), Time: now}
 	}
-	folded := row(6, "ActivityScheduled")
-	folded.Boundary = []byte(`{"attempt": 1}`)
+	boundary := history.Event{ID: 5, Type: history.EventWorkflowTaskStarted, Attributes: []byte(`{"attempt": 1}`), Time: now}
 	_, err = pool.Exec(ctx, "INSERT INTO "+names.Update+" (run_id, update_id, kind) VALUES ($1, 'u1', 'k'), ($2, 'u2', 'k'), ($3, 'u3', 'k')",
 		runs[2], runs[3], runs[4])
 	require.NoError(t, err)
 	group := func(moved int64) []*engine.StepWrites {
 		return []*engine.StepWrites{
-			{RunID: runs[0], Events: []engine.EventRow{row(4, "a"), row(5, "b")}, Retired: scheduled[:1], CAS: &engine.RunCAS{Found: found[0], Next: 6}},
-			{RunID: runs[1], Events: []engine.EventRow{row(4, "c")}, Retired: scheduled[:1], CAS: &engine.RunCAS{Found: moved, Next: 5}},
+			{RunID: runs[0], Events: []history.Event{row(4, "a"), row(5, "b")}, Retired: scheduled[:1], CAS: &engine.RunCAS{Found: found[0], Next: 6}},
+			{RunID: runs[1], Events: []history.Event{row(4, "c")}, Retired: scheduled[:1], CAS: &engine.RunCAS{Found: moved, Next: 5}},
 			{RunID: runs[2], AbandonUpdates: true, CAS: &engine.RunCAS{Found: 4, Next: 7, Close: &engine.RunClose{State: "completed", Result: []byte("42")}}},
 			{RunID: runs[3], AbandonUpdates: true, CAS: &engine.RunCAS{Found: 4, Next: 7, Close: &engine.RunClose{State: "completed"}}},
-			{RunID: runs[4], Events: []engine.EventRow{row(4, "a"), folded}},
+			{RunID: runs[4], Events: []history.Event{row(4, "a"), boundary, row(6, "ActivityScheduled")}},
 		}
 	}
 	batch := &pgx.Batch{}
