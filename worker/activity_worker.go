@@ -358,8 +358,12 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			return err
 		}
 		// A failure goes alone: it locks its job before its run (leaseHeld),
-		// the other way round from a group.
-		if recordErr := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		// the other way round from a group. It is written past the
+		// attempt's deadline (a start-to-close timeout ends the attempt's
+		// context), within finalStateTimeout; the job's lease fences it.
+		recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalStateTimeout)
+		defer cancel()
+		if recordErr := a.w.recordOutcome(recordCtx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
