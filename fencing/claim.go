@@ -77,20 +77,19 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 	}
 	batch.Queue(claimManySQL(claims[0].Params.Schema), d.leaseTTLSetting(),
 		ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues, tokens).Query(func(rows pgx.Rows) error {
-		scanned := make([]claimRow, 0, n)
-		var row claimRow
-		targets := row.targets()
+		scanned := make([]*claimAlloc, 0, n)
+		targets := make([]any, claimColumns)
 		for rows.Next() {
-			row = claimRow{}
-			if rows.Scan(targets...) != nil {
+			c := new(claimAlloc)
+			if rows.Scan(c.targets(targets)...) != nil {
 				break // in rows.Err
 			}
-			scanned = append(scanned, row)
+			scanned = append(scanned, c)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			// The first claim words the error (its kind, a missing lease).
-			_, err = claimOf(&claims[0].Params, claimRow{}, err)
+			_, err = claimOf(&claims[0].Params, nil, err)
 			return fmt.Errorf("fencing: inserting %d claimed jobs in one statement: %w", n, err)
 		}
 		// Every claim reads its row, even after one failed: each that
@@ -108,16 +107,16 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 
 // claimRowOf returns the row of job id among rows, looked for at i first:
 // the statement returns its rows in its claims' order as a rule.
-func claimRowOf(rows []claimRow, i int, id int64) (claimRow, error) {
-	if i < len(rows) && rows[i].id == id {
+func claimRowOf(rows []*claimAlloc, i int, id int64) (*claimAlloc, error) {
+	if i < len(rows) && rows[i].job.ID == id {
 		return rows[i], nil
 	}
 	for _, row := range rows {
-		if row.id == id {
+		if row.job.ID == id {
 			return row, nil
 		}
 	}
-	return claimRow{}, pgx.ErrNoRows
+	return nil, pgx.ErrNoRows
 }
 
 // queueClaim queues the statement of one claim.
@@ -125,8 +124,8 @@ func (d claimer) queueClaim(batch *pgx.Batch, c fencingclaim.Request) {
 	p := &c.Params
 	batch.Queue(claimSQL(p.Schema), d.leaseTTLSetting(), p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts, claimMetadata(p),
 		max(p.Priority, 1), p.Queue, pgtype.UUID{Bytes: mintLeaseTokens(1)[0], Valid: true}).QueryRow(func(r pgx.Row) error {
-		var row claimRow
-		err := r.Scan(row.targets()...)
+		row := new(claimAlloc)
+		err := r.Scan(row.targets(make([]any, claimColumns))...)
 		return claimed(c, row, err)
 	})
 }
@@ -140,7 +139,7 @@ func claimMetadata(p *fencingclaim.Params) []byte {
 }
 
 // claimed hands c's Done the Claim its statement's row (or err) makes.
-func claimed(c fencingclaim.Request, row claimRow, err error) error {
+func claimed(c fencingclaim.Request, row *claimAlloc, err error) error {
 	claim, err := claimOf(&c.Params, row, err)
 	if err != nil {
 		return err
@@ -149,28 +148,29 @@ func claimed(c fencingclaim.Request, row claimRow, err error) error {
 	return nil
 }
 
-// claimOf is the Claim of the job p describes that a claim statement's row
-// (or err) tells.
-func claimOf(p *fencingclaim.Params, row claimRow, err error) (*fencingclaim.Claim, error) {
+// claimOf is the Claim of the job p describes that a claim statement's row,
+// scanned into c (claimAlloc.targets), or err tells.
+func claimOf(p *fencingclaim.Params, c *claimAlloc, err error) (*fencingclaim.Claim, error) {
 	switch {
 	case refusedInStatement(err):
 		return nil, fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", p.Kind, ErrNoLease, err)
 	case err != nil:
 		return nil, fmt.Errorf("fencing: inserting claimed job %s: %w", p.Kind, err)
-	case row.token == "" || !row.expiresAt.Valid: // the statement's check says otherwise; fail closed all the same
-		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", row.id, p.Kind, ErrNoLease)
+	case c.claim.Token == "" || c.claim.ExpiresAt.IsZero(): // the statement's check says otherwise; fail closed all the same
+		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", c.job.ID, p.Kind, ErrNoLease)
 	}
-	c := &claimAlloc{attemptedAt: row.attemptedAt, attemptedBy: [1]string{p.AttemptedBy}}
+	c.attemptedBy[0] = p.AttemptedBy
 	c.job = rivertype.JobRow{
-		ID: row.id, Attempt: 1, AttemptedAt: &c.attemptedAt, AttemptedBy: c.attemptedBy[:], CreatedAt: row.createdAt,
+		ID: c.job.ID, Attempt: 1, AttemptedAt: &c.attemptedAt, AttemptedBy: c.attemptedBy[:], CreatedAt: c.job.CreatedAt,
 		EncodedArgs: p.Args, Kind: p.Kind, MaxAttempts: p.MaxAttempts, Metadata: claimMetadata(p),
-		Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: row.attemptedAt, State: rivertype.JobStateRunning,
+		Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: c.attemptedAt, State: rivertype.JobStateRunning,
 	}
-	c.claim = fencingclaim.Claim{Job: &c.job, ExpiresAt: row.expiresAt.Time, Schema: p.Schema, Token: row.token}
+	c.claim = fencingclaim.Claim{Job: &c.job, ExpiresAt: c.claim.ExpiresAt, Schema: p.Schema, Token: c.claim.Token}
 	return &c.claim, nil
 }
 
-// claimAlloc is a Claim with what its job row points to, allocated as one.
+// claimAlloc is a Claim with what its job row points to, allocated as one,
+// into which its claim statement's row is scanned.
 type claimAlloc struct {
 	claim       fencingclaim.Claim
 	job         rivertype.JobRow
@@ -178,19 +178,16 @@ type claimAlloc struct {
 	attemptedBy [1]string
 }
 
-// claimRow is a claim statement's row.
-type claimRow struct {
-	id          int64
-	attemptedAt time.Time
-	createdAt   time.Time
-	token       string
-	expiresAt   pgtype.Timestamptz
-	leased      int
-}
+// claimColumns is the number of columns of a claim statement's row: the
+// job's ID, attempted_at, created_at, lease token and lease_expires_at,
+// and the statement's check.
+const claimColumns = 6
 
-// targets are the scan targets of the row's columns, in order.
-func (c *claimRow) targets() []any {
-	return []any{&c.id, &c.attemptedAt, &c.createdAt, &c.token, &c.expiresAt, &c.leased}
+// targets sets t (claimColumns long) to the scan targets of a claim
+// statement's row; the check's column is skipped.
+func (c *claimAlloc) targets(t []any) []any {
+	t[0], t[1], t[2], t[3], t[4], t[5] = &c.job.ID, &c.attemptedAt, &c.job.CreatedAt, &c.claim.Token, &c.claim.ExpiresAt, nil
+	return t
 }
 
 func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, deadline time.Time,

@@ -266,16 +266,21 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		_, err := fencing.CompleteTx[*fencing.Driver](ctx, tx, job)
 		return err
 	}}
-	st := a.state(job, meta, own)
+	st := &attempt.State{}
+	a.fillState(st, job, meta)
+	st.CompleteTx = func(ctx context.Context, tx pgx.Tx, result []byte) error {
+		return a.completeTx(ctx, tx, st, job, meta, own, result)
+	}
 	info, _ := activity.GetInfo(attempt.With(ctx, st))
 	return intercept(ctx, a.w.config.Interceptors, &info, Interceptor.InterceptActivity, func(ctx context.Context) error {
 		return a.work(ctx, job, meta, st, own)
 	})
 }
 
-// state is what the attempt's code reads through package activity.
-func (a *activityWorker[A, R]) state(job *river.Job[A], meta *activityMeta, own *ownJob) *attempt.State {
-	st := &attempt.State{
+// fillState sets st to what the attempt's code reads through package
+// activity, but for its CompleteTx.
+func (a *activityWorker[A, R]) fillState(st *attempt.State, job *river.Job[A], meta *activityMeta) {
+	*st = attempt.State{
 		ActivityKind:     job.Kind,
 		Attempt:          job.Attempt,
 		Encode:           a.encode,
@@ -289,14 +294,18 @@ func (a *activityWorker[A, R]) state(job *river.Job[A], meta *activityMeta, own 
 		WorkflowID:       meta.WorkflowID,
 		WorkflowKind:     meta.WorkflowKind,
 	}
-	st.CompleteTx = func(ctx context.Context, tx pgx.Tx, result []byte) error {
-		if err := completeActivityTx(ctx, tx, a.w, job, meta, result, own, nil); err != nil {
-			return err
-		}
-		st.Completed = true
-		return nil
+}
+
+// completeTx is CompleteTx of attempt st (attempt.State): it records
+// result and completes the attempt's job in tx.
+func (a *activityWorker[A, R]) completeTx(ctx context.Context, tx pgx.Tx, st *attempt.State, job *river.Job[A], meta *activityMeta,
+	own *ownJob, result []byte,
+) error {
+	if err := completeActivityTx(ctx, tx, a.w, job, meta, result, own, nil); err != nil {
+		return err
 	}
-	return st
+	st.Completed = true
+	return nil
 }
 
 func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta, st *attempt.State, own *ownJob) error {
@@ -315,8 +324,8 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		defer stop()
 	}
 	result, err := a.execute(execCtx, job.Args)
-	if own != nil && own.executed != nil {
-		own.executed()
+	if own != nil {
+		own.slot.free()
 	}
 	if st.Completed {
 		// activity.CompleteTx succeeded inside the activity's transaction,
@@ -349,8 +358,12 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 			return err
 		}
 		// A failure goes alone: it locks its job before its run (leaseHeld),
-		// the other way round from a group.
-		if recordErr := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		// the other way round from a group. It is written past the
+		// attempt's deadline (a start-to-close timeout ends the attempt's
+		// context), within finalStateTimeout; the job's lease fences it.
+		recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalStateTimeout)
+		defer cancel()
+		if recordErr := a.w.recordOutcome(recordCtx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
 			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
@@ -393,9 +406,9 @@ type ownJob struct {
 	// complete completes the job in tx; nil for a claimed job, which
 	// claims completes.
 	complete func(ctx context.Context, tx pgx.Tx) error
-	// executed, if set, is called once the activity's code has returned,
-	// before its outcome is written (an eager attempt frees its slot).
-	executed func()
+	// slot, if set, is the eager pool's slot the attempt holds, freed once
+	// the activity's code has returned, before its outcome is written.
+	slot *eagerSlot
 	// claims, if set, queues the job's completion (its attempt holds a
 	// lease token); nil when it never is.
 	claims fencingclaim.Driver

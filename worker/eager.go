@@ -16,7 +16,9 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/fencing"
+	"github.com/weirhq/weir/internal/attempt"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/store"
@@ -35,10 +37,24 @@ import (
 // once its work is over, even if the worker is stopping.
 const finalStateTimeout = 10 * time.Second
 
-// claimedRunner runs a claimed activity attempt to its end; it calls free
-// once the activity's code has returned (the attempt's slot is free then,
-// while its outcome is still being written).
-type claimedRunner func(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, free func())
+// claimedRunner runs a claimed activity attempt to its end; it gives the
+// attempt's slot back to slots once the activity's code has returned (the
+// slot is free then, while its outcome is still being written), and by its
+// own return at the latest.
+type claimedRunner func(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, slots *claimedPool)
+
+// eagerSlot is a claimed attempt's slot in its pool.
+type eagerSlot struct {
+	pool  *claimedPool
+	freed atomic.Bool
+}
+
+// free gives the slot back, once; a nil slot is none.
+func (s *eagerSlot) free() {
+	if s != nil && s.freed.CompareAndSwap(false, true) {
+		s.pool.release(1)
+	}
+}
 
 // claimedAttempt is an activity claimed in a transaction, to run once it commits.
 type claimedAttempt struct {
@@ -72,17 +88,18 @@ func newEagerPool(w *Worker, size int) *claimedPool {
 }
 
 // track makes a running attempt cancellable by River's job control (a
-// cancel of its job, e.g. the workflow cancelled the activity); the
-// returned func untracks it.
-func (p *claimedPool) track(jobID int64, cancel context.CancelCauseFunc) func() {
+// cancel of its job, e.g. the workflow cancelled the activity) until
+// untrack.
+func (p *claimedPool) track(jobID int64, cancel context.CancelCauseFunc) {
 	p.mu.Lock()
 	p.running[jobID] = cancel
 	p.mu.Unlock()
-	return func() {
-		p.mu.Lock()
-		delete(p.running, jobID)
-		p.mu.Unlock()
-	}
+}
+
+func (p *claimedPool) untrack(jobID int64) {
+	p.mu.Lock()
+	delete(p.running, jobID)
+	p.mu.Unlock()
 }
 
 // cancelJob cancels the attempt of jobID, if it runs here, as River's
@@ -219,10 +236,7 @@ func (w *Worker) launchEager(starts []claimedAttempt) {
 		go func() {
 			defer p.attempts.Done()
 			defer s.ended()
-			var once sync.Once
-			free := func() { once.Do(func() { p.release(1) }) }
-			defer free()
-			s.run(p.ctx, s.claim, s.meta, free)
+			s.run(p.ctx, s.claim, s.meta, p)
 		}()
 	}
 }
@@ -284,64 +298,86 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 	return id, nil
 }
 
+// claimedRun is a claimed attempt of an activity as runClaimed runs it: its
+// job, its slot, how it completes its job and what its code reads through
+// package activity, allocated as one.
+type claimedRun[A activity.Args, R any] struct {
+	a         *activityWorker[A, R]
+	job       river.Job[A]
+	decodeErr error
+	meta      *activityMeta
+	deadline  time.Time // zero: none
+	slot      eagerSlot
+	own       ownJob
+	state     attempt.State
+}
+
 // runClaimed runs a claimed attempt of the activity as River's executor
 // would run a fetched one: with the activity's timeout, cancellable by
 // River's job control, its panics recovered, then the attempt's outcome
 // written through the fenced path (a failure back to River, to be retried).
-func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, free func()) {
-	w := a.w
-	job := &river.Job[A]{JobRow: claim.Job}
-	decodeErr := json.Unmarshal(claim.Job.EncodedArgs, &job.Args)
-	timeout := a.timeout(meta)
-	if timeout == 0 {
-		timeout = w.config.TaskTimeout // River's JobTimeout for this worker's client
+func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, slots *claimedPool) {
+	r := &claimedRun[A, R]{a: a, job: river.Job[A]{JobRow: claim.Job}, meta: meta, slot: eagerSlot{pool: slots}}
+	defer r.slot.free()
+	r.decodeErr = json.Unmarshal(claim.Job.EncodedArgs, &r.job.Args)
+	// An activity without a timeout of its own has River's JobTimeout for
+	// this worker's client.
+	if timeout := cmp.Or(a.timeout(meta), a.w.config.TaskTimeout); timeout > 0 {
+		r.deadline = time.Now().Add(timeout)
 	}
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
-	}
-	err := w.claims.WorkClaimed(ctx, claim, deadline, func(attemptCtx context.Context, cancelAttempt context.CancelCauseFunc) (err error) {
-		defer w.eager.track(job.ID, cancelAttempt)()
-		workCtx := attemptCtx
-		if !deadline.IsZero() {
-			var cancel context.CancelFunc
-			workCtx, cancel = context.WithDeadline(attemptCtx, deadline)
-			defer cancel()
-		}
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					err = fmt.Errorf("activity %s (job %d) panicked: %v", job.Kind, job.ID, r)
-				}
-			}()
-			if decodeErr != nil {
-				err = fmt.Errorf("decoding args of activity %s (job %d): %w", job.Kind, job.ID, decodeErr)
-				return
-			}
-			own := w.claimedJob(job.ID, free)
-			err = a.work(workCtx, job, meta, a.state(job, meta, own), own)
-		}()
-		if err == nil {
-			return nil
-		}
-		if cause := context.Cause(attemptCtx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
-			err = river.JobCancel(cause)
-		}
-		return w.failClaimed(attemptCtx, job.JobRow, err, a.NextRetry(job))
-	})
+	err := a.w.claims.WorkClaimed(ctx, claim, r.deadline, r.work)
 	// A lost lease, or a failure written after the attempt completed its
 	// job (which stays completed), is no failure River retries.
 	if err != nil && !errors.Is(err, fencing.ErrLeaseLost) && !errors.Is(err, fencing.ErrAlreadyCompleted) {
-		w.config.Logger.WarnContext(ctx, "weir: eager activity attempt failed; River retries it",
-			"job_id", job.ID, "kind", job.Kind, "error", err.Error())
+		a.w.config.Logger.WarnContext(ctx, "weir: eager activity attempt failed; River retries it",
+			"job_id", r.job.ID, "kind", r.job.Kind, "error", err.Error())
 	}
 }
 
-// claimedJob completes a claimed job, fenced: queued with the run's last
-// writes when its outcome continues the run and the driver can, else in tx;
-// executed is called once the activity's code returned (ownJob.executed).
-func (w *Worker) claimedJob(jobID int64, executed func()) *ownJob {
-	return &ownJob{id: jobID, executed: executed, claims: w.claims}
+// work is the attempt's work in its attempt context (WorkClaimed): the
+// activity under its deadline, then a failure's state written.
+func (r *claimedRun[A, R]) work(attemptCtx context.Context, cancelAttempt context.CancelCauseFunc) error {
+	w := r.a.w
+	w.eager.track(r.job.ID, cancelAttempt)
+	defer w.eager.untrack(r.job.ID)
+	workCtx := attemptCtx
+	if !r.deadline.IsZero() {
+		var cancel context.CancelFunc
+		workCtx, cancel = context.WithDeadline(attemptCtx, r.deadline)
+		defer cancel()
+	}
+	err := r.execute(workCtx)
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(attemptCtx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
+		err = river.JobCancel(cause)
+	}
+	return w.failClaimed(attemptCtx, r.job.JobRow, err, r.a.NextRetry(&r.job))
+}
+
+// execute runs the activity's code and records its outcome
+// (activityWorker.work), a panic turned into an error.
+func (r *claimedRun[A, R]) execute(ctx context.Context) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("activity %s (job %d) panicked: %v", r.job.Kind, r.job.ID, p)
+		}
+	}()
+	if r.decodeErr != nil {
+		return fmt.Errorf("decoding args of activity %s (job %d): %w", r.job.Kind, r.job.ID, r.decodeErr)
+	}
+	// A claimed job is completed through the driver's claimed path, queued
+	// with the run's last writes when its outcome continues the run.
+	r.own = ownJob{id: r.job.ID, claims: r.a.w.claims, slot: &r.slot}
+	r.a.fillState(&r.state, &r.job, r.meta)
+	r.state.CompleteTx = r.completeTx
+	return r.a.work(ctx, &r.job, r.meta, &r.state, &r.own)
+}
+
+// completeTx is the attempt's CompleteTx (attempt.State).
+func (r *claimedRun[A, R]) completeTx(ctx context.Context, tx pgx.Tx, result []byte) error {
+	return r.a.completeTx(ctx, tx, &r.state, &r.job, r.meta, &r.own, result)
 }
 
 // failClaimed writes the state a claimed attempt that returned workErr

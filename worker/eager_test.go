@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirhq/weir/activity"
 	"github.com/weirhq/weir/client"
+	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/worker"
 	"github.com/weirhq/weir/workflow"
 )
@@ -242,5 +243,116 @@ func TestDispatch(t *testing.T) {
 			require.False(t, j.claimed)
 		}
 		require.Equal(t, 4, taskJobs(ctx, t, b, run.RunID.String()), "a task job per step")
+	})
+}
+
+// ProbeArgs are the args of ProbeActivity; StartToClose is the workflow's
+// start-to-close timeout for it.
+type ProbeArgs struct {
+	StartToClose time.Duration `json:"start_to_close"`
+}
+
+func (ProbeArgs) Kind() string { return "probe" }
+
+// probed is what ProbeActivity saw of its context.
+type probed struct {
+	jobID    int64
+	deadline time.Time
+	ok       bool
+	err      error // ctx.Err() once done
+	cause    error // context.Cause(ctx) once done
+}
+
+// ProbeActivity reports its context's deadline, then, once beat says so,
+// heartbeats until its context ends and reports how it ended.
+type ProbeActivity struct {
+	activity.Defaults[ProbeArgs, int]
+
+	started chan probed
+	beat    chan struct{}
+	ended   chan probed
+}
+
+func (a *ProbeActivity) Execute(ctx context.Context, _ ProbeArgs) (int, error) {
+	info, _ := activity.GetInfo(ctx)
+	p := probed{jobID: info.JobID}
+	p.deadline, p.ok = ctx.Deadline()
+	a.started <- p
+	select {
+	case <-a.beat:
+		_ = activity.Heartbeat(ctx, nil)
+	case <-ctx.Done():
+	}
+	<-ctx.Done()
+	p.err, p.cause = ctx.Err(), context.Cause(ctx)
+	a.ended <- p
+	return 0, ctx.Err()
+}
+
+type ProbeWorkflow struct {
+	workflow.Defaults[ProbeArgs, int]
+}
+
+func (ProbeWorkflow) Run(ctx workflow.Context, args ProbeArgs) (int, error) {
+	return workflow.ExecuteActivity[int](ctx, args, &workflow.ActivityOpts{
+		RetryPolicy: &workflow.RetryPolicy{MaximumAttempts: 1}, StartToCloseTimeout: args.StartToClose,
+	}).Get(ctx)
+}
+
+// A claimed attempt's context is what River's executor gives a fetched one:
+// the start-to-close timeout as its deadline, context.DeadlineExceeded once
+// past it, and cause fencing.ErrLeaseLost once its lease is refused.
+func TestClaimedAttemptContext(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	probe := &ProbeActivity{started: make(chan probed, 1), beat: make(chan struct{}, 1), ended: make(chan probed, 1)}
+	startWith(ctx, t, b, func(w *worker.Worker) {
+		worker.AddWorkflow(w, &ProbeWorkflow{})
+		worker.AddActivity(w, probe)
+	})
+	receive := func(ch chan probed) probed {
+		t.Helper()
+		select {
+		case p := <-ch:
+			return p
+		case <-time.After(30 * time.Second):
+			t.Fatal("no report from the activity")
+			return probed{}
+		}
+	}
+	requireClaimed := func(run *client.Run) {
+		t.Helper()
+		jobs := activityJobs(ctx, t, b, run.RunID.String(), "probe")
+		require.Len(t, jobs, 1)
+		require.True(t, jobs[0].claimed, "the attempt ran claimed")
+	}
+
+	t.Run("Timeout", func(t *testing.T) {
+		before := time.Now()
+		run, err := b.client.Start(ctx, ProbeArgs{StartToClose: 500 * time.Millisecond}, nil)
+		require.NoError(t, err)
+		started := receive(probe.started)
+		require.True(t, started.ok, "the attempt has a deadline")
+		require.WithinRange(t, started.deadline, before, time.Now().Add(500*time.Millisecond))
+		ended := receive(probe.ended)
+		require.Equal(t, context.DeadlineExceeded, ended.err)
+		require.Equal(t, context.DeadlineExceeded, ended.cause)
+		_, err = getWithin[int](ctx, t, run)
+		require.ErrorContains(t, err, "StartToClose")
+		requireClaimed(run)
+	})
+
+	t.Run("LeaseLost", func(t *testing.T) {
+		run, err := b.client.Start(ctx, ProbeArgs{StartToClose: time.Minute}, nil)
+		require.NoError(t, err)
+		started := receive(probe.started)
+		_, err = b.pool.Exec(ctx, "UPDATE "+b.names.RiverJob+" SET lease_token = gen_random_uuid() WHERE id = $1", started.jobID)
+		require.NoError(t, err)
+		probe.beat <- struct{}{}
+		ended := receive(probe.ended)
+		require.Equal(t, context.Canceled, ended.err)
+		require.ErrorIs(t, ended.cause, fencing.ErrLeaseLost)
+		requireClaimed(run)
 	})
 }

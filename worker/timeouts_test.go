@@ -87,9 +87,13 @@ func (w *TimeoutsWorkflow) Run(ctx workflow.Context, args TimeoutsArgs) (string,
 func TestActivityTimeouts(t *testing.T) {
 	t.Parallel()
 
-	start := func(ctx context.Context, t *testing.T, b *testBundle) {
+	start := func(ctx context.Context, t *testing.T, b *testBundle, fetched bool) {
 		t.Helper()
-		w, err := worker.New(b.pool, &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond})
+		config := &worker.Config{Schema: b.schema, SweepInterval: 50 * time.Millisecond}
+		if fetched {
+			config.MaxEagerActivities = -1
+		}
+		w, err := worker.New(b.pool, config)
 		require.NoError(t, err)
 		worker.AddWorkflow(w, &TimeoutsWorkflow{})
 		worker.AddActivity(w, &SlowActivity{})
@@ -102,9 +106,10 @@ func TestActivityTimeouts(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		name string
-		args TimeoutsArgs
-		want string
+		name    string
+		args    TimeoutsArgs
+		fetched bool // the activity's attempts go through River's fetch
+		want    string
 	}{
 		{
 			name: "StartToCloseRetries",
@@ -132,6 +137,19 @@ func TestActivityTimeouts(t *testing.T) {
 			want: "timed out: Heartbeat",
 		},
 		{
+			// The attempt's context has ended; its timeout is recorded all
+			// the same.
+			name: "StartToCloseOnLastAttempt",
+			args: TimeoutsArgs{Activity: SlowArgs{SlowAttempts: 5}, StartToClose: 300 * time.Millisecond, MaxAttempts: 1},
+			want: "timed out: StartToClose",
+		},
+		{
+			name:    "StartToCloseOnLastFetchedAttempt",
+			args:    TimeoutsArgs{Activity: SlowArgs{SlowAttempts: 5}, StartToClose: 300 * time.Millisecond, MaxAttempts: 1},
+			fetched: true,
+			want:    "timed out: StartToClose",
+		},
+		{
 			name: "ScheduleToCloseEndsAllAttempts",
 			args: TimeoutsArgs{Activity: SlowArgs{SlowAttempts: 100}, ScheduleToClose: 500 * time.Millisecond, StartToClose: time.Hour},
 			want: "timed out: ScheduleToClose",
@@ -141,7 +159,7 @@ func TestActivityTimeouts(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			b := setup(ctx, t)
-			start(ctx, t, b)
+			start(ctx, t, b, tc.fetched)
 
 			run, err := b.client.Start(ctx, tc.args, nil)
 			require.NoError(t, err)
