@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/eagerstart"
@@ -254,11 +253,9 @@ func (s *start) refusal(c *Client, found *store.StartRunResult) (replayed *Run, 
 	return nil, nil
 }
 
-// firstTask is the River job of the first task of s's run.
-func (s *start) firstTask() river.InsertManyParams {
-	return river.InsertManyParams{
-		Args: task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID), InsertOpts: task.InsertOpts(s.info.Queue),
-	}
+// taskArgs are the args of the first task of s's run.
+func (s *start) taskArgs() task.Args {
+	return task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID)
 }
 
 // commitsWithFirstTask reports whether a start with opts commits right

@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/task"
 )
 
 // startAlone is Start in a transaction of its own (StartTx's, with the
@@ -227,8 +228,7 @@ func (s *start) jobsOn(c *Client, tx pgx.Tx) closing.RiverClient {
 
 // queueFirstTask inserts the job of s's first task through River.
 func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, s *start) (int64, error) {
-	job := s.firstTask()
-	inserted, err := s.jobsOn(c, tx).InsertTx(ctx, tx, job.Args, job.InsertOpts)
+	inserted, err := s.jobsOn(c, tx).InsertTx(ctx, tx, s.taskArgs(), task.InsertOpts(s.info.Queue))
 	if err != nil {
 		return 0, err
 	}

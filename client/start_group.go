@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/task"
 )
 
 // Starts made at once commit in groups (internal/group; see
@@ -112,7 +114,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 		sending, err = c.queueGroupTx(ctx, tx, members)
 		return nil, sending, err
 	}
-	in, err := c.lockStarts(ctx, tx, members, nil)
+	in, err := c.lockStarts(ctx, tx, members, nil, nil)
 	if err != nil || len(in) == 0 {
 		return nil, false, err
 	}
@@ -181,8 +183,9 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 // lockStarts takes each of members' workflow ID's start lock without
 // waiting (W1), so that a group never waits with locks held (and never
 // deadlocks): a start whose lock is taken runs alone, after the group. It
-// returns the members it locked. With found set (as long as members), the
-// same round trip looks up every member's runs into it, taking its
+// returns the members it locked. With lookups and found set (as long as
+// members: each member's runParams(false), and where to read what they
+// found), the same round trip looks up every member's runs, taking its
 // snapshot after every lock was granted (a lookup writes nothing: one of a
 // start that runs alone is not read). The group's statements over arrays
 // are planned once per connection, not on every call, and without
@@ -190,7 +193,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 // takes rows by key once they filled (as a group of outcomes asks:
 // dbschema.GenericPlansSQL; TestStartRunManyTakesRunsByKey checks the
 // generic plan).
-func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, found []store.StartRunResult) ([]*start, error) {
+func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, lookups []store.StartRunParams, found []store.StartRunResult) ([]*start, error) {
 	ids := make([]string, len(members))
 	for i, s := range members {
 		ids[i] = s.key
@@ -200,16 +203,12 @@ func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, fo
 	batch.Queue(dbschema.GenericPlansSQL)
 	c.store.QueueTryStartLocks(batch, ids, &locked)
 	if found != nil {
-		params := make([]store.StartRunParams, len(members))
-		for i, s := range members {
-			params[i] = s.runParams(false)
-		}
-		c.store.QueueStartRuns(batch, params, found)
+		c.store.QueueStartRuns(batch, lookups, found)
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, fmt.Errorf("locking %d workflow IDs: %w", len(ids), err)
 	}
-	var in []*start
+	in := make([]*start, 0, len(members))
 	for i, s := range members {
 		s.alone, s.run, s.err = !locked[i], nil, nil
 		if locked[i] {
@@ -226,11 +225,17 @@ func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, fo
 // that each run's row is written once, naming its task's job; a guard in
 // the last batch fails it, COMMIT included, unless every run was inserted.
 func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) (sending bool, err error) {
+	// params and found serve the lookups, then the inserts of in.
+	params := make([]store.StartRunParams, len(members))
+	for i, s := range members {
+		params[i] = s.runParams(false)
+	}
 	found := make([]store.StartRunResult, len(members))
-	if _, err := c.lockStarts(ctx, tx, members, found); err != nil {
+	locked, err := c.lockStarts(ctx, tx, members, params, found)
+	if err != nil {
 		return false, err
 	}
-	var in []*start // members that insert their runs
+	in := locked[:0] // the members that insert their runs
 	for i, s := range members {
 		if s.alone {
 			continue
@@ -246,24 +251,27 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 		return false, nil
 	}
 	jobs := make([]river.InsertManyParams, len(in))
+	var opts *river.InsertOpts // shared by the jobs of a queue: River only reads them
 	for k, s := range in {
-		jobs[k] = s.firstTask()
+		if opts == nil || opts.Queue != s.info.Queue {
+			opts = task.InsertOpts(s.info.Queue)
+		}
+		jobs[k] = river.InsertManyParams{Args: s.taskArgs(), InsertOpts: opts}
 	}
 	queued, err := c.quiet.InsertManyTx(ctx, tx, jobs)
 	if err != nil {
 		return false, fmt.Errorf("queueing the first tasks of %d workflows: %w", len(in), err)
 	}
-	params := make([]store.StartRunParams, len(in))
+	params, runs := params[:len(in)], found[:len(in)]
 	runIDs := make([]uuid.UUID, len(in))
 	for k, s := range in {
-		if !bytes.Contains(queued[k].Job.EncodedArgs, []byte(s.runID.String())) {
+		if !hasUUID(queued[k].Job.EncodedArgs, s.runID) {
 			return false, fmt.Errorf("weir: River's insert of %d first tasks returned job %d out of order", len(in), queued[k].Job.ID)
 		}
 		params[k] = s.runParams(true)
 		params[k].TaskJobID = &queued[k].Job.ID
 		runIDs[k] = s.runID
 	}
-	runs := make([]store.StartRunResult, len(in))
 	batch := &pgx.Batch{}
 	c.store.QueueStartRuns(batch, params, runs)
 	c.store.QueueStartedGuard(batch, runIDs)
@@ -272,16 +280,30 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 	if !lazytx.Committed(tx) {
 		return true, err
 	}
-	queues := make([]string, len(in))
+	var queues []string // each once in a row: announce sends one notification a queue
 	for k, s := range in {
 		if s.run = s.created(c, runs[k].Generation); !runs[k].Inserted {
 			// The guard passed, so the run is in; its generation is unknown.
 			s.run, s.err = nil, fmt.Errorf("weir: workflow %s started (run %s), but reading its generation failed: %w", s.info.WorkflowID, s.runID, err)
 		}
-		queues[k] = s.info.Queue
+		if len(queues) == 0 || queues[len(queues)-1] != s.info.Queue {
+			queues = append(queues, s.info.Queue)
+		}
 	}
 	c.announce(ctx, queues)
 	return true, err
+}
+
+// hasUUID reports whether data holds id's text form.
+func hasUUID(data []byte, id uuid.UUID) bool {
+	var text [36]byte
+	hex.Encode(text[:8], id[:4])
+	hex.Encode(text[9:13], id[4:6])
+	hex.Encode(text[14:18], id[6:8])
+	hex.Encode(text[19:23], id[8:10])
+	hex.Encode(text[24:], id[10:])
+	text[8], text[13], text[18], text[23] = '-', '-', '-', '-'
+	return bytes.Contains(data, text[:])
 }
 
 // judge gives s the verdict of what its lookup found: a refusal, or the
