@@ -82,13 +82,14 @@ type StartRunResult struct {
 // 0 for the inserted run, 1–3 for what the lookup found: by request, live,
 // last) into into, by start.
 func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
+	var ( // one row's, read over by the next
+		k, which                                  int
+		f                                         FoundRun
+		runDeadline, executionDeadline, createdAt *time.Time
+	)
+	dest := []any{&k, &which, &f.RunID, &f.Generation, &f.RequestHash, &f.State, &runDeadline, &executionDeadline, &createdAt}
 	for rows.Next() {
-		var (
-			k, which                                  int
-			f                                         FoundRun
-			runDeadline, executionDeadline, createdAt *time.Time
-		)
-		if err := rows.Scan(&k, &which, &f.RunID, &f.Generation, &f.RequestHash, &f.State, &runDeadline, &executionDeadline, &createdAt); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
 		if k < 1 || k > len(into) || which < 0 || which > 3 {
@@ -96,7 +97,8 @@ func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
 		}
 		r := &into[k-1]
 		if which > 0 {
-			*[]**FoundRun{nil, &r.ByRequest, &r.Live, &r.Last}[which] = &f
+			found := f // pgx scans each row's hash, state and times anew
+			*[]**FoundRun{nil, &r.ByRequest, &r.Live, &r.Last}[which] = &found
 			continue
 		}
 		r.Inserted, r.Generation, r.RunDeadline, r.ExecutionDeadline = true, f.Generation, runDeadline, executionDeadline
