@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -148,27 +149,32 @@ func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into [
 }
 
 // startRunArgs are startRunSQL's arguments: an array by column of starts,
-// its timeouts in microseconds (0: none).
+// its timeouts in microseconds (0: none). Lookups alone (no start inserts)
+// send only what they look up by: unnest pads the other columns with NULLs,
+// and a start whose insert is NULL inserts nothing.
 func startRunArgs(starts []StartRunParams) []any {
-	return []any{
-		array.UUIDs(column(starts, func(p *StartRunParams) uuid.UUID { return p.RunID })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.Namespace })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.WorkflowID })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.Kind })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.Queue })),
-		array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.Args })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.RequestID })),
-		array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.RequestHash })),
-		array.JSON(column(starts, func(p *StartRunParams) []byte { return p.TraceContext })),
-		column(starts, func(p *StartRunParams) bool { return p.RejectAny }),
-		column(starts, func(p *StartRunParams) bool { return p.RejectCompleted }),
-		column(starts, func(p *StartRunParams) bool { return p.Insert }),
-		array.NullInt64s(column(starts, func(p *StartRunParams) *int64 { return p.TaskJobID })),
-		array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() })),
-		array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() })),
-		array.NullTimes(column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt })),
-		array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.NextEventID })),
+	args := make([]any, 17)
+	args[1] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Namespace }))
+	args[2] = array.Texts(column(starts, func(p *StartRunParams) string { return p.WorkflowID }))
+	args[6] = array.Texts(column(starts, func(p *StartRunParams) string { return p.RequestID }))
+	if !slices.ContainsFunc(starts, func(p StartRunParams) bool { return p.Insert }) {
+		return args
 	}
+	args[0] = array.UUIDs(column(starts, func(p *StartRunParams) uuid.UUID { return p.RunID }))
+	args[3] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Kind }))
+	args[4] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Queue }))
+	args[5] = array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.Args }))
+	args[7] = array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.RequestHash }))
+	args[8] = array.JSON(column(starts, func(p *StartRunParams) []byte { return p.TraceContext }))
+	args[9] = column(starts, func(p *StartRunParams) bool { return p.RejectAny })
+	args[10] = column(starts, func(p *StartRunParams) bool { return p.RejectCompleted })
+	args[11] = column(starts, func(p *StartRunParams) bool { return p.Insert })
+	args[12] = array.NullInt64s(column(starts, func(p *StartRunParams) *int64 { return p.TaskJobID }))
+	args[13] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() }))
+	args[14] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() }))
+	args[15] = array.NullTimes(column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt }))
+	args[16] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.NextEventID }))
+	return args
 }
 
 // column is f of each of ps, in order.
