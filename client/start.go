@@ -90,17 +90,19 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 	if err == nil {
 		c.announce(context.WithoutCancel(ctx), s.jobs.queues)
 	}
-	var (
-		started *WorkflowAlreadyStartedError
-		reuse   *WorkflowIDReuseError
-		request *RequestConflictError
-	)
-	if s.opts.EagerStart && s.opts.WorkflowID != "" &&
-		(err == nil || errors.As(err, &started) || errors.As(err, &reuse) || errors.As(err, &request)) {
+	if s.opts.EagerStart && s.opts.WorkflowID != "" && (err == nil || idTaken(err)) {
 		// Taken: its next start goes in two round trips (startAhead).
 		c.knownIDs.Add(s.key, struct{}{})
 	}
 	return run, err
+}
+
+// idTaken reports whether a start's err says its workflow ID has a run.
+func idTaken(err error) bool {
+	_, started := errors.AsType[*WorkflowAlreadyStartedError](err)
+	_, reuse := errors.AsType[*WorkflowIDReuseError](err)
+	_, request := errors.AsType[*RequestConflictError](err)
+	return started || reuse || request
 }
 
 // startBy chooses how s goes: alone, unless it commits right after its
@@ -191,7 +193,7 @@ func (s *start) encode(c *Client) (err error) {
 	if s.encoded {
 		return nil
 	}
-	if s.payload, err = c.encodePayload("args of workflow "+s.info.WorkflowID, s.args); err != nil {
+	if s.payload, err = c.encodePayload("args of workflow", s.info.WorkflowID, s.args); err != nil {
 		return err
 	}
 	if s.hash, err = requestHash(s.info, s.opts, s.args); err != nil {
