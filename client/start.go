@@ -155,11 +155,15 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 	})
 }
 
+// noStartOpts are the options of a start given none. A start's options are
+// read only: a caller's are not copied either.
+var noStartOpts StartOpts
+
 // newStart checks a start's args and options and names what it starts,
 // drawing the IDs it defaults.
 func (c *Client) newStart(args WorkflowArgs, opts *StartOpts) (*start, error) {
 	if opts == nil {
-		opts = &StartOpts{}
+		opts = &noStartOpts
 	}
 	if args == nil {
 		return nil, errors.New("weir: Start needs workflow args")
