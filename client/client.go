@@ -418,6 +418,18 @@ func ValidateNamespace(name string) error {
 	return nil
 }
 
+// queueRE is River's rule for a queue's name (river.validateQueueName), up
+// to 64 bytes: a start queues its first task's job itself, which River's
+// workers fetch by queue.
+var queueRE = regexp.MustCompile(`\A[a-z0-9]+(?:[_|\-]?[a-z0-9]+)*\z`)
+
+func validateQueue(name string) error {
+	if len(name) > 64 || !queueRE.MatchString(name) {
+		return fmt.Errorf("weir: invalid queue %q: up to 64 lowercase letters and digits, separated by single '_', '|' or '-'", name)
+	}
+	return nil
+}
+
 func validateName(what, name string) error {
 	if len(name) == 0 || len(name) > 128 || !nameRE.MatchString(name) {
 		return fmt.Errorf("weir: invalid %s %q: 1–128 characters of letters, digits and _-[]<>/.·:+, starting with a letter, digit or _", what, name)

@@ -187,7 +187,11 @@ func (c *Client) newStart(args WorkflowArgs, opts *StartOpts) (*start, error) {
 	if opts.RunTimeout < 0 || opts.ExecutionTimeout < 0 {
 		return nil, errors.New("weir: RunTimeout and ExecutionTimeout must not be negative")
 	}
-	info := &StartInfo{Kind: kind, Namespace: namespace, Queue: cmp.Or(opts.Queue, QueueDefault), RequestID: requestID, WorkflowID: workflowID}
+	queue := cmp.Or(opts.Queue, QueueDefault)
+	if err := validateQueue(queue); err != nil {
+		return nil, err
+	}
+	info := &StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}
 	return &start{args: args, opts: opts, info: info, key: dbschema.StartLockID(namespace, workflowID), runID: uuid.New()}, nil
 }
 

@@ -1,9 +1,8 @@
 package client
 
 import (
-	"bytes"
 	"context"
-	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/eagerstart"
@@ -19,7 +17,6 @@ import (
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/store"
-	"github.com/weirhq/weir/internal/task"
 )
 
 // Starts made at once commit in groups (internal/group; see
@@ -218,12 +215,12 @@ func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, lo
 	return in, nil
 }
 
-// queueGroupTx is the transaction of a group of starts that queue their
-// first tasks through River: it gives its members their verdicts, and
-// returns whether it sent its last batch (with the COMMIT). The first tasks
-// are queued before the runs' insert, as a start alone queues its own, so
-// that each run's row is written once, naming its task's job; a guard in
-// the last batch fails it, COMMIT included, unless every run was inserted.
+// queueGroupTx is the transaction of a group of starts whose first tasks
+// go to River's queue: it gives its members their verdicts, and returns
+// whether it sent its last batch (with the COMMIT). Each run's insert
+// queues its first task's River job in the same statement, the run naming
+// it (store.StartRunParams.TaskKind); a guard in the last batch fails it,
+// COMMIT included, unless every run was inserted.
 func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) (sending bool, err error) {
 	// params and found serve the lookups, then the inserts of in.
 	params := make([]store.StartRunParams, len(members))
@@ -250,26 +247,15 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 	if len(in) == 0 {
 		return false, nil
 	}
-	jobs := make([]river.InsertManyParams, len(in))
-	var opts *river.InsertOpts // shared by the jobs of a queue: River only reads them
-	for k, s := range in {
-		if opts == nil || opts.Queue != s.info.Queue {
-			opts = task.InsertOpts(s.info.Queue)
-		}
-		jobs[k] = river.InsertManyParams{Args: s.taskArgs(), InsertOpts: opts}
-	}
-	queued, err := c.quiet.InsertManyTx(ctx, tx, jobs)
-	if err != nil {
-		return false, fmt.Errorf("queueing the first tasks of %d workflows: %w", len(in), err)
-	}
 	params, runs := params[:len(in)], found[:len(in)]
 	runIDs := make([]uuid.UUID, len(in))
 	for k, s := range in {
-		if !hasUUID(queued[k].Job.EncodedArgs, s.runID) {
-			return false, fmt.Errorf("weir: River's insert of %d first tasks returned job %d out of order", len(in), queued[k].Job.ID)
-		}
+		args := s.taskArgs()
 		params[k] = s.runParams(true)
-		params[k].TaskJobID = &queued[k].Job.ID
+		if params[k].TaskArgs, err = json.Marshal(args); err != nil {
+			return false, fmt.Errorf("encoding the first task of workflow %s: %w", s.info.WorkflowID, err)
+		}
+		params[k].TaskKind = args.Kind()
 		runIDs[k] = s.runID
 	}
 	batch := &pgx.Batch{}
@@ -292,18 +278,6 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 	}
 	c.announce(ctx, queues)
 	return true, err
-}
-
-// hasUUID reports whether data holds id's text form.
-func hasUUID(data []byte, id uuid.UUID) bool {
-	var text [36]byte
-	hex.Encode(text[:8], id[:4])
-	hex.Encode(text[9:13], id[4:6])
-	hex.Encode(text[14:18], id[6:8])
-	hex.Encode(text[19:23], id[8:10])
-	hex.Encode(text[24:], id[10:])
-	text[8], text[13], text[18], text[23] = '-', '-', '-', '-'
-	return bytes.Contains(data, text[:])
 }
 
 // judge gives s the verdict of what its lookup found: a refusal, or the
