@@ -263,11 +263,6 @@ func (s *start) refusal(c *Client, found *store.StartRunResult) (replayed *Run, 
 	return nil, nil
 }
 
-// taskArgs are the args of the first task of s's run.
-func (s *start) taskArgs() task.Args {
-	return task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID)
-}
-
 // commitsWithFirstTask reports whether a start with opts commits right
 // after its first task's writes (EagerStart, and groupable): those writes
 // are its transaction's last.

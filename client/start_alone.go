@@ -228,7 +228,8 @@ func (s *start) jobsOn(c *Client, tx pgx.Tx) closing.RiverClient {
 
 // queueFirstTask inserts the job of s's first task through River.
 func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, s *start) (int64, error) {
-	inserted, err := s.jobsOn(c, tx).InsertTx(ctx, tx, s.taskArgs(), task.InsertOpts(s.info.Queue))
+	inserted, err := s.jobsOn(c, tx).InsertTx(ctx, tx,
+		task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID), task.InsertOpts(s.info.Queue))
 	if err != nil {
 		return 0, err
 	}

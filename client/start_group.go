@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/task"
 )
 
 // Starts made at once commit in groups (internal/group; see
@@ -250,12 +250,8 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 	params, runs := params[:len(in)], found[:len(in)]
 	runIDs := make([]uuid.UUID, len(in))
 	for k, s := range in {
-		args := s.taskArgs()
 		params[k] = s.runParams(true)
-		if params[k].TaskArgs, err = json.Marshal(args); err != nil {
-			return false, fmt.Errorf("encoding the first task of workflow %s: %w", s.info.WorkflowID, err)
-		}
-		params[k].TaskKind = args.Kind()
+		params[k].TaskKind = task.Kind(s.info.Namespace, s.info.Kind)
 		runIDs[k] = s.runID
 	}
 	batch := &pgx.Batch{}

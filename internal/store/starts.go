@@ -46,11 +46,10 @@ type StartRunParams struct {
 	RunTimeout, ExecutionTimeout time.Duration // 0: none
 	TraceContext                 []byte
 	TaskJobID                    *int64 // the first task's job, queued; nil when a worker takes the task
-	// TaskKind and TaskArgs, when TaskKind is set, are the first task's
-	// River job that the insert queues with the run (TaskJobID nil): a job
-	// of that kind on Queue, whose args (task.Args) name the run.
+	// TaskKind, when set, is the kind of the first task's River job that
+	// the insert queues with the run (TaskJobID nil), on Queue, its args
+	// task.Args.
 	TaskKind string
-	TaskArgs []byte
 	// NextEventID is the run's append point as inserted; 0 means 1 (an
 	// empty history). A start in one round trip inserts its run at the
 	// append point its first task, run ahead, leaves (eagerstart.Run).
@@ -160,7 +159,7 @@ func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into [
 // send only what they look up by: unnest pads the other columns with NULLs,
 // and a start whose insert is NULL inserts nothing.
 func startRunArgs(starts []StartRunParams) []any {
-	args := make([]any, 19)
+	args := make([]any, 18)
 	args[1] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Namespace }))
 	args[2] = array.Texts(column(starts, func(p *StartRunParams) string { return p.WorkflowID }))
 	args[6] = array.Texts(column(starts, func(p *StartRunParams) string { return p.RequestID }))
@@ -182,7 +181,6 @@ func startRunArgs(starts []StartRunParams) []any {
 	args[15] = array.NullTimes(column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt }))
 	args[16] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.NextEventID }))
 	args[17] = array.Texts(column(starts, func(p *StartRunParams) string { return p.TaskKind }))
-	args[18] = array.JSON(column(starts, func(p *StartRunParams) []byte { return p.TaskArgs }))
 	return args
 }
 
@@ -250,8 +248,8 @@ func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) 
 // inserts and none of them refuses it, inserts its run with its generation
 // and, with a task kind, queues its first task's River job as River's
 // insert would (available now, default priority, no metadata, tags or
-// uniqueness), which the run names: a run and its job are written together
-// or not at all.
+// uniqueness; its args task.Args's JSON), which the run names: a run and
+// its job are written together or not at all.
 // Its arguments are startRunArgs; its rows, readStartRuns's. Every lookup
 // reads the snapshot from before the inserts. Each start looks its runs up
 // by key on its own (LATERAL, LIMIT 1: W2 and W1 allow one run per request
@@ -260,9 +258,9 @@ func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) 
 func startRunSQL(names *dbschema.Names) string {
 	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]," +
 		"  $8::bytea[], $9::text[], $10::boolean[], $11::boolean[], $12::boolean[], $13::bigint[], $14::bigint[], $15::bigint[]," +
-		"  $16::timestamptz[], $17::bigint[], $18::text[], $19::text[]) WITH ORDINALITY AS v(run_id, namespace, workflow_id, kind, queue, args," +
+		"  $16::timestamptz[], $17::bigint[], $18::text[]) WITH ORDINALITY AS v(run_id, namespace, workflow_id, kind, queue, args," +
 		"  request_id, request_hash, trace_context, reject_any, reject_completed, insert, task_job_id, run_timeout, execution_timeout, created_at," +
-		"  next_event_id, task_kind, task_args, k))," +
+		"  next_event_id, task_kind, k))," +
 		" found AS (" +
 		"  SELECT v.k, 1 AS which, l.run_id, l.generation, l.request_hash, l.state FROM v CROSS JOIN LATERAL" +
 		"   (SELECT run_id, generation, request_hash, state FROM " + names.Run + " r WHERE r.namespace = v.namespace" +
@@ -280,8 +278,8 @@ func startRunSQL(names *dbschema.Names) string {
 		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
 		"  RETURNING namespace, workflow_id, last_generation)," +
 		" jobs AS (INSERT INTO " + names.RiverJob + " AS j (args, kind, max_attempts, queue, state, priority, metadata, tags)" +
-		"  SELECT ok.task_args::jsonb, ok.task_kind, " + strconv.Itoa(task.MaxAttempts) + ", ok.queue, 'available', 1, '{}', '{}'" +
-		"  FROM ok WHERE ok.task_kind <> ''" +
+		"  SELECT jsonb_build_object('run_id', ok.run_id, 'workflow_id', ok.workflow_id), ok.task_kind," +
+		"   " + strconv.Itoa(task.MaxAttempts) + ", ok.queue, 'available', 1, '{}', '{}' FROM ok WHERE ok.task_kind <> ''" +
 		"  RETURNING j.id, (j.args->>'run_id')::uuid AS run_id)," +
 		" inserted AS (INSERT INTO " + names.Run +
 		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline," +
