@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/dbschema"
@@ -91,10 +92,11 @@ type StartRunResult struct {
 func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
 	var ( // one row's, read over by the next
 		k, which                                  int
+		runID                                     pgtype.UUID // uuid.UUID goes through database/sql's Scanner, as text
 		f                                         FoundRun
 		runDeadline, executionDeadline, createdAt *time.Time
 	)
-	dest := []any{&k, &which, &f.RunID, &f.Generation, &f.RequestHash, &f.State, &runDeadline, &executionDeadline, &createdAt}
+	dest := []any{&k, &which, &runID, &f.Generation, &f.RequestHash, &f.State, &runDeadline, &executionDeadline, &createdAt}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return err
@@ -104,6 +106,7 @@ func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
 		}
 		r := &into[k-1]
 		if which > 0 {
+			f.RunID = runID.Bytes
 			found := f // pgx scans each row's hash, state and times anew
 			*[]**FoundRun{nil, &r.ByRequest, &r.Live, &r.Last}[which] = &found
 			continue
