@@ -212,7 +212,8 @@ type quietDriver struct{ *riverpgxv5.Driver }
 func (quietDriver) SupportsListenNotify() bool { return false }
 
 // quietJobs inserts the jobs of a transaction the client began itself
-// through its quiet River client, and keeps their queues for announce.
+// through its quiet River client, and keeps their queues for announce, as
+// those of the first tasks that the transaction's run inserts queue.
 type quietJobs struct {
 	*river.Client[pgx.Tx]
 	queues []string

@@ -65,9 +65,10 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 	// before the lock was granted. A start handed to a worker inserts its
 	// run in that statement too, unless the lookup finds a reason not to
 	// (the same conditions as below, in SQL), and takes its savepoint: one
-	// round trip to the first task. Otherwise the first task is queued
-	// first, so the run's row is written once, naming it, together with its
-	// generation.
+	// round trip to the first task. Otherwise the run's row is written once,
+	// naming its first task's job, together with its generation: in Start's
+	// own transaction the run's insert queues the job, in StartTx's River
+	// queues it first.
 	var runs [1]store.StartRunResult
 	found := &runs[0]
 	batch := &pgx.Batch{}
@@ -91,12 +92,17 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 	}
 
 	if taker == nil {
-		jobID, err := c.queueFirstTask(ctx, tx, s)
-		if err != nil {
-			return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
-		}
 		params := s.runParams(true)
-		params.TaskJobID = &jobID
+		if s.jobs != nil { // announced once committed, as s.jobs's own
+			params.TaskKind = task.Kind(s.info.Namespace, s.info.Kind)
+			s.jobs.queues = append(s.jobs.queues, s.info.Queue)
+		} else {
+			jobID, err := c.queueFirstTask(ctx, tx, s)
+			if err != nil {
+				return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
+			}
+			params.TaskJobID = &jobID
+		}
 		batch = &pgx.Batch{}
 		c.store.QueueStartRuns(batch, []store.StartRunParams{params}, runs[:])
 		if err := sendStartBatch(ctx, tx, batch, workflowID); err != nil {
