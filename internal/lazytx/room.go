@@ -120,22 +120,6 @@ func lend(buf *[]byte, dst []byte, n int) []byte {
 	return append((*buf)[:0], dst...) // dst may be *buf itself, if pgx kept it
 }
 
-// roomPays reports whether a query with args, in a transaction that began,
-// gains from going as a batch of one, which makes room for its arguments:
-// they take more than pgx keeps, and none is an option of pgx's Query that
-// a batch does not take.
-func roomPays(args []any) bool {
-	n := 0
-	for _, a := range args {
-		switch a.(type) {
-		case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
-			return false
-		}
-		n += argSize(a)
-	}
-	return n > paramsKept
-}
-
 // argSize estimates what argument a takes in pgx's binary formats.
 func argSize(a any) int {
 	switch v := a.(type) {

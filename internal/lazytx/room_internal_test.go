@@ -135,57 +135,6 @@ func TestRoomKeepsValues(t *testing.T) {
 	}
 }
 
-// TestQueryMakesRoom: a query with large arguments in a transaction that
-// began (as River's insert of many jobs is) makes room for them as a batch
-// would, and returns the same values, under each query exec mode.
-func TestQueryMakesRoom(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	for _, mode := range dbtest.QueryExecModes {
-		t.Run(mode.String(), func(t *testing.T) {
-			t.Parallel()
-			pool := dbtest.ModePool(ctx, t, mode, 1)
-			wraps := mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
-			err := BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, "SELECT 1"); err != nil { // begins the transaction
-					return err
-				}
-				conn := tx.(*Tx).inner.(*connTx).conn.Conn()
-				kept := keptOf(conn)
-				writeBefore, argsBefore := cap(kept.write), cap(kept.args)
-				for seed, typed := range []bool{false, true} {
-					a := newArrays(seed, 2000)
-					b := &pgx.Batch{}
-					var ignored arrays
-					a.queue(b, seed == 0, typed, mode, &ignored)
-					q := b.QueuedQueries[0]
-					rows, err := tx.Query(ctx, q.SQL, q.Arguments...)
-					if err != nil {
-						return err
-					}
-					var got arrays
-					var docs []string
-					for rows.Next() {
-						require.NoError(t, rows.Scan(&got.scalar, &got.ids, &got.ints, &got.small, &got.texts, &docs, &got.times))
-					}
-					require.NoError(t, rows.Err())
-					for _, d := range docs {
-						got.docs = append(got.docs, []byte(d))
-					}
-					require.Equal(t, a.normalized(), got.normalized(), "typed %v", typed)
-				}
-				require.Greater(t, cap(kept.write), writeBefore, "the write buffer's room")
-				if wraps {
-					require.Greater(t, cap(kept.args), argsBefore, "the arguments' room")
-				}
-				var one int
-				return tx.QueryRow(ctx, "SELECT 1").Scan(&one) // the connection is free again
-			})
-			require.NoError(t, err)
-		})
-	}
-}
-
 // TestLend: a connection's buffer is lent again once large enough, holding
 // what was in the buffer pgx passed (even when that is the buffer itself),
 // with room for what is asked; past keptMax it is left alone.

@@ -5,10 +5,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// batchRows are the rows of a statement sent as a batch (behind BEGIN when
-// it is the transaction's first). The batch is closed, which frees the
-// connection for the transaction's next statement, once the rows are: when
-// Next runs out or on Close.
+// batchRows are the rows of a first statement sent behind BEGIN. The batch
+// is closed, which frees the connection for the transaction's next
+// statement, once the rows are: when Next runs out or on Close.
 type batchRows struct {
 	pgx.Rows
 	br       pgx.BatchResults

@@ -252,30 +252,17 @@ func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 	return tag, err
 }
 
-// Query runs sql in the transaction. Once the transaction began, a query
-// whose arguments take more than pgx keeps goes as a batch of one, which
-// makes room for them (room.go).
+// Query runs sql in the transaction.
 func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if ok, err := t.began(); ok || err != nil {
 		if err != nil {
 			return nil, err
 		}
-		if c, ok := t.inner.(*connTx); ok && roomPays(args) {
-			// A batch of one, which makes room for its arguments (room.go).
-			b := &pgx.Batch{}
-			b.Queue(sql, args...)
-			return batchQuery(t.inner.SendBatch(ctx, roomFor(c.conn.Conn(), pgBatch(b))))
-		}
 		return t.inner.Query(ctx, sql, pgArgs(args)...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
-	return batchQuery(t.send(ctx, b))
-}
-
-// batchQuery returns the rows of br's one statement, which close br once
-// read.
-func batchQuery(br pgx.BatchResults) (pgx.Rows, error) {
+	br := t.send(ctx, b)
 	rows, err := br.Query()
 	if err != nil {
 		if rows != nil {
