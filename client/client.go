@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -211,7 +212,8 @@ type quietDriver struct{ *riverpgxv5.Driver }
 func (quietDriver) SupportsListenNotify() bool { return false }
 
 // quietJobs inserts the jobs of a transaction the client began itself
-// through its quiet River client, and keeps their queues for announce.
+// through its quiet River client, and keeps their queues for announce, as
+// those of the first tasks that the transaction's run inserts queue.
 type quietJobs struct {
 	*river.Client[pgx.Tx]
 	queues []string
@@ -417,6 +419,18 @@ func ValidateNamespace(name string) error {
 	return nil
 }
 
+// queueRE is River's rule for a queue's name (river.validateQueueName), up
+// to 64 bytes: a start queues its first task's job itself, which River's
+// workers fetch by queue.
+var queueRE = regexp.MustCompile(`\A[a-z0-9]+(?:[_|\-]?[a-z0-9]+)*\z`)
+
+func validateQueue(name string) error {
+	if len(name) > 64 || !queueRE.MatchString(name) {
+		return fmt.Errorf("weir: invalid queue %q: up to 64 lowercase letters and digits, separated by single '_', '|' or '-'", name)
+	}
+	return nil
+}
+
 func validateName(what, name string) error {
 	if len(name) == 0 || len(name) > 128 || !nameRE.MatchString(name) {
 		return fmt.Errorf("weir: invalid %s %q: 1–128 characters of letters, digits and _-[]<>/.·:+, starting with a letter, digit or _", what, name)
@@ -457,6 +471,9 @@ func canonicalJSON(v any) ([]byte, error) {
 	encoded, err := json.Marshal(v)
 	if err != nil || isCanonical(encoded) {
 		return encoded, err
+	}
+	if sorted, ok := sortKeys(encoded); ok {
+		return sorted, nil
 	}
 	return sortedJSON(encoded)
 }
@@ -530,3 +547,108 @@ func isCanonical(data []byte) bool {
 
 // maxCanonicalDepth is the nesting encoding/json's decoder refuses past.
 const maxCanonicalDepth = 10000
+
+// sortKeys is sortedJSON of the valid JSON data without decoding it, for
+// data that isCanonical's bytes would pass (printable ASCII but for what
+// encoding/json escapes, no escape: each string is its own decoding and
+// encoding) nested no deeper than maxSortDepth; ok is false for any other
+// data, and for whitespace outside strings.
+func sortKeys(data []byte) (sorted []byte, ok bool) {
+	for _, c := range data {
+		if c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' || c == '\\' {
+			return nil, false
+		}
+	}
+	// An object's members are sorted in place, after them: room for twice.
+	sorted, end, ok := appendSorted(make([]byte, 0, 2*len(data)), data, 0, 0)
+	return sorted, ok && end == len(data)
+}
+
+// maxSortDepth is the nesting sortKeys leaves to sortedJSON.
+const maxSortDepth = 64
+
+// appendSorted appends the sorted form of the value at data[i:] to out, and
+// returns the index past the value.
+func appendSorted(out, data []byte, i, depth int) (_ []byte, end int, ok bool) {
+	if i >= len(data) || depth > maxSortDepth {
+		return out, i, false
+	}
+	switch data[i] {
+	case '{':
+		return appendSortedObject(out, data, i, depth)
+	case '[':
+		out = append(out, '[')
+		if i++; i < len(data) && data[i] == ']' {
+			return append(out, ']'), i + 1, true
+		}
+		for {
+			if out, i, ok = appendSorted(out, data, i, depth+1); !ok || i >= len(data) || data[i] != ',' && data[i] != ']' {
+				return out, i, false
+			}
+			if out = append(out, data[i]); data[i] == ']' {
+				return out, i + 1, true
+			}
+			i++
+		}
+	case '"':
+		n := bytes.IndexByte(data[i+1:], '"')
+		if n < 0 {
+			return out, i, false
+		}
+		return append(out, data[i:i+n+2]...), i + n + 2, true
+	}
+	end = i // a number, true, false or null
+	for end < len(data) && (data[end] >= '0' && data[end] <= '9' || data[end] >= 'a' && data[end] <= 'z' ||
+		data[end] == '-' || data[end] == '+' || data[end] == '.' || data[end] == 'E') {
+		end++
+	}
+	return append(out, data[i:end]...), end, end > i
+}
+
+// appendSortedObject is appendSorted of the object at data[i:]: its members
+// by key, each key once with its last value (as decoding keeps it).
+func appendSortedObject(out, data []byte, i, depth int) (_ []byte, end int, ok bool) {
+	type member struct {
+		key      []byte // as in data
+		from, to int    // its value's sorted form, in out
+	}
+	var few [16]member
+	members, start := few[:0], len(out)
+	if i++; i < len(data) && data[i] == '}' {
+		return append(out, '{', '}'), i + 1, true
+	}
+	for {
+		n := -1
+		if i < len(data) && data[i] == '"' {
+			n = bytes.IndexByte(data[i+1:], '"')
+		}
+		if n < 0 || i+n+2 >= len(data) || data[i+n+2] != ':' {
+			return out, i, false
+		}
+		m := member{key: data[i+1 : i+1+n], from: len(out)}
+		if out, i, ok = appendSorted(out, data, i+n+3, depth+1); !ok || i >= len(data) || data[i] != ',' && data[i] != '}' {
+			return out, i, false
+		}
+		m.to = len(out)
+		members = append(members, m)
+		if data[i] == '}' {
+			break
+		}
+		i++
+	}
+	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+	sorted := len(out)
+	out = append(out, '{')
+	for k, m := range members {
+		if k+1 < len(members) && bytes.Equal(m.key, members[k+1].key) {
+			continue // a later value of the same key
+		}
+		if len(out) > sorted+1 {
+			out = append(out, ',')
+		}
+		out = append(append(append(out, '"'), m.key...), '"', ':')
+		out = append(out, out[m.from:m.to]...)
+	}
+	out = append(out, '}')
+	return out[:start+copy(out[start:], out[sorted:])], i + 1, true
+}

@@ -63,13 +63,13 @@ func (e *PayloadError) Is(target error) bool { return target == ErrPayload }
 
 func (e *PayloadError) Unwrap() error { return e.Err }
 
-// encodePayload encodes v, a payload that what names, within the client's
-// MaxPayloadBytes.
-func (c *Client) encodePayload(what string, v any) ([]byte, error) {
+// encodePayload encodes v, a payload that what and name name ("args of
+// workflow" and its ID), within the client's MaxPayloadBytes.
+func (c *Client) encodePayload(what, name string, v any) ([]byte, error) {
 	payload, err := c.config.Codec.Encode(v)
 	if err == nil && len(payload) > c.config.MaxPayloadBytes {
-		err = &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: %s is %d bytes, the limit is %d",
-			ErrPayloadTooLarge, what, len(payload), c.config.MaxPayloadBytes)}
+		err = &PayloadError{Op: "checking size of", Err: fmt.Errorf("%w: %s %s is %d bytes, the limit is %d",
+			ErrPayloadTooLarge, what, name, len(payload), c.config.MaxPayloadBytes)}
 	}
 	return payload, err
 }

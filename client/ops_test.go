@@ -339,9 +339,10 @@ func TestPayloadLimit(t *testing.T) {
 	ctx := t.Context()
 	b := setup(ctx, t, &client.Config{MaxPayloadBytes: 100})
 
-	_, err := b.client.Start(ctx, orderArgs{ID: strings.Repeat("x", 200)}, nil)
+	_, err := b.client.Start(ctx, orderArgs{ID: strings.Repeat("x", 200)}, &client.StartOpts{WorkflowID: "big"})
 	require.ErrorIs(t, err, client.ErrPayloadTooLarge)
 	require.ErrorIs(t, err, client.ErrPayload)
+	require.ErrorContains(t, err, "args of workflow big is 219 bytes, the limit is 100")
 	_, err = b.client.Start(ctx, orderArgs{ID: "small"}, nil)
 	require.NoError(t, err)
 }

@@ -91,7 +91,7 @@ func (c *Client) Query(ctx context.Context, workflowID string, runID uuid.UUID, 
 	if err != nil {
 		return err
 	}
-	payload, err := c.encodePayload("query "+args.Kind(), args)
+	payload, err := c.encodePayload("query", args.Kind(), args)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func (c *Client) SignalTx(ctx context.Context, tx pgx.Tx, workflowID string, run
 		return errors.New("weir: Signal needs signal args")
 	}
 	opts = cmp.Or(opts, &SignalOpts{})
-	payload, err := c.encodePayload("signal "+args.Kind()+" to workflow "+workflowID, args)
+	payload, err := c.encodePayload("signal", args.Kind()+" to workflow "+workflowID, args)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/eagerstart"
@@ -91,17 +90,19 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 	if err == nil {
 		c.announce(context.WithoutCancel(ctx), s.jobs.queues)
 	}
-	var (
-		started *WorkflowAlreadyStartedError
-		reuse   *WorkflowIDReuseError
-		request *RequestConflictError
-	)
-	if s.opts.EagerStart && s.opts.WorkflowID != "" &&
-		(err == nil || errors.As(err, &started) || errors.As(err, &reuse) || errors.As(err, &request)) {
+	if s.opts.EagerStart && s.opts.WorkflowID != "" && (err == nil || idTaken(err)) {
 		// Taken: its next start goes in two round trips (startAhead).
 		c.knownIDs.Add(s.key, struct{}{})
 	}
 	return run, err
+}
+
+// idTaken reports whether a start's err says its workflow ID has a run.
+func idTaken(err error) bool {
+	_, started := errors.AsType[*WorkflowAlreadyStartedError](err)
+	_, reuse := errors.AsType[*WorkflowIDReuseError](err)
+	_, request := errors.AsType[*RequestConflictError](err)
+	return started || reuse || request
 }
 
 // startBy chooses how s goes: alone, unless it commits right after its
@@ -154,11 +155,15 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 	})
 }
 
+// noStartOpts are the options of a start given none. A start's options are
+// read only: a caller's are not copied either.
+var noStartOpts StartOpts
+
 // newStart checks a start's args and options and names what it starts,
 // drawing the IDs it defaults.
 func (c *Client) newStart(args WorkflowArgs, opts *StartOpts) (*start, error) {
 	if opts == nil {
-		opts = &StartOpts{}
+		opts = &noStartOpts
 	}
 	if args == nil {
 		return nil, errors.New("weir: Start needs workflow args")
@@ -182,7 +187,11 @@ func (c *Client) newStart(args WorkflowArgs, opts *StartOpts) (*start, error) {
 	if opts.RunTimeout < 0 || opts.ExecutionTimeout < 0 {
 		return nil, errors.New("weir: RunTimeout and ExecutionTimeout must not be negative")
 	}
-	info := &StartInfo{Kind: kind, Namespace: namespace, Queue: cmp.Or(opts.Queue, QueueDefault), RequestID: requestID, WorkflowID: workflowID}
+	queue := cmp.Or(opts.Queue, QueueDefault)
+	if err := validateQueue(queue); err != nil {
+		return nil, err
+	}
+	info := &StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}
 	return &start{args: args, opts: opts, info: info, key: dbschema.StartLockID(namespace, workflowID), runID: uuid.New()}, nil
 }
 
@@ -192,7 +201,7 @@ func (s *start) encode(c *Client) (err error) {
 	if s.encoded {
 		return nil
 	}
-	if s.payload, err = c.encodePayload("args of workflow "+s.info.WorkflowID, s.args); err != nil {
+	if s.payload, err = c.encodePayload("args of workflow", s.info.WorkflowID, s.args); err != nil {
 		return err
 	}
 	if s.hash, err = requestHash(s.info, s.opts, s.args); err != nil {
@@ -252,13 +261,6 @@ func (s *start) refusal(c *Client, found *store.StartRunResult) (replayed *Run, 
 		}
 	}
 	return nil, nil
-}
-
-// firstTask is the River job of the first task of s's run.
-func (s *start) firstTask() river.InsertManyParams {
-	return river.InsertManyParams{
-		Args: task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID), InsertOpts: task.InsertOpts(s.info.Queue),
-	}
 }
 
 // commitsWithFirstTask reports whether a start with opts commits right

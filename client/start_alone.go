@@ -17,6 +17,7 @@ import (
 	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/task"
 )
 
 // startAlone is Start in a transaction of its own (StartTx's, with the
@@ -64,9 +65,10 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 	// before the lock was granted. A start handed to a worker inserts its
 	// run in that statement too, unless the lookup finds a reason not to
 	// (the same conditions as below, in SQL), and takes its savepoint: one
-	// round trip to the first task. Otherwise the first task is queued
-	// first, so the run's row is written once, naming it, together with its
-	// generation.
+	// round trip to the first task. Otherwise the run's row is written once,
+	// naming its first task's job, together with its generation: in Start's
+	// own transaction the run's insert queues the job, in StartTx's River
+	// queues it first.
 	var runs [1]store.StartRunResult
 	found := &runs[0]
 	batch := &pgx.Batch{}
@@ -90,12 +92,17 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 	}
 
 	if taker == nil {
-		jobID, err := c.queueFirstTask(ctx, tx, s)
-		if err != nil {
-			return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
-		}
 		params := s.runParams(true)
-		params.TaskJobID = &jobID
+		if s.jobs != nil { // announced once committed, as s.jobs's own
+			params.TaskKind = task.Kind(s.info.Namespace, s.info.Kind)
+			s.jobs.queues = append(s.jobs.queues, s.info.Queue)
+		} else {
+			jobID, err := c.queueFirstTask(ctx, tx, s)
+			if err != nil {
+				return nil, fmt.Errorf("queueing the first task of workflow %s: %w", workflowID, err)
+			}
+			params.TaskJobID = &jobID
+		}
 		batch = &pgx.Batch{}
 		c.store.QueueStartRuns(batch, []store.StartRunParams{params}, runs[:])
 		if err := sendStartBatch(ctx, tx, batch, workflowID); err != nil {
@@ -227,8 +234,8 @@ func (s *start) jobsOn(c *Client, tx pgx.Tx) closing.RiverClient {
 
 // queueFirstTask inserts the job of s's first task through River.
 func (c *Client) queueFirstTask(ctx context.Context, tx pgx.Tx, s *start) (int64, error) {
-	job := s.firstTask()
-	inserted, err := s.jobsOn(c, tx).InsertTx(ctx, tx, job.Args, job.InsertOpts)
+	inserted, err := s.jobsOn(c, tx).InsertTx(ctx, tx,
+		task.NewArgs(s.info.Namespace, s.info.Kind, s.runID, s.info.WorkflowID), task.InsertOpts(s.info.Queue))
 	if err != nil {
 		return 0, err
 	}

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/riverqueue/river"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/eagerstart"
@@ -18,6 +16,7 @@ import (
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/store"
+	"github.com/weirhq/weir/internal/task"
 )
 
 // Starts made at once commit in groups (internal/group; see
@@ -112,7 +111,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 		sending, err = c.queueGroupTx(ctx, tx, members)
 		return nil, sending, err
 	}
-	in, err := c.lockStarts(ctx, tx, members, nil)
+	in, err := c.lockStarts(ctx, tx, members, nil, nil)
 	if err != nil || len(in) == 0 {
 		return nil, false, err
 	}
@@ -181,8 +180,9 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 // lockStarts takes each of members' workflow ID's start lock without
 // waiting (W1), so that a group never waits with locks held (and never
 // deadlocks): a start whose lock is taken runs alone, after the group. It
-// returns the members it locked. With found set (as long as members), the
-// same round trip looks up every member's runs into it, taking its
+// returns the members it locked. With lookups and found set (as long as
+// members: each member's runParams(false), and where to read what they
+// found), the same round trip looks up every member's runs, taking its
 // snapshot after every lock was granted (a lookup writes nothing: one of a
 // start that runs alone is not read). The group's statements over arrays
 // are planned once per connection, not on every call, and without
@@ -190,7 +190,7 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 // takes rows by key once they filled (as a group of outcomes asks:
 // dbschema.GenericPlansSQL; TestStartRunManyTakesRunsByKey checks the
 // generic plan).
-func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, found []store.StartRunResult) ([]*start, error) {
+func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, lookups []store.StartRunParams, found []store.StartRunResult) ([]*start, error) {
 	ids := make([]string, len(members))
 	for i, s := range members {
 		ids[i] = s.key
@@ -200,16 +200,12 @@ func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, fo
 	batch.Queue(dbschema.GenericPlansSQL)
 	c.store.QueueTryStartLocks(batch, ids, &locked)
 	if found != nil {
-		params := make([]store.StartRunParams, len(members))
-		for i, s := range members {
-			params[i] = s.runParams(false)
-		}
-		c.store.QueueStartRuns(batch, params, found)
+		c.store.QueueStartRuns(batch, lookups, found)
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, fmt.Errorf("locking %d workflow IDs: %w", len(ids), err)
 	}
-	var in []*start
+	in := make([]*start, 0, len(members))
 	for i, s := range members {
 		s.alone, s.run, s.err = !locked[i], nil, nil
 		if locked[i] {
@@ -219,18 +215,24 @@ func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, fo
 	return in, nil
 }
 
-// queueGroupTx is the transaction of a group of starts that queue their
-// first tasks through River: it gives its members their verdicts, and
-// returns whether it sent its last batch (with the COMMIT). The first tasks
-// are queued before the runs' insert, as a start alone queues its own, so
-// that each run's row is written once, naming its task's job; a guard in
-// the last batch fails it, COMMIT included, unless every run was inserted.
+// queueGroupTx is the transaction of a group of starts whose first tasks
+// go to River's queue: it gives its members their verdicts, and returns
+// whether it sent its last batch (with the COMMIT). Each run's insert
+// queues its first task's River job in the same statement, the run naming
+// it (store.StartRunParams.TaskKind); a guard in the last batch fails it,
+// COMMIT included, unless every run was inserted.
 func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) (sending bool, err error) {
+	// params and found serve the lookups, then the inserts of in.
+	params := make([]store.StartRunParams, len(members))
+	for i, s := range members {
+		params[i] = s.runParams(false)
+	}
 	found := make([]store.StartRunResult, len(members))
-	if _, err := c.lockStarts(ctx, tx, members, found); err != nil {
+	locked, err := c.lockStarts(ctx, tx, members, params, found)
+	if err != nil {
 		return false, err
 	}
-	var in []*start // members that insert their runs
+	in := locked[:0] // the members that insert their runs
 	for i, s := range members {
 		if s.alone {
 			continue
@@ -245,25 +247,13 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 	if len(in) == 0 {
 		return false, nil
 	}
-	jobs := make([]river.InsertManyParams, len(in))
-	for k, s := range in {
-		jobs[k] = s.firstTask()
-	}
-	queued, err := c.quiet.InsertManyTx(ctx, tx, jobs)
-	if err != nil {
-		return false, fmt.Errorf("queueing the first tasks of %d workflows: %w", len(in), err)
-	}
-	params := make([]store.StartRunParams, len(in))
+	params, runs := params[:len(in)], found[:len(in)]
 	runIDs := make([]uuid.UUID, len(in))
 	for k, s := range in {
-		if !bytes.Contains(queued[k].Job.EncodedArgs, []byte(s.runID.String())) {
-			return false, fmt.Errorf("weir: River's insert of %d first tasks returned job %d out of order", len(in), queued[k].Job.ID)
-		}
 		params[k] = s.runParams(true)
-		params[k].TaskJobID = &queued[k].Job.ID
+		params[k].TaskKind = task.Kind(s.info.Namespace, s.info.Kind)
 		runIDs[k] = s.runID
 	}
-	runs := make([]store.StartRunResult, len(in))
 	batch := &pgx.Batch{}
 	c.store.QueueStartRuns(batch, params, runs)
 	c.store.QueueStartedGuard(batch, runIDs)
@@ -272,13 +262,15 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 	if !lazytx.Committed(tx) {
 		return true, err
 	}
-	queues := make([]string, len(in))
+	var queues []string // each once in a row: announce sends one notification a queue
 	for k, s := range in {
 		if s.run = s.created(c, runs[k].Generation); !runs[k].Inserted {
 			// The guard passed, so the run is in; its generation is unknown.
 			s.run, s.err = nil, fmt.Errorf("weir: workflow %s started (run %s), but reading its generation failed: %w", s.info.WorkflowID, s.runID, err)
 		}
-		queues[k] = s.info.Queue
+		if len(queues) == 0 || queues[len(queues)-1] != s.info.Queue {
+			queues = append(queues, s.info.Queue)
+		}
 	}
 	c.announce(ctx, queues)
 	return true, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -77,9 +78,9 @@ func TestStartGroupsQueueTasks(t *testing.T) {
 		}
 	})
 
-	// A start that River refuses (its queue's name) fails its group, whose
-	// starts then run alone: it fails there, writing nothing, and the others
-	// start as ever.
+	// A start that Postgres refuses (a workflow ID it cannot store) fails
+	// its group, whose starts then run alone: it fails there, writing
+	// nothing, and the others start as ever.
 	t.Run("FailedGroupStartsAlone", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
@@ -89,22 +90,38 @@ func TestStartGroupsQueueTasks(t *testing.T) {
 		runs, errs := burst(n, func(i int) (*client.Run, error) {
 			opts := &client.StartOpts{WorkflowID: fmt.Sprint("failed-", i)}
 			if i%10 == 0 {
-				opts.Queue = "not a queue!"
+				opts.WorkflowID += "\x00"
 			}
 			return b.client.Start(ctx, orderArgs{ID: fmt.Sprint(i)}, opts)
 		})
 		for i := range n {
-			var count int
-			require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Run+" WHERE workflow_id = $1", fmt.Sprint("failed-", i)).Scan(&count))
 			if i%10 == 0 {
 				require.Error(t, errs[i])
-				require.Zero(t, count, "the refused start wrote nothing")
 				continue
 			}
+			var count int
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Run+" WHERE workflow_id = $1", fmt.Sprint("failed-", i)).Scan(&count))
 			require.NoError(t, errs[i])
 			require.True(t, runs[i].Created)
 			require.Equal(t, 1, count)
 		}
+		var runsIn, jobsIn int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.Run+" WHERE workflow_id LIKE 'failed-%'").Scan(&runsIn))
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM "+b.names.RiverJob).Scan(&jobsIn))
+		require.Equal(t, []int{n - n/10, n - n/10}, []int{runsIn, jobsIn}, "the refused starts wrote nothing")
+	})
+
+	// A queue River would not fetch from is refused before anything is sent.
+	t.Run("InvalidQueue", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := setup(ctx, t, nil)
+		for _, queue := range []string{"not a queue!", "Upper", "a__b", "-a", strings.Repeat("q", 65)} {
+			_, err := b.client.Start(ctx, orderArgs{ID: "q"}, &client.StartOpts{Queue: queue})
+			require.ErrorContains(t, err, "invalid queue", queue)
+		}
+		_, err := b.client.Start(ctx, orderArgs{ID: "q"}, &client.StartOpts{Queue: "a_b-c|d"})
+		require.NoError(t, err)
 	})
 
 	// Callers racing on ten workflow IDs, three each, two of them with one

@@ -97,7 +97,7 @@ func (c *Client) Update(ctx context.Context, workflowID string, runID uuid.UUID,
 	if err != nil {
 		return err
 	}
-	payload, err := c.encodePayload("update "+args.Kind(), args)
+	payload, err := c.encodePayload("update", args.Kind(), args)
 	if err != nil {
 		return err
 	}

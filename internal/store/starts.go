@@ -3,13 +3,17 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/task"
 )
 
 // startStatements are the statements of a run's start: a client's start
@@ -42,7 +46,11 @@ type StartRunParams struct {
 	RequestHash                  []byte
 	RunTimeout, ExecutionTimeout time.Duration // 0: none
 	TraceContext                 []byte
-	TaskJobID                    *int64 // the first task's job; nil when a worker takes the task
+	TaskJobID                    *int64 // the first task's job, queued; nil when a worker takes the task
+	// TaskKind, when set, is the kind of the first task's River job that
+	// the insert queues with the run (TaskJobID nil), on Queue, its args
+	// task.Args.
+	TaskKind string
 	// NextEventID is the run's append point as inserted; 0 means 1 (an
 	// empty history). A start in one round trip inserts its run at the
 	// append point its first task, run ahead, leaves (eagerstart.Run).
@@ -82,13 +90,15 @@ type StartRunResult struct {
 // 0 for the inserted run, 1–3 for what the lookup found: by request, live,
 // last) into into, by start.
 func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
+	var ( // one row's, read over by the next
+		k, which                                  int
+		runID                                     pgtype.UUID // uuid.UUID goes through database/sql's Scanner, as text
+		f                                         FoundRun
+		runDeadline, executionDeadline, createdAt *time.Time
+	)
+	dest := []any{&k, &which, &runID, &f.Generation, &f.RequestHash, &f.State, &runDeadline, &executionDeadline, &createdAt}
 	for rows.Next() {
-		var (
-			k, which                                  int
-			f                                         FoundRun
-			runDeadline, executionDeadline, createdAt *time.Time
-		)
-		if err := rows.Scan(&k, &which, &f.RunID, &f.Generation, &f.RequestHash, &f.State, &runDeadline, &executionDeadline, &createdAt); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
 		if k < 1 || k > len(into) || which < 0 || which > 3 {
@@ -96,7 +106,9 @@ func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
 		}
 		r := &into[k-1]
 		if which > 0 {
-			*[]**FoundRun{nil, &r.ByRequest, &r.Live, &r.Last}[which] = &f
+			f.RunID = runID.Bytes
+			found := f // pgx scans each row's hash, state and times anew
+			*[]**FoundRun{nil, &r.ByRequest, &r.Live, &r.Last}[which] = &found
 			continue
 		}
 		r.Inserted, r.Generation, r.RunDeadline, r.ExecutionDeadline = true, f.Generation, runDeadline, executionDeadline
@@ -146,27 +158,33 @@ func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into [
 }
 
 // startRunArgs are startRunSQL's arguments: an array by column of starts,
-// its timeouts in microseconds (0: none).
+// its timeouts in microseconds (0: none). Lookups alone (no start inserts)
+// send only what they look up by: unnest pads the other columns with NULLs,
+// and a start whose insert is NULL inserts nothing.
 func startRunArgs(starts []StartRunParams) []any {
-	return []any{
-		array.UUIDs(column(starts, func(p *StartRunParams) uuid.UUID { return p.RunID })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.Namespace })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.WorkflowID })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.Kind })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.Queue })),
-		array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.Args })),
-		array.Texts(column(starts, func(p *StartRunParams) string { return p.RequestID })),
-		array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.RequestHash })),
-		array.JSON(column(starts, func(p *StartRunParams) []byte { return p.TraceContext })),
-		column(starts, func(p *StartRunParams) bool { return p.RejectAny }),
-		column(starts, func(p *StartRunParams) bool { return p.RejectCompleted }),
-		column(starts, func(p *StartRunParams) bool { return p.Insert }),
-		array.NullInt64s(column(starts, func(p *StartRunParams) *int64 { return p.TaskJobID })),
-		array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() })),
-		array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() })),
-		array.NullTimes(column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt })),
-		array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.NextEventID })),
+	args := make([]any, 18)
+	args[1] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Namespace }))
+	args[2] = array.Texts(column(starts, func(p *StartRunParams) string { return p.WorkflowID }))
+	args[6] = array.Texts(column(starts, func(p *StartRunParams) string { return p.RequestID }))
+	if !slices.ContainsFunc(starts, func(p StartRunParams) bool { return p.Insert }) {
+		return args
 	}
+	args[0] = array.UUIDs(column(starts, func(p *StartRunParams) uuid.UUID { return p.RunID }))
+	args[3] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Kind }))
+	args[4] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Queue }))
+	args[5] = array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.Args }))
+	args[7] = array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.RequestHash }))
+	args[8] = array.JSON(column(starts, func(p *StartRunParams) []byte { return p.TraceContext }))
+	args[9] = column(starts, func(p *StartRunParams) bool { return p.RejectAny })
+	args[10] = column(starts, func(p *StartRunParams) bool { return p.RejectCompleted })
+	args[11] = column(starts, func(p *StartRunParams) bool { return p.Insert })
+	args[12] = array.NullInt64s(column(starts, func(p *StartRunParams) *int64 { return p.TaskJobID }))
+	args[13] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() }))
+	args[14] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() }))
+	args[15] = array.NullTimes(column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt }))
+	args[16] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.NextEventID }))
+	args[17] = array.Texts(column(starts, func(p *StartRunParams) string { return p.TaskKind }))
+	return args
 }
 
 // column is f of each of ps, in order.
@@ -230,7 +248,11 @@ func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) 
 
 // startRunSQL looks up, for each start (by position: 1, 2, …), the runs it
 // must know of (by request ID, the live one, the last one) and, when it
-// inserts and none of them refuses it, inserts its run with its generation.
+// inserts and none of them refuses it, inserts its run with its generation
+// and, with a task kind, queues its first task's River job as River's
+// insert would (available now, default priority, no metadata, tags or
+// uniqueness; its args task.Args's JSON), which the run names: a run and
+// its job are written together or not at all.
 // Its arguments are startRunArgs; its rows, readStartRuns's. Every lookup
 // reads the snapshot from before the inserts. Each start looks its runs up
 // by key on its own (LATERAL, LIMIT 1: W2 and W1 allow one run per request
@@ -239,8 +261,9 @@ func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) 
 func startRunSQL(names *dbschema.Names) string {
 	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]," +
 		"  $8::bytea[], $9::text[], $10::boolean[], $11::boolean[], $12::boolean[], $13::bigint[], $14::bigint[], $15::bigint[]," +
-		"  $16::timestamptz[], $17::bigint[]) WITH ORDINALITY AS v(run_id, namespace, workflow_id, kind, queue, args, request_id, request_hash," +
-		"  trace_context, reject_any, reject_completed, insert, task_job_id, run_timeout, execution_timeout, created_at, next_event_id, k))," +
+		"  $16::timestamptz[], $17::bigint[], $18::text[]) WITH ORDINALITY AS v(run_id, namespace, workflow_id, kind, queue, args," +
+		"  request_id, request_hash, trace_context, reject_any, reject_completed, insert, task_job_id, run_timeout, execution_timeout, created_at," +
+		"  next_event_id, task_kind, k))," +
 		" found AS (" +
 		"  SELECT v.k, 1 AS which, l.run_id, l.generation, l.request_hash, l.state FROM v CROSS JOIN LATERAL" +
 		"   (SELECT run_id, generation, request_hash, state FROM " + names.Run + " r WHERE r.namespace = v.namespace" +
@@ -257,13 +280,17 @@ func startRunSQL(names *dbschema.Names) string {
 		"  SELECT namespace, workflow_id, 1 FROM ok" +
 		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
 		"  RETURNING namespace, workflow_id, last_generation)," +
+		" jobs AS (INSERT INTO " + names.RiverJob + " AS j (args, kind, max_attempts, queue, state, priority, metadata, tags)" +
+		"  SELECT jsonb_build_object('run_id', ok.run_id, 'workflow_id', ok.workflow_id), ok.task_kind," +
+		"   " + strconv.Itoa(task.MaxAttempts) + ", ok.queue, 'available', 1, '{}', '{}' FROM ok WHERE ok.task_kind <> ''" +
+		"  RETURNING j.id, (j.args->>'run_id')::uuid AS run_id)," +
 		" inserted AS (INSERT INTO " + names.Run +
 		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline," +
 		"   trace_context, task_job_id, created_at, next_event_id)" +
 		"  SELECT ok.run_id, ok.namespace, ok.workflow_id, g.last_generation, ok.kind, ok.queue, ok.args, ok.request_id, ok.request_hash," +
 		"   now() + nullif(ok.run_timeout, 0) * interval '1 microsecond', now() + nullif(ok.execution_timeout, 0) * interval '1 microsecond'," +
-		"   ok.trace_context::jsonb, ok.task_job_id, coalesce(ok.created_at, now()), greatest(ok.next_event_id, 1)" +
-		"  FROM ok JOIN g ON g.namespace = ok.namespace AND g.workflow_id = ok.workflow_id" +
+		"   ok.trace_context::jsonb, coalesce(jobs.id, ok.task_job_id), coalesce(ok.created_at, now()), greatest(ok.next_event_id, 1)" +
+		"  FROM ok JOIN g ON g.namespace = ok.namespace AND g.workflow_id = ok.workflow_id LEFT JOIN jobs ON jobs.run_id = ok.run_id" +
 		"  RETURNING run_id, generation, run_deadline, execution_deadline, created_at)" +
 		" SELECT f.k, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found f" +
 		" UNION ALL SELECT ok.k, 0, i.run_id, i.generation, NULL, 'running', i.run_deadline, i.execution_deadline, i.created_at" +

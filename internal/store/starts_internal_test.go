@@ -1,14 +1,17 @@
 package store
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/dbtest"
+	"github.com/weirhq/weir/internal/task"
 )
 
 // TestStartRunManyTakesRunsByKey: on a runs table of tens of thousands of
@@ -32,7 +35,7 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	require.NoError(t, err)
 	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL+"; "+dbschema.HashJoinsSQL, "young_plan",
 		"'{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}', '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}',"+
-			" '{t}', '{NULL}', '{0}', '{0}', '{NULL}', '{0}'")
+			" '{t}', '{NULL}', '{0}', '{0}', '{NULL}', '{0}', '{weir.workflow:default/k}'")
 	requireByKey(t, plan, "planned on the empty tables")
 	require.Empty(t, dbtest.FilteredLoops(plan), "a batch joined row by row:\n%s", plan)
 	require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
@@ -62,7 +65,7 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	literals := "'{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002,00000000-0000-0000-0000-000000000003}'," +
 		" '{default,default,default}', '{wf-5,wf-20,wf-new}', '{k,k,k}', '{default,default,default}', '{x,y,z}'," +
 		" '{r5,r99,r100}', '{h,h,h}', '{\"{}\",\"{}\",\"{}\"}', '{f,f,f}', '{f,t,f}'," +
-		" '{t,t,t}', '{NULL,NULL,NULL}', '{0,0,0}', '{0,0,0}', '{NULL,NULL,NULL}', '{0,0,0}'"
+		" '{t,t,t}', '{NULL,NULL,NULL}', '{0,0,0}', '{0,0,0}', '{NULL,NULL,NULL}', '{0,0,0}', '{k,k,k}'"
 	for _, generic := range []bool{false, true} {
 		settings := dbschema.HashJoinsSQL // as QueueStartRuns sends it
 		if generic {
@@ -85,7 +88,8 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 		[]string{"default", "default", "default"}, [][]byte{[]byte("x"), []byte("y"), []byte("z")},
 		[]string{"rx", "ry", "rz"}, [][]byte{[]byte("h"), []byte("h"), []byte("h")}, []string{"{}", "{}", "{}"},
 		[]bool{true, false, false}, []bool{false, false, false}, []bool{true, true, true}, []*int64{nil, nil, nil},
-		[]int64{0, 0, 0}, []int64{0, 0, 0}, []*time.Time{nil, nil, nil}, []int64{0, 0, 5})
+		[]int64{0, 0, 0}, []int64{0, 0, 0}, []*time.Time{nil, nil, nil}, []int64{0, 0, 5},
+		[]string{"k", "k", "weir.workflow:default/k"})
 	require.NoError(t, err)
 	type row struct{ k, which, generation int }
 	var got []row
@@ -108,6 +112,25 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	var runs int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE workflow_id IN ('wf-5', 'wf-20', 'wf-new')").Scan(&runs))
 	require.Equal(t, 3, runs, "one new run, none for the refused starts")
+	// Its first task's job, queued with it as River queues one; none for the
+	// refused starts.
+	var (
+		kind, queue, state          string
+		maxAttempts, priority, tags int
+		args                        []byte
+	)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT j.kind, j.queue, j.state, j.max_attempts, j.priority, cardinality(j.tags), j.args"+
+		" FROM "+names.Run+" r JOIN "+names.RiverJob+" j ON j.id = r.task_job_id WHERE r.workflow_id = 'wf-new'"+
+		" AND j.metadata = '{}' AND j.scheduled_at <= now() AND j.attempt = 0").
+		Scan(&kind, &queue, &state, &maxAttempts, &priority, &tags, &args))
+	require.Equal(t, []any{"weir.workflow:default/k", "default", "available", task.MaxAttempts, 1, 0},
+		[]any{kind, queue, state, maxAttempts, priority, tags})
+	var decoded task.Args
+	require.NoError(t, json.Unmarshal(args, &decoded))
+	require.Equal(t, task.Args{RunID: uuid.MustParse("00000000-0000-0000-0000-000000000003"), WorkflowID: "wf-new"}, decoded)
+	var jobs int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.RiverJob).Scan(&jobs))
+	require.Equal(t, 1, jobs)
 }
 
 // requireByKey fails unless every table plan reads, it reads by key: no

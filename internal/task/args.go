@@ -43,17 +43,16 @@ type Args struct {
 	// WorkflowID is there for people reading River UI.
 	WorkflowID string `json:"workflow_id"`
 
-	namespace    string
-	workflowKind string
+	kind string // made once: River asks for it more than once per insert
 }
 
 // NewArgs returns the args of a task of a run of workflowKind in namespace.
 func NewArgs(namespace, workflowKind string, runID uuid.UUID, workflowID string) Args {
-	return Args{RunID: runID, WorkflowID: workflowID, namespace: namespace, workflowKind: workflowKind}
+	return Args{RunID: runID, WorkflowID: workflowID, kind: Kind(namespace, workflowKind)}
 }
 
 // Kind is the job kind of the task: see Kind.
-func (a Args) Kind() string { return Kind(a.namespace, a.workflowKind) }
+func (a Args) Kind() string { return a.kind }
 
 // Kind returns the River job kind of tasks of workflowKind in namespace.
 func Kind(namespace, workflowKind string) string { return KindPrefix + namespace + "/" + workflowKind }
