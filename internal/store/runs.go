@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/dbschema"
@@ -162,13 +163,15 @@ func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(ru
 		var (
 			run     engine.Run
 			now     time.Time
-			targets = append([]any{&run.ID}, runTargets(&run, &now)...) // one set for every row
+			id      pgtype.UUID                                     // uuid.UUID goes through database/sql's Scanner, as text
+			targets = append([]any{&id}, runTargets(&run, &now)...) // one set for every row
 		)
 		for rows.Next() {
 			run = engine.Run{} // each row's values its own: none kept from the last
 			if err := rows.Scan(targets...); err != nil {
 				return err
 			}
+			run.ID = id.Bytes
 			if err := read(run, now); err != nil {
 				return err
 			}
