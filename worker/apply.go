@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -146,6 +147,32 @@ func (o *otherWrites) queue(batch *pgx.Batch, claims fencingclaim.Driver) (merge
 type lastWrites struct {
 	steps []*engine.StepWrites
 	otherWrites
+}
+
+// pooledLastWrites keeps the emptied lastWrites of groups of outcomes that
+// ended (groupCommitter.run), and their room: a group's are read only
+// while its run lasts, on its goroutine (its last batch's callbacks run in
+// its SendBatch, its completions are told in its settle).
+var pooledLastWrites = sync.Pool{New: func() any { return new(lastWrites) }}
+
+// pooledLastWritesFor returns emptied writes from pooledLastWrites with
+// room for members as newLastWrites sizes them.
+func pooledLastWritesFor(members int) *lastWrites {
+	l := pooledLastWrites.Get().(*lastWrites)
+	l.steps = slices.Grow(l.steps, members)
+	l.claims, l.completions = slices.Grow(l.claims, members), slices.Grow(l.completions, members)
+	return l
+}
+
+// release empties l, which holds nothing after, and pools it: nothing may
+// read l or what it held (its completions, say) after.
+func (l *lastWrites) release() {
+	clear(l.steps)
+	clear(l.claims)
+	clear(l.completions)
+	clear(l.checks.QueuedQueries)
+	l.steps, l.claims, l.completions, l.checks.QueuedQueries = l.steps[:0], l.claims[:0], l.completions[:0], l.checks.QueuedQueries[:0]
+	pooledLastWrites.Put(l)
 }
 
 // newLastWrites returns writes sized for members that each write one step,

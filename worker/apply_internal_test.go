@@ -9,6 +9,7 @@ import (
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
+	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/store"
 )
@@ -89,5 +90,38 @@ func TestLastWritesOneStatementPerKind(t *testing.T) {
 		require.NotContains(t, got[0], "unnest(", name)
 		require.NotContains(t, got[1], "unnest(", name)
 		require.Equal(t, "SELECT 1", got[2], "%s: the check", name)
+	}
+}
+
+// TestLastWritesReleaseHoldsNothing: a group's writes, once released to
+// the pool, are empty and hold nothing of its members (their claims'
+// callbacks, their completions' contexts), and come back with room for a
+// group's members.
+func TestLastWritesReleaseHoldsNothing(t *testing.T) {
+	t.Parallel()
+	l := pooledLastWritesFor(2)
+	require.GreaterOrEqual(t, cap(l.claims), 2)
+	require.GreaterOrEqual(t, cap(l.completions), 2)
+	others := &otherWrites{
+		claims:      []fencingclaim.Request{{Params: fencingclaim.Params{ID: 1}, Done: func(*fencingclaim.Claim) {}}},
+		completions: []fencingclaim.Completion{{JobID: 1, Ctx: t.Context()}},
+	}
+	others.checks.Queue("SELECT 1")
+	l.add(&engine.StepWrites{}, others)
+	l.add(nil, others)
+	l.release()
+	require.True(t, l.empty())
+	for _, s := range l.steps[:cap(l.steps)] {
+		require.Nil(t, s)
+	}
+	for _, c := range l.claims[:cap(l.claims)] {
+		require.Zero(t, c.Params)
+		require.Nil(t, c.Done)
+	}
+	for _, c := range l.completions[:cap(l.completions)] {
+		require.Zero(t, c)
+	}
+	for _, q := range l.checks.QueuedQueries[:cap(l.checks.QueuedQueries)] {
+		require.Nil(t, q)
 	}
 }

@@ -211,7 +211,8 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 	members := slices.SortedFunc(slices.Values(taken), func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
-	var completions []fencingclaim.Completion // of the group's jobs, in its last writes
+	writes := pooledLastWritesFor(len(members)) // the members' last writes
+	defer writes.release()
 	err := lazytx.BeginFunc(ctx, c.w.pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil { // a callback of the last batch, say
@@ -242,7 +243,6 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			plansSet = true
 		}
 		var (
-			writes = newLastWrites(len(members))
 			firsts []uuid.UUID // runs of the first tasks written
 			noter  *taskResult // one of them, to notify the query responders
 		)
@@ -286,15 +286,14 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 		if writes.empty() {
 			return nil
 		}
-		c.w.queueLastWrites(last, &writes, plansSet)
+		c.w.queueLastWrites(last, writes, plansSet)
 		if len(firsts) > 0 {
 			c.w.queueQueriesWaiting(last, firsts, noter)
 		}
 		lazytx.QueueCommit(tx, last)
-		completions = writes.completions
 		return tx.SendBatch(ctx, last).Close()
 	})
-	return c.settle(ctx, taken, completions, err)
+	return c.settle(ctx, taken, writes.completions, err)
 }
 
 // settle tells, by member of taken, whether it runs alone after its group
