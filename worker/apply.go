@@ -72,12 +72,15 @@ func (m *groupMember) admit(ctx context.Context, st engine.Step, own *ownJob) er
 // applyLast hands the member's last writes to its group, which sends them
 // with every member's and one COMMIT.
 func (m *groupMember) applyLast(_ context.Context, _ pgx.Tx, _ *Worker, run *runRow, result *taskResult, final bool) error {
-	if !final {
+	switch {
+	case !final:
 		// admit said otherwise (the job's completion could not be queued
 		// after all): fail the group, which undoes what this wrote.
 		return fmt.Errorf("advancing run %s in a group: its last writes cannot go with the COMMIT", run.ID)
+	case result != &m.cont:
+		return fmt.Errorf("advancing run %s in a group: its result is not its member's", run.ID)
 	}
-	m.deferLast(run.step, run.others, func() { result.eager = run.eager }) // its claims are read with the COMMIT
+	m.deferLast(run)
 	m.firstTask = run.NextEventID == 1
 	run.step, run.others = nil, nil
 	return nil

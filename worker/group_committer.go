@@ -125,26 +125,23 @@ type groupMember struct {
 	firstTask bool
 	// How run (below) stands: still to be taken by deliverOutcome or
 	// runTask (locked), or the cached one, not locked yet, whose writes
-	// start with a guard (guarded).
-	locked, guarded bool
-	// failed is the step's own failure, which left it out of the group's
-	// writes (stepFailed).
-	failed error
-	err    error // its outcome's, once it ran alone
+	// start with a guard (guarded); noRun: there is no such run.
+	locked, guarded, noRun bool
+	// err is the step's own failure, which left it out of the group's
+	// writes (stepFailed), or its outcome's, once it ran alone.
+	err error
 
-	// The run's row, locked by the group (lockErr pgx.ErrNoRows when there
-	// is no such run), and a task's inbox, read under the lock, for
-	// deliverOutcome or runTask.
-	run     *runRow
-	now     time.Time
-	inbox   []engine.InboxItem
-	lockErr error
+	// The run's row, locked by the group, and a task's inbox, read under
+	// the lock, for deliverOutcome or runTask.
+	run   *runRow
+	now   time.Time
+	inbox []engine.InboxItem
 
 	// The continuation's last writes, sent with the group's COMMIT, and
-	// what to do once they ran (deferLast).
-	step      *engine.StepWrites
-	rest      *otherWrites
-	afterLast func()
+	// the row whose claimed attempts they read (deferLast).
+	step    *engine.StepWrites
+	rest    *otherWrites
+	claimed *runRow
 
 	inGroup memberContext // the context its body runs in, in its group (call)
 }
@@ -165,21 +162,25 @@ func newGroupCommitter(w *Worker, groups *limit.Limiter) *groupCommitter {
 	return c
 }
 
-// takeLocked returns the run's row that the group locked for this member,
-// and a task's inbox, once: a step that reads its run again must lock it
-// itself.
+// takeLocked returns the run's row that the group locked for this member
+// (pgx.ErrNoRows if there is no such run), and a task's inbox, once: a
+// step that reads its run again must lock it itself.
 func (m *groupMember) takeLocked() (run *runRow, now time.Time, inbox []engine.InboxItem, ok bool, err error) {
 	if m == nil || !m.locked {
 		return nil, time.Time{}, nil, false, nil
 	}
 	m.locked = false
-	return m.run, m.now, m.inbox, true, m.lockErr
+	if m.noRun {
+		err = pgx.ErrNoRows
+	}
+	return m.run, m.now, m.inbox, true, err
 }
 
-// deferLast takes a continuation's last writes (nothing is written after
-// them) to be sent with the group's COMMIT; after runs once they did.
-func (m *groupMember) deferLast(step *engine.StepWrites, rest *otherWrites, after func()) {
-	m.step, m.rest, m.afterLast = step, rest, after
+// deferLast takes the last writes of a continuation of run (nothing is
+// written after them) to be sent with the group's COMMIT; the activities
+// they claim are the member's once they did.
+func (m *groupMember) deferLast(run *runRow) {
+	m.step, m.rest, m.claimed = run.step, run.others, run
 }
 
 // commit records an outcome of run runID through fn (as recordOutcome does),
@@ -191,11 +192,10 @@ func (c *groupCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ct
 // do commits m, an outcome or a task, as commit does.
 func (c *groupCommitter) do(m *groupMember) error {
 	_ = c.group.Do(context.WithoutCancel(m.ctx), m) // a member waits for its group, whatever its attempt's ctx
-	if m.alone {
-		return m.err
+	if !m.alone {
+		c.w.settle(m.err, &m.cont)
 	}
-	c.w.settle(m.failed, &m.cont)
-	return m.failed
+	return m.err
 }
 
 // hold marks runID held by a transaction of this worker's own outside any
@@ -221,9 +221,9 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 		}()
 		for _, m := range members {
 			m.cont.dropCachedRun()
-			m.cont, m.step, m.rest, m.afterLast, m.guarded, m.firstTask, m.failed = taskResult{step: m}, nil, nil, nil, false, false, nil
+			m.cont, m.step, m.rest, m.claimed, m.guarded, m.firstTask, m.err = taskResult{step: m}, nil, nil, nil, false, false, nil
 			// The member's row, filled in where its run is read (lockRuns, fromCache).
-			m.run, m.inbox, m.lockErr, m.locked = &runRow{Run: engine.Run{ID: m.runID}}, nil, nil, true
+			m.run, m.inbox, m.noRun, m.locked = &runRow{Run: engine.Run{ID: m.runID}}, nil, false, true
 		}
 		plansSet := false // lockRuns asks for generic plans for the whole transaction
 		switch {
@@ -235,7 +235,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
-			m.run, m.now, m.lockErr = run, now, err
+			m.run, m.now, m.noRun = run, now, err != nil
 		default:
 			if err := c.lockRuns(ctx, tx, members); err != nil {
 				return err
@@ -265,7 +265,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 				case errors.Is(err, errRunsAlone):
 					m.alone = true
 				case errors.As(err, &failed):
-					m.failed = failed.err
+					m.err = failed.err
 				default:
 					return err
 				}
@@ -327,15 +327,15 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, compl
 			m.cont.dropCachedRun() // its rerun replays
 			continue
 		}
-		if m.failed != nil {
+		if m.err != nil {
 			continue
 		}
 		committed++
 		if m.task {
 			tasks = append(tasks, m.queue)
 		}
-		if m.afterLast != nil {
-			m.afterLast()
+		if m.claimed != nil {
+			m.cont.eager = m.claimed.eager // read with the COMMIT
 		}
 		// Before the run is let go: the run's next outcome may take the
 		// one-round-trip step from the cache (fromCache).
@@ -407,7 +407,7 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*gro
 	var tasks []uuid.UUID
 	for i, m := range members {
 		ids[i] = m.runID
-		m.lockErr = pgx.ErrNoRows // until its row is read
+		m.noRun = true // until its row is read
 		if m.task {
 			tasks = append(tasks, m.runID)
 		}
@@ -421,7 +421,7 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*gro
 		if m == nil {
 			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", row.ID)
 		}
-		*m.run, m.now, m.lockErr = runRow{Run: row, scanned: true}, now, nil
+		*m.run, m.now, m.noRun = runRow{Run: row, scanned: true}, now, false
 		c.w.clock.observe(now)
 		return nil
 	})

@@ -63,7 +63,7 @@ func (f *stepFixture) record(id string, last ...string) func(ctx context.Context
 			batch.Queue(sql)
 		}
 		if cont.step != nil {
-			cont.step.deferLast(nil, others, nil)
+			cont.step.deferLast(&runRow{others: others})
 			return nil
 		}
 		return tx.SendBatch(ctx, batch).Close()
