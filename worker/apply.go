@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -81,7 +80,7 @@ func (m *groupMember) applyLast(_ context.Context, _ pgx.Tx, _ *Worker, run *run
 		return fmt.Errorf("advancing run %s in a group: its result is not its member's", run.ID)
 	}
 	m.deferLast(run)
-	m.firstTask = run.NextEventID == 1
+	m.in.firstTask = run.NextEventID == 1
 	run.step, run.others = nil, nil
 	return nil
 }
@@ -152,30 +151,19 @@ type lastWrites struct {
 	otherWrites
 }
 
-// pooledLastWrites keeps the emptied lastWrites of groups of outcomes that
-// ended (groupCommitter.run), and their room: a group's are read only
-// while its run lasts, on its goroutine (its last batch's callbacks run in
-// its SendBatch, its completions are told in its settle).
-var pooledLastWrites = sync.Pool{New: func() any { return new(lastWrites) }}
-
-// pooledLastWritesFor returns emptied writes from pooledLastWrites with
-// room for members as newLastWrites sizes them.
-func pooledLastWritesFor(members int) *lastWrites {
-	l := pooledLastWrites.Get().(*lastWrites)
+// grow makes room in l for members as newLastWrites sizes them.
+func (l *lastWrites) grow(members int) {
 	l.steps = slices.Grow(l.steps, members)
 	l.claims, l.completions = slices.Grow(l.claims, members), slices.Grow(l.completions, members)
-	return l
 }
 
-// release empties l, which holds nothing after, and pools it: nothing may
-// read l or what it held (its completions, say) after.
-func (l *lastWrites) release() {
+// reset empties l, keeping its room, which holds nothing after.
+func (l *lastWrites) reset() {
 	clear(l.steps)
 	clear(l.claims)
 	clear(l.completions)
 	clear(l.checks.QueuedQueries)
 	l.steps, l.claims, l.completions, l.checks.QueuedQueries = l.steps[:0], l.claims[:0], l.completions[:0], l.checks.QueuedQueries[:0]
-	pooledLastWrites.Put(l)
 }
 
 // newLastWrites returns writes sized for members that each write one step,

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -93,24 +94,37 @@ func TestLastWritesOneStatementPerKind(t *testing.T) {
 	}
 }
 
-// TestLastWritesReleaseHoldsNothing: a group's writes, once released to
-// the pool, are empty and hold nothing of its members (their claims'
-// callbacks, their completions' contexts), and come back with room for a
-// group's members.
-func TestLastWritesReleaseHoldsNothing(t *testing.T) {
+// TestGroupStateReleaseHoldsNothing: a group's state, once released to
+// the pool, is empty and holds nothing of its members (their rows, their
+// claims' callbacks, their completions' contexts), its members leave it,
+// and it comes back with room for a group's members.
+func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 	t.Parallel()
-	l := pooledLastWritesFor(2)
-	require.GreaterOrEqual(t, cap(l.claims), 2)
-	require.GreaterOrEqual(t, cap(l.completions), 2)
+	members := []*groupMember{{runID: uuid.New()}, {runID: uuid.New()}}
+	g := newGroupState(members)
+	require.Len(t, g.members, 2)
+	require.GreaterOrEqual(t, cap(g.writes.claims), 2)
+	require.GreaterOrEqual(t, cap(g.writes.completions), 2)
+	for _, m := range members {
+		require.Equal(t, m.runID, m.in.run.ID)
+		require.True(t, m.in.locked)
+	}
 	others := &otherWrites{
 		claims:      []fencingclaim.Request{{Params: fencingclaim.Params{ID: 1}, Done: func(*fencingclaim.Claim) {}}},
 		completions: []fencingclaim.Completion{{JobID: 1, Ctx: t.Context()}},
 	}
 	others.checks.Queue("SELECT 1")
+	l := &g.writes
 	l.add(&engine.StepWrites{}, others)
 	l.add(nil, others)
-	l.release()
+	g.release(members)
+	for _, m := range members {
+		require.Nil(t, m.in)
+	}
 	require.True(t, l.empty())
+	for _, s := range g.members[:cap(g.members)] {
+		require.Zero(t, s)
+	}
 	for _, s := range l.steps[:cap(l.steps)] {
 		require.Nil(t, s)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -120,30 +121,74 @@ type groupMember struct {
 	cont  taskResult
 	task  bool // a workflow task's job (runTask), which takes the run's inbox
 	alone bool // left out of the group's writes: it runs alone
-	// firstTask: its writes are its run's first task's, whose waiting
-	// queries the group looks for (Worker.sendLast).
-	firstTask bool
-	// How run (below) stands: still to be taken by deliverOutcome or
-	// runTask (locked), or the cached one, not locked yet, whose writes
-	// start with a guard (guarded); noRun: there is no such run.
-	locked, guarded, noRun bool
 	// err is the step's own failure, which left it out of the group's
 	// writes (stepFailed), or its outcome's, once it ran alone.
 	err error
+	// in is its state in its group's run (groupState); nil outside it.
+	in *memberState
 
+	inGroup memberContext // the context its body runs in, in its group (call)
+}
+
+// memberState is what a group's run learns and keeps for one of its
+// members, until the run ends.
+type memberState struct {
 	// The run's row, locked by the group, and a task's inbox, read under
 	// the lock, for deliverOutcome or runTask.
 	run   *runRow
 	now   time.Time
 	inbox []engine.InboxItem
+	// How run stands: still to be taken by deliverOutcome or runTask
+	// (locked), or the cached one, not locked yet, whose writes start with
+	// a guard (guarded); noRun: there is no such run.
+	locked, guarded, noRun bool
+	// firstTask: its writes are its run's first task's, whose waiting
+	// queries the group looks for (Worker.sendLast).
+	firstTask bool
 
 	// The continuation's last writes, sent with the group's COMMIT, and
 	// the row whose claimed attempts they read (deferLast).
 	step    *engine.StepWrites
 	rest    *otherWrites
 	claimed *runRow
+}
 
-	inGroup memberContext // the context its body runs in, in its group (call)
+// groupState is what a group's run makes for its members and drops when
+// it ends: their memberStates and their last writes. It lives for one
+// groupCommitter.run on one goroutine (its last batch's callbacks run in
+// its SendBatch, its completions are told in its settle), so it is pooled,
+// emptied and cleared on release so that it keeps nothing of a member.
+type groupState struct {
+	members []memberState
+	writes  lastWrites
+}
+
+var pooledGroupStates = sync.Pool{New: func() any { return new(groupState) }}
+
+// newGroupState returns a pooled groupState, its members' states (in
+// members' order) set as a run starts: each member's row, filled in where
+// its run is read (lockRuns, fromCache), to be taken.
+func newGroupState(members []*groupMember) *groupState {
+	g := pooledGroupStates.Get().(*groupState)
+	g.members = slices.Grow(g.members, len(members))[:len(members)]
+	g.writes.grow(len(members))
+	for i, m := range members {
+		g.members[i] = memberState{run: &runRow{Run: engine.Run{ID: m.runID}}, locked: true}
+		m.in = &g.members[i]
+	}
+	return g
+}
+
+// release ends the run of taken, g's members: they leave it, and g is
+// pooled, holding nothing.
+func (g *groupState) release(taken []*groupMember) {
+	for _, m := range taken {
+		m.in = nil
+	}
+	clear(g.members)
+	g.members = g.members[:0]
+	g.writes.reset()
+	pooledGroupStates.Put(g)
 }
 
 func newGroupCommitter(w *Worker, groups *limit.Limiter) *groupCommitter {
@@ -166,21 +211,22 @@ func newGroupCommitter(w *Worker, groups *limit.Limiter) *groupCommitter {
 // (pgx.ErrNoRows if there is no such run), and a task's inbox, once: a
 // step that reads its run again must lock it itself.
 func (m *groupMember) takeLocked() (run *runRow, now time.Time, inbox []engine.InboxItem, ok bool, err error) {
-	if m == nil || !m.locked {
+	if m == nil || m.in == nil || !m.in.locked {
 		return nil, time.Time{}, nil, false, nil
 	}
-	m.locked = false
-	if m.noRun {
+	in := m.in
+	in.locked = false
+	if in.noRun {
 		err = pgx.ErrNoRows
 	}
-	return m.run, m.now, m.inbox, true, err
+	return in.run, in.now, in.inbox, true, err
 }
 
 // deferLast takes the last writes of a continuation of run (nothing is
 // written after them) to be sent with the group's COMMIT; the activities
 // they claim are the member's once they did.
 func (m *groupMember) deferLast(run *runRow) {
-	m.step, m.rest, m.claimed = run.step, run.others, run
+	m.in.step, m.in.rest, m.in.claimed = run.step, run.others, run
 }
 
 // commit records an outcome of run runID through fn (as recordOutcome does),
@@ -211,8 +257,9 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 	members := slices.SortedFunc(slices.Values(taken), func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
-	writes := pooledLastWritesFor(len(members)) // the members' last writes
-	defer writes.release()
+	g := newGroupState(members)
+	defer g.release(taken)
+	writes := &g.writes // the members' last writes
 	err := lazytx.BeginFunc(ctx, c.w.pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil { // a callback of the last batch, say
@@ -221,9 +268,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 		}()
 		for _, m := range members {
 			m.cont.dropCachedRun()
-			m.cont, m.step, m.rest, m.claimed, m.guarded, m.firstTask, m.err = taskResult{step: m}, nil, nil, nil, false, false, nil
-			// The member's row, filled in where its run is read (lockRuns, fromCache).
-			m.run, m.inbox, m.noRun, m.locked = &runRow{Run: engine.Run{ID: m.runID}}, nil, false, true
+			m.cont, m.err = taskResult{step: m}, nil
 		}
 		plansSet := false // lockRuns asks for generic plans for the whole transaction
 		switch {
@@ -235,7 +280,7 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
-			m.run, m.now, m.noRun = run, now, err != nil
+			m.in.run, m.in.now, m.in.noRun = run, now, err != nil
 		default:
 			if err := c.lockRuns(ctx, tx, members); err != nil {
 				return err
@@ -271,15 +316,16 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 				}
 				continue
 			}
-			m.locked = false
-			if m.step == nil && m.rest == nil {
+			in := m.in
+			in.locked = false
+			if in.step == nil && in.rest == nil {
 				continue
 			}
-			if m.guarded {
+			if in.guarded {
 				c.queueGuard(last, m)
 			}
-			writes.add(m.step, m.rest)
-			if m.firstTask {
+			writes.add(in.step, in.rest)
+			if in.firstTask {
 				firsts, noter = append(firsts, m.runID), &m.cont
 			}
 		}
@@ -334,8 +380,8 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, compl
 		if m.task {
 			tasks = append(tasks, m.queue)
 		}
-		if m.claimed != nil {
-			m.cont.eager = m.claimed.eager // read with the COMMIT
+		if m.in.claimed != nil {
+			m.cont.eager = m.in.claimed.eager // read with the COMMIT
 		}
 		// Before the run is let go: the run's next outcome may take the
 		// one-round-trip step from the cache (fromCache).
@@ -366,11 +412,12 @@ func (c *groupCommitter) fromCache(m *groupMember) bool {
 	if !ok || !known || len(events) == 0 {
 		return false
 	}
-	*m.run = *cached
-	m.run.State, m.run.NextEventID, m.run.TaskJobID = "running", next, nil
-	m.guarded, m.now = true, now
+	in := m.in
+	*in.run = *cached
+	in.run.State, in.run.NextEventID, in.run.TaskJobID = "running", next, nil
+	in.guarded, in.now = true, now
 	if last := events[len(events)-1].Time; last.After(now) {
-		m.now = last // history's times never go back
+		in.now = last // history's times never go back
 	}
 	return true
 }
@@ -380,12 +427,13 @@ func (c *groupCommitter) fromCache(m *groupMember) bool {
 // queued. A run that moved fails the batch (and its COMMIT) by a division
 // by zero.
 func (c *groupCommitter) queueGuard(batch *pgx.Batch, m *groupMember) {
-	c.w.store.QueueGuard(batch, m.runID, m.run.NextEventID).QueryRow(func(row pgx.Row) error {
+	next := m.in.run.NextEventID
+	c.w.store.QueueGuard(batch, m.runID, next).QueryRow(func(row pgx.Row) error {
 		var one int
 		err := row.Scan(&one)
 		if store.IsMovedError(err) {
 			c.guardMisses.Add(1)
-			c.w.histories.forgetAt(m.runID, m.run.NextEventID) // moved elsewhere (or closed): what this worker kept of it is stale
+			c.w.histories.forgetAt(m.runID, next) // moved elsewhere (or closed): what this worker kept of it is stale
 			return fmt.Errorf("run %s moved since this worker's last step of it: %w", m.runID, err)
 		}
 		if err == nil {
@@ -407,7 +455,7 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*gro
 	var tasks []uuid.UUID
 	for i, m := range members {
 		ids[i] = m.runID
-		m.noRun = true // until its row is read
+		m.in.noRun = true // until its row is read
 		if m.task {
 			tasks = append(tasks, m.runID)
 		}
@@ -421,14 +469,14 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*gro
 		if m == nil {
 			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", row.ID)
 		}
-		*m.run, m.now, m.noRun = runRow{Run: row, scanned: true}, now, false
+		*m.in.run, m.in.now, m.in.noRun = runRow{Run: row, scanned: true}, now, false
 		c.w.clock.observe(now)
 		return nil
 	})
 	if len(tasks) > 0 {
 		c.w.store.QueueReadInboxes(batch, tasks, func(runID uuid.UUID, item engine.InboxItem) {
 			m := memberOf(members, runID)
-			m.inbox = append(m.inbox, item)
+			m.in.inbox = append(m.in.inbox, item)
 		})
 	}
 	return tx.SendBatch(ctx, batch).Close()

@@ -254,7 +254,7 @@ func TestStepCommitterTellsCommittedCompletions(t *testing.T) {
 					if err := body(ctx, tx, cont); err != nil || cont.step == nil {
 						return err
 					}
-					cont.step.rest.completions = append(cont.step.rest.completions, fencingclaim.Completion{JobID: jobID})
+					cont.step.in.rest.completions = append(cont.step.in.rest.completions, fencingclaim.Completion{JobID: jobID})
 					return nil
 				}
 			}
