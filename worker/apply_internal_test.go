@@ -4,13 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
-	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/store"
 )
@@ -91,51 +89,5 @@ func TestLastWritesOneStatementPerKind(t *testing.T) {
 		require.NotContains(t, got[0], "unnest(", name)
 		require.NotContains(t, got[1], "unnest(", name)
 		require.Equal(t, "SELECT 1", got[2], "%s: the check", name)
-	}
-}
-
-// TestGroupStateReleaseHoldsNothing: a group's state, once released to
-// the pool, is empty and holds nothing of its members (their rows, their
-// claims' callbacks, their completions' contexts), its members leave it,
-// and it comes back with room for a group's members.
-func TestGroupStateReleaseHoldsNothing(t *testing.T) {
-	t.Parallel()
-	members := []*groupMember{{runID: uuid.New()}, {runID: uuid.New()}}
-	g := newGroupState(members)
-	require.Len(t, g.members, 2)
-	require.GreaterOrEqual(t, cap(g.writes.claims), 2)
-	require.GreaterOrEqual(t, cap(g.writes.completions), 2)
-	for _, m := range members {
-		require.Equal(t, m.runID, m.in.run.ID)
-		require.True(t, m.in.locked)
-	}
-	others := &otherWrites{
-		claims:      []fencingclaim.Request{{Params: fencingclaim.Params{ID: 1}, Done: func(*fencingclaim.Claim) {}}},
-		completions: []fencingclaim.Completion{{JobID: 1, Ctx: t.Context()}},
-	}
-	others.checks.Queue("SELECT 1")
-	l := &g.writes
-	l.add(&engine.StepWrites{}, others)
-	l.add(nil, others)
-	g.release(members)
-	for _, m := range members {
-		require.Nil(t, m.in)
-	}
-	require.True(t, l.empty())
-	for _, s := range g.members[:cap(g.members)] {
-		require.Zero(t, s)
-	}
-	for _, s := range l.steps[:cap(l.steps)] {
-		require.Nil(t, s)
-	}
-	for _, c := range l.claims[:cap(l.claims)] {
-		require.Zero(t, c.Params)
-		require.Nil(t, c.Done)
-	}
-	for _, c := range l.completions[:cap(l.completions)] {
-		require.Zero(t, c)
-	}
-	for _, q := range l.checks.QueuedQueries[:cap(l.checks.QueuedQueries)] {
-		require.Nil(t, q)
 	}
 }

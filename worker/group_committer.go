@@ -17,7 +17,6 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
-	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/group"
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
@@ -154,39 +153,50 @@ type memberState struct {
 }
 
 // groupState is what a group's run makes for its members and drops when
-// it ends: their memberStates and their last writes. It lives for one
-// groupCommitter.run on one goroutine (its last batch's callbacks run in
-// its SendBatch, its completions are told in its settle), so it is pooled,
-// emptied and cleared on release so that it keeps nothing of a member.
+// it ends: their memberStates, their last writes and the lists of them its
+// statements and its settle read. It lives for one groupCommitter.run on
+// one goroutine (its batches' callbacks run in their SendBatch, its
+// completions are told in its settle), so it is pooled, emptied and
+// cleared on release so that it keeps nothing of a member.
 type groupState struct {
-	members []memberState
+	members []*groupMember // in run ID order
+	states  []memberState  // by member
 	writes  lastWrites
+
+	ids, tasks []uuid.UUID // the runs lockRuns reads, and those of tasks
+	firsts     []uuid.UUID // runs of the first tasks written
+	queues     []string    // of the fetched tasks committed
 }
 
 var pooledGroupStates = sync.Pool{New: func() any { return new(groupState) }}
 
-// newGroupState returns a pooled groupState, its members' states (in
-// members' order) set as a run starts: each member's row, filled in where
-// its run is read (lockRuns, fromCache), to be taken.
-func newGroupState(members []*groupMember) *groupState {
+// newGroupState returns a pooled groupState for taken, its members' states
+// set as a run starts: each member's row, filled in where its run is read
+// (lockRuns, fromCache), to be taken.
+func newGroupState(taken []*groupMember) *groupState {
 	g := pooledGroupStates.Get().(*groupState)
-	g.members = slices.Grow(g.members, len(members))[:len(members)]
-	g.writes.grow(len(members))
-	for i, m := range members {
-		g.members[i] = memberState{run: &runRow{Run: engine.Run{ID: m.runID}}, locked: true}
-		m.in = &g.members[i]
+	g.members = append(g.members, taken...)
+	slices.SortFunc(g.members, func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
+	g.states = slices.Grow(g.states, len(taken))[:len(taken)]
+	g.writes.grow(len(taken))
+	for i, m := range g.members {
+		g.states[i] = memberState{run: &runRow{Run: engine.Run{ID: m.runID}}, locked: true}
+		m.in = &g.states[i]
 	}
 	return g
 }
 
-// release ends the run of taken, g's members: they leave it, and g is
-// pooled, holding nothing.
-func (g *groupState) release(taken []*groupMember) {
-	for _, m := range taken {
+// release ends the run of g's members: they leave it, and g is pooled,
+// holding nothing.
+func (g *groupState) release() {
+	for _, m := range g.members {
 		m.in = nil
 	}
 	clear(g.members)
-	g.members = g.members[:0]
+	clear(g.states)
+	clear(g.queues)
+	g.members, g.states, g.queues = g.members[:0], g.states[:0], g.queues[:0]
+	g.ids, g.tasks, g.firsts = g.ids[:0], g.tasks[:0], g.firsts[:0]
 	g.writes.reset()
 	pooledGroupStates.Put(g)
 }
@@ -254,12 +264,11 @@ func (c *groupCommitter) release(runID uuid.UUID) { c.group.Release(runID) }
 // run commits one group (outcomes of distinct runs, none held by another),
 // and returns how many outcomes it committed and which ones run alone.
 func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool) {
-	members := slices.SortedFunc(slices.Values(taken), func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
-	g := newGroupState(members)
-	defer g.release(taken)
-	writes := &g.writes // the members' last writes
+	g := newGroupState(taken)
+	defer g.release()
+	members, writes := g.members, &g.writes
 	err := lazytx.BeginFunc(ctx, c.w.pool, func(tx pgx.Tx) (err error) {
 		defer func() {
 			if r := recover(); r != nil { // a callback of the last batch, say
@@ -282,16 +291,13 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			}
 			m.in.run, m.in.now, m.in.noRun = run, now, err != nil
 		default:
-			if err := c.lockRuns(ctx, tx, members); err != nil {
+			if err := c.lockRuns(ctx, tx, g); err != nil {
 				return err
 			}
 			plansSet = true
 		}
-		var (
-			firsts []uuid.UUID // runs of the first tasks written
-			noter  *taskResult // one of them, to notify the query responders
-		)
-		last := &pgx.Batch{} // the guards, then the members' writes
+		var noter *taskResult // of a first task written, to notify the query responders
+		last := &pgx.Batch{}  // the guards, then the members' writes
 		for _, m := range members {
 			// An attempt that lost its lease is refused: alone, it fails as
 			// it would have, without failing the group. One whose deadline
@@ -326,27 +332,28 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			}
 			writes.add(in.step, in.rest)
 			if in.firstTask {
-				firsts, noter = append(firsts, m.runID), &m.cont
+				g.firsts, noter = append(g.firsts, m.runID), &m.cont
 			}
 		}
 		if writes.empty() {
 			return nil
 		}
 		c.w.queueLastWrites(last, writes, plansSet)
-		if len(firsts) > 0 {
-			c.w.queueQueriesWaiting(last, firsts, noter)
+		if len(g.firsts) > 0 {
+			c.w.queueQueriesWaiting(last, g.firsts, noter)
 		}
 		lazytx.QueueCommit(tx, last)
 		return tx.SendBatch(ctx, last).Close()
 	})
-	return c.settle(ctx, taken, writes.completions, err)
+	return c.settle(ctx, taken, g, err)
 }
 
-// settle tells, by member of taken, whether it runs alone after its group
-// ended with err, and lets the committed members' runs go on; once the
-// group committed, the fencing driver learns that the completions in its
-// last writes did (before the members' attempts return).
-func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, completions []fencingclaim.Completion, err error) (committed int, alone []bool) {
+// settle tells, by member of taken (g's members, as the group took them),
+// whether it runs alone after its group ended with err, and lets the
+// committed members' runs go on; once the group committed, the fencing
+// driver learns that the completions in its last writes did (before the
+// members' attempts return).
+func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, g *groupState, err error) (committed int, alone []bool) {
 	if errors.Is(err, lazytx.ErrCommittedDespiteCallback) {
 		// As in outcomeTxOnce: the outcomes are recorded; what the failed
 		// callback should have noted is left to recovery.
@@ -361,12 +368,11 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, compl
 			slog.Int("outcomes", len(taken)), slog.String("error", err.Error()))
 	default:
 		c.committed.Add(1)
-		if len(completions) > 0 {
-			c.w.claims.Committed(completions)
+		if len(g.writes.completions) > 0 {
+			c.w.claims.Committed(g.writes.completions)
 		}
 	}
 	alone = make([]bool, len(taken))
-	var tasks []string // queues of the fetched tasks committed
 	for i, m := range taken {
 		if err != nil || m.alone {
 			m.alone, alone[i] = true, true
@@ -378,7 +384,7 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, compl
 		}
 		committed++
 		if m.task {
-			tasks = append(tasks, m.queue)
+			g.queues = append(g.queues, m.queue)
 		}
 		if m.in.claimed != nil {
 			m.cont.eager = m.in.claimed.eager // read with the COMMIT
@@ -390,8 +396,8 @@ func (c *groupCommitter) settle(ctx context.Context, taken []*groupMember, compl
 	if committed > 1 {
 		c.grouped.Add(int64(committed))
 	}
-	if len(tasks) > 0 {
-		c.w.refetch(ctx, tasks) // their River slots free as they return (refetch.go)
+	if len(g.queues) > 0 {
+		c.w.refetch(ctx, g.queues) // their River slots free as they return (refetch.go)
 	}
 	return committed, alone
 }
@@ -443,28 +449,27 @@ func (c *groupCommitter) queueGuard(batch *pgx.Batch, m *groupMember) {
 	})
 }
 
-// lockRuns locks and reads the runs of a group's members (sorted by run
-// ID) in one statement, in run ID order, as every group does, so that
-// groups never wait for each other in a cycle; a member whose run is gone
+// lockRuns locks and reads the runs of g's members (sorted by run ID) in
+// one statement, in run ID order, as every group does, so that groups
+// never wait for each other in a cycle; a member whose run is gone
 // gets pgx.ErrNoRows, as a lone lock would. The tasks' inboxes are read in
 // one more statement of the same round trip: read, not taken, since a
 // member that leaves the group must leave its inbox as it was (a task that
 // stays deletes what it took with its writes, engine.StepWrites.Taken).
-func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*groupMember) error {
-	ids := make([]uuid.UUID, len(members))
-	var tasks []uuid.UUID
-	for i, m := range members {
-		ids[i] = m.runID
+func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, g *groupState) error {
+	members := g.members
+	for _, m := range members {
+		g.ids = append(g.ids, m.runID)
 		m.in.noRun = true // until its row is read
 		if m.task {
-			tasks = append(tasks, m.runID)
+			g.tasks = append(g.tasks, m.runID)
 		}
 	}
 	// The group's whole transaction plans as its last writes do
 	// (dbschema.GenericPlansSQL), this statement over an array included.
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	c.w.store.QueueLockRuns(batch, ids, func(row engine.Run, now time.Time) error {
+	c.w.store.QueueLockRuns(batch, g.ids, func(row engine.Run, now time.Time) error {
 		m := memberOf(members, row.ID)
 		if m == nil {
 			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", row.ID)
@@ -473,8 +478,8 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, members []*gro
 		c.w.clock.observe(now)
 		return nil
 	})
-	if len(tasks) > 0 {
-		c.w.store.QueueReadInboxes(batch, tasks, func(runID uuid.UUID, item engine.InboxItem) {
+	if len(g.tasks) > 0 {
+		c.w.store.QueueReadInboxes(batch, g.tasks, func(runID uuid.UUID, item engine.InboxItem) {
 			m := memberOf(members, runID)
 			m.in.inbox = append(m.in.inbox, item)
 		})

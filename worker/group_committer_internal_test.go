@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -810,4 +812,60 @@ func requireNoHolds(t *testing.T, c *groupCommitter) {
 		_, held := c.group.Stats()
 		return held == 0
 	}, 10*time.Second, time.Millisecond, "every hold released")
+}
+
+// TestGroupStateReleaseHoldsNothing: a group's state has its members in
+// run ID order, each pointing to its state; once released to the pool, it
+// is empty and holds nothing of its members (their rows, their claims'
+// callbacks, their completions' contexts), its members leave it, and it
+// comes back with room for a group's members.
+func TestGroupStateReleaseHoldsNothing(t *testing.T) {
+	t.Parallel()
+	members := []*groupMember{{runID: uuid.UUID{2}}, {runID: uuid.UUID{1}}}
+	g := newGroupState(members)
+	require.Len(t, g.states, 2)
+	require.Len(t, g.members, 2)
+	require.True(t, slices.IsSortedFunc(g.members, func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) }))
+	require.GreaterOrEqual(t, cap(g.writes.claims), 2)
+	require.GreaterOrEqual(t, cap(g.writes.completions), 2)
+	for _, m := range members {
+		require.Equal(t, m.runID, m.in.run.ID)
+		require.True(t, m.in.locked)
+	}
+	others := &otherWrites{
+		claims:      []fencingclaim.Request{{Params: fencingclaim.Params{ID: 1}, Done: func(*fencingclaim.Claim) {}}},
+		completions: []fencingclaim.Completion{{JobID: 1, Ctx: t.Context()}},
+	}
+	others.checks.Queue("SELECT 1")
+	l := &g.writes
+	l.add(&engine.StepWrites{}, others)
+	l.add(nil, others)
+	g.queues = append(g.queues, "q")
+	g.release()
+	for _, m := range members {
+		require.Nil(t, m.in)
+	}
+	require.True(t, l.empty())
+	for _, s := range g.states[:cap(g.states)] {
+		require.Zero(t, s)
+	}
+	for _, m := range g.members[:cap(g.members)] {
+		require.Nil(t, m)
+	}
+	for _, q := range g.queues[:cap(g.queues)] {
+		require.Empty(t, q)
+	}
+	for _, s := range l.steps[:cap(l.steps)] {
+		require.Nil(t, s)
+	}
+	for _, c := range l.claims[:cap(l.claims)] {
+		require.Zero(t, c.Params)
+		require.Nil(t, c.Done)
+	}
+	for _, c := range l.completions[:cap(l.completions)] {
+		require.Zero(t, c)
+	}
+	for _, q := range l.checks.QueuedQueries[:cap(l.checks.QueuedQueries)] {
+		require.Nil(t, q)
+	}
 }
