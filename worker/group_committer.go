@@ -247,7 +247,7 @@ func (c *groupCommitter) commit(ctx context.Context, runID uuid.UUID, fn func(ct
 
 // do commits m, an outcome or a task, as commit does.
 func (c *groupCommitter) do(m *groupMember) error {
-	_ = c.group.Do(context.WithoutCancel(m.ctx), m) // a member waits for its group, whatever its attempt's ctx
+	_ = c.group.Do(context.Background(), m) // a member waits for its group, whatever its attempt's ctx
 	if !m.alone {
 		c.w.settle(m.err, &m.cont)
 	}
