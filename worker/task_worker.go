@@ -474,13 +474,9 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 	params.Decode, params.Go = d.facts.Decode, w.goroutines.Go
 	params.Info.Generation, params.Info.Kind, params.Info.RunID, params.Info.WorkflowID = run.Generation, run.Kind, run.ID.String(), run.WorkflowID
 	params.Logger = w.config.Logger // the engine adds the run's kind and IDs
-	outcome, cachedRun, err := replay.Start(replayCtx, def, params)
+	cachedRun, err := replay.StartInto(replayCtx, def, params, &d.outcome)
 	result.cachedRun = cachedRun
-	if err != nil {
-		return err
-	}
-	d.outcome = *outcome
-	return nil
+	return err
 }
 
 // sendLast queues the step's last writes (the CAS, a closing run's

@@ -45,27 +45,38 @@ type CachedRun struct {
 // Start runs one workflow task, as [Execute] does, and returns with its
 // outcome the cached run that continues the run from it. It is nil
 // when the task ended the run (Outcome.Completed) or failed.
-func Start(ctx context.Context, def *Definition, params *ExecuteParams) (out *Outcome, s *CachedRun, err error) {
+func Start(ctx context.Context, def *Definition, params *ExecuteParams) (*Outcome, *CachedRun, error) {
+	out := &Outcome{}
+	s, err := StartInto(ctx, def, params, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, s, nil
+}
+
+// StartInto is Start, writing the task's outcome over out (the caller's:
+// the cached run keeps no reference to it); out is to be ignored when it
+// fails.
+func StartInto(ctx context.Context, def *Definition, params *ExecuteParams, out *Outcome) (s *CachedRun, err error) {
 	if params.Now.IsZero() {
-		return nil, nil, errors.New("replay: ExecuteParams.Now is required")
+		return nil, errors.New("replay: ExecuteParams.Now is required")
 	}
 	e, err := newEngine(ctx, def, params)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer func() {
 		if s == nil { // failed, ended the run, or panicked (outside workflow code)
 			e.sched.Close()
 		}
 	}()
-	out, err = e.execute()
-	if err != nil || out.Completed {
-		return out, nil, err
+	if err := e.execute(out); err != nil || out.Completed {
+		return nil, err
 	}
 	s = &CachedRun{e: e, next: int64(len(e.params.History)+len(out.Events)) + 1}
 	s.decided(out)
 	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, e.sched)
-	return out, s, nil
+	return s, nil
 }
 
 // decided notes the task that just ran, and lets go of what the engine
@@ -131,9 +142,11 @@ func (s *CachedRun) ContinueInto(ctx context.Context, params *ExecuteParams, out
 			s.Close()
 		}
 	}()
-	out, err := s.e.continueTask(ctx, params, out)
-	if err != nil || out.Completed {
-		return out, err
+	if err := s.e.continueTask(ctx, params, out); err != nil {
+		return nil, err
+	}
+	if out.Completed {
+		return out, nil
 	}
 	done = true
 	s.next += int64(len(out.Events))
@@ -154,9 +167,9 @@ func (s *CachedRun) Close() {
 
 // continueTask opens a new task on an engine whose code stands where its
 // last task (live) left it: what execute does after replaying the history.
-func (e *engine) continueTask(ctx context.Context, params *ExecuteParams, out *Outcome) (*Outcome, error) {
+func (e *engine) continueTask(ctx context.Context, params *ExecuteParams, out *Outcome) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	logger := e.params.Logger // the cached run's
 	e.ctx, e.params = ctx, *params

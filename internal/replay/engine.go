@@ -135,40 +135,43 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidHistory, fmt.Sprintf(format, args...))
 }
 
-func (e *engine) execute() (*Outcome, error) {
+// execute runs the task of e.params, writing its outcome over out.
+func (e *engine) execute(out *Outcome) error {
 	tasks, tail, err := splitHistory(e.params.History, e.params.Decode)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if n := len(e.params.History); n > 0 {
 		last := e.params.History[n-1]
 		if last.Type.IsTerminal() {
-			return closedOutcome(last, e.params.Inputs, "the run is closed")
+			return closedOutcome(last, e.params.Inputs, "the run is closed", out)
 		}
 	}
 	for i := range tasks {
 		if err := e.replayTask(&tasks[i]); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := e.ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	e.codeRan = len(tasks) > 0
-	return e.decide(tail, &Outcome{})
+	return e.decide(tail, out)
 }
 
-func closedOutcome(last history.Event, inputs []history.Event, reason string) (*Outcome, error) {
+// closedOutcome writes over out the outcome of a task on a closed run,
+// whose last event is last: every input dropped.
+func closedOutcome(last history.Event, inputs []history.Event, reason string, out *Outcome) error {
 	attrs, err := history.DecodeAttributes(last)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
+		return fmt.Errorf("%w: %w", ErrInvalidHistory, err)
 	}
-	out := &Outcome{Completed: true}
+	*out = Outcome{Completed: true}
 	out.close(attrs)
 	for _, in := range inputs {
 		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
 	}
-	return out, nil
+	return nil
 }
 
 // close sets what the command that ended the run says of its end.
@@ -221,31 +224,31 @@ func (e *engine) replayTask(t *task) error {
 // decide opens the new task: it delivers the trailing inputs of history and
 // the new inputs, appends the boundary and runs the code live, writing its
 // outcome over out.
-func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
+func (e *engine) decide(tail []recorded, out *Outcome) error {
 	*out = Outcome{}
 	e.replaying = false
 	e.nextID = int64(len(e.params.History)) + 1
 	e.now = e.params.Now
-	e.events = make([]history.Event, 0, len(tail)+len(e.params.Inputs)+2) // and the boundary, and usually a command
+	e.events = make([]history.Event, 0, len(e.params.Inputs)+2) // and the boundary, and usually a command (tail is history)
 	e.info.TaskAttempt = e.params.Info.TaskAttempt
 	for _, in := range tail {
 		if reason, err := e.deliver(in.event, in.attrs); err != nil {
-			return nil, err
+			return err
 		} else if reason != "" {
-			return nil, invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
+			return invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
 		}
 	}
 	for _, in := range e.params.Inputs {
 		if !in.Type.IsInput() {
-			return nil, invalid("input of type %s: only outcomes can be inputs", in.Type)
+			return invalid("input of type %s: only outcomes can be inputs", in.Type)
 		}
 		if in.Type == history.EventWorkflowStarted && e.nextID != 1 {
-			return nil, invalid("input %s given for a run that has a history", in.Type)
+			return invalid("input %s given for a run that has a history", in.Type)
 		}
 		in.ID = 0
 		attrs, err := history.DecodeAttributes(in)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
+			return fmt.Errorf("%w: %w", ErrInvalidHistory, err)
 		}
 		if update, ok := attrs.(*history.UpdateAcceptedAttributes); ok {
 			switch verdict, failure := e.judgeUpdate(update); verdict {
@@ -263,7 +266,7 @@ func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
 		}
 		reason, err := e.deliver(in, attrs)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if reason != "" {
 			out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
@@ -274,17 +277,17 @@ func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
 		e.events = append(e.events, in)
 	}
 	if !e.started {
-		return nil, invalid("the run has no %s event", history.EventWorkflowStarted)
+		return invalid("the run has no %s event", history.EventWorkflowStarted)
 	}
 	boundary, err := history.NewBoundary(e.nextID, e.now, e.params.Info.TaskAttempt)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	e.boundaryID, e.expected, e.cursor = e.nextID, nil, 0
 	e.nextID++
 	e.events = append(e.events, boundary)
 	if err := e.run(); err != nil {
-		return nil, err
+		return err
 	}
 	out.Events, out.Activities, out.Timers = e.events, e.activities, e.timers
 	out.CanceledActivities, out.CanceledTimers = e.canceledActivities, e.canceledTimers
@@ -296,7 +299,7 @@ func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
 			out.CarriedSignals = e.pendingSignals()
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // deliver applies one input. A non-empty reason means the input can't
