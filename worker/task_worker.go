@@ -471,7 +471,10 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 		_, err := cachedRun.ContinueInto(replayCtx, params, &d.outcome) // the run's identity is the cached run's
 		return err
 	}
-	params.Decode, params.Go = d.facts.Decode, w.goroutines.Go
+	params.Go = w.goroutines.Go
+	if len(d.toAppend) == 0 { // the memo keeps committed events' facts: not a first task's WorkflowStarted
+		params.Decode = d.facts.Decode
+	}
 	params.Info.Generation, params.Info.Kind, params.Info.RunID, params.Info.WorkflowID = run.Generation, run.Kind, run.ID.String(), run.WorkflowID
 	params.Logger = w.config.Logger // the engine adds the run's kind and IDs
 	cachedRun, err := replay.StartInto(replayCtx, def, params, &d.outcome)
