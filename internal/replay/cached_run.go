@@ -70,18 +70,18 @@ func StartInto(ctx context.Context, def *Definition, params *ExecuteParams, out 
 			e.sched.Close()
 		}
 	}()
-	if err := e.execute(out); err != nil || out.Completed {
+	if err := e.execute(params, out); err != nil || out.Completed {
 		return nil, err
 	}
-	s = &CachedRun{e: e, next: int64(len(e.params.History)+len(out.Events)) + 1}
+	s = &CachedRun{e: e, next: int64(len(params.History)+len(out.Events)) + 1}
 	s.decided(out)
 	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, e.sched)
 	return s, nil
 }
 
 // decided notes the task that just ran, and lets go of what the engine
-// kept of its inputs: between tasks the cached run holds only the code's
-// state (the caller has the history).
+// kept of its outcome: between tasks the cached run holds only the code's
+// state (the caller has the outcome and the history).
 func (s *CachedRun) decided(out *Outcome) {
 	s.last = out.Events[len(out.Events)-1]
 	s.last.Attributes = nil
@@ -89,10 +89,6 @@ func (s *CachedRun) decided(out *Outcome) {
 	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil // the caller has them
 	e.canceledActivities, e.canceledTimers = nil, nil
 	e.rejectedUpdates, e.deferredInputs = nil, nil
-	e.params = ExecuteParams{
-		ActivityResultType: e.params.ActivityResultType, Codec: e.params.Codec, Logger: e.params.Logger,
-		MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now,
-	}
 }
 
 // NextEventID is the ID of the event the cached run's next task appends
@@ -171,9 +167,7 @@ func (e *engine) continueTask(ctx context.Context, params *ExecuteParams, out *O
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	logger := e.params.Logger // the cached run's
-	e.ctx, e.params = ctx, *params
-	e.params.Logger = logger
+	e.ctx, e.maxPayloadBytes, e.resultType = ctx, params.MaxPayloadBytes, params.ActivityResultType
 	e.codeRan = true
-	return e.decide(nil, out)
+	return e.decide(nil, params, out)
 }

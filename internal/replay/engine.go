@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -23,16 +24,20 @@ import (
 // replay must stop (non-determinism).
 type abort struct{ err error }
 
-// engine runs one workflow task. It implements env.Env for workflow code.
+// engine runs a run's workflow tasks, each given its ExecuteParams (not
+// kept: between tasks the engine holds only the code's state and what
+// ExecuteParams says of the run). It implements env.Env for workflow code.
 type engine struct {
-	ctx     context.Context
-	codec   Codec
-	def     *Definition
-	info    env.Info
-	logger  *slog.Logger // made on first use, from params.Logger
-	params  ExecuteParams
-	sched   *coroutine.Scheduler
-	stopRun func() bool // stops the scheduler's Run once the code returned or must stop
+	ctx             context.Context
+	codec           Codec
+	def             *Definition
+	info            env.Info
+	logTo           *slog.Logger // ExecuteParams.Logger
+	logger          *slog.Logger // made on first use, from logTo
+	maxPayloadBytes int          // ExecuteParams.MaxPayloadBytes
+	resultType      func(kind string) (reflect.Type, bool)
+	sched           *coroutine.Scheduler
+	stopRun         func() bool // stops the scheduler's Run once the code returned or must stop
 
 	now       time.Time
 	replaying bool
@@ -102,11 +107,13 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	}
 	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
 	e := &engine{
-		ctx:    ctx,
-		codec:  params.Codec,
-		def:    def,
-		params: *params,
-		sched:  coroutine.New(deadlockTimeout, params.Go),
+		ctx:             ctx,
+		codec:           params.Codec,
+		def:             def,
+		logTo:           params.Logger,
+		maxPayloadBytes: params.MaxPayloadBytes,
+		resultType:      params.ActivityResultType,
+		sched:           coroutine.New(deadlockTimeout, params.Go),
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -135,16 +142,16 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidHistory, fmt.Sprintf(format, args...))
 }
 
-// execute runs the task of e.params, writing its outcome over out.
-func (e *engine) execute(out *Outcome) error {
-	tasks, tail, err := splitHistory(e.params.History, e.params.Decode)
+// execute runs the task of params, writing its outcome over out.
+func (e *engine) execute(params *ExecuteParams, out *Outcome) error {
+	tasks, tail, err := splitHistory(params.History, params.Decode)
 	if err != nil {
 		return err
 	}
-	if n := len(e.params.History); n > 0 {
-		last := e.params.History[n-1]
+	if n := len(params.History); n > 0 {
+		last := params.History[n-1]
 		if last.Type.IsTerminal() {
-			return closedOutcome(last, e.params.Inputs, "the run is closed", out)
+			return closedOutcome(last, params.Inputs, "the run is closed", out)
 		}
 	}
 	for i := range tasks {
@@ -156,7 +163,7 @@ func (e *engine) execute(out *Outcome) error {
 		return err
 	}
 	e.codeRan = len(tasks) > 0
-	return e.decide(tail, out)
+	return e.decide(tail, params, out)
 }
 
 // closedOutcome writes over out the outcome of a task on a closed run,
@@ -221,16 +228,16 @@ func (e *engine) replayTask(t *task) error {
 	return nil
 }
 
-// decide opens the new task: it delivers the trailing inputs of history and
-// the new inputs, appends the boundary and runs the code live, writing its
-// outcome over out.
-func (e *engine) decide(tail []recorded, out *Outcome) error {
+// decide opens the task of params: it delivers the trailing inputs of
+// history and the new inputs, appends the boundary and runs the code live,
+// writing its outcome over out.
+func (e *engine) decide(tail []recorded, params *ExecuteParams, out *Outcome) error {
 	*out = Outcome{}
 	e.replaying = false
-	e.nextID = int64(len(e.params.History)) + 1
-	e.now = e.params.Now
-	e.events = make([]history.Event, 0, len(e.params.Inputs)+2) // and the boundary, and usually a command (tail is history)
-	e.info.TaskAttempt = e.params.Info.TaskAttempt
+	e.nextID = int64(len(params.History)) + 1
+	e.now = params.Now
+	e.events = make([]history.Event, 0, len(params.Inputs)+2) // and the boundary, and usually a command (tail is history)
+	e.info.TaskAttempt = params.Info.TaskAttempt
 	for _, in := range tail {
 		if reason, err := e.deliver(in.event, in.attrs); err != nil {
 			return err
@@ -238,7 +245,7 @@ func (e *engine) decide(tail []recorded, out *Outcome) error {
 			return invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
 		}
 	}
-	for _, in := range e.params.Inputs {
+	for _, in := range params.Inputs {
 		if !in.Type.IsInput() {
 			return invalid("input of type %s: only outcomes can be inputs", in.Type)
 		}
@@ -279,7 +286,7 @@ func (e *engine) decide(tail []recorded, out *Outcome) error {
 	if !e.started {
 		return invalid("the run has no %s event", history.EventWorkflowStarted)
 	}
-	boundary, err := history.NewBoundary(e.nextID, e.now, e.params.Info.TaskAttempt)
+	boundary, err := history.NewBoundary(e.nextID, e.now, params.Info.TaskAttempt)
 	if err != nil {
 		return err
 	}
