@@ -90,8 +90,8 @@ type updateHandler struct {
 // code.
 type operation struct {
 	ctx     env.Context // its Context, whose cancelling cancels it; nil: never (children)
-	child   bool
 	promise env.Promise // made with it: one allocation
+	child   bool
 	timer   bool
 }
 
