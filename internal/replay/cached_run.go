@@ -38,7 +38,7 @@ type CachedRun struct {
 	cleanup runtime.Cleanup
 	closed  bool
 	e       *engine
-	last    history.Event // the last event it decided (its attributes dropped)
+	last    history.EventType // of the last event it decided, NextEventID-1
 	next    int64
 }
 
@@ -83,8 +83,7 @@ func StartInto(ctx context.Context, def *Definition, params *ExecuteParams, out 
 // kept of its outcome: between tasks the cached run holds only the code's
 // state (the caller has the outcome and the history).
 func (s *CachedRun) decided(out *Outcome) {
-	s.last = out.Events[len(out.Events)-1]
-	s.last.Attributes = nil
+	s.last = out.Events[len(out.Events)-1].Type
 	e := s.e
 	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil // the caller has them
 	e.canceledActivities, e.canceledTimers = nil, nil
@@ -128,9 +127,9 @@ func (s *CachedRun) ContinueInto(ctx context.Context, params *ExecuteParams, out
 	case int64(len(params.History))+1 != s.next:
 		s.Close()
 		return nil, fmt.Errorf("%w: it stands at event %d, the history has %d events", ErrCachedRunMismatch, s.next-1, len(params.History))
-	case params.History[len(params.History)-1].Type != s.last.Type:
+	case params.History[len(params.History)-1].Type != s.last:
 		s.Close()
-		return nil, fmt.Errorf("%w: its event %d is %s, the history's %s", ErrCachedRunMismatch, s.last.ID, s.last.Type, params.History[len(params.History)-1].Type)
+		return nil, fmt.Errorf("%w: its event %d is %s, the history's %s", ErrCachedRunMismatch, s.next-1, s.last, params.History[len(params.History)-1].Type)
 	}
 	done := false
 	defer func() {
