@@ -140,12 +140,10 @@ func PendingWork(events []history.Event, facts *Facts, appended []history.Event,
 }
 
 // OnlyBoundary reports whether a task's outcome records nothing but its
-// WorkflowTaskStarted boundary, on a run that already has a history
-// (appended, what the step appends ahead of the code's events, is empty):
-// the step then records nothing.
-func OnlyBoundary(appended []history.Event, outcome *replay.Outcome) bool {
-	return len(appended) == 0 && !outcome.Completed &&
-		len(outcome.Events) == 1 && outcome.Events[0].Type == history.EventWorkflowTaskStarted
+// WorkflowTaskStarted boundary (a run's first task records its
+// WorkflowStarted too): the step then records nothing.
+func OnlyBoundary(outcome *replay.Outcome) bool {
+	return !outcome.Completed && len(outcome.Events) == 1 && outcome.Events[0].Type == history.EventWorkflowTaskStarted
 }
 
 // StepParams is what a step decides from.
