@@ -58,7 +58,7 @@ type engine struct {
 	canceledTimers     []int64
 	timers             []StartedTimer
 
-	operations map[int64]*operation // every activity and timer, by event ID
+	operations []*operation // every activity, timer and child, by event ID (the order they start in)
 	pending    []*operation         // those without an outcome, by event ID
 
 	cancelRequested bool
@@ -383,7 +383,7 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 	case child:
 		what = "child workflow"
 	}
-	op, ok := e.operations[id]
+	op, ok := e.operation(id)
 	switch {
 	case !ok || op.timer != timer || op.child != child:
 		return fmt.Sprintf("no %s was started by event %d", what, id), nil
@@ -392,6 +392,15 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 	}
 	e.resolve(op, attrs)
 	return "", nil
+}
+
+// operation returns the operation started by event id, if any.
+func (e *engine) operation(id int64) (*operation, bool) {
+	i, ok := slices.BinarySearchFunc(e.operations, id, func(op *operation, id int64) int { return cmp.Compare(op.promise.EventID, id) })
+	if !ok {
+		return nil, false
+	}
+	return e.operations[i], true
 }
 
 func (e *engine) resolve(op *operation, outcome history.Attributes) {

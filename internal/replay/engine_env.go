@@ -147,7 +147,7 @@ func (e *engine) StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttribu
 	rec := e.commandOrAbort(attrs)
 	op := &operation{child: true, promise: env.Promise{EventID: rec.event.ID, Kind: attrs.Kind}}
 	e.pending = append(e.pending, op)
-	set(&e.operations, op.promise.EventID, op)
+	e.operations = append(e.operations, op) // event IDs only grow
 	if !e.replaying {
 		e.children = append(e.children, ScheduledChild{Attributes: attrs, EventID: op.promise.EventID})
 	}
@@ -158,7 +158,7 @@ func (e *engine) startOperation(attrs history.Attributes, kind string, ctx env.C
 	rec := e.commandOrAbort(attrs)
 	op := &operation{ctx: ctx, promise: env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
 	e.pending = append(e.pending, op)
-	set(&e.operations, op.promise.EventID, op)
+	e.operations = append(e.operations, op) // event IDs only grow
 	return op
 }
 
