@@ -498,10 +498,10 @@ func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history
 	return events, engine.NewFacts(), err
 }
 
-// stageHistory notes in result the history a task is committing, for the
-// cache once the commit succeeds (commitHistory). Times are kept as the
-// database returns them (microseconds), so a cached history replays exactly
-// like one read back.
+// stageHistory notes in result the history a task is committing (events,
+// then appended, which follows it), for the cache once the commit succeeds
+// (commitHistory). Times are kept as the database returns them
+// (microseconds), so a cached history replays exactly like one read back.
 func stageHistory(result *taskResult, run *runRow, events, appended []history.Event, closed bool) {
 	result.runID = run.ID
 	if run.scanned {
@@ -511,16 +511,24 @@ func stageHistory(result *taskResult, run *runRow, events, appended []history.Ev
 		result.history = nil
 		return
 	}
+	if len(events) == 0 && !slices.ContainsFunc(appended, notAsStored) {
+		result.history = appended[:len(appended):len(appended)] // a first task's events, shared: only read
+		return
+	}
 	all := make([]history.Event, 0, len(events)+len(appended))
 	all = append(all, events...)
 	for _, e := range appended {
-		if e.ID > int64(len(all)) {
-			e.Time = time.UnixMicro(e.Time.UnixMicro())
-			all = append(all, e)
-		}
+		e.Time = asStored(e.Time)
+		all = append(all, e)
 	}
 	result.history = all
 }
+
+// asStored is t as the database returns it: in microseconds, local time.
+func asStored(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()) }
+
+// notAsStored reports whether e's time is not as the database returns it.
+func notAsStored(e history.Event) bool { return e.Time != asStored(e.Time) }
 
 // commitHistory applies what stageHistory noted, once the task's
 // transaction committed.

@@ -445,3 +445,49 @@ func TestHistoryCacheTasksBeforeStarts(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// TestStageHistory: the history a task stages for the cache is the run's
+// history, then the task's events, with their times as the database returns
+// them (microseconds, local time); a first task's events whose times are
+// already so are staged as they are, with no room to append in place.
+func TestStageHistory(t *testing.T) {
+	t.Parallel()
+
+	stored := time.UnixMicro(time.Now().UnixMicro())
+	precise := time.Now() // nanoseconds, and a monotonic reading
+	events := func(from int64, at time.Time, n int) []history.Event {
+		var out []history.Event
+		for i := range n {
+			out = append(out, history.Event{ID: from + int64(i), Type: history.EventWorkflowTaskStarted, Time: at, Attributes: []byte("{}")})
+		}
+		return out
+	}
+	run := &runRow{}
+	for _, c := range []struct {
+		name             string
+		events, appended []history.Event
+		shared           bool
+	}{
+		{name: "FirstTaskAsStored", appended: events(1, stored, 3), shared: true},
+		{name: "FirstTaskPrecise", appended: events(1, precise, 3)},
+		{name: "LaterTask", events: events(1, stored, 3), appended: events(4, precise, 2)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var result taskResult
+			stageHistory(&result, run, c.events, c.appended, false)
+			require.Len(t, result.history, len(c.events)+len(c.appended))
+			for i, e := range result.history {
+				require.Equal(t, int64(i)+1, e.ID)
+				require.Equal(t, time.UnixMicro(e.Time.UnixMicro()), e.Time, "event %d's time as stored", e.ID)
+			}
+			require.Equal(t, c.shared, &result.history[0] == &c.appended[0], "shared")
+			require.Equal(t, len(result.history), cap(result.history), "room to append in place")
+			if len(c.appended) > 0 && !c.shared {
+				require.Equal(t, precise, c.appended[0].Time, "the task's own events unchanged")
+			}
+			var closed taskResult
+			stageHistory(&closed, run, c.events, c.appended, true)
+			require.Nil(t, closed.history, "a closed run's history is not kept")
+		})
+	}
+}

@@ -297,14 +297,13 @@ type setting struct {
 }
 
 // decided is what a step read of its run and decided: the run's history
-// as read, the step's inputs, the events it appends and the replay's
-// outcome.
+// as read, the step's inputs and the replay's outcome, whose events the
+// step appends.
 type decided struct {
-	events   []history.Event
-	facts    *engine.Facts
-	inputs   []history.Event
-	toAppend []history.Event
-	outcome  replay.Outcome
+	events  []history.Event
+	facts   *engine.Facts
+	inputs  []history.Event
+	outcome replay.Outcome
 }
 
 // advance is the body of a workflow task, on a run locked in tx that is
@@ -327,7 +326,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 		return err
 	}
 	st, err := engine.Decide(engine.StepParams{
-		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.toAppend, Outcome: d.outcome, TaskJobID: in.taskJobID,
+		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.outcome.Events, Outcome: d.outcome, TaskJobID: in.taskJobID,
 	})
 	if err != nil {
 		return err
@@ -349,7 +348,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			run.step.Taken = append(run.step.Taken, item.ID)
 		}
 	}
-	if err := w.scheduleEvents(ctx, tx, run, d.toAppend, d.outcome.Activities); err != nil {
+	if err := w.scheduleEvents(ctx, tx, run, d.outcome.Events, d.outcome.Activities); err != nil {
 		return err
 	}
 	result.startedTimer, result.closed = st.StartsTimer, st.Closed
@@ -367,7 +366,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	if err := w.sendLast(ctx, tx, run, in, &st, result); err != nil {
 		return err
 	}
-	stageHistory(result, run, d.events, d.toAppend, d.outcome.Completed)
+	stageHistory(result, run, d.events, d.outcome.Events, d.outcome.Completed)
 	return w.afterLast(ctx, tx, run, &d.outcome, st.Pending)
 }
 
@@ -383,19 +382,17 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 		return false, err
 	}
 	result.facts = facts
-	d.facts = facts
+	d.events, d.facts = events, facts
+	var started []history.Event // a first task's: WorkflowStarted, its first input
 	if len(events) == 0 {
-		started, err := history.NewEvent(1, now, &history.WorkflowStartedAttributes{
+		e, err := history.NewEvent(0, now, &history.WorkflowStartedAttributes{
 			Args: run.Args, Generation: run.Generation, Kind: run.Kind, RunID: run.ID.String(), WorkflowID: run.WorkflowID,
 		})
 		if err != nil {
 			return false, err
 		}
-		events = []history.Event{started}
-		d.toAppend = events[:1:1] // appending to it copies it
-	}
-	d.events = events
-	if last := events[len(events)-1].ID; last != run.NextEventID-1 && len(d.toAppend) == 0 {
+		started = []history.Event{e}
+	} else if last := events[len(events)-1].ID; last != run.NextEventID-1 {
 		return false, fmt.Errorf("history of run %s ends at event %d but the run expects %d next", run.ID, last, run.NextEventID)
 	}
 	// A run with no queued task has an empty inbox: every inbox writer
@@ -404,10 +401,13 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 	if d.inputs, err = engine.NewInputs(ctx, run.ID, events, facts, in.inbox, direct, w.config.Logger); err != nil {
 		return false, err
 	}
+	if started != nil {
+		d.inputs = append(started, d.inputs...)
+	}
 	if len(w.config.Interceptors) > 0 {
 		result.signalHeaders = signalHeaders(d.inputs)
 	}
-	if len(d.inputs) == 0 && len(d.toAppend) == 0 {
+	if len(d.inputs) == 0 {
 		if result.step != nil {
 			return false, errRunsAlone // the job completes on its own
 		}
@@ -421,18 +421,13 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 	if err := w.replayStep(ctx, def, run, now, in, d, result); err != nil {
 		return false, err
 	}
-	if engine.OnlyBoundary(d.toAppend, &d.outcome) {
+	if engine.OnlyBoundary(&d.outcome) {
 		// Nothing entered history (every input was rejected, deferred or
 		// dropped) and the code did nothing: the task records nothing,
 		// so rejected updates cannot grow a history. The cached run has
 		// the boundary; it is not the run's history any more.
 		d.outcome.Events = nil
 		result.dropCachedRun()
-	}
-	if len(d.toAppend) == 0 {
-		d.toAppend = d.outcome.Events // read only, as the outcome's
-	} else {
-		d.toAppend = append(d.toAppend, d.outcome.Events...)
 	}
 	return true, nil
 }
@@ -474,13 +469,9 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 	params.Decode, params.Go = d.facts.Decode, w.goroutines.Go
 	params.Info.Generation, params.Info.Kind, params.Info.RunID, params.Info.WorkflowID = run.Generation, run.Kind, run.ID.String(), run.WorkflowID
 	params.Logger = w.config.Logger // the engine adds the run's kind and IDs
-	outcome, cachedRun, err := replay.Start(replayCtx, def, params)
+	cachedRun, err := replay.StartInto(replayCtx, def, params, &d.outcome)
 	result.cachedRun = cachedRun
-	if err != nil {
-		return err
-	}
-	d.outcome = *outcome
-	return nil
+	return err
 }
 
 // sendLast queues the step's last writes (the CAS, a closing run's

@@ -176,16 +176,21 @@ func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history
 	if retry == nil {
 		retry = &RetryPolicy{}
 	}
-	attrs := &history.ActivityScheduledAttributes{
-		Kind:                   kind,
-		Args:                   args,
-		Queue:                  cmp.Or(opts.Queue, QueueDefault),
-		Priority:               cmp.Or(opts.Priority, PriorityDefault),
-		StartToCloseTimeout:    history.Duration(cmp.Or(opts.StartToCloseTimeout, StartToCloseTimeoutDefault)),
-		ScheduleToCloseTimeout: history.Duration(cmp.Or(opts.ScheduleToCloseTimeout, ScheduleToCloseTimeoutDefault)),
-		HeartbeatTimeout:       history.Duration(cmp.Or(opts.HeartbeatTimeout, HeartbeatTimeoutDefault)),
-		Tags:                   slices.Clone(opts.Tags),
-		RetryPolicy: &history.RetryPolicy{
+	scheduled := &struct { // one allocation for both
+		attrs history.ActivityScheduledAttributes
+		retry history.RetryPolicy
+	}{
+		attrs: history.ActivityScheduledAttributes{
+			Kind:                   kind,
+			Args:                   args,
+			Queue:                  cmp.Or(opts.Queue, QueueDefault),
+			Priority:               cmp.Or(opts.Priority, PriorityDefault),
+			StartToCloseTimeout:    history.Duration(cmp.Or(opts.StartToCloseTimeout, StartToCloseTimeoutDefault)),
+			ScheduleToCloseTimeout: history.Duration(cmp.Or(opts.ScheduleToCloseTimeout, ScheduleToCloseTimeoutDefault)),
+			HeartbeatTimeout:       history.Duration(cmp.Or(opts.HeartbeatTimeout, HeartbeatTimeoutDefault)),
+			Tags:                   slices.Clone(opts.Tags),
+		},
+		retry: history.RetryPolicy{
 			InitialInterval:        history.Duration(cmp.Or(retry.InitialInterval, InitialIntervalDefault)),
 			BackoffCoefficient:     cmp.Or(retry.BackoffCoefficient, BackoffCoefficientDefault),
 			MaximumInterval:        history.Duration(cmp.Or(retry.MaximumInterval, MaximumIntervalDefault)),
@@ -193,6 +198,8 @@ func scheduledAttributes(kind string, args []byte, opts *ActivityOpts) (*history
 			NonRetryableErrorTypes: slices.Clone(retry.NonRetryableErrorTypes),
 		},
 	}
+	attrs := &scheduled.attrs
+	attrs.RetryPolicy = &scheduled.retry
 	var problem string
 	switch {
 	case kind == "":
@@ -273,7 +280,7 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 		return readyFuture[R](err)
 	}
 	p := e.ScheduleActivity(attrs, ctx)
-	return &promiseFuture[R]{promise: p, decode: func(codec env.Codec) (R, error) { return activityOutcome[R](p, codec) }}
+	return &promiseFuture[R]{promise: p, decode: activityOutcome[R]}
 }
 
 // activityOutcome decodes the outcome of an activity's promise.

@@ -105,7 +105,7 @@ func ExecuteChildWorkflow[R any](ctx Context, args Args, opts *ChildWorkflowOpts
 		RunTimeout: history.Duration(opts.RunTimeout), WorkflowID: workflowID,
 	}
 	p := e.StartChildWorkflow(attrs)
-	return &promiseFuture[R]{promise: p, decode: func(codec env.Codec) (R, error) { return childOutcome[R](p, workflowID, codec) }}
+	return &promiseFuture[R]{promise: p, decode: func(p *env.Promise, codec env.Codec) (R, error) { return childOutcome[R](p, workflowID, codec) }}
 }
 
 // childOutcome decodes the outcome of a child workflow's promise.

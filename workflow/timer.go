@@ -25,7 +25,7 @@ func NewTimer(ctx Context, d time.Duration) Future[time.Time] {
 	}
 	attrs := &history.TimerStartedAttributes{Duration: history.Duration(d), FireAt: e.Now().Add(d)}
 	p := e.StartTimer(attrs, ctx)
-	return &promiseFuture[time.Time]{promise: p, decode: func(env.Codec) (time.Time, error) {
+	return &promiseFuture[time.Time]{promise: p, decode: func(p *env.Promise, _ env.Codec) (time.Time, error) {
 		switch p.Outcome().(type) {
 		case *history.TimerFiredAttributes:
 			return attrs.FireAt, nil

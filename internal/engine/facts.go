@@ -27,15 +27,17 @@ type resolution struct {
 	ok bool
 }
 
+// NewFacts returns an empty memo. Its maps are made on first use: a run
+// on a cached run reads only its outcomes' resolutions.
 func NewFacts() *Facts {
-	return &Facts{resolves: map[int64]resolution{}, requests: map[int64]string{}, decoded: map[int64]history.Attributes{}}
+	return &Facts{}
 }
 
-// memo returns m's fact of event id, computing it the first time and
+// memo returns *m's fact of event id, computing it the first time and
 // keeping it unless computing it failed.
-func memo[T any](f *Facts, m map[int64]T, id int64, compute func() (T, error)) (T, error) {
+func memo[T any](f *Facts, m *map[int64]T, id int64, compute func() (T, error)) (T, error) {
 	f.mu.Lock()
-	fact, known := m[id]
+	fact, known := (*m)[id]
 	f.mu.Unlock()
 	if known {
 		return fact, nil
@@ -43,7 +45,10 @@ func memo[T any](f *Facts, m map[int64]T, id int64, compute func() (T, error)) (
 	fact, err := compute()
 	if err == nil {
 		f.mu.Lock()
-		m[id] = fact
+		if *m == nil {
+			*m = map[int64]T{}
+		}
+		(*m)[id] = fact
 		f.mu.Unlock()
 	}
 	return fact, err
@@ -55,7 +60,7 @@ func (f *Facts) Decode(e history.Event) (history.Attributes, error) {
 	if f == nil {
 		return history.DecodeAttributes(e)
 	}
-	return memo(f, f.decoded, e.ID, func() (history.Attributes, error) { return history.DecodeAttributes(e) })
+	return memo(f, &f.decoded, e.ID, func() (history.Attributes, error) { return history.DecodeAttributes(e) })
 }
 
 // ResolvedBy is ResolvedBy(e) for a committed event e of the run.
@@ -63,7 +68,7 @@ func (f *Facts) ResolvedBy(e history.Event) (int64, bool) {
 	if f == nil || !ResolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
 		return ResolvedBy(e)
 	}
-	r, _ := memo(f, f.resolves, e.ID, func() (r resolution, _ error) {
+	r, _ := memo(f, &f.resolves, e.ID, func() (r resolution, _ error) {
 		r.id, r.ok = ResolvedBy(e)
 		return r, nil
 	})
@@ -75,7 +80,7 @@ func (f *Facts) SignalRequestID(e history.Event) string {
 	if f == nil || e.Type != history.EventSignalReceived {
 		return SignalRequestID(e)
 	}
-	id, _ := memo(f, f.requests, e.ID, func() (string, error) { return SignalRequestID(e), nil })
+	id, _ := memo(f, &f.requests, e.ID, func() (string, error) { return SignalRequestID(e), nil })
 	return id
 }
 

@@ -133,3 +133,53 @@ func BenchmarkNewInputs(b *testing.B) {
 		}
 	}
 }
+
+// TestNewInputsOrder: the inputs are the inbox's, then direct's, each
+// once and in order, without those history has; when they are direct's
+// alone, they are direct itself, with no room, so that appending to them
+// copies.
+func TestNewInputsOrder(t *testing.T) {
+	t.Parallel()
+
+	events := longHistory(t, 1) // 2 scheduled, 3 completes it
+	for range 2 {               // 4 and 5, open
+		e, err := history.NewEvent(int64(len(events))+1, time.Now(), &history.ActivityScheduledAttributes{Kind: "a", Args: []byte("{}")})
+		require.NoError(t, err)
+		events = append(events, e)
+	}
+	outcome := func(id int64) history.Event {
+		return history.Event{Type: history.EventActivityCompleted, Attributes: fmt.Appendf(nil, `{"scheduled_event_id":%d}`, id)}
+	}
+	inboxOf := func(events ...history.Event) []InboxItem {
+		var items []InboxItem
+		for i, e := range events {
+			items = append(items, InboxItem{ID: int64(i) + 1, Event: e})
+		}
+		return items
+	}
+	for _, c := range []struct {
+		name          string
+		inbox, direct []history.Event
+		want          []history.Event
+	}{
+		{name: "DirectAlone", direct: []history.Event{outcome(4), outcome(5)}, want: []history.Event{outcome(4), outcome(5)}},
+		{name: "DirectTwice", direct: []history.Event{outcome(4), outcome(4), outcome(5)}, want: []history.Event{outcome(4), outcome(5)}},
+		{name: "DirectInHistory", direct: []history.Event{outcome(2), outcome(5)}, want: []history.Event{outcome(5)}},
+		{name: "InboxFirst", inbox: []history.Event{outcome(5)}, direct: []history.Event{outcome(4), outcome(5)}, want: []history.Event{outcome(5), outcome(4)}},
+		{name: "InboxInHistory", inbox: []history.Event{outcome(2)}, direct: []history.Event{outcome(4)}, want: []history.Event{outcome(4)}},
+		{name: "None", inbox: []history.Event{outcome(2)}, direct: []history.Event{outcome(2)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inputs, err := NewInputs(context.Background(), uuid.New(), events, NewFacts(), inboxOf(c.inbox...), c.direct, slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			require.Equal(t, len(c.want), len(inputs))
+			for i := range c.want {
+				require.Equal(t, c.want[i].Attributes, inputs[i].Attributes, "input %d", i)
+			}
+			if c.name == "DirectAlone" {
+				require.Same(t, &c.direct[0], &inputs[0], "direct's alone are direct itself")
+				require.Equal(t, len(inputs), cap(inputs), "room to append in place")
+			}
+		})
+	}
+}

@@ -24,7 +24,8 @@ import (
 // followed by direct (outcomes handed over without the inbox) as the
 // task's inputs, without the outcomes and signals history already has (W5:
 // an activity's outcome enters history once, however many times it was
-// reported), each drop logged.
+// reported), each drop logged. They may be direct itself, with no room to
+// append in place: they are only read.
 func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, facts *Facts, inbox []InboxItem, direct []history.Event,
 	logger *slog.Logger,
 ) ([]history.Event, error) {
@@ -43,19 +44,18 @@ func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, fac
 		}
 	}
 
-	inputs := make([]history.Event, 0, len(inbox)+len(direct))
-	// take adds e, inbox row row's event (0: direct), to inputs unless
-	// history or inputs have it already.
-	take := func(row int64, e history.Event) error {
+	// keep reports whether e, inbox row row's event (0: direct), is an
+	// input: neither history nor the inputs before it have it.
+	keep := func(row int64, e history.Event) (bool, error) {
 		if ResolvesEvent(e.Type) {
 			id, ok := ResolvedBy(e)
 			if !ok {
-				return fmt.Errorf("inbox row %d of run %s: undecodable %s", row, runID, e.Type)
+				return false, fmt.Errorf("inbox row %d of run %s: undecodable %s", row, runID, e.Type)
 			}
 			if !scheduled[id] || resolved[id] {
 				logger.DebugContext(ctx, "weir: dropping an outcome history already has or never asked for",
 					slog.String("run_id", runID.String()), slog.Int64("resolves_event_id", id))
-				return nil
+				return false, nil
 			}
 			resolved[id] = true
 		}
@@ -63,21 +63,33 @@ func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, fac
 			if signals[id] {
 				logger.DebugContext(ctx, "weir: dropping a signal history already has",
 					slog.String("run_id", runID.String()), slog.String("request_id", id))
-				return nil
+				return false, nil
 			}
 			signals[id] = true
 		}
-		inputs = append(inputs, e)
-		return nil
+		return true, nil
 	}
+	var inputs []history.Event
 	for _, r := range inbox {
-		if err := take(r.ID, r.Event); err != nil {
+		ok, err := keep(r.ID, r.Event)
+		if err != nil {
 			return nil, err
 		}
+		if ok {
+			inputs = append(inputs, r.Event)
+		}
 	}
-	for _, e := range direct {
-		if err := take(0, e); err != nil {
+	fromInbox := len(inputs)
+	for i, e := range direct {
+		ok, err := keep(0, e)
+		switch {
+		case err != nil:
 			return nil, err
+		case !ok:
+		case fromInbox == 0 && len(inputs) == i: // every input so far is direct's: no copy
+			inputs = direct[: i+1 : i+1]
+		default:
+			inputs = append(inputs, e)
 		}
 	}
 	return inputs, nil
@@ -128,12 +140,10 @@ func PendingWork(events []history.Event, facts *Facts, appended []history.Event,
 }
 
 // OnlyBoundary reports whether a task's outcome records nothing but its
-// WorkflowTaskStarted boundary, on a run that already has a history
-// (appended, what the step appends ahead of the code's events, is empty):
-// the step then records nothing.
-func OnlyBoundary(appended []history.Event, outcome *replay.Outcome) bool {
-	return len(appended) == 0 && !outcome.Completed &&
-		len(outcome.Events) == 1 && outcome.Events[0].Type == history.EventWorkflowTaskStarted
+// WorkflowTaskStarted boundary (a run's first task records its
+// WorkflowStarted too): the step then records nothing.
+func OnlyBoundary(outcome *replay.Outcome) bool {
+	return !outcome.Completed && len(outcome.Events) == 1 && outcome.Events[0].Type == history.EventWorkflowTaskStarted
 }
 
 // StepParams is what a step decides from.

@@ -38,50 +38,56 @@ type CachedRun struct {
 	cleanup runtime.Cleanup
 	closed  bool
 	e       *engine
-	last    history.Event // the last event it decided (its attributes dropped)
+	last    history.EventType // of the last event it decided, NextEventID-1
 	next    int64
 }
 
 // Start runs one workflow task, as [Execute] does, and returns with its
 // outcome the cached run that continues the run from it. It is nil
 // when the task ended the run (Outcome.Completed) or failed.
-func Start(ctx context.Context, def *Definition, params *ExecuteParams) (out *Outcome, s *CachedRun, err error) {
+func Start(ctx context.Context, def *Definition, params *ExecuteParams) (*Outcome, *CachedRun, error) {
+	out := &Outcome{}
+	s, err := StartInto(ctx, def, params, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, s, nil
+}
+
+// StartInto is Start, writing the task's outcome over out (the caller's:
+// the cached run keeps no reference to it); out is to be ignored when it
+// fails.
+func StartInto(ctx context.Context, def *Definition, params *ExecuteParams, out *Outcome) (s *CachedRun, err error) {
 	if params.Now.IsZero() {
-		return nil, nil, errors.New("replay: ExecuteParams.Now is required")
+		return nil, errors.New("replay: ExecuteParams.Now is required")
 	}
 	e, err := newEngine(ctx, def, params)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer func() {
 		if s == nil { // failed, ended the run, or panicked (outside workflow code)
 			e.sched.Close()
 		}
 	}()
-	out, err = e.execute()
-	if err != nil || out.Completed {
-		return out, nil, err
+	if err := e.execute(params, out); err != nil || out.Completed {
+		return nil, err
 	}
-	s = &CachedRun{e: e, next: int64(len(e.params.History)+len(out.Events)) + 1}
+	s = &CachedRun{e: e, next: int64(len(params.History)+len(out.Events)) + 1}
 	s.decided(out)
 	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, e.sched)
-	return out, s, nil
+	return s, nil
 }
 
 // decided notes the task that just ran, and lets go of what the engine
-// kept of its inputs: between tasks the cached run holds only the code's
-// state (the caller has the history).
+// kept of its outcome: between tasks the cached run holds only the code's
+// state (the caller has the outcome and the history).
 func (s *CachedRun) decided(out *Outcome) {
-	s.last = out.Events[len(out.Events)-1]
-	s.last.Attributes = nil
+	s.last = out.Events[len(out.Events)-1].Type
 	e := s.e
 	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil // the caller has them
 	e.canceledActivities, e.canceledTimers = nil, nil
 	e.rejectedUpdates, e.deferredInputs = nil, nil
-	e.params = ExecuteParams{
-		ActivityResultType: e.params.ActivityResultType, Codec: e.params.Codec, Logger: e.params.Logger,
-		MaxPayloadBytes: e.params.MaxPayloadBytes, Now: e.params.Now,
-	}
 }
 
 // NextEventID is the ID of the event the cached run's next task appends
@@ -121,9 +127,9 @@ func (s *CachedRun) ContinueInto(ctx context.Context, params *ExecuteParams, out
 	case int64(len(params.History))+1 != s.next:
 		s.Close()
 		return nil, fmt.Errorf("%w: it stands at event %d, the history has %d events", ErrCachedRunMismatch, s.next-1, len(params.History))
-	case params.History[len(params.History)-1].Type != s.last.Type:
+	case params.History[len(params.History)-1].Type != s.last:
 		s.Close()
-		return nil, fmt.Errorf("%w: its event %d is %s, the history's %s", ErrCachedRunMismatch, s.last.ID, s.last.Type, params.History[len(params.History)-1].Type)
+		return nil, fmt.Errorf("%w: its event %d is %s, the history's %s", ErrCachedRunMismatch, s.next-1, s.last, params.History[len(params.History)-1].Type)
 	}
 	done := false
 	defer func() {
@@ -131,9 +137,11 @@ func (s *CachedRun) ContinueInto(ctx context.Context, params *ExecuteParams, out
 			s.Close()
 		}
 	}()
-	out, err := s.e.continueTask(ctx, params, out)
-	if err != nil || out.Completed {
-		return out, err
+	if err := s.e.continueTask(ctx, params, out); err != nil {
+		return nil, err
+	}
+	if out.Completed {
+		return out, nil
 	}
 	done = true
 	s.next += int64(len(out.Events))
@@ -154,13 +162,11 @@ func (s *CachedRun) Close() {
 
 // continueTask opens a new task on an engine whose code stands where its
 // last task (live) left it: what execute does after replaying the history.
-func (e *engine) continueTask(ctx context.Context, params *ExecuteParams, out *Outcome) (*Outcome, error) {
+func (e *engine) continueTask(ctx context.Context, params *ExecuteParams, out *Outcome) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	logger := e.params.Logger // the cached run's
-	e.ctx, e.params = ctx, *params
-	e.params.Logger = logger
+	e.ctx, e.maxPayloadBytes, e.resultType = ctx, params.MaxPayloadBytes, params.ActivityResultType
 	e.codeRan = true
-	return e.decide(nil, out)
+	return e.decide(nil, params, out)
 }

@@ -120,6 +120,25 @@ func TestCachedRun(t *testing.T) {
 		require.Equal(t, history.EventActivityScheduled, got.Events[len(got.Events)-1].Type)
 	})
 
+	t.Run("StartIntoWritesOverTheCallersOutcome", func(t *testing.T) {
+		t.Parallel()
+
+		starts := 0
+		def := sequentialDefinition(2, &starts, nil)
+		r := newRun(t, def, OrderArgs{ID: "o-1"})
+		r.replayOnly = true
+		want, session, err := replay.Start(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)})
+		require.NoError(t, err)
+		session.Close()
+		// What an earlier task left in it goes: the outcome is this task's alone.
+		into := &replay.Outcome{Completed: true, Result: []byte("1"), CanceledTimers: []int64{9}, Dropped: make([]replay.DroppedInput, 1)}
+		session, err = replay.StartInto(context.Background(), def, &replay.ExecuteParams{History: r.history, Now: taskTime(1)}, into)
+		require.NoError(t, err)
+		defer session.Close()
+		require.Equal(t, want, into)
+		require.Equal(t, int64(len(r.history)+len(into.Events))+1, session.NextEventID())
+	})
+
 	t.Run("HistoryItDidNotDecideIsRefused", func(t *testing.T) {
 		t.Parallel()
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -23,16 +24,20 @@ import (
 // replay must stop (non-determinism).
 type abort struct{ err error }
 
-// engine runs one workflow task. It implements env.Env for workflow code.
+// engine runs a run's workflow tasks, each given its ExecuteParams (not
+// kept: between tasks the engine holds only the code's state and what
+// ExecuteParams says of the run). It implements env.Env for workflow code.
 type engine struct {
-	ctx     context.Context
-	codec   Codec
-	def     *Definition
-	info    env.Info
-	logger  *slog.Logger // made on first use, from params.Logger
-	params  ExecuteParams
-	sched   *coroutine.Scheduler
-	stopRun func() bool // stops the scheduler's Run once the code returned or must stop
+	ctx             context.Context
+	codec           Codec
+	def             *Definition
+	info            env.Info
+	logTo           *slog.Logger // ExecuteParams.Logger
+	logger          *slog.Logger // made on first use, from logTo
+	maxPayloadBytes int          // ExecuteParams.MaxPayloadBytes
+	resultType      func(kind string) (reflect.Type, bool)
+	sched           *coroutine.Scheduler
+	stopRun         func() bool // stops the scheduler's Run once the code returned or must stop
 
 	now       time.Time
 	replaying bool
@@ -53,7 +58,7 @@ type engine struct {
 	canceledTimers     []int64
 	timers             []StartedTimer
 
-	operations map[int64]*operation // every activity and timer, by event ID
+	operations []*operation // every activity, timer and child, by event ID (the order they start in)
 	pending    []*operation         // those without an outcome, by event ID
 
 	cancelRequested bool
@@ -85,8 +90,8 @@ type updateHandler struct {
 // code.
 type operation struct {
 	ctx     env.Context // its Context, whose cancelling cancels it; nil: never (children)
-	child   bool
 	promise env.Promise // made with it: one allocation
+	child   bool
 	timer   bool
 }
 
@@ -102,11 +107,13 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	}
 	deadlockTimeout := cmp.Or(params.DeadlockTimeout, DeadlockTimeoutDefault)
 	e := &engine{
-		ctx:    ctx,
-		codec:  params.Codec,
-		def:    def,
-		params: *params,
-		sched:  coroutine.New(deadlockTimeout, params.Go),
+		ctx:             ctx,
+		codec:           params.Codec,
+		def:             def,
+		logTo:           params.Logger,
+		maxPayloadBytes: params.MaxPayloadBytes,
+		resultType:      params.ActivityResultType,
+		sched:           coroutine.New(deadlockTimeout, params.Go),
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -135,40 +142,43 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidHistory, fmt.Sprintf(format, args...))
 }
 
-func (e *engine) execute() (*Outcome, error) {
-	tasks, tail, err := splitHistory(e.params.History, e.params.Decode)
+// execute runs the task of params, writing its outcome over out.
+func (e *engine) execute(params *ExecuteParams, out *Outcome) error {
+	tasks, tail, err := splitHistory(params.History, params.Decode)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if n := len(e.params.History); n > 0 {
-		last := e.params.History[n-1]
+	if n := len(params.History); n > 0 {
+		last := params.History[n-1]
 		if last.Type.IsTerminal() {
-			return closedOutcome(last, e.params.Inputs, "the run is closed")
+			return closedOutcome(last, params.Inputs, "the run is closed", out)
 		}
 	}
 	for i := range tasks {
 		if err := e.replayTask(&tasks[i]); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := e.ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	e.codeRan = len(tasks) > 0
-	return e.decide(tail, &Outcome{})
+	return e.decide(tail, params, out)
 }
 
-func closedOutcome(last history.Event, inputs []history.Event, reason string) (*Outcome, error) {
+// closedOutcome writes over out the outcome of a task on a closed run,
+// whose last event is last: every input dropped.
+func closedOutcome(last history.Event, inputs []history.Event, reason string, out *Outcome) error {
 	attrs, err := history.DecodeAttributes(last)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
+		return fmt.Errorf("%w: %w", ErrInvalidHistory, err)
 	}
-	out := &Outcome{Completed: true}
+	*out = Outcome{Completed: true}
 	out.close(attrs)
 	for _, in := range inputs {
 		out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
 	}
-	return out, nil
+	return nil
 }
 
 // close sets what the command that ended the run says of its end.
@@ -218,34 +228,34 @@ func (e *engine) replayTask(t *task) error {
 	return nil
 }
 
-// decide opens the new task: it delivers the trailing inputs of history and
-// the new inputs, appends the boundary and runs the code live, writing its
-// outcome over out.
-func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
+// decide opens the task of params: it delivers the trailing inputs of
+// history and the new inputs, appends the boundary and runs the code live,
+// writing its outcome over out.
+func (e *engine) decide(tail []recorded, params *ExecuteParams, out *Outcome) error {
 	*out = Outcome{}
 	e.replaying = false
-	e.nextID = int64(len(e.params.History)) + 1
-	e.now = e.params.Now
-	e.events = make([]history.Event, 0, len(tail)+len(e.params.Inputs)+2) // and the boundary, and usually a command
-	e.info.TaskAttempt = e.params.Info.TaskAttempt
+	e.nextID = int64(len(params.History)) + 1
+	e.now = params.Now
+	e.events = make([]history.Event, 0, len(params.Inputs)+2) // and the boundary, and usually a command (tail is history)
+	e.info.TaskAttempt = params.Info.TaskAttempt
 	for _, in := range tail {
 		if reason, err := e.deliver(in.event, in.attrs); err != nil {
-			return nil, err
+			return err
 		} else if reason != "" {
-			return nil, invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
+			return invalid("input event %d (%s) can't be delivered: %s", in.event.ID, in.event.Type, reason)
 		}
 	}
-	for _, in := range e.params.Inputs {
+	for _, in := range params.Inputs {
 		if !in.Type.IsInput() {
-			return nil, invalid("input of type %s: only outcomes can be inputs", in.Type)
+			return invalid("input of type %s: only outcomes can be inputs", in.Type)
 		}
 		if in.Type == history.EventWorkflowStarted && e.nextID != 1 {
-			return nil, invalid("input %s given for a run that has a history", in.Type)
+			return invalid("input %s given for a run that has a history", in.Type)
 		}
 		in.ID = 0
 		attrs, err := history.DecodeAttributes(in)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidHistory, err)
+			return fmt.Errorf("%w: %w", ErrInvalidHistory, err)
 		}
 		if update, ok := attrs.(*history.UpdateAcceptedAttributes); ok {
 			switch verdict, failure := e.judgeUpdate(update); verdict {
@@ -263,7 +273,7 @@ func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
 		}
 		reason, err := e.deliver(in, attrs)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if reason != "" {
 			out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: reason})
@@ -274,17 +284,17 @@ func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
 		e.events = append(e.events, in)
 	}
 	if !e.started {
-		return nil, invalid("the run has no %s event", history.EventWorkflowStarted)
+		return invalid("the run has no %s event", history.EventWorkflowStarted)
 	}
-	boundary, err := history.NewBoundary(e.nextID, e.now, e.params.Info.TaskAttempt)
+	boundary, err := history.NewBoundary(e.nextID, e.now, params.Info.TaskAttempt)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	e.boundaryID, e.expected, e.cursor = e.nextID, nil, 0
 	e.nextID++
 	e.events = append(e.events, boundary)
 	if err := e.run(); err != nil {
-		return nil, err
+		return err
 	}
 	out.Events, out.Activities, out.Timers = e.events, e.activities, e.timers
 	out.CanceledActivities, out.CanceledTimers = e.canceledActivities, e.canceledTimers
@@ -296,7 +306,7 @@ func (e *engine) decide(tail []recorded, out *Outcome) (*Outcome, error) {
 			out.CarriedSignals = e.pendingSignals()
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // deliver applies one input. A non-empty reason means the input can't
@@ -373,7 +383,7 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 	case child:
 		what = "child workflow"
 	}
-	op, ok := e.operations[id]
+	op, ok := e.operation(id)
 	switch {
 	case !ok || op.timer != timer || op.child != child:
 		return fmt.Sprintf("no %s was started by event %d", what, id), nil
@@ -382,6 +392,15 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 	}
 	e.resolve(op, attrs)
 	return "", nil
+}
+
+// operation returns the operation started by event id, if any.
+func (e *engine) operation(id int64) (*operation, bool) {
+	i, ok := slices.BinarySearchFunc(e.operations, id, func(op *operation, id int64) int { return cmp.Compare(op.promise.EventID, id) })
+	if !ok {
+		return nil, false
+	}
+	return e.operations[i], true
 }
 
 func (e *engine) resolve(op *operation, outcome history.Attributes) {

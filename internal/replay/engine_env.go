@@ -80,7 +80,7 @@ func (e *engine) IsReplaying() bool { return e.replaying }
 // Logger makes the workflow's logger on first use: few workflows log.
 func (e *engine) Logger() *slog.Logger {
 	if e.logger == nil {
-		logger := cmp.Or(e.params.Logger, slog.New(slog.DiscardHandler))
+		logger := cmp.Or(e.logTo, slog.New(slog.DiscardHandler))
 		e.logger = slog.New(&replayHandler{inner: logger.Handler(), replaying: func() bool { return e.replaying }}).
 			With("workflow_kind", e.info.Kind, "workflow_id", e.info.WorkflowID, "run_id", e.info.RunID)
 	}
@@ -89,14 +89,14 @@ func (e *engine) Logger() *slog.Logger {
 func (e *engine) Now() time.Time { return e.now }
 
 func (e *engine) ActivityResultType(kind string) (reflect.Type, bool) {
-	if e.params.ActivityResultType == nil {
+	if e.resultType == nil {
 		return nil, false
 	}
-	return e.params.ActivityResultType(kind)
+	return e.resultType(kind)
 }
 
 func (e *engine) MaxPayloadBytes() int {
-	return cmp.Or(e.params.MaxPayloadBytes, MaxPayloadBytesDefault)
+	return cmp.Or(e.maxPayloadBytes, MaxPayloadBytesDefault)
 }
 
 func (e *engine) NextSeq() int64 {
@@ -147,7 +147,7 @@ func (e *engine) StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttribu
 	rec := e.commandOrAbort(attrs)
 	op := &operation{child: true, promise: env.Promise{EventID: rec.event.ID, Kind: attrs.Kind}}
 	e.pending = append(e.pending, op)
-	set(&e.operations, op.promise.EventID, op)
+	e.operations = append(e.operations, op) // event IDs only grow
 	if !e.replaying {
 		e.children = append(e.children, ScheduledChild{Attributes: attrs, EventID: op.promise.EventID})
 	}
@@ -158,7 +158,7 @@ func (e *engine) startOperation(attrs history.Attributes, kind string, ctx env.C
 	rec := e.commandOrAbort(attrs)
 	op := &operation{ctx: ctx, promise: env.Promise{EventID: rec.event.ID, Kind: kind}, timer: timer}
 	e.pending = append(e.pending, op)
-	set(&e.operations, op.promise.EventID, op)
+	e.operations = append(e.operations, op) // event IDs only grow
 	return op
 }
 

@@ -239,14 +239,12 @@ func Execute(ctx context.Context, def *Definition, params *ExecuteParams) (*Outc
 // return). Inputs and Now are ignored; nothing is decided. Use it to check
 // captured histories against new code.
 func Replay(ctx context.Context, def *Definition, params *ExecuteParams) error {
-	p := *params
-	p.Inputs = nil
-	e, err := newEngine(ctx, def, &p)
+	e, err := newEngine(ctx, def, params)
 	if err != nil {
 		return err
 	}
 	defer e.sched.Close()
-	tasks, _, err := splitHistory(e.params.History, e.params.Decode)
+	tasks, _, err := splitHistory(params.History, params.Decode)
 	if err != nil {
 		return err
 	}

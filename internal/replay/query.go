@@ -36,9 +36,7 @@ type QueryParams struct {
 // fails with workflow.ErrQueryCommand; an error the handler returns is
 // returned as is.
 func Query(ctx context.Context, def *Definition, params *QueryParams) ([]byte, error) {
-	p := params.ExecuteParams
-	p.Inputs = nil
-	e, err := newEngine(ctx, def, &p)
+	e, err := newEngine(ctx, def, &params.ExecuteParams)
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +44,7 @@ func Query(ctx context.Context, def *Definition, params *QueryParams) ([]byte, e
 	if params.Kind == workflow.QueryStackTrace {
 		e.sched.RecordStacks()
 	}
-	tasks, _, err := splitHistory(e.params.History, e.params.Decode)
+	tasks, _, err := splitHistory(params.History, params.Decode)
 	if err != nil {
 		return nil, err
 	}
