@@ -312,10 +312,16 @@ func (d claimer) QueueCompletions(batch *pgx.Batch, completions []fencingclaim.C
 		tokens    = make(array.Texts, n)
 		attempts  = make(array.Int64s, n)
 		finalized = make(array.Times, n)
-		metadata  = make(array.JSON, n) // nil: NULL
+		metadata  array.JSON // NULL, as each of its elements, while no completion merges metadata
 	)
 	for i, c := range completions {
-		ids[i], tokens[i], attempts[i], finalized[i], metadata[i] = c.JobID, c.Token, int64(c.Attempt), c.FinalizedAt, c.Metadata
+		ids[i], tokens[i], attempts[i], finalized[i] = c.JobID, c.Token, int64(c.Attempt), c.FinalizedAt
+		if c.Metadata != nil {
+			if metadata == nil {
+				metadata = make(array.JSON, n) // nil: NULL
+			}
+			metadata[i] = c.Metadata
+		}
 	}
 	batch.Queue(completeClaimedManySQL(completions[0].Schema), ids, tokens, attempts, finalized, metadata, n).QueryRow(func(row pgx.Row) error {
 		var one int
@@ -337,8 +343,9 @@ func (d claimer) Committed(completions []fencingclaim.Completion) {
 
 // completeClaimedManySQL is completeClaimedSQL for many jobs: arrays of
 // job ($1), token ($2), attempt ($3), finalized_at ($4) and metadata to
-// merge ($5, NULL for none), and their count ($6), which the statement
-// must complete or divide by zero.
+// merge ($5, NULL for none; a NULL array, which unnest pads with NULLs, for
+// none at all), and their count ($6), which the statement must complete or
+// divide by zero.
 func completeClaimedManySQL(schema string) string {
 	return cachedSQL(&completeClaimedManyCache, schema, buildCompleteClaimedManySQL)
 }

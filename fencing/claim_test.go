@@ -310,16 +310,19 @@ func TestClaimedJob(t *testing.T) {
 	}
 
 	// Completions queued together are one statement (QueueCompletions):
-	// all of them apply, each logged; when one job was taken away (a new
-	// attempt holds it, or its token is not the attempt's), none does, and
-	// the caller's commit fails even if it ignored the batch's error.
+	// all of them apply, each logged, each merging its metadata if it has
+	// any; when one job was taken away (a new attempt holds it, or its
+	// token is not the attempt's), none does, and the caller's commit fails
+	// even if it ignored the batch's error.
 	for _, tt := range []struct {
 		name, stale string
-		attempt     int // the stale job's attempt then
+		attempt     int    // the stale job's attempt then
+		metadata    []byte // the second completion's
 	}{
-		{"MergedCompletions", "", 1},
-		{"MergedCompletionsOneStale", "SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL", 2},
-		{"MergedCompletionsOneStaleToken", "SET lease_token = gen_random_uuid()", 1},
+		{"MergedCompletions", "", 1, nil},
+		{"MergedCompletionsOneMerging", "", 1, []byte(`{"merged": true}`)},
+		{"MergedCompletionsOneStale", "SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL", 2, nil},
+		{"MergedCompletionsOneStaleToken", "SET lease_token = gen_random_uuid()", 1, nil},
 	} {
 		stale := tt.stale
 		t.Run(tt.name, func(t *testing.T) {
@@ -350,7 +353,11 @@ func TestClaimedJob(t *testing.T) {
 					return errors.Join(batchErr, tx.Commit(ctx))
 				}
 				return claimAPI(driver).WorkClaimed(ctx, claims[i], time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
-					c, err := claimAPI(driver).Completion(ctx, claims[i].Job.ID, time.Now(), nil)
+					var metadata []byte
+					if i == 1 {
+						metadata = tt.metadata
+					}
+					c, err := claimAPI(driver).Completion(ctx, claims[i].Job.ID, time.Now(), metadata)
 					require.NoError(t, err)
 					require.NotNil(t, c)
 					completions = append(completions, c)
@@ -364,10 +371,12 @@ func TestClaimedJob(t *testing.T) {
 				" WHERE job_id = ANY($1) AND outcome = 'completed'", ids).Scan(&logged))
 			if stale == "" {
 				require.NoError(t, err)
-				for _, c := range claims {
+				for i, c := range claims {
 					row := getJob(ctx, t, pool, schema, c.Job.ID)
 					require.Equal(t, "completed", row.State)
 					require.False(t, row.LeaseToken.Valid, "the lease is revoked")
+					_, merged := row.Metadata["merged"]
+					require.Equal(t, i == 1 && tt.metadata != nil, merged, "job %d: only its own metadata is merged", i)
 				}
 				require.Equal(t, 3, logged, "each attempt logged")
 				require.Equal(t, 1, sideEffects(ctx, t, schema, claims[0].Job.ID))

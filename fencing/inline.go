@@ -389,10 +389,21 @@ func (s *scannedJob) dest() []any {
 // row is always returned, with the fields that could not be decoded left
 // empty and the error returned beside it.
 func (s *scannedJob) jobRow() (*rivertype.JobRow, error) {
-	var attemptedAt *time.Time
+	row := new(struct {
+		job         rivertype.JobRow
+		attemptedAt time.Time
+	})
+	err := s.decode(&row.job, &row.attemptedAt)
+	return &row.job, err
+}
+
+// decode is jobRow into job, whose AttemptedAt, if set, points to
+// attemptedAt.
+func (s *scannedJob) decode(job *rivertype.JobRow, attemptedAt *time.Time) error {
 	if s.attemptedAt != nil {
-		t := s.attemptedAt.UTC()
-		attemptedAt = &t
+		*attemptedAt = s.attemptedAt.UTC()
+	} else {
+		attemptedAt = nil
 	}
 	var decodeErr error
 	errs := make([]rivertype.AttemptError, len(s.errors))
@@ -412,7 +423,7 @@ func (s *scannedJob) jobRow() (*rivertype.JobRow, error) {
 	if s.uniqueStates.Valid && len(s.uniqueStates.Bytes) > 0 {
 		uniqueStatesByte = s.uniqueStates.Bytes[0]
 	}
-	return &rivertype.JobRow{
+	*job = rivertype.JobRow{
 		ID:           s.id,
 		Attempt:      max(int(s.attempt), 0),
 		AttemptedAt:  attemptedAt,
@@ -431,15 +442,23 @@ func (s *scannedJob) jobRow() (*rivertype.JobRow, error) {
 		Tags:         s.tags,
 		UniqueKey:    s.uniqueKey,
 		UniqueStates: uniquestates.UniqueBitmaskToStates(uniqueStatesByte),
-	}, decodeErr
+	}
+	return decodeErr
+}
+
+// fetchedJob is a fetched job's row and its record, allocated as one.
+type fetchedJob struct {
+	rec         fetchRecord
+	job         rivertype.JobRow
+	attemptedAt time.Time
 }
 
 // scanInlineFetch reads fetchInlineSQL's rows: River's result plus each job's
-// lease.
-func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, map[int64]*fetchRecord, error) {
+// lease, in the record at the job's index (its row set, for recordFetched).
+func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, []*fetchRecord, error) {
 	defer rows.Close()
 	res := &riverdriver.JobGetAvailableResult{}
-	leases := make(map[int64]*fetchRecord)
+	var leases []*fetchRecord
 	// One set of scan targets for all rows, zeroed before each (pgx then
 	// allocates every value it scans anew).
 	var (
@@ -454,19 +473,17 @@ func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, map[int
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, err
 		}
-		job, err := s.jobRow()
-		res.Jobs = append(res.Jobs, job)
-		if err != nil {
+		f := &fetchedJob{rec: fetchRecord{expiresAt: expires, token: token}}
+		if err := s.decode(&f.job, &f.attemptedAt); err != nil {
 			if res.DecodeErrors == nil {
 				res.DecodeErrors = make(map[int64]error)
 			}
-			res.DecodeErrors[job.ID] = err
+			res.DecodeErrors[f.job.ID] = err
 		}
-		rec := &fetchRecord{expiresAt: expires, token: token}
 		if details.Valid {
-			rec.details = []byte(details.String)
+			f.rec.details = []byte(details.String)
 		}
-		leases[job.ID] = rec
+		res.Jobs, leases = append(res.Jobs, &f.job), append(leases, &f.rec)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, err

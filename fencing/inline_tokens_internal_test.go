@@ -37,8 +37,9 @@ func TestFetchTakesTheTokensItBrings(t *testing.T) {
 	require.Len(t, res.Jobs, 5)
 
 	taken, minted := 0, map[string]bool{}
-	for _, job := range res.Jobs {
-		token := leases[job.ID].token
+	require.Len(t, leases, len(res.Jobs))
+	for i, job := range res.Jobs {
+		token := leases[i].token
 		var stored string
 		require.NoError(t, pool.QueryRow(ctx, "SELECT lease_token::text FROM "+table+" WHERE id = $1", job.ID).Scan(&stored))
 		require.Equal(t, stored, token, "job %d: the token returned is the row's", job.ID)

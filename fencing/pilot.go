@@ -237,10 +237,14 @@ func (p *pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, 
 // River's StandardPilot puts on every fetch.
 const hotOperationTimeout = 10 * time.Second
 
-func (p *pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases map[int64]*fetchRecord) {
-	for _, job := range jobs {
-		rec := leases[job.ID]
-		if rec == nil {
+// recordFetched records the attempts of jobs fetched in schema; leases, if
+// not nil, holds the record of each job at its index.
+func (p *pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases []*fetchRecord) {
+	for i, job := range jobs {
+		var rec *fetchRecord
+		if leases != nil {
+			rec = leases[i]
+		} else {
 			rec = &fetchRecord{}
 		}
 		rec.attempt, rec.row = job.Attempt, job

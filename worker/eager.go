@@ -302,14 +302,13 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 // job, its slot, how it completes its job and what its code reads through
 // package activity, allocated as one.
 type claimedRun[A activity.Args, R any] struct {
-	a         *activityWorker[A, R]
-	job       river.Job[A]
-	decodeErr error
-	meta      *activityMeta
-	deadline  time.Time // zero: none
-	slot      eagerSlot
-	own       ownJob
-	state     attempt.State
+	a        *activityWorker[A, R]
+	job      river.Job[A]
+	meta     *activityMeta
+	deadline time.Time // zero: none
+	slot     eagerSlot
+	own      ownJob
+	state    attempt.State
 }
 
 // runClaimed runs a claimed attempt of the activity as River's executor
@@ -319,7 +318,6 @@ type claimedRun[A activity.Args, R any] struct {
 func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, slots *claimedPool) {
 	r := &claimedRun[A, R]{a: a, job: river.Job[A]{JobRow: claim.Job}, meta: meta, slot: eagerSlot{pool: slots}}
 	defer r.slot.free()
-	r.decodeErr = json.Unmarshal(claim.Job.EncodedArgs, &r.job.Args)
 	// An activity without a timeout of its own has River's JobTimeout for
 	// this worker's client.
 	if timeout := cmp.Or(a.timeout(meta), a.w.config.TaskTimeout); timeout > 0 {
@@ -356,16 +354,16 @@ func (r *claimedRun[A, R]) work(attemptCtx context.Context, cancelAttempt contex
 	return w.failClaimed(attemptCtx, r.job.JobRow, err, r.a.NextRetry(&r.job))
 }
 
-// execute runs the activity's code and records its outcome
-// (activityWorker.work), a panic turned into an error.
+// execute decodes the attempt's args, runs the activity's code and records
+// its outcome (activityWorker.work), a panic turned into an error.
 func (r *claimedRun[A, R]) execute(ctx context.Context) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("activity %s (job %d) panicked: %v", r.job.Kind, r.job.ID, p)
 		}
 	}()
-	if r.decodeErr != nil {
-		return fmt.Errorf("decoding args of activity %s (job %d): %w", r.job.Kind, r.job.ID, r.decodeErr)
+	if err := json.Unmarshal(r.job.EncodedArgs, &r.job.Args); err != nil {
+		return fmt.Errorf("decoding args of activity %s (job %d): %w", r.job.Kind, r.job.ID, err)
 	}
 	// A claimed job is completed through the driver's claimed path, queued
 	// with the run's last writes when its outcome continues the run.

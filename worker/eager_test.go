@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,6 +246,69 @@ func TestDispatch(t *testing.T) {
 		}
 		require.Equal(t, 4, taskJobs(ctx, t, b, run.RunID.String()), "a task job per step")
 	})
+}
+
+// BadArgs are the args of BadArgsActivity; decoding them panics while
+// badArgsPanics is above zero, once per decode.
+type BadArgs struct {
+	N int `json:"n"`
+}
+
+func (BadArgs) Kind() string { return "bad_args" }
+
+var badArgsPanics atomic.Int32
+
+func (a *BadArgs) UnmarshalJSON(data []byte) error {
+	if badArgsPanics.Add(-1) >= 0 {
+		panic("decoding bad args")
+	}
+	type plain BadArgs
+	return json.Unmarshal(data, (*plain)(a))
+}
+
+// BadArgsActivity returns its args' N.
+type BadArgsActivity struct {
+	activity.Defaults[BadArgs, int]
+}
+
+func (BadArgsActivity) Execute(_ context.Context, args BadArgs) (int, error) { return args.N, nil }
+
+// BadArgsWorkflowArgs are the args of BadArgsWorkflow, which runs
+// BadArgsActivity with N.
+type BadArgsWorkflowArgs struct {
+	N int `json:"n"`
+}
+
+func (BadArgsWorkflowArgs) Kind() string { return "bad_args_workflow" }
+
+type BadArgsWorkflow struct {
+	workflow.Defaults[BadArgsWorkflowArgs, int]
+}
+
+func (BadArgsWorkflow) Run(ctx workflow.Context, args BadArgsWorkflowArgs) (int, error) {
+	return workflow.ExecuteActivity[int](ctx, BadArgs{N: args.N}, nil).Get(ctx)
+}
+
+// A claimed attempt whose args panic when decoded fails, as River's
+// executor fails a fetched one, and River retries it; the worker goes on.
+func TestClaimedAttemptArgsPanic(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(ctx, t)
+	startWith(ctx, t, b, func(w *worker.Worker) {
+		worker.AddWorkflow(w, &BadArgsWorkflow{})
+		worker.AddActivity(w, &BadArgsActivity{})
+	})
+	badArgsPanics.Store(1)
+	run, err := b.client.Start(ctx, BadArgsWorkflowArgs{N: 7}, nil)
+	require.NoError(t, err)
+	got, err := getWithin[int](ctx, t, run)
+	require.NoError(t, err)
+	require.Equal(t, 7, got)
+	require.Negative(t, badArgsPanics.Load(), "the args were decoded again")
+	jobs := activityJobs(ctx, t, b, run.RunID.String(), "bad_args")
+	require.Equal(t, []jobOf{{attempt: 2, claimed: false, errors: 1, state: "completed"}}, jobs,
+		"attempt 1 ran claimed and failed; River ran attempt 2")
 }
 
 // ProbeArgs are the args of ProbeActivity; StartToClose is the workflow's

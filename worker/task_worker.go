@@ -83,21 +83,11 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 	if lease, ok := fencing.LeaseFromContext(ctx); ok && lease.Token != "" {
 		own.claims = t.w.claims
 	}
-	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
 	if len(t.w.config.Interceptors) > 0 {
-		t.w.readTaskInfo(ctx, info)
+		err = t.intercepted(ctx, job, own)
+	} else {
+		_, err = t.run(ctx, job, own)
 	}
-	err = intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
-		var result *taskResult // the try that committed, if one did
-		err := t.w.taskTx(ctx, job.Args.RunID, job.Queue, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
-			result = cont
-			return t.w.runTask(ctx, tx, t.def, job, own, cont)
-		})
-		if err == nil {
-			info.Closed, info.ReplayDuration, info.SignalHeaders = result.closed, result.replayed, result.signalHeaders
-		}
-		return err
-	})
 	if err != nil {
 		err = withStack(fmt.Errorf("workflow task of run %s (job %d, attempt %d): %w", job.Args.RunID, job.ID, job.Attempt, err))
 		t.w.config.Logger.WarnContext(ctx, "weir: workflow task failed; it will be retried",
@@ -105,6 +95,30 @@ func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error 
 		return err
 	}
 	return nil
+}
+
+// intercepted runs the task through the worker's interceptors.
+func (t *taskWorker) intercepted(ctx context.Context, job *river.Job[task.Args], own *ownJob) error {
+	info := &TaskInfo{Attempt: job.Attempt, JobID: job.ID, Kind: t.def.Kind, RunID: job.Args.RunID, WorkflowID: job.Args.WorkflowID}
+	t.w.readTaskInfo(ctx, info)
+	return intercept(ctx, t.w.config.Interceptors, info, Interceptor.InterceptTask, func(ctx context.Context) error {
+		result, err := t.run(ctx, job, own)
+		if err == nil {
+			info.Closed, info.ReplayDuration, info.SignalHeaders = result.closed, result.replayed, result.signalHeaders
+		}
+		return err
+	})
+}
+
+// run runs the task in its transaction; it returns the try that committed,
+// if one did.
+func (t *taskWorker) run(ctx context.Context, job *river.Job[task.Args], own *ownJob) (*taskResult, error) {
+	var result *taskResult
+	err := t.w.taskTx(ctx, job.Args.RunID, job.Queue, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
+		result = cont
+		return t.w.runTask(ctx, tx, t.def, job, own, cont)
+	})
+	return result, err
 }
 
 // readTaskInfo reads what interceptors are told of a task's run before it
