@@ -392,23 +392,44 @@ func (h *harness) busyFollower(ctx context.Context) *workerProc {
 		dbschema.Qualify(chaosSchema, "river_leader")+")")
 }
 
+// busyWorkerWhere looks for a busy worker matching where for up to
+// busyWorkerWait, so that a fault between two activities still lands on
+// one; it falls back to a random worker.
 func (h *harness) busyWorkerWhere(ctx context.Context, where string) *workerProc {
+	deadline := time.Now().Add(busyWorkerWait)
+	for {
+		if p := h.busyWorkerNow(ctx, where); p != nil {
+			return p
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, 10*time.Millisecond) {
+			return h.randomWorker()
+		}
+	}
+}
+
+// busyWorkerWait is how long busyWorkerWhere looks for a busy worker.
+const busyWorkerWait = time.Second
+
+// busyWorkerNow is a worker running an activity matching where, or nil.
+func (h *harness) busyWorkerNow(ctx context.Context, where string) *workerProc {
 	var name string
 	err := h.pool.QueryRow(ctx, "SELECT x.worker FROM "+h.tables.Exec+" x JOIN "+h.names().RiverJob+" j ON j.id = x.job_id AND j.attempt = x.attempt"+
 		" WHERE j.state = 'running'"+where+" ORDER BY random() LIMIT 1").Scan(&name)
-	if err == nil {
-		var slot, pid int
-		if _, err := fmt.Sscanf(name, "w%d/%d", &slot, &pid); err == nil && slot < len(h.workers) {
-			p := h.workers[slot]
-			p.mu.Lock()
-			same := p.cmd.Process.Pid == pid
-			p.mu.Unlock()
-			if same {
-				return p
-			}
-		}
+	if err != nil {
+		return nil
 	}
-	return h.randomWorker()
+	var slot, pid int
+	if _, err := fmt.Sscanf(name, "w%d/%d", &slot, &pid); err != nil || slot >= len(h.workers) {
+		return nil
+	}
+	p := h.workers[slot]
+	p.mu.Lock()
+	same := p.cmd.Process.Pid == pid
+	p.mu.Unlock()
+	if !same {
+		return nil
+	}
+	return p
 }
 
 // sleepCtx waits d, the length of a fault, or until ctx ends.
