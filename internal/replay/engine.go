@@ -59,7 +59,7 @@ type engine struct {
 	timers             []StartedTimer
 
 	operations []*operation // every activity, timer and child, by event ID (the order they start in)
-	pending    []*operation         // those without an outcome, by event ID
+	pending    []*operation // those without an outcome, by event ID
 
 	cancelRequested bool
 	querying        bool // running a query handler: no commands, no blocking
