@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"net/url"
@@ -453,9 +454,9 @@ func TestCountingProxyDelay(t *testing.T) {
 	}
 }
 
-// TestSummarizeScale: the scale tables divide throughput by the peer's,
-// show allocation per workflow with the GC cycles, and flag duplicate
-// executions.
+// TestSummarizeScale: the scale tables divide throughput by the peer's
+// run by run, show allocation per workflow with the GC cycles, and flag
+// duplicate executions.
 func TestSummarizeScale(t *testing.T) {
 	t.Parallel()
 
@@ -463,7 +464,8 @@ func TestSummarizeScale(t *testing.T) {
 		`{"workload":"scale-burst","contender":"weir-normal","config":"normal","n":2000,"run":1,"runs":1,"per_sec":300,"pool":64,"workers":1,"busy_backends":3,"busy_backends_by":{"weir-starter":1,"weir-worker-1":2},"gc_share":0.25,"gc_share_by":{"weir-starter":0.3,"weir-worker-1":0.225},"alloc_bytes_per_unit":71234,"gc_cycles":23,"bench_cpu_us_per_unit":100,"postgres_cpu_us_per_unit":200,"harness_cpu_us_per_unit":10,"duplicate_executions":0}`,
 		`{"workload":"scale-burst","contender":"dbos-direct","config":"direct","n":2000,"run":1,"runs":1,"per_sec":200,"pool":64,"busy_backends":20,"duplicate_executions":0}`,
 		`{"workload":"scale-burst","contender":"dbos-direct","config":"direct","n":2000,"run":1,"runs":1,"per_sec":100,"pool":20,"duplicate_executions":0}`,
-		`{"workload":"scale-workers","contender":"weir-normal","config":"k1","n":2000,"run":1,"runs":1,"per_sec":400,"pool":20,"workers":1,"duplicate_executions":0}`,
+		`{"workload":"scale-workers","contender":"weir-normal","config":"k1","n":2000,"run":1,"runs":2,"per_sec":400,"pool":20,"workers":1,"duplicate_executions":0}`,
+		`{"workload":"scale-workers","contender":"weir-normal","config":"k1","n":2000,"run":2,"runs":2,"per_sec":500,"pool":20,"workers":1,"duplicate_executions":0}`,
 		`{"workload":"scale-workers","contender":"weir-normal","config":"k4","n":2000,"run":1,"runs":1,"per_sec":360,"pool":20,"workers":4,"duplicate_executions":2,"error":"2 duplicate step executions"}`,
 		`{"workload":"scale-workers","contender":"weir-normal","config":"k4","n":2000,"run":2,"runs":2,"per_sec":380,"pool":20,"workers":4,"duplicate_executions":0}`,
 	}, "\n")
@@ -471,8 +473,28 @@ func TestSummarizeScale(t *testing.T) {
 	require.NoError(t, err)
 	got := summarize(results)
 	require.Contains(t, got, "| weir-normal | normal | 2000 | 1 | 300.0 | 1.50 | – | – | 3.0 (weir-starter 1.0, weir-worker-1 2.0) | 300 (100 + 200) | 10 | 25.0 (weir-starter 30.0, weir-worker-1 22.5) | 71.2 (23) | 0 |", "divided by dbos-direct at the same pool")
-	require.Contains(t, got, "| weir-normal | k4 | 2000 | 1 (+1 failed) | 380.0 | 0.95 |")
+	require.Contains(t, got, "| weir-normal | k4 | 2000 | 1 (+1 failed) | 380.0 | 0.76 |", "divided by the one-worker run of the same number")
 	require.Contains(t, got, "**2: FAILED** |")
+}
+
+// TestSummarizePairedRatio: a drift of the machine's speed between runs
+// moves both contenders alike and stays out of the ratio, which is the
+// median of the runs' own ratios, not the ratio of the medians.
+func TestSummarizePairedRatio(t *testing.T) {
+	t.Parallel()
+
+	var lines []string
+	for run, rates := range [][2]float64{{3000, 1650}, {3100, 1530}, {3200, 1760}, {4200, 1950}, {4300, 1840}} {
+		for i, contender := range []string{"weir", "dbos-direct"} {
+			lines = append(lines, fmt.Sprintf(`{"workload":"scale-burst","contender":%q,"config":%q,"n":2000,"run":%d,"runs":5,"per_sec":%g,"pool":20}`,
+				contender, contender, run+1, rates[i]))
+		}
+	}
+	results, err := readResults(strings.NewReader(strings.Join(lines, "\n")))
+	require.NoError(t, err)
+	// Medians 3,200 and 1,760 would give 1.82; the runs give 1.82, 2.03,
+	// 1.82, 2.15 and 2.34.
+	require.Contains(t, summarize(results), "| weir | weir | 2000 | 5 | **3,200.0** [3,000.0–4,300.0] | 2.03 [1.82–2.34] |")
 }
 
 // TestServerCPU finds the test server's postmaster (when it runs on this

@@ -306,15 +306,13 @@ func scaleColumns(ratio string) []string {
 	return []string{"wf/s", ratio, "p50 ms", "p99 ms", "busy backends", "CPU µs/wf (procs + PG)", "harness CPU µs/wf", "GC % of procs' CPU", "alloc KB/wf (GC cycles)", "duplicate executions"}
 }
 
-// scaleRow formats a scale table's row; base finds the group whose median
+// scaleRow formats a scale table's row; base finds the group whose
 // throughput the ratio column divides by (nil: none).
 func scaleRow(base func(*group) *group) func(*group) []string {
 	return func(g *group) []string {
 		ratio := "–"
 		if b := base(g); b != nil {
-			if num, den := medianPerSec(g), medianPerSec(b); num > 0 && den > 0 {
-				ratio = formatNumber(num/den, 2)
-			}
+			ratio = pairedRatio(g, b)
 		}
 		return []string{
 			stat(g.ok, func(r *Result) float64 { return r.PerSec }, 1),
@@ -341,13 +339,30 @@ func allocPerUnit(rs []*Result) string {
 	return fmt.Sprintf("%s (%s)", kb, median(rs, func(r *Result) float64 { return float64(r.GCCycles) }, 0))
 }
 
-// medianPerSec is the median throughput of g's successful runs, or 0.
-func medianPerSec(g *group) float64 {
-	values := nonZero(g.ok, func(r *Result) float64 { return r.PerSec })
-	if len(values) == 0 {
-		return 0
+// pairedRatio formats the ratio of g's throughput to base's, run by run:
+// each of g's runs divided by base's run of the same number (the two
+// measured one after the other, on the machine as it was then), as the
+// median and, over several runs, [min–max] of those ratios. Pairing keeps
+// a drift of the machine's speed between runs, which moves both alike, out
+// of the ratio. "–" when no run has both.
+func pairedRatio(g, base *group) string {
+	var ratios []float64
+	for _, r := range g.ok {
+		for _, b := range base.ok {
+			if b.Run == r.Run && r.PerSec > 0 && b.PerSec > 0 {
+				ratios = append(ratios, r.PerSec/b.PerSec)
+				break
+			}
+		}
 	}
-	return medianOf(values)
+	if len(ratios) == 0 {
+		return "–"
+	}
+	s := formatNumber(medianOf(ratios), 2)
+	if len(ratios) > 1 {
+		s = fmt.Sprintf("%s [%s–%s]", s, formatNumber(slices.Min(ratios), 2), formatNumber(slices.Max(ratios), 2))
+	}
+	return s
 }
 
 // peerGroup finds the group of contender measured like g: same workload,
