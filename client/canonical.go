@@ -16,9 +16,10 @@ const requestHashVersion = 1
 // args as canonical JSON (object keys sorted, no insignificant whitespace)
 // and every option that shapes the run (queue, run and execution timeouts,
 // ID reuse policy). Namespace and workflow ID are the key it is stored
-// under; EagerStart changes how the run starts, not the run.
-func requestHash(info *StartInfo, opts *StartOpts, args WorkflowArgs) ([]byte, error) {
-	canonical, err := canonicalJSON(args)
+// under; EagerStart changes how the run starts, not the run. marshaled,
+// if not nil, is json.Marshal's encoding of args.
+func requestHash(info *StartInfo, opts *StartOpts, args WorkflowArgs, marshaled []byte) ([]byte, error) {
+	canonical, err := canonicalJSON(args, marshaled)
 	if err != nil {
 		return nil, &PayloadError{Err: err, Op: "encoding"}
 	}
@@ -36,9 +37,12 @@ func requestHash(info *StartInfo, opts *StartOpts, args WorkflowArgs) ([]byte, e
 }
 
 // canonicalJSON is v's JSON with object keys sorted and insignificant
-// whitespace dropped; numbers keep their text.
-func canonicalJSON(v any) ([]byte, error) {
-	encoded, err := json.Marshal(v)
+// whitespace dropped; numbers keep their text. encoded, if not nil, is
+// json.Marshal's encoding of v.
+func canonicalJSON(v any, encoded []byte) (_ []byte, err error) {
+	if encoded == nil {
+		encoded, err = json.Marshal(v)
+	}
 	if err != nil || isCanonical(encoded) {
 		return encoded, err
 	}

@@ -28,8 +28,8 @@ import (
 type start struct {
 	args  WorkflowArgs
 	opts  *StartOpts
-	info  *StartInfo
-	key   string // of its workflow ID: dbschema.StartLockID
+	info  StartInfo // what interceptors are told (&info)
+	key   string    // of its workflow ID: dbschema.StartLockID
 	runID uuid.UUID
 	taker eagerstart.Taker // the linked worker's, for an eager Start
 	// reserved: the start holds room for its run in taker's worker
@@ -41,8 +41,10 @@ type start struct {
 	// failedAhead is the failure of the first task, run ahead of the start
 	// (start_ahead.go): the start queues the task through River with it.
 	failedAhead error
-	// jobs inserts the jobs of Start's own transactions (Client.jobsOn).
-	jobs *quietJobs
+	// jobs inserts the jobs of Start's own transactions (Client.jobsOn):
+	// &quiet, or nil for StartTx.
+	jobs  *quietJobs
+	quiet quietJobs
 
 	// In a group (start_group.go): the caller's ctx, and the start's
 	// verdict, its run or error, or that it runs alone.
@@ -85,9 +87,10 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 			defer release()
 		}
 	}
-	s.jobs = &quietJobs{Client: c.quiet}
+	s.quiet.Client = c.quiet
+	s.jobs = &s.quiet
 	run, err := c.startBy(ctx, s)
-	if err == nil {
+	if err == nil && len(s.jobs.queues) > 0 {
 		c.announce(context.WithoutCancel(ctx), s.jobs.queues)
 	}
 	if s.opts.EagerStart && s.opts.WorkflowID != "" && (err == nil || idTaken(err)) {
@@ -150,7 +153,7 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 	if err != nil {
 		return nil, err
 	}
-	return c.interceptStart(ctx, s.info, func(ctx context.Context) (*Run, error) {
+	return c.interceptStart(ctx, &s.info, func(ctx context.Context) (*Run, error) {
 		return c.insertRun(ctx, tx, s, nil)
 	})
 }
@@ -191,9 +194,13 @@ func (c *Client) newStart(args WorkflowArgs, opts *StartOpts) (*start, error) {
 	if err := validateQueue(queue); err != nil {
 		return nil, err
 	}
-	info := &StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}
+	info := StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}
 	return &start{args: args, opts: opts, info: info, key: dbschema.StartLockID(namespace, workflowID), runID: uuid.New()}, nil
 }
+
+// noHeaders is the trace context of a start without headers, shared: read
+// only.
+var noHeaders = []byte("{}")
 
 // encode encodes what s writes, once: the args, the request's hash and the
 // trace context (the interceptors' headers).
@@ -204,10 +211,15 @@ func (s *start) encode(c *Client) (err error) {
 	if s.payload, err = c.encodePayload("args of workflow", s.info.WorkflowID, s.args); err != nil {
 		return err
 	}
-	if s.hash, err = requestHash(s.info, s.opts, s.args); err != nil {
+	var marshaled []byte // the args as json.Marshal encodes them, if known
+	switch c.config.Codec.(type) {
+	case JSONCodec, *JSONCodec:
+		marshaled = s.payload
+	}
+	if s.hash, err = requestHash(&s.info, s.opts, s.args, marshaled); err != nil {
 		return err
 	}
-	s.traceContext = []byte("{}")
+	s.traceContext = noHeaders
 	if len(s.info.Headers) > 0 {
 		if s.traceContext, err = json.Marshal(s.info.Headers); err != nil {
 			return fmt.Errorf("encoding headers of workflow %s: %w", s.info.WorkflowID, err)
@@ -247,7 +259,7 @@ func (s *start) created(c *Client, generation int64) *Run {
 // same request created (W2: a replay), or why the start is refused;
 // neither when it may insert its run.
 func (s *start) refusal(c *Client, found *store.StartRunResult) (replayed *Run, refused error) {
-	info, policy := s.info, s.opts.IDReusePolicy
+	info, policy := &s.info, s.opts.IDReusePolicy
 	switch byRequest, live, last := found.ByRequest, found.Live, found.Last; {
 	case byRequest != nil && !bytes.Equal(byRequest.RequestHash, s.hash):
 		return nil, &RequestConflictError{Generation: byRequest.Generation, RequestID: info.RequestID, RunID: byRequest.RunID, WorkflowID: info.WorkflowID}

@@ -45,7 +45,7 @@ const knownIDsMax = 4096
 // With ok false it wrote nothing: the caller starts s alone (with the
 // task's failure, when it ran ahead and failed).
 func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, err error) {
-	info := s.info
+	info := &s.info
 	if s.opts.WorkflowID != "" && c.knownIDs.Contains(s.key) {
 		return nil, false, nil
 	}

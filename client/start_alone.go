@@ -32,7 +32,7 @@ func (c *Client) startAlone(ctx context.Context, s *start) (run *Run, err error)
 		}
 	}()
 	err = lazytx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) (err error) {
-		run, err = c.interceptStart(ctx, s.info, func(ctx context.Context) (*Run, error) {
+		run, err = c.interceptStart(ctx, &s.info, func(ctx context.Context) (*Run, error) {
 			return c.insertRun(ctx, tx, s, &handed)
 		})
 		return err

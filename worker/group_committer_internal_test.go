@@ -698,9 +698,11 @@ func TestStepOfOneRoundTrip(t *testing.T) {
 	run, err := c.Start(ctx, stepGateWfArgs{}, &client.StartOpts{EagerStart: true})
 	require.NoError(t, err)
 	<-gate.started
-	events, next, cached, ok := w.histories.latest(run.RunID)
+	last, next, cached, ok := w.histories.latest(run.RunID)
 	require.True(t, ok, "the run's history and row are cached")
-	require.Equal(t, int64(len(events))+1, next)
+	require.Equal(t, last[len(last)-1].ID+1, next)
+	events, _, ok := w.histories.get(run.RunID, next)
+	require.True(t, ok)
 	// A signal moves the run on while the activity runs; then the cache is
 	// put back to before it, as if another worker had taken the signal's
 	// task.
@@ -789,8 +791,8 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 	run := uuid.New()
 	row := &runRow{Run: engine.Run{ID: run}, scanned: true}
 	long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}}
-	c.put(run, long, row, nil, nil, 0)
-	c.put(run, long[:2], row, nil, nil, 0)
+	c.put(run, one(long), row, nil, nil, 0)
+	c.put(run, one(long[:2]), row, nil, nil, 0)
 	events, next, _, ok := c.latest(run)
 	require.True(t, ok)
 	require.Equal(t, int64(4), next)
@@ -798,7 +800,7 @@ func TestHistoryCacheKeepsLongerHistory(t *testing.T) {
 	_, _, ok = c.get(run, 3)
 	require.False(t, ok, "the shorter history is not served")
 	c.forget(run)
-	c.put(run, long[:2], row, nil, nil, 0)
+	c.put(run, one(long[:2]), row, nil, nil, 0)
 	_, next, _, ok = c.latest(run)
 	require.True(t, ok)
 	require.Equal(t, int64(3), next, "after forget, any history goes in")

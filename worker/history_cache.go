@@ -17,13 +17,14 @@ import (
 )
 
 // historyCache keeps the runs this worker last advanced: the history it
-// committed, so the next task of the run need not read it back, and the
-// run's workflow code as that task left it (a replay.CachedRun, sticky
-// execution), so the next task need not replay it either. An entry is used
-// only when the run's append point (next_event_id) is still the one this
-// worker committed: read under the run's lock (get, cachedRun), or checked by
-// a guard that locks the run ahead of the step's writes (latest, for the
-// one-round-trip step). History is append-only and only the holder of the
+// committed (as pieces, one per step: a step adds its events without
+// copying those before them), so the next task of the run need not read it
+// back, and the run's workflow code as that task left it (a
+// replay.CachedRun, sticky execution), so the next task need not replay it
+// either. An entry is used only when the run's append point
+// (next_event_id) is still the one this worker committed: read under the
+// run's lock (get, cachedRun), or checked by a guard that locks the run
+// ahead of the step's writes (latest, for the one-round-trip step). History is append-only and only the holder of the
 // run's lock at that append point can move it, so equal append points mean
 // equal histories, and a cached run standing there stands at the run's
 // history. Entries are stored only once their transaction committed, and
@@ -58,7 +59,7 @@ type cacheStats struct {
 }
 
 type historyEntry struct {
-	events      []history.Event
+	pieces      [][]history.Event // the history, in order; none is empty
 	nextEventID int64
 	run         *runRow           // the run's row as last read under its lock (what never changes of it), if known
 	cached      *replay.CachedRun // the run's code, standing at nextEventID, unless a task took it
@@ -68,12 +69,12 @@ type historyEntry struct {
 	claims      int               // attempts its task claimed, running here and not ended yet (busy if any)
 }
 
-// shared returns the entry's events, for a task to read and not to change
-// (a committed event never changes): the slice has no room, so that
-// appending to it copies it, and the entry's events stay as they are
-// whatever a task appends.
-func (e *historyEntry) shared() []history.Event {
-	return e.events[:len(e.events):len(e.events)]
+// shared returns the entry's pieces, for a task to read and not to change
+// (a committed event never changes): neither the list nor a piece has
+// room, so that appending to either copies it, and the entry's history
+// stays as it is whatever a task appends.
+func (e *historyEntry) shared() [][]history.Event {
+	return e.pieces[:len(e.pieces):len(e.pieces)]
 }
 
 // held are the cached runs the entry holds (nil ones included), to close
@@ -268,9 +269,9 @@ func (c *historyCache) release() {
 	c.free()
 }
 
-// get returns the run's cached history (shared), and the memo of its
-// events' facts, if its append point is nextEventID.
-func (c *historyCache) get(runID [16]byte, nextEventID int64) ([]history.Event, *engine.Facts, bool) {
+// get returns the run's cached history (its pieces, shared), and the memo
+// of its events' facts, if its append point is nextEventID.
+func (c *historyCache) get(runID [16]byte, nextEventID int64) ([][]history.Event, *engine.Facts, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lookup(runID)
@@ -352,31 +353,37 @@ func closeAll(runs []*replay.CachedRun) {
 	}
 }
 
-// latest returns the run's cached history (shared), its append point and
-// the run's row as last read, if the cache holds both.
+// latest returns the last events of the run's cached history (its last
+// piece, shared: to read), its append point and the run's row as last
+// read, if the cache holds both.
 func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lookup(runID)
-	if !ok || e.run == nil {
+	if !ok || e.run == nil || len(e.pieces) == 0 {
 		return nil, 0, nil, false
 	}
-	return e.shared(), e.nextEventID, e.run, true
+	last := e.pieces[len(e.pieces)-1]
+	return last[:len(last):len(last)], e.nextEventID, e.run, true
 }
 
-// put stores a committed history, what never changes of its run's row
+// put stores a committed history (its pieces, none empty and none with
+// room to append in place), what never changes of its run's row
 // (run.immutable, or the entry's own if it has one) if known, the cached run
 // standing at its end if any and the memo of its events' facts (a new one
 // if nil), busy while the claims attempts its task claimed run, unless the
 // cache holds a longer history of the run; it returns the entry it stored
 // (nil if none). A cached run it does not keep, or replaces, is closed.
-func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts, claims int) *historyEntry {
+func (c *historyCache) put(runID [16]byte, pieces [][]history.Event, run *runRow, cached *replay.CachedRun, facts *engine.Facts, claims int) *historyEntry {
 	var closing []*replay.CachedRun
 	defer func() { closeAll(closing) }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.free() // the room the old entry held goes only if the new one is not busy
-	next := int64(len(events)) + 1
+	next := int64(1)
+	for _, events := range pieces {
+		next += int64(len(events))
+	}
 	if cached.NextEventID() != next || c.stopped {
 		// A first task in a start that committed after the worker stopped
 		// settles here after closeCachedRuns: its code must not outlive the
@@ -424,7 +431,7 @@ func (c *historyCache) put(runID [16]byte, events []history.Event, run *runRow, 
 	if used == nil {
 		used = c.order.PushFront(runID)
 	}
-	e := &historyEntry{events: events, nextEventID: next, run: run, cached: cached, facts: facts, used: used, claims: claims}
+	e := &historyEntry{pieces: pieces, nextEventID: next, run: run, cached: cached, facts: facts, used: used, claims: claims}
 	c.entries[runID] = e
 	return e
 }
@@ -481,47 +488,79 @@ func (c *historyCache) closeCachedRuns() {
 	closeAll(closing)
 }
 
-// history returns the run's history, with the memo of its events' facts:
-// from the cache when this worker committed its current append point, else
-// from the database (with a new memo).
-func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([]history.Event, *engine.Facts, error) {
+// history returns the run's history (its pieces, none empty and none with
+// room), with the memo of its events' facts: from the cache when this
+// worker committed its current append point, else from the database (with
+// a new memo).
+func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([][]history.Event, *engine.Facts, error) {
 	if run.NextEventID == 1 {
 		return nil, engine.NewFacts(), nil // a run's first task: no history yet
 	}
-	if events, facts, ok := w.histories.get(run.ID, run.NextEventID); ok {
-		return events, facts, nil
+	if pieces, facts, ok := w.histories.get(run.ID, run.NextEventID); ok {
+		return pieces, facts, nil
 	}
 	events, err := w.store.History(ctx, tx, run.ID)
 	if err != nil {
-		err = fmt.Errorf("loading history: %w", err)
+		return nil, nil, fmt.Errorf("loading history: %w", err)
 	}
-	return events, engine.NewFacts(), err
+	if len(events) == 0 {
+		return nil, engine.NewFacts(), nil
+	}
+	return [][]history.Event{events[:len(events):len(events)]}, engine.NewFacts(), nil // cached as is: no room
 }
 
-// stageHistory notes in result the history a task is committing (events,
-// then appended, which follows it), for the cache once the commit succeeds
-// (commitHistory). Times are kept as the database returns them
-// (microseconds), so a cached history replays exactly like one read back.
-func stageHistory(result *taskResult, run *runRow, events, appended []history.Event, closed bool) {
+// lastEvent is the last event of a history given as pieces, none empty.
+func lastEvent(pieces [][]history.Event) history.Event {
+	last := pieces[len(pieces)-1]
+	return last[len(last)-1]
+}
+
+// flat returns a history's events in one slice: its one piece, or a copy.
+func flat(pieces [][]history.Event) []history.Event {
+	switch len(pieces) {
+	case 0:
+		return nil
+	case 1:
+		return pieces[0]
+	}
+	n := 0
+	for _, events := range pieces {
+		n += len(events)
+	}
+	out := make([]history.Event, 0, n)
+	for _, events := range pieces {
+		out = append(out, events...)
+	}
+	return out
+}
+
+// stageHistory notes in result the history a task is committing (pieces,
+// shared, then appended, which follows it, as one more piece), for the
+// cache once the commit succeeds (commitHistory). Times are kept as the
+// database returns them (microseconds), so a cached history replays exactly
+// like one read back: appended is shared (only read) when its times are.
+func stageHistory(result *taskResult, run *runRow, pieces [][]history.Event, appended []history.Event, closed bool) {
 	result.runID = run.ID
 	if run.scanned {
 		result.run = run
 	}
-	if closed {
+	switch {
+	case closed:
 		result.history = nil
 		return
-	}
-	if len(events) == 0 && !slices.ContainsFunc(appended, notAsStored) {
-		result.history = appended[:len(appended):len(appended)] // a first task's events, shared: only read
+	case len(appended) == 0:
+		result.history = pieces
 		return
 	}
-	all := make([]history.Event, 0, len(events)+len(appended))
-	all = append(all, events...)
-	for _, e := range appended {
-		e.Time = asStored(e.Time)
-		all = append(all, e)
+	piece := appended[:len(appended):len(appended)]
+	if slices.ContainsFunc(appended, notAsStored) {
+		piece = make([]history.Event, len(appended))
+		for i, e := range appended {
+			e.Time = asStored(e.Time)
+			piece[i] = e
+		}
 	}
-	result.history = all
+	result.history = append(pieces, piece) // pieces has no room: a new list
 }
 
 // asStored is t as the database returns it: in microseconds, local time.

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -78,7 +79,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		run := uuid.New()
 		session, events, unwound := newTestCachedRun(t)
 		next := int64(len(events)) + 1
-		c.put(run, events, nil, session, nil, 0)
+		c.put(run, one(events), nil, session, nil, 0)
 		require.Nil(t, c.cachedRun(run, next-1), "a task at another append point")
 		require.Nil(t, c.cachedRun(uuid.New(), next), "another run")
 		require.Same(t, session, c.cachedRun(run, next))
@@ -86,7 +87,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		_, _, ok := c.get(run, next)
 		require.True(t, ok, "the history stays while the session is out")
 		requireLive(t, unwound)
-		c.put(run, events, nil, session, nil, 0) // its task did not move the run (say)
+		c.put(run, one(events), nil, session, nil, 0) // its task did not move the run (say)
 		require.Same(t, session, c.cachedRun(run, next))
 	})
 
@@ -97,23 +98,23 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 
 		// Standing elsewhere than the history it comes with.
 		session, events, unwound := newTestCachedRun(t)
-		c.put(run, events[:len(events)-1], nil, session, nil, 0)
+		c.put(run, one(events[:len(events)-1]), nil, session, nil, 0)
 		requireUnwound(t, unwound)
 		require.Nil(t, c.cachedRun(run, int64(len(events))))
 
 		// With a history shorter than the one held.
 		long := []history.Event{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}, {ID: 5}, {ID: 6}, {ID: 7}, {ID: 8}}
-		c.put(run, long, nil, nil, nil, 0)
+		c.put(run, one(long), nil, nil, nil, 0)
 		session, events, unwound = newTestCachedRun(t)
-		c.put(run, events, nil, session, nil, 0)
+		c.put(run, one(events), nil, session, nil, 0)
 		requireUnwound(t, unwound)
 
 		// Replaced, then forgotten.
 		c.forget(run)
 		session, events, unwound = newTestCachedRun(t)
-		c.put(run, events, nil, session, nil, 0)
+		c.put(run, one(events), nil, session, nil, 0)
 		other, _, otherUnwound := newTestCachedRun(t)
-		c.put(run, events, nil, other, nil, 0)
+		c.put(run, one(events), nil, other, nil, 0)
 		requireUnwound(t, unwound)
 		requireLive(t, otherUnwound)
 		c.forget(run)
@@ -121,7 +122,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 
 		// Forgotten at an append point: only if the entry is still there.
 		session, events, unwound = newTestCachedRun(t)
-		c.put(run, events, nil, session, nil, 0)
+		c.put(run, one(events), nil, session, nil, 0)
 		c.forgetAt(run, int64(len(events))) // an older one: the entry is newer
 		requireLive(t, unwound)
 		c.forgetAt(run, int64(len(events))+1)
@@ -135,11 +136,11 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		c := newHistoryCache(1)
 		first, events, firstUnwound := newTestCachedRun(t)
 		firstRun := uuid.New()
-		c.put(firstRun, events, nil, first, nil, 0)
+		c.put(firstRun, one(events), nil, first, nil, 0)
 		_, _, ok := c.get(firstRun, int64(len(events))+1) // the cache is used: it keeps sessions
 		require.True(t, ok)
 		second, events, secondUnwound := newTestCachedRun(t)
-		c.put(uuid.New(), events, nil, second, nil, 0)
+		c.put(uuid.New(), one(events), nil, second, nil, 0)
 		requireUnwound(t, firstUnwound)
 		requireLive(t, secondUnwound)
 		c.closeCachedRuns()
@@ -149,7 +150,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		// start that committed late) keeps no code alive.
 		late, events, lateUnwound := newTestCachedRun(t)
 		run := uuid.New()
-		c.put(run, events, nil, late, nil, 0)
+		c.put(run, one(events), nil, late, nil, 0)
 		requireUnwound(t, lateUnwound)
 		_, _, ok = c.get(run, int64(len(events))+1)
 		require.True(t, ok, "its history is kept")
@@ -161,13 +162,13 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		c := newHistoryCache(2)
 		a, b := uuid.New(), uuid.New()
 		sessionA, eventsA, unwoundA := newTestCachedRun(t)
-		c.put(a, eventsA, nil, sessionA, nil, 0)
+		c.put(a, one(eventsA), nil, sessionA, nil, 0)
 		sessionB, eventsB, unwoundB := newTestCachedRun(t)
-		c.put(b, eventsB, nil, sessionB, nil, 0)
+		c.put(b, one(eventsB), nil, sessionB, nil, 0)
 		_, _, ok := c.get(a, int64(len(eventsA))+1) // a task of a: a is used after b
 		require.True(t, ok)
 		_, eventsC, _ := newTestCachedRun(t)
-		c.put(uuid.New(), eventsC, nil, nil, nil, 0)
+		c.put(uuid.New(), one(eventsC), nil, nil, nil, 0)
 		requireUnwound(t, unwoundB)
 		requireLive(t, unwoundA)
 		require.Same(t, sessionA, c.cachedRun(a, int64(len(eventsA))+1))
@@ -187,7 +188,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		run := uuid.New()
 		_, events, _ := newTestCachedRun(t)
 		next := int64(len(events)) + 1
-		c.put(run, events, nil, nil, nil, 0)
+		c.put(run, one(events), nil, nil, nil, 0)
 		keep := func(at int64) (*decidedTask, chan struct{}) {
 			session, _, unwound := newTestCachedRun(t)
 			d := &decidedTask{inputs: inputs, outcome: &replay.Outcome{}, cached: session}
@@ -214,13 +215,13 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		_, first := keep(next)
 		_, second := keep(next) // replaces the first
 		requireUnwound(t, first)
-		c.put(run, events, nil, nil, nil, 0) // the run's next commit
+		c.put(run, one(events), nil, nil, nil, 0) // the run's next commit
 		requireUnwound(t, second)
 		_, unwound = keep(next)
 		c.forget(run)
 		requireUnwound(t, unwound)
 
-		c.put(run, events, nil, nil, nil, 0)
+		c.put(run, one(events), nil, nil, nil, 0)
 		_, unwound = keep(next)
 		c.closeCachedRuns()
 		requireUnwound(t, unwound)
@@ -234,10 +235,10 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		c := newHistoryCache(2)
 		run := uuid.New()
 		other, events, otherUnwound := newTestCachedRun(t)
-		c.put(run, events, nil, nil, nil, 0)
-		c.put(uuid.New(), events, nil, other, nil, 0)
+		c.put(run, one(events), nil, nil, nil, 0)
+		c.put(uuid.New(), one(events), nil, other, nil, 0)
 		for range 10 {
-			c.put(run, events, nil, nil, nil, 0) // full, but run has its entry already
+			c.put(run, one(events), nil, nil, nil, 0) // full, but run has its entry already
 		}
 		requireLive(t, otherUnwound)
 	})
@@ -247,7 +248,7 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 		c := newHistoryCache(-1)
 		run := uuid.New()
 		session, events, unwound := newTestCachedRun(t)
-		c.put(run, events, nil, session, nil, 0)
+		c.put(run, one(events), nil, session, nil, 0)
 		requireUnwound(t, unwound)
 		_, _, ok := c.get(run, int64(len(events))+1)
 		require.False(t, ok)
@@ -255,26 +256,30 @@ func TestHistoryCacheCachedRuns(t *testing.T) {
 }
 
 // TestHistoryCacheSharesHistory: what a task appends to the history the
-// cache handed it is not the cache's.
+// cache handed it (to its list of pieces, or to a piece) is not the cache's.
 func TestHistoryCacheSharesHistory(t *testing.T) {
 	t.Parallel()
 	c := newHistoryCache(MaxCachedRunsDefault)
 	run := uuid.New()
-	events := make([]history.Event, 3, 10) // room to append in place
+	events := make([]history.Event, 3, 10)
 	for i := range events {
 		events[i].ID = int64(i) + 1
 	}
-	c.put(run, events, &runRow{}, nil, nil, 0)
+	pieces := make([][]history.Event, 1, 4) // room to append in place
+	pieces[0] = events[:3:3]                // as put takes them: no room
+	c.put(run, pieces, &runRow{}, nil, nil, 0)
 	got, _, ok := c.get(run, 4)
 	require.True(t, ok)
-	_ = append(got, history.Event{ID: 4})
+	_ = append(got, []history.Event{{ID: 4}})
+	_ = append(got[0], history.Event{ID: 4})
 	latest, _, _, ok := c.latest(run)
 	require.True(t, ok)
 	_ = append(latest, history.Event{ID: 4})
+	require.Nil(t, pieces[:2][1], "the cache's pieces are as put")
 	require.Equal(t, history.Event{}, events[:4][3], "the cache's events are as put")
 	got, _, ok = c.get(run, 4)
 	require.True(t, ok)
-	require.Len(t, got, 3)
+	require.Len(t, flat(got), 3)
 }
 
 // BenchmarkHistoryCacheGet measures a task's read of its run's cached
@@ -286,12 +291,12 @@ func BenchmarkHistoryCacheGet(b *testing.B) {
 	for i := range events {
 		events[i].ID = int64(i) + 1
 	}
-	c.put(run, events, nil, nil, nil, 0)
+	c.put(run, one(events), nil, nil, nil, 0)
 	b.ReportAllocs()
 	for b.Loop() {
 		got, _, ok := c.get(run, int64(len(events))+1)
 		require.True(b, ok)
-		require.Len(b, got, len(events))
+		require.Len(b, flat(got), len(events))
 	}
 }
 
@@ -305,7 +310,7 @@ func TestHistoryCacheRoom(t *testing.T) {
 	c := newHistoryCache(2)
 	events := []history.Event{{ID: 1, Type: "WorkflowStarted"}}
 	a, b, other := uuid.New(), uuid.New(), uuid.New()
-	busyA := c.put(a, events, nil, nil, nil, 2)
+	busyA := c.put(a, one(events), nil, nil, nil, 2)
 	require.True(t, c.admit())
 	require.False(t, c.admit(), "a busy entry and an admitted task fill a cache of 2")
 	release, err := c.await(ctx, a, time.Nanosecond)
@@ -336,9 +341,9 @@ func TestHistoryCacheRoom(t *testing.T) {
 	require.NoError(t, <-waited, "room once both claims ended")
 	c.release() // the admitted task settled
 
-	c.put(a, events, nil, nil, nil, 1)
-	c.put(b, events, nil, nil, nil, 0)
-	c.put(other, events, nil, nil, nil, 0) // evicts b, the idle one, not a
+	c.put(a, one(events), nil, nil, nil, 1)
+	c.put(b, one(events), nil, nil, nil, 0)
+	c.put(other, one(events), nil, nil, nil, 0) // evicts b, the idle one, not a
 	_, _, ok := c.get(a, 2)
 	require.True(t, ok, "the busy entry stays")
 	_, _, ok = c.get(b, 2)
@@ -359,7 +364,7 @@ func TestHistoryCacheRoomInOrder(t *testing.T) {
 	c := newHistoryCache(1)
 	events := []history.Event{{ID: 1, Type: "WorkflowStarted"}}
 	run := uuid.New()
-	busy := c.put(run, events, nil, nil, nil, 1)
+	busy := c.put(run, one(events), nil, nil, nil, 1)
 
 	const waiters = 3
 	admitted := make(chan int, waiters)
@@ -388,7 +393,7 @@ func TestHistoryCacheRoomInOrder(t *testing.T) {
 	}
 
 	// The run goes on: its next entry is busy too, so nobody is admitted.
-	busy = c.put(run, append(events, history.Event{ID: 2}), nil, nil, nil, 1)
+	busy = c.put(run, one(append(events, history.Event{ID: 2})), nil, nil, nil, 1)
 	select {
 	case i := <-admitted:
 		t.Fatalf("waiter %d admitted while the run that held the room went on", i)
@@ -415,7 +420,7 @@ func TestHistoryCacheTasksBeforeStarts(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	c := newHistoryCache(1)
-	busy := c.put(uuid.New(), []history.Event{{ID: 1, Type: "WorkflowStarted"}}, nil, nil, nil, 1)
+	busy := c.put(uuid.New(), one([]history.Event{{ID: 1, Type: "WorkflowStarted"}}), nil, nil, nil, 1)
 
 	admitted := make(chan string, 2)
 	wait := func(what string, queued func() bool, admit func() (func(), error)) {
@@ -447,9 +452,10 @@ func TestHistoryCacheTasksBeforeStarts(t *testing.T) {
 }
 
 // TestStageHistory: the history a task stages for the cache is the run's
-// history, then the task's events, with their times as the database returns
-// them (microseconds, local time); a first task's events whose times are
-// already so are staged as they are, with no room to append in place.
+// history's pieces as they are, then the task's events as one more piece,
+// with their times as the database returns them (microseconds, local
+// time); the task's events whose times are already so are staged as they
+// are, with no room to append in place.
 func TestStageHistory(t *testing.T) {
 	t.Parallel()
 
@@ -464,30 +470,73 @@ func TestStageHistory(t *testing.T) {
 	}
 	run := &runRow{}
 	for _, c := range []struct {
-		name             string
-		events, appended []history.Event
-		shared           bool
+		name     string
+		pieces   [][]history.Event
+		appended []history.Event
+		shared   bool
 	}{
 		{name: "FirstTaskAsStored", appended: events(1, stored, 3), shared: true},
 		{name: "FirstTaskPrecise", appended: events(1, precise, 3)},
-		{name: "LaterTask", events: events(1, stored, 3), appended: events(4, precise, 2)},
+		{name: "LaterTaskAsStored", pieces: one(events(1, stored, 3)), appended: events(4, stored, 2), shared: true},
+		{name: "LaterTaskPrecise", pieces: [][]history.Event{events(1, stored, 3), events(4, stored, 1)}, appended: events(5, precise, 2)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var result taskResult
-			stageHistory(&result, run, c.events, c.appended, false)
-			require.Len(t, result.history, len(c.events)+len(c.appended))
-			for i, e := range result.history {
+			stageHistory(&result, run, c.pieces, c.appended, false)
+			require.Len(t, result.history, len(c.pieces)+1)
+			for i, piece := range c.pieces {
+				require.Same(t, &piece[0], &result.history[i][0], "piece %d shared", i)
+			}
+			last := result.history[len(c.pieces)]
+			require.Equal(t, c.shared, &last[0] == &c.appended[0], "shared")
+			for i, e := range flat(result.history) {
 				require.Equal(t, int64(i)+1, e.ID)
 				require.Equal(t, time.UnixMicro(e.Time.UnixMicro()), e.Time, "event %d's time as stored", e.ID)
 			}
-			require.Equal(t, c.shared, &result.history[0] == &c.appended[0], "shared")
-			require.Equal(t, len(result.history), cap(result.history), "room to append in place")
-			if len(c.appended) > 0 && !c.shared {
+			require.Equal(t, len(last), cap(last), "room to append in place")
+			if !c.shared {
 				require.Equal(t, precise, c.appended[0].Time, "the task's own events unchanged")
 			}
 			var closed taskResult
-			stageHistory(&closed, run, c.events, c.appended, true)
+			stageHistory(&closed, run, c.pieces, c.appended, true)
 			require.Nil(t, closed.history, "a closed run's history is not kept")
+		})
+	}
+}
+
+// one is a history of one piece.
+func one(events []history.Event) [][]history.Event { return [][]history.Event{events} }
+
+// BenchmarkCachedHistorySteps measures what the run cache allocates for
+// the history of a run of n steps, each of which reads the run's cached
+// history, stages it with its three events (an outcome, a boundary, the
+// next activity's schedule) and puts it back once committed.
+func BenchmarkCachedHistorySteps(b *testing.B) {
+	stored := time.UnixMicro(time.Now().UnixMicro())
+	for _, n := range []int{3, 50} {
+		b.Run(fmt.Sprintf("Steps=%d", n), func(b *testing.B) {
+			c := newHistoryCache(MaxCachedRunsDefault)
+			run := &runRow{scanned: true}
+			b.ReportAllocs()
+			for b.Loop() {
+				run.ID = uuid.New()
+				for step := range n {
+					appended := make([]history.Event, 3)
+					for i := range appended {
+						appended[i] = history.Event{ID: int64(3*step + i + 1), Type: history.EventWorkflowTaskStarted, Time: stored}
+					}
+					var pieces [][]history.Event
+					if step > 0 {
+						var ok bool
+						pieces, _, ok = c.get(run.ID, int64(3*step+1))
+						require.True(b, ok)
+					}
+					var result taskResult
+					stageHistory(&result, run, pieces, appended, false)
+					c.put(run.ID, result.history, nil, nil, result.facts, 0)
+				}
+				c.forget(run.ID)
+			}
 		})
 	}
 }

@@ -173,7 +173,7 @@ type taskResult struct {
 	startedTimer  bool                // it started a timer (the timer waker looks again)
 	eager         []claimedAttempt    // activities claimed, to start once the transaction commits
 	eagerSlots    int                 // eager slots taken, to give back if it does not
-	history       []history.Event     // the history committed, for the cache (nil: forget the run)
+	history       [][]history.Event   // the history committed, as pieces, for the cache (nil: forget the run)
 	cachedRun     *replay.CachedRun   // the run's code as the task left it, for the cache with history
 	facts         *engine.Facts       // what was read of the history's events, for the cache with history
 	runID         uuid.UUID           // the run advanced, if any
@@ -314,7 +314,7 @@ type setting struct {
 // as read, the step's inputs and the replay's outcome, whose events the
 // step appends.
 type decided struct {
-	events  []history.Event
+	events  [][]history.Event // as pieces (historyCache)
 	facts   *engine.Facts
 	inputs  []history.Event
 	outcome replay.Outcome
@@ -406,7 +406,7 @@ func (w *Worker) decide(ctx context.Context, tx pgx.Tx, def *replay.Definition, 
 			return false, err
 		}
 		started = []history.Event{e}
-	} else if last := events[len(events)-1].ID; last != run.NextEventID-1 {
+	} else if last := lastEvent(events).ID; last != run.NextEventID-1 {
 		return false, fmt.Errorf("history of run %s ends at event %d but the run expects %d next", run.ID, last, run.NextEventID)
 	}
 	// A run with no queued task has an empty inbox: every inbox writer
@@ -465,7 +465,6 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 		ActivityResultType: w.resultType,
 		Codec:              w.config.Codec,
 		DeadlockTimeout:    w.config.DeadlockTimeout,
-		History:            d.events,
 		Info:               replay.Info{TaskAttempt: in.attempt},
 		Inputs:             d.inputs,
 		Now:                now,
@@ -477,9 +476,13 @@ func (w *Worker) replayStep(ctx context.Context, def *replay.Definition, run *ru
 	}
 	if cachedRun := w.histories.cachedRun(run.ID, run.NextEventID); cachedRun != nil {
 		result.cachedRun = cachedRun
+		if len(d.events) > 0 {
+			params.History = d.events[len(d.events)-1] // a cached run reads only history's last event
+		}
 		_, err := cachedRun.ContinueInto(replayCtx, params, &d.outcome) // the run's identity is the cached run's
 		return err
 	}
+	params.History = flat(d.events)
 	params.Decode, params.Go = d.facts.Decode, w.goroutines.Go
 	params.Info.Generation, params.Info.Kind, params.Info.RunID, params.Info.WorkflowID = run.Generation, run.Kind, run.ID.String(), run.WorkflowID
 	params.Logger = w.config.Logger // the engine adds the run's kind and IDs

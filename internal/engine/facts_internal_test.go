@@ -95,15 +95,16 @@ func TestEventFacts(t *testing.T) {
 	newSignal := history.Event{Type: history.EventSignalReceived, Attributes: []byte(`{"kind":"s","request_id":"req-new"}`)}
 	direct := []history.Event{dup, fresh, oldSignal, newSignal}
 	logger := slog.New(slog.DiscardHandler)
+	pieces := [][]history.Event{events[:2], events[2:]} // as a run cache keeps a history
 	// Event 5 is completed in history too: only the new signal goes in.
 	for _, memo := range []*Facts{nil, NewFacts(), facts} {
-		inputs, err := NewInputs(context.Background(), uuid.New(), events, memo, nil, direct, logger)
+		inputs, err := NewInputs(context.Background(), uuid.New(), pieces, memo, nil, direct, logger)
 		require.NoError(t, err)
 		require.Equal(t, []history.Event{newSignal}, inputs)
 	}
 	open := history.Event{ID: int64(len(events)) + 1, Type: history.EventActivityScheduled, Attributes: []byte(`{}`)}
-	require.Equal(t, Pending{Activities: true}, PendingWork(events, facts, []history.Event{open}, nil))
-	require.Equal(t, Pending{}, PendingWork(events, facts, nil, nil))
+	require.Equal(t, Pending{Activities: true}, PendingWork(pieces, facts, []history.Event{open}, nil))
+	require.Equal(t, Pending{}, PendingWork(pieces, facts, nil, nil))
 }
 
 // BenchmarkNewInputs measures reading a task's inputs against its run's
@@ -125,9 +126,9 @@ func BenchmarkNewInputs(b *testing.B) {
 				runID := uuid.New()
 				b.ReportAllocs()
 				for b.Loop() {
-					_, err := NewInputs(context.Background(), runID, events, facts, nil, direct, logger)
+					_, err := NewInputs(context.Background(), runID, [][]history.Event{events}, facts, nil, direct, logger)
 					require.NoError(b, err)
-					PendingWork(events, facts, nil, nil)
+					PendingWork([][]history.Event{events}, facts, nil, nil)
 				}
 			})
 		}
@@ -170,7 +171,7 @@ func TestNewInputsOrder(t *testing.T) {
 		{name: "None", inbox: []history.Event{outcome(2)}, direct: []history.Event{outcome(2)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			inputs, err := NewInputs(context.Background(), uuid.New(), events, NewFacts(), inboxOf(c.inbox...), c.direct, slog.New(slog.DiscardHandler))
+			inputs, err := NewInputs(context.Background(), uuid.New(), [][]history.Event{events}, NewFacts(), inboxOf(c.inbox...), c.direct, slog.New(slog.DiscardHandler))
 			require.NoError(t, err)
 			require.Equal(t, len(c.want), len(inputs))
 			for i := range c.want {

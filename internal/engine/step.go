@@ -25,22 +25,25 @@ import (
 // task's inputs, without the outcomes and signals history already has (W5:
 // an activity's outcome enters history once, however many times it was
 // reported), each drop logged. They may be direct itself, with no room to
-// append in place: they are only read.
-func NewInputs(ctx context.Context, runID uuid.UUID, events []history.Event, facts *Facts, inbox []InboxItem, direct []history.Event,
+// append in place: they are only read. The run's history is given as its
+// pieces, in order (their events are the history's).
+func NewInputs(ctx context.Context, runID uuid.UUID, pieces [][]history.Event, facts *Facts, inbox []InboxItem, direct []history.Event,
 	logger *slog.Logger,
 ) ([]history.Event, error) {
 	scheduled := map[int64]bool{}
 	resolved := map[int64]bool{}
 	signals := map[string]bool{} // request IDs of signals history has
-	for _, e := range events {
-		if e.Type == history.EventActivityScheduled || e.Type == history.EventTimerStarted || e.Type == history.EventChildWorkflowScheduled {
-			scheduled[e.ID] = true
-		}
-		if id, ok := facts.ResolvedBy(e); ok {
-			resolved[id] = true
-		}
-		if id := facts.SignalRequestID(e); id != "" {
-			signals[id] = true
+	for _, events := range pieces {
+		for _, e := range events {
+			if e.Type == history.EventActivityScheduled || e.Type == history.EventTimerStarted || e.Type == history.EventChildWorkflowScheduled {
+				scheduled[e.ID] = true
+			}
+			if id, ok := facts.ResolvedBy(e); ok {
+				resolved[id] = true
+			}
+			if id := facts.SignalRequestID(e); id != "" {
+				signals[id] = true
+			}
 		}
 	}
 
@@ -112,25 +115,31 @@ type Pending struct {
 	Children   bool // child workflows started
 }
 
-// PendingWork tells, from a run's history (events, then appended, whose
-// outcomes resolve retired), whether it started children and whether
-// activities it scheduled are unresolved.
-func PendingWork(events []history.Event, facts *Facts, appended []history.Event, retired []int64) Pending {
+// PendingWork tells, from a run's history (its pieces, in order, then
+// appended, whose outcomes resolve retired), whether it started children
+// and whether activities it scheduled are unresolved.
+func PendingWork(pieces [][]history.Event, facts *Facts, appended []history.Event, retired []int64) Pending {
 	var out Pending
 	open := map[int64]bool{}
-	for i, list := range [][]history.Event{events, appended} {
-		for _, e := range list {
-			switch {
-			case e.Type == history.EventActivityScheduled:
-				open[e.ID] = true
-			case e.Type == history.EventChildWorkflowScheduled:
-				out.Children = true
-			case i == 0: // appended's outcomes are retired's
-				if id, ok := facts.ResolvedBy(e); ok {
-					delete(open, id)
-				}
+	read := func(e history.Event, committed bool) {
+		switch {
+		case e.Type == history.EventActivityScheduled:
+			open[e.ID] = true
+		case e.Type == history.EventChildWorkflowScheduled:
+			out.Children = true
+		case committed: // appended's outcomes are retired's
+			if id, ok := facts.ResolvedBy(e); ok {
+				delete(open, id)
 			}
 		}
+	}
+	for _, events := range pieces {
+		for _, e := range events {
+			read(e, true)
+		}
+	}
+	for _, e := range appended {
+		read(e, false)
 	}
 	for _, id := range retired {
 		delete(open, id)
@@ -148,12 +157,12 @@ func OnlyBoundary(outcome *replay.Outcome) bool {
 
 // StepParams is what a step decides from.
 type StepParams struct {
-	Run       Run             // as the step found it, under its lock
-	History   []history.Event // the run's committed history
-	Facts     *Facts          // of History's events
-	Appended  []history.Event // the events the step appends, numbered from Run.NextEventID
-	Outcome   replay.Outcome  // what the workflow code did (a copy: a caller's own stays on its stack)
-	TaskJobID int64           // the task job the step runs as; 0 for none
+	Run       Run               // as the step found it, under its lock
+	History   [][]history.Event // the run's committed history, as its pieces in order
+	Facts     *Facts            // of History's events
+	Appended  []history.Event   // the events the step appends, numbered from Run.NextEventID
+	Outcome   replay.Outcome    // what the workflow code did (a copy: a caller's own stays on its stack)
+	TaskJobID int64             // the task job the step runs as; 0 for none
 }
 
 // Step is what a step decided.

@@ -37,7 +37,7 @@ func TestDecideContinues(t *testing.T) {
 		event(t, 4, now, &history.WorkflowTaskStartedAttributes{Attempt: 1}),
 		event(t, 5, now, &history.ActivityScheduledAttributes{Kind: "a", Args: []byte("{}")}),
 	}
-	st, err := engine.Decide(engine.StepParams{Run: run, History: past, Facts: engine.NewFacts(), Appended: appended,
+	st, err := engine.Decide(engine.StepParams{Run: run, History: [][]history.Event{past}, Facts: engine.NewFacts(), Appended: appended,
 		Outcome: replay.Outcome{Events: appended[1:]}, TaskJobID: 77})
 	require.NoError(t, err)
 	require.Equal(t, appended, st.Writes.Events)
@@ -48,11 +48,11 @@ func TestDecideContinues(t *testing.T) {
 	require.False(t, st.Alone)
 	require.False(t, st.WritesAfter)
 	require.Equal(t, engine.Pending{Activities: true}, st.Pending)
-	st, err = engine.Decide(engine.StepParams{Run: run, History: past, Appended: appended[:1], Outcome: replay.Outcome{}})
+	st, err = engine.Decide(engine.StepParams{Run: run, History: [][]history.Event{past}, Appended: appended[:1], Outcome: replay.Outcome{}})
 	require.NoError(t, err)
 	require.Equal(t, engine.Pending{}, st.Pending, "the outcome appended resolves the activity")
 
-	_, err = engine.Decide(engine.StepParams{Run: run, History: past, Appended: appended[1:], Outcome: replay.Outcome{}})
+	_, err = engine.Decide(engine.StepParams{Run: run, History: [][]history.Event{past}, Appended: appended[1:], Outcome: replay.Outcome{}})
 	require.ErrorContains(t, err, "engine numbered event 4 where 3 was expected")
 }
 
@@ -88,7 +88,7 @@ func TestDecideCloses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := engine.Run{ID: uuid.New(), NextEventID: 2, HasParent: tc.parent}
-			st, err := engine.Decide(engine.StepParams{Run: run, History: past, Appended: done, Outcome: *tc.outcome, TaskJobID: 9})
+			st, err := engine.Decide(engine.StepParams{Run: run, History: [][]history.Event{past}, Appended: done, Outcome: *tc.outcome, TaskJobID: 9})
 			require.NoError(t, err)
 			require.Equal(t, &engine.RunCAS{Found: 2, Next: 3, Close: tc.close}, st.Writes.CAS)
 			require.Equal(t, tc.close.State, st.Closed)

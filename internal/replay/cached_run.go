@@ -104,9 +104,9 @@ func (s *CachedRun) NextEventID() int64 {
 // would on params.History: it delivers params.Inputs, runs the code until
 // every coroutine is blocked or it returns, and returns the events to
 // append. params.History must be the cached run's history (NextEventID-1
-// events, ending with those of its last task); its length and
-// its last event's type are checked, and a mismatch is an error matching
-// [ErrCachedRunMismatch].
+// events, ending with those of its last task), or its last events: a
+// cached run reads only its last event, whose ID and type are checked (a
+// mismatch is an error matching [ErrCachedRunMismatch]).
 // params.Codec, Logger, DeadlockTimeout and the identity in Info are the
 // cached run's, from Start; Info.TaskAttempt, Inputs, Now and MaxPayloadBytes
 // are the task's. When Continue fails, or the task ends the run, the
@@ -124,9 +124,9 @@ func (s *CachedRun) ContinueInto(ctx context.Context, params *ExecuteParams, out
 		return nil, errors.New("replay: Continue on a closed CachedRun")
 	case params.Now.IsZero():
 		return nil, errors.New("replay: ExecuteParams.Now is required")
-	case int64(len(params.History))+1 != s.next:
+	case nextEventID(params.History) != s.next:
 		s.Close()
-		return nil, fmt.Errorf("%w: it stands at event %d, the history has %d events", ErrCachedRunMismatch, s.next-1, len(params.History))
+		return nil, fmt.Errorf("%w: it stands at event %d, the history has %d events", ErrCachedRunMismatch, s.next-1, nextEventID(params.History)-1)
 	case params.History[len(params.History)-1].Type != s.last:
 		s.Close()
 		return nil, fmt.Errorf("%w: its event %d is %s, the history's %s", ErrCachedRunMismatch, s.next-1, s.last, params.History[len(params.History)-1].Type)

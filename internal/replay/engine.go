@@ -228,13 +228,22 @@ func (e *engine) replayTask(t *task) error {
 	return nil
 }
 
+// nextEventID is the ID of the event after history's last: IDs are
+// positions, so a cached run's history may be given as its last events.
+func nextEventID(events []history.Event) int64 {
+	if len(events) == 0 {
+		return 1
+	}
+	return events[len(events)-1].ID + 1
+}
+
 // decide opens the task of params: it delivers the trailing inputs of
 // history and the new inputs, appends the boundary and runs the code live,
 // writing its outcome over out.
 func (e *engine) decide(tail []recorded, params *ExecuteParams, out *Outcome) error {
 	*out = Outcome{}
 	e.replaying = false
-	e.nextID = int64(len(params.History)) + 1
+	e.nextID = nextEventID(params.History)
 	e.now = params.Now
 	e.events = make([]history.Event, 0, len(params.Inputs)+2) // and the boundary, and usually a command (tail is history)
 	e.info.TaskAttempt = params.Info.TaskAttempt

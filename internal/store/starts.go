@@ -160,7 +160,9 @@ func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into [
 // startRunArgs are startRunSQL's arguments: an array by column of starts,
 // its timeouts in microseconds (0: none). Lookups alone (no start inserts)
 // send only what they look up by: unnest pads the other columns with NULLs,
-// and a start whose insert is NULL inserts nothing.
+// and a start whose insert is NULL inserts nothing. A column that may be
+// NULL or zero alike (a task job, a timeout, a creation time, an append
+// point) is NULL when it is zero for every start.
 func startRunArgs(starts []StartRunParams) []any {
 	args := make([]any, 18)
 	args[1] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Namespace }))
@@ -178,11 +180,11 @@ func startRunArgs(starts []StartRunParams) []any {
 	args[9] = column(starts, func(p *StartRunParams) bool { return p.RejectAny })
 	args[10] = column(starts, func(p *StartRunParams) bool { return p.RejectCompleted })
 	args[11] = column(starts, func(p *StartRunParams) bool { return p.Insert })
-	args[12] = array.NullInt64s(column(starts, func(p *StartRunParams) *int64 { return p.TaskJobID }))
-	args[13] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() }))
-	args[14] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() }))
-	args[15] = array.NullTimes(column(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt }))
-	args[16] = array.Int64s(column(starts, func(p *StartRunParams) int64 { return p.NextEventID }))
+	args[12] = array.NullInt64s(columnOrNil(starts, func(p *StartRunParams) *int64 { return p.TaskJobID }))
+	args[13] = array.Int64s(columnOrNil(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() }))
+	args[14] = array.Int64s(columnOrNil(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() }))
+	args[15] = array.NullTimes(columnOrNil(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt }))
+	args[16] = array.Int64s(columnOrNil(starts, func(p *StartRunParams) int64 { return p.NextEventID }))
 	args[17] = array.Texts(column(starts, func(p *StartRunParams) string { return p.TaskKind }))
 	return args
 }
@@ -194,6 +196,17 @@ func column[P, T any](ps []P, f func(*P) T) []T {
 		out[i] = f(&ps[i])
 	}
 	return out
+}
+
+// columnOrNil is column(ps, f), or nil if f is zero for each of ps.
+func columnOrNil[P any, T comparable](ps []P, f func(*P) T) []T {
+	var zero T
+	for i := range ps {
+		if f(&ps[i]) != zero {
+			return column(ps, f)
+		}
+	}
+	return nil
 }
 
 // QueueStartAheadGuard queues the guard of a start in one round trip,
