@@ -186,7 +186,9 @@ func ReserveJobIDs(ctx context.Context, tx pgx.Tx, schema string, n int) ([]int6
 	if schema == "" {
 		table = pgx.Identifier{"river_job"}
 	}
-	rows, err := tx.Query(ctx, "SELECT nextval(pg_get_serial_sequence($1, 'id')) FROM generate_series(1, $2)", table.Sanitize(), n)
+	// The sequence is looked up once (a catalog search), not for every ID.
+	rows, err := tx.Query(ctx, "WITH s AS MATERIALIZED (SELECT pg_get_serial_sequence($1, 'id')::regclass AS seq)"+
+		" SELECT nextval(s.seq) FROM s, generate_series(1, $2)", table.Sanitize(), n)
 	if err != nil {
 		return nil, fmt.Errorf("fencing: reserving job IDs: %w", err)
 	}
