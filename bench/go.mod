@@ -7,6 +7,7 @@ replace github.com/weirhq/weir => ../
 require (
 	github.com/cschleiden/go-workflows v1.4.0
 	github.com/dbos-inc/dbos-transact-golang v1.8.0
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver v0.51.2

@@ -20,13 +20,12 @@ const (
 )
 
 // procProfile profiles a contender's process over a measurement window
-// (scale --proc-profile): a CPU profile, its allocations at the window's
+// (scale --proc-profile): the window's CPU profile (cpuWindow), its allocations at the window's
 // start and end (pprof -base), and its goroutines: counted every
 // goroutineSampleInterval, a goroutine profile written near their peak
 // (within a twentieth) and one every goroutineProfileInterval.
 type procProfile struct {
 	prefix  string
-	cpu     *os.File
 	gc      []metrics.Sample // at the start
 	stopped chan struct{}
 	done    chan struct{}
@@ -44,14 +43,11 @@ func startProcProfile(prefix string) (*procProfile, error) {
 	if err := writeProfile(prefix+".allocs-base.pprof", "allocs"); err != nil {
 		return nil, err
 	}
-	cpu, err := os.Create(prefix + ".cpu.pprof")
-	if err != nil {
-		return nil, err
+	if openWindow == nil {
+		return nil, errors.New("a profile needs the measurement window, whose CPU profile it writes")
 	}
-	if err := pprof.StartCPUProfile(cpu); err != nil {
-		return nil, errors.Join(err, cpu.Close())
-	}
-	p := &procProfile{prefix: prefix, cpu: cpu, gc: readGCMetrics(), stopped: make(chan struct{}), done: make(chan struct{})}
+	openWindow.path = prefix + ".cpu.pprof"
+	p := &procProfile{prefix: prefix, gc: readGCMetrics(), stopped: make(chan struct{}), done: make(chan struct{})}
 	go p.countGoroutines()
 	return p, nil
 }
@@ -97,10 +93,9 @@ func (p *procProfile) write(path string) {
 
 // stop ends the profile and returns the peak goroutine count.
 func (p *procProfile) stop() (int, error) {
-	pprof.StopCPUProfile()
 	close(p.stopped)
 	<-p.done
-	err := errors.Join(p.cpu.Close(), writeProfile(p.prefix+".allocs.pprof", "allocs"), p.writeGCMetrics())
+	err := errors.Join(writeProfile(p.prefix+".allocs.pprof", "allocs"), p.writeGCMetrics())
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.peak, errors.Join(p.err, err)

@@ -62,7 +62,9 @@ func (c *executionCounter) snapshot() map[string]int {
 type procRequest struct {
 	// Op is "start" (start workflows From..To-1 at once, each in a
 	// goroutine; reply with their start times), "check" (check their
-	// results), "stats", "executions" or "profile" (start profiling into
+	// results), "stats", "window" (open the measurement window: a CPU
+	// profile), "window-end" (close it: reply with its samples),
+	// "executions" or "profile" (start profiling, within the window, into
 	// files named Path + a suffix, or stop without a Path).
 	Op   string `json:"op"`
 	From int    `json:"from,omitempty"`
@@ -80,6 +82,9 @@ type procReply struct {
 	// Stats is the process's CPU time so far.
 	Stats *procStats `json:"stats,omitempty"`
 
+	// Window is the closed measurement window's CPU samples.
+	Window *windowSamples `json:"window,omitempty"`
+
 	// Executions are the step executions so far, by step.
 	Executions map[string]int `json:"executions,omitempty"`
 
@@ -87,43 +92,28 @@ type procReply struct {
 	PeakGoroutines int `json:"peak_goroutines,omitempty"`
 }
 
-// procStats is a process's CPU time so far: CPUNs from /proc, and the Go
-// runtime's estimates (runtime/metrics, in seconds): GC, and the time
-// available (GOMAXPROCS × wall time) of which IdleSec went unused; and
-// the bytes it allocated on the heap and the GC cycles it completed.
+// procStats is a process's CPU time so far (from /proc), and the bytes it
+// allocated on the heap and the GC cycles it completed (runtime/metrics).
 type procStats struct {
-	CPUNs      int64   `json:"cpu_ns"`
-	GCSec      float64 `json:"gc_sec"`
-	TotalSec   float64 `json:"total_sec"`
-	IdleSec    float64 `json:"idle_sec"`
-	AllocBytes uint64  `json:"alloc_bytes"`
-	GCCycles   uint64  `json:"gc_cycles"`
+	CPUNs      int64  `json:"cpu_ns"`
+	AllocBytes uint64 `json:"alloc_bytes"`
+	GCCycles   uint64 `json:"gc_cycles"`
 }
 
 // readProcStats reads this process's procStats.
 func readProcStats() *procStats {
 	samples := []metrics.Sample{
-		{Name: "/cpu/classes/gc/total:cpu-seconds"},
-		{Name: "/cpu/classes/total:cpu-seconds"},
-		{Name: "/cpu/classes/idle:cpu-seconds"},
 		{Name: "/gc/heap/allocs:bytes"},
 		{Name: "/gc/cycles/total:gc-cycles"},
 	}
 	metrics.Read(samples)
-	value := func(s metrics.Sample) float64 {
-		if s.Value.Kind() != metrics.KindFloat64 {
-			return 0
-		}
-		return s.Value.Float64()
-	}
 	count := func(s metrics.Sample) uint64 {
 		if s.Value.Kind() != metrics.KindUint64 {
 			return 0
 		}
 		return s.Value.Uint64()
 	}
-	return &procStats{CPUNs: int64(cputime.Process()), GCSec: value(samples[0]), TotalSec: value(samples[1]), IdleSec: value(samples[2]),
-		AllocBytes: count(samples[3]), GCCycles: count(samples[4])}
+	return &procStats{CPUNs: int64(cputime.Process()), AllocBytes: count(samples[0]), GCCycles: count(samples[1])}
 }
 
 // procFlags configure a contender's process.
@@ -252,6 +242,17 @@ func serveProcRequest(ctx context.Context, engine workflowEngine, req procReques
 		return procReply{}
 	case "stats":
 		return procReply{Stats: readProcStats()}
+	case "window":
+		if err := startWindow(); err != nil {
+			return procReply{Error: err.Error()}
+		}
+		return procReply{}
+	case "window-end":
+		samples, err := endWindow()
+		if err != nil {
+			return procReply{Error: err.Error()}
+		}
+		return procReply{Window: samples}
 	case "executions":
 		if executions == nil {
 			return procReply{}

@@ -110,15 +110,15 @@ type Result struct {
 	// unit.
 	HarnessCPUUsPerUnit float64 `json:"harness_cpu_us_per_unit,omitempty"`
 
-	// GCShare is the share of the contender's processes' CPU time that went
-	// to garbage collection over the window, by the Go runtime's estimates
-	// (runtime/metrics: /cpu/classes/gc/total over /cpu/classes/total less
-	// /cpu/classes/idle, the time GOMAXPROCS allowed less what went unused).
+	// GCShare is the share of the contender's processes' CPU time over the
+	// window that went to garbage collection, by each process's CPU
+	// profile: the samples whose stack enters the collector's mark workers,
+	// assists or stop-the-world phases (gcFunctions) over all samples.
 	GCShare float64 `json:"gc_share,omitempty"`
 
 	// GCShareBy splits GCShare by process (its connections'
 	// application_name) when the contender ran several: each process's GC
-	// over its own time used.
+	// samples over its own.
 	GCShareBy map[string]float64 `json:"gc_share_by,omitempty"`
 
 	// AllocBytesPerUnit is the bytes the contender's processes allocated on

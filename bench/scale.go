@@ -183,8 +183,11 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	if err != nil {
 		return res, err
 	}
-	before, beforeBy, err := procStatsOf(procs)
+	before, err := procStatsOf(procs)
 	if err != nil {
+		return res, err
+	}
+	if err := openWindows(procs); err != nil {
 		return res, err
 	}
 	if err := h.profileProcs(procs, p.profile, true); err != nil {
@@ -220,7 +223,11 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	if err := h.profileProcs(procs, p.profile, false); err != nil {
 		return res, err
 	}
-	after, afterBy, err := procStatsOf(procs)
+	samples, err := closeWindows(procs)
+	if err != nil {
+		return res, err
+	}
+	after, err := procStatsOf(procs)
 	if err != nil {
 		return res, err
 	}
@@ -228,13 +235,7 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 		return res, err
 	}
 	res.HarnessCPUUsPerUnit, res.BenchCPUUsPerUnit = res.BenchCPUUsPerUnit, cpuUsPerUnit(time.Duration(after.CPUNs-before.CPUNs), p.n)
-	res.GCShare = gcShare(before, after)
-	if len(procs) > 1 {
-		res.GCShareBy = make(map[string]float64, len(procs))
-		for name, st := range afterBy {
-			res.GCShareBy[name] = gcShare(beforeBy[name], st)
-		}
-	}
+	res.GCShare, res.GCShareBy = gcShares(samples)
 	res.AllocBytesPerUnit = math.Round(float64(after.AllocBytes-before.AllocBytes) / float64(p.n))
 	res.GCCycles = int(after.GCCycles - before.GCCycles)
 	res.BusyBackends, res.BusyBackendsBy = busy.average()
@@ -327,38 +328,73 @@ func repeatedSteps(counts map[string]int) (repeats int, examples []string) {
 	return repeats, examples
 }
 
-// procStatsOf sums the procStats of procs, and gives each by its name.
-func procStatsOf(procs []*proc) (procStats, map[string]procStats, error) {
+// procStatsOf sums the procStats of procs.
+func procStatsOf(procs []*proc) (procStats, error) {
 	var sum procStats
-	by := make(map[string]procStats, len(procs))
 	for _, pr := range procs {
 		reply, err := pr.do(procRequest{Op: "stats"})
 		if err != nil {
-			return sum, nil, err
+			return sum, err
 		}
 		if reply.Stats == nil {
-			return sum, nil, fmt.Errorf("process %s sent no stats", pr.name)
+			return sum, fmt.Errorf("process %s sent no stats", pr.name)
 		}
-		st := *reply.Stats
-		by[pr.name] = st
-		sum.CPUNs += st.CPUNs
-		sum.GCSec += st.GCSec
-		sum.TotalSec += st.TotalSec
-		sum.IdleSec += st.IdleSec
-		sum.AllocBytes += st.AllocBytes
-		sum.GCCycles += st.GCCycles
+		sum.CPUNs += reply.Stats.CPUNs
+		sum.AllocBytes += reply.Stats.AllocBytes
+		sum.GCCycles += reply.Stats.GCCycles
 	}
-	return sum, by, nil
+	return sum, nil
 }
 
-// gcShare is the share of the time used (the time GOMAXPROCS allowed less
-// what went unused) between before and after that went to GC; 0 when none
-// was used.
-func gcShare(before, after procStats) float64 {
-	if used := (after.TotalSec - after.IdleSec) - (before.TotalSec - before.IdleSec); used > 0 {
-		return round3((after.GCSec - before.GCSec) / used)
+// openWindows opens every process's measurement window (cpuWindow).
+func openWindows(procs []*proc) error {
+	for _, pr := range procs {
+		if _, err := pr.do(procRequest{Op: "window"}); err != nil {
+			return err
+		}
 	}
-	return 0
+	return nil
+}
+
+// closeWindows closes every process's measurement window and gives its
+// samples by the process's name.
+func closeWindows(procs []*proc) (map[string]windowSamples, error) {
+	by := make(map[string]windowSamples, len(procs))
+	for _, pr := range procs {
+		reply, err := pr.do(procRequest{Op: "window-end"})
+		if err != nil {
+			return nil, err
+		}
+		if reply.Window == nil {
+			return nil, fmt.Errorf("process %s sent no window", pr.name)
+		}
+		by[pr.name] = *reply.Window
+	}
+	return by, nil
+}
+
+// gcShares is the share of the processes' sampled CPU time that went to
+// GC, and each process's own when there are several (nil for one).
+func gcShares(by map[string]windowSamples) (float64, map[string]float64) {
+	share := func(s windowSamples) float64 {
+		if s.CPUNs <= 0 {
+			return 0
+		}
+		return round3(float64(s.GCNs) / float64(s.CPUNs))
+	}
+	var sum windowSamples
+	var each map[string]float64
+	if len(by) > 1 {
+		each = make(map[string]float64, len(by))
+	}
+	for name, s := range by {
+		sum.CPUNs += s.CPUNs
+		sum.GCNs += s.GCNs
+		if each != nil {
+			each[name] = share(s)
+		}
+	}
+	return share(sum), each
 }
 
 // busySampler counts, every busySampleInterval, the client backends of a
