@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
 
 	"github.com/google/pprof/profile"
@@ -21,6 +23,16 @@ var gcFunctions = map[string]bool{
 	"runtime.gcStart":           true,
 	"runtime.gcMarkTermination": true,
 }
+
+// windowProfileHz is the sampling rate of a window's CPU profile: ten
+// times pprof's default, so that a process using a third of a second of
+// CPU in a window still gives hundreds of samples.
+const windowProfileHz = 1000
+
+// profileRateWarning starts the line the runtime prints when a CPU profile
+// starts at a rate set before it (startWindow): expected, so the harness
+// drops it from a process's stderr (lineFilter).
+const profileRateWarning = "runtime: cannot set cpu profile rate"
 
 // cpuWindow is a contender process's CPU profile over a measurement window
 // (the scale workloads): its GC share is read from the profile's samples,
@@ -49,7 +61,11 @@ func startWindow() error {
 		return errors.New("a window is open already")
 	}
 	w := &cpuWindow{}
+	// pprof has no rate of its own: the runtime keeps the first one set,
+	// and warns (profileRateWarning) when StartCPUProfile sets its own.
+	runtime.SetCPUProfileRate(windowProfileHz)
 	if err := pprof.StartCPUProfile(&w.buf); err != nil {
+		runtime.SetCPUProfileRate(0)
 		return err
 	}
 	openWindow = w
@@ -108,4 +124,30 @@ func inGC(s *profile.Sample) bool {
 		}
 	}
 	return false
+}
+
+// lineFilter writes to w every line written to it but those containing
+// drop.
+type lineFilter struct {
+	w    io.Writer
+	drop []byte
+	buf  []byte // a line's start, not yet ended
+}
+
+func (f *lineFilter) Write(p []byte) (int, error) {
+	f.buf = append(f.buf, p...)
+	for {
+		i := bytes.IndexByte(f.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := f.buf[:i+1]
+		f.buf = f.buf[i+1:]
+		if bytes.Contains(line, f.drop) {
+			continue
+		}
+		if _, err := f.w.Write(line); err != nil {
+			return 0, err
+		}
+	}
 }

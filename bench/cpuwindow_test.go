@@ -61,3 +61,18 @@ func TestGCSamplesOf(t *testing.T) {
 	_, err = gcSamplesOf([]byte("not a profile"))
 	require.Error(t, err)
 }
+
+// TestLineFilter: the lines with the dropped text go, whatever the writes'
+// boundaries; every other line passes whole.
+func TestLineFilter(t *testing.T) {
+	t.Parallel()
+
+	var out bytes.Buffer
+	f := &lineFilter{w: &out, drop: []byte(profileRateWarning)}
+	for _, chunk := range []string{"first line\nruntime: cannot set cpu ", "profile rate until previous profile has finished.\nsec", "ond line\n", "third"} {
+		n, err := f.Write([]byte(chunk))
+		require.NoError(t, err)
+		require.Equal(t, len(chunk), n)
+	}
+	require.Equal(t, "first line\nsecond line\n", out.String())
+}

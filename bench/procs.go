@@ -286,7 +286,7 @@ func startProc(ctx context.Context, f procFlags, name string) (*proc, error) {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, exe, "proc", "--contender", f.contender, "--role", f.role, "--url", u, "--pool", fmt.Sprint(f.pool)) //nolint:gosec // this binary
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = &lineFilter{w: os.Stderr, drop: []byte(profileRateWarning)}
 	cmd.WaitDelay = 30 * time.Second
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
