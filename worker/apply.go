@@ -160,10 +160,16 @@ func (l *lastWrites) grow(members int) {
 // reset empties l, keeping its room, which holds nothing after.
 func (l *lastWrites) reset() {
 	clear(l.steps)
-	clear(l.claims)
-	clear(l.completions)
-	clear(l.checks.QueuedQueries)
-	l.steps, l.claims, l.completions, l.checks.QueuedQueries = l.steps[:0], l.claims[:0], l.completions[:0], l.checks.QueuedQueries[:0]
+	l.steps = l.steps[:0]
+	l.otherWrites.reset()
+}
+
+// reset empties o, keeping its room, which holds nothing after.
+func (o *otherWrites) reset() {
+	clear(o.claims)
+	clear(o.completions)
+	clear(o.checks.QueuedQueries)
+	o.claims, o.completions, o.checks.QueuedQueries = o.claims[:0], o.completions[:0], o.checks.QueuedQueries[:0]
 }
 
 // newLastWrites returns writes sized for members that each write one step,

@@ -150,6 +150,13 @@ type memberState struct {
 	step    *engine.StepWrites
 	rest    *otherWrites
 	claimed *runRow
+
+	// What run points to, unless a lone lock read the row (lockRun), and
+	// what the step queues its writes in (openWrites): the group's, kept
+	// with their room from one run of the group to the next. The history
+	// cache keeps a copy of the row (runRow.immutable), never the row.
+	row    runRow
+	writes stepWrites
 }
 
 // groupState is what a group's run makes for its members and drops when
@@ -180,20 +187,25 @@ func newGroupState(taken []*groupMember) *groupState {
 	g.states = slices.Grow(g.states, len(taken))[:len(taken)]
 	g.writes.grow(len(taken))
 	for i, m := range g.members {
-		g.states[i] = memberState{run: &runRow{Run: engine.Run{ID: m.runID}}, locked: true}
-		m.in = &g.states[i]
+		in := &g.states[i]
+		*in = memberState{run: &in.row, locked: true, row: runRow{Run: engine.Run{ID: m.runID}}, writes: in.writes}
+		m.in = in
 	}
 	return g
 }
 
-// release ends the run of g's members: they leave it, and g is pooled,
-// holding nothing.
+// release ends the run of g's members: they leave it (and their results
+// its rows), and g is pooled, holding nothing.
 func (g *groupState) release() {
 	for _, m := range g.members {
-		m.in = nil
+		m.in, m.cont.run = nil, nil
+	}
+	for i := range g.states {
+		in := &g.states[i]
+		in.writes.reset(uuid.UUID{})
+		*in = memberState{writes: in.writes}
 	}
 	clear(g.members)
-	clear(g.states)
 	clear(g.queues)
 	g.members, g.states, g.queues = g.members[:0], g.states[:0], g.queues[:0]
 	g.ids, g.tasks, g.firsts = g.ids[:0], g.tasks[:0], g.firsts[:0]
@@ -229,6 +241,7 @@ func (m *groupMember) takeLocked() (run *runRow, now time.Time, inbox []engine.I
 	if in.noRun {
 		err = pgx.ErrNoRows
 	}
+	in.run.kept = &in.writes
 	return in.run, in.now, in.inbox, true, err
 }
 
