@@ -166,8 +166,16 @@ func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(ru
 			id      pgtype.UUID                                     // uuid.UUID goes through database/sql's Scanner, as text
 			targets = append([]any{&id}, runTargets(&run, &now)...) // one set for every row
 		)
+		for i, t := range targets {
+			switch t {
+			case &run.Namespace, &run.Kind, &run.Queue, &run.State:
+				targets[i] = sharedText{t.(*string)}
+			}
+		}
 		for rows.Next() {
-			run = engine.Run{} // each row's values its own: none kept from the last
+			// Each row's values its own: none kept from the last but the
+			// strings their row has too (sharedText).
+			run = engine.Run{Namespace: run.Namespace, Kind: run.Kind, Queue: run.Queue, State: run.State}
 			if err := rows.Scan(targets...); err != nil {
 				return err
 			}
@@ -178,6 +186,22 @@ func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(ru
 		}
 		return rows.Err()
 	})
+}
+
+// sharedText is the scan target of a text column into a string that keeps
+// the string it holds when the column has the same text: a group's runs
+// mostly share their namespace, kind, queue and state, which then cost no
+// allocation each.
+type sharedText struct{ s *string }
+
+func (t sharedText) ScanBytes(text []byte) error {
+	switch {
+	case text == nil:
+		return fmt.Errorf("cannot scan NULL into %T", t.s)
+	case string(text) != *t.s:
+		*t.s = string(text)
+	}
+	return nil
 }
 
 // QueueTakeInbox queues the taking (deletion) of a live run's inbox; read

@@ -135,6 +135,52 @@ func TestArraysReset(t *testing.T) {
 	require.Equal(t, []any{array.UUIDs{b, a}, array.Int64s{7, 8}, array.Int64s{8, 9}, array.Bytes{[]byte("1"), []byte("1")}, 2}, q[5].Arguments)
 }
 
+// TestQueueLockRunsReadsEachRow: a group's lock reads each run's row as
+// it is, whether its namespace, kind, queue and state are the last row's
+// or not, under every query exec mode.
+func TestQueueLockRunsReadsEachRow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	schema := dbtest.FreshSchema(ctx, t)
+	names := dbschema.New(schema)
+	s := New(names)
+	pool := dbtest.Pool(ctx, t)
+	_, err := pool.Exec(ctx, "INSERT INTO "+names.Namespace+" (name) VALUES ('default'), ('other') ON CONFLICT DO NOTHING")
+	require.NoError(t, err)
+	want := []engine.Run{
+		{ID: uuid.UUID{1}, Namespace: "default", WorkflowID: "wf-1", Kind: "k1", Queue: "q1", State: "running"},
+		{ID: uuid.UUID{2}, Namespace: "default", WorkflowID: "wf-2", Kind: "k1", Queue: "q1", State: "running"},
+		{ID: uuid.UUID{3}, Namespace: "other", WorkflowID: "wf-3", Kind: "k2", Queue: "q2", State: "completed"},
+		{ID: uuid.UUID{4}, Namespace: "default", WorkflowID: "wf-4", Kind: "k1", Queue: "q2", State: "running"},
+	}
+	for i, r := range want {
+		want[i].Generation, want[i].Args, want[i].NextEventID, want[i].TraceContext = 1, []byte("{}"), 4, []byte("{}")
+		_, err := pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ($1, $2, 1)", r.Namespace, r.WorkflowID)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+
+			" (run_id, namespace, workflow_id, generation, kind, queue, state, closed_at, args, request_id, request_hash, next_event_id)"+
+			" VALUES ($1, $2, $3, 1, $4, $5, $6, CASE WHEN $6 <> 'running' THEN now() END, '{}', $3, '\\x', 4)",
+			r.ID, r.Namespace, r.WorkflowID, r.Kind, r.Queue, r.State)
+		require.NoError(t, err)
+	}
+	ids := []uuid.UUID{want[0].ID, want[1].ID, want[2].ID, want[3].ID}
+	for _, mode := range dbtest.QueryExecModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			tx, err := dbtest.ModePool(ctx, t, mode, 1).Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			var got []engine.Run
+			batch := &pgx.Batch{}
+			s.QueueLockRuns(batch, ids, func(run engine.Run, _ time.Time) error {
+				got = append(got, run)
+				return nil
+			})
+			require.NoError(t, tx.SendBatch(ctx, batch).Close())
+			require.Equal(t, want, got)
+		})
+	}
+}
+
 // anys returns lists as anys.
 func anys[T any](lists [][]T) []any {
 	out := make([]any, len(lists))
