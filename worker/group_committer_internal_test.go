@@ -817,15 +817,17 @@ func requireNoHolds(t *testing.T, c *groupCommitter) {
 }
 
 // TestGroupStateReleaseHoldsNothing: a group's state has its members in
-// run ID order, each pointing to its state; once released to the pool, it
-// is empty and holds nothing of its members (their rows, their writes,
-// their claims' callbacks, their completions' contexts), its members and
-// their results leave it, and it comes back with room for a group's
-// members, and for their steps' writes.
+// run ID order, each pointing to its state; once released, it is empty and
+// holds nothing of its members (their rows, their writes, their claims'
+// callbacks, their completions' contexts), its members and their results
+// leave it, and its committer keeps it for its next group, with room for
+// a group's members and their steps' writes, unless it had room for more
+// than keptMembers.
 func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 	t.Parallel()
 	members := []*groupMember{{runID: uuid.UUID{2}}, {runID: uuid.UUID{1}}}
-	g := newGroupState(members)
+	states := new(groupStates)
+	g := newGroupState(states, members)
 	require.Len(t, g.states, 2)
 	require.Len(t, g.members, 2)
 	require.True(t, slices.IsSortedFunc(g.members, func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) }))
@@ -852,7 +854,7 @@ func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 	l.add(run.step, others)
 	l.add(nil, others)
 	g.queues = append(g.queues, "q")
-	g.release()
+	g.release(states)
 	for _, m := range members {
 		require.Nil(t, m.in)
 		require.Nil(t, m.cont.run)
@@ -877,10 +879,22 @@ func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 			require.Nil(t, q)
 		}
 	}
-	states := g.states[:2]
-	kept := states[slices.IndexFunc(states, func(s memberState) bool { return cap(s.writes.step.Activities) > 0 })].writes
+	ran := g.states[:2]
+	kept := ran[slices.IndexFunc(ran, func(s memberState) bool { return cap(s.writes.step.Activities) > 0 })].writes
 	require.Positive(t, cap(kept.others.claims), "a state's writes keep their room")
 	require.Empty(t, kept.step.Activities)
+	require.Equal(t, []*groupState{g}, states.kept, "kept for the next group")
+	require.Same(t, g, newGroupState(states, members))
+	require.Empty(t, states.kept)
+	g.release(states)
+	large := make([]*groupMember, keptMembers+1)
+	for i := range large {
+		large[i] = &groupMember{runID: uuid.UUID{byte(i), byte(i >> 8)}}
+	}
+	g = newGroupState(states, large) // the kept state, grown
+	require.Empty(t, states.kept)
+	g.release(states)
+	require.Empty(t, states.kept, "a state with room for more than keptMembers is not kept")
 	for _, m := range g.members[:cap(g.members)] {
 		require.Nil(t, m)
 	}
