@@ -11,6 +11,7 @@ import (
 	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/lazytx"
+	"github.com/weirhq/weir/internal/store"
 )
 
 // An applier is how a step's writes are applied, chosen by the caller that
@@ -144,10 +145,11 @@ func (o *otherWrites) queue(batch *pgx.Batch, claims fencingclaim.Driver) (merge
 // lastWrites are the last writes of the members of a group (of outcomes,
 // groupCommitter, or of first tasks in a group of starts), gathered to go
 // with one COMMIT: each member's typed writes to its run, which the group
-// renders one statement per kind (store.QueueSteps), and its other writes,
-// which follow (otherWrites.queue).
+// renders one statement per kind (store.QueueSteps) over arrays it keeps
+// room for, and its other writes, which follow (otherWrites.queue).
 type lastWrites struct {
-	steps []*engine.StepWrites
+	steps  []*engine.StepWrites
+	arrays store.Arrays
 	otherWrites
 }
 
@@ -157,13 +159,21 @@ func (l *lastWrites) grow(members int) {
 	l.claims, l.completions = slices.Grow(l.claims, members), slices.Grow(l.completions, members)
 }
 
-// reset empties l, keeping its room, which holds nothing after.
+// reset empties l, keeping its room, which holds nothing after: its
+// batch was sent, or dropped.
 func (l *lastWrites) reset() {
 	clear(l.steps)
-	clear(l.claims)
-	clear(l.completions)
-	clear(l.checks.QueuedQueries)
-	l.steps, l.claims, l.completions, l.checks.QueuedQueries = l.steps[:0], l.claims[:0], l.completions[:0], l.checks.QueuedQueries[:0]
+	l.steps = l.steps[:0]
+	l.arrays.Reset()
+	l.otherWrites.reset()
+}
+
+// reset empties o, keeping its room, which holds nothing after.
+func (o *otherWrites) reset() {
+	clear(o.claims)
+	clear(o.completions)
+	clear(o.checks.QueuedQueries)
+	o.claims, o.completions, o.checks.QueuedQueries = o.claims[:0], o.completions[:0], o.checks.QueuedQueries[:0]
 }
 
 // newLastWrites returns writes sized for members that each write one step,
@@ -198,7 +208,7 @@ func (l *lastWrites) empty() bool {
 // lasts until the transaction ends).
 func (w *Worker) queueLastWrites(batch *pgx.Batch, l *lastWrites, plansSet bool) {
 	head := len(batch.QueuedQueries)
-	merged := w.store.QueueSteps(batch, l.steps)
+	merged := w.store.QueueSteps(batch, l.steps, &l.arrays)
 	if l.queue(batch, w.claims) || merged {
 		hashJoined(batch, head, l.checks.Len())
 		if !plansSet {

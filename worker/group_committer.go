@@ -96,8 +96,9 @@ var errGroupRolledBack = errors.New("worker: the group of outcomes did not commi
 // one-round-trip step (fromCache) reads the cache only when no transaction
 // of this worker is writing its run.
 type groupCommitter struct {
-	w     *Worker
-	group *group.Committer[uuid.UUID, *groupMember]
+	w      *Worker
+	group  *group.Committer[uuid.UUID, *groupMember]
+	states groupStates // of its groups, kept for the next ones
 
 	// Counts, for tests and metrics: groups that committed, outcomes that
 	// committed in a group with others, groups rolled back.
@@ -150,14 +151,22 @@ type memberState struct {
 	step    *engine.StepWrites
 	rest    *otherWrites
 	claimed *runRow
+
+	// What run points to, unless a lone lock read the row (lockRun), and
+	// what the step queues its writes in (openWrites): the group's, kept
+	// with their room from one run of the group to the next. The history
+	// cache keeps a copy of the row (runRow.immutable), never the row.
+	row    runRow
+	writes stepWrites
 }
 
 // groupState is what a group's run makes for its members and drops when
 // it ends: their memberStates, their last writes and the lists of them its
 // statements and its settle read. It lives for one groupCommitter.run on
 // one goroutine (its batches' callbacks run in their SendBatch, its
-// completions are told in its settle), so it is pooled, emptied and
-// cleared on release so that it keeps nothing of a member.
+// completions are told in its settle), so its committer keeps it for its
+// next groups (groupStates), emptied and cleared on release so that it
+// keeps nothing of a member.
 type groupState struct {
 	members []*groupMember // in run ID order
 	states  []memberState  // by member
@@ -168,37 +177,64 @@ type groupState struct {
 	queues     []string    // of the fetched tasks committed
 }
 
-var pooledGroupStates = sync.Pool{New: func() any { return new(groupState) }}
+// groupStates are the states of a committer's groups that ended, kept
+// with their room for its next groups: as many as ran at once, each with
+// room for the largest group it ran, up to keptMembers members (a larger
+// one is dropped). A sync.Pool would drop them at every other garbage
+// collection, which in a burst comes every few groups.
+type groupStates struct {
+	mu   sync.Mutex
+	kept []*groupState
+}
 
-// newGroupState returns a pooled groupState for taken, its members' states
-// set as a run starts: each member's row, filled in where its run is read
-// (lockRuns, fromCache), to be taken.
-func newGroupState(taken []*groupMember) *groupState {
-	g := pooledGroupStates.Get().(*groupState)
+const keptMembers = 1024
+
+// newGroupState returns a groupState of states for taken, its members'
+// states set as a run starts: each member's row, filled in where its run
+// is read (lockRuns, fromCache), to be taken.
+func newGroupState(states *groupStates, taken []*groupMember) *groupState {
+	var g *groupState
+	states.mu.Lock()
+	if n := len(states.kept); n > 0 {
+		g, states.kept = states.kept[n-1], states.kept[:n-1]
+	}
+	states.mu.Unlock()
+	if g == nil {
+		g = new(groupState)
+	}
 	g.members = append(g.members, taken...)
 	slices.SortFunc(g.members, func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) })
 	g.states = slices.Grow(g.states, len(taken))[:len(taken)]
 	g.writes.grow(len(taken))
 	for i, m := range g.members {
-		g.states[i] = memberState{run: &runRow{Run: engine.Run{ID: m.runID}}, locked: true}
-		m.in = &g.states[i]
+		in := &g.states[i]
+		*in = memberState{run: &in.row, locked: true, row: runRow{Run: engine.Run{ID: m.runID}}, writes: in.writes}
+		m.in = in
 	}
 	return g
 }
 
-// release ends the run of g's members: they leave it, and g is pooled,
-// holding nothing.
-func (g *groupState) release() {
+// release ends the run of g's members: they leave it (and their results
+// its rows), and states keeps g, holding nothing.
+func (g *groupState) release(states *groupStates) {
 	for _, m := range g.members {
-		m.in = nil
+		m.in, m.cont.run = nil, nil
+	}
+	for i := range g.states {
+		in := &g.states[i]
+		in.writes.reset(uuid.UUID{})
+		*in = memberState{writes: in.writes}
 	}
 	clear(g.members)
-	clear(g.states)
 	clear(g.queues)
 	g.members, g.states, g.queues = g.members[:0], g.states[:0], g.queues[:0]
 	g.ids, g.tasks, g.firsts = g.ids[:0], g.tasks[:0], g.firsts[:0]
 	g.writes.reset()
-	pooledGroupStates.Put(g)
+	if cap(g.states) <= keptMembers {
+		states.mu.Lock()
+		states.kept = append(states.kept, g)
+		states.mu.Unlock()
+	}
 }
 
 func newGroupCommitter(w *Worker, groups *limit.Limiter) *groupCommitter {
@@ -229,6 +265,7 @@ func (m *groupMember) takeLocked() (run *runRow, now time.Time, inbox []engine.I
 	if in.noRun {
 		err = pgx.ErrNoRows
 	}
+	in.run.kept = &in.writes
 	return in.run, in.now, in.inbox, true, err
 }
 
@@ -266,8 +303,8 @@ func (c *groupCommitter) release(runID uuid.UUID) { c.group.Release(runID) }
 func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), stepGroupTimeout)
 	defer cancel()
-	g := newGroupState(taken)
-	defer g.release()
+	g := newGroupState(&c.states, taken)
+	defer g.release(&c.states)
 	members, writes := g.members, &g.writes
 	err := lazytx.BeginFunc(ctx, c.w.pool, func(tx pgx.Tx) (err error) {
 		defer func() {

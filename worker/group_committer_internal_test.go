@@ -817,14 +817,17 @@ func requireNoHolds(t *testing.T, c *groupCommitter) {
 }
 
 // TestGroupStateReleaseHoldsNothing: a group's state has its members in
-// run ID order, each pointing to its state; once released to the pool, it
-// is empty and holds nothing of its members (their rows, their claims'
-// callbacks, their completions' contexts), its members leave it, and it
-// comes back with room for a group's members.
+// run ID order, each pointing to its state; once released, it is empty and
+// holds nothing of its members (their rows, their writes, their claims'
+// callbacks, their completions' contexts), its members and their results
+// leave it, and its committer keeps it for its next group, with room for
+// a group's members and their steps' writes, unless it had room for more
+// than keptMembers.
 func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 	t.Parallel()
 	members := []*groupMember{{runID: uuid.UUID{2}}, {runID: uuid.UUID{1}}}
-	g := newGroupState(members)
+	states := new(groupStates)
+	g := newGroupState(states, members)
 	require.Len(t, g.states, 2)
 	require.Len(t, g.members, 2)
 	require.True(t, slices.IsSortedFunc(g.members, func(a, b *groupMember) int { return bytes.Compare(a.runID[:], b.runID[:]) }))
@@ -834,23 +837,64 @@ func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 		require.Equal(t, m.runID, m.in.run.ID)
 		require.True(t, m.in.locked)
 	}
-	others := &otherWrites{
-		claims:      []fencingclaim.Request{{Params: fencingclaim.Params{ID: 1}, Done: func(*fencingclaim.Claim) {}}},
-		completions: []fencingclaim.Completion{{JobID: 1, Ctx: t.Context()}},
-	}
+	// A member's step queues in its state's writes (openWrites), once.
+	run, _, _, locked, err := members[0].takeLocked()
+	require.NoError(t, err)
+	require.True(t, locked)
+	run.Args, members[0].cont.run = []byte("{}"), run
+	run.openWrites()
+	require.Same(t, &members[0].in.writes.step, run.step)
+	run.step.Activities = append(run.step.Activities, engine.Activity{Kind: "k"})
+	run.step.Taken = append(run.step.Taken, 1)
+	others := run.others
+	others.claims = append(others.claims, fencingclaim.Request{Params: fencingclaim.Params{ID: 1}, Done: func(*fencingclaim.Claim) {}})
+	others.completions = append(others.completions, fencingclaim.Completion{JobID: 1, Ctx: t.Context()})
 	others.checks.Queue("SELECT 1")
 	l := &g.writes
-	l.add(&engine.StepWrites{}, others)
+	l.add(run.step, others)
 	l.add(nil, others)
 	g.queues = append(g.queues, "q")
-	g.release()
+	g.release(states)
 	for _, m := range members {
 		require.Nil(t, m.in)
+		require.Nil(t, m.cont.run)
 	}
 	require.True(t, l.empty())
 	for _, s := range g.states[:cap(g.states)] {
-		require.Zero(t, s)
+		w := s.writes
+		require.Equal(t, memberState{writes: w}, s, "nothing but its writes' room")
+		require.Zero(t, w.step.RunID)
+		require.Zero(t, w.step.Events)
+		for _, a := range w.step.Activities[:cap(w.step.Activities)] {
+			require.Zero(t, a)
+		}
+		for _, c := range w.others.claims[:cap(w.others.claims)] {
+			require.Zero(t, c.Params)
+			require.Nil(t, c.Done)
+		}
+		for _, c := range w.others.completions[:cap(w.others.completions)] {
+			require.Zero(t, c)
+		}
+		for _, q := range w.others.checks.QueuedQueries[:cap(w.others.checks.QueuedQueries)] {
+			require.Nil(t, q)
+		}
 	}
+	ran := g.states[:2]
+	kept := ran[slices.IndexFunc(ran, func(s memberState) bool { return cap(s.writes.step.Activities) > 0 })].writes
+	require.Positive(t, cap(kept.others.claims), "a state's writes keep their room")
+	require.Empty(t, kept.step.Activities)
+	require.Equal(t, []*groupState{g}, states.kept, "kept for the next group")
+	require.Same(t, g, newGroupState(states, members))
+	require.Empty(t, states.kept)
+	g.release(states)
+	large := make([]*groupMember, keptMembers+1)
+	for i := range large {
+		large[i] = &groupMember{runID: uuid.UUID{byte(i), byte(i >> 8)}}
+	}
+	g = newGroupState(states, large) // the kept state, grown
+	require.Empty(t, states.kept)
+	g.release(states)
+	require.Empty(t, states.kept, "a state with room for more than keptMembers is not kept")
 	for _, m := range g.members[:cap(g.members)] {
 		require.Nil(t, m)
 	}

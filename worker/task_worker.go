@@ -162,6 +162,7 @@ type runRow struct {
 	eagerSlots int                // eager slots the task took (as many as eager once its writes ran)
 	step       *engine.StepWrites // the step's typed writes to its run, not sent yet (flushWrites); nil once applied
 	others     *otherWrites       // what else the step queued to go with step's (claims, completion, checks); nil once applied
+	kept       *stepWrites        // where openWrites opens the step's writes first: its group's (memberState); nil: new ones
 }
 
 // taskResult is what a task tells interceptors, once its transaction
@@ -762,13 +763,31 @@ func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 
 // openWrites gives the step empty writes to queue in: at its start, and
 // after it sent what it queued so far and goes on. Once its last writes are
-// applied (applier.applyLast), it has none: it writes nothing more.
+// applied (applier.applyLast), it has none: it writes nothing more. The
+// writes its group keeps for it (run.kept) are opened once: what a step
+// sent before it goes on is never written in again.
 func (run *runRow) openWrites() {
-	writes := &struct { // one allocation for both
-		step   engine.StepWrites
-		others otherWrites
-	}{step: engine.StepWrites{RunID: run.ID}}
+	writes := run.kept
+	if run.kept = nil; writes == nil {
+		writes = new(stepWrites)
+	}
+	writes.reset(run.ID)
 	run.step, run.others = &writes.step, &writes.others
+}
+
+// stepWrites are what a step queues its writes in (openWrites), one
+// allocation for both.
+type stepWrites struct {
+	step   engine.StepWrites
+	others otherWrites
+}
+
+// reset empties w for a step of run runID, keeping the room of the lists a
+// step appends to, which hold nothing after.
+func (w *stepWrites) reset(runID uuid.UUID) {
+	clear(w.step.Activities)
+	w.step = engine.StepWrites{RunID: runID, Activities: w.step.Activities[:0], Taken: w.step.Taken[:0]}
+	w.others.reset()
 }
 
 // signalHeaders returns the headers of the signals among inputs that have

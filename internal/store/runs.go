@@ -166,8 +166,16 @@ func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(ru
 			id      pgtype.UUID                                     // uuid.UUID goes through database/sql's Scanner, as text
 			targets = append([]any{&id}, runTargets(&run, &now)...) // one set for every row
 		)
+		for i, t := range targets {
+			switch t {
+			case &run.Namespace, &run.Kind, &run.Queue, &run.State:
+				targets[i] = sharedText{t.(*string)}
+			}
+		}
 		for rows.Next() {
-			run = engine.Run{} // each row's values its own: none kept from the last
+			// Each row's values its own: none kept from the last but the
+			// strings their row has too (sharedText).
+			run = engine.Run{Namespace: run.Namespace, Kind: run.Kind, Queue: run.Queue, State: run.State}
 			if err := rows.Scan(targets...); err != nil {
 				return err
 			}
@@ -178,6 +186,22 @@ func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(ru
 		}
 		return rows.Err()
 	})
+}
+
+// sharedText is the scan target of a text column into a string that keeps
+// the string it holds when the column has the same text: a group's runs
+// mostly share their namespace, kind, queue and state, which then cost no
+// allocation each.
+type sharedText struct{ s *string }
+
+func (t sharedText) ScanBytes(text []byte) error {
+	switch {
+	case text == nil:
+		return fmt.Errorf("cannot scan NULL into %T", t.s)
+	case string(text) != *t.s:
+		*t.s = string(text)
+	}
+	return nil
 }
 
 // QueueTakeInbox queues the taking (deletion) of a live run's inbox; read
@@ -278,9 +302,12 @@ func checked(q *pgx.QueuedQuery, what func() string) {
 // of an activity), in this order: events, retirements, activity records,
 // the rejection of pending updates, the CAS (whose check fails the batch if
 // the run moved). The scalar forms let Postgres plan once per connection.
-func (s *Store) QueueStep(batch *pgx.Batch, w *engine.StepWrites) {
+func (s *Store) QueueStep(batch *pgx.Batch, w *engine.StepWrites) { s.queueStep(batch, w, nil) }
+
+// queueStep is QueueStep, its arrays lent by k (nil: new ones).
+func (s *Store) queueStep(batch *pgx.Batch, w *engine.StepWrites, k *Arrays) {
 	if len(w.Events) > 0 {
-		var a eventArrays
+		a := newEventArrays(k, rows(w.Events))
 		a.add(w.RunID, w.Events)
 		batch.Queue(s.runs.events, w.RunID, a.ids, a.types, a.attributes, a.resolves, a.times, a.boundaries).
 			Exec(func(pgconn.CommandTag) error { return nil })
@@ -328,8 +355,9 @@ func (s *Store) queueAbandon(batch *pgx.Batch, sql string, runs any) {
 // job or closes the run otherwise than completing it is never merged. It
 // reports whether it merged anything (the caller then asks for generic
 // plans: Postgres plans a statement over arrays again on every call
-// otherwise).
-func (s *Store) QueueSteps(batch *pgx.Batch, steps []*engine.StepWrites) (merged bool) {
+// otherwise). The arrays are lent by k, which the caller resets once batch
+// was sent.
+func (s *Store) QueueSteps(batch *pgx.Batch, steps []*engine.StepWrites, k *Arrays) (merged bool) {
 	casOf := func(merge func(c *engine.RunCAS) bool) func(w *engine.StepWrites) engine.StepWrites {
 		return func(w *engine.StepWrites) engine.StepWrites {
 			if w.CAS == nil || !merge(w.CAS) {
@@ -342,7 +370,7 @@ func (s *Store) QueueSteps(batch *pgx.Batch, steps []*engine.StepWrites) (merged
 	// only its kind's rows of the members it gets.
 	kinds := []struct {
 		part  func(w *engine.StepWrites) engine.StepWrites
-		merge func(batch *pgx.Batch, ws []*engine.StepWrites)
+		merge func(batch *pgx.Batch, ws []*engine.StepWrites, k *Arrays)
 	}{
 		{func(w *engine.StepWrites) engine.StepWrites {
 			return engine.StepWrites{RunID: w.RunID, Events: w.Events}
@@ -363,26 +391,26 @@ func (s *Store) QueueSteps(batch *pgx.Batch, steps []*engine.StepWrites) (merged
 		{casOf(func(c *engine.RunCAS) bool { return c.Close != nil && c.Close.State == "completed" }), s.queueCASMerged},
 		{casOf(func(c *engine.RunCAS) bool { return c.Close != nil && c.Close.State != "completed" }), nil},
 	}
-	ws := make([]*engine.StepWrites, 0, len(steps)) // a kind's members that write it
-	for _, k := range kinds {
+	ws := k.steps.take(len(steps)) // a kind's members that write it
+	for _, kind := range kinds {
 		ws = ws[:0]
 		statements := 0
 		for _, w := range steps {
 			if w == nil {
 				continue
 			}
-			if part := k.part(w); stepStatements(&part) > 0 {
+			if part := kind.part(w); stepStatements(&part) > 0 {
 				ws, statements = append(ws, w), statements+stepStatements(&part)
 			}
 		}
-		if statements < 2 || k.merge == nil {
+		if statements < 2 || kind.merge == nil {
 			for _, w := range ws {
-				part := k.part(w)
-				s.QueueStep(batch, &part)
+				part := kind.part(w)
+				s.queueStep(batch, &part, k)
 			}
 			continue
 		}
-		k.merge(batch, ws)
+		kind.merge(batch, ws, k)
 		merged = true
 	}
 	return merged
@@ -405,26 +433,33 @@ type eventArrays struct {
 	ids        array.Int64s
 	types      array.Texts
 	attributes array.JSON
-	resolves   array.NullInt64s
+	resolves   array.NullInt64s // into resolved
 	times      array.Times
 	boundaries array.JSON // nil: NULL
+	resolved   []int64
 }
 
-// grow makes room for n more rows up front, not as each is appended.
-func (a *eventArrays) grow(n int) {
-	a.runs, a.ids, a.types, a.attributes = slices.Grow(a.runs, n), slices.Grow(a.ids, n), slices.Grow(a.types, n), slices.Grow(a.attributes, n)
-	a.resolves, a.times, a.boundaries = slices.Grow(a.resolves, n), slices.Grow(a.times, n), slices.Grow(a.boundaries, n)
+// newEventArrays returns arrays with room for n rows, lent by k (nil: new
+// ones): rows are added up to n.
+func newEventArrays(k *Arrays, n int) eventArrays {
+	if k == nil {
+		return eventArrays{runs: make(array.UUIDs, 0, n), ids: make(array.Int64s, 0, n), types: make(array.Texts, 0, n),
+			attributes: make(array.JSON, 0, n), resolves: make(array.NullInt64s, 0, n), times: make(array.Times, 0, n),
+			boundaries: make(array.JSON, 0, n), resolved: make([]int64, 0, n)}
+	}
+	return eventArrays{runs: k.uuids.take(n), ids: k.int64s.take(n), types: k.texts.take(n), attributes: k.bytes.take(n),
+		resolves: k.nullInt64s.take(n), times: k.times.take(n), boundaries: k.bytes.take(n), resolved: k.int64s.take(n)}
 }
 
 // add adds the rows of a step's events (history.Rows), each with the
 // event its outcome resolves, if any.
 func (a *eventArrays) add(runID uuid.UUID, events []history.Event) {
-	a.grow(rows(events))
 	for r := range history.Rows(events) {
 		var resolves *int64
 		if engine.ResolvesEvent(r.Type) {
 			if id, ok := engine.ResolvedBy(r.Event); ok {
-				resolves = &id
+				a.resolved = append(a.resolved, id) // within its room: what resolves point to stays
+				resolves = &a.resolved[len(a.resolved)-1]
 			}
 		}
 		a.runs = append(a.runs, runID)
@@ -442,25 +477,24 @@ func rows(events []history.Event) int {
 	return n
 }
 
-func (s *Store) queueEventsMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
-	var a eventArrays
+func (s *Store) queueEventsMerged(batch *pgx.Batch, ws []*engine.StepWrites, k *Arrays) {
 	n := 0
 	for _, w := range ws {
 		n += rows(w.Events)
 	}
-	a.grow(n)
+	a := newEventArrays(k, n)
 	for _, w := range ws {
 		a.add(w.RunID, w.Events)
 	}
 	batch.Queue(s.runs.eventsMerged, a.runs, a.ids, a.types, a.attributes, a.resolves, a.times, a.boundaries)
 }
 
-func (s *Store) queueRetireMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+func (s *Store) queueRetireMerged(batch *pgx.Batch, ws []*engine.StepWrites, k *Arrays) {
 	n := 0
 	for _, w := range ws {
 		n += len(w.Retired)
 	}
-	runs, scheduled := make([]uuid.UUID, 0, n), make([]int64, 0, n)
+	runs, scheduled := k.uuids.take(n), k.int64s.take(n)
 	for _, w := range ws {
 		for _, id := range w.Retired {
 			runs, scheduled = append(runs, w.RunID), append(scheduled, id)
@@ -469,13 +503,13 @@ func (s *Store) queueRetireMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 	batch.Queue(s.runs.retireMerged, array.UUIDs(runs), array.Int64s(scheduled))
 }
 
-func (s *Store) queueActivitiesMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
+func (s *Store) queueActivitiesMerged(batch *pgx.Batch, ws []*engine.StepWrites, k *Arrays) {
 	n := 0
 	for _, w := range ws {
 		n += len(w.Activities)
 	}
-	runs, scheduled, jobs := make([]uuid.UUID, 0, n), make([]int64, 0, n), make([]int64, 0, n)
-	kinds, deadlines := make([]string, 0, n), make([]*time.Time, 0, n)
+	runs, scheduled, jobs := k.uuids.take(n), k.int64s.take(n), k.int64s.take(n)
+	kinds, deadlines := k.texts.take(n), k.nullTimes.take(n)
 	for _, w := range ws {
 		for _, a := range w.Activities {
 			runs, scheduled, jobs = append(runs, w.RunID), append(scheduled, a.ScheduledEventID), append(jobs, a.JobID)
@@ -485,16 +519,20 @@ func (s *Store) queueActivitiesMerged(batch *pgx.Batch, ws []*engine.StepWrites)
 	batch.Queue(s.runs.activityMerged, array.UUIDs(runs), array.Int64s(scheduled), array.Int64s(jobs), array.Texts(kinds), array.NullTimes(deadlines))
 }
 
-func (s *Store) queueTakenMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
-	var ids array.Int64s
+func (s *Store) queueTakenMerged(batch *pgx.Batch, ws []*engine.StepWrites, k *Arrays) {
+	n := 0
+	for _, w := range ws {
+		n += len(w.Taken)
+	}
+	ids := k.int64s.take(n)
 	for _, w := range ws {
 		ids = append(ids, w.Taken...)
 	}
-	batch.Queue(s.runs.deleteInbox, ids)
+	batch.Queue(s.runs.deleteInbox, array.Int64s(ids))
 }
 
-func (s *Store) queueAbandonMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
-	runs := make([]uuid.UUID, 0, len(ws))
+func (s *Store) queueAbandonMerged(batch *pgx.Batch, ws []*engine.StepWrites, k *Arrays) {
+	runs := k.uuids.take(len(ws))
 	for _, w := range ws {
 		if w.AbandonUpdates {
 			runs = append(runs, w.RunID)
@@ -505,16 +543,21 @@ func (s *Store) queueAbandonMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
 
 // queueCASMerged queues the CAS of runs that all continue (each clearing
 // its task job, if it names one), or all complete.
-func (s *Store) queueCASMerged(batch *pgx.Batch, ws []*engine.StepWrites) {
-	runs, found, next, clear := make(array.UUIDs, len(ws)), make(array.Int64s, len(ws)), make(array.Int64s, len(ws)), make(array.Int64s, len(ws))
+func (s *Store) queueCASMerged(batch *pgx.Batch, ws []*engine.StepWrites, k *Arrays) {
+	n := len(ws)
+	runs, found, next, clear := array.UUIDs(k.uuids.take(n)), array.Int64s(k.int64s.take(n)), array.Int64s(k.int64s.take(n)), array.Int64s(k.int64s.take(n))
+	completing := ws[0].CAS.Close != nil
 	var results array.Bytes
-	for i, w := range ws {
-		runs[i], found[i], next[i], clear[i] = w.RunID, w.CAS.Found, w.CAS.Next, w.CAS.ClearTask
-		if w.CAS.Close != nil {
+	if completing {
+		results = k.bytes.take(n)
+	}
+	for _, w := range ws {
+		runs, found, next, clear = append(runs, w.RunID), append(found, w.CAS.Found), append(next, w.CAS.Next), append(clear, w.CAS.ClearTask)
+		if completing {
 			results = append(results, w.CAS.Close.Result)
 		}
 	}
-	if results == nil {
+	if !completing {
 		checked(batch.Queue(s.runs.advanceMerged, runs, found, next, clear, len(runs)), func() string { return fmt.Sprintf("advancing %d runs in a group", len(runs)) })
 		return
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestQueueSteps(t *testing.T) {
 		{RunID: d, AbandonUpdates: true, CAS: &engine.RunCAS{Found: 8, Next: 10, Close: &engine.RunClose{State: "completed"}}},
 	}
 	batch := &pgx.Batch{}
-	require.True(t, s.QueueSteps(batch, steps))
+	require.True(t, s.QueueSteps(batch, steps, new(Arrays)))
 	var sqls []string
 	for _, qq := range batch.QueuedQueries {
 		sqls = append(sqls, qq.SQL)
@@ -75,7 +76,7 @@ func TestQueueSteps(t *testing.T) {
 	mixed := &pgx.Batch{}
 	require.True(t, s.QueueSteps(mixed, []*engine.StepWrites{{RunID: a, Events: []history.Event{event(4, "x")}},
 		{RunID: b, Events: []history.Event{outcome(8), started, event(10, string(history.EventActivityScheduled))}},
-		{RunID: c, Events: []history.Event{event(2, "w")}}}))
+		{RunID: c, Events: []history.Event{event(2, "w")}}}, new(Arrays)))
 	require.Len(t, mixed.QueuedQueries, 1)
 	require.Equal(t, s.runs.eventsMerged, mixed.QueuedQueries[0].SQL)
 	require.Equal(t, []any{array.UUIDs{a, b, b, c}, array.Int64s{4, 8, 10, 2}, array.Texts{"x", "ActivityCompleted", "ActivityScheduled", "w"},
@@ -84,13 +85,119 @@ func TestQueueSteps(t *testing.T) {
 
 	// A kind one member holds: its lone form.
 	single := &pgx.Batch{}
-	require.False(t, s.QueueSteps(single, []*engine.StepWrites{{RunID: a, Events: []history.Event{event(4, "x")}, CAS: &engine.RunCAS{Found: 4, Next: 5}}}))
+	require.False(t, s.QueueSteps(single, []*engine.StepWrites{{RunID: a, Events: []history.Event{event(4, "x")}, CAS: &engine.RunCAS{Found: 4, Next: 5}}}, new(Arrays)))
 	require.Equal(t, s.runs.events, single.QueuedQueries[0].SQL, "one member: as a lone step")
 	require.Equal(t, s.runs.advance, single.QueuedQueries[1].SQL)
 	require.Equal(t, []any{a, int64(4), int64(5), int64(0)}, single.QueuedQueries[1].Arguments)
 	retired := &pgx.Batch{}
-	require.False(t, s.QueueSteps(retired, []*engine.StepWrites{{RunID: a, Retired: []int64{3, 4}}, {RunID: b, CAS: &engine.RunCAS{Found: 4, Next: 5}}}))
+	require.False(t, s.QueueSteps(retired, []*engine.StepWrites{{RunID: a, Retired: []int64{3, 4}}, {RunID: b, CAS: &engine.RunCAS{Found: 4, Next: 5}}}, new(Arrays)))
 	require.Equal(t, []string{s.runs.retireMany, s.runs.advance}, []string{retired.QueuedQueries[0].SQL, retired.QueuedQueries[1].SQL})
+}
+
+// TestArraysReset: the arrays a group's statements carry, once reset, hold
+// nothing of the group and keep their room, and the next group's
+// statements carry its own rows in them.
+func TestArraysReset(t *testing.T) {
+	t.Parallel()
+	s := New(dbschema.New("s"))
+	a, b := uuid.New(), uuid.New()
+	now := time.Now()
+	deadline := now.Add(time.Hour)
+	step := func(run uuid.UUID, id int64) *engine.StepWrites {
+		return &engine.StepWrites{RunID: run, Retired: []int64{id}, Taken: []int64{id},
+			Events:     []history.Event{{ID: id, Type: history.EventActivityCompleted, Attributes: []byte(`{"scheduled_event_id":1}`), Time: now}},
+			Activities: []engine.Activity{{ScheduledEventID: id, JobID: id, Kind: "act", Deadline: &deadline}}, AbandonUpdates: true,
+			CAS: &engine.RunCAS{Found: id, Next: id + 1, Close: &engine.RunClose{State: "completed", Result: []byte("1")}}}
+	}
+	arrays := new(Arrays)
+	require.True(t, s.QueueSteps(&pgx.Batch{}, []*engine.StepWrites{step(a, 4), step(b, 5)}, arrays))
+	arrays.Reset()
+	for _, lists := range [][]any{anys(arrays.uuids.lists), anys(arrays.int64s.lists), anys(arrays.nullInt64s.lists), anys(arrays.texts.lists),
+		anys(arrays.bytes.lists), anys(arrays.times.lists), anys(arrays.nullTimes.lists), anys(arrays.steps.lists)} {
+		require.NotEmpty(t, lists)
+		for _, l := range lists {
+			v := reflect.ValueOf(l)
+			require.Positive(t, v.Cap(), "its room kept")
+			require.True(t, isZeroed(v.Slice(0, v.Cap())), "nothing held: %v", v.Slice(0, v.Cap()))
+		}
+	}
+	batch := &pgx.Batch{}
+	require.True(t, s.QueueSteps(batch, []*engine.StepWrites{step(b, 7), step(a, 8)}, arrays))
+	one := int64(1)
+	q := batch.QueuedQueries
+	require.Equal(t, []any{array.UUIDs{b, a}, array.Int64s{7, 8}, array.Texts{"ActivityCompleted", "ActivityCompleted"},
+		array.JSON{[]byte(`{"scheduled_event_id":1}`), []byte(`{"scheduled_event_id":1}`)}, array.NullInt64s{&one, &one},
+		array.Times{now, now}, array.JSON{nil, nil}}, q[0].Arguments)
+	require.Equal(t, []any{array.UUIDs{b, a}, array.Int64s{7, 8}}, q[1].Arguments)
+	require.Equal(t, []any{array.UUIDs{b, a}, array.Int64s{7, 8}, array.Int64s{7, 8}, array.Texts{"act", "act"}, array.NullTimes{&deadline, &deadline}}, q[2].Arguments)
+	require.Equal(t, []any{array.Int64s{7, 8}}, q[3].Arguments)
+	require.Equal(t, array.UUIDs{b, a}, q[4].Arguments[0])
+	require.Equal(t, []any{array.UUIDs{b, a}, array.Int64s{7, 8}, array.Int64s{8, 9}, array.Bytes{[]byte("1"), []byte("1")}, 2}, q[5].Arguments)
+}
+
+// TestQueueLockRunsReadsEachRow: a group's lock reads each run's row as
+// it is, whether its namespace, kind, queue and state are the last row's
+// or not, under every query exec mode.
+func TestQueueLockRunsReadsEachRow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	schema := dbtest.FreshSchema(ctx, t)
+	names := dbschema.New(schema)
+	s := New(names)
+	pool := dbtest.Pool(ctx, t)
+	_, err := pool.Exec(ctx, "INSERT INTO "+names.Namespace+" (name) VALUES ('default'), ('other') ON CONFLICT DO NOTHING")
+	require.NoError(t, err)
+	want := []engine.Run{
+		{ID: uuid.UUID{1}, Namespace: "default", WorkflowID: "wf-1", Kind: "k1", Queue: "q1", State: "running"},
+		{ID: uuid.UUID{2}, Namespace: "default", WorkflowID: "wf-2", Kind: "k1", Queue: "q1", State: "running"},
+		{ID: uuid.UUID{3}, Namespace: "other", WorkflowID: "wf-3", Kind: "k2", Queue: "q2", State: "completed"},
+		{ID: uuid.UUID{4}, Namespace: "default", WorkflowID: "wf-4", Kind: "k1", Queue: "q2", State: "running"},
+	}
+	for i, r := range want {
+		want[i].Generation, want[i].Args, want[i].NextEventID, want[i].TraceContext = 1, []byte("{}"), 4, []byte("{}")
+		_, err := pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation) VALUES ($1, $2, 1)", r.Namespace, r.WorkflowID)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+
+			" (run_id, namespace, workflow_id, generation, kind, queue, state, closed_at, args, request_id, request_hash, next_event_id)"+
+			" VALUES ($1, $2, $3, 1, $4, $5, $6, CASE WHEN $6 <> 'running' THEN now() END, '{}', $3, '\\x', 4)",
+			r.ID, r.Namespace, r.WorkflowID, r.Kind, r.Queue, r.State)
+		require.NoError(t, err)
+	}
+	ids := []uuid.UUID{want[0].ID, want[1].ID, want[2].ID, want[3].ID}
+	for _, mode := range dbtest.QueryExecModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			tx, err := dbtest.ModePool(ctx, t, mode, 1).Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			var got []engine.Run
+			batch := &pgx.Batch{}
+			s.QueueLockRuns(batch, ids, func(run engine.Run, _ time.Time) error {
+				got = append(got, run)
+				return nil
+			})
+			require.NoError(t, tx.SendBatch(ctx, batch).Close())
+			require.Equal(t, want, got)
+		})
+	}
+}
+
+// anys returns lists as anys.
+func anys[T any](lists [][]T) []any {
+	out := make([]any, len(lists))
+	for i, l := range lists {
+		out[i] = l
+	}
+	return out
+}
+
+// isZeroed reports whether every element of the slice v is zero.
+func isZeroed(v reflect.Value) bool {
+	for i := range v.Len() {
+		if !v.Index(i).IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // TestMergedGroupWrites: on tables of tens of thousands of runs whose
@@ -188,11 +295,13 @@ func TestMergedGroupWrites(t *testing.T) {
 			{RunID: runs[4], Events: []history.Event{row(4, "a"), boundary, row(6, "ActivityScheduled")}},
 		}
 	}
+	arrays := new(Arrays) // kept from one group to the next
 	batch := &pgx.Batch{}
-	require.True(t, s.QueueSteps(batch, group(3)))
+	require.True(t, s.QueueSteps(batch, group(3), arrays))
 	require.ErrorIs(t, pool.SendBatch(ctx, batch).Close(), ErrRunMoved)
+	arrays.Reset()
 	batch = &pgx.Batch{}
-	require.True(t, s.QueueSteps(batch, group(4)))
+	require.True(t, s.QueueSteps(batch, group(4), arrays))
 	require.NoError(t, pool.SendBatch(ctx, batch).Close())
 	var completed int
 	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE run_id = ANY($1) AND state = 'completed'"+
