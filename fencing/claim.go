@@ -156,26 +156,28 @@ func claimOf(p *fencingclaim.Params, c *claimAlloc, err error) (*fencingclaim.Cl
 		return nil, fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", p.Kind, ErrNoLease, err)
 	case err != nil:
 		return nil, fmt.Errorf("fencing: inserting claimed job %s: %w", p.Kind, err)
-	case c.claim.Token == "" || c.claim.ExpiresAt.IsZero(): // the statement's check says otherwise; fail closed all the same
+	case c.st.token == "" || c.st.expiresAt.IsZero(): // the statement's check says otherwise; fail closed all the same
 		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", c.job.ID, p.Kind, ErrNoLease)
 	}
-	c.attemptedBy[0] = p.AttemptedBy
+	c.attemptedBy[0], c.st.schema = p.AttemptedBy, p.Schema
 	c.job = rivertype.JobRow{
-		ID: c.job.ID, Attempt: 1, AttemptedAt: &c.attemptedAt, AttemptedBy: c.attemptedBy[:], CreatedAt: c.job.CreatedAt,
+		ID: c.job.ID, Attempt: 1, AttemptedAt: &c.st.attemptedAt, AttemptedBy: c.attemptedBy[:], CreatedAt: c.job.CreatedAt,
 		EncodedArgs: p.Args, Kind: p.Kind, MaxAttempts: p.MaxAttempts, Metadata: claimMetadata(p),
-		Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: c.attemptedAt, State: rivertype.JobStateRunning,
+		Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: c.st.attemptedAt, State: rivertype.JobStateRunning,
 	}
-	c.claim = fencingclaim.Claim{Job: &c.job, ExpiresAt: c.claim.ExpiresAt, Schema: p.Schema, Token: c.claim.Token}
+	c.claim = fencingclaim.Claim{Job: &c.job, Lease: c}
 	return &c.claim, nil
 }
 
-// claimAlloc is a Claim with what its job row points to, allocated as one,
-// into which its claim statement's row is scanned.
+// claimAlloc is a Claim with what its job row points to and the state of
+// the attempt that works it (WorkClaimed), allocated as one, into which its
+// claim statement's row is scanned: the lease (token, expiry, schema) and
+// the attempt's start are the state's own fields.
 type claimAlloc struct {
 	claim       fencingclaim.Claim
 	job         rivertype.JobRow
-	attemptedAt time.Time
 	attemptedBy [1]string
+	st          attemptState
 }
 
 // claimColumns is the number of columns of a claim statement's row: the
@@ -186,25 +188,32 @@ const claimColumns = 6
 // targets sets t (claimColumns long) to the scan targets of a claim
 // statement's row; the check's column is skipped.
 func (c *claimAlloc) targets(t []any) []any {
-	t[0], t[1], t[2], t[3], t[4], t[5] = &c.job.ID, &c.attemptedAt, &c.job.CreatedAt, &c.claim.Token, &c.claim.ExpiresAt, nil
+	t[0], t[1], t[2], t[3], t[4], t[5] = &c.job.ID, &c.st.attemptedAt, &c.job.CreatedAt, &c.st.token, &c.st.expiresAt, nil
 	return t
 }
 
+// WorkClaimed works the claim's attempt in the state its allocation holds.
+// A claim worked again (the contract is once), after its first WorkClaimed
+// began and never alongside it, gets a state of its own, with the lease as
+// it stands. A Claim that no claim statement made has no lease.
 func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, deadline time.Time,
 	fn func(ctx context.Context, cancel context.CancelCauseFunc) error,
 ) error {
-	st := &attemptState{
-		attempt:     claim.Job.Attempt,
-		attemptedAt: *claim.Job.AttemptedAt,
-		driver:      d.Driver,
-		expiresAt:   claim.ExpiresAt,
-		jobID:       claim.Job.ID,
-		localStart:  time.Now(),
-		observed:    true,
-		schema:      claim.Schema,
-		stuckAfter:  river.JobStuckThresholdDefault,
-		token:       claim.Token,
+	c, ok := claim.Lease.(*claimAlloc)
+	var st *attemptState
+	switch {
+	case !ok:
+		st = &attemptState{}
+	case c.st.driver == nil:
+		st = &c.st
+	default:
+		c.st.mu.Lock()
+		st = &attemptState{expiresAt: c.st.expiresAt, schema: c.st.schema, token: c.st.token}
+		c.st.mu.Unlock()
 	}
+	st.attempt, st.attemptedAt, st.driver, st.jobID = claim.Job.Attempt, *claim.Job.AttemptedAt, d.Driver, claim.Job.ID
+	st.localStart = time.Now()
+	st.observed, st.stuckAfter = true, river.JobStuckThresholdDefault
 	if !deadline.IsZero() {
 		st.renewUntil = st.renewalEnd(deadline)
 	}

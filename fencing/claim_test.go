@@ -104,6 +104,38 @@ func TestClaimedJob(t *testing.T) {
 		require.Equal(t, 1, sideEffects(ctx, t, schema, c.Job.ID))
 	})
 
+	t.Run("WorkedAgainHasAStateOfItsOwn", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		// The contract is one WorkClaimed per claim; a second one, while the
+		// first runs, is an attempt of its own with the same lease: the
+		// first's context is not the second's, and cancelling one leaves
+		// the other running.
+		c := committed(ctx, t, pool, claim)
+		token := getJob(ctx, t, pool, schema, c.Job.ID).LeaseToken.String
+		errFirst := errors.New("first cancelled")
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(first context.Context, cancelFirst context.CancelCauseFunc) error {
+			return claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(second context.Context, _ context.CancelCauseFunc) error {
+				lease, ok := fencing.LeaseFromContext(second)
+				require.True(t, ok)
+				require.Equal(t, c.Job.ID, lease.JobID)
+				require.Equal(t, token, lease.Token)
+				require.Equal(t, c.Job.AttemptedAt.UTC(), lease.AttemptedAt.UTC())
+				cancelFirst(errFirst)
+				require.ErrorIs(t, context.Cause(first), errFirst)
+				require.NoError(t, second.Err(), "the second attempt runs on")
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					return claimAPI(driver).SetClaimedStateTx(second, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+				})
+			})
+		})
+		require.NoError(t, err)
+		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
+	})
+
 	t.Run("RolledBackCompletionKeepsTheLease", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -55,11 +55,9 @@ type Claim struct {
 	// Job is the inserted row as the claimer holds it.
 	Job *rivertype.JobRow
 
-	// ExpiresAt, Schema and Token are the claimed attempt's lease, which
-	// only the driver that claimed the job reads.
-	ExpiresAt time.Time
-	Schema    string
-	Token     string
+	// Lease is the claimed attempt's lease, which only the driver that
+	// claimed the job reads.
+	Lease any
 }
 
 // Request is a claim to queue (Driver.QueueClaims): the job to insert,
