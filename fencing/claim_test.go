@@ -425,6 +425,40 @@ func TestClaimedJob(t *testing.T) {
 		})
 	}
 
+	// A statement of more claims than a fetch mints tokens for at most
+	// (a group of 256 steps, some scheduling several activities) gives
+	// each its own lease all the same.
+	t.Run("MergedClaimsPastAFetchsTokens", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, _ := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		const n = 300
+		claims := make([]*fencingclaim.Claim, n)
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			ids, err := fencingclaim.ReserveJobIDs(ctx, tx, schema, n)
+			require.NoError(t, err)
+			requests := make([]fencingclaim.Request, n)
+			for i := range n {
+				requests[i] = fencingclaim.Request{Params: fencingclaim.Params{
+					Args: []byte(`{}`), AttemptedBy: "test", ID: ids[i], Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
+				}, Done: func(c *fencingclaim.Claim) { claims[i] = c }}
+			}
+			batch := &pgx.Batch{}
+			claimAPI(driver).QueueClaims(batch, requests)
+			return tx.SendBatch(ctx, batch).Close()
+		}))
+		var leased, tokens int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT lease_token) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+			" WHERE state = 'running' AND lease_token IS NOT NULL").Scan(&leased, &tokens))
+		require.Equal(t, n, leased)
+		require.Equal(t, n, tokens, "a token each")
+		for i, c := range claims {
+			require.NotNil(t, c, "claim %d", i)
+		}
+	})
+
 	// Claims with reserved IDs queued together are one statement
 	// (QueueClaims): each gets its own Claim, with its reserved ID and
 	// a lease of its own, the setting is cleared only after the last insert
