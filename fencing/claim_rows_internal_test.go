@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,7 +11,8 @@ import (
 // among the statement's rows, and none when the statement returned none.
 func TestClaimRowOf(t *testing.T) {
 	t.Parallel()
-	rows := []*claimAlloc{{job: rivertype.JobRow{ID: 7}}, {job: rivertype.JobRow{ID: 5}}}
+	rows := []*claimAlloc{{}, {}}
+	rows[0].claim.ID, rows[1].claim.ID = 7, 5
 	rows[0].st.token, rows[1].st.token = "a", "b"
 
 	row, err := claimRowOf(rows, 0, 7)
