@@ -108,11 +108,11 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 // claimRowOf returns the row of job id among rows, looked for at i first:
 // the statement returns its rows in its claims' order as a rule.
 func claimRowOf(rows []*claimAlloc, i int, id int64) (*claimAlloc, error) {
-	if i < len(rows) && rows[i].job.ID == id {
+	if i < len(rows) && rows[i].claim.ID == id {
 		return rows[i], nil
 	}
 	for _, row := range rows {
-		if row.job.ID == id {
+		if row.claim.ID == id {
 			return row, nil
 		}
 	}
@@ -156,55 +156,59 @@ func claimOf(p *fencingclaim.Params, c *claimAlloc, err error) (*fencingclaim.Cl
 		return nil, fmt.Errorf("fencing: claimed job %s has no lease: is the fencing migration applied? %w: %w", p.Kind, ErrNoLease, err)
 	case err != nil:
 		return nil, fmt.Errorf("fencing: inserting claimed job %s: %w", p.Kind, err)
-	case c.claim.Token == "" || c.claim.ExpiresAt.IsZero(): // the statement's check says otherwise; fail closed all the same
-		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", c.job.ID, p.Kind, ErrNoLease)
+	case c.st.token == "" || c.st.expiresAt.IsZero(): // the statement's check says otherwise; fail closed all the same
+		return nil, fmt.Errorf("fencing: claimed job %d (%s) has no lease: is the fencing migration applied? %w", c.claim.ID, p.Kind, ErrNoLease)
 	}
-	c.attemptedBy[0] = p.AttemptedBy
-	c.job = rivertype.JobRow{
-		ID: c.job.ID, Attempt: 1, AttemptedAt: &c.attemptedAt, AttemptedBy: c.attemptedBy[:], CreatedAt: c.job.CreatedAt,
-		EncodedArgs: p.Args, Kind: p.Kind, MaxAttempts: p.MaxAttempts, Metadata: claimMetadata(p),
-		Priority: max(p.Priority, 1), Queue: p.Queue, ScheduledAt: c.attemptedAt, State: rivertype.JobStateRunning,
-	}
-	c.claim = fencingclaim.Claim{Job: &c.job, ExpiresAt: c.claim.ExpiresAt, Schema: p.Schema, Token: c.claim.Token}
+	c.st.schema = p.Schema
+	id := c.claim.ID // the sequence's, for a claim without a reserved ID
+	c.claim.Params, c.claim.AttemptedAt, c.claim.Lease = *p, c.st.attemptedAt, c
+	c.claim.ID, c.claim.Metadata, c.claim.Priority = id, claimMetadata(p), max(p.Priority, 1)
 	return &c.claim, nil
 }
 
-// claimAlloc is a Claim with what its job row points to, allocated as one,
-// into which its claim statement's row is scanned.
+// claimAlloc is a Claim and the state of the attempt that works it
+// (WorkClaimed), allocated as one, into which its claim statement's row is
+// scanned: the job's ID, and the lease (token, expiry) and attempt's start
+// into the state's own fields.
 type claimAlloc struct {
-	claim       fencingclaim.Claim
-	job         rivertype.JobRow
-	attemptedAt time.Time
-	attemptedBy [1]string
+	claim fencingclaim.Claim
+	st    attemptState
 }
 
 // claimColumns is the number of columns of a claim statement's row: the
-// job's ID, attempted_at, created_at, lease token and lease_expires_at,
-// and the statement's check.
+// job's ID, attempted_at, created_at (attempted_at: one transaction's
+// time), lease token and lease_expires_at, and the statement's check.
 const claimColumns = 6
 
 // targets sets t (claimColumns long) to the scan targets of a claim
-// statement's row; the check's column is skipped.
+// statement's row; created_at and the check's column are skipped.
 func (c *claimAlloc) targets(t []any) []any {
-	t[0], t[1], t[2], t[3], t[4], t[5] = &c.job.ID, &c.attemptedAt, &c.job.CreatedAt, &c.claim.Token, &c.claim.ExpiresAt, nil
+	t[0], t[1], t[2], t[3], t[4], t[5] = &c.claim.ID, &c.st.attemptedAt, nil, &c.st.token, &c.st.expiresAt, nil
 	return t
 }
 
+// WorkClaimed works the claim's attempt in the state its allocation holds.
+// A claim worked again (the contract is once), after its first WorkClaimed
+// began and never alongside it, gets a state of its own, with the lease as
+// it stands. A Claim that no claim statement made has no lease.
 func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, deadline time.Time,
 	fn func(ctx context.Context, cancel context.CancelCauseFunc) error,
 ) error {
-	st := &attemptState{
-		attempt:     claim.Job.Attempt,
-		attemptedAt: *claim.Job.AttemptedAt,
-		driver:      d.Driver,
-		expiresAt:   claim.ExpiresAt,
-		jobID:       claim.Job.ID,
-		localStart:  time.Now(),
-		observed:    true,
-		schema:      claim.Schema,
-		stuckAfter:  river.JobStuckThresholdDefault,
-		token:       claim.Token,
+	c, ok := claim.Lease.(*claimAlloc)
+	var st *attemptState
+	switch {
+	case !ok:
+		st = &attemptState{}
+	case c.st.driver == nil:
+		st = &c.st
+	default:
+		c.st.mu.Lock()
+		st = &attemptState{expiresAt: c.st.expiresAt, schema: c.st.schema, token: c.st.token}
+		c.st.mu.Unlock()
 	}
+	st.attempt, st.attemptedAt, st.driver, st.jobID = 1, claim.AttemptedAt, d.Driver, claim.ID
+	st.localStart = time.Now()
+	st.observed, st.stuckAfter = true, river.JobStuckThresholdDefault
 	if !deadline.IsZero() {
 		st.renewUntil = st.renewalEnd(deadline)
 	}

@@ -81,7 +81,7 @@ func TestClaimedJob(t *testing.T) {
 			require.Empty(t, setting, "the lease setting does not outlive the insert")
 			return nil
 		}))
-		row := getJob(ctx, t, pool, schema, c.Job.ID)
+		row := getJob(ctx, t, pool, schema, c.ID)
 		require.Equal(t, "running", row.State)
 		require.Equal(t, 1, row.Attempt)
 		require.True(t, row.LeaseToken.Valid)
@@ -90,18 +90,76 @@ func TestClaimedJob(t *testing.T) {
 		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			lease, ok := fencing.LeaseFromContext(ctx)
 			require.True(t, ok)
-			require.Equal(t, c.Job.ID, lease.JobID)
+			require.Equal(t, c.ID, lease.JobID)
 			require.Equal(t, row.LeaseToken.String, lease.Token)
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID); err != nil {
+				if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.ID); err != nil {
 					return err
 				}
-				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.ID, time.Now(), nil))
 			})
 		})
 		require.NoError(t, err)
-		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
-		require.Equal(t, 1, sideEffects(ctx, t, schema, c.Job.ID))
+		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.ID).State)
+		require.Equal(t, 1, sideEffects(ctx, t, schema, c.ID))
+	})
+
+	t.Run("RowIsTheInsertedRow", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		c := committed(ctx, t, pool, claim)
+		require.NotZero(t, c.ID, "the sequence's ID")
+		want, err := driver.GetExecutor().JobGetByID(ctx, &riverdriver.JobGetByIDParams{ID: c.ID, Schema: schema})
+		require.NoError(t, err)
+		got := c.Row()
+		require.Equal(t, want.ID, got.ID)
+		require.Equal(t, want.Attempt, got.Attempt)
+		require.True(t, want.AttemptedAt.Equal(*got.AttemptedAt), "%v, %v", want.AttemptedAt, got.AttemptedAt)
+		require.Equal(t, want.AttemptedBy, got.AttemptedBy)
+		require.True(t, want.CreatedAt.Equal(got.CreatedAt), "%v, %v", want.CreatedAt, got.CreatedAt)
+		require.True(t, want.ScheduledAt.Equal(got.ScheduledAt), "%v, %v", want.ScheduledAt, got.ScheduledAt)
+		require.JSONEq(t, string(want.EncodedArgs), string(got.EncodedArgs))
+		require.JSONEq(t, string(want.Metadata), string(got.Metadata))
+		require.Equal(t, want.Kind, got.Kind)
+		require.Equal(t, want.MaxAttempts, got.MaxAttempts)
+		require.Equal(t, want.Priority, got.Priority)
+		require.Equal(t, want.Queue, got.Queue)
+		require.Equal(t, want.State, got.State)
+	})
+
+	t.Run("WorkedAgainHasAStateOfItsOwn", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, claim := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		// The contract is one WorkClaimed per claim; a second one, while the
+		// first runs, is an attempt of its own with the same lease: the
+		// first's context is not the second's, and cancelling one leaves
+		// the other running.
+		c := committed(ctx, t, pool, claim)
+		token := getJob(ctx, t, pool, schema, c.ID).LeaseToken.String
+		errFirst := errors.New("first cancelled")
+		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(first context.Context, cancelFirst context.CancelCauseFunc) error {
+			return claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(second context.Context, _ context.CancelCauseFunc) error {
+				lease, ok := fencing.LeaseFromContext(second)
+				require.True(t, ok)
+				require.Equal(t, c.ID, lease.JobID)
+				require.Equal(t, token, lease.Token)
+				require.Equal(t, c.AttemptedAt.UTC(), lease.AttemptedAt.UTC())
+				cancelFirst(errFirst)
+				require.ErrorIs(t, context.Cause(first), errFirst)
+				require.NoError(t, second.Err(), "the second attempt runs on")
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					return claimAPI(driver).SetClaimedStateTx(second, tx, riverdriver.JobSetStateCompleted(c.ID, time.Now(), nil))
+				})
+			})
+		})
+		require.NoError(t, err)
+		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.ID).State)
 	})
 
 	t.Run("RolledBackCompletionKeepsTheLease", func(t *testing.T) {
@@ -119,7 +177,7 @@ func TestClaimedJob(t *testing.T) {
 			for _, queued := range []bool{false, true} {
 				tx, err := pool.Begin(ctx)
 				require.NoError(t, err)
-				params := riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil)
+				params := riverdriver.JobSetStateCompleted(c.ID, time.Now(), nil)
 				if queued {
 					batch := &pgx.Batch{}
 					require.NoError(t, queueCompletion(ctx, driver, batch, params.ID, *params.FinalizedAt, params.MetadataUpdates))
@@ -129,17 +187,17 @@ func TestClaimedJob(t *testing.T) {
 				}
 				require.NoError(t, tx.Rollback(ctx))
 			}
-			before := getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time
+			before := getJob(ctx, t, pool, schema, c.ID).LeaseExpiresAt.Time
 			require.Eventually(t, func() bool {
-				return getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time.After(before)
+				return getJob(ctx, t, pool, schema, c.ID).LeaseExpiresAt.Time.After(before)
 			}, 5*time.Second, 20*time.Millisecond, "the lease is no longer renewed")
 			require.NoError(t, ctx.Err(), "the attempt was not told it lost its lease")
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.ID, time.Now(), nil))
 			})
 		})
 		require.NoError(t, err)
-		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
+		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.ID).State)
 	})
 
 	t.Run("StaleCannotFinalize", func(t *testing.T) {
@@ -155,26 +213,26 @@ func TestClaimedJob(t *testing.T) {
 		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			// The job is taken away and a new attempt holds it now.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-				" SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1", c.Job.ID)
+				" SET state = 'running', attempt = 2, attempted_at = now(), lease_expires_at = NULL WHERE id = $1", c.ID)
 			require.NoError(t, err)
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-			_, err = tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
+			_, err = tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.ID)
 			require.NoError(t, err)
-			err = claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			err = claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.ID, time.Now(), nil))
 			require.ErrorIs(t, err, fencing.ErrLeaseLost)
 			var lost *fencing.LeaseLostError
 			require.ErrorAs(t, err, &lost)
-			require.Equal(t, c.Job.ID, lost.JobID)
+			require.Equal(t, c.ID, lost.JobID)
 			require.Error(t, tx.Commit(ctx), "the caller's transaction is aborted")
 			return nil
 		})
 		require.NoError(t, err)
-		row := getJob(ctx, t, pool, schema, c.Job.ID)
+		row := getJob(ctx, t, pool, schema, c.ID)
 		require.Equal(t, "running", row.State)
 		require.Equal(t, 2, row.Attempt)
-		require.Zero(t, sideEffects(ctx, t, schema, c.Job.ID))
+		require.Zero(t, sideEffects(ctx, t, schema, c.ID))
 	})
 
 	t.Run("CancelRequestedWhileItWorks", func(t *testing.T) {
@@ -188,19 +246,19 @@ func TestClaimedJob(t *testing.T) {
 			// River's JobCancel on a running job only marks it; the attempt's
 			// failure then cancels it instead of making it retryable.
 			_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-				` SET metadata = metadata || '{"cancel_attempted_at": "2026-11-30T00:00:00Z"}' WHERE id = $1`, c.Job.ID)
+				` SET metadata = metadata || '{"cancel_attempted_at": "2026-11-30T00:00:00Z"}' WHERE id = $1`, c.ID)
 			require.NoError(t, err)
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateErrorRetryable(c.Job.ID, time.Now().Add(time.Minute),
+				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateErrorRetryable(c.ID, time.Now().Add(time.Minute),
 					[]byte(`{"at":"2026-11-30T00:00:00Z","attempt":1,"error":"cancelled","trace":""}`), []byte(`{"big":12345678901234567890}`)))
 			})
 		})
 		require.NoError(t, err, "a cancelled job is not a lost lease")
-		row := getJob(ctx, t, pool, schema, c.Job.ID)
+		row := getJob(ctx, t, pool, schema, c.ID)
 		require.Equal(t, "cancelled", row.State)
 		var big string
 		require.NoError(t, pool.QueryRow(ctx, "SELECT metadata->>'big' FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+" WHERE id = $1",
-			c.Job.ID).Scan(&big))
+			c.ID).Scan(&big))
 		require.Equal(t, "12345678901234567890", big, "metadata updates pass through unrounded")
 	})
 
@@ -211,18 +269,18 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 
 		c := committed(ctx, t, pool, claim)
-		first := getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time
+		first := getJob(ctx, t, pool, schema, c.ID).LeaseExpiresAt.Time
 		err := claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			waitUntil(t, "the lease is renewed", func() bool {
-				return getJob(ctx, t, pool, schema, c.Job.ID).LeaseExpiresAt.Time.After(first)
+				return getJob(ctx, t, pool, schema, c.ID).LeaseExpiresAt.Time.After(first)
 			})
 			require.NoError(t, fencing.Heartbeat(ctx, map[string]int{"done": 1}))
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+				return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.ID, time.Now(), nil))
 			})
 		})
 		require.NoError(t, err)
-		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
+		require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.ID).State)
 	})
 
 	t.Run("AbandonedGoesBackToRiver", func(t *testing.T) {
@@ -234,7 +292,7 @@ func TestClaimedJob(t *testing.T) {
 		// Claimed, then never worked: its process died.
 		c := committed(ctx, t, pool, claim)
 		waitPastRestartGrace(ctx, t, pool, 3*time.Second)
-		row := waitForState(ctx, t, pool, schema, c.Job.ID, "completed")
+		row := waitForState(ctx, t, pool, schema, c.ID, "completed")
 		require.Equal(t, 2, row.Attempt, "River ran it again once the lease expired")
 	})
 
@@ -248,8 +306,8 @@ func TestClaimedJob(t *testing.T) {
 		return claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 			takeAway(ctx)
 			batch := &pgx.Batch{}
-			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.Job.ID)
-			require.NoError(t, queueCompletion(ctx, driver, batch, c.Job.ID, time.Now(), nil))
+			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", c.ID)
+			require.NoError(t, queueCompletion(ctx, driver, batch, c.ID, time.Now(), nil))
 			tx, err := pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
@@ -267,10 +325,10 @@ func TestClaimedJob(t *testing.T) {
 
 		c := committed(ctx, t, pool, claim)
 		require.NoError(t, queued(ctx, t, driver, schema, claim, c, func(context.Context) {}))
-		row := getJob(ctx, t, pool, schema, c.Job.ID)
+		row := getJob(ctx, t, pool, schema, c.ID)
 		require.Equal(t, "completed", row.State)
 		require.False(t, row.LeaseToken.Valid, "the lease is revoked")
-		require.Equal(t, 1, sideEffects(ctx, t, schema, c.Job.ID))
+		require.Equal(t, 1, sideEffects(ctx, t, schema, c.ID))
 	})
 
 	// A queued write refused, whoever took the job: the batch fails with
@@ -296,16 +354,16 @@ func TestClaimedJob(t *testing.T) {
 			cl := committed(ctx, t, pool, claim)
 			driver.StopHeartbeats() // the queued write's own check refuses it, not the keeper
 			err := queued(ctx, t, driver, schema, claim, cl, func(ctx context.Context) {
-				_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" "+c.takeAway+" WHERE id = $1", cl.Job.ID)
+				_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" "+c.takeAway+" WHERE id = $1", cl.ID)
 				require.NoError(t, err)
 			})
 			var lost *fencing.LeaseLostError
 			require.ErrorAs(t, err, &lost)
-			require.Equal(t, cl.Job.ID, lost.JobID)
-			row := getJob(ctx, t, pool, schema, cl.Job.ID)
+			require.Equal(t, cl.ID, lost.JobID)
+			row := getJob(ctx, t, pool, schema, cl.ID)
 			require.Equal(t, c.state, row.State)
 			require.Equal(t, c.attempt, row.Attempt)
-			require.Zero(t, sideEffects(ctx, t, schema, cl.Job.ID), "the caller's commit failed though it ignored the error")
+			require.Zero(t, sideEffects(ctx, t, schema, cl.ID), "the caller's commit failed though it ignored the error")
 		})
 	}
 
@@ -331,9 +389,9 @@ func TestClaimedJob(t *testing.T) {
 			driver, schema, claim := setup(ctx, t)
 			pool := dbtest.Pool(ctx, t)
 			claims := []*fencingclaim.Claim{committed(ctx, t, pool, claim), committed(ctx, t, pool, claim), committed(ctx, t, pool, claim)}
-			before := getJob(ctx, t, pool, schema, claims[1].Job.ID)
+			before := getJob(ctx, t, pool, schema, claims[1].ID)
 			batch := &pgx.Batch{}
-			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", claims[0].Job.ID)
+			batch.Queue("INSERT INTO "+pgx.Identifier{schema, "side_effect"}.Sanitize()+" VALUES ($1, 1)", claims[0].ID)
 			// Each completion is made inside its own attempt, the attempts
 			// nested so that all are still running when the batch goes.
 			var completions []fencingclaim.Completion
@@ -341,7 +399,7 @@ func TestClaimedJob(t *testing.T) {
 			work = func(ctx context.Context, i int) error {
 				if i == len(claims) {
 					if stale != "" {
-						_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" "+stale+" WHERE id = $1", claims[1].Job.ID)
+						_, err := pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "river_job"}.Sanitize()+" "+stale+" WHERE id = $1", claims[1].ID)
 						require.NoError(t, err)
 					}
 					claimAPI(driver).QueueCompletions(batch, completions)
@@ -357,7 +415,7 @@ func TestClaimedJob(t *testing.T) {
 					if i == 1 {
 						metadata = tt.metadata
 					}
-					c, err := claimAPI(driver).Completion(ctx, claims[i].Job.ID, time.Now(), metadata)
+					c, err := claimAPI(driver).Completion(ctx, claims[i].ID, time.Now(), metadata)
 					require.NoError(t, err)
 					require.NotNil(t, c)
 					completions = append(completions, c)
@@ -366,32 +424,66 @@ func TestClaimedJob(t *testing.T) {
 			}
 			err := work(ctx, 0)
 			var logged int
-			ids := []int64{claims[0].Job.ID, claims[1].Job.ID, claims[2].Job.ID}
+			ids := []int64{claims[0].ID, claims[1].ID, claims[2].ID}
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "weir_job_attempt"}.Sanitize()+
 				" WHERE job_id = ANY($1) AND outcome = 'completed'", ids).Scan(&logged))
 			if stale == "" {
 				require.NoError(t, err)
 				for i, c := range claims {
-					row := getJob(ctx, t, pool, schema, c.Job.ID)
+					row := getJob(ctx, t, pool, schema, c.ID)
 					require.Equal(t, "completed", row.State)
 					require.False(t, row.LeaseToken.Valid, "the lease is revoked")
 					_, merged := row.Metadata["merged"]
 					require.Equal(t, i == 1 && tt.metadata != nil, merged, "job %d: only its own metadata is merged", i)
 				}
 				require.Equal(t, 3, logged, "each attempt logged")
-				require.Equal(t, 1, sideEffects(ctx, t, schema, claims[0].Job.ID))
+				require.Equal(t, 1, sideEffects(ctx, t, schema, claims[0].ID))
 				return
 			}
 			require.Error(t, err)
-			require.Equal(t, "running", getJob(ctx, t, pool, schema, claims[0].Job.ID).State, "nothing applied")
-			row := getJob(ctx, t, pool, schema, claims[1].Job.ID)
+			require.Equal(t, "running", getJob(ctx, t, pool, schema, claims[0].ID).State, "nothing applied")
+			row := getJob(ctx, t, pool, schema, claims[1].ID)
 			require.Equal(t, "running", row.State)
 			require.Equal(t, tt.attempt, row.Attempt)
 			require.NotEqual(t, before.LeaseToken, row.LeaseToken, "the stale one holds another token")
 			require.Zero(t, logged)
-			require.Zero(t, sideEffects(ctx, t, schema, claims[0].Job.ID), "the caller's commit failed though it ignored the error")
+			require.Zero(t, sideEffects(ctx, t, schema, claims[0].ID), "the caller's commit failed though it ignored the error")
 		})
 	}
+
+	// A statement of more claims than a fetch mints tokens for at most
+	// (a group of 256 steps, some scheduling several activities) gives
+	// each its own lease all the same.
+	t.Run("MergedClaimsPastAFetchsTokens", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		driver, schema, _ := setup(ctx, t)
+		pool := dbtest.Pool(ctx, t)
+
+		const n = 300
+		claims := make([]*fencingclaim.Claim, n)
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			ids, err := fencingclaim.ReserveJobIDs(ctx, tx, schema, n)
+			require.NoError(t, err)
+			requests := make([]fencingclaim.Request, n)
+			for i := range n {
+				requests[i] = fencingclaim.Request{Params: fencingclaim.Params{
+					Args: []byte(`{}`), AttemptedBy: "test", ID: ids[i], Kind: noopArgs{}.Kind(), MaxAttempts: 3, Queue: "default", Schema: schema,
+				}, Done: func(c *fencingclaim.Claim) { claims[i] = c }}
+			}
+			batch := &pgx.Batch{}
+			claimAPI(driver).QueueClaims(batch, requests)
+			return tx.SendBatch(ctx, batch).Close()
+		}))
+		var leased, tokens int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT lease_token) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
+			" WHERE state = 'running' AND lease_token IS NOT NULL").Scan(&leased, &tokens))
+		require.Equal(t, n, leased)
+		require.Equal(t, n, tokens, "a token each")
+		for i, c := range claims {
+			require.NotNil(t, c, "claim %d", i)
+		}
+	})
 
 	// Claims with reserved IDs queued together are one statement
 	// (QueueClaims): each gets its own Claim, with its reserved ID and
@@ -436,14 +528,14 @@ func TestClaimedJob(t *testing.T) {
 		tokens := map[string]bool{}
 		for i, c := range claims {
 			require.NotNil(t, c, "claim %d", i)
-			require.Equal(t, ids[i], c.Job.ID)
-			row := getJob(ctx, t, pool, schema, c.Job.ID)
+			require.Equal(t, ids[i], c.ID)
+			row := getJob(ctx, t, pool, schema, c.ID)
 			require.Equal(t, "running", row.State)
 			require.True(t, row.LeaseToken.Valid)
 			require.True(t, row.LeaseExpiresAt.Valid)
 			var args, metadata string
 			require.NoError(t, pool.QueryRow(ctx, "SELECT args::text, metadata::text FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-				" WHERE id = $1", c.Job.ID).Scan(&args, &metadata))
+				" WHERE id = $1", c.ID).Scan(&args, &metadata))
 			require.JSONEq(t, `{"i": `+string(rune('0'+i))+`}`, args, "the job's args, as given")
 			wantMetadata := `{}`
 			if i%2 == 1 {
@@ -456,10 +548,10 @@ func TestClaimedJob(t *testing.T) {
 				require.True(t, ok)
 				require.Equal(t, row.LeaseToken.String, lease.Token)
 				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+					return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.ID, time.Now(), nil))
 				})
 			}))
-			require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.Job.ID).State)
+			require.Equal(t, "completed", getJob(ctx, t, pool, schema, c.ID).State)
 		}
 		require.Len(t, tokens, n, "a token each")
 		require.Equal(t, 1, sideEffects(ctx, t, schema, ids[1]))
@@ -536,7 +628,7 @@ func TestClaimedJob(t *testing.T) {
 		pool := dbtest.Pool(ctx, t)
 		c := committed(ctx, t, pool, claim)
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.Job.ID, time.Now(), nil))
+			return claimAPI(driver).SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateCompleted(c.ID, time.Now(), nil))
 		})
 		require.True(t, errors.Is(err, fencing.ErrNoLease), "%v", err)
 	})
@@ -555,7 +647,7 @@ func requireClaimLease(ctx context.Context, t *testing.T, driver *fencing.Driver
 		expires *time.Time
 	)
 	require.NoError(t, db.QueryRow(ctx, "SELECT lease_token::text, lease_expires_at FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()+
-		" WHERE id = $1", c.Job.ID).Scan(&token, &expires))
+		" WHERE id = $1", c.ID).Scan(&token, &expires))
 	require.NotNil(t, token, "the claimed job has a token")
 	require.NotNil(t, expires, "the claimed job has a lease")
 	require.NoError(t, claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {

@@ -244,7 +244,7 @@ func TestClaimedCompletionMatchesRiver(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+pgx.Identifier{plain, "river_job"}.Sanitize()+`
     (args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
 SELECT args, attempt, attempted_at, attempted_by, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, 'running', tags
-FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING id`, c.Job.ID).Scan(&plainID))
+FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING id`, c.ID).Scan(&plainID))
 
 		at := time.Now().UTC().Truncate(time.Microsecond)
 		riverParams := riverdriver.JobSetStateCompleted(plainID, at, updates)
@@ -262,19 +262,19 @@ FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING 
 			require.True(t, ok)
 			token = lease.Token
 			batch := &pgx.Batch{}
-			require.NoError(t, queueCompletion(ctx, driver, batch, c.Job.ID, at, updates))
+			require.NoError(t, queueCompletion(ctx, driver, batch, c.ID, at, updates))
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
 		}))
 
 		want, err := riverExec.JobGetByID(ctx, &riverdriver.JobGetByIDParams{ID: plainID, Schema: plain})
 		require.NoError(t, err)
-		got, err := riverExec.JobGetByID(ctx, &riverdriver.JobGetByIDParams{ID: c.Job.ID, Schema: fenced})
+		got, err := riverExec.JobGetByID(ctx, &riverdriver.JobGetByIDParams{ID: c.ID, Schema: fenced})
 		require.NoError(t, err)
 		require.Equal(t, rivertype.JobStateCompleted, got.State)
 		got.ID = want.ID
 		require.Equal(t, want, got, "metadata updates %s", updates)
 
-		row := getJob(ctx, t, pool, fenced, c.Job.ID)
+		row := getJob(ctx, t, pool, fenced, c.ID)
 		require.False(t, row.LeaseToken.Valid, "the lease is revoked")
 		require.False(t, row.LeaseExpiresAt.Valid)
 		require.Equal(t, pgtype.Text{String: token, Valid: true}, row.LeaseLastToken)
@@ -286,12 +286,12 @@ FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING 
 			Outcome     string
 		}
 		rows, err := pool.Query(ctx, `SELECT attempt, lease_token::text, attempted_by, started_at, outcome
-FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` WHERE job_id = $1`, c.Job.ID)
+FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` WHERE job_id = $1`, c.ID)
 		require.NoError(t, err)
 		log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
 		require.NoError(t, err)
 		require.Equal(t, []logged{{Attempt: 1, Token: token, AttemptedBy: "claimer", StartedAt: log[0].StartedAt, Outcome: "completed"}}, log)
-		require.True(t, c.Job.AttemptedAt.Equal(log[0].StartedAt), "started at the attempt's attempted_at")
+		require.True(t, c.AttemptedAt.Equal(log[0].StartedAt), "started at the attempt's attempted_at")
 	}
 }
 
@@ -537,7 +537,7 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 			c := queuedClaimer(ctx, t, pool, driver, &fencingclaim.Params{
 				Args: []byte(`{}`), AttemptedBy: "recheck", Kind: "recheck", MaxAttempts: 5, Queue: "default", Schema: schema,
 			})()
-			before := getJob(ctx, t, pool, schema, c.Job.ID)
+			before := getJob(ctx, t, pool, schema, c.ID)
 
 			err = claimAPI(driver).WorkClaimed(ctx, c, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
 				other, err := pool.Begin(ctx)
@@ -546,7 +546,7 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 				var otherPID int
 				require.NoError(t, other.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&otherPID))
 				for _, sql := range tt.meanwhile {
-					_, err := other.Exec(ctx, fmt.Sprintf(sql, table), c.Job.ID)
+					_, err := other.Exec(ctx, fmt.Sprintf(sql, table), c.ID)
 					require.NoError(t, err)
 				}
 
@@ -554,8 +554,8 @@ func TestClaimedCompletionRechecksItsRow(t *testing.T) {
 				done := make(chan error, 1)
 				go func() {
 					batch := &pgx.Batch{}
-					batch.Queue("INSERT INTO "+sideEffect+" VALUES ($1)", c.Job.ID)
-					err := queueCompletion(ctx, driver, batch, c.Job.ID, time.Now(), nil)
+					batch.Queue("INSERT INTO "+sideEffect+" VALUES ($1)", c.ID)
+					err := queueCompletion(ctx, driver, batch, c.ID, time.Now(), nil)
 					if err == nil {
 						err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, batch).Close() })
 					}
@@ -571,22 +571,22 @@ WHERE $1::int = ANY (pg_blocking_pids(pid)))`, otherPID).Scan(&waiting))
 				return recv(t, done)
 			})
 
-			row := getJob(ctx, t, pool, schema, c.Job.ID)
+			row := getJob(ctx, t, pool, schema, c.ID)
 			var sideEffects int
 			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+sideEffect).Scan(&sideEffects))
 			if tt.applies {
 				require.NoError(t, err)
 				require.Equal(t, "completed", row.State)
 				require.Equal(t, before.LeaseToken, row.LeaseLastToken)
-				require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, c.Job.ID), "the attempt is logged once")
+				require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, c.ID), "the attempt is logged once")
 				require.Equal(t, 1, sideEffects)
-				require.Zero(t, sink.count(fencing.EventStaleWriteRejected, c.Job.ID))
+				require.Zero(t, sink.count(fencing.EventStaleWriteRejected, c.ID))
 				return
 			}
 			var lost *fencing.LeaseLostError
 			require.ErrorAs(t, err, &lost)
-			require.Equal(t, fencing.LeaseLostError{Attempt: 1, JobID: c.Job.ID, Op: "set_state_completed"}, *lost)
-			require.Equal(t, 1, sink.count(fencing.EventStaleWriteRejected, c.Job.ID))
+			require.Equal(t, fencing.LeaseLostError{Attempt: 1, JobID: c.ID, Op: "set_state_completed"}, *lost)
+			require.Equal(t, 1, sink.count(fencing.EventStaleWriteRejected, c.ID))
 			require.Equal(t, "running", row.State)
 			require.Equal(t, 2, row.Attempt)
 			require.NotEqual(t, before.LeaseToken, row.LeaseToken, "the new attempt keeps its own lease")

@@ -55,14 +55,14 @@ func TestFetchTakesTheTokensItBrings(t *testing.T) {
 	require.Empty(t, want)
 }
 
-// TestMintLeaseTokens: version 4 UUIDs, as many as asked up to
-// mintedTokensMax, all different.
+// TestMintLeaseTokens: version 4 UUIDs, as many as asked (a claim
+// statement's, past what a fetch brings), all different.
 func TestMintLeaseTokens(t *testing.T) {
 	t.Parallel()
 	require.Empty(t, mintLeaseTokens(0))
 	require.Empty(t, mintLeaseTokens(-1))
 	tokens := mintLeaseTokens(mintedTokensMax + 10)
-	require.Len(t, tokens, mintedTokensMax)
+	require.Len(t, tokens, mintedTokensMax+10)
 	seen := map[[16]byte]bool{}
 	for _, token := range append(tokens, mintLeaseTokens(1)...) {
 		require.Equal(t, byte(0x40), token[6]&0xf0, "version 4")

@@ -338,14 +338,13 @@ func tableName(schema, table string) string {
 
 // mintedTokensMax bounds the tokens a fetch brings (mintLeaseTokens): River
 // asks for as many jobs as its client has free workers, which may be
-// thousands when few are available.
+// thousands when few are available. Claims bring one each, however many.
 const mintedTokensMax = 256
 
-// mintLeaseTokens returns fresh lease tokens for a fetch or claims of up to n jobs
-// (mintedTokensMax at most): random (version 4) UUIDs, from one read of
-// crypto/rand.
+// mintLeaseTokens returns n fresh lease tokens, for a fetch or claims:
+// random (version 4) UUIDs, from one read of crypto/rand.
 func mintLeaseTokens(n int) array.UUIDs {
-	n = min(max(n, 0), mintedTokensMax)
+	n = max(n, 0)
 	random := make([]byte, 16*n)
 	_, _ = rand.Read(random) // never fails (crypto/rand crashes the program instead)
 	tokens := make(array.UUIDs, n)

@@ -219,7 +219,7 @@ func (p *pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, 
 			params.Kind,
 			int32(min(params.MaxToLock, math.MaxInt32)), //nolint:gosec // clamped
 			p.driver.config.LeaseTTL,
-			mintLeaseTokens(params.MaxToLock),
+			mintLeaseTokens(min(params.MaxToLock, mintedTokensMax)),
 		)
 		if err != nil {
 			return nil, fmt.Errorf("fetching jobs: %w", err)

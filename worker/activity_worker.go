@@ -267,27 +267,28 @@ func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) erro
 		return err
 	}}
 	st := &attempt.State{}
-	a.fillState(st, job, meta)
+	a.fillState(st, job.ID, job.Kind, job.Attempt, job.MaxAttempts, meta)
 	st.CompleteTx = func(ctx context.Context, tx pgx.Tx, result []byte) error {
-		return a.completeTx(ctx, tx, st, job, meta, own, result)
+		return a.completeTx(ctx, tx, st, meta, own, result)
 	}
 	info, _ := activity.GetInfo(attempt.With(ctx, st))
 	return intercept(ctx, a.w.config.Interceptors, &info, Interceptor.InterceptActivity, func(ctx context.Context) error {
-		return a.work(ctx, job, meta, st, own)
+		return a.work(ctx, job.Args, meta, st, own)
 	})
 }
 
-// fillState sets st to what the attempt's code reads through package
-// activity, but for its CompleteTx.
-func (a *activityWorker[A, R]) fillState(st *attempt.State, job *river.Job[A], meta *activityMeta) {
+// fillState sets st to what the attempt (of job jobID of kind, attempt
+// attemptNum of maxAttempts) reads through package activity, but for its
+// CompleteTx.
+func (a *activityWorker[A, R]) fillState(st *attempt.State, jobID int64, kind string, attemptNum, maxAttempts int, meta *activityMeta) {
 	*st = attempt.State{
-		ActivityKind:     job.Kind,
-		Attempt:          job.Attempt,
+		ActivityKind:     kind,
+		Attempt:          attemptNum,
 		Encode:           a.encode,
 		Generation:       meta.Generation,
 		Headers:          meta.Headers,
-		JobID:            job.ID,
-		MaxAttempts:      job.MaxAttempts,
+		JobID:            jobID,
+		MaxAttempts:      maxAttempts,
 		Namespace:        meta.Namespace,
 		RunID:            meta.RunID,
 		ScheduledEventID: meta.ScheduledEventID,
@@ -298,17 +299,20 @@ func (a *activityWorker[A, R]) fillState(st *attempt.State, job *river.Job[A], m
 
 // completeTx is CompleteTx of attempt st (attempt.State): it records
 // result and completes the attempt's job in tx.
-func (a *activityWorker[A, R]) completeTx(ctx context.Context, tx pgx.Tx, st *attempt.State, job *river.Job[A], meta *activityMeta,
+func (a *activityWorker[A, R]) completeTx(ctx context.Context, tx pgx.Tx, st *attempt.State, meta *activityMeta,
 	own *ownJob, result []byte,
 ) error {
-	if err := completeActivityTx(ctx, tx, a.w, job, meta, result, own, nil); err != nil {
+	if err := completeActivityTx(ctx, tx, a.w, st.Attempt, meta, result, own, nil); err != nil {
 		return err
 	}
 	st.Completed = true
 	return nil
 }
 
-func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta *activityMeta, st *attempt.State, own *ownJob) error {
+// work runs the attempt st of the activity with args, then records its
+// outcome.
+func (a *activityWorker[A, R]) work(ctx context.Context, args A, meta *activityMeta, st *attempt.State, own *ownJob) error {
+	jobID, kind := st.JobID, st.ActivityKind
 	// The fencing layer recovers an attempt whose code ignores its context
 	// past its own timeouts as it recovers one whose process died, not only
 	// after River's job timeout plus its stuck threshold; untold, the
@@ -323,7 +327,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		execCtx, stop = watchHeartbeats(execCtx, st, time.Duration(meta.HeartbeatTimeout))
 		defer stop()
 	}
-	result, err := a.execute(execCtx, job.Args)
+	result, err := a.execute(execCtx, args)
 	if own != nil {
 		own.slot.free()
 	}
@@ -333,14 +337,14 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		// connection, a Postgres restart, a rollback). Only the job's row
 		// tells: if this attempt still holds its lease, nothing committed
 		// and the attempt must not count as done.
-		held, checkErr := a.w.leaseHeld(ctx, nil, job.ID)
+		held, checkErr := a.w.leaseHeld(ctx, nil, jobID)
 		switch {
 		case checkErr != nil:
 			return errors.Join(err, checkErr) // River retries; a committed completion fences the retry out
 		case !held:
 			return nil // the outcome committed with the job's completion
 		case err == nil:
-			err = fmt.Errorf("activity %s (job %d) called activity.CompleteTx but its transaction did not commit", job.Kind, job.ID)
+			err = fmt.Errorf("activity %s (job %d) called activity.CompleteTx but its transaction did not commit", kind, jobID)
 		}
 	}
 	switch {
@@ -353,7 +357,7 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 	}
 	if err != nil {
 		failure := replay.FailureFromError(err)
-		final := job.Attempt >= job.MaxAttempts || nonRetryable(failure, meta.RetryPolicy)
+		final := st.Attempt >= st.MaxAttempts || nonRetryable(failure, meta.RetryPolicy)
 		if !final {
 			return err
 		}
@@ -364,11 +368,11 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 		recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalStateTimeout)
 		defer cancel()
 		if recordErr := a.w.recordOutcome(recordCtx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
-			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, err, failure, cont)
+			return failActivityTx(ctx, tx, a.w, jobID, meta, st.Attempt, err, failure, cont)
 		}); recordErr != nil {
 			return errors.Join(err, recordErr)
 		}
-		if job.Attempt >= job.MaxAttempts {
+		if st.Attempt >= st.MaxAttempts {
 			return err // River discards it
 		}
 		return river.JobCancel(err)
@@ -376,24 +380,24 @@ func (a *activityWorker[A, R]) work(ctx context.Context, job *river.Job[A], meta
 
 	payload, err := a.w.config.Codec.Encode(result)
 	if err != nil {
-		return fmt.Errorf("encoding result of activity %s: %w", job.Kind, err)
+		return fmt.Errorf("encoding result of activity %s: %w", kind, err)
 	}
 	if len(payload) > a.w.config.MaxPayloadBytes {
 		// Retrying would produce the same result: fail for good.
 		tooLarge := &workflow.ApplicationError{
-			Message:      fmt.Sprintf("result of activity %s is %d bytes, the limit is %d", job.Kind, len(payload), a.w.config.MaxPayloadBytes),
+			Message:      fmt.Sprintf("result of activity %s is %d bytes, the limit is %d", kind, len(payload), a.w.config.MaxPayloadBytes),
 			NonRetryable: true,
 			Type:         "PayloadTooLarge",
 		}
 		if err := a.w.recordOutcome(ctx, meta.RunID, true, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
-			return failActivityTx(ctx, tx, a.w, job.ID, meta, job.Attempt, tooLarge, replay.FailureFromError(tooLarge), cont)
+			return failActivityTx(ctx, tx, a.w, jobID, meta, st.Attempt, tooLarge, replay.FailureFromError(tooLarge), cont)
 		}); err != nil {
 			return err
 		}
 		return river.JobCancel(fmt.Errorf("%w: %s", client.ErrPayloadTooLarge, tooLarge.Message))
 	}
 	return a.w.recordOutcome(ctx, meta.RunID, false, func(ctx context.Context, tx pgx.Tx, cont *taskResult) error {
-		return completeActivityTx(ctx, tx, a.w, job, meta, payload, own, cont)
+		return completeActivityTx(ctx, tx, a.w, st.Attempt, meta, payload, own, cont)
 	})
 }
 
@@ -489,12 +493,13 @@ func (a *activityWorker[A, R]) execute(ctx context.Context, args A) (result R, e
 	return a.activity.Execute(ctx, args)
 }
 
-// completeActivityTx records a result and completes the job in tx, fenced.
-func completeActivityTx[A river.JobArgs](ctx context.Context, tx pgx.Tx, w *Worker, job *river.Job[A], meta *activityMeta, result []byte,
+// completeActivityTx records the result of attempt attemptNum and completes
+// the job in tx, fenced.
+func completeActivityTx(ctx context.Context, tx pgx.Tx, w *Worker, attemptNum int, meta *activityMeta, result []byte,
 	own *ownJob, cont *taskResult,
 ) error {
 	completed, err := w.deliverOutcome(ctx, tx, meta, history.EventActivityCompleted,
-		&history.ActivityCompletedAttributes{Attempt: job.Attempt, Result: result, ScheduledEventID: meta.ScheduledEventID}, cont, own)
+		&history.ActivityCompletedAttributes{Attempt: attemptNum, Result: result, ScheduledEventID: meta.ScheduledEventID}, cont, own)
 	if err != nil {
 		return err
 	}

@@ -247,15 +247,14 @@ func (w *Worker) launchEager(starts []claimedAttempt) {
 func (w *Worker) handBack(claim *fencingclaim.Claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), finalStateTimeout)
 	defer cancel()
-	job := claim.Job
 	err := w.claims.WorkClaimed(ctx, claim, time.Time{}, func(ctx context.Context, _ context.CancelCauseFunc) error {
-		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			return w.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateSnoozedAvailable(job.ID, time.Now(), job.Attempt-1, nil))
+		return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error { // attempt 1, not counted
+			return w.claims.SetClaimedStateTx(ctx, tx, riverdriver.JobSetStateSnoozedAvailable(claim.ID, time.Now(), 0, nil))
 		})
 	})
 	if err != nil {
 		w.config.Logger.Warn("weir: handing a claimed job back to River failed; it runs once its lease expires",
-			"job_id", job.ID, "kind", job.Kind, "error", err.Error())
+			"job_id", claim.ID, "kind", claim.Kind, "error", err.Error())
 	}
 }
 
@@ -299,11 +298,12 @@ func (w *Worker) claimActivity(ctx context.Context, tx pgx.Tx, run *runRow, attr
 }
 
 // claimedRun is a claimed attempt of an activity as runClaimed runs it: its
-// job, its slot, how it completes its job and what its code reads through
-// package activity, allocated as one.
+// claim and args, its slot, how it completes its job and what its code
+// reads through package activity, allocated as one.
 type claimedRun[A activity.Args, R any] struct {
 	a        *activityWorker[A, R]
-	job      river.Job[A]
+	claim    *fencingclaim.Claim
+	args     A
 	meta     *activityMeta
 	deadline time.Time // zero: none
 	slot     eagerSlot
@@ -316,7 +316,7 @@ type claimedRun[A activity.Args, R any] struct {
 // River's job control, its panics recovered, then the attempt's outcome
 // written through the fenced path (a failure back to River, to be retried).
 func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingclaim.Claim, meta *activityMeta, slots *claimedPool) {
-	r := &claimedRun[A, R]{a: a, job: river.Job[A]{JobRow: claim.Job}, meta: meta, slot: eagerSlot{pool: slots}}
+	r := &claimedRun[A, R]{a: a, claim: claim, meta: meta, slot: eagerSlot{pool: slots}}
 	defer r.slot.free()
 	// An activity without a timeout of its own has River's JobTimeout for
 	// this worker's client.
@@ -328,7 +328,7 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 	// job (which stays completed), is no failure River retries.
 	if err != nil && !errors.Is(err, fencing.ErrLeaseLost) && !errors.Is(err, fencing.ErrAlreadyCompleted) {
 		a.w.config.Logger.WarnContext(ctx, "weir: eager activity attempt failed; River retries it",
-			"job_id", r.job.ID, "kind", r.job.Kind, "error", err.Error())
+			"job_id", claim.ID, "kind", claim.Kind, "error", err.Error())
 	}
 }
 
@@ -336,8 +336,8 @@ func (a *activityWorker[A, R]) runClaimed(ctx context.Context, claim *fencingcla
 // activity under its deadline, then a failure's state written.
 func (r *claimedRun[A, R]) work(attemptCtx context.Context, cancelAttempt context.CancelCauseFunc) error {
 	w := r.a.w
-	w.eager.track(r.job.ID, cancelAttempt)
-	defer w.eager.untrack(r.job.ID)
+	w.eager.track(r.claim.ID, cancelAttempt)
+	defer w.eager.untrack(r.claim.ID)
 	workCtx := attemptCtx
 	if !r.deadline.IsZero() {
 		var cancel context.CancelFunc
@@ -351,7 +351,8 @@ func (r *claimedRun[A, R]) work(attemptCtx context.Context, cancelAttempt contex
 	if cause := context.Cause(attemptCtx); errors.Is(cause, rivertype.ErrJobCancelledRemotely) {
 		err = river.JobCancel(cause)
 	}
-	return w.failClaimed(attemptCtx, r.job.JobRow, err, r.a.NextRetry(&r.job))
+	job := &river.Job[A]{JobRow: r.claim.Row(), Args: r.args}
+	return w.failClaimed(attemptCtx, job.JobRow, err, r.a.NextRetry(job))
 }
 
 // execute decodes the attempt's args, runs the activity's code and records
@@ -359,23 +360,23 @@ func (r *claimedRun[A, R]) work(attemptCtx context.Context, cancelAttempt contex
 func (r *claimedRun[A, R]) execute(ctx context.Context) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("activity %s (job %d) panicked: %v", r.job.Kind, r.job.ID, p)
+			err = fmt.Errorf("activity %s (job %d) panicked: %v", r.claim.Kind, r.claim.ID, p)
 		}
 	}()
-	if err := json.Unmarshal(r.job.EncodedArgs, &r.job.Args); err != nil {
-		return fmt.Errorf("decoding args of activity %s (job %d): %w", r.job.Kind, r.job.ID, err)
+	if err := json.Unmarshal(r.claim.Args, &r.args); err != nil {
+		return fmt.Errorf("decoding args of activity %s (job %d): %w", r.claim.Kind, r.claim.ID, err)
 	}
 	// A claimed job is completed through the driver's claimed path, queued
 	// with the run's last writes when its outcome continues the run.
-	r.own = ownJob{id: r.job.ID, claims: r.a.w.claims, slot: &r.slot}
-	r.a.fillState(&r.state, &r.job, r.meta)
+	r.own = ownJob{id: r.claim.ID, claims: r.a.w.claims, slot: &r.slot}
+	r.a.fillState(&r.state, r.claim.ID, r.claim.Kind, 1, r.claim.MaxAttempts, r.meta)
 	r.state.CompleteTx = r.completeTx
-	return r.a.work(ctx, &r.job, r.meta, &r.state, &r.own)
+	return r.a.work(ctx, r.args, r.meta, &r.state, &r.own)
 }
 
 // completeTx is the attempt's CompleteTx (attempt.State).
 func (r *claimedRun[A, R]) completeTx(ctx context.Context, tx pgx.Tx, result []byte) error {
-	return r.a.completeTx(ctx, tx, &r.state, &r.job, r.meta, &r.own, result)
+	return r.a.completeTx(ctx, tx, &r.state, r.meta, &r.own, result)
 }
 
 // failClaimed writes the state a claimed attempt that returned workErr

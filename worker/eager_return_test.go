@@ -57,7 +57,7 @@ func TestHandBack(t *testing.T) {
 		attempt  int
 		hasLease bool
 	)
-	require.NoError(t, pool.QueryRow(ctx, "SELECT state::text, attempt, lease_token IS NOT NULL FROM "+w.names.RiverJob+" WHERE id = $1", claim.Job.ID).
+	require.NoError(t, pool.QueryRow(ctx, "SELECT state::text, attempt, lease_token IS NOT NULL FROM "+w.names.RiverJob+" WHERE id = $1", claim.ID).
 		Scan(&state, &attempt, &hasLease))
 	require.Equal(t, "available", state, "not discarded though it had one attempt: that attempt never ran")
 	require.Equal(t, 0, attempt, "the attempt that never ran does not count")

@@ -52,14 +52,27 @@ type Params struct {
 // finalize, and if its process dies the lease reaper recovers the job
 // once the lease expires.
 type Claim struct {
-	// Job is the inserted row as the claimer holds it.
-	Job *rivertype.JobRow
+	// Params are the job as inserted: its ID set, its metadata ("{}" for
+	// none) and priority (1 for none) as written.
+	Params
 
-	// ExpiresAt, Schema and Token are the claimed attempt's lease, which
-	// only the driver that claimed the job reads.
-	ExpiresAt time.Time
-	Schema    string
-	Token     string
+	// AttemptedAt is when the attempt began: the insert's transaction
+	// time, the job's created_at and scheduled_at too.
+	AttemptedAt time.Time
+
+	// Lease is the claimed attempt's lease, which only the driver that
+	// claimed the job reads.
+	Lease any
+}
+
+// Row is the job's row as the claim inserted it (a new one each call).
+func (c *Claim) Row() *rivertype.JobRow {
+	at := c.AttemptedAt
+	return &rivertype.JobRow{
+		ID: c.ID, Attempt: 1, AttemptedAt: &at, AttemptedBy: []string{c.AttemptedBy}, CreatedAt: at, EncodedArgs: c.Args,
+		Kind: c.Kind, MaxAttempts: c.MaxAttempts, Metadata: c.Metadata, Priority: c.Priority, Queue: c.Queue, ScheduledAt: at,
+		State: rivertype.JobStateRunning,
+	}
 }
 
 // Request is a claim to queue (Driver.QueueClaims): the job to insert,
