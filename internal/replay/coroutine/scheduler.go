@@ -92,7 +92,7 @@ type coroutine struct {
 // [Scheduler.Spawn] from either (from outside only between runs).
 type Scheduler struct {
 	deadlockTimeout time.Duration
-	deadline        *time.Timer     // of the coroutine holding the token; made on first use
+	deadline        *time.Timer     // of the coroutine holding the token; from deadlines, during a Run
 	start           func(fn func()) // starts a coroutine's goroutine
 
 	// mu guards closing, current and coroutines against a coroutine that
@@ -123,6 +123,17 @@ func (s *Scheduler) Stacks() []string {
 	}
 	return stacks
 }
+
+// deadlines holds stopped timers for the runs' deadlines: a Run takes one
+// at its first step and puts it back, stopped, when it returns. A timer is
+// read only by the steps of the Run holding it (Run is never concurrent
+// with itself, and an abandoned coroutine never reads it), and schedulers
+// kept between runs hold none.
+var deadlines = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // New returns a Scheduler with no coroutines. A coroutine that keeps the
 // token longer than deadlockTimeout is abandoned (0 or less: never). Each
@@ -199,6 +210,7 @@ func (s *Scheduler) Run(ctx context.Context, stop func() bool) error {
 	if s.closing || s.closed {
 		return errors.New("coroutine: Run after Close")
 	}
+	defer s.putDeadline()
 	for {
 		progress := false
 		for i := 0; i < len(s.coroutines); i++ {
@@ -242,10 +254,9 @@ func (s *Scheduler) step(ctx context.Context, c *coroutine) (result, error) {
 	var timeout <-chan time.Time
 	if s.deadlockTimeout > 0 {
 		if s.deadline == nil {
-			s.deadline = time.NewTimer(s.deadlockTimeout)
-		} else {
-			s.deadline.Reset(s.deadlockTimeout)
+			s.deadline = deadlines.Get().(*time.Timer) //nolint:forcetypeassert // deadlines holds only timers
 		}
+		s.deadline.Reset(s.deadlockTimeout)
 		defer s.deadline.Stop()
 		timeout = s.deadline.C
 	}
@@ -263,6 +274,14 @@ func (s *Scheduler) step(ctx context.Context, c *coroutine) (result, error) {
 	case <-ctx.Done():
 		s.abandon(c)
 		return result{}, fmt.Errorf("coroutine: abandoned running code: %w", context.Cause(ctx))
+	}
+}
+
+// putDeadline puts back the timer the Run took, stopped by its last step.
+func (s *Scheduler) putDeadline() {
+	if s.deadline != nil {
+		deadlines.Put(s.deadline)
+		s.deadline = nil
 	}
 }
 
