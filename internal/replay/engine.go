@@ -36,8 +36,7 @@ type engine struct {
 	maxPayloadBytes int          // ExecuteParams.MaxPayloadBytes
 	resultType      func(kind string) (reflect.Type, bool)
 	sched           *coroutine.Scheduler
-	stopRun         func() bool // stops the scheduler's Run once the code returned or must stop
-	rare            *rare       // made on first use
+	rare            *rare // made on first use
 
 	now time.Time
 	seq int64
@@ -142,7 +141,6 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	if e.codec == nil {
 		e.codec = JSONCodec{}
 	}
-	e.stopRun = func() bool { return e.done || e.abortErr != nil }
 	return e, nil
 }
 
@@ -580,6 +578,9 @@ func (e *engine) run() error {
 	}
 	return nil
 }
+
+// stopRun stops the scheduler's Run once the code returned or must stop.
+func (e *engine) stopRun() bool { return e.done || e.abortErr != nil }
 
 // runError wraps an error of the scheduler's Run.
 func (e *engine) runError(err error) error {

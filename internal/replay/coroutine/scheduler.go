@@ -77,9 +77,9 @@ type result struct {
 
 type coroutine struct {
 	fn       func()
-	goid     []byte      // "goroutine N " prefix of its stack, once started; guarded by Scheduler.mu
-	head     [64]byte    // the start of its stack, which goid is a prefix of
+	head     [32]byte    // the start of its stack, "goroutine N [", N of at most 20 digits
 	token    chan result // carries the token both ways, in turn: a zero result resumes it
+	goidLen  uint8       // head[:goidLen] is "goroutine N ", once started; guarded by Scheduler.mu
 	started  bool
 	done     bool
 	progress bool   // ran code since it was last resumed
@@ -292,7 +292,7 @@ func (s *Scheduler) abandon(c *coroutine) string {
 	s.mu.Lock()
 	s.closing = true
 	s.current = nil
-	goid := c.goid
+	goid := c.head[:c.goidLen]
 	s.mu.Unlock()
 	c.done = true
 	// Read c's stack before anything receives from it: until then c cannot
@@ -311,10 +311,10 @@ func (s *Scheduler) abandon(c *coroutine) string {
 }
 
 func (s *Scheduler) main(c *coroutine) {
-	buf := c.head[:runtime.Stack(c.head[:], false)]
-	if i := bytes.IndexByte(buf, '['); i > 0 {
+	n := runtime.Stack(c.head[:], false)
+	if i := bytes.IndexByte(c.head[:n], '['); i > 0 {
 		s.mu.Lock()
-		c.goid = buf[:i] // "goroutine 42 "
+		c.goidLen = uint8(i) // "goroutine 42 "
 		s.mu.Unlock()
 	}
 	normal := false
