@@ -41,6 +41,10 @@ func (e *engine) Await(cond func() bool) { e.sched.Await(cond) }
 func (e *engine) Codec() env.Codec       { return e.codec }
 func (e *engine) Go(fn func())           { e.sched.Spawn(fn) }
 
+// AwaitPromise implements env.Env: p.Ready does not escape the scheduler's
+// Await, so it needs no closure on the heap, as one through Await does.
+func (e *engine) AwaitPromise(p *env.Promise) { e.sched.Await(p.Ready) }
+
 func (e *engine) GetVersion(changeID string, minSupported, maxSupported int) int {
 	e.sched.Guard()
 	version, known := e.more().versions[changeID]
