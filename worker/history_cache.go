@@ -141,13 +141,18 @@ func (c *historyCache) idle(e *historyEntry) {
 }
 
 // claimEnded notes that one of the attempts claimed by the task that put
-// e ended: e is not busy once all have.
-func (c *historyCache) claimEnded(e *historyEntry) {
+// e at append point next ended: e is not busy once all have. Once put
+// replaced e in place, at a later append point, e holds nothing of that
+// task (a task that appends nothing claims nothing).
+func (c *historyCache) claimEnded(e *historyEntry, next int64) {
 	if e == nil {
 		return // not stored
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e.nextEventID != next {
+		return
+	}
 	if e.claims == 1 {
 		c.idle(e)
 		c.free()
@@ -380,10 +385,7 @@ func (c *historyCache) put(runID [16]byte, pieces [][]history.Event, run *runRow
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.free() // the room the old entry held goes only if the new one is not busy
-	next := int64(1)
-	for _, events := range pieces {
-		next += int64(len(events))
-	}
+	next := appendPoint(pieces)
 	if cached.NextEventID() != next || c.stopped {
 		// A first task in a start that committed after the worker stopped
 		// settles here after closeCachedRuns: its code must not outlive the
@@ -392,7 +394,6 @@ func (c *historyCache) put(runID [16]byte, pieces [][]history.Event, run *runRow
 		cached = nil
 	}
 	old, ok := c.entries[runID]
-	var used *list.Element // its place in c.order
 	switch {
 	case ok && old.nextEventID > next:
 		// A transaction that committed earlier settled later: history only
@@ -407,8 +408,7 @@ func (c *historyCache) put(runID [16]byte, pieces [][]history.Event, run *runRow
 			closing = append(closing, old.decided.cached)
 		}
 		c.idle(old) // replaced below, in its place in c.order
-		used = old.used
-		c.order.MoveToFront(used)
+		c.order.MoveToFront(old.used)
 	case c.size == 0:
 		closing = append(closing, cached)
 		return nil
@@ -428,11 +428,12 @@ func (c *historyCache) put(runID [16]byte, pieces [][]history.Event, run *runRow
 	if claims > 0 {
 		c.busy++
 	}
-	if used == nil {
-		used = c.order.PushFront(runID)
+	e := old // replaced in place: the tasks of its attempts still running end with its append point (claimEnded)
+	if !ok {
+		e = &historyEntry{used: c.order.PushFront(runID)}
+		c.entries[runID] = e
 	}
-	e := &historyEntry{pieces: pieces, nextEventID: next, run: run, cached: cached, facts: facts, used: used, claims: claims}
-	c.entries[runID] = e
+	*e = historyEntry{pieces: pieces, nextEventID: next, run: run, cached: cached, facts: facts, used: e.used, claims: claims}
 	return e
 }
 
@@ -509,6 +510,15 @@ func (w *Worker) history(ctx context.Context, tx pgx.Tx, run *runRow) ([][]histo
 	return [][]history.Event{events[:len(events):len(events)]}, engine.NewFacts(), nil // cached as is: no room
 }
 
+// appendPoint is the ID of the event after a history given as pieces.
+func appendPoint(pieces [][]history.Event) int64 {
+	next := int64(1)
+	for _, events := range pieces {
+		next += int64(len(events))
+	}
+	return next
+}
+
 // lastEvent is the last event of a history given as pieces, none empty.
 func lastEvent(pieces [][]history.Event) history.Event {
 	last := pieces[len(pieces)-1]
@@ -582,8 +592,9 @@ func (w *Worker) commitHistory(result *taskResult) {
 		w.histories.forget(result.runID)
 	default:
 		e := w.histories.put(result.runID, result.history, result.run, result.cachedRun, result.facts, len(result.eager))
+		next := appendPoint(result.history)
 		for i := range result.eager {
-			result.eager[i].ended = func() { w.histories.claimEnded(e) }
+			result.eager[i].ended = func() { w.histories.claimEnded(e, next) }
 		}
 		result.cachedRun = nil
 	}

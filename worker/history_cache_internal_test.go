@@ -331,13 +331,13 @@ func TestHistoryCacheRoom(t *testing.T) {
 		}
 		waited <- err
 	}()
-	c.claimEnded(busyA)
+	c.claimEnded(busyA, 2)
 	select {
 	case err := <-waited:
 		t.Fatalf("room with one of two claims ended: %v", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	c.claimEnded(busyA)
+	c.claimEnded(busyA, 2)
 	require.NoError(t, <-waited, "room once both claims ended")
 	c.release() // the admitted task settled
 
@@ -392,8 +392,11 @@ func TestHistoryCacheRoomInOrder(t *testing.T) {
 		}, 10*time.Second, time.Millisecond)
 	}
 
-	// The run goes on: its next entry is busy too, so nobody is admitted.
+	// The run goes on: its next entry is busy too, so nobody is admitted,
+	// not even once the first task's attempt ends (the entry is replaced
+	// in place: it holds only the second task's).
 	busy = c.put(run, one(append(events, history.Event{ID: 2})), nil, nil, nil, 1)
+	c.claimEnded(busy, 2)
 	select {
 	case i := <-admitted:
 		t.Fatalf("waiter %d admitted while the run that held the room went on", i)
@@ -401,7 +404,7 @@ func TestHistoryCacheRoomInOrder(t *testing.T) {
 	}
 	cancel()
 	require.ErrorIs(t, <-gone, context.Canceled)
-	c.claimEnded(busy)
+	c.claimEnded(busy, 3)
 	require.Equal(t, 0, <-admitted, "the oldest is admitted first")
 	select {
 	case i := <-admitted:
@@ -442,7 +445,7 @@ func TestHistoryCacheTasksBeforeStarts(t *testing.T) {
 	wait("start", func() bool { return c.waiting[roomForStart].Len() == 1 }, func() (func(), error) { return c.reserve(ctx) })
 	wait("task", func() bool { return c.waiting[roomForTask].Len() == 1 }, func() (func(), error) { return c.await(ctx, uuid.New(), time.Hour) })
 	require.False(t, c.admit(), "a start takes no room while others await it")
-	c.claimEnded(busy)
+	c.claimEnded(busy, 2)
 	require.Equal(t, "task", <-admitted)
 	select {
 	case what := <-admitted:

@@ -79,7 +79,7 @@ type promiseFuture[R any] struct {
 
 func (f *promiseFuture[R]) Get(ctx Context) (R, error) {
 	e := envOf(ctx)
-	e.Await(f.promise.Ready)
+	e.AwaitPromise(f.promise)
 	if !f.decoded {
 		f.value, f.err = f.decode(f.promise, e.Codec())
 		f.decoded = true

@@ -8,8 +8,9 @@ import (
 )
 
 // Facts memoizes what a task reads out of its run's committed events'
-// attributes: the operation an outcome resolves, a signal's request ID and
-// the decoded attributes a replay reads, so that a task on a cached run
+// attributes: the operation an outcome resolves (when reading it
+// allocates), a signal's request ID and the decoded attributes a replay
+// reads, so that a task on a cached run
 // does not decode its whole history again. A committed event never
 // changes, so its facts stay true while the run's history is cached; facts
 // of events not committed yet are never looked up through it. It is safe
@@ -27,8 +28,8 @@ type resolution struct {
 	ok bool
 }
 
-// NewFacts returns an empty memo. Its maps are made on first use: a run
-// on a cached run reads only its outcomes' resolutions.
+// NewFacts returns an empty memo. Its maps are made on first use: a task
+// on a cached run usually needs none.
 func NewFacts() *Facts {
 	return &Facts{}
 }
@@ -63,10 +64,15 @@ func (f *Facts) Decode(e history.Event) (history.Attributes, error) {
 	return memo(f, &f.decoded, e.ID, func() (history.Attributes, error) { return history.DecodeAttributes(e) })
 }
 
-// ResolvedBy is ResolvedBy(e) for a committed event e of the run.
+// ResolvedBy is ResolvedBy(e) for a committed event e of the run. What
+// readRef reads costs no allocation and is not kept: only what
+// json.Unmarshal decodes is.
 func (f *Facts) ResolvedBy(e history.Event) (int64, bool) {
 	if f == nil || !ResolvesEvent(e.Type) && e.Type != history.EventTimerCanceled {
 		return ResolvedBy(e)
+	}
+	if ref, ok := readRef(e.Attributes); ok {
+		return ref.id(), true
 	}
 	r, _ := memo(f, &f.resolves, e.ID, func() (r resolution, _ error) {
 		r.id, r.ok = ResolvedBy(e)

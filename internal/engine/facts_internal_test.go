@@ -51,15 +51,25 @@ func TestEventFacts(t *testing.T) {
 		require.Equal(t, SignalRequestID(e), facts.SignalRequestID(e), "event %d", e.ID)
 	}
 
-	// Committed events never change, so what was read stays: the memo
-	// answers from what it read, not from the bytes.
+	// Committed events never change, so what was decoded stays: the memo
+	// answers from what json.Unmarshal read (keys in another case), not
+	// from the bytes; what readRef reads without allocating is read again.
 	completed := events[2]
 	require.Equal(t, history.EventActivityCompleted, completed.Type)
-	changed := completed
-	changed.Attributes = []byte(`{"scheduled_event_id":99}`)
-	id, ok := facts.ResolvedBy(changed)
+	completed.Attributes = []byte(`{"Scheduled_Event_ID":2}`)
+	id, ok := facts.ResolvedBy(completed)
 	require.True(t, ok)
-	require.Equal(t, int64(2), id, "read once")
+	require.Equal(t, int64(2), id)
+	changed := completed
+	changed.Attributes = []byte(`{"Scheduled_Event_ID":99}`)
+	id, ok = facts.ResolvedBy(changed)
+	require.True(t, ok)
+	require.Equal(t, int64(2), id, "decoded once")
+	changed.ID = events[4].ID
+	changed.Attributes = []byte(`{"scheduled_event_id":99}`)
+	id, ok = facts.ResolvedBy(changed)
+	require.True(t, ok)
+	require.Equal(t, int64(99), id, "read from the bytes")
 	signal := events[len(events)-1]
 	require.Equal(t, history.EventSignalReceived, signal.Type)
 	changed = signal

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -491,6 +492,12 @@ func positiveID(name string, id int64) string {
 // NewEvent encodes attrs into an event of their type with the given ID and
 // time. IDs of inputs not yet numbered are 0.
 func NewEvent(id int64, at time.Time, attrs Attributes) (Event, error) {
+	var buf [256]byte // most ActivityScheduled attributes fit: their bytes are copied out of it
+	if a, ok := attrs.(*ActivityScheduledAttributes); ok {
+		if raw, ok := a.appendCanonical(buf[:0]); ok {
+			return Event{ID: id, Type: EventActivityScheduled, Attributes: bytes.Clone(raw), Time: at}, nil
+		}
+	}
 	raw, err := json.Marshal(attrs)
 	if err != nil {
 		return Event{}, fmt.Errorf("encoding %s attributes: %w", attrs.EventType(), err)

@@ -3,7 +3,9 @@ package history
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
+	"time"
 	"unicode/utf8"
 )
 
@@ -236,3 +238,74 @@ func cutInt(data []byte) (n int64, rest []byte, ok bool) {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// appendCanonical appends a as json.Marshal writes it, without reflection,
+// when nothing in it needs encoding/json's care: a retry policy, strings of
+// printable ASCII but quotes, backslashes, '<', '>' and '&', args that are
+// JSON json.Marshal neither compacts nor escapes, a backoff coefficient
+// written without an exponent. Otherwise it reports !ok, and json.Marshal
+// decides.
+func (a *ActivityScheduledAttributes) appendCanonical(b []byte) ([]byte, bool) {
+	p := a.RetryPolicy
+	if p == nil || !plain(a.Kind) || !plain(a.Queue) || !plainList(a.Tags) || !plainList(p.NonRetryableErrorTypes) ||
+		!a.Args.plain() || math.Abs(p.BackoffCoefficient) < 1e-6 || math.Abs(p.BackoffCoefficient) >= 1e21 {
+		return b, false
+	}
+	b = append(append(append(b, `{"kind":"`...), a.Kind...), `","args":`...)
+	b = append(append(append(append(b, a.Args...), `,"queue":"`...), a.Queue...), `","priority":`...)
+	b = strconv.AppendInt(b, int64(a.Priority), 10)
+	b = appendDuration(append(b, `,"start_to_close_timeout":`...), a.StartToCloseTimeout)
+	if a.ScheduleToCloseTimeout != 0 {
+		b = appendDuration(append(b, `,"schedule_to_close_timeout":`...), a.ScheduleToCloseTimeout)
+	}
+	if a.HeartbeatTimeout != 0 {
+		b = appendDuration(append(b, `,"heartbeat_timeout":`...), a.HeartbeatTimeout)
+	}
+	b = appendDuration(append(b, `,"retry_policy":{"initial_interval":`...), p.InitialInterval)
+	b = strconv.AppendFloat(append(b, `,"backoff_coefficient":`...), p.BackoffCoefficient, 'f', -1, 64)
+	b = appendDuration(append(b, `,"maximum_interval":`...), p.MaximumInterval)
+	b = strconv.AppendInt(append(b, `,"maximum_attempts":`...), int64(p.MaximumAttempts), 10)
+	b = append(appendList(b, `,"non_retryable_error_types":`, p.NonRetryableErrorTypes), '}')
+	return append(appendList(b, `,"tags":`, a.Tags), '}'), true
+}
+
+// appendDuration appends d as Duration.MarshalJSON writes it.
+func appendDuration(b []byte, d Duration) []byte {
+	return append(append(append(b, '"'), time.Duration(d).String()...), '"')
+}
+
+// appendList appends a list of plain strings after its key, unless it is
+// empty (omitempty).
+func appendList(b []byte, key string, list []string) []byte {
+	for i, s := range list {
+		if i == 0 {
+			b = append(append(b, key...), '[')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), s...), '"')
+	}
+	if len(list) > 0 {
+		b = append(b, ']')
+	}
+	return b
+}
+
+// plain reports whether json.Marshal writes s as itself between quotes.
+func plain(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+func plainList(list []string) bool {
+	for _, s := range list {
+		if !plain(s) {
+			return false
+		}
+	}
+	return true
+}

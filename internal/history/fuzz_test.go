@@ -244,3 +244,39 @@ func FuzzRoundTrips(f *testing.F) {
 		require.Equal(t, attrs, decoded, "%s", ev.Attributes)
 	})
 }
+
+// FuzzNewEventScheduled: the ActivityScheduled attributes NewEvent encodes
+// without reflection are the bytes json.Marshal writes.
+func FuzzNewEventScheduled(f *testing.F) {
+	f.Add("charge", "weir", []byte(`{"n":1}`), "", "", 1, int64(time.Minute), int64(0), 1.5, uint8(0))
+	f.Add("k", "q", []byte(`{"a": 1}`), "t1", "E", 4, int64(-1), int64(time.Hour), 2.0, uint8(3))
+	f.Add("k<", "q", []byte(`"<>"`), "t&", "", 2, int64(0), int64(1), 1e21, uint8(2))
+	f.Add("k", "\xff", []byte(`{"$binary":"AA=="}`), "\u2028", "\"", 0, int64(7), int64(0), 1e-7, uint8(1))
+	f.Add("k", "q", []byte(nil), "", "", -3, int64(0), int64(0), 0.0, uint8(4))
+	f.Fuzz(func(t *testing.T, kind, queue string, args []byte, tag, errType string, priority int, d1, d2 int64, coef float64, lists uint8) {
+		attrs := &ActivityScheduledAttributes{
+			Kind: kind, Args: args, Queue: queue, Priority: priority, StartToCloseTimeout: Duration(d1),
+			ScheduleToCloseTimeout: Duration(d2), HeartbeatTimeout: Duration(d1 ^ d2),
+			RetryPolicy: &RetryPolicy{InitialInterval: Duration(d2), BackoffCoefficient: coef, MaximumInterval: Duration(d1), MaximumAttempts: priority * 7},
+		}
+		switch lists % 5 {
+		case 1:
+			attrs.Tags, attrs.RetryPolicy.NonRetryableErrorTypes = []string{}, []string{}
+		case 2:
+			attrs.Tags = []string{tag}
+		case 3:
+			attrs.Tags, attrs.RetryPolicy.NonRetryableErrorTypes = []string{tag, errType}, []string{errType, tag}
+		case 4:
+			attrs.RetryPolicy = nil
+		}
+		want, wantErr := json.Marshal(attrs)
+		ev, err := NewEvent(3, time.Time{}, attrs)
+		if wantErr != nil {
+			require.Error(t, err)
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(ev.Attributes))
+		require.Equal(t, EventActivityScheduled, ev.Type)
+	})
+}

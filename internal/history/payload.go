@@ -67,6 +67,12 @@ func (p Payload) roundTrips() bool {
 	return string(p) != "null" && !bytes.ContainsAny(p, " \t\r\n<>&\u2028\u2029")
 }
 
+// plain reports whether json.Marshal writes p as itself: JSON with nothing
+// to compact or escape, not wrapped as binary.
+func (p Payload) plain() bool {
+	return p != nil && !bytes.ContainsAny(p, " \t\r\n<>&\u2028\u2029") && json.Valid(p) && !looksBinary(p)
+}
+
 // looksBinary reports whether data is a JSON object whose only key is
 // binaryKey with a string value.
 func looksBinary(data []byte) bool {

@@ -85,9 +85,11 @@ func StartInto(ctx context.Context, def *Definition, params *ExecuteParams, out 
 func (s *CachedRun) decided(out *Outcome) {
 	s.last = out.Events[len(out.Events)-1].Type
 	e := s.e
-	e.events, e.activities, e.children, e.timers = nil, nil, nil, nil // the caller has them
-	e.canceledActivities, e.canceledTimers = nil, nil
-	e.rejectedUpdates, e.deferredInputs = nil, nil
+	e.events, e.activities = nil, nil // the caller has them
+	if r := e.rare; r != nil {
+		r.children, r.timers, r.canceledActivities, r.canceledTimers = nil, nil, nil, nil
+		r.rejectedUpdates, r.deferredInputs = nil, nil
+	}
 }
 
 // NextEventID is the ID of the event the cached run's next task appends

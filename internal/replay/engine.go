@@ -33,15 +33,13 @@ type engine struct {
 	def             *Definition
 	info            env.Info
 	logTo           *slog.Logger // ExecuteParams.Logger
-	logger          *slog.Logger // made on first use, from logTo
 	maxPayloadBytes int          // ExecuteParams.MaxPayloadBytes
 	resultType      func(kind string) (reflect.Type, bool)
 	sched           *coroutine.Scheduler
-	stopRun         func() bool // stops the scheduler's Run once the code returned or must stop
+	rare            *rare // made on first use
 
-	now       time.Time
-	replaying bool
-	seq       int64
+	now time.Time
+	seq int64
 
 	// While replaying a task: its recorded commands and how many matched.
 	boundaryID int64
@@ -52,18 +50,34 @@ type engine struct {
 	events []history.Event
 	nextID int64
 
-	activities         []ScheduledActivity
+	activities []ScheduledActivity
+
+	operations []*operation // every activity, timer and child, by event ID (the order they start in)
+	pending    []*operation // those without an outcome, by event ID
+
+	abortErr error
+	end      history.Attributes // the command that ends the run, once done
+	endErr   error              // or why the task fails instead
+
+	replaying       bool
+	cancelRequested bool
+	querying        bool // running a query handler: no commands, no blocking
+	codeRan         bool // the workflow's code ran in an earlier task
+	done            bool
+	started         bool
+}
+
+// rare is what an engine holds for what few runs do (timers, children,
+// cancellations, updates, signals, queries, versions, logging): the engine
+// of every run the worker's cache holds is smaller without it.
+type rare struct {
+	logger *slog.Logger // made on first use, from logTo
+
 	children           []ScheduledChild
 	canceledActivities []int64
 	canceledTimers     []int64
 	timers             []StartedTimer
 
-	operations []*operation // every activity, timer and child, by event ID (the order they start in)
-	pending    []*operation // those without an outcome, by event ID
-
-	cancelRequested bool
-	querying        bool // running a query handler: no commands, no blocking
-	codeRan         bool // the workflow's code ran in an earlier task
 	queryHandlers   map[string]func([]byte) ([]byte, error)
 	updateHandlers  map[string]updateHandler
 	updatesSeen     map[string]bool // update IDs accepted in this run
@@ -72,12 +86,14 @@ type engine struct {
 	signals         map[string]*env.SignalQueue
 	signalsOpened   map[string]bool // kinds the code asked for a channel of
 	versions        map[string]int  // by change ID
+}
 
-	abortErr error
-	done     bool
-	started  bool
-	end      history.Attributes // the command that ends the run, once done
-	endErr   error              // or why the task fails instead
+// more returns what the engine holds for rarer runs, made on first use.
+func (e *engine) more() *rare {
+	if e.rare == nil {
+		e.rare = &rare{}
+	}
+	return e.rare
 }
 
 // updateHandler is what SetUpdateHandler registered for an update kind.
@@ -125,7 +141,6 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	if e.codec == nil {
 		e.codec = JSONCodec{}
 	}
-	e.stopRun = func() bool { return e.done || e.abortErr != nil }
 	return e, nil
 }
 
@@ -269,10 +284,12 @@ func (e *engine) decide(tail []recorded, params *ExecuteParams, out *Outcome) er
 		if update, ok := attrs.(*history.UpdateAcceptedAttributes); ok {
 			switch verdict, failure := e.judgeUpdate(update); verdict {
 			case updateDefer:
-				e.deferredInputs = append(e.deferredInputs, in)
+				r := e.more()
+				r.deferredInputs = append(r.deferredInputs, in)
 				continue
 			case updateReject:
-				e.rejectedUpdates = append(e.rejectedUpdates, RejectedUpdate{Failure: failure, UpdateID: update.UpdateID})
+				r := e.more()
+				r.rejectedUpdates = append(r.rejectedUpdates, RejectedUpdate{Failure: failure, UpdateID: update.UpdateID})
 				out.Dropped = append(out.Dropped, DroppedInput{Input: in, Reason: "update rejected: " + failure.Message})
 				continue
 			case updateDuplicate:
@@ -305,10 +322,12 @@ func (e *engine) decide(tail []recorded, params *ExecuteParams, out *Outcome) er
 	if err := e.run(); err != nil {
 		return err
 	}
-	out.Events, out.Activities, out.Timers = e.events, e.activities, e.timers
-	out.CanceledActivities, out.CanceledTimers = e.canceledActivities, e.canceledTimers
-	out.DeferredInputs, out.RejectedUpdates = e.deferredInputs, e.rejectedUpdates
-	out.Children = e.children
+	out.Events, out.Activities = e.events, e.activities
+	if r := e.rare; r != nil {
+		out.Timers, out.Children = r.timers, r.children
+		out.CanceledActivities, out.CanceledTimers = r.canceledActivities, r.canceledTimers
+		out.DeferredInputs, out.RejectedUpdates = r.deferredInputs, r.rejectedUpdates
+	}
 	if e.done {
 		out.close(e.end)
 		if out.ContinuedAsNew != nil {
@@ -348,11 +367,11 @@ func (e *engine) deliver(ev history.Event, attrs history.Attributes) (reason str
 		if e.done {
 			return "the workflow has returned", nil
 		}
-		h, ok := e.updateHandlers[a.Kind]
+		h, ok := e.more().updateHandlers[a.Kind]
 		if !ok {
 			return "", invalid("event %d: update %s of kind %q was accepted, but the code registers no handler for it now", ev.ID, a.UpdateID, a.Kind)
 		}
-		set(&e.updatesSeen, a.UpdateID, true)
+		set(&e.more().updatesSeen, a.UpdateID, true)
 		id, args := a.UpdateID, a.Args
 		e.sched.Spawn(func() {
 			result, err := h.handle(args)
@@ -450,9 +469,11 @@ func (e *engine) cancelOperations() (bool, error) {
 		switch {
 		case e.replaying:
 		case op.timer:
-			e.canceledTimers = append(e.canceledTimers, id)
+			r := e.more()
+			r.canceledTimers = append(r.canceledTimers, id)
 		default:
-			e.canceledActivities = append(e.canceledActivities, id)
+			r := e.more()
+			r.canceledActivities = append(r.canceledActivities, id)
 		}
 		did = true
 	}
@@ -558,6 +579,9 @@ func (e *engine) run() error {
 	return nil
 }
 
+// stopRun stops the scheduler's Run once the code returned or must stop.
+func (e *engine) stopRun() bool { return e.done || e.abortErr != nil }
+
 // runError wraps an error of the scheduler's Run.
 func (e *engine) runError(err error) error {
 	var panicErr *coroutine.PanicError
@@ -604,8 +628,8 @@ func (e *engine) skipVersionMarkers(next history.Attributes) {
 		if !ok || (next != nil && keyOf(next) == keyOf(rec.attrs)) {
 			return
 		}
-		if _, seen := e.versions[marker.ChangeID]; !seen {
-			set(&e.versions, marker.ChangeID, marker.Version)
+		if _, seen := e.more().versions[marker.ChangeID]; !seen {
+			set(&e.more().versions, marker.ChangeID, marker.Version)
 		}
 		e.cursor++
 	}
@@ -707,17 +731,17 @@ const (
 // left (live only; replay trusts history).
 func (e *engine) judgeUpdate(a *history.UpdateAcceptedAttributes) (updateVerdict, *history.Failure) {
 	switch {
-	case e.updatesSeen[a.UpdateID]:
+	case e.more().updatesSeen[a.UpdateID]:
 		return updateDuplicate, nil
 	case e.done:
 		return updateReject, &history.Failure{Message: "the workflow has returned", Type: "WorkflowClosed"}
 	}
-	h, ok := e.updateHandlers[a.Kind]
+	h, ok := e.more().updateHandlers[a.Kind]
 	if !ok {
 		if !e.codeRan {
 			return updateDefer, nil
 		}
-		known := slices.Sorted(maps.Keys(e.updateHandlers))
+		known := slices.Sorted(maps.Keys(e.more().updateHandlers))
 		return updateReject, &history.Failure{
 			Message: fmt.Sprintf("no handler for update %q (handlers: %v)", a.Kind, known), Type: "UnknownUpdate",
 		}
@@ -753,7 +777,7 @@ func (e *engine) pendingSignals() []*history.SignalReceivedAttributes {
 		signal env.Signal
 	}
 	var all []pending
-	for kind, q := range e.signals {
+	for kind, q := range e.more().signals {
 		for _, sig := range q.Pending() {
 			all = append(all, pending{kind: kind, signal: sig})
 		}

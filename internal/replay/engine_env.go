@@ -41,9 +41,13 @@ func (e *engine) Await(cond func() bool) { e.sched.Await(cond) }
 func (e *engine) Codec() env.Codec       { return e.codec }
 func (e *engine) Go(fn func())           { e.sched.Spawn(fn) }
 
+// AwaitPromise implements env.Env: p.Ready does not escape the scheduler's
+// Await, so it needs no closure on the heap, as one through Await does.
+func (e *engine) AwaitPromise(p *env.Promise) { e.sched.Await(p.Ready) }
+
 func (e *engine) GetVersion(changeID string, minSupported, maxSupported int) int {
 	e.sched.Guard()
-	version, known := e.versions[changeID]
+	version, known := e.more().versions[changeID]
 	eventID := e.boundaryID
 	switch {
 	case known:
@@ -60,7 +64,7 @@ func (e *engine) GetVersion(changeID string, minSupported, maxSupported int) int
 		version = maxSupported
 		e.commandOrAbort(versionMarkerAttributes(changeID, version))
 	}
-	set(&e.versions, changeID, version)
+	set(&e.more().versions, changeID, version)
 	if version < minSupported || version > maxSupported {
 		err := nondeterminism(eventID, fmt.Sprintf("version %d of change %q", version, changeID),
 			fmt.Sprintf("GetVersion supporting versions %d to %d", minSupported, maxSupported))
@@ -79,12 +83,13 @@ func (e *engine) IsReplaying() bool { return e.replaying }
 
 // Logger makes the workflow's logger on first use: few workflows log.
 func (e *engine) Logger() *slog.Logger {
-	if e.logger == nil {
+	r := e.more()
+	if r.logger == nil {
 		logger := cmp.Or(e.logTo, slog.New(slog.DiscardHandler))
-		e.logger = slog.New(&replayHandler{inner: logger.Handler(), replaying: func() bool { return e.replaying }}).
+		r.logger = slog.New(&replayHandler{inner: logger.Handler(), replaying: func() bool { return e.replaying }}).
 			With("workflow_kind", e.info.Kind, "workflow_id", e.info.WorkflowID, "run_id", e.info.RunID)
 	}
-	return e.logger
+	return r.logger
 }
 func (e *engine) Now() time.Time { return e.now }
 
@@ -124,7 +129,8 @@ func (e *engine) StartTimer(attrs *history.TimerStartedAttributes, ctx env.Conte
 	e.sched.Guard()
 	rec := e.startOperation(attrs, "", ctx, true)
 	if !e.replaying {
-		e.timers = append(e.timers, StartedTimer{Attributes: attrs, EventID: rec.promise.EventID})
+		r := e.more()
+		r.timers = append(r.timers, StartedTimer{Attributes: attrs, EventID: rec.promise.EventID})
 	}
 	return &rec.promise
 }
@@ -149,7 +155,8 @@ func (e *engine) StartChildWorkflow(attrs *history.ChildWorkflowScheduledAttribu
 	e.pending = append(e.pending, op)
 	e.operations = append(e.operations, op) // event IDs only grow
 	if !e.replaying {
-		e.children = append(e.children, ScheduledChild{Attributes: attrs, EventID: op.promise.EventID})
+		r := e.more()
+		r.children = append(r.children, ScheduledChild{Attributes: attrs, EventID: op.promise.EventID})
 	}
 	return &op.promise
 }
@@ -164,25 +171,25 @@ func (e *engine) startOperation(attrs history.Attributes, kind string, ctx env.C
 
 func (e *engine) SetQueryHandler(kind string, handler func([]byte) ([]byte, error)) {
 	e.sched.Guard()
-	set(&e.queryHandlers, kind, handler)
+	set(&e.more().queryHandlers, kind, handler)
 }
 
 func (e *engine) SetUpdateHandler(kind string, validate func([]byte) error, handle func([]byte) ([]byte, error)) {
 	e.sched.Guard()
-	set(&e.updateHandlers, kind, updateHandler{handle: handle, validate: validate})
+	set(&e.more().updateHandlers, kind, updateHandler{handle: handle, validate: validate})
 }
 
 func (e *engine) SignalQueue(kind string) *env.SignalQueue {
-	set(&e.signalsOpened, kind, true)
+	set(&e.more().signalsOpened, kind, true)
 	return e.signalQueue(kind)
 }
 
 // signalQueue is kind's queue, made on first use.
 func (e *engine) signalQueue(kind string) *env.SignalQueue {
-	q, ok := e.signals[kind]
+	q, ok := e.more().signals[kind]
 	if !ok {
 		q = &env.SignalQueue{}
-		set(&e.signals, kind, q)
+		set(&e.more().signals, kind, q)
 	}
 	return q
 }

@@ -58,14 +58,14 @@ func Query(ctx context.Context, def *Definition, params *QueryParams) ([]byte, e
 		return e.codec.Encode(strings.Join(e.sched.Stacks(), "\n"))
 	case workflow.QueryHandlers:
 		return e.codec.Encode(&workflow.Handlers{
-			Queries: append([]string{}, slices.Sorted(maps.Keys(e.queryHandlers))...),
-			Signals: append([]string{}, slices.Sorted(maps.Keys(e.signalsOpened))...),
-			Updates: append([]string{}, slices.Sorted(maps.Keys(e.updateHandlers))...),
+			Queries: append([]string{}, slices.Sorted(maps.Keys(e.more().queryHandlers))...),
+			Signals: append([]string{}, slices.Sorted(maps.Keys(e.more().signalsOpened))...),
+			Updates: append([]string{}, slices.Sorted(maps.Keys(e.more().updateHandlers))...),
 		})
 	}
-	handler, ok := e.queryHandlers[params.Kind]
+	handler, ok := e.more().queryHandlers[params.Kind]
 	if !ok {
-		known := slices.Sorted(maps.Keys(e.queryHandlers))
+		known := slices.Sorted(maps.Keys(e.more().queryHandlers))
 		return nil, fmt.Errorf("%w %q (handlers: %s)", ErrUnknownQuery, params.Kind, strings.Join(known, ", "))
 	}
 

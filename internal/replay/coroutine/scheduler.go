@@ -77,9 +77,9 @@ type result struct {
 
 type coroutine struct {
 	fn       func()
-	goid     []byte      // "goroutine N " prefix of its stack, once started; guarded by Scheduler.mu
-	head     [64]byte    // the start of its stack, which goid is a prefix of
+	head     [32]byte    // the start of its stack, "goroutine N [", N of at most 20 digits
 	token    chan result // carries the token both ways, in turn: a zero result resumes it
+	goidLen  uint8       // head[:goidLen] is "goroutine N ", once started; guarded by Scheduler.mu
 	started  bool
 	done     bool
 	progress bool   // ran code since it was last resumed
@@ -92,7 +92,7 @@ type coroutine struct {
 // [Scheduler.Spawn] from either (from outside only between runs).
 type Scheduler struct {
 	deadlockTimeout time.Duration
-	deadline        *time.Timer     // of the coroutine holding the token; made on first use
+	deadline        *time.Timer     // of the coroutine holding the token; from deadlines, during a Run
 	start           func(fn func()) // starts a coroutine's goroutine
 
 	// mu guards closing, current and coroutines against a coroutine that
@@ -123,6 +123,17 @@ func (s *Scheduler) Stacks() []string {
 	}
 	return stacks
 }
+
+// deadlines holds stopped timers for the runs' deadlines: a Run takes one
+// at its first step and puts it back, stopped, when it returns. A timer is
+// read only by the steps of the Run holding it (Run is never concurrent
+// with itself, and an abandoned coroutine never reads it), and schedulers
+// kept between runs hold none.
+var deadlines = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // New returns a Scheduler with no coroutines. A coroutine that keeps the
 // token longer than deadlockTimeout is abandoned (0 or less: never). Each
@@ -199,6 +210,7 @@ func (s *Scheduler) Run(ctx context.Context, stop func() bool) error {
 	if s.closing || s.closed {
 		return errors.New("coroutine: Run after Close")
 	}
+	defer s.putDeadline()
 	for {
 		progress := false
 		for i := 0; i < len(s.coroutines); i++ {
@@ -242,10 +254,9 @@ func (s *Scheduler) step(ctx context.Context, c *coroutine) (result, error) {
 	var timeout <-chan time.Time
 	if s.deadlockTimeout > 0 {
 		if s.deadline == nil {
-			s.deadline = time.NewTimer(s.deadlockTimeout)
-		} else {
-			s.deadline.Reset(s.deadlockTimeout)
+			s.deadline = deadlines.Get().(*time.Timer) //nolint:forcetypeassert // deadlines holds only timers
 		}
+		s.deadline.Reset(s.deadlockTimeout)
 		defer s.deadline.Stop()
 		timeout = s.deadline.C
 	}
@@ -266,6 +277,14 @@ func (s *Scheduler) step(ctx context.Context, c *coroutine) (result, error) {
 	}
 }
 
+// putDeadline puts back the timer the Run took, stopped by its last step.
+func (s *Scheduler) putDeadline() {
+	if s.deadline != nil {
+		deadlines.Put(s.deadline)
+		s.deadline = nil
+	}
+}
+
 // abandon gives up on c, which holds the token: the scheduler starts
 // closing, and c is unwound as soon as it calls back into the scheduler. It
 // returns c's stack, if it can find it.
@@ -273,7 +292,7 @@ func (s *Scheduler) abandon(c *coroutine) string {
 	s.mu.Lock()
 	s.closing = true
 	s.current = nil
-	goid := c.goid
+	goid := c.head[:c.goidLen]
 	s.mu.Unlock()
 	c.done = true
 	// Read c's stack before anything receives from it: until then c cannot
@@ -292,10 +311,10 @@ func (s *Scheduler) abandon(c *coroutine) string {
 }
 
 func (s *Scheduler) main(c *coroutine) {
-	buf := c.head[:runtime.Stack(c.head[:], false)]
-	if i := bytes.IndexByte(buf, '['); i > 0 {
+	n := runtime.Stack(c.head[:], false)
+	if i := bytes.IndexByte(c.head[:n], '['); i > 0 {
 		s.mu.Lock()
-		c.goid = buf[:i] // "goroutine 42 "
+		c.goidLen = uint8(i) // "goroutine 42 "
 		s.mu.Unlock()
 	}
 	normal := false

@@ -225,3 +225,20 @@ func TestSchedulerAbandonsStuckCoroutine(t *testing.T) {
 }
 
 func blockedOnAChannel(c chan struct{}) { <-c }
+
+// TestSchedulerDeadlineBetweenRuns: a Run gives back the timer of its
+// deadline, stopped; a scheduler between runs holds none.
+func TestSchedulerDeadlineBetweenRuns(t *testing.T) {
+	t.Parallel()
+
+	s := New(time.Minute, nil)
+	ready := false
+	s.Spawn(func() { s.Await(func() bool { return ready }) })
+	require.NoError(t, s.Run(t.Context(), nil))
+	require.Nil(t, s.deadline)
+	ready = true
+	require.NoError(t, s.Run(t.Context(), nil))
+	require.Nil(t, s.deadline)
+	require.Zero(t, s.Live())
+	s.Close()
+}

@@ -140,6 +140,9 @@ type Env interface {
 	ActivityResultType(kind string) (t reflect.Type, ok bool)
 	// Await blocks the calling coroutine until cond returns true.
 	Await(cond func() bool)
+	// AwaitPromise blocks the calling coroutine until p is ready: Await of
+	// p.Ready, without making a closure of it.
+	AwaitPromise(p *Promise)
 	// Codec returns the payload codec.
 	Codec() Codec
 	// GetVersion returns the version of changeID this run uses: the one
