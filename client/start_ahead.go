@@ -46,7 +46,7 @@ const knownIDsMax = 4096
 // task's failure, when it ran ahead and failed).
 func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, err error) {
 	info := &s.info
-	if s.opts.WorkflowID != "" && c.knownIDs.Contains(s.key) {
+	if s.opts.WorkflowID != "" && c.knownIDs.Contains(s.key()) {
 		return nil, false, nil
 	}
 	r := &eagerstart.Run{

@@ -30,10 +30,10 @@ const startGroupTimeout = time.Minute
 
 // newStartGroups returns the group committer of a client's starts, one per
 // workflow ID in a group, eager starts (for one taker) and others apart.
-func newStartGroups(c *Client) *group.Committer[string, *start] {
-	return group.New(group.Config[string, *start]{
+func newStartGroups(c *Client) *group.Committer[startKey, *start] {
+	return group.New(group.Config[startKey, *start]{
 		Limit:   limit.ForPool(c.pool),
-		Key:     func(s *start) string { return s.key },
+		Key:     (*start).key,
 		Joins:   func(first, s *start) bool { return s.taker == first.taker },
 		Commit:  c.commitStarts,
 		Alone:   func(_ context.Context, s *start) { s.run, s.err = c.startOne(s.ctx, s) },
@@ -184,19 +184,16 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 // dbschema.GenericPlansSQL; TestStartRunManyTakesRunsByKey checks the
 // generic plan).
 func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, found []store.StartRunResult) ([]*start, error) {
-	ids := make([]string, len(members))
-	for i, s := range members {
-		ids[i] = s.key
-	}
 	var locked []bool
+	lookups := &groupRuns{starts: members}
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	c.store.QueueTryStartLocks(batch, ids, &locked)
+	c.store.QueueTryStartLocks(batch, lookups, &locked)
 	if found != nil {
-		c.store.QueueStartRuns(batch, &groupRuns{starts: members}, found)
+		c.store.QueueStartRuns(batch, lookups, found)
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, fmt.Errorf("locking %d workflow IDs: %w", len(ids), err)
+		return nil, fmt.Errorf("locking %d workflow IDs: %w", len(members), err)
 	}
 	in := make([]*start, 0, len(members))
 	for i, s := range members {

@@ -23,9 +23,9 @@ type startStatements struct {
 
 func newStartStatements(names *dbschema.Names) startStatements {
 	return startStatements{
-		lock: "SELECT pg_advisory_xact_lock(" + dbschema.StartLockSQL("$1", "$2") + ")",
-		tryLocks: "SELECT coalesce(array_agg(pg_try_advisory_xact_lock(" + dbschema.StartLockSQL("$2", "k") + ") ORDER BY i), '{}')" +
-			" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)",
+		lock: "SELECT pg_advisory_xact_lock(" + dbschema.StartLockSQL("$1", "$2", "$3") + ")",
+		tryLocks: "SELECT coalesce(array_agg(pg_try_advisory_xact_lock(" + dbschema.StartLockSQL("$3", "n", "w") + ") ORDER BY i), '{}')" +
+			" FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(n, w, i)",
 		run:           startRunSQL(names),
 		aheadGuard:    "SELECT now(), 1 / (SELECT count(*)::int FROM " + names.Run + " WHERE run_id = $1 AND generation = 1)",
 		startedGuard:  "SELECT 1 / (count(*) = cardinality($1::uuid[]))::int FROM " + names.Run + " WHERE run_id = ANY($1::uuid[])",
@@ -139,19 +139,22 @@ func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
 // QueueStartLock queues the lock that serializes the starts of a workflow
 // ID until the transaction ends (W1).
 func (s *Store) QueueStartLock(batch *pgx.Batch, namespace, workflowID string) {
-	batch.Queue(s.starts.lock, s.names.Schema, dbschema.StartLockID(namespace, workflowID))
+	batch.Queue(s.starts.lock, s.names.Schema, namespace, workflowID)
 }
 
-// QueueTryStartLocks queues the start locks of ids (dbschema.StartLockID
-// values), taken in that order without waiting; into gets, by id, whether
-// its lock was granted.
-func (s *Store) QueueTryStartLocks(batch *pgx.Batch, ids []string, into *[]bool) {
-	batch.Queue(s.starts.tryLocks, array.Texts(ids), s.names.Schema).QueryRow(func(row pgx.Row) error {
+// QueueTryStartLocks queues the start locks of starts' workflow IDs, taken
+// in that order without waiting; into gets, by start, whether its lock was
+// granted.
+func (s *Store) QueueTryStartLocks(batch *pgx.Batch, starts StartRuns, into *[]bool) {
+	n := starts.Len()
+	namespaces := column(starts, func(p StartRunParams) string { return p.Namespace })
+	workflowIDs := column(starts, func(p StartRunParams) string { return p.WorkflowID })
+	batch.Queue(s.starts.tryLocks, array.Texts(namespaces), array.Texts(workflowIDs), s.names.Schema).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(into); err != nil {
 			return err
 		}
-		if len(*into) != len(ids) {
-			return fmt.Errorf("store: locking %d workflow IDs: %d answers", len(ids), len(*into))
+		if len(*into) != n {
+			return fmt.Errorf("store: locking %d workflow IDs: %d answers", n, len(*into))
 		}
 		return nil
 	})
