@@ -183,11 +183,17 @@ func (c *Client) newStart(args WorkflowArgs, opts *StartOpts) (*start, error) {
 	if err := ValidateNamespace(namespace); err != nil {
 		return nil, err
 	}
-	workflowID := cmp.Or(opts.WorkflowID, uuid.NewString())
+	workflowID := opts.WorkflowID // a new UUID's text, drawn only if none was given
+	if workflowID == "" {
+		workflowID = uuid.NewString()
+	}
 	if len(workflowID) > 1000 {
 		return nil, fmt.Errorf("weir: workflow ID is %d bytes; at most 1000", len(workflowID))
 	}
-	requestID := cmp.Or(opts.RequestID, uuid.NewString())
+	requestID := opts.RequestID
+	if requestID == "" {
+		requestID = uuid.NewString()
+	}
 	if len(requestID) > 255 {
 		return nil, fmt.Errorf("weir: request ID is %d bytes; at most 255", len(requestID))
 	}
