@@ -147,8 +147,8 @@ type Client struct {
 	insertChannel   string // River's, once known (announce)
 
 	store    *store.Store
-	starts   *group.Committer[string, *start] // concurrent eager starts, grouped
-	knownIDs *lru.Cache[string, struct{}]     // workflow IDs seen taken, by StartLockID (knownIDsMax)
+	starts   *group.Committer[startKey, *start] // concurrent eager starts, grouped
+	knownIDs *lru.Cache[startKey, struct{}]     // workflow IDs seen taken (knownIDsMax)
 
 	listenerOnce sync.Once
 	listener     *listener
@@ -183,7 +183,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Client, error) {
 		config: config, names: names, pool: pool, river: riverClient, quiet: quiet,
 		notifier: notifier.New(pool, config.Logger), store: store.New(names),
 	}
-	if c.knownIDs, err = lru.New[string, struct{}](knownIDsMax); err != nil {
+	if c.knownIDs, err = lru.New[startKey, struct{}](knownIDsMax); err != nil {
 		return nil, err
 	}
 	c.starts = newStartGroups(c)

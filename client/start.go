@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/eagerstart"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
@@ -29,7 +28,6 @@ type start struct {
 	args  WorkflowArgs
 	opts  *StartOpts
 	info  StartInfo // what interceptors are told (&info)
-	key   string    // of its workflow ID: dbschema.StartLockID
 	runID uuid.UUID
 	taker eagerstart.Taker // the linked worker's, for an eager Start
 	// reserved: the start holds room for its run in taker's worker
@@ -95,7 +93,7 @@ func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) 
 	}
 	if s.opts.EagerStart && s.opts.WorkflowID != "" && (err == nil || idTaken(err)) {
 		// Taken: its next start goes in two round trips (startAhead).
-		c.knownIDs.Add(s.key, struct{}{})
+		c.knownIDs.Add(s.key(), struct{}{})
 	}
 	return run, err
 }
@@ -158,6 +156,12 @@ func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts
 	})
 }
 
+// startKey is a start's workflow ID and its namespace: what its start
+// lock serializes (W1).
+type startKey struct{ namespace, workflowID string }
+
+func (s *start) key() startKey { return startKey{s.info.Namespace, s.info.WorkflowID} }
+
 // noStartOpts are the options of a start given none. A start's options are
 // read only: a caller's are not copied either.
 var noStartOpts StartOpts
@@ -179,11 +183,17 @@ func (c *Client) newStart(args WorkflowArgs, opts *StartOpts) (*start, error) {
 	if err := ValidateNamespace(namespace); err != nil {
 		return nil, err
 	}
-	workflowID := cmp.Or(opts.WorkflowID, uuid.NewString())
+	workflowID := opts.WorkflowID // a new UUID's text, drawn only if none was given
+	if workflowID == "" {
+		workflowID = uuid.NewString()
+	}
 	if len(workflowID) > 1000 {
 		return nil, fmt.Errorf("weir: workflow ID is %d bytes; at most 1000", len(workflowID))
 	}
-	requestID := cmp.Or(opts.RequestID, uuid.NewString())
+	requestID := opts.RequestID
+	if requestID == "" {
+		requestID = uuid.NewString()
+	}
 	if len(requestID) > 255 {
 		return nil, fmt.Errorf("weir: request ID is %d bytes; at most 255", len(requestID))
 	}
@@ -195,7 +205,7 @@ func (c *Client) newStart(args WorkflowArgs, opts *StartOpts) (*start, error) {
 		return nil, err
 	}
 	info := StartInfo{Kind: kind, Namespace: namespace, Queue: queue, RequestID: requestID, WorkflowID: workflowID}
-	return &start{args: args, opts: opts, info: info, key: dbschema.StartLockID(namespace, workflowID), runID: uuid.New()}, nil
+	return &start{args: args, opts: opts, info: info, runID: uuid.New()}, nil
 }
 
 // noHeaders is the trace context of a start without headers, shared: read

@@ -46,7 +46,7 @@ const knownIDsMax = 4096
 // task's failure, when it ran ahead and failed).
 func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, err error) {
 	info := &s.info
-	if s.opts.WorkflowID != "" && c.knownIDs.Contains(s.key) {
+	if s.opts.WorkflowID != "" && c.knownIDs.Contains(s.key()) {
 		return nil, false, nil
 	}
 	r := &eagerstart.Run{
@@ -73,7 +73,7 @@ func (c *Client) startAhead(ctx context.Context, s *start) (run *Run, ok bool, e
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
 	c.store.QueueStartLock(batch, info.Namespace, info.WorkflowID)
-	c.store.QueueStartRuns(batch, []store.StartRunParams{params}, runs[:])
+	c.store.QueueStartRuns(batch, &params, runs[:])
 	c.store.QueueStartAheadGuard(batch, s.runID, &dbNow)
 	batch.QueuedQueries = append(batch.QueuedQueries, tasks.Last.QueuedQueries...)
 	// Whatever happens (a panicking tracer included), the worker learns

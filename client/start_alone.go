@@ -73,7 +73,8 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 	found := &runs[0]
 	batch := &pgx.Batch{}
 	c.store.QueueStartLock(batch, s.info.Namespace, workflowID)
-	c.store.QueueStartRuns(batch, []store.StartRunParams{s.runParams(taker != nil)}, runs[:])
+	lookup := s.runParams(taker != nil)
+	c.store.QueueStartRuns(batch, &lookup, runs[:])
 	if taker != nil {
 		c.store.QueueFirstTaskSavepoint(batch)
 	}
@@ -94,7 +95,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 	if taker == nil {
 		params := s.runParams(true)
 		if s.jobs != nil { // announced once committed, as s.jobs's own
-			params.TaskKind = task.Kind(s.info.Namespace, s.info.Kind)
+			params.QueueTask = true
 			s.jobs.queues = append(s.jobs.queues, s.info.Queue)
 		} else {
 			jobID, err := c.queueFirstTask(ctx, tx, s)
@@ -104,7 +105,7 @@ func (c *Client) insertRun(ctx context.Context, tx pgx.Tx, s *start, handed *[]f
 			params.TaskJobID = &jobID
 		}
 		batch = &pgx.Batch{}
-		c.store.QueueStartRuns(batch, []store.StartRunParams{params}, runs[:])
+		c.store.QueueStartRuns(batch, &params, runs[:])
 		if err := sendStartBatch(ctx, tx, batch, workflowID); err != nil {
 			return nil, c.answerCollision(ctx, err, s)
 		}
@@ -193,7 +194,8 @@ func (c *Client) answerCollision(ctx context.Context, err error, s *start) error
 	}
 	found := make([]store.StartRunResult, 1)
 	batch := &pgx.Batch{}
-	c.store.QueueStartRuns(batch, []store.StartRunParams{s.runParams(false)}, found)
+	lookup := s.runParams(false)
+	c.store.QueueStartRuns(batch, &lookup, found)
 	if readErr := c.pool.SendBatch(ctx, batch).Close(); readErr != nil {
 		return fmt.Errorf("%w; reading the run it met: %w", err, readErr)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/weirhq/weir/internal/lazytx"
 	"github.com/weirhq/weir/internal/limit"
 	"github.com/weirhq/weir/internal/store"
-	"github.com/weirhq/weir/internal/task"
 )
 
 // Starts made at once commit in groups (internal/group; see
@@ -31,10 +30,10 @@ const startGroupTimeout = time.Minute
 
 // newStartGroups returns the group committer of a client's starts, one per
 // workflow ID in a group, eager starts (for one taker) and others apart.
-func newStartGroups(c *Client) *group.Committer[string, *start] {
-	return group.New(group.Config[string, *start]{
+func newStartGroups(c *Client) *group.Committer[startKey, *start] {
+	return group.New(group.Config[startKey, *start]{
 		Limit:   limit.ForPool(c.pool),
-		Key:     func(s *start) string { return s.key },
+		Key:     (*start).key,
 		Joins:   func(first, s *start) bool { return s.taker == first.taker },
 		Commit:  c.commitStarts,
 		Alone:   func(_ context.Context, s *start) { s.run, s.err = c.startOne(s.ctx, s) },
@@ -111,20 +110,15 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 		sending, err = c.queueGroupTx(ctx, tx, members)
 		return nil, sending, err
 	}
-	in, err := c.lockStarts(ctx, tx, members, nil, nil)
+	in, err := c.lockStarts(ctx, tx, members, nil)
 	if err != nil || len(in) == 0 {
 		return nil, false, err
 	}
-	params := make([]store.StartRunParams, len(in))
-	for k, s := range in {
-		params[k] = s.runParams(true)
-	}
-
 	// The lookups and inserts, one statement for all, taking its snapshot
 	// after every lock was granted.
 	found := make([]store.StartRunResult, len(in))
 	batch := &pgx.Batch{}
-	c.store.QueueStartRuns(batch, params, found)
+	c.store.QueueStartRuns(batch, &groupRuns{starts: in, insert: true}, found)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, false, fmt.Errorf("starting %d workflows: %w", len(in), err)
 	}
@@ -180,9 +174,8 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 // lockStarts takes each of members' workflow ID's start lock without
 // waiting (W1), so that a group never waits with locks held (and never
 // deadlocks): a start whose lock is taken runs alone, after the group. It
-// returns the members it locked. With lookups and found set (as long as
-// members: each member's runParams(false), and where to read what they
-// found), the same round trip looks up every member's runs, taking its
+// returns the members it locked. With found set (as long as members:
+// where to read what they found), the same round trip looks up every member's runs, taking its
 // snapshot after every lock was granted (a lookup writes nothing: one of a
 // start that runs alone is not read). The group's statements over arrays
 // are planned once per connection, not on every call, and without
@@ -190,20 +183,17 @@ func (c *Client) startGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 // takes rows by key once they filled (as a group of outcomes asks:
 // dbschema.GenericPlansSQL; TestStartRunManyTakesRunsByKey checks the
 // generic plan).
-func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, lookups []store.StartRunParams, found []store.StartRunResult) ([]*start, error) {
-	ids := make([]string, len(members))
-	for i, s := range members {
-		ids[i] = s.key
-	}
+func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, found []store.StartRunResult) ([]*start, error) {
 	var locked []bool
+	lookups := &groupRuns{starts: members}
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	c.store.QueueTryStartLocks(batch, ids, &locked)
+	c.store.QueueTryStartLocks(batch, lookups, &locked)
 	if found != nil {
 		c.store.QueueStartRuns(batch, lookups, found)
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, fmt.Errorf("locking %d workflow IDs: %w", len(ids), err)
+		return nil, fmt.Errorf("locking %d workflow IDs: %w", len(members), err)
 	}
 	in := make([]*start, 0, len(members))
 	for i, s := range members {
@@ -219,16 +209,12 @@ func (c *Client) lockStarts(ctx context.Context, tx pgx.Tx, members []*start, lo
 // go to River's queue: it gives its members their verdicts, and returns
 // whether it sent its last batch (with the COMMIT). Each run's insert
 // queues its first task's River job in the same statement, the run naming
-// it (store.StartRunParams.TaskKind); a guard in the last batch fails it,
+// it (store.StartRunParams.QueueTask); a guard in the last batch fails it,
 // COMMIT included, unless every run was inserted.
 func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) (sending bool, err error) {
-	// params and found serve the lookups, then the inserts of in.
-	params := make([]store.StartRunParams, len(members))
-	for i, s := range members {
-		params[i] = s.runParams(false)
-	}
+	// found serves the lookups, then the inserts of in.
 	found := make([]store.StartRunResult, len(members))
-	locked, err := c.lockStarts(ctx, tx, members, params, found)
+	locked, err := c.lockStarts(ctx, tx, members, found)
 	if err != nil {
 		return false, err
 	}
@@ -247,15 +233,13 @@ func (c *Client) queueGroupTx(ctx context.Context, tx pgx.Tx, members []*start) 
 	if len(in) == 0 {
 		return false, nil
 	}
-	params, runs := params[:len(in)], found[:len(in)]
+	runs := found[:len(in)]
 	runIDs := make([]uuid.UUID, len(in))
 	for k, s := range in {
-		params[k] = s.runParams(true)
-		params[k].TaskKind = task.Kind(s.info.Namespace, s.info.Kind)
 		runIDs[k] = s.runID
 	}
 	batch := &pgx.Batch{}
-	c.store.QueueStartRuns(batch, params, runs)
+	c.store.QueueStartRuns(batch, &groupRuns{starts: in, insert: true, queueTask: true}, runs)
 	c.store.QueueStartedGuard(batch, runIDs)
 	lazytx.QueueCommit(tx, batch)
 	err = tx.SendBatch(ctx, batch).Close()
@@ -293,4 +277,19 @@ func (s *start) judge(c *Client, found *store.StartRunResult) (decided bool, err
 		return false, nil
 	}
 	return true, nil
+}
+
+// groupRuns are starts as store.StartRuns: each one's runParams(insert),
+// queuing its first task with its run if queueTask.
+type groupRuns struct {
+	starts            []*start
+	insert, queueTask bool
+}
+
+func (g *groupRuns) Len() int { return len(g.starts) }
+
+func (g *groupRuns) Params(i int) store.StartRunParams {
+	p := g.starts[i].runParams(g.insert)
+	p.QueueTask = g.queueTask
+	return p
 }

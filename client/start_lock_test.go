@@ -88,8 +88,13 @@ func TestStartLock(t *testing.T) {
 			done <- startResult{run, err}
 		}()
 		var key int64
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT "+dbschema.StartLockSQL("$1", "$2"),
-			b.schema, dbschema.StartLockID("default", opts.WorkflowID)).Scan(&key))
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT "+dbschema.StartLockSQL("$1", "$2", "$3"),
+			b.schema, "default", opts.WorkflowID).Scan(&key))
+		// The lock's name across versions.
+		var named int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT hashtextextended($1, 0)",
+			"weir.start\x1f"+b.schema+"\x1fdefault\x1f"+opts.WorkflowID).Scan(&named))
+		require.Equal(t, named, key)
 		waitForLockWaiter(ctx, t, b.pool, key)
 		require.NoError(t, tx.Commit(ctx))
 

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -24,9 +23,9 @@ type startStatements struct {
 
 func newStartStatements(names *dbschema.Names) startStatements {
 	return startStatements{
-		lock: "SELECT pg_advisory_xact_lock(" + dbschema.StartLockSQL("$1", "$2") + ")",
-		tryLocks: "SELECT coalesce(array_agg(pg_try_advisory_xact_lock(" + dbschema.StartLockSQL("$2", "k") + ") ORDER BY i), '{}')" +
-			" FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i)",
+		lock: "SELECT pg_advisory_xact_lock(" + dbschema.StartLockSQL("$1", "$2", "$3") + ")",
+		tryLocks: "SELECT coalesce(array_agg(pg_try_advisory_xact_lock(" + dbschema.StartLockSQL("$3", "n", "w") + ") ORDER BY i), '{}')" +
+			" FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(n, w, i)",
 		run:           startRunSQL(names),
 		aheadGuard:    "SELECT now(), 1 / (SELECT count(*)::int FROM " + names.Run + " WHERE run_id = $1 AND generation = 1)",
 		startedGuard:  "SELECT 1 / (count(*) = cardinality($1::uuid[]))::int FROM " + names.Run + " WHERE run_id = ANY($1::uuid[])",
@@ -47,10 +46,10 @@ type StartRunParams struct {
 	RunTimeout, ExecutionTimeout time.Duration // 0: none
 	TraceContext                 []byte
 	TaskJobID                    *int64 // the first task's job, queued; nil when a worker takes the task
-	// TaskKind, when set, is the kind of the first task's River job that
-	// the insert queues with the run (TaskJobID nil), on Queue, its args
-	// task.Args.
-	TaskKind string
+	// QueueTask: the insert queues the first task's River job with the run
+	// (TaskJobID nil), of kind task.Kind(Namespace, Kind), on Queue, its
+	// args task.Args.
+	QueueTask bool
 	// NextEventID is the run's append point as inserted; 0 means 1 (an
 	// empty history). A start in one round trip inserts its run at the
 	// append point its first task, run ahead, leaves (eagerstart.Run).
@@ -63,6 +62,18 @@ type StartRunParams struct {
 	// CreatedAt is the run's creation time; nil means the database's now().
 	CreatedAt *time.Time
 }
+
+// StartRuns are the starts of one statement (QueueStartRuns), by
+// position: their params are read where the starts hold them, not copied
+// into a slice of their own.
+type StartRuns interface {
+	Len() int
+	Params(i int) StartRunParams
+}
+
+// Len and Params make p the StartRuns of one start.
+func (p *StartRunParams) Len() int                  { return 1 }
+func (p *StartRunParams) Params(int) StartRunParams { return *p }
 
 // FoundRun is a run that a start's lookup found.
 type FoundRun struct {
@@ -128,19 +139,22 @@ func readStartRuns(rows pgx.Rows, into []StartRunResult) error {
 // QueueStartLock queues the lock that serializes the starts of a workflow
 // ID until the transaction ends (W1).
 func (s *Store) QueueStartLock(batch *pgx.Batch, namespace, workflowID string) {
-	batch.Queue(s.starts.lock, s.names.Schema, dbschema.StartLockID(namespace, workflowID))
+	batch.Queue(s.starts.lock, s.names.Schema, namespace, workflowID)
 }
 
-// QueueTryStartLocks queues the start locks of ids (dbschema.StartLockID
-// values), taken in that order without waiting; into gets, by id, whether
-// its lock was granted.
-func (s *Store) QueueTryStartLocks(batch *pgx.Batch, ids []string, into *[]bool) {
-	batch.Queue(s.starts.tryLocks, array.Texts(ids), s.names.Schema).QueryRow(func(row pgx.Row) error {
+// QueueTryStartLocks queues the start locks of starts' workflow IDs, taken
+// in that order without waiting; into gets, by start, whether its lock was
+// granted.
+func (s *Store) QueueTryStartLocks(batch *pgx.Batch, starts StartRuns, into *[]bool) {
+	n := starts.Len()
+	namespaces := column(starts, func(p StartRunParams) string { return p.Namespace })
+	workflowIDs := column(starts, func(p StartRunParams) string { return p.WorkflowID })
+	batch.Queue(s.starts.tryLocks, array.Texts(namespaces), array.Texts(workflowIDs), s.names.Schema).QueryRow(func(row pgx.Row) error {
 		if err := row.Scan(into); err != nil {
 			return err
 		}
-		if len(*into) != len(ids) {
-			return fmt.Errorf("store: locking %d workflow IDs: %d answers", len(ids), len(*into))
+		if len(*into) != n {
+			return fmt.Errorf("store: locking %d workflow IDs: %d answers", n, len(*into))
 		}
 		return nil
 	})
@@ -150,7 +164,7 @@ func (s *Store) QueueTryStartLocks(batch *pgx.Batch, ids []string, into *[]bool)
 // Insert, the inserts of their runs, and reads what each did into into (as
 // long as starts), the statement between dbschema.HashJoinsSQL and
 // HashJoinsEndSQL.
-func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into []StartRunResult) {
+func (s *Store) QueueStartRuns(batch *pgx.Batch, starts StartRuns, into []StartRunResult) {
 	clear(into)
 	batch.Queue(dbschema.HashJoinsSQL)
 	batch.Queue(s.starts.run, startRunArgs(starts)...).Query(func(rows pgx.Rows) error { return readStartRuns(rows, into) })
@@ -162,48 +176,50 @@ func (s *Store) QueueStartRuns(batch *pgx.Batch, starts []StartRunParams, into [
 // send only what they look up by: unnest pads the other columns with NULLs,
 // and a start whose insert is NULL inserts nothing. A column that may be
 // NULL or zero alike (a task job, a timeout, a creation time, an append
-// point) is NULL when it is zero for every start.
-func startRunArgs(starts []StartRunParams) []any {
+// point, queuing the task) is NULL when it is zero for every start.
+func startRunArgs(starts StartRuns) []any {
 	args := make([]any, 18)
-	args[1] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Namespace }))
-	args[2] = array.Texts(column(starts, func(p *StartRunParams) string { return p.WorkflowID }))
-	args[6] = array.Texts(column(starts, func(p *StartRunParams) string { return p.RequestID }))
-	if !slices.ContainsFunc(starts, func(p StartRunParams) bool { return p.Insert }) {
+	args[1] = array.Texts(column(starts, func(p StartRunParams) string { return p.Namespace }))
+	args[2] = array.Texts(column(starts, func(p StartRunParams) string { return p.WorkflowID }))
+	args[6] = array.Texts(column(starts, func(p StartRunParams) string { return p.RequestID }))
+	insert := columnOrNil(starts, func(p StartRunParams) bool { return p.Insert })
+	if insert == nil {
 		return args
 	}
-	args[0] = array.UUIDs(column(starts, func(p *StartRunParams) uuid.UUID { return p.RunID }))
-	args[3] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Kind }))
-	args[4] = array.Texts(column(starts, func(p *StartRunParams) string { return p.Queue }))
-	args[5] = array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.Args }))
-	args[7] = array.Bytes(column(starts, func(p *StartRunParams) []byte { return p.RequestHash }))
-	args[8] = array.JSON(column(starts, func(p *StartRunParams) []byte { return p.TraceContext }))
-	args[9] = column(starts, func(p *StartRunParams) bool { return p.RejectAny })
-	args[10] = column(starts, func(p *StartRunParams) bool { return p.RejectCompleted })
-	args[11] = column(starts, func(p *StartRunParams) bool { return p.Insert })
-	args[12] = array.NullInt64s(columnOrNil(starts, func(p *StartRunParams) *int64 { return p.TaskJobID }))
-	args[13] = array.Int64s(columnOrNil(starts, func(p *StartRunParams) int64 { return p.RunTimeout.Microseconds() }))
-	args[14] = array.Int64s(columnOrNil(starts, func(p *StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() }))
-	args[15] = array.NullTimes(columnOrNil(starts, func(p *StartRunParams) *time.Time { return p.CreatedAt }))
-	args[16] = array.Int64s(columnOrNil(starts, func(p *StartRunParams) int64 { return p.NextEventID }))
-	args[17] = array.Texts(column(starts, func(p *StartRunParams) string { return p.TaskKind }))
+	args[0] = array.UUIDs(column(starts, func(p StartRunParams) uuid.UUID { return p.RunID }))
+	args[3] = array.Texts(column(starts, func(p StartRunParams) string { return p.Kind }))
+	args[4] = array.Texts(column(starts, func(p StartRunParams) string { return p.Queue }))
+	args[5] = array.Bytes(column(starts, func(p StartRunParams) []byte { return p.Args }))
+	args[7] = array.Bytes(column(starts, func(p StartRunParams) []byte { return p.RequestHash }))
+	args[8] = array.JSON(column(starts, func(p StartRunParams) []byte { return p.TraceContext }))
+	args[9] = column(starts, func(p StartRunParams) bool { return p.RejectAny })
+	args[10] = column(starts, func(p StartRunParams) bool { return p.RejectCompleted })
+	args[11] = insert
+	args[12] = array.NullInt64s(columnOrNil(starts, func(p StartRunParams) *int64 { return p.TaskJobID }))
+	args[13] = array.Int64s(columnOrNil(starts, func(p StartRunParams) int64 { return p.RunTimeout.Microseconds() }))
+	args[14] = array.Int64s(columnOrNil(starts, func(p StartRunParams) int64 { return p.ExecutionTimeout.Microseconds() }))
+	args[15] = array.NullTimes(columnOrNil(starts, func(p StartRunParams) *time.Time { return p.CreatedAt }))
+	args[16] = array.Int64s(columnOrNil(starts, func(p StartRunParams) int64 { return p.NextEventID }))
+	args[17] = columnOrNil(starts, func(p StartRunParams) bool { return p.QueueTask })
 	return args
 }
 
-// column is f of each of ps, in order.
-func column[P, T any](ps []P, f func(*P) T) []T {
-	out := make([]T, len(ps))
-	for i := range ps {
-		out[i] = f(&ps[i])
+// column is f of each of starts, in order.
+func column[T any](starts StartRuns, f func(StartRunParams) T) []T {
+	out := make([]T, starts.Len())
+	for i := range out {
+		out[i] = f(starts.Params(i))
 	}
 	return out
 }
 
-// columnOrNil is column(ps, f), or nil if f is zero for each of ps.
-func columnOrNil[P any, T comparable](ps []P, f func(*P) T) []T {
+// columnOrNil is column(starts, f), or nil if f is zero for each of
+// starts.
+func columnOrNil[T comparable](starts StartRuns, f func(StartRunParams) T) []T {
 	var zero T
-	for i := range ps {
-		if f(&ps[i]) != zero {
-			return column(ps, f)
+	for i := range starts.Len() {
+		if f(starts.Params(i)) != zero {
+			return column(starts, f)
 		}
 	}
 	return nil
@@ -264,7 +280,7 @@ func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) 
 // inserts and none of them refuses it, inserts its run with its generation
 // and, with a task kind, queues its first task's River job as River's
 // insert would (available now, default priority, no metadata, tags or
-// uniqueness; its args task.Args's JSON), which the run names: a run and
+// uniqueness; its kind task.Kind's, its args task.Args's JSON), which the run names: a run and
 // its job are written together or not at all.
 // Its arguments are startRunArgs; its rows, readStartRuns's. Every lookup
 // reads the snapshot from before the inserts. Each start looks its runs up
@@ -274,9 +290,9 @@ func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) 
 func startRunSQL(names *dbschema.Names) string {
 	return "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]," +
 		"  $8::bytea[], $9::text[], $10::boolean[], $11::boolean[], $12::boolean[], $13::bigint[], $14::bigint[], $15::bigint[]," +
-		"  $16::timestamptz[], $17::bigint[], $18::text[]) WITH ORDINALITY AS v(run_id, namespace, workflow_id, kind, queue, args," +
+		"  $16::timestamptz[], $17::bigint[], $18::boolean[]) WITH ORDINALITY AS v(run_id, namespace, workflow_id, kind, queue, args," +
 		"  request_id, request_hash, trace_context, reject_any, reject_completed, insert, task_job_id, run_timeout, execution_timeout, created_at," +
-		"  next_event_id, task_kind, k))," +
+		"  next_event_id, queue_task, k))," +
 		" found AS (" +
 		"  SELECT v.k, 1 AS which, l.run_id, l.generation, l.request_hash, l.state FROM v CROSS JOIN LATERAL" +
 		"   (SELECT run_id, generation, request_hash, state FROM " + names.Run + " r WHERE r.namespace = v.namespace" +
@@ -294,8 +310,8 @@ func startRunSQL(names *dbschema.Names) string {
 		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
 		"  RETURNING namespace, workflow_id, last_generation)," +
 		" jobs AS (INSERT INTO " + names.RiverJob + " AS j (args, kind, max_attempts, queue, state, priority, metadata, tags)" +
-		"  SELECT jsonb_build_object('run_id', ok.run_id, 'workflow_id', ok.workflow_id), ok.task_kind," +
-		"   " + strconv.Itoa(task.MaxAttempts) + ", ok.queue, 'available', 1, '{}', '{}' FROM ok WHERE ok.task_kind <> ''" +
+		"  SELECT jsonb_build_object('run_id', ok.run_id, 'workflow_id', ok.workflow_id), " + taskKindSQL("ok.namespace", "ok.kind") + "," +
+		"   " + strconv.Itoa(task.MaxAttempts) + ", ok.queue, 'available', 1, '{}', '{}' FROM ok WHERE ok.queue_task" +
 		"  RETURNING j.id, (j.args->>'run_id')::uuid AS run_id)," +
 		" inserted AS (INSERT INTO " + names.Run +
 		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline," +
@@ -308,4 +324,10 @@ func startRunSQL(names *dbschema.Names) string {
 		" SELECT f.k, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found f" +
 		" UNION ALL SELECT ok.k, 0, i.run_id, i.generation, NULL, 'running', i.run_deadline, i.execution_deadline, i.created_at" +
 		" FROM inserted i JOIN ok ON ok.run_id = i.run_id"
+}
+
+// taskKindSQL is the SQL expression of task.Kind(namespace, kind), of the
+// SQL expressions of a run's namespace and workflow kind.
+func taskKindSQL(namespace, kind string) string {
+	return "'" + task.KindPrefix + "' || " + namespace + " || '/' || " + kind
 }
