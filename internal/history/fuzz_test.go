@@ -280,3 +280,44 @@ func FuzzNewEventScheduled(f *testing.F) {
 		require.Equal(t, EventActivityScheduled, ev.Type)
 	})
 }
+
+// TestNewEventScheduledEveryField: with every field of ActivityScheduled
+// attributes and their retry policy set, NewEvent writes the bytes
+// json.Marshal writes without falling back to it, so a field added to
+// either struct fails here until appendCanonical writes it too.
+func TestNewEventScheduledEveryField(t *testing.T) {
+	t.Parallel()
+
+	attrs := &ActivityScheduledAttributes{RetryPolicy: &RetryPolicy{}}
+	fill(t, reflect.ValueOf(attrs).Elem())
+	fill(t, reflect.ValueOf(attrs.RetryPolicy).Elem())
+	want, err := json.Marshal(attrs)
+	require.NoError(t, err)
+	raw, ok := attrs.appendCanonical(nil)
+	require.True(t, ok, "every field set with plain values is encoded without reflection")
+	require.Equal(t, string(want), string(raw))
+}
+
+// fill sets every field of the struct v to a plain value that is not its
+// zero, and fails on a field of a kind it does not know.
+func fill(t *testing.T, v reflect.Value) {
+	t.Helper()
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		switch {
+		case f.Type() == reflect.TypeFor[Payload]():
+			f.SetBytes([]byte(`{"n":1}`))
+		case f.Kind() == reflect.String:
+			f.SetString(name)
+		case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
+			f.SetInt(int64(1500 + i))
+		case f.Kind() == reflect.Float64:
+			f.SetFloat(1.5)
+		case f.Type() == reflect.TypeFor[[]string]():
+			f.Set(reflect.ValueOf([]string{name, "b"}))
+		case f.Type() == reflect.TypeFor[*RetryPolicy]() && !f.IsNil():
+		default:
+			t.Fatalf("field %s (%s): teach appendCanonical and this test its kind", name, f.Type())
+		}
+	}
+}
