@@ -19,14 +19,36 @@ type attemptCtx struct {
 	parent context.Context
 
 	ctxMu      sync.Mutex
-	stopParent func() bool   // ends the watch on parent; nil: none (or it fired)
-	deadline   time.Time     // zero: none of its own
-	timer      *time.Timer   // the deadline's, while it runs
-	done       chan struct{} // made on first Done
-	err        error
-	causeCtx   context.Context // a cancelled context carrying the cause, when it is not err
+	stopParent func() bool     // ends the watch on parent; nil: none (or it fired)
+	deadline   time.Time       // zero: none of its own
+	timer      *time.Timer     // the deadline's, while it runs
+	done       chan struct{}   // made on first Done
+	causeCtx   context.Context // a cancelled context carrying the cause, when it is not Err
 	afters     []afterCall     // what AfterFunc registered, until cancel
 	nextAfter  uint64
+}
+
+// ctxEnd is how an attempt context ended (attemptState.ctxEnded, under
+// ctxMu), which gives its Err: a byte in the state's padding, not an error.
+type ctxEnd uint8
+
+const (
+	running        ctxEnd = iota
+	endedCancelled        // Canceled
+	endedDeadline         // DeadlineExceeded
+	endedParent           // the parent's Err
+)
+
+func (s *attemptState) errOf(how ctxEnd) error {
+	switch how {
+	case endedCancelled:
+		return context.Canceled
+	case endedDeadline:
+		return context.DeadlineExceeded
+	case endedParent:
+		return s.parent.Err()
+	}
+	return nil
 }
 
 type afterCall struct {
@@ -66,8 +88,8 @@ func (s *attemptState) start(parent context.Context) {
 	if parent.Done() == nil {
 		return
 	}
-	if err := parent.Err(); err != nil {
-		s.end(err, context.Cause(parent))
+	if parent.Err() != nil {
+		s.end(endedParent, context.Cause(parent))
 		return
 	}
 	stop := context.AfterFunc(parent, s.parentEnded)
@@ -76,17 +98,18 @@ func (s *attemptState) start(parent context.Context) {
 	s.ctxMu.Unlock()
 }
 
-func (s *attemptState) parentEnded() { s.end(s.parent.Err(), context.Cause(s.parent)) }
+func (s *attemptState) parentEnded() { s.end(endedParent, context.Cause(s.parent)) }
 
 // cancel is the attempt context's context.CancelCauseFunc.
-func (s *attemptState) cancel(cause error) { s.end(context.Canceled, cause) }
+func (s *attemptState) cancel(cause error) { s.end(endedCancelled, cause) }
 
-func (s *attemptState) expire() { s.end(context.DeadlineExceeded, context.DeadlineExceeded) }
+func (s *attemptState) expire() { s.end(endedDeadline, nil) }
 
-// end cancels the attempt context with err and cause (err if nil), unless
-// it ended before, and then what AfterFunc registered, synchronously, as a
-// cancel context cancels its children.
-func (s *attemptState) end(err, cause error) {
+// end cancels the attempt context as how says, with cause (its Err if
+// nil), unless it ended before, and then what AfterFunc registered,
+// synchronously, as a cancel context cancels its children.
+func (s *attemptState) end(how ctxEnd, cause error) {
+	err := s.errOf(how)
 	if cause == nil {
 		cause = err
 	}
@@ -97,11 +120,11 @@ func (s *attemptState) end(err, cause error) {
 		cancel(cause)
 	}
 	s.ctxMu.Lock()
-	if s.err != nil {
+	if s.ctxEnded != running {
 		s.ctxMu.Unlock()
 		return
 	}
-	s.err, s.causeCtx = err, causeCtx
+	s.ctxEnded, s.causeCtx = how, causeCtx
 	if s.done == nil {
 		s.done = closedDone
 	} else {
@@ -135,7 +158,7 @@ func (s *attemptState) setDeadline(d time.Time) bool {
 		parentFirst = true
 	}
 	dur := time.Until(d)
-	if s.err == nil && !parentFirst && dur > 0 {
+	if s.ctxEnded == running && !parentFirst && dur > 0 {
 		s.timer = time.AfterFunc(dur, s.expire)
 	}
 	s.ctxMu.Unlock()
@@ -169,8 +192,9 @@ func (s *attemptState) Done() <-chan struct{} {
 
 func (s *attemptState) Err() error {
 	s.ctxMu.Lock()
-	defer s.ctxMu.Unlock()
-	return s.err
+	how := s.ctxEnded
+	s.ctxMu.Unlock()
+	return s.errOf(how)
 }
 
 // Value answers attemptKey with the state and context.Cause's question
@@ -200,7 +224,7 @@ func (s *attemptState) Value(key any) any {
 func (s *attemptState) AfterFunc(f func()) func() bool {
 	s.ctxMu.Lock()
 	defer s.ctxMu.Unlock()
-	if s.err != nil {
+	if s.ctxEnded != running {
 		go f()
 		return func() bool { return false }
 	}

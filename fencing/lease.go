@@ -202,6 +202,7 @@ type attemptState struct {
 	expiresAt  time.Time
 	lost       bool
 	observed   bool       // renewUntil comes from the work context's deadline
+	ctxEnded   ctxEnd     // under ctxMu (attemptCtx)
 	renewUntil *time.Time // database time after which renewals stop; nil: never
 	workEnded  time.Time  // when the work returned, for an attempt whose outcome River writes after it
 	stuckAfter time.Duration
