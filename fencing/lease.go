@@ -182,14 +182,13 @@ func attemptFromContext(ctx context.Context) *attemptState {
 }
 
 // attemptState is one attempt as its process sees it. It is also the
-// attempt's work context (runAttempt): its cancel context, carrying the
-// state under attemptKey, without a context of its own to allocate.
+// attempt's work context (runAttempt, attemptCtx), carrying the state under
+// attemptKey.
 type attemptState struct {
-	cancelCtx context.Context // the attempt's cancel context; set by runAttempt
+	attemptCtx
 
 	attempt     int
 	attemptedAt time.Time
-	cancel      context.CancelCauseFunc
 	driver      *Driver
 	jobID       int64
 	localStart  time.Time
@@ -203,23 +202,12 @@ type attemptState struct {
 	expiresAt  time.Time
 	lost       bool
 	observed   bool       // renewUntil comes from the work context's deadline
+	ctxEnded   ctxEnd     // under ctxMu (attemptCtx)
 	renewUntil *time.Time // database time after which renewals stop; nil: never
 	workEnded  time.Time  // when the work returned, for an attempt whose outcome River writes after it
 	stuckAfter time.Duration
 	limits     AttemptLimits // told by LimitAttempt
 	lastBeat   time.Time     // local time of the last Heartbeat; zero: none yet
-}
-
-// Deadline, Done, Err and Value make the state the attempt's work context:
-// its cancel context's, with the state as the value of attemptKey.
-func (s *attemptState) Deadline() (time.Time, bool) { return s.cancelCtx.Deadline() }
-func (s *attemptState) Done() <-chan struct{}       { return s.cancelCtx.Done() }
-func (s *attemptState) Err() error                  { return s.cancelCtx.Err() }
-func (s *attemptState) Value(key any) any {
-	if key == (attemptKey{}) {
-		return s
-	}
-	return s.cancelCtx.Value(key)
 }
 
 func (s *attemptState) proof() proof {
@@ -272,9 +260,8 @@ func (s *attemptState) renewalEnd(deadline time.Time) *time.Time {
 // returns) the lease is renewed on until that write is done, or for
 // outcomeWait at most (decision 0007).
 func (d *Driver) runAttempt(ctx context.Context, st *attemptState, awaitOutcome bool, fn func(context.Context) error) error {
-	cancelCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	st.cancelCtx, st.cancel = cancelCtx, cancel
+	st.start(ctx)
+	defer st.cancel(nil)
 	if st.token == "" || st.expiresAt.IsZero() {
 		return fn(st)
 	}

@@ -77,10 +77,10 @@ VALUES ('{}', 'renew', 5, 'default', 'running', 2, now()) RETURNING id, lease_to
 			_, err = pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() + interval '1 second' WHERE id = $1`, id)
 			require.NoError(t, err)
 
-			causes := map[int]error{}
 			attempt := func(n int, token string) *attemptState {
-				return &attemptState{attempt: n, driver: driver, jobID: id, schema: schema, token: token,
-					cancel: func(cause error) { causes[n] = cause }}
+				st := &attemptState{attempt: n, driver: driver, jobID: id, schema: schema, token: token}
+				st.start(context.Background())
+				return st
 			}
 			older := attempt(1, "00000000-0000-4000-8000-000000000001")
 			newer := attempt(2, token)
@@ -93,8 +93,8 @@ VALUES ('{}', 'renew', 5, 'default', 'running', 2, now()) RETURNING id, lease_to
 			require.NoError(t, err)
 			require.Len(t, events, 2, "one lost, one renewed")
 
-			require.ErrorIs(t, causes[1], ErrLeaseLost, "the older attempt learns it lost the job")
-			require.NotContains(t, causes, 2, "the newer attempt keeps running")
+			require.ErrorIs(t, context.Cause(older), ErrLeaseLost, "the older attempt learns it lost the job")
+			require.NoError(t, newer.Err(), "the newer attempt keeps running")
 			var expires time.Time
 			require.NoError(t, pool.QueryRow(ctx, `SELECT lease_expires_at FROM `+table+` WHERE id = $1`, id).Scan(&expires))
 			require.True(t, expires.Equal(newer.expiresAt), "the newer attempt holds the renewed lease")
@@ -126,9 +126,8 @@ func TestHeartbeatLockedRow(t *testing.T) {
 VALUES ('{}', 'heartbeat', 5, 'default', 'running', 1, now()) RETURNING id, lease_token::text, attempted_at`).Scan(&id, &token, &attemptedAt))
 	_, err = pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() + interval '1 minute' WHERE id = $1`, id)
 	require.NoError(t, err)
-	var cancelled error
-	st := &attemptState{attempt: 1, attemptedAt: attemptedAt, driver: driver, jobID: id, schema: schema, token: token,
-		cancel: func(cause error) { cancelled = cause }}
+	st := &attemptState{attempt: 1, attemptedAt: attemptedAt, driver: driver, jobID: id, schema: schema, token: token}
+	st.start(context.Background())
 	read := func() (expires time.Time, details *string) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT lease_expires_at, lease_details::text FROM `+table+` WHERE id = $1`, id).Scan(&expires, &details))
 		return expires, details
@@ -166,7 +165,7 @@ VALUES ('{}', 'heartbeat', 5, 'default', 'running', 1, now()) RETURNING id, leas
 		after, details := read()
 		require.True(t, after.Equal(before), "not renewed")
 		require.Nil(t, details)
-		require.NoError(t, cancelled, "not lost")
+		require.NoError(t, context.Cause(st), "not lost")
 		require.False(t, st.lost)
 		require.Zero(t, driver.Stats().LeasesLost)
 	})
@@ -191,7 +190,7 @@ VALUES ('{}', 'heartbeat', 5, 'default', 'running', 1, now()) RETURNING id, leas
 		require.True(t, after.Equal(st.expiresAt))
 		require.NotNil(t, details)
 		require.JSONEq(t, `{"step": 2}`, *details)
-		require.NoError(t, cancelled)
+		require.NoError(t, context.Cause(st))
 	})
 }
 

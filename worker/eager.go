@@ -341,7 +341,7 @@ func (r *claimedRun[A, R]) work(attemptCtx context.Context, cancelAttempt contex
 	workCtx := attemptCtx
 	if !r.deadline.IsZero() {
 		var cancel context.CancelFunc
-		workCtx, cancel = context.WithDeadline(attemptCtx, r.deadline)
+		workCtx, cancel = fencing.WithAttemptDeadline(attemptCtx, r.deadline)
 		defer cancel()
 	}
 	err := r.execute(workCtx)

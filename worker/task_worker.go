@@ -66,7 +66,7 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return -1 }
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
 	// The task's deadline (Timeout), on the context before anything reads
 	// the lease from it: the lease keeper stops renewing past it.
-	ctx, cancelTask := context.WithTimeout(ctx, t.w.config.TaskTimeout)
+	ctx, cancelTask := fencing.WithAttemptDeadline(ctx, time.Now().Add(t.w.config.TaskTimeout))
 	defer cancelTask()
 	// A run new to the run cache waits for room there (historyCache.await)
 	// for half the task's time; a task still without room goes back to its
