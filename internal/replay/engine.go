@@ -35,8 +35,8 @@ type engine struct {
 	logTo           *slog.Logger // ExecuteParams.Logger
 	maxPayloadBytes int          // ExecuteParams.MaxPayloadBytes
 	resultType      func(kind string) (reflect.Type, bool)
-	sched           *coroutine.Scheduler
-	rare            *rare // made on first use
+	sched           coroutine.Scheduler // in the engine's allocation
+	rare            *rare               // made on first use
 
 	now time.Time
 	seq int64
@@ -129,7 +129,6 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 		logTo:           params.Logger,
 		maxPayloadBytes: params.MaxPayloadBytes,
 		resultType:      params.ActivityResultType,
-		sched:           coroutine.New(deadlockTimeout, params.Go),
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -141,6 +140,7 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	if e.codec == nil {
 		e.codec = JSONCodec{}
 	}
+	e.sched.Init(deadlockTimeout, params.Go)
 	return e, nil
 }
 
