@@ -512,9 +512,8 @@ func (e *engine) start(a *history.WorkflowStartedAttributes) error {
 		e.info.Generation = a.Generation
 	}
 	args := a.Args
-	root := workflow.Context(rootContext{e: e})
-	e.sched.Spawn(func() {
-		result, err := e.def.Run(root, args)
+	e.sched.Spawn(func() { // holds e and args only: the root Context is e's
+		result, err := e.def.Run(rootContext{e: e}, args)
 		// Still in the coroutine: a panic in the error's methods is caught.
 		e.end, e.endErr = e.endOf(result, err)
 		e.done = true
