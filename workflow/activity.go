@@ -283,26 +283,25 @@ func ExecuteActivity[R any](ctx Context, args ActivityArgs, opts *ActivityOpts) 
 	return &promiseFuture[R]{promise: p, decode: activityOutcome[R]}
 }
 
-// activityOutcome decodes the outcome of an activity's promise.
-func activityOutcome[R any](p *env.Promise, codec env.Codec) (R, error) {
-	var value R
+// activityOutcome decodes the outcome of an activity's promise into value.
+func activityOutcome[R any](p *env.Promise, codec env.Codec, value *R) error {
 	actErr := func(attempt int, cause error) error {
 		return &ActivityError{Attempt: attempt, Cause: cause, Kind: p.Kind, ScheduledEventID: p.EventID}
 	}
 	switch outcome := p.Outcome().(type) {
 	case *history.ActivityCompletedAttributes:
-		if err := codec.Decode(outcome.Result, &value); err != nil {
-			return value, fmt.Errorf("decoding result of activity %s (event %d) as %T: %w", p.Kind, p.EventID, value, err)
+		if err := codec.Decode(outcome.Result, value); err != nil {
+			return fmt.Errorf("decoding result of activity %s (event %d) as %T: %w", p.Kind, p.EventID, *value, err)
 		}
-		return value, nil
+		return nil
 	case *history.ActivityFailedAttributes:
-		return value, actErr(outcome.Attempt, errorFromFailure(&outcome.Failure))
+		return actErr(outcome.Attempt, errorFromFailure(&outcome.Failure))
 	case *history.ActivityTimedOutAttributes:
-		return value, actErr(outcome.Attempt, &TimeoutError{LastFailure: errorFromFailure(outcome.LastFailure), TimeoutType: outcome.TimeoutType})
+		return actErr(outcome.Attempt, &TimeoutError{LastFailure: errorFromFailure(outcome.LastFailure), TimeoutType: outcome.TimeoutType})
 	case *history.ActivityCanceledAttributes:
-		return value, actErr(outcome.Attempt, ErrCanceled)
+		return actErr(outcome.Attempt, ErrCanceled)
 	default:
-		return value, fmt.Errorf("activity %s (event %d): unexpected outcome %T", p.Kind, p.EventID, outcome)
+		return fmt.Errorf("activity %s (event %d): unexpected outcome %T", p.Kind, p.EventID, outcome)
 	}
 }
 

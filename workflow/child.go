@@ -105,24 +105,25 @@ func ExecuteChildWorkflow[R any](ctx Context, args Args, opts *ChildWorkflowOpts
 		RunTimeout: history.Duration(opts.RunTimeout), WorkflowID: workflowID,
 	}
 	p := e.StartChildWorkflow(attrs)
-	return &promiseFuture[R]{promise: p, decode: func(p *env.Promise, codec env.Codec) (R, error) { return childOutcome[R](p, workflowID, codec) }}
+	return &promiseFuture[R]{promise: p, decode: func(p *env.Promise, codec env.Codec, value *R) error {
+		return childOutcome(p, workflowID, codec, value)
+	}}
 }
 
-// childOutcome decodes the outcome of a child workflow's promise.
-func childOutcome[R any](p *env.Promise, workflowID string, codec env.Codec) (R, error) {
-	var value R
+// childOutcome decodes the outcome of a child workflow's promise into value.
+func childOutcome[R any](p *env.Promise, workflowID string, codec env.Codec, value *R) error {
 	switch outcome := p.Outcome().(type) {
 	case *history.ChildWorkflowCompletedAttributes:
-		if err := codec.Decode(outcome.Result, &value); err != nil {
-			return value, fmt.Errorf("decoding result of child workflow %s as %T: %w", workflowID, value, err)
+		if err := codec.Decode(outcome.Result, value); err != nil {
+			return fmt.Errorf("decoding result of child workflow %s as %T: %w", workflowID, *value, err)
 		}
-		return value, nil
+		return nil
 	case *history.ChildWorkflowFailedAttributes:
-		return value, &ChildWorkflowError{
+		return &ChildWorkflowError{
 			Cause: errorFromFailure(&outcome.Failure), Kind: p.Kind, RunID: outcome.RunID,
 			ScheduledEventID: p.EventID, State: outcome.State, WorkflowID: workflowID,
 		}
 	default:
-		return value, fmt.Errorf("child workflow %s: unexpected outcome %T", workflowID, outcome)
+		return fmt.Errorf("child workflow %s: unexpected outcome %T", workflowID, outcome)
 	}
 }

@@ -70,7 +70,7 @@ func readyFuture[T any](err error) Future[T] {
 // timer): its outcome, decoded once.
 type promiseFuture[R any] struct {
 	promise *env.Promise
-	decode  func(p *env.Promise, codec env.Codec) (R, error) // of promise
+	decode  func(p *env.Promise, codec env.Codec, value *R) error // of promise, into value
 
 	decoded bool
 	value   R
@@ -81,7 +81,7 @@ func (f *promiseFuture[R]) Get(ctx Context) (R, error) {
 	e := envOf(ctx)
 	e.AwaitPromise(f.promise)
 	if !f.decoded {
-		f.value, f.err = f.decode(f.promise, e.Codec())
+		f.err = f.decode(f.promise, e.Codec(), &f.value) // the future holds the value decoded
 		f.decoded = true
 	}
 	return f.value, f.err

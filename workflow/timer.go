@@ -25,14 +25,15 @@ func NewTimer(ctx Context, d time.Duration) Future[time.Time] {
 	}
 	attrs := &history.TimerStartedAttributes{Duration: history.Duration(d), FireAt: e.Now().Add(d)}
 	p := e.StartTimer(attrs, ctx)
-	return &promiseFuture[time.Time]{promise: p, decode: func(p *env.Promise, _ env.Codec) (time.Time, error) {
+	return &promiseFuture[time.Time]{promise: p, decode: func(p *env.Promise, _ env.Codec, fired *time.Time) error {
 		switch p.Outcome().(type) {
 		case *history.TimerFiredAttributes:
-			return attrs.FireAt, nil
+			*fired = attrs.FireAt
+			return nil
 		case *history.TimerCanceledAttributes:
-			return time.Time{}, fmt.Errorf("timer of event %d: %w", p.EventID, ErrCanceled)
+			return fmt.Errorf("timer of event %d: %w", p.EventID, ErrCanceled)
 		}
-		return time.Time{}, fmt.Errorf("timer of event %d: unexpected outcome %T", p.EventID, p.Outcome())
+		return fmt.Errorf("timer of event %d: unexpected outcome %T", p.EventID, p.Outcome())
 	}}
 }
 

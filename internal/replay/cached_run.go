@@ -75,7 +75,7 @@ func StartInto(ctx context.Context, def *Definition, params *ExecuteParams, out 
 	}
 	s = &CachedRun{e: e, next: int64(len(params.History)+len(out.Events)) + 1}
 	s.decided(out)
-	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, e.sched)
+	s.cleanup = runtime.AddCleanup(s, func(sched *coroutine.Scheduler) { go sched.Close() }, &e.sched)
 	return s, nil
 }
 

@@ -35,8 +35,8 @@ type engine struct {
 	logTo           *slog.Logger // ExecuteParams.Logger
 	maxPayloadBytes int          // ExecuteParams.MaxPayloadBytes
 	resultType      func(kind string) (reflect.Type, bool)
-	sched           *coroutine.Scheduler
-	rare            *rare // made on first use
+	sched           coroutine.Scheduler // in the engine's allocation
+	rare            *rare               // made on first use
 
 	now time.Time
 	seq int64
@@ -129,7 +129,6 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 		logTo:           params.Logger,
 		maxPayloadBytes: params.MaxPayloadBytes,
 		resultType:      params.ActivityResultType,
-		sched:           coroutine.New(deadlockTimeout, params.Go),
 		info: env.Info{
 			Generation:  params.Info.Generation,
 			Kind:        params.Info.Kind,
@@ -141,6 +140,7 @@ func newEngine(ctx context.Context, def *Definition, params *ExecuteParams) (*en
 	if e.codec == nil {
 		e.codec = JSONCodec{}
 	}
+	e.sched.Init(deadlockTimeout, params.Go)
 	return e, nil
 }
 
@@ -512,9 +512,8 @@ func (e *engine) start(a *history.WorkflowStartedAttributes) error {
 		e.info.Generation = a.Generation
 	}
 	args := a.Args
-	root := workflow.Context(rootContext{e: e})
-	e.sched.Spawn(func() {
-		result, err := e.def.Run(root, args)
+	e.sched.Spawn(func() { // holds e and args only: the root Context is e's
+		result, err := e.def.Run(rootContext{e: e}, args)
 		// Still in the coroutine: a panic in the error's methods is caught.
 		e.end, e.endErr = e.endOf(result, err)
 		e.done = true

@@ -97,13 +97,12 @@ type Scheduler struct {
 
 	// mu guards closing, current and coroutines against a coroutine that
 	// was abandoned and runs on while the scheduler closes.
-	mu         sync.Mutex
-	closing    bool
-	closed     bool
-	coroutines []*coroutine
-	current    *coroutine
-
+	mu           sync.Mutex
+	closing      bool
+	closed       bool
 	recordStacks bool // set before the first Run; read only by coroutines
+	coroutines   []*coroutine
+	current      *coroutine
 }
 
 // RecordStacks makes each coroutine record its own stack each time it parks
@@ -141,10 +140,18 @@ var deadlines = sync.Pool{New: func() any {
 // given (nil: a go statement); the function returns when the coroutine
 // ended, or runtime.Goexit ends the goroutine.
 func New(deadlockTimeout time.Duration, start func(fn func())) *Scheduler {
+	s := &Scheduler{}
+	s.Init(deadlockTimeout, start)
+	return s
+}
+
+// Init makes the zero Scheduler s (one held in a larger value, say) what
+// New returns.
+func (s *Scheduler) Init(deadlockTimeout time.Duration, start func(fn func())) {
 	if start == nil {
 		start = func(fn func()) { go fn() }
 	}
-	return &Scheduler{deadlockTimeout: deadlockTimeout, start: start}
+	s.deadlockTimeout, s.start = deadlockTimeout, start
 }
 
 // Guard ends the calling coroutine (runtime.Goexit) if the scheduler is
