@@ -37,6 +37,19 @@ func ExampleLeaseFromContext() {
 	// true
 }
 
+// Outside an attempt's own context, WithAttemptDeadline is
+// context.WithDeadline: the derived context ends at the deadline with
+// DeadlineExceeded. In a fenced worker's Work, given the context River
+// passed in, it bounds the attempt itself without a second context.
+func ExampleWithAttemptDeadline() {
+	ctx, cancel := fencing.WithAttemptDeadline(context.Background(), time.Now().Add(time.Millisecond))
+	defer cancel()
+	<-ctx.Done()
+	fmt.Println(ctx.Err())
+	// Output:
+	// context deadline exceeded
+}
+
 // A rejected write matches ErrLeaseLost and carries the job and attempt.
 func ExampleLeaseLostError() {
 	var err error = &fencing.LeaseLostError{Attempt: 1, JobID: 42, Op: "complete"}
