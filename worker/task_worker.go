@@ -335,13 +335,14 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 			result.dropCachedRun() // whatever it decided is not committed
 		}
 	}()
-	run.openWrites()
+	writes := run.openWrites()
 	var d decided
 	if ok, err := w.decide(ctx, tx, def, run, now, direct, in, result, &d); err != nil || !ok {
 		return err
 	}
 	st, err := engine.Decide(engine.StepParams{
 		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.outcome.Events, Outcome: d.outcome, TaskJobID: in.taskJobID,
+		Room: &writes.cas, // its writes are sent before they are opened again
 	})
 	if err != nil {
 		return err
@@ -766,13 +767,14 @@ func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 // applied (applier.applyLast), it has none: it writes nothing more. The
 // writes its group keeps for it (run.kept) are opened once: what a step
 // sent before it goes on is never written in again.
-func (run *runRow) openWrites() {
+func (run *runRow) openWrites() *stepWrites {
 	writes := run.kept
 	if run.kept = nil; writes == nil {
 		writes = new(stepWrites)
 	}
 	writes.reset(run.ID)
 	run.step, run.others = &writes.step, &writes.others
+	return writes
 }
 
 // stepWrites are what a step queues its writes in (openWrites), one
@@ -780,6 +782,7 @@ func (run *runRow) openWrites() {
 type stepWrites struct {
 	step   engine.StepWrites
 	others otherWrites
+	cas    engine.CASRoom // step.CAS's, once decided
 }
 
 // reset empties w for a step of run runID, keeping the room of the lists a
@@ -788,6 +791,7 @@ func (w *stepWrites) reset(runID uuid.UUID) {
 	clear(w.step.Activities)
 	w.step = engine.StepWrites{RunID: runID, Activities: w.step.Activities[:0], Taken: w.step.Taken[:0]}
 	w.others.reset()
+	w.cas = engine.CASRoom{}
 }
 
 // signalHeaders returns the headers of the signals among inputs that have
