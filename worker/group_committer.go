@@ -506,7 +506,13 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, g *groupState)
 	// (dbschema.GenericPlansSQL), this statement over an array included.
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	c.w.store.QueueLockRuns(batch, g.ids, func(row engine.Run, now time.Time) error {
+	known := func(i int) *engine.Run { // as cached: a row that has the same keeps its workflow ID and args
+		if run := c.w.histories.row(members[i].runID); run != nil {
+			return &run.Run
+		}
+		return nil
+	}
+	c.w.store.QueueLockRuns(batch, g.ids, known, func(row engine.Run, now time.Time) error {
 		m := memberOf(members, row.ID)
 		if m == nil {
 			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", row.ID)
