@@ -922,3 +922,26 @@ func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 		require.Nil(t, q)
 	}
 }
+
+// TestMemberContext: a member's body runs in its group's deadline and end,
+// with the member's values, and what derives from it ends with the group.
+func TestMemberContext(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	deadline := time.Now().Add(time.Hour)
+	group, cancel := context.WithDeadline(context.Background(), deadline)
+	m := &groupMember{ctx: context.WithValue(t.Context(), key{}, "member"), inGroup: group}
+	var ctx context.Context = (*memberContext)(m)
+	require.Equal(t, "member", ctx.Value(key{}))
+	at, ok := ctx.Deadline()
+	require.True(t, ok)
+	require.Equal(t, deadline, at)
+	derived, stop := context.WithCancel(ctx)
+	defer stop()
+	require.NoError(t, ctx.Err())
+	cancel()
+	<-ctx.Done()
+	<-derived.Done()
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+	require.ErrorIs(t, context.Cause(derived), context.Canceled)
+}

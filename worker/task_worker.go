@@ -172,8 +172,8 @@ type taskResult struct {
 	run           *runRow             // the run's row as read, whose immutable part goes to the cache with history
 	cached        bool                // commitHistory applied the history already
 	startedTimer  bool                // it started a timer (the timer waker looks again)
+	eagerSlots    int32               // eager slots taken, to give back if it does not (with the flags: a group member's size class)
 	eager         []claimedAttempt    // activities claimed, to start once the transaction commits
-	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       [][]history.Event   // the history committed, as pieces, for the cache (nil: forget the run)
 	cachedRun     *replay.CachedRun   // the run's code as the task left it, for the cache with history
 	facts         *engine.Facts       // what was read of the history's events, for the cache with history
@@ -330,7 +330,7 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	in *setting, result *taskResult,
 ) (err error) {
 	defer func() {
-		result.eager, result.eagerSlots = run.eager, run.eagerSlots
+		result.eager, result.eagerSlots = run.eager, int32(run.eagerSlots)
 		if err != nil {
 			result.dropCachedRun() // whatever it decided is not committed
 		}
