@@ -160,8 +160,9 @@ func (s *Store) QueueLockRun(batch *pgx.Batch, runID uuid.UUID, read func(run en
 // (the rows are locked as they leave the sort, so that groups never wait for
 // each other in a cycle); read gets each run found. known, if not nil,
 // gives by runIDs' index what the caller knows of a run's row (nil:
-// nothing): a row whose workflow ID and args are the same keeps those of
-// known, without an allocation each, as it keeps the strings its runs share.
+// nothing): a row whose workflow ID, args and trace are the same keeps
+// those of known, without an allocation each, as it keeps the strings its
+// runs share.
 func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, known func(i int) *engine.Run, read func(run engine.Run, now time.Time) error) {
 	batch.Queue(s.runs.lockMany, array.UUIDs(runIDs)).Query(func(rows pgx.Rows) error {
 		var (
@@ -174,8 +175,8 @@ func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, known func(i
 			switch t {
 			case &run.Namespace, &run.Kind, &run.Queue, &run.State, &run.WorkflowID:
 				targets[i] = sharedText{t.(*string)}
-			case &run.Args:
-				targets[i] = sharedBytes{&run.Args}
+			case &run.Args, &run.TraceContext:
+				targets[i] = sharedBytes{t.(*[]byte)}
 			}
 		}
 		next := 0 // the index in runIDs of the next row's run, if it is there (rows come in run ID order)
@@ -185,7 +186,7 @@ func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, known func(i
 			// those the row has too.
 			run = engine.Run{Namespace: run.Namespace, Kind: run.Kind, Queue: run.Queue, State: run.State}
 			if k := knownAt(known, next, len(runIDs)); k != nil {
-				run.WorkflowID, run.Args = k.WorkflowID, k.Args
+				run.WorkflowID, run.Args, run.TraceContext = k.WorkflowID, k.Args, k.TraceContext
 			}
 			if err := rows.Scan(targets...); err != nil {
 				return err
@@ -226,9 +227,9 @@ func (t sharedText) ScanBytes(text []byte) error {
 	return nil
 }
 
-// sharedBytes is the scan target of a bytea column into a slice that
-// keeps the slice it holds when the column has the same bytes (a copy
-// otherwise, as pgx makes); its holders only read it.
+// sharedBytes is the scan target of a bytea or jsonb column into a slice
+// that keeps the slice it holds when the column has the same bytes (a
+// copy otherwise, as pgx makes); its holders only read it.
 type sharedBytes struct{ b *[]byte }
 
 func (t sharedBytes) ScanBytes(src []byte) error {

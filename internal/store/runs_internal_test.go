@@ -181,8 +181,8 @@ func TestQueueLockRunsReadsEachRow(t *testing.T) {
 
 			// What the caller knows of a row is kept where the row has the
 			// same, and only there.
-			same := engine.Run{WorkflowID: strings.Clone(want[0].WorkflowID), Args: []byte("{}")}
-			other := engine.Run{WorkflowID: "wf-0", Args: []byte("[]")}
+			same := engine.Run{WorkflowID: strings.Clone(want[0].WorkflowID), Args: []byte("{}"), TraceContext: []byte("{}")}
+			other := engine.Run{WorkflowID: "wf-0", Args: []byte("[]"), TraceContext: []byte(`{"a":1}`)}
 			known := []*engine.Run{&same, &other, nil, &same}
 			got = got[:0]
 			batch = &pgx.Batch{}
@@ -197,6 +197,8 @@ func TestQueueLockRunsReadsEachRow(t *testing.T) {
 			require.Same(t, &same.Args[0], &got[3].Args[0], "args the same")
 			require.NotSame(t, &same.Args[0], &got[1].Args[0])
 			require.NotSame(t, &other.Args[0], &got[1].Args[0])
+			require.Same(t, &same.TraceContext[0], &got[0].TraceContext[0])
+			require.NotSame(t, &other.TraceContext[0], &got[1].TraceContext[0])
 		})
 	}
 }
