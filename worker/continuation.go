@@ -166,7 +166,7 @@ func (w *Worker) settle(err error, result *taskResult) {
 	} else {
 		result.dropCachedRun()
 	}
-	w.afterTx(err, result.eager, result.eagerSlots)
+	w.afterTx(err, result.eager, int(result.eagerSlots))
 	if err != nil {
 		return
 	}

@@ -127,7 +127,7 @@ type groupMember struct {
 	// in is its state in its group's run (groupState); nil outside it.
 	in *memberState
 
-	inGroup memberContext // the context its body runs in, in its group (call)
+	inGroup context.Context // its group's, which its body runs in (memberContext)
 }
 
 // memberState is what a group's run learns and keeps for one of its
@@ -346,8 +346,8 @@ func (c *groupCommitter) run(taken []*groupMember) (committed int, alone []bool)
 			}
 			// The group's statements run under the group's deadline, with
 			// the member's values (its attempt, its trace, its logger).
-			m.inGroup = memberContext{ctx, m.ctx}
-			if err := m.call(&m.inGroup, tx); err != nil {
+			m.inGroup = ctx
+			if err := m.call((*memberContext)(m), tx); err != nil {
 				var failed *stepFailed
 				switch {
 				case errors.Is(err, errRunsAlone):
@@ -506,7 +506,13 @@ func (c *groupCommitter) lockRuns(ctx context.Context, tx pgx.Tx, g *groupState)
 	// (dbschema.GenericPlansSQL), this statement over an array included.
 	batch := &pgx.Batch{}
 	batch.Queue(dbschema.GenericPlansSQL)
-	c.w.store.QueueLockRuns(batch, g.ids, func(row engine.Run, now time.Time) error {
+	known := func(i int) *engine.Run { // as cached: a row that has the same keeps its workflow ID and args
+		if run := c.w.histories.row(members[i].runID); run != nil {
+			return &run.Run
+		}
+		return nil
+	}
+	c.w.store.QueueLockRuns(batch, g.ids, known, func(row engine.Run, now time.Time) error {
 		m := memberOf(members, row.ID)
 		if m == nil {
 			return fmt.Errorf("worker: locking a group's runs returned run %s, not one of them", row.ID)
@@ -534,20 +540,23 @@ func memberOf(members []*groupMember, id uuid.UUID) *groupMember {
 	return members[i]
 }
 
-// memberContext is a group's context (its deadline, its end) with a
-// member's values (its attempt, its trace, its logger): no timer or
-// goroutine of its own. The group's context has no values but its own
-// cancellation's, which contexts derived from a memberContext find there.
-type memberContext struct {
-	context.Context                 // the group's
-	values          context.Context // the member's
-}
+// memberContext is a member as the context its body runs in, in its group
+// (call): the group's context (inGroup: its deadline, its end) with the
+// member's values (ctx: its attempt, its trace, its logger), no timer,
+// goroutine or allocation of its own. The group's context has no values
+// but its own cancellation's, which contexts derived from a memberContext
+// find there.
+type memberContext groupMember
 
-func (c memberContext) Value(key any) any {
-	if v := c.Context.Value(key); v != nil {
+func (c *memberContext) Deadline() (time.Time, bool) { return c.inGroup.Deadline() }
+func (c *memberContext) Done() <-chan struct{}       { return c.inGroup.Done() }
+func (c *memberContext) Err() error                  { return c.inGroup.Err() }
+
+func (c *memberContext) Value(key any) any {
+	if v := c.inGroup.Value(key); v != nil {
 		return v
 	}
-	return c.values.Value(key)
+	return c.ctx.Value(key)
 }
 
 // call runs the member's body in the group's transaction. A panic fails

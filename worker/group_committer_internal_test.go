@@ -24,6 +24,7 @@ import (
 	"github.com/weirhq/weir/internal/fencingclaim"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/limit"
+	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/workflow"
 )
 
@@ -842,8 +843,13 @@ func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, locked)
 	run.Args, members[0].cont.run = []byte("{}"), run
-	run.openWrites()
+	writes := run.openWrites()
+	require.Same(t, &members[0].in.writes, writes)
 	require.Same(t, &members[0].in.writes.step, run.step)
+	st, err := engine.Decide(engine.StepParams{Run: engine.Run{ID: run.ID, NextEventID: 1},
+		Outcome: replay.Outcome{Completed: true, Result: []byte("1")}, Room: &writes.cas})
+	require.NoError(t, err)
+	run.step.CAS = st.Writes.CAS
 	run.step.Activities = append(run.step.Activities, engine.Activity{Kind: "k"})
 	run.step.Taken = append(run.step.Taken, 1)
 	others := run.others
@@ -865,6 +871,7 @@ func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 		require.Equal(t, memberState{writes: w}, s, "nothing but its writes' room")
 		require.Zero(t, w.step.RunID)
 		require.Zero(t, w.step.Events)
+		require.Zero(t, w.cas)
 		for _, a := range w.step.Activities[:cap(w.step.Activities)] {
 			require.Zero(t, a)
 		}
@@ -914,4 +921,27 @@ func TestGroupStateReleaseHoldsNothing(t *testing.T) {
 	for _, q := range l.checks.QueuedQueries[:cap(l.checks.QueuedQueries)] {
 		require.Nil(t, q)
 	}
+}
+
+// TestMemberContext: a member's body runs in its group's deadline and end,
+// with the member's values, and what derives from it ends with the group.
+func TestMemberContext(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	deadline := time.Now().Add(time.Hour)
+	group, cancel := context.WithDeadline(context.Background(), deadline)
+	m := &groupMember{ctx: context.WithValue(t.Context(), key{}, "member"), inGroup: group}
+	var ctx context.Context = (*memberContext)(m)
+	require.Equal(t, "member", ctx.Value(key{}))
+	at, ok := ctx.Deadline()
+	require.True(t, ok)
+	require.Equal(t, deadline, at)
+	derived, stop := context.WithCancel(ctx)
+	defer stop()
+	require.NoError(t, ctx.Err())
+	cancel()
+	<-ctx.Done()
+	<-derived.Done()
+	require.ErrorIs(t, ctx.Err(), context.Canceled)
+	require.ErrorIs(t, context.Cause(derived), context.Canceled)
 }

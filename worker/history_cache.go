@@ -372,6 +372,17 @@ func (c *historyCache) latest(runID [16]byte) ([]history.Event, int64, *runRow, 
 	return last[:len(last):len(last)], e.nextEventID, e.run, true
 }
 
+// row returns what never changes of the run's row, if the cache has it
+// (nil if not), without marking the run used.
+func (c *historyCache) row(runID [16]byte) *runRow {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[runID]; e != nil {
+		return e.run
+	}
+	return nil
+}
+
 // put stores a committed history (its pieces, none empty and none with
 // room to append in place), what never changes of its run's row
 // (run.immutable, or the entry's own if it has one) if known, the cached run

@@ -172,8 +172,8 @@ type taskResult struct {
 	run           *runRow             // the run's row as read, whose immutable part goes to the cache with history
 	cached        bool                // commitHistory applied the history already
 	startedTimer  bool                // it started a timer (the timer waker looks again)
+	eagerSlots    int32               // eager slots taken, to give back if it does not (with the flags: a group member's size class)
 	eager         []claimedAttempt    // activities claimed, to start once the transaction commits
-	eagerSlots    int                 // eager slots taken, to give back if it does not
 	history       [][]history.Event   // the history committed, as pieces, for the cache (nil: forget the run)
 	cachedRun     *replay.CachedRun   // the run's code as the task left it, for the cache with history
 	facts         *engine.Facts       // what was read of the history's events, for the cache with history
@@ -330,18 +330,19 @@ func (w *Worker) advance(ctx context.Context, tx pgx.Tx, def *replay.Definition,
 	in *setting, result *taskResult,
 ) (err error) {
 	defer func() {
-		result.eager, result.eagerSlots = run.eager, run.eagerSlots
+		result.eager, result.eagerSlots = run.eager, int32(run.eagerSlots)
 		if err != nil {
 			result.dropCachedRun() // whatever it decided is not committed
 		}
 	}()
-	run.openWrites()
+	writes := run.openWrites()
 	var d decided
 	if ok, err := w.decide(ctx, tx, def, run, now, direct, in, result, &d); err != nil || !ok {
 		return err
 	}
 	st, err := engine.Decide(engine.StepParams{
 		Run: run.Run, History: d.events, Facts: d.facts, Appended: d.outcome.Events, Outcome: d.outcome, TaskJobID: in.taskJobID,
+		Room: &writes.cas, // its writes are sent before they are opened again
 	})
 	if err != nil {
 		return err
@@ -766,13 +767,14 @@ func (w *Worker) takeWrites(run *runRow) *pgx.Batch {
 // applied (applier.applyLast), it has none: it writes nothing more. The
 // writes its group keeps for it (run.kept) are opened once: what a step
 // sent before it goes on is never written in again.
-func (run *runRow) openWrites() {
+func (run *runRow) openWrites() *stepWrites {
 	writes := run.kept
 	if run.kept = nil; writes == nil {
 		writes = new(stepWrites)
 	}
 	writes.reset(run.ID)
 	run.step, run.others = &writes.step, &writes.others
+	return writes
 }
 
 // stepWrites are what a step queues its writes in (openWrites), one
@@ -780,6 +782,7 @@ func (run *runRow) openWrites() {
 type stepWrites struct {
 	step   engine.StepWrites
 	others otherWrites
+	cas    engine.CASRoom // step.CAS's, once decided
 }
 
 // reset empties w for a step of run runID, keeping the room of the lists a
@@ -788,6 +791,7 @@ func (w *stepWrites) reset(runID uuid.UUID) {
 	clear(w.step.Activities)
 	w.step = engine.StepWrites{RunID: runID, Activities: w.step.Activities[:0], Taken: w.step.Taken[:0]}
 	w.others.reset()
+	w.cas = engine.CASRoom{}
 }
 
 // signalHeaders returns the headers of the signals among inputs that have

@@ -163,6 +163,10 @@ type StepParams struct {
 	Appended  []history.Event   // the events the step appends, numbered from Run.NextEventID
 	Outcome   replay.Outcome    // what the workflow code did (a copy: a caller's own stays on its stack)
 	TaskJobID int64             // the task job the step runs as; 0 for none
+	// Room is where the step's compare-and-swap (Step.Writes.CAS) is
+	// written: the caller's, which it keeps with the step's writes and
+	// empties only once they were sent; nil: a new one.
+	Room *CASRoom
 }
 
 // Step is what a step decided.
@@ -215,7 +219,7 @@ func Decide(p StepParams) (Step, error) {
 	}
 	// W4: the append point moves only from where the step found it.
 	var err error
-	if st.Writes.CAS, err = runCAS(p.Run.NextEventID, next, p.TaskJobID, &p.Outcome); err != nil {
+	if st.Writes.CAS, err = runCAS(p.Room, p.Run.NextEventID, next, p.TaskJobID, &p.Outcome); err != nil {
 		return Step{}, err
 	}
 	if c := st.Writes.CAS.Close; c != nil {
@@ -237,26 +241,37 @@ func Decide(p StepParams) (Step, error) {
 
 // runCAS is the compare-and-swap of a step that found its run at append
 // point found and moves it to next, closing it if outcome completed the
-// run (a closing run drops its task).
-func runCAS(found, next, taskJobID int64, outcome *replay.Outcome) (*RunCAS, error) {
-	cas := &RunCAS{Found: found, Next: next, ClearTask: taskJobID}
+// run (a closing run drops its task), in room (a new one if nil).
+func runCAS(room *CASRoom, found, next, taskJobID int64, outcome *replay.Outcome) (*RunCAS, error) {
+	if room == nil {
+		room = new(CASRoom)
+	}
+	*room = CASRoom{cas: RunCAS{Found: found, Next: next, ClearTask: taskJobID}}
+	cas, c := &room.cas, &room.close
 	switch {
 	case !outcome.Completed:
 		return cas, nil
 	case outcome.ContinuedAsNew != nil:
-		cas.Close = &RunClose{State: "continued_as_new"}
+		*c = RunClose{State: "continued_as_new"}
 	case outcome.Failure == nil:
-		cas.Close = &RunClose{State: "completed", Result: []byte(outcome.Result)}
+		*c = RunClose{State: "completed", Result: []byte(outcome.Result)}
 	default:
 		failure, err := json.Marshal(outcome.Failure)
 		if err != nil {
 			return nil, fmt.Errorf("encoding failure: %w", err)
 		}
-		cas.Close = &RunClose{State: "failed", Failure: failure}
+		*c = RunClose{State: "failed", Failure: failure}
 		if outcome.Canceled {
-			cas.Close.State = "cancelled"
+			c.State = "cancelled"
 		}
 	}
-	cas.ClearTask = 0
+	cas.Close, cas.ClearTask = c, 0
 	return cas, nil
+}
+
+// CASRoom is room for a step's compare-and-swap and its close, which a
+// caller keeps with the rest of the step's writes (StepParams.Room).
+type CASRoom struct {
+	cas   RunCAS
+	close RunClose
 }

@@ -124,3 +124,26 @@ func TestDecideAlone(t *testing.T) {
 		require.True(t, st.Alone, name)
 	}
 }
+
+// TestDecideWritesCASInRoom: a step given room for its compare-and-swap
+// writes it there, its close included, and a later step in the same room
+// leaves nothing of the earlier one.
+func TestDecideWritesCASInRoom(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	run := engine.Run{ID: uuid.New(), NextEventID: 2}
+	done := []history.Event{event(t, 2, now, &history.WorkflowCompletedAttributes{Result: []byte("42")})}
+	room := new(engine.CASRoom)
+	closing, err := engine.Decide(engine.StepParams{Run: run, Appended: done, TaskJobID: 9, Room: room,
+		Outcome: replay.Outcome{Completed: true, Result: []byte("42"), Events: done}})
+	require.NoError(t, err)
+	require.Equal(t, &engine.RunCAS{Found: 2, Next: 3, Close: &engine.RunClose{State: "completed", Result: []byte("42")}}, closing.Writes.CAS)
+	require.Equal(t, "completed", closing.Closed)
+
+	boundary := []history.Event{event(t, 2, now, &history.WorkflowTaskStartedAttributes{Attempt: 1})}
+	next, err := engine.Decide(engine.StepParams{Run: run, Appended: boundary, TaskJobID: 9, Room: room,
+		Outcome: replay.Outcome{Events: boundary}})
+	require.NoError(t, err)
+	require.Same(t, closing.Writes.CAS, next.Writes.CAS, "written in the room")
+	require.Equal(t, &engine.RunCAS{Found: 2, Next: 3, ClearTask: 9}, next.Writes.CAS)
+}

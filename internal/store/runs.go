@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -157,8 +158,12 @@ func (s *Store) QueueLockRun(batch *pgx.Batch, runID uuid.UUID, read func(run en
 
 // QueueLockRuns queues the lock and read of the runs runIDs, in run ID order
 // (the rows are locked as they leave the sort, so that groups never wait for
-// each other in a cycle); read gets each run found.
-func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(run engine.Run, now time.Time) error) {
+// each other in a cycle); read gets each run found. known, if not nil,
+// gives by runIDs' index what the caller knows of a run's row (nil:
+// nothing): a row whose workflow ID, args and trace are the same keeps
+// those of known, without an allocation each, as it keeps the strings its
+// runs share.
+func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, known func(i int) *engine.Run, read func(run engine.Run, now time.Time) error) {
 	batch.Queue(s.runs.lockMany, array.UUIDs(runIDs)).Query(func(rows pgx.Rows) error {
 		var (
 			run     engine.Run
@@ -168,24 +173,42 @@ func (s *Store) QueueLockRuns(batch *pgx.Batch, runIDs []uuid.UUID, read func(ru
 		)
 		for i, t := range targets {
 			switch t {
-			case &run.Namespace, &run.Kind, &run.Queue, &run.State:
+			case &run.Namespace, &run.Kind, &run.Queue, &run.State, &run.WorkflowID:
 				targets[i] = sharedText{t.(*string)}
+			case &run.Args, &run.TraceContext:
+				targets[i] = sharedBytes{t.(*[]byte)}
 			}
 		}
+		next := 0 // the index in runIDs of the next row's run, if it is there (rows come in run ID order)
 		for rows.Next() {
 			// Each row's values its own: none kept from the last but the
-			// strings their row has too (sharedText).
+			// strings their row has too (sharedText), nor from known but
+			// those the row has too.
 			run = engine.Run{Namespace: run.Namespace, Kind: run.Kind, Queue: run.Queue, State: run.State}
+			if k := knownAt(known, next, len(runIDs)); k != nil {
+				run.WorkflowID, run.Args, run.TraceContext = k.WorkflowID, k.Args, k.TraceContext
+			}
 			if err := rows.Scan(targets...); err != nil {
 				return err
 			}
 			run.ID = id.Bytes
+			if i, ok := slices.BinarySearchFunc(runIDs, run.ID, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }); ok {
+				next = i + 1
+			}
 			if err := read(run, now); err != nil {
 				return err
 			}
 		}
 		return rows.Err()
 	})
+}
+
+// knownAt is known(i), or nil if there is no such run or known is nil.
+func knownAt(known func(i int) *engine.Run, i, n int) *engine.Run {
+	if known == nil || i >= n {
+		return nil
+	}
+	return known(i)
 }
 
 // sharedText is the scan target of a text column into a string that keeps
@@ -200,6 +223,21 @@ func (t sharedText) ScanBytes(text []byte) error {
 		return fmt.Errorf("cannot scan NULL into %T", t.s)
 	case string(text) != *t.s:
 		*t.s = string(text)
+	}
+	return nil
+}
+
+// sharedBytes is the scan target of a bytea or jsonb column into a slice
+// that keeps the slice it holds when the column has the same bytes (a
+// copy otherwise, as pgx makes); its holders only read it.
+type sharedBytes struct{ b *[]byte }
+
+func (t sharedBytes) ScanBytes(src []byte) error {
+	switch {
+	case src == nil:
+		*t.b = nil
+	case *t.b == nil || !bytes.Equal(src, *t.b):
+		*t.b = bytes.Clone(src)
 	}
 	return nil
 }

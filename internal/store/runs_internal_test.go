@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgerrcode"
@@ -171,12 +172,33 @@ func TestQueueLockRunsReadsEachRow(t *testing.T) {
 			defer func() { _ = tx.Rollback(ctx) }()
 			var got []engine.Run
 			batch := &pgx.Batch{}
-			s.QueueLockRuns(batch, ids, func(run engine.Run, _ time.Time) error {
+			s.QueueLockRuns(batch, ids, nil, func(run engine.Run, _ time.Time) error {
 				got = append(got, run)
 				return nil
 			})
 			require.NoError(t, tx.SendBatch(ctx, batch).Close())
 			require.Equal(t, want, got)
+
+			// What the caller knows of a row is kept where the row has the
+			// same, and only there.
+			same := engine.Run{WorkflowID: strings.Clone(want[0].WorkflowID), Args: []byte("{}"), TraceContext: []byte("{}")}
+			other := engine.Run{WorkflowID: "wf-0", Args: []byte("[]"), TraceContext: []byte(`{"a":1}`)}
+			known := []*engine.Run{&same, &other, nil, &same}
+			got = got[:0]
+			batch = &pgx.Batch{}
+			s.QueueLockRuns(batch, ids, func(i int) *engine.Run { return known[i] }, func(run engine.Run, _ time.Time) error {
+				got = append(got, run)
+				return nil
+			})
+			require.NoError(t, tx.SendBatch(ctx, batch).Close())
+			require.Equal(t, want, got)
+			require.Same(t, unsafe.StringData(same.WorkflowID), unsafe.StringData(got[0].WorkflowID))
+			require.Same(t, &same.Args[0], &got[0].Args[0])
+			require.Same(t, &same.Args[0], &got[3].Args[0], "args the same")
+			require.NotSame(t, &same.Args[0], &got[1].Args[0])
+			require.NotSame(t, &other.Args[0], &got[1].Args[0])
+			require.Same(t, &same.TraceContext[0], &got[0].TraceContext[0])
+			require.NotSame(t, &other.TraceContext[0], &got[1].TraceContext[0])
 		})
 	}
 }
