@@ -17,7 +17,6 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/weirhq/weir/internal/array"
 	"github.com/weirhq/weir/internal/fencingclaim"
 )
 
@@ -59,24 +58,7 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 		return
 	}
 	n := len(claims)
-	var (
-		ids         = make(array.Int64s, n)
-		args        = make(array.JSON, n)
-		attemptedBy = make(array.Texts, n)
-		kinds       = make(array.Texts, n)
-		maxAttempts = make(array.Int64s, n)
-		metadata    = make(array.JSON, n)
-		priorities  = make(array.Int64s, n)
-		queues      = make(array.Texts, n)
-		tokens      = mintLeaseTokens(n)
-	)
-	for i := range claims {
-		p := &claims[i].Params
-		ids[i], args[i], attemptedBy[i], kinds[i], maxAttempts[i] = p.ID, p.Args, p.AttemptedBy, p.Kind, int64(p.MaxAttempts)
-		metadata[i], priorities[i], queues[i] = claimMetadata(p), int64(max(p.Priority, 1)), p.Queue
-	}
-	batch.Queue(claimManySQL(claims[0].Params.Schema), d.leaseTTLSetting(),
-		ids, args, attemptedBy, kinds, maxAttempts, metadata, priorities, queues, tokens).Query(func(rows pgx.Rows) error {
+	batch.Queue(claimManySQL(claims[0].Params.Schema), claimManyArgs(d.leaseTTLSetting(), claims)...).Query(func(rows pgx.Rows) error {
 		scanned := make([]*claimAlloc, 0, n)
 		targets := make([]any, claimColumns)
 		for rows.Next() {
@@ -311,23 +293,7 @@ func (d claimer) QueueCompletions(batch *pgx.Batch, completions []fencingclaim.C
 		return
 	}
 	n := len(completions)
-	var (
-		ids       = make(array.Int64s, n)
-		tokens    = make(array.Texts, n)
-		attempts  = make(array.Int64s, n)
-		finalized = make(array.Times, n)
-		metadata  array.JSON // NULL, as each of its elements, while no completion merges metadata
-	)
-	for i, c := range completions {
-		ids[i], tokens[i], attempts[i], finalized[i] = c.JobID, c.Token, int64(c.Attempt), c.FinalizedAt
-		if c.Metadata != nil {
-			if metadata == nil {
-				metadata = make(array.JSON, n) // nil: NULL
-			}
-			metadata[i] = c.Metadata
-		}
-	}
-	batch.Queue(completeClaimedManySQL(completions[0].Schema), ids, tokens, attempts, finalized, metadata, n).QueryRow(func(row pgx.Row) error {
+	batch.Queue(completeClaimedManySQL(completions[0].Schema), completeClaimedManyArgs(completions)...).QueryRow(func(row pgx.Row) error {
 		var one int
 		if err := row.Scan(&one); err != nil {
 			if refusedInStatement(err) {
@@ -345,11 +311,11 @@ func (d claimer) Committed(completions []fencingclaim.Completion) {
 	}
 }
 
-// completeClaimedManySQL is completeClaimedSQL for many jobs: arrays of
-// job ($1), token ($2), attempt ($3), finalized_at ($4) and metadata to
-// merge ($5, NULL for none; a NULL array, which unnest pads with NULLs, for
-// none at all), and their count ($6), which the statement must complete or
-// divide by zero.
+// completeClaimedManySQL is completeClaimedSQL for many jobs: their count
+// ($1), which the statement must complete or divide by zero, and arrays of
+// job ($2), token ($3), attempt ($4), finalized_at ($5) and metadata to
+// merge ($6, NULL for none; a NULL array, which unnest pads with NULLs, for
+// none at all).
 func completeClaimedManySQL(schema string) string {
 	return cachedSQL(&completeClaimedManyCache, schema, buildCompleteClaimedManySQL)
 }
@@ -359,7 +325,7 @@ var completeClaimedManyCache sync.Map
 func buildCompleteClaimedManySQL(schema string) string {
 	return `
 WITH v AS (
-    SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::timestamptz[], $5::text[])
+    SELECT * FROM unnest($2::bigint[], $3::text[], $4::int[], $5::timestamptz[], $6::text[])
         AS v(id, token, attempt, finalized_at, metadata)
 ),
 updated AS (
@@ -373,11 +339,11 @@ updated AS (
         lease_expires_at = NULL
     FROM v
     -- IS TRUE: no index serves it (decision 0004).
-    WHERE j.id = ANY($1) AND j.id = v.id AND (j.state = 'running') IS TRUE AND j.lease_token = v.token::uuid AND j.attempt = v.attempt
+    WHERE j.id = ANY($2) AND j.id = v.id AND (j.state = 'running') IS TRUE AND j.lease_token = v.token::uuid AND j.attempt = v.attempt
     RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token
 ),
 ` + loggedCompletionSQL(schema) + `
-SELECT 1 / (count(*) = $6)::int FROM updated`
+SELECT 1 / (count(*) = $1)::int FROM updated`
 }
 
 // claimSQL is a claim's insert (QueueClaims): $1 the lease's TTL, $2 the
@@ -402,8 +368,9 @@ func claimSQL(schema string) string {
 
 var claimCache, claimManyCache sync.Map
 
-// claimManySQL is claimSQL for many jobs with reserved IDs, over arrays. Its
-// rows are claimSQL's, one per job.
+// claimManySQL is claimSQL for many jobs with reserved IDs, over arrays:
+// the lease's TTL ($1), the jobs' lease tokens ($2), then their IDs and
+// claimSQL's $3-$9 ($3-$10). Its rows are claimSQL's, one per job.
 func claimManySQL(schema string) string {
 	return cachedSQL(&claimManyCache, schema, func(schema string) string {
 		return "WITH claimed AS (INSERT INTO " + tableName(schema, "river_job") +
@@ -411,7 +378,7 @@ func claimManySQL(schema string) string {
 			"   scheduled_at, state, tags)" +
 			"  SELECT v.id, v.args, 1, now(), ARRAY[v.attempted_by], v.kind, v.max_attempts, v.metadata, v.priority, v.queue, v.token," +
 			"   now() + $1::interval, now(), 'running', '{}'" +
-			"  FROM unnest($2::bigint[], $3::text[]::jsonb[], $4::text[], $5::text[], $6::int[], $7::text[]::jsonb[], $8::int[], $9::text[], $10::uuid[])" +
+			"  FROM unnest($3::bigint[], $4::text[]::jsonb[], $5::text[], $6::text[], $7::int[], $8::text[]::jsonb[], $9::int[], $10::text[], $2::uuid[])" +
 			"   AS v(id, args, attempted_by, kind, max_attempts, metadata, priority, queue, token)" +
 			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
 			" SELECT id, attempted_at, created_at, token, lease_expires_at," +

@@ -460,28 +460,37 @@ func scanInlineFetch(rows pgx.Rows) (*riverdriver.JobGetAvailableResult, []*fetc
 	res := &riverdriver.JobGetAvailableResult{}
 	var leases []*fetchRecord
 	// One set of scan targets for all rows, zeroed before each (pgx then
-	// allocates every value it scans anew).
-	var (
-		s       scannedJob
-		token   string
-		expires time.Time
-		details pgtype.Text
-	)
-	dest := append(s.dest(), &token, &expires, &details)
+	// allocates every value it scans anew). The statement sets every row's
+	// state (running) and attempted_at: attempted_at is scanned into a
+	// value, not a new pointer, and the state is not read.
+	t := new(struct {
+		s           scannedJob
+		attemptedAt time.Time
+		token       string
+		expires     time.Time
+		details     []byte
+	})
+	dest := append(t.s.dest(), &t.token, &t.expires, &t.details)
+	for i, d := range dest {
+		switch d {
+		case &t.s.attemptedAt:
+			dest[i] = &t.attemptedAt
+		case &t.s.state:
+			dest[i] = nil
+		}
+	}
 	for rows.Next() {
-		s, token, expires, details = scannedJob{}, "", time.Time{}, pgtype.Text{}
+		t.s = scannedJob{attemptedAt: &t.attemptedAt, state: string(rivertype.JobStateRunning)}
+		t.attemptedAt, t.token, t.expires, t.details = time.Time{}, "", time.Time{}, nil
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, err
 		}
-		f := &fetchedJob{rec: fetchRecord{expiresAt: expires, token: token}}
-		if err := s.decode(&f.job, &f.attemptedAt); err != nil {
+		f := &fetchedJob{rec: fetchRecord{details: t.details, expiresAt: t.expires, token: t.token}}
+		if err := t.s.decode(&f.job, &f.attemptedAt); err != nil {
 			if res.DecodeErrors == nil {
 				res.DecodeErrors = make(map[int64]error)
 			}
 			res.DecodeErrors[f.job.ID] = err
-		}
-		if details.Valid {
-			f.rec.details = []byte(details.String)
 		}
 		res.Jobs, leases = append(res.Jobs, &f.job), append(leases, &f.rec)
 	}

@@ -79,7 +79,7 @@ func TestBatchStatementsTakeJobsByKey(t *testing.T) {
 		{"Renew", renewSQL(schema), []any{ids, tokens, until, 30 * time.Second, until}},
 		{"SetState", setStateInlineSQL(schema, false), setStateInlineArgs(params, proofs)},
 		// QueueCompletions's statement for many, at a group's size.
-		{"CompleteClaimedMany", completeClaimedManySQL(schema), []any{ids[:16], tokens[:16], make([]int, 16), make([]time.Time, 16), make([]*string, 16), 16}},
+		{"CompleteClaimedMany", completeClaimedManySQL(schema), []any{16, ids[:16], tokens[:16], make([]int, 16), make([]time.Time, 16), make([]*string, 16)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rows, err := pool.Query(ctx, "EXPLAIN "+tc.sql, tc.args...)
@@ -135,7 +135,7 @@ func TestBatchStatementsPlannedYoung(t *testing.T) {
 		name, settings, sql, args string
 	}{
 		// As a weir worker's group sends it.
-		{"CompleteClaimedMany", dbschema.GenericPlansSQL + "; " + dbschema.HashJoinsSQL, completeClaimedManySQL(schema), "'{1,2,3}', '{a,b,c}', '{1,1,1}', '{2026-01-01,2026-01-01,2026-01-01}', '{NULL,NULL,NULL}', 3"},
+		{"CompleteClaimedMany", dbschema.GenericPlansSQL + "; " + dbschema.HashJoinsSQL, completeClaimedManySQL(schema), "3, '{1,2,3}', '{a,b,c}', '{1,1,1}', '{2026-01-01,2026-01-01,2026-01-01}', '{NULL,NULL,NULL}'"},
 		{"Renew", "SET LOCAL plan_cache_mode = force_generic_plan", renewSQL(schema), "'{1,2,3}', '{a,b,c}', '{NULL,NULL,NULL}', '30 seconds', '{NULL,NULL,NULL}'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

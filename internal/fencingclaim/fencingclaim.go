@@ -116,7 +116,8 @@ type Driver interface {
 	// it commits). A claim without a reserved ID names its job also as the
 	// session's currval of river_job's ID sequence. If any job would be
 	// inserted without a lease, or River's schema refuses one, its
-	// statement fails, aborting the transaction.
+	// statement fails, aborting the transaction. The statement reads claims
+	// when the batch is sent: leave them as they are until it ran.
 	QueueClaims(batch *pgx.Batch, claims []Request)
 
 	// WorkClaimed runs fn as the claimed attempt, as the fencing plugin runs
@@ -156,7 +157,9 @@ type Driver interface {
 	// attempt. A completion refused in a statement of its own fails the
 	// batch with a *fencing.LeaseLostError; which of several was refused is
 	// not told. The driver's OnFinalized hook is not called for a queued
-	// completion; its caller settles the job's outcome itself.
+	// completion; its caller settles the job's outcome itself. The
+	// statement reads completions when the batch is sent: leave them as
+	// they are until then.
 	QueueCompletions(batch *pgx.Batch, completions []Completion)
 
 	// Committed tells the driver that completions, queued with

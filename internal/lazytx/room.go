@@ -54,7 +54,7 @@ func roomFor(conn *pgx.Conn, b *pgx.Batch) *pgx.Batch {
 	for i, q := range b.QueuedQueries {
 		n := 0
 		for _, a := range q.Arguments {
-			n += argSize(a)
+			n += sizeOf(a)
 		}
 		total += 96 + n // Bind and Execute, their framing and the statement's name
 		if !wraps || n <= paramsKept {
@@ -131,6 +131,16 @@ func lend(buf *[]byte, dst []byte, n int) []byte {
 		*buf = slices.Grow((*buf)[:0], need)
 	}
 	return append((*buf)[:0], dst...) // dst may be *buf itself, if pgx kept it
+}
+
+// sizeOf is what argument a takes in pgx's binary formats: as it tells
+// (fencing's arrays), else as argSize estimates. It is apart from argSize,
+// whose argument must not escape: its cases box slices again.
+func sizeOf(a any) int {
+	if s, ok := a.(interface{ EncodedSize() int }); ok {
+		return s.EncodedSize()
+	}
+	return argSize(a)
 }
 
 // argSize estimates what argument a takes in pgx's binary formats.
