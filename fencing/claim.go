@@ -57,7 +57,7 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 		}
 		return
 	}
-	n := len(claims)
+	n, queued := len(claims), time.Now()
 	batch.Queue(claimManySQL(claims[0].Params.Schema), claimManyArgs(d.leaseTTLSetting(), claims)...).Query(func(rows pgx.Rows) error {
 		scanned := make([]*claimAlloc, 0, n)
 		targets := make([]any, claimColumns)
@@ -79,7 +79,7 @@ func (d claimer) QueueClaims(batch *pgx.Batch, claims []fencingclaim.Request) {
 		var first error
 		for i, c := range claims {
 			row, err := claimRowOf(scanned, i, c.Params.ID)
-			if err = claimed(c, row, err); err != nil && first == nil {
+			if err = claimed(c, row, queued, err); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -103,12 +103,12 @@ func claimRowOf(rows []*claimAlloc, i int, id int64) (*claimAlloc, error) {
 
 // queueClaim queues the statement of one claim.
 func (d claimer) queueClaim(batch *pgx.Batch, c fencingclaim.Request) {
-	p := &c.Params
+	p, queued := &c.Params, time.Now()
 	batch.Queue(claimSQL(p.Schema), d.leaseTTLSetting(), p.ID, p.Args, p.AttemptedBy, p.Kind, p.MaxAttempts, claimMetadata(p),
 		max(p.Priority, 1), p.Queue, pgtype.UUID{Bytes: mintLeaseTokens(1)[0], Valid: true}).QueryRow(func(r pgx.Row) error {
 		row := new(claimAlloc)
 		err := r.Scan(row.targets(make([]any, claimColumns))...)
-		return claimed(c, row, err)
+		return claimed(c, row, queued, err)
 	})
 }
 
@@ -120,12 +120,14 @@ func claimMetadata(p *fencingclaim.Params) []byte {
 	return p.Metadata
 }
 
-// claimed hands c's Done the Claim its statement's row (or err) makes.
-func claimed(c fencingclaim.Request, row *claimAlloc, err error) error {
+// claimed hands c's Done the Claim its statement's row (or err) makes, the
+// statement having been queued at local time queued.
+func claimed(c fencingclaim.Request, row *claimAlloc, queued time.Time, err error) error {
 	claim, err := claimOf(&c.Params, row, err)
 	if err != nil {
 		return err
 	}
+	row.st.leaseFrom = queued
 	c.Done(claim)
 	return nil
 }
@@ -185,7 +187,7 @@ func (d claimer) WorkClaimed(ctx context.Context, claim *fencingclaim.Claim, dea
 		st = &c.st
 	default:
 		c.st.mu.Lock()
-		st = &attemptState{expiresAt: c.st.expiresAt, schema: c.st.schema, token: c.st.token}
+		st = &attemptState{expiresAt: c.st.expiresAt, leaseFrom: c.st.leaseFrom, schema: c.st.schema, token: c.st.token}
 		c.st.mu.Unlock()
 	}
 	st.attempt, st.attemptedAt, st.driver, st.jobID = 1, claim.AttemptedAt, d.Driver, claim.ID
@@ -351,7 +353,9 @@ SELECT 1 / (count(*) = $1)::int FROM updated`
 // session's currval), then the job's args, claimer, kind, max attempts,
 // metadata, priority and queue ($3-$9), and its lease token ($10). The
 // insert gives the job its lease itself; the insert trigger leaves such a
-// row alone.
+// row alone. The lease runs from the statement's start, not its
+// transaction's, so that it starts after the claim was queued
+// (attemptState.leaseFrom) even in a transaction begun long before.
 func claimSQL(schema string) string {
 	return cachedSQL(&claimCache, schema, func(schema string) string {
 		table := tableName(schema, "river_job")
@@ -359,7 +363,7 @@ func claimSQL(schema string) string {
 			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token," +
 			"   lease_expires_at, scheduled_at, state, tags)" +
 			"  VALUES (coalesce(nullif($2::bigint, 0), nextval(pg_get_serial_sequence('" + strings.ReplaceAll(table, "'", "''") + "', 'id')))," +
-			"   $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9, $10::uuid, now() + $1::interval, now(), 'running', '{}')" +
+			"   $3, 1, now(), ARRAY[$4::text], $5, $6, $7, $8, $9, $10::uuid, statement_timestamp() + $1::interval, now(), 'running', '{}')" +
 			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +
 			" SELECT id, attempted_at, created_at, token, lease_expires_at," +
 			"  1 / (token <> '' AND lease_expires_at IS NOT NULL)::int FROM claimed"
@@ -377,7 +381,7 @@ func claimManySQL(schema string) string {
 			"  (id, args, attempt, attempted_at, attempted_by, kind, max_attempts, metadata, priority, queue, lease_token, lease_expires_at," +
 			"   scheduled_at, state, tags)" +
 			"  SELECT v.id, v.args, 1, now(), ARRAY[v.attempted_by], v.kind, v.max_attempts, v.metadata, v.priority, v.queue, v.token," +
-			"   now() + $1::interval, now(), 'running', '{}'" +
+			"   statement_timestamp() + $1::interval, now(), 'running', '{}'" +
 			"  FROM unnest($3::bigint[], $4::text[]::jsonb[], $5::text[], $6::text[], $7::int[], $8::text[]::jsonb[], $9::int[], $10::text[], $2::uuid[])" +
 			"   AS v(id, args, attempted_by, kind, max_attempts, metadata, priority, queue, token)" +
 			"  RETURNING id, attempted_at, created_at, coalesce(lease_token::text, '') AS token, lease_expires_at)" +

@@ -27,11 +27,12 @@ const (
 // zero field takes its default. NewDriver rejects an invalid Config with a
 // *ConfigError (matching ErrInvalidConfig) that names the field.
 type Config struct {
-	// HeartbeatInterval is how often a process renews the leases of the
-	// attempts it runs, in one batched statement, normally on a connection
-	// of its own outside the pool (see the package docs). It must be under half of
-	// LeaseTTL, so that one late heartbeat does not lose a lease. Defaults to
-	// LeaseTTL / 3.
+	// HeartbeatInterval is the longest a lease of an attempt a process runs
+	// goes unrenewed: every half HeartbeatInterval the process renews, in
+	// one batched statement, normally on a connection of its own outside the
+	// pool, the leases at least half a HeartbeatInterval old (see the
+	// package docs). It must be under half of LeaseTTL, so that one late
+	// heartbeat does not lose a lease. Defaults to LeaseTTL / 3.
 	HeartbeatInterval time.Duration
 
 	// LeaseTTL is how long an attempt's lease lasts without renewal. Once it

@@ -49,11 +49,14 @@
 // does, a running job that no fenced attempt leases, and otherwise gets a
 // *NoLeaseError (ErrNoLease).
 //
-// Leases use database time only. Each process renews the leases of its
-// attempts in one batched statement per HeartbeatInterval, on a connection
-// of its own outside the pool (so each running Driver uses one connection
-// more than its pool's), until River's completer has written the attempt's
-// outcome (for at most max(1 min, 2 × LeaseTTL) after the work returned).
+// Leases use database time only. Each process looks at the leases of its
+// attempts every half HeartbeatInterval, in one batched statement, on a
+// connection of its own outside the pool (so each running Driver uses one
+// connection more than its pool's), and renews those at least half a
+// HeartbeatInterval old, until River's completer has written the attempt's
+// outcome (for at most max(1 min, 2 × LeaseTTL) after the work returned): no
+// lease goes longer than one HeartbeatInterval unrenewed, and an attempt that
+// ends sooner costs no renewal.
 // When a renewal is refused the attempt's context is cancelled with cause
 // ErrLeaseLost. A lease reaper returns jobs whose lease expired to available
 // at once (discarded past max attempts), with an error entry saying so, and

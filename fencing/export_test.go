@@ -21,9 +21,29 @@ func (d *Driver) ReapNow(ctx context.Context) (int, error) {
 	return r.eachFencedSchema(ctx, func(schema string) (int, error) { return r.reapSchema(ctx, d.pool, schema) })
 }
 
-// RenewNow renews this process's leases once, as the keeper would.
+// RenewNow renews every lease of this process once, whatever its age.
 func (d *Driver) RenewNow(ctx context.Context) error {
-	_, err := d.driverKeeper().renewAll(ctx)
+	_, err := d.driverKeeper().renewAll(ctx, 0)
+	return err
+}
+
+// AgeLease makes this process take the leases of jobID's attempts for by
+// older than they are.
+func (d *Driver) AgeLease(jobID int64, by time.Duration) {
+	d.keeper.attempts.update(jobID, func(m map[int64]*attemptState) {
+		for st := m[jobID]; st != nil; st = st.sameJob {
+			st.mu.Lock()
+			st.leaseFrom = st.leaseFrom.Add(-by)
+			st.mu.Unlock()
+		}
+	})
+}
+
+// RenewDue renews the leases of this process that are due, as the keeper's
+// tick does.
+func (d *Driver) RenewDue(ctx context.Context) error {
+	k := d.driverKeeper()
+	_, err := k.renewAll(ctx, k.renewalAge())
 	return err
 }
 

@@ -76,7 +76,7 @@ func TestBatchStatementsTakeJobsByKey(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		{"Renew", renewSQL(schema), []any{ids, tokens, until, 30 * time.Second, until}},
+		{"Renew", renewSQL(schema), []any{ids, tokens, until, 30 * time.Second, until, 5 * time.Second}},
 		{"SetState", setStateInlineSQL(schema, false), setStateInlineArgs(params, proofs)},
 		// QueueCompletions's statement for many, at a group's size.
 		{"CompleteClaimedMany", completeClaimedManySQL(schema), []any{16, ids[:16], tokens[:16], make([]int, 16), make([]time.Time, 16), make([]*string, 16)}},
@@ -136,7 +136,7 @@ func TestBatchStatementsPlannedYoung(t *testing.T) {
 	}{
 		// As a weir worker's group sends it.
 		{"CompleteClaimedMany", dbschema.GenericPlansSQL + "; " + dbschema.HashJoinsSQL, completeClaimedManySQL(schema), "3, '{1,2,3}', '{a,b,c}', '{1,1,1}', '{2026-01-01,2026-01-01,2026-01-01}', '{NULL,NULL,NULL}'"},
-		{"Renew", "SET LOCAL plan_cache_mode = force_generic_plan", renewSQL(schema), "'{1,2,3}', '{a,b,c}', '{NULL,NULL,NULL}', '30 seconds', '{NULL,NULL,NULL}'"},
+		{"Renew", "SET LOCAL plan_cache_mode = force_generic_plan", renewSQL(schema), "'{1,2,3}', '{a,b,c}', '{NULL,NULL,NULL}', '30 seconds', '{NULL,NULL,NULL}', '5 seconds'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := dbtest.ExplainPrepared(ctx, t, pool, tc.settings, tc.sql, tc.args)

@@ -200,6 +200,7 @@ type attemptState struct {
 	mu         sync.Mutex
 	details    json.RawMessage
 	expiresAt  time.Time
+	leaseFrom  time.Time // local time before the statement that last granted or extended the lease was sent; zero: unknown
 	lost       bool
 	observed   bool       // renewUntil comes from the work context's deadline
 	ctxEnded   ctxEnd     // under ctxMu (attemptCtx)
@@ -208,6 +209,23 @@ type attemptState struct {
 	stuckAfter time.Duration
 	limits     AttemptLimits // told by LimitAttempt
 	lastBeat   time.Time     // local time of the last Heartbeat; zero: none yet
+}
+
+// youngerThan reports whether the attempt's lease is surely younger than age:
+// granted or last extended by a statement sent less than age ago
+// (leaseFrom), so that, unless its lease end caps it, it has more than
+// LeaseTTL - age left. Callers hold s.mu.
+func (s *attemptState) youngerThan(age time.Duration) bool {
+	return !s.leaseFrom.IsZero() && time.Since(s.leaseFrom) < age
+}
+
+// extend records the lease's expiry as a renewal sent at local time sent
+// left it. Callers hold s.mu.
+func (s *attemptState) extend(expires, sent time.Time) {
+	if expires.After(s.expiresAt) {
+		s.leaseFrom = sent
+	}
+	s.expiresAt = expires
 }
 
 func (s *attemptState) proof() proof {

@@ -18,9 +18,9 @@ import (
 	"github.com/riverqueue/river/rivershared/startstop"
 )
 
-// leaseKeeper renews the leases of the attempts its process runs: one
-// batched statement per schema per HeartbeatInterval. It runs on every
-// client (a River plugin service).
+// leaseKeeper renews the leases of the attempts its process runs once they
+// are due (renewalAge): one batched statement per schema every renewalAge.
+// It runs on every client (a River plugin service).
 type leaseKeeper struct {
 	startstop.BaseStartStop
 
@@ -168,8 +168,8 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 		k.connMu.Unlock()
 		k.running.Store(true)
 		defer k.closeConn()
-		interval := k.driver.config.HeartbeatInterval
-		timer := time.NewTimer(interval)
+		interval, tick := k.driver.config.HeartbeatInterval, k.renewalAge()
+		timer := time.NewTimer(tick)
 		defer timer.Stop()
 		var (
 			warned     time.Time // the last failure logged
@@ -183,17 +183,17 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 			case <-timer.C:
 			}
 			began := time.Now()
-			renewed, err := k.renewAll(ctx)
+			renewed, err := k.renewAll(ctx, tick)
 			if ctx.Err() != nil {
 				return
 			}
 			// A failed renewal is tried again soon, backing off to the
-			// interval; a run of failures is logged once per interval
+			// tick; a run of failures is logged once per interval
 			// (decision 0007).
-			next := interval
+			next := tick
 			if err != nil {
 				failures++
-				next = max(interval>>max(4-failures, 0), keeperRetryMin)
+				next = max(tick>>max(4-failures, 0), keeperRetryMin)
 				if time.Since(warned) >= interval {
 					warned = time.Now()
 					k.driver.logger().WarnContext(ctx, "fencing: renewing leases", slog.String("error", err.Error()),
@@ -221,12 +221,21 @@ func (k *leaseKeeper) Start(ctx context.Context) error {
 // keeperRetryMin is the least pause before a failed renewal is tried again.
 const keeperRetryMin = 10 * time.Millisecond
 
-// renewAll renews every live lease of this process in one statement per
-// schema, skipping rows another transaction holds locked (SKIP LOCKED) until
-// the next interval. Attempts whose job has moved on are cancelled with
+// renewalAge is both how often the keeper looks at its leases and how old a
+// lease must be before it is renewed: half a HeartbeatInterval. A lease is
+// thus renewed within one HeartbeatInterval of being granted, and an attempt
+// that ends sooner has its lease neither renewed nor locked by the keeper
+// (decision 0054).
+func (k *leaseKeeper) renewalAge() time.Duration {
+	return k.driver.config.HeartbeatInterval / 2
+}
+
+// renewAll renews every lease of this process at least minAge old (renewSQL;
+// the keeper's tick passes renewalAge) in one statement per schema, skipping
+// rows another transaction holds locked (SKIP LOCKED) until the next tick. Attempts whose job has moved on are cancelled with
 // cause ErrLeaseLost, all before the observer hears of the renewal's events
 // (once connMu is free, so that a slow observer holds up no renewal).
-func (k *leaseKeeper) renewAll(ctx context.Context) (renewed bool, err error) {
+func (k *leaseKeeper) renewAll(ctx context.Context, minAge time.Duration) (renewed bool, err error) {
 	var events []*Event
 	defer func() {
 		for _, event := range events {
@@ -244,7 +253,7 @@ func (k *leaseKeeper) renewAll(ctx context.Context) (renewed bool, err error) {
 
 	var errs []error
 	for schema, attempts := range bySchema {
-		sent, err := k.renewSchema(ctx, schema, attempts, &events)
+		sent, err := k.renewSchema(ctx, schema, attempts, minAge, &events)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -253,9 +262,10 @@ func (k *leaseKeeper) renewAll(ctx context.Context) (renewed bool, err error) {
 	return renewed, errors.Join(errs...)
 }
 
-// renewSchema renews the leases of attempts, of jobs in schema, and appends
-// to events what the observer is to hear of (counted already).
-func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts []*attemptState, events *[]*Event) (ran bool, err error) {
+// renewSchema renews the leases at least minAge old of attempts, of jobs in
+// schema, and appends to events what the observer is to hear of (counted
+// already).
+func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts []*attemptState, minAge time.Duration, events *[]*Event) (ran bool, err error) {
 	// Two attempts of one job can run here at once (the older one lost the
 	// job and does not know yet): results are matched to attempts by their
 	// position in the input, and a renewal to the attempt whose token it
@@ -270,6 +280,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	for _, st := range attempts {
 		st.mu.Lock()
 		lost, until, end, ended := st.lost, st.renewUntil, st.leaseEnd(), st.workEnded
+		young := st.youngerThan(minAge)
 		st.mu.Unlock()
 		if !ended.IsZero() {
 			if time.Since(ended) > k.outcomeWait() {
@@ -278,8 +289,8 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 			}
 			until, end = nil, nil // a timed-out work's outcome is kept too; outcomeWait caps it
 		}
-		if lost || st.token == "" {
-			continue
+		if lost || st.token == "" || young && (end == nil || !st.expiresAt.After(*end)) {
+			continue // a young lease is not due, unless it outlasts its lease end
 		}
 		sent = append(sent, st)
 		ids = append(ids, st.jobID)
@@ -301,8 +312,9 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	ctx, cancel := context.WithTimeout(ctx, k.driver.config.LeaseTTL)
 	defer cancel()
 	var results []result
+	began := time.Now()
 	err = k.withConn(ctx, func(q querier) error {
-		rows, err := q.Query(ctx, renewSQL(schema), ids, tokens, renewUntil, k.driver.config.LeaseTTL, leaseEnds)
+		rows, err := q.Query(ctx, renewSQL(schema), ids, tokens, renewUntil, k.driver.config.LeaseTTL, leaseEnds, minAge)
 		if err != nil {
 			return err
 		}
@@ -342,7 +354,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 			}
 		case r.expires.Valid:
 			st.mu.Lock()
-			st.expiresAt = r.expires.Time
+			st.extend(r.expires.Time, began)
 			st.mu.Unlock()
 			event := &Event{Attempt: st.attempt, JobID: st.jobID, Kind: EventLeaseRenewed}
 			k.driver.counters.count(event)
@@ -604,7 +616,7 @@ func (k *leaseKeeper) heartbeat(ctx context.Context, st *attemptState, details [
 	}
 	st.mu.Lock()
 	if expires.Valid {
-		st.expiresAt = expires.Time
+		st.extend(expires.Time, start)
 	}
 	if stored.Valid {
 		st.details = []byte(stored.String)
@@ -650,12 +662,15 @@ func sqlState(err error) string {
 	return ""
 }
 
-// renewSQL renews the leases of a batch of attempts ($1 job IDs, $2 tokens,
-// $3 River deadlines, $4 LeaseTTL, $5 lease ends: AttemptLimits, NULL for
-// none), skipping jobs another writer holds locked, and tells, per attempt
-// in input order, its new expiry, whether its lease is lost, and whether the
-// attempt finished the job itself. A lease never runs past its lease end: one
-// that would is cut back to it.
+// renewSQL renews the due leases of a batch of attempts ($1 job IDs, $2
+// tokens, $3 River deadlines, $4 LeaseTTL, $5 lease ends: AttemptLimits, NULL
+// for none, $6 the least age of a lease to renew), skipping jobs another writer holds locked, and
+// tells, per attempt in input order, its new expiry (NULL if it was not
+// renewed), whether its lease is lost, and whether the attempt finished the
+// job itself. A lease is due once it is $6 old (it has at most LeaseTTL - $6
+// left); a younger one is neither locked nor written. A
+// lease never runs past its lease end: one that would is cut back to it,
+// whatever its age.
 func renewSQL(schema string) string {
 	table := tableName(schema, "river_job")
 	return `
@@ -677,8 +692,11 @@ renewed AS (
             AND (j2.state = 'running') IS TRUE
             AND j2.lease_token = x.token::uuid
             AND j2.lease_expires_at IS NOT NULL
-            -- Renewed within its deadlines, or cut back to its lease end.
+            -- Renewed within its deadlines once due (at least $6 old, and
+            -- short of its lease end), or cut back to its lease end.
             AND ((x.renew_until IS NULL OR now() < x.renew_until) AND (x.lease_end IS NULL OR now() < x.lease_end)
+                    AND j2.lease_expires_at <= now() + $4::interval - $6::interval
+                    AND (x.lease_end IS NULL OR j2.lease_expires_at < x.lease_end)
                 OR j2.lease_expires_at > x.lease_end)
         FOR UPDATE OF j2 SKIP LOCKED
     ) l

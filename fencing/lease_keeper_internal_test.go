@@ -89,7 +89,7 @@ VALUES ('{}', 'renew', 5, 'default', 'running', 2, now()) RETURNING id, lease_to
 				round = []*attemptState{newer, older}
 			}
 			var events []*Event
-			_, err = driver.keeper.renewSchema(ctx, schema, round, &events)
+			_, err = driver.keeper.renewSchema(ctx, schema, round, 0, &events)
 			require.NoError(t, err)
 			require.Len(t, events, 2, "one lost, one renewed")
 

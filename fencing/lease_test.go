@@ -268,6 +268,64 @@ func TestLeaseRecovery(t *testing.T) {
 		waitForState(ctx, t, pool, schema, inserted.Job.ID, "completed")
 	})
 
+	t.Run("KeeperRenewsOnlyDueLeases", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		pool := dbtest.Pool(ctx, t)
+		schema := dbtest.TestSchema(ctx, t)
+		table := pgx.Identifier{schema, "river_job"}.Sanitize()
+		sink := newEventSink()
+		// Renewals are due at half a HeartbeatInterval: 5 s, longer than
+		// this test takes, so that only the leases aged below are due.
+		driver := newDriver(t, pool, sink, &fencing.Config{HeartbeatInterval: 10 * time.Second, LeaseTTL: time.Minute, ReaperInterval: reaperInterval})
+		worker := newBlockWorker(t)
+		client := startClient(ctx, t, pool, schema, &clientOpts{driver: driver, maxWorkers: 4, worker: worker})
+		start := func() (int64, *startedAttempt) {
+			inserted, err := client.Insert(ctx, blockArgs{}, nil)
+			require.NoError(t, err)
+			return inserted.Job.ID, recv(t, worker.started)
+		}
+		ageInDatabase := func(id int64) {
+			_, err := pool.Exec(ctx, `UPDATE `+table+` SET lease_expires_at = now() + interval '54 seconds' WHERE id = $1`, id)
+			require.NoError(t, err)
+		}
+		young, youngAttempt := start()     // young in the database, taken for old here
+		aged, _ := start()                 // old in both
+		youngHere, _ := start()            // old in the database, young here
+		limited, limitedAttempt := start() // young, but outlasting its attempt's limit
+		driver.StopHeartbeats()
+
+		driver.AgeLease(young, 6*time.Second)
+		driver.AgeLease(aged, 6*time.Second)
+		ageInDatabase(aged)
+		ageInDatabase(youngHere)
+		// The keeper's next tick (not LimitAttempt at once: the limit is
+		// more than a HeartbeatInterval away) must cut this lease back.
+		require.NoError(t, fencing.LimitAttempt(limitedAttempt.ctx, fencing.AttemptLimits{Timeout: 30 * time.Second}))
+		before := map[int64]time.Time{}
+		for _, id := range []int64{young, aged, youngHere, limited} {
+			before[id] = getJob(ctx, t, pool, schema, id).LeaseExpiresAt.Time
+		}
+		renewed := driver.Stats().LeasesRenewed
+
+		require.NoError(t, driver.RenewDue(ctx))
+		expires := func(id int64) time.Time { return getJob(ctx, t, pool, schema, id).LeaseExpiresAt.Time }
+		require.True(t, expires(young).Equal(before[young]), "a lease the database holds young is not renewed")
+		require.True(t, expires(youngHere).Equal(before[youngHere]), "a lease granted less than half a HeartbeatInterval ago is not renewed")
+		require.True(t, expires(aged).After(before[aged].Add(5*time.Second)), "a lease older than half a HeartbeatInterval is renewed")
+		require.True(t, expires(limited).Before(before[limited].Add(-20*time.Second)),
+			"a young lease past its attempt's limit is cut back to it (%s, was %s)", expires(limited), before[limited])
+		require.Equal(t, 1, sink.count(fencing.EventLeaseRenewed, aged))
+		require.Zero(t, sink.count(fencing.EventLeaseRenewed, young))
+		require.Equal(t, renewed+2, driver.Stats().LeasesRenewed)
+		require.NoError(t, youngAttempt.ctx.Err(), "an attempt whose lease was not due keeps running")
+
+		// RenewNow renews every lease, whatever its age.
+		require.NoError(t, driver.RenewNow(ctx))
+		require.True(t, expires(young).After(before[young]))
+		require.True(t, expires(youngHere).After(before[youngHere]))
+	})
+
 	t.Run("RenewalRefusedCancelsAttempt", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()

@@ -66,6 +66,7 @@ type fetchRecord struct {
 	attemptedAt time.Time
 	details     []byte
 	expiresAt   time.Time
+	leaseFrom   time.Time         // local time before the fetch was sent (attemptState.leaseFrom)
 	row         *rivertype.JobRow // as fetched; never written
 	schema      string
 	token       string
@@ -199,7 +200,7 @@ func (p *pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, 
 		if err != nil {
 			return nil, err
 		}
-		p.recordFetched(params.Schema, res.Jobs, nil)
+		p.recordFetched(params.Schema, res.Jobs, nil, time.Time{})
 		return res, nil
 	}
 	q := p.querier(exec)
@@ -211,6 +212,7 @@ func (p *pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, 
 		return &riverdriver.JobGetAvailableResult{}, nil
 	}
 	return timeoututil.WithTimeoutV(ctx, hotOperationTimeout, "fencing.Pilot.JobGetAvailable", func(ctx context.Context) (*riverdriver.JobGetAvailableResult, error) {
+		sent := time.Now()
 		rows, err := q.Query(ctx, fetchInlineSQL(params.Schema),
 			params.Now,
 			int32(min(params.MaxAttemptedBy, math.MaxInt32)), //nolint:gosec // clamped
@@ -228,7 +230,7 @@ func (p *pilot) JobGetAvailable(ctx context.Context, exec riverdriver.Executor, 
 		if err != nil {
 			return nil, fmt.Errorf("fetching jobs: %w", err)
 		}
-		p.recordFetched(params.Schema, res.Jobs, leases)
+		p.recordFetched(params.Schema, res.Jobs, leases, sent)
 		return res, nil
 	})
 }
@@ -239,7 +241,7 @@ const hotOperationTimeout = 10 * time.Second
 
 // recordFetched records the attempts of jobs fetched in schema; leases, if
 // not nil, holds the record of each job at its index.
-func (p *pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases []*fetchRecord) {
+func (p *pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases []*fetchRecord, sent time.Time) {
 	for i, job := range jobs {
 		var rec *fetchRecord
 		if leases != nil {
@@ -251,7 +253,7 @@ func (p *pilot) recordFetched(schema string, jobs []*rivertype.JobRow, leases []
 		if job.AttemptedAt != nil {
 			rec.attemptedAt = *job.AttemptedAt
 		}
-		rec.schema = schema
+		rec.schema, rec.leaseFrom = schema, sent
 		p.fetched.update(job.ID, func(m map[int64]*fetchRecord) { m[job.ID] = rec })
 	}
 }

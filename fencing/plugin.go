@@ -55,6 +55,7 @@ func (p *Plugin) newAttempt(ctx context.Context, job *rivertype.JobRow) *attempt
 	}
 	if rec := d.pilot.fetchedRecord(job.ID, job.Attempt); rec != nil {
 		st.schema, st.token, st.expiresAt, st.details = rec.schema, rec.token, rec.expiresAt, rec.details
+		st.leaseFrom = rec.leaseFrom
 	}
 
 	// Until the work context shows the real deadline (LeaseFromContext,
