@@ -22,10 +22,10 @@ import (
 // live until AnnounceExpiry intervals after the last upsert. Readers (describe,
 // the CLI, the UI) count the live rows that serve a run's queue and kind.
 //
-// It also tells the step groups' limiter how many workers share the
-// database (limit.Limiter.Share): at each announcement, and whenever a
-// worker starts or stops, which each announces on WorkerChannel. Its
-// listener for that channel also wakes the query responder.
+// It also tells the step groups' limiter (limit.Limiter.Share) and the
+// sweeper how many workers share the database: at each announcement, and
+// whenever a worker starts or stops, which each announces on WorkerChannel.
+// Its listener for that channel also wakes the query responder.
 type announcer struct {
 	background
 	w        *Worker
@@ -122,17 +122,24 @@ func (a *announcer) announce(ctx context.Context) {
 		a.w.config.Logger.WarnContext(ctx, "weir: announcing the worker failed; it retries at the next interval", slog.String("error", err.Error()))
 		return
 	}
-	a.w.stepGroups.Share(live)
+	a.share(live)
 }
 
-// recount tells the limiter how many workers are live now.
+// recount tells the limiter and the sweeper how many workers are live now.
 func (a *announcer) recount(ctx context.Context) {
 	live, err := a.w.store.LiveWorkers(ctx, a.w.pool)
 	if err != nil {
 		a.w.config.Logger.WarnContext(ctx, "weir: counting the live workers failed; the next announcement counts them", slog.String("error", err.Error()))
 		return
 	}
+	a.share(live)
+}
+
+// share records live, the number of live workers in the schema, for the
+// step groups' limiter and the sweeper.
+func (a *announcer) share(live int) {
 	a.w.stepGroups.Share(live)
+	a.w.liveWorkers.Store(int64(live))
 }
 
 // stop ends the announcements and deletes the worker's rows: it no longer

@@ -40,9 +40,12 @@ const (
 	// RetentionDefault is how long closed runs are kept by default.
 	RetentionDefault = 30 * 24 * time.Hour
 
-	// SweepIntervalDefault is how often the sweeper looks for runs with
-	// unread inbox rows and no queued task, and for activities whose job
-	// ended without writing an outcome.
+	// SweepIntervalDefault is Config.SweepInterval's default: the fleet of
+	// workers on one database sweeps about this often, each worker once
+	// every SweepIntervalDefault × the live workers, jittered. A sweep looks
+	// for runs with unread inbox rows and no queued task, for activities
+	// whose job ended without writing an outcome or that are past their
+	// deadline, and for runs past retention.
 	SweepIntervalDefault = 5 * time.Second
 
 	// TaskTimeoutDefault bounds one workflow task (replay and commit).
@@ -185,8 +188,11 @@ type Config struct {
 	// match the clients'. Defaults to empty: the search_path's first.
 	Schema string
 
-	// SweepInterval is how often the sweeper runs. Defaults to
-	// SweepIntervalDefault.
+	// SweepInterval is how often the fleet of workers on one database
+	// sweeps, about: any worker's sweep repairs every run of the schema, so
+	// each worker sweeps when it starts, then once every SweepInterval ×
+	// the live workers it counts (see AnnounceInterval), jittered by ±25%.
+	// Defaults to SweepIntervalDefault.
 	SweepInterval time.Duration
 
 	// TaskTimeout bounds one workflow task. Defaults to TaskTimeoutDefault.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,6 +27,10 @@ const sweepBatch = 500
 // whose job ended without writing an outcome (a plain River worker, a discard
 // by a rescuer or reaper, a job deleted by hand). Every repair takes the run
 // row's lock, like any inbox writer, so it cannot race a task.
+//
+// Any worker's sweep repairs every run of the schema, so the workers share
+// the sweeping: each sweeps at start, then waits sweepDelay between sweeps,
+// and the fleet sweeps about once per Config.SweepInterval.
 type sweeper struct {
 	background
 	w *Worker
@@ -36,8 +42,6 @@ type sweeper struct {
 func newSweeper(w *Worker) *sweeper { return &sweeper{w: w} }
 
 func (s *sweeper) loop(ctx context.Context) {
-	ticker := time.NewTicker(s.w.config.SweepInterval)
-	defer ticker.Stop()
 	for {
 		n, err := s.sweep(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -52,10 +56,33 @@ func (s *sweeper) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-time.After(s.wait()):
 		}
 	}
 }
+
+// wait is how long the sweeper waits before its next sweep: sweepDelay of
+// Config.SweepInterval and the live workers as last announced.
+func (s *sweeper) wait() time.Duration {
+	return sweepDelay(s.w.config.SweepInterval, s.w.liveWorkers.Load(), rand.Int64N)
+}
+
+// sweepDelay is one worker's wait between sweeps when live workers (at least
+// 1, whatever live says) share the sweeping: interval × live (at most
+// sweepDelayLongest) times a jitter in [0.75, 1.25), so that workers started
+// together do not sweep together. random returns a number in [0, n), like
+// rand.Int64N; the jitter is uniform if it is.
+func sweepDelay(interval time.Duration, live int64, random func(n int64) int64) time.Duration {
+	share := time.Duration(sweepDelayLongest)
+	if live = max(live, 1); interval < share/time.Duration(live) {
+		share = interval * time.Duration(live)
+	}
+	return share - share/4 + time.Duration(random(max(int64(share/2), 1)))
+}
+
+// sweepDelayLongest bounds the share sweepDelay jitters, so that its result
+// cannot overflow.
+const sweepDelayLongest = math.MaxInt64 / 2
 
 // sweep runs one pass and returns how many repairs it made.
 func (s *sweeper) sweep(ctx context.Context) (int, error) {

@@ -74,6 +74,7 @@ type Worker struct {
 	clock        dbClock                                             // the database's time, estimated
 	ahead        aheadCounts                                         // first tasks run ahead of their starts
 	stepGroups   *limit.Limiter                                      // groups of outcomes the step committer commits at once
+	liveWorkers  atomic.Int64                                        // live workers in the schema, as last announced; 1 before that
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition
@@ -112,6 +113,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Worker, error) {
 		stepGroups:   limit.ForPool(pool),
 		workflows:    make(map[string]*replay.Definition),
 	}
+	w.liveWorkers.Store(1)
 	w.resultType = w.activityResultType
 	w.returns = newQueueReturns(w)
 	w.backfillSlice = backfillSlice
