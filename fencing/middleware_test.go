@@ -37,6 +37,7 @@ func TestPluginIsOutermostWorkerMiddleware(t *testing.T) {
 	driver := newDriver(t, pool, nil, nil)
 	seer := &leaseSeer{saw: make(chan bool, 1)}
 	config := testConfig(schema, &clientOpts{driver: driver})
+	//lint:ignore SA1019 River's deprecated WorkerMiddleware field must still reach the lease.
 	config.WorkerMiddleware = []rivertype.WorkerMiddleware{seer}
 	client, err := river.NewClient(driver, config)
 	require.NoError(t, err)

@@ -286,7 +286,7 @@ type BadArgsWorkflow struct {
 }
 
 func (BadArgsWorkflow) Run(ctx workflow.Context, args BadArgsWorkflowArgs) (int, error) {
-	return workflow.ExecuteActivity[int](ctx, BadArgs{N: args.N}, nil).Get(ctx)
+	return workflow.ExecuteActivity[int](ctx, BadArgs(args), nil).Get(ctx)
 }
 
 // A claimed attempt whose args panic when decoded fails, as River's

@@ -364,7 +364,7 @@ func TestHistoryCacheRoomInOrder(t *testing.T) {
 	c := newHistoryCache(1)
 	events := []history.Event{{ID: 1, Type: "WorkflowStarted"}}
 	run := uuid.New()
-	busy := c.put(run, one(events), nil, nil, nil, 1)
+	c.put(run, one(events), nil, nil, nil, 1)
 
 	const waiters = 3
 	admitted := make(chan int, waiters)
@@ -395,7 +395,7 @@ func TestHistoryCacheRoomInOrder(t *testing.T) {
 	// The run goes on: its next entry is busy too, so nobody is admitted,
 	// not even once the first task's attempt ends (the entry is replaced
 	// in place: it holds only the second task's).
-	busy = c.put(run, one(append(events, history.Event{ID: 2})), nil, nil, nil, 1)
+	busy := c.put(run, one(append(events, history.Event{ID: 2})), nil, nil, nil, 1)
 	c.claimEnded(busy, 2)
 	select {
 	case i := <-admitted:
