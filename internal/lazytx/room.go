@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -77,7 +78,7 @@ func roomFor(conn *pgx.Conn, b *pgx.Batch) *pgx.Batch {
 			break
 		}
 	}
-	if total > writeKept {
+	if total > writeKept && !conn.PgConn().IsClosed() {
 		conn.PgConn().Frontend().Send(room{n: total, kept: kept})
 	}
 	return out
@@ -101,6 +102,9 @@ type kept struct {
 	// write (sized arguments send it), when that room is write's.
 	again again
 	front *pgproto3.Frontend // the connection's
+	// pg is the connection. Once it is closed its frontend is pgx's
+	// closing goroutine's (it sends Terminate): room is made only before.
+	pg *pgconn.PgConn
 }
 
 // keptKey is kept's key in a connection's custom data.
@@ -111,7 +115,7 @@ func keptOf(conn *pgx.Conn) *kept {
 	data := conn.PgConn().CustomData()
 	k, ok := data[keptKey].(*kept)
 	if !ok {
-		k = &kept{front: conn.PgConn().Frontend()}
+		k = &kept{front: conn.PgConn().Frontend(), pg: conn.PgConn()}
 		k.again.kept = k
 		data[keptKey] = k
 	}
@@ -318,6 +322,8 @@ func (p *sizedPlan) SetNext(next pgtype.EncodePlan) { p.next = next }
 
 func (p *sizedPlan) Encode(value any, buf []byte) ([]byte, error) {
 	v, n := value.(interface{ unwrap() (any, int) }).unwrap()
-	p.kept.front.Send(&p.kept.again)
+	if !p.kept.pg.IsClosed() {
+		p.kept.front.Send(&p.kept.again)
+	}
 	return p.next.Encode(v, lend(&p.kept.args, buf, n))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -658,4 +659,38 @@ func TestNoSend(t *testing.T) {
 	require.ErrorIs(t, tx.Commit(ctx), errNo)
 	require.ErrorIs(t, tx.Rollback(ctx), errNo)
 	require.Nil(t, tx.Conn())
+}
+
+// TestBatchAfterConnectionLost sends a batch large enough to make room in
+// the write buffer on a connection that a statement cut off by its context
+// closed: the batch fails and writes nothing. (Room is then not made: the
+// closed connection's frontend is pgx's closing goroutine's. The race that
+// making it would be depends on that goroutine's timing; the fault suite
+// under -race met it, this test does not reliably.)
+func TestBatchAfterConnectionLost(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool, _, table := setup(t)
+	ids := make([]string, 5000)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	err := lazytx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+			return err
+		}
+		// A statement cut off by its context: pgx closes the connection
+		// from a goroutine of its own, which sends Terminate.
+		cut, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := tx.Exec(cut, "SELECT pg_sleep(5)")
+		require.Error(t, err, "the statement was cut off")
+		require.True(t, tx.Conn().PgConn().IsClosed())
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO "+table+" SELECT unnest($1::text[])::int", ids)
+		b.Queue("SELECT count(*) FROM "+table+" WHERE id::text = ANY($1)", ids)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	require.Error(t, err)
+	require.Zero(t, count(t, pool, table))
 }
