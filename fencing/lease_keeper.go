@@ -232,8 +232,9 @@ func (k *leaseKeeper) renewalAge() time.Duration {
 
 // renewAll renews every lease of this process at least minAge old (renewSQL;
 // the keeper's tick passes renewalAge) in one statement per schema, skipping
-// rows another transaction holds locked (SKIP LOCKED) until the next tick. Attempts whose job has moved on are cancelled with
-// cause ErrLeaseLost, all before the observer hears of the renewal's events
+// rows another transaction holds locked (SKIP LOCKED) until the next tick.
+// Attempts whose job has moved on are cancelled with cause ErrLeaseLost, all
+// before the observer hears of the renewal's events
 // (once connMu is free, so that a slow observer holds up no renewal).
 func (k *leaseKeeper) renewAll(ctx context.Context, minAge time.Duration) (renewed bool, err error) {
 	var events []*Event
@@ -280,7 +281,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 	for _, st := range attempts {
 		st.mu.Lock()
 		lost, until, end, ended := st.lost, st.renewUntil, st.leaseEnd(), st.workEnded
-		young := st.youngerThan(minAge)
+		young, expires := st.youngerThan(minAge), st.expiresAt
 		st.mu.Unlock()
 		if !ended.IsZero() {
 			if time.Since(ended) > k.outcomeWait() {
@@ -289,7 +290,7 @@ func (k *leaseKeeper) renewSchema(ctx context.Context, schema string, attempts [
 			}
 			until, end = nil, nil // a timed-out work's outcome is kept too; outcomeWait caps it
 		}
-		if lost || st.token == "" || young && (end == nil || !st.expiresAt.After(*end)) {
+		if lost || st.token == "" || young && (end == nil || !expires.After(*end)) {
 			continue // a young lease is not due, unless it outlasts its lease end
 		}
 		sent = append(sent, st)
