@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -45,57 +44,6 @@ func TestSweepDelay(t *testing.T) {
 		require.GreaterOrEqual(t, float64(sweepDelay(interval, 1, lowest)), 0.75*float64(interval), "%s", interval)
 		require.Less(t, sweepDelay(interval, 1, highest), interval*5/4+1, "%s", interval)
 	}
-}
-
-// TestSweeperWaitsForItsShare: each worker's sweeper waits its share of the
-// fleet's sweeping, following the live workers as they start and stop.
-func TestSweeperWaitsForItsShare(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	pool := dbtest.Pool(ctx, t)
-	schema := dbtest.TestSchema(ctx, t)
-	const interval = time.Hour
-	start := func() *Worker {
-		t.Helper()
-		w, err := New(pool, &Config{Schema: schema, AnnounceInterval: time.Hour, SweepInterval: interval})
-		require.NoError(t, err)
-		AddWorkflow(w, &stepGroupWorkflow{})
-		require.NoError(t, w.Start(ctx))
-		return w
-	}
-	stop := func(w *Worker) {
-		t.Helper()
-		require.NoError(t, w.Stop(context.WithoutCancel(ctx)))
-	}
-	requireWaits := func(live int64, ws ...*Worker) {
-		t.Helper()
-		require.Eventually(t, func() bool {
-			for _, w := range ws {
-				if w.liveWorkers.Load() != live {
-					return false
-				}
-			}
-			return true
-		}, 10*time.Second, 10*time.Millisecond, "want every worker to count %d", live)
-		for _, w := range ws {
-			for range 100 {
-				d := w.sweeper.wait()
-				require.GreaterOrEqual(t, d, interval*time.Duration(live)*3/4)
-				require.Less(t, d, interval*time.Duration(live)*5/4)
-			}
-		}
-	}
-
-	w1 := start()
-	t.Cleanup(func() { stop(w1) })
-	requireWaits(1, w1)
-	w2 := start()
-	requireWaits(2, w1, w2)
-	w3 := start()
-	requireWaits(3, w1, w2, w3)
-	stop(w3)
-	stop(w2)
-	requireWaits(1, w1)
 }
 
 // TestSweeperLoopWaits: the sweeper sweeps at once, then waits its share:
