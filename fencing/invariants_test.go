@@ -284,6 +284,56 @@ func TestTokenMinting(t *testing.T) {
 	}, log)
 }
 
+// TestAttemptsGoWithTheirJob: a statement that deletes jobs (River's
+// cleaner, an operator) deletes their attempts from the log too, and only
+// theirs.
+func TestAttemptsGoWithTheirJob(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	tx := dbtest.TestTx(ctx, t) // search_path is a migrated schema
+
+	// Each job runs two attempts (the trigger logs both) and ends completed.
+	ids := make([]int64, 4)
+	for i := range ids {
+		require.NoError(t, tx.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts) VALUES ('{}', 'gone', 5) RETURNING id`).Scan(&ids[i]))
+		for _, sql := range []string{
+			`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`,
+			`UPDATE river_job SET state = 'retryable', scheduled_at = now() WHERE id = $1`,
+			`UPDATE river_job SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1`,
+			`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`,
+		} {
+			_, err := tx.Exec(ctx, sql, ids[i])
+			require.NoError(t, err)
+		}
+	}
+	logged := func() map[int64]int {
+		rows, err := tx.Query(ctx, `SELECT job_id, count(*)::int FROM weir_job_attempt WHERE job_id = ANY($1) GROUP BY job_id`, ids)
+		require.NoError(t, err)
+		counts := map[int64]int{}
+		for rows.Next() {
+			var id int64
+			var n int
+			require.NoError(t, rows.Scan(&id, &n))
+			counts[id] = n
+		}
+		require.NoError(t, rows.Err())
+		return counts
+	}
+	require.Equal(t, map[int64]int{ids[0]: 2, ids[1]: 2, ids[2]: 2, ids[3]: 2}, logged())
+
+	del := func(sql string, args ...any) {
+		t.Helper()
+		_, err := tx.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	del(`DELETE FROM river_job WHERE id = $1`, ids[0])
+	require.Equal(t, map[int64]int{ids[1]: 2, ids[2]: 2, ids[3]: 2}, logged())
+	del(`DELETE FROM river_job WHERE id = ANY($1)`, ids[1:3]) // as River's cleaner, many at once
+	require.Equal(t, map[int64]int{ids[3]: 2}, logged())
+	del(`DELETE FROM river_job WHERE id = -1`) // deletes nothing
+	require.Equal(t, map[int64]int{ids[3]: 2}, logged())
+}
+
 // TestFailClosed (F6): a write that proves no current attempt is rejected,
 // never applied: no proof at all, or a proof of another attempt.
 func TestFailClosed(t *testing.T) {

@@ -156,23 +156,36 @@ func TestMigrator(t *testing.T) {
 
 		_, err := bundle.migrator.Up(ctx, nil)
 		require.NoError(t, err)
+		triggers := func() int {
+			var n int
+			require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal",
+				pgx.Identifier{bundle.schema, "river_job"}.Sanitize()).Scan(&n))
+			return n
+		}
+		require.Equal(t, 3, triggers())
 
 		// Force: the weir line stays installed (TestDownFencingGuards).
+		// Fencing 002's step takes out its delete trigger only.
 		res, err := bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, Force: true})
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
-		require.Equal(t, latest(t, bundle.migrator, migrations.LineFencing), res.Versions[0].Version)
-		// Fencing's one version takes out everything it installed.
+		require.Equal(t, 2, res.Versions[0].Version)
+		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_forget_attempts"))
+		require.Equal(t, 2, triggers())
+		require.Contains(t, tableNames(ctx, t, bundle.pool, bundle.schema), "weir_job_attempt")
+
+		// Fencing 001's step takes out everything else it installed.
+		res, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, Force: true})
+		require.NoError(t, err)
+		require.Len(t, res.Versions, 1)
+		require.Equal(t, 1, res.Versions[0].Version)
 		columns := columnNames(ctx, t, bundle.pool, bundle.schema, "river_job")
 		for _, column := range []string{"lease_token", "lease_expires_at", "lease_last_token", "lease_details"} {
 			require.NotContains(t, columns, column)
 		}
 		require.NotContains(t, tableNames(ctx, t, bundle.pool, bundle.schema), "weir_job_attempt")
 		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
-		var triggers int
-		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal",
-			pgx.Identifier{bundle.schema, "river_job"}.Sanitize()).Scan(&triggers))
-		require.Zero(t, triggers)
+		require.Zero(t, triggers())
 
 		err = bundle.migrator.Verify(ctx)
 		require.ErrorIs(t, err, migrations.ErrSchemaBehind)
@@ -185,12 +198,47 @@ func TestMigrator(t *testing.T) {
 		// Up again: all of it comes back.
 		res, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
 		require.NoError(t, err)
-		require.Len(t, res.Versions, 1)
+		require.Len(t, res.Versions, 2)
 		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
 		require.Contains(t, functionDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"), "live lease")
 		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "new.lease_token IS NULL")
 		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_update"), "weir_fencing_job_transition")
+		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_delete"), "weir_fencing_forget_attempts")
 		require.NoError(t, bundle.migrator.Verify(ctx))
+	})
+
+	// Fencing 002 deletes the attempts that jobs deleted before it left
+	// behind, and no others.
+	t.Run("Fencing002ForgetsTheAttemptsOfDeletedJobs", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := setup(ctx, t)
+		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+		require.NoError(t, err)
+		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 1})
+		require.NoError(t, err)
+		jobs := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
+		attempts := pgx.Identifier{bundle.schema, "weir_job_attempt"}.Sanitize()
+
+		var kept, deleted int64
+		for _, id := range []*int64{&kept, &deleted} {
+			require.NoError(t, bundle.pool.QueryRow(ctx, "INSERT INTO "+jobs+" (args, kind, max_attempts) VALUES ('{}', 'k', 5) RETURNING id").Scan(id))
+			_, err = bundle.pool.Exec(ctx, "INSERT INTO "+attempts+" (job_id, attempt, outcome) VALUES ($1, 1, 'retryable'), ($1, 2, 'completed')", *id)
+			require.NoError(t, err)
+		}
+		_, err = bundle.pool.Exec(ctx, "DELETE FROM "+jobs+" WHERE id = $1", deleted)
+		require.NoError(t, err)
+		logged := func(id int64) int {
+			var n int
+			require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM "+attempts+" WHERE job_id = $1", id).Scan(&n))
+			return n
+		}
+		require.Equal(t, 2, logged(deleted), "before 002 a deleted job leaves its attempts behind")
+
+		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 2})
+		require.NoError(t, err)
+		require.Zero(t, logged(deleted))
+		require.Equal(t, 2, logged(kept))
 	})
 
 	t.Run("NonMainLineNeedsMainFirst", func(t *testing.T) {
