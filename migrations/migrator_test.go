@@ -391,42 +391,67 @@ func TestMigrator(t *testing.T) {
 		require.Error(t, err, "MaxSteps needs a Line")
 	})
 
-	// Fencing's step runs while a worker's transaction has read river_job
-	// and then writes it: the step waits for that transaction, and neither
-	// deadlocks. (A weaker lock on river_job taken before the ACCESS
-	// EXCLUSIVE one would make the two wait for each other.)
+	// Each fencing step runs while a worker's transaction has read river_job
+	// and then writes it: the step waits for that transaction, or does not
+	// need to, and neither deadlocks. (A weaker lock on river_job taken
+	// before a stronger one that conflicts with the worker's read, as 001's
+	// ACCESS EXCLUSIVE does, would make the two wait for each other.)
 	t.Run("FencingWaitsForAnOpenTransaction", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		bundle := setup(ctx, t)
-		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
-		require.NoError(t, err)
-		table := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
+		versions := latest(t, setup(ctx, t).migrator, migrations.LineFencing)
+		for version := 1; version <= versions; version++ {
+			t.Run(fmt.Sprintf("fencing%03d", version), func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				bundle := setup(ctx, t)
+				_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+				require.NoError(t, err)
+				if version > 1 {
+					_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version - 1})
+					require.NoError(t, err)
+				}
+				table := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
 
-		worker, err := bundle.pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = worker.Rollback(context.WithoutCancel(ctx)) }()
-		_, err = worker.Exec(ctx, "SELECT count(*) FROM "+table)
-		require.NoError(t, err)
+				worker, err := bundle.pool.Begin(ctx)
+				require.NoError(t, err)
+				defer func() { _ = worker.Rollback(context.WithoutCancel(ctx)) }()
+				_, err = worker.Exec(ctx, "SELECT count(*) FROM "+table)
+				require.NoError(t, err)
 
-		migrated := make(chan error, 1)
-		go func() {
-			_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 1})
-			migrated <- err
-		}()
-		// Until the step waits for a lock on river_job.
-		require.Eventually(t, func() bool {
-			var waiting bool
-			err := bundle.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = $1::regclass AND NOT granted)", table).Scan(&waiting)
-			require.NoError(t, err)
-			return waiting
-		}, 10*time.Second, 10*time.Millisecond)
+				migrated := make(chan error, 1)
+				go func() {
+					_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+					migrated <- err
+				}()
+				// Until the step waits for a lock on river_job, or is done.
+				var done error
+				finished := false
+				require.Eventually(t, func() bool {
+					select {
+					case done = <-migrated:
+						finished = true
+						return true
+					default:
+					}
+					var waiting bool
+					err := bundle.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = $1::regclass AND NOT granted)", table).Scan(&waiting)
+					require.NoError(t, err)
+					return waiting
+				}, 10*time.Second, 10*time.Millisecond)
 
-		_, err = worker.Exec(ctx, "UPDATE "+table+" SET priority = priority WHERE id = -1")
-		require.NoError(t, err, "the worker's write does not deadlock with the migration")
-		require.NoError(t, worker.Commit(ctx))
-		require.NoError(t, <-migrated)
-		require.True(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"))
+				_, err = worker.Exec(ctx, "UPDATE "+table+" SET priority = priority WHERE id = -1")
+				require.NoError(t, err, "the worker's write does not deadlock with the migration")
+				require.NoError(t, worker.Commit(ctx))
+				if !finished {
+					done = <-migrated
+				}
+				require.NoError(t, done)
+				statuses, err := bundle.migrator.Status(ctx)
+				require.NoError(t, err)
+				require.Equal(t, version, statuses[1].Current)
+			})
+		}
 	})
 
 	// The fencing line runs on a large, live river_job: it builds no index
