@@ -40,6 +40,20 @@ func TestMigrator(t *testing.T) {
 		return &testBundle{migrator: migrator, pool: pool, schema: schema}
 	}
 
+	// beforeFencing returns a schema with River's main line and the
+	// fencing line one version short of version.
+	beforeFencing := func(ctx context.Context, t *testing.T, version int) *testBundle {
+		t.Helper()
+		bundle := setup(ctx, t)
+		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
+		require.NoError(t, err)
+		if version > 1 {
+			_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version - 1})
+			require.NoError(t, err)
+		}
+		return bundle
+	}
+
 	latest := func(t *testing.T, m *migrations.Migrator, line string) int {
 		t.Helper()
 		statuses, err := m.Status(t.Context())
@@ -404,13 +418,7 @@ func TestMigrator(t *testing.T) {
 			t.Run(fmt.Sprintf("fencing%03d", version), func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
-				bundle := setup(ctx, t)
-				_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
-				require.NoError(t, err)
-				if version > 1 {
-					_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version - 1})
-					require.NoError(t, err)
-				}
+				bundle := beforeFencing(ctx, t, version)
 				table := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
 
 				worker, err := bundle.pool.Begin(ctx)
@@ -500,13 +508,7 @@ func TestMigrator(t *testing.T) {
 			t.Run(fmt.Sprintf("fencing%03d", version), func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
-				bundle := setup(ctx, t)
-				_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
-				require.NoError(t, err)
-				if version > 1 {
-					_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version - 1})
-					require.NoError(t, err)
-				}
+				bundle := beforeFencing(ctx, t, version)
 				table := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
 
 				holder, err := bundle.pool.Begin(ctx)
