@@ -40,6 +40,19 @@ func TestMigrator(t *testing.T) {
 		return &testBundle{migrator: migrator, pool: pool, schema: schema}
 	}
 
+	latest := func(t *testing.T, m *migrations.Migrator, line string) int {
+		t.Helper()
+		statuses, err := m.Status(t.Context())
+		require.NoError(t, err)
+		for _, s := range statuses {
+			if s.Line == line {
+				return s.Latest
+			}
+		}
+		t.Fatalf("no line %s", line)
+		return 0
+	}
+
 	// beforeFencing returns a schema with River's main line and the
 	// fencing line one version short of version.
 	beforeFencing := func(ctx context.Context, t *testing.T, version int) *testBundle {
@@ -54,17 +67,18 @@ func TestMigrator(t *testing.T) {
 		return bundle
 	}
 
-	latest := func(t *testing.T, m *migrations.Migrator, line string) int {
+	// eachFencingStep runs test, in parallel, for each version of the
+	// fencing line, on a schema one step short of it, with its river_job.
+	eachFencingStep := func(t *testing.T, test func(t *testing.T, bundle *testBundle, version int, table string)) {
 		t.Helper()
-		statuses, err := m.Status(t.Context())
-		require.NoError(t, err)
-		for _, s := range statuses {
-			if s.Line == line {
-				return s.Latest
-			}
+		versions := latest(t, setup(t.Context(), t).migrator, migrations.LineFencing)
+		for version := 1; version <= versions; version++ {
+			t.Run(fmt.Sprintf("fencing%03d", version), func(t *testing.T) {
+				t.Parallel()
+				bundle := beforeFencing(t.Context(), t, version)
+				test(t, bundle, version, pgx.Identifier{bundle.schema, "river_job"}.Sanitize())
+			})
 		}
-		t.Fatalf("no line %s", line)
-		return 0
 	}
 
 	t.Run("ConcurrentUpAppliesOnce", func(t *testing.T) {
@@ -412,54 +426,46 @@ func TestMigrator(t *testing.T) {
 	// ACCESS EXCLUSIVE does, would make the two wait for each other.)
 	t.Run("FencingWaitsForAnOpenTransaction", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		versions := latest(t, setup(ctx, t).migrator, migrations.LineFencing)
-		for version := 1; version <= versions; version++ {
-			t.Run(fmt.Sprintf("fencing%03d", version), func(t *testing.T) {
-				t.Parallel()
-				ctx := t.Context()
-				bundle := beforeFencing(ctx, t, version)
-				table := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
+		eachFencingStep(t, func(t *testing.T, bundle *testBundle, version int, table string) {
+			ctx := t.Context()
+			worker, err := bundle.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = worker.Rollback(context.WithoutCancel(ctx)) }()
+			_, err = worker.Exec(ctx, "SELECT count(*) FROM "+table)
+			require.NoError(t, err)
 
-				worker, err := bundle.pool.Begin(ctx)
-				require.NoError(t, err)
-				defer func() { _ = worker.Rollback(context.WithoutCancel(ctx)) }()
-				_, err = worker.Exec(ctx, "SELECT count(*) FROM "+table)
-				require.NoError(t, err)
-
-				migrated := make(chan error, 1)
-				go func() {
-					_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
-					migrated <- err
-				}()
-				// Until the step waits for a lock on river_job, or is done.
-				var done error
-				finished := false
-				require.Eventually(t, func() bool {
-					select {
-					case done = <-migrated:
-						finished = true
-						return true
-					default:
-					}
-					var waiting bool
-					err := bundle.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = $1::regclass AND NOT granted)", table).Scan(&waiting)
-					require.NoError(t, err)
-					return waiting
-				}, 10*time.Second, 10*time.Millisecond)
-
-				_, err = worker.Exec(ctx, "UPDATE "+table+" SET priority = priority WHERE id = -1")
-				require.NoError(t, err, "the worker's write does not deadlock with the migration")
-				require.NoError(t, worker.Commit(ctx))
-				if !finished {
-					done = <-migrated
+			migrated := make(chan error, 1)
+			go func() {
+				_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+				migrated <- err
+			}()
+			// Until the step waits for a lock on river_job, or is done.
+			var done error
+			finished := false
+			require.Eventually(t, func() bool {
+				select {
+				case done = <-migrated:
+					finished = true
+					return true
+				default:
 				}
-				require.NoError(t, done)
-				statuses, err := bundle.migrator.Status(ctx)
+				var waiting bool
+				err := bundle.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = $1::regclass AND NOT granted)", table).Scan(&waiting)
 				require.NoError(t, err)
-				require.Equal(t, version, statuses[1].Current)
-			})
-		}
+				return waiting
+			}, 10*time.Second, 10*time.Millisecond)
+
+			_, err = worker.Exec(ctx, "UPDATE "+table+" SET priority = priority WHERE id = -1")
+			require.NoError(t, err, "the worker's write does not deadlock with the migration")
+			require.NoError(t, worker.Commit(ctx))
+			if !finished {
+				done = <-migrated
+			}
+			require.NoError(t, done)
+			statuses, err := bundle.migrator.Status(ctx)
+			require.NoError(t, err)
+			require.Equal(t, version, statuses[1].Current)
+		})
 	})
 
 	// The fencing line runs on a large, live river_job: it builds no index
@@ -502,43 +508,35 @@ func TestMigrator(t *testing.T) {
 	// ends in time.)
 	t.Run("FencingStepsGiveUpOnALockedRiverJob", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		versions := latest(t, setup(ctx, t).migrator, migrations.LineFencing)
-		for version := 1; version <= versions; version++ {
-			t.Run(fmt.Sprintf("fencing%03d", version), func(t *testing.T) {
-				t.Parallel()
-				ctx := t.Context()
-				bundle := beforeFencing(ctx, t, version)
-				table := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
+		eachFencingStep(t, func(t *testing.T, bundle *testBundle, version int, table string) {
+			ctx := t.Context()
+			holder, err := bundle.pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = holder.Rollback(context.WithoutCancel(ctx)) }()
+			_, err = holder.Exec(ctx, "LOCK TABLE "+table+" IN ROW EXCLUSIVE MODE")
+			require.NoError(t, err)
 
-				holder, err := bundle.pool.Begin(ctx)
-				require.NoError(t, err)
-				defer func() { _ = holder.Rollback(context.WithoutCancel(ctx)) }()
-				_, err = holder.Exec(ctx, "LOCK TABLE "+table+" IN ROW EXCLUSIVE MODE")
-				require.NoError(t, err)
+			// Far longer than any lock_timeout the steps set: a step
+			// without one waits until this deadline and fails otherwise.
+			upCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			_, err = bundle.migrator.Up(upCtx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, "the step gives up with a Postgres error: %v", err)
+			require.Equal(t, pgerrcode.LockNotAvailable, pgErr.Code, "lock_timeout, not a wait until the deadline: %v", err)
+			require.NoError(t, upCtx.Err())
 
-				// Far longer than any lock_timeout the steps set: a step
-				// without one waits until this deadline and fails otherwise.
-				upCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-				defer cancel()
-				_, err = bundle.migrator.Up(upCtx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
-				var pgErr *pgconn.PgError
-				require.ErrorAs(t, err, &pgErr, "the step gives up with a Postgres error: %v", err)
-				require.Equal(t, pgerrcode.LockNotAvailable, pgErr.Code, "lock_timeout, not a wait until the deadline: %v", err)
-				require.NoError(t, upCtx.Err())
+			statuses, err := bundle.migrator.Status(ctx)
+			require.NoError(t, err)
+			require.Equal(t, migrations.LineFencing, statuses[1].Line)
+			require.Equal(t, version-1, statuses[1].Current, "the step changed nothing")
 
-				statuses, err := bundle.migrator.Status(ctx)
-				require.NoError(t, err)
-				require.Equal(t, migrations.LineFencing, statuses[1].Line)
-				require.Equal(t, version-1, statuses[1].Current, "the step changed nothing")
-
-				// Once the table is quieter, the step is simply rerun.
-				require.NoError(t, holder.Rollback(ctx))
-				res, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
-				require.NoError(t, err)
-				require.Len(t, res.Versions, 1)
-			})
-		}
+			// Once the table is quieter, the step is simply rerun.
+			require.NoError(t, holder.Rollback(ctx))
+			res, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: version})
+			require.NoError(t, err)
+			require.Len(t, res.Versions, 1)
+		})
 	})
 }
 
