@@ -1,7 +1,7 @@
 -- fencing 002: a job's attempts go with the job.
 --
 -- River's cleaner deletes finished jobs (completed and cancelled after a
--- day, discarded after a week), as do operators and weir's own tools. Their
+-- day, discarded after a week), as may an operator or River's API. Their
 -- rows in weir_job_attempt stayed behind for ever, one per attempt, with
 -- nothing left to read them with: the log is read only together with its
 -- jobs. A statement trigger now deletes, in the deleting statement's
