@@ -234,8 +234,8 @@ func (k *leaseKeeper) renewalAge() time.Duration {
 // the keeper's tick passes renewalAge) in one statement per schema, skipping
 // rows another transaction holds locked (SKIP LOCKED) until the next tick.
 // Attempts whose job has moved on are cancelled with cause ErrLeaseLost, all
-// before the observer hears of the renewal's events
-// (once connMu is free, so that a slow observer holds up no renewal).
+// before the observer hears of the renewal's events (once connMu is free, so
+// that a slow observer holds up no renewal).
 func (k *leaseKeeper) renewAll(ctx context.Context, minAge time.Duration) (renewed bool, err error) {
 	var events []*Event
 	defer func() {

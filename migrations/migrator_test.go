@@ -240,21 +240,17 @@ func TestMigrator(t *testing.T) {
 	t.Run("Fencing002ForgetsTheAttemptsOfDeletedJobs", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		bundle := setup(ctx, t)
-		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
-		require.NoError(t, err)
-		_, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 1})
-		require.NoError(t, err)
+		bundle := beforeFencing(ctx, t, 2)
 		jobs := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
 		attempts := pgx.Identifier{bundle.schema, "weir_job_attempt"}.Sanitize()
 
 		var kept, deleted int64
 		for _, id := range []*int64{&kept, &deleted} {
 			require.NoError(t, bundle.pool.QueryRow(ctx, "INSERT INTO "+jobs+" (args, kind, max_attempts) VALUES ('{}', 'k', 5) RETURNING id").Scan(id))
-			_, err = bundle.pool.Exec(ctx, "INSERT INTO "+attempts+" (job_id, attempt, outcome) VALUES ($1, 1, 'retryable'), ($1, 2, 'completed')", *id)
+			_, err := bundle.pool.Exec(ctx, "INSERT INTO "+attempts+" (job_id, attempt, outcome) VALUES ($1, 1, 'retryable'), ($1, 2, 'completed')", *id)
 			require.NoError(t, err)
 		}
-		_, err = bundle.pool.Exec(ctx, "DELETE FROM "+jobs+" WHERE id = $1", deleted)
+		_, err := bundle.pool.Exec(ctx, "DELETE FROM "+jobs+" WHERE id = $1", deleted)
 		require.NoError(t, err)
 		logged := func(id int64) int {
 			var n int
@@ -474,9 +470,7 @@ func TestMigrator(t *testing.T) {
 	t.Run("FencingBuildsNoIndexOnRiverJob", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		bundle := setup(ctx, t)
-		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineMain})
-		require.NoError(t, err)
+		bundle := beforeFencing(ctx, t, 1)
 		before := indexDefs(ctx, t, bundle.pool, bundle.schema, "river_job")
 		require.NotEmpty(t, before)
 
