@@ -197,8 +197,10 @@ func TestWorkersAnnounceThemselves(t *testing.T) {
 	require.Empty(t, workers)
 	require.Equal(t, 0, describe(ghost).OnQueue)
 
-	// A worker that dies stops counting once its announcement expires.
-	w2, err := worker.New(b.pool, &worker.Config{Schema: b.schema, AnnounceInterval: 100 * time.Millisecond})
+	// A worker that dies stops counting once its announcement expires. Its
+	// interval is long so that no renewal lands between the expiry written
+	// here and the describe that reads it.
+	w2, err := worker.New(b.pool, &worker.Config{Schema: b.schema, AnnounceInterval: time.Hour})
 	require.NoError(t, err)
 	worker.AddWorkflow(w2, &GhostWorkflowStub{})
 	require.NoError(t, w2.Start(ctx))
