@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -98,7 +99,7 @@ func TestSummarize(t *testing.T) {
 		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":2,"runs":3,"unit":"wf/s","per_sec":300,"p50_ms":20,"p99_ms":40,"bench_cpu_us_per_unit":600,"postgres_cpu_us_per_unit":1800,"wal_bytes_per_unit":7000}`,
 		`{"workload":"workflows-burst","contender":"weir","config":"defaults","n":1000,"run":3,"runs":3,"error":"boom"}`,
 		``,
-		`{"workload":"jobs","contender":"fenced","config":"tuned","n":20000,"run":1,"runs":1,"unit":"jobs/s","per_sec":12345.6,"ratio_to_raw":0.9,"wal_bytes_per_unit":2000,"env":{"cpus":2,"go":"go1.26","pg":{"version":"PostgreSQL 15","fsync":"on"},"private_server":true,"weir_commit":"abc"}}`,
+		`{"workload":"jobs","contender":"fenced","config":"tuned","n":20000,"run":1,"runs":1,"unit":"jobs/s","per_sec":12345.6,"ratio_to_raw":0.9,"wal_bytes_per_unit":2000,"env":{"cpus":2,"cpu_model":"Virtual Turin","go":"go1.26","pg":{"version":"PostgreSQL 15","fsync":"on"},"private_server":true,"weir_commit":"abc"}}`,
 		`{"workload":"costs","contender":"dbos-direct","config":"direct","n":200,"run":1,"runs":1,"round_trips_per_unit":32.84,"statements_per_unit":32.09,"tx_per_unit":8.09,"wal_bytes_per_unit":3406,"connections":3}`,
 		`{"workload":"costs","contender":"weir","config":"eager","n":200,"run":1,"runs":1,"round_trips_per_unit":1.31,"statements_per_unit":4.85,"tx_per_unit":0.77,"wal_bytes_per_unit":18954}`,
 	}, "\n")
@@ -113,7 +114,7 @@ func TestSummarize(t *testing.T) {
 	require.Contains(t, got, "| weir | eager | 200 | 1 | 1.310 | 4.850 | 0.770 | 18,954 | 0 |", "no connection opened in the window is a figure")
 	require.Less(t, strings.Index(got, "### Jobs"), strings.Index(got, "### Workflows, burst"), "tables come in workload order")
 	require.NotContains(t, got, "open loop", "no table for a workload without results")
-	require.Contains(t, got, "Environment: PostgreSQL 15; 2 CPUs, go1.26; settings: fsync=on; weir abc.")
+	require.Contains(t, got, "Environment: PostgreSQL 15; 2 CPUs (Virtual Turin), go1.26; settings: fsync=on; weir abc.")
 
 	_, err = readResults(strings.NewReader(`{"workload": 3}`))
 	require.Error(t, err)
@@ -517,4 +518,14 @@ func TestServerCPU(t *testing.T) {
 	_, err = admin.Exec(ctx, "SELECT count(*) FROM generate_series(1, 3000000)")
 	require.NoError(t, err)
 	require.Greater(t, serverCPU(postmaster), before)
+}
+
+func TestCPUModelOf(t *testing.T) {
+	t.Parallel()
+	info := "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel\t\t: 17\nmodel name\t: Oxide  Virtual Turin-like Processor   \nflags\t\t: fpu\n\nprocessor\t: 1\nmodel name\t: Other\n"
+	require.Equal(t, "Oxide Virtual Turin-like Processor", cpuModelOf(info), "the first CPU's, spaces folded; not the model number's line")
+	require.Empty(t, cpuModelOf("processor\t: 0\nCPU implementer\t: 0x41\n"), "a system that names no model")
+	if _, err := os.Stat("/proc/cpuinfo"); err == nil && runtime.GOARCH == "amd64" {
+		require.NotEmpty(t, cpuModel(), "this machine's /proc/cpuinfo names its model")
+	}
 }

@@ -116,3 +116,26 @@ func statTicks(fields []string) int64 {
 	}
 	return total
 }
+
+// cpuModel is the model name of this machine's first CPU as /proc/cpuinfo
+// gives it, "" where it gives none. Results measured on two machines are
+// not comparable; the model tells two virtual machines apart where the
+// count of CPUs does not.
+func cpuModel() string {
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	return cpuModelOf(string(info))
+}
+
+// cpuModelOf reads the first "model name" of a /proc/cpuinfo text.
+func cpuModelOf(info string) string {
+	for line := range strings.Lines(info) {
+		key, value, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(key) == "model name" {
+			return strings.Join(strings.Fields(value), " ")
+		}
+	}
+	return ""
+}

@@ -158,6 +158,12 @@ type Env struct {
 	// CPUs is runtime.NumCPU().
 	CPUs int `json:"cpus"`
 
+	// CPUModel is the CPUs' model name, "" where the system does not tell
+	// it. Figures measured on different models are not comparable: the
+	// same build's CPU per workflow has differed by more than two times
+	// between two virtual machines of the same size.
+	CPUModel string `json:"cpu_model,omitempty"`
+
 	// GoVersion is runtime.Version().
 	GoVersion string `json:"go"`
 

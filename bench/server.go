@@ -185,6 +185,7 @@ func (s *server) env(ctx context.Context) (*Env, error) {
 	}
 	return &Env{
 		CPUs:          runtime.NumCPU(),
+		CPUModel:      cpuModel(),
 		GoVersion:     runtime.Version(),
 		PG:            pg,
 		PrivateServer: s.cluster != nil,

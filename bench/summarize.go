@@ -182,8 +182,12 @@ func summarize(results []*Result) string {
 		if rt := env.RoundTrip; rt != nil {
 			roundTrip = fmt.Sprintf("; one round trip %.2f ms back to back, %.2f ms after %.0f ms idle", rt.BackToBackMs, rt.AfterIdleMs, rt.IdleMs)
 		}
-		fmt.Fprintf(&b, "Environment: %s; %d CPUs, %s; settings: %s%s%s; weir %s.\n",
-			env.PG["version"], env.CPUs, env.GoVersion, settingsLine(env.PG), connections, roundTrip, env.WeirCommit)
+		cpus := fmt.Sprintf("%d CPUs", env.CPUs)
+		if env.CPUModel != "" {
+			cpus += " (" + env.CPUModel + ")"
+		}
+		fmt.Fprintf(&b, "Environment: %s; %s, %s; settings: %s%s%s; weir %s.\n",
+			env.PG["version"], cpus, env.GoVersion, settingsLine(env.PG), connections, roundTrip, env.WeirCommit)
 	}
 	return b.String()
 }
