@@ -26,6 +26,12 @@ func TestOnFinalized(t *testing.T) {
 	marks := pgx.Identifier{schema, "finalized_marks"}.Sanitize()
 	_, err := pool.Exec(ctx, "CREATE TABLE "+marks+" (job_id bigint NOT NULL, state text NOT NULL)")
 	require.NoError(t, err)
+	// The schema goes back to dbtest's pool for the next test: without its
+	// table.
+	t.Cleanup(func() {
+		_, err := pool.Exec(context.WithoutCancel(ctx), "DROP TABLE "+marks)
+		require.NoError(t, err)
+	})
 
 	var (
 		mu      sync.Mutex
