@@ -159,9 +159,8 @@ type Env struct {
 	CPUs int `json:"cpus"`
 
 	// CPUModel is the CPUs' model name, "" where the system does not tell
-	// it. Figures measured on different models are not comparable: the
-	// same build's CPU per workflow has differed by more than two times
-	// between two virtual machines of the same size.
+	// it. Compare figures only between results of the same model and CPU
+	// count (see docs/decisions/0057).
 	CPUModel string `json:"cpu_model,omitempty"`
 
 	// GoVersion is runtime.Version().
