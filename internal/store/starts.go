@@ -18,7 +18,7 @@ import (
 // startStatements are the statements of a run's start: a client's start
 // alone, in one round trip, or in a group of starts.
 type startStatements struct {
-	lock, tryLocks, run, aheadGuard, startedGuard, failedAttempt, taskJob string
+	lock, tryLocks, run, runOne, aheadGuard, startedGuard, failedAttempt, taskJob string
 }
 
 func newStartStatements(names *dbschema.Names) startStatements {
@@ -27,6 +27,7 @@ func newStartStatements(names *dbschema.Names) startStatements {
 		tryLocks: "SELECT coalesce(array_agg(pg_try_advisory_xact_lock(" + dbschema.StartLockSQL("$3", "n", "w") + ") ORDER BY i), '{}')" +
 			" FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(n, w, i)",
 		run:           startRunSQL(names),
+		runOne:        startOneSQL(names),
 		aheadGuard:    "SELECT now(), 1 / (SELECT count(*)::int FROM " + names.Run + " WHERE run_id = $1 AND generation = 1)",
 		startedGuard:  "SELECT 1 / (count(*) = cardinality($1::uuid[]))::int FROM " + names.Run + " WHERE run_id = ANY($1::uuid[])",
 		failedAttempt: "UPDATE " + names.RiverJob + " SET attempt = 1, attempted_at = now(), errors = array_append(errors, $2::jsonb) WHERE id = $1",
@@ -162,10 +163,15 @@ func (s *Store) QueueTryStartLocks(batch *pgx.Batch, starts StartRuns, into *[]b
 
 // QueueStartRuns queues, in one statement, the lookups of starts and, with
 // Insert, the inserts of their runs, and reads what each did into into (as
-// long as starts), the statement between dbschema.HashJoinsSQL and
-// HashJoinsEndSQL.
+// long as starts): one start by startOneSQL, more by startRunSQL between
+// dbschema.HashJoinsSQL and HashJoinsEndSQL.
 func (s *Store) QueueStartRuns(batch *pgx.Batch, starts StartRuns, into []StartRunResult) {
 	clear(into)
+	if starts.Len() == 1 {
+		p := starts.Params(0)
+		batch.Queue(s.starts.runOne, startOneArgs(&p)...).Query(func(rows pgx.Rows) error { return readStartRuns(rows, into) })
+		return
+	}
 	batch.Queue(dbschema.HashJoinsSQL)
 	batch.Queue(s.starts.run, startRunArgs(starts)...).Query(func(rows pgx.Rows) error { return readStartRuns(rows, into) })
 	batch.Queue(dbschema.HashJoinsEndSQL)
@@ -201,6 +207,25 @@ func startRunArgs(starts StartRuns) []any {
 	args[15] = array.NullTimes(columnOrNil(starts, func(p StartRunParams) *time.Time { return p.CreatedAt }))
 	args[16] = array.Int64s(columnOrNil(starts, func(p StartRunParams) int64 { return p.NextEventID }))
 	args[17] = columnOrNil(starts, func(p StartRunParams) bool { return p.QueueTask })
+	return args
+}
+
+// startOneArgs are startOneSQL's arguments, of one start: its timeouts in
+// microseconds (0: none). A lookup alone (no insert) sends only what it
+// looks up by; its other parameters are NULL.
+func startOneArgs(p *StartRunParams) []any {
+	args := make([]any, 18)
+	args[1], args[2], args[6] = p.Namespace, p.WorkflowID, p.RequestID
+	if !p.Insert {
+		return args
+	}
+	args[0] = pgtype.UUID{Bytes: p.RunID, Valid: true}
+	args[3], args[4], args[5], args[7] = p.Kind, p.Queue, p.Args, p.RequestHash
+	args[8] = pgtype.Text{String: string(p.TraceContext), Valid: p.TraceContext != nil} // text, as any exec mode sends it
+	args[9], args[10], args[11] = p.RejectAny, p.RejectCompleted, true
+	args[12], args[15] = p.TaskJobID, p.CreatedAt
+	args[13], args[14] = p.RunTimeout.Microseconds(), p.ExecutionTimeout.Microseconds()
+	args[16], args[17] = p.NextEventID, p.QueueTask
 	return args
 }
 
@@ -324,6 +349,41 @@ func startRunSQL(names *dbschema.Names) string {
 		" SELECT f.k, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found f" +
 		" UNION ALL SELECT ok.k, 0, i.run_id, i.generation, NULL, 'running', i.run_deadline, i.execution_deadline, i.created_at" +
 		" FROM inserted i JOIN ok ON ok.run_id = i.run_id"
+}
+
+// startOneSQL is startRunSQL for one start, over scalars (startOneArgs, in
+// startRunArgs's order) and with the same rows (its start k is 1). Without
+// arrays to unnest and join it has no join a generic plan could make
+// quadratic, so it needs no dbschema.HashJoinsSQL around it, and Postgres
+// runs it in about two thirds of the array statement's time: a start alone
+// waits for it. Each lookup takes its run by key, as startRunSQL's do.
+func startOneSQL(names *dbschema.Names) string {
+	lookup := " FROM " + names.Run + " r WHERE r.namespace = $2::text AND r.workflow_id = $3::text"
+	return "WITH found AS (" +
+		"  (SELECT 1 AS which, run_id, generation, request_hash, state" + lookup + " AND r.request_id = $7::text LIMIT 1)" +
+		"  UNION ALL (SELECT 2, run_id, generation, NULL, state" + lookup + " AND r.state = 'running' LIMIT 1)" +
+		"  UNION ALL (SELECT 3, run_id, generation, NULL, state" + lookup + " ORDER BY generation DESC LIMIT 1))," +
+		" ok AS (SELECT WHERE $12::boolean AND NOT EXISTS (SELECT 1 FROM found f" +
+		"  WHERE f.which < 3 OR $10::boolean OR ($11::boolean AND f.state = 'completed')))," +
+		" g AS (INSERT INTO " + names.Workflow + " AS w (namespace, workflow_id, last_generation)" +
+		"  SELECT $2, $3, 1 FROM ok" +
+		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
+		"  RETURNING last_generation)," +
+		" jobs AS (INSERT INTO " + names.RiverJob + " AS j (args, kind, max_attempts, queue, state, priority, metadata, tags)" +
+		"  SELECT jsonb_build_object('run_id', $1::uuid, 'workflow_id', $3::text), " + taskKindSQL("$2", "$4::text") + "," +
+		"   " + strconv.Itoa(task.MaxAttempts) + ", $5::text, 'available', 1, '{}', '{}' FROM ok WHERE $18::boolean" +
+		"  RETURNING j.id)," +
+		" inserted AS (INSERT INTO " + names.Run +
+		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline," +
+		"   trace_context, task_job_id, created_at, next_event_id)" +
+		"  SELECT $1, $2, $3, g.last_generation, $4, $5, $6::bytea, $7, $8::bytea," +
+		"   now() + nullif($14::bigint, 0) * interval '1 microsecond', now() + nullif($15::bigint, 0) * interval '1 microsecond'," +
+		"   $9::text::jsonb, coalesce((SELECT id FROM jobs), $13::bigint), coalesce($16::timestamptz, now()), greatest($17::bigint, 1)" +
+		"  FROM g" +
+		"  RETURNING run_id, generation, run_deadline, execution_deadline, created_at)" +
+		" SELECT 1, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found f" +
+		" UNION ALL SELECT 1, 0, i.run_id, i.generation, NULL, 'running', i.run_deadline, i.execution_deadline, i.created_at" +
+		" FROM inserted i"
 }
 
 // taskKindSQL is the SQL expression of task.Kind(namespace, kind), of the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbschema"
@@ -141,4 +142,103 @@ func requireByKey(t *testing.T, plan, what string) {
 	for _, scan := range dbtest.PlanScans(plan) {
 		require.NotEmpty(t, scan.Cond, "%s: %s reads without a key:\n%s", what, scan.Line, plan)
 	}
+}
+
+// TestStartOneTakesRunsByKey: a start alone's lookup and insert
+// (startOneSQL, over scalars) reads runs by key only, planned on a new
+// install's empty tables and on a runs table of tens of thousands of rows,
+// custom or generic, and does what startRunSQL does for each of its starts.
+func TestStartOneTakesRunsByKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := dbtest.Pool(ctx, t)
+	schema := dbtest.FreshSchema(ctx, t)
+	names := dbschema.New(schema)
+	literals := "'00000000-0000-0000-0000-000000000001', 'default', 'wf-1', 'k', 'default', 'x', 'r1', 'h', '{}', false, false," +
+		" true, NULL, 0, 0, NULL, 0, true"
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "PREPARE young_plan AS "+startOneSQL(names))
+	require.NoError(t, err)
+	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL, "young_plan", literals)
+	requireByKey(t, plan, "planned on the empty tables")
+	require.NotContains(t, plan, "'wf-1'", "a generic plan, its parameters unbound:\n%s", plan)
+	_, err = conn.Exec(ctx, "DEALLOCATE young_plan")
+	require.NoError(t, err)
+	conn.Release()
+
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Namespace+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation)"+
+		" SELECT 'default', 'wf-' || i, 1 FROM generate_series(10, 30000) i")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+
+		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, state, closed_at)"+
+		" SELECT gen_random_uuid(), 'default', 'wf-' || i, 1, 'k', 'default', '\\x', 'r' || i, '\\x',"+
+		"  CASE WHEN i % 10 = 0 THEN 'running' ELSE 'completed' END, CASE WHEN i % 10 = 0 THEN NULL ELSE now() END"+
+		" FROM generate_series(10, 30000) i")
+	require.NoError(t, err)
+	for _, settings := range []string{"", dbschema.GenericPlansSQL} {
+		requireByKey(t, dbtest.ExplainPrepared(ctx, t, pool, settings, startOneSQL(names), literals), "settings "+settings)
+	}
+
+	// Through QueueStartRuns, as startRunSQL's test has its three starts:
+	// the completed run a policy refuses (wf-15, its request unknown) and
+	// the live run (wf-20) are found, and only the new workflow ID's run is
+	// inserted, with its generation, its append point and its first task's
+	// job.
+	st := New(names)
+	start := func(id uuid.UUID, workflowID string, rejectAny bool) StartRunResult {
+		t.Helper()
+		p := StartRunParams{
+			RunID: id, Namespace: "default", WorkflowID: workflowID, Kind: "k", Queue: "default", Args: []byte("x"),
+			RequestID: "r-" + workflowID, RequestHash: []byte("h"), TraceContext: []byte("{}"), QueueTask: true,
+			NextEventID: 5, Insert: true, RejectAny: rejectAny,
+		}
+		var into [1]StartRunResult
+		batch := &pgx.Batch{}
+		st.QueueStartRuns(batch, &p, into[:])
+		require.NoError(t, pool.SendBatch(ctx, batch).Close())
+		require.True(t, into[0].Read)
+		return into[0]
+	}
+	refused := start(uuid.MustParse("00000000-0000-0000-0000-000000000001"), "wf-15", true)
+	require.False(t, refused.Inserted)
+	require.Nil(t, refused.ByRequest)
+	require.Nil(t, refused.Live)
+	require.NotNil(t, refused.Last)
+	require.Equal(t, "completed", refused.Last.State)
+	live := start(uuid.MustParse("00000000-0000-0000-0000-000000000002"), "wf-20", false)
+	require.False(t, live.Inserted)
+	require.NotNil(t, live.Live)
+	require.Equal(t, live.Live.RunID, live.Last.RunID)
+	inserted := start(uuid.MustParse("00000000-0000-0000-0000-000000000003"), "wf-new", false)
+	require.True(t, inserted.Inserted)
+	require.Equal(t, int64(1), inserted.Generation)
+	require.Nil(t, inserted.RunDeadline)
+	require.False(t, inserted.CreatedAt.IsZero())
+	var (
+		next                 int64
+		kind, state, trace   string
+		taskArgs, requestHsh []byte
+	)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT r.next_event_id, r.trace_context::text, r.request_hash, j.kind, j.state, j.args"+
+		" FROM "+names.Run+" r JOIN "+names.RiverJob+" j ON j.id = r.task_job_id WHERE r.workflow_id = 'wf-new'").
+		Scan(&next, &trace, &requestHsh, &kind, &state, &taskArgs))
+	require.Equal(t, []any{int64(5), "{}", []byte("h"), "weir.workflow:default/k", "available"}, []any{next, trace, requestHsh, kind, state})
+	var decoded task.Args
+	require.NoError(t, json.Unmarshal(taskArgs, &decoded))
+	require.Equal(t, task.Args{RunID: uuid.MustParse("00000000-0000-0000-0000-000000000003"), WorkflowID: "wf-new"}, decoded)
+	var runs, jobs int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.Run+" WHERE workflow_id IN ('wf-15', 'wf-20', 'wf-new')").Scan(&runs))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+names.RiverJob).Scan(&jobs))
+	require.Equal(t, []int{3, 1}, []int{runs, jobs}, "one new run and its task's job, none for the refused starts")
+
+	// The same start again: its request ID finds its run (a replay), and
+	// nothing more is inserted.
+	again := start(uuid.MustParse("00000000-0000-0000-0000-000000000004"), "wf-new", false)
+	require.False(t, again.Inserted)
+	require.NotNil(t, again.ByRequest)
+	require.Equal(t, uuid.MustParse("00000000-0000-0000-0000-000000000003"), uuid.UUID(again.ByRequest.RunID))
 }
