@@ -303,10 +303,9 @@ func (s *Store) QueueQueuedFirstTask(batch *pgx.Batch, p QueuedFirstTaskParams) 
 // startRunSQL looks up, for each start (by position: 1, 2, …), the runs it
 // must know of (by request ID, the live one, the last one) and, when it
 // inserts and none of them refuses it, inserts its run with its generation
-// and, with a task kind, queues its first task's River job as River's
-// insert would (available now, default priority, no metadata, tags or
-// uniqueness; its kind task.Kind's, its args task.Args's JSON), which the run names: a run and
-// its job are written together or not at all.
+// and, when it queues its task, its first task's River job as River's
+// insert would (startTaskValuesSQL), which the run names: a run and its
+// job are written together or not at all.
 // Its arguments are startRunArgs; its rows, readStartRuns's. Every lookup
 // reads the snapshot from before the inserts. Each start looks its runs up
 // by key on its own (LATERAL, LIMIT 1: W2 and W1 allow one run per request
@@ -330,25 +329,18 @@ func startRunSQL(names *dbschema.Names) string {
 		"    ORDER BY generation DESC LIMIT 1) l)," +
 		" ok AS (SELECT * FROM v WHERE v.insert AND NOT EXISTS (SELECT 1 FROM found f" +
 		"  WHERE f.k = v.k AND (f.which < 3 OR v.reject_any OR (v.reject_completed AND f.state = 'completed'))))," +
-		" g AS (INSERT INTO " + names.Workflow + " AS w (namespace, workflow_id, last_generation)" +
-		"  SELECT namespace, workflow_id, 1 FROM ok" +
-		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
-		"  RETURNING namespace, workflow_id, last_generation)," +
-		" jobs AS (INSERT INTO " + names.RiverJob + " AS j (args, kind, max_attempts, queue, state, priority, metadata, tags)" +
-		"  SELECT jsonb_build_object('run_id', ok.run_id, 'workflow_id', ok.workflow_id), " + taskKindSQL("ok.namespace", "ok.kind") + "," +
-		"   " + strconv.Itoa(task.MaxAttempts) + ", ok.queue, 'available', 1, '{}', '{}' FROM ok WHERE ok.queue_task" +
+		startWorkflowSQL(names, "namespace, workflow_id", "namespace, workflow_id, ") +
+		" jobs AS (INSERT INTO " + names.RiverJob + " AS j " + startTaskColumns +
+		"  SELECT " + startTaskValuesSQL("ok.run_id", "ok.workflow_id", "ok.namespace", "ok.kind", "ok.queue") + " FROM ok WHERE ok.queue_task" +
 		"  RETURNING j.id, (j.args->>'run_id')::uuid AS run_id)," +
-		" inserted AS (INSERT INTO " + names.Run +
-		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline," +
-		"   trace_context, task_job_id, created_at, next_event_id)" +
+		" inserted AS (INSERT INTO " + names.Run + startRunColumns +
 		"  SELECT ok.run_id, ok.namespace, ok.workflow_id, g.last_generation, ok.kind, ok.queue, ok.args, ok.request_id, ok.request_hash," +
-		"   now() + nullif(ok.run_timeout, 0) * interval '1 microsecond', now() + nullif(ok.execution_timeout, 0) * interval '1 microsecond'," +
+		"   " + deadlineSQL("ok.run_timeout") + ", " + deadlineSQL("ok.execution_timeout") + "," +
 		"   ok.trace_context::jsonb, coalesce(jobs.id, ok.task_job_id), coalesce(ok.created_at, now()), greatest(ok.next_event_id, 1)" +
 		"  FROM ok JOIN g ON g.namespace = ok.namespace AND g.workflow_id = ok.workflow_id LEFT JOIN jobs ON jobs.run_id = ok.run_id" +
-		"  RETURNING run_id, generation, run_deadline, execution_deadline, created_at)" +
-		" SELECT f.k, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found f" +
-		" UNION ALL SELECT ok.k, 0, i.run_id, i.generation, NULL, 'running', i.run_deadline, i.execution_deadline, i.created_at" +
-		" FROM inserted i JOIN ok ON ok.run_id = i.run_id"
+		"  RETURNING " + startInsertedColumns + ")" +
+		" SELECT f.k, " + startFoundRow +
+		" UNION ALL SELECT ok.k, " + startInsertedRow + " JOIN ok ON ok.run_id = i.run_id"
 }
 
 // startOneSQL is startRunSQL for one start, over scalars (startOneArgs, in
@@ -365,25 +357,57 @@ func startOneSQL(names *dbschema.Names) string {
 		"  UNION ALL (SELECT 3, run_id, generation, NULL, state" + lookup + " ORDER BY generation DESC LIMIT 1))," +
 		" ok AS (SELECT WHERE $12::boolean AND NOT EXISTS (SELECT 1 FROM found f" +
 		"  WHERE f.which < 3 OR $10::boolean OR ($11::boolean AND f.state = 'completed')))," +
-		" g AS (INSERT INTO " + names.Workflow + " AS w (namespace, workflow_id, last_generation)" +
-		"  SELECT $2, $3, 1 FROM ok" +
-		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
-		"  RETURNING last_generation)," +
-		" jobs AS (INSERT INTO " + names.RiverJob + " AS j (args, kind, max_attempts, queue, state, priority, metadata, tags)" +
-		"  SELECT jsonb_build_object('run_id', $1::uuid, 'workflow_id', $3::text), " + taskKindSQL("$2", "$4::text") + "," +
-		"   " + strconv.Itoa(task.MaxAttempts) + ", $5::text, 'available', 1, '{}', '{}' FROM ok WHERE $18::boolean" +
+		startWorkflowSQL(names, "$2, $3", "") +
+		" jobs AS (INSERT INTO " + names.RiverJob + " AS j " + startTaskColumns +
+		"  SELECT " + startTaskValuesSQL("$1::uuid", "$3::text", "$2", "$4::text", "$5::text") + " FROM ok WHERE $18::boolean" +
 		"  RETURNING j.id)," +
-		" inserted AS (INSERT INTO " + names.Run +
-		"  (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline, execution_deadline," +
-		"   trace_context, task_job_id, created_at, next_event_id)" +
+		" inserted AS (INSERT INTO " + names.Run + startRunColumns +
 		"  SELECT $1, $2, $3, g.last_generation, $4, $5, $6::bytea, $7, $8::bytea," +
-		"   now() + nullif($14::bigint, 0) * interval '1 microsecond', now() + nullif($15::bigint, 0) * interval '1 microsecond'," +
+		"   " + deadlineSQL("$14::bigint") + ", " + deadlineSQL("$15::bigint") + "," +
 		"   $9::text::jsonb, coalesce((SELECT id FROM jobs), $13::bigint), coalesce($16::timestamptz, now()), greatest($17::bigint, 1)" +
 		"  FROM g" +
-		"  RETURNING run_id, generation, run_deadline, execution_deadline, created_at)" +
-		" SELECT 1, f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found f" +
-		" UNION ALL SELECT 1, 0, i.run_id, i.generation, NULL, 'running', i.run_deadline, i.execution_deadline, i.created_at" +
-		" FROM inserted i"
+		"  RETURNING " + startInsertedColumns + ")" +
+		" SELECT 1, " + startFoundRow +
+		" UNION ALL SELECT 1, " + startInsertedRow
+}
+
+// The parts startRunSQL and startOneSQL share: the columns of a run's
+// insert, of its first task's job and of what the insert returns, and the
+// rows they read back after a start's k (readStartRuns).
+const (
+	startRunColumns = " (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, run_deadline," +
+		" execution_deadline, trace_context, task_job_id, created_at, next_event_id)"
+	startTaskColumns     = "(args, kind, max_attempts, queue, state, priority, metadata, tags)"
+	startInsertedColumns = "run_id, generation, run_deadline, execution_deadline, created_at"
+	startFoundRow        = "f.which, f.run_id, f.generation, f.request_hash, f.state, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz FROM found f"
+	startInsertedRow     = "0, i.run_id, i.generation, NULL, 'running', i.run_deadline, i.execution_deadline, i.created_at FROM inserted i"
+)
+
+// startWorkflowSQL is the CTE g of a start's statement: the workflow IDs of
+// ok, the starts that insert, given as their SQL expressions, get their
+// next generation (1 for a new one), returned after returning (empty, or
+// a list ending in ", ").
+func startWorkflowSQL(names *dbschema.Names, ids, returning string) string {
+	return " g AS (INSERT INTO " + names.Workflow + " AS w (namespace, workflow_id, last_generation)" +
+		"  SELECT " + ids + ", 1 FROM ok" +
+		"  ON CONFLICT (namespace, workflow_id) DO UPDATE SET last_generation = w.last_generation + 1" +
+		"  RETURNING " + returning + "last_generation),"
+}
+
+// startTaskValuesSQL is the values of a start's first task's River job,
+// as River's insert would make it (available now, default priority, no
+// metadata, tags or uniqueness; its kind task.Kind's, its args task.Args's
+// JSON), of the SQL expressions of the run's ID, workflow ID, namespace,
+// workflow kind and queue.
+func startTaskValuesSQL(runID, workflowID, namespace, kind, queue string) string {
+	return "jsonb_build_object('run_id', " + runID + ", 'workflow_id', " + workflowID + "), " + taskKindSQL(namespace, kind) + ", " +
+		strconv.Itoa(task.MaxAttempts) + ", " + queue + ", 'available', 1, '{}', '{}'"
+}
+
+// deadlineSQL is a run's deadline from now of the SQL expression of its
+// timeout in microseconds, NULL for 0.
+func deadlineSQL(micros string) string {
+	return "now() + nullif(" + micros + ", 0) * interval '1 microsecond'"
 }
 
 // taskKindSQL is the SQL expression of task.Kind(namespace, kind), of the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/internal/dbschema"
@@ -30,38 +31,17 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	// first time on a connection, which then keeps that plan until an
 	// ANALYZE: it takes rows by key all the same (without sequential scans
 	// off in dbschema.GenericPlansSQL, it scans weir_run).
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "PREPARE young_plan AS "+startRunSQL(names))
-	require.NoError(t, err)
-	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL+"; "+dbschema.HashJoinsSQL, "young_plan",
+	plan := explainYoung(t, pool, dbschema.GenericPlansSQL+"; "+dbschema.HashJoinsSQL, startRunSQL(names),
 		"'{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}', '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}',"+
 			" '{t}', '{NULL}', '{0}', '{0}', '{NULL}', '{0}', '{t}'")
 	requireByKey(t, plan, "planned on the empty tables")
 	require.Empty(t, dbtest.FilteredLoops(plan), "a batch joined row by row:\n%s", plan)
 	require.NotContains(t, plan, "'{", "a generic plan, its parameters unbound:\n%s", plan)
-	_, err = conn.Exec(ctx, "DEALLOCATE young_plan")
-	require.NoError(t, err)
-	conn.Release()
 
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Namespace+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
+	insertRuns(t, pool, names, 1, 10)
+	_, err := pool.Exec(ctx, "ANALYZE "+names.Run+"; ANALYZE "+names.Workflow)
 	require.NoError(t, err)
-	fill := func(from, to int) {
-		t.Helper()
-		_, err := pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation)"+
-			" SELECT 'default', 'wf-' || i, 1 FROM generate_series($1::int, $2::int) i", from, to)
-		require.NoError(t, err)
-		_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+
-			" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, state, closed_at)"+
-			" SELECT gen_random_uuid(), 'default', 'wf-' || i, 1, 'k', 'default', '\\x', 'r' || i, '\\x',"+
-			"  CASE WHEN i % 10 = 0 THEN 'running' ELSE 'completed' END, CASE WHEN i % 10 = 0 THEN NULL ELSE now() END"+
-			" FROM generate_series($1::int, $2::int) i", from, to)
-		require.NoError(t, err)
-	}
-	fill(1, 10)
-	_, err = pool.Exec(ctx, "ANALYZE "+names.Run+"; ANALYZE "+names.Workflow)
-	require.NoError(t, err)
-	fill(11, 30000)
+	insertRuns(t, pool, names, 11, 30000)
 
 	literals := "'{00000000-0000-0000-0000-000000000001,00000000-0000-0000-0000-000000000002,00000000-0000-0000-0000-000000000003}'," +
 		" '{default,default,default}', '{wf-5,wf-20,wf-new}', '{k,k,k}', '{default,default,default}', '{x,y,z}'," +
@@ -134,6 +114,40 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	require.Equal(t, 1, jobs)
 }
 
+// explainYoung is the plan of query, prepared on a new install's empty
+// tables and executed with literals after settings, as a connection plans
+// it the first time and keeps it until an ANALYZE.
+func explainYoung(t *testing.T, pool *pgxpool.Pool, settings, query, literals string) string {
+	t.Helper()
+	conn, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(t.Context(), "PREPARE young_plan AS "+query)
+	require.NoError(t, err)
+	plan := dbtest.ExplainExecute(t.Context(), t, conn.Conn(), settings, "young_plan", literals)
+	_, err = conn.Exec(t.Context(), "DEALLOCATE young_plan")
+	require.NoError(t, err)
+	return plan
+}
+
+// insertRuns inserts workflows wf-from to wf-to of namespace default, each
+// with one run at generation 1 (wf-15's of request ID r15): running for
+// every tenth, completed for the others.
+func insertRuns(t *testing.T, pool *pgxpool.Pool, names *dbschema.Names, from, to int) {
+	t.Helper()
+	_, err := pool.Exec(t.Context(), "INSERT INTO "+names.Namespace+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation)"+
+		" SELECT 'default', 'wf-' || i, 1 FROM generate_series($1::int, $2::int) i", from, to)
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), "INSERT INTO "+names.Run+
+		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, state, closed_at)"+
+		" SELECT gen_random_uuid(), 'default', 'wf-' || i, 1, 'k', 'default', '\\x', 'r' || i, '\\x',"+
+		"  CASE WHEN i % 10 = 0 THEN 'running' ELSE 'completed' END, CASE WHEN i % 10 = 0 THEN NULL ELSE now() END"+
+		" FROM generate_series($1::int, $2::int) i", from, to)
+	require.NoError(t, err)
+}
+
 // requireByKey fails unless every table plan reads, it reads by key: no
 // sequential scan, and no walk of a whole index (weir_run_live_idx, which
 // covers the live runs, read without a condition on its columns).
@@ -157,28 +171,11 @@ func TestStartOneTakesRunsByKey(t *testing.T) {
 	literals := "'00000000-0000-0000-0000-000000000001', 'default', 'wf-1', 'k', 'default', 'x', 'r1', 'h', '{}', false, false," +
 		" true, NULL, 0, 0, NULL, 0, true"
 
-	conn, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "PREPARE young_plan AS "+startOneSQL(names))
-	require.NoError(t, err)
-	plan := dbtest.ExplainExecute(ctx, t, conn.Conn(), dbschema.GenericPlansSQL, "young_plan", literals)
+	plan := explainYoung(t, pool, dbschema.GenericPlansSQL, startOneSQL(names), literals)
 	requireByKey(t, plan, "planned on the empty tables")
 	require.NotContains(t, plan, "'wf-1'", "a generic plan, its parameters unbound:\n%s", plan)
-	_, err = conn.Exec(ctx, "DEALLOCATE young_plan")
-	require.NoError(t, err)
-	conn.Release()
 
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Namespace+" (name) VALUES ('default') ON CONFLICT DO NOTHING")
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Workflow+" (namespace, workflow_id, last_generation)"+
-		" SELECT 'default', 'wf-' || i, 1 FROM generate_series(10, 30000) i")
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "INSERT INTO "+names.Run+
-		" (run_id, namespace, workflow_id, generation, kind, queue, args, request_id, request_hash, state, closed_at)"+
-		" SELECT gen_random_uuid(), 'default', 'wf-' || i, 1, 'k', 'default', '\\x', 'r' || i, '\\x',"+
-		"  CASE WHEN i % 10 = 0 THEN 'running' ELSE 'completed' END, CASE WHEN i % 10 = 0 THEN NULL ELSE now() END"+
-		" FROM generate_series(10, 30000) i")
-	require.NoError(t, err)
+	insertRuns(t, pool, names, 10, 30000)
 	for _, settings := range []string{"", dbschema.GenericPlansSQL} {
 		requireByKey(t, dbtest.ExplainPrepared(ctx, t, pool, settings, startOneSQL(names), literals), "settings "+settings)
 	}
