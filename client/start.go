@@ -123,11 +123,17 @@ func (c *Client) startBy(ctx context.Context, s *start) (*Run, error) {
 	return s.run, s.err
 }
 
-// startOne starts s, which groupable would let in a group, by itself: an
-// eager one in one round trip if it can, else alone.
+// startOne starts s, which groupable would let in a group, by itself: in
+// one round trip if it can (ahead of its first task when eager, else with
+// the task queued), else alone.
 func (c *Client) startOne(ctx context.Context, s *start) (*Run, error) {
-	if s.taker != nil {
+	switch {
+	case s.taker != nil:
 		if run, ok, err := c.startAhead(ctx, s); ok {
+			return run, err
+		}
+	case s.jobs != nil:
+		if run, ok, err := c.startQueued(ctx, s); ok {
 			return run, err
 		}
 	}
