@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
@@ -69,12 +68,8 @@ type announceFixture struct {
 func newAnnounceFixture(t *testing.T) *announceFixture {
 	ctx := t.Context()
 	f := &announceFixture{schema: dbtest.TestSchema(ctx, t), tracer: &notifyTracer{}}
-	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	config.ConnConfig.Tracer = f.tracer
-	pool, err := pgxpool.NewWithConfig(ctx, config)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := dbtest.TracedPool(ctx, t, f.tracer)
+	var err error
 	f.c, err = client.New(pool, &client.Config{Schema: f.schema})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, f.c.Close()) })

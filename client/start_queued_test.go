@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/weirhq/weir/client"
@@ -72,12 +71,7 @@ func TestQueuedStartInOneRoundTrip(t *testing.T) {
 	ctx := t.Context()
 	schema := dbtest.TestSchema(ctx, t)
 	tracer := &tripTracer{}
-	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	config.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, config)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := dbtest.TracedPool(ctx, t, tracer)
 	c, err := client.New(pool, &client.Config{Schema: schema})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })

@@ -131,6 +131,20 @@ func sharedURLLocked(ctx context.Context) (string, error) {
 	return shared.url, nil
 }
 
+// TracedPool returns a pool of its own on the test database whose
+// connections report to tracer (a pgx.QueryTracer, and a pgx.BatchTracer if
+// it is one), closed when the test ends.
+func TracedPool(ctx context.Context, tb testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
+	tb.Helper()
+	config, err := pgxpool.ParseConfig(URL(ctx, tb))
+	require.NoError(tb, err)
+	config.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
 // Pool returns the process-wide pool on the test server. Its search_path is
 // empty: queries must name their schema.
 func Pool(ctx context.Context, tb testing.TB) *pgxpool.Pool {

@@ -82,24 +82,13 @@ func (c *sendCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 
 func (*sendCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-func tracedPool(ctx context.Context, t *testing.T, tracer pgx.QueryTracer) *pgxpool.Pool {
-	t.Helper()
-	config, err := pgxpool.ParseConfig(dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	config.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, config)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
-}
-
 // Every notification is delivered exactly once, from many goroutines at
 // once, and those that come while a send is in flight share the next send.
 func TestNotifyDeliversEachOnceInFewSends(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	counter := &sendCounter{}
-	n := notifier.New(tracedPool(ctx, t, counter), nil)
+	n := notifier.New(dbtest.TracedPool(ctx, t, counter), nil)
 	channel, got := listen(ctx, t)
 
 	const goroutines, each = 8, 200
@@ -148,7 +137,7 @@ func TestNotifyCloseSendsPending(t *testing.T) {
 func TestNotifySendFailureIsLogged(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := tracedPool(ctx, t, &sendCounter{})
+	pool := dbtest.TracedPool(ctx, t, &sendCounter{})
 	pool.Close() // every send fails
 	var logs syncBuffer
 	n := notifier.New(pool, slog.New(slog.NewTextHandler(&logs, nil)))
