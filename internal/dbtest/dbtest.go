@@ -341,13 +341,19 @@ func truncateSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, sche
 			tables = append(tables, pgx.Identifier{schema, table}.Sanitize())
 		}
 	}
-	// The previous test's connections are closed, but a backend may still be
-	// finishing a statement that one of them started: TRUNCATE, which locks
-	// the tables one after the other, can then be the victim of a deadlock
-	// with it. The backend ends soon; try again.
+	execPastDeadlocks(ctx, tb, pool, "TRUNCATE "+strings.Join(tables, ", ")+" RESTART IDENTITY CASCADE")
+}
+
+// execPastDeadlocks runs sql, which locks a schema's tables one after the
+// other (TRUNCATE, DROP SCHEMA), and runs it again when it was a deadlock's
+// victim. The previous test's connections are closed, but a backend may
+// still be finishing a statement that one of them started, and take its
+// locks in another order. The backend ends soon; try again.
+func execPastDeadlocks(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, sql string) {
+	tb.Helper()
 	var err error
 	for attempt := range 5 {
-		_, err = pool.Exec(ctx, "TRUNCATE "+strings.Join(tables, ", ")+" RESTART IDENTITY CASCADE")
+		_, err = pool.Exec(ctx, sql)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
 			break
@@ -362,8 +368,7 @@ var migratedHere sync.Map
 
 func dropSchema(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, schema string) {
 	tb.Helper()
-	_, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	require.NoError(tb, err)
+	execPastDeadlocks(ctx, tb, pool, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 	migratedHere.Delete(schema)
 }
 
