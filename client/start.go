@@ -16,11 +16,12 @@ import (
 	"github.com/weirhq/weir/internal/task"
 )
 
-// A start goes one of three ways, chosen by Start (startBy): alone
+// A start goes one of four ways, chosen by Start (startBy): alone
 // (start_alone.go: its own transaction, StartTx's way, where the linked
 // worker may run the first task), in a group of starts made at once
-// (start_group.go), or, an eager start by itself, in one round trip
-// (start_ahead.go) when its first task can run before anything is sent.
+// (start_group.go), or by itself in one round trip: an eager start when
+// its first task can run before anything is sent (start_ahead.go), any
+// other with its first task queued through River (start_queued.go).
 
 // start is one start of a run: what it asks for, checked, and once encoded
 // what it writes.
