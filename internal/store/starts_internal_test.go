@@ -31,7 +31,7 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	// first time on a connection, which then keeps that plan until an
 	// ANALYZE: it takes rows by key all the same (without sequential scans
 	// off in dbschema.GenericPlansSQL, it scans weir_run).
-	plan := explainYoung(t, pool, dbschema.GenericPlansSQL+"; "+dbschema.HashJoinsSQL, startRunSQL(names),
+	plan := dbtest.ExplainPrepared(ctx, t, pool, dbschema.GenericPlansSQL+"; "+dbschema.HashJoinsSQL, startRunSQL(names),
 		"'{00000000-0000-0000-0000-000000000001}', '{default}', '{wf-1}', '{k}', '{default}', '{x}', '{r1}', '{h}', '{\"{}\"}', '{f}', '{f}',"+
 			" '{t}', '{NULL}', '{0}', '{0}', '{NULL}', '{0}', '{t}'")
 	requireByKey(t, plan, "planned on the empty tables")
@@ -114,22 +114,6 @@ func TestStartRunManyTakesRunsByKey(t *testing.T) {
 	require.Equal(t, 1, jobs)
 }
 
-// explainYoung is the plan of query, prepared on a new install's empty
-// tables and executed with literals after settings, as a connection plans
-// it the first time and keeps it until an ANALYZE.
-func explainYoung(t *testing.T, pool *pgxpool.Pool, settings, query, literals string) string {
-	t.Helper()
-	conn, err := pool.Acquire(t.Context())
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(t.Context(), "PREPARE young_plan AS "+query)
-	require.NoError(t, err)
-	plan := dbtest.ExplainExecute(t.Context(), t, conn.Conn(), settings, "young_plan", literals)
-	_, err = conn.Exec(t.Context(), "DEALLOCATE young_plan")
-	require.NoError(t, err)
-	return plan
-}
-
 // insertRuns inserts workflows wf-from to wf-to of namespace default, each
 // with one run at generation 1 (wf-15's of request ID r15): running for
 // every tenth, completed for the others.
@@ -171,7 +155,7 @@ func TestStartOneTakesRunsByKey(t *testing.T) {
 	literals := "'00000000-0000-0000-0000-000000000001', 'default', 'wf-1', 'k', 'default', 'x', 'r1', 'h', '{}', false, false," +
 		" true, NULL, 0, 0, NULL, 0, true"
 
-	plan := explainYoung(t, pool, dbschema.GenericPlansSQL, startOneSQL(names), literals)
+	plan := dbtest.ExplainPrepared(ctx, t, pool, dbschema.GenericPlansSQL, startOneSQL(names), literals)
 	requireByKey(t, plan, "planned on the empty tables")
 	require.NotContains(t, plan, "'wf-1'", "a generic plan, its parameters unbound:\n%s", plan)
 
