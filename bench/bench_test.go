@@ -389,6 +389,9 @@ func TestRunScale(t *testing.T) {
 		if p.workers > 0 {
 			require.Equal(t, p.workers, res.Workers)
 			require.Contains(t, res.Config, "2 worker processes")
+			require.True(t, res.BusiestWorkerShare >= 1 && res.BusiestWorkerShare <= 2, "the busiest of 2 workers ran from half to all of the steps: %v", res.BusiestWorkerShare)
+		} else {
+			require.Zero(t, res.BusiestWorkerShare, "one process: nothing to share")
 		}
 		if p.delay > 0 {
 			require.InDelta(t, 2.0, res.ProxyDelayMs, 0)
@@ -417,6 +420,16 @@ func TestRunScale(t *testing.T) {
 			require.Positive(t, info.Size(), "%s.%s", name, suffix)
 		}
 	}
+}
+
+func TestBusiestShare(t *testing.T) {
+	t.Parallel()
+
+	require.InDelta(t, 1.0, busiestShare([]int{300, 300, 300, 300}), 0)
+	require.InDelta(t, 1.61, busiestShare([]int{805, 417, 385, 393}), 0, "805 against a mean of 500")
+	require.InDelta(t, 4.0, busiestShare([]int{0, 600, 0, 0}), 0, "one worker of four ran everything")
+	require.Zero(t, busiestShare([]int{0, 0}))
+	require.Zero(t, busiestShare(nil))
 }
 
 func TestRepeatedSteps(t *testing.T) {
@@ -468,14 +481,16 @@ func TestSummarizeScale(t *testing.T) {
 		`{"workload":"scale-workers","contender":"weir-normal","config":"k1","n":2000,"run":1,"runs":2,"per_sec":400,"pool":20,"workers":1,"duplicate_executions":0}`,
 		`{"workload":"scale-workers","contender":"weir-normal","config":"k1","n":2000,"run":2,"runs":2,"per_sec":500,"pool":20,"workers":1,"duplicate_executions":0}`,
 		`{"workload":"scale-workers","contender":"weir-normal","config":"k4","n":2000,"run":1,"runs":1,"per_sec":360,"pool":20,"workers":4,"duplicate_executions":2,"error":"2 duplicate step executions"}`,
-		`{"workload":"scale-workers","contender":"weir-normal","config":"k4","n":2000,"run":2,"runs":2,"per_sec":380,"pool":20,"workers":4,"duplicate_executions":0}`,
+		`{"workload":"scale-workers","contender":"weir-normal","config":"k4","n":2000,"run":2,"runs":2,"per_sec":380,"pool":20,"workers":4,"duplicate_executions":0,"busiest_worker_share":1.61}`,
 	}, "\n")
 	results, err := readResults(strings.NewReader(lines))
 	require.NoError(t, err)
 	got := summarize(results)
 	require.Contains(t, got, "| weir-normal | normal | 2000 | 1 | 300.0 | 1.50 | – | – | 3.0 (weir-starter 1.0, weir-worker-1 2.0) | 300 (100 + 200) | 10 | 25.0 (weir-starter 30.0, weir-worker-1 22.5) | 71.2 (23) | 0 |", "divided by dbos-direct at the same pool")
 	require.Contains(t, got, "| weir-normal | k4 | 2000 | 1 (+1 failed) | 380.0 | 0.76 |", "divided by the one-worker run of the same number")
-	require.Contains(t, got, "**2: FAILED** |")
+	require.Contains(t, got, "**2: FAILED** | 1.61 |", "the busiest worker's share, of the runs that did not fail")
+	require.Contains(t, got, "| weir-normal | k1 | 2000 | 2 |")
+	require.Contains(t, got, "| 0 | – |", "one worker: no share")
 }
 
 // TestSummarizePairedRatio: a drift of the machine's speed between runs

@@ -140,6 +140,12 @@ type Result struct {
 	// ran them: anything but 0 fails the measurement.
 	DuplicateExecutions *int `json:"duplicate_executions,omitempty"`
 
+	// BusiestWorkerShare is, with several worker processes, the step
+	// executions of the one that ran the most over their mean (warm-up
+	// included): 1 when they shared the work evenly, K when one of K ran
+	// it all.
+	BusiestWorkerShare float64 `json:"busiest_worker_share,omitempty"`
+
 	// ElapsedSec is the measured window in seconds.
 	ElapsedSec float64 `json:"elapsed_sec,omitempty"`
 

@@ -253,7 +253,7 @@ func (h *harness) runScale(ctx context.Context, p scaleParams) (*Result, error) 
 	if _, err := starter.do(procRequest{Op: "check", From: 0, To: p.n}); err != nil {
 		return res, err
 	}
-	return res, h.countDuplicates(res, procs)
+	return res, h.countExecutions(res, procs, layout.starter)
 }
 
 // profileProcs starts or stops profiling each of procs into files named
@@ -279,16 +279,29 @@ func (h *harness) profileProcs(procs []*proc, prefix string, start bool) error {
 	return nil
 }
 
-// countDuplicates merges the step executions of every process and records
-// how many ran more than once: any is a failure, reported loudly.
-func (h *harness) countDuplicates(res *Result, procs []*proc) error {
+// countExecutions merges the step executions of every process and records
+// how many ran more than once (any is a failure, reported loudly) and, with
+// several worker processes (procs but the starter), how evenly they shared
+// them.
+func (h *harness) countExecutions(res *Result, procs []*proc, starter int) error {
 	var counts []map[string]int
-	for _, pr := range procs {
+	var byWorker []int
+	for i, pr := range procs {
 		reply, err := pr.do(procRequest{Op: "executions"})
 		if err != nil {
 			return err
 		}
 		counts = append(counts, reply.Executions)
+		if i != starter {
+			steps := 0
+			for _, n := range reply.Executions {
+				steps += n
+			}
+			byWorker = append(byWorker, steps)
+		}
+	}
+	if res.Workers > 1 {
+		res.BusiestWorkerShare = busiestShare(byWorker)
 	}
 	total := addCounts(counts)
 	duplicates, examples := repeatedSteps(total)
@@ -301,6 +314,23 @@ func (h *harness) countDuplicates(res *Result, procs []*proc) error {
 		res.Error = fmt.Sprintf("%d duplicate step executions: %s", duplicates, strings.Join(examples, "; "))
 	}
 	return nil
+}
+
+// busiestShare is the largest of steps over their mean (0 when none ran),
+// to two decimals.
+func busiestShare(steps []int) float64 {
+	if len(steps) == 0 {
+		return 0
+	}
+	total := 0
+	for _, n := range steps {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	share := float64(slices.Max(steps)) * float64(len(steps)) / float64(total)
+	return math.Round(share*100) / 100
 }
 
 // addCounts adds up the processes' executions by step.

@@ -140,7 +140,8 @@ func summarize(results []*Result) string {
 		},
 		{
 			WorkloadScaleWorkers, "Scale, worker processes: the normal start with K worker processes on one database",
-			scaleColumns("÷ 1 worker"), scaleRow(func(g *group) *group { return oneWorkerGroup(groups, g) }),
+			append(scaleColumns("÷ 1 worker"), "busiest worker's steps ÷ mean"),
+			workersRow(scaleRow(func(g *group) *group { return oneWorkerGroup(groups, g) })),
 		},
 		{
 			WorkloadScaleHop, "Scale, Postgres a network hop away: contenders behind a proxy delaying each direction",
@@ -330,6 +331,14 @@ func scaleRow(base func(*group) *group) func(*group) []string {
 			allocPerUnit(g.ok),
 			duplicates(g.all),
 		}
+	}
+}
+
+// workersRow is row followed by the median share of the busiest worker
+// process ("–" with one).
+func workersRow(row func(*group) []string) func(*group) []string {
+	return func(g *group) []string {
+		return append(row(g), median(g.ok, func(r *Result) float64 { return r.BusiestWorkerShare }, 2))
 	}
 }
 
