@@ -342,9 +342,8 @@ updated AS (
     FROM v
     -- IS TRUE: no index serves it (decision 0004).
     WHERE j.id = ANY($2) AND j.id = v.id AND (j.state = 'running') IS TRUE AND j.lease_token = v.token::uuid AND j.attempt = v.attempt
-    RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token
-),
-` + loggedCompletionSQL(schema) + `
+    RETURNING 1
+)
 SELECT 1 / (count(*) = $1)::int FROM updated`
 }
 
@@ -404,9 +403,10 @@ func cancelledInstead(wanted rivertype.JobState, row *rivertype.JobRow) bool {
 
 // completeClaimedSQL completes one claimed job ($1) whose running attempt
 // holds the lease token $2 with attempt $3: River's completion (finalized_at
-// $4, metadata merged with $5 unless NULL), the lease revoked and the
-// attempt logged, as setStateInlineSQL does for a write with a token. A
-// refused write divides by zero, which aborts the transaction.
+// $4, metadata merged with $5 unless NULL) and the lease revoked, as
+// setStateInlineSQL does for a write with a token (the attempt, which
+// finalizes its job, stays on the job's row: fencing 003). A refused write
+// divides by zero, which aborts the transaction.
 func completeClaimedSQL(schema string) string {
 	return cachedSQL(&completeClaimedCache, schema, buildCompleteClaimedSQL)
 }
@@ -425,22 +425,9 @@ WITH updated AS (
         lease_token = NULL,
         lease_expires_at = NULL
     WHERE id = $1 AND state = 'running' AND lease_token = $2::uuid AND attempt = $3
-    RETURNING id, attempt, attempted_at, attempted_by, lease_last_token
-),
-` + loggedCompletionSQL(schema) + `
+    RETURNING 1
+)
 SELECT 1 / count(*)::int FROM updated`
-}
-
-// loggedCompletionSQL is the CTE of a claimed completion's statements that
-// logs the attempts of the jobs its CTE updated completed (their revoked
-// tokens now in lease_last_token).
-func loggedCompletionSQL(schema string) string {
-	return `logged AS (
-    INSERT INTO ` + tableName(schema, "weir_job_attempt") + `
-        (job_id, attempt, lease_token, attempted_by, started_at, outcome)
-    SELECT id, attempt, lease_last_token, attempted_by[array_upper(attempted_by, 1)], attempted_at, 'completed'
-    FROM updated
-)`
 }
 
 // refusedInStatement reports whether err is a statement's own refusal: the

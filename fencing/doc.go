@@ -164,7 +164,8 @@
 //     River returns the completed job.
 //   - Fencing costs throughput on trivial jobs: each fetch and completion
 //     batch is one statement, as in River, but with tokens, an attempt log
-//     and a backstop trigger. `make bench` measures it against plain River
+//     (of the attempts that leave their jobs unfinished) and a backstop
+//     trigger. `make bench` measures it against plain River
 //     (see bench/README.md).
 //   - The lease reaper serves the schemas River has used through its client
 //     (the client's own, fetches, inserts).

@@ -136,7 +136,9 @@ RETURNING ` + qualifiedColumns("river_job") + `, river_job.lease_token::text, ri
 // in one statement (decision 0002): River's UPDATE, applied only where the
 // write's proof holds its job (proofHoldsSQL, re-checked by Postgres on the
 // row's latest version), that also revokes those attempts' leases and logs
-// them (an attempt without a token is left to the trigger). It returns, for
+// those that leave their jobs unfinished (an attempt that finalizes its job
+// stays on the job's row, fencing 003; an attempt without a token is left to
+// the trigger). It returns, for
 // each write whose job exists, its verdict and the job: as River's statement
 // returns it for an applied write or a repeat, as it is for a stale one. A
 // write that was not applied is a repeat or stale, never ok. A single write
@@ -265,6 +267,7 @@ logged AS (
     SELECT id, ended_attempt, ended_token, attempted_by[array_upper(attempted_by, 1)], attempted_at, state::text
     FROM updated
     WHERE ended_token IS NOT NULL AND ended_attempt IS NOT NULL AND new_state <> 'running'
+        AND state NOT IN ('completed', 'cancelled', 'discarded') -- a final attempt stays on its job (fencing 003)
 ),
 -- The writes not applied, judged on their jobs' latest rows (FOR SHARE),
 -- which stay locked until the caller commits.

@@ -160,12 +160,26 @@ func TestInlineStatementsMatchRiver(t *testing.T) {
 				StartedAt   time.Time
 				Outcome     string
 			}
-			rows, err := pool.Query(ctx, `SELECT job_id, attempt, lease_token::text, attempted_by, started_at, outcome
-		FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` ORDER BY job_id`)
+			// An attempt that finalized its job stays on the job's row
+			// (fencing 003); the others are in the log.
+			logTable, jobTable := pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize(), pgx.Identifier{fenced, "river_job"}.Sanitize()
+			rows, err := pool.Query(ctx, `SELECT job_id, attempt, lease_token::text, attempted_by, started_at, outcome FROM `+logTable+`
+		UNION ALL
+		SELECT id, attempt, lease_last_token::text, attempted_by[array_upper(attempted_by, 1)], attempted_at, state::text FROM `+jobTable+`
+		WHERE state IN ('completed', 'cancelled', 'discarded')
+		ORDER BY job_id`)
 			require.NoError(t, err)
 			log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
 			require.NoError(t, err)
 			require.Len(t, log, 7)
+			var logRows, unfinished int
+			require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+logTable).Scan(&logRows))
+			for _, row := range gotRows {
+				if !slices.Contains([]rivertype.JobState{rivertype.JobStateCompleted, rivertype.JobStateCancelled, rivertype.JobStateDiscarded}, row.State) {
+					unfinished++
+				}
+			}
+			require.Equal(t, unfinished, logRows, "only the attempts that left their jobs unfinished are logged")
 			for i, entry := range log {
 				require.Equal(t, logged{
 					JobID: int64(i + 1), Attempt: 1, Token: tokens[int64(i+1)], AttemptedBy: "inline-client",
@@ -285,11 +299,16 @@ FROM `+pgx.Identifier{fenced, "river_job"}.Sanitize()+` WHERE id = $1 RETURNING 
 			StartedAt   time.Time
 			Outcome     string
 		}
+		require.Zero(t, loggedRows(ctx, t, pool, fenced, c.ID), "the attempt, which completed the job, stays on its row")
+		// River's retry logs it as it ended.
+		_, err = riverExec.JobRetry(ctx, &riverdriver.JobRetryParams{ID: c.ID, Now: nil, Schema: fenced})
+		require.NoError(t, err)
 		rows, err := pool.Query(ctx, `SELECT attempt, lease_token::text, attempted_by, started_at, outcome
 FROM `+pgx.Identifier{fenced, "weir_job_attempt"}.Sanitize()+` WHERE job_id = $1`, c.ID)
 		require.NoError(t, err)
 		log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
 		require.NoError(t, err)
+		require.Len(t, log, 1)
 		require.Equal(t, []logged{{Attempt: 1, Token: token, AttemptedBy: "claimer", StartedAt: log[0].StartedAt, Outcome: "completed"}}, log)
 		require.True(t, c.AttemptedAt.Equal(log[0].StartedAt), "started at the attempt's attempted_at")
 	}
@@ -333,7 +352,22 @@ func TestFencedClientLogsEachAttemptOnce(t *testing.T) {
 
 	for id, outcome := range map[int64]string{first.Job.ID: "completed", second.Job.ID: "cancelled"} {
 		require.Equal(t, []string{outcome}, attemptLog(ctx, t, pool, schema, id), "job %d logged once", id)
+		require.Zero(t, loggedRows(ctx, t, pool, schema, id), "job %d: the final attempt stays on the job's row", id)
 	}
+
+	// River's retry of the finished job (River UI's, JobRetry) logs its
+	// final attempt before the next one overwrites the row, once; the
+	// next attempt then finalizes the job and stays on its row.
+	for range 2 {
+		_, err = client.JobRetry(ctx, first.Job.ID)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, loggedRows(ctx, t, pool, schema, first.Job.ID))
+	require.Equal(t, []string{"completed"}, attemptLog(ctx, t, pool, schema, first.Job.ID))
+	recv(t, worker.started).release <- complete
+	waitForState(ctx, t, pool, schema, first.Job.ID, "completed")
+	require.Equal(t, []string{"completed", "completed"}, attemptLog(ctx, t, pool, schema, first.Job.ID))
+	require.Equal(t, 1, loggedRows(ctx, t, pool, schema, first.Job.ID))
 }
 
 // writeExecutor is the executor a test's state write goes through: the
@@ -347,14 +381,33 @@ func writeExecutor(driver *fencing.Driver, pool *pgxpool.Pool, judged bool) rive
 	return driver.GetExecutor()
 }
 
+// attemptLog returns the outcomes of job id's ended attempts that held a
+// lease token, oldest first: its rows in the attempt log, then the attempt
+// that finalized it, kept on the job's row unless logged (fencing 003).
 func attemptLog(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64) []string {
 	t.Helper()
-	rows, err := pool.Query(ctx, `SELECT outcome FROM `+pgx.Identifier{schema, "weir_job_attempt"}.Sanitize()+`
-WHERE job_id = $1 AND lease_token IS NOT NULL ORDER BY id`, id)
+	log, job := pgx.Identifier{schema, "weir_job_attempt"}.Sanitize(), pgx.Identifier{schema, "river_job"}.Sanitize()
+	rows, err := pool.Query(ctx, `SELECT outcome FROM (
+    SELECT outcome, id FROM `+log+` WHERE job_id = $1 AND lease_token IS NOT NULL
+    UNION ALL
+    SELECT j.state::text, NULL FROM `+job+` j
+    WHERE j.id = $1 AND j.state IN ('completed', 'cancelled', 'discarded') AND j.lease_last_token IS NOT NULL
+        AND j.attempt > 0 AND j.attempted_at IS NOT NULL
+        AND NOT EXISTS (SELECT 1 FROM `+log+` a WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.started_at = j.attempted_at)
+) a ORDER BY id NULLS LAST`, id)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return out
+}
+
+// loggedRows counts the rows of job id in the attempt log itself.
+func loggedRows(ctx context.Context, t *testing.T, pool *pgxpool.Pool, schema string, id int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "weir_job_attempt"}.Sanitize()+
+		" WHERE job_id = $1", id).Scan(&n))
+	return n
 }
 
 // fencedOnlySchema returns a new schema with River's line and the fencing

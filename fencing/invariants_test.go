@@ -267,21 +267,31 @@ func TestTokenMinting(t *testing.T) {
 		RETURNING lease_token::text`).Scan(&insertedToken))
 	require.NotNil(t, insertedToken)
 
-	rows, err := tx.Query(ctx, `SELECT attempt, lease_token::text, attempted_by, outcome FROM weir_job_attempt WHERE job_id = $1 ORDER BY id`, id)
-	require.NoError(t, err)
 	type logged struct {
 		Attempt     int
 		Token       *string
 		AttemptedBy *string
 		Outcome     string
 	}
-	log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
-	require.NoError(t, err)
-	require.Equal(t, []logged{
+	logOf := func() []logged {
+		t.Helper()
+		rows, err := tx.Query(ctx, `SELECT attempt, lease_token::text, attempted_by, outcome FROM weir_job_attempt WHERE job_id = $1 ORDER BY id`, id)
+		require.NoError(t, err)
+		log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
+		require.NoError(t, err)
+		return log
+	}
+	ended := []logged{
 		{Attempt: 1, Token: first.token, AttemptedBy: new("a"), Outcome: "superseded"},
 		{Attempt: 2, Token: second.token, AttemptedBy: new("b"), Outcome: "available"},
-		{Attempt: 3, Token: third.token, AttemptedBy: new("b"), Outcome: "completed"},
-	}, log)
+	}
+	require.Equal(t, ended, logOf(), "the attempt that completed the job stays on its row (fencing 003)")
+
+	// Leaving the final state (River's JobRetry) logs the final attempt from
+	// the row as it was, once.
+	exec(`UPDATE river_job SET state = 'available', finalized_at = NULL WHERE id = $1`)
+	exec(`UPDATE river_job SET state = 'scheduled' WHERE id = $1`)
+	require.Equal(t, append(ended, logged{Attempt: 3, Token: third.token, AttemptedBy: new("b"), Outcome: "completed"}), logOf())
 }
 
 // TestAttemptsGoWithTheirJob: a statement that deletes jobs (River's
@@ -292,7 +302,8 @@ func TestAttemptsGoWithTheirJob(t *testing.T) {
 	ctx := t.Context()
 	tx := dbtest.TestTx(ctx, t) // search_path is a migrated schema
 
-	// Each job runs two attempts (the trigger logs both) and ends completed.
+	// Each job runs two attempts, both logged by the trigger: the second is
+	// rescued, as River's rescuer leaves a stuck job.
 	ids := make([]int64, 4)
 	for i := range ids {
 		require.NoError(t, tx.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts) VALUES ('{}', 'gone', 5) RETURNING id`).Scan(&ids[i]))
@@ -300,7 +311,7 @@ func TestAttemptsGoWithTheirJob(t *testing.T) {
 			`UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`,
 			`UPDATE river_job SET state = 'retryable', scheduled_at = now() WHERE id = $1`,
 			`UPDATE river_job SET state = 'running', attempt = 2, attempted_at = now() WHERE id = $1`,
-			`UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`,
+			`UPDATE river_job SET state = 'available', scheduled_at = now() WHERE id = $1`,
 		} {
 			_, err := tx.Exec(ctx, sql, ids[i])
 			require.NoError(t, err)

@@ -66,13 +66,10 @@ func (f *knownRepeatFixture) completeQueued(ctx context.Context, jobID int64, co
 	return c, tx.Commit(ctx)
 }
 
-// attemptsLogged counts the attempts of job jobID logged ended.
+// attemptsLogged counts the attempts of job jobID recorded ended (attemptLog).
 func (f *knownRepeatFixture) attemptsLogged(t *testing.T, jobID int64) int {
 	t.Helper()
-	var n int
-	require.NoError(t, f.pool.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{f.schema, "weir_job_attempt"}.Sanitize()+
-		" WHERE job_id = $1", jobID).Scan(&n))
-	return n
+	return len(attemptLog(t.Context(), t, f.pool, f.schema, jobID))
 }
 
 // TestKnownRepeat: once told that an attempt's own completion committed

@@ -146,9 +146,15 @@ func (h *harness) checkWith(ctx context.Context, q querier, workflows, steps int
 		" AND (j.args->>'step')::int = x.step AND j.args->>'workflow_id' = x.workflow_id)")
 	r.violate("F1", r.StaleEffect, "effects committed by an attempt other than the one history recorded")
 	// F1: no job finalized twice (a stale completion applied after a newer
-	// attempt's), per the fencing attempt log.
-	r.violate("F1", count("SELECT count(*) FROM (SELECT 1 FROM "+n.Schema+".weir_job_attempt"+
-		" WHERE outcome IN ('completed', 'discarded', 'cancelled') GROUP BY job_id HAVING count(*) > 1) d"),
+	// attempt's), per the fencing attempt log and, for the attempt that
+	// finalized a job and was not logged, the job's row (fencing 003).
+	log := n.Schema + ".weir_job_attempt"
+	r.violate("F1", count("SELECT count(*) FROM (SELECT job_id FROM ("+
+		" SELECT job_id FROM "+log+" WHERE outcome IN ('completed', 'discarded', 'cancelled')"+
+		" UNION ALL SELECT j.id FROM "+n.RiverJob+" j WHERE j.state IN ('completed', 'discarded', 'cancelled') AND j.attempt > 0"+
+		" AND j.attempted_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "+log+" a"+
+		" WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.started_at = j.attempted_at)"+
+		") f GROUP BY job_id HAVING count(*) > 1) d"),
 		"jobs finalized more than once")
 	// At least once: every plain step's recorded outcome was executed by
 	// that attempt.

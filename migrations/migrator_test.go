@@ -190,11 +190,21 @@ func TestMigrator(t *testing.T) {
 				pgx.Identifier{bundle.schema, "river_job"}.Sanitize()).Scan(&n))
 			return n
 		}
-		require.Equal(t, 3, triggers())
+		require.Equal(t, 4, triggers())
 
 		// Force: the weir line stays installed (TestDownFencingGuards).
-		// Fencing 002's step takes out its delete trigger only.
+		// Fencing 003's step takes out its trigger and restores 001's
+		// function.
 		res, err := bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, Force: true})
+		require.NoError(t, err)
+		require.Len(t, res.Versions, 1)
+		require.Equal(t, 3, res.Versions[0].Version)
+		require.False(t, functionExists(ctx, t, bundle.pool, bundle.schema, "weir_fencing_log_final_attempt"))
+		require.NotContains(t, functionDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"), "NOT IN")
+		require.Equal(t, 3, triggers())
+
+		// Fencing 002's step takes out its delete trigger only.
+		res, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, Force: true})
 		require.NoError(t, err)
 		require.Len(t, res.Versions, 1)
 		require.Equal(t, 2, res.Versions[0].Version)
@@ -226,13 +236,90 @@ func TestMigrator(t *testing.T) {
 		// Up again: all of it comes back.
 		res, err = bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing})
 		require.NoError(t, err)
-		require.Len(t, res.Versions, 2)
+		require.Len(t, res.Versions, 3)
 		require.Contains(t, columnNames(ctx, t, bundle.pool, bundle.schema, "river_job"), "lease_token")
 		require.Contains(t, functionDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_transition"), "live lease")
 		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_insert"), "new.lease_token IS NULL")
 		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_lease_update"), "weir_fencing_job_transition")
 		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_delete"), "weir_fencing_forget_attempts")
+		require.Contains(t, triggerDef(ctx, t, bundle.pool, bundle.schema, "weir_fencing_job_unfinalize"), "weir_fencing_log_final_attempt")
 		require.NoError(t, bundle.migrator.Verify(ctx))
+	})
+
+	// Fencing 003 keeps the attempt that finalizes a job on the job's row,
+	// logs it when the job leaves its final state unless the log has it
+	// (as for a job finished before 003), and its down step logs the final
+	// attempts kept on rows.
+	t.Run("Fencing003KeepsTheFinalAttemptOnItsJob", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		bundle := beforeFencing(ctx, t, 3)
+		jobs := pgx.Identifier{bundle.schema, "river_job"}.Sanitize()
+		attempts := pgx.Identifier{bundle.schema, "weir_job_attempt"}.Sanitize()
+		run := func(id int64, sqls ...string) {
+			t.Helper()
+			for _, sql := range sqls {
+				_, err := bundle.pool.Exec(ctx, "UPDATE "+jobs+" SET "+sql+" WHERE id = $1", id)
+				require.NoError(t, err)
+			}
+		}
+		job := func() int64 {
+			var id int64
+			require.NoError(t, bundle.pool.QueryRow(ctx, "INSERT INTO "+jobs+" (args, kind, max_attempts) VALUES ('{}', 'k', 5) RETURNING id").Scan(&id))
+			run(id, "state = 'running', attempt = 1, attempted_at = now(), attempted_by = '{w}'")
+			return id
+		}
+		type logged struct {
+			Attempt int
+			Outcome string
+			Proven  bool // its token and start are the attempt's
+		}
+		logOf := func(id int64) []logged {
+			t.Helper()
+			rows, err := bundle.pool.Query(ctx, "SELECT a.attempt, a.outcome, a.lease_token IS NOT NULL"+
+				" AND a.started_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "+attempts+" b"+
+				" WHERE b.job_id = a.job_id AND b.id <> a.id AND (b.lease_token = a.lease_token OR b.started_at = a.started_at))"+
+				" FROM "+attempts+" a WHERE a.job_id = $1 ORDER BY a.id", id)
+			require.NoError(t, err)
+			log, err := pgx.CollectRows(rows, pgx.RowToStructByPos[logged])
+			require.NoError(t, err)
+			return log
+		}
+		finish := "state = 'completed', finalized_at = now()"
+
+		before := job()
+		run(before, finish)
+		require.Equal(t, []logged{{Attempt: 1, Outcome: "completed", Proven: true}}, logOf(before), "before 003 the final attempt is logged")
+
+		_, err := bundle.migrator.Up(ctx, &migrations.UpOpts{Line: migrations.LineFencing, TargetVersion: 3})
+		require.NoError(t, err)
+		after := job()
+		run(after, finish)
+		require.Empty(t, logOf(after), "from 003 the final attempt stays on its row")
+
+		// Retried: the final attempt is logged once, whenever it ended.
+		run(before, "state = 'available', finalized_at = NULL")
+		require.Equal(t, []logged{{Attempt: 1, Outcome: "completed", Proven: true}}, logOf(before))
+		run(after, "state = 'available', finalized_at = NULL", "state = 'running', attempt = 2, attempted_at = now()", "state = 'discarded', finalized_at = now()")
+		require.Equal(t, []logged{{Attempt: 1, Outcome: "completed", Proven: true}}, logOf(after))
+
+		// Cancelled while not running: its last attempt was logged when it
+		// ended, and is not logged again.
+		cancelled := job()
+		run(cancelled, "state = 'retryable'", "state = 'cancelled', finalized_at = now()", "state = 'available', finalized_at = NULL")
+		require.Equal(t, []logged{{Attempt: 1, Outcome: "retryable", Proven: true}}, logOf(cancelled))
+
+		// Down: the final attempts kept on rows are logged.
+		_, err = bundle.migrator.Down(ctx, &migrations.DownOpts{Line: migrations.LineFencing, TargetVersion: 2, Force: true})
+		require.NoError(t, err)
+		require.Equal(t, []logged{{Attempt: 1, Outcome: "completed", Proven: true}, {Attempt: 2, Outcome: "discarded", Proven: true}}, logOf(after))
+		var asOnRow bool
+		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT a.lease_token = j.lease_last_token AND a.started_at = j.attempted_at"+
+			" AND a.finished_at = j.finalized_at AND a.attempted_by = 'w' FROM "+attempts+" a JOIN "+jobs+" j ON j.id = a.job_id"+
+			" WHERE a.job_id = $1 AND a.attempt = 2", after).Scan(&asOnRow))
+		require.True(t, asOnRow, "logged as the job's row kept it")
+		require.Equal(t, []logged{{Attempt: 1, Outcome: "completed", Proven: true}}, logOf(before))
+		require.Equal(t, []logged{{Attempt: 1, Outcome: "retryable", Proven: true}}, logOf(cancelled))
 	})
 
 	// Fencing 002 deletes the attempts that jobs deleted before it left

@@ -536,6 +536,11 @@ func TestUIAttempts(t *testing.T) {
 	require.Contains(t, page, "&#34;customer&#34;: &#34;ada&#34;")
 	require.Contains(t, page, "errored · retried") // the first, failed attempt
 	require.Contains(t, page, "warehouse API: 503 Service Unavailable")
+	// The attempts that completed their jobs, kept on the jobs' rows.
+	_, section, _ := strings.Cut(page, `id="attempts"`)
+	section, _, _ = strings.Cut(section, "</ul>")
+	require.Contains(t, section, `job-completed">completed</span>`)
+	require.Contains(t, section, "attempt 2")      // the retried activity's
 	require.NotContains(t, page, "/riverui/jobs/") // a reader of one namespace gets no River UI links
 }
 

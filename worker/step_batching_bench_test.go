@@ -145,8 +145,7 @@ func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int, 
 				}
 				batch.Queue("WITH u AS (UPDATE "+tn("river_job")+" j SET finalized_at = now(), state = 'completed', lease_last_token = j.lease_token, lease_token = NULL, lease_expires_at = NULL"+
 					" WHERE j.id = $1 AND j.state = 'running' AND j.lease_token = $2::uuid"+
-					" RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token),"+
-					" l AS (INSERT INTO "+tn("weir_job_attempt")+" (job_id, attempt, lease_token, attempted_by, started_at, outcome) SELECT id, attempt, lease_last_token, attempted_by[1], attempted_at, 'completed' FROM u)"+
+					" RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token)"+
 					" SELECT 1 / count(*)::int FROM u", r.job, r.token)
 				batch.Queue("INSERT INTO "+tn("weir_event")+" (run_id, event_id, type, attributes, resolves_event_id)"+
 					" SELECT $1, $2::bigint + o, 't', '{\"a\":1}', CASE WHEN o = 0 THEN $3::bigint END FROM generate_series(0, 2) o", r.id, r.next, r.sched)
@@ -189,8 +188,7 @@ func stepBatching(ctx context.Context, b *testing.B, pool *pgxpool.Pool, k int, 
 			batch.Queue("SELECT run_id, next_event_id FROM "+tn("weir_run")+" WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE", rids)
 			batch.Queue("WITH u AS (UPDATE "+tn("river_job")+" j SET finalized_at = now(), state = 'completed', lease_last_token = j.lease_token, lease_token = NULL, lease_expires_at = NULL"+
 				" FROM unnest($1::bigint[], $2::uuid[]) x(id, tok) WHERE j.id = x.id AND j.id = ANY($1) AND j.state = 'running' AND j.lease_token = x.tok"+
-				" RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token),"+
-				" l AS (INSERT INTO "+tn("weir_job_attempt")+" (job_id, attempt, lease_token, attempted_by, started_at, outcome) SELECT id, attempt, lease_last_token, attempted_by[1], attempted_at, 'completed' FROM u)"+
+				" RETURNING j.id, j.attempt, j.attempted_at, j.attempted_by, j.lease_last_token)"+
 				" SELECT 1 / (count(*) = $3)::int FROM u", jobs, toks, n)
 			batch.Queue("INSERT INTO "+tn("weir_event")+" (run_id, event_id, type, attributes, resolves_event_id)"+
 				" SELECT r, e + o, 't', '{\"a\":1}', CASE WHEN o = 0 THEN s END FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) x(r, e, s), generate_series(0, 2) o", rids, nexts, scheds)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,7 +18,8 @@ type inspectSQL struct {
 
 func newInspectSQL(n *dbschema.Names) inspectSQL {
 	attemptLog := dbschema.Qualify(n.Schema, "weir_job_attempt")
-	const jobColumns = "id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at, errors FROM "
+	const jobColumns = "id, kind, state, attempt, attempted_at, attempted_by, lease_token, lease_expires_at, lease_last_token, finalized_at, errors FROM "
+	const attemptError = "(SELECT e->>'error' FROM unnest(j.errors) e WHERE (e->>'attempt')::int = %s LIMIT 1)"
 	return inspectSQL{
 		run: "SELECT r.namespace, r.workflow_id, r.generation, r.kind, r.queue, r.state, r.args, r.result, r.failure, r.next_event_id - 1," +
 			" r.task_job_id, r.run_deadline, r.execution_deadline, r.created_at, r.updated_at, r.closed_at, r.parent_run_id, p.workflow_id" +
@@ -36,11 +38,17 @@ func newInspectSQL(n *dbschema.Names) inspectSQL {
 			" UNION ALL SELECT " + jobColumns + n.RiverJob + " WHERE args @> $2::jsonb AND starts_with(kind, $3))" +
 			" SELECT * FROM (" +
 			"  SELECT NOT starts_with(j.kind, $3), a.attempt::int," +
-			"   coalesce(CASE WHEN a.outcome <> 'superseded' THEN" + // a stale attempt's error was never written
-			"    (SELECT e->>'error' FROM unnest(j.errors) e WHERE (e->>'attempt')::int = a.attempt LIMIT 1) END, '')," +
+			"   coalesce(CASE WHEN a.outcome <> 'superseded' THEN " + // a stale attempt's error was never written
+			fmt.Sprintf(attemptError, "a.attempt") + " END, '')," +
 			"   a.finished_at, j.id, j.kind, NULL::timestamptz, coalesce(a.lease_token::text, ''), a.outcome, a.started_at," +
 			"   coalesce(a.attempted_by, '')" +
 			"  FROM jobs j JOIN " + attemptLog + " a ON a.job_id = j.id" +
+			"  UNION ALL" + // the attempt that finalized its job, kept on the job's row unless logged (fencing 003)
+			"  SELECT NOT starts_with(j.kind, $3), j.attempt::int, coalesce(" + fmt.Sprintf(attemptError, "j.attempt") + ", '')," +
+			"   j.finalized_at, j.id, j.kind, NULL, coalesce(j.lease_last_token::text, ''), j.state::text, j.attempted_at," +
+			"   coalesce(j.attempted_by[array_upper(j.attempted_by, 1)], '')" +
+			"  FROM jobs j WHERE j.state IN ('completed', 'cancelled', 'discarded') AND j.attempt > 0 AND j.attempted_at IS NOT NULL" +
+			"   AND NOT EXISTS (SELECT 1 FROM " + attemptLog + " a WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.started_at = j.attempted_at)" +
 			"  UNION ALL" +
 			"  SELECT NOT starts_with(j.kind, $3), j.attempt::int, '', NULL, j.id, j.kind, j.lease_expires_at," +
 			"   coalesce(j.lease_token::text, ''), 'running', j.attempted_at, coalesce(j.attempted_by[array_upper(j.attempted_by, 1)], '')" +
@@ -94,7 +102,8 @@ func PendingTimers[T any](ctx context.Context, s *Store, db DBTX, runID uuid.UUI
 }
 
 // JobAttempt is one attempt of a run's River job: a finished one from the
-// fencing attempt log, or the one running now (Outcome "running").
+// fencing attempt log or, for the attempt that finalized its job, from the
+// job's row; or the one running now (Outcome "running").
 type JobAttempt struct {
 	Activity       bool // an activity's job; otherwise a workflow task's
 	Attempt        int
