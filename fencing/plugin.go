@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,7 +21,27 @@ import (
 type Plugin struct {
 	river.PluginDefaults
 
-	driver *Driver
+	driver   *Driver
+	timeouts atomic.Pointer[clientTimeoutsOf] // of the last client seen
+}
+
+// clientTimeoutsOf caches clientTimeouts' answer for one River client: a
+// client's configuration does not change once it is built.
+type clientTimeoutsOf struct {
+	client         *river.Client[pgx.Tx]
+	timeout, stuck time.Duration
+	ok             bool
+}
+
+// timeoutsOf is clientTimeouts(client), read once per client.
+func (p *Plugin) timeoutsOf(client *river.Client[pgx.Tx]) (timeout, stuck time.Duration, ok bool) {
+	if c := p.timeouts.Load(); c != nil && c.client == client {
+		return c.timeout, c.stuck, c.ok
+	}
+	c := &clientTimeoutsOf{client: client}
+	c.timeout, c.stuck, c.ok = clientTimeouts(client)
+	p.timeouts.Store(c)
+	return c.timeout, c.stuck, c.ok
 }
 
 var _ rivertype.WorkerMiddleware = (*Plugin)(nil)
@@ -61,7 +82,7 @@ func (p *Plugin) newAttempt(ctx context.Context, job *rivertype.JobRow) *attempt
 	// Until the work context shows the real deadline (LeaseFromContext,
 	// Heartbeat), assume the client's JobTimeout as River's executor does
 	// for a worker that does not override Timeout.
-	if timeout, stuck, ok := clientTimeouts(client); ok {
+	if timeout, stuck, ok := p.timeoutsOf(client); ok {
 		st.stuckAfter = stuck
 		if timeout > 0 {
 			until := st.attemptedAt.Add(timeout + stuck)
