@@ -71,6 +71,20 @@ func TestSeamConformance(t *testing.T) {
 	require.True(t, ok, "River's client configuration changed shape")
 	require.Equal(t, 42*time.Second, timeout)
 	require.Equal(t, 7*time.Second, stuck)
+	// The plugin keeps them for the client it saw last, and reads another
+	// client's anew (a driver's plugin may serve several clients).
+	otherConfig := testConfig(schema, &clientOpts{jobTimeout: 9 * time.Second, stuck: 3 * time.Second})
+	other, err := river.NewClient[pgx.Tx](newDriver(t, pool, nil, nil), otherConfig)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		client         *river.Client[pgx.Tx]
+		timeout, stuck time.Duration
+	}{{client, 42 * time.Second, 7 * time.Second}, {other, 9 * time.Second, 3 * time.Second}, {client, 42 * time.Second, 7 * time.Second}} {
+		timeout, stuck, ok := driver.Plugin().TimeoutsOf(c.client)
+		require.True(t, ok)
+		require.Equal(t, c.timeout, timeout)
+		require.Equal(t, c.stuck, stuck)
+	}
 	require.False(t, fencing.ClientLeaderElectionDisabled(client))
 	disabledConfig := testConfig(schema, &clientOpts{noLeader: true})
 	disabled, err := river.NewClient[pgx.Tx](newDriver(t, pool, nil, nil), disabledConfig)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivershared/riverpilot"
 )
@@ -86,6 +88,11 @@ func (d *Driver) RestartWatchSeen() time.Time {
 
 // ClientTimeouts exposes clientTimeouts.
 var ClientTimeouts = clientTimeouts
+
+// TimeoutsOf exposes the plugin's per-client read of clientTimeouts.
+func (p *Plugin) TimeoutsOf(client *river.Client[pgx.Tx]) (timeout, stuck time.Duration, ok bool) {
+	return p.timeoutsOf(client)
+}
 
 // KeeperConn reports whether the lease keeper holds a connection of its
 // own now, and how many it opened so far.
