@@ -138,12 +138,12 @@ RETURNING ` + qualifiedColumns("river_job") + `, river_job.lease_token::text, ri
 // row's latest version), that also revokes those attempts' leases and logs
 // those that leave their jobs unfinished (an attempt that finalizes its job
 // stays on the job's row, fencing 003; an attempt without a token is left to
-// the trigger). It returns, for
-// each write whose job exists, its verdict and the job: as River's statement
-// returns it for an applied write or a repeat, as it is for a stale one. A
-// write that was not applied is a repeat or stale, never ok. A single write
-// has a statement of its own over scalars, which Postgres plans once per
-// connection (an unnest statement is planned again on every call).
+// the trigger). It returns, for each write whose job exists, its verdict and
+// the job: as River's statement returns it for an applied write or a repeat,
+// as it is for a stale one. A write that was not applied is a repeat or
+// stale, never ok. A single write has a statement of its own over scalars,
+// which Postgres plans once per connection (an unnest statement is planned
+// again on every call).
 func setStateInlineSQL(schema string, single bool) string {
 	if single {
 		return cachedSQL(&setStateSingleCache, schema, buildSetStateSingleSQL)
