@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/weirhq/weir/internal/eagerstart"
-	"github.com/weirhq/weir/internal/gopool"
 	"github.com/weirhq/weir/internal/store"
 	"github.com/weirhq/weir/internal/task"
 )
@@ -68,7 +67,6 @@ type start struct {
 // what it would alone, and once its group took it, waits for the group's
 // commit, not for ctx. A start made while no other waits goes alone.
 func (c *Client) Start(ctx context.Context, args WorkflowArgs, opts *StartOpts) (*Run, error) {
-	gopool.Reserve() // the caller's goroutine runs an eager start's first task
 	s, err := c.newStart(args, opts)
 	if err != nil {
 		return nil, err
@@ -156,7 +154,6 @@ func (c *Client) startOne(ctx context.Context, s *start) (*Run, error) {
 // replay of its own request with an error that matches
 // *WorkflowAlreadyStartedError and names the run.
 func (c *Client) StartTx(ctx context.Context, tx pgx.Tx, args WorkflowArgs, opts *StartOpts) (*Run, error) {
-	gopool.Reserve()
 	s, err := c.newStart(args, opts)
 	if err != nil {
 		return nil, err

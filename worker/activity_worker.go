@@ -25,7 +25,6 @@ import (
 	"github.com/weirhq/weir/internal/attempt"
 	"github.com/weirhq/weir/internal/engine"
 	"github.com/weirhq/weir/internal/fencingclaim"
-	"github.com/weirhq/weir/internal/gopool"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/replay"
 	"github.com/weirhq/weir/internal/store"
@@ -249,7 +248,6 @@ func (a *activityWorker[A, R]) timeout(meta *activityMeta) time.Duration {
 // the final one (last attempt, or a non-retryable error) records the failure
 // under the job's row lock, fenced, before River finalizes the job.
 func (a *activityWorker[A, R]) Work(ctx context.Context, job *river.Job[A]) error {
-	gopool.Reserve() // River's goroutine for the job, fresh
 	meta := activityMetaOf(job.Metadata)
 	if meta == nil {
 		_, err := a.execute(ctx, job.Args)

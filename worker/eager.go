@@ -20,7 +20,6 @@ import (
 	"github.com/weirhq/weir/fencing"
 	"github.com/weirhq/weir/internal/attempt"
 	"github.com/weirhq/weir/internal/fencingclaim"
-	"github.com/weirhq/weir/internal/gopool"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/store"
 )
@@ -235,7 +234,6 @@ func (w *Worker) launchEager(starts []claimedAttempt) {
 		// leave its goroutine changed (runtime.LockOSThread on a thread it
 		// altered, pprof labels), which must not reach the next function.
 		go func() {
-			gopool.Reserve() // before the attempt's path gets deep
 			defer p.attempts.Done()
 			defer s.ended()
 			s.run(p.ctx, s.claim, s.meta, p)

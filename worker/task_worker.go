@@ -17,7 +17,6 @@ import (
 	"github.com/weirhq/weir/internal/closing"
 	"github.com/weirhq/weir/internal/dbschema"
 	"github.com/weirhq/weir/internal/engine"
-	"github.com/weirhq/weir/internal/gopool"
 	"github.com/weirhq/weir/internal/history"
 	"github.com/weirhq/weir/internal/inbox"
 	"github.com/weirhq/weir/internal/replay"
@@ -65,7 +64,6 @@ func (t *taskWorker) Timeout(*river.Job[task.Args]) time.Duration { return -1 }
 // (groupCommitter): a task whose job holds a lease token completes it with
 // the run's last writes, by the same fenced statement as a claimed job's.
 func (t *taskWorker) Work(ctx context.Context, job *river.Job[task.Args]) error {
-	gopool.Reserve() // River's goroutine for the job, fresh
 	// The task's deadline (Timeout), on the context before anything reads
 	// the lease from it: the lease keeper stops renewing past it.
 	ctx, cancelTask := fencing.WithAttemptDeadline(ctx, time.Now().Add(t.w.config.TaskTimeout))

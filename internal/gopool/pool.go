@@ -57,7 +57,6 @@ func (p *Pool) Go(fn func()) {
 // none or p closed. Each function starts without profiler labels (a new
 // goroutine inherits its creator's; a function may set its own).
 func (p *Pool) loop(fn func()) {
-	Reserve()
 	defer p.live.Add(-1)
 	timer := time.NewTimer(p.idle)
 	defer timer.Stop()

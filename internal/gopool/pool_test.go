@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -120,62 +119,4 @@ func TestPool(t *testing.T) {
 		require.Contains(t, profile.String(), "gopool.TestPool")
 		require.NotContains(t, profile.String(), "gopool_test", "the first function's labels reached the second")
 	})
-}
-
-// TestReserve sends a fresh goroutine down frames that need most of
-// StackReserve, with and without Reserve first, and tells by the address
-// of one of its locals whether its stack moved (grew) on the way.
-func TestReserve(t *testing.T) {
-	moved := func(reserve bool) bool {
-		result := make(chan bool)
-		go func() {
-			if reserve {
-				Reserve()
-			}
-			var here byte
-			before := uintptr(unsafe.Pointer(&here))
-			deep(reserveDepth)
-			result <- uintptr(unsafe.Pointer(&here)) != before
-		}()
-		return <-result
-	}
-	require.True(t, moved(false), "a fresh goroutine's stack did not grow down the frames: they prove nothing")
-	require.False(t, moved(true), "the stack grew down the frames after Reserve")
-}
-
-// reserveDepth is how deep TestReserve goes: frames of deep that need
-// about two thirds of StackReserve.
-const reserveDepth = StackReserve * 2 / 3 / 256
-
-// BenchmarkDeepGoroutine runs a fresh goroutine down a path of deep
-// frames, as a claimed attempt's does, with and without Reserve first.
-func BenchmarkDeepGoroutine(b *testing.B) {
-	for _, reserve := range []bool{false, true} {
-		name := map[bool]string{false: "Grown", true: "Reserved"}[reserve]
-		b.Run(name, func(b *testing.B) {
-			done := make(chan struct{})
-			for b.Loop() {
-				go func() {
-					if reserve {
-						Reserve()
-					}
-					deep(24)
-					done <- struct{}{}
-				}()
-				<-done
-			}
-		})
-	}
-}
-
-// deep calls itself depth times, each frame holding 256 bytes.
-//
-//go:noinline
-func deep(depth int) byte {
-	var frame [256]byte
-	frame[depth%len(frame)] = byte(depth)
-	if depth == 0 {
-		return frame[0]
-	}
-	return deep(depth-1) + frame[depth%len(frame)]
 }
