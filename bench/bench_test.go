@@ -298,6 +298,44 @@ func TestBusyClockWithin(t *testing.T) {
 		require.Equal(t, time.Duration(tt.wantMs)*time.Millisecond, busy, tt.name)
 		require.Equal(t, tt.wantSpans, spans, tt.name)
 	}
+
+	// The same spans as a path: outside, [inside], outside, ….
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name     string
+		from, to int
+		want     []time.Duration
+	}{
+		{"all", 0, 100, ms(10, 10, 10, 5, 5, 20, 40)},
+		{"none", 21, 29, ms(8)},
+		{"cut at both ends", 15, 50, ms(0, 5, 10, 5, 5, 10, 0)},
+		{"ends in a span", 5, 45, ms(5, 10, 10, 5, 5, 5, 0)},
+	} {
+		require.Equal(t, tt.want, b.path(at(tt.from), at(tt.to)), tt.name)
+	}
+}
+
+// TestMedianPath takes the median of each entry over the paths that have
+// it, and stops where fewer than half of them do.
+func TestMedianPath(t *testing.T) {
+	t.Parallel()
+
+	d := func(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+	paths := [][]time.Duration{
+		{d(0.3), d(1.5), d(0.2), d(1.0), d(0)},
+		{d(0.4), d(1.4), d(0.1), d(0.9), d(0)},
+		{d(0.2), d(1.6), d(0.3)},
+		{d(0.5)},
+	}
+	require.Equal(t, []float64{0.3, 1.5, 0.2, 0.9, 0}, medianPath(paths, 9))
+	require.Equal(t, []float64{0.3, 1.5}, medianPath(paths, 2), "at most max entries")
+	require.Empty(t, medianPath(nil, 9))
 }
 
 // TestCountingProxyBusy records the time Postgres spends answering, and
@@ -357,6 +395,31 @@ func TestRunWorkflowsWarmsUp(t *testing.T) {
 				require.Positive(t, res.PerSec)
 			}
 		}
+	}
+}
+
+// TestRunWorkflowsSplit splits a few open-loop weir workflows: their time
+// in Postgres, the rest, and the path between them, which alternates the
+// two, starts outside Postgres and has an entry per busy span and gap.
+func TestRunWorkflowsSplit(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	base, err := url.Parse(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	h := &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base, logf: t.Logf}}
+	res, err := h.runWorkflows(ctx, workflowsParams{contender: ContenderWeir, mode: ModeRate, n: 5, rate: 50, split: true})
+	require.NoError(t, err)
+	require.Positive(t, res.InPostgresMs)
+	require.Positive(t, res.ElsewhereMs)
+	require.GreaterOrEqual(t, res.PostgresSpans, 2.0, "the start and at least one step")
+	require.GreaterOrEqual(t, len(res.PathMs), 2*int(res.PostgresSpans), "before each span, the span")
+	require.LessOrEqual(t, len(res.PathMs), pathEntriesMax)
+	for i, v := range res.PathMs {
+		if i%2 == 1 {
+			require.Positive(t, v, "span %d", i/2+1)
+		}
+		require.LessOrEqual(t, v, res.P99Ms, "entry %d is a part of a workflow's latency", i)
 	}
 }
 

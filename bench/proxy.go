@@ -435,26 +435,49 @@ func (b *busyClock) answered(at time.Time) {
 // within returns how long the server was busy between from and to, and in
 // how many separate spans (a span cut by the window counts).
 func (b *busyClock) within(from, to time.Time) (busy time.Duration, spans int) {
+	for _, s := range b.cut(from, to) {
+		busy += s.to.Sub(s.from)
+		spans++
+	}
+	return busy, spans
+}
+
+// path returns the window from..to as the server saw it, in order: the
+// time before its first busy span, that span, the time to the next span,
+// and so on, ending with the time after the last span (zero when a span
+// reaches to). A window with no busy span is one entry: all of it.
+func (b *busyClock) path(from, to time.Time) []time.Duration {
+	var out []time.Duration
+	at := from
+	for _, s := range b.cut(from, to) {
+		out = append(out, s.from.Sub(at), s.to.Sub(s.from))
+		at = s.to
+	}
+	return append(out, to.Sub(at))
+}
+
+// cut returns the busy spans between from and to, cut at both ends, in
+// order; spans the window only touches are left out.
+func (b *busyClock) cut(from, to time.Time) []timeSpan {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// Spans are appended in order of their ends, which are also in order
 	// of their starts (they do not overlap).
 	i, _ := slices.BinarySearchFunc(b.spans, from, func(s timeSpan, t time.Time) int { return s.to.Compare(t) })
+	var out []timeSpan
 	for ; i < len(b.spans) && b.spans[i].from.Before(to); i++ {
 		s := b.spans[i]
-		start, end := s.from, s.to
-		if start.Before(from) {
-			start = from
+		if s.from.Before(from) {
+			s.from = from
 		}
-		if end.After(to) {
-			end = to
+		if s.to.After(to) {
+			s.to = to
 		}
-		if end.After(start) {
-			busy += end.Sub(start)
-			spans++
+		if s.to.After(s.from) {
+			out = append(out, s)
 		}
 	}
-	return busy, spans
+	return out
 }
 
 // delayWriter writes what it is given to its destination delay later, in

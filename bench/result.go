@@ -82,6 +82,12 @@ type Result struct {
 	ElsewhereMs   float64 `json:"elsewhere_ms,omitempty"`
 	PostgresSpans float64 `json:"postgres_spans,omitempty"`
 
+	// PathMs is the same latency in order (latency-split workload only):
+	// the time before Postgres first had a request to answer, the first
+	// busy span, the time to the next, and so on, each entry the median
+	// over the workflows that have it (busyClock.path, medianPath).
+	PathMs []float64 `json:"path_ms,omitempty"`
+
 	// WALBytesPerUnit is the pg_current_wal_insert_lsn() delta over the
 	// measured window divided by N.
 	WALBytesPerUnit float64 `json:"wal_bytes_per_unit,omitempty"`

@@ -124,13 +124,14 @@ func summarize(results []*Result) string {
 		},
 		{
 			WorkloadLatencySplit, "Where the open-loop latency goes (through the counting proxy: medians over the workflows of a run)",
-			[]string{"p50 ms", "in Postgres ms", "elsewhere ms", "Postgres spans"},
+			[]string{"p50 ms", "in Postgres ms", "elsewhere ms", "Postgres spans", "path ms: before Postgres, [span], after it, …"},
 			func(g *group) []string {
 				return []string{
 					median(g.ok, func(r *Result) float64 { return r.P50Ms }, 2),
 					median(g.ok, func(r *Result) float64 { return r.InPostgresMs }, 2),
 					median(g.ok, func(r *Result) float64 { return r.ElsewhereMs }, 2),
 					median(g.ok, func(r *Result) float64 { return r.PostgresSpans }, 1),
+					pathCell(g.ok),
 				}
 			},
 		},
@@ -226,6 +227,32 @@ func medianWithZeros(rs []*Result, f func(*Result) float64, prec int) string {
 		values[i] = f(r)
 	}
 	return formatNumber(medianOf(values), prec)
+}
+
+// pathCell is the entry-by-entry median of rs's PathMs, the spans in
+// brackets ("–" with none): "0.32 [1.47] 0.20 [1.07] …".
+func pathCell(rs []*Result) string {
+	var cells []string
+	for k := 0; ; k++ {
+		var values []float64
+		for _, r := range rs {
+			if k < len(r.PathMs) {
+				values = append(values, r.PathMs[k])
+			}
+		}
+		if len(values) == 0 {
+			break
+		}
+		cell := formatNumber(medianOf(values), 2)
+		if k%2 == 1 {
+			cell = "[" + cell + "]"
+		}
+		cells = append(cells, cell)
+	}
+	if len(cells) == 0 {
+		return "–"
+	}
+	return strings.Join(cells, " ")
 }
 
 func nonZero(rs []*Result, f func(*Result) float64) []float64 {

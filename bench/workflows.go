@@ -208,11 +208,14 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 	ms := latencyFigures(res, starts, completed)
 	if p.split {
 		inPostgres, elsewhere, spans := make([]float64, p.n), make([]float64, p.n), make([]float64, p.n)
+		paths := make([][]time.Duration, p.n)
 		for i := range p.n {
 			busy, n := db.proxy.busy.within(starts[i], completed[i])
 			inPostgres[i], elsewhere[i], spans[i] = float64(busy)/float64(time.Millisecond), ms[i]-float64(busy)/float64(time.Millisecond), float64(n)
+			paths[i] = db.proxy.busy.path(starts[i], completed[i])
 		}
 		res.InPostgresMs, res.ElsewhereMs, res.PostgresSpans = round3(percentile(inPostgres, 50)), round3(percentile(elsewhere, 50)), percentile(spans, 50)
+		res.PathMs = medianPath(paths, pathEntriesMax)
 	}
 	if p.mode == ModeBurst {
 		res.PerSec = float64(p.n) / res.ElapsedSec
@@ -223,6 +226,31 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 		return res, err
 	}
 	return res, nil
+}
+
+// pathEntriesMax is how many entries of a workflow's path (busyClock.path)
+// a latency split reports: the time before Postgres and four spans with
+// what follows each.
+const pathEntriesMax = 9
+
+// medianPath returns, entry by entry, the median of paths' entries, in
+// milliseconds, for at most max entries and as long as at least half of the
+// paths have the entry.
+func medianPath(paths [][]time.Duration, max int) []float64 {
+	var out []float64
+	for k := range max {
+		var values []float64
+		for _, p := range paths {
+			if len(p) > k {
+				values = append(values, float64(p[k])/float64(time.Millisecond))
+			}
+		}
+		if len(values) == 0 || 2*len(values) < len(paths) {
+			break
+		}
+		out = append(out, round3(percentile(values, 50)))
+	}
+	return out
 }
 
 // cpuUsPerUnit is d in microseconds per unit, to one decimal.
