@@ -379,9 +379,7 @@ func TestRunWorkflowsWarmsUp(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
-	base, err := url.Parse(dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	h := &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base, logf: t.Logf}}
+	h := testHarness(ctx, t)
 	for _, contender := range []string{ContenderWeir, ContenderRiverChain} {
 		for _, mode := range []string{ModeBurst, ModeRate} {
 			res, err := h.runWorkflows(ctx, workflowsParams{contender: contender, mode: mode, n: 5, rate: 50})
@@ -405,9 +403,7 @@ func TestRunWorkflowsSplit(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
-	base, err := url.Parse(dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	h := &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base, logf: t.Logf}}
+	h := testHarness(ctx, t)
 	res, err := h.runWorkflows(ctx, workflowsParams{contender: ContenderWeir, mode: ModeRate, n: 5, rate: 50, split: true})
 	require.NoError(t, err)
 	require.Positive(t, res.InPostgresMs)
@@ -431,9 +427,7 @@ func TestRunScale(t *testing.T) {
 	t.Parallel()
 
 	ctx := t.Context()
-	base, err := url.Parse(dbtest.URL(ctx, t))
-	require.NoError(t, err)
-	h := &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base, logf: t.Logf}}
+	h := testHarness(ctx, t)
 	profiles := t.TempDir()
 	for _, p := range []scaleParams{
 		{contender: ContenderWeirNormal, n: 20, pool: 4, workers: 2, warmup: 5, profile: filepath.Join(profiles, "normal")},
@@ -606,4 +600,13 @@ func TestCPUModelOf(t *testing.T) {
 	if _, err := os.Stat("/proc/cpuinfo"); err == nil && runtime.GOARCH == "amd64" {
 		require.NotEmpty(t, cpuModel(), "this machine's /proc/cpuinfo names its model")
 	}
+}
+
+// testHarness is a harness on the test server that logs to t and writes
+// its results nowhere.
+func testHarness(ctx context.Context, t *testing.T) *harness {
+	t.Helper()
+	base, err := url.Parse(dbtest.URL(ctx, t))
+	require.NoError(t, err)
+	return &harness{logf: t.Logf, out: newResultWriter(io.Discard, nil), server: &server{base: base, logf: t.Logf}}
 }
