@@ -321,17 +321,16 @@ func TestBusyClockWithin(t *testing.T) {
 	}
 }
 
-// TestMedianPath takes the median of each entry over the paths that have
+// TestMedianPath takes the median of each entry over the rows that have
 // it, and stops where fewer than half of them do.
 func TestMedianPath(t *testing.T) {
 	t.Parallel()
 
-	d := func(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
-	paths := [][]time.Duration{
-		{d(0.3), d(1.5), d(0.2), d(1.0), d(0)},
-		{d(0.4), d(1.4), d(0.1), d(0.9), d(0)},
-		{d(0.2), d(1.6), d(0.3)},
-		{d(0.5)},
+	paths := [][]float64{
+		{0.3, 1.5, 0.2, 1.0, 0},
+		{0.4, 1.4, 0.1, 0.9, 0},
+		{0.2, 1.6, 0.3},
+		{0.5},
 	}
 	require.Equal(t, []float64{0.3, 1.5, 0.2, 0.9, 0}, medianPath(paths, 9))
 	require.Equal(t, []float64{0.3, 1.5}, medianPath(paths, 2), "at most max entries")

@@ -229,21 +229,16 @@ func medianWithZeros(rs []*Result, f func(*Result) float64, prec int) string {
 	return formatNumber(medianOf(values), prec)
 }
 
-// pathCell is the entry-by-entry median of rs's PathMs, the spans in
-// brackets ("–" with none): "0.32 [1.47] 0.20 [1.07] …".
+// pathCell is the entry-by-entry median of rs's PathMs (medianPath), the
+// spans in brackets ("–" with none): "0.32 [1.47] 0.20 [1.07] …".
 func pathCell(rs []*Result) string {
+	rows := make([][]float64, len(rs))
+	for i, r := range rs {
+		rows[i] = r.PathMs
+	}
 	var cells []string
-	for k := 0; ; k++ {
-		var values []float64
-		for _, r := range rs {
-			if k < len(r.PathMs) {
-				values = append(values, r.PathMs[k])
-			}
-		}
-		if len(values) == 0 {
-			break
-		}
-		cell := formatNumber(medianOf(values), 2)
+	for k, v := range medianPath(rows, pathEntriesMax) {
+		cell := formatNumber(v, 2)
 		if k%2 == 1 {
 			cell = "[" + cell + "]"
 		}

@@ -208,11 +208,11 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 	ms := latencyFigures(res, starts, completed)
 	if p.split {
 		inPostgres, elsewhere, spans := make([]float64, p.n), make([]float64, p.n), make([]float64, p.n)
-		paths := make([][]time.Duration, p.n)
+		paths := make([][]float64, p.n)
 		for i := range p.n {
 			busy, n := db.proxy.busy.within(starts[i], completed[i])
 			inPostgres[i], elsewhere[i], spans[i] = float64(busy)/float64(time.Millisecond), ms[i]-float64(busy)/float64(time.Millisecond), float64(n)
-			paths[i] = db.proxy.busy.path(starts[i], completed[i])
+			paths[i] = durationsMs(db.proxy.busy.path(starts[i], completed[i]))
 		}
 		res.InPostgresMs, res.ElsewhereMs, res.PostgresSpans = round3(percentile(inPostgres, 50)), round3(percentile(elsewhere, 50)), percentile(spans, 50)
 		res.PathMs = medianPath(paths, pathEntriesMax)
@@ -233,19 +233,19 @@ func (h *harness) runWorkflows(ctx context.Context, p workflowsParams) (*Result,
 // what follows each.
 const pathEntriesMax = 9
 
-// medianPath returns, entry by entry, the median of paths' entries, in
-// milliseconds, for at most max entries and as long as at least half of the
-// paths have the entry.
-func medianPath(paths [][]time.Duration, max int) []float64 {
+// medianPath returns, entry by entry, the median of rows' entries, for at
+// most max entries and as long as at least half of the rows have the entry:
+// the path of a run's workflows (in milliseconds), or of a group's runs.
+func medianPath(rows [][]float64, max int) []float64 {
 	var out []float64
 	for k := range max {
 		var values []float64
-		for _, p := range paths {
-			if len(p) > k {
-				values = append(values, float64(p[k])/float64(time.Millisecond))
+		for _, r := range rows {
+			if len(r) > k {
+				values = append(values, r[k])
 			}
 		}
-		if len(values) == 0 || 2*len(values) < len(paths) {
+		if len(values) == 0 || 2*len(values) < len(rows) {
 			break
 		}
 		out = append(out, round3(percentile(values, 50)))
