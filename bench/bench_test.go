@@ -569,6 +569,27 @@ func TestSummarizePairedRatio(t *testing.T) {
 	require.Contains(t, summarize(results), "| weir | weir | 2000 | 5 | **3,200.0** [3,000.0–4,300.0] | 2.03 [1.82–2.34] |")
 }
 
+// TestSummarizeOpenLoopRatio: the open-loop table divides each run's p50
+// by DBOS direct's p50 of the same run, as the scale tables divide
+// throughput.
+func TestSummarizeOpenLoopRatio(t *testing.T) {
+	t.Parallel()
+
+	var lines []string
+	for run, p50s := range [][2]float64{{5, 5}, {6, 4}, {4, 2}} {
+		for i, contender := range []string{"weir", "dbos-direct"} {
+			lines = append(lines, fmt.Sprintf(`{"workload":"workflows-rate","contender":%q,"config":%q,"n":100,"run":%d,"runs":3,"p50_ms":%g,"p99_ms":9,"pool":20}`,
+				contender, contender, run+1, p50s[i]))
+		}
+	}
+	results, err := readResults(strings.NewReader(strings.Join(lines, "\n")))
+	require.NoError(t, err)
+	got := summarize(results)
+	// The medians, 5 and 4, would give 1.25; the runs give 1, 1.5 and 2.
+	require.Contains(t, got, "| weir | weir | 100 | 3 | **5.0** [4.0–6.0] | 1.50 [1.00–2.00] | **9.0** [9.0–9.0] |")
+	require.Contains(t, got, "| dbos-direct | dbos-direct | 100 | 3 | **4.0** [2.0–5.0] | 1.00 [1.00–1.00] |")
+}
+
 // TestServerCPU finds the test server's postmaster (when it runs on this
 // machine) and sees its processes' CPU time grow with a query's work.
 func TestServerCPU(t *testing.T) {

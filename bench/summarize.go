@@ -99,10 +99,16 @@ func summarize(results []*Result) string {
 		},
 		{
 			WorkloadWorkflowsRate, "Workflows, open loop: N × 3-step workflows started at a fixed rate",
-			[]string{"p50 ms", "p99 ms"},
+			[]string{"p50 ms", "p50 ÷ dbos-direct's", "p99 ms"},
 			func(g *group) []string {
+				p50 := func(r *Result) float64 { return r.P50Ms }
+				ratio := "–"
+				if base := peerGroup(groups, g, ContenderDBOSDirect); base != nil {
+					ratio = pairedRatio(g, base, p50)
+				}
 				return []string{
-					stat(g.ok, func(r *Result) float64 { return r.P50Ms }, 1),
+					stat(g.ok, p50, 1),
+					ratio,
 					stat(g.ok, func(r *Result) float64 { return r.P99Ms }, 1),
 				}
 			},
@@ -339,7 +345,7 @@ func scaleRow(base func(*group) *group) func(*group) []string {
 	return func(g *group) []string {
 		ratio := "–"
 		if b := base(g); b != nil {
-			ratio = pairedRatio(g, b)
+			ratio = pairedRatio(g, b, func(r *Result) float64 { return r.PerSec })
 		}
 		return []string{
 			stat(g.ok, func(r *Result) float64 { return r.PerSec }, 1),
@@ -374,18 +380,18 @@ func allocPerUnit(rs []*Result) string {
 	return fmt.Sprintf("%s (%s)", kb, median(rs, func(r *Result) float64 { return float64(r.GCCycles) }, 0))
 }
 
-// pairedRatio formats the ratio of g's throughput to base's, run by run:
+// pairedRatio formats the ratio of g's figure f to base's, run by run:
 // each of g's runs divided by base's run of the same number (the two
 // measured one after the other, on the machine as it was then), as the
 // median and, over several runs, [min–max] of those ratios. Pairing keeps
 // a drift of the machine's speed between runs, which moves both alike, out
 // of the ratio. "–" when no run has both.
-func pairedRatio(g, base *group) string {
+func pairedRatio(g, base *group, f func(*Result) float64) string {
 	var ratios []float64
 	for _, r := range g.ok {
 		for _, b := range base.ok {
-			if b.Run == r.Run && r.PerSec > 0 && b.PerSec > 0 {
-				ratios = append(ratios, r.PerSec/b.PerSec)
+			if b.Run == r.Run && f(r) > 0 && f(b) > 0 {
+				ratios = append(ratios, f(r)/f(b))
 				break
 			}
 		}
