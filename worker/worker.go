@@ -78,8 +78,6 @@ type Worker struct {
 	sweeper      *sweeper
 	timers       *timerWaker
 	workflows    map[string]*replay.Definition
-
-	schemaBehindOK bool // Start skips the schema check (tests of a migration's rollout)
 }
 
 // New returns a Worker over pool. Register workflows and activities, then
@@ -306,14 +304,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	if len(w.workflows) == 0 && len(w.activities) == 0 {
 		return errors.New("worker: nothing registered; add workflows or activities before Start")
 	}
-	if !w.schemaBehindOK {
-		migrator, err := migrations.New(w.pool, &migrations.Config{Schema: w.config.Schema})
-		if err == nil {
-			err = migrator.Verify(ctx)
-		}
-		if err != nil {
-			return fmt.Errorf("worker: checking the schema: %w", err)
-		}
+	migrator, err := migrations.New(w.pool, &migrations.Config{Schema: w.config.Schema})
+	if err == nil {
+		err = migrator.Verify(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("worker: checking the schema: %w", err)
 	}
 
 	riverClient, err := river.NewClient(w.driver, &river.Config{
